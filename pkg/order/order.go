@@ -1,0 +1,92 @@
+// Package order holds the domain of an admitted order: its identity, the
+// statuses it moves through and the id scheme shared by gateway and workers.
+// It does no I/O.
+package order
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Status is stored in orders.status and returned by the API as the same word.
+type Status string
+
+const (
+	// StatusPending: admitted by Redis, not yet persisted in MySQL. Never stored.
+	StatusPending Status = "pending"
+	// StatusCreated: persisted, stock deducted in MySQL, awaiting payment.
+	StatusCreated Status = "created"
+	// StatusPaid: paid by its owner.
+	StatusPaid Status = "paid"
+	// StatusCancelled: not paid in time; its stock was released.
+	StatusCancelled Status = "cancelled"
+	// StatusFailed: admitted by Redis but refused by MySQL (e.g. no stock
+	// left there); its Redis reservation was released.
+	StatusFailed Status = "failed"
+)
+
+// Order is one admitted claim as it travels through the stream.
+type Order struct {
+	ID        int64
+	VoucherID int64
+	UserID    string
+	CreatedAt time.Time
+	// Day is the sale-time-zone day (yyyymmdd) the claim counted against.
+	Day string
+}
+
+// Layout of an order id (63 bits, always positive):
+//
+//	41 bits  milliseconds since Epoch of the stream entry id
+//	12 bits  sequence of the stream entry id within that millisecond
+//	10 bits  stream partition
+//
+// The stream entry id is unique within its partition, so the order id is
+// unique across gateway replicas and partitions, and it leads back to the
+// stream entry while the order is still pending.
+const (
+	partitionBits = 10
+	seqBits       = 12
+	// MaxPartitions is the number of partitions an order id can name.
+	MaxPartitions = 1 << partitionBits
+	// MaxSeq bounds the per-millisecond sequence an order id can hold.
+	MaxSeq = 1 << seqBits
+)
+
+// Epoch is the zero of the order id's time part: 2024-01-01T00:00:00Z.
+var Epoch = time.Date(2024, 1, 1, 0, 0, 0, 0, time.UTC)
+
+var epochMs = Epoch.UnixMilli()
+
+// ErrBadEntryID reports a stream entry id an order id cannot be made from.
+var ErrBadEntryID = errors.New("order: stream entry id cannot be an order id")
+
+// IDFromEntry makes the order id of stream entry entryID ("ms-seq") in partition p.
+func IDFromEntry(entryID string, p int) (int64, error) {
+	msPart, seqPart, ok := strings.Cut(entryID, "-")
+	if !ok {
+		return 0, fmt.Errorf("%w: %q", ErrBadEntryID, entryID)
+	}
+	ms, err1 := strconv.ParseInt(msPart, 10, 64)
+	seq, err2 := strconv.ParseInt(seqPart, 10, 64)
+	if err1 != nil || err2 != nil || ms < epochMs || ms-epochMs >= 1<<41 || seq < 0 || seq >= MaxSeq || p < 0 || p >= MaxPartitions {
+		return 0, fmt.Errorf("%w: %q in partition %d", ErrBadEntryID, entryID, p)
+	}
+	return (ms-epochMs)<<(seqBits+partitionBits) | seq<<partitionBits | int64(p), nil
+}
+
+// EntryOf returns the partition and stream entry id order id id was made from.
+func EntryOf(id int64) (partition int, entryID string) {
+	p := int(id & (MaxPartitions - 1))
+	seq := (id >> partitionBits) & (MaxSeq - 1)
+	ms := id>>(seqBits+partitionBits) + epochMs
+	return p, strconv.FormatInt(ms, 10) + "-" + strconv.FormatInt(seq, 10)
+}
+
+// Day formats t as the yyyymmdd day in loc, the unit of per-day limits.
+func Day(t time.Time, loc *time.Location) string {
+	return t.In(loc).Format("20060102")
+}
