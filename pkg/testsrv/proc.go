@@ -1,0 +1,149 @@
+// Package testsrv starts throwaway redis-server and mariadbd processes in a
+// temporary directory on free loopback ports, for tests, the demo and the
+// benchmarks. Nothing here touches the machine's shared instances.
+package testsrv
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"time"
+)
+
+// InstallHint is the command that provides the servers on Debian.
+const InstallHint = "apt-get install -y redis-server mariadb-server"
+
+// LookPath finds a server binary on PATH or in the sbin directories Debian
+// installs daemons to (which a non-root PATH often lacks).
+func LookPath(name string) (string, error) {
+	if p, err := exec.LookPath(name); err == nil {
+		return p, nil
+	}
+	for _, dir := range []string{"/usr/sbin", "/usr/local/sbin", "/sbin"} {
+		p := filepath.Join(dir, name)
+		if fi, err := os.Stat(p); err == nil && !fi.IsDir() && fi.Mode()&0o111 != 0 {
+			return p, nil
+		}
+	}
+	return "", fmt.Errorf("%s not found; install it with: %s", name, InstallHint)
+}
+
+// FreePort returns a loopback TCP port that was free a moment ago.
+func FreePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// server is one supervised server process that can be stopped, killed and
+// started again on the same port and data directory.
+type server struct {
+	name    string
+	bin     string
+	args    []string
+	logPath string
+	ready   func() error
+	cmd     *exec.Cmd
+	done    chan struct{}
+}
+
+func (s *server) start() error {
+	if s.cmd != nil {
+		return fmt.Errorf("%s already running", s.name)
+	}
+	logf, err := os.OpenFile(s.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
+	cmd := exec.Command(s.bin, s.args...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	// Die with the process that started us, so an aborted test run leaves
+	// no server behind.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		logf.Close()
+		return fmt.Errorf("start %s: %w", s.name, err)
+	}
+	s.cmd, s.done = cmd, make(chan struct{})
+	go func(done chan struct{}) {
+		_ = cmd.Wait()
+		logf.Close()
+		close(done)
+	}(s.done)
+
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		err := s.ready()
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-s.done:
+			s.cmd = nil
+			return fmt.Errorf("%s exited during start-up (log %s): %w", s.name, s.logPath, err)
+		default:
+		}
+		if time.Now().After(deadline) {
+			_ = s.kill()
+			return fmt.Errorf("%s not ready after 30s (log %s): %w", s.name, s.logPath, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func (s *server) signal(sig syscall.Signal, wait time.Duration) error {
+	if s.cmd == nil {
+		return nil
+	}
+	_ = s.cmd.Process.Signal(sig)
+	select {
+	case <-s.done:
+	case <-time.After(wait):
+		_ = s.cmd.Process.Kill()
+		<-s.done
+	}
+	s.cmd = nil
+	return nil
+}
+
+// stop asks the server to shut down cleanly.
+func (s *server) stop() error { return s.signal(syscall.SIGTERM, 30*time.Second) }
+
+// kill is kill -9: no clean shutdown, whatever was not durable is lost.
+func (s *server) kill() error { return s.signal(syscall.SIGKILL, 10*time.Second) }
+
+// Pid returns the process id while the server runs, else 0.
+func (s *server) Pid() int {
+	if s.cmd == nil {
+		return 0
+	}
+	return s.cmd.Process.Pid
+}
+
+// onPort starts srv, trying fresh ports when the chosen one was taken in the
+// meantime; setPort rebuilds the arguments for a port.
+func onPort(srv *server, setPort func(int)) error {
+	var errs []error
+	for range 3 {
+		port, err := FreePort()
+		if err != nil {
+			return err
+		}
+		setPort(port)
+		if err = srv.start(); err == nil {
+			return nil
+		}
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+func itoa(i int) string { return strconv.Itoa(i) }

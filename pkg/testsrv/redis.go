@@ -1,0 +1,73 @@
+package testsrv
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Redis is a throwaway redis-server.
+type Redis struct {
+	// Addr is host:port of the server.
+	Addr string
+	srv  server
+}
+
+// StartRedis starts redis-server with its data in dir (created if missing).
+// extra are additional configuration arguments, e.g. "--appendonly", "yes".
+// By default nothing is persisted.
+func StartRedis(dir string, extra ...string) (*Redis, error) {
+	bin, err := LookPath("redis-server")
+	if err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	r := &Redis{srv: server{name: "redis-server", bin: bin, logPath: filepath.Join(dir, "redis.log")}}
+	r.srv.ready = r.ping
+	err = onPort(&r.srv, func(port int) {
+		r.Addr = net.JoinHostPort("127.0.0.1", itoa(port))
+		r.srv.args = append([]string{
+			"--port", itoa(port), "--bind", "127.0.0.1", "--dir", dir,
+			"--save", "", "--appendonly", "no", "--daemonize", "no",
+			"--logfile", "",
+		}, extra...)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+func (r *Redis) ping() error {
+	c := redis.NewClient(&redis.Options{Addr: r.Addr, DialTimeout: time.Second, MaxRetries: -1})
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	return c.Ping(ctx).Err()
+}
+
+// Client returns a new go-redis client for the server.
+func (r *Redis) Client() *redis.Client {
+	return redis.NewClient(&redis.Options{Addr: r.Addr})
+}
+
+// Start starts the server again after Stop or Kill, on the same port and data.
+func (r *Redis) Start() error { return r.srv.start() }
+
+// Stop shuts the server down cleanly.
+func (r *Redis) Stop() error { return r.srv.stop() }
+
+// Kill kills the server with SIGKILL.
+func (r *Redis) Kill() error { return r.srv.kill() }
+
+// Pid returns the server's process id while it runs.
+func (r *Redis) Pid() int { return r.srv.Pid() }
+
+func (r *Redis) String() string { return fmt.Sprintf("redis-server at %s", r.Addr) }
