@@ -1,0 +1,81 @@
+-- admit.lua: the whole admission decision for one claim, atomically.
+--
+-- Partitioning: a voucher V lives in partition P = V mod FLASHSALE_STREAM_PARTITIONS.
+-- Every key below carries the hash tag {pP}, so the script touches one slot and
+-- runs unchanged on Redis Cluster. The stream of partition P carries the same tag.
+--
+-- KEYS[1] -> flashsale:{pP}:v:V            voucher hash: stock, limit, daily, start_ms, end_ms
+-- KEYS[2] -> flashsale:{pP}:v:V:users      hash user -> orders held (all time)
+-- KEYS[3] -> flashsale:{pP}:v:V:day:D      hash user -> orders taken on day D
+-- KEYS[4] -> flashsale:{pP}:v:V:idem:U:K   idempotency record (ignored when ARGV[4] == 0)
+-- KEYS[5] -> flashsale:{pP}:orders         the partition's order stream
+--
+-- ARGV[1] -> user id
+-- ARGV[2] -> now, unix milliseconds (the caller's clock, so tests can move it)
+-- ARGV[3] -> day D as yyyymmdd in the sale's time zone (written into the entry)
+-- ARGV[4] -> idempotency TTL in seconds; 0 = the request carries no key
+-- ARGV[5] -> TTL in seconds of the day hash
+-- ARGV[6] -> voucher id (written into the entry)
+--
+-- Returns {0, entry_id, replayed} when admitted, entry_id being the stream
+-- entry "ms-seq" from which the caller derives the order id, replayed 1 when an
+-- earlier admission under the same idempotency key is returned again.
+-- Returns {code} when rejected: 1 voucher not found, 2 not started, 3 ended,
+-- 4 sold out, 5 user limit, 6 daily limit, 7 stream sequence overflow (retry).
+-- Only admissions are remembered under the idempotency key: a rejection
+-- changed nothing, so its retry is simply decided again.
+
+local user = ARGV[1]
+local now = tonumber(ARGV[2])
+local idem_ttl = tonumber(ARGV[4])
+
+if idem_ttl > 0 then
+  local prev = redis.call('GET', KEYS[4])
+  if prev then
+    return {0, prev, 1}
+  end
+end
+
+local v = redis.call('HMGET', KEYS[1], 'stock', 'limit', 'daily', 'start_ms', 'end_ms')
+if not v[1] then
+  return {1}
+end
+local start_ms = tonumber(v[4])
+local end_ms = tonumber(v[5])
+if start_ms > 0 and now < start_ms then
+  return {2}
+end
+if end_ms > 0 and now >= end_ms then
+  return {3}
+end
+if tonumber(v[1]) <= 0 then
+  return {4}
+end
+if (tonumber(redis.call('HGET', KEYS[2], user)) or 0) >= tonumber(v[2]) then
+  return {5}
+end
+local daily = tonumber(v[3])
+if daily > 0 and (tonumber(redis.call('HGET', KEYS[3], user)) or 0) >= daily then
+  return {6}
+end
+
+local id = redis.call('XADD', KEYS[5], '*', 'voucher_id', ARGV[6], 'user_id', user,
+  'created_ms', ARGV[2], 'day', ARGV[3])
+-- The order id keeps 12 bits of the entry's per-millisecond sequence. More than
+-- 4096 entries in one millisecond in one partition cannot be numbered: undo.
+local seq = tonumber(string.match(id, '-(%d+)$'))
+if seq >= 4096 then
+  redis.call('XDEL', KEYS[5], id)
+  return {7}
+end
+
+redis.call('HINCRBY', KEYS[1], 'stock', -1)
+redis.call('HINCRBY', KEYS[2], user, 1)
+if daily > 0 then
+  redis.call('HINCRBY', KEYS[3], user, 1)
+  redis.call('EXPIRE', KEYS[3], tonumber(ARGV[5]))
+end
+if idem_ttl > 0 then
+  redis.call('SET', KEYS[4], id, 'EX', idem_ttl)
+end
+return {0, id, 0}

@@ -1,0 +1,30 @@
+-- release.lua: give back the reservation of one admitted order, exactly once.
+-- Used when MySQL could not accept an order Redis admitted (and, later, for
+-- cancellations). The per-voucher set of released orders makes a second call
+-- for the same order a no-op, so a caller may retry until it gets an answer.
+--
+-- KEYS[1] -> flashsale:{pP}:v:V            voucher hash (stock)
+-- KEYS[2] -> flashsale:{pP}:v:V:users      hash user -> orders held
+-- KEYS[3] -> flashsale:{pP}:v:V:day:D      hash user -> orders taken on day D
+-- KEYS[4] -> flashsale:{pP}:v:V:released   set of order ids already released
+--
+-- ARGV[1] -> order id
+-- ARGV[2] -> user id
+--
+-- Returns 1 when the reservation was given back now, 0 when it had been already
+-- (or the voucher is no longer in Redis, in which case there is nothing to give).
+
+if redis.call('SADD', KEYS[4], ARGV[1]) == 0 then
+  return 0
+end
+if redis.call('EXISTS', KEYS[1]) == 0 then
+  return 0
+end
+redis.call('HINCRBY', KEYS[1], 'stock', 1)
+if (tonumber(redis.call('HGET', KEYS[2], ARGV[2])) or 0) > 0 then
+  redis.call('HINCRBY', KEYS[2], ARGV[2], -1)
+end
+if (tonumber(redis.call('HGET', KEYS[3], ARGV[2])) or 0) > 0 then
+  redis.call('HINCRBY', KEYS[3], ARGV[2], -1)
+end
+return 1

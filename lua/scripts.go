@@ -1,0 +1,31 @@
+// Package lua holds flashsale's Redis scripts. Each .lua file starts with its
+// contract (KEYS, ARGV, return values); pkg/rdb is the only caller.
+package lua
+
+import (
+	_ "embed"
+
+	"github.com/redis/go-redis/v9"
+)
+
+var (
+	//go:embed admit.lua
+	admitSrc string
+	//go:embed release.lua
+	releaseSrc string
+	//go:embed ack.lua
+	ackSrc string
+)
+
+// Admit decides one claim: sale window, stock, per-user and per-day limits,
+// idempotency replay, deduction and the XADD of the order (admit.lua).
+var Admit = redis.NewScript(admitSrc)
+
+// Release gives back one order's reservation exactly once (release.lua).
+var Release = redis.NewScript(releaseSrc)
+
+// Ack acknowledges and deletes persisted entries (ack.lua).
+var Ack = redis.NewScript(ackSrc)
+
+// All lists every script, for loading at start-up.
+var All = []*redis.Script{Admit, Release, Ack}

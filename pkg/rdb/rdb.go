@@ -1,0 +1,197 @@
+// Package rdb owns flashsale's Redis state: every key, every script call and
+// every stream command goes through a Store.
+package rdb
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/flashsale/flashsale/lua"
+	"github.com/flashsale/flashsale/pkg/order"
+)
+
+// Admission rejections, one per code of admit.lua.
+var (
+	ErrVoucherNotFound = errors.New("voucher not found")
+	ErrNotStarted      = errors.New("sale not started")
+	ErrEnded           = errors.New("sale ended")
+	ErrSoldOut         = errors.New("sold out")
+	ErrUserLimit       = errors.New("user limit reached")
+	ErrDailyLimit      = errors.New("daily limit reached")
+	// ErrOverloaded: the partition took more than order.MaxSeq orders in one
+	// millisecond; nothing was changed and the claim may be retried.
+	ErrOverloaded = errors.New("partition overloaded")
+)
+
+var admitErrors = map[int64]error{
+	1: ErrVoucherNotFound, 2: ErrNotStarted, 3: ErrEnded, 4: ErrSoldOut,
+	5: ErrUserLimit, 6: ErrDailyLimit, 7: ErrOverloaded,
+}
+
+// DayKeyTTL is how long a per-day counter outlives its day.
+const DayKeyTTL = 48 * time.Hour
+
+// DefaultGroup is the consumer group the workers form.
+const DefaultGroup = "flashsale-workers"
+
+// Store is flashsale's Redis state.
+type Store struct {
+	c          redis.UniversalClient
+	partitions int
+	group      string
+}
+
+// New returns a Store over client with the given number of stream partitions
+// (1..order.MaxPartitions) and consumer group ("" = DefaultGroup).
+func New(client redis.UniversalClient, partitions int, group string) (*Store, error) {
+	if partitions < 1 || partitions > order.MaxPartitions {
+		return nil, fmt.Errorf("stream partitions must be 1..%d, got %d", order.MaxPartitions, partitions)
+	}
+	if group == "" {
+		group = DefaultGroup
+	}
+	return &Store{c: client, partitions: partitions, group: group}, nil
+}
+
+// Partitions is the number of stream partitions.
+func (s *Store) Partitions() int { return s.partitions }
+
+// Group is the consumer group name.
+func (s *Store) Group() string { return s.group }
+
+// Client is the underlying client, for tests and readiness checks.
+func (s *Store) Client() redis.UniversalClient { return s.c }
+
+// PartitionOf is the partition holding voucher v.
+func (s *Store) PartitionOf(v int64) int { return int(uint64(v) % uint64(s.partitions)) }
+
+// Load loads every script, so a broken script fails at start-up and
+// pipelined EVALSHA calls find them.
+func (s *Store) Load(ctx context.Context) error {
+	for _, sc := range lua.All {
+		if err := sc.Load(ctx, s.c).Err(); err != nil {
+			return fmt.Errorf("load script: %w", err)
+		}
+	}
+	return nil
+}
+
+// Voucher is the part of a voucher the admission script needs.
+type Voucher struct {
+	ID                int64
+	Stock             int64 // units left to admit
+	PerUserLimit      int64
+	PerUserDailyLimit int64     // 0 = none
+	StartsAt, EndsAt  time.Time // zero = unbounded
+}
+
+// PutVoucher writes (warms) a voucher's admission state.
+func (s *Store) PutVoucher(ctx context.Context, v Voucher) error {
+	p := s.PartitionOf(v.ID)
+	return s.c.HSet(ctx, voucherKey(p, v.ID),
+		"stock", v.Stock, "limit", v.PerUserLimit, "daily", v.PerUserDailyLimit,
+		"start_ms", unixMs(v.StartsAt), "end_ms", unixMs(v.EndsAt)).Err()
+}
+
+func unixMs(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixMilli()
+}
+
+// RemainingStock returns the units Redis will still admit for voucher v;
+// found is false when Redis does not know the voucher.
+func (s *Store) RemainingStock(ctx context.Context, v int64) (n int64, found bool, err error) {
+	n, err = s.c.HGet(ctx, voucherKey(s.PartitionOf(v), v), "stock").Int64()
+	if errors.Is(err, redis.Nil) {
+		return 0, false, nil
+	}
+	return n, err == nil, err
+}
+
+// UserCount returns how many orders of voucher v Redis counts for user.
+func (s *Store) UserCount(ctx context.Context, v int64, user string) (int64, error) {
+	n, err := s.c.HGet(ctx, usersKey(s.PartitionOf(v), v), user).Int64()
+	if errors.Is(err, redis.Nil) {
+		return 0, nil
+	}
+	return n, err
+}
+
+// Claim is one user's request for one unit of a voucher.
+type Claim struct {
+	VoucherID int64
+	UserID    string
+	// IdempotencyKey, when set, makes a repeated claim return the first
+	// admission instead of taking another unit.
+	IdempotencyKey string
+	IdempotencyTTL time.Duration
+	Now            time.Time
+	// Day is order.Day(Now, sale time zone): the unit of the daily limit.
+	Day string
+}
+
+// Admission is an admitted claim.
+type Admission struct {
+	OrderID int64
+	// Replayed: an earlier admission under the same idempotency key.
+	Replayed bool
+}
+
+// Admit runs the admission script for c. Rejections are the Err* sentinels.
+func (s *Store) Admit(ctx context.Context, c Claim) (Admission, error) {
+	p := s.PartitionOf(c.VoucherID)
+	idem, ttl := voucherKey(p, c.VoucherID)+":idem:-", int64(0)
+	if c.IdempotencyKey != "" {
+		idem = idemKey(p, c.VoucherID, c.UserID, c.IdempotencyKey)
+		ttl = int64(c.IdempotencyTTL / time.Second)
+		if ttl < 1 {
+			ttl = 1
+		}
+	}
+	keys := []string{voucherKey(p, c.VoucherID), usersKey(p, c.VoucherID), dayKey(p, c.VoucherID, c.Day), idem, StreamKey(p)}
+	res, err := lua.Admit.Run(ctx, s.c, keys,
+		c.UserID, c.Now.UnixMilli(), c.Day, ttl, int64(DayKeyTTL/time.Second), c.VoucherID).Slice()
+	if err != nil {
+		return Admission{}, fmt.Errorf("admit: %w", err)
+	}
+	code, ok := res[0].(int64)
+	if !ok {
+		return Admission{}, fmt.Errorf("admit: unexpected reply %v", res)
+	}
+	if code != 0 {
+		if e, known := admitErrors[code]; known {
+			return Admission{}, e
+		}
+		return Admission{}, fmt.Errorf("admit: unknown code %d", code)
+	}
+	if len(res) != 3 {
+		return Admission{}, fmt.Errorf("admit: unexpected reply %v", res)
+	}
+	entry, _ := res[1].(string)
+	id, err := order.IDFromEntry(entry, p)
+	if err != nil {
+		return Admission{}, fmt.Errorf("admit: %w", err)
+	}
+	return Admission{OrderID: id, Replayed: res[2] == int64(1)}, nil
+}
+
+// Release gives back o's reservation (stock, the user's total and daily
+// counts) exactly once; released reports whether this call did it.
+func (s *Store) Release(ctx context.Context, o order.Order) (released bool, err error) {
+	p := s.PartitionOf(o.VoucherID)
+	keys := []string{voucherKey(p, o.VoucherID), usersKey(p, o.VoucherID), dayKey(p, o.VoucherID, o.Day), releasedKey(p, o.VoucherID)}
+	n, err := lua.Release.Run(ctx, s.c, keys, o.ID, o.UserID).Int64()
+	if err != nil {
+		return false, fmt.Errorf("release order %d: %w", o.ID, err)
+	}
+	return n == 1, nil
+}
+
+func formatID(id int64) string { return strconv.FormatInt(id, 10) }

@@ -1,0 +1,288 @@
+package rdb_test
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/flashsale/flashsale/pkg/order"
+	"github.com/flashsale/flashsale/pkg/rdb"
+	"github.com/flashsale/flashsale/pkg/testsrv"
+)
+
+var t0 = time.Date(2026, 11, 21, 10, 0, 0, 0, time.UTC)
+
+func newStore(t *testing.T, partitions int) *rdb.Store {
+	t.Helper()
+	srv := testsrv.NewRedis(t)
+	c := srv.Client()
+	t.Cleanup(func() { c.Close() })
+	s, err := rdb.New(c, partitions, "")
+	require.NoError(t, err)
+	require.NoError(t, s.Load(context.Background()))
+	require.NoError(t, s.EnsureGroups(context.Background()))
+	return s
+}
+
+func seedVoucher(t *testing.T, s *rdb.Store, v rdb.Voucher) rdb.Voucher {
+	t.Helper()
+	if v.PerUserLimit == 0 {
+		v.PerUserLimit = 1
+	}
+	require.NoError(t, s.PutVoucher(context.Background(), v))
+	return v
+}
+
+func claim(s *rdb.Store, v int64, user string, now time.Time) (rdb.Admission, error) {
+	return s.Admit(context.Background(), rdb.Claim{VoucherID: v, UserID: user, Now: now, Day: order.Day(now, time.UTC)})
+}
+
+func requireStock(t *testing.T, s *rdb.Store, v, want int64) {
+	t.Helper()
+	got, found, err := s.RemainingStock(context.Background(), v)
+	require.NoError(t, err)
+	require.True(t, found)
+	require.Equal(t, want, got, "remaining stock in Redis")
+}
+
+func TestAdmitRejections(t *testing.T) {
+	s := newStore(t, 4)
+	seedVoucher(t, s, rdb.Voucher{ID: 1, Stock: 5, StartsAt: t0, EndsAt: t0.Add(time.Hour)})
+	seedVoucher(t, s, rdb.Voucher{ID: 2, Stock: 0})
+	seedVoucher(t, s, rdb.Voucher{ID: 3, Stock: 10, PerUserLimit: 2})
+	seedVoucher(t, s, rdb.Voucher{ID: 4, Stock: 10, PerUserLimit: 5, PerUserDailyLimit: 1})
+
+	tests := []struct {
+		name    string
+		voucher int64
+		prior   int // admitted claims by the same user first
+		now     time.Time
+		wantErr error
+	}{
+		{name: "unknown voucher", voucher: 99, now: t0, wantErr: rdb.ErrVoucherNotFound},
+		{name: "before the window", voucher: 1, now: t0.Add(-time.Millisecond), wantErr: rdb.ErrNotStarted},
+		{name: "at window end", voucher: 1, now: t0.Add(time.Hour), wantErr: rdb.ErrEnded},
+		{name: "sold out", voucher: 2, now: t0, wantErr: rdb.ErrSoldOut},
+		{name: "user limit", voucher: 3, prior: 2, now: t0, wantErr: rdb.ErrUserLimit},
+		{name: "daily limit", voucher: 4, prior: 1, now: t0, wantErr: rdb.ErrDailyLimit},
+		{name: "admitted", voucher: 1, now: t0.Add(time.Minute)},
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			user := fmt.Sprintf("u%d", i)
+			for range tt.prior {
+				_, err := claim(s, tt.voucher, user, tt.now)
+				require.NoError(t, err)
+			}
+			_, err := claim(s, tt.voucher, user, tt.now)
+			if tt.wantErr != nil {
+				require.ErrorIs(t, err, tt.wantErr)
+			} else {
+				require.NoError(t, err)
+			}
+		})
+	}
+	requireStock(t, s, 2, 0) // a rejection takes nothing
+	requireStock(t, s, 3, 8)
+	requireStock(t, s, 4, 9)
+}
+
+func TestAdmitWritesTheOrderToItsPartition(t *testing.T) {
+	s := newStore(t, 4)
+	seedVoucher(t, s, rdb.Voucher{ID: 7, Stock: 3})
+	a, err := claim(s, 7, "alice", t0)
+	require.NoError(t, err)
+	p, _ := order.EntryOf(a.OrderID)
+	require.Equal(t, s.PartitionOf(7), p)
+
+	o, found, err := s.PendingOrder(context.Background(), a.OrderID)
+	require.NoError(t, err)
+	require.True(t, found)
+	require.Equal(t, order.Order{ID: a.OrderID, VoucherID: 7, UserID: "alice", CreatedAt: t0, Day: "20261121"}, o)
+	requireStock(t, s, 7, 2)
+}
+
+func TestDailyLimitRollsOverAtMidnight(t *testing.T) {
+	s := newStore(t, 2)
+	seedVoucher(t, s, rdb.Voucher{ID: 5, Stock: 10, PerUserLimit: 3, PerUserDailyLimit: 1})
+	shanghai := time.FixedZone("CST", 8*3600)
+	day := func(now time.Time) string { return order.Day(now, shanghai) }
+	admit := func(now time.Time) error {
+		_, err := s.Admit(context.Background(), rdb.Claim{VoucherID: 5, UserID: "bob", Now: now, Day: day(now)})
+		return err
+	}
+	// 15:59:59 UTC is 23:59:59 in Shanghai; one second later it is tomorrow there.
+	beforeMidnight := time.Date(2026, 11, 21, 15, 59, 59, 0, time.UTC)
+	require.NoError(t, admit(beforeMidnight))
+	require.ErrorIs(t, admit(beforeMidnight), rdb.ErrDailyLimit)
+	require.NoError(t, admit(beforeMidnight.Add(time.Second)))
+	require.ErrorIs(t, admit(beforeMidnight.Add(2*time.Second)), rdb.ErrDailyLimit)
+	require.NoError(t, admit(beforeMidnight.Add(25*time.Hour)))
+	// The total limit still holds across days.
+	require.ErrorIs(t, admit(beforeMidnight.Add(49*time.Hour)), rdb.ErrUserLimit)
+	requireStock(t, s, 5, 7)
+}
+
+func TestIdempotentReplay(t *testing.T) {
+	s := newStore(t, 2)
+	seedVoucher(t, s, rdb.Voucher{ID: 8, Stock: 10, PerUserLimit: 5})
+	c := rdb.Claim{VoucherID: 8, UserID: "carol", IdempotencyKey: "k1", IdempotencyTTL: time.Hour, Now: t0, Day: "20261121"}
+	first, err := s.Admit(context.Background(), c)
+	require.NoError(t, err)
+	require.False(t, first.Replayed)
+	again, err := s.Admit(context.Background(), c)
+	require.NoError(t, err)
+	require.Equal(t, rdb.Admission{OrderID: first.OrderID, Replayed: true}, again)
+	requireStock(t, s, 8, 9)
+	n, err := s.UserCount(context.Background(), 8, "carol")
+	require.NoError(t, err)
+	require.EqualValues(t, 1, n)
+
+	// Another key is another claim; another user's same key is theirs alone.
+	c.IdempotencyKey = "k2"
+	other, err := s.Admit(context.Background(), c)
+	require.NoError(t, err)
+	require.NotEqual(t, first.OrderID, other.OrderID)
+	c.UserID, c.IdempotencyKey = "dave", "k1"
+	daves, err := s.Admit(context.Background(), c)
+	require.NoError(t, err)
+	require.False(t, daves.Replayed)
+	requireStock(t, s, 8, 7)
+}
+
+func TestConcurrentClaimsNeverOversell(t *testing.T) {
+	s := newStore(t, 4)
+	const stock, users, perUser = 100, 400, 3
+	seedVoucher(t, s, rdb.Voucher{ID: 11, Stock: stock, PerUserLimit: 2})
+	var mu sync.Mutex
+	admitted := map[int64]string{}
+	perUserCount := map[string]int{}
+	var wg sync.WaitGroup
+	for u := range users {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			user := "user" + strconv.Itoa(u)
+			for range perUser {
+				a, err := claim(s, 11, user, t0)
+				if err != nil {
+					require.ErrorIs(t, err, errOneOf(err, rdb.ErrSoldOut, rdb.ErrUserLimit))
+					continue
+				}
+				mu.Lock()
+				admitted[a.OrderID] = user
+				perUserCount[user]++
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	require.Len(t, admitted, stock, "exactly the stock is admitted, each with its own order id")
+	for u, n := range perUserCount {
+		require.LessOrEqual(t, n, 2, u)
+	}
+	requireStock(t, s, 11, 0)
+	length, err := s.Client().XLen(context.Background(), rdb.StreamKey(s.PartitionOf(11))).Result()
+	require.NoError(t, err)
+	require.EqualValues(t, stock, length)
+}
+
+// errOneOf returns whichever of want err is, or err itself (failing ErrorIs).
+func errOneOf(err error, want ...error) error {
+	for _, w := range want {
+		if err == w {
+			return w
+		}
+	}
+	return fmt.Errorf("unexpected: %w", err)
+}
+
+func TestReleaseIsExactlyOnce(t *testing.T) {
+	s := newStore(t, 2)
+	seedVoucher(t, s, rdb.Voucher{ID: 12, Stock: 1, PerUserLimit: 1, PerUserDailyLimit: 1})
+	a, err := claim(s, 12, "erin", t0)
+	require.NoError(t, err)
+	_, err = claim(s, 12, "frank", t0)
+	require.ErrorIs(t, err, rdb.ErrSoldOut)
+
+	o := order.Order{ID: a.OrderID, VoucherID: 12, UserID: "erin", Day: "20261121"}
+	for i, want := range []bool{true, false, false} {
+		released, err := s.Release(context.Background(), o)
+		require.NoError(t, err)
+		require.Equal(t, want, released, "call %d", i)
+	}
+	requireStock(t, s, 12, 1)
+	// The unit and erin's limits are free again, once.
+	_, err = claim(s, 12, "erin", t0)
+	require.NoError(t, err)
+	requireStock(t, s, 12, 0)
+}
+
+func TestAckDeletesAndReadGroupRedelivers(t *testing.T) {
+	s := newStore(t, 1)
+	ctx := context.Background()
+	seedVoucher(t, s, rdb.Voucher{ID: 3, Stock: 5, PerUserLimit: 5})
+	for range 3 {
+		_, err := claim(s, 3, "gina", t0)
+		require.NoError(t, err)
+	}
+	got, err := s.ReadGroup(ctx, 0, "c1", ">", 10, 10*time.Millisecond)
+	require.NoError(t, err)
+	require.Len(t, got, 3)
+	for _, e := range got {
+		require.NoError(t, e.Err)
+		require.Equal(t, "gina", e.Order.UserID)
+	}
+	// Unacknowledged entries come back to the same consumer from id 0.
+	again, err := s.ReadGroup(ctx, 0, "c1", "0", 10, 0)
+	require.NoError(t, err)
+	require.Equal(t, got, again)
+
+	require.NoError(t, s.Ack(ctx, 0, []string{got[0].StreamID, got[1].StreamID}))
+	b, err := s.PartitionBacklog(ctx, 0)
+	require.NoError(t, err)
+	require.Equal(t, rdb.Backlog{Partition: 0, Length: 1, Pending: 1}, b)
+	_, found, err := s.PendingOrder(ctx, got[0].Order.ID)
+	require.NoError(t, err)
+	require.False(t, found, "an acknowledged order is no longer pending")
+
+	require.NoError(t, s.DeadLetter(ctx, got[2], "test"))
+	b, err = s.PartitionBacklog(ctx, 0)
+	require.NoError(t, err)
+	require.Equal(t, rdb.Backlog{Partition: 0, Length: 0, Pending: 0, DeadLetters: 1}, b)
+}
+
+func TestPoisonEntryIsReported(t *testing.T) {
+	s := newStore(t, 1)
+	ctx := context.Background()
+	require.NoError(t, s.Client().XAdd(ctx, &redis.XAddArgs{Stream: rdb.StreamKey(0), Values: []any{"voucher_id", "x"}}).Err())
+	got, err := s.ReadGroup(ctx, 0, "c1", ">", 10, 10*time.Millisecond)
+	require.NoError(t, err)
+	require.Len(t, got, 1)
+	require.Error(t, got[0].Err)
+}
+
+func TestSequenceOverflowChangesNothing(t *testing.T) {
+	s := newStore(t, 1)
+	ctx := context.Background()
+	seedVoucher(t, s, rdb.Voucher{ID: 1, Stock: 5})
+	// An entry at a future millisecond with the last sequence an order id can
+	// hold: the next auto id lands on sequence 4096 of that millisecond.
+	future := time.Now().Add(time.Hour).UnixMilli()
+	require.NoError(t, s.Client().XAdd(ctx, &redis.XAddArgs{Stream: rdb.StreamKey(0), ID: fmt.Sprintf("%d-4095", future), Values: []any{"x", "y"}}).Err())
+	_, err := claim(s, 1, "hank", t0)
+	require.ErrorIs(t, err, rdb.ErrOverloaded)
+	requireStock(t, s, 1, 5)
+	n, err := s.UserCount(ctx, 1, "hank")
+	require.NoError(t, err)
+	require.Zero(t, n)
+	length, err := s.Client().XLen(ctx, rdb.StreamKey(0)).Result()
+	require.NoError(t, err)
+	require.EqualValues(t, 1, length)
+}

@@ -1,0 +1,171 @@
+package rdb
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/flashsale/flashsale/lua"
+	"github.com/flashsale/flashsale/pkg/order"
+)
+
+// Entry is one stream entry read by a consumer.
+type Entry struct {
+	Partition int
+	StreamID  string
+	Order     order.Order
+	// Err is set when the entry is not a valid order (a poison message).
+	Err error
+}
+
+// EnsureGroups creates the consumer group on every partition's stream (and
+// the stream itself) if missing. The group starts at the beginning of the
+// stream, so orders admitted before any worker ran are not skipped.
+func (s *Store) EnsureGroups(ctx context.Context) error {
+	for p := range s.partitions {
+		err := s.c.XGroupCreateMkStream(ctx, StreamKey(p), s.group, "0").Err()
+		if err != nil && !strings.HasPrefix(err.Error(), "BUSYGROUP") {
+			return fmt.Errorf("create group on %s: %w", StreamKey(p), err)
+		}
+	}
+	return nil
+}
+
+// IsNoGroup reports the error of reading a stream or group that does not
+// exist (e.g. Redis restarted without its data).
+func IsNoGroup(err error) bool { return err != nil && strings.HasPrefix(err.Error(), "NOGROUP") }
+
+// ReadGroup reads up to count entries of partition p for consumer. start ">"
+// reads new entries, blocking up to block; any other id re-reads the
+// consumer's own pending entries after it, without blocking.
+func (s *Store) ReadGroup(ctx context.Context, p int, consumer, start string, count int, block time.Duration) ([]Entry, error) {
+	if start != ">" {
+		block = -1
+	}
+	res, err := s.c.XReadGroup(ctx, &redis.XReadGroupArgs{
+		Group: s.group, Consumer: consumer, Streams: []string{StreamKey(p), start},
+		Count: int64(count), Block: block,
+	}).Result()
+	if errors.Is(err, redis.Nil) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("xreadgroup %s: %w", StreamKey(p), err)
+	}
+	var out []Entry
+	for _, st := range res {
+		for _, m := range st.Messages {
+			out = append(out, parseEntry(p, m))
+		}
+	}
+	return out, nil
+}
+
+func parseEntry(p int, m redis.XMessage) Entry {
+	e := Entry{Partition: p, StreamID: m.ID}
+	field := func(k string) string { s, _ := m.Values[k].(string); return s }
+	id, err := order.IDFromEntry(m.ID, p)
+	if err != nil {
+		e.Err = err
+		return e
+	}
+	v, errV := strconv.ParseInt(field("voucher_id"), 10, 64)
+	ms, errT := strconv.ParseInt(field("created_ms"), 10, 64)
+	user, day := field("user_id"), field("day")
+	switch {
+	case errV != nil || v <= 0:
+		e.Err = fmt.Errorf("entry %s: bad voucher_id %q", m.ID, field("voucher_id"))
+	case errT != nil:
+		e.Err = fmt.Errorf("entry %s: bad created_ms %q", m.ID, field("created_ms"))
+	case user == "" || len(user) > 64:
+		e.Err = fmt.Errorf("entry %s: bad user_id %q", m.ID, user)
+	case len(day) != 8:
+		e.Err = fmt.Errorf("entry %s: bad day %q", m.ID, day)
+	}
+	e.Order = order.Order{ID: id, VoucherID: v, UserID: user, CreatedAt: time.UnixMilli(ms).UTC(), Day: day}
+	return e
+}
+
+// Ack acknowledges persisted entries of partition p and deletes them from the
+// stream (ack.lua). Call it only after the MySQL commit.
+func (s *Store) Ack(ctx context.Context, p int, ids []string) error {
+	if len(ids) == 0 {
+		return nil
+	}
+	args := make([]any, 0, len(ids)+1)
+	args = append(args, s.group)
+	for _, id := range ids {
+		args = append(args, id)
+	}
+	if err := lua.Ack.Run(ctx, s.c, []string{StreamKey(p)}, args...).Err(); err != nil {
+		return fmt.Errorf("ack %d entries on %s: %w", len(ids), StreamKey(p), err)
+	}
+	return nil
+}
+
+// DeadLetter copies e with reason to the partition's dead-letter stream and
+// acknowledges it, in one transaction.
+func (s *Store) DeadLetter(ctx context.Context, e Entry, reason string) error {
+	_, err := s.c.TxPipelined(ctx, func(pipe redis.Pipeliner) error {
+		pipe.XAdd(ctx, &redis.XAddArgs{Stream: DeadKey(e.Partition), Values: []any{
+			"stream_id", e.StreamID, "order_id", formatID(e.Order.ID), "voucher_id", formatID(e.Order.VoucherID),
+			"user_id", e.Order.UserID, "day", e.Order.Day, "reason", reason,
+		}})
+		pipe.XAck(ctx, StreamKey(e.Partition), s.group, e.StreamID)
+		pipe.XDel(ctx, StreamKey(e.Partition), e.StreamID)
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("dead-letter %s: %w", e.StreamID, err)
+	}
+	return nil
+}
+
+// PendingOrder finds order id while it is still in its stream (admitted, not
+// yet persisted).
+func (s *Store) PendingOrder(ctx context.Context, id int64) (order.Order, bool, error) {
+	p, entry := order.EntryOf(id)
+	if p >= s.partitions {
+		return order.Order{}, false, nil
+	}
+	msgs, err := s.c.XRange(ctx, StreamKey(p), entry, entry).Result()
+	if err != nil {
+		return order.Order{}, false, fmt.Errorf("xrange %s: %w", StreamKey(p), err)
+	}
+	if len(msgs) == 0 {
+		return order.Order{}, false, nil
+	}
+	e := parseEntry(p, msgs[0])
+	return e.Order, e.Err == nil, nil
+}
+
+// Backlog is the state of one partition's stream.
+type Backlog struct {
+	Partition   int   `json:"partition"`
+	Length      int64 `json:"length"`       // entries not yet persisted
+	Pending     int64 `json:"pending"`      // delivered to a worker, not yet acknowledged
+	DeadLetters int64 `json:"dead_letters"` // entries in the dead-letter stream
+}
+
+// PartitionBacklog reads the backlog of partition p.
+func (s *Store) PartitionBacklog(ctx context.Context, p int) (Backlog, error) {
+	b := Backlog{Partition: p}
+	pipe := s.c.Pipeline()
+	xlen := pipe.XLen(ctx, StreamKey(p))
+	pend := pipe.XPending(ctx, StreamKey(p), s.group)
+	dead := pipe.XLen(ctx, DeadKey(p))
+	_, err := pipe.Exec(ctx)
+	if err != nil && !errors.Is(err, redis.Nil) && !IsNoGroup(err) {
+		return b, fmt.Errorf("backlog of %s: %w", StreamKey(p), err)
+	}
+	b.Length, b.DeadLetters = xlen.Val(), dead.Val()
+	if pend.Err() == nil {
+		b.Pending = pend.Val().Count
+	}
+	return b, nil
+}
