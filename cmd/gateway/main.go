@@ -1,0 +1,40 @@
+// Command gateway serves flashsale's HTTP API. "gateway migrate" applies the
+// SQL migrations instead. Configuration: FLASHSALE_* variables (README).
+package main
+
+import (
+	"context"
+
+	"go.uber.org/zap"
+
+	"github.com/flashsale/flashsale/pkg/app"
+	"github.com/flashsale/flashsale/pkg/gateway"
+)
+
+type config struct {
+	app.Common
+	gateway.Config
+	// RedisPoolSize bounds Redis connections (0: go-redis default, 10 per CPU).
+	RedisPoolSize int `envconfig:"FLASHSALE_REDIS_POOL_SIZE" default:"0"`
+}
+
+func (c *config) Base() app.Common { return c.Common }
+
+func main() { app.Main(&config{}, run) }
+
+func run(ctx context.Context, cfg *config, log *zap.Logger) error {
+	redis, err := cfg.Redis(ctx, cfg.RedisPoolSize)
+	if err != nil {
+		return err
+	}
+	defer redis.Client().Close()
+	mysql, err := cfg.MySQL(ctx)
+	if err != nil {
+		return err
+	}
+	gw, err := gateway.New(cfg.Config, redis, mysql, log)
+	if err != nil {
+		return err
+	}
+	return gw.Run(ctx)
+}

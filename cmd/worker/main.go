@@ -1,0 +1,48 @@
+// Command worker persists admitted orders from the Redis streams to MySQL.
+// "worker migrate" applies the SQL migrations instead. Configuration:
+// FLASHSALE_* variables (README).
+package main
+
+import (
+	"context"
+	"os"
+
+	"go.uber.org/zap"
+
+	"github.com/flashsale/flashsale/pkg/app"
+	"github.com/flashsale/flashsale/pkg/worker"
+)
+
+type config struct {
+	app.Common
+	worker.Config
+}
+
+func (c *config) Base() app.Common { return c.Common }
+
+func main() { app.Main(&config{}, run) }
+
+func run(ctx context.Context, cfg *config, log *zap.Logger) error {
+	if cfg.Consumer == "" {
+		host, err := os.Hostname()
+		if err != nil {
+			return err
+		}
+		cfg.Consumer = host
+	}
+	// One blocking read per partition plus room for acks and releases.
+	redis, err := cfg.Redis(ctx, 2*cfg.StreamPartitions+4)
+	if err != nil {
+		return err
+	}
+	defer redis.Client().Close()
+	mysql, err := cfg.MySQL(ctx)
+	if err != nil {
+		return err
+	}
+	w, err := worker.New(cfg.Config, redis, mysql, log)
+	if err != nil {
+		return err
+	}
+	return w.Run(ctx)
+}

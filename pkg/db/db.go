@@ -1,0 +1,116 @@
+// Package db owns flashsale's MySQL state: the vouchers and orders tables.
+package db
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+	gmysql "gorm.io/driver/mysql"
+	"gorm.io/gorm"
+	"gorm.io/gorm/logger"
+)
+
+// Errors of the store.
+var (
+	ErrNotFound = errors.New("not found")
+	// ErrNotPayable: the order is cancelled or failed.
+	ErrNotPayable = errors.New("order cannot be paid")
+)
+
+// Voucher is a row of vouchers.
+type Voucher struct {
+	ID                    int64
+	Name                  string
+	Stock                 int64 // units not taken by a persisted order
+	StockTotal            int64
+	PerUserLimit          int64
+	PerUserDailyLimit     int64 // 0 = none
+	StartsAt              *time.Time
+	EndsAt                *time.Time
+	PaymentTimeoutSeconds int64
+	CreatedAt             time.Time
+}
+
+// Order is a row of orders.
+type Order struct {
+	ID        int64 `gorm:"primaryKey;autoIncrement:false"`
+	VoucherID int64
+	UserID    string
+	Status    string
+	Reason    string
+	CreatedAt time.Time
+	ExpiresAt time.Time
+	PaidAt    *time.Time
+	UpdatedAt time.Time
+}
+
+// Options tune the connection pool.
+type Options struct {
+	// MaxOpenConns bounds connections per process (default 32).
+	MaxOpenConns int
+}
+
+// Open connects to MySQL/MariaDB. The DSN is a go-sql-driver DSN; times are
+// always read and written in UTC.
+func Open(ctx context.Context, dsn string, opts Options) (*gorm.DB, error) {
+	cfg, err := mysql.ParseDSN(dsn)
+	if err != nil {
+		return nil, fmt.Errorf("mysql dsn: %w", err)
+	}
+	cfg.ParseTime = true
+	cfg.Loc = time.UTC
+	if cfg.Timeout == 0 {
+		cfg.Timeout = 5 * time.Second
+	}
+	if cfg.Params == nil {
+		cfg.Params = map[string]string{}
+	}
+	cfg.Params["time_zone"] = "'+00:00'"
+	gdb, err := gorm.Open(gmysql.New(gmysql.Config{DSNConfig: cfg}), &gorm.Config{
+		Logger:                 logger.Discard,
+		SkipDefaultTransaction: true,
+		NowFunc:                func() time.Time { return time.Now().UTC().Truncate(time.Millisecond) },
+	})
+	if err != nil {
+		return nil, fmt.Errorf("open mysql: %w", err)
+	}
+	sqlDB, err := gdb.DB()
+	if err != nil {
+		return nil, err
+	}
+	if opts.MaxOpenConns <= 0 {
+		opts.MaxOpenConns = 32
+	}
+	sqlDB.SetMaxOpenConns(opts.MaxOpenConns)
+	sqlDB.SetMaxIdleConns(opts.MaxOpenConns)
+	sqlDB.SetConnMaxLifetime(30 * time.Minute)
+	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := sqlDB.PingContext(pctx); err != nil {
+		_ = sqlDB.Close()
+		return nil, fmt.Errorf("ping mysql: %w", err)
+	}
+	return gdb, nil
+}
+
+// IsTransient reports an error worth retrying as is. A statement the server
+// refused (a MySQLError) is permanent unless it is a deadlock, a lock wait
+// timeout or the server going away; any other error (a lost connection, a
+// timeout, a refused dial) happened on the way and is transient.
+func IsTransient(err error) bool {
+	if err == nil {
+		return false
+	}
+	var me *mysql.MySQLError
+	if errors.As(err, &me) {
+		switch me.Number {
+		case 1040, 1053, 1205, 1213, 1927, 2006, 2013:
+			return true
+		}
+		return false
+	}
+	return true
+}

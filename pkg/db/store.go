@@ -1,0 +1,242 @@
+package db
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"gorm.io/gorm"
+
+	"github.com/flashsale/flashsale/pkg/order"
+)
+
+// Store reads and writes vouchers and orders.
+type Store struct {
+	db *gorm.DB
+	// timeouts caches vouchers.payment_timeout_seconds, which never changes.
+	timeouts sync.Map // int64 -> int64
+}
+
+// New returns a Store over db.
+func New(db *gorm.DB) *Store { return &Store{db: db} }
+
+// DB is the underlying handle, for tests and readiness checks.
+func (s *Store) DB() *gorm.DB { return s.db }
+
+// CreateVoucher inserts v and sets v.ID.
+func (s *Store) CreateVoucher(ctx context.Context, v *Voucher) error {
+	if err := s.db.WithContext(ctx).Create(v).Error; err != nil {
+		return fmt.Errorf("create voucher: %w", err)
+	}
+	return nil
+}
+
+// DeleteVoucher removes a voucher that was never put on sale.
+func (s *Store) DeleteVoucher(ctx context.Context, id int64) error {
+	return s.db.WithContext(ctx).Delete(&Voucher{}, id).Error
+}
+
+// Voucher reads voucher id.
+func (s *Store) Voucher(ctx context.Context, id int64) (Voucher, error) {
+	var v Voucher
+	err := s.db.WithContext(ctx).Take(&v, id).Error
+	if errors.Is(err, gorm.ErrRecordNotFound) {
+		return v, ErrNotFound
+	}
+	return v, err
+}
+
+// OrderCounts counts voucher v's orders by status.
+func (s *Store) OrderCounts(ctx context.Context, v int64) (map[order.Status]int64, error) {
+	var rows []struct {
+		Status string
+		N      int64
+	}
+	err := s.db.WithContext(ctx).Model(&Order{}).Select("status, COUNT(*) AS n").
+		Where("voucher_id = ?", v).Group("status").Scan(&rows).Error
+	out := map[order.Status]int64{order.StatusCreated: 0, order.StatusPaid: 0, order.StatusCancelled: 0, order.StatusFailed: 0}
+	for _, r := range rows {
+		out[order.Status(r.Status)] = r.N
+	}
+	return out, err
+}
+
+// Order reads order id.
+func (s *Store) Order(ctx context.Context, id int64) (Order, error) {
+	var o Order
+	err := s.db.WithContext(ctx).Take(&o, id).Error
+	if errors.Is(err, gorm.ErrRecordNotFound) {
+		return o, ErrNotFound
+	}
+	return o, err
+}
+
+// PayOrder marks user's created order id paid at now. Paying a paid order
+// again returns it unchanged. Another user's order is ErrNotFound.
+func (s *Store) PayOrder(ctx context.Context, id int64, user string, now time.Time) (Order, error) {
+	res := s.db.WithContext(ctx).Model(&Order{}).
+		Where("id = ? AND user_id = ? AND status = ?", id, user, order.StatusCreated).
+		Updates(map[string]any{"status": order.StatusPaid, "paid_at": now, "updated_at": now})
+	if res.Error != nil {
+		return Order{}, fmt.Errorf("pay order %d: %w", id, res.Error)
+	}
+	o, err := s.Order(ctx, id)
+	if err != nil {
+		return o, err
+	}
+	switch {
+	case o.UserID != user:
+		return Order{}, ErrNotFound
+	case o.Status == string(order.StatusPaid):
+		return o, nil
+	default:
+		return o, ErrNotPayable
+	}
+}
+
+// Failure reasons recorded in orders.reason.
+const (
+	ReasonOutOfStock      = "out_of_stock"
+	ReasonVoucherNotFound = "voucher_not_found"
+)
+
+// Outcome is what persisting one order came to.
+type Outcome struct {
+	Order  order.Order
+	Status order.Status // created, failed, or the status a re-delivered order already had
+	Reason string
+	// Redelivered: the order was persisted before; nothing was written now.
+	Redelivered bool
+	// Conflict: a different order already holds this id (it was not written).
+	Conflict bool
+}
+
+// PersistBatch writes orders in one transaction: it skips orders already
+// persisted (re-delivery), takes stock for the new ones with one conditional
+// update per voucher, records as failed those MySQL has no stock for, and
+// inserts all new rows in one statement. Outcomes align with orders.
+func (s *Store) PersistBatch(ctx context.Context, orders []order.Order) ([]Outcome, error) {
+	out := make([]Outcome, len(orders))
+	err := s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		for i, o := range orders {
+			out[i] = Outcome{Order: o}
+		}
+		ids := make([]int64, len(orders))
+		for i, o := range orders {
+			ids[i] = o.ID
+		}
+		var existing []Order
+		if err := tx.Select("id", "voucher_id", "user_id", "status", "reason").Where("id IN ?", ids).Find(&existing).Error; err != nil {
+			return fmt.Errorf("find persisted: %w", err)
+		}
+		byID := make(map[int64]Order, len(existing))
+		for _, e := range existing {
+			byID[e.ID] = e
+		}
+
+		// New orders per voucher, vouchers in ascending id so that two
+		// workers lock voucher rows in the same order (no deadlock).
+		perVoucher := map[int64][]int{}
+		var vouchers []int64
+		seen := map[int64]bool{}
+		for i, o := range orders {
+			if e, ok := byID[o.ID]; ok {
+				out[i].Redelivered = true
+				out[i].Status, out[i].Reason = order.Status(e.Status), e.Reason
+				out[i].Conflict = e.VoucherID != o.VoucherID || e.UserID != o.UserID
+				continue
+			}
+			if seen[o.ID] {
+				out[i].Redelivered = true
+				continue
+			}
+			seen[o.ID] = true
+			if _, ok := perVoucher[o.VoucherID]; !ok {
+				vouchers = append(vouchers, o.VoucherID)
+			}
+			perVoucher[o.VoucherID] = append(perVoucher[o.VoucherID], i)
+		}
+		slices.Sort(vouchers)
+
+		rows := make([]Order, 0, len(orders))
+		for _, v := range vouchers {
+			idx := perVoucher[v]
+			taken, timeout, err := s.takeStock(tx, v, int64(len(idx)))
+			if err != nil {
+				return err
+			}
+			for j, i := range idx {
+				o := orders[i]
+				row := Order{ID: o.ID, VoucherID: o.VoucherID, UserID: o.UserID, CreatedAt: o.CreatedAt, ExpiresAt: o.CreatedAt, UpdatedAt: o.CreatedAt}
+				switch {
+				case timeout < 0:
+					row.Status, row.Reason = string(order.StatusFailed), ReasonVoucherNotFound
+				case int64(j) < taken:
+					row.Status, row.ExpiresAt = string(order.StatusCreated), o.CreatedAt.Add(time.Duration(timeout)*time.Second)
+				default:
+					row.Status, row.Reason = string(order.StatusFailed), ReasonOutOfStock
+				}
+				out[i].Status, out[i].Reason = order.Status(row.Status), row.Reason
+				rows = append(rows, row)
+			}
+		}
+		if len(rows) > 0 {
+			if err := tx.Create(&rows).Error; err != nil {
+				return fmt.Errorf("insert %d orders: %w", len(rows), err)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// takeStock takes up to n units of voucher v and returns how many it took and
+// the voucher's payment timeout (-1: no such voucher). The common case is one
+// conditional UPDATE; only when MySQL has fewer than n units left does it lock
+// the row and take what remains.
+func (s *Store) takeStock(tx *gorm.DB, v, n int64) (taken, timeout int64, err error) {
+	res := tx.Exec("UPDATE vouchers SET stock = stock - ? WHERE id = ? AND stock >= ?", n, v, n)
+	if res.Error != nil {
+		return 0, 0, fmt.Errorf("take %d of voucher %d: %w", n, v, res.Error)
+	}
+	if res.RowsAffected == 1 {
+		timeout, err = s.paymentTimeout(tx, v)
+		return n, timeout, err
+	}
+	var row struct {
+		Stock                 int64
+		PaymentTimeoutSeconds int64
+	}
+	q := tx.Raw("SELECT stock, payment_timeout_seconds FROM vouchers WHERE id = ? FOR UPDATE", v).Scan(&row)
+	if q.Error != nil {
+		return 0, 0, fmt.Errorf("lock voucher %d: %w", v, q.Error)
+	}
+	if q.RowsAffected == 0 {
+		return 0, -1, nil
+	}
+	taken = min(row.Stock, n)
+	if taken > 0 {
+		if err := tx.Exec("UPDATE vouchers SET stock = stock - ? WHERE id = ?", taken, v).Error; err != nil {
+			return 0, 0, fmt.Errorf("take %d of voucher %d: %w", taken, v, err)
+		}
+	}
+	return taken, row.PaymentTimeoutSeconds, nil
+}
+
+func (s *Store) paymentTimeout(tx *gorm.DB, v int64) (int64, error) {
+	if t, ok := s.timeouts.Load(v); ok {
+		return t.(int64), nil
+	}
+	var t int64
+	if err := tx.Raw("SELECT payment_timeout_seconds FROM vouchers WHERE id = ?", v).Scan(&t).Error; err != nil {
+		return 0, fmt.Errorf("payment timeout of voucher %d: %w", v, err)
+	}
+	s.timeouts.Store(v, t)
+	return t, nil
+}

@@ -1,0 +1,64 @@
+package gateway
+
+import (
+	"errors"
+	"net/http"
+
+	"github.com/flashsale/flashsale/pkg/db"
+	"github.com/flashsale/flashsale/pkg/rdb"
+)
+
+// apiError is an error answer: an HTTP status, a stable machine-readable
+// code and a message for people.
+type apiError struct {
+	Status  int    `json:"-"`
+	Code    string `json:"error"`
+	Message string `json:"message"`
+}
+
+func (e *apiError) Error() string { return e.Code + ": " + e.Message }
+
+func badRequest(code, msg string) *apiError {
+	return &apiError{Status: http.StatusBadRequest, Code: code, Message: msg}
+}
+
+var (
+	errUnauthorized   = &apiError{http.StatusUnauthorized, "unauthorized", "a valid bearer token is required"}
+	errVoucherMissing = &apiError{http.StatusNotFound, "voucher_not_found", "no such voucher"}
+	errOrderMissing   = &apiError{http.StatusNotFound, "order_not_found", "no such order"}
+	errOrderPending   = &apiError{http.StatusConflict, "order_pending", "the order is admitted but not yet persisted; retry shortly"}
+	errNotPayable     = &apiError{http.StatusConflict, "order_not_payable", "the order is cancelled or failed"}
+	errUnavailable    = &apiError{http.StatusServiceUnavailable, "unavailable", "the service is temporarily unavailable; retry later"}
+	errInternal       = &apiError{http.StatusInternalServerError, "internal", "internal error"}
+)
+
+// errorTable maps every domain error to its answer: the one place where
+// errors become HTTP statuses.
+var errorTable = []struct {
+	err error
+	api *apiError
+}{
+	{rdb.ErrVoucherNotFound, errVoucherMissing},
+	{rdb.ErrNotStarted, &apiError{http.StatusConflict, "not_started", "the sale has not started"}},
+	{rdb.ErrEnded, &apiError{http.StatusConflict, "ended", "the sale has ended"}},
+	{rdb.ErrSoldOut, &apiError{http.StatusConflict, "sold_out", "sold out"}},
+	{rdb.ErrUserLimit, &apiError{http.StatusConflict, "user_limit", "you hold as many of these as a user may"}},
+	{rdb.ErrDailyLimit, &apiError{http.StatusConflict, "daily_limit", "you took as many of these today as a user may"}},
+	{rdb.ErrOverloaded, errUnavailable},
+	{db.ErrNotPayable, errNotPayable},
+}
+
+// toAPIError turns err into its answer. Errors that are no client's fault and
+// not in the table come from Redis or MySQL being slow or down: 503.
+func toAPIError(err error) *apiError {
+	var ae *apiError
+	if errors.As(err, &ae) {
+		return ae
+	}
+	for _, e := range errorTable {
+		if errors.Is(err, e.err) {
+			return e.api
+		}
+	}
+	return errUnavailable
+}

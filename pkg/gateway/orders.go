@@ -1,0 +1,120 @@
+package gateway
+
+import (
+	"errors"
+	"net/http"
+	"time"
+
+	"github.com/flashsale/flashsale/pkg/db"
+	"github.com/flashsale/flashsale/pkg/order"
+)
+
+// orderJSON is an order as the API shows it; ids are strings because they
+// exceed what JavaScript numbers hold exactly.
+type orderJSON struct {
+	OrderID   string     `json:"order_id"`
+	VoucherID string     `json:"voucher_id"`
+	UserID    string     `json:"user_id"`
+	Status    string     `json:"status"`
+	CreatedAt time.Time  `json:"created_at"`
+	ExpiresAt *time.Time `json:"expires_at,omitempty"`
+	PaidAt    *time.Time `json:"paid_at,omitempty"`
+}
+
+func fromRow(o db.Order) orderJSON {
+	j := orderJSON{OrderID: idString(o.ID), VoucherID: idString(o.VoucherID), UserID: o.UserID,
+		Status: o.Status, CreatedAt: o.CreatedAt, PaidAt: o.PaidAt}
+	if o.Status == string(order.StatusCreated) || o.Status == string(order.StatusPaid) {
+		j.ExpiresAt = &o.ExpiresAt
+	}
+	return j
+}
+
+// findOrder returns user's order id: from MySQL, or from its stream while it
+// is pending. Someone else's order is not found.
+func (g *Gateway) findOrder(r *http.Request, id int64, user string) (orderJSON, error) {
+	ctx := r.Context()
+	for attempt := 0; attempt < 2; attempt++ {
+		row, err := g.db.Order(ctx, id)
+		if err == nil {
+			if row.UserID != user {
+				return orderJSON{}, errOrderMissing
+			}
+			return fromRow(row), nil
+		}
+		if !errors.Is(err, db.ErrNotFound) {
+			return orderJSON{}, err
+		}
+		if attempt == 1 {
+			break
+		}
+		p, found, err := g.redis.PendingOrder(ctx, id)
+		if err != nil {
+			return orderJSON{}, err
+		}
+		if found {
+			if p.UserID != user {
+				return orderJSON{}, errOrderMissing
+			}
+			return orderJSON{OrderID: idString(id), VoucherID: idString(p.VoucherID), UserID: p.UserID,
+				Status: string(order.StatusPending), CreatedAt: p.CreatedAt}, nil
+		}
+		// Not in the stream either: it may have been persisted in between.
+	}
+	return orderJSON{}, errOrderMissing
+}
+
+// getOrder: GET /v1/orders/{id}, for the order's owner.
+func (g *Gateway) getOrder(w http.ResponseWriter, r *http.Request) {
+	user, err := g.auth.user(r)
+	if err != nil {
+		g.fail(w, r, err)
+		return
+	}
+	id, err := pathID(r)
+	if err != nil {
+		g.fail(w, r, err)
+		return
+	}
+	o, err := g.findOrder(r, id, user)
+	if err != nil {
+		g.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, o)
+}
+
+// payOrder: POST /v1/orders/{id}/pay. Paying twice answers the paid order.
+func (g *Gateway) payOrder(w http.ResponseWriter, r *http.Request) {
+	user, err := g.auth.user(r)
+	if err != nil {
+		g.fail(w, r, err)
+		return
+	}
+	id, err := pathID(r)
+	if err != nil {
+		g.fail(w, r, err)
+		return
+	}
+	// Two rounds: an order found pending may be persisted a moment later.
+	for attempt := 0; ; attempt++ {
+		row, err := g.db.PayOrder(r.Context(), id, user, g.now().UTC())
+		if err == nil {
+			writeJSON(w, http.StatusOK, fromRow(row))
+			return
+		}
+		if !errors.Is(err, db.ErrNotFound) {
+			g.fail(w, r, err)
+			return
+		}
+		o, err := g.findOrder(r, id, user)
+		switch {
+		case err != nil:
+			g.fail(w, r, err)
+			return
+		case o.Status == string(order.StatusPending) || attempt == 1:
+			g.fail(w, r, errOrderPending)
+			return
+		}
+	}
+}

@@ -1,0 +1,330 @@
+// Package worker persists admitted orders: it reads the order streams as one
+// consumer of the workers' group, writes each batch to MySQL in one
+// transaction and acknowledges the entries only after the commit.
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"go.uber.org/zap"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/flashsale/flashsale/pkg/app"
+	"github.com/flashsale/flashsale/pkg/db"
+	"github.com/flashsale/flashsale/pkg/order"
+	"github.com/flashsale/flashsale/pkg/rdb"
+)
+
+// Defaults of Config.
+const (
+	DefaultBatchSize    = 100
+	DefaultBlock        = time.Second
+	DefaultDrainTimeout = 10 * time.Second
+	DefaultRetryBackoff = 100 * time.Millisecond
+	maxRetryBackoff     = 5 * time.Second
+)
+
+// Config tunes a worker. Zero values take the defaults.
+type Config struct {
+	// BatchSize is the most entries read, and persisted in one transaction,
+	// at a time per partition (XREADGROUP COUNT). Default 100.
+	BatchSize int `envconfig:"FLASHSALE_WORKER_BATCH_SIZE" default:"100"`
+	// Block is how long a read waits for new entries (XREADGROUP BLOCK); it
+	// also bounds how long shutdown waits for a read. Default 1s.
+	Block time.Duration `envconfig:"FLASHSALE_WORKER_BLOCK" default:"1s"`
+	// Consumer names this process in the group. Default: the host name.
+	Consumer string `envconfig:"FLASHSALE_CONSUMER_NAME"`
+	// DrainTimeout bounds finishing the batch in hand after shutdown begins.
+	DrainTimeout time.Duration `envconfig:"FLASHSALE_WORKER_DRAIN_TIMEOUT" default:"10s"`
+	// RetryBackoff is the first pause after a failure; it doubles up to 5s.
+	RetryBackoff time.Duration `envconfig:"FLASHSALE_WORKER_RETRY_BACKOFF" default:"100ms"`
+}
+
+func (c *Config) setDefaults() {
+	if c.BatchSize <= 0 {
+		c.BatchSize = DefaultBatchSize
+	}
+	if c.Block <= 0 {
+		c.Block = DefaultBlock
+	}
+	if c.DrainTimeout <= 0 {
+		c.DrainTimeout = DefaultDrainTimeout
+	}
+	if c.RetryBackoff <= 0 {
+		c.RetryBackoff = DefaultRetryBackoff
+	}
+}
+
+// Worker is one consumer of the order streams.
+type Worker struct {
+	cfg   Config
+	redis *rdb.Store
+	db    *db.Store
+	log   *zap.Logger
+
+	tally                                                 *app.Tally
+	persisted, failed, redelivered, deadLettered, batches *atomic.Int64
+}
+
+// New returns a Worker. cfg.Consumer must be set (cmd/worker defaults it to
+// the host name).
+func New(cfg Config, r *rdb.Store, d *db.Store, log *zap.Logger) (*Worker, error) {
+	cfg.setDefaults()
+	if cfg.Consumer == "" {
+		return nil, errors.New("worker: consumer name is empty")
+	}
+	if log == nil {
+		log = zap.NewNop()
+	}
+	t := app.NewTally()
+	return &Worker{
+		cfg: cfg, redis: r, db: d, tally: t,
+		log:       log.Named("worker").With(zap.String("consumer", cfg.Consumer)),
+		persisted: t.Counter("orders_created"), failed: t.Counter("orders_failed"),
+		redelivered: t.Counter("orders_redelivered"), deadLettered: t.Counter("dead_lettered"),
+		batches: t.Counter("batches"),
+	}, nil
+}
+
+// Stats returns the worker's counters.
+func (w *Worker) Stats() map[string]int64 { return w.tally.Snapshot() }
+
+// Run consumes every partition until ctx is done, then finishes the batch in
+// hand (up to DrainTimeout) and returns nil.
+func (w *Worker) Run(ctx context.Context) error {
+	if err := w.redis.EnsureGroups(ctx); err != nil {
+		return err
+	}
+	// work outlives ctx by DrainTimeout, so a batch read before shutdown is
+	// committed and acknowledged rather than abandoned.
+	work, cancelWork := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelWork()
+	stopDrain := context.AfterFunc(ctx, func() {
+		time.AfterFunc(w.cfg.DrainTimeout, cancelWork)
+	})
+	defer stopDrain()
+
+	w.log.Info("worker started", zap.Int("partitions", w.redis.Partitions()), zap.Int("batch_size", w.cfg.BatchSize))
+	statsDone := make(chan struct{})
+	go func() {
+		defer close(statsDone)
+		w.tally.Run(ctx, w.log, "worker progress", 10*time.Second)
+	}()
+	g := new(errgroup.Group)
+	for p := range w.redis.Partitions() {
+		g.Go(func() error { return w.consume(ctx, work, p) })
+	}
+	err := g.Wait()
+	<-statsDone
+	w.log.Info("worker stopped")
+	return err
+}
+
+// consume reads partition p: first this consumer's own pending entries (left
+// by an earlier run under the same name), then new ones, until ctx ends.
+func (w *Worker) consume(ctx, work context.Context, p int) error {
+	log := w.log.With(zap.Int("partition", p))
+	start := "0"
+	backoff := w.cfg.RetryBackoff
+	fail := func(msg string, err error) {
+		log.Warn(msg, zap.Error(err), zap.Duration("retry_in", backoff))
+		select {
+		case <-ctx.Done():
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, maxRetryBackoff)
+		start = "0" // whatever was read is still pending: read it again
+	}
+	for ctx.Err() == nil {
+		entries, err := w.redis.ReadGroup(work, p, w.cfg.Consumer, start, w.cfg.BatchSize, w.cfg.Block)
+		if err != nil {
+			if rdb.IsNoGroup(err) {
+				err = errors.Join(err, w.redis.EnsureGroups(work))
+			}
+			fail("read failed", err)
+			continue
+		}
+		if len(entries) == 0 {
+			start = ">" // own pending entries done (or none): read new ones
+			continue
+		}
+		if err := w.Handle(work, entries); err != nil {
+			fail("batch failed", err)
+			continue
+		}
+		backoff = w.cfg.RetryBackoff
+		if start != ">" {
+			start = entries[len(entries)-1].StreamID
+		}
+	}
+	return nil
+}
+
+// Handle persists a batch of entries of one partition and acknowledges them.
+// Malformed entries go to the dead-letter stream. Orders MySQL refuses for
+// want of stock are recorded as failed and their Redis reservation is given
+// back. A batch the database rejects as a whole is retried one order at a
+// time; an order refused on its own is dead-lettered and released. Transient
+// failures are retried with backoff until ctx ends; an error return leaves
+// the entries pending, to be read again. The reaper calls Handle for the
+// entries it claims.
+func (w *Worker) Handle(ctx context.Context, entries []rdb.Entry) error {
+	if len(entries) == 0 {
+		return nil
+	}
+	p := entries[0].Partition
+	valid := make([]rdb.Entry, 0, len(entries))
+	for _, e := range entries {
+		if e.Err != nil {
+			if err := w.deadLetter(ctx, e, "malformed: "+e.Err.Error(), false); err != nil {
+				return err
+			}
+			continue
+		}
+		valid = append(valid, e)
+	}
+	if len(valid) == 0 {
+		return nil
+	}
+	orders := make([]order.Order, len(valid))
+	for i, e := range valid {
+		orders[i] = e.Order
+	}
+	outcomes, err := w.persist(ctx, orders)
+	if err != nil {
+		if db.IsTransient(err) {
+			return err
+		}
+		w.log.Warn("batch rejected, retrying order by order", zap.Int("partition", p), zap.Int("batch_size", len(valid)), zap.Error(err))
+		return w.handleOneByOne(ctx, valid)
+	}
+	return w.settle(ctx, valid, outcomes)
+}
+
+func (w *Worker) handleOneByOne(ctx context.Context, entries []rdb.Entry) error {
+	for _, e := range entries {
+		out, err := w.persist(ctx, []order.Order{e.Order})
+		if err != nil {
+			if db.IsTransient(err) {
+				return err
+			}
+			if err := w.deadLetter(ctx, e, "rejected by mysql: "+err.Error(), true); err != nil {
+				return err
+			}
+			continue
+		}
+		if err := w.settle(ctx, []rdb.Entry{e}, out); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// settle gives back the reservations of failed orders, then acknowledges.
+func (w *Worker) settle(ctx context.Context, entries []rdb.Entry, outcomes []db.Outcome) error {
+	ack := make([]string, 0, len(entries))
+	var created, failed, redelivered int64
+	for i, out := range outcomes {
+		e := entries[i]
+		if out.Conflict {
+			if err := w.deadLetter(ctx, e, "order id held by another order", true); err != nil {
+				return err
+			}
+			continue
+		}
+		if out.Redelivered {
+			redelivered++
+		}
+		if out.Status == order.StatusFailed {
+			// Also for a re-delivered failed order: the release may not have
+			// happened before the crash that caused the re-delivery.
+			if err := w.release(ctx, out.Order); err != nil {
+				return err
+			}
+			if !out.Redelivered {
+				failed++
+				w.log.Warn("order failed", zap.Int64("order_id", out.Order.ID), zap.Int64("voucher_id", out.Order.VoucherID), zap.String("reason", out.Reason))
+			}
+		} else if !out.Redelivered {
+			created++
+		}
+		ack = append(ack, e.StreamID)
+	}
+	if err := w.redis.Ack(ctx, entries[0].Partition, ack); err != nil {
+		return err
+	}
+	w.batches.Add(1)
+	w.persisted.Add(created)
+	w.failed.Add(failed)
+	w.redelivered.Add(redelivered)
+	if ce := w.log.Check(zap.DebugLevel, "batch persisted"); ce != nil {
+		ce.Write(zap.Int("partition", entries[0].Partition), zap.Int("batch_size", len(entries)), zap.Int64("created", created), zap.Int64("failed", failed))
+	}
+	return nil
+}
+
+func (w *Worker) release(ctx context.Context, o order.Order) error {
+	return w.retry(ctx, "release", func() error {
+		_, err := w.redis.Release(ctx, o)
+		return err
+	})
+}
+
+func (w *Worker) deadLetter(ctx context.Context, e rdb.Entry, reason string, release bool) error {
+	if release {
+		if err := w.release(ctx, e.Order); err != nil {
+			return err
+		}
+	}
+	if err := w.retry(ctx, "dead-letter", func() error { return w.redis.DeadLetter(ctx, e, reason) }); err != nil {
+		return err
+	}
+	w.deadLettered.Add(1)
+	w.log.Error("order dead-lettered", zap.Int("partition", e.Partition), zap.String("stream_id", e.StreamID),
+		zap.Int64("order_id", e.Order.ID), zap.Int64("voucher_id", e.Order.VoucherID), zap.String("reason", reason))
+	return nil
+}
+
+func (w *Worker) persist(ctx context.Context, orders []order.Order) ([]db.Outcome, error) {
+	var out []db.Outcome
+	err := w.retry(ctx, "persist", func() error {
+		var err error
+		out, err = w.db.PersistBatch(ctx, orders)
+		if err != nil && !db.IsTransient(err) {
+			return permanent{err}
+		}
+		return err
+	})
+	var perm permanent
+	if errors.As(err, &perm) {
+		return nil, perm.error
+	}
+	return out, err
+}
+
+type permanent struct{ error }
+
+// retry runs op until it succeeds, fails permanently, or ctx ends.
+func (w *Worker) retry(ctx context.Context, what string, op func() error) error {
+	backoff := w.cfg.RetryBackoff
+	for attempt := 1; ; attempt++ {
+		err := op()
+		var perm permanent
+		if err == nil || errors.As(err, &perm) {
+			return err
+		}
+		if attempt == 1 || attempt%10 == 0 {
+			w.log.Warn(what+" failed, retrying", zap.Int("attempt", attempt), zap.Error(err))
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%s: %w (last error: %v)", what, ctx.Err(), err)
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, maxRetryBackoff)
+	}
+}
