@@ -66,6 +66,10 @@ func (s *Store) ReadGroup(ctx context.Context, p int, consumer, start string, co
 	return out, nil
 }
 
+// maxCreatedMs is 9000-01-01: a creation time past it cannot be an order's
+// (and MySQL's DATETIME would refuse it).
+var maxCreatedMs = time.Date(9000, 1, 1, 0, 0, 0, 0, time.UTC).UnixMilli()
+
 func parseEntry(p int, m redis.XMessage) Entry {
 	e := Entry{Partition: p, StreamID: m.ID}
 	field := func(k string) string { s, _ := m.Values[k].(string); return s }
@@ -80,7 +84,7 @@ func parseEntry(p int, m redis.XMessage) Entry {
 	switch {
 	case errV != nil || v <= 0:
 		e.Err = fmt.Errorf("entry %s: bad voucher_id %q", m.ID, field("voucher_id"))
-	case errT != nil:
+	case errT != nil || ms < order.Epoch.UnixMilli() || ms >= maxCreatedMs:
 		e.Err = fmt.Errorf("entry %s: bad created_ms %q", m.ID, field("created_ms"))
 	case user == "" || len(user) > 64:
 		e.Err = fmt.Errorf("entry %s: bad user_id %q", m.ID, user)

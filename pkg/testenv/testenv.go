@@ -1,0 +1,102 @@
+// Package testenv builds the pipeline's stores over throwaway servers for
+// integration tests: a redis-server of the test's own and a fresh, migrated
+// database on the test binary's mariadbd (see testsrv.Main).
+package testenv
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/flashsale/flashsale/pkg/app"
+	"github.com/flashsale/flashsale/pkg/db"
+	"github.com/flashsale/flashsale/pkg/rdb"
+	"github.com/flashsale/flashsale/pkg/testsrv"
+	schema "github.com/flashsale/flashsale/sql"
+)
+
+// Env is one test's pipeline state.
+type Env struct {
+	Common app.Common
+	Redis  *testsrv.Redis
+	RDB    *rdb.Store
+	DB     *db.Store
+}
+
+// New returns an Env with partitions stream partitions on a database of the
+// shared mariadbd.
+func New(t *testing.T, partitions int) *Env {
+	t.Helper()
+	return NewOn(t, partitions, testsrv.NewDatabase(t))
+}
+
+// NewOn is New on the database dsn.
+func NewOn(t *testing.T, partitions int, dsn string) *Env {
+	t.Helper()
+	ctx := context.Background()
+	r := testsrv.NewRedis(t)
+	c := app.Common{RedisAddr: r.Addr, RedisTimeout: 2 * time.Second, MySQLDSN: dsn, MySQLMaxConns: 16,
+		StreamPartitions: partitions, ConsumerGroup: rdb.DefaultGroup, LogLevel: "debug"}
+	rs, err := c.Redis(ctx, 32)
+	require.NoError(t, err)
+	t.Cleanup(func() { rs.Client().Close() })
+	ds, err := c.MySQL(ctx)
+	require.NoError(t, err)
+	sqlDB, err := ds.DB().DB()
+	require.NoError(t, err)
+	t.Cleanup(func() { sqlDB.Close() })
+	_, err = schema.Apply(ctx, sqlDB)
+	require.NoError(t, err)
+	require.NoError(t, rs.EnsureGroups(ctx))
+	return &Env{Common: c, Redis: r, RDB: rs, DB: ds}
+}
+
+// SeedVoucher creates v in MySQL and warms Redis with redisStock units
+// (redisStock < 0: the same stock as MySQL).
+func (e *Env) SeedVoucher(t *testing.T, v db.Voucher, redisStock int64) db.Voucher {
+	t.Helper()
+	ctx := context.Background()
+	if v.Name == "" {
+		v.Name = "test voucher"
+	}
+	if v.StockTotal == 0 {
+		v.StockTotal = v.Stock
+	}
+	if v.PerUserLimit == 0 {
+		v.PerUserLimit = 1
+	}
+	if v.PaymentTimeoutSeconds == 0 {
+		v.PaymentTimeoutSeconds = 900
+	}
+	if v.CreatedAt.IsZero() {
+		v.CreatedAt = time.Now().UTC().Truncate(time.Millisecond)
+	}
+	require.NoError(t, e.DB.CreateVoucher(ctx, &v))
+	if redisStock < 0 {
+		redisStock = v.Stock
+	}
+	require.NoError(t, e.RDB.PutVoucher(ctx, rdb.Voucher{ID: v.ID, Stock: redisStock, PerUserLimit: v.PerUserLimit, PerUserDailyLimit: v.PerUserDailyLimit}))
+	return v
+}
+
+// Count runs a SELECT COUNT(*)-like query returning one integer.
+func (e *Env) Count(t *testing.T, query string, args ...any) int64 {
+	t.Helper()
+	var n int64
+	require.NoError(t, e.DB.DB().Raw(query, args...).Scan(&n).Error)
+	return n
+}
+
+// Eventually polls cond every 20ms until it holds or timeout passes.
+func Eventually(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", timeout, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
