@@ -1,0 +1,306 @@
+package gateway_test
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/golang-jwt/jwt/v5"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/zap/zaptest"
+
+	"github.com/flashsale/flashsale/pkg/gateway"
+	"github.com/flashsale/flashsale/pkg/testenv"
+	"github.com/flashsale/flashsale/pkg/testsrv"
+	"github.com/flashsale/flashsale/pkg/worker"
+)
+
+func TestMain(m *testing.M) { testsrv.Main(m) }
+
+const (
+	secret = "test-secret-test-secret-test-secret!"
+	admin  = "admin-token"
+)
+
+// clock is a settable time for the gateway under test.
+type clock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *clock) Now() time.Time      { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
+func (c *clock) Set(t time.Time)     { c.mu.Lock(); c.t = t; c.mu.Unlock() }
+func newClock(t time.Time) *clock    { return &clock{t: t} }
+func (c *clock) Add(d time.Duration) { c.Set(c.Now().Add(d)) }
+
+type fixture struct {
+	t     *testing.T
+	env   *testenv.Env
+	srv   *httptest.Server
+	clock *clock
+}
+
+func newFixture(t *testing.T) *fixture {
+	t.Helper()
+	env := testenv.New(t, 4)
+	clk := newClock(time.Now().UTC().Truncate(time.Millisecond))
+	gw, err := gateway.New(gateway.Config{AdminToken: admin, JWTSecret: secret, ClaimTimeout: 500 * time.Millisecond},
+		env.RDB, env.DB, zaptest.NewLogger(t), gateway.WithClock(clk.Now))
+	require.NoError(t, err)
+	srv := httptest.NewServer(gw.Handler())
+	t.Cleanup(srv.Close)
+	return &fixture{t: t, env: env, srv: srv, clock: clk}
+}
+
+type response struct {
+	Status int
+	Header http.Header
+	Body   map[string]any
+	Raw    string
+}
+
+func (f *fixture) do(method, path, token, body string, header ...string) response {
+	f.t.Helper()
+	req, err := http.NewRequest(method, f.srv.URL+path, strings.NewReader(body))
+	require.NoError(f.t, err)
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	for i := 0; i+1 < len(header); i += 2 {
+		req.Header.Set(header[i], header[i+1])
+	}
+	res, err := http.DefaultClient.Do(req)
+	require.NoError(f.t, err)
+	defer res.Body.Close()
+	raw, err := io.ReadAll(res.Body)
+	require.NoError(f.t, err)
+	out := response{Status: res.StatusCode, Header: res.Header, Raw: string(raw)}
+	require.Equal(f.t, "application/json", res.Header.Get("Content-Type"), "every answer is JSON: %s", raw)
+	require.NoError(f.t, json.Unmarshal(raw, &out.Body), "body %q", raw)
+	return out
+}
+
+func (f *fixture) token(user string) string {
+	tok, err := gateway.SignUserToken(secret, user, f.clock.Now().Add(time.Hour))
+	require.NoError(f.t, err)
+	return tok
+}
+
+func (f *fixture) createVoucher(body string) string {
+	f.t.Helper()
+	res := f.do("POST", "/admin/v1/vouchers", admin, body, "Content-Type", "application/json")
+	require.Equal(f.t, http.StatusCreated, res.Status, res.Raw)
+	return res.Body["id"].(string)
+}
+
+func requireError(t *testing.T, res response, status int, code string) {
+	t.Helper()
+	require.Equal(t, status, res.Status, res.Raw)
+	require.Equal(t, code, res.Body["error"], res.Raw)
+	require.NotEmpty(t, res.Body["message"], res.Raw)
+}
+
+func TestClaimToPaidOrder(t *testing.T) {
+	f := newFixture(t)
+	id := f.createVoucher(`{"name":"coffee","stock":3,"per_user_limit":1,"payment_timeout_seconds":600}`)
+	alice := f.token("alice")
+
+	res := f.do("POST", "/v1/vouchers/"+id+"/orders", alice, "")
+	require.Equal(t, http.StatusAccepted, res.Status, res.Raw)
+	require.Equal(t, "pending", res.Body["status"])
+	orderID := res.Body["order_id"].(string)
+
+	requireError(t, f.do("POST", "/v1/vouchers/"+id+"/orders", alice, ""), http.StatusConflict, "user_limit")
+
+	got := f.do("GET", "/v1/orders/"+orderID, alice, "")
+	require.Equal(t, http.StatusOK, got.Status, got.Raw)
+	require.Equal(t, map[string]any{"order_id": orderID, "voucher_id": id, "user_id": "alice", "status": "pending", "created_at": got.Body["created_at"]}, got.Body)
+	requireError(t, f.do("GET", "/v1/orders/"+orderID, f.token("mallory"), ""), http.StatusNotFound, "order_not_found")
+	requireError(t, f.do("POST", "/v1/orders/"+orderID+"/pay", alice, ""), http.StatusConflict, "order_pending")
+
+	// A worker persists it.
+	w, err := worker.New(worker.Config{Consumer: "w"}, f.env.RDB, f.env.DB, zaptest.NewLogger(t))
+	require.NoError(t, err)
+	entries, err := f.env.RDB.ReadGroup(context.Background(), f.env.RDB.PartitionOf(parseID(t, id)), "w", ">", 10, 10*time.Millisecond)
+	require.NoError(t, err)
+	require.NoError(t, w.Handle(context.Background(), entries))
+
+	got = f.do("GET", "/v1/orders/"+orderID, alice, "")
+	require.Equal(t, "created", got.Body["status"], got.Raw)
+	requireError(t, f.do("POST", "/v1/orders/"+orderID+"/pay", f.token("mallory"), ""), http.StatusNotFound, "order_not_found")
+	for range 2 { // paying twice is harmless
+		paid := f.do("POST", "/v1/orders/"+orderID+"/pay", alice, "")
+		require.Equal(t, http.StatusOK, paid.Status, paid.Raw)
+		require.Equal(t, "paid", paid.Body["status"])
+	}
+
+	status := f.do("GET", "/admin/v1/vouchers/"+id, admin, "")
+	require.Equal(t, http.StatusOK, status.Status, status.Raw)
+	require.EqualValues(t, 3, status.Body["stock_total"])
+	require.EqualValues(t, 2, status.Body["remaining_redis"])
+	require.EqualValues(t, 2, status.Body["remaining_mysql"])
+	require.Equal(t, map[string]any{"created": 0.0, "paid": 1.0, "cancelled": 0.0, "failed": 0.0}, status.Body["orders"])
+	require.EqualValues(t, 0, status.Body["stream"].(map[string]any)["length"])
+}
+
+func TestIdempotencyKeyReplaysTheAdmission(t *testing.T) {
+	f := newFixture(t)
+	id := f.createVoucher(`{"name":"tea","stock":5,"per_user_limit":3}`)
+	bob := f.token("bob")
+	first := f.do("POST", "/v1/vouchers/"+id+"/orders", bob, "", "Idempotency-Key", "req-1")
+	again := f.do("POST", "/v1/vouchers/"+id+"/orders", bob, "", "Idempotency-Key", "req-1")
+	require.Equal(t, http.StatusAccepted, again.Status)
+	require.Equal(t, first.Body["order_id"], again.Body["order_id"])
+	other := f.do("POST", "/v1/vouchers/"+id+"/orders", bob, "", "Idempotency-Key", "req-2")
+	require.NotEqual(t, first.Body["order_id"], other.Body["order_id"])
+	status := f.do("GET", "/admin/v1/vouchers/"+id, admin, "")
+	require.EqualValues(t, 3, status.Body["remaining_redis"])
+	requireError(t, f.do("POST", "/v1/vouchers/"+id+"/orders", bob, "", "Idempotency-Key", "has space"), http.StatusBadRequest, "invalid_idempotency_key")
+}
+
+func TestSaleWindowAndStockRejections(t *testing.T) {
+	f := newFixture(t)
+	start := f.clock.Now().Add(time.Hour)
+	id := f.createVoucher(`{"name":"w","stock":1,"starts_at":"` + start.Format(time.RFC3339) + `","ends_at":"` + start.Add(time.Hour).Format(time.RFC3339) + `"}`)
+	claim := func(user string) response { return f.do("POST", "/v1/vouchers/"+id+"/orders", f.token(user), "") }
+	requireError(t, claim("a"), http.StatusConflict, "not_started")
+	f.clock.Set(start)
+	require.Equal(t, http.StatusAccepted, claim("a").Status)
+	requireError(t, claim("b"), http.StatusConflict, "sold_out")
+	f.clock.Set(start.Add(time.Hour))
+	requireError(t, claim("c"), http.StatusConflict, "ended")
+	requireError(t, f.do("POST", "/v1/vouchers/999999/orders", f.token("a"), ""), http.StatusNotFound, "voucher_not_found")
+}
+
+func TestDailyLimitThroughTheAPI(t *testing.T) {
+	f := newFixture(t)
+	f.clock.Set(time.Date(2026, 11, 21, 23, 59, 0, 0, time.UTC))
+	id := f.createVoucher(`{"name":"d","stock":10,"per_user_limit":5,"per_user_daily_limit":1}`)
+	claim := func() response { return f.do("POST", "/v1/vouchers/"+id+"/orders", f.token("dora"), "") }
+	require.Equal(t, http.StatusAccepted, claim().Status)
+	requireError(t, claim(), http.StatusConflict, "daily_limit")
+	f.clock.Add(2 * time.Minute) // past midnight UTC
+	require.Equal(t, http.StatusAccepted, claim().Status)
+}
+
+func TestBadTokens(t *testing.T) {
+	f := newFixture(t)
+	id := f.createVoucher(`{"name":"t","stock":5}`)
+	sign := func(method jwt.SigningMethod, key any, claims jwt.MapClaims) string {
+		s, err := jwt.NewWithClaims(method, claims).SignedString(key)
+		require.NoError(t, err)
+		return s
+	}
+	exp := f.clock.Now().Add(time.Hour).Unix()
+	tests := []struct {
+		name, token string
+	}{
+		{"missing", ""},
+		{"garbage", "not-a-jwt"},
+		{"wrong secret", sign(jwt.SigningMethodHS256, []byte("another-secret-another-secret-1234"), jwt.MapClaims{"sub": "u", "exp": exp})},
+		{"expired", sign(jwt.SigningMethodHS256, []byte(secret), jwt.MapClaims{"sub": "u", "exp": f.clock.Now().Add(-time.Minute).Unix()})},
+		{"no exp", sign(jwt.SigningMethodHS256, []byte(secret), jwt.MapClaims{"sub": "u"})},
+		{"unsigned (alg none)", sign(jwt.SigningMethodNone, jwt.UnsafeAllowNoneSignatureType, jwt.MapClaims{"sub": "u", "exp": exp})},
+		{"HS512 not accepted", sign(jwt.SigningMethodHS512, []byte(secret), jwt.MapClaims{"sub": "u", "exp": exp})},
+		{"no sub", sign(jwt.SigningMethodHS256, []byte(secret), jwt.MapClaims{"exp": exp})},
+		{"sub with a colon", sign(jwt.SigningMethodHS256, []byte(secret), jwt.MapClaims{"sub": "a:b", "exp": exp})},
+		{"admin token as user", admin},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			requireError(t, f.do("POST", "/v1/vouchers/"+id+"/orders", tt.token, ""), http.StatusUnauthorized, "unauthorized")
+		})
+	}
+	requireError(t, f.do("POST", "/admin/v1/vouchers", f.token("u"), `{"name":"x","stock":1}`), http.StatusUnauthorized, "unauthorized")
+	requireError(t, f.do("GET", "/admin/v1/vouchers/"+id, "wrong", ""), http.StatusUnauthorized, "unauthorized")
+	status := f.do("GET", "/admin/v1/vouchers/"+id, admin, "")
+	require.EqualValues(t, 5, status.Body["remaining_redis"], "no bad token took anything")
+}
+
+func TestBadVoucherInputWritesNothing(t *testing.T) {
+	f := newFixture(t)
+	tests := []struct {
+		name, body, contentType string
+		status                  int
+		code                    string
+	}{
+		{"malformed json", `{"name":`, "application/json", 400, "malformed_json"},
+		{"empty body", ``, "", 400, "malformed_json"},
+		{"not an object", `[1,2]`, "", 400, "invalid_field"},
+		{"trailing data", `{"name":"a","stock":1} {}`, "", 400, "malformed_json"},
+		{"unknown field", `{"name":"a","stock":1,"price":3}`, "", 400, "unknown_field"},
+		{"missing stock", `{"name":"a"}`, "", 400, "missing_field"},
+		{"negative stock", `{"name":"a","stock":-1}`, "", 400, "invalid_field"},
+		{"zero stock", `{"name":"a","stock":0}`, "", 400, "invalid_field"},
+		{"huge stock", `{"name":"a","stock":100000000000}`, "", 400, "invalid_field"},
+		{"stock past int64", `{"name":"a","stock":1e30}`, "", 400, "invalid_field"},
+		{"fractional stock", `{"name":"a","stock":1.5}`, "", 400, "invalid_field"},
+		{"stock as string", `{"name":"a","stock":"5"}`, "", 400, "invalid_field"},
+		{"no name", `{"stock":5}`, "", 400, "invalid_field"},
+		{"zero user limit", `{"name":"a","stock":5,"per_user_limit":0}`, "", 400, "invalid_field"},
+		{"negative daily limit", `{"name":"a","stock":5,"per_user_daily_limit":-1}`, "", 400, "invalid_field"},
+		{"bad time", `{"name":"a","stock":5,"starts_at":"tomorrow"}`, "", 400, "invalid_field"},
+		{"ends before start", `{"name":"a","stock":5,"starts_at":"2026-01-02T00:00:00Z","ends_at":"2026-01-01T00:00:00Z"}`, "", 400, "invalid_field"},
+		{"zero payment timeout", `{"name":"a","stock":5,"payment_timeout_seconds":0}`, "", 400, "invalid_field"},
+		{"oversized body", `{"name":"` + strings.Repeat("x", 70<<10) + `","stock":1}`, "", 413, "body_too_large"},
+		{"wrong content type", `{"name":"a","stock":1}`, "text/plain", 415, "unsupported_media_type"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var h []string
+			if tt.contentType != "" {
+				h = []string{"Content-Type", tt.contentType}
+			}
+			requireError(t, f.do("POST", "/admin/v1/vouchers", admin, tt.body, h...), tt.status, tt.code)
+		})
+	}
+	require.Zero(t, f.env.Count(t, "SELECT COUNT(*) FROM vouchers"), "nothing written")
+	keys, err := f.env.RDB.Client().Keys(context.Background(), "flashsale:*:v:*").Result()
+	require.NoError(t, err)
+	require.Empty(t, keys)
+}
+
+func TestBadPathsAndMethods(t *testing.T) {
+	f := newFixture(t)
+	alice := f.token("alice")
+	for _, p := range []string{"abc", "0", "-1", "1.5", "99999999999999999999999", "+5"} {
+		requireError(t, f.do("POST", "/v1/vouchers/"+p+"/orders", alice, ""), http.StatusBadRequest, "invalid_id")
+		requireError(t, f.do("GET", "/v1/orders/"+p, alice, ""), http.StatusBadRequest, "invalid_id")
+		requireError(t, f.do("POST", "/v1/orders/"+p+"/pay", alice, ""), http.StatusBadRequest, "invalid_id")
+		requireError(t, f.do("GET", "/admin/v1/vouchers/"+p, admin, ""), http.StatusBadRequest, "invalid_id")
+	}
+	requireError(t, f.do("GET", "/v1/orders/12345", alice, ""), http.StatusNotFound, "order_not_found")
+	requireError(t, f.do("POST", "/v1/orders/12345/pay", alice, ""), http.StatusNotFound, "order_not_found")
+	requireError(t, f.do("GET", "/admin/v1/vouchers/12345", admin, ""), http.StatusNotFound, "voucher_not_found")
+	res := f.do("GET", "/v1/vouchers/1/orders", alice, "")
+	requireError(t, res, http.StatusMethodNotAllowed, "method_not_allowed")
+	require.Equal(t, "POST", res.Header.Get("Allow"))
+	requireError(t, f.do("GET", "/nope", "", ""), http.StatusNotFound, "not_found")
+}
+
+func TestClaimFailsFastWhenRedisIsDown(t *testing.T) {
+	f := newFixture(t)
+	id := f.createVoucher(`{"name":"r","stock":5}`)
+	require.NoError(t, f.env.Redis.Kill())
+	start := time.Now()
+	res := f.do("POST", "/v1/vouchers/"+id+"/orders", f.token("u"), "")
+	requireError(t, res, http.StatusServiceUnavailable, "unavailable")
+	require.Equal(t, "1", res.Header.Get("Retry-After"))
+	require.Less(t, time.Since(start), 3*time.Second, "bounded by the claim timeout, not a hang")
+	// Back up, the gateway answers again. This Redis keeps nothing on disk, so
+	// the voucher is gone with it: refused, never admitted blind.
+	require.NoError(t, f.env.Redis.Start())
+	requireError(t, f.do("POST", "/v1/vouchers/"+id+"/orders", f.token("u"), ""), http.StatusNotFound, "voucher_not_found")
+}
+
+func parseID(t *testing.T, s string) int64 {
+	var n int64
+	require.NoError(t, json.Unmarshal([]byte(s), &n))
+	return n
+}
