@@ -1,0 +1,91 @@
+// Command demo runs a flash sale end to end on this machine: it starts
+// throwaway redis-server and mariadbd (unless FLASHSALE_REDIS_ADDR /
+// FLASHSALE_MYSQL_DSN name existing ones), builds and starts the gateway and
+// two workers as processes, sells a voucher to many concurrent users, waits
+// until every admitted order is in MySQL, prints a report and stops
+// everything. It exits 1 if any invariant is violated.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/flashsale/flashsale/pkg/harness"
+)
+
+func main() {
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "demo:", err)
+		os.Exit(1)
+	}
+}
+
+func run() error {
+	var (
+		users       = flag.Int("users", 20000, "distinct users")
+		requests    = flag.Int("requests", 50000, "claims in all (beyond -users, repeats by the same users)")
+		stock       = flag.Int64("stock", 1000, "units on sale")
+		perUser     = flag.Int64("per-user", 1, "units one user may hold")
+		concurrency = flag.Int("concurrency", 64, "claims in flight at once")
+		workers     = flag.Int("workers", 2, "worker processes")
+		keep        = flag.Bool("keep", false, "keep the temporary directory (logs, data)")
+	)
+	flag.Parse()
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	dir, err := os.MkdirTemp("", "flashsale-demo-")
+	if err != nil {
+		return err
+	}
+	if !*keep {
+		defer os.RemoveAll(dir)
+	}
+	opts := harness.Options{Dir: dir, Workers: *workers, RedisAddr: os.Getenv("FLASHSALE_REDIS_ADDR"), MySQLDSN: os.Getenv("FLASHSALE_MYSQL_DSN")}
+	say("starting redis-server, mariadbd, the gateway and %d workers (in %s)", *workers, dir)
+	s, err := harness.StartStack(ctx, opts)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err := s.Close(); err != nil {
+			say("stopping: %v", err)
+		}
+	}()
+	v, err := s.CreateVoucher(ctx, harness.VoucherSpec{Name: "demo", Stock: *stock, PerUserLimit: *perUser})
+	if err != nil {
+		return err
+	}
+	say("voucher %d: %d units, %d per user; %d claims from %d users, %d at a time", v, *stock, *perUser, *requests, *users, *concurrency)
+	watch := s.WatchPersisted(ctx, v)
+	sale, err := s.RunSale(ctx, harness.SaleConfig{VoucherID: v, Users: *users, Requests: *requests, Concurrency: *concurrency, Seed: uint64(time.Now().UnixNano())})
+	if err != nil {
+		return err
+	}
+	say("sale over in %s; waiting for the workers", sale.Duration.Round(time.Millisecond))
+	persistedAt, err := watch.Wait(ctx, sale.Admitted, 2*time.Minute)
+	if err != nil {
+		return err
+	}
+	report, err := s.Check(ctx, v, sale)
+	if err != nil {
+		return err
+	}
+	report.PersistedAt = persistedAt
+	fmt.Println()
+	report.Print(os.Stdout)
+	fmt.Println()
+	if v := report.Violations(); len(v) > 0 {
+		return fmt.Errorf("%d invariants violated (logs in %s, kept)", len(v), dir)
+	}
+	return nil
+}
+
+func say(format string, args ...any) {
+	fmt.Printf("%s  %s\n", time.Now().Format("15:04:05.000"), fmt.Sprintf(format, args...))
+}

@@ -1,0 +1,246 @@
+package harness
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"text/tabwriter"
+	"time"
+
+	"github.com/flashsale/flashsale/pkg/order"
+)
+
+// PersistWatch follows how many orders of a voucher are in MySQL, so the
+// time the last one landed is known without waiting for the sale to end.
+type PersistWatch struct {
+	s       *Stack
+	voucher int64
+	mu      sync.Mutex
+	count   int64
+	reached map[int64]time.Time // first time each count was seen
+	stop    context.CancelFunc
+	done    chan struct{}
+}
+
+// WatchPersisted starts polling voucher's order count every 10ms; start it
+// before the sale.
+func (s *Stack) WatchPersisted(ctx context.Context, voucher int64) *PersistWatch {
+	ctx, cancel := context.WithCancel(ctx)
+	w := &PersistWatch{s: s, voucher: voucher, reached: map[int64]time.Time{}, stop: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(w.done)
+		tick := time.NewTicker(10 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			var n int64
+			if err := s.DB.DB().WithContext(ctx).Raw("SELECT COUNT(*) FROM orders WHERE voucher_id = ?", voucher).Scan(&n).Error; err == nil {
+				now := time.Now()
+				w.mu.Lock()
+				if n > w.count {
+					w.count = n
+					w.reached[n] = now
+				}
+				w.mu.Unlock()
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	return w
+}
+
+// Wait waits until at least n orders are in MySQL and the voucher's stream
+// partition is empty, stops the watch, and returns the first time the
+// count was seen at n or more (within the 10ms poll).
+func (w *PersistWatch) Wait(ctx context.Context, n int64, timeout time.Duration) (time.Time, error) {
+	defer func() { w.stop(); <-w.done }()
+	deadline := time.Now().Add(timeout)
+	p := w.s.RDB.PartitionOf(w.voucher)
+	for {
+		w.mu.Lock()
+		count := w.count
+		var at time.Time
+		for c, t := range w.reached {
+			if c >= n && (at.IsZero() || t.Before(at)) {
+				at = t
+			}
+		}
+		w.mu.Unlock()
+		if count >= n {
+			if b, err := w.s.RDB.PartitionBacklog(ctx, p); err == nil && b.Length == 0 && b.Pending == 0 {
+				return at, nil
+			}
+		}
+		if time.Now().After(deadline) {
+			return time.Time{}, fmt.Errorf("%d of %d admitted orders in MySQL after %s", count, n, timeout)
+		}
+		select {
+		case <-ctx.Done():
+			return time.Time{}, ctx.Err()
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
+// Report is the state of one voucher after a sale, checked against the
+// pipeline's invariants.
+type Report struct {
+	VoucherID    int64
+	StockTotal   int64
+	PerUserLimit int64
+	Sale         *SaleResult
+	// MySQL
+	Live      int64 // created + paid
+	Failed    int64
+	Cancelled int64
+	// Missing: 202 order ids not in MySQL. Unexpected: MySQL orders no 202 announced.
+	Missing, Unexpected int64
+	Oversold            int64
+	UsersOverLimit      int64
+	RedisRemaining      int64
+	MySQLRemaining      int64
+	// APIChecked orders were read back through GET /v1/orders/{id};
+	// APIDisagreements of them did not match MySQL.
+	APIChecked, APIDisagreements int64
+	PersistedAt                  time.Time
+}
+
+// Check reads MySQL, Redis and the API and builds the Report of voucher.
+func (s *Stack) Check(ctx context.Context, voucher int64, sale *SaleResult) (*Report, error) {
+	v, err := s.DB.Voucher(ctx, voucher)
+	if err != nil {
+		return nil, err
+	}
+	r := &Report{VoucherID: voucher, StockTotal: v.StockTotal, PerUserLimit: v.PerUserLimit, Sale: sale, MySQLRemaining: v.Stock}
+	var rows []struct {
+		ID     int64
+		UserID string
+		Status string
+	}
+	if err := s.DB.DB().WithContext(ctx).Raw("SELECT id, user_id, status FROM orders WHERE voucher_id = ?", voucher).Scan(&rows).Error; err != nil {
+		return nil, err
+	}
+	inDB := make(map[int64]string, len(rows))
+	perUser := map[string]int64{}
+	for _, row := range rows {
+		inDB[row.ID] = row.Status
+		switch order.Status(row.Status) {
+		case order.StatusCreated, order.StatusPaid:
+			r.Live++
+			perUser[row.UserID]++
+		case order.StatusFailed:
+			r.Failed++
+		case order.StatusCancelled:
+			r.Cancelled++
+		}
+		if _, ok := sale.Orders[row.ID]; !ok {
+			r.Unexpected++
+		}
+	}
+	for id := range sale.Orders {
+		if _, ok := inDB[id]; !ok {
+			r.Missing++
+		}
+	}
+	r.Oversold = max(0, r.Live-r.StockTotal)
+	for _, n := range perUser {
+		if n > r.PerUserLimit {
+			r.UsersOverLimit++
+		}
+	}
+	if r.RedisRemaining, _, err = s.RDB.RemainingStock(ctx, voucher); err != nil {
+		return nil, err
+	}
+
+	// Read orders back through the API as their owners, up to 2000 of them.
+	client := NewClient(s.URL, 8)
+	ids := make([]int64, 0, len(sale.Orders))
+	for id := range sale.Orders {
+		ids = append(ids, id)
+	}
+	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
+	if len(ids) > 2000 {
+		ids = ids[:2000]
+	}
+	for _, id := range ids {
+		var body struct {
+			Status string `json:"status"`
+			UserID string `json:"user_id"`
+		}
+		status, err := client.Do(ctx, "GET", "/v1/orders/"+strconv.FormatInt(id, 10), s.Token(sale.Orders[id]), nil, &body)
+		r.APIChecked++
+		if err != nil || status != http.StatusOK || body.Status != inDB[id] || body.UserID != sale.Orders[id] {
+			r.APIDisagreements++
+		}
+	}
+	return r, nil
+}
+
+// Violations lists every invariant the report breaks; empty means all hold.
+func (r *Report) Violations() []string {
+	var v []string
+	add := func(cond bool, format string, args ...any) {
+		if cond {
+			v = append(v, fmt.Sprintf(format, args...))
+		}
+	}
+	add(r.Missing > 0, "%d admitted orders are not in MySQL", r.Missing)
+	add(r.Unexpected > 0, "%d orders in MySQL were never admitted", r.Unexpected)
+	add(r.Oversold > 0, "oversold by %d", r.Oversold)
+	add(r.UsersOverLimit > 0, "%d users above the per-user limit", r.UsersOverLimit)
+	add(r.Live+r.MySQLRemaining != r.StockTotal, "MySQL: remaining %d + live orders %d != stock total %d", r.MySQLRemaining, r.Live, r.StockTotal)
+	add(r.RedisRemaining != r.MySQLRemaining, "Redis remaining %d != MySQL remaining %d", r.RedisRemaining, r.MySQLRemaining)
+	add(r.APIDisagreements > 0, "GET /v1/orders disagrees with MySQL on %d of %d orders", r.APIDisagreements, r.APIChecked)
+	add(r.Sale.Errors > 0, "%d claims failed with a transport error or 5xx", r.Sale.Errors)
+	return v
+}
+
+// Print writes the report as a table.
+func (r *Report) Print(w io.Writer) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	s := r.Sale
+	row := func(k string, v any) { fmt.Fprintf(tw, "%s\t%v\n", k, v) }
+	row("voucher", fmt.Sprintf("%d (stock %d, %d per user)", r.VoucherID, r.StockTotal, r.PerUserLimit))
+	row("requests", s.Requests)
+	row("admitted (202)", s.Admitted)
+	codes := make([]string, 0, len(s.Rejected))
+	for c := range s.Rejected {
+		codes = append(codes, c)
+	}
+	sort.Strings(codes)
+	for _, c := range codes {
+		row("rejected: "+c, s.Rejected[c])
+	}
+	row("errors (transport/5xx)", s.Errors)
+	row("orders in MySQL (created+paid)", r.Live)
+	row("orders failed / cancelled", fmt.Sprintf("%d / %d", r.Failed, r.Cancelled))
+	row("admitted but missing in MySQL", r.Missing)
+	row("in MySQL but never admitted", r.Unexpected)
+	row("oversold", r.Oversold)
+	row("users over limit", r.UsersOverLimit)
+	row("remaining Redis / MySQL", fmt.Sprintf("%d / %d", r.RedisRemaining, r.MySQLRemaining))
+	row("API read-back disagreements", fmt.Sprintf("%d of %d", r.APIDisagreements, r.APIChecked))
+	row("requests/s", fmt.Sprintf("%.0f", float64(s.Requests)/s.Duration.Seconds()))
+	if s.Latency != nil {
+		row("latency p50 / p99 / max", fmt.Sprintf("%s / %s / %s", us(s.Latency.ValueAtQuantile(50)), us(s.Latency.ValueAtQuantile(99)), us(s.Latency.Max())))
+	}
+	if !r.PersistedAt.IsZero() && !s.LastAdmit.IsZero() {
+		row("last order in MySQL after last 202", r.PersistedAt.Sub(s.LastAdmit).Round(time.Millisecond))
+	}
+	if v := r.Violations(); len(v) == 0 {
+		row("invariants", "all hold")
+	} else {
+		row("invariants", "VIOLATED: "+strings.Join(v, "; "))
+	}
+	tw.Flush()
+}
+
+func us(v int64) string { return (time.Duration(v) * time.Microsecond).String() }

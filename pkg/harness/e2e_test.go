@@ -1,0 +1,76 @@
+package harness_test
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/flashsale/flashsale/pkg/harness"
+)
+
+func TestEndToEndSaleSurvivesAWorkerKill(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end: builds and runs the binaries")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	s, err := harness.StartStack(ctx, harness.Options{Dir: t.TempDir(), Workers: 2, Partitions: 4})
+	require.NoError(t, err)
+	stopped := false
+	defer func() {
+		if !stopped {
+			_ = s.Close()
+		}
+	}()
+
+	const stock = 500
+	v, err := s.CreateVoucher(ctx, harness.VoucherSpec{Name: "e2e", Stock: stock, PerUserLimit: 1})
+	require.NoError(t, err)
+
+	// kill -9 worker 0 while orders are still being admitted, then restart it.
+	killAt := make(chan struct{})
+	var once sync.Once
+	restarted := make(chan error, 1)
+	go func() {
+		select {
+		case <-killAt:
+			restarted <- s.RestartWorker(0)
+		case <-ctx.Done():
+			restarted <- ctx.Err()
+		}
+	}()
+	watch := s.WatchPersisted(ctx, v)
+	sale, err := s.RunSale(ctx, harness.SaleConfig{
+		VoucherID: v, Users: 2000, Requests: 5000, Concurrency: 32, Seed: 1,
+		OnProgress: func(done int64) {
+			if done == 200 {
+				once.Do(func() { close(killAt) })
+			}
+		},
+	})
+	require.NoError(t, err)
+	require.NoError(t, <-restarted)
+
+	persistedAt, err := watch.Wait(ctx, sale.Admitted, time.Minute)
+	require.NoError(t, err)
+	report, err := s.Check(ctx, v, sale)
+	require.NoError(t, err)
+	report.PersistedAt = persistedAt
+	var out strings.Builder
+	report.Print(&out)
+	t.Log("\n" + out.String())
+
+	require.Empty(t, report.Violations())
+	require.EqualValues(t, stock, sale.Admitted, "demand exceeds supply: every unit is sold")
+	require.EqualValues(t, stock, report.Live)
+	require.Zero(t, report.RedisRemaining)
+	require.Equal(t, sale.Requests-sale.Admitted, sale.Rejected["sold_out"]+sale.Rejected["user_limit"])
+
+	// SIGTERM: every process exits cleanly.
+	stopped = true
+	require.NoError(t, s.Close())
+}

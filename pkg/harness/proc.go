@@ -1,0 +1,151 @@
+// Package harness runs flashsale as its users do: the real binaries as
+// separate processes over real (throwaway) Redis and MariaDB. The demo, the
+// end-to-end tests and the benchmarks are built on it.
+package harness
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// ModuleRoot returns the directory of flashsale's go.mod.
+func ModuleRoot() (string, error) {
+	out, err := exec.Command("go", "env", "GOMOD").Output()
+	if err != nil {
+		return "", fmt.Errorf("go env GOMOD: %w", err)
+	}
+	mod := strings.TrimSpace(string(out))
+	if mod == "" || mod == os.DevNull {
+		return "", fmt.Errorf("not inside the flashsale module")
+	}
+	return filepath.Dir(mod), nil
+}
+
+// Build compiles the named commands (e.g. "gateway", "worker") into dir.
+func Build(dir string, race bool, cmds ...string) error {
+	root, err := ModuleRoot()
+	if err != nil {
+		return err
+	}
+	args := []string{"build", "-o", dir + string(os.PathSeparator)}
+	if race {
+		args = append(args, "-race")
+	}
+	for _, c := range cmds {
+		args = append(args, "./cmd/"+c)
+	}
+	cmd := exec.Command("go", args...)
+	cmd.Dir = root
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("go build: %w\n%s", err, stderr.String())
+	}
+	return nil
+}
+
+// Proc is one running flashsale binary.
+type Proc struct {
+	Name    string
+	LogPath string
+	cmd     *exec.Cmd
+	done    chan struct{}
+	err     error
+}
+
+// Start runs bin with args and env (added to this process's environment,
+// minus any FLASHSALE_ variable of ours), logging to logDir/name.log.
+func Start(name, bin string, env []string, logDir string, args ...string) (*Proc, error) {
+	logPath := filepath.Join(logDir, name+".log")
+	f, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(bin, args...)
+	cmd.Env = append(cleanEnv(), env...)
+	cmd.Stdout, cmd.Stderr = f, f
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("start %s: %w", name, err)
+	}
+	p := &Proc{Name: name, LogPath: logPath, cmd: cmd, done: make(chan struct{})}
+	go func() {
+		p.err = cmd.Wait()
+		f.Close()
+		close(p.done)
+	}()
+	return p, nil
+}
+
+func cleanEnv() []string {
+	var out []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "FLASHSALE_") {
+			out = append(out, kv)
+		}
+	}
+	return out
+}
+
+// Run runs bin to completion (e.g. "worker migrate") and returns its output on failure.
+func Run(ctx context.Context, bin string, env []string, args ...string) error {
+	cmd := exec.CommandContext(ctx, bin, args...)
+	cmd.Env = append(cleanEnv(), env...)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("%s %s: %w\n%s", filepath.Base(bin), strings.Join(args, " "), err, out)
+	}
+	return nil
+}
+
+// Pid is the process id.
+func (p *Proc) Pid() int { return p.cmd.Process.Pid }
+
+// Exited reports whether the process has ended.
+func (p *Proc) Exited() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// Kill is kill -9.
+func (p *Proc) Kill() {
+	_ = p.cmd.Process.Kill()
+	<-p.done
+}
+
+// Stop sends SIGTERM and waits up to timeout for a clean exit; it returns
+// the exit error (nil for status 0) or an error if it had to kill.
+func (p *Proc) Stop(timeout time.Duration) error {
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.done:
+		return p.err
+	case <-time.After(timeout):
+		p.Kill()
+		return fmt.Errorf("%s did not exit within %s of SIGTERM", p.Name, timeout)
+	}
+}
+
+// Signal sends sig (e.g. SIGSTOP, SIGCONT).
+func (p *Proc) Signal(sig syscall.Signal) error { return p.cmd.Process.Signal(sig) }
+
+// Wait waits for the process to exit and returns its exit error.
+func (p *Proc) Wait() error { <-p.done; return p.err }
+
+// Log returns what the process logged so far.
+func (p *Proc) Log() string {
+	b, _ := os.ReadFile(p.LogPath)
+	return string(b)
+}

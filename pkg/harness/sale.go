@@ -1,0 +1,232 @@
+package harness
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/HdrHistogram/hdrhistogram-go"
+
+	"github.com/flashsale/flashsale/pkg/gateway"
+)
+
+// Client talks to a gateway.
+type Client struct {
+	URL  string
+	HTTP *http.Client
+}
+
+// NewClient returns a Client keeping up to conns connections open.
+func NewClient(url string, conns int) *Client {
+	return &Client{URL: url, HTTP: &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
+		MaxIdleConns: conns, MaxIdleConnsPerHost: conns, MaxConnsPerHost: conns, IdleConnTimeout: time.Minute,
+	}}}
+}
+
+// Do sends a request and decodes a JSON answer into out (if not nil).
+func (c *Client) Do(ctx context.Context, method, path, token string, body any, out any) (int, error) {
+	var rd io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return 0, err
+		}
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, c.URL+path, rd)
+	if err != nil {
+		return 0, err
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	res, err := c.HTTP.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer res.Body.Close()
+	b, err := io.ReadAll(res.Body)
+	if err != nil {
+		return res.StatusCode, err
+	}
+	if out != nil {
+		if err := json.Unmarshal(b, out); err != nil {
+			return res.StatusCode, fmt.Errorf("%s %s: %d %q: %w", method, path, res.StatusCode, b, err)
+		}
+	}
+	return res.StatusCode, nil
+}
+
+// VoucherSpec is the body of POST /admin/v1/vouchers.
+type VoucherSpec struct {
+	Name                  string `json:"name"`
+	Stock                 int64  `json:"stock"`
+	PerUserLimit          int64  `json:"per_user_limit"`
+	PerUserDailyLimit     int64  `json:"per_user_daily_limit,omitempty"`
+	PaymentTimeoutSeconds int64  `json:"payment_timeout_seconds,omitempty"`
+}
+
+// CreateVoucher creates a voucher through the admin API and returns its id.
+func (s *Stack) CreateVoucher(ctx context.Context, spec VoucherSpec) (int64, error) {
+	var out struct {
+		ID string `json:"id"`
+	}
+	status, err := NewClient(s.URL, 1).Do(ctx, "POST", "/admin/v1/vouchers", s.AdminToken, spec, &out)
+	if err != nil {
+		return 0, err
+	}
+	if status != http.StatusCreated {
+		return 0, fmt.Errorf("create voucher: status %d", status)
+	}
+	return strconv.ParseInt(out.ID, 10, 64)
+}
+
+// Token signs a user token valid for a day.
+func (s *Stack) Token(user string) string {
+	tok, err := gateway.SignUserToken(s.JWTSecret, user, time.Now().Add(24*time.Hour))
+	if err != nil {
+		panic(err)
+	}
+	return tok
+}
+
+// SaleConfig shapes a simulated sale.
+type SaleConfig struct {
+	VoucherID   int64
+	Users       int // distinct users; each claims at least once
+	Requests    int // total claims; those beyond Users repeat random users
+	Concurrency int // claims in flight at once (closed loop)
+	Seed        uint64
+	// OnProgress, if set, is called after every claim with the number done.
+	OnProgress func(done int64)
+}
+
+// SaleResult is what the clients saw.
+type SaleResult struct {
+	Requests int64
+	Admitted int64
+	Rejected map[string]int64 // by error code
+	Errors   int64            // transport errors and 5xx
+	// Orders maps every admitted order id to its user.
+	Orders   map[int64]string
+	Duration time.Duration
+	Latency  *hdrhistogram.Histogram // microseconds
+	// LastAdmit is when the last 202 arrived.
+	LastAdmit time.Time
+}
+
+// RunSale fires cfg.Requests claims from cfg.Users distinct users.
+func (s *Stack) RunSale(ctx context.Context, cfg SaleConfig) (*SaleResult, error) {
+	if cfg.Users <= 0 || cfg.Requests < cfg.Users || cfg.Concurrency <= 0 {
+		return nil, fmt.Errorf("sale needs users > 0, requests >= users, concurrency > 0")
+	}
+	rng := rand.New(rand.NewPCG(cfg.Seed, 7))
+	plan := make([]int, cfg.Requests)
+	for i := range plan {
+		if i < cfg.Users {
+			plan[i] = i
+		} else {
+			plan[i] = rng.IntN(cfg.Users)
+		}
+	}
+	rng.Shuffle(len(plan), func(i, j int) { plan[i], plan[j] = plan[j], plan[i] })
+	tokens := make([]string, cfg.Users)
+	for u := range tokens {
+		tokens[u] = s.Token(userName(u))
+	}
+
+	client := NewClient(s.URL, cfg.Concurrency)
+	path := "/v1/vouchers/" + strconv.FormatInt(cfg.VoucherID, 10) + "/orders"
+	res := &SaleResult{Rejected: map[string]int64{}, Orders: map[int64]string{}}
+	var (
+		mu   sync.Mutex
+		next atomic.Int64
+		done atomic.Int64
+		wg   sync.WaitGroup
+	)
+	start := time.Now()
+	for range cfg.Concurrency {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			hist := hdrhistogram.New(1, 60_000_000, 3)
+			local := map[string]int64{}
+			var admitted, errs int64
+			orders := map[int64]string{}
+			var lastAdmit time.Time
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= len(plan) || ctx.Err() != nil {
+					break
+				}
+				u := plan[i]
+				var body struct {
+					OrderID string `json:"order_id"`
+					Error   string `json:"error"`
+				}
+				t0 := time.Now()
+				status, err := client.Do(ctx, "POST", path, tokens[u], nil, &body)
+				_ = hist.RecordValue(time.Since(t0).Microseconds())
+				switch {
+				case err != nil || status >= 500:
+					errs++
+				case status == http.StatusAccepted:
+					id, perr := strconv.ParseInt(body.OrderID, 10, 64)
+					if perr != nil {
+						errs++
+						break
+					}
+					admitted++
+					orders[id] = userName(u)
+					lastAdmit = time.Now()
+				default:
+					local[body.Error]++
+				}
+				if cfg.OnProgress != nil {
+					cfg.OnProgress(done.Add(1))
+				}
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if res.Latency == nil {
+				res.Latency = hist
+			} else {
+				res.Latency.Merge(hist)
+			}
+			for k, v := range local {
+				res.Rejected[k] += v
+			}
+			for id, u := range orders {
+				if _, dup := res.Orders[id]; dup {
+					errs++ // the same order id answered twice: counted as an error
+				}
+				res.Orders[id] = u
+			}
+			res.Admitted += admitted
+			res.Errors += errs
+			if lastAdmit.After(res.LastAdmit) {
+				res.LastAdmit = lastAdmit
+			}
+		}()
+	}
+	wg.Wait()
+	res.Duration = time.Since(start)
+	res.Requests = next.Load()
+	if res.Requests > int64(len(plan)) {
+		res.Requests = int64(len(plan))
+	}
+	return res, ctx.Err()
+}
+
+func userName(u int) string { return "user-" + strconv.Itoa(u) }

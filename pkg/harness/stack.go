@@ -1,0 +1,218 @@
+package harness
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/flashsale/flashsale/pkg/db"
+	"github.com/flashsale/flashsale/pkg/rdb"
+	"github.com/flashsale/flashsale/pkg/testsrv"
+)
+
+// Options of a Stack.
+type Options struct {
+	// Dir holds binaries, server data and logs. Required.
+	Dir string
+	// RedisAddr and MySQLDSN use existing servers; empty starts throwaway ones.
+	RedisAddr string
+	MySQLDSN  string
+	// RedisArgs are extra redis-server arguments for a throwaway Redis.
+	RedisArgs []string
+	// Workers is the number of worker processes (default 2).
+	Workers int
+	// Partitions is FLASHSALE_STREAM_PARTITIONS (default 8).
+	Partitions int
+	// Race builds the binaries with the race detector.
+	Race bool
+	// Env is added to every process's environment.
+	Env []string
+}
+
+// Stack is a running flashsale: servers, a gateway and workers.
+type Stack struct {
+	opts       Options
+	bin        string
+	URL        string // gateway base URL
+	AdminToken string
+	JWTSecret  string
+	Redis      *testsrv.Redis   // nil when RedisAddr was given
+	MariaDB    *testsrv.MariaDB // nil when MySQLDSN was given
+	RDB        *rdb.Store
+	DB         *db.Store
+	Gateway    *Proc
+	Workers    []*Proc
+	env        []string
+}
+
+// StartStack builds the binaries, starts whatever servers are missing,
+// migrates, and starts the gateway and the workers.
+func StartStack(ctx context.Context, o Options) (s *Stack, err error) {
+	if o.Workers <= 0 {
+		o.Workers = 2
+	}
+	if o.Partitions <= 0 {
+		o.Partitions = 8
+	}
+	s = &Stack{opts: o, bin: filepath.Join(o.Dir, "bin"), AdminToken: randomHex(16), JWTSecret: randomHex(32)}
+	defer func() {
+		if err != nil {
+			s.Close()
+		}
+	}()
+	if err := os.MkdirAll(filepath.Join(o.Dir, "logs"), 0o755); err != nil {
+		return nil, err
+	}
+	if err := Build(s.bin, o.Race, "gateway", "worker"); err != nil {
+		return nil, err
+	}
+	redisAddr := o.RedisAddr
+	if redisAddr == "" {
+		if s.Redis, err = testsrv.StartRedis(filepath.Join(o.Dir, "redis"), o.RedisArgs...); err != nil {
+			return nil, err
+		}
+		redisAddr = s.Redis.Addr
+	}
+	dsn := o.MySQLDSN
+	if dsn == "" {
+		if s.MariaDB, err = testsrv.StartMariaDB(filepath.Join(o.Dir, "mariadb")); err != nil {
+			return nil, err
+		}
+		if dsn, err = s.MariaDB.CreateDatabase("flashsale"); err != nil {
+			return nil, err
+		}
+	}
+	port, err := testsrv.FreePort()
+	if err != nil {
+		return nil, err
+	}
+	s.URL = "http://127.0.0.1:" + strconv.Itoa(port)
+	s.env = append([]string{
+		"FLASHSALE_REDIS_ADDR=" + redisAddr, "FLASHSALE_MYSQL_DSN=" + dsn,
+		"FLASHSALE_STREAM_PARTITIONS=" + strconv.Itoa(o.Partitions),
+		"FLASHSALE_HTTP_ADDR=127.0.0.1:" + strconv.Itoa(port),
+		"FLASHSALE_ADMIN_TOKEN=" + s.AdminToken, "FLASHSALE_JWT_SECRET=" + s.JWTSecret,
+	}, o.Env...)
+
+	if err := Run(ctx, s.binary("worker"), s.env, "migrate"); err != nil {
+		return nil, err
+	}
+	if s.DB, err = openDB(ctx, dsn); err != nil {
+		return nil, err
+	}
+	if s.RDB, err = rdb.New(redis.NewClient(&redis.Options{Addr: redisAddr}), o.Partitions, ""); err != nil {
+		return nil, err
+	}
+	if err := s.StartGateway(ctx); err != nil {
+		return nil, err
+	}
+	for i := range o.Workers {
+		w, err := s.StartWorker(i)
+		if err != nil {
+			return nil, err
+		}
+		s.Workers = append(s.Workers, w)
+	}
+	return s, nil
+}
+
+func openDB(ctx context.Context, dsn string) (*db.Store, error) {
+	g, err := db.Open(ctx, dsn, db.Options{MaxOpenConns: 8})
+	if err != nil {
+		return nil, err
+	}
+	return db.New(g), nil
+}
+
+func (s *Stack) binary(name string) string { return filepath.Join(s.bin, name) }
+
+// Env is the environment every process of the stack gets.
+func (s *Stack) Env() []string { return s.env }
+
+// LogDir is where the processes log.
+func (s *Stack) LogDir() string { return filepath.Join(s.opts.Dir, "logs") }
+
+// StartGateway starts the gateway and waits until it answers HTTP.
+func (s *Stack) StartGateway(ctx context.Context) error {
+	p, err := Start("gateway", s.binary("gateway"), s.env, s.LogDir())
+	if err != nil {
+		return err
+	}
+	s.Gateway = p
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		res, err := http.Get(s.URL + "/v1/orders/1")
+		if err == nil {
+			res.Body.Close()
+			return nil
+		}
+		if p.Exited() || time.Now().After(deadline) || ctx.Err() != nil {
+			return fmt.Errorf("gateway did not come up: %v\n%s", err, p.Log())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// StartWorker starts worker i under the consumer name worker-i, so a
+// restarted worker re-reads what its predecessor left pending.
+func (s *Stack) StartWorker(i int) (*Proc, error) {
+	name := "worker-" + strconv.Itoa(i)
+	return Start(name, s.binary("worker"), append(s.env, "FLASHSALE_CONSUMER_NAME="+name), s.LogDir())
+}
+
+// RestartWorker kills worker i with SIGKILL and starts it again.
+func (s *Stack) RestartWorker(i int) error {
+	s.Workers[i].Kill()
+	w, err := s.StartWorker(i)
+	if err != nil {
+		return err
+	}
+	s.Workers[i] = w
+	return nil
+}
+
+// Close stops the processes (SIGTERM, checking each exits cleanly) and the
+// throwaway servers.
+func (s *Stack) Close() error {
+	var errs []error
+	for _, w := range s.Workers {
+		if !w.Exited() {
+			errs = append(errs, w.Stop(15*time.Second))
+		}
+	}
+	if s.Gateway != nil && !s.Gateway.Exited() {
+		errs = append(errs, s.Gateway.Stop(20*time.Second))
+	}
+	if s.RDB != nil {
+		s.RDB.Client().Close()
+	}
+	if s.DB != nil {
+		if sqlDB, err := s.DB.DB().DB(); err == nil {
+			sqlDB.Close()
+		}
+	}
+	if s.Redis != nil {
+		errs = append(errs, s.Redis.Stop())
+	}
+	if s.MariaDB != nil {
+		errs = append(errs, s.MariaDB.Stop())
+	}
+	return errors.Join(errs...)
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	if _, err := rand.Read(b); err != nil {
+		panic(err)
+	}
+	return hex.EncodeToString(b)
+}
