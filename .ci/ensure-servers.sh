@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Makes sure the binaries the tests and the demo start are installed:
+# redis-server, mariadbd and mariadb-install-db (Debian packages
+# redis-server and mariadb-server). Installs them when run as root;
+# otherwise prints the command and fails.
+set -euo pipefail
+
+have() {
+  command -v "$1" >/dev/null 2>&1 && return 0
+  for d in /usr/sbin /usr/local/sbin /sbin; do [ -x "$d/$1" ] && return 0; done
+  return 1
+}
+
+missing=()
+for bin in redis-server mariadbd mariadb-install-db; do
+  have "$bin" || missing+=("$bin")
+done
+if ! command -v go >/dev/null 2>&1; then
+  echo "go is not on PATH: install Go $(sed -n 's/^go //p' go.mod) or newer (https://go.dev/doc/install)" >&2
+  exit 1
+fi
+[ ${#missing[@]} -eq 0 ] && exit 0
+
+cmd="apt-get install -y redis-server mariadb-server"
+if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null 2>&1; then
+  echo "installing ${missing[*]}: apt-get update && $cmd" >&2
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq redis-server mariadb-server >/dev/null
+  for bin in "${missing[@]}"; do
+    have "$bin" || { echo "still missing after install: $bin" >&2; exit 1; }
+  done
+else
+  echo "missing: ${missing[*]}. Install them with:" >&2
+  echo "  sudo $cmd" >&2
+  exit 1
+fi

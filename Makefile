@@ -1,0 +1,37 @@
+# flashsale — see README.md.
+GO      ?= go
+PKGS    := ./...
+BIN     := bin
+
+.PHONY: all build test test-short lint servers demo clean
+
+all: build
+
+## build: the binaries into ./bin
+build:
+	$(GO) build -trimpath -o $(BIN)/ ./cmd/gateway ./cmd/worker
+
+## servers: install redis-server and mariadb-server if missing (root), else say how
+servers:
+	@bash .ci/ensure-servers.sh
+
+## lint: gofmt and go vet
+lint:
+	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
+	  if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	$(GO) vet $(PKGS)
+
+## test: lint, then every test with the race detector (starts its own servers)
+test: servers lint
+	$(GO) test -race -count=1 -timeout 15m $(PKGS)
+
+## test-short: unit and integration tests, without the end-to-end runs
+test-short: servers
+	$(GO) test -short -count=1 $(PKGS)
+
+## demo: a flash sale end to end on throwaway servers, with a report
+demo: servers
+	$(GO) run ./cmd/demo $(DEMO_FLAGS)
+
+clean:
+	rm -rf $(BIN)
