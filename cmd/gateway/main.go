@@ -23,15 +23,11 @@ func (c *config) Base() app.Common { return c.Common }
 func main() { app.Main(&config{}, run) }
 
 func run(ctx context.Context, cfg *config, log *zap.Logger) error {
-	redis, err := cfg.Redis(ctx, cfg.RedisPoolSize)
+	redis, mysql, closeAll, err := cfg.Connect(ctx, cfg.RedisPoolSize)
 	if err != nil {
 		return err
 	}
-	defer redis.Client().Close()
-	mysql, err := cfg.MySQL(ctx)
-	if err != nil {
-		return err
-	}
+	defer closeAll()
 	gw, err := gateway.New(cfg.Config, redis, mysql, log)
 	if err != nil {
 		return err

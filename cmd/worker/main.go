@@ -31,15 +31,11 @@ func run(ctx context.Context, cfg *config, log *zap.Logger) error {
 		cfg.Consumer = host
 	}
 	// One blocking read per partition plus room for acks and releases.
-	redis, err := cfg.Redis(ctx, 2*cfg.StreamPartitions+4)
+	redis, mysql, closeAll, err := cfg.Connect(ctx, 2*cfg.StreamPartitions+4)
 	if err != nil {
 		return err
 	}
-	defer redis.Client().Close()
-	mysql, err := cfg.MySQL(ctx)
-	if err != nil {
-		return err
-	}
+	defer closeAll()
 	w, err := worker.New(cfg.Config, redis, mysql, log)
 	if err != nil {
 		return err

@@ -94,6 +94,23 @@ func (c Common) MySQL(ctx context.Context) (*db.Store, error) {
 	return db.New(g), nil
 }
 
+// Connect opens both stores; close releases them.
+func (c Common) Connect(ctx context.Context, redisPoolSize int) (r *rdb.Store, d *db.Store, closeAll func(), err error) {
+	if r, err = c.Redis(ctx, redisPoolSize); err != nil {
+		return nil, nil, nil, err
+	}
+	if d, err = c.MySQL(ctx); err != nil {
+		r.Client().Close()
+		return nil, nil, nil, err
+	}
+	return r, d, func() {
+		r.Client().Close()
+		if sqlDB, err := d.DB().DB(); err == nil {
+			sqlDB.Close()
+		}
+	}, nil
+}
+
 // Migrate applies the embedded SQL migrations.
 func (c Common) Migrate(ctx context.Context, log *zap.Logger) error {
 	store, err := c.MySQL(ctx)

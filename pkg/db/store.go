@@ -41,12 +41,17 @@ func (s *Store) DeleteVoucher(ctx context.Context, id int64) error {
 
 // Voucher reads voucher id.
 func (s *Store) Voucher(ctx context.Context, id int64) (Voucher, error) {
-	var v Voucher
-	err := s.db.WithContext(ctx).Take(&v, id).Error
+	return take[Voucher](ctx, s.db, id)
+}
+
+// take reads the row with primary key id; a missing row is ErrNotFound.
+func take[T any](ctx context.Context, db *gorm.DB, id int64) (T, error) {
+	var row T
+	err := db.WithContext(ctx).Take(&row, id).Error
 	if errors.Is(err, gorm.ErrRecordNotFound) {
-		return v, ErrNotFound
+		return row, ErrNotFound
 	}
-	return v, err
+	return row, err
 }
 
 // OrderCounts counts voucher v's orders by status.
@@ -66,12 +71,7 @@ func (s *Store) OrderCounts(ctx context.Context, v int64) (map[order.Status]int6
 
 // Order reads order id.
 func (s *Store) Order(ctx context.Context, id int64) (Order, error) {
-	var o Order
-	err := s.db.WithContext(ctx).Take(&o, id).Error
-	if errors.Is(err, gorm.ErrRecordNotFound) {
-		return o, ErrNotFound
-	}
-	return o, err
+	return take[Order](ctx, s.db, id)
 }
 
 // PayOrder marks user's created order id paid at now. Paying a paid order

@@ -194,13 +194,8 @@ type voucherStatusJSON struct {
 
 // getVoucher: GET /admin/v1/vouchers/{id}: the voucher as both stores see it.
 func (g *Gateway) getVoucher(w http.ResponseWriter, r *http.Request) {
-	if err := g.auth.admin(r); err != nil {
-		g.fail(w, r, err)
-		return
-	}
-	id, err := pathID(r)
-	if err != nil {
-		g.fail(w, r, err)
+	id, ok := g.adminAndID(w, r)
+	if !ok {
 		return
 	}
 	ctx := r.Context()

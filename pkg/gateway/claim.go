@@ -13,14 +13,8 @@ var errBadIdempotencyKey = badRequest("invalid_idempotency_key", "Idempotency-Ke
 
 // claim: POST /v1/vouchers/{id}/orders. One admission script, no MySQL.
 func (g *Gateway) claim(w http.ResponseWriter, r *http.Request) {
-	user, err := g.auth.user(r)
-	if err != nil {
-		g.fail(w, r, err)
-		return
-	}
-	voucher, err := pathID(r)
-	if err != nil {
-		g.fail(w, r, err)
+	user, voucher, ok := g.userAndID(w, r)
+	if !ok {
 		return
 	}
 	key := r.Header.Get("Idempotency-Key")

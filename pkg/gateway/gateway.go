@@ -220,6 +220,35 @@ func (g *Gateway) fail(w http.ResponseWriter, r *http.Request, err error) {
 	writeError(w, e)
 }
 
+// userAndID authenticates a user request and parses its {id}; when it
+// returns false it has answered the request.
+func (g *Gateway) userAndID(w http.ResponseWriter, r *http.Request) (string, int64, bool) {
+	user, err := g.auth.user(r)
+	var id int64
+	if err == nil {
+		id, err = pathID(r)
+	}
+	if err != nil {
+		g.fail(w, r, err)
+		return "", 0, false
+	}
+	return user, id, true
+}
+
+// adminAndID is userAndID for the admin API.
+func (g *Gateway) adminAndID(w http.ResponseWriter, r *http.Request) (int64, bool) {
+	err := g.auth.admin(r)
+	var id int64
+	if err == nil {
+		id, err = pathID(r)
+	}
+	if err != nil {
+		g.fail(w, r, err)
+		return 0, false
+	}
+	return id, true
+}
+
 // pathID parses the {id} path segment: a positive decimal id.
 func pathID(r *http.Request) (int64, error) {
 	s := r.PathValue("id")

@@ -66,14 +66,8 @@ func (g *Gateway) findOrder(r *http.Request, id int64, user string) (orderJSON, 
 
 // getOrder: GET /v1/orders/{id}, for the order's owner.
 func (g *Gateway) getOrder(w http.ResponseWriter, r *http.Request) {
-	user, err := g.auth.user(r)
-	if err != nil {
-		g.fail(w, r, err)
-		return
-	}
-	id, err := pathID(r)
-	if err != nil {
-		g.fail(w, r, err)
+	user, id, ok := g.userAndID(w, r)
+	if !ok {
 		return
 	}
 	o, err := g.findOrder(r, id, user)
@@ -86,14 +80,8 @@ func (g *Gateway) getOrder(w http.ResponseWriter, r *http.Request) {
 
 // payOrder: POST /v1/orders/{id}/pay. Paying twice answers the paid order.
 func (g *Gateway) payOrder(w http.ResponseWriter, r *http.Request) {
-	user, err := g.auth.user(r)
-	if err != nil {
-		g.fail(w, r, err)
-		return
-	}
-	id, err := pathID(r)
-	if err != nil {
-		g.fail(w, r, err)
+	user, id, ok := g.userAndID(w, r)
+	if !ok {
 		return
 	}
 	// Two rounds: an order found pending may be persisted a moment later.
