@@ -15,6 +15,10 @@ var (
 	releaseSrc string
 	//go:embed ack.lua
 	ackSrc string
+	//go:embed delconsumer.lua
+	delConsumerSrc string
+	//go:embed lease.lua
+	leaseSrc string
 )
 
 // Admit decides one claim: sale window, stock, per-user and per-day limits,
@@ -27,5 +31,11 @@ var Release = redis.NewScript(releaseSrc)
 // Ack acknowledges and deletes persisted entries (ack.lua).
 var Ack = redis.NewScript(ackSrc)
 
+// DelConsumer removes a consumer that has nothing pending (delconsumer.lua).
+var DelConsumer = redis.NewScript(delConsumerSrc)
+
+// Lease renews a consumer's hold on entries it still owns (lease.lua).
+var Lease = redis.NewScript(leaseSrc)
+
 // All lists every script, for loading at start-up.
-var All = []*redis.Script{Admit, Release, Ack}
+var All = []*redis.Script{Admit, Release, Ack, DelConsumer, Lease}

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -130,11 +131,18 @@ func (c Common) Migrate(ctx context.Context, log *zap.Logger) error {
 	return nil
 }
 
+// Command is a subcommand of a binary besides migrate; args are the
+// arguments after its name.
+type Command[C any] struct {
+	Name string
+	Run  func(ctx context.Context, cfg C, log *zap.Logger, args []string) error
+}
+
 // Main runs a binary: it reads cfg from the environment, builds the logger,
-// runs "migrate" when that is the first argument and run otherwise, with a
-// context cancelled on SIGTERM or SIGINT. Every failure ends in one log line
-// and exit status 1.
-func Main[C interface{ Base() Common }](cfg C, run func(ctx context.Context, cfg C, log *zap.Logger) error) {
+// runs "migrate" or one of commands when named by the first argument, and
+// run otherwise, with a context cancelled on SIGTERM or SIGINT. Every
+// failure ends in one log line and exit status 1.
+func Main[C interface{ Base() Common }](cfg C, run func(ctx context.Context, cfg C, log *zap.Logger) error, commands ...Command[C]) {
 	bootLog, _ := NewLogger("info")
 	if err := Load(cfg); err != nil {
 		bootLog.Error("invalid configuration", zap.Error(err))
@@ -149,19 +157,28 @@ func Main[C interface{ Base() Common }](cfg C, run func(ctx context.Context, cfg
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
-	if len(os.Args) > 1 {
-		switch os.Args[1] {
-		case "migrate":
-			err = cfg.Base().Migrate(ctx, log)
-		default:
-			err = fmt.Errorf("unknown command %q (the only command is migrate)", os.Args[1])
-		}
-	} else {
-		err = run(ctx, cfg, log)
-	}
+	err = dispatch(ctx, cfg, log, os.Args[1:], run, commands)
 	if err != nil {
 		log.Error("exiting", zap.Error(err))
 		log.Sync() //nolint:errcheck
 		os.Exit(1)
 	}
+}
+
+func dispatch[C interface{ Base() Common }](ctx context.Context, cfg C, log *zap.Logger, args []string,
+	run func(ctx context.Context, cfg C, log *zap.Logger) error, commands []Command[C]) error {
+	if len(args) == 0 {
+		return run(ctx, cfg, log)
+	}
+	if args[0] == "migrate" {
+		return cfg.Base().Migrate(ctx, log)
+	}
+	names := []string{"migrate"}
+	for _, c := range commands {
+		if c.Name == args[0] {
+			return c.Run(ctx, cfg, log, args[1:])
+		}
+		names = append(names, c.Name)
+	}
+	return fmt.Errorf("unknown command %q (commands: %s)", args[0], strings.Join(names, ", "))
 }

@@ -16,8 +16,11 @@ import (
 // Errors of the store.
 var (
 	ErrNotFound = errors.New("not found")
-	// ErrNotPayable: the order is cancelled or failed.
+	// ErrNotPayable: the order failed; it never held a unit.
 	ErrNotPayable = errors.New("order cannot be paid")
+	// ErrPaymentExpired: the payment deadline passed (the order is, or is
+	// about to be, cancelled).
+	ErrPaymentExpired = errors.New("payment deadline passed")
 )
 
 // Voucher is a row of vouchers.
@@ -39,6 +42,7 @@ type Order struct {
 	ID        int64 `gorm:"primaryKey;autoIncrement:false"`
 	VoucherID int64
 	UserID    string
+	Day       string // the sale-time-zone day (yyyymmdd) the order counted against
 	Status    string
 	Reason    string
 	CreatedAt time.Time

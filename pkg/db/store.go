@@ -2,6 +2,7 @@ package db
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"slices"
@@ -74,11 +75,12 @@ func (s *Store) Order(ctx context.Context, id int64) (Order, error) {
 	return take[Order](ctx, s.db, id)
 }
 
-// PayOrder marks user's created order id paid at now. Paying a paid order
-// again returns it unchanged. Another user's order is ErrNotFound.
+// PayOrder marks user's created order id paid at now, if now is before its
+// payment deadline. Paying a paid order again returns it unchanged.
+// Another user's order is ErrNotFound; a late payment is ErrPaymentExpired.
 func (s *Store) PayOrder(ctx context.Context, id int64, user string, now time.Time) (Order, error) {
 	res := s.db.WithContext(ctx).Model(&Order{}).
-		Where("id = ? AND user_id = ? AND status = ?", id, user, order.StatusCreated).
+		Where("id = ? AND user_id = ? AND status = ? AND expires_at > ?", id, user, order.StatusCreated, now).
 		Updates(map[string]any{"status": order.StatusPaid, "paid_at": now, "updated_at": now})
 	if res.Error != nil {
 		return Order{}, fmt.Errorf("pay order %d: %w", id, res.Error)
@@ -92,6 +94,8 @@ func (s *Store) PayOrder(ctx context.Context, id int64, user string, now time.Ti
 		return Order{}, ErrNotFound
 	case o.Status == string(order.StatusPaid):
 		return o, nil
+	case o.Status == string(order.StatusCreated), o.Status == string(order.StatusCancelled):
+		return o, ErrPaymentExpired
 	default:
 		return o, ErrNotPayable
 	}
@@ -101,7 +105,15 @@ func (s *Store) PayOrder(ctx context.Context, id int64, user string, now time.Ti
 const (
 	ReasonOutOfStock      = "out_of_stock"
 	ReasonVoucherNotFound = "voucher_not_found"
+	ReasonDeadLetter      = "dead_letter"
+	// ReasonExpired is the release reason of a cancelled order.
+	ReasonExpired = "payment_expired"
 )
+
+// readCommitted is the isolation of the pipeline's write transactions: they
+// read rows by primary key and lock what they change, and need no gap locks
+// (which would make a worker's insert wait on a reaper's cancellation).
+var readCommitted = &sql.TxOptions{Isolation: sql.LevelReadCommitted}
 
 // Outcome is what persisting one order came to.
 type Outcome struct {
@@ -117,7 +129,8 @@ type Outcome struct {
 // PersistBatch writes orders in one transaction: it skips orders already
 // persisted (re-delivery), takes stock for the new ones with one conditional
 // update per voucher, records as failed those MySQL has no stock for, and
-// inserts all new rows in one statement. Outcomes align with orders.
+// inserts all new rows in one statement. A failed order gets its release
+// row in the same transaction (see OwedReleases). Outcomes align with orders.
 func (s *Store) PersistBatch(ctx context.Context, orders []order.Order) ([]Outcome, error) {
 	out := make([]Outcome, len(orders))
 	err := s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
@@ -170,7 +183,7 @@ func (s *Store) PersistBatch(ctx context.Context, orders []order.Order) ([]Outco
 			}
 			for j, i := range idx {
 				o := orders[i]
-				row := Order{ID: o.ID, VoucherID: o.VoucherID, UserID: o.UserID, CreatedAt: o.CreatedAt, ExpiresAt: o.CreatedAt, UpdatedAt: o.CreatedAt}
+				row := Order{ID: o.ID, VoucherID: o.VoucherID, UserID: o.UserID, Day: o.Day, CreatedAt: o.CreatedAt, ExpiresAt: o.CreatedAt, UpdatedAt: o.CreatedAt}
 				switch {
 				case timeout < 0:
 					row.Status, row.Reason = string(order.StatusFailed), ReasonVoucherNotFound
@@ -188,8 +201,14 @@ func (s *Store) PersistBatch(ctx context.Context, orders []order.Order) ([]Outco
 				return fmt.Errorf("insert %d orders: %w", len(rows), err)
 			}
 		}
-		return nil
-	})
+		var owed []Release
+		for _, r := range rows {
+			if r.Status == string(order.StatusFailed) {
+				owed = append(owed, Release{OrderID: r.ID, VoucherID: r.VoucherID, UserID: r.UserID, Day: r.Day, Reason: r.Reason, CreatedAt: r.CreatedAt})
+			}
+		}
+		return insertReleases(tx, owed)
+	}, readCommitted)
 	if err != nil {
 		return nil, err
 	}

@@ -27,7 +27,7 @@ var (
 	errVoucherMissing = &apiError{http.StatusNotFound, "voucher_not_found", "no such voucher"}
 	errOrderMissing   = &apiError{http.StatusNotFound, "order_not_found", "no such order"}
 	errOrderPending   = &apiError{http.StatusConflict, "order_pending", "the order is admitted but not yet persisted; retry shortly"}
-	errNotPayable     = &apiError{http.StatusConflict, "order_not_payable", "the order is cancelled or failed"}
+	errNotPayable     = &apiError{http.StatusConflict, "order_not_payable", "the order failed; it cannot be paid"}
 	errUnavailable    = &apiError{http.StatusServiceUnavailable, "unavailable", "the service is temporarily unavailable; retry later"}
 	errInternal       = &apiError{http.StatusInternalServerError, "internal", "internal error"}
 )
@@ -46,6 +46,7 @@ var errorTable = []struct {
 	{rdb.ErrDailyLimit, &apiError{http.StatusConflict, "daily_limit", "you took as many of these today as a user may"}},
 	{rdb.ErrOverloaded, errUnavailable},
 	{db.ErrNotPayable, errNotPayable},
+	{db.ErrPaymentExpired, &apiError{http.StatusConflict, "payment_expired", "the payment deadline has passed"}},
 }
 
 // toAPIError turns err into its answer. Errors that are no client's fault and

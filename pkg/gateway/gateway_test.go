@@ -149,6 +149,22 @@ func TestClaimToPaidOrder(t *testing.T) {
 	require.EqualValues(t, 0, status.Body["stream"].(map[string]any)["length"])
 }
 
+func TestPaymentAfterTheDeadlineIsRefused(t *testing.T) {
+	f := newFixture(t)
+	id := f.createVoucher(`{"name":"late","stock":2,"payment_timeout_seconds":60}`)
+	tok := f.token("lena")
+	res := f.do("POST", "/v1/vouchers/"+id+"/orders", tok, "")
+	require.Equal(t, http.StatusAccepted, res.Status)
+	w, err := worker.New(worker.Config{Consumer: "w"}, f.env.RDB, f.env.DB, zaptest.NewLogger(t))
+	require.NoError(t, err)
+	entries, err := f.env.RDB.ReadGroup(context.Background(), f.env.RDB.PartitionOf(parseID(t, id)), "w", ">", 10, 10*time.Millisecond)
+	require.NoError(t, err)
+	require.NoError(t, w.Handle(context.Background(), entries))
+
+	f.clock.Add(61 * time.Second)
+	requireError(t, f.do("POST", "/v1/orders/"+res.Body["order_id"].(string)+"/pay", tok, ""), http.StatusConflict, "payment_expired")
+}
+
 func TestIdempotencyKeyReplaysTheAdmission(t *testing.T) {
 	f := newFixture(t)
 	id := f.createVoucher(`{"name":"tea","stock":5,"per_user_limit":3}`)

@@ -286,3 +286,35 @@ func TestSequenceOverflowChangesNothing(t *testing.T) {
 	require.NoError(t, err)
 	require.EqualValues(t, 1, length)
 }
+
+func TestLeaseRenewsOnlyWhatTheConsumerOwns(t *testing.T) {
+	s := newStore(t, 1)
+	ctx := context.Background()
+	seedVoucher(t, s, rdb.Voucher{ID: 1, Stock: 5, PerUserLimit: 5})
+	for range 2 {
+		_, err := claim(s, 1, "ivy", t0)
+		require.NoError(t, err)
+	}
+	got, err := s.ReadGroup(ctx, 0, "w1", ">", 10, 10*time.Millisecond)
+	require.NoError(t, err)
+	ids := []string{got[0].StreamID, got[1].StreamID}
+	time.Sleep(30 * time.Millisecond) // let the entries age, to see the idle time reset
+
+	n, err := s.RenewLease(ctx, 0, "w1", ids)
+	require.NoError(t, err)
+	require.Equal(t, 2, n)
+	pend, err := s.Client().XPendingExt(ctx, &redis.XPendingExtArgs{Stream: rdb.StreamKey(0), Group: rdb.DefaultGroup, Start: "-", End: "+", Count: 10}).Result()
+	require.NoError(t, err)
+	for _, p := range pend {
+		require.Less(t, p.Idle, 30*time.Millisecond, "idle time reset")
+		require.EqualValues(t, 1, p.RetryCount, "a renewal is not a delivery")
+	}
+	// Another consumer (a reaper) takes one over; the first cannot take it back.
+	c, err := s.AutoClaim(ctx, 0, "reaper", 0, "0-0", 1)
+	require.NoError(t, err)
+	require.Len(t, c.Entries, 1)
+	require.EqualValues(t, 2, c.Deliveries[c.Entries[0].StreamID])
+	n, err = s.RenewLease(ctx, 0, "w1", ids)
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+}

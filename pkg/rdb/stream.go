@@ -112,6 +112,24 @@ func (s *Store) Ack(ctx context.Context, p int, ids []string) error {
 	return nil
 }
 
+// RenewLease resets the idle time of the entries of partition p that
+// consumer still owns (lease.lua) and returns how many it renewed.
+func (s *Store) RenewLease(ctx context.Context, p int, consumer string, ids []string) (int, error) {
+	if len(ids) == 0 {
+		return 0, nil
+	}
+	args := make([]any, 0, len(ids)+2)
+	args = append(args, s.group, consumer)
+	for _, id := range ids {
+		args = append(args, id)
+	}
+	n, err := lua.Lease.Run(ctx, s.c, []string{StreamKey(p)}, args...).Int()
+	if err != nil {
+		return 0, fmt.Errorf("renew lease on %s: %w", StreamKey(p), err)
+	}
+	return n, nil
+}
+
 // DeadLetter copies e with reason to the partition's dead-letter stream and
 // acknowledges it, in one transaction.
 func (s *Store) DeadLetter(ctx context.Context, e Entry, reason string) error {

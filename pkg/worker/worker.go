@@ -25,6 +25,7 @@ const (
 	DefaultBlock        = time.Second
 	DefaultDrainTimeout = 10 * time.Second
 	DefaultRetryBackoff = 100 * time.Millisecond
+	DefaultClaimMinIdle = 30 * time.Second
 	maxRetryBackoff     = 5 * time.Second
 )
 
@@ -42,6 +43,10 @@ type Config struct {
 	DrainTimeout time.Duration `envconfig:"FLASHSALE_WORKER_DRAIN_TIMEOUT" default:"10s"`
 	// RetryBackoff is the first pause after a failure; it doubles up to 5s.
 	RetryBackoff time.Duration `envconfig:"FLASHSALE_WORKER_RETRY_BACKOFF" default:"100ms"`
+	// ClaimMinIdle is how long an entry may sit unacknowledged before the
+	// reaper takes it over. A worker renews its hold on the batch in hand
+	// every third of it. Default 30s.
+	ClaimMinIdle time.Duration `envconfig:"FLASHSALE_CLAIM_MIN_IDLE" default:"30s"`
 }
 
 func (c *Config) setDefaults() {
@@ -56,6 +61,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.RetryBackoff <= 0 {
 		c.RetryBackoff = DefaultRetryBackoff
+	}
+	if c.ClaimMinIdle <= 0 {
+		c.ClaimMinIdle = DefaultClaimMinIdle
 	}
 }
 
@@ -172,15 +180,42 @@ func (w *Worker) consume(ctx, work context.Context, p int) error {
 // failures are retried with backoff until ctx ends; an error return leaves
 // the entries pending, to be read again. The reaper calls Handle for the
 // entries it claims.
+// A panic (a bug) is recovered: the batch is retried entry by entry and
+// only an entry that panics on its own is dead-lettered.
 func (w *Worker) Handle(ctx context.Context, entries []rdb.Entry) error {
 	if len(entries) == 0 {
 		return nil
 	}
+	defer w.holdLease(ctx, entries)()
+	panicked, err := guard(func() error { return w.handle(ctx, entries) })
+	if panicked == nil {
+		return err
+	}
+	w.log.Error("panic while handling a batch; retrying entry by entry", zap.Any("panic", panicked), zap.Stack("stack"))
+	for _, e := range entries {
+		panicked, err := guard(func() error { return w.handle(ctx, []rdb.Entry{e}) })
+		if panicked != nil {
+			err = w.DeadLetter(ctx, e, fmt.Sprintf("panic: %v", panicked))
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// guard runs f and turns a panic into a value.
+func guard(f func() error) (panicked any, err error) {
+	defer func() { panicked = recover() }()
+	return nil, f()
+}
+
+func (w *Worker) handle(ctx context.Context, entries []rdb.Entry) error {
 	p := entries[0].Partition
 	valid := make([]rdb.Entry, 0, len(entries))
 	for _, e := range entries {
 		if e.Err != nil {
-			if err := w.deadLetter(ctx, e, "malformed: "+e.Err.Error(), false); err != nil {
+			if err := w.DeadLetter(ctx, e, "malformed: "+e.Err.Error()); err != nil {
 				return err
 			}
 			continue
@@ -212,7 +247,7 @@ func (w *Worker) handleOneByOne(ctx context.Context, entries []rdb.Entry) error 
 			if db.IsTransient(err) {
 				return err
 			}
-			if err := w.deadLetter(ctx, e, "rejected by mysql: "+err.Error(), true); err != nil {
+			if err := w.DeadLetter(ctx, e, "rejected by mysql: "+err.Error()); err != nil {
 				return err
 			}
 			continue
@@ -224,14 +259,42 @@ func (w *Worker) handleOneByOne(ctx context.Context, entries []rdb.Entry) error 
 	return nil
 }
 
+// holdLease renews this consumer's hold on entries every third of
+// ClaimMinIdle until the returned stop is called.
+func (w *Worker) holdLease(ctx context.Context, entries []rdb.Entry) (stop func()) {
+	ids := make([]string, len(entries))
+	for i, e := range entries {
+		ids[i] = e.StreamID
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(w.cfg.ClaimMinIdle / 3)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+				if _, err := w.redis.RenewLease(ctx, entries[0].Partition, w.cfg.Consumer, ids); err != nil && ctx.Err() == nil {
+					w.log.Warn("renew lease failed", zap.Error(err))
+				}
+			}
+		}
+	}()
+	return func() { cancel(); <-done }
+}
+
 // settle gives back the reservations of failed orders, then acknowledges.
 func (w *Worker) settle(ctx context.Context, entries []rdb.Entry, outcomes []db.Outcome) error {
 	ack := make([]string, 0, len(entries))
+	var failedOrders []order.Order
 	var created, failed, redelivered int64
 	for i, out := range outcomes {
 		e := entries[i]
 		if out.Conflict {
-			if err := w.deadLetter(ctx, e, "order id held by another order", true); err != nil {
+			if err := w.deadLetter(ctx, e, "order id held by another order", false); err != nil {
 				return err
 			}
 			continue
@@ -239,20 +302,22 @@ func (w *Worker) settle(ctx context.Context, entries []rdb.Entry, outcomes []db.
 		if out.Redelivered {
 			redelivered++
 		}
-		if out.Status == order.StatusFailed {
+		switch {
+		case out.Status == order.StatusFailed:
 			// Also for a re-delivered failed order: the release may not have
 			// happened before the crash that caused the re-delivery.
-			if err := w.release(ctx, out.Order); err != nil {
-				return err
-			}
+			failedOrders = append(failedOrders, out.Order)
 			if !out.Redelivered {
 				failed++
 				w.log.Warn("order failed", zap.Int64("order_id", out.Order.ID), zap.Int64("voucher_id", out.Order.VoucherID), zap.String("reason", out.Reason))
 			}
-		} else if !out.Redelivered {
+		case !out.Redelivered:
 			created++
 		}
 		ack = append(ack, e.StreamID)
+	}
+	if err := w.release(ctx, failedOrders); err != nil {
+		return err
 	}
 	if err := w.redis.Ack(ctx, entries[0].Partition, ack); err != nil {
 		return err
@@ -267,16 +332,60 @@ func (w *Worker) settle(ctx context.Context, entries []rdb.Entry, outcomes []db.
 	return nil
 }
 
-func (w *Worker) release(ctx context.Context, o order.Order) error {
-	return w.retry(ctx, "release", func() error {
-		_, err := w.redis.Release(ctx, o)
+// release gives Redis back the reservations of orders (exactly once: see
+// release.lua) and records that in MySQL's releases.
+func (w *Worker) release(ctx context.Context, orders []order.Order) error {
+	if len(orders) == 0 {
+		return nil
+	}
+	ids := make([]int64, 0, len(orders))
+	for _, o := range orders {
+		if err := w.retry(ctx, "release", func() error {
+			_, err := w.redis.Release(ctx, o)
+			return err
+		}); err != nil {
+			return err
+		}
+		ids = append(ids, o.ID)
+	}
+	return w.retry(ctx, "mark released", func() error { return w.db.MarkReleased(ctx, ids, time.Now().UTC()) })
+}
+
+// DeadLetter moves e to its partition's dead-letter stream with reason and
+// acknowledges it. A well-formed order is first recorded as failed in MySQL
+// and its reservation given back, exactly once; an order that turns out to
+// be persisted already is only acknowledged. The reaper calls it for
+// entries delivered too often.
+func (w *Worker) DeadLetter(ctx context.Context, e rdb.Entry, reason string) error {
+	if e.Err != nil {
+		return w.deadLetter(ctx, e, reason, false)
+	}
+	var status order.Status
+	err := w.retry(ctx, "record failed", func() error {
+		var err error
+		status, err = w.db.RecordFailed(ctx, e.Order, db.ReasonDeadLetter)
+		if err != nil && !db.IsTransient(err) {
+			return permanent{err}
+		}
 		return err
 	})
+	var perm permanent
+	switch {
+	case errors.As(err, &perm):
+		// MySQL refuses the row itself: nothing to record, still release.
+		return w.deadLetter(ctx, e, reason, true)
+	case err != nil:
+		return err
+	case status != order.StatusFailed:
+		w.log.Info("dead-letter candidate is persisted already; acknowledged", zap.Int64("order_id", e.Order.ID), zap.String("status", string(status)))
+		return w.redis.Ack(ctx, e.Partition, []string{e.StreamID})
+	}
+	return w.deadLetter(ctx, e, reason, true)
 }
 
 func (w *Worker) deadLetter(ctx context.Context, e rdb.Entry, reason string, release bool) error {
 	if release {
-		if err := w.release(ctx, e.Order); err != nil {
+		if err := w.release(ctx, []order.Order{e.Order}); err != nil {
 			return err
 		}
 	}

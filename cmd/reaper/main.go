@@ -1,0 +1,79 @@
+// Command reaper takes over entries crashed workers left pending,
+// dead-letters poison entries, cancels unpaid orders and releases their
+// stock. "reaper reconcile [--repair]" compares Redis with MySQL and the
+// streams (and rebuilds Redis); "reaper migrate" applies the migrations.
+// Configuration: FLASHSALE_* variables (README).
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/flashsale/flashsale/pkg/app"
+	"github.com/flashsale/flashsale/pkg/reaper"
+)
+
+type config struct {
+	app.Common
+	reaper.Config
+}
+
+func (c *config) Base() app.Common { return c.Common }
+
+func main() {
+	app.Main(&config{}, run, app.Command[*config]{Name: "reconcile", Run: reconcile})
+}
+
+func run(ctx context.Context, cfg *config, log *zap.Logger) error {
+	if cfg.Consumer == "" {
+		host, err := os.Hostname()
+		if err != nil {
+			return err
+		}
+		cfg.Consumer = "reaper-" + host
+	}
+	redis, mysql, closeAll, err := cfg.Connect(ctx, 8)
+	if err != nil {
+		return err
+	}
+	defer closeAll()
+	r, err := reaper.New(cfg.Config, redis, mysql, log)
+	if err != nil {
+		return err
+	}
+	return r.Run(ctx)
+}
+
+func reconcile(ctx context.Context, cfg *config, log *zap.Logger, args []string) error {
+	fs := flag.NewFlagSet("reconcile", flag.ContinueOnError)
+	repair := fs.Bool("repair", false, "rewrite Redis from MySQL and the streams where they differ (stop the gateways first)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	redis, mysql, closeAll, err := cfg.Connect(ctx, 4)
+	if err != nil {
+		return err
+	}
+	defer closeAll()
+	checks, err := reaper.Reconcile(ctx, redis, mysql, time.Now(), *repair)
+	if err != nil {
+		return err
+	}
+	reaper.PrintChecks(os.Stdout, checks, 20)
+	differ := 0
+	for _, c := range checks {
+		if len(c.Differences) > 0 && !c.Repaired {
+			differ++
+		}
+	}
+	log.Info("reconcile done", zap.Int("vouchers", len(checks)), zap.Int("differing", differ), zap.Bool("repair", *repair))
+	if differ > 0 {
+		return fmt.Errorf("%d vouchers differ (run with --repair to rebuild Redis)", differ)
+	}
+	return nil
+}

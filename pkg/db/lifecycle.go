@@ -1,0 +1,188 @@
+package db
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"gorm.io/gorm"
+	"gorm.io/gorm/clause"
+
+	"github.com/flashsale/flashsale/pkg/order"
+)
+
+// Release is a row of releases: a unit that went back to MySQL's stock and
+// is owed to (or was given back to) Redis.
+type Release struct {
+	OrderID         int64 `gorm:"primaryKey;autoIncrement:false"`
+	VoucherID       int64
+	UserID          string
+	Day             string
+	Reason          string
+	CreatedAt       time.Time
+	RedisReleasedAt *time.Time
+}
+
+// Order is the order this release is for, as the Redis release needs it.
+func (r Release) Order() order.Order {
+	return order.Order{ID: r.OrderID, VoucherID: r.VoucherID, UserID: r.UserID, Day: r.Day}
+}
+
+func insertReleases(tx *gorm.DB, rs []Release) error {
+	if len(rs) == 0 {
+		return nil
+	}
+	// A release row is written once per order: a second one (a retried
+	// transaction that did commit) changes nothing.
+	if err := tx.Clauses(clause.Insert{Modifier: "IGNORE"}).Create(&rs).Error; err != nil {
+		return fmt.Errorf("record %d releases: %w", len(rs), err)
+	}
+	return nil
+}
+
+// CancelExpired cancels up to limit created orders whose payment deadline
+// is at or before now, returns their units to vouchers.stock and records the
+// releases owed to Redis, all in one transaction. Rows another transaction
+// holds are skipped (SKIP LOCKED), so several reapers share the work and a
+// payment in progress is never overtaken.
+func (s *Store) CancelExpired(ctx context.Context, now time.Time, limit int) ([]Release, error) {
+	var out []Release
+	err := s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		var due []Order
+		if err := tx.Raw(`SELECT id, voucher_id, user_id, day FROM orders
+			WHERE status = ? AND expires_at <= ? ORDER BY expires_at LIMIT ? FOR UPDATE SKIP LOCKED`,
+			order.StatusCreated, now, limit).Scan(&due).Error; err != nil {
+			return fmt.Errorf("find expired orders: %w", err)
+		}
+		if len(due) == 0 {
+			return nil
+		}
+		ids := make([]int64, len(due))
+		perVoucher := map[int64]int64{}
+		var vouchers []int64
+		for i, o := range due {
+			ids[i] = o.ID
+			if perVoucher[o.VoucherID] == 0 {
+				vouchers = append(vouchers, o.VoucherID)
+			}
+			perVoucher[o.VoucherID]++
+		}
+		res := tx.Exec("UPDATE orders SET status = ?, updated_at = ? WHERE id IN ? AND status = ?", order.StatusCancelled, now, ids, order.StatusCreated)
+		if res.Error != nil {
+			return fmt.Errorf("cancel %d orders: %w", len(ids), res.Error)
+		}
+		if res.RowsAffected != int64(len(ids)) {
+			return fmt.Errorf("cancel: %d of %d locked orders changed", res.RowsAffected, len(ids))
+		}
+		for _, v := range vouchers {
+			if err := tx.Exec("UPDATE vouchers SET stock = stock + ? WHERE id = ?", perVoucher[v], v).Error; err != nil {
+				return fmt.Errorf("return %d units to voucher %d: %w", perVoucher[v], v, err)
+			}
+		}
+		out = make([]Release, len(due))
+		for i, o := range due {
+			out[i] = Release{OrderID: o.ID, VoucherID: o.VoucherID, UserID: o.UserID, Day: o.Day, Reason: ReasonExpired, CreatedAt: now}
+		}
+		return insertReleases(tx, out)
+	}, readCommitted)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// OwedReleases returns up to limit releases Redis has not been given yet,
+// oldest first.
+func (s *Store) OwedReleases(ctx context.Context, limit int) ([]Release, error) {
+	var out []Release
+	err := s.db.WithContext(ctx).Where("redis_released_at IS NULL").Order("order_id").Limit(limit).Find(&out).Error
+	return out, err
+}
+
+// MarkReleased records that Redis got these orders' units back.
+func (s *Store) MarkReleased(ctx context.Context, orderIDs []int64, now time.Time) error {
+	if len(orderIDs) == 0 {
+		return nil
+	}
+	return s.db.WithContext(ctx).Model(&Release{}).Where("order_id IN ? AND redis_released_at IS NULL", orderIDs).
+		Update("redis_released_at", now).Error
+}
+
+// RecordFailed records o as failed with reason unless it is persisted
+// already, and owes its release to Redis. It returns the order's status
+// afterwards: failed, or the status it already had (created, paid, ...),
+// in which case nothing was written.
+func (s *Store) RecordFailed(ctx context.Context, o order.Order, reason string) (order.Status, error) {
+	var status order.Status
+	err := s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		row := Order{ID: o.ID, VoucherID: o.VoucherID, UserID: o.UserID, Day: o.Day, Status: string(order.StatusFailed),
+			Reason: reason, CreatedAt: o.CreatedAt, ExpiresAt: o.CreatedAt, UpdatedAt: o.CreatedAt}
+		res := tx.Clauses(clause.Insert{Modifier: "IGNORE"}).Create(&row)
+		if res.Error != nil {
+			return fmt.Errorf("record failed order %d: %w", o.ID, res.Error)
+		}
+		if res.RowsAffected == 0 {
+			existing, err := take[Order](ctx, tx, o.ID)
+			if err != nil {
+				return err
+			}
+			status = order.Status(existing.Status)
+			if status != order.StatusFailed {
+				return nil
+			}
+		}
+		status = order.StatusFailed
+		return insertReleases(tx, []Release{{OrderID: o.ID, VoucherID: o.VoucherID, UserID: o.UserID, Day: o.Day, Reason: reason, CreatedAt: o.CreatedAt}})
+	}, readCommitted)
+	if errors.Is(err, ErrNotFound) {
+		return "", fmt.Errorf("record failed order %d: insert ignored but no row", o.ID)
+	}
+	return status, err
+}
+
+// ActiveVouchers returns the vouchers whose sale has not ended, or ended
+// less than since ago.
+func (s *Store) ActiveVouchers(ctx context.Context, now time.Time, since time.Duration) ([]Voucher, error) {
+	var out []Voucher
+	err := s.db.WithContext(ctx).Where("ends_at IS NULL OR ends_at > ?", now.Add(-since)).Order("id").Find(&out).Error
+	return out, err
+}
+
+// LiveOrder is a created or paid order, as counting needs it.
+type LiveOrder struct {
+	UserID    string
+	Day       string
+	CreatedAt time.Time
+}
+
+// LiveOrders returns voucher v's created and paid orders.
+func (s *Store) LiveOrders(ctx context.Context, v int64) ([]LiveOrder, error) {
+	var out []LiveOrder
+	err := s.db.WithContext(ctx).Model(&Order{}).Select("user_id", "day", "created_at").
+		Where("voucher_id = ? AND status IN ?", v, []order.Status{order.StatusCreated, order.StatusPaid}).Scan(&out).Error
+	return out, err
+}
+
+// ReleasedOrderIDs returns the orders of voucher v whose unit went back
+// to stock (every row of releases, owed to Redis or not).
+func (s *Store) ReleasedOrderIDs(ctx context.Context, v int64) ([]int64, error) {
+	var out []int64
+	err := s.db.WithContext(ctx).Model(&Release{}).Where("voucher_id = ?", v).Order("order_id").Pluck("order_id", &out).Error
+	return out, err
+}
+
+// ExistingOrders returns which of ids are in orders.
+func (s *Store) ExistingOrders(ctx context.Context, ids []int64) (map[int64]bool, error) {
+	out := make(map[int64]bool, len(ids))
+	for i := 0; i < len(ids); i += 1000 {
+		var found []int64
+		if err := s.db.WithContext(ctx).Model(&Order{}).Where("id IN ?", ids[i:min(i+1000, len(ids))]).Pluck("id", &found).Error; err != nil {
+			return nil, err
+		}
+		for _, id := range found {
+			out[id] = true
+		}
+	}
+	return out, nil
+}

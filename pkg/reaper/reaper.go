@@ -1,0 +1,252 @@
+// Package reaper keeps the pipeline's promises when processes die and users
+// do not pay: it takes over entries left pending by workers that went away
+// (XAUTOCLAIM), dead-letters entries delivered too often, removes consumers
+// that are gone, cancels orders not paid in time and gives their units back
+// to MySQL and Redis exactly once. Several reapers may run at once: every
+// step is either atomic in Redis (XAUTOCLAIM), skips rows another reaper
+// holds (SKIP LOCKED), or is idempotent (releases).
+package reaper
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync/atomic"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/flashsale/flashsale/pkg/app"
+	"github.com/flashsale/flashsale/pkg/db"
+	"github.com/flashsale/flashsale/pkg/rdb"
+	"github.com/flashsale/flashsale/pkg/worker"
+)
+
+// Config of the reaper. Zero values take the defaults.
+type Config struct {
+	// Worker configures how claimed entries are processed: the same code
+	// and settings as a worker (batch size, claim min-idle, consumer name).
+	worker.Config
+	// MaxDeliveries: an entry delivered more often goes to the dead-letter
+	// stream, its order recorded as failed. Default 10.
+	MaxDeliveries int64 `envconfig:"FLASHSALE_MAX_DELIVERIES" default:"10"`
+	// Interval between passes (jittered by ±20%). Default 5s.
+	Interval time.Duration `envconfig:"FLASHSALE_REAPER_INTERVAL" default:"5s"`
+	// PassTimeout bounds one pass. Default 1m.
+	PassTimeout time.Duration `envconfig:"FLASHSALE_REAPER_PASS_TIMEOUT" default:"1m"`
+	// MaxPerPass bounds the cancellations and releases of one pass, so a
+	// pass ends and starts over with fresh claims. Default 10000.
+	MaxPerPass int `envconfig:"FLASHSALE_REAPER_MAX_PER_PASS" default:"10000"`
+	// ConsumerGoneAfter: a consumer idle this long with nothing pending is
+	// removed from the group. Default 5m.
+	ConsumerGoneAfter time.Duration `envconfig:"FLASHSALE_CONSUMER_GONE_AFTER" default:"5m"`
+}
+
+func (c *Config) setDefaults() {
+	if c.MaxDeliveries <= 0 {
+		c.MaxDeliveries = 10
+	}
+	if c.Interval <= 0 {
+		c.Interval = 5 * time.Second
+	}
+	if c.PassTimeout <= 0 {
+		c.PassTimeout = time.Minute
+	}
+	if c.MaxPerPass <= 0 {
+		c.MaxPerPass = 10000
+	}
+	if c.ConsumerGoneAfter <= 0 {
+		c.ConsumerGoneAfter = 5 * time.Minute
+	}
+	if c.BatchSize <= 0 {
+		c.BatchSize = worker.DefaultBatchSize
+	}
+	if c.ClaimMinIdle <= 0 {
+		c.ClaimMinIdle = worker.DefaultClaimMinIdle
+	}
+}
+
+// Reaper is the recovery and expiry role.
+type Reaper struct {
+	cfg    Config
+	redis  *rdb.Store
+	db     *db.Store
+	worker *worker.Worker
+	log    *zap.Logger
+	now    func() time.Time
+	tally  *app.Tally
+	totals struct{ claimed, deadLettered, cancelled, released *atomic.Int64 }
+}
+
+// Option changes a Reaper.
+type Option func(*Reaper)
+
+// WithClock replaces time.Now (the payment deadline check), for tests.
+func WithClock(now func() time.Time) Option { return func(r *Reaper) { r.now = now } }
+
+// New returns a Reaper; cfg.Consumer names it in the consumer group.
+func New(cfg Config, r *rdb.Store, d *db.Store, log *zap.Logger, opts ...Option) (*Reaper, error) {
+	cfg.setDefaults()
+	if log == nil {
+		log = zap.NewNop()
+	}
+	w, err := worker.New(cfg.Config, r, d, log)
+	if err != nil {
+		return nil, err
+	}
+	t := app.NewTally()
+	rp := &Reaper{cfg: cfg, redis: r, db: d, worker: w, log: log.Named("reaper").With(zap.String("consumer", cfg.Consumer)), now: time.Now, tally: t}
+	rp.totals.claimed, rp.totals.deadLettered = t.Counter("claimed"), t.Counter("dead_lettered")
+	rp.totals.cancelled, rp.totals.released = t.Counter("cancelled"), t.Counter("released_to_redis")
+	for _, o := range opts {
+		o(rp)
+	}
+	return rp, nil
+}
+
+// Stats returns the totals of every pass so far.
+func (r *Reaper) Stats() map[string]int64 { return r.tally.Snapshot() }
+
+// Pass is what one pass did.
+type Pass struct {
+	Claimed          int // stale entries taken over and processed
+	DeadLettered     int // entries delivered more than MaxDeliveries times
+	DeletedAcked     int // pending entries no longer in the stream
+	ConsumersRemoved int
+	Cancelled        int // orders not paid in time
+	ReleasedToRedis  int // releases Redis got (cancellations, failures)
+}
+
+func (p Pass) idle() bool { return p == Pass{} }
+
+// Run runs a pass every Interval (jittered) until ctx ends; a pass in
+// progress is finished first.
+func (r *Reaper) Run(ctx context.Context) error {
+	r.log.Info("reaper started", zap.Duration("claim_min_idle", r.cfg.ClaimMinIdle), zap.Int64("max_deliveries", r.cfg.MaxDeliveries))
+	for {
+		pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.PassTimeout)
+		pass, err := r.RunOnce(pctx)
+		cancel()
+		if !pass.idle() {
+			r.log.Info("reaper pass", zap.Int("claimed", pass.Claimed), zap.Int("dead_lettered", pass.DeadLettered),
+				zap.Int("deleted_acked", pass.DeletedAcked), zap.Int("consumers_removed", pass.ConsumersRemoved),
+				zap.Int("cancelled", pass.Cancelled), zap.Int("released_to_redis", pass.ReleasedToRedis))
+		}
+		if err != nil {
+			r.log.Warn("reaper pass incomplete", zap.Error(err))
+		}
+		jitter := time.Duration((rand.Float64()*0.4 - 0.2) * float64(r.cfg.Interval))
+		select {
+		case <-ctx.Done():
+			r.log.Info("reaper stopped")
+			return nil
+		case <-time.After(r.cfg.Interval + jitter):
+		}
+	}
+}
+
+// RunOnce is one pass: reclaim and dead-letter on every partition, remove
+// gone consumers, cancel expired orders, and give Redis the releases it is
+// owed. Each step is bounded; a failing step does not stop the others.
+func (r *Reaper) RunOnce(ctx context.Context) (Pass, error) {
+	var pass Pass
+	var errs []error
+	for p := range r.redis.Partitions() {
+		errs = append(errs, r.reclaim(ctx, p, &pass))
+		removed, err := r.redis.RemoveGoneConsumers(ctx, p, r.cfg.ConsumerGoneAfter, r.cfg.Consumer)
+		for _, name := range removed {
+			r.log.Info("consumer removed", zap.Int("partition", p), zap.String("removed", name))
+		}
+		pass.ConsumersRemoved += len(removed)
+		errs = append(errs, err)
+	}
+	errs = append(errs, r.cancelExpired(ctx, &pass), r.releaseOwed(ctx, &pass))
+	r.totals.claimed.Add(int64(pass.Claimed))
+	r.totals.deadLettered.Add(int64(pass.DeadLettered))
+	r.totals.cancelled.Add(int64(pass.Cancelled))
+	r.totals.released.Add(int64(pass.ReleasedToRedis))
+	return pass, errors.Join(errs...)
+}
+
+// reclaim pages through partition p's stale pending entries with
+// XAUTOCLAIM until the cursor comes back to 0-0.
+func (r *Reaper) reclaim(ctx context.Context, p int, pass *Pass) error {
+	cursor := "0-0"
+	for {
+		c, err := r.redis.AutoClaim(ctx, p, r.cfg.Consumer, r.cfg.ClaimMinIdle, cursor, r.cfg.BatchSize)
+		if err != nil {
+			return err
+		}
+		pass.DeletedAcked += len(c.Deleted)
+		if len(c.Deleted) > 0 {
+			r.log.Error("pending entries were deleted from the stream before being persisted", zap.Int("partition", p), zap.Strings("stream_ids", c.Deleted))
+		}
+		var fresh []rdb.Entry
+		for _, e := range c.Entries {
+			if n := c.Deliveries[e.StreamID]; n > r.cfg.MaxDeliveries {
+				if err := r.worker.DeadLetter(ctx, e, fmt.Sprintf("delivered %d times", n)); err != nil {
+					return err
+				}
+				pass.DeadLettered++
+				continue
+			}
+			fresh = append(fresh, e)
+		}
+		// The same code as a worker's batch: idempotent, ack after commit.
+		if err := r.worker.Handle(ctx, fresh); err != nil {
+			return fmt.Errorf("partition %d: %w", p, err)
+		}
+		pass.Claimed += len(fresh)
+		if c.Next == "0-0" || c.Next == "" {
+			return nil
+		}
+		cursor = c.Next
+	}
+}
+
+// cancelExpired cancels unpaid orders past their deadline in batches.
+func (r *Reaper) cancelExpired(ctx context.Context, pass *Pass) error {
+	for pass.Cancelled < r.cfg.MaxPerPass {
+		rs, err := r.db.CancelExpired(ctx, r.now().UTC(), r.cfg.BatchSize)
+		if err != nil {
+			return err
+		}
+		for _, rel := range rs {
+			r.log.Info("order cancelled", zap.Int64("order_id", rel.OrderID), zap.Int64("voucher_id", rel.VoucherID), zap.String("reason", rel.Reason))
+		}
+		pass.Cancelled += len(rs)
+		if len(rs) < r.cfg.BatchSize {
+			return nil
+		}
+	}
+	return nil
+}
+
+// releaseOwed gives Redis the units MySQL has taken back (cancellations,
+// and failures whose worker died before releasing), exactly once each:
+// release.lua ignores an order it released before, and the row is marked
+// only after Redis answered.
+func (r *Reaper) releaseOwed(ctx context.Context, pass *Pass) error {
+	for pass.ReleasedToRedis < r.cfg.MaxPerPass {
+		owed, err := r.db.OwedReleases(ctx, r.cfg.BatchSize)
+		if err != nil || len(owed) == 0 {
+			return err
+		}
+		ids := make([]int64, 0, len(owed))
+		for _, rel := range owed {
+			if _, err := r.redis.Release(ctx, rel.Order()); err != nil {
+				return err
+			}
+			ids = append(ids, rel.OrderID)
+		}
+		if err := r.db.MarkReleased(ctx, ids, r.now().UTC()); err != nil {
+			return err
+		}
+		pass.ReleasedToRedis += len(ids)
+		if len(owed) < r.cfg.BatchSize {
+			return nil
+		}
+	}
+	return nil
+}

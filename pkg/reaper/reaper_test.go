@@ -1,0 +1,319 @@
+package reaper_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/zap/zaptest"
+
+	"github.com/flashsale/flashsale/pkg/db"
+	"github.com/flashsale/flashsale/pkg/order"
+	"github.com/flashsale/flashsale/pkg/rdb"
+	"github.com/flashsale/flashsale/pkg/reaper"
+	"github.com/flashsale/flashsale/pkg/testenv"
+	"github.com/flashsale/flashsale/pkg/testsrv"
+	"github.com/flashsale/flashsale/pkg/worker"
+)
+
+func TestMain(m *testing.M) { testsrv.Main(m) }
+
+func newReaper(t *testing.T, e *testenv.Env, name string, now func() time.Time, mut ...func(*reaper.Config)) *reaper.Reaper {
+	t.Helper()
+	cfg := reaper.Config{Config: worker.Config{Consumer: name, ClaimMinIdle: time.Millisecond, RetryBackoff: 10 * time.Millisecond},
+		MaxDeliveries: 3, ConsumerGoneAfter: time.Hour}
+	for _, m := range mut {
+		m(&cfg)
+	}
+	r, err := reaper.New(cfg, e.RDB, e.DB, zaptest.NewLogger(t), reaper.WithClock(now))
+	require.NoError(t, err)
+	return r
+}
+
+func admit(t *testing.T, e *testenv.Env, voucher int64, users ...string) []int64 {
+	t.Helper()
+	var ids []int64
+	now := time.Now()
+	for _, u := range users {
+		a, err := e.RDB.Admit(context.Background(), rdb.Claim{VoucherID: voucher, UserID: u, Now: now, Day: order.Day(now, time.UTC)})
+		require.NoError(t, err)
+		ids = append(ids, a.OrderID)
+	}
+	return ids
+}
+
+func users(prefix string, n int) []string {
+	out := make([]string, n)
+	for i := range out {
+		out[i] = fmt.Sprintf("%s%d", prefix, i)
+	}
+	return out
+}
+
+// readAndDie reads entries as consumer and never acknowledges them: a
+// worker killed right after XREADGROUP.
+func readAndDie(t *testing.T, e *testenv.Env, voucher int64, consumer string) []rdb.Entry {
+	t.Helper()
+	entries, err := e.RDB.ReadGroup(context.Background(), e.RDB.PartitionOf(voucher), consumer, ">", 1000, 10*time.Millisecond)
+	require.NoError(t, err)
+	return entries
+}
+
+func persist(t *testing.T, e *testenv.Env, voucher int64) {
+	t.Helper()
+	w, err := worker.New(worker.Config{Consumer: "helper"}, e.RDB, e.DB, zaptest.NewLogger(t))
+	require.NoError(t, err)
+	require.NoError(t, w.Handle(context.Background(), readAndDie(t, e, voucher, "helper")))
+}
+
+func redisStock(t *testing.T, e *testenv.Env, v int64) int64 {
+	t.Helper()
+	n, _, err := e.RDB.RemainingStock(context.Background(), v)
+	require.NoError(t, err)
+	return n
+}
+
+func backlog(t *testing.T, e *testenv.Env, v int64) rdb.Backlog {
+	t.Helper()
+	b, err := e.RDB.PartitionBacklog(context.Background(), e.RDB.PartitionOf(v))
+	require.NoError(t, err)
+	return b
+}
+
+func TestReclaimsWhatACrashedWorkerLeftAndRemovesIt(t *testing.T) {
+	e := testenv.New(t, 2)
+	ctx := context.Background()
+	v := e.SeedVoucher(t, db.Voucher{Stock: 300}, -1)
+	admit(t, e, v.ID, users("u", 250)...)
+	require.Len(t, readAndDie(t, e, v.ID, "worker-gone"), 250)
+
+	r := newReaper(t, e, "reaper-1", time.Now, func(c *reaper.Config) { c.BatchSize = 100; c.ConsumerGoneAfter = time.Millisecond })
+	var pass reaper.Pass
+	testenv.Eventually(t, 5*time.Second, "entries idle long enough to claim", func() bool {
+		p, err := r.RunOnce(ctx)
+		require.NoError(t, err)
+		pass.Claimed += p.Claimed
+		pass.ConsumersRemoved += p.ConsumersRemoved
+		return pass.Claimed == 250
+	})
+	require.Equal(t, int64(250), e.Count(t, "SELECT COUNT(*) FROM orders WHERE status = 'created'"))
+	require.Equal(t, int64(50), e.Count(t, "SELECT stock FROM vouchers WHERE id = ?", v.ID))
+	require.Equal(t, rdb.Backlog{Partition: e.RDB.PartitionOf(v.ID)}, backlog(t, e, v.ID))
+
+	// The dead worker had nothing pending any more: it is gone from the group.
+	p := e.RDB.PartitionOf(v.ID)
+	consumers, err := e.RDB.Client().XInfoConsumers(ctx, rdb.StreamKey(p), rdb.DefaultGroup).Result()
+	require.NoError(t, err)
+	for _, c := range consumers {
+		require.NotEqual(t, "worker-gone", c.Name)
+	}
+	require.GreaterOrEqual(t, pass.ConsumersRemoved, 1)
+}
+
+func TestEntriesDeliveredTooOftenAreDeadLetteredOnce(t *testing.T) {
+	e := testenv.New(t, 1)
+	ctx := context.Background()
+	v := e.SeedVoucher(t, db.Voucher{Stock: 10, PerUserDailyLimit: 1}, -1)
+	ids := admit(t, e, v.ID, "poisoned", "persisted")
+	entries := readAndDie(t, e, v.ID, "w")
+	// The second order was committed by its worker, which died before acking.
+	_, err := e.DB.PersistBatch(ctx, []order.Order{entries[1].Order})
+	require.NoError(t, err)
+	// Both were delivered over and over (each XCLAIM counts one delivery).
+	for range 3 {
+		require.NoError(t, e.RDB.Client().XClaim(ctx, &redis.XClaimArgs{Stream: rdb.StreamKey(0), Group: rdb.DefaultGroup,
+			Consumer: "w", Messages: []string{entries[0].StreamID, entries[1].StreamID}}).Err())
+	}
+
+	r := newReaper(t, e, "reaper-1", time.Now)
+	var pass reaper.Pass
+	testenv.Eventually(t, 5*time.Second, "dead letter", func() bool {
+		p, err := r.RunOnce(ctx)
+		require.NoError(t, err)
+		pass.DeadLettered += p.DeadLettered
+		return backlog(t, e, v.ID).Pending == 0
+	})
+	require.Equal(t, 2, pass.DeadLettered)
+
+	poisoned, err := e.DB.Order(ctx, ids[0])
+	require.NoError(t, err)
+	require.Equal(t, "failed", poisoned.Status)
+	require.Equal(t, db.ReasonDeadLetter, poisoned.Reason)
+	kept, err := e.DB.Order(ctx, ids[1])
+	require.NoError(t, err)
+	require.Equal(t, "created", kept.Status, "a persisted order is not failed after the fact")
+
+	dead, err := e.RDB.Client().XRange(ctx, rdb.DeadKey(0), "-", "+").Result()
+	require.NoError(t, err)
+	require.Len(t, dead, 1)
+	require.Equal(t, "delivered 5 times", dead[0].Values["reason"])
+	// Its reservation came back once: 10 - 2 admitted + 1 released.
+	require.EqualValues(t, 9, redisStock(t, e, v.ID))
+	n, err := e.RDB.UserCount(ctx, v.ID, "poisoned")
+	require.NoError(t, err)
+	require.Zero(t, n)
+	require.Zero(t, e.Count(t, "SELECT COUNT(*) FROM releases WHERE redis_released_at IS NULL"))
+
+	_, err = r.RunOnce(ctx)
+	require.NoError(t, err)
+	require.EqualValues(t, 9, redisStock(t, e, v.ID), "a second pass releases nothing")
+}
+
+func TestUnpaidOrdersAreCancelledAndReleasedExactlyOnce(t *testing.T) {
+	e := testenv.New(t, 2)
+	ctx := context.Background()
+	v := e.SeedVoucher(t, db.Voucher{Stock: 10, PerUserLimit: 1, PerUserDailyLimit: 1, PaymentTimeoutSeconds: 60}, -1)
+	ids := admit(t, e, v.ID, users("u", 6)...)
+	persist(t, e, v.ID)
+	now := time.Now().UTC()
+	for _, i := range []int{0, 1} {
+		_, err := e.DB.PayOrder(ctx, ids[i], fmt.Sprintf("u%d", i), now)
+		require.NoError(t, err)
+	}
+	later := now.Add(2 * time.Minute)
+
+	// A crash between the two halves: MySQL cancelled u2's order and took
+	// the unit back, Redis has not heard of it yet.
+	rs, err := e.DB.CancelExpired(ctx, later, 1)
+	require.NoError(t, err)
+	require.Len(t, rs, 1)
+	// And for u3's order, Redis was released but MySQL did not mark it.
+	rs3, err := e.DB.CancelExpired(ctx, later, 1)
+	require.NoError(t, err)
+	_, err = e.RDB.Release(ctx, rs3[0].Order())
+	require.NoError(t, err)
+
+	r := newReaper(t, e, "reaper-1", func() time.Time { return later })
+	pass, err := r.RunOnce(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 2, pass.Cancelled)
+	require.Equal(t, 4, pass.ReleasedToRedis)
+
+	require.Equal(t, int64(4), e.Count(t, "SELECT COUNT(*) FROM orders WHERE status = 'cancelled'"))
+	require.Equal(t, int64(2), e.Count(t, "SELECT COUNT(*) FROM orders WHERE status = 'paid'"))
+	require.Equal(t, int64(8), e.Count(t, "SELECT stock FROM vouchers WHERE id = ?", v.ID))
+	require.EqualValues(t, 8, redisStock(t, e, v.ID), "Redis and MySQL agree: each unit came back once")
+	for i := 2; i < 6; i++ {
+		n, err := e.RDB.UserCount(ctx, v.ID, fmt.Sprintf("u%d", i))
+		require.NoError(t, err)
+		require.Zero(t, n, "u%d may buy again", i)
+	}
+	// The same users can buy again today: their daily count came back too.
+	admit(t, e, v.ID, "u2")
+
+	again, err := r.RunOnce(ctx)
+	require.NoError(t, err)
+	require.Equal(t, reaper.Pass{}, again)
+	_, err = e.DB.PayOrder(ctx, ids[3], "u3", later)
+	require.ErrorIs(t, err, db.ErrPaymentExpired)
+}
+
+func TestConcurrentReapersCancelEachOrderOnce(t *testing.T) {
+	e := testenv.New(t, 4)
+	ctx := context.Background()
+	v := e.SeedVoucher(t, db.Voucher{Stock: 400, PaymentTimeoutSeconds: 1}, -1)
+	admit(t, e, v.ID, users("u", 300)...)
+	persist(t, e, v.ID)
+	later := time.Now().Add(time.Minute)
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	total := 0
+	for i := range 3 {
+		r := newReaper(t, e, fmt.Sprintf("reaper-%d", i), func() time.Time { return later }, func(c *reaper.Config) { c.BatchSize = 25 })
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			p, err := r.RunOnce(ctx)
+			require.NoError(t, err)
+			mu.Lock()
+			total += p.Cancelled
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	require.Equal(t, 300, total)
+	require.Equal(t, int64(400), e.Count(t, "SELECT stock FROM vouchers WHERE id = ?", v.ID))
+	require.EqualValues(t, 400, redisStock(t, e, v.ID))
+}
+
+func TestReconcileRepairsRedisFromMySQLAndTheStreams(t *testing.T) {
+	e := testenv.New(t, 2)
+	ctx := context.Background()
+	v := e.SeedVoucher(t, db.Voucher{Stock: 20, PerUserLimit: 2, PerUserDailyLimit: 1}, -1)
+	admit(t, e, v.ID, users("p", 5)...)
+	persist(t, e, v.ID)
+	admit(t, e, v.ID, users("f", 3)...) // in flight: admitted, not yet persisted
+
+	checks, err := reaper.Reconcile(ctx, e.RDB, e.DB, time.Now(), false)
+	require.NoError(t, err)
+	require.Len(t, checks, 1)
+	require.Equal(t, 3, checks[0].InFlight)
+	require.Empty(t, checks[0].Differences, "a healthy pipeline reconciles clean")
+
+	// Redis drifts: stock wrong, a user's count gone.
+	c := e.RDB.Client()
+	key := fmt.Sprintf("flashsale:{p%d}:v:%d", e.RDB.PartitionOf(v.ID), v.ID)
+	require.NoError(t, c.HSet(ctx, key, "stock", 999).Err())
+	require.NoError(t, c.HDel(ctx, key+":users", "p0").Err())
+	checks, err = reaper.Reconcile(ctx, e.RDB, e.DB, time.Now(), false)
+	require.NoError(t, err)
+	require.Contains(t, checks[0].Differences, reaper.Difference{What: "stock", Redis: 999, Want: 12})
+	require.Contains(t, checks[0].Differences, reaper.Difference{What: "user p0", Redis: 0, Want: 1})
+	var out strings.Builder
+	reaper.PrintChecks(&out, checks, 20)
+	require.Contains(t, out.String(), "user p0")
+
+	checks, err = reaper.Reconcile(ctx, e.RDB, e.DB, time.Now(), true)
+	require.NoError(t, err)
+	require.True(t, checks[0].Repaired)
+	checks, err = reaper.Reconcile(ctx, e.RDB, e.DB, time.Now(), false)
+	require.NoError(t, err)
+	require.Empty(t, checks[0].Differences)
+	require.EqualValues(t, 12, redisStock(t, e, v.ID))
+}
+
+func TestReconcileRebuildsAFlushedRedis(t *testing.T) {
+	e := testenv.New(t, 2)
+	ctx := context.Background()
+	v := e.SeedVoucher(t, db.Voucher{Stock: 5, PerUserLimit: 1, PaymentTimeoutSeconds: 60}, -1)
+	admit(t, e, v.ID, users("u", 4)...)
+	persist(t, e, v.ID)
+	// One order is cancelled; its release is still owed to Redis.
+	_, err := e.DB.CancelExpired(ctx, time.Now().Add(time.Hour), 1)
+	require.NoError(t, err)
+
+	require.NoError(t, e.RDB.Client().FlushAll(ctx).Err()) // Redis lost everything
+	checks, err := reaper.Reconcile(ctx, e.RDB, e.DB, time.Now(), true)
+	require.NoError(t, err)
+	require.True(t, checks[0].Repaired)
+	require.EqualValues(t, 2, redisStock(t, e, v.ID))
+
+	// Selling resumes without overselling and without selling twice to a holder.
+	now := time.Now()
+	claim := func(u string) error {
+		_, err := e.RDB.Admit(ctx, rdb.Claim{VoucherID: v.ID, UserID: u, Now: now, Day: order.Day(now, time.UTC)})
+		return err
+	}
+	held := 0
+	for i := range 4 {
+		if err := claim(fmt.Sprintf("u%d", i)); err == nil {
+			held++
+		} else {
+			require.ErrorIs(t, err, rdb.ErrUserLimit)
+		}
+	}
+	require.Equal(t, 1, held, "only the cancelled order's user may buy again")
+	require.NoError(t, claim("new"))
+	require.ErrorIs(t, claim("another"), rdb.ErrSoldOut)
+	// The owed release was settled by the repair; the reaper releases nothing twice.
+	r := newReaper(t, e, "reaper-1", time.Now)
+	pass, err := r.RunOnce(ctx)
+	require.NoError(t, err)
+	require.Zero(t, pass.ReleasedToRedis)
+	require.EqualValues(t, 0, redisStock(t, e, v.ID))
+}

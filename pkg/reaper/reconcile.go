@@ -1,0 +1,225 @@
+package reaper
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"maps"
+	"slices"
+	"text/tabwriter"
+	"time"
+
+	"github.com/flashsale/flashsale/pkg/db"
+	"github.com/flashsale/flashsale/pkg/order"
+	"github.com/flashsale/flashsale/pkg/rdb"
+)
+
+// Difference is one value Redis holds that MySQL and the streams say it
+// should not.
+type Difference struct {
+	What        string // "stock", "user alice", "day 20261121 user alice", ...
+	Redis, Want int64
+}
+
+// VoucherCheck is the reconciliation of one voucher.
+type VoucherCheck struct {
+	VoucherID int64
+	// InFlight: admitted orders still in the stream, not yet in MySQL.
+	InFlight    int
+	Differences []Difference
+	Repaired    bool
+}
+
+// Reconcile compares, for every voucher on sale or ended less than two days
+// ago, what Redis holds with what it should hold: MySQL's remaining stock
+// minus the orders still in flight in the streams, and per-user and per-day
+// counts of the live (created, paid) and in-flight orders. Releases owed to
+// Redis are settled first. With repair, a voucher that differs is rewritten
+// from that truth, and every release of it is marked done on both sides.
+// Run repair while no claims are being admitted (gateways scaled to zero or
+// the sale over): a claim admitted between the read and the rewrite would
+// be overwritten.
+func Reconcile(ctx context.Context, r *rdb.Store, d *db.Store, now time.Time, repair bool) ([]VoucherCheck, error) {
+	if err := r.EnsureGroups(ctx); err != nil {
+		return nil, err
+	}
+	if err := settleOwed(ctx, r, d, now); err != nil {
+		return nil, fmt.Errorf("settle owed releases: %w", err)
+	}
+	vouchers, err := d.ActiveVouchers(ctx, now, rdb.DayKeyTTL)
+	if err != nil {
+		return nil, err
+	}
+	streams := map[int][]rdb.Entry{}
+	var out []VoucherCheck
+	for _, v := range vouchers {
+		p := r.PartitionOf(v.ID)
+		if _, ok := streams[p]; !ok {
+			if streams[p], err = r.StreamOrders(ctx, p, 1000); err != nil {
+				return out, err
+			}
+		}
+		check, err := reconcileVoucher(ctx, r, d, v, streams[p], now, repair)
+		if err != nil {
+			return out, fmt.Errorf("voucher %d: %w", v.ID, err)
+		}
+		out = append(out, check)
+	}
+	return out, nil
+}
+
+func settleOwed(ctx context.Context, r *rdb.Store, d *db.Store, now time.Time) error {
+	for {
+		owed, err := d.OwedReleases(ctx, 500)
+		if err != nil || len(owed) == 0 {
+			return err
+		}
+		ids := make([]int64, len(owed))
+		for i, rel := range owed {
+			if _, err := r.Release(ctx, rel.Order()); err != nil {
+				return err
+			}
+			ids[i] = rel.OrderID
+		}
+		if err := d.MarkReleased(ctx, ids, now); err != nil {
+			return err
+		}
+	}
+}
+
+func reconcileVoucher(ctx context.Context, r *rdb.Store, d *db.Store, v db.Voucher, stream []rdb.Entry, now time.Time, repair bool) (VoucherCheck, error) {
+	check := VoucherCheck{VoucherID: v.ID}
+	var candidates []order.Order
+	for _, e := range stream {
+		if e.Err == nil && e.Order.VoucherID == v.ID {
+			candidates = append(candidates, e.Order)
+		}
+	}
+	ids := make([]int64, len(candidates))
+	for i, o := range candidates {
+		ids[i] = o.ID
+	}
+	persisted, err := d.ExistingOrders(ctx, ids)
+	if err != nil {
+		return check, err
+	}
+	live, err := d.LiveOrders(ctx, v.ID)
+	if err != nil {
+		return check, err
+	}
+
+	want := rdb.VoucherState{Found: true, Users: map[string]int64{}, Days: map[string]map[string]int64{}}
+	want.Voucher = rdb.Voucher{ID: v.ID, Stock: v.Stock, PerUserLimit: v.PerUserLimit, PerUserDailyLimit: v.PerUserDailyLimit}
+	if v.StartsAt != nil {
+		want.Voucher.StartsAt = *v.StartsAt
+	}
+	if v.EndsAt != nil {
+		want.Voucher.EndsAt = *v.EndsAt
+	}
+	count := func(user, day string, recent bool) {
+		want.Users[user]++
+		if recent && day != "" {
+			if want.Days[day] == nil {
+				want.Days[day] = map[string]int64{}
+			}
+			want.Days[day][user]++
+		}
+	}
+	for _, o := range live {
+		count(o.UserID, o.Day, now.Sub(o.CreatedAt) < rdb.DayKeyTTL)
+	}
+	for _, o := range candidates {
+		if !persisted[o.ID] {
+			check.InFlight++
+			want.Voucher.Stock--
+			count(o.UserID, o.Day, true)
+		}
+	}
+
+	days := slices.Sorted(maps.Keys(want.Days))
+	have, err := r.ReadVoucherState(ctx, v.ID, days)
+	if err != nil {
+		return check, err
+	}
+	diff := func(what string, h, w int64) {
+		if h != w {
+			check.Differences = append(check.Differences, Difference{What: what, Redis: h, Want: w})
+		}
+	}
+	if !have.Found {
+		diff("voucher present", 0, 1)
+	}
+	diff("stock", have.Voucher.Stock, want.Voucher.Stock)
+	diff("per_user_limit", have.Voucher.PerUserLimit, want.Voucher.PerUserLimit)
+	diff("per_user_daily_limit", have.Voucher.PerUserDailyLimit, want.Voucher.PerUserDailyLimit)
+	diff("starts_at (ms)", msOf(have.Voucher.StartsAt), msOf(want.Voucher.StartsAt))
+	diff("ends_at (ms)", msOf(have.Voucher.EndsAt), msOf(want.Voucher.EndsAt))
+	for _, u := range slices.Sorted(maps.Keys(union(have.Users, want.Users))) {
+		diff("user "+u, have.Users[u], want.Users[u])
+	}
+	for _, day := range days {
+		for _, u := range slices.Sorted(maps.Keys(union(have.Days[day], want.Days[day]))) {
+			diff("day "+day+" user "+u, have.Days[day][u], want.Days[day][u])
+		}
+	}
+	released, err := d.ReleasedOrderIDs(ctx, v.ID)
+	if err != nil {
+		return check, err
+	}
+	if have.ReleasedSize < int64(len(released)) {
+		diff("released orders", have.ReleasedSize, int64(len(released)))
+	}
+
+	if repair && len(check.Differences) > 0 {
+		if err := r.RewriteVoucher(ctx, want, released); err != nil {
+			return check, err
+		}
+		check.Repaired = true
+	}
+	return check, nil
+}
+
+func msOf(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixMilli()
+}
+
+func union(a, b map[string]int64) map[string]int64 {
+	out := make(map[string]int64, len(a)+len(b))
+	for k := range a {
+		out[k] = 0
+	}
+	for k := range b {
+		out[k] = 0
+	}
+	return out
+}
+
+// PrintChecks writes the reconciliation as a table; it lists at most
+// maxRows differences per voucher.
+func PrintChecks(w io.Writer, checks []VoucherCheck, maxRows int) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "voucher\tin flight\tdifference\tredis\twant\t")
+	total := 0
+	for _, c := range checks {
+		if len(c.Differences) == 0 {
+			fmt.Fprintf(tw, "%d\t%d\tnone\t\t\t\n", c.VoucherID, c.InFlight)
+			continue
+		}
+		for i, d := range c.Differences {
+			if i == maxRows {
+				fmt.Fprintf(tw, "%d\t\t… %d more\t\t\t\n", c.VoucherID, len(c.Differences)-maxRows)
+				break
+			}
+			fmt.Fprintf(tw, "%d\t%d\t%s\t%d\t%d\t\n", c.VoucherID, c.InFlight, d.What, d.Redis, d.Want)
+		}
+		total += len(c.Differences)
+		if c.Repaired {
+			fmt.Fprintf(tw, "%d\t\trepaired: Redis rewritten from MySQL and the streams\t\t\t\n", c.VoucherID)
+		}
+	}
+	tw.Flush()
+	fmt.Fprintf(w, "%d vouchers checked, %d differences\n", len(checks), total)
+}
