@@ -200,6 +200,7 @@ func (r *Report) Violations() []string {
 	add(r.RedisRemaining != r.MySQLRemaining, "Redis remaining %d != MySQL remaining %d", r.RedisRemaining, r.MySQLRemaining)
 	add(r.APIDisagreements > 0, "GET /v1/orders disagrees with MySQL on %d of %d orders", r.APIDisagreements, r.APIChecked)
 	add(r.Sale.Errors > 0, "%d claims failed with a transport error or 5xx", r.Sale.Errors)
+	add(r.Sale.Unavailable > 0, "%d claims answered 503 with nothing broken", r.Sale.Unavailable)
 	return v
 }
 
@@ -220,6 +221,7 @@ func (r *Report) Print(w io.Writer) {
 		row("rejected: "+c, s.Rejected[c])
 	}
 	row("errors (transport/5xx)", s.Errors)
+	row("unavailable (503)", s.Unavailable)
 	row("orders in MySQL (created+paid)", r.Live)
 	row("orders failed / cancelled", fmt.Sprintf("%d / %d", r.Failed, r.Cancelled))
 	row("admitted but missing in MySQL", r.Missing)

@@ -103,13 +103,20 @@ func (s *Stack) Token(user string) string {
 
 // SaleConfig shapes a simulated sale.
 type SaleConfig struct {
-	VoucherID   int64
-	Users       int // distinct users; each claims at least once
-	Requests    int // total claims; those beyond Users repeat random users
+	VoucherID int64
+	Users     int // distinct users; each claims at least once (unless Duration is set)
+	Requests  int // total claims; those beyond Users repeat random users
+	// Duration, when set, makes the sale run that long instead: Requests is
+	// ignored and every claim is by a random user.
+	Duration time.Duration
+	// Rate caps claims per second across all clients (0: as fast as they go).
+	Rate        int
 	Concurrency int // claims in flight at once (closed loop)
 	Seed        uint64
 	// OnProgress, if set, is called after every claim with the number done.
 	OnProgress func(done int64)
+	// OnAdmit, if set, is called for every 202 (from the claiming goroutine).
+	OnAdmit func(orderID int64, user string)
 }
 
 // SaleResult is what the clients saw.
@@ -117,7 +124,9 @@ type SaleResult struct {
 	Requests int64
 	Admitted int64
 	Rejected map[string]int64 // by error code
-	Errors   int64            // transport errors and 5xx
+	Errors   int64            // transport errors and 5xx other than 503
+	// Unavailable counts deliberate 503 "unavailable" answers.
+	Unavailable int64
 	// Orders maps every admitted order id to its user.
 	Orders   map[int64]string
 	Duration time.Duration
@@ -128,10 +137,13 @@ type SaleResult struct {
 
 // RunSale fires cfg.Requests claims from cfg.Users distinct users.
 func (s *Stack) RunSale(ctx context.Context, cfg SaleConfig) (*SaleResult, error) {
-	if cfg.Users <= 0 || cfg.Requests < cfg.Users || cfg.Concurrency <= 0 {
-		return nil, fmt.Errorf("sale needs users > 0, requests >= users, concurrency > 0")
+	if cfg.Users <= 0 || (cfg.Duration == 0 && cfg.Requests < cfg.Users) || cfg.Concurrency <= 0 {
+		return nil, fmt.Errorf("sale needs users > 0, requests >= users (or a duration), concurrency > 0")
 	}
 	rng := rand.New(rand.NewPCG(cfg.Seed, 7))
+	if cfg.Duration > 0 {
+		cfg.Requests = 0
+	}
 	plan := make([]int, cfg.Requests)
 	for i := range plan {
 		if i < cfg.Users {
@@ -155,22 +167,44 @@ func (s *Stack) RunSale(ctx context.Context, cfg SaleConfig) (*SaleResult, error
 		done atomic.Int64
 		wg   sync.WaitGroup
 	)
+	var pace <-chan time.Time
+	if cfg.Rate > 0 {
+		t := time.NewTicker(time.Second / time.Duration(cfg.Rate))
+		defer t.Stop()
+		pace = t.C
+	}
 	start := time.Now()
-	for range cfg.Concurrency {
+	end := start.Add(cfg.Duration)
+	for g := range cfg.Concurrency {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			grng := rand.New(rand.NewPCG(cfg.Seed, uint64(g)+100))
 			hist := hdrhistogram.New(1, 60_000_000, 3)
 			local := map[string]int64{}
-			var admitted, errs int64
+			var admitted, errs, unavailable int64
 			orders := map[int64]string{}
 			var lastAdmit time.Time
 			for {
-				i := int(next.Add(1) - 1)
-				if i >= len(plan) || ctx.Err() != nil {
-					break
+				if pace != nil {
+					select {
+					case <-pace:
+					case <-ctx.Done():
+					}
 				}
-				u := plan[i]
+				i := int(next.Add(1) - 1)
+				var u int
+				if cfg.Duration > 0 {
+					if time.Now().After(end) || ctx.Err() != nil {
+						break
+					}
+					u = grng.IntN(cfg.Users)
+				} else {
+					if i >= len(plan) || ctx.Err() != nil {
+						break
+					}
+					u = plan[i]
+				}
 				var body struct {
 					OrderID string `json:"order_id"`
 					Error   string `json:"error"`
@@ -179,6 +213,8 @@ func (s *Stack) RunSale(ctx context.Context, cfg SaleConfig) (*SaleResult, error
 				status, err := client.Do(ctx, "POST", path, tokens[u], nil, &body)
 				_ = hist.RecordValue(time.Since(t0).Microseconds())
 				switch {
+				case err == nil && status == http.StatusServiceUnavailable && body.Error == "unavailable":
+					unavailable++
 				case err != nil || status >= 500:
 					errs++
 				case status == http.StatusAccepted:
@@ -190,6 +226,9 @@ func (s *Stack) RunSale(ctx context.Context, cfg SaleConfig) (*SaleResult, error
 					admitted++
 					orders[id] = userName(u)
 					lastAdmit = time.Now()
+					if cfg.OnAdmit != nil {
+						cfg.OnAdmit(id, userName(u))
+					}
 				default:
 					local[body.Error]++
 				}
@@ -215,6 +254,7 @@ func (s *Stack) RunSale(ctx context.Context, cfg SaleConfig) (*SaleResult, error
 			}
 			res.Admitted += admitted
 			res.Errors += errs
+			res.Unavailable += unavailable
 			if lastAdmit.After(res.LastAdmit) {
 				res.LastAdmit = lastAdmit
 			}
@@ -222,11 +262,18 @@ func (s *Stack) RunSale(ctx context.Context, cfg SaleConfig) (*SaleResult, error
 	}
 	wg.Wait()
 	res.Duration = time.Since(start)
-	res.Requests = next.Load()
-	if res.Requests > int64(len(plan)) {
-		res.Requests = int64(len(plan))
-	}
+	res.Requests = next.Load() - int64(cfg.Concurrency) // each goroutine took one index it did not send
 	return res, ctx.Err()
 }
 
 func userName(u int) string { return "user-" + strconv.Itoa(u) }
+
+// Pay pays order id as user: it returns the HTTP status and error code.
+func (c *Client) Pay(ctx context.Context, id int64, token string) (int, string, error) {
+	var body struct {
+		Status string `json:"status"`
+		Error  string `json:"error"`
+	}
+	status, err := c.Do(ctx, "POST", "/v1/orders/"+strconv.FormatInt(id, 10)+"/pay", token, nil, &body)
+	return status, body.Error, err
+}

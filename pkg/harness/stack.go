@@ -30,6 +30,8 @@ type Options struct {
 	RedisArgs []string
 	// Workers is the number of worker processes (default 2).
 	Workers int
+	// Reaper starts a reaper process too.
+	Reaper bool
 	// Partitions is FLASHSALE_STREAM_PARTITIONS (default 8).
 	Partitions int
 	// Race builds the binaries with the race detector.
@@ -51,7 +53,11 @@ type Stack struct {
 	DB         *db.Store
 	Gateway    *Proc
 	Workers    []*Proc
-	env        []string
+	// WorkerNames are the workers' consumer names.
+	WorkerNames []string
+	Reaper      *Proc // nil unless Options.Reaper
+	env         []string
+	restarts    map[int]int
 }
 
 // StartStack builds the binaries, starts whatever servers are missing,
@@ -63,7 +69,7 @@ func StartStack(ctx context.Context, o Options) (s *Stack, err error) {
 	if o.Partitions <= 0 {
 		o.Partitions = 8
 	}
-	s = &Stack{opts: o, bin: filepath.Join(o.Dir, "bin"), AdminToken: randomHex(16), JWTSecret: randomHex(32)}
+	s = &Stack{opts: o, bin: filepath.Join(o.Dir, "bin"), AdminToken: randomHex(16), JWTSecret: randomHex(32), restarts: map[int]int{}}
 	defer func() {
 		if err != nil {
 			s.Close()
@@ -72,7 +78,7 @@ func StartStack(ctx context.Context, o Options) (s *Stack, err error) {
 	if err := os.MkdirAll(filepath.Join(o.Dir, "logs"), 0o755); err != nil {
 		return nil, err
 	}
-	if err := Build(s.bin, o.Race, "gateway", "worker"); err != nil {
+	if err := Build(s.bin, o.Race, "gateway", "worker", "reaper"); err != nil {
 		return nil, err
 	}
 	redisAddr := o.RedisAddr
@@ -122,7 +128,42 @@ func StartStack(ctx context.Context, o Options) (s *Stack, err error) {
 		}
 		s.Workers = append(s.Workers, w)
 	}
+	if o.Reaper {
+		if s.Reaper, err = s.StartReaper(); err != nil {
+			return nil, err
+		}
+	}
 	return s, nil
+}
+
+// StartReaper starts a reaper process.
+func (s *Stack) StartReaper() (*Proc, error) {
+	return Start("reaper", s.binary("reaper"), append(s.env, "FLASHSALE_CONSUMER_NAME=reaper"), s.LogDir())
+}
+
+// RestartReaper kills the reaper with SIGKILL and starts it again.
+func (s *Stack) RestartReaper() error {
+	s.Reaper.Kill()
+	r, err := s.StartReaper()
+	if err != nil {
+		return err
+	}
+	s.Reaper = r
+	return nil
+}
+
+// ReplaceWorker kills worker i with SIGKILL and starts a new one under a
+// new consumer name, as a new pod would: what the old one left pending is
+// the reaper's to take over.
+func (s *Stack) ReplaceWorker(i int) error {
+	s.Workers[i].Kill()
+	s.restarts[i]++
+	w, err := s.startWorkerAs(i, "worker-"+strconv.Itoa(i)+"-r"+strconv.Itoa(s.restarts[i]))
+	if err != nil {
+		return err
+	}
+	s.Workers[i] = w
+	return nil
 }
 
 func openDB(ctx context.Context, dsn string) (*db.Store, error) {
@@ -165,7 +206,14 @@ func (s *Stack) StartGateway(ctx context.Context) error {
 // StartWorker starts worker i under the consumer name worker-i, so a
 // restarted worker re-reads what its predecessor left pending.
 func (s *Stack) StartWorker(i int) (*Proc, error) {
-	name := "worker-" + strconv.Itoa(i)
+	return s.startWorkerAs(i, "worker-"+strconv.Itoa(i))
+}
+
+func (s *Stack) startWorkerAs(i int, name string) (*Proc, error) {
+	for len(s.WorkerNames) <= i {
+		s.WorkerNames = append(s.WorkerNames, "")
+	}
+	s.WorkerNames[i] = name
 	return Start(name, s.binary("worker"), append(s.env, "FLASHSALE_CONSUMER_NAME="+name), s.LogDir())
 }
 
@@ -180,6 +228,23 @@ func (s *Stack) RestartWorker(i int) error {
 	return nil
 }
 
+// WaitBusy waits up to timeout until worker i holds entries it has not
+// acknowledged (a batch in hand), and reports whether it did.
+func (s *Stack) WaitBusy(ctx context.Context, i int, timeout time.Duration) bool {
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) && ctx.Err() == nil {
+		for p := range s.RDB.Partitions() {
+			pend, err := s.RDB.Client().XPendingExt(ctx, &redis.XPendingExtArgs{Stream: rdb.StreamKey(p), Group: s.RDB.Group(),
+				Start: "-", End: "+", Count: 1, Consumer: s.WorkerNames[i]}).Result()
+			if err == nil && len(pend) > 0 {
+				return true
+			}
+		}
+		time.Sleep(time.Millisecond)
+	}
+	return false
+}
+
 // Close stops the processes (SIGTERM, checking each exits cleanly) and the
 // throwaway servers.
 func (s *Stack) Close() error {
@@ -188,6 +253,9 @@ func (s *Stack) Close() error {
 		if !w.Exited() {
 			errs = append(errs, w.Stop(15*time.Second))
 		}
+	}
+	if s.Reaper != nil && !s.Reaper.Exited() {
+		errs = append(errs, s.Reaper.Stop(15*time.Second))
 	}
 	if s.Gateway != nil && !s.Gateway.Exited() {
 		errs = append(errs, s.Gateway.Stop(20*time.Second))

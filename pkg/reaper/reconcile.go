@@ -116,9 +116,11 @@ func reconcileVoucher(ctx context.Context, r *rdb.Store, d *db.Store, v db.Vouch
 	if v.EndsAt != nil {
 		want.Voucher.EndsAt = *v.EndsAt
 	}
+	// Per-day counts exist only for vouchers with a daily limit (admit.lua).
+	daily := v.PerUserDailyLimit > 0
 	count := func(user, day string, recent bool) {
 		want.Users[user]++
-		if recent && day != "" {
+		if daily && recent && day != "" {
 			if want.Days[day] == nil {
 				want.Days[day] = map[string]int64{}
 			}

@@ -1,0 +1,455 @@
+package harness
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"hash/fnv"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/flashsale/flashsale/pkg/order"
+	"github.com/flashsale/flashsale/pkg/rdb"
+	"github.com/flashsale/flashsale/pkg/reaper"
+)
+
+// ChaosConfig shapes a sale run under injected faults.
+type ChaosConfig struct {
+	Dir         string
+	Duration    time.Duration // how long claims are fired; faults are spread over it
+	Users       int
+	Stock       int64
+	PerUser     int64
+	Concurrency int
+	// Rate caps claims per second, so orders keep flowing all sale long.
+	Rate int
+	// PaymentTimeout of the voucher; orders not paid by then are cancelled.
+	PaymentTimeout time.Duration
+	// PayShare of admitted orders is paid; the rest expire.
+	PayShare float64
+	// ClaimMinIdle is FLASHSALE_CLAIM_MIN_IDLE; a stopped worker stays
+	// stopped 2.5 times as long.
+	ClaimMinIdle time.Duration
+	// Log receives a line per fault as it happens (may be nil).
+	Log io.Writer
+}
+
+// Faults counts the faults injected.
+type Faults struct {
+	WorkerKills, WorkerStops, ReaperKills, MariaDBKills, RedisKills int
+	// MidBatch counts worker kills and stops that hit a worker holding
+	// unacknowledged entries.
+	MidBatch int
+}
+
+// ChaosReport is what a chaos run came to.
+type ChaosReport struct {
+	Faults     Faults
+	Sale       *SaleResult
+	StockTotal int64
+	PerUser    int64
+	// Outcomes of the 202 orders, by final status; Lost are not in MySQL.
+	Final map[order.Status]int64
+	Lost  int64
+	// Unannounced orders are in MySQL without a 202: the script ran but the
+	// answer was lost (Redis killed before replying). At most as many as
+	// the claims answered 503 or failed.
+	Unannounced     int64
+	PaidAcked       int64 // payments answered 200
+	PaidAckedLost   int64 // of those, not paid in MySQL
+	PayTooLate      int64 // payments answered payment_expired
+	Live            int64 // paid + created in MySQL, all orders
+	UsersOverLimit  int64
+	MySQLRemaining  int64
+	RedisRemaining  int64
+	PendingEntries  int64
+	DeadLetters     int64
+	DeadUnexplained int64 // dead letters without a failed order and a done release
+	ReconcileDiffs  int
+	Quiescence      time.Duration
+	// What the reaper processes logged doing, summed over their restarts.
+	ReaperClaimed, ReaperCancelled, ReaperDeadLettered, ReaperConsumersRemoved int64
+}
+
+// RunChaos starts a stack with a reaper, sells under faults, waits for
+// quiescence and checks the invariants.
+func RunChaos(ctx context.Context, cfg ChaosConfig) (*ChaosReport, error) {
+	logf := func(format string, args ...any) {
+		if cfg.Log != nil {
+			fmt.Fprintf(cfg.Log, "%s  %s\n", time.Now().Format("15:04:05.000"), fmt.Sprintf(format, args...))
+		}
+	}
+	s, err := StartStack(ctx, Options{
+		Dir: cfg.Dir, Workers: 2, Partitions: 4, Reaper: true,
+		RedisArgs: []string{"--appendonly", "yes", "--appendfsync", "always"},
+		Env: []string{
+			"FLASHSALE_CLAIM_MIN_IDLE=" + cfg.ClaimMinIdle.String(),
+			"FLASHSALE_REAPER_INTERVAL=300ms",
+			"FLASHSALE_CONSUMER_GONE_AFTER=10s",
+			"FLASHSALE_WORKER_BLOCK=300ms",
+			"FLASHSALE_LOG_LEVEL=info",
+		},
+	})
+	if err != nil {
+		return nil, err
+	}
+	defer s.Close()
+	v, err := s.CreateVoucher(ctx, VoucherSpec{Name: "chaos", Stock: cfg.Stock, PerUserLimit: cfg.PerUser,
+		PaymentTimeoutSeconds: int64(cfg.PaymentTimeout / time.Second)})
+	if err != nil {
+		return nil, err
+	}
+	rep := &ChaosReport{StockTotal: cfg.Stock, PerUser: cfg.PerUser, Final: map[order.Status]int64{}}
+
+	// Payers pay a share of the admitted orders, retrying through faults.
+	type admitted struct {
+		id   int64
+		user string
+		at   time.Time
+	}
+	toPay := make(chan admitted, 1<<20)
+	var payMu sync.Mutex
+	paid := map[int64]bool{}
+	var payers sync.WaitGroup
+	client := NewClient(s.URL, 16)
+	for range 8 {
+		payers.Add(1)
+		go func() {
+			defer payers.Done()
+			for a := range toPay {
+				deadline := a.at.Add(cfg.PaymentTimeout + 2*time.Second)
+				tok := s.Token(a.user)
+				for time.Now().Before(deadline) && ctx.Err() == nil {
+					status, code, err := client.Pay(ctx, a.id, tok)
+					if err == nil && status == 200 {
+						payMu.Lock()
+						paid[a.id] = true
+						payMu.Unlock()
+						break
+					}
+					if code == "payment_expired" {
+						payMu.Lock()
+						rep.PayTooLate++
+						payMu.Unlock()
+						break
+					}
+					time.Sleep(50 * time.Millisecond) // order_pending, 503, a lost connection: retry
+				}
+			}
+		}()
+	}
+
+	// Faults, spread over the sale.
+	faultsDone := make(chan error, 1)
+	go func() { faultsDone <- injectFaults(ctx, s, cfg, &rep.Faults, logf) }()
+
+	sale, err := s.RunSale(ctx, SaleConfig{
+		VoucherID: v, Users: cfg.Users, Duration: cfg.Duration, Rate: cfg.Rate, Concurrency: cfg.Concurrency, Seed: uint64(time.Now().UnixNano()),
+		OnAdmit: func(id int64, user string) {
+			if share(id) < cfg.PayShare {
+				toPay <- admitted{id, user, time.Now()}
+			}
+		},
+	})
+	if err != nil {
+		return nil, err
+	}
+	rep.Sale = sale
+	if err := <-faultsDone; err != nil {
+		return nil, fmt.Errorf("injecting faults: %w", err)
+	}
+	close(toPay)
+	payers.Wait()
+	rep.PaidAcked = int64(len(paid))
+	logf("sale over: %d claims, %d admitted, %d paid; waiting for quiescence", sale.Requests, sale.Admitted, rep.PaidAcked)
+
+	start := time.Now()
+	if err := waitQuiescent(ctx, s, 3*time.Minute); err != nil {
+		return rep, err
+	}
+	rep.Quiescence = time.Since(start)
+	return rep, rep.check(ctx, s, v, paid)
+}
+
+// share maps an order id to [0, 1), the same way every run.
+func share(id int64) float64 {
+	h := fnv.New32a()
+	h.Write([]byte(strconv.FormatInt(id, 10)))
+	return float64(h.Sum32()%1000) / 1000
+}
+
+func injectFaults(ctx context.Context, s *Stack, cfg ChaosConfig, f *Faults, logf func(string, ...any)) error {
+	at := func(frac float64) error {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(time.Duration(frac * float64(cfg.Duration))):
+			return nil
+		}
+	}
+	// busy waits (briefly) until worker i holds a batch, so a kill or stop
+	// lands mid-batch; it counts the ones that did.
+	busy := func(i int, within time.Duration) {
+		if s.WaitBusy(ctx, i, within) {
+			f.MidBatch++
+		}
+	}
+	killWorker := func(i int) func() error {
+		return func() error {
+			busy(i, 2*time.Second)
+			f.WorkerKills++
+			return s.ReplaceWorker(i)
+		}
+	}
+	steps := []struct {
+		wait float64
+		name string
+		do   func() error
+	}{
+		{0.08, "kill -9 worker 0 mid-batch (a new pod takes its place)", killWorker(0)},
+		{0.07, "kill -9 mariadbd; while it is down, SIGSTOP worker 1 and kill -9 worker 0, both holding batches; restart mariadbd after 2s", func() error {
+			f.MariaDBKills++
+			if err := s.MariaDB.Kill(); err != nil {
+				return err
+			}
+			time.Sleep(300 * time.Millisecond)
+			busy(1, time.Second)
+			f.WorkerStops++
+			w := s.Workers[1]
+			if err := w.Signal(syscall.SIGSTOP); err != nil {
+				return err
+			}
+			// A zombie: it wakes long after the reaper took its batch.
+			time.AfterFunc(cfg.ClaimMinIdle*5/2, func() { _ = w.Signal(syscall.SIGCONT) })
+			if err := killWorker(0)(); err != nil {
+				return err
+			}
+			time.Sleep(1700 * time.Millisecond)
+			return s.MariaDB.Start()
+		}},
+		{0.12, "kill -9 the reaper", func() error { f.ReaperKills++; return s.RestartReaper() }},
+		{0.1, "kill -9 worker 0 mid-batch", killWorker(0)},
+		{0.1, "kill -9 redis-server (AOF, appendfsync always), restart after 0.5s", func() error {
+			f.RedisKills++
+			if err := s.Redis.Kill(); err != nil {
+				return err
+			}
+			time.Sleep(500 * time.Millisecond)
+			return s.Redis.Start()
+		}},
+		{0.1, "kill -9 worker 1 mid-batch", killWorker(1)},
+		{0.1, "kill -9 the reaper and worker 0 together", func() error {
+			f.ReaperKills++
+			if err := s.RestartReaper(); err != nil {
+				return err
+			}
+			return killWorker(0)()
+		}},
+	}
+	for _, st := range steps {
+		if err := at(st.wait); err != nil {
+			return err
+		}
+		logf("fault: %s", st.name)
+		if err := st.do(); err != nil {
+			return fmt.Errorf("%s: %w", st.name, err)
+		}
+	}
+	return nil
+}
+
+// waitQuiescent waits until every stream is drained and acknowledged, no
+// order awaits payment and no release is owed to Redis.
+func waitQuiescent(ctx context.Context, s *Stack, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	var why string
+	for time.Now().Before(deadline) {
+		why = ""
+		for p := range s.RDB.Partitions() {
+			b, err := s.RDB.PartitionBacklog(ctx, p)
+			if err != nil || b.Length > 0 || b.Pending > 0 {
+				why = fmt.Sprintf("partition %d: %+v %v", p, b, err)
+				break
+			}
+		}
+		if why == "" {
+			var created, owed int64
+			s.DB.DB().WithContext(ctx).Raw("SELECT COUNT(*) FROM orders WHERE status = 'created'").Scan(&created)
+			s.DB.DB().WithContext(ctx).Raw("SELECT COUNT(*) FROM releases WHERE redis_released_at IS NULL").Scan(&owed)
+			if created == 0 && owed == 0 {
+				return nil
+			}
+			why = fmt.Sprintf("%d orders awaiting payment, %d releases owed", created, owed)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	return fmt.Errorf("not quiescent after %s: %s (logs in %s)", timeout, why, filepath.Dir(s.Gateway.LogPath))
+}
+
+func (r *ChaosReport) check(ctx context.Context, s *Stack, v int64, paid map[int64]bool) error {
+	var rows []struct {
+		ID     int64
+		UserID string
+		Status string
+	}
+	if err := s.DB.DB().WithContext(ctx).Raw("SELECT id, user_id, status FROM orders WHERE voucher_id = ?", v).Scan(&rows).Error; err != nil {
+		return err
+	}
+	status := make(map[int64]string, len(rows))
+	perUser := map[string]int64{}
+	for _, row := range rows {
+		status[row.ID] = row.Status
+		if row.Status == string(order.StatusPaid) || row.Status == string(order.StatusCreated) {
+			r.Live++
+			perUser[row.UserID]++
+		}
+		if _, ok := r.Sale.Orders[row.ID]; !ok {
+			r.Unannounced++
+		}
+	}
+	for id := range r.Sale.Orders {
+		st, ok := status[id]
+		if !ok {
+			r.Lost++
+			continue
+		}
+		r.Final[order.Status(st)]++
+	}
+	for id := range paid {
+		if status[id] != string(order.StatusPaid) {
+			r.PaidAckedLost++
+		}
+	}
+	for _, n := range perUser {
+		if n > r.PerUser {
+			r.UsersOverLimit++
+		}
+	}
+	vo, err := s.DB.Voucher(ctx, v)
+	if err != nil {
+		return err
+	}
+	r.MySQLRemaining = vo.Stock
+	if r.RedisRemaining, _, err = s.RDB.RemainingStock(ctx, v); err != nil {
+		return err
+	}
+	for p := range s.RDB.Partitions() {
+		b, err := s.RDB.PartitionBacklog(ctx, p)
+		if err != nil {
+			return err
+		}
+		r.PendingEntries += b.Pending
+		dead, err := s.RDB.Client().XRange(ctx, rdb.DeadKey(p), "-", "+").Result()
+		if err != nil {
+			return err
+		}
+		for _, d := range dead {
+			r.DeadLetters++
+			id, _ := strconv.ParseInt(fmt.Sprint(d.Values["order_id"]), 10, 64)
+			var done int64
+			s.DB.DB().WithContext(ctx).Raw(`SELECT COUNT(*) FROM orders o JOIN releases r ON r.order_id = o.id
+				WHERE o.id = ? AND o.status = 'failed' AND r.redis_released_at IS NOT NULL`, id).Scan(&done)
+			if done != 1 {
+				r.DeadUnexplained++
+			}
+		}
+	}
+	passes, err := sumLogFields(filepath.Join(s.LogDir(), "reaper.log"), "reaper pass", "claimed", "cancelled", "dead_lettered", "consumers_removed")
+	if err != nil {
+		return err
+	}
+	r.ReaperClaimed, r.ReaperCancelled, r.ReaperDeadLettered, r.ReaperConsumersRemoved = passes[0], passes[1], passes[2], passes[3]
+	checks, err := reaper.Reconcile(ctx, s.RDB, s.DB, time.Now(), false)
+	if err != nil {
+		return err
+	}
+	for _, c := range checks {
+		r.ReconcileDiffs += len(c.Differences)
+	}
+	return nil
+}
+
+// Violations lists every invariant the run broke; empty means all hold.
+func (r *ChaosReport) Violations() []string {
+	var v []string
+	add := func(cond bool, format string, args ...any) {
+		if cond {
+			v = append(v, fmt.Sprintf(format, args...))
+		}
+	}
+	add(r.Lost > 0, "%d admitted orders lost", r.Lost)
+	add(r.Final[order.StatusCreated] > 0, "%d orders still awaiting payment after quiescence", r.Final[order.StatusCreated])
+	add(r.Unannounced > r.Sale.Unavailable+r.Sale.Errors, "%d orders without a 202, more than the %d ambiguous answers", r.Unannounced, r.Sale.Unavailable+r.Sale.Errors)
+	add(r.PaidAckedLost > 0, "%d acknowledged payments not in MySQL", r.PaidAckedLost)
+	add(r.Live > r.StockTotal, "oversold: %d live orders for %d units", r.Live, r.StockTotal)
+	add(r.UsersOverLimit > 0, "%d users above the limit", r.UsersOverLimit)
+	add(r.MySQLRemaining+r.Live != r.StockTotal, "MySQL remaining %d + live %d != total %d", r.MySQLRemaining, r.Live, r.StockTotal)
+	add(r.RedisRemaining != r.MySQLRemaining, "Redis remaining %d != MySQL remaining %d", r.RedisRemaining, r.MySQLRemaining)
+	add(r.PendingEntries > 0, "%d entries still pending", r.PendingEntries)
+	add(r.DeadUnexplained > 0, "%d dead letters without a failed order and a done release", r.DeadUnexplained)
+	add(r.ReconcileDiffs > 0, "reconcile finds %d differences between Redis and MySQL", r.ReconcileDiffs)
+	return v
+}
+
+// Print writes the report as a table.
+func (r *ChaosReport) Print(w io.Writer) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	row := func(k string, v any) { fmt.Fprintf(tw, "%s\t%v\n", k, v) }
+	f := r.Faults
+	row("faults injected", fmt.Sprintf("worker kill -9: %d, worker SIGSTOP: %d (mid-batch: %d), reaper kill -9: %d, mariadbd kill -9: %d, redis-server kill -9: %d",
+		f.WorkerKills, f.WorkerStops, f.MidBatch, f.ReaperKills, f.MariaDBKills, f.RedisKills))
+	row("claims / admitted (202)", fmt.Sprintf("%d / %d", r.Sale.Requests, r.Sale.Admitted))
+	row("claims 503 / errors", fmt.Sprintf("%d / %d", r.Sale.Unavailable, r.Sale.Errors))
+	row("202 orders: paid / cancelled / failed / created", fmt.Sprintf("%d / %d / %d / %d",
+		r.Final[order.StatusPaid], r.Final[order.StatusCancelled], r.Final[order.StatusFailed], r.Final[order.StatusCreated]))
+	row("202 orders lost", r.Lost)
+	row("orders without a 202 (reply lost)", r.Unannounced)
+	row("payments acknowledged / lost / too late", fmt.Sprintf("%d / %d / %d", r.PaidAcked, r.PaidAckedLost, r.PayTooLate))
+	row("live orders / stock total", fmt.Sprintf("%d / %d", r.Live, r.StockTotal))
+	row("users over limit", r.UsersOverLimit)
+	row("remaining MySQL / Redis", fmt.Sprintf("%d / %d", r.MySQLRemaining, r.RedisRemaining))
+	row("pending entries", r.PendingEntries)
+	row("dead letters (unexplained)", fmt.Sprintf("%d (%d)", r.DeadLetters, r.DeadUnexplained))
+	row("reaper: claimed / cancelled / dead-lettered / consumers removed", fmt.Sprintf("%d / %d / %d / %d",
+		r.ReaperClaimed, r.ReaperCancelled, r.ReaperDeadLettered, r.ReaperConsumersRemoved))
+	row("reconcile differences", r.ReconcileDiffs)
+	row("quiescent after sale", r.Quiescence.Round(time.Millisecond))
+	if v := r.Violations(); len(v) == 0 {
+		row("invariants", "all hold")
+	} else {
+		row("invariants", "VIOLATED: "+strings.Join(v, "; "))
+	}
+	tw.Flush()
+}
+
+// sumLogFields sums numeric fields of the JSON log lines with message msg.
+func sumLogFields(path, msg string, fields ...string) ([]int64, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]int64, len(fields))
+	for _, line := range strings.Split(string(b), "\n") {
+		var entry map[string]any
+		if json.Unmarshal([]byte(line), &entry) != nil || entry["msg"] != msg {
+			continue
+		}
+		for i, f := range fields {
+			if n, ok := entry[f].(float64); ok {
+				out[i] += int64(n)
+			}
+		}
+	}
+	return out, nil
+}

@@ -1,0 +1,51 @@
+package harness_test
+
+import (
+	"context"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/flashsale/flashsale/pkg/harness"
+)
+
+// TestChaos sells under worker, reaper, mariadbd and redis-server kills.
+// CHAOS_DURATION lengthens the sale (make chaos); the default is the short
+// run make test includes.
+func TestChaos(t *testing.T) {
+	if testing.Short() {
+		t.Skip("chaos: builds and runs the binaries under faults")
+	}
+	d := 12 * time.Second
+	if s := os.Getenv("CHAOS_DURATION"); s != "" {
+		var err error
+		d, err = time.ParseDuration(s)
+		require.NoError(t, err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), d+5*time.Minute)
+	defer cancel()
+	var log strings.Builder
+	report, err := harness.RunChaos(ctx, harness.ChaosConfig{
+		Dir: t.TempDir(), Duration: d, Users: 20000, Stock: 3000, PerUser: 2, Concurrency: 16, Rate: 1500,
+		PaymentTimeout: 2 * time.Second, PayShare: 0.5, ClaimMinIdle: 1500 * time.Millisecond, Log: &log,
+	})
+	t.Log("\n" + log.String())
+	require.NoError(t, err)
+	var out strings.Builder
+	report.Print(&out)
+	t.Log("\n" + out.String())
+	if os.Getenv("CHAOS_REPORT") != "" {
+		require.NoError(t, os.WriteFile(os.Getenv("CHAOS_REPORT"), []byte(log.String()+"\n"+out.String()), 0o644))
+	}
+	require.Empty(t, report.Violations())
+	require.Positive(t, report.Sale.Admitted)
+	require.Positive(t, report.Final["cancelled"], "some orders were never paid and were cancelled")
+	require.Positive(t, report.Final["paid"])
+	f := report.Faults
+	require.True(t, f.WorkerKills > 0 && f.WorkerStops > 0 && f.ReaperKills > 0 && f.MariaDBKills > 0 && f.RedisKills > 0, "%+v", f)
+	require.Positive(t, f.MidBatch, "at least one worker died holding a batch")
+	require.Positive(t, report.ReaperClaimed, "the reaper took over what dead workers left")
+}
