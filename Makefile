@@ -3,13 +3,13 @@ GO      ?= go
 PKGS    := ./...
 BIN     := bin
 
-.PHONY: all build test test-short lint servers demo clean
+.PHONY: all build test test-short lint servers demo chaos dataloss clean
 
 all: build
 
 ## build: the binaries into ./bin
 build:
-	$(GO) build -trimpath -o $(BIN)/ ./cmd/gateway ./cmd/worker
+	$(GO) build -trimpath -o $(BIN)/ ./cmd/gateway ./cmd/worker ./cmd/reaper
 
 ## servers: install redis-server and mariadb-server if missing (root), else say how
 servers:
@@ -32,6 +32,15 @@ test-short: servers
 ## demo: a flash sale end to end on throwaway servers, with a report
 demo: servers
 	$(GO) run ./cmd/demo $(DEMO_FLAGS)
+
+## chaos: a 60s sale under worker/reaper/mariadbd/redis-server kills (CHAOS_DURATION to change)
+CHAOS_DURATION ?= 60s
+chaos: servers
+	CHAOS_DURATION=$(CHAOS_DURATION) $(GO) test -count=1 -timeout 20m -run 'TestChaos$$' -v ./pkg/harness
+
+## dataloss: what appendfsync everysec risks, and what reconcile --repair restores
+dataloss: servers
+	$(GO) test -count=1 -timeout 10m -run 'TestRedisLosingItsLastWrites$$' -v ./pkg/harness
 
 clean:
 	rm -rf $(BIN)

@@ -17,8 +17,8 @@ import (
 // Store reads and writes vouchers and orders.
 type Store struct {
 	db *gorm.DB
-	// timeouts caches vouchers.payment_timeout_seconds, which never changes.
-	timeouts sync.Map // int64 -> int64
+	// meta caches what never changes of a voucher.
+	meta sync.Map // int64 -> voucherMeta
 }
 
 // New returns a Store over db.
@@ -106,6 +106,7 @@ const (
 	ReasonOutOfStock      = "out_of_stock"
 	ReasonVoucherNotFound = "voucher_not_found"
 	ReasonDeadLetter      = "dead_letter"
+	ReasonUserLimit       = "user_limit"
 	// ReasonExpired is the release reason of a cancelled order.
 	ReasonExpired = "payment_expired"
 )
@@ -177,22 +178,15 @@ func (s *Store) PersistBatch(ctx context.Context, orders []order.Order) ([]Outco
 		rows := make([]Order, 0, len(orders))
 		for _, v := range vouchers {
 			idx := perVoucher[v]
-			taken, timeout, err := s.takeStock(tx, v, int64(len(idx)))
+			status, err := s.decide(tx, v, orders, idx)
 			if err != nil {
 				return err
 			}
 			for j, i := range idx {
 				o := orders[i]
-				row := Order{ID: o.ID, VoucherID: o.VoucherID, UserID: o.UserID, Day: o.Day, CreatedAt: o.CreatedAt, ExpiresAt: o.CreatedAt, UpdatedAt: o.CreatedAt}
-				switch {
-				case timeout < 0:
-					row.Status, row.Reason = string(order.StatusFailed), ReasonVoucherNotFound
-				case int64(j) < taken:
-					row.Status, row.ExpiresAt = string(order.StatusCreated), o.CreatedAt.Add(time.Duration(timeout)*time.Second)
-				default:
-					row.Status, row.Reason = string(order.StatusFailed), ReasonOutOfStock
-				}
-				out[i].Status, out[i].Reason = order.Status(row.Status), row.Reason
+				row := Order{ID: o.ID, VoucherID: o.VoucherID, UserID: o.UserID, Day: o.Day, CreatedAt: o.CreatedAt,
+					ExpiresAt: status[j].expiresAt, UpdatedAt: o.CreatedAt, Status: string(status[j].status), Reason: status[j].reason}
+				out[i].Status, out[i].Reason = status[j].status, row.Reason
 				rows = append(rows, row)
 			}
 		}
@@ -215,47 +209,126 @@ func (s *Store) PersistBatch(ctx context.Context, orders []order.Order) ([]Outco
 	return out, nil
 }
 
-// takeStock takes up to n units of voucher v and returns how many it took and
-// the voucher's payment timeout (-1: no such voucher). The common case is one
-// conditional UPDATE; only when MySQL has fewer than n units left does it lock
-// the row and take what remains.
-func (s *Store) takeStock(tx *gorm.DB, v, n int64) (taken, timeout int64, err error) {
-	res := tx.Exec("UPDATE vouchers SET stock = stock - ? WHERE id = ? AND stock >= ?", n, v, n)
-	if res.Error != nil {
-		return 0, 0, fmt.Errorf("take %d of voucher %d: %w", n, v, res.Error)
-	}
-	if res.RowsAffected == 1 {
-		timeout, err = s.paymentTimeout(tx, v)
-		return n, timeout, err
-	}
-	var row struct {
-		Stock                 int64
-		PaymentTimeoutSeconds int64
-	}
-	q := tx.Raw("SELECT stock, payment_timeout_seconds FROM vouchers WHERE id = ? FOR UPDATE", v).Scan(&row)
-	if q.Error != nil {
-		return 0, 0, fmt.Errorf("lock voucher %d: %w", v, q.Error)
-	}
-	if q.RowsAffected == 0 {
-		return 0, -1, nil
-	}
-	taken = min(row.Stock, n)
-	if taken > 0 {
-		if err := tx.Exec("UPDATE vouchers SET stock = stock - ? WHERE id = ?", taken, v).Error; err != nil {
-			return 0, 0, fmt.Errorf("take %d of voucher %d: %w", taken, v, err)
-		}
-	}
-	return taken, row.PaymentTimeoutSeconds, nil
+type voucherMeta struct {
+	paymentTimeout time.Duration
+	perUserLimit   int64
 }
 
-func (s *Store) paymentTimeout(tx *gorm.DB, v int64) (int64, error) {
-	if t, ok := s.timeouts.Load(v); ok {
-		return t.(int64), nil
+type decision struct {
+	status    order.Status
+	reason    string
+	expiresAt time.Time
+}
+
+// decide settles the new orders idx of voucher v inside the batch's
+// transaction: it takes stock for them and checks the per-user limit again
+// (Redis checked it at admission; this holds even if Redis lost its counts),
+// all under the voucher's row lock, which the stock update takes.
+func (s *Store) decide(tx *gorm.DB, v int64, orders []order.Order, idx []int) ([]decision, error) {
+	out := make([]decision, len(idx))
+	meta, found, err := s.voucherMeta(tx, v)
+	if err != nil {
+		return nil, err
 	}
-	var t int64
-	if err := tx.Raw("SELECT payment_timeout_seconds FROM vouchers WHERE id = ?", v).Scan(&t).Error; err != nil {
-		return 0, fmt.Errorf("payment timeout of voucher %d: %w", v, err)
+	if !found {
+		for j, i := range idx {
+			out[j] = decision{order.StatusFailed, ReasonVoucherNotFound, orders[i].CreatedAt}
+		}
+		return out, nil
 	}
-	s.timeouts.Store(v, t)
-	return t, nil
+	taken, err := takeStock(tx, v, int64(len(idx)))
+	if err != nil {
+		return nil, err
+	}
+	users := make([]string, 0, len(idx))
+	for _, i := range idx {
+		users = append(users, orders[i].UserID)
+	}
+	held, err := liveCounts(tx, v, users)
+	if err != nil {
+		return nil, err
+	}
+	var assigned int64
+	for j, i := range idx {
+		o := orders[i]
+		switch {
+		case held[o.UserID] >= meta.perUserLimit:
+			out[j] = decision{order.StatusFailed, ReasonUserLimit, o.CreatedAt}
+		case assigned < taken:
+			out[j] = decision{order.StatusCreated, "", o.CreatedAt.Add(meta.paymentTimeout)}
+			held[o.UserID]++
+			assigned++
+		default:
+			out[j] = decision{order.StatusFailed, ReasonOutOfStock, o.CreatedAt}
+		}
+	}
+	if assigned < taken {
+		if err := tx.Exec("UPDATE vouchers SET stock = stock + ? WHERE id = ?", taken-assigned, v).Error; err != nil {
+			return nil, fmt.Errorf("return %d units to voucher %d: %w", taken-assigned, v, err)
+		}
+	}
+	return out, nil
+}
+
+// takeStock takes up to n units of voucher v and returns how many it took.
+// The common case is one conditional UPDATE; only when MySQL has fewer than
+// n units left does it lock the row and take what remains.
+func takeStock(tx *gorm.DB, v, n int64) (int64, error) {
+	res := tx.Exec("UPDATE vouchers SET stock = stock - ? WHERE id = ? AND stock >= ?", n, v, n)
+	if res.Error != nil {
+		return 0, fmt.Errorf("take %d of voucher %d: %w", n, v, res.Error)
+	}
+	if res.RowsAffected == 1 {
+		return n, nil
+	}
+	var stock int64
+	if err := tx.Raw("SELECT stock FROM vouchers WHERE id = ? FOR UPDATE", v).Scan(&stock).Error; err != nil {
+		return 0, fmt.Errorf("lock voucher %d: %w", v, err)
+	}
+	taken := min(stock, n)
+	if taken > 0 {
+		if err := tx.Exec("UPDATE vouchers SET stock = stock - ? WHERE id = ?", taken, v).Error; err != nil {
+			return 0, fmt.Errorf("take %d of voucher %d: %w", taken, v, err)
+		}
+	}
+	return taken, nil
+}
+
+// liveCounts returns how many created or paid orders of voucher v each of
+// users holds.
+func liveCounts(tx *gorm.DB, v int64, users []string) (map[string]int64, error) {
+	var rows []struct {
+		UserID string
+		N      int64
+	}
+	err := tx.Raw(`SELECT user_id, COUNT(*) AS n FROM orders WHERE voucher_id = ? AND user_id IN ? AND status IN ?
+		GROUP BY user_id`, v, users, []order.Status{order.StatusCreated, order.StatusPaid}).Scan(&rows).Error
+	if err != nil {
+		return nil, fmt.Errorf("count orders per user of voucher %d: %w", v, err)
+	}
+	out := make(map[string]int64, len(rows))
+	for _, r := range rows {
+		out[r.UserID] = r.N
+	}
+	return out, nil
+}
+
+func (s *Store) voucherMeta(tx *gorm.DB, v int64) (voucherMeta, bool, error) {
+	if m, ok := s.meta.Load(v); ok {
+		return m.(voucherMeta), true, nil
+	}
+	var row struct {
+		PaymentTimeoutSeconds int64
+		PerUserLimit          int64
+	}
+	q := tx.Raw("SELECT payment_timeout_seconds, per_user_limit FROM vouchers WHERE id = ?", v).Scan(&row)
+	if q.Error != nil {
+		return voucherMeta{}, false, fmt.Errorf("read voucher %d: %w", v, q.Error)
+	}
+	if q.RowsAffected == 0 {
+		return voucherMeta{}, false, nil
+	}
+	m := voucherMeta{paymentTimeout: time.Duration(row.PaymentTimeoutSeconds) * time.Second, perUserLimit: row.PerUserLimit}
+	s.meta.Store(v, m)
+	return m, true, nil
 }

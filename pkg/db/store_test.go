@@ -120,3 +120,23 @@ func TestPayOrder(t *testing.T) {
 	_, err = e.DB.PayOrder(ctx, 123, "u", now)
 	require.ErrorIs(t, err, db.ErrNotFound)
 }
+
+// If Redis ever admits a user beyond the limit (it lost its counts), MySQL
+// still holds the line.
+func TestPersistBatchHoldsThePerUserLimit(t *testing.T) {
+	e := testenv.New(t, 1)
+	ctx := context.Background()
+	v := e.SeedVoucher(t, db.Voucher{Stock: 10, PerUserLimit: 2}, -1)
+	batch := orders(v.ID, 0, 4)
+	for i := range batch {
+		batch[i].UserID = "greedy"
+	}
+	out, err := e.DB.PersistBatch(ctx, batch[:1])
+	require.NoError(t, err)
+	require.Equal(t, order.StatusCreated, out[0].Status)
+	out, err = e.DB.PersistBatch(ctx, batch[1:])
+	require.NoError(t, err)
+	require.Equal(t, []order.Status{order.StatusCreated, order.StatusFailed, order.StatusFailed}, []order.Status{out[0].Status, out[1].Status, out[2].Status})
+	require.Equal(t, db.ReasonUserLimit, out[2].Reason)
+	require.EqualValues(t, 8, e.Count(t, "SELECT stock FROM vouchers WHERE id = ?", v.ID), "units of refused orders stay in stock")
+}
