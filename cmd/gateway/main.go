@@ -5,8 +5,6 @@ package main
 import (
 	"context"
 
-	"go.uber.org/zap"
-
 	"github.com/flashsale/flashsale/pkg/app"
 	"github.com/flashsale/flashsale/pkg/gateway"
 )
@@ -22,15 +20,15 @@ func (c *config) Base() app.Common { return c.Common }
 
 func main() { app.Main(&config{}, run) }
 
-func run(ctx context.Context, cfg *config, log *zap.Logger) error {
+func run(ctx context.Context, cfg *config, rt *app.Runtime) error {
 	redis, mysql, closeAll, err := cfg.Connect(ctx, cfg.RedisPoolSize)
 	if err != nil {
 		return err
 	}
 	defer closeAll()
-	gw, err := gateway.New(cfg.Config, redis, mysql, log)
+	gw, err := gateway.New(cfg.Config, redis, mysql, rt.Log, gateway.WithRegistry(rt.Registry))
 	if err != nil {
 		return err
 	}
-	return gw.Run(ctx)
+	return rt.Serve(ctx, cfg.Common, app.Ready(redis, mysql), gw.Run)
 }

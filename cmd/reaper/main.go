@@ -29,7 +29,7 @@ func main() {
 	app.Main(&config{}, run, app.Command[*config]{Name: "reconcile", Run: reconcile})
 }
 
-func run(ctx context.Context, cfg *config, log *zap.Logger) error {
+func run(ctx context.Context, cfg *config, rt *app.Runtime) error {
 	if cfg.Consumer == "" {
 		host, err := os.Hostname()
 		if err != nil {
@@ -42,14 +42,14 @@ func run(ctx context.Context, cfg *config, log *zap.Logger) error {
 		return err
 	}
 	defer closeAll()
-	r, err := reaper.New(cfg.Config, redis, mysql, log)
+	r, err := reaper.New(cfg.Config, redis, mysql, rt.Log, reaper.WithRegistry(rt.Registry), reaper.WithAudit(rt.Audit))
 	if err != nil {
 		return err
 	}
-	return r.Run(ctx)
+	return rt.Serve(ctx, cfg.Common, app.Ready(redis, mysql), r.Run)
 }
 
-func reconcile(ctx context.Context, cfg *config, log *zap.Logger, args []string) error {
+func reconcile(ctx context.Context, cfg *config, rt *app.Runtime, args []string) error {
 	fs := flag.NewFlagSet("reconcile", flag.ContinueOnError)
 	repair := fs.Bool("repair", false, "rewrite Redis from MySQL and the streams where they differ (stop the gateways first)")
 	if err := fs.Parse(args); err != nil {
@@ -71,7 +71,7 @@ func reconcile(ctx context.Context, cfg *config, log *zap.Logger, args []string)
 			differ++
 		}
 	}
-	log.Info("reconcile done", zap.Int("vouchers", len(checks)), zap.Int("differing", differ), zap.Bool("repair", *repair))
+	rt.Log.Info("reconcile done", zap.Int("vouchers", len(checks)), zap.Int("differing", differ), zap.Bool("repair", *repair))
 	if differ > 0 {
 		return fmt.Errorf("%d vouchers differ (run with --repair to rebuild Redis)", differ)
 	}

@@ -7,8 +7,6 @@ import (
 	"context"
 	"os"
 
-	"go.uber.org/zap"
-
 	"github.com/flashsale/flashsale/pkg/app"
 	"github.com/flashsale/flashsale/pkg/worker"
 )
@@ -22,7 +20,7 @@ func (c *config) Base() app.Common { return c.Common }
 
 func main() { app.Main(&config{}, run) }
 
-func run(ctx context.Context, cfg *config, log *zap.Logger) error {
+func run(ctx context.Context, cfg *config, rt *app.Runtime) error {
 	if cfg.Consumer == "" {
 		host, err := os.Hostname()
 		if err != nil {
@@ -36,9 +34,9 @@ func run(ctx context.Context, cfg *config, log *zap.Logger) error {
 		return err
 	}
 	defer closeAll()
-	w, err := worker.New(cfg.Config, redis, mysql, log)
+	w, err := worker.New(cfg.Config, redis, mysql, rt.Log, worker.WithRegistry(rt.Registry), worker.WithAudit(rt.Audit))
 	if err != nil {
 		return err
 	}
-	return w.Run(ctx)
+	return rt.Serve(ctx, cfg.Common, app.Ready(redis, mysql), w.Run)
 }

@@ -6,6 +6,7 @@ package app
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/signal"
@@ -14,11 +15,13 @@ import (
 	"time"
 
 	"github.com/kelseyhightower/envconfig"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
-	"go.uber.org/zap/zapcore"
 
 	"github.com/flashsale/flashsale/pkg/db"
+	"github.com/flashsale/flashsale/pkg/ops"
 	"github.com/flashsale/flashsale/pkg/rdb"
 	schema "github.com/flashsale/flashsale/sql"
 )
@@ -39,6 +42,18 @@ type Common struct {
 	MySQLMaxConns int `envconfig:"FLASHSALE_MYSQL_MAX_CONNS" default:"32"`
 	// LogLevel is debug, info, warn or error.
 	LogLevel string `envconfig:"FLASHSALE_LOG_LEVEL" default:"info"`
+	// LogFormat is json (zap's production keys), gcp (time, severity,
+	// message, as Cloud Logging reads them) or ecs (@timestamp, log.level,
+	// message).
+	LogFormat string `envconfig:"FLASHSALE_LOG_FORMAT" default:"json"`
+	// AuditLog logs each order created, cancelled and dead-lettered, never
+	// sampled. Default true.
+	AuditLog bool `envconfig:"FLASHSALE_AUDIT_LOG" default:"true"`
+	// ShutdownDelay is how long /readyz fails after SIGTERM before the
+	// process stops taking work, so load balancers stop sending first.
+	ShutdownDelay time.Duration `envconfig:"FLASHSALE_SHUTDOWN_DELAY" default:"0s"`
+	// Ops is the ops listener (FLASHSALE_OPS_ADDR, FLASHSALE_PPROF).
+	ops.Config
 	// StreamPartitions is the number of order streams; a voucher lives in
 	// partition id mod StreamPartitions. Every role must agree on it.
 	StreamPartitions int `envconfig:"FLASHSALE_STREAM_PARTITIONS" default:"8"`
@@ -50,18 +65,6 @@ type Common struct {
 // Every field names its full variable (FLASHSALE_...), so no unprefixed
 // variable of the environment is ever read.
 func Load(cfg any) error { return envconfig.Process("", cfg) }
-
-// NewLogger returns zap's production JSON logger on stderr at level.
-func NewLogger(level string) (*zap.Logger, error) {
-	lvl, err := zapcore.ParseLevel(level)
-	if err != nil {
-		return nil, fmt.Errorf("FLASHSALE_LOG_LEVEL: %w", err)
-	}
-	cfg := zap.NewProductionConfig()
-	cfg.Level = zap.NewAtomicLevelAt(lvl)
-	cfg.DisableStacktrace = true
-	return cfg.Build()
-}
 
 // Redis connects to Redis and returns its Store, with every script loaded.
 func (c Common) Redis(ctx context.Context, poolSize int) (*rdb.Store, error) {
@@ -131,33 +134,95 @@ func (c Common) Migrate(ctx context.Context, log *zap.Logger) error {
 	return nil
 }
 
+// Runtime is what a binary's run function gets besides its configuration.
+type Runtime struct {
+	Log *zap.Logger
+	// Audit logs one line per order created, cancelled or dead-lettered,
+	// never sampled (zap.NewNop() when FLASHSALE_AUDIT_LOG is false).
+	Audit *zap.Logger
+	// Registry holds the process's metrics, served on /metrics.
+	Registry *prometheus.Registry
+}
+
+// Serve runs role beside the ops listener until ctx ends. Then /readyz
+// fails at once, role's context ends ShutdownDelay later, and Serve returns
+// when role has returned.
+func (rt *Runtime) Serve(ctx context.Context, c Common, ready func(context.Context) error, role func(context.Context) error) error {
+	srv := ops.New(c.Config, rt.Registry, ready, rt.Log)
+	opsCtx, stopOps := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopOps()
+	opsErr := make(chan error, 1)
+	go func() { opsErr <- srv.Run(opsCtx) }()
+
+	roleCtx, stopRole := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopRole()
+	stop := context.AfterFunc(ctx, func() {
+		srv.ShuttingDown()
+		time.AfterFunc(c.ShutdownDelay, stopRole)
+	})
+	defer stop()
+	roleErr := make(chan error, 1)
+	go func() { roleErr <- role(roleCtx) }()
+
+	select {
+	case err := <-roleErr:
+		stopOps()
+		return errors.Join(err, <-opsErr)
+	case err := <-opsErr:
+		stopRole()
+		return errors.Join(fmt.Errorf("ops listener: %w", err), <-roleErr)
+	}
+}
+
+// Ready is the readiness check of a process that needs both stores.
+func Ready(r *rdb.Store, d *db.Store) func(context.Context) error {
+	return func(ctx context.Context) error {
+		if err := r.Client().Ping(ctx).Err(); err != nil {
+			return fmt.Errorf("redis: %w", err)
+		}
+		sqlDB, err := d.DB().DB()
+		if err != nil {
+			return err
+		}
+		if err := sqlDB.PingContext(ctx); err != nil {
+			return fmt.Errorf("mysql: %w", err)
+		}
+		return nil
+	}
+}
+
 // Command is a subcommand of a binary besides migrate; args are the
 // arguments after its name.
 type Command[C any] struct {
 	Name string
-	Run  func(ctx context.Context, cfg C, log *zap.Logger, args []string) error
+	Run  func(ctx context.Context, cfg C, rt *Runtime, args []string) error
 }
 
-// Main runs a binary: it reads cfg from the environment, builds the logger,
-// runs "migrate" or one of commands when named by the first argument, and
-// run otherwise, with a context cancelled on SIGTERM or SIGINT. Every
-// failure ends in one log line and exit status 1.
-func Main[C interface{ Base() Common }](cfg C, run func(ctx context.Context, cfg C, log *zap.Logger) error, commands ...Command[C]) {
-	bootLog, _ := NewLogger("info")
+// Main runs a binary: it reads cfg from the environment, builds the
+// loggers and the metrics registry, runs "migrate" or one of commands when
+// named by the first argument, and run otherwise, with a context cancelled
+// on SIGTERM or SIGINT. Every failure ends in one log line and exit status 1.
+func Main[C interface{ Base() Common }](cfg C, run func(ctx context.Context, cfg C, rt *Runtime) error, commands ...Command[C]) {
+	bootLog, _, _ := NewLoggers("info", "json", false)
 	if err := Load(cfg); err != nil {
 		bootLog.Error("invalid configuration", zap.Error(err))
 		os.Exit(1)
 	}
-	log, err := NewLogger(cfg.Base().LogLevel)
+	c := cfg.Base()
+	log, audit, err := NewLoggers(c.LogLevel, c.LogFormat, c.AuditLog)
 	if err != nil {
 		bootLog.Error("invalid configuration", zap.Error(err))
 		os.Exit(1)
 	}
-	defer log.Sync() //nolint:errcheck
+	defer log.Sync()   //nolint:errcheck
+	defer audit.Sync() //nolint:errcheck
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	rt := &Runtime{Log: log, Audit: audit, Registry: reg}
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
-	err = dispatch(ctx, cfg, log, os.Args[1:], run, commands)
+	err = dispatch(ctx, cfg, rt, os.Args[1:], run, commands)
 	if err != nil {
 		log.Error("exiting", zap.Error(err))
 		log.Sync() //nolint:errcheck
@@ -165,18 +230,18 @@ func Main[C interface{ Base() Common }](cfg C, run func(ctx context.Context, cfg
 	}
 }
 
-func dispatch[C interface{ Base() Common }](ctx context.Context, cfg C, log *zap.Logger, args []string,
-	run func(ctx context.Context, cfg C, log *zap.Logger) error, commands []Command[C]) error {
+func dispatch[C interface{ Base() Common }](ctx context.Context, cfg C, rt *Runtime, args []string,
+	run func(ctx context.Context, cfg C, rt *Runtime) error, commands []Command[C]) error {
 	if len(args) == 0 {
-		return run(ctx, cfg, log)
+		return run(ctx, cfg, rt)
 	}
 	if args[0] == "migrate" {
-		return cfg.Base().Migrate(ctx, log)
+		return cfg.Base().Migrate(ctx, rt.Log)
 	}
 	names := []string{"migrate"}
 	for _, c := range commands {
 		if c.Name == args[0] {
-			return c.Run(ctx, cfg, log, args[1:])
+			return c.Run(ctx, cfg, rt, args[1:])
 		}
 		names = append(names, c.Name)
 	}

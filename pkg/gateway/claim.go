@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"time"
 
 	"github.com/flashsale/flashsale/pkg/order"
 	"github.com/flashsale/flashsale/pkg/rdb"
@@ -13,28 +14,33 @@ var errBadIdempotencyKey = badRequest("invalid_idempotency_key", "Idempotency-Ke
 
 // claim: POST /v1/vouchers/{id}/orders. One admission script, no MySQL.
 func (g *Gateway) claim(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
 	user, voucher, ok := g.userAndID(w, r)
 	if !ok {
+		g.countClaim(resultInvalid, "", start)
 		return
 	}
 	key := r.Header.Get("Idempotency-Key")
 	if key != "" && !validToken(key) {
 		g.fail(w, r, errBadIdempotencyKey)
+		g.countClaim(resultInvalid, "", start)
 		return
 	}
 	now := g.now()
 	ctx, cancel := context.WithTimeout(r.Context(), g.cfg.ClaimTimeout)
 	defer cancel()
+	t0 := time.Now()
 	a, err := g.redis.Admit(ctx, rdb.Claim{
 		VoucherID: voucher, UserID: user, IdempotencyKey: key, IdempotencyTTL: g.cfg.IdempotencyTTL,
 		Now: now, Day: order.Day(now, g.loc),
 	})
+	g.metrics.scriptSeconds.Observe(time.Since(t0).Seconds())
 	if err != nil {
 		e := toAPIError(err)
-		if c, ok := g.rejected[e.Code]; ok {
-			c.Add(1)
+		if e.Status == http.StatusServiceUnavailable {
+			g.countClaim(resultUnavailable, "", start)
 		} else {
-			g.unavailable.Add(1)
+			g.countClaim(resultRejected, e.Code, start)
 		}
 		if errors.Is(err, rdb.ErrOverloaded) {
 			writeError(w, e) // expected under extreme load: counted, not logged
@@ -43,12 +49,18 @@ func (g *Gateway) claim(w http.ResponseWriter, r *http.Request) {
 		g.fail(w, r, err)
 		return
 	}
-	if a.Replayed {
-		g.replayed.Add(1)
-	} else {
-		g.admitted.Add(1)
-	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(http.StatusAccepted)
 	_, _ = w.Write([]byte(`{"order_id":"` + idString(a.OrderID) + `","status":"pending"}` + "\n"))
+	if a.Replayed {
+		g.countClaim(resultReplayed, "", start)
+		return
+	}
+	g.metrics.admitted.Inc()
+	g.metrics.admittedTime.Observe(time.Since(start).Seconds())
+}
+
+func (g *Gateway) countClaim(result, reason string, start time.Time) {
+	g.metrics.claims.WithLabelValues(result, reason).Inc()
+	g.metrics.claimSeconds.WithLabelValues(result).Observe(time.Since(start).Seconds())
 }

@@ -11,12 +11,11 @@ import (
 	"net"
 	"net/http"
 	"strconv"
-	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
-	"github.com/flashsale/flashsale/pkg/app"
 	"github.com/flashsale/flashsale/pkg/db"
 	"github.com/flashsale/flashsale/pkg/rdb"
 )
@@ -42,17 +41,15 @@ type Config struct {
 
 // Gateway serves the HTTP API.
 type Gateway struct {
-	cfg   Config
-	loc   *time.Location
-	now   func() time.Time
-	redis *rdb.Store
-	db    *db.Store
-	auth  *auth
-	log   *zap.Logger
-	tally *app.Tally
-	// claim results, counted rather than logged
-	admitted, replayed, unavailable *atomic.Int64
-	rejected                        map[string]*atomic.Int64
+	cfg     Config
+	loc     *time.Location
+	now     func() time.Time
+	redis   *rdb.Store
+	db      *db.Store
+	auth    *auth
+	log     *zap.Logger
+	metrics *metrics
+	reg     prometheus.Registerer
 }
 
 // Option changes a Gateway.
@@ -60,6 +57,10 @@ type Option func(*Gateway)
 
 // WithClock replaces time.Now, for tests.
 func WithClock(now func() time.Time) Option { return func(g *Gateway) { g.now = now } }
+
+// WithRegistry registers the gateway's metrics with reg (default: a
+// registry of its own, unexposed).
+func WithRegistry(reg prometheus.Registerer) Option { return func(g *Gateway) { g.reg = reg } }
 
 // New returns a Gateway. The clock is time.Now unless WithClock says otherwise.
 func New(cfg Config, r *rdb.Store, d *db.Store, log *zap.Logger, opts ...Option) (*Gateway, error) {
@@ -85,20 +86,11 @@ func New(cfg Config, r *rdb.Store, d *db.Store, log *zap.Logger, opts ...Option)
 	if log == nil {
 		log = zap.NewNop()
 	}
-	t := app.NewTally()
-	g := &Gateway{
-		cfg: cfg, loc: loc, now: time.Now, redis: r, db: d, log: log.Named("gateway"), tally: t,
-		admitted: t.Counter("claims_admitted"), replayed: t.Counter("claims_replayed"),
-		unavailable: t.Counter("claims_unavailable"), rejected: map[string]*atomic.Int64{},
-	}
-	for _, e := range errorTable {
-		if e.api.Status == http.StatusConflict || e.api.Status == http.StatusNotFound {
-			g.rejected[e.api.Code] = t.Counter("claims_rejected_" + e.api.Code)
-		}
-	}
+	g := &Gateway{cfg: cfg, loc: loc, now: time.Now, redis: r, db: d, log: log.Named("gateway"), reg: prometheus.NewRegistry()}
 	for _, o := range opts {
 		o(g)
 	}
+	g.metrics = newMetrics(g.reg)
 	g.auth = newAuth(cfg.JWTSecret, cfg.AdminToken, func() time.Time { return g.now() })
 	return g, nil
 }
@@ -137,14 +129,6 @@ func (g *Gateway) Serve(ctx context.Context, l net.Listener) error {
 		WriteTimeout: 10 * time.Second, IdleTimeout: 120 * time.Second,
 		ErrorLog: zap.NewStdLog(g.log.Named("http")),
 	}
-	statsCtx, stopStats := context.WithCancel(context.WithoutCancel(ctx))
-	statsDone := make(chan struct{})
-	go func() {
-		defer close(statsDone)
-		g.tally.Run(statsCtx, g.log, "claims", 10*time.Second)
-	}()
-	defer func() { stopStats(); <-statsDone }()
-
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(l) }()
 	g.log.Info("gateway listening", zap.String("addr", l.Addr().String()), zap.Int("partitions", g.redis.Partitions()))
@@ -161,9 +145,6 @@ func (g *Gateway) Serve(ctx context.Context, l net.Listener) error {
 	}
 	return nil
 }
-
-// Stats returns the gateway's claim counters.
-func (g *Gateway) Stats() map[string]int64 { return g.tally.Snapshot() }
 
 // methods dispatches by HTTP method and answers others with a JSON 405.
 type methods map[string]http.HandlerFunc

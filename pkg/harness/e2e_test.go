@@ -2,6 +2,7 @@ package harness_test
 
 import (
 	"context"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -74,3 +75,5 @@ func TestEndToEndSaleSurvivesAWorkerKill(t *testing.T) {
 	stopped = true
 	require.NoError(t, s.Close())
 }
+
+func formatInt(v int64) string { return strconv.FormatInt(v, 10) }

@@ -55,9 +55,11 @@ func Build(dir string, race bool, cmds ...string) error {
 type Proc struct {
 	Name    string
 	LogPath string
-	cmd     *exec.Cmd
-	done    chan struct{}
-	err     error
+	// OpsURL is the base URL of its ops listener (/livez, /readyz, /metrics).
+	OpsURL string
+	cmd    *exec.Cmd
+	done   chan struct{}
+	err    error
 }
 
 // Start runs bin with args and env (added to this process's environment,

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -138,7 +139,7 @@ func StartStack(ctx context.Context, o Options) (s *Stack, err error) {
 
 // StartReaper starts a reaper process.
 func (s *Stack) StartReaper() (*Proc, error) {
-	return Start("reaper", s.binary("reaper"), append(s.env, "FLASHSALE_CONSUMER_NAME=reaper"), s.LogDir())
+	return s.start("reaper", []string{"FLASHSALE_CONSUMER_NAME=reaper"})
 }
 
 // RestartReaper kills the reaper with SIGKILL and starts it again.
@@ -184,7 +185,7 @@ func (s *Stack) LogDir() string { return filepath.Join(s.opts.Dir, "logs") }
 
 // StartGateway starts the gateway and waits until it answers HTTP.
 func (s *Stack) StartGateway(ctx context.Context) error {
-	p, err := Start("gateway", s.binary("gateway"), s.env, s.LogDir())
+	p, err := s.start("gateway", nil)
 	if err != nil {
 		return err
 	}
@@ -214,7 +215,38 @@ func (s *Stack) startWorkerAs(i int, name string) (*Proc, error) {
 		s.WorkerNames = append(s.WorkerNames, "")
 	}
 	s.WorkerNames[i] = name
-	return Start(name, s.binary("worker"), append(s.env, "FLASHSALE_CONSUMER_NAME="+name), s.LogDir())
+	return s.start(name, []string{"FLASHSALE_CONSUMER_NAME=" + name})
+}
+
+// start starts a binary of the stack (its name before the first "-") with
+// an ops listener on a port of its own.
+func (s *Stack) start(name string, env []string) (*Proc, error) {
+	port, err := testsrv.FreePort()
+	if err != nil {
+		return nil, err
+	}
+	bin, _, _ := strings.Cut(name, "-")
+	addr := "127.0.0.1:" + strconv.Itoa(port)
+	env = append(append(append([]string{}, s.env...), env...), "FLASHSALE_OPS_ADDR="+addr)
+	p, err := Start(name, s.binary(bin), env, s.LogDir())
+	if err != nil {
+		return nil, err
+	}
+	p.OpsURL = "http://" + addr
+	// /livez answers once the process handles signals and has connected.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		res, err := http.Get(p.OpsURL + "/livez")
+		if err == nil {
+			res.Body.Close()
+			return p, nil
+		}
+		if p.Exited() || time.Now().After(deadline) {
+			p.Kill()
+			return nil, fmt.Errorf("%s did not come up: %v\n%s", name, err, p.Log())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 // RestartWorker kills worker i with SIGKILL and starts it again.

@@ -12,12 +12,11 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
-	"github.com/flashsale/flashsale/pkg/app"
 	"github.com/flashsale/flashsale/pkg/db"
 	"github.com/flashsale/flashsale/pkg/rdb"
 	"github.com/flashsale/flashsale/pkg/worker"
@@ -69,21 +68,35 @@ func (c *Config) setDefaults() {
 
 // Reaper is the recovery and expiry role.
 type Reaper struct {
-	cfg    Config
-	redis  *rdb.Store
-	db     *db.Store
-	worker *worker.Worker
-	log    *zap.Logger
-	now    func() time.Time
-	tally  *app.Tally
-	totals struct{ claimed, deadLettered, cancelled, released *atomic.Int64 }
+	cfg     Config
+	redis   *rdb.Store
+	db      *db.Store
+	worker  *worker.Worker
+	log     *zap.Logger
+	now     func() time.Time
+	audit   *zap.Logger
+	metrics *metrics
 }
 
 // Option changes a Reaper.
-type Option func(*Reaper)
+type Option func(*options)
+
+type options struct {
+	now   func() time.Time
+	reg   prometheus.Registerer
+	audit *zap.Logger
+}
 
 // WithClock replaces time.Now (the payment deadline check), for tests.
-func WithClock(now func() time.Time) Option { return func(r *Reaper) { r.now = now } }
+func WithClock(now func() time.Time) Option { return func(o *options) { o.now = now } }
+
+// WithRegistry registers the reaper's metrics, the metrics of the entries
+// it processes and the streams' gauges with reg (default: a registry of its
+// own, unexposed).
+func WithRegistry(reg prometheus.Registerer) Option { return func(o *options) { o.reg = reg } }
+
+// WithAudit sets the logger of the per-order audit lines (default: none).
+func WithAudit(l *zap.Logger) Option { return func(o *options) { o.audit = l } }
 
 // New returns a Reaper; cfg.Consumer names it in the consumer group.
 func New(cfg Config, r *rdb.Store, d *db.Store, log *zap.Logger, opts ...Option) (*Reaper, error) {
@@ -91,22 +104,18 @@ func New(cfg Config, r *rdb.Store, d *db.Store, log *zap.Logger, opts ...Option)
 	if log == nil {
 		log = zap.NewNop()
 	}
-	w, err := worker.New(cfg.Config, r, d, log)
+	o := options{now: time.Now, reg: prometheus.NewRegistry(), audit: zap.NewNop()}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	w, err := worker.New(cfg.Config, r, d, log, worker.WithRegistry(o.reg), worker.WithAudit(o.audit))
 	if err != nil {
 		return nil, err
 	}
-	t := app.NewTally()
-	rp := &Reaper{cfg: cfg, redis: r, db: d, worker: w, log: log.Named("reaper").With(zap.String("consumer", cfg.Consumer)), now: time.Now, tally: t}
-	rp.totals.claimed, rp.totals.deadLettered = t.Counter("claimed"), t.Counter("dead_lettered")
-	rp.totals.cancelled, rp.totals.released = t.Counter("cancelled"), t.Counter("released_to_redis")
-	for _, o := range opts {
-		o(rp)
-	}
-	return rp, nil
+	o.reg.MustRegister(rdb.NewStreamCollector(r))
+	return &Reaper{cfg: cfg, redis: r, db: d, worker: w, now: o.now, audit: o.audit, metrics: newMetrics(o.reg),
+		log: log.Named("reaper").With(zap.String("consumer", cfg.Consumer))}, nil
 }
-
-// Stats returns the totals of every pass so far.
-func (r *Reaper) Stats() map[string]int64 { return r.tally.Snapshot() }
 
 // Pass is what one pass did.
 type Pass struct {
@@ -162,10 +171,12 @@ func (r *Reaper) RunOnce(ctx context.Context) (Pass, error) {
 		errs = append(errs, err)
 	}
 	errs = append(errs, r.cancelExpired(ctx, &pass), r.releaseOwed(ctx, &pass))
-	r.totals.claimed.Add(int64(pass.Claimed))
-	r.totals.deadLettered.Add(int64(pass.DeadLettered))
-	r.totals.cancelled.Add(int64(pass.Cancelled))
-	r.totals.released.Add(int64(pass.ReleasedToRedis))
+	r.metrics.passes.Inc()
+	r.metrics.claimed.Add(float64(pass.Claimed))
+	r.metrics.deadLetters.Add(float64(pass.DeadLettered))
+	r.metrics.cancelled.Add(float64(pass.Cancelled))
+	r.metrics.released.Add(float64(pass.ReleasedToRedis))
+	r.metrics.consumersRemoved.Add(float64(pass.ConsumersRemoved))
 	return pass, errors.Join(errs...)
 }
 
@@ -213,7 +224,8 @@ func (r *Reaper) cancelExpired(ctx context.Context, pass *Pass) error {
 			return err
 		}
 		for _, rel := range rs {
-			r.log.Info("order cancelled", zap.Int64("order_id", rel.OrderID), zap.Int64("voucher_id", rel.VoucherID), zap.String("reason", rel.Reason))
+			r.audit.Info("order cancelled", zap.Int64("order_id", rel.OrderID), zap.Int64("voucher_id", rel.VoucherID),
+				zap.String("user_id", rel.UserID), zap.String("reason", rel.Reason))
 		}
 		pass.Cancelled += len(rs)
 		if len(rs) < r.cfg.BatchSize {

@@ -7,13 +7,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 	"golang.org/x/sync/errgroup"
 
-	"github.com/flashsale/flashsale/pkg/app"
 	"github.com/flashsale/flashsale/pkg/db"
 	"github.com/flashsale/flashsale/pkg/order"
 	"github.com/flashsale/flashsale/pkg/rdb"
@@ -74,13 +73,28 @@ type Worker struct {
 	db    *db.Store
 	log   *zap.Logger
 
-	tally                                                 *app.Tally
-	persisted, failed, redelivered, deadLettered, batches *atomic.Int64
+	audit   *zap.Logger
+	metrics *metrics
 }
+
+// Option changes a Worker.
+type Option func(*options)
+
+type options struct {
+	reg   prometheus.Registerer
+	audit *zap.Logger
+}
+
+// WithRegistry registers the worker's metrics with reg (default: a registry
+// of its own, unexposed).
+func WithRegistry(reg prometheus.Registerer) Option { return func(o *options) { o.reg = reg } }
+
+// WithAudit sets the logger of the per-order audit lines (default: none).
+func WithAudit(l *zap.Logger) Option { return func(o *options) { o.audit = l } }
 
 // New returns a Worker. cfg.Consumer must be set (cmd/worker defaults it to
 // the host name).
-func New(cfg Config, r *rdb.Store, d *db.Store, log *zap.Logger) (*Worker, error) {
+func New(cfg Config, r *rdb.Store, d *db.Store, log *zap.Logger, opts ...Option) (*Worker, error) {
 	cfg.setDefaults()
 	if cfg.Consumer == "" {
 		return nil, errors.New("worker: consumer name is empty")
@@ -88,18 +102,16 @@ func New(cfg Config, r *rdb.Store, d *db.Store, log *zap.Logger) (*Worker, error
 	if log == nil {
 		log = zap.NewNop()
 	}
-	t := app.NewTally()
+	o := options{reg: prometheus.NewRegistry(), audit: zap.NewNop()}
+	for _, opt := range opts {
+		opt(&o)
+	}
 	return &Worker{
-		cfg: cfg, redis: r, db: d, tally: t,
-		log:       log.Named("worker").With(zap.String("consumer", cfg.Consumer)),
-		persisted: t.Counter("orders_created"), failed: t.Counter("orders_failed"),
-		redelivered: t.Counter("orders_redelivered"), deadLettered: t.Counter("dead_lettered"),
-		batches: t.Counter("batches"),
+		cfg: cfg, redis: r, db: d, metrics: newMetrics(o.reg),
+		log:   log.Named("worker").With(zap.String("consumer", cfg.Consumer)),
+		audit: o.audit.With(zap.String("consumer", cfg.Consumer)),
 	}, nil
 }
-
-// Stats returns the worker's counters.
-func (w *Worker) Stats() map[string]int64 { return w.tally.Snapshot() }
 
 // Run consumes every partition until ctx is done, then finishes the batch in
 // hand (up to DrainTimeout) and returns nil.
@@ -117,17 +129,11 @@ func (w *Worker) Run(ctx context.Context) error {
 	defer stopDrain()
 
 	w.log.Info("worker started", zap.Int("partitions", w.redis.Partitions()), zap.Int("batch_size", w.cfg.BatchSize))
-	statsDone := make(chan struct{})
-	go func() {
-		defer close(statsDone)
-		w.tally.Run(ctx, w.log, "worker progress", 10*time.Second)
-	}()
 	g := new(errgroup.Group)
 	for p := range w.redis.Partitions() {
 		g.Go(func() error { return w.consume(ctx, work, p) })
 	}
 	err := g.Wait()
-	<-statsDone
 	w.log.Info("worker stopped")
 	return err
 }
@@ -229,7 +235,10 @@ func (w *Worker) handle(ctx context.Context, entries []rdb.Entry) error {
 	for i, e := range valid {
 		orders[i] = e.Order
 	}
+	t0 := time.Now()
 	outcomes, err := w.persist(ctx, orders)
+	w.metrics.commitSeconds.Observe(time.Since(t0).Seconds())
+	w.metrics.batchSize.Observe(float64(len(orders)))
 	if err != nil {
 		if db.IsTransient(err) {
 			return err
@@ -309,10 +318,11 @@ func (w *Worker) settle(ctx context.Context, entries []rdb.Entry, outcomes []db.
 			failedOrders = append(failedOrders, out.Order)
 			if !out.Redelivered {
 				failed++
-				w.log.Warn("order failed", zap.Int64("order_id", out.Order.ID), zap.Int64("voucher_id", out.Order.VoucherID), zap.String("reason", out.Reason))
+				w.audit.Warn("order failed", orderFields(e, zap.String("reason", out.Reason))...)
 			}
 		case !out.Redelivered:
 			created++
+			w.audit.Info("order created", orderFields(e)...)
 		}
 		ack = append(ack, e.StreamID)
 	}
@@ -322,10 +332,10 @@ func (w *Worker) settle(ctx context.Context, entries []rdb.Entry, outcomes []db.
 	if err := w.redis.Ack(ctx, entries[0].Partition, ack); err != nil {
 		return err
 	}
-	w.batches.Add(1)
-	w.persisted.Add(created)
-	w.failed.Add(failed)
-	w.redelivered.Add(redelivered)
+	w.metrics.batches.Inc()
+	w.metrics.created.Add(float64(created))
+	w.metrics.failed.Add(float64(failed))
+	w.metrics.redelivered.Add(float64(redelivered))
 	if ce := w.log.Check(zap.DebugLevel, "batch persisted"); ce != nil {
 		ce.Write(zap.Int("partition", entries[0].Partition), zap.Int("batch_size", len(entries)), zap.Int64("created", created), zap.Int64("failed", failed))
 	}
@@ -392,10 +402,15 @@ func (w *Worker) deadLetter(ctx context.Context, e rdb.Entry, reason string, rel
 	if err := w.retry(ctx, "dead-letter", func() error { return w.redis.DeadLetter(ctx, e, reason) }); err != nil {
 		return err
 	}
-	w.deadLettered.Add(1)
-	w.log.Error("order dead-lettered", zap.Int("partition", e.Partition), zap.String("stream_id", e.StreamID),
-		zap.Int64("order_id", e.Order.ID), zap.Int64("voucher_id", e.Order.VoucherID), zap.String("reason", reason))
+	w.metrics.deadLettered.Inc()
+	w.audit.Warn("order dead-lettered", orderFields(e, zap.String("stream_id", e.StreamID), zap.String("reason", reason))...)
 	return nil
+}
+
+// orderFields are the fields of an order's audit line.
+func orderFields(e rdb.Entry, more ...zap.Field) []zap.Field {
+	return append([]zap.Field{zap.Int64("order_id", e.Order.ID), zap.Int64("voucher_id", e.Order.VoucherID),
+		zap.String("user_id", e.Order.UserID), zap.Int("partition", e.Partition)}, more...)
 }
 
 func (w *Worker) persist(ctx context.Context, orders []order.Order) ([]db.Outcome, error) {

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap/zaptest"
@@ -118,11 +119,14 @@ func TestRedeliveryInsertsAndDeductsNothingTwice(t *testing.T) {
 	require.Equal(t, int64(10), e.Count(t, "SELECT stock FROM vouchers WHERE id = ?", v.ID), "stock deducted once")
 
 	// Handing the same entries in again (another delivery) changes nothing.
-	w2 := newWorker(t, e, "w2", 100)
+	reg := prometheus.NewRegistry()
+	w2, err := worker.New(worker.Config{Consumer: "w2"}, e.RDB, e.DB, zaptest.NewLogger(t), worker.WithRegistry(reg))
+	require.NoError(t, err)
 	require.NoError(t, w2.Handle(ctx, entries))
 	require.Equal(t, int64(10), e.Count(t, "SELECT COUNT(*) FROM orders WHERE voucher_id = ?", v.ID))
 	require.Equal(t, int64(10), e.Count(t, "SELECT stock FROM vouchers WHERE id = ?", v.ID))
-	require.Equal(t, int64(10), w2.Stats()["orders_redelivered"])
+	require.Equal(t, 10.0, testenv.Metric(t, reg, "flashsale_worker_orders_total", "outcome", "redelivered"))
+	require.Zero(t, testenv.Metric(t, reg, "flashsale_worker_orders_total", "outcome", "created"))
 }
 
 func TestOrdersMySQLCannotAcceptFailAndAreReleased(t *testing.T) {

@@ -1,0 +1,203 @@
+package harness_test
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/flashsale/flashsale/pkg/harness"
+	"github.com/flashsale/flashsale/pkg/rdb"
+)
+
+func get(t *testing.T, url string) (int, string) {
+	t.Helper()
+	res, err := http.Get(url)
+	require.NoError(t, err)
+	defer res.Body.Close()
+	b, err := io.ReadAll(res.Body)
+	require.NoError(t, err)
+	return res.StatusCode, string(b)
+}
+
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func startStack(t *testing.T, ctx context.Context, env ...string) *harness.Stack {
+	t.Helper()
+	s, err := harness.StartStack(ctx, harness.Options{Dir: t.TempDir(), Workers: 1, Partitions: 2, Reaper: true, Env: env})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
+func TestOpsEndpointsOfEveryBinary(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the binaries")
+	}
+	ctx := context.Background()
+	s := startStack(t, ctx)
+	v, err := s.CreateVoucher(ctx, harness.VoucherSpec{Name: "ops", Stock: 10, PerUserLimit: 1})
+	require.NoError(t, err)
+	sale, err := s.RunSale(ctx, harness.SaleConfig{VoucherID: v, Users: 20, Requests: 25, Concurrency: 4})
+	require.NoError(t, err)
+
+	procs := map[string]*harness.Proc{"gateway": s.Gateway, "worker": s.Workers[0], "reaper": s.Reaper}
+	want := map[string][]string{
+		"gateway": {`flashsale_claims_total{reason="",result="admitted"} 10`, `flashsale_claims_total{reason="sold_out",result="rejected"}`,
+			`flashsale_claim_duration_seconds_bucket`, `flashsale_redis_script_duration_seconds_count{script="admit"} 25`, "go_goroutines"},
+		"worker": {`flashsale_worker_orders_total{outcome="created"} 10`, "flashsale_worker_commit_duration_seconds_bucket", "flashsale_worker_batch_size_bucket"},
+		"reaper": {`flashsale_stream_length{partition="0"}`, `flashsale_stream_lag{partition="1"}`, "flashsale_reaper_passes_total", "flashsale_stream_scrape_ok 1"},
+	}
+	require.EqualValues(t, 10, sale.Admitted)
+	for name, p := range procs {
+		code, _ := get(t, p.OpsURL+"/livez")
+		require.Equal(t, 200, code, name)
+		code, body := get(t, p.OpsURL+"/readyz")
+		require.Equal(t, 200, code, "%s: %s", name, body)
+		code, _ = get(t, p.OpsURL+"/debug/pprof/")
+		require.Equal(t, 404, code, "pprof is off by default")
+		eventually(t, name+" metrics", func() bool {
+			_, metrics := get(t, p.OpsURL+"/metrics")
+			for _, w := range want[name] {
+				if !strings.Contains(metrics, w) {
+					return false
+				}
+			}
+			return true
+		})
+	}
+
+	// Redis down: not ready, still alive (a blip must not restart pods).
+	require.NoError(t, s.Redis.Kill())
+	for name, p := range procs {
+		code, body := get(t, p.OpsURL+"/readyz")
+		require.Equal(t, 503, code, name)
+		require.Contains(t, body, "redis", name)
+		code, _ = get(t, p.OpsURL+"/livez")
+		require.Equal(t, 200, code, name)
+	}
+	require.NoError(t, s.Redis.Start())
+	for name, p := range procs {
+		eventually(t, name+" ready again", func() bool { code, _ := get(t, p.OpsURL+"/readyz"); return code == 200 })
+	}
+}
+
+func TestGatewaySIGTERMDrainsInFlightClaims(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the binaries")
+	}
+	ctx := context.Background()
+	s := startStack(t, ctx, "FLASHSALE_SHUTDOWN_DELAY=1s")
+	v, err := s.CreateVoucher(ctx, harness.VoucherSpec{Name: "term", Stock: 100000, PerUserLimit: 1000})
+	require.NoError(t, err)
+
+	client := harness.NewClient(s.URL, 16)
+	tok := s.Token("u1")
+	var answered, refused, bad atomic.Int64
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				status, err := client.Do(ctx, "POST", "/v1/vouchers/"+itoa(v)+"/orders", tok, nil, nil)
+				switch {
+				case err != nil:
+					refused.Add(1) // after the listener closed
+					time.Sleep(10 * time.Millisecond)
+				case status == 202 || status == 409:
+					answered.Add(1)
+				default:
+					bad.Add(1)
+				}
+			}
+		}()
+	}
+	eventually(t, "claims flowing", func() bool { return answered.Load() > 100 })
+	sent := time.Now()
+	require.NoError(t, s.Gateway.Signal(syscall.SIGTERM))
+	// During the shutdown delay: out of load balancing, still serving.
+	eventually(t, "readyz failing", func() bool { code, _ := get(t, s.Gateway.OpsURL+"/readyz"); return code == 503 })
+	before := answered.Load()
+	eventually(t, "claims still answered during the delay", func() bool { return answered.Load() > before+50 })
+	require.NoError(t, s.Gateway.Wait(), "exit status 0")
+	close(stop)
+	wg.Wait()
+	took := time.Since(sent)
+	require.GreaterOrEqual(t, took, time.Second, "waited the shutdown delay")
+	require.Less(t, took, 10*time.Second)
+	require.Zero(t, bad.Load(), "no in-flight claim got a 5xx or was cut off")
+}
+
+func TestWorkerSIGTERMCommitsTheBatchInHand(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the binaries")
+	}
+	ctx := context.Background()
+	s := startStack(t, ctx)
+	require.NoError(t, s.Reaper.Stop(10*time.Second)) // nothing but the worker may touch the batch
+	v, err := s.CreateVoucher(ctx, harness.VoucherSpec{Name: "drain", Stock: 100, PerUserLimit: 1})
+	require.NoError(t, err)
+
+	// Hold the voucher's row lock so the worker's commit waits mid-batch.
+	tx := s.DB.DB().Begin()
+	require.NoError(t, tx.Exec("SELECT stock FROM vouchers WHERE id = ? FOR UPDATE", v).Error)
+	sale, err := s.RunSale(ctx, harness.SaleConfig{VoucherID: v, Users: 20, Requests: 20, Concurrency: 4})
+	require.NoError(t, err)
+	require.True(t, s.WaitBusy(ctx, 0, 5*time.Second), "the worker holds the batch")
+	p := s.RDB.PartitionOf(v)
+	held, err := s.RDB.Client().XPendingExt(ctx, &redis.XPendingExtArgs{Stream: rdb.StreamKey(p), Group: s.RDB.Group(),
+		Start: "-", End: "+", Count: 1000, Consumer: s.WorkerNames[0]}).Result()
+	require.NoError(t, err)
+	require.NoError(t, s.Workers[0].Signal(syscall.SIGTERM))
+	time.Sleep(300 * time.Millisecond) // the worker has stopped reading, its commit still waits
+	require.False(t, s.Workers[0].Exited(), "it does not abandon the batch in hand")
+	require.NoError(t, tx.Rollback().Error)
+	require.NoError(t, s.Workers[0].Wait(), "exit status 0\n%s", s.Workers[0].Log())
+
+	var n int64
+	require.NoError(t, s.DB.DB().Raw("SELECT COUNT(*) FROM orders WHERE voucher_id = ?", v).Scan(&n).Error)
+	require.EqualValues(t, len(held), n, "the batch in hand was committed")
+	b, err := s.RDB.PartitionBacklog(ctx, p)
+	require.NoError(t, err)
+	// ... and acknowledged; what it had not read yet waits for another worker.
+	require.Equal(t, rdb.Backlog{Partition: p, Length: sale.Admitted - int64(len(held))}, b)
+}
+
+func TestReaperSIGTERMExitsCleanly(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the binaries")
+	}
+	s := startStack(t, context.Background())
+	eventually(t, "a reaper pass", func() bool {
+		_, m := get(t, s.Reaper.OpsURL+"/metrics")
+		return strings.Contains(m, "flashsale_reaper_passes_total") && !strings.Contains(m, "flashsale_reaper_passes_total 0")
+	})
+	require.NoError(t, s.Reaper.Stop(10*time.Second))
+	require.Contains(t, s.Reaper.Log(), `"msg":"reaper stopped"`)
+}
+
+func itoa(v int64) string { return formatInt(v) }

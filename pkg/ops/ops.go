@@ -1,0 +1,105 @@
+// Package ops serves what operators and Kubernetes ask a process: /livez,
+// /readyz, /metrics and, when enabled, /debug/pprof. It listens apart from
+// the gateway's API so probes and scrapes never queue behind claims.
+package ops
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/http"
+	"net/http/pprof"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.uber.org/zap"
+)
+
+// Config of the ops listener.
+type Config struct {
+	// Addr is the listen address. Default ":9090".
+	Addr string `envconfig:"FLASHSALE_OPS_ADDR" default:":9090"`
+	// Pprof serves /debug/pprof/ when true. Default false.
+	Pprof bool `envconfig:"FLASHSALE_PPROF" default:"false"`
+}
+
+// Server is the ops listener of one process.
+type Server struct {
+	cfg      Config
+	gatherer prometheus.Gatherer
+	ready    func(context.Context) error
+	log      *zap.Logger
+	stopping atomic.Bool
+}
+
+// New returns a Server. ready checks the process's dependencies; /livez
+// never calls it, so a database blip does not restart every pod.
+func New(cfg Config, g prometheus.Gatherer, ready func(context.Context) error, log *zap.Logger) *Server {
+	if log == nil {
+		log = zap.NewNop()
+	}
+	return &Server{cfg: cfg, gatherer: g, ready: ready, log: log.Named("ops")}
+}
+
+// ShuttingDown makes /readyz fail from now on, so the process is taken out
+// of load balancing before it stops accepting.
+func (s *Server) ShuttingDown() { s.stopping.Store(true) }
+
+// Handler serves the ops endpoints.
+func (s *Server) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /livez", func(w http.ResponseWriter, _ *http.Request) { write(w, http.StatusOK, "ok") })
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		if s.stopping.Load() {
+			write(w, http.StatusServiceUnavailable, "shutting down")
+			return
+		}
+		ctx, cancel := context.WithTimeout(r.Context(), time.Second)
+		defer cancel()
+		if err := s.ready(ctx); err != nil {
+			write(w, http.StatusServiceUnavailable, "not ready: "+err.Error())
+			return
+		}
+		write(w, http.StatusOK, "ok")
+	})
+	mux.Handle("GET /metrics", promhttp.HandlerFor(s.gatherer, promhttp.HandlerOpts{}))
+	if s.cfg.Pprof {
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	}
+	return mux
+}
+
+func write(w http.ResponseWriter, status int, body string) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.WriteHeader(status)
+	_, _ = w.Write([]byte(body + "\n"))
+}
+
+// Run serves until ctx ends.
+func (s *Server) Run(ctx context.Context) error {
+	l, err := net.Listen("tcp", s.cfg.Addr)
+	if err != nil {
+		return err
+	}
+	srv := &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 5 * time.Second}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(l) }()
+	s.log.Info("ops listening", zap.String("addr", l.Addr().String()), zap.Bool("pprof", s.cfg.Pprof))
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := srv.Shutdown(sctx); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}

@@ -1,0 +1,23 @@
+package reaper
+
+import "github.com/prometheus/client_golang/prometheus"
+
+type metrics struct {
+	passes, claimed, deadLetters, cancelled, released, consumersRemoved prometheus.Counter
+}
+
+func newMetrics(reg prometheus.Registerer) *metrics {
+	c := func(name, help string) prometheus.Counter {
+		return prometheus.NewCounter(prometheus.CounterOpts{Name: name, Help: help})
+	}
+	m := &metrics{
+		passes:           c("flashsale_reaper_passes_total", "Reaper passes run."),
+		claimed:          c("flashsale_reaper_claimed_total", "Stale pending entries taken over (XAUTOCLAIM) and processed."),
+		deadLetters:      c("flashsale_reaper_dead_letters_total", "Entries dead-lettered for being delivered too often."),
+		cancelled:        c("flashsale_reaper_cancelled_total", "Orders cancelled for not being paid in time."),
+		released:         c("flashsale_reaper_stock_released_total", "Units given back to Redis (cancellations and failures)."),
+		consumersRemoved: c("flashsale_reaper_consumers_removed_total", "Gone consumers removed from the group."),
+	}
+	reg.MustRegister(m.passes, m.claimed, m.deadLetters, m.cancelled, m.released, m.consumersRemoved)
+	return m
+}
