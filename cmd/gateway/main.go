@@ -4,21 +4,35 @@ package main
 
 import (
 	"context"
+	"os"
+	"time"
 
 	"github.com/flashsale/flashsale/pkg/app"
 	"github.com/flashsale/flashsale/pkg/gateway"
+	"github.com/flashsale/flashsale/pkg/smoke"
 )
 
 type config struct {
 	app.Common
 	gateway.Config
+	// SmokeURL and SmokeTimeout configure "gateway smoke".
+	SmokeURL     string        `envconfig:"FLASHSALE_SMOKE_URL" default:"http://127.0.0.1:8080"`
+	SmokeTimeout time.Duration `envconfig:"FLASHSALE_SMOKE_TIMEOUT" default:"60s"`
 	// RedisPoolSize bounds Redis connections (0: go-redis default, 10 per CPU).
 	RedisPoolSize int `envconfig:"FLASHSALE_REDIS_POOL_SIZE" default:"0"`
 }
 
 func (c *config) Base() app.Common { return c.Common }
 
-func main() { app.Main(&config{}, run) }
+func main() {
+	app.Main(&config{}, run, app.Command[*config]{Name: "smoke", Run: runSmoke})
+}
+
+// runSmoke checks the deployment at FLASHSALE_SMOKE_URL end to end (the
+// chart's helm test).
+func runSmoke(ctx context.Context, cfg *config, _ *app.Runtime, _ []string) error {
+	return smoke.Run(ctx, smoke.Config{URL: cfg.SmokeURL, Timeout: cfg.SmokeTimeout}, cfg.AdminToken, cfg.JWTSecret, os.Stdout)
+}
 
 func run(ctx context.Context, cfg *config, rt *app.Runtime) error {
 	redis, mysql, closeAll, err := cfg.Connect(ctx, cfg.RedisPoolSize)

@@ -172,7 +172,14 @@ func (s *Stack) reconcileState(ctx context.Context, v int64) (redis, mysql int64
 
 // RunOutput runs one of the stack's binaries with args and returns its stdout.
 func (s *Stack) RunOutput(ctx context.Context, bin string, args ...string) (string, error) {
-	return runOutput(ctx, s.binary(bin), s.env, args...)
+	return s.RunOutputEnv(ctx, nil, bin, args...)
+}
+
+// RunOutputEnv is RunOutput with env added to the stack's environment. The
+// binary talks to the gateway at FLASHSALE_SMOKE_URL.
+func (s *Stack) RunOutputEnv(ctx context.Context, env []string, bin string, args ...string) (string, error) {
+	env = append(append(append([]string{}, s.env...), "FLASHSALE_SMOKE_URL="+s.URL), env...)
+	return runOutput(ctx, s.binary(bin), env, args...)
 }
 
 // Print writes the report.

@@ -201,3 +201,23 @@ func TestReaperSIGTERMExitsCleanly(t *testing.T) {
 }
 
 func itoa(v int64) string { return formatInt(v) }
+
+func TestGatewaySmokeCommand(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the binaries")
+	}
+	ctx := context.Background()
+	s := startStack(t, ctx)
+	out, err := s.RunOutput(ctx, "gateway", "smoke")
+	require.NoError(t, err, out)
+	require.Contains(t, out, "second claim: sold_out")
+	require.Contains(t, out, "order persisted by a worker: created")
+
+	// Without a worker the order never persists: the smoke test says so.
+	for _, w := range s.Workers {
+		require.NoError(t, w.Stop(10*time.Second))
+	}
+	require.NoError(t, s.Reaper.Stop(10*time.Second))
+	out, err = s.RunOutputEnv(ctx, []string{"FLASHSALE_SMOKE_TIMEOUT=2s"}, "gateway", "smoke")
+	require.Error(t, err, out)
+}

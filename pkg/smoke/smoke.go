@@ -1,0 +1,120 @@
+// Package smoke checks a running deployment end to end the way a user
+// would: it creates a one-unit voucher, claims it, waits until a worker has
+// persisted the order, and checks that the next claim is sold out. The
+// chart's "helm test" runs it as "gateway smoke".
+package smoke
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/flashsale/flashsale/pkg/gateway"
+)
+
+// Config of a smoke test.
+type Config struct {
+	// URL is the gateway's base URL.
+	URL string
+	// Timeout bounds the whole check, waiting for the worker included.
+	Timeout time.Duration
+}
+
+// Run performs the check and writes what it did to out.
+func Run(ctx context.Context, cfg Config, adminToken, jwtSecret string, out io.Writer) error {
+	ctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
+	defer cancel()
+	c := &client{base: cfg.URL, http: &http.Client{Timeout: 10 * time.Second}}
+	var v struct {
+		ID string `json:"id"`
+	}
+	if err := c.do(ctx, "POST", "/admin/v1/vouchers", adminToken, map[string]any{
+		"name": "smoke test", "stock": 1, "per_user_limit": 1, "payment_timeout_seconds": 60,
+	}, http.StatusCreated, &v); err != nil {
+		return fmt.Errorf("create voucher: %w", err)
+	}
+	fmt.Fprintf(out, "created voucher %s with 1 unit\n", v.ID)
+
+	suffix := strconv.FormatInt(time.Now().UnixNano(), 36)
+	first, err := gateway.SignUserToken(jwtSecret, "smoke-a-"+suffix, time.Now().Add(10*time.Minute))
+	if err != nil {
+		return err
+	}
+	second, err := gateway.SignUserToken(jwtSecret, "smoke-b-"+suffix, time.Now().Add(10*time.Minute))
+	if err != nil {
+		return err
+	}
+	var claim struct {
+		OrderID string `json:"order_id"`
+	}
+	if err := c.do(ctx, "POST", "/v1/vouchers/"+v.ID+"/orders", first, nil, http.StatusAccepted, &claim); err != nil {
+		return fmt.Errorf("claim: %w", err)
+	}
+	fmt.Fprintf(out, "claimed: order %s pending\n", claim.OrderID)
+	var rejected struct {
+		Error string `json:"error"`
+	}
+	if err := c.do(ctx, "POST", "/v1/vouchers/"+v.ID+"/orders", second, nil, http.StatusConflict, &rejected); err != nil || rejected.Error != "sold_out" {
+		return fmt.Errorf("second claim should be sold_out: %v %q", err, rejected.Error)
+	}
+	fmt.Fprintln(out, "second claim: sold_out")
+	for {
+		var o struct {
+			Status string `json:"status"`
+		}
+		if err := c.do(ctx, "GET", "/v1/orders/"+claim.OrderID, first, nil, http.StatusOK, &o); err != nil {
+			return fmt.Errorf("read order: %w", err)
+		}
+		if o.Status == "created" {
+			fmt.Fprintln(out, "order persisted by a worker: created")
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("order still %q: is a worker running? %w", o.Status, ctx.Err())
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+type client struct {
+	base string
+	http *http.Client
+}
+
+func (c *client) do(ctx context.Context, method, path, token string, body any, want int, out any) error {
+	var rd io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return err
+		}
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, c.base+path, rd)
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Authorization", "Bearer "+token)
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	res, err := c.http.Do(req)
+	if err != nil {
+		return err
+	}
+	defer res.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(res.Body, 1<<20))
+	if err != nil {
+		return err
+	}
+	if res.StatusCode != want {
+		return fmt.Errorf("%s %s: status %d, want %d: %s", method, path, res.StatusCode, want, b)
+	}
+	return json.Unmarshal(b, out)
+}
