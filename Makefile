@@ -3,13 +3,21 @@ GO      ?= go
 PKGS    := ./...
 BIN     := bin
 
-.PHONY: all build test test-short lint servers demo chaos dataloss clean
+.PHONY: all build static test test-short lint servers demo chaos dataloss helm helm-test clean
 
 all: build
 
 ## build: the binaries into ./bin
 build:
 	$(GO) build -trimpath -o $(BIN)/ ./cmd/gateway ./cmd/worker ./cmd/reaper
+
+## static: the image's binaries (same flags as the Dockerfile), checked to be static
+STATIC_FLAGS := CGO_ENABLED=0
+static:
+	$(STATIC_FLAGS) $(GO) build -trimpath -ldflags="-s -w" -o $(BIN)/static/ ./cmd/gateway ./cmd/worker ./cmd/reaper
+	@for b in gateway worker reaper; do \
+	  if grep -q 'ld-linux' $(BIN)/static/$$b; then echo "$$b is dynamically linked"; exit 1; fi; \
+	done; echo "bin/static: gateway worker reaper, statically linked"
 
 ## servers: install redis-server and mariadb-server if missing (root), else say how
 servers:
@@ -32,6 +40,16 @@ test-short: servers
 ## demo: a flash sale end to end on throwaway servers, with a report
 demo: servers
 	$(GO) run ./cmd/demo $(DEMO_FLAGS)
+
+## helm-test: lint and render the chart, decode every document strictly into
+## the Kubernetes API types and check its policies (no cluster needed)
+HELM_VERSION := v3.16.4
+HELM := $(BIN)/tools/helm
+$(HELM):
+	GOBIN=$(abspath $(BIN)/tools) $(GO) install helm.sh/helm/v3/cmd/helm@$(HELM_VERSION)
+
+helm-test: $(HELM)
+	cd helm/flashsale/test && $(GO) vet ./... && HELM=$(abspath $(HELM)) $(GO) test -count=1 ./...
 
 ## chaos: a 60s sale under worker/reaper/mariadbd/redis-server kills (CHAOS_DURATION to change)
 CHAOS_DURATION ?= 60s

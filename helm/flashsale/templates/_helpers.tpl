@@ -1,0 +1,103 @@
+{{- define "flashsale.name" -}}
+{{- .Chart.Name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "flashsale.fullname" -}}
+{{- if contains .Chart.Name .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name .Chart.Name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "flashsale.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+app.kubernetes.io/name: {{ include "flashsale.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end -}}
+
+{{/* selectorLabels: pass (dict "ctx" $ "role" "gateway") */}}
+{{- define "flashsale.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "flashsale.name" .ctx }}
+app.kubernetes.io/instance: {{ .ctx.Release.Name }}
+app.kubernetes.io/component: {{ .role }}
+{{- end -}}
+
+{{- define "flashsale.image" -}}
+{{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
+{{- end -}}
+
+{{- define "flashsale.secretName" -}}
+{{- .Values.existingSecret | default (printf "%s-secrets" (include "flashsale.fullname" .)) -}}
+{{- end -}}
+
+{{- define "flashsale.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create -}}
+{{- .Values.serviceAccount.name | default (include "flashsale.fullname" .) -}}
+{{- else -}}
+{{- .Values.serviceAccount.name | default "default" -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Pods roll when the configuration or the chart-made secret changes. */}}
+{{- define "flashsale.checksums" -}}
+checksum/config: {{ include (print $.Template.BasePath "/configmap.yaml") . | sha256sum }}
+checksum/secret: {{ include (print $.Template.BasePath "/secret.yaml") . | sha256sum }}
+{{- end -}}
+
+{{/* The environment every role's container gets: the ConfigMap, and the
+     secrets by reference (never inlined). */}}
+{{- define "flashsale.env" -}}
+- name: FLASHSALE_MYSQL_DSN
+  valueFrom:
+    secretKeyRef: {name: {{ include "flashsale.secretName" . }}, key: mysql-dsn}
+- name: FLASHSALE_REDIS_PASSWORD
+  valueFrom:
+    secretKeyRef: {name: {{ include "flashsale.secretName" . }}, key: redis-password, optional: true}
+{{- end -}}
+
+{{- define "flashsale.envFrom" -}}
+- configMapRef:
+    name: {{ include "flashsale.fullname" . }}-config
+{{- end -}}
+
+{{/* Refuse combinations that cannot work. */}}
+{{- define "flashsale.validate" -}}
+{{- if and .Values.worker.autoscaling.enabled .Values.worker.keda.enabled -}}
+{{- fail "worker.autoscaling (HPA) and worker.keda (ScaledObject) cannot both be enabled: they would fight over the worker Deployment's replicas. Enable one." -}}
+{{- end -}}
+{{- if and (not .Values.existingSecret) (or (not .Values.secrets.mysqlDSN) (not .Values.secrets.jwtSecret) (not .Values.secrets.adminToken)) -}}
+{{- fail "set existingSecret, or secrets.mysqlDSN, secrets.jwtSecret and secrets.adminToken (with --set or --set-file)" -}}
+{{- end -}}
+{{- if and .Values.secrets.jwtSecret (lt (len .Values.secrets.jwtSecret) 32) -}}
+{{- fail "secrets.jwtSecret must be at least 32 bytes" -}}
+{{- end -}}
+{{- end -}}
+
+{{/* probes on the ops port: pass (dict "port" N) */}}
+{{- define "flashsale.probes" -}}
+startupProbe:
+  httpGet: {path: /livez, port: ops}
+  periodSeconds: 2
+  failureThreshold: 30
+livenessProbe:
+  httpGet: {path: /livez, port: ops}
+  periodSeconds: 10
+  failureThreshold: 3
+readinessProbe:
+  httpGet: {path: /readyz, port: ops}
+  periodSeconds: 5
+  failureThreshold: 2
+{{- end -}}
+
+{{/* flashsale.seconds: a Go duration of whole seconds or minutes ("15s", "2m") as seconds */}}
+{{- define "flashsale.seconds" -}}
+{{- $d := toString . -}}
+{{- if hasSuffix "ms" $d -}}1
+{{- else if hasSuffix "s" $d -}}{{ trimSuffix "s" $d | int }}
+{{- else if hasSuffix "m" $d -}}{{ mul (trimSuffix "m" $d | int) 60 }}
+{{- else -}}{{ fail (printf "duration %q: use whole seconds or minutes, e.g. 15s" $d) }}
+{{- end -}}
+{{- end -}}

@@ -1,0 +1,389 @@
+// Package test validates the flashsale chart without a cluster: it renders
+// the chart with helm, decodes every document strictly into the Kubernetes
+// API types (an unknown field fails) and checks the chart's policies.
+package test
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	appsv1 "k8s.io/api/apps/v1"
+	autoscalingv2 "k8s.io/api/autoscaling/v2"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"sigs.k8s.io/yaml"
+)
+
+const chartDir = ".."
+
+var testSecrets = []string{"--set", "secrets.mysqlDSN=user:pw@tcp(mysql:3306)/flashsale", "--set", "secrets.jwtSecret=0123456789abcdef0123456789abcdef",
+	"--set", "secrets.adminToken=admin", "--set", "secrets.redisPassword=pw"}
+
+func helm(t *testing.T, args ...string) (string, error) {
+	t.Helper()
+	bin := os.Getenv("HELM")
+	if bin == "" {
+		bin = "helm"
+	}
+	if _, err := exec.LookPath(bin); err != nil {
+		t.Fatalf("helm not found (%s): run make helm-test, which installs the pinned version", bin)
+	}
+	cmd := exec.Command(bin, args...)
+	var out, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &stderr
+	err := cmd.Run()
+	if err != nil {
+		return out.String() + stderr.String(), fmt.Errorf("helm %s: %w\n%s", strings.Join(args, " "), err, stderr.String())
+	}
+	return out.String(), nil
+}
+
+// rendered is a chart rendering, decoded.
+type rendered struct {
+	deployments     map[string]*appsv1.Deployment
+	services        []*corev1.Service
+	configMaps      []*corev1.ConfigMap
+	secrets         []*corev1.Secret
+	jobs            []*batchv1.Job
+	pods            []*corev1.Pod
+	pdbs            []*policyv1.PodDisruptionBudget
+	hpas            []*autoscalingv2.HorizontalPodAutoscaler
+	scaledObjects   []*scaledObject
+	serviceMonitors []*serviceMonitor
+}
+
+// scaledObject is the part of keda.sh/v1alpha1 ScaledObject the chart uses;
+// decoding is strict, so a field the chart adds must be added here too.
+type scaledObject struct {
+	APIVersion string `json:"apiVersion"`
+	Kind       string `json:"kind"`
+	Metadata   struct {
+		Name   string            `json:"name"`
+		Labels map[string]string `json:"labels"`
+	} `json:"metadata"`
+	Spec struct {
+		ScaleTargetRef struct {
+			Name string `json:"name"`
+		} `json:"scaleTargetRef"`
+		MinReplicaCount int `json:"minReplicaCount"`
+		MaxReplicaCount int `json:"maxReplicaCount"`
+		PollingInterval int `json:"pollingInterval"`
+		CooldownPeriod  int `json:"cooldownPeriod"`
+		Triggers        []struct {
+			Type     string            `json:"type"`
+			Metadata map[string]string `json:"metadata"`
+		} `json:"triggers"`
+	} `json:"spec"`
+}
+
+// serviceMonitor is the part of monitoring.coreos.com/v1 ServiceMonitor the
+// chart uses.
+type serviceMonitor struct {
+	APIVersion string `json:"apiVersion"`
+	Kind       string `json:"kind"`
+	Metadata   struct {
+		Name   string            `json:"name"`
+		Labels map[string]string `json:"labels"`
+	} `json:"metadata"`
+	Spec struct {
+		Selector struct {
+			MatchLabels map[string]string `json:"matchLabels"`
+		} `json:"selector"`
+		Endpoints []struct {
+			Port     string `json:"port"`
+			Path     string `json:"path"`
+			Interval string `json:"interval"`
+		} `json:"endpoints"`
+	} `json:"spec"`
+}
+
+func strict(t *testing.T, doc []byte, into any) {
+	t.Helper()
+	j, err := yaml.YAMLToJSON(doc)
+	require.NoError(t, err)
+	dec := json.NewDecoder(bytes.NewReader(j))
+	dec.DisallowUnknownFields()
+	require.NoError(t, dec.Decode(into), "strict decode of:\n%s", doc)
+}
+
+func render(t *testing.T, args ...string) *rendered {
+	t.Helper()
+	out, err := helm(t, append([]string{"template", "rel", chartDir, "--kube-version", "1.30.0", "--namespace", "shop"}, args...)...)
+	require.NoError(t, err)
+	r := &rendered{deployments: map[string]*appsv1.Deployment{}}
+	for _, doc := range regexp.MustCompile(`(?m)^---\s*$`).Split(out, -1) {
+		if strings.TrimSpace(stripComments(doc)) == "" {
+			continue
+		}
+		var head struct{ APIVersion, Kind string }
+		require.NoError(t, yaml.Unmarshal([]byte(doc), &head))
+		b := []byte(doc)
+		switch head.APIVersion + "/" + head.Kind {
+		case "apps/v1/Deployment":
+			var d appsv1.Deployment
+			strict(t, b, &d)
+			r.deployments[d.Name] = &d
+		case "v1/Service":
+			var s corev1.Service
+			strict(t, b, &s)
+			r.services = append(r.services, &s)
+		case "v1/ConfigMap":
+			var c corev1.ConfigMap
+			strict(t, b, &c)
+			r.configMaps = append(r.configMaps, &c)
+		case "v1/Secret":
+			var s corev1.Secret
+			strict(t, b, &s)
+			r.secrets = append(r.secrets, &s)
+		case "v1/ServiceAccount":
+			var s corev1.ServiceAccount
+			strict(t, b, &s)
+		case "batch/v1/Job":
+			var j batchv1.Job
+			strict(t, b, &j)
+			r.jobs = append(r.jobs, &j)
+		case "v1/Pod":
+			var p corev1.Pod
+			strict(t, b, &p)
+			r.pods = append(r.pods, &p)
+		case "policy/v1/PodDisruptionBudget":
+			var p policyv1.PodDisruptionBudget
+			strict(t, b, &p)
+			r.pdbs = append(r.pdbs, &p)
+		case "autoscaling/v2/HorizontalPodAutoscaler":
+			var h autoscalingv2.HorizontalPodAutoscaler
+			strict(t, b, &h)
+			r.hpas = append(r.hpas, &h)
+		case "keda.sh/v1alpha1/ScaledObject":
+			var s scaledObject
+			strict(t, b, &s)
+			r.scaledObjects = append(r.scaledObjects, &s)
+		case "monitoring.coreos.com/v1/ServiceMonitor":
+			var s serviceMonitor
+			strict(t, b, &s)
+			r.serviceMonitors = append(r.serviceMonitors, &s)
+		default:
+			t.Fatalf("unexpected document %s/%s: add it to this test", head.APIVersion, head.Kind)
+		}
+	}
+	return r
+}
+
+func stripComments(doc string) string {
+	var b strings.Builder
+	for _, l := range strings.Split(doc, "\n") {
+		if !strings.HasPrefix(strings.TrimSpace(l), "#") {
+			b.WriteString(l + "\n")
+		}
+	}
+	return b.String()
+}
+
+var valueSets = []struct {
+	name string
+	args []string
+}{
+	{"default values", testSecrets},
+	{"production values", []string{"-f", filepath.Join(chartDir, "ci", "production-values.yaml")}},
+	{"worker HPA", append([]string{"--set", "worker.autoscaling.enabled=true", "--set", "gateway.autoscaling.enabled=true"}, testSecrets...)},
+}
+
+func TestRenderedChartFollowsThePolicies(t *testing.T) {
+	for _, vs := range valueSets {
+		t.Run(vs.name, func(t *testing.T) {
+			r := render(t, vs.args...)
+			require.Len(t, r.deployments, 3, "gateway, worker, reaper")
+			for _, role := range []string{"gateway", "worker", "reaper"} {
+				require.Contains(t, r.deployments, "rel-flashsale-"+role)
+			}
+			for name, d := range r.deployments {
+				requireSelectorMatches(t, name, d.Spec.Selector.MatchLabels, d.Spec.Template.Labels)
+				requirePodPolicies(t, "deployment "+name, d.Spec.Template.Spec, true)
+				require.Contains(t, d.Spec.Template.Annotations, "checksum/config", name)
+				require.Contains(t, d.Spec.Template.Annotations, "checksum/secret", name)
+			}
+			for _, j := range r.jobs {
+				requirePodPolicies(t, "job "+j.Name, j.Spec.Template.Spec, false)
+				require.Equal(t, "pre-install,pre-upgrade", j.Annotations["helm.sh/hook"], "the migration runs before new pods")
+				require.Equal(t, []string{"/usr/local/bin/worker", "migrate"}, j.Spec.Template.Spec.Containers[0].Command)
+			}
+			for _, p := range r.pods {
+				requirePodPolicies(t, "pod "+p.Name, p.Spec, false)
+				require.Equal(t, "test", p.Annotations["helm.sh/hook"])
+			}
+			for _, s := range r.services {
+				requireSelectsADeployment(t, "service "+s.Name, s.Spec.Selector, r)
+			}
+			for _, p := range r.pdbs {
+				requireSelectsADeployment(t, "pdb "+p.Name, p.Spec.Selector.MatchLabels, r)
+			}
+			requireNoPlaintextSecrets(t, r)
+			requireOneAutoscalerPerDeployment(t, r)
+			for _, sm := range r.serviceMonitors {
+				matched := 0
+				for _, s := range r.services {
+					if labels.SelectorFromSet(sm.Spec.Selector.MatchLabels).Matches(labels.Set(s.Labels)) {
+						matched++
+						require.Equal(t, "ops", s.Spec.Ports[0].Name)
+					}
+				}
+				require.Equal(t, 3, matched, "one metrics Service per role")
+			}
+		})
+	}
+}
+
+func requireSelectorMatches(t *testing.T, what string, selector, podLabels map[string]string) {
+	t.Helper()
+	require.NotEmpty(t, selector, what)
+	require.True(t, labels.SelectorFromSet(selector).Matches(labels.Set(podLabels)), "%s: selector %v does not match pod labels %v", what, selector, podLabels)
+}
+
+func requireSelectsADeployment(t *testing.T, what string, selector map[string]string, r *rendered) {
+	t.Helper()
+	require.NotEmpty(t, selector, what)
+	for _, d := range r.deployments {
+		if labels.SelectorFromSet(selector).Matches(labels.Set(d.Spec.Template.Labels)) {
+			return
+		}
+	}
+	t.Fatalf("%s: selector %v matches no Deployment's pods", what, selector)
+}
+
+func requirePodPolicies(t *testing.T, what string, spec corev1.PodSpec, probes bool) {
+	t.Helper()
+	psc := spec.SecurityContext
+	require.NotNil(t, psc, what)
+	require.True(t, psc.RunAsNonRoot != nil && *psc.RunAsNonRoot, "%s: runAsNonRoot", what)
+	require.NotNil(t, psc.SeccompProfile, what)
+	require.Equal(t, corev1.SeccompProfileTypeRuntimeDefault, psc.SeccompProfile.Type, what)
+	require.False(t, spec.AutomountServiceAccountToken == nil || *spec.AutomountServiceAccountToken, "%s: no service account token is needed", what)
+	require.NotEmpty(t, spec.Containers, what)
+	for _, c := range append(spec.InitContainers, spec.Containers...) {
+		where := what + " container " + c.Name
+		require.NotEmpty(t, c.Resources.Requests.Cpu().String(), where)
+		require.False(t, c.Resources.Requests.Cpu().IsZero(), "%s: cpu request", where)
+		require.False(t, c.Resources.Requests.Memory().IsZero(), "%s: memory request", where)
+		require.False(t, c.Resources.Limits.Memory().IsZero(), "%s: memory limit", where)
+		sc := c.SecurityContext
+		require.NotNil(t, sc, where)
+		require.True(t, sc.ReadOnlyRootFilesystem != nil && *sc.ReadOnlyRootFilesystem, "%s: read-only root filesystem", where)
+		require.True(t, sc.AllowPrivilegeEscalation != nil && !*sc.AllowPrivilegeEscalation, "%s: no privilege escalation", where)
+		require.True(t, sc.RunAsNonRoot != nil && *sc.RunAsNonRoot, "%s: runAsNonRoot", where)
+		require.NotNil(t, sc.Capabilities, where)
+		require.Equal(t, []corev1.Capability{"ALL"}, sc.Capabilities.Drop, where)
+		require.Empty(t, sc.Capabilities.Add, where)
+		require.True(t, sc.Privileged == nil || !*sc.Privileged, where)
+		if probes {
+			require.NotNil(t, c.LivenessProbe, "%s: liveness probe", where)
+			require.NotNil(t, c.ReadinessProbe, "%s: readiness probe", where)
+			require.NotNil(t, c.StartupProbe, "%s: startup probe", where)
+			require.Equal(t, "/livez", c.LivenessProbe.HTTPGet.Path, where)
+			require.Equal(t, "/readyz", c.ReadinessProbe.HTTPGet.Path, where)
+		}
+	}
+}
+
+var secretLooking = regexp.MustCompile(`(?i)(SECRET|TOKEN|PASSWORD|DSN)`)
+
+func requireNoPlaintextSecrets(t *testing.T, r *rendered) {
+	t.Helper()
+	check := func(what string, spec corev1.PodSpec) {
+		for _, c := range spec.Containers {
+			for _, e := range c.Env {
+				if secretLooking.MatchString(e.Name) {
+					require.Empty(t, e.Value, "%s: %s is inlined", what, e.Name)
+					require.NotNil(t, e.ValueFrom, "%s: %s", what, e.Name)
+					require.NotNil(t, e.ValueFrom.SecretKeyRef, "%s: %s must come from a Secret", what, e.Name)
+				}
+			}
+		}
+	}
+	for n, d := range r.deployments {
+		check(n, d.Spec.Template.Spec)
+	}
+	for _, j := range r.jobs {
+		check(j.Name, j.Spec.Template.Spec)
+	}
+	for _, p := range r.pods {
+		check(p.Name, p.Spec)
+	}
+	for _, c := range r.configMaps {
+		for k := range c.Data {
+			require.False(t, secretLooking.MatchString(k), "ConfigMap %s holds %s", c.Name, k)
+		}
+	}
+}
+
+func requireOneAutoscalerPerDeployment(t *testing.T, r *rendered) {
+	t.Helper()
+	owner := map[string]string{}
+	claim := func(target, by string) {
+		require.Contains(t, r.deployments, target, "%s targets a Deployment that does not exist", by)
+		require.NotContains(t, owner, target, "%s and %s both scale %s", owner[target], by, target)
+		owner[target] = by
+		require.Nil(t, r.deployments[target].Spec.Replicas, "%s is autoscaled: the Deployment must not pin replicas", target)
+	}
+	for _, h := range r.hpas {
+		require.Equal(t, "Deployment", h.Spec.ScaleTargetRef.Kind)
+		claim(h.Spec.ScaleTargetRef.Name, "HPA "+h.Name)
+	}
+	for _, s := range r.scaledObjects {
+		claim(s.Spec.ScaleTargetRef.Name, "ScaledObject "+s.Metadata.Name)
+	}
+}
+
+func TestKEDAScalesWorkersOnEveryPartitionsLag(t *testing.T) {
+	r := render(t, "-f", filepath.Join(chartDir, "ci", "production-values.yaml"))
+	require.Len(t, r.scaledObjects, 1)
+	so := r.scaledObjects[0]
+	require.Equal(t, "rel-flashsale-worker", so.Spec.ScaleTargetRef.Name)
+	require.Len(t, so.Spec.Triggers, 32, "one trigger per stream partition")
+	for i, tr := range so.Spec.Triggers {
+		require.Equal(t, "redis-streams", tr.Type)
+		require.Equal(t, fmt.Sprintf("flashsale:{p%d}:orders", i), tr.Metadata["stream"])
+		require.Equal(t, "flashsale-workers", tr.Metadata["consumerGroup"])
+		require.NotEmpty(t, tr.Metadata["lagCount"])
+		require.Equal(t, "FLASHSALE_REDIS_PASSWORD", tr.Metadata["passwordFromEnv"])
+	}
+	require.Empty(t, r.secrets, "existingSecret: the chart makes no Secret")
+}
+
+func TestChartRefusesWhatCannotWork(t *testing.T) {
+	tests := []struct {
+		name, want string
+		args       []string
+	}{
+		{"HPA and KEDA on the workers", "cannot both be enabled", append([]string{"--set", "worker.autoscaling.enabled=true", "--set", "worker.keda.enabled=true"}, testSecrets...)},
+		{"no secrets", "set existingSecret", nil},
+		{"short JWT secret", "at least 32 bytes", []string{"--set", "secrets.mysqlDSN=x", "--set", "secrets.jwtSecret=short", "--set", "secrets.adminToken=t"}},
+		{"replicas not a number", "replicaCount", append([]string{"--set", "gateway.replicaCount=two"}, testSecrets...)},
+		{"bad duration", "claimMinIdle", append([]string{"--set", "config.claimMinIdle=soon"}, testSecrets...)},
+		{"unknown value (a typo)", "gatway", append([]string{"--set", "gatway.replicaCount=2"}, testSecrets...)},
+		{"unknown log format", "logFormat", append([]string{"--set", "config.logFormat=xml"}, testSecrets...)},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			out, err := helm(t, append([]string{"template", "rel", chartDir, "--kube-version", "1.30.0"}, tt.args...)...)
+			require.Error(t, err)
+			require.Contains(t, out, tt.want)
+		})
+	}
+}
+
+func TestLintStrict(t *testing.T) {
+	for _, vs := range valueSets {
+		out, err := helm(t, append([]string{"lint", "--strict", chartDir, "--kube-version", "1.30.0"}, vs.args...)...)
+		require.NoError(t, err, "%s: %s", vs.name, out)
+	}
+}
