@@ -35,14 +35,17 @@ func runSmoke(ctx context.Context, cfg *config, _ *app.Runtime, _ []string) erro
 }
 
 func run(ctx context.Context, cfg *config, rt *app.Runtime) error {
-	redis, mysql, closeAll, err := cfg.Connect(ctx, cfg.RedisPoolSize)
-	if err != nil {
-		return err
-	}
-	defer closeAll()
-	gw, err := gateway.New(cfg.Config, redis, mysql, rt.Log, gateway.WithRegistry(rt.Registry))
-	if err != nil {
-		return err
-	}
-	return rt.Serve(ctx, cfg.Common, app.Ready(redis, mysql), gw.Run)
+	return rt.Serve(ctx, cfg.Common, func(ctx context.Context, ready *app.Readiness) error {
+		redis, mysql, closeAll, err := cfg.Connect(ctx, rt.Log, cfg.RedisPoolSize)
+		if err != nil {
+			return err
+		}
+		defer closeAll()
+		gw, err := gateway.New(cfg.Config, redis, mysql, rt.Log, gateway.WithRegistry(rt.Registry))
+		if err != nil {
+			return err
+		}
+		ready.Set(app.Ready(redis, mysql))
+		return gw.Run(ctx)
+	})
 }

@@ -37,16 +37,19 @@ func run(ctx context.Context, cfg *config, rt *app.Runtime) error {
 		}
 		cfg.Consumer = "reaper-" + host
 	}
-	redis, mysql, closeAll, err := cfg.Connect(ctx, 8)
-	if err != nil {
-		return err
-	}
-	defer closeAll()
-	r, err := reaper.New(cfg.Config, redis, mysql, rt.Log, reaper.WithRegistry(rt.Registry), reaper.WithAudit(rt.Audit))
-	if err != nil {
-		return err
-	}
-	return rt.Serve(ctx, cfg.Common, app.Ready(redis, mysql), r.Run)
+	return rt.Serve(ctx, cfg.Common, func(ctx context.Context, ready *app.Readiness) error {
+		redis, mysql, closeAll, err := cfg.Connect(ctx, rt.Log, 8)
+		if err != nil {
+			return err
+		}
+		defer closeAll()
+		r, err := reaper.New(cfg.Config, redis, mysql, rt.Log, reaper.WithRegistry(rt.Registry), reaper.WithAudit(rt.Audit))
+		if err != nil {
+			return err
+		}
+		ready.Set(app.Ready(redis, mysql))
+		return r.Run(ctx)
+	})
 }
 
 func reconcile(ctx context.Context, cfg *config, rt *app.Runtime, args []string) error {
@@ -55,7 +58,9 @@ func reconcile(ctx context.Context, cfg *config, rt *app.Runtime, args []string)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	redis, mysql, closeAll, err := cfg.Connect(ctx, 4)
+	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	redis, mysql, closeAll, err := cfg.Connect(cctx, rt.Log, 4)
 	if err != nil {
 		return err
 	}

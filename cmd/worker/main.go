@@ -28,15 +28,18 @@ func run(ctx context.Context, cfg *config, rt *app.Runtime) error {
 		}
 		cfg.Consumer = host
 	}
-	// One blocking read per partition plus room for acks and releases.
-	redis, mysql, closeAll, err := cfg.Connect(ctx, 2*cfg.StreamPartitions+4)
-	if err != nil {
-		return err
-	}
-	defer closeAll()
-	w, err := worker.New(cfg.Config, redis, mysql, rt.Log, worker.WithRegistry(rt.Registry), worker.WithAudit(rt.Audit))
-	if err != nil {
-		return err
-	}
-	return rt.Serve(ctx, cfg.Common, app.Ready(redis, mysql), w.Run)
+	return rt.Serve(ctx, cfg.Common, func(ctx context.Context, ready *app.Readiness) error {
+		// One blocking read per partition plus room for acks and releases.
+		redis, mysql, closeAll, err := cfg.Connect(ctx, rt.Log, 2*cfg.StreamPartitions+4)
+		if err != nil {
+			return err
+		}
+		defer closeAll()
+		w, err := worker.New(cfg.Config, redis, mysql, rt.Log, worker.WithRegistry(rt.Registry), worker.WithAudit(rt.Audit))
+		if err != nil {
+			return err
+		}
+		ready.Set(app.Ready(redis, mysql))
+		return w.Run(ctx)
+	})
 }

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/signal"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -98,8 +99,29 @@ func (c Common) MySQL(ctx context.Context) (*db.Store, error) {
 	return db.New(g), nil
 }
 
-// Connect opens both stores; close releases them.
-func (c Common) Connect(ctx context.Context, redisPoolSize int) (r *rdb.Store, d *db.Store, closeAll func(), err error) {
+// Connect opens both stores, retrying with backoff until they answer or
+// ctx ends, so a process started while Redis or MySQL is down waits for
+// them (not ready) instead of exiting. closeAll releases them.
+func (c Common) Connect(ctx context.Context, log *zap.Logger, redisPoolSize int) (r *rdb.Store, d *db.Store, closeAll func(), err error) {
+	backoff := 100 * time.Millisecond
+	for attempt := 1; ; attempt++ {
+		r, d, closeAll, err = c.connectOnce(ctx, redisPoolSize)
+		if err == nil {
+			return r, d, closeAll, nil
+		}
+		if attempt == 1 || attempt%10 == 0 {
+			log.Warn("waiting for redis and mysql", zap.Int("attempt", attempt), zap.Error(err))
+		}
+		select {
+		case <-ctx.Done():
+			return nil, nil, nil, fmt.Errorf("connect: %w (last error: %v)", ctx.Err(), err)
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 5*time.Second)
+	}
+}
+
+func (c Common) connectOnce(ctx context.Context, redisPoolSize int) (r *rdb.Store, d *db.Store, closeAll func(), err error) {
 	if r, err = c.Redis(ctx, redisPoolSize); err != nil {
 		return nil, nil, nil, err
 	}
@@ -144,11 +166,30 @@ type Runtime struct {
 	Registry *prometheus.Registry
 }
 
-// Serve runs role beside the ops listener until ctx ends. Then /readyz
-// fails at once, role's context ends ShutdownDelay later, and Serve returns
-// when role has returned.
-func (rt *Runtime) Serve(ctx context.Context, c Common, ready func(context.Context) error, role func(context.Context) error) error {
-	srv := ops.New(c.Config, rt.Registry, ready, rt.Log)
+// Readiness is what /readyz checks; until Set it answers "starting".
+type Readiness struct {
+	check atomic.Pointer[func(context.Context) error]
+}
+
+// Set installs the readiness check (once the role's dependencies exist).
+func (r *Readiness) Set(check func(context.Context) error) { r.check.Store(&check) }
+
+// Check runs the installed check.
+func (r *Readiness) Check(ctx context.Context) error {
+	f := r.check.Load()
+	if f == nil {
+		return errors.New("starting")
+	}
+	return (*f)(ctx)
+}
+
+// Serve starts the ops listener, then runs role, which connects what it
+// needs, calls ready.Set, and works until its context ends. When ctx ends,
+// /readyz fails at once, role's context ends ShutdownDelay later, and Serve
+// returns when role has returned.
+func (rt *Runtime) Serve(ctx context.Context, c Common, role func(ctx context.Context, ready *Readiness) error) error {
+	var ready Readiness
+	srv := ops.New(c.Config, rt.Registry, ready.Check, rt.Log)
 	opsCtx, stopOps := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopOps()
 	opsErr := make(chan error, 1)
@@ -162,7 +203,7 @@ func (rt *Runtime) Serve(ctx context.Context, c Common, ready func(context.Conte
 	})
 	defer stop()
 	roleErr := make(chan error, 1)
-	go func() { roleErr <- role(roleCtx) }()
+	go func() { roleErr <- role(roleCtx, &ready) }()
 
 	select {
 	case err := <-roleErr:

@@ -221,3 +221,26 @@ func TestGatewaySmokeCommand(t *testing.T) {
 	out, err = s.RunOutputEnv(ctx, []string{"FLASHSALE_SMOKE_TIMEOUT=2s"}, "gateway", "smoke")
 	require.Error(t, err, out)
 }
+
+// A process started while MySQL is down waits for it, not ready, instead
+// of exiting (on Kubernetes: no crash loop during a database outage).
+func TestWorkerStartedWhileMariaDBIsDownWaitsForIt(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the binaries")
+	}
+	ctx := context.Background()
+	s := startStack(t, ctx)
+	require.NoError(t, s.MariaDB.Kill())
+	w, err := s.StartWorker(1)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = w.Stop(10 * time.Second) })
+	code, body := get(t, w.OpsURL+"/readyz")
+	require.Equal(t, 503, code)
+	require.Contains(t, body, "starting")
+	time.Sleep(time.Second) // long enough for a process that gives up to have exited
+	require.False(t, w.Exited(), "it waits rather than exits:\n%s", w.Log())
+
+	require.NoError(t, s.MariaDB.Start())
+	eventually(t, "ready once MariaDB is back", func() bool { code, _ := get(t, w.OpsURL+"/readyz"); return code == 200 })
+	require.NoError(t, w.Stop(10*time.Second), "and still stops cleanly")
+}
