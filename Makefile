@@ -3,7 +3,7 @@ GO      ?= go
 PKGS    := ./...
 BIN     := bin
 
-.PHONY: all build static test test-short lint servers demo chaos dataloss helm helm-test clean
+.PHONY: all build bench static test test-short lint servers demo chaos dataloss helm helm-test clean
 
 all: build
 
@@ -50,6 +50,11 @@ $(HELM):
 
 helm-test: $(HELM)
 	cd helm/flashsale/test && $(GO) vet ./... && HELM=$(abspath $(HELM)) $(GO) test -count=1 ./...
+
+## bench: ceilings, gateway, worker drain, end to end, memory (BENCH_FLAGS to tune)
+bench: servers
+	$(GO) build -o $(BIN)/bench ./cmd/bench
+	$(BIN)/bench $(BENCH_FLAGS)
 
 ## chaos: a 60s sale under worker/reaper/mariadbd/redis-server kills (CHAOS_DURATION to change)
 CHAOS_DURATION ?= 60s

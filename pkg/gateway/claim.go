@@ -30,7 +30,7 @@ func (g *Gateway) claim(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), g.cfg.ClaimTimeout)
 	defer cancel()
 	t0 := time.Now()
-	a, err := g.redis.Admit(ctx, rdb.Claim{
+	a, err := g.admit(ctx, rdb.Claim{
 		VoucherID: voucher, UserID: user, IdempotencyKey: key, IdempotencyTTL: g.cfg.IdempotencyTTL,
 		Now: now, Day: order.Day(now, g.loc),
 	})

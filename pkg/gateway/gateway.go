@@ -37,6 +37,12 @@ type Config struct {
 	IdempotencyTTL time.Duration `envconfig:"FLASHSALE_IDEMPOTENCY_TTL" default:"24h"`
 	// ShutdownTimeout bounds finishing in-flight requests. Default 15s.
 	ShutdownTimeout time.Duration `envconfig:"FLASHSALE_SHUTDOWN_TIMEOUT" default:"15s"`
+	// PipelineWorkers is the number of pipelines in flight to Redis at
+	// once: concurrent claims are coalesced into them (auto-pipelining).
+	// 0 sends one EVALSHA per claim. Default 4.
+	PipelineWorkers int `envconfig:"FLASHSALE_REDIS_PIPELINE_WORKERS" default:"4"`
+	// PipelineMaxBatch bounds the claims in one pipeline. Default 128.
+	PipelineMaxBatch int `envconfig:"FLASHSALE_REDIS_PIPELINE_MAX_BATCH" default:"128"`
 }
 
 // Gateway serves the HTTP API.
@@ -50,6 +56,9 @@ type Gateway struct {
 	log     *zap.Logger
 	metrics *metrics
 	reg     prometheus.Registerer
+	// admit is the Redis admission: through the batcher, or direct.
+	admit   func(context.Context, rdb.Claim) (rdb.Admission, error)
+	batcher *rdb.Batcher
 }
 
 // Option changes a Gateway.
@@ -91,6 +100,14 @@ func New(cfg Config, r *rdb.Store, d *db.Store, log *zap.Logger, opts ...Option)
 		o(g)
 	}
 	g.metrics = newMetrics(g.reg)
+	g.admit = r.Admit
+	if cfg.PipelineWorkers > 0 {
+		if cfg.PipelineMaxBatch <= 0 {
+			cfg.PipelineMaxBatch = 128
+		}
+		g.batcher = r.NewBatcher(cfg.PipelineWorkers, cfg.PipelineMaxBatch, cfg.ClaimTimeout)
+		g.admit = g.batcher.Admit
+	}
 	g.auth = newAuth(cfg.JWTSecret, cfg.AdminToken, func() time.Time { return g.now() })
 	return g, nil
 }
@@ -109,6 +126,13 @@ func (g *Gateway) Handler() http.Handler {
 	return g.recoverer(mux)
 }
 
+// Close stops the admission batcher. Serve calls it when it returns.
+func (g *Gateway) Close() {
+	if g.batcher != nil {
+		g.batcher.Close()
+	}
+}
+
 // Run serves on cfg.HTTPAddr until ctx ends, then stops accepting, lets
 // in-flight requests finish (up to ShutdownTimeout) and returns.
 func (g *Gateway) Run(ctx context.Context) error {
@@ -121,6 +145,7 @@ func (g *Gateway) Run(ctx context.Context) error {
 
 // Serve is Run on a listener of the caller's.
 func (g *Gateway) Serve(ctx context.Context, l net.Listener) error {
+	defer g.Close()
 	if err := g.redis.EnsureGroups(ctx); err != nil {
 		return err
 	}

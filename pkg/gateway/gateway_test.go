@@ -55,6 +55,7 @@ func newFixture(t *testing.T) *fixture {
 	require.NoError(t, err)
 	srv := httptest.NewServer(gw.Handler())
 	t.Cleanup(srv.Close)
+	t.Cleanup(gw.Close)
 	return &fixture{t: t, env: env, srv: srv, clock: clk}
 }
 

@@ -218,6 +218,12 @@ func (s *Stack) startWorkerAs(i int, name string) (*Proc, error) {
 	return s.start(name, []string{"FLASHSALE_CONSUMER_NAME=" + name})
 }
 
+// StartWorkerWith starts a worker process under consumer name with env
+// added (e.g. FLASHSALE_WORKER_BATCH_SIZE); the caller stops it.
+func (s *Stack) StartWorkerWith(name string, env ...string) (*Proc, error) {
+	return s.start("worker-"+name, append([]string{"FLASHSALE_CONSUMER_NAME=" + name}, env...))
+}
+
 // start starts a binary of the stack (its name before the first "-") with
 // an ops listener on a port of its own.
 func (s *Stack) start(name string, env []string) (*Proc, error) {

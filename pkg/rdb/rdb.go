@@ -146,6 +146,73 @@ type Admission struct {
 
 // Admit runs the admission script for c. Rejections are the Err* sentinels.
 func (s *Store) Admit(ctx context.Context, c Claim) (Admission, error) {
+	keys, args := s.admitArgs(c)
+	res, err := lua.Admit.Run(ctx, s.c, keys, args...).Slice()
+	if err != nil {
+		return Admission{}, fmt.Errorf("admit: %w", err)
+	}
+	return admission(res, s.PartitionOf(c.VoucherID))
+}
+
+// AdmitMany runs the admission script for every claim in one pipelined
+// round trip (EVALSHA each; a script Redis lost, after a restart, is loaded
+// again and those claims run once more: NOSCRIPT means they did not run).
+// Results and errors align with claims; the error return is the round
+// trip's own.
+func (s *Store) AdmitMany(ctx context.Context, claims []Claim) ([]Admission, []error, error) {
+	out, errs := make([]Admission, len(claims)), make([]error, len(claims))
+	pending := make([]int, len(claims))
+	for i := range claims {
+		pending[i] = i
+	}
+	for round := 0; round < 2 && len(pending) > 0; round++ {
+		pipe := s.c.Pipeline()
+		cmds := make([]*redis.Cmd, len(pending))
+		for j, i := range pending {
+			keys, args := s.admitArgs(claims[i])
+			cmds[j] = lua.Admit.EvalSha(ctx, pipe, keys, args...)
+		}
+		_, err := pipe.Exec(ctx)
+		if err != nil && !isReplyError(cmds) {
+			return out, errs, fmt.Errorf("admit pipeline: %w", err)
+		}
+		var again []int
+		for j, i := range pending {
+			res, err := cmds[j].Slice()
+			switch {
+			case err != nil && redis.HasErrorPrefix(err, "NOSCRIPT"):
+				again = append(again, i)
+			case err != nil:
+				errs[i] = fmt.Errorf("admit: %w", err)
+			default:
+				out[i], errs[i] = admission(res, s.PartitionOf(claims[i].VoucherID))
+			}
+		}
+		if len(again) > 0 {
+			if err := lua.Admit.Load(ctx, s.c).Err(); err != nil {
+				return out, errs, fmt.Errorf("reload admit script: %w", err)
+			}
+		}
+		pending = again
+	}
+	return out, errs, nil
+}
+
+// isReplyError reports whether a pipeline failed only because some command
+// got an error reply (each command then holds its own error).
+func isReplyError(cmds []*redis.Cmd) bool {
+	for _, c := range cmds {
+		if err := c.Err(); err != nil && !errors.Is(err, redis.Nil) {
+			var re redis.Error
+			if !errors.As(err, &re) {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+func (s *Store) admitArgs(c Claim) ([]string, []any) {
 	p := s.PartitionOf(c.VoucherID)
 	idem, ttl := voucherKey(p, c.VoucherID)+":idem:-", int64(0)
 	if c.IdempotencyKey != "" {
@@ -156,11 +223,11 @@ func (s *Store) Admit(ctx context.Context, c Claim) (Admission, error) {
 		}
 	}
 	keys := []string{voucherKey(p, c.VoucherID), usersKey(p, c.VoucherID), dayKey(p, c.VoucherID, c.Day), idem, StreamKey(p)}
-	res, err := lua.Admit.Run(ctx, s.c, keys,
-		c.UserID, c.Now.UnixMilli(), c.Day, ttl, int64(DayKeyTTL/time.Second), c.VoucherID).Slice()
-	if err != nil {
-		return Admission{}, fmt.Errorf("admit: %w", err)
-	}
+	return keys, []any{c.UserID, c.Now.UnixMilli(), c.Day, ttl, int64(DayKeyTTL / time.Second), c.VoucherID}
+}
+
+// admission reads admit.lua's reply.
+func admission(res []any, p int) (Admission, error) {
 	code, ok := res[0].(int64)
 	if !ok {
 		return Admission{}, fmt.Errorf("admit: unexpected reply %v", res)

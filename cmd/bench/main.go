@@ -1,0 +1,98 @@
+// Command bench measures flashsale on this machine in one run (make bench):
+// the HTTP and Redis ceilings, the gateway, the workers' drain, an end-to-end
+// sale and peak memory. It prints a table and writes JSON and an SVG chart.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/flashsale/flashsale/pkg/bench"
+)
+
+func main() {
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+}
+
+func run() error {
+	var (
+		trivial  = flag.String("trivial", "", "serve the HTTP ceiling's handler on this address (used by bench itself)")
+		out      = flag.String("out", "bench-results", "directory for the JSON and SVG results")
+		conns    = flag.String("conns", "64,256", "concurrency levels")
+		duration = flag.Duration("duration", 10*time.Second, "each throughput measurement")
+		drain    = flag.Int("drain-orders", 200_000, "orders pre-filled for the worker drain")
+		baseline = flag.Int("baseline-orders", 20_000, "orders for the one-transaction-per-order baseline")
+		claims   = flag.Int("e2e-claims", 1_000_000, "end-to-end claims")
+		users    = flag.Int("e2e-users", 200_000, "end-to-end distinct users")
+		stock    = flag.Int("e2e-stock", 100_000, "end-to-end units")
+		profDir  = flag.String("profile", "", "write CPU profiles of the gateway and a worker to this directory")
+	)
+	flag.Parse()
+	if *trivial != "" {
+		return bench.ServeTrivial(*trivial)
+	}
+	var cs []int
+	for _, c := range strings.Split(*conns, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(c))
+		if err != nil {
+			return fmt.Errorf("-conns: %w", err)
+		}
+		cs = append(cs, n)
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	dir, err := os.MkdirTemp("", "flashsale-bench-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	rep, err := bench.Run(ctx, bench.Config{Dir: dir, Conns: cs, Duration: *duration, DrainOrders: *drain, BaselineOrders: *baseline,
+		E2EClaims: *claims, E2EUsers: *users, E2EStock: *stock, Self: self, Log: os.Stderr, ProfileDir: *profDir})
+	if err != nil {
+		return err
+	}
+	fmt.Println()
+	rep.Print(os.Stdout)
+	if err := os.MkdirAll(*out, 0o755); err != nil {
+		return err
+	}
+	stamp := rep.When.Format("20060102-150405")
+	j, err := json.MarshalIndent(rep, "", "  ")
+	if err != nil {
+		return err
+	}
+	jsonPath := filepath.Join(*out, "bench-"+stamp+".json")
+	if err := os.WriteFile(jsonPath, j, 0o644); err != nil {
+		return err
+	}
+	svgPath := filepath.Join(*out, "e2e-"+stamp+".svg")
+	f, err := os.Create(svgPath)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	if err := rep.Chart(f); err != nil {
+		return err
+	}
+	fmt.Printf("\nwrote %s and %s\n", jsonPath, svgPath)
+	if len(rep.E2E.Violations) > 0 {
+		return fmt.Errorf("invariants violated in the end-to-end run")
+	}
+	return nil
+}

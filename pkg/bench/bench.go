@@ -1,0 +1,352 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/flashsale/flashsale/pkg/harness"
+	"github.com/flashsale/flashsale/pkg/order"
+	"github.com/flashsale/flashsale/pkg/rdb"
+	"github.com/flashsale/flashsale/pkg/testsrv"
+)
+
+// Config of a benchmark run.
+type Config struct {
+	Dir            string
+	Conns          []int         // gateway and ceiling concurrency levels
+	Duration       time.Duration // each throughput measurement
+	DrainOrders    int           // orders pre-filled for the worker drain
+	BaselineOrders int           // orders for the one-transaction-per-order baseline
+	E2EClaims      int
+	E2EUsers       int
+	E2EStock       int
+	Self           string // this program, re-run with -trivial to serve the HTTP ceiling
+	Log            io.Writer
+	// ProfileDir, if set, receives CPU profiles of the gateway (64-connection
+	// admitted run) and of a worker (two-worker drain).
+	ProfileDir string
+}
+
+// Measure is one throughput and latency measurement.
+type Measure struct {
+	Name     string           `json:"name"`
+	Conns    int              `json:"conns"`
+	Mode     string           `json:"mode"` // closed | open
+	Rate     int              `json:"target_rate,omitempty"`
+	RPS      float64          `json:"rps"`
+	P50us    int64            `json:"p50_us"`
+	P90us    int64            `json:"p90_us"`
+	P99us    int64            `json:"p99_us"`
+	P999us   int64            `json:"p999_us"`
+	Status   map[string]int64 `json:"status"`
+	Errors   int64            `json:"errors"`
+	Requests int64            `json:"requests"`
+}
+
+func measure(name, mode string, conns, rate int, r *Result) Measure {
+	m := Measure{Name: name, Mode: mode, Conns: conns, Rate: rate, RPS: r.RPS(), Errors: r.Errors, Requests: r.Requests,
+		P50us: r.Latency.ValueAtQuantile(50), P90us: r.Latency.ValueAtQuantile(90), P99us: r.Latency.ValueAtQuantile(99),
+		P999us: r.Latency.ValueAtQuantile(99.9), Status: map[string]int64{}}
+	for s, n := range r.Status {
+		m.Status[strconv.Itoa(s)] = n
+	}
+	return m
+}
+
+// Drain is a worker drain measurement.
+type Drain struct {
+	Name      string  `json:"name"`
+	Workers   int     `json:"workers"`
+	BatchSize int     `json:"batch_size"`
+	Orders    int     `json:"orders"`
+	Seconds   float64 `json:"seconds"`
+	PerSecond float64 `json:"orders_per_s"`
+}
+
+// E2E is the end-to-end sale.
+type E2E struct {
+	Claims, Users, Stock int
+	Admitted             int64         `json:"admitted"`
+	LastAdmit            time.Duration `json:"last_202_ns"`
+	LastPersisted        time.Duration `json:"last_persisted_ns"`
+	PersistLag           time.Duration `json:"persist_after_last_202_ns"`
+	MaxBacklog           int64         `json:"max_stream_backlog"`
+	Violations           []string      `json:"violations"`
+	Windows              []Window      `json:"windows"`
+	Backlog              []int64       `json:"backlog_per_window"`
+	Claim                Measure       `json:"claims"`
+}
+
+// Report is a whole run.
+type Report struct {
+	When         time.Time `json:"when"`
+	Machine      string    `json:"machine"`
+	HTTPCeiling  []Measure `json:"http_ceiling"`
+	RedisCeiling []Measure `json:"redis_ceiling"`
+	Gateway      []Measure `json:"gateway"`
+	Drain        []Drain   `json:"drain"`
+	E2E          E2E       `json:"e2e"`
+	GatewayRSS   int64     `json:"gateway_peak_rss_bytes"`
+	WorkerRSS    int64     `json:"worker_peak_rss_bytes"`
+}
+
+func (c Config) logf(format string, args ...any) {
+	if c.Log != nil {
+		fmt.Fprintf(c.Log, "%s  %s\n", time.Now().Format("15:04:05"), fmt.Sprintf(format, args...))
+	}
+}
+
+// Run runs every measurement in one go on throwaway servers.
+func Run(ctx context.Context, cfg Config) (*Report, error) {
+	rep := &Report{When: time.Now().UTC(), Machine: machine()}
+	s, err := harness.StartStack(ctx, harness.Options{Dir: cfg.Dir, Workers: 0, Partitions: 8,
+		Env: []string{"FLASHSALE_AUDIT_LOG=false", "FLASHSALE_LOG_LEVEL=warn", "FLASHSALE_CLAIM_TIMEOUT=2s", "FLASHSALE_PPROF=true"}})
+	if err != nil {
+		return nil, err
+	}
+	defer s.Close()
+	host := strings.TrimPrefix(s.URL, "http://")
+
+	maxReq := int(cfg.Duration.Seconds()*60000) + 10000
+	cfg.logf("signing %d user tokens", maxReq)
+	tokens := make([]string, max(maxReq, cfg.E2EUsers))
+	for i := range tokens {
+		tokens[i] = s.Token("u" + strconv.Itoa(i))
+	}
+
+	// 1. HTTP ceiling.
+	port, err := testsrv.FreePort()
+	if err != nil {
+		return nil, err
+	}
+	trivialAddr := "127.0.0.1:" + strconv.Itoa(port)
+	trivial := exec.Command(cfg.Self, "-trivial", trivialAddr)
+	trivial.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := trivial.Start(); err != nil {
+		return nil, err
+	}
+	defer func() { _ = trivial.Process.Kill(); _ = trivial.Wait() }()
+	time.Sleep(300 * time.Millisecond)
+	for _, c := range cfg.Conns {
+		req := Request(trivialAddr, "/", "x")
+		r := Drive(Load{Addr: trivialAddr, Conns: c, Duration: cfg.Duration, Next: func(int64) []byte { return req }})
+		rep.HTTPCeiling = append(rep.HTTPCeiling, measure("trivial net/http handler", "closed", c, 0, r))
+		cfg.logf("HTTP ceiling, %d conns: %.0f req/s", c, r.RPS())
+	}
+	_ = trivial.Process.Kill()
+
+	// 2. Redis ceiling: the admission script alone.
+	for _, c := range cfg.Conns {
+		for _, pipelined := range []int{1, 32} {
+			v, err := s.CreateVoucher(ctx, harness.VoucherSpec{Name: "redis ceiling", Stock: 10_000_000, PerUserLimit: 1})
+			if err != nil {
+				return nil, err
+			}
+			ops := redisCeiling(ctx, s, v, c, pipelined, cfg.Duration)
+			name := "admission script, unpipelined"
+			if pipelined > 1 {
+				name = fmt.Sprintf("admission script, pipelines of %d", pipelined)
+			}
+			rep.RedisCeiling = append(rep.RedisCeiling, Measure{Name: name, Conns: c, Mode: "closed", RPS: ops})
+			cfg.logf("Redis ceiling, %d conns, pipeline %d: %.0f admissions/s", c, pipelined, ops)
+			if err := resetStreams(ctx, s); err != nil {
+				return nil, err
+			}
+		}
+	}
+
+	// 3. Gateway admission (no workers running: the gateway and Redis alone).
+	claim := func(v int64, offset int64) func(int64) []byte {
+		path := "/v1/vouchers/" + strconv.FormatInt(v, 10) + "/orders"
+		return func(i int64) []byte { return Request(host, path, tokens[(offset+i)%int64(len(tokens))]) }
+	}
+	var closed64 float64
+	for _, stock := range []int64{10_000_000, 100} {
+		for _, c := range cfg.Conns {
+			v, err := s.CreateVoucher(ctx, harness.VoucherSpec{Name: "gateway", Stock: stock, PerUserLimit: 1})
+			if err != nil {
+				return nil, err
+			}
+			r := Drive(Load{Addr: host, Conns: c, Duration: cfg.Duration, Next: claim(v, 0)})
+			name := "gateway claims, stock plenty (admitted)"
+			if stock == 100 {
+				name = "gateway claims, stock 100 (sold out)"
+			}
+			rep.Gateway = append(rep.Gateway, measure(name, "closed", c, 0, r))
+			cfg.logf("%s, %d conns: %.0f claims/s, p99 %s, status %v", name, c, r.RPS(), us(r.Latency.ValueAtQuantile(99)), r.Status)
+			if stock > 100 && c == cfg.Conns[0] {
+				closed64 = r.RPS()
+			}
+			if err := resetStreams(ctx, s); err != nil {
+				return nil, err
+			}
+		}
+	}
+	// Open loop at 80% of the closed-loop rate: latency without the
+	// generator waiting on the server.
+	rate := int(closed64 * 0.8)
+	v, err := s.CreateVoucher(ctx, harness.VoucherSpec{Name: "gateway open", Stock: 10_000_000, PerUserLimit: 1})
+	if err != nil {
+		return nil, err
+	}
+	r := Drive(Load{Addr: host, Conns: cfg.Conns[0], Duration: cfg.Duration, Rate: rate, Next: claim(v, 0)})
+	rep.Gateway = append(rep.Gateway, measure("gateway claims, stock plenty (admitted)", "open", cfg.Conns[0], rate, r))
+	cfg.logf("gateway open loop at %d/s, %d conns: p50 %s p99 %s p99.9 %s", rate, cfg.Conns[0], us(r.Latency.ValueAtQuantile(50)), us(r.Latency.ValueAtQuantile(99)), us(r.Latency.ValueAtQuantile(99.9)))
+	if err := resetStreams(ctx, s); err != nil {
+		return nil, err
+	}
+	if rep.GatewayRSS, err = PeakRSS(s.Gateway.Pid()); err != nil {
+		return nil, err
+	}
+
+	// 4. Worker drain.
+	for _, d := range []struct {
+		workers, batch, orders int
+		name                   string
+	}{
+		{1, 100, cfg.DrainOrders, "batched (default)"},
+		{2, 100, cfg.DrainOrders, "batched (default)"},
+		{1, 1, cfg.BaselineOrders, "one transaction per order (baseline)"},
+		{2, 1, cfg.BaselineOrders, "one transaction per order (baseline)"},
+	} {
+		prof := ""
+		if cfg.ProfileDir != "" && d.workers == 2 && d.batch > 1 {
+			prof = filepath.Join(cfg.ProfileDir, "worker.cpu.pprof")
+		}
+		res, rss, err := drain(ctx, s, d.workers, d.batch, d.orders, prof)
+		if err != nil {
+			return nil, err
+		}
+		res.Name = d.name
+		rep.Drain = append(rep.Drain, res)
+		rep.WorkerRSS = max(rep.WorkerRSS, rss)
+		cfg.logf("drain, %d workers, batch %d: %d orders in %.2fs = %.0f orders/s", d.workers, d.batch, d.orders, res.Seconds, res.PerSecond)
+	}
+
+	// 5. End to end with two workers.
+	if rep.E2E, err = endToEnd(ctx, s, cfg, tokens, host); err != nil {
+		return nil, err
+	}
+	return rep, nil
+}
+
+// profile fetches a CPU profile of d from a process's pprof endpoint into path.
+func profile(opsURL string, d time.Duration, path string) <-chan error {
+	done := make(chan error, 1)
+	go func() {
+		res, err := http.Get(fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", opsURL, max(1, int(d.Seconds()))))
+		if err != nil {
+			done <- err
+			return
+		}
+		defer res.Body.Close()
+		f, err := os.Create(path)
+		if err != nil {
+			done <- err
+			return
+		}
+		defer f.Close()
+		_, err = io.Copy(f, res.Body)
+		done <- err
+	}()
+	return done
+}
+
+func us(v int64) string { return (time.Duration(v) * time.Microsecond).String() }
+
+func machine() string {
+	cpu := "unknown CPU"
+	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for _, l := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(l, "model name"); ok {
+				cpu = strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(v), ":"))
+				break
+			}
+		}
+	}
+	mem := ""
+	if b, err := os.ReadFile("/proc/meminfo"); err == nil {
+		mem = strings.Fields(strings.SplitN(string(b), "\n", 2)[0])[1] + " kB RAM"
+	}
+	redisV, _ := exec.Command("redis-server", "--version").Output()
+	mariaV, _ := exec.Command(lookup("mariadbd"), "--version").Output()
+	return fmt.Sprintf("%d CPUs (%s), %s, %s, %s, %s", runtime.NumCPU(), cpu, mem, runtime.Version(),
+		strings.TrimSpace(string(redisV)), strings.TrimSpace(string(mariaV)))
+}
+
+func lookup(name string) string {
+	p, err := testsrv.LookPath(name)
+	if err != nil {
+		return name
+	}
+	return p
+}
+
+// redisCeiling runs the admission script directly from conns clients, in
+// pipelines of pipe (1: unpipelined), for d, and returns admissions/s.
+func redisCeiling(ctx context.Context, s *harness.Stack, v int64, conns, pipe int, d time.Duration) float64 {
+	client := redis.NewClient(&redis.Options{Addr: s.RDB.Client().(*redis.Client).Options().Addr, PoolSize: conns})
+	defer client.Close()
+	store, _ := rdb.New(client, s.RDB.Partitions(), "")
+	_ = store.Load(ctx)
+	var n, user atomic.Int64
+	end := time.Now().Add(d)
+	var wg sync.WaitGroup
+	start := time.Now()
+	now := time.Now()
+	day := order.Day(now, time.UTC)
+	for range conns {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			claims := make([]rdb.Claim, pipe)
+			for time.Now().Before(end) {
+				for i := range claims {
+					claims[i] = rdb.Claim{VoucherID: v, UserID: "r" + strconv.FormatInt(user.Add(1), 10), Now: now, Day: day}
+				}
+				if pipe == 1 {
+					if _, err := store.Admit(ctx, claims[0]); err == nil {
+						n.Add(1)
+					}
+					continue
+				}
+				_, errs, err := store.AdmitMany(ctx, claims)
+				if err != nil {
+					continue
+				}
+				for _, e := range errs {
+					if e == nil {
+						n.Add(1)
+					}
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return float64(n.Load()) / time.Since(start).Seconds()
+}
+
+// resetStreams empties every partition's stream (entries no worker will
+// read) and makes the groups again.
+func resetStreams(ctx context.Context, s *harness.Stack) error {
+	for p := range s.RDB.Partitions() {
+		if err := s.RDB.Client().Del(ctx, rdb.StreamKey(p)).Err(); err != nil {
+			return err
+		}
+	}
+	return s.RDB.EnsureGroups(ctx)
+}

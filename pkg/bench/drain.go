@@ -1,0 +1,148 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/flashsale/flashsale/pkg/harness"
+	"github.com/flashsale/flashsale/pkg/order"
+	"github.com/flashsale/flashsale/pkg/rdb"
+)
+
+// drain measures how fast workers persist a pre-filled stream: the
+// workers start and connect, are stopped (SIGSTOP) while the stream is
+// filled with orders of one voucher, and the clock runs from SIGCONT until
+// the last order is in MySQL.
+func drain(ctx context.Context, s *harness.Stack, workers, batch, orders int, profilePath string) (Drain, int64, error) {
+	d := Drain{Workers: workers, BatchSize: batch, Orders: orders}
+	v, err := s.CreateVoucher(ctx, harness.VoucherSpec{Name: "drain", Stock: int64(orders), PerUserLimit: 1})
+	if err != nil {
+		return d, 0, err
+	}
+	var procs []*harness.Proc
+	defer func() {
+		for _, p := range procs {
+			_ = p.Signal(syscall.SIGCONT)
+			_ = p.Stop(30 * time.Second)
+		}
+	}()
+	for i := range workers {
+		p, err := s.StartWorkerWith(fmt.Sprintf("drain-%d-%d-%d", v, batch, i), "FLASHSALE_WORKER_BATCH_SIZE="+strconv.Itoa(batch))
+		if err != nil {
+			return d, 0, err
+		}
+		procs = append(procs, p)
+		if err := waitReady(p); err != nil {
+			return d, 0, err
+		}
+	}
+	for _, p := range procs {
+		if err := p.Signal(syscall.SIGSTOP); err != nil {
+			return d, 0, err
+		}
+	}
+	if err := prefill(ctx, s, v, orders); err != nil {
+		return d, 0, err
+	}
+	start := time.Now()
+	for _, p := range procs {
+		if err := p.Signal(syscall.SIGCONT); err != nil {
+			return d, 0, err
+		}
+	}
+	if profilePath != "" {
+		prof := profile(procs[0].OpsURL, time.Second, profilePath)
+		defer func() { <-prof }()
+	}
+	deadline := start.Add(10 * time.Minute)
+	for {
+		var n int64
+		if err := s.DB.DB().WithContext(ctx).Raw("SELECT COUNT(*) FROM orders WHERE voucher_id = ?", v).Scan(&n).Error; err != nil {
+			return d, 0, err
+		}
+		if n >= int64(orders) {
+			break
+		}
+		if time.Now().After(deadline) {
+			return d, 0, fmt.Errorf("drain: %d of %d orders after 10 minutes", n, orders)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	d.Seconds = time.Since(start).Seconds()
+	d.PerSecond = float64(orders) / d.Seconds
+	var rss int64
+	for _, p := range procs {
+		r, err := PeakRSS(p.Pid())
+		if err != nil {
+			return d, 0, err
+		}
+		rss = max(rss, r)
+	}
+	return d, rss, nil
+}
+
+// waitReady waits until a process's /readyz answers 200.
+func waitReady(p *harness.Proc) error {
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		if res, err := http.Get(p.OpsURL + "/readyz"); err == nil {
+			res.Body.Close()
+			if res.StatusCode == http.StatusOK {
+				return nil
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return fmt.Errorf("%s not ready after 30s", p.Name)
+}
+
+// prefill admits n orders of voucher v by distinct users, pipelined.
+func prefill(ctx context.Context, s *harness.Stack, v int64, n int) error {
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	errc := make(chan error, 8)
+	now := time.Now()
+	day := order.Day(now, time.UTC)
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				from := next.Add(256) - 256
+				if from >= int64(n) {
+					return
+				}
+				var claims []rdb.Claim
+				for i := from; i < min(from+256, int64(n)); i++ {
+					claims = append(claims, rdb.Claim{VoucherID: v, UserID: "d" + strconv.FormatInt(i, 10), Now: now, Day: day})
+				}
+				_, errs, err := s.RDB.AdmitMany(ctx, claims)
+				if err == nil {
+					for _, e := range errs {
+						if e != nil {
+							err = e
+							break
+						}
+					}
+				}
+				if err != nil {
+					errc <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	select {
+	case err := <-errc:
+		return fmt.Errorf("prefill: %w", err)
+	default:
+		return nil
+	}
+}

@@ -1,0 +1,71 @@
+package bench
+
+import (
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+)
+
+// Print writes the report as the tables docs/BENCHMARKS.md shows.
+func (r *Report) Print(w io.Writer) {
+	fmt.Fprintf(w, "machine: %s\nwhen: %s\n\n", r.Machine, r.When.Format(time.RFC3339))
+	tw := tabwriter.NewWriter(w, 0, 0, 1, ' ', tabwriter.Debug)
+	fmt.Fprintln(tw, "measurement\tconns\tmode\tper second\tp50\tp90\tp99\tp99.9\tanswers\t")
+	row := func(m Measure, unit string) {
+		lat := func(v int64) string {
+			if v == 0 {
+				return "-"
+			}
+			return us(v)
+		}
+		mode := m.Mode
+		if m.Rate > 0 {
+			mode = fmt.Sprintf("open @%d/s", m.Rate)
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%.0f %s\t%s\t%s\t%s\t%s\t%s\t\n", m.Name, m.Conns, mode, m.RPS, unit,
+			lat(m.P50us), lat(m.P90us), lat(m.P99us), lat(m.P999us), answers(m))
+	}
+	for _, m := range r.HTTPCeiling {
+		row(m, "req")
+	}
+	for _, m := range r.RedisCeiling {
+		row(m, "adm")
+	}
+	for _, m := range r.Gateway {
+		row(m, "claims")
+	}
+	tw.Flush()
+	fmt.Fprintln(w)
+	tw = tabwriter.NewWriter(w, 0, 0, 1, ' ', tabwriter.Debug)
+	fmt.Fprintln(tw, "worker drain\tworkers\tbatch\torders\tseconds\torders/s\t")
+	for _, d := range r.Drain {
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%.2f\t%.0f\t\n", d.Name, d.Workers, d.BatchSize, d.Orders, d.Seconds, d.PerSecond)
+	}
+	tw.Flush()
+	e := r.E2E
+	fmt.Fprintf(w, "\nend to end: %d claims from %d users for %d units, %d connections\n", e.Claims, e.Users, e.Stock, e.Claim.Conns)
+	fmt.Fprintf(w, "  claims/s %.0f, p50 %s, p99 %s, p99.9 %s; admitted %d\n", e.Claim.RPS, us(e.Claim.P50us), us(e.Claim.P99us), us(e.Claim.P999us), e.Admitted)
+	fmt.Fprintf(w, "  last 202 at %s, last order in MySQL at %s (%s after the last 202); largest stream backlog %d\n",
+		e.LastAdmit.Round(time.Millisecond), e.LastPersisted.Round(time.Millisecond), e.PersistLag.Round(time.Millisecond), e.MaxBacklog)
+	if len(e.Violations) == 0 {
+		fmt.Fprintln(w, "  invariants: all hold")
+	} else {
+		fmt.Fprintln(w, "  invariants VIOLATED: "+strings.Join(e.Violations, "; "))
+	}
+	fmt.Fprintf(w, "\npeak RSS: gateway %.0f MB, worker %.0f MB\n", float64(r.GatewayRSS)/1e6, float64(r.WorkerRSS)/1e6)
+}
+
+func answers(m Measure) string {
+	var parts []string
+	for _, k := range []string{"202", "409", "429", "503"} {
+		if n := m.Status[k]; n > 0 {
+			parts = append(parts, fmt.Sprintf("%s:%d", k, n))
+		}
+	}
+	if m.Errors > 0 {
+		parts = append(parts, fmt.Sprintf("errors:%d", m.Errors))
+	}
+	return strings.Join(parts, " ")
+}

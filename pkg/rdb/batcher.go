@@ -1,0 +1,122 @@
+package rdb
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+)
+
+// ErrBatcherClosed is returned by a Batcher that was closed.
+var ErrBatcherClosed = errors.New("admission batcher closed")
+
+// Batcher coalesces concurrent admissions into pipelines (auto-pipelining):
+// each of its pipeline workers takes every claim waiting at the moment it
+// is free, up to maxBatch, and sends them in one round trip. It never waits
+// to fill a batch, so the latency it adds is at most one round trip already
+// in flight; under load, claims share round trips and Redis's per-command
+// network cost.
+type Batcher struct {
+	s        *Store
+	reqs     chan *admitReq
+	maxBatch int
+	timeout  time.Duration
+	wg       sync.WaitGroup
+	stop     chan struct{}
+	once     sync.Once
+}
+
+type admitReq struct {
+	ctx   context.Context
+	claim Claim
+	done  chan admitResult
+}
+
+type admitResult struct {
+	a   Admission
+	err error
+}
+
+// NewBatcher starts workers pipeline workers sending at most maxBatch
+// claims per round trip, each round trip bounded by timeout.
+func (s *Store) NewBatcher(workers, maxBatch int, timeout time.Duration) *Batcher {
+	b := &Batcher{s: s, reqs: make(chan *admitReq, workers*maxBatch), maxBatch: maxBatch, timeout: timeout, stop: make(chan struct{})}
+	for range workers {
+		b.wg.Add(1)
+		go b.loop()
+	}
+	return b
+}
+
+// Admit is Store.Admit through the batcher. If ctx ends before the answer
+// arrives the claim may still have been admitted (as with any timeout).
+func (b *Batcher) Admit(ctx context.Context, c Claim) (Admission, error) {
+	r := &admitReq{ctx: ctx, claim: c, done: make(chan admitResult, 1)}
+	select {
+	case b.reqs <- r:
+	case <-ctx.Done():
+		return Admission{}, ctx.Err()
+	case <-b.stop:
+		return Admission{}, ErrBatcherClosed
+	}
+	select {
+	case res := <-r.done:
+		return res.a, res.err
+	case <-ctx.Done():
+		return Admission{}, ctx.Err()
+	}
+}
+
+// Close stops the pipeline workers after the batches in flight.
+func (b *Batcher) Close() {
+	b.once.Do(func() { close(b.stop) })
+	b.wg.Wait()
+}
+
+func (b *Batcher) loop() {
+	defer b.wg.Done()
+	batch := make([]*admitReq, 0, b.maxBatch)
+	claims := make([]Claim, 0, b.maxBatch)
+	for {
+		batch, claims = batch[:0], claims[:0]
+		select {
+		case r := <-b.reqs:
+			batch = append(batch, r)
+		case <-b.stop:
+			return
+		}
+	fill:
+		for len(batch) < b.maxBatch {
+			select {
+			case r := <-b.reqs:
+				batch = append(batch, r)
+			default:
+				break fill
+			}
+		}
+		// Claims whose caller gave up before sending are not sent: they
+		// were never admitted.
+		live := batch[:0]
+		for _, r := range batch {
+			if r.ctx.Err() != nil {
+				r.done <- admitResult{err: r.ctx.Err()}
+				continue
+			}
+			live = append(live, r)
+			claims = append(claims, r.claim)
+		}
+		if len(live) == 0 {
+			continue
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), b.timeout)
+		out, errs, err := b.s.AdmitMany(ctx, claims)
+		cancel()
+		for i, r := range live {
+			if err != nil {
+				r.done <- admitResult{err: err}
+			} else {
+				r.done <- admitResult{a: out[i], err: errs[i]}
+			}
+		}
+	}
+}

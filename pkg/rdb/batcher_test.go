@@ -1,0 +1,77 @@
+package rdb_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/flashsale/flashsale/pkg/order"
+	"github.com/flashsale/flashsale/pkg/rdb"
+)
+
+func TestBatcherAdmitsExactlyTheStock(t *testing.T) {
+	s := newStore(t, 4)
+	seedVoucher(t, s, rdb.Voucher{ID: 21, Stock: 500, PerUserLimit: 1})
+	b := s.NewBatcher(4, 64, time.Second)
+	defer b.Close()
+	var mu sync.Mutex
+	ids := map[int64]bool{}
+	perUser := map[string]int{}
+	var wg sync.WaitGroup
+	for g := range 64 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 40 {
+				user := fmt.Sprintf("u%d", (g*40+i)%1500) // some users claim twice
+				a, err := b.Admit(context.Background(), rdb.Claim{VoucherID: 21, UserID: user, Now: t0, Day: "20261121"})
+				if err != nil {
+					require.ErrorIs(t, err, errOneOf(err, rdb.ErrSoldOut, rdb.ErrUserLimit))
+					continue
+				}
+				mu.Lock()
+				require.False(t, ids[a.OrderID], "order id handed out twice")
+				ids[a.OrderID] = true
+				perUser[user]++
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	require.Len(t, ids, 500)
+	for u, n := range perUser {
+		require.Equal(t, 1, n, u)
+	}
+	requireStock(t, s, 21, 0)
+}
+
+func TestAdmitManyReloadsAFlushedScript(t *testing.T) {
+	s := newStore(t, 1)
+	ctx := context.Background()
+	seedVoucher(t, s, rdb.Voucher{ID: 3, Stock: 5, PerUserLimit: 5})
+	require.NoError(t, s.Client().ScriptFlush(ctx).Err()) // as after a Redis restart
+	claims := []rdb.Claim{{VoucherID: 3, UserID: "a", Now: t0, Day: "20261121"}, {VoucherID: 99, UserID: "a", Now: t0, Day: "20261121"}}
+	out, errs, err := s.AdmitMany(ctx, claims)
+	require.NoError(t, err)
+	require.NoError(t, errs[0])
+	p, _ := order.EntryOf(out[0].OrderID)
+	require.Equal(t, 0, p)
+	require.ErrorIs(t, errs[1], rdb.ErrVoucherNotFound)
+	requireStock(t, s, 3, 4)
+}
+
+func TestBatcherDoesNotSendWhatTheCallerGaveUpOn(t *testing.T) {
+	s := newStore(t, 1)
+	seedVoucher(t, s, rdb.Voucher{ID: 4, Stock: 5})
+	b := s.NewBatcher(1, 8, time.Second)
+	defer b.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_, err := b.Admit(ctx, rdb.Claim{VoucherID: 4, UserID: "late", Now: t0, Day: "20261121"})
+	require.ErrorIs(t, err, context.Canceled)
+	requireStock(t, s, 4, 5)
+}
