@@ -181,7 +181,16 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 			if err != nil {
 				return nil, err
 			}
+			var prof <-chan error
+			if cfg.ProfileDir != "" && stock > 100 && c == cfg.Conns[0] {
+				prof = profile(s.Gateway.OpsURL, cfg.Duration/2, filepath.Join(cfg.ProfileDir, "gateway.cpu.pprof"))
+			}
 			r := Drive(Load{Addr: host, Conns: c, Duration: cfg.Duration, Next: claim(v, 0)})
+			if prof != nil {
+				if err := <-prof; err != nil {
+					return nil, err
+				}
+			}
 			name := "gateway claims, stock plenty (admitted)"
 			if stock == 100 {
 				name = "gateway claims, stock 100 (sold out)"

@@ -6,9 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
+	"github.com/go-sql-driver/mysql"
 	"gorm.io/gorm"
 
 	"github.com/flashsale/flashsale/pkg/order"
@@ -127,12 +129,202 @@ type Outcome struct {
 	Conflict bool
 }
 
-// PersistBatch writes orders in one transaction: it skips orders already
-// persisted (re-delivery), takes stock for the new ones with one conditional
-// update per voucher, records as failed those MySQL has no stock for, and
-// inserts all new rows in one statement. A failed order gets its release
-// row in the same transaction (see OwedReleases). Outcomes align with orders.
+// PersistBatch writes orders in one transaction and returns what each came
+// to, aligned with orders: created (a unit taken from vouchers.stock),
+// failed (MySQL has no unit left, the user holds the limit, or the voucher
+// is gone; with its release row, see OwedReleases), or, for an order
+// persisted before (re-delivery), what it already was, with nothing written.
+//
+// The common case, a batch of new orders, inserts them all first and only
+// then takes the voucher's row lock, so two workers' inserts overlap and the
+// lock is held for the stock and per-user checks alone. A batch holding an
+// order persisted before fails that insert on its primary key and is done
+// again the careful way, which looks every order up first.
 func (s *Store) PersistBatch(ctx context.Context, orders []order.Order) ([]Outcome, error) {
+	out, err := s.persistNew(ctx, orders)
+	if err == nil || !isDuplicateKey(err) {
+		return out, err
+	}
+	return s.persistCareful(ctx, orders)
+}
+
+// persistNew is PersistBatch for a batch of orders none of which is in
+// MySQL yet; if one is, it fails with a duplicate-key error and writes nothing.
+func (s *Store) persistNew(ctx context.Context, orders []order.Order) ([]Outcome, error) {
+	out := make([]Outcome, len(orders))
+	err := s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		perVoucher, vouchers := groupByVoucher(orders)
+		rows := make([]Order, len(orders))
+		for _, v := range vouchers {
+			meta, found, err := s.voucherMeta(tx, v)
+			if err != nil {
+				return err
+			}
+			for _, i := range perVoucher[v] {
+				o := orders[i]
+				rows[i] = Order{ID: o.ID, VoucherID: o.VoucherID, UserID: o.UserID, Day: o.Day, Status: string(order.StatusCreated),
+					CreatedAt: o.CreatedAt, ExpiresAt: o.CreatedAt.Add(meta.paymentTimeout), UpdatedAt: o.CreatedAt}
+				if !found {
+					rows[i].Status, rows[i].Reason, rows[i].ExpiresAt = string(order.StatusFailed), ReasonVoucherNotFound, o.CreatedAt
+				}
+			}
+		}
+		if err := insertOrders(tx, rows); err != nil {
+			return err
+		}
+		var failed []Order
+		for _, v := range vouchers {
+			idx := perVoucher[v]
+			if rows[idx[0]].Status == string(order.StatusFailed) {
+				failed = append(failed, pick(rows, idx)...) // voucher gone: nothing to lock
+				continue
+			}
+			refused, err := s.settleVoucher(tx, v, rows, idx)
+			if err != nil {
+				return err
+			}
+			failed = append(failed, refused...)
+		}
+		if err := markFailed(tx, failed); err != nil {
+			return err
+		}
+		for i, r := range rows {
+			out[i] = Outcome{Order: orders[i], Status: order.Status(r.Status), Reason: r.Reason}
+		}
+		return nil
+	}, readCommitted)
+	return out, err
+}
+
+// settleVoucher takes voucher v's row lock and decides which of its just
+// inserted orders idx keep their unit: the per-user limit counts every live
+// order (this batch's included, so a user's orders beyond it fail, last
+// first), and no more orders than the stock left are created. It takes the
+// units of those that stay created and returns the ones that must fail,
+// with status and reason set.
+func (s *Store) settleVoucher(tx *gorm.DB, v int64, rows []Order, idx []int) ([]Order, error) {
+	meta, _, err := s.voucherMeta(tx, v)
+	if err != nil {
+		return nil, err
+	}
+	var stock int64
+	if err := tx.Raw("SELECT stock FROM vouchers WHERE id = ? FOR UPDATE", v).Scan(&stock).Error; err != nil {
+		return nil, fmt.Errorf("lock voucher %d: %w", v, err)
+	}
+	users := make([]string, len(idx))
+	inBatch := map[string]int64{}
+	for j, i := range idx {
+		users[j] = rows[i].UserID
+		inBatch[rows[i].UserID]++
+	}
+	held, err := liveCounts(tx, v, users)
+	if err != nil {
+		return nil, err
+	}
+	// What each user held before this batch, plus what it keeps of it.
+	for u, n := range inBatch {
+		held[u] -= n
+	}
+	var refused []Order
+	var taken int64
+	for _, i := range idx {
+		r := &rows[i]
+		switch {
+		case held[r.UserID] >= meta.perUserLimit:
+			r.Status, r.Reason = string(order.StatusFailed), ReasonUserLimit
+		case taken >= stock:
+			r.Status, r.Reason = string(order.StatusFailed), ReasonOutOfStock
+		default:
+			held[r.UserID]++
+			taken++
+			continue
+		}
+		r.ExpiresAt = r.CreatedAt
+		refused = append(refused, *r)
+	}
+	if taken > 0 {
+		if err := tx.Exec("UPDATE vouchers SET stock = stock - ? WHERE id = ?", taken, v).Error; err != nil {
+			return nil, fmt.Errorf("take %d of voucher %d: %w", taken, v, err)
+		}
+	}
+	return refused, nil
+}
+
+// markFailed turns just inserted orders into failed ones, with reason, and
+// records their releases.
+func markFailed(tx *gorm.DB, failed []Order) error {
+	if len(failed) == 0 {
+		return nil
+	}
+	byReason := map[string][]int64{}
+	owed := make([]Release, len(failed))
+	for i, r := range failed {
+		byReason[r.Reason] = append(byReason[r.Reason], r.ID)
+		owed[i] = Release{OrderID: r.ID, VoucherID: r.VoucherID, UserID: r.UserID, Day: r.Day, Reason: r.Reason, CreatedAt: r.CreatedAt}
+	}
+	for reason, ids := range byReason {
+		if err := tx.Exec("UPDATE orders SET status = ?, reason = ?, expires_at = created_at WHERE id IN ?", order.StatusFailed, reason, ids).Error; err != nil {
+			return fmt.Errorf("mark %d orders failed: %w", len(ids), err)
+		}
+	}
+	return insertReleases(tx, owed)
+}
+
+func pick(rows []Order, idx []int) []Order {
+	out := make([]Order, len(idx))
+	for j, i := range idx {
+		out[j] = rows[i]
+	}
+	return out
+}
+
+// groupByVoucher returns the indexes of orders per voucher and the vouchers
+// in ascending id, the order in which every transaction locks them (so two
+// transactions never wait on each other in a cycle).
+func groupByVoucher(orders []order.Order) (map[int64][]int, []int64) {
+	per := map[int64][]int{}
+	var vouchers []int64
+	for i, o := range orders {
+		if _, ok := per[o.VoucherID]; !ok {
+			vouchers = append(vouchers, o.VoucherID)
+		}
+		per[o.VoucherID] = append(per[o.VoucherID], i)
+	}
+	slices.Sort(vouchers)
+	return per, vouchers
+}
+
+// insertOrders inserts rows in one statement, built by hand: gorm's
+// reflection cost more than the statement's round trip.
+func insertOrders(tx *gorm.DB, rows []Order) error {
+	if len(rows) == 0 {
+		return nil
+	}
+	var b strings.Builder
+	b.Grow(120 + 22*len(rows))
+	b.WriteString("INSERT INTO orders (id, voucher_id, user_id, day, status, reason, created_at, expires_at, updated_at) VALUES ")
+	args := make([]any, 0, 9*len(rows))
+	for i, r := range rows {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString("(?,?,?,?,?,?,?,?,?)")
+		args = append(args, r.ID, r.VoucherID, r.UserID, r.Day, r.Status, r.Reason, r.CreatedAt, r.ExpiresAt, r.UpdatedAt)
+	}
+	if err := tx.Exec(b.String(), args...).Error; err != nil {
+		return fmt.Errorf("insert %d orders: %w", len(rows), err)
+	}
+	return nil
+}
+
+func isDuplicateKey(err error) bool {
+	var me *mysql.MySQLError
+	return errors.As(err, &me) && me.Number == 1062
+}
+
+// persistCareful is PersistBatch for a batch that may hold orders persisted
+// before: it looks them all up first and writes only the new ones.
+func (s *Store) persistCareful(ctx context.Context, orders []order.Order) ([]Outcome, error) {
 	out := make([]Outcome, len(orders))
 	err := s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
 		for i, o := range orders {
@@ -190,10 +382,8 @@ func (s *Store) PersistBatch(ctx context.Context, orders []order.Order) ([]Outco
 				rows = append(rows, row)
 			}
 		}
-		if len(rows) > 0 {
-			if err := tx.Create(&rows).Error; err != nil {
-				return fmt.Errorf("insert %d orders: %w", len(rows), err)
-			}
+		if err := insertOrders(tx, rows); err != nil {
+			return err
 		}
 		var owed []Release
 		for _, r := range rows {

@@ -29,7 +29,7 @@ type Options struct {
 	MySQLDSN  string
 	// RedisArgs are extra redis-server arguments for a throwaway Redis.
 	RedisArgs []string
-	// Workers is the number of worker processes (default 2).
+	// Workers is the number of worker processes (0: none).
 	Workers int
 	// Reaper starts a reaper process too.
 	Reaper bool
@@ -64,9 +64,6 @@ type Stack struct {
 // StartStack builds the binaries, starts whatever servers are missing,
 // migrates, and starts the gateway and the workers.
 func StartStack(ctx context.Context, o Options) (s *Stack, err error) {
-	if o.Workers <= 0 {
-		o.Workers = 2
-	}
 	if o.Partitions <= 0 {
 		o.Partitions = 8
 	}

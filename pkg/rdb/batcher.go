@@ -48,19 +48,28 @@ func (s *Store) NewBatcher(workers, maxBatch int, timeout time.Duration) *Batche
 	return b
 }
 
+// reqPool recycles requests whose answer was received; a request whose
+// caller gave up is never reused, as its answer may still arrive.
+var reqPool = sync.Pool{New: func() any { return &admitReq{done: make(chan admitResult, 1)} }}
+
 // Admit is Store.Admit through the batcher. If ctx ends before the answer
 // arrives the claim may still have been admitted (as with any timeout).
 func (b *Batcher) Admit(ctx context.Context, c Claim) (Admission, error) {
-	r := &admitReq{ctx: ctx, claim: c, done: make(chan admitResult, 1)}
+	r := reqPool.Get().(*admitReq)
+	r.ctx, r.claim = ctx, c
 	select {
 	case b.reqs <- r:
 	case <-ctx.Done():
+		reqPool.Put(r)
 		return Admission{}, ctx.Err()
 	case <-b.stop:
+		reqPool.Put(r)
 		return Admission{}, ErrBatcherClosed
 	}
 	select {
 	case res := <-r.done:
+		r.ctx = nil
+		reqPool.Put(r)
 		return res.a, res.err
 	case <-ctx.Done():
 		return Admission{}, ctx.Err()
