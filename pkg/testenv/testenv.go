@@ -28,13 +28,13 @@ type Env struct {
 
 // New returns an Env with partitions stream partitions on a database of the
 // shared mariadbd.
-func New(t *testing.T, partitions int) *Env {
+func New(t testing.TB, partitions int) *Env {
 	t.Helper()
 	return NewOn(t, partitions, testsrv.NewDatabase(t))
 }
 
 // NewOn is New on the database dsn.
-func NewOn(t *testing.T, partitions int, dsn string) *Env {
+func NewOn(t testing.TB, partitions int, dsn string) *Env {
 	t.Helper()
 	ctx := context.Background()
 	r := testsrv.NewRedis(t)
@@ -56,7 +56,7 @@ func NewOn(t *testing.T, partitions int, dsn string) *Env {
 
 // SeedVoucher creates v in MySQL and warms Redis with redisStock units
 // (redisStock < 0: the same stock as MySQL).
-func (e *Env) SeedVoucher(t *testing.T, v db.Voucher, redisStock int64) db.Voucher {
+func (e *Env) SeedVoucher(t testing.TB, v db.Voucher, redisStock int64) db.Voucher {
 	t.Helper()
 	ctx := context.Background()
 	if v.Name == "" {
@@ -83,7 +83,7 @@ func (e *Env) SeedVoucher(t *testing.T, v db.Voucher, redisStock int64) db.Vouch
 }
 
 // Count runs a SELECT COUNT(*)-like query returning one integer.
-func (e *Env) Count(t *testing.T, query string, args ...any) int64 {
+func (e *Env) Count(t testing.TB, query string, args ...any) int64 {
 	t.Helper()
 	var n int64
 	require.NoError(t, e.DB.DB().Raw(query, args...).Scan(&n).Error)
