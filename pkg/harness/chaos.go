@@ -271,15 +271,8 @@ func waitQuiescent(ctx context.Context, s *Stack, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	var why string
 	for time.Now().Before(deadline) {
-		why = ""
-		for p := range s.RDB.Partitions() {
-			b, err := s.RDB.PartitionBacklog(ctx, p)
-			if err != nil || b.Length > 0 || b.Pending > 0 {
-				why = fmt.Sprintf("partition %d: %+v %v", p, b, err)
-				break
-			}
-		}
-		if why == "" {
+		var drained bool
+		if drained, why = s.Drained(ctx); drained {
 			var created, owed int64
 			s.DB.DB().WithContext(ctx).Raw("SELECT COUNT(*) FROM orders WHERE status = 'created'").Scan(&created)
 			s.DB.DB().WithContext(ctx).Raw("SELECT COUNT(*) FROM releases WHERE redis_released_at IS NULL").Scan(&owed)

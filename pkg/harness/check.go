@@ -15,6 +15,18 @@ import (
 	"github.com/flashsale/flashsale/pkg/order"
 )
 
+// Drained reports whether every partition's stream is empty with nothing
+// pending, and if not, which partition is not.
+func (s *Stack) Drained(ctx context.Context) (bool, string) {
+	for p := range s.RDB.Partitions() {
+		b, err := s.RDB.PartitionBacklog(ctx, p)
+		if err != nil || b.Length > 0 || b.Pending > 0 {
+			return false, fmt.Sprintf("partition %d: %+v %v", p, b, err)
+		}
+	}
+	return true, ""
+}
+
 // PersistWatch follows how many orders of a voucher are in MySQL, so the
 // time the last one landed is known without waiting for the sale to end.
 type PersistWatch struct {

@@ -141,13 +141,7 @@ func cutAOF(dir string, n int64) (int64, error) {
 func waitDrained(ctx context.Context, s *Stack, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	for time.Now().Before(deadline) {
-		drained := true
-		for p := range s.RDB.Partitions() {
-			if b, err := s.RDB.PartitionBacklog(ctx, p); err != nil || b.Length > 0 || b.Pending > 0 {
-				drained = false
-			}
-		}
-		if drained {
+		if drained, _ := s.Drained(ctx); drained {
 			return nil
 		}
 		time.Sleep(50 * time.Millisecond)

@@ -58,12 +58,7 @@ func (c *Config) setDefaults() {
 	if c.ConsumerGoneAfter <= 0 {
 		c.ConsumerGoneAfter = 5 * time.Minute
 	}
-	if c.BatchSize <= 0 {
-		c.BatchSize = worker.DefaultBatchSize
-	}
-	if c.ClaimMinIdle <= 0 {
-		c.ClaimMinIdle = worker.DefaultClaimMinIdle
-	}
+	c.Config.SetDefaults()
 }
 
 // Reaper is the recovery and expiry role.

@@ -48,7 +48,8 @@ type Config struct {
 	ClaimMinIdle time.Duration `envconfig:"FLASHSALE_CLAIM_MIN_IDLE" default:"30s"`
 }
 
-func (c *Config) setDefaults() {
+// SetDefaults fills the zero fields with the defaults.
+func (c *Config) SetDefaults() {
 	if c.BatchSize <= 0 {
 		c.BatchSize = DefaultBatchSize
 	}
@@ -95,7 +96,7 @@ func WithAudit(l *zap.Logger) Option { return func(o *options) { o.audit = l } }
 // New returns a Worker. cfg.Consumer must be set (cmd/worker defaults it to
 // the host name).
 func New(cfg Config, r *rdb.Store, d *db.Store, log *zap.Logger, opts ...Option) (*Worker, error) {
-	cfg.setDefaults()
+	cfg.SetDefaults()
 	if cfg.Consumer == "" {
 		return nil, errors.New("worker: consumer name is empty")
 	}
