@@ -148,11 +148,20 @@ func Drive(l Load) *Result {
 		}
 		t := time.NewTicker(l.Window)
 		defer t.Stop()
+		last := start
 		for {
 			select {
 			case <-stopWin:
+				// The last, partial window, scaled to a whole one.
+				winMu.Lock()
+				if part := time.Since(last); winN > 0 && part > 0 {
+					res.Windows = append(res.Windows, Window{At: time.Since(start).Round(time.Millisecond),
+						Requests: int64(float64(winN) * float64(l.Window) / float64(part)), P99us: winHist.ValueAtQuantile(99)})
+				}
+				winMu.Unlock()
 				return
 			case now := <-t.C:
+				last = now
 				winMu.Lock()
 				res.Windows = append(res.Windows, Window{At: now.Sub(start).Round(time.Millisecond), Requests: winN, P99us: winHist.ValueAtQuantile(99)})
 				winN = 0
