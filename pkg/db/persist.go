@@ -135,13 +135,14 @@ func (s *Store) insertAndSettle(tx *gorm.DB, orders []order.Order) ([]Order, err
 	}
 	perVoucher, vouchers := groupByVoucher(orders)
 	rows := make([]Order, len(orders))
+	metas := map[int64]voucherMeta{}
 	found := map[int64]bool{}
 	for _, v := range vouchers {
 		meta, ok, err := s.voucherMeta(tx, v)
 		if err != nil {
 			return nil, err
 		}
-		found[v] = ok
+		metas[v], found[v] = meta, ok
 		for _, i := range perVoucher[v] {
 			o := orders[i]
 			rows[i] = Order{ID: o.ID, VoucherID: o.VoucherID, UserID: o.UserID, Day: o.Day, Status: string(order.StatusCreated),
@@ -160,7 +161,7 @@ func (s *Store) insertAndSettle(tx *gorm.DB, orders []order.Order) ([]Order, err
 			failed = append(failed, pick(rows, perVoucher[v])...) // voucher gone: nothing to lock
 			continue
 		}
-		refused, err := s.settleVoucher(tx, v, rows, perVoucher[v])
+		refused, err := settleVoucher(tx, v, metas[v], rows, perVoucher[v])
 		if err != nil {
 			return nil, err
 		}
@@ -175,11 +176,7 @@ func (s *Store) insertAndSettle(tx *gorm.DB, orders []order.Order) ([]Order, err
 // first), and no more orders than the stock left are created. It takes the
 // units of those that stay created and returns the ones that must fail,
 // with status and reason set.
-func (s *Store) settleVoucher(tx *gorm.DB, v int64, rows []Order, idx []int) ([]Order, error) {
-	meta, _, err := s.voucherMeta(tx, v)
-	if err != nil {
-		return nil, err
-	}
+func settleVoucher(tx *gorm.DB, v int64, meta voucherMeta, rows []Order, idx []int) ([]Order, error) {
 	var stock int64
 	if err := tx.Raw("SELECT stock FROM vouchers WHERE id = ? FOR UPDATE", v).Scan(&stock).Error; err != nil {
 		return nil, fmt.Errorf("lock voucher %d: %w", v, err)

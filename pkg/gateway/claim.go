@@ -56,11 +56,11 @@ func (g *Gateway) claim(w http.ResponseWriter, r *http.Request) {
 		g.countClaim(resultReplayed, "", start)
 		return
 	}
-	g.metrics.admitted.Inc()
-	g.metrics.admittedTime.Observe(time.Since(start).Seconds())
+	g.countClaim(resultAdmitted, "", start)
 }
 
 func (g *Gateway) countClaim(result, reason string, start time.Time) {
-	g.metrics.claims.WithLabelValues(result, reason).Inc()
-	g.metrics.claimSeconds.WithLabelValues(result).Observe(time.Since(start).Seconds())
+	o := g.metrics.outcome(result, reason)
+	o.count.Inc()
+	o.seconds.Observe(time.Since(start).Seconds())
 }

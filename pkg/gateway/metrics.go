@@ -19,8 +19,16 @@ type metrics struct {
 	claims        *prometheus.CounterVec   // result, reason
 	claimSeconds  *prometheus.HistogramVec // result
 	scriptSeconds prometheus.Histogram
-	admitted      prometheus.Counter // claims{result="admitted"}, resolved once for the hot path
-	admittedTime  prometheus.Observer
+	// outcomes holds the counter and histogram of every (result, reason)
+	// a claim can end in, resolved once: no label lookup per claim.
+	outcomes map[outcomeKey]outcome
+}
+
+type outcomeKey struct{ result, reason string }
+
+type outcome struct {
+	count   prometheus.Counter
+	seconds prometheus.Observer
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -35,9 +43,26 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "flashsale_redis_script_duration_seconds", Help: "Round trip of the admission script.", Buckets: latencyBuckets,
 			ConstLabels: prometheus.Labels{"script": "admit"},
 		}),
+		outcomes: map[outcomeKey]outcome{},
 	}
 	reg.MustRegister(m.claims, m.claimSeconds, m.scriptSeconds)
-	m.admitted = m.claims.WithLabelValues(resultAdmitted, "")
-	m.admittedTime = m.claimSeconds.WithLabelValues(resultAdmitted)
+	keys := []outcomeKey{{resultAdmitted, ""}, {resultReplayed, ""}, {resultInvalid, ""}, {resultUnavailable, ""}}
+	for _, e := range errorTable {
+		if e.api.Status < 500 {
+			keys = append(keys, outcomeKey{resultRejected, e.api.Code})
+		}
+	}
+	for _, k := range keys {
+		m.outcomes[k] = outcome{m.claims.WithLabelValues(k.result, k.reason), m.claimSeconds.WithLabelValues(k.result)}
+	}
 	return m
+}
+
+// outcome returns the metrics of a claim's end; the map is read-only after
+// newMetrics, so no lock is needed.
+func (m *metrics) outcome(result, reason string) outcome {
+	if o, ok := m.outcomes[outcomeKey{result, reason}]; ok {
+		return o
+	}
+	return outcome{m.claims.WithLabelValues(result, reason), m.claimSeconds.WithLabelValues(result)}
 }

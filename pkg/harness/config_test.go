@@ -24,23 +24,20 @@ func TestBinariesRefuseBadConfigInOneLine(t *testing.T) {
 	tests := []struct {
 		name, bin string
 		env       []string
+		args      []string
 		want      string
 	}{
-		{"no admin token", "gateway", []string{secret}, "FLASHSALE_ADMIN_TOKEN"},
+		{"no admin token", "gateway", []string{secret}, nil, "FLASHSALE_ADMIN_TOKEN"},
 		// Unprefixed variables are never read.
-		{"unprefixed admin token", "gateway", []string{secret, "ADMIN_TOKEN=x"}, "FLASHSALE_ADMIN_TOKEN"},
-		{"no jwt secret", "gateway", []string{"FLASHSALE_ADMIN_TOKEN=x"}, "FLASHSALE_JWT_SECRET"},
-		{"bad log level", "worker", []string{"FLASHSALE_LOG_LEVEL=loud"}, "FLASHSALE_LOG_LEVEL"},
-		{"bad duration", "worker", []string{"FLASHSALE_WORKER_BLOCK=soon"}, "FLASHSALE_WORKER_BLOCK"},
-		{"unknown command", "worker", []string{"FLASHSALE_REDIS_ADDR=127.0.0.1:1"}, "unknown command"},
+		{"unprefixed admin token", "gateway", []string{secret, "ADMIN_TOKEN=x"}, nil, "FLASHSALE_ADMIN_TOKEN"},
+		{"no jwt secret", "gateway", []string{"FLASHSALE_ADMIN_TOKEN=x"}, nil, "FLASHSALE_JWT_SECRET"},
+		{"bad log level", "worker", []string{"FLASHSALE_LOG_LEVEL=loud"}, nil, "FLASHSALE_LOG_LEVEL"},
+		{"bad duration", "worker", []string{"FLASHSALE_WORKER_BLOCK=soon"}, nil, "FLASHSALE_WORKER_BLOCK"},
+		{"unknown command", "worker", []string{"FLASHSALE_REDIS_ADDR=127.0.0.1:1"}, []string{"frobnicate"}, "unknown command"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			args := []string{}
-			if tt.want == "unknown command" {
-				args = append(args, "frobnicate")
-			}
-			cmd := exec.Command(filepath.Join(dir, tt.bin), args...)
+			cmd := exec.Command(filepath.Join(dir, tt.bin), tt.args...)
 			cmd.Env = append([]string{"PATH=" + os.Getenv("PATH")}, tt.env...)
 			out, err := cmd.CombinedOutput()
 			var exit *exec.ExitError

@@ -174,9 +174,6 @@ func openDB(ctx context.Context, dsn string) (*db.Store, error) {
 
 func (s *Stack) binary(name string) string { return filepath.Join(s.bin, name) }
 
-// Env is the environment every process of the stack gets.
-func (s *Stack) Env() []string { return s.env }
-
 // LogDir is where the processes log.
 func (s *Stack) LogDir() string { return filepath.Join(s.opts.Dir, "logs") }
 

@@ -121,6 +121,3 @@ func (m *MariaDB) Stop() error { return m.srv.stop() }
 
 // Kill kills the server with SIGKILL; InnoDB recovers committed work on Start.
 func (m *MariaDB) Kill() error { return m.srv.kill() }
-
-// Pid returns the server's process id while it runs.
-func (m *MariaDB) Pid() int { return m.srv.Pid() }

@@ -120,14 +120,6 @@ func (s *server) stop() error { return s.signal(syscall.SIGTERM, 30*time.Second)
 // kill is kill -9: no clean shutdown, whatever was not durable is lost.
 func (s *server) kill() error { return s.signal(syscall.SIGKILL, 10*time.Second) }
 
-// Pid returns the process id while the server runs, else 0.
-func (s *server) Pid() int {
-	if s.cmd == nil {
-		return 0
-	}
-	return s.cmd.Process.Pid
-}
-
 // onPort starts srv, trying fresh ports when the chosen one was taken in the
 // meantime; setPort rebuilds the arguments for a port.
 func onPort(srv *server, setPort func(int)) error {

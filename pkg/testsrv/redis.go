@@ -2,7 +2,6 @@ package testsrv
 
 import (
 	"context"
-	"fmt"
 	"net"
 	"os"
 	"path/filepath"
@@ -66,8 +65,3 @@ func (r *Redis) Stop() error { return r.srv.stop() }
 
 // Kill kills the server with SIGKILL.
 func (r *Redis) Kill() error { return r.srv.kill() }
-
-// Pid returns the server's process id while it runs.
-func (r *Redis) Pid() int { return r.srv.Pid() }
-
-func (r *Redis) String() string { return fmt.Sprintf("redis-server at %s", r.Addr) }
