@@ -51,6 +51,11 @@ type Order struct {
 	UpdatedAt time.Time
 }
 
+// DefaultIOTimeout bounds one read or write on a MySQL connection when the
+// DSN does not (readTimeout, writeTimeout). It is longer than InnoDB's lock
+// waits a batch can meet in practice and far shorter than TCP's own give-up.
+const DefaultIOTimeout = 15 * time.Second
+
 // Options tune the connection pool.
 type Options struct {
 	// MaxOpenConns bounds connections per process (default 32).
@@ -70,8 +75,17 @@ func Open(ctx context.Context, dsn string, opts Options) (*gorm.DB, error) {
 	// instead of PREPARE, EXECUTE and CLOSE, which for a batch's multi-row
 	// INSERT (hundreds of placeholders) dominated the transaction.
 	cfg.InterpolateParams = true
+	// No statement may wait on a hung server for ever: without these a
+	// stopped mariadbd holds a worker's batch, or a request, until the
+	// kernel gives up on the connection. A DSN that sets them wins.
 	if cfg.Timeout == 0 {
 		cfg.Timeout = 5 * time.Second
+	}
+	if cfg.ReadTimeout == 0 {
+		cfg.ReadTimeout = DefaultIOTimeout
+	}
+	if cfg.WriteTimeout == 0 {
+		cfg.WriteTimeout = DefaultIOTimeout
 	}
 	if cfg.Params == nil {
 		cfg.Params = map[string]string{}
@@ -102,23 +116,4 @@ func Open(ctx context.Context, dsn string, opts Options) (*gorm.DB, error) {
 		return nil, fmt.Errorf("ping mysql: %w", err)
 	}
 	return gdb, nil
-}
-
-// IsTransient reports an error worth retrying as is. A statement the server
-// refused (a MySQLError) is permanent unless it is a deadlock, a lock wait
-// timeout or the server going away; any other error (a lost connection, a
-// timeout, a refused dial) happened on the way and is transient.
-func IsTransient(err error) bool {
-	if err == nil {
-		return false
-	}
-	var me *mysql.MySQLError
-	if errors.As(err, &me) {
-		switch me.Number {
-		case 1040, 1053, 1205, 1213, 1927, 2006, 2013:
-			return true
-		}
-		return false
-	}
-	return true
 }

@@ -29,6 +29,11 @@ func (r Release) Order() order.Order {
 	return order.Order{ID: r.OrderID, VoucherID: r.VoucherID, UserID: r.UserID, Day: r.Day}
 }
 
+// releaseOf is the release row owed for failed order o.
+func releaseOf(o order.Order, reason string) Release {
+	return Release{OrderID: o.ID, VoucherID: o.VoucherID, UserID: o.UserID, Day: o.Day, Reason: reason, CreatedAt: o.CreatedAt}
+}
+
 func insertReleases(tx *gorm.DB, rs []Release) error {
 	if len(rs) == 0 {
 		return nil
@@ -111,9 +116,10 @@ func (s *Store) MarkReleased(ctx context.Context, orderIDs []int64, now time.Tim
 
 // RecordFailed records o as failed with reason unless it is persisted
 // already, and owes its release to Redis. It returns the order's status
-// afterwards: failed, or the status it already had (created, paid, ...),
-// in which case nothing was written.
-func (s *Store) RecordFailed(ctx context.Context, o order.Order, reason string) (order.Status, error) {
+// afterwards: failed, with the release MySQL now owes Redis, or the status
+// it already had (created, paid, ...), in which case nothing was written
+// and there is no release.
+func (s *Store) RecordFailed(ctx context.Context, o order.Order, reason string) (order.Status, *Release, error) {
 	var status order.Status
 	err := s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
 		row := Order{ID: o.ID, VoucherID: o.VoucherID, UserID: o.UserID, Day: o.Day, Status: string(order.StatusFailed),
@@ -133,12 +139,26 @@ func (s *Store) RecordFailed(ctx context.Context, o order.Order, reason string) 
 			}
 		}
 		status = order.StatusFailed
-		return insertReleases(tx, []Release{{OrderID: o.ID, VoucherID: o.VoucherID, UserID: o.UserID, Day: o.Day, Reason: reason, CreatedAt: o.CreatedAt}})
+		return insertReleases(tx, []Release{releaseOf(o, reason)})
 	}, readCommitted)
-	if errors.Is(err, ErrNotFound) {
-		return "", fmt.Errorf("record failed order %d: insert ignored but no row", o.ID)
+	switch {
+	case errors.Is(err, ErrNotFound):
+		return "", nil, fmt.Errorf("record failed order %d: insert ignored but no row", o.ID)
+	case err != nil:
+		return "", nil, err
+	case status != order.StatusFailed:
+		return status, nil, nil
 	}
-	return status, err
+	rel := releaseOf(o, reason)
+	return status, &rel, nil
+}
+
+// Writable checks that MySQL accepts a write now, by upserting this
+// process's row of store_probes in a transaction of its own. A worker asks
+// it before deciding that a batch, rather than the store, is at fault.
+func (s *Store) Writable(ctx context.Context, who string) error {
+	return s.db.WithContext(ctx).Exec(`INSERT INTO store_probes (who, at) VALUES (?, UTC_TIMESTAMP(3))
+		ON DUPLICATE KEY UPDATE at = VALUES(at)`, who).Error
 }
 
 // ActiveVouchers returns the vouchers whose sale has not ended, or ended

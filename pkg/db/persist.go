@@ -3,13 +3,11 @@ package db
 import (
 	"context"
 	"database/sql"
-	"errors"
 	"fmt"
 	"slices"
 	"strings"
 	"time"
 
-	"github.com/go-sql-driver/mysql"
 	"gorm.io/gorm"
 
 	"github.com/flashsale/flashsale/pkg/order"
@@ -39,6 +37,9 @@ type Outcome struct {
 	Redelivered bool
 	// Conflict: a different order already holds this id (it was not written).
 	Conflict bool
+	// Release is set when the order is failed: MySQL has recorded the
+	// failure and owes its unit to Redis (see pkg/settle).
+	Release *Release
 }
 
 // PersistBatch writes orders in one transaction and returns what each came
@@ -99,6 +100,12 @@ func (s *Store) persist(ctx context.Context, orders []order.Order, lookup bool) 
 		}
 		for k, r := range rows {
 			out[where[k]].Status, out[where[k]].Reason = order.Status(r.Status), r.Reason
+		}
+		for i := range out {
+			if out[i].Status == order.StatusFailed && !out[i].Conflict {
+				rel := releaseOf(out[i].Order, out[i].Reason)
+				out[i].Release = &rel
+			}
 		}
 		return nil
 	}, readCommitted)
@@ -287,10 +294,7 @@ func insertOrders(tx *gorm.DB, rows []Order) error {
 	return nil
 }
 
-func isDuplicateKey(err error) bool {
-	var me *mysql.MySQLError
-	return errors.As(err, &me) && me.Number == 1062
-}
+func isDuplicateKey(err error) bool { return ErrorNumber(err) == ErrNumDupEntry }
 
 // liveCounts returns how many created or paid orders of voucher v each of
 // users holds.

@@ -8,6 +8,7 @@
 package reaper
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -19,6 +20,7 @@ import (
 
 	"github.com/flashsale/flashsale/pkg/db"
 	"github.com/flashsale/flashsale/pkg/rdb"
+	"github.com/flashsale/flashsale/pkg/settle"
 	"github.com/flashsale/flashsale/pkg/worker"
 )
 
@@ -42,23 +44,43 @@ type Config struct {
 	ConsumerGoneAfter time.Duration `envconfig:"FLASHSALE_CONSUMER_GONE_AFTER" default:"5m"`
 }
 
-func (c *Config) setDefaults() {
-	if c.MaxDeliveries <= 0 {
-		c.MaxDeliveries = 10
-	}
-	if c.Interval <= 0 {
-		c.Interval = 5 * time.Second
-	}
-	if c.PassTimeout <= 0 {
-		c.PassTimeout = time.Minute
-	}
-	if c.MaxPerPass <= 0 {
-		c.MaxPerPass = 10000
-	}
-	if c.ConsumerGoneAfter <= 0 {
-		c.ConsumerGoneAfter = 5 * time.Minute
-	}
+// Defaults of Config: one constant per field, used when the field is zero.
+const (
+	MaxDeliveriesDefault     = 10
+	IntervalDefault          = 5 * time.Second
+	PassTimeoutDefault       = time.Minute
+	MaxPerPassDefault        = 10000
+	ConsumerGoneAfterDefault = 5 * time.Minute
+)
+
+// SetDefaults fills the zero fields with the defaults.
+func (c *Config) SetDefaults() {
+	c.MaxDeliveries = cmp.Or(c.MaxDeliveries, MaxDeliveriesDefault)
+	c.Interval = cmp.Or(c.Interval, IntervalDefault)
+	c.PassTimeout = cmp.Or(c.PassTimeout, PassTimeoutDefault)
+	c.MaxPerPass = cmp.Or(c.MaxPerPass, MaxPerPassDefault)
+	c.ConsumerGoneAfter = cmp.Or(c.ConsumerGoneAfter, ConsumerGoneAfterDefault)
 	c.Config.SetDefaults()
+}
+
+// Validate reports the first wrong value, naming its variable. Call it
+// after SetDefaults.
+func (c *Config) Validate() error {
+	switch {
+	case c.MaxDeliveries < 1:
+		return fmt.Errorf("FLASHSALE_MAX_DELIVERIES must be at least 1, got %d", c.MaxDeliveries)
+	case c.Interval < time.Millisecond:
+		return fmt.Errorf("FLASHSALE_REAPER_INTERVAL must be at least 1ms, got %s", c.Interval)
+	case c.PassTimeout <= 0:
+		return fmt.Errorf("FLASHSALE_REAPER_PASS_TIMEOUT must be positive, got %s", c.PassTimeout)
+	case c.MaxPerPass < 1:
+		return fmt.Errorf("FLASHSALE_REAPER_MAX_PER_PASS must be at least 1, got %d", c.MaxPerPass)
+	case c.ConsumerGoneAfter <= c.ClaimMinIdle:
+		// A consumer is removed only with nothing pending, but one idle for
+		// less than the claim min-idle may still be working on a batch.
+		return fmt.Errorf("FLASHSALE_CONSUMER_GONE_AFTER (%s) must be longer than FLASHSALE_CLAIM_MIN_IDLE (%s)", c.ConsumerGoneAfter, c.ClaimMinIdle)
+	}
+	return c.Config.Validate()
 }
 
 // Reaper is the recovery and expiry role.
@@ -95,7 +117,10 @@ func WithAudit(l *zap.Logger) Option { return func(o *options) { o.audit = l } }
 
 // New returns a Reaper; cfg.Consumer names it in the consumer group.
 func New(cfg Config, r *rdb.Store, d *db.Store, log *zap.Logger, opts ...Option) (*Reaper, error) {
-	cfg.setDefaults()
+	cfg.SetDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
 	if log == nil {
 		log = zap.NewNop()
 	}
@@ -176,8 +201,15 @@ func (r *Reaper) RunOnce(ctx context.Context) (Pass, error) {
 }
 
 // reclaim pages through partition p's stale pending entries with
-// XAUTOCLAIM until the cursor comes back to 0-0.
+// XAUTOCLAIM until the cursor comes back to 0-0. It claims nothing while
+// MySQL refuses writes: each claim counts a delivery, and an outage must
+// not push entries towards the dead-letter stream. An entry delivered more
+// than MaxDeliveries times gets one last ordinary attempt, and is
+// dead-lettered only if that fails while MySQL accepts writes.
 func (r *Reaper) reclaim(ctx context.Context, p int, pass *Pass) error {
+	if err := r.db.Writable(ctx, r.cfg.Consumer); err != nil {
+		return fmt.Errorf("partition %d: not reclaiming while mysql refuses writes: %w", p, err)
+	}
 	cursor := "0-0"
 	for {
 		c, err := r.redis.AutoClaim(ctx, p, r.cfg.Consumer, r.cfg.ClaimMinIdle, cursor, r.cfg.BatchSize)
@@ -188,27 +220,53 @@ func (r *Reaper) reclaim(ctx context.Context, p int, pass *Pass) error {
 		if len(c.Deleted) > 0 {
 			r.log.Error("pending entries were deleted from the stream before being persisted", zap.Int("partition", p), zap.Strings("stream_ids", c.Deleted))
 		}
-		var fresh []rdb.Entry
+		var fresh, worn []rdb.Entry
 		for _, e := range c.Entries {
-			if n := c.Deliveries[e.StreamID]; n > r.cfg.MaxDeliveries {
-				if err := r.worker.DeadLetter(ctx, e, fmt.Sprintf("delivered %d times", n)); err != nil {
-					return err
-				}
-				pass.DeadLettered++
-				continue
+			if c.Deliveries[e.StreamID] > r.cfg.MaxDeliveries {
+				worn = append(worn, e)
+			} else {
+				fresh = append(fresh, e)
 			}
-			fresh = append(fresh, e)
 		}
 		// The same code as a worker's batch: idempotent, ack after commit.
 		if err := r.worker.Handle(ctx, fresh); err != nil {
 			return fmt.Errorf("partition %d: %w", p, err)
 		}
 		pass.Claimed += len(fresh)
+		for _, e := range worn {
+			dead, err := r.retire(ctx, e, c.Deliveries[e.StreamID])
+			if err != nil {
+				return fmt.Errorf("partition %d: %w", p, err)
+			}
+			if dead {
+				pass.DeadLettered++
+			} else {
+				pass.Claimed++
+			}
+		}
 		if c.Next == "0-0" || c.Next == "" {
 			return nil
 		}
 		cursor = c.Next
 	}
+}
+
+// retire decides an entry delivered n > MaxDeliveries times: one last
+// ordinary attempt, and the dead-letter stream (with a recorded failure and
+// its unit given back) only if that fails while MySQL accepts writes.
+func (r *Reaper) retire(ctx context.Context, e rdb.Entry, n int64) (deadLettered bool, err error) {
+	lastErr := r.worker.Handle(ctx, []rdb.Entry{e})
+	if lastErr == nil {
+		return false, nil
+	}
+	if err := r.db.Writable(ctx, r.cfg.Consumer); err != nil {
+		return false, fmt.Errorf("entry %s delivered %d times waits: mysql refuses writes: %w", e.StreamID, n, err)
+	}
+	reason := fmt.Sprintf("delivered %d times; last error: %v", n, lastErr)
+	if err := r.worker.DeadLetter(ctx, e, reason); err != nil {
+		return false, err
+	}
+	return true, nil
 }
 
 // cancelExpired cancels unpaid orders past their deadline in batches.
@@ -231,29 +289,10 @@ func (r *Reaper) cancelExpired(ctx context.Context, pass *Pass) error {
 }
 
 // releaseOwed gives Redis the units MySQL has taken back (cancellations,
-// and failures whose worker died before releasing), exactly once each:
-// release.lua ignores an order it released before, and the row is marked
-// only after Redis answered.
+// and failures whose worker died before releasing), exactly once each (see
+// pkg/settle).
 func (r *Reaper) releaseOwed(ctx context.Context, pass *Pass) error {
-	for pass.ReleasedToRedis < r.cfg.MaxPerPass {
-		owed, err := r.db.OwedReleases(ctx, r.cfg.BatchSize)
-		if err != nil || len(owed) == 0 {
-			return err
-		}
-		ids := make([]int64, 0, len(owed))
-		for _, rel := range owed {
-			if _, err := r.redis.Release(ctx, rel.Order()); err != nil {
-				return err
-			}
-			ids = append(ids, rel.OrderID)
-		}
-		if err := r.db.MarkReleased(ctx, ids, r.now().UTC()); err != nil {
-			return err
-		}
-		pass.ReleasedToRedis += len(ids)
-		if len(owed) < r.cfg.BatchSize {
-			return nil
-		}
-	}
-	return nil
+	n, err := settle.Owed(ctx, r.redis, r.db, r.cfg.BatchSize, r.cfg.MaxPerPass, r.now)
+	pass.ReleasedToRedis += n
+	return err
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/flashsale/flashsale/pkg/db"
 	"github.com/flashsale/flashsale/pkg/order"
 	"github.com/flashsale/flashsale/pkg/rdb"
+	"github.com/flashsale/flashsale/pkg/settle"
 )
 
 // Difference is one value Redis holds that MySQL and the streams say it
@@ -43,7 +44,7 @@ func Reconcile(ctx context.Context, r *rdb.Store, d *db.Store, now time.Time, re
 	if err := r.EnsureGroups(ctx); err != nil {
 		return nil, err
 	}
-	if err := settleOwed(ctx, r, d, now); err != nil {
+	if _, err := settle.Owed(ctx, r, d, 500, 0, func() time.Time { return now }); err != nil {
 		return nil, fmt.Errorf("settle owed releases: %w", err)
 	}
 	vouchers, err := d.ActiveVouchers(ctx, now, rdb.DayKeyTTL)
@@ -66,25 +67,6 @@ func Reconcile(ctx context.Context, r *rdb.Store, d *db.Store, now time.Time, re
 		out = append(out, check)
 	}
 	return out, nil
-}
-
-func settleOwed(ctx context.Context, r *rdb.Store, d *db.Store, now time.Time) error {
-	for {
-		owed, err := d.OwedReleases(ctx, 500)
-		if err != nil || len(owed) == 0 {
-			return err
-		}
-		ids := make([]int64, len(owed))
-		for i, rel := range owed {
-			if _, err := r.Release(ctx, rel.Order()); err != nil {
-				return err
-			}
-			ids[i] = rel.OrderID
-		}
-		if err := d.MarkReleased(ctx, ids, now); err != nil {
-			return err
-		}
-	}
 }
 
 func reconcileVoucher(ctx context.Context, r *rdb.Store, d *db.Store, v db.Voucher, stream []rdb.Entry, now time.Time, repair bool) (VoucherCheck, error) {

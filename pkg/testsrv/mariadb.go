@@ -13,18 +13,26 @@ import (
 	"github.com/go-sql-driver/mysql"
 )
 
-// MariaDB is a throwaway mariadbd. It runs with --skip-grant-tables: any user
-// name connects, so DSNs carry no password.
+// MariaDB is a throwaway mariadbd. Unless started WithGrants it runs with
+// --skip-grant-tables: any user name connects, so DSNs carry no password.
 type MariaDB struct {
 	// Addr is host:port of the server.
-	Addr string
-	srv  server
+	Addr   string
+	socket string
+	srv    server
 }
 
 var dbSeq atomic.Int64
 
 // StartMariaDB initialises a data directory in dir and starts mariadbd on it.
-func StartMariaDB(dir string) (*MariaDB, error) {
+func StartMariaDB(dir string) (*MariaDB, error) { return startMariaDB(dir, false) }
+
+// StartMariaDBWithGrants is StartMariaDB with the grant tables in force:
+// root (no password) may do anything, and RestrictedUser makes users that
+// may not, so read_only and missing privileges behave as in production.
+func StartMariaDBWithGrants(dir string) (*MariaDB, error) { return startMariaDB(dir, true) }
+
+func startMariaDB(dir string, grants bool) (*MariaDB, error) {
 	bin, err := LookPath("mariadbd")
 	if err != nil {
 		return nil, err
@@ -45,27 +53,55 @@ func StartMariaDB(dir string) (*MariaDB, error) {
 	if out, err := exec.Command(install, initArgs...).CombinedOutput(); err != nil {
 		return nil, fmt.Errorf("mariadb-install-db: %w\n%s", err, out)
 	}
-	m := &MariaDB{srv: server{name: "mariadbd", bin: bin, logPath: filepath.Join(dir, "mariadbd.log")}}
+	m := &MariaDB{socket: filepath.Join(dir, "mysqld.sock"), srv: server{name: "mariadbd", bin: bin, logPath: filepath.Join(dir, "mariadbd.log")}}
+	grantArgs := []string{"--skip-grant-tables"}
+	if grants {
+		grantArgs = nil
+	}
 	m.srv.ready = m.ping
 	err = onPort(&m.srv, func(port int) {
 		m.Addr = fmt.Sprintf("127.0.0.1:%d", port)
 		m.srv.args = append([]string{
 			"--no-defaults", "--datadir=" + data, "--port=" + itoa(port),
-			"--bind-address=127.0.0.1", "--socket=" + filepath.Join(dir, "mysqld.sock"),
-			"--pid-file=" + filepath.Join(dir, "mysqld.pid"),
-			"--skip-grant-tables", "--skip-name-resolve",
+			"--bind-address=127.0.0.1", "--socket=" + m.socket,
+			"--pid-file=" + filepath.Join(dir, "mysqld.pid"), "--skip-name-resolve",
 			"--innodb-buffer-pool-size=256M", "--innodb-log-file-size=128M",
 			"--max-connections=500", "--log-error=" + filepath.Join(dir, "mariadbd.err"),
-		}, userArgs...)
+		}, append(grantArgs, userArgs...)...)
 	})
 	if err != nil {
 		return nil, err
 	}
+	if grants {
+		if err := m.rootOverTCP(); err != nil {
+			_ = m.Kill()
+			return nil, err
+		}
+	}
 	return m, nil
 }
 
+// rootOverTCP lets root (no password) in over TCP too, as DSN connects.
+func (m *MariaDB) rootOverTCP() error {
+	db, err := sql.Open("mysql", "root@unix("+m.socket+")/")
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	for _, stmt := range []string{
+		"CREATE USER IF NOT EXISTS 'root'@'127.0.0.1'",
+		"GRANT ALL PRIVILEGES ON *.* TO 'root'@'127.0.0.1' WITH GRANT OPTION",
+	} {
+		if _, err := db.Exec(stmt); err != nil {
+			return fmt.Errorf("%s: %w", stmt, err)
+		}
+	}
+	return nil
+}
+
 func (m *MariaDB) ping() error {
-	db, err := sql.Open("mysql", m.DSN(""))
+	// Over the socket: root@localhost exists before root@127.0.0.1 does.
+	db, err := sql.Open("mysql", "root@unix("+m.socket+")/")
 	if err != nil {
 		return err
 	}
@@ -121,3 +157,53 @@ func (m *MariaDB) Stop() error { return m.srv.stop() }
 
 // Kill kills the server with SIGKILL; InnoDB recovers committed work on Start.
 func (m *MariaDB) Kill() error { return m.srv.kill() }
+
+// Pause freezes mariadbd (SIGSTOP): connections stay open, nothing answers.
+func (m *MariaDB) Pause() error { return m.srv.pause() }
+
+// Resume lets a paused mariadbd go on.
+func (m *MariaDB) Resume() error { return m.srv.resume() }
+
+var userSeq atomic.Int64
+
+// RestrictedUser creates a user with every privilege on the database of
+// rootDSN and none global (no SUPER, no READ_ONLY ADMIN), as production
+// gives the binaries, and returns its DSN. Such a user is refused writes
+// while read_only is ON, as after a managed-MySQL failover.
+func RestrictedUser(rootDSN string) (string, error) {
+	cfg, err := mysql.ParseDSN(rootDSN)
+	if err != nil {
+		return "", err
+	}
+	db, err := sql.Open("mysql", rootDSN)
+	if err != nil {
+		return "", err
+	}
+	defer db.Close()
+	user := fmt.Sprintf("fs%d_%d", os.Getpid(), userSeq.Add(1))
+	for _, stmt := range []string{
+		"CREATE USER '" + user + "'@'%' IDENTIFIED BY 'pw'",
+		"GRANT ALL PRIVILEGES ON `" + cfg.DBName + "`.* TO '" + user + "'@'%'",
+	} {
+		if _, err := db.Exec(stmt); err != nil {
+			return "", fmt.Errorf("%s: %w", stmt, err)
+		}
+	}
+	cfg.User, cfg.Passwd = user, "pw"
+	return cfg.FormatDSN(), nil
+}
+
+// SetReadOnly sets the server's global read_only through rootDSN.
+func SetReadOnly(rootDSN string, on bool) error {
+	db, err := sql.Open("mysql", rootDSN)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	v := "OFF"
+	if on {
+		v = "ON"
+	}
+	_, err = db.Exec("SET GLOBAL read_only = " + v)
+	return err
+}

@@ -139,3 +139,19 @@ func onPort(srv *server, setPort func(int)) error {
 }
 
 func itoa(i int) string { return strconv.Itoa(i) }
+
+// pause stops the server's process (SIGSTOP): its connections stay open and
+// nothing answers, as with a hung host. resume lets it go on (SIGCONT).
+func (s *server) pause() error {
+	if s.cmd == nil {
+		return fmt.Errorf("%s not running", s.name)
+	}
+	return s.cmd.Process.Signal(syscall.SIGSTOP)
+}
+
+func (s *server) resume() error {
+	if s.cmd == nil {
+		return fmt.Errorf("%s not running", s.name)
+	}
+	return s.cmd.Process.Signal(syscall.SIGCONT)
+}

@@ -65,3 +65,9 @@ func (r *Redis) Stop() error { return r.srv.stop() }
 
 // Kill kills the server with SIGKILL.
 func (r *Redis) Kill() error { return r.srv.kill() }
+
+// Pause freezes redis-server (SIGSTOP): connections stay open, nothing answers.
+func (r *Redis) Pause() error { return r.srv.pause() }
+
+// Resume lets a paused redis-server go on.
+func (r *Redis) Resume() error { return r.srv.resume() }

@@ -69,3 +69,15 @@ func Main(m *testing.M) {
 	}
 	os.Exit(code)
 }
+
+// NewMariaDBWithGrants is NewMariaDB with the grant tables in force (see
+// StartMariaDBWithGrants).
+func NewMariaDBWithGrants(tb testing.TB) *MariaDB {
+	tb.Helper()
+	m, err := StartMariaDBWithGrants(tb.TempDir())
+	if err != nil {
+		tb.Fatalf("start mariadbd: %v", err)
+	}
+	tb.Cleanup(func() { _ = m.Kill() })
+	return m
+}

@@ -16,6 +16,9 @@ type metrics struct {
 	batchSize                                  prometheus.Histogram
 	commitSeconds                              prometheus.Histogram
 	created, failed, redelivered, deadLettered prometheus.Counter
+	// retries counts failed attempts at a batch; abandoned counts entries
+	// left to the reaper after MaxAttempts while MySQL accepted writes.
+	retries, abandoned prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -33,8 +36,14 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "flashsale_worker_commit_duration_seconds", Help: "Time to persist one batch in MySQL (one transaction).",
 			Buckets: []float64{.0005, .001, .002, .005, .01, .025, .05, .1, .25, .5, 1, 2.5},
 		}),
+		retries: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "flashsale_worker_batch_retries_total", Help: "Failed attempts at a batch (each is retried; none fails an order).",
+		}),
+		abandoned: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "flashsale_worker_entries_abandoned_total", Help: "Entries left to the reaper after FLASHSALE_WORKER_MAX_ATTEMPTS while MySQL accepted writes.",
+		}),
 	}
-	reg.MustRegister(m.batches, m.orders, m.batchSize, m.commitSeconds)
+	reg.MustRegister(m.batches, m.orders, m.batchSize, m.commitSeconds, m.retries, m.abandoned)
 	m.created = m.orders.WithLabelValues(outcomeCreated)
 	m.failed = m.orders.WithLabelValues(outcomeFailed)
 	m.redelivered = m.orders.WithLabelValues(outcomeRedelivered)

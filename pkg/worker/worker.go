@@ -4,6 +4,7 @@
 package worker
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -13,22 +14,26 @@ import (
 	"go.uber.org/zap"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/flashsale/flashsale/pkg/backoff"
 	"github.com/flashsale/flashsale/pkg/db"
 	"github.com/flashsale/flashsale/pkg/order"
 	"github.com/flashsale/flashsale/pkg/rdb"
+	"github.com/flashsale/flashsale/pkg/settle"
 )
 
-// Defaults of Config.
+// Defaults of Config: one constant per field, used when the field is zero.
 const (
-	DefaultBatchSize    = 100
-	DefaultBlock        = time.Second
-	DefaultDrainTimeout = 10 * time.Second
-	DefaultRetryBackoff = 100 * time.Millisecond
-	DefaultClaimMinIdle = 30 * time.Second
-	maxRetryBackoff     = 5 * time.Second
+	BatchSizeDefault    = 100
+	BlockDefault        = time.Second
+	DrainTimeoutDefault = 10 * time.Second
+	RetryBackoffDefault = 100 * time.Millisecond
+	ClaimMinIdleDefault = 30 * time.Second
+	MaxAttemptsDefault  = 10
+	maxBatchSize        = 10_000
 )
 
-// Config tunes a worker. Zero values take the defaults.
+// Config tunes a worker. Zero values take the defaults; Validate refuses
+// values that are set but wrong.
 type Config struct {
 	// BatchSize is the most entries read, and persisted in one transaction,
 	// at a time per partition (XREADGROUP COUNT). Default 100.
@@ -46,25 +51,46 @@ type Config struct {
 	// reaper takes it over. A worker renews its hold on the batch in hand
 	// every third of it. Default 30s.
 	ClaimMinIdle time.Duration `envconfig:"FLASHSALE_CLAIM_MIN_IDLE" default:"30s"`
+	// MaxAttempts bounds the attempts at one batch while MySQL accepts
+	// writes. A batch still failing then is tried entry by entry, and an
+	// entry failing alone is left to the reaper (its delivery count and
+	// FLASHSALE_MAX_DELIVERIES). While MySQL refuses writes (read-only,
+	// disk full, down) attempts go on without bound. Default 10.
+	MaxAttempts int `envconfig:"FLASHSALE_WORKER_MAX_ATTEMPTS" default:"10"`
 }
 
 // SetDefaults fills the zero fields with the defaults.
 func (c *Config) SetDefaults() {
-	if c.BatchSize <= 0 {
-		c.BatchSize = DefaultBatchSize
+	c.BatchSize = cmp.Or(c.BatchSize, BatchSizeDefault)
+	c.Block = cmp.Or(c.Block, BlockDefault)
+	c.DrainTimeout = cmp.Or(c.DrainTimeout, DrainTimeoutDefault)
+	c.RetryBackoff = cmp.Or(c.RetryBackoff, RetryBackoffDefault)
+	c.ClaimMinIdle = cmp.Or(c.ClaimMinIdle, ClaimMinIdleDefault)
+	c.MaxAttempts = cmp.Or(c.MaxAttempts, MaxAttemptsDefault)
+}
+
+// Validate reports the first wrong value, naming its variable. Call it
+// after SetDefaults.
+func (c *Config) Validate() error {
+	switch {
+	case c.BatchSize < 1 || c.BatchSize > maxBatchSize:
+		return fmt.Errorf("FLASHSALE_WORKER_BATCH_SIZE must be 1..%d, got %d", maxBatchSize, c.BatchSize)
+	case c.Block < time.Millisecond:
+		return fmt.Errorf("FLASHSALE_WORKER_BLOCK must be at least 1ms, got %s", c.Block)
+	case c.DrainTimeout <= 0:
+		return fmt.Errorf("FLASHSALE_WORKER_DRAIN_TIMEOUT must be positive, got %s", c.DrainTimeout)
+	case c.RetryBackoff <= 0 || c.RetryBackoff > backoff.MaxDefault:
+		return fmt.Errorf("FLASHSALE_WORKER_RETRY_BACKOFF must be in (0, %s], got %s", backoff.MaxDefault, c.RetryBackoff)
+	case c.ClaimMinIdle < 3*time.Millisecond:
+		return fmt.Errorf("FLASHSALE_CLAIM_MIN_IDLE must be at least 3ms, got %s", c.ClaimMinIdle)
+	case c.Block >= c.ClaimMinIdle/3:
+		// A read blocking longer than a lease renewal period would let
+		// the reaper take over entries a live worker holds.
+		return fmt.Errorf("FLASHSALE_WORKER_BLOCK (%s) must be below a third of FLASHSALE_CLAIM_MIN_IDLE (%s)", c.Block, c.ClaimMinIdle)
+	case c.MaxAttempts < 1:
+		return fmt.Errorf("FLASHSALE_WORKER_MAX_ATTEMPTS must be at least 1, got %d", c.MaxAttempts)
 	}
-	if c.Block <= 0 {
-		c.Block = DefaultBlock
-	}
-	if c.DrainTimeout <= 0 {
-		c.DrainTimeout = DefaultDrainTimeout
-	}
-	if c.RetryBackoff <= 0 {
-		c.RetryBackoff = DefaultRetryBackoff
-	}
-	if c.ClaimMinIdle <= 0 {
-		c.ClaimMinIdle = DefaultClaimMinIdle
-	}
+	return nil
 }
 
 // Worker is one consumer of the order streams.
@@ -97,6 +123,9 @@ func WithAudit(l *zap.Logger) Option { return func(o *options) { o.audit = l } }
 // the host name).
 func New(cfg Config, r *rdb.Store, d *db.Store, log *zap.Logger, opts ...Option) (*Worker, error) {
 	cfg.SetDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
 	if cfg.Consumer == "" {
 		return nil, errors.New("worker: consumer name is empty")
 	}
@@ -143,50 +172,86 @@ func (w *Worker) Run(ctx context.Context) error {
 // by an earlier run under the same name), then new ones, until ctx ends.
 func (w *Worker) consume(ctx, work context.Context, p int) error {
 	log := w.log.With(zap.Int("partition", p))
-	start := "0"
-	backoff := w.cfg.RetryBackoff
-	fail := func(msg string, err error) {
-		log.Warn(msg, zap.Error(err), zap.Duration("retry_in", backoff))
-		select {
-		case <-ctx.Done():
-		case <-time.After(backoff):
-		}
-		backoff = min(2*backoff, maxRetryBackoff)
-		start = "0" // whatever was read is still pending: read it again
-	}
+	cursor := "0" // own pending entries after cursor; ">" for new ones
+	bo := backoff.New(w.cfg.RetryBackoff, backoff.MaxDefault)
 	for ctx.Err() == nil {
-		entries, err := w.redis.ReadGroup(work, p, w.cfg.Consumer, start, w.cfg.BatchSize, w.cfg.Block)
+		entries, err := w.redis.ReadGroup(work, p, w.cfg.Consumer, cursor, w.cfg.BatchSize, w.cfg.Block)
 		if err != nil {
 			if rdb.IsNoGroup(err) {
 				err = errors.Join(err, w.redis.EnsureGroups(work))
 			}
-			fail("read failed", err)
+			log.Warn("read failed", zap.Error(err))
+			_ = bo.Wait(ctx)
 			continue
 		}
+		bo.Reset()
 		if len(entries) == 0 {
-			start = ">" // own pending entries done (or none): read new ones
+			cursor = ">" // own pending entries done (or none): read new ones
 			continue
 		}
-		if err := w.Handle(work, entries); err != nil {
-			fail("batch failed", err)
-			continue
-		}
-		backoff = w.cfg.RetryBackoff
-		if start != ">" {
-			start = entries[len(entries)-1].StreamID
+		w.process(work, entries)
+		if cursor != ">" {
+			cursor = entries[len(entries)-1].StreamID
 		}
 	}
 	return nil
 }
 
-// Handle persists a batch of entries of one partition and acknowledges them.
-// Malformed entries go to the dead-letter stream. Orders MySQL refuses for
-// want of stock are recorded as failed and their Redis reservation is given
-// back. A batch the database rejects as a whole is retried one order at a
-// time; an order refused on its own is dead-lettered and released. Transient
-// failures are retried with backoff until ctx ends; an error return leaves
-// the entries pending, to be read again. The reaper calls Handle for the
-// entries it claims.
+// process persists a batch read by this worker, holding its lease all the
+// while. A failure is retried with backoff. After MaxAttempts failures the
+// worker asks MySQL whether it accepts writes at all: if not, the store is
+// out and the batch waits, however long the outage lasts, neither failed
+// nor released; if it does, the batch is what cannot succeed, and it is
+// tried entry by entry, an entry failing alone being left to the reaper.
+// process returns when every entry is acknowledged or left, or ctx ends.
+func (w *Worker) process(ctx context.Context, entries []rdb.Entry) {
+	defer w.holdLease(ctx, entries)()
+	bo := backoff.New(w.cfg.RetryBackoff, backoff.MaxDefault)
+	for attempt := 1; ; attempt++ {
+		err := w.try(ctx, entries)
+		if err == nil || ctx.Err() != nil {
+			return
+		}
+		w.metrics.retries.Inc()
+		log := w.log.With(zap.Int("partition", entries[0].Partition), zap.Int("batch_size", len(entries)), zap.Int("attempt", attempt))
+		if attempt >= w.cfg.MaxAttempts {
+			if perr := w.db.Writable(ctx, w.cfg.Consumer); perr == nil {
+				log.Error("batch keeps failing while mysql accepts writes; trying entry by entry", zap.Error(err))
+				w.oneLastTry(ctx, entries)
+				return
+			} else if attempt == w.cfg.MaxAttempts || attempt%10 == 0 {
+				log.Warn("mysql does not accept writes; the batch waits", zap.Error(err), zap.NamedError("probe", perr))
+			}
+		} else if attempt == 1 || attempt%10 == 0 {
+			log.Warn("batch failed; retrying", zap.Error(err), zap.String("class", db.Classify(err).String()))
+		}
+		if bo.Wait(ctx) != nil {
+			return
+		}
+	}
+}
+
+// oneLastTry tries each entry of a batch that cannot succeed as a whole once
+// on its own. An entry that still fails is left pending without a lease, so
+// the reaper takes it over and counts its deliveries.
+func (w *Worker) oneLastTry(ctx context.Context, entries []rdb.Entry) {
+	for _, e := range entries {
+		if err := w.try(ctx, []rdb.Entry{e}); err != nil {
+			w.metrics.abandoned.Inc()
+			w.log.Error("entry cannot be persisted; left to the reaper", zap.Int("partition", e.Partition),
+				zap.String("stream_id", e.StreamID), zap.Int64("order_id", e.Order.ID), zap.Error(err))
+		}
+	}
+}
+
+// Handle makes one attempt at a batch of entries of one partition, holding
+// their lease meanwhile, and acknowledges what it settled. An error leaves
+// the entries pending, to be tried again; nothing was failed or released
+// for it. Malformed entries go to the dead-letter stream; orders MySQL
+// refuses for want of stock or by the per-user limit are recorded failed and
+// their units given back; a batch MySQL refuses for the values of its rows
+// is tried order by order (see handleOneByOne). The reaper calls Handle for
+// the entries it claims.
 // A panic (a bug) is recovered: the batch is retried entry by entry and
 // only an entry that panics on its own is dead-lettered.
 func (w *Worker) Handle(ctx context.Context, entries []rdb.Entry) error {
@@ -194,6 +259,11 @@ func (w *Worker) Handle(ctx context.Context, entries []rdb.Entry) error {
 		return nil
 	}
 	defer w.holdLease(ctx, entries)()
+	return w.try(ctx, entries)
+}
+
+// try is Handle without the lease.
+func (w *Worker) try(ctx context.Context, entries []rdb.Entry) error {
 	panicked, err := guard(func() error { return w.handle(ctx, entries) })
 	if panicked == nil {
 		return err
@@ -218,11 +288,10 @@ func guard(f func() error) (panicked any, err error) {
 }
 
 func (w *Worker) handle(ctx context.Context, entries []rdb.Entry) error {
-	p := entries[0].Partition
 	valid := make([]rdb.Entry, 0, len(entries))
 	for _, e := range entries {
 		if e.Err != nil {
-			if err := w.DeadLetter(ctx, e, "malformed: "+e.Err.Error()); err != nil {
+			if err := w.deadLetter(ctx, e, "malformed: "+e.Err.Error(), nil); err != nil {
 				return err
 			}
 			continue
@@ -232,37 +301,61 @@ func (w *Worker) handle(ctx context.Context, entries []rdb.Entry) error {
 	if len(valid) == 0 {
 		return nil
 	}
-	orders := make([]order.Order, len(valid))
-	for i, e := range valid {
-		orders[i] = e.Order
-	}
 	t0 := time.Now()
-	outcomes, err := w.persist(ctx, orders)
+	outcomes, err := w.db.PersistBatch(ctx, ordersOf(valid))
 	w.metrics.commitSeconds.Observe(time.Since(t0).Seconds())
-	w.metrics.batchSize.Observe(float64(len(orders)))
-	if err != nil {
-		if db.IsTransient(err) {
-			return err
-		}
-		w.log.Warn("batch rejected, retrying order by order", zap.Int("partition", p), zap.Int("batch_size", len(valid)), zap.Error(err))
-		return w.handleOneByOne(ctx, valid)
+	w.metrics.batchSize.Observe(float64(len(valid)))
+	switch {
+	case err == nil:
+		return w.settle(ctx, valid, outcomes)
+	case db.IsRowError(err):
+		return w.handleOneByOne(ctx, valid, err)
+	default:
+		return fmt.Errorf("persist batch of %d: %w", len(valid), err)
 	}
-	return w.settle(ctx, valid, outcomes)
 }
 
-func (w *Worker) handleOneByOne(ctx context.Context, entries []rdb.Entry) error {
-	for _, e := range entries {
-		out, err := w.persist(ctx, []order.Order{e.Order})
-		if err != nil {
-			if db.IsTransient(err) {
-				return err
-			}
-			if err := w.DeadLetter(ctx, e, "rejected by mysql: "+err.Error()); err != nil {
-				return err
-			}
-			continue
+func ordersOf(entries []rdb.Entry) []order.Order {
+	orders := make([]order.Order, len(entries))
+	for i, e := range entries {
+		orders[i] = e.Order
+	}
+	return orders
+}
+
+// handleOneByOne persists a batch MySQL refused for the values of its rows
+// one order at a time, and fails (dead-letters) the orders refused on their
+// own. If every order of a batch of several is refused with the same error,
+// no row is at fault but the store (a column shortened, a CHECK added): that
+// is an outage, and nothing is failed.
+func (w *Worker) handleOneByOne(ctx context.Context, entries []rdb.Entry, batchErr error) error {
+	w.log.Warn("batch refused for its values; trying order by order", zap.Int("partition", entries[0].Partition),
+		zap.Int("batch_size", len(entries)), zap.Error(batchErr))
+	outs := make([][]db.Outcome, len(entries))
+	errs := make([]error, len(entries))
+	refused, same := 0, true
+	for i, e := range entries {
+		outs[i], errs[i] = w.db.PersistBatch(ctx, []order.Order{e.Order})
+		switch {
+		case errs[i] == nil:
+		case !db.IsRowError(errs[i]):
+			return fmt.Errorf("persist order %d: %w", e.Order.ID, errs[i])
+		default:
+			refused++
+			same = same && db.ErrorNumber(errs[i]) == db.ErrorNumber(errs[0])
 		}
-		if err := w.settle(ctx, []rdb.Entry{e}, out); err != nil {
+	}
+	if len(entries) > 1 && refused == len(entries) && same {
+		return fmt.Errorf("every order of the batch refused the same way, taken as an outage: %w", errs[0])
+	}
+	for i, e := range entries {
+		var err error
+		if errs[i] != nil {
+			err = w.DeadLetter(ctx, e, "rejected by mysql: "+errs[i].Error())
+		} else {
+			err = w.settle(ctx, []rdb.Entry{e}, outs[i])
+		}
+		if err != nil {
 			return err
 		}
 	}
@@ -296,15 +389,16 @@ func (w *Worker) holdLease(ctx context.Context, entries []rdb.Entry) (stop func(
 	return func() { cancel(); <-done }
 }
 
-// settle gives back the reservations of failed orders, then acknowledges.
+// settle gives back the units of the orders MySQL recorded failed, then
+// acknowledges.
 func (w *Worker) settle(ctx context.Context, entries []rdb.Entry, outcomes []db.Outcome) error {
 	ack := make([]string, 0, len(entries))
-	var failedOrders []order.Order
+	var releases []db.Release
 	var created, failed, redelivered int64
 	for i, out := range outcomes {
 		e := entries[i]
 		if out.Conflict {
-			if err := w.deadLetter(ctx, e, "order id held by another order", false); err != nil {
+			if err := w.deadLetter(ctx, e, "order id held by another order", nil); err != nil {
 				return err
 			}
 			continue
@@ -313,10 +407,10 @@ func (w *Worker) settle(ctx context.Context, entries []rdb.Entry, outcomes []db.
 			redelivered++
 		}
 		switch {
-		case out.Status == order.StatusFailed:
+		case out.Release != nil:
 			// Also for a re-delivered failed order: the release may not have
 			// happened before the crash that caused the re-delivery.
-			failedOrders = append(failedOrders, out.Order)
+			releases = append(releases, *out.Release)
 			if !out.Redelivered {
 				failed++
 				w.audit.Warn("order failed", orderFields(e, zap.String("reason", out.Reason))...)
@@ -327,7 +421,7 @@ func (w *Worker) settle(ctx context.Context, entries []rdb.Entry, outcomes []db.
 		}
 		ack = append(ack, e.StreamID)
 	}
-	if err := w.release(ctx, failedOrders); err != nil {
+	if _, err := settle.Releases(ctx, w.redis, w.db, releases, time.Now()); err != nil {
 		return err
 	}
 	if err := w.redis.Ack(ctx, entries[0].Partition, ack); err != nil {
@@ -343,64 +437,49 @@ func (w *Worker) settle(ctx context.Context, entries []rdb.Entry, outcomes []db.
 	return nil
 }
 
-// release gives Redis back the reservations of orders (exactly once: see
-// release.lua) and records that in MySQL's releases.
-func (w *Worker) release(ctx context.Context, orders []order.Order) error {
-	if len(orders) == 0 {
-		return nil
-	}
-	ids := make([]int64, 0, len(orders))
-	for _, o := range orders {
-		if err := w.retry(ctx, "release", func() error {
-			_, err := w.redis.Release(ctx, o)
-			return err
-		}); err != nil {
-			return err
-		}
-		ids = append(ids, o.ID)
-	}
-	return w.retry(ctx, "mark released", func() error { return w.db.MarkReleased(ctx, ids, time.Now().UTC()) })
-}
-
-// DeadLetter moves e to its partition's dead-letter stream with reason and
-// acknowledges it. A well-formed order is first recorded as failed in MySQL
-// and its reservation given back, exactly once; an order that turns out to
-// be persisted already is only acknowledged. The reaper calls it for
-// entries delivered too often.
+// DeadLetter fails a well-formed order that cannot be persisted: it records
+// it as failed in MySQL, gives its unit back and moves the entry to its
+// partition's dead-letter stream, acknowledged; an order that turns out to
+// be persisted already is only acknowledged. It makes one attempt: an error
+// leaves the entry pending and nothing released. If MySQL refuses even the
+// record of the failure (for the row's values, or while it takes other
+// writes, such as a packet too large), the entry is dead-lettered
+// with both reasons and its unit is NOT given back (no unit goes back for
+// an order MySQL has not recorded): it stays held until an operator runs
+// reconcile --repair. The reaper calls DeadLetter for entries delivered
+// too often.
 func (w *Worker) DeadLetter(ctx context.Context, e rdb.Entry, reason string) error {
 	if e.Err != nil {
-		return w.deadLetter(ctx, e, reason, false)
+		return w.deadLetter(ctx, e, reason, nil)
 	}
-	var status order.Status
-	err := w.retry(ctx, "record failed", func() error {
-		var err error
-		status, err = w.db.RecordFailed(ctx, e.Order, db.ReasonDeadLetter)
-		if err != nil && !db.IsTransient(err) {
-			return permanent{err}
+	status, rel, err := w.db.RecordFailed(ctx, e.Order, db.ReasonDeadLetter)
+	if err != nil && !db.IsRowError(err) {
+		// Not about the row: an outage, unless MySQL takes other writes.
+		if perr := w.db.Writable(ctx, w.cfg.Consumer); perr != nil {
+			return fmt.Errorf("record order %d failed: %w", e.Order.ID, err)
 		}
-		return err
-	})
-	var perm permanent
+	}
 	switch {
-	case errors.As(err, &perm):
-		// MySQL refuses the row itself: nothing to record, still release.
-		return w.deadLetter(ctx, e, reason, true)
 	case err != nil:
-		return err
-	case status != order.StatusFailed:
+		w.log.Error("mysql refuses to record the failed order; dead-lettered without giving its unit back",
+			zap.Int64("order_id", e.Order.ID), zap.Error(err))
+		return w.deadLetter(ctx, e, reason+"; failure not recorded: "+err.Error(), nil)
+	case rel == nil:
 		w.log.Info("dead-letter candidate is persisted already; acknowledged", zap.Int64("order_id", e.Order.ID), zap.String("status", string(status)))
 		return w.redis.Ack(ctx, e.Partition, []string{e.StreamID})
 	}
-	return w.deadLetter(ctx, e, reason, true)
+	return w.deadLetter(ctx, e, reason, rel)
 }
 
-func (w *Worker) deadLetter(ctx context.Context, e rdb.Entry, reason string, release bool) error {
-	if release {
-		if err := w.release(ctx, []order.Order{e.Order}); err != nil {
+// deadLetter gives back rel (when MySQL recorded one), then moves e to the
+// dead-letter stream and acknowledges it.
+func (w *Worker) deadLetter(ctx context.Context, e rdb.Entry, reason string, rel *db.Release) error {
+	if rel != nil {
+		if _, err := settle.Releases(ctx, w.redis, w.db, []db.Release{*rel}, time.Now()); err != nil {
 			return err
 		}
 	}
-	if err := w.retry(ctx, "dead-letter", func() error { return w.redis.DeadLetter(ctx, e, reason) }); err != nil {
+	if err := w.redis.DeadLetter(ctx, e, reason); err != nil {
 		return err
 	}
 	w.metrics.deadLettered.Inc()
@@ -412,44 +491,4 @@ func (w *Worker) deadLetter(ctx context.Context, e rdb.Entry, reason string, rel
 func orderFields(e rdb.Entry, more ...zap.Field) []zap.Field {
 	return append([]zap.Field{zap.Int64("order_id", e.Order.ID), zap.Int64("voucher_id", e.Order.VoucherID),
 		zap.String("user_id", e.Order.UserID), zap.Int("partition", e.Partition)}, more...)
-}
-
-func (w *Worker) persist(ctx context.Context, orders []order.Order) ([]db.Outcome, error) {
-	var out []db.Outcome
-	err := w.retry(ctx, "persist", func() error {
-		var err error
-		out, err = w.db.PersistBatch(ctx, orders)
-		if err != nil && !db.IsTransient(err) {
-			return permanent{err}
-		}
-		return err
-	})
-	var perm permanent
-	if errors.As(err, &perm) {
-		return nil, perm.error
-	}
-	return out, err
-}
-
-type permanent struct{ error }
-
-// retry runs op until it succeeds, fails permanently, or ctx ends.
-func (w *Worker) retry(ctx context.Context, what string, op func() error) error {
-	backoff := w.cfg.RetryBackoff
-	for attempt := 1; ; attempt++ {
-		err := op()
-		var perm permanent
-		if err == nil || errors.As(err, &perm) {
-			return err
-		}
-		if attempt == 1 || attempt%10 == 0 {
-			w.log.Warn(what+" failed, retrying", zap.Int("attempt", attempt), zap.Error(err))
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("%s: %w (last error: %v)", what, ctx.Err(), err)
-		case <-time.After(backoff):
-		}
-		backoff = min(2*backoff, maxRetryBackoff)
-	}
 }
