@@ -7,7 +7,12 @@ WORKDIR /src
 COPY go.mod go.sum ./
 RUN go mod download
 COPY . .
-RUN CGO_ENABLED=0 go build -trimpath -ldflags="-s -w" -o /out/ ./cmd/gateway ./cmd/worker ./cmd/reaper
+# docker build --build-arg VERSION=$(git describe --tags --always) --build-arg COMMIT=$(git rev-parse HEAD)
+ARG VERSION=devel
+ARG COMMIT=unknown
+RUN CGO_ENABLED=0 go build -trimpath \
+      -ldflags="-s -w -X github.com/flashsale/flashsale/pkg/app.Version=${VERSION} -X github.com/flashsale/flashsale/pkg/app.Commit=${COMMIT}" \
+      -o /out/ ./cmd/gateway ./cmd/worker ./cmd/reaper
 
 # distroless static: no shell, no package manager, runs as uid 65532.
 FROM gcr.io/distroless/static-debian12:nonroot

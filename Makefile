@@ -2,6 +2,9 @@
 GO      ?= go
 PKGS    := ./...
 BIN     := bin
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
+COMMIT  ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
+LDFLAGS := -X github.com/flashsale/flashsale/pkg/app.Version=$(VERSION) -X github.com/flashsale/flashsale/pkg/app.Commit=$(COMMIT)
 
 .PHONY: all build bench static test test-short lint servers demo chaos dataloss helm helm-test clean
 
@@ -9,12 +12,12 @@ all: build
 
 ## build: the binaries into ./bin
 build:
-	$(GO) build -trimpath -o $(BIN)/ ./cmd/gateway ./cmd/worker ./cmd/reaper
+	$(GO) build -trimpath -ldflags="$(LDFLAGS)" -o $(BIN)/ ./cmd/gateway ./cmd/worker ./cmd/reaper
 
 ## static: the image's binaries (same flags as the Dockerfile), checked to be static
 STATIC_FLAGS := CGO_ENABLED=0
 static:
-	$(STATIC_FLAGS) $(GO) build -trimpath -ldflags="-s -w" -o $(BIN)/static/ ./cmd/gateway ./cmd/worker ./cmd/reaper
+	$(STATIC_FLAGS) $(GO) build -trimpath -ldflags="-s -w $(LDFLAGS)" -o $(BIN)/static/ ./cmd/gateway ./cmd/worker ./cmd/reaper
 	@for b in gateway worker reaper; do \
 	  if grep -q 'ld-linux' $(BIN)/static/$$b; then echo "$$b is dynamically linked"; exit 1; fi; \
 	done; echo "bin/static: gateway worker reaper, statically linked"

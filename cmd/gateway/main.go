@@ -4,6 +4,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"time"
 
@@ -23,6 +24,22 @@ type config struct {
 }
 
 func (c *config) Base() app.Common { return c.Common }
+
+// Validate fills the defaults and refuses wrong values before anything is
+// dialled (see app.Main).
+func (c *config) Validate() error {
+	if err := c.Common.Validate(); err != nil {
+		return err
+	}
+	switch {
+	case c.RedisPoolSize < 0:
+		return fmt.Errorf("FLASHSALE_REDIS_POOL_SIZE must not be negative, got %d", c.RedisPoolSize)
+	case c.SmokeTimeout <= 0:
+		return fmt.Errorf("FLASHSALE_SMOKE_TIMEOUT must be positive, got %s", c.SmokeTimeout)
+	}
+	c.Config.SetDefaults()
+	return c.Config.Validate()
+}
 
 func main() {
 	app.Main(&config{}, run, app.Command[*config]{Name: "smoke", Run: runSmoke})

@@ -18,6 +18,16 @@ type config struct {
 
 func (c *config) Base() app.Common { return c.Common }
 
+// Validate fills the defaults and refuses wrong values before anything is
+// dialled (see app.Main).
+func (c *config) Validate() error {
+	if err := c.Common.Validate(); err != nil {
+		return err
+	}
+	c.Config.SetDefaults()
+	return c.Config.Validate()
+}
+
 func main() { app.Main(&config{}, run) }
 
 func run(ctx context.Context, cfg *config, rt *app.Runtime) error {

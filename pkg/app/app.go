@@ -8,21 +8,26 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"syscall"
 	"time"
 
+	"github.com/go-sql-driver/mysql"
 	"github.com/kelseyhightower/envconfig"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 
+	"github.com/flashsale/flashsale/pkg/backoff"
 	"github.com/flashsale/flashsale/pkg/db"
 	"github.com/flashsale/flashsale/pkg/ops"
+	"github.com/flashsale/flashsale/pkg/order"
 	"github.com/flashsale/flashsale/pkg/rdb"
 	schema "github.com/flashsale/flashsale/sql"
 )
@@ -60,6 +65,56 @@ type Common struct {
 	StreamPartitions int `envconfig:"FLASHSALE_STREAM_PARTITIONS" default:"8"`
 	// ConsumerGroup is the workers' consumer group.
 	ConsumerGroup string `envconfig:"FLASHSALE_CONSUMER_GROUP" default:"flashsale-workers"`
+}
+
+// Validate reports the first wrong common value, naming its variable, so a
+// binary exits at start instead of retrying what can never work.
+func (c Common) Validate() error {
+	switch {
+	case !validAddr(c.RedisAddr):
+		return fmt.Errorf("FLASHSALE_REDIS_ADDR must be host:port, got %q", c.RedisAddr)
+	case c.RedisDB < 0:
+		return fmt.Errorf("FLASHSALE_REDIS_DB must not be negative, got %d", c.RedisDB)
+	case c.RedisTimeout <= 0:
+		return fmt.Errorf("FLASHSALE_REDIS_TIMEOUT must be positive, got %s", c.RedisTimeout)
+	case c.MySQLMaxConns < 1:
+		return fmt.Errorf("FLASHSALE_MYSQL_MAX_CONNS must be at least 1, got %d", c.MySQLMaxConns)
+	case c.ShutdownDelay < 0:
+		return fmt.Errorf("FLASHSALE_SHUTDOWN_DELAY must not be negative, got %s", c.ShutdownDelay)
+	case c.StreamPartitions < 1 || c.StreamPartitions > order.MaxPartitions:
+		return fmt.Errorf("FLASHSALE_STREAM_PARTITIONS must be 1..%d, got %d", order.MaxPartitions, c.StreamPartitions)
+	case strings.TrimSpace(c.ConsumerGroup) == "":
+		return errors.New("FLASHSALE_CONSUMER_GROUP must not be empty")
+	case c.Addr != "" && !validAddr(c.Addr):
+		return fmt.Errorf("FLASHSALE_OPS_ADDR must be [host]:port, got %q", c.Addr)
+	}
+	if _, err := mysql.ParseDSN(c.MySQLDSN); err != nil {
+		// The error may quote the DSN, password included: say only why.
+		return fmt.Errorf("FLASHSALE_MYSQL_DSN is not a valid DSN (user:pass@tcp(host:3306)/dbname): %s", dsnProblem(err))
+	}
+	if _, _, err := NewLoggers(c.LogLevel, c.LogFormat, false); err != nil {
+		return err
+	}
+	return nil
+}
+
+// validAddr reports a [host]:port with a numeric port.
+func validAddr(a string) bool {
+	_, port, err := net.SplitHostPort(a)
+	if err != nil {
+		return false
+	}
+	n, err := strconv.Atoi(port)
+	return err == nil && n >= 0 && n <= 65535
+}
+
+// dsnProblem is the driver's complaint about a DSN without the DSN itself.
+func dsnProblem(err error) string {
+	msg := err.Error()
+	if i := strings.Index(msg, ":"); i > 0 && strings.Contains(msg[:i], "@") {
+		return "malformed"
+	}
+	return msg
 }
 
 // Load fills cfg from FLASHSALE_* variables.
@@ -103,7 +158,7 @@ func (c Common) MySQL(ctx context.Context) (*db.Store, error) {
 // ctx ends, so a process started while Redis or MySQL is down waits for
 // them (not ready) instead of exiting. closeAll releases them.
 func (c Common) Connect(ctx context.Context, log *zap.Logger, redisPoolSize int) (r *rdb.Store, d *db.Store, closeAll func(), err error) {
-	backoff := 100 * time.Millisecond
+	bo := backoff.New(backoff.MinDefault, backoff.MaxDefault)
 	for attempt := 1; ; attempt++ {
 		r, d, closeAll, err = c.connectOnce(ctx, redisPoolSize)
 		if err == nil {
@@ -112,12 +167,9 @@ func (c Common) Connect(ctx context.Context, log *zap.Logger, redisPoolSize int)
 		if attempt == 1 || attempt%10 == 0 {
 			log.Warn("waiting for redis and mysql", zap.Int("attempt", attempt), zap.Error(err))
 		}
-		select {
-		case <-ctx.Done():
-			return nil, nil, nil, fmt.Errorf("connect: %w (last error: %v)", ctx.Err(), err)
-		case <-time.After(backoff):
+		if werr := bo.Wait(ctx); werr != nil {
+			return nil, nil, nil, fmt.Errorf("connect: %w (last error: %v)", werr, err)
 		}
-		backoff = min(2*backoff, 5*time.Second)
 	}
 }
 
@@ -219,14 +271,14 @@ func (rt *Runtime) Serve(ctx context.Context, c Common, role func(ctx context.Co
 func Ready(r *rdb.Store, d *db.Store) func(context.Context) error {
 	return func(ctx context.Context) error {
 		if err := r.Client().Ping(ctx).Err(); err != nil {
-			return fmt.Errorf("redis: %w", err)
+			return &ops.NotReady{Dependency: "redis", Err: err}
 		}
 		sqlDB, err := d.DB().DB()
-		if err != nil {
-			return err
+		if err == nil {
+			err = sqlDB.PingContext(ctx)
 		}
-		if err := sqlDB.PingContext(ctx); err != nil {
-			return fmt.Errorf("mysql: %w", err)
+		if err != nil {
+			return &ops.NotReady{Dependency: "mysql", Err: err}
 		}
 		return nil
 	}
@@ -239,26 +291,54 @@ type Command[C any] struct {
 	Run  func(ctx context.Context, cfg C, rt *Runtime, args []string) error
 }
 
-// Main runs a binary: it reads cfg from the environment, builds the
-// loggers and the metrics registry, runs "migrate" or one of commands when
-// named by the first argument, and run otherwise, with a context cancelled
-// on SIGTERM or SIGINT. Every failure ends in one log line and exit status 1.
-func Main[C interface{ Base() Common }](cfg C, run func(ctx context.Context, cfg C, rt *Runtime) error, commands ...Command[C]) {
+// Config is what a binary's configuration offers Main: its common part and
+// a check of every value.
+type Config interface {
+	Base() Common
+	// Validate fills defaults and reports the first wrong value, naming
+	// its variable.
+	Validate() error
+}
+
+// Main runs a binary: "help" and "version" answer without reading the
+// environment; otherwise it reads cfg from the environment, validates it,
+// builds the loggers and the metrics registry, runs "migrate" or one of
+// commands when named by the first argument, and run otherwise, with a
+// context cancelled on SIGTERM or SIGINT. Every failure ends in one log line
+// and exit status 1; a bad value does so before anything is dialled.
+func Main[C Config](cfg C, run func(ctx context.Context, cfg C, rt *Runtime) error, commands ...Command[C]) {
+	if len(os.Args) > 1 {
+		switch os.Args[1] {
+		case "help", "-h", "-help", "--help":
+			PrintHelp(os.Stdout, cfg, commands)
+			return
+		case "version", "--version":
+			fmt.Println(ReadBuild().String())
+			return
+		}
+	}
 	bootLog, _, _ := NewLoggers("info", "json", false)
-	if err := Load(cfg); err != nil {
+	fail := func(err error) {
 		bootLog.Error("invalid configuration", zap.Error(err))
+		bootLog.Sync() //nolint:errcheck
 		os.Exit(1)
+	}
+	if err := Load(cfg); err != nil {
+		fail(err)
+	}
+	if err := cfg.Validate(); err != nil {
+		fail(err)
 	}
 	c := cfg.Base()
 	log, audit, err := NewLoggers(c.LogLevel, c.LogFormat, c.AuditLog)
 	if err != nil {
-		bootLog.Error("invalid configuration", zap.Error(err))
-		os.Exit(1)
+		fail(err)
 	}
 	defer log.Sync()   //nolint:errcheck
 	defer audit.Sync() //nolint:errcheck
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		ReadBuild().Collector())
 	rt := &Runtime{Log: log, Audit: audit, Registry: reg}
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
@@ -271,7 +351,7 @@ func Main[C interface{ Base() Common }](cfg C, run func(ctx context.Context, cfg
 	}
 }
 
-func dispatch[C interface{ Base() Common }](ctx context.Context, cfg C, rt *Runtime, args []string,
+func dispatch[C Config](ctx context.Context, cfg C, rt *Runtime, args []string,
 	run func(ctx context.Context, cfg C, rt *Runtime) error, commands []Command[C]) error {
 	if len(args) == 0 {
 		return run(ctx, cfg, rt)
@@ -279,7 +359,7 @@ func dispatch[C interface{ Base() Common }](ctx context.Context, cfg C, rt *Runt
 	if args[0] == "migrate" {
 		return cfg.Base().Migrate(ctx, rt.Log)
 	}
-	names := []string{"migrate"}
+	names := []string{"migrate", "help", "version"}
 	for _, c := range commands {
 		if c.Name == args[0] {
 			return c.Run(ctx, cfg, rt, args[1:])

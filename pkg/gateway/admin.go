@@ -96,6 +96,11 @@ func parseTime(field string, s *string) (*time.Time, error) {
 		return nil, badRequest("invalid_field", field+" must be an RFC 3339 time")
 	}
 	t = t.UTC().Truncate(time.Millisecond)
+	// Redis holds sale times as Unix milliseconds, 0 meaning "none": a
+	// time at or before 1970 would read as no bound at all.
+	if !t.After(time.Unix(0, 0)) || t.Year() > 9999 {
+		return nil, badRequest("invalid_field", field+" must be after 1970-01-01 and before year 10000")
+	}
 	return &t, nil
 }
 
@@ -139,6 +144,9 @@ func (req createVoucherRequest) voucher(now time.Time) (db.Voucher, error) {
 	}
 	if v.StartsAt != nil && v.EndsAt != nil && !v.EndsAt.After(*v.StartsAt) {
 		return v, badRequest("invalid_field", "ends_at must be after starts_at")
+	}
+	if v.EndsAt != nil && !v.EndsAt.After(now) {
+		return v, badRequest("invalid_field", "ends_at must be in the future: this sale would be over before it began")
 	}
 	return v, nil
 }

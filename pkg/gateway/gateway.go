@@ -4,6 +4,7 @@
 package gateway
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -43,6 +44,68 @@ type Config struct {
 	PipelineWorkers int `envconfig:"FLASHSALE_REDIS_PIPELINE_WORKERS" default:"4"`
 	// PipelineMaxBatch bounds the claims in one pipeline. Default 128.
 	PipelineMaxBatch int `envconfig:"FLASHSALE_REDIS_PIPELINE_MAX_BATCH" default:"128"`
+	// MySQLTimeout bounds the MySQL work of one request that reads or
+	// writes MySQL (orders, payments, admin); past it the request answers
+	// 503. Default 2s.
+	MySQLTimeout time.Duration `envconfig:"FLASHSALE_MYSQL_REQUEST_TIMEOUT" default:"2s"`
+	// MySQLMaxInflight bounds the requests waiting on MySQL at once; one
+	// more answers 503 at once instead of queueing. Default 64.
+	MySQLMaxInflight int `envconfig:"FLASHSALE_MYSQL_MAX_INFLIGHT" default:"64"`
+}
+
+// Defaults of Config: one constant per field, used when the field is zero.
+const (
+	HTTPAddrDefault         = ":8080"
+	TimeZoneDefault         = "UTC"
+	ClaimTimeoutDefault     = 300 * time.Millisecond
+	IdempotencyTTLDefault   = 24 * time.Hour
+	ShutdownTimeoutDefault  = 15 * time.Second
+	PipelineMaxBatchDefault = 128
+	MySQLTimeoutDefault     = 2 * time.Second
+	MySQLMaxInflightDefault = 64
+	minJWTSecret            = 32
+)
+
+// SetDefaults fills the zero fields with the defaults. PipelineWorkers
+// stays as set: 0 is a choice (no pipelining).
+func (c *Config) SetDefaults() {
+	c.HTTPAddr = cmp.Or(c.HTTPAddr, HTTPAddrDefault)
+	c.TimeZone = cmp.Or(c.TimeZone, TimeZoneDefault)
+	c.ClaimTimeout = cmp.Or(c.ClaimTimeout, ClaimTimeoutDefault)
+	c.IdempotencyTTL = cmp.Or(c.IdempotencyTTL, IdempotencyTTLDefault)
+	c.ShutdownTimeout = cmp.Or(c.ShutdownTimeout, ShutdownTimeoutDefault)
+	c.PipelineMaxBatch = cmp.Or(c.PipelineMaxBatch, PipelineMaxBatchDefault)
+	c.MySQLTimeout = cmp.Or(c.MySQLTimeout, MySQLTimeoutDefault)
+	c.MySQLMaxInflight = cmp.Or(c.MySQLMaxInflight, MySQLMaxInflightDefault)
+}
+
+// Validate reports the first wrong value, naming its variable. Call it
+// after SetDefaults.
+func (c *Config) Validate() error {
+	switch {
+	case c.AdminToken == "":
+		return errors.New("FLASHSALE_ADMIN_TOKEN is required")
+	case len(c.JWTSecret) < minJWTSecret:
+		return fmt.Errorf("FLASHSALE_JWT_SECRET must be at least %d bytes", minJWTSecret)
+	case c.ClaimTimeout < 0:
+		return fmt.Errorf("FLASHSALE_CLAIM_TIMEOUT must be positive, got %s", c.ClaimTimeout)
+	case c.IdempotencyTTL < time.Second:
+		return fmt.Errorf("FLASHSALE_IDEMPOTENCY_TTL must be at least 1s, got %s", c.IdempotencyTTL)
+	case c.ShutdownTimeout < 0:
+		return fmt.Errorf("FLASHSALE_SHUTDOWN_TIMEOUT must be positive, got %s", c.ShutdownTimeout)
+	case c.PipelineWorkers < 0 || c.PipelineWorkers > 1024:
+		return fmt.Errorf("FLASHSALE_REDIS_PIPELINE_WORKERS must be 0..1024, got %d", c.PipelineWorkers)
+	case c.PipelineMaxBatch < 1 || c.PipelineMaxBatch > 10_000:
+		return fmt.Errorf("FLASHSALE_REDIS_PIPELINE_MAX_BATCH must be 1..10000, got %d", c.PipelineMaxBatch)
+	case c.MySQLTimeout < 0:
+		return fmt.Errorf("FLASHSALE_MYSQL_REQUEST_TIMEOUT must be positive, got %s", c.MySQLTimeout)
+	case c.MySQLMaxInflight < 1:
+		return fmt.Errorf("FLASHSALE_MYSQL_MAX_INFLIGHT must be at least 1, got %d", c.MySQLMaxInflight)
+	}
+	if _, err := time.LoadLocation(c.TimeZone); err != nil {
+		return fmt.Errorf("FLASHSALE_TIMEZONE: %w", err)
+	}
+	return nil
 }
 
 // Gateway serves the HTTP API.
@@ -59,6 +122,8 @@ type Gateway struct {
 	// admit is the Redis admission: through the batcher, or direct.
 	admit   func(context.Context, rdb.Claim) (rdb.Admission, error)
 	batcher *rdb.Batcher
+	// mysqlSlots bounds the requests waiting on MySQL (MySQLMaxInflight).
+	mysqlSlots chan struct{}
 }
 
 // Option changes a Gateway.
@@ -73,38 +138,25 @@ func WithRegistry(reg prometheus.Registerer) Option { return func(g *Gateway) { 
 
 // New returns a Gateway. The clock is time.Now unless WithClock says otherwise.
 func New(cfg Config, r *rdb.Store, d *db.Store, log *zap.Logger, opts ...Option) (*Gateway, error) {
-	if len(cfg.JWTSecret) < 32 {
-		return nil, errors.New("FLASHSALE_JWT_SECRET must be at least 32 bytes")
-	}
-	if cfg.AdminToken == "" {
-		return nil, errors.New("FLASHSALE_ADMIN_TOKEN is empty")
+	cfg.SetDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
 	}
 	loc, err := time.LoadLocation(cfg.TimeZone)
 	if err != nil {
-		return nil, fmt.Errorf("FLASHSALE_TIMEZONE: %w", err)
-	}
-	if cfg.ClaimTimeout <= 0 {
-		cfg.ClaimTimeout = 300 * time.Millisecond
-	}
-	if cfg.IdempotencyTTL <= 0 {
-		cfg.IdempotencyTTL = 24 * time.Hour
-	}
-	if cfg.ShutdownTimeout <= 0 {
-		cfg.ShutdownTimeout = 15 * time.Second
+		return nil, err
 	}
 	if log == nil {
 		log = zap.NewNop()
 	}
-	g := &Gateway{cfg: cfg, loc: loc, now: time.Now, redis: r, db: d, log: log.Named("gateway"), reg: prometheus.NewRegistry()}
+	g := &Gateway{cfg: cfg, loc: loc, now: time.Now, redis: r, db: d, log: log.Named("gateway"), reg: prometheus.NewRegistry(),
+		mysqlSlots: make(chan struct{}, cfg.MySQLMaxInflight)}
 	for _, o := range opts {
 		o(g)
 	}
 	g.metrics = newMetrics(g.reg)
 	g.admit = r.Admit
 	if cfg.PipelineWorkers > 0 {
-		if cfg.PipelineMaxBatch <= 0 {
-			cfg.PipelineMaxBatch = 128
-		}
 		g.batcher = r.NewBatcher(cfg.PipelineWorkers, cfg.PipelineMaxBatch, cfg.ClaimTimeout)
 		g.admit = g.batcher.Admit
 	}
@@ -116,14 +168,36 @@ func New(cfg Config, r *rdb.Store, d *db.Store, log *zap.Logger, opts ...Option)
 func (g *Gateway) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("/v1/vouchers/{id}/orders", methods{http.MethodPost: g.claim})
-	mux.Handle("/v1/orders/{id}", methods{http.MethodGet: g.getOrder})
-	mux.Handle("/v1/orders/{id}/pay", methods{http.MethodPost: g.payOrder})
-	mux.Handle("/admin/v1/vouchers", methods{http.MethodPost: g.createVoucher})
-	mux.Handle("/admin/v1/vouchers/{id}", methods{http.MethodGet: g.getVoucher})
+	// Every route but the claim waits on MySQL: bounded in time and number.
+	mux.Handle("/v1/orders/{id}", methods{http.MethodGet: g.mysqlBound(g.getOrder)})
+	mux.Handle("/v1/orders/{id}/pay", methods{http.MethodPost: g.mysqlBound(g.payOrder)})
+	mux.Handle("/admin/v1/vouchers", methods{http.MethodPost: g.mysqlBound(g.createVoucher)})
+	mux.Handle("/admin/v1/vouchers/{id}", methods{http.MethodGet: g.mysqlBound(g.getVoucher)})
 	mux.HandleFunc("/", func(w http.ResponseWriter, _ *http.Request) {
 		writeError(w, &apiError{http.StatusNotFound, "not_found", "no such endpoint"})
 	})
 	return g.recoverer(mux)
+}
+
+// mysqlBound runs h, a handler that waits on MySQL, with a deadline of
+// MySQLTimeout and at most MySQLMaxInflight such requests at once. One
+// more is answered 503 at once: a hung or slow database must not pile up
+// goroutines and connections until the gateway falls over, nor hold
+// clients for minutes.
+func (g *Gateway) mysqlBound(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case g.mysqlSlots <- struct{}{}:
+			defer func() { <-g.mysqlSlots }()
+		default:
+			g.metrics.mysqlShed.Inc()
+			writeError(w, errUnavailable)
+			return
+		}
+		ctx, cancel := context.WithTimeout(r.Context(), g.cfg.MySQLTimeout)
+		defer cancel()
+		h(w, r.WithContext(ctx))
+	}
 }
 
 // Close stops the admission batcher. Serve calls it when it returns.

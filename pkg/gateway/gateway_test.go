@@ -48,10 +48,18 @@ type fixture struct {
 
 func newFixture(t *testing.T) *fixture {
 	t.Helper()
-	env := testenv.New(t, 4)
+	return newFixtureOn(t, testenv.New(t, 4), gateway.Config{})
+}
+
+// newFixtureOn is newFixture over env, with cfg's non-zero fields.
+func newFixtureOn(t *testing.T, env *testenv.Env, cfg gateway.Config, opts ...gateway.Option) *fixture {
+	t.Helper()
 	clk := newClock(time.Now().UTC().Truncate(time.Millisecond))
-	gw, err := gateway.New(gateway.Config{AdminToken: admin, JWTSecret: secret, ClaimTimeout: 500 * time.Millisecond},
-		env.RDB, env.DB, zaptest.NewLogger(t), gateway.WithClock(clk.Now))
+	cfg.AdminToken, cfg.JWTSecret = admin, secret
+	if cfg.ClaimTimeout == 0 {
+		cfg.ClaimTimeout = 500 * time.Millisecond
+	}
+	gw, err := gateway.New(cfg, env.RDB, env.DB, zaptest.NewLogger(t), append([]gateway.Option{gateway.WithClock(clk.Now)}, opts...)...)
 	require.NoError(t, err)
 	srv := httptest.NewServer(gw.Handler())
 	t.Cleanup(srv.Close)
@@ -263,7 +271,13 @@ func TestBadVoucherInputWritesNothing(t *testing.T) {
 		{"zero user limit", `{"name":"a","stock":5,"per_user_limit":0}`, "", 400, "invalid_field"},
 		{"negative daily limit", `{"name":"a","stock":5,"per_user_daily_limit":-1}`, "", 400, "invalid_field"},
 		{"bad time", `{"name":"a","stock":5,"starts_at":"tomorrow"}`, "", 400, "invalid_field"},
-		{"ends before start", `{"name":"a","stock":5,"starts_at":"2026-01-02T00:00:00Z","ends_at":"2026-01-01T00:00:00Z"}`, "", 400, "invalid_field"},
+		{"ends before start", `{"name":"a","stock":5,"starts_at":"2126-01-02T00:00:00Z","ends_at":"2126-01-01T00:00:00Z"}`, "", 400, "invalid_field"},
+		{"ends at start", `{"name":"a","stock":5,"starts_at":"2126-01-02T00:00:00Z","ends_at":"2126-01-02T00:00:00Z"}`, "", 400, "invalid_field"},
+		{"already over", `{"name":"a","stock":5,"ends_at":"2020-01-01T00:00:00Z"}`, "", 400, "invalid_field"},
+		{"ends before 1970", `{"name":"a","stock":5,"ends_at":"1969-12-31T23:59:59Z"}`, "", 400, "invalid_field"},
+		{"starts in year 1", `{"name":"a","stock":5,"starts_at":"0001-01-01T00:00:00Z"}`, "", 400, "invalid_field"},
+		{"starts at the epoch", `{"name":"a","stock":5,"starts_at":"1970-01-01T00:00:00Z"}`, "", 400, "invalid_field"},
+		{"ends past 9999 by offset", `{"name":"a","stock":5,"ends_at":"9999-12-31T23:00:00-05:00"}`, "", 400, "invalid_field"},
 		{"zero payment timeout", `{"name":"a","stock":5,"payment_timeout_seconds":0}`, "", 400, "invalid_field"},
 		{"oversized body", `{"name":"` + strings.Repeat("x", 70<<10) + `","stock":1}`, "", 413, "body_too_large"},
 		{"wrong content type", `{"name":"a","stock":1}`, "text/plain", 415, "unsupported_media_type"},

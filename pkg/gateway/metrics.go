@@ -19,6 +19,9 @@ type metrics struct {
 	claims        *prometheus.CounterVec   // result, reason
 	claimSeconds  *prometheus.HistogramVec // result
 	scriptSeconds prometheus.Histogram
+	// mysqlShed counts requests answered 503 because MySQLMaxInflight
+	// requests were already waiting on MySQL.
+	mysqlShed prometheus.Counter
 	// outcomes holds the counter and histogram of every (result, reason)
 	// a claim can end in, resolved once: no label lookup per claim.
 	outcomes map[outcomeKey]outcome
@@ -43,9 +46,12 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "flashsale_redis_script_duration_seconds", Help: "Round trip of the admission script.", Buckets: latencyBuckets,
 			ConstLabels: prometheus.Labels{"script": "admit"},
 		}),
+		mysqlShed: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "flashsale_mysql_requests_shed_total", Help: "Requests answered 503 at once because FLASHSALE_MYSQL_MAX_INFLIGHT requests were waiting on MySQL.",
+		}),
 		outcomes: map[outcomeKey]outcome{},
 	}
-	reg.MustRegister(m.claims, m.claimSeconds, m.scriptSeconds)
+	reg.MustRegister(m.claims, m.claimSeconds, m.scriptSeconds, m.mysqlShed)
 	keys := []outcomeKey{{resultAdmitted, ""}, {resultReplayed, ""}, {resultInvalid, ""}, {resultUnavailable, ""}}
 	for _, e := range errorTable {
 		if e.api.Status < 500 {

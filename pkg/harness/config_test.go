@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -19,7 +20,7 @@ func TestBinariesRefuseBadConfigInOneLine(t *testing.T) {
 		t.Skip("builds the binaries")
 	}
 	dir := t.TempDir()
-	require.NoError(t, harness.Build(dir, false, "gateway", "worker"))
+	require.NoError(t, harness.Build(dir, false, "gateway", "worker", "reaper"))
 	secret := "FLASHSALE_JWT_SECRET=" + strings.Repeat("s", 32)
 	tests := []struct {
 		name, bin string
@@ -34,12 +35,34 @@ func TestBinariesRefuseBadConfigInOneLine(t *testing.T) {
 		{"bad log level", "worker", []string{"FLASHSALE_LOG_LEVEL=loud"}, nil, "FLASHSALE_LOG_LEVEL"},
 		{"bad duration", "worker", []string{"FLASHSALE_WORKER_BLOCK=soon"}, nil, "FLASHSALE_WORKER_BLOCK"},
 		{"unknown command", "worker", []string{"FLASHSALE_REDIS_ADDR=127.0.0.1:1"}, []string{"frobnicate"}, "unknown command"},
+		// Values that can never work exit at once instead of being retried
+		// as "waiting for redis and mysql" or replaced by a default.
+		{"zero partitions", "worker", []string{"FLASHSALE_STREAM_PARTITIONS=0"}, nil, "FLASHSALE_STREAM_PARTITIONS"},
+		{"too many partitions", "reaper", []string{"FLASHSALE_STREAM_PARTITIONS=5000"}, nil, "FLASHSALE_STREAM_PARTITIONS"},
+		{"malformed dsn", "worker", []string{"FLASHSALE_MYSQL_DSN=root:secret@tcp(db:3306"}, nil, "FLASHSALE_MYSQL_DSN"},
+		{"bad redis addr", "reaper", []string{"FLASHSALE_REDIS_ADDR=redis"}, nil, "FLASHSALE_REDIS_ADDR"},
+		{"negative batch", "worker", []string{"FLASHSALE_WORKER_BATCH_SIZE=-5"}, nil, "FLASHSALE_WORKER_BATCH_SIZE"},
+		{"negative backoff", "worker", []string{"FLASHSALE_WORKER_RETRY_BACKOFF=-1s"}, nil, "FLASHSALE_WORKER_RETRY_BACKOFF"},
+		{"negative redis timeout", "worker", []string{"FLASHSALE_REDIS_TIMEOUT=-1s"}, nil, "FLASHSALE_REDIS_TIMEOUT"},
+		{"zero max conns", "reaper", []string{"FLASHSALE_MYSQL_MAX_CONNS=-1"}, nil, "FLASHSALE_MYSQL_MAX_CONNS"},
+		{"block over a third of min idle", "worker", []string{"FLASHSALE_WORKER_BLOCK=5s", "FLASHSALE_CLAIM_MIN_IDLE=6s"}, nil, "FLASHSALE_WORKER_BLOCK"},
+		{"zero max deliveries", "reaper", []string{"FLASHSALE_MAX_DELIVERIES=-1"}, nil, "FLASHSALE_MAX_DELIVERIES"},
+		{"negative reaper interval", "reaper", []string{"FLASHSALE_REAPER_INTERVAL=-5s"}, nil, "FLASHSALE_REAPER_INTERVAL"},
+		{"short jwt secret", "gateway", []string{"FLASHSALE_ADMIN_TOKEN=x", "FLASHSALE_JWT_SECRET=short"}, nil, "FLASHSALE_JWT_SECRET"},
+		{"bad time zone", "gateway", []string{secret, "FLASHSALE_ADMIN_TOKEN=x", "FLASHSALE_TIMEZONE=Mars/Olympus"}, nil, "FLASHSALE_TIMEZONE"},
+		{"negative claim timeout", "gateway", []string{secret, "FLASHSALE_ADMIN_TOKEN=x", "FLASHSALE_CLAIM_TIMEOUT=-1s"}, nil, "FLASHSALE_CLAIM_TIMEOUT"},
+		{"zero mysql inflight", "gateway", []string{secret, "FLASHSALE_ADMIN_TOKEN=x", "FLASHSALE_MYSQL_MAX_INFLIGHT=-2"}, nil, "FLASHSALE_MYSQL_MAX_INFLIGHT"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			cmd := exec.Command(filepath.Join(dir, tt.bin), tt.args...)
 			cmd.Env = append([]string{"PATH=" + os.Getenv("PATH")}, tt.env...)
+			// Nothing listens on these: a binary that dialled instead of
+			// refusing the value would retry until the deadline.
+			cmd.Env = append(cmd.Env, "FLASHSALE_OPS_ADDR=127.0.0.1:0")
+			start := time.Now()
 			out, err := cmd.CombinedOutput()
+			require.Less(t, time.Since(start), 5*time.Second, "exits within 5s")
 			var exit *exec.ExitError
 			require.ErrorAs(t, err, &exit)
 			require.Equal(t, 1, exit.ExitCode())
@@ -51,5 +74,34 @@ func TestBinariesRefuseBadConfigInOneLine(t *testing.T) {
 			require.Contains(t, entry["error"], tt.want)
 			require.NotContains(t, string(out), "panic")
 		})
+	}
+}
+
+// help and version answer without secrets or servers.
+func TestHelpAndVersionNeedNoSecrets(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the binaries")
+	}
+	dir := t.TempDir()
+	require.NoError(t, harness.Build(dir, false, "gateway", "worker", "reaper"))
+	for _, bin := range []string{"gateway", "worker", "reaper"} {
+		cmd := exec.Command(filepath.Join(dir, bin), "help")
+		cmd.Env = []string{"PATH=" + os.Getenv("PATH")}
+		out, err := cmd.CombinedOutput()
+		require.NoError(t, err, "%s help: %s", bin, out)
+		require.Contains(t, string(out), "FLASHSALE_MYSQL_DSN")
+		require.Contains(t, string(out), "FLASHSALE_STREAM_PARTITIONS")
+		require.Contains(t, string(out), "root@tcp(127.0.0.1:3306)/flashsale", "defaults shown")
+		if bin == "gateway" {
+			require.Contains(t, string(out), "FLASHSALE_JWT_SECRET")
+		}
+		if bin == "worker" {
+			require.Contains(t, string(out), "FLASHSALE_WORKER_MAX_ATTEMPTS")
+		}
+		cmd = exec.Command(filepath.Join(dir, bin), "version")
+		cmd.Env = []string{"PATH=" + os.Getenv("PATH")}
+		out, err = cmd.CombinedOutput()
+		require.NoError(t, err, "%s version: %s", bin, out)
+		require.Regexp(t, `^flashsale \S+ commit \S+`, string(out))
 	}
 }

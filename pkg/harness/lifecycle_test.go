@@ -63,7 +63,7 @@ func TestOpsEndpointsOfEveryBinary(t *testing.T) {
 		"gateway": {`flashsale_claims_total{reason="",result="admitted"} 10`, `flashsale_claims_total{reason="sold_out",result="rejected"}`,
 			`flashsale_claim_duration_seconds_bucket`, `flashsale_redis_script_duration_seconds_count{script="admit"} 25`, "go_goroutines"},
 		"worker": {`flashsale_worker_orders_total{outcome="created"} 10`, "flashsale_worker_commit_duration_seconds_bucket", "flashsale_worker_batch_size_bucket"},
-		"reaper": {`flashsale_stream_length{partition="0"}`, `flashsale_stream_lag{partition="1"}`, "flashsale_reaper_passes_total", "flashsale_stream_scrape_ok 1"},
+		"reaper": {`flashsale_build_info{commit=`, `flashsale_stream_length{partition="0"}`, `flashsale_stream_lag{partition="1"}`, "flashsale_reaper_passes_total", "flashsale_stream_scrape_ok 1"},
 	}
 	require.EqualValues(t, 10, sale.Admitted)
 	for name, p := range procs {
@@ -89,7 +89,7 @@ func TestOpsEndpointsOfEveryBinary(t *testing.T) {
 	for name, p := range procs {
 		code, body := get(t, p.OpsURL+"/readyz")
 		require.Equal(t, 503, code, name)
-		require.Contains(t, body, "redis", name)
+		require.Equal(t, "not ready: redis\n", body, "%s names the dependency, not its error", name)
 		code, _ = get(t, p.OpsURL+"/livez")
 		require.Equal(t, 200, code, name)
 	}

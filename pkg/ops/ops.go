@@ -6,6 +6,7 @@ package ops
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
 	"net/http/pprof"
@@ -56,10 +57,16 @@ func (s *Server) Handler() http.Handler {
 			write(w, http.StatusServiceUnavailable, "shutting down")
 			return
 		}
-		ctx, cancel := context.WithTimeout(r.Context(), time.Second)
-		defer cancel()
-		if err := s.ready(ctx); err != nil {
-			write(w, http.StatusServiceUnavailable, "not ready: "+err.Error())
+		if err := s.checkReady(r.Context()); err != nil {
+			// The body names the dependency only: error texts carry
+			// addresses and server messages, which are for the log.
+			s.log.Warn("not ready", zap.Error(err))
+			body := "not ready"
+			var nr *NotReady
+			if errors.As(err, &nr) {
+				body += ": " + nr.Dependency
+			}
+			write(w, http.StatusServiceUnavailable, body)
 			return
 		}
 		write(w, http.StatusOK, "ok")
@@ -73,6 +80,34 @@ func (s *Server) Handler() http.Handler {
 		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	}
 	return mux
+}
+
+// ReadyTimeout bounds a readiness check: /readyz answers within it even if
+// a dependency hangs (Kubernetes' probe timeout defaults to 1s).
+const ReadyTimeout = 800 * time.Millisecond
+
+// NotReady is a readiness failure of one dependency ("redis", "mysql").
+type NotReady struct {
+	Dependency string
+	Err        error
+}
+
+func (e *NotReady) Error() string { return e.Dependency + ": " + e.Err.Error() }
+func (e *NotReady) Unwrap() error { return e.Err }
+
+// checkReady runs the readiness check and gives up at ReadyTimeout, even
+// if the check ignores its context.
+func (s *Server) checkReady(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, ReadyTimeout)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- s.ready(ctx) }()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		return fmt.Errorf("readiness check: %w", ctx.Err())
+	}
 }
 
 func write(w http.ResponseWriter, status int, body string) {

@@ -1,0 +1,76 @@
+package gateway_test
+
+import (
+	"net/http"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/stretchr/testify/require"
+
+	"github.com/flashsale/flashsale/pkg/gateway"
+	"github.com/flashsale/flashsale/pkg/testenv"
+	"github.com/flashsale/flashsale/pkg/testsrv"
+)
+
+// With mariadbd frozen (SIGSTOP: connections open, nothing answers), a
+// request that reads MySQL answers 503 unavailable with Retry-After at its
+// deadline instead of hanging until the client gives up; beyond
+// MySQLMaxInflight waiting requests, one more is answered 503 at once; and
+// claims, which never touch MySQL, go on being admitted.
+func TestAHungMySQLGetsBoundedAnswers(t *testing.T) {
+	m := testsrv.NewMariaDB(t)
+	dsn, err := m.CreateDatabase("hung")
+	require.NoError(t, err)
+	env := testenv.NewOn(t, 4, dsn)
+	const timeout = 3 * time.Second
+	reg := prometheus.NewRegistry()
+	f := newFixtureOn(t, env, gateway.Config{MySQLTimeout: timeout, MySQLMaxInflight: 2}, gateway.WithRegistry(reg))
+	v := f.createVoucher(`{"name":"hung","stock":10,"per_user_limit":1}`)
+	res := f.do("POST", "/v1/vouchers/"+v+"/orders", f.token("alice"), "")
+	require.Equal(t, http.StatusAccepted, res.Status, res.Raw)
+	id := res.Body["order_id"].(string)
+
+	require.NoError(t, m.Pause())
+	t.Cleanup(func() { _ = m.Resume() })
+
+	// Two requests take the two slots and wait on the frozen server...
+	var wg sync.WaitGroup
+	results := make([]response, 2)
+	for i := range results {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			results[i] = f.do("GET", "/admin/v1/vouchers/"+v, admin, "")
+		}()
+	}
+	// ...so one more is shed at once (it does not wait for a slot).
+	testenv.Eventually(t, 10*time.Second, "a request shed", func() bool {
+		r := f.do("GET", "/v1/orders/"+id, f.token("alice"), "")
+		return r.Status == http.StatusServiceUnavailable && r.Body["error"] == "unavailable" &&
+			testenv.Metric(t, reg, "flashsale_mysql_requests_shed_total") >= 1
+	})
+	wg.Wait()
+	for _, r := range results {
+		requireError(t, r, http.StatusServiceUnavailable, "unavailable")
+		require.Equal(t, "1", r.Header.Get("Retry-After"))
+	}
+
+	// Each request ends at its deadline: well before the 30s a client gives
+	// up after (the bound is loose so a loaded machine does not fail it).
+	start := time.Now()
+	r := f.do("POST", "/v1/orders/"+id+"/pay", f.token("alice"), "")
+	requireError(t, r, http.StatusServiceUnavailable, "unavailable")
+	require.Less(t, time.Since(start), 10*time.Second)
+
+	// Claims never wait on MySQL.
+	res = f.do("POST", "/v1/vouchers/"+v+"/orders", f.token("bob"), "")
+	require.Equal(t, http.StatusAccepted, res.Status, res.Raw)
+
+	require.NoError(t, m.Resume())
+	testenv.Eventually(t, 30*time.Second, "answers again", func() bool {
+		r := f.do("GET", "/admin/v1/vouchers/"+v, admin, "")
+		return r.Status == http.StatusOK
+	})
+}
