@@ -4,7 +4,7 @@
 -- Every key below carries the hash tag {pP}, so the script touches one slot and
 -- runs unchanged on Redis Cluster. The stream of partition P carries the same tag.
 --
--- KEYS[1] -> flashsale:{pP}:v:V            voucher hash: stock, limit, daily, start_ms, end_ms
+-- KEYS[1] -> flashsale:{pP}:v:V            voucher hash: stock, limit, daily, start_ms, end_ms, expire_s
 -- KEYS[2] -> flashsale:{pP}:v:V:users      hash user -> orders held (all time)
 -- KEYS[3] -> flashsale:{pP}:v:V:day:D      hash user -> orders taken on day D
 -- KEYS[4] -> flashsale:{pP}:v:V:idem:U:K   idempotency record (ignored when ARGV[4] == 0)
@@ -36,7 +36,7 @@ if idem_ttl > 0 then
   end
 end
 
-local v = redis.call('HMGET', KEYS[1], 'stock', 'limit', 'daily', 'start_ms', 'end_ms')
+local v = redis.call('HMGET', KEYS[1], 'stock', 'limit', 'daily', 'start_ms', 'end_ms', 'expire_s')
 if not v[1] then
   return {1}
 end
@@ -70,7 +70,12 @@ if seq >= 4096 then
 end
 
 redis.call('HINCRBY', KEYS[1], 'stock', -1)
-redis.call('HINCRBY', KEYS[2], user, 1)
+-- The users hash goes when the voucher's keys go (expire_s, unix seconds;
+-- 0 = never): set once, by the admission that creates it.
+local expire_s = tonumber(v[6]) or 0
+if redis.call('HINCRBY', KEYS[2], user, 1) == 1 and expire_s > 0 then
+  redis.call('EXPIREAT', KEYS[2], expire_s, 'NX')
+end
 if daily > 0 then
   redis.call('HINCRBY', KEYS[3], user, 1)
   redis.call('EXPIRE', KEYS[3], tonumber(ARGV[5]))

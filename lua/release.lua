@@ -12,13 +12,18 @@
 -- ARGV[2] -> user id
 --
 -- Returns 1 when the reservation was given back now, 0 when it had been already
--- (or the voucher is no longer in Redis, in which case there is nothing to give).
+-- (or the voucher is no longer in Redis, its sale long over: nothing to give).
 
+if redis.call('EXISTS', KEYS[1]) == 0 then
+  return 0
+end
 if redis.call('SADD', KEYS[4], ARGV[1]) == 0 then
   return 0
 end
-if redis.call('EXISTS', KEYS[1]) == 0 then
-  return 0
+-- The released set goes when the voucher's keys go (expire_s; 0 = never).
+local expire_s = tonumber(redis.call('HGET', KEYS[1], 'expire_s')) or 0
+if expire_s > 0 then
+  redis.call('EXPIREAT', KEYS[4], expire_s, 'NX')
 end
 redis.call('HINCRBY', KEYS[1], 'stock', 1)
 if (tonumber(redis.call('HGET', KEYS[2], ARGV[2])) or 0) > 0 then

@@ -10,6 +10,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"text/tabwriter"
 	"time"
 
 	"go.uber.org/zap"
@@ -36,7 +37,8 @@ func (c *config) Validate() error {
 }
 
 func main() {
-	app.Main(&config{}, run, app.Command[*config]{Name: "reconcile", Run: reconcile})
+	app.Main(&config{}, run, app.Command[*config]{Name: "reconcile", Run: reconcile},
+		app.Command[*config]{Name: "deadletters", Run: deadLetters})
 }
 
 func run(ctx context.Context, cfg *config, rt *app.Runtime) error {
@@ -90,5 +92,53 @@ func reconcile(ctx context.Context, cfg *config, rt *app.Runtime, args []string)
 	if differ > 0 {
 		return fmt.Errorf("%d vouchers differ (run with --repair to rebuild Redis)", differ)
 	}
+	return nil
+}
+
+// deadLetters lists each partition's dead letters and, with
+// --trim-older-than, deletes those dead-lettered longer ago than that.
+// Dead letters are never trimmed on their own: read them first
+// (docs/RUNBOOK.md).
+func deadLetters(ctx context.Context, cfg *config, rt *app.Runtime, args []string) error {
+	fs := flag.NewFlagSet("deadletters", flag.ContinueOnError)
+	olderThan := fs.Duration("trim-older-than", 0, "delete the dead letters dead-lettered longer ago than this (e.g. 720h); 0 lists only")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *olderThan < 0 {
+		return fmt.Errorf("--trim-older-than must not be negative, got %s", *olderThan)
+	}
+	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	redis, err := cfg.Redis(cctx, 2)
+	if err != nil {
+		return err
+	}
+	defer redis.Client().Close()
+	before := time.Now().Add(-*olderThan)
+	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "partition\tdead letters\toldest\ttrimmed\t")
+	var total, trimmed int64
+	for p := range redis.Partitions() {
+		var n int64
+		if *olderThan > 0 {
+			if n, err = redis.TrimDeadLetters(cctx, p, before); err != nil {
+				return err
+			}
+		}
+		st, err := redis.DeadLetterStats(cctx, p)
+		if err != nil {
+			return err
+		}
+		oldest := "-"
+		if !st.Oldest.IsZero() {
+			oldest = st.Oldest.Format(time.RFC3339)
+		}
+		fmt.Fprintf(tw, "%d\t%d\t%s\t%d\t\n", p, st.Count, oldest, n)
+		total += st.Count
+		trimmed += n
+	}
+	tw.Flush()
+	rt.Log.Info("dead letters", zap.Int64("left", total), zap.Int64("trimmed", trimmed), zap.Duration("trim_older_than", *olderThan))
 	return nil
 }

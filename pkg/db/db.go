@@ -11,6 +11,8 @@ import (
 	gmysql "gorm.io/driver/mysql"
 	"gorm.io/gorm"
 	"gorm.io/gorm/logger"
+
+	"github.com/flashsale/flashsale/pkg/rdb"
 )
 
 // Errors of the store.
@@ -116,4 +118,19 @@ func Open(ctx context.Context, dsn string, opts Options) (*gorm.DB, error) {
 		return nil, fmt.Errorf("ping mysql: %w", err)
 	}
 	return gdb, nil
+}
+
+// Admission is the voucher's admission state for Redis with stock units
+// left to admit: the one conversion the gateway (warming), reconcile
+// (rebuilding) and tests share.
+func (v Voucher) Admission(stock int64) rdb.Voucher {
+	a := rdb.Voucher{ID: v.ID, Stock: stock, PerUserLimit: v.PerUserLimit, PerUserDailyLimit: v.PerUserDailyLimit}
+	if v.StartsAt != nil {
+		a.StartsAt = *v.StartsAt
+	}
+	if v.EndsAt != nil {
+		a.EndsAt = *v.EndsAt
+	}
+	a.ExpireAt = rdb.KeysExpireAt(a.EndsAt, time.Duration(v.PaymentTimeoutSeconds)*time.Second)
+	return a
 }

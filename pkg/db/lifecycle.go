@@ -161,11 +161,12 @@ func (s *Store) Writable(ctx context.Context, who string) error {
 		ON DUPLICATE KEY UPDATE at = VALUES(at)`, who).Error
 }
 
-// ActiveVouchers returns the vouchers whose sale has not ended, or ended
-// less than since ago.
+// ActiveVouchers returns the vouchers whose sale and payment window have
+// not ended, or ended less than since ago (while Redis keeps their keys).
 func (s *Store) ActiveVouchers(ctx context.Context, now time.Time, since time.Duration) ([]Voucher, error) {
 	var out []Voucher
-	err := s.db.WithContext(ctx).Where("ends_at IS NULL OR ends_at > ?", now.Add(-since)).Order("id").Find(&out).Error
+	err := s.db.WithContext(ctx).Where("ends_at IS NULL OR ends_at + INTERVAL payment_timeout_seconds SECOND > ?", now.Add(-since)).
+		Order("id").Find(&out).Error
 	return out, err
 }
 

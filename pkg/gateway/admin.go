@@ -174,14 +174,7 @@ func (g *Gateway) createVoucher(w http.ResponseWriter, r *http.Request) {
 		g.fail(w, r, err)
 		return
 	}
-	warm := rdb.Voucher{ID: v.ID, Stock: v.Stock, PerUserLimit: v.PerUserLimit, PerUserDailyLimit: v.PerUserDailyLimit}
-	if v.StartsAt != nil {
-		warm.StartsAt = *v.StartsAt
-	}
-	if v.EndsAt != nil {
-		warm.EndsAt = *v.EndsAt
-	}
-	if err := g.redis.PutVoucher(ctx, warm); err != nil {
+	if err := g.redis.PutVoucher(ctx, v.Admission(v.Stock)); err != nil {
 		if derr := g.db.DeleteVoucher(ctx, v.ID); derr != nil {
 			err = errors.Join(err, derr)
 		}

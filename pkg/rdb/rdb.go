@@ -88,14 +88,55 @@ type Voucher struct {
 	PerUserLimit      int64
 	PerUserDailyLimit int64     // 0 = none
 	StartsAt, EndsAt  time.Time // zero = unbounded
+	// ExpireAt is when every key of the voucher expires (see KeysExpireAt);
+	// zero: never (a sale without an end).
+	ExpireAt time.Time
+}
+
+// KeysOutliveSale is how long a voucher's keys outlive the end of its sale
+// and its payment window: long enough for the last cancellations to be
+// released and for reconcile (which looks back as far) to compare.
+const KeysOutliveSale = DayKeyTTL
+
+// KeysExpireAt is when the keys of a voucher whose sale ends at endsAt,
+// with payment window paymentTimeout, may go: zero when it never ends.
+// Redis then does not grow with every sale ever run.
+func KeysExpireAt(endsAt time.Time, paymentTimeout time.Duration) time.Time {
+	if endsAt.IsZero() {
+		return time.Time{}
+	}
+	return endsAt.Add(paymentTimeout + KeysOutliveSale).Truncate(time.Second)
 }
 
 // PutVoucher writes (warms) a voucher's admission state.
 func (s *Store) PutVoucher(ctx context.Context, v Voucher) error {
 	p := s.PartitionOf(v.ID)
-	return s.c.HSet(ctx, voucherKey(p, v.ID),
-		"stock", v.Stock, "limit", v.PerUserLimit, "daily", v.PerUserDailyLimit,
-		"start_ms", unixMs(v.StartsAt), "end_ms", unixMs(v.EndsAt)).Err()
+	_, err := s.c.TxPipelined(ctx, func(pipe redis.Pipeliner) error {
+		putVoucherHash(ctx, pipe, p, v)
+		return nil
+	})
+	return err
+}
+
+// putVoucherHash writes the voucher hash and its expiry. The users hash
+// and the released set take the same expiry from the hash's expire_s when
+// the scripts create them.
+func putVoucherHash(ctx context.Context, pipe redis.Pipeliner, p int, v Voucher) {
+	key := voucherKey(p, v.ID)
+	pipe.HSet(ctx, key, "stock", v.Stock, "limit", v.PerUserLimit, "daily", v.PerUserDailyLimit,
+		"start_ms", unixMs(v.StartsAt), "end_ms", unixMs(v.EndsAt), "expire_s", unixS(v.ExpireAt))
+	if v.ExpireAt.IsZero() {
+		pipe.Persist(ctx, key)
+	} else {
+		pipe.ExpireAt(ctx, key, v.ExpireAt)
+	}
+}
+
+func unixS(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.Unix()
 }
 
 func unixMs(t time.Time) int64 {

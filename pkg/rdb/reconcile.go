@@ -37,6 +37,9 @@ func (s *Store) ReadVoucherState(ctx context.Context, v int64, days []string) (V
 		if ms := num("end_ms"); ms > 0 {
 			st.Voucher.EndsAt = time.UnixMilli(ms).UTC()
 		}
+		if sec := num("expire_s"); sec > 0 {
+			st.Voucher.ExpireAt = time.Unix(sec, 0).UTC()
+		}
 	}
 	if st.Users, err = s.intHash(ctx, usersKey(p, v)); err != nil {
 		return st, err
@@ -96,11 +99,16 @@ func (s *Store) RewriteVoucher(ctx context.Context, st VoucherState, released []
 	v := st.Voucher.ID
 	p := s.PartitionOf(v)
 	_, err := s.c.TxPipelined(ctx, func(pipe redis.Pipeliner) error {
-		pipe.HSet(ctx, voucherKey(p, v), "stock", st.Voucher.Stock, "limit", st.Voucher.PerUserLimit, "daily", st.Voucher.PerUserDailyLimit,
-			"start_ms", unixMs(st.Voucher.StartsAt), "end_ms", unixMs(st.Voucher.EndsAt))
+		putVoucherHash(ctx, pipe, p, st.Voucher)
+		expire := func(key string) {
+			if !st.Voucher.ExpireAt.IsZero() {
+				pipe.ExpireAt(ctx, key, st.Voucher.ExpireAt)
+			}
+		}
 		pipe.Del(ctx, usersKey(p, v))
 		if len(st.Users) > 0 {
 			pipe.HSet(ctx, usersKey(p, v), flatten(st.Users)...)
+			expire(usersKey(p, v))
 		}
 		for d, counts := range st.Days {
 			pipe.Del(ctx, dayKey(p, v, d))
@@ -116,6 +124,9 @@ func (s *Store) RewriteVoucher(ctx context.Context, st VoucherState, released []
 				members[j] = id
 			}
 			pipe.SAdd(ctx, releasedKey(p, v), members...)
+		}
+		if len(released) > 0 {
+			expire(releasedKey(p, v))
 		}
 		return nil
 	})

@@ -191,3 +191,41 @@ func (s *Store) PartitionBacklog(ctx context.Context, p int) (Backlog, error) {
 	}
 	return b, nil
 }
+
+// DeadLetterStats describes one partition's dead-letter stream.
+type DeadLetterStats struct {
+	Partition int
+	Count     int64
+	Oldest    time.Time // when the oldest entry was dead-lettered; zero if none
+}
+
+// DeadLetterStats reads partition p's dead-letter stream's length and age.
+func (s *Store) DeadLetterStats(ctx context.Context, p int) (DeadLetterStats, error) {
+	st := DeadLetterStats{Partition: p}
+	var err error
+	if st.Count, err = s.c.XLen(ctx, DeadKey(p)).Result(); err != nil {
+		return st, fmt.Errorf("xlen %s: %w", DeadKey(p), err)
+	}
+	first, err := s.c.XRangeN(ctx, DeadKey(p), "-", "+", 1).Result()
+	if err != nil {
+		return st, fmt.Errorf("xrange %s: %w", DeadKey(p), err)
+	}
+	if len(first) == 1 {
+		if ms, err := strconv.ParseInt(strings.SplitN(first[0].ID, "-", 2)[0], 10, 64); err == nil {
+			st.Oldest = time.UnixMilli(ms).UTC()
+		}
+	}
+	return st, nil
+}
+
+// TrimDeadLetters deletes partition p's dead letters dead-lettered before
+// before (XTRIM MINID) and returns how many went. Dead letters are never
+// trimmed on their own: this is the operator's explicit action, after
+// reading them (see docs/RUNBOOK.md).
+func (s *Store) TrimDeadLetters(ctx context.Context, p int, before time.Time) (int64, error) {
+	n, err := s.c.XTrimMinID(ctx, DeadKey(p), strconv.FormatInt(before.UnixMilli(), 10)+"-0").Result()
+	if err != nil {
+		return 0, fmt.Errorf("xtrim %s: %w", DeadKey(p), err)
+	}
+	return n, nil
+}

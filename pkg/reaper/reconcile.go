@@ -47,7 +47,7 @@ func Reconcile(ctx context.Context, r *rdb.Store, d *db.Store, now time.Time, re
 	if _, err := settle.Owed(ctx, r, d, 500, 0, func() time.Time { return now }); err != nil {
 		return nil, fmt.Errorf("settle owed releases: %w", err)
 	}
-	vouchers, err := d.ActiveVouchers(ctx, now, rdb.DayKeyTTL)
+	vouchers, err := d.ActiveVouchers(ctx, now, rdb.KeysOutliveSale)
 	if err != nil {
 		return nil, err
 	}
@@ -91,13 +91,7 @@ func reconcileVoucher(ctx context.Context, r *rdb.Store, d *db.Store, v db.Vouch
 	}
 
 	want := rdb.VoucherState{Found: true, Users: map[string]int64{}, Days: map[string]map[string]int64{}}
-	want.Voucher = rdb.Voucher{ID: v.ID, Stock: v.Stock, PerUserLimit: v.PerUserLimit, PerUserDailyLimit: v.PerUserDailyLimit}
-	if v.StartsAt != nil {
-		want.Voucher.StartsAt = *v.StartsAt
-	}
-	if v.EndsAt != nil {
-		want.Voucher.EndsAt = *v.EndsAt
-	}
+	want.Voucher = v.Admission(v.Stock)
 	// Per-day counts exist only for vouchers with a daily limit (admit.lua).
 	daily := v.PerUserDailyLimit > 0
 	count := func(user, day string, recent bool) {
@@ -138,6 +132,7 @@ func reconcileVoucher(ctx context.Context, r *rdb.Store, d *db.Store, v db.Vouch
 	diff("per_user_daily_limit", have.Voucher.PerUserDailyLimit, want.Voucher.PerUserDailyLimit)
 	diff("starts_at (ms)", msOf(have.Voucher.StartsAt), msOf(want.Voucher.StartsAt))
 	diff("ends_at (ms)", msOf(have.Voucher.EndsAt), msOf(want.Voucher.EndsAt))
+	diff("keys expire at (s)", unixOf(have.Voucher.ExpireAt), unixOf(want.Voucher.ExpireAt))
 	for _, u := range slices.Sorted(maps.Keys(union(have.Users, want.Users))) {
 		diff("user "+u, have.Users[u], want.Users[u])
 	}
@@ -168,6 +163,13 @@ func msOf(t time.Time) int64 {
 		return 0
 	}
 	return t.UnixMilli()
+}
+
+func unixOf(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.Unix()
 }
 
 func union(a, b map[string]int64) map[string]int64 {

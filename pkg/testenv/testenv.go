@@ -78,7 +78,7 @@ func (e *Env) SeedVoucher(t testing.TB, v db.Voucher, redisStock int64) db.Vouch
 	if redisStock < 0 {
 		redisStock = v.Stock
 	}
-	require.NoError(t, e.RDB.PutVoucher(ctx, rdb.Voucher{ID: v.ID, Stock: redisStock, PerUserLimit: v.PerUserLimit, PerUserDailyLimit: v.PerUserDailyLimit}))
+	require.NoError(t, e.RDB.PutVoucher(ctx, v.Admission(redisStock)))
 	return v
 }
 

@@ -1,0 +1,101 @@
+package rdb_test
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/flashsale/flashsale/pkg/order"
+	"github.com/flashsale/flashsale/pkg/rdb"
+)
+
+// A voucher's keys expire once its sale and payment window are over (plus
+// KeysOutliveSale): Redis does not grow with every sale ever run. A sale
+// without an end keeps them.
+func TestVoucherKeysExpireAfterTheSale(t *testing.T) {
+	s := newStore(t, 1)
+	ctx := context.Background()
+	now := time.Now().UTC()
+	ends := now.Add(time.Hour)
+	expireAt := rdb.KeysExpireAt(ends, 15*time.Minute)
+	require.Equal(t, ends.Add(15*time.Minute+rdb.KeysOutliveSale).Truncate(time.Second), expireAt)
+	seedVoucher(t, s, rdb.Voucher{ID: 1, Stock: 5, PerUserDailyLimit: 3, EndsAt: ends, ExpireAt: expireAt})
+	seedVoucher(t, s, rdb.Voucher{ID: 2, Stock: 5})
+
+	a, err := s.Admit(ctx, rdb.Claim{VoucherID: 1, UserID: "alice", Now: now, Day: order.Day(now, time.UTC),
+		IdempotencyKey: "k1", IdempotencyTTL: time.Hour})
+	require.NoError(t, err)
+	_, err = claim(s, 2, "alice", now)
+	require.NoError(t, err)
+	released, err := s.Release(ctx, order.Order{ID: a.OrderID, VoucherID: 1, UserID: "alice", Day: order.Day(now, time.UTC)})
+	require.NoError(t, err)
+	require.True(t, released)
+
+	c := s.Client()
+	keys, err := c.Keys(ctx, "flashsale:{p0}:v:1*").Result()
+	require.NoError(t, err)
+	require.Len(t, keys, 5, "hash, users, day, idempotency, released: %v", keys)
+	for _, k := range keys {
+		ttl, err := c.ExpireTime(ctx, k).Result()
+		require.NoError(t, err)
+		require.Positive(t, ttl, "%s has no expiry", k)
+		require.LessOrEqual(t, ttl, time.Duration(expireAt.Unix())*time.Second, "%s outlives the voucher", k)
+	}
+	for _, k := range []string{"flashsale:{p0}:v:2", "flashsale:{p0}:v:2:users"} {
+		ttl, err := c.TTL(ctx, k).Result()
+		require.NoError(t, err)
+		require.Equal(t, time.Duration(-1), ttl, "%s of a sale without an end expires", k)
+	}
+
+	// A released order's voucher gone (its keys expired): nothing to give
+	// back, and no key left behind.
+	require.NoError(t, c.Del(ctx, keys...).Err())
+	released, err = s.Release(ctx, order.Order{ID: a.OrderID + 1, VoucherID: 1, UserID: "bob"})
+	require.NoError(t, err)
+	require.False(t, released)
+	left, err := c.Keys(ctx, "flashsale:{p0}:v:1*").Result()
+	require.NoError(t, err)
+	require.Empty(t, left)
+}
+
+// Dead letters stay until the operator trims them, oldest first.
+func TestDeadLettersAreTrimmedOnlyWhenAsked(t *testing.T) {
+	s := newStore(t, 1)
+	ctx := context.Background()
+	seedVoucher(t, s, rdb.Voucher{ID: 1, Stock: 5, PerUserLimit: 5})
+	for range 3 {
+		_, err := claim(s, 1, "u", time.Now())
+		require.NoError(t, err)
+	}
+	entries, err := s.ReadGroup(ctx, 0, "w", ">", 10, time.Millisecond)
+	require.NoError(t, err)
+	require.Len(t, entries, 3)
+	require.NoError(t, s.DeadLetter(ctx, entries[0], "test"))
+	require.NoError(t, s.DeadLetter(ctx, entries[1], "test"))
+	// The third is dead-lettered in a later millisecond than the second.
+	dead, err := s.Client().XRange(ctx, rdb.DeadKey(0), "-", "+").Result()
+	require.NoError(t, err)
+	secondMs, err := strconv.ParseInt(strings.Split(dead[1].ID, "-")[0], 10, 64)
+	require.NoError(t, err)
+	for deadline := time.Now().Add(5 * time.Second); time.Now().UnixMilli() <= secondMs; {
+		require.True(t, time.Now().Before(deadline), "the clock stands still")
+		time.Sleep(time.Millisecond)
+	}
+	require.NoError(t, s.DeadLetter(ctx, entries[2], "test"))
+	cut := time.UnixMilli(secondMs + 1)
+
+	st, err := s.DeadLetterStats(ctx, 0)
+	require.NoError(t, err)
+	require.EqualValues(t, 3, st.Count)
+	require.False(t, st.Oldest.IsZero())
+	n, err := s.TrimDeadLetters(ctx, 0, cut)
+	require.NoError(t, err)
+	require.EqualValues(t, 2, n)
+	st, err = s.DeadLetterStats(ctx, 0)
+	require.NoError(t, err)
+	require.EqualValues(t, 1, st.Count)
+}
