@@ -26,11 +26,12 @@ static:
 servers:
 	@bash .ci/ensure-servers.sh
 
-## lint: gofmt and go vet
+## lint: gofmt, go vet and go mod tidy (go.mod must already be tidy)
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	  if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet $(PKGS)
+	@$(GO) mod tidy -diff || { echo "go.mod is not tidy: run go mod tidy"; exit 1; }
 
 ## test: lint, then every test with the race detector (starts its own servers)
 test: servers lint

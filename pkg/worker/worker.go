@@ -182,6 +182,9 @@ func (w *Worker) consume(ctx, work context.Context, p int) error {
 			}
 			log.Warn("read failed", zap.Error(err))
 			_ = bo.Wait(ctx)
+			// A read whose answer was lost may still have delivered
+			// entries to this consumer: look at its own pending ones first.
+			cursor = "0"
 			continue
 		}
 		bo.Reset()
