@@ -15,9 +15,11 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/flashsale/flashsale/pkg/db"
 	"github.com/flashsale/flashsale/pkg/order"
 	"github.com/flashsale/flashsale/pkg/rdb"
 	"github.com/flashsale/flashsale/pkg/reaper"
+	"github.com/flashsale/flashsale/pkg/testsrv"
 )
 
 // ChaosConfig shapes a sale run under injected faults.
@@ -44,6 +46,9 @@ type ChaosConfig struct {
 // Faults counts the faults injected.
 type Faults struct {
 	WorkerKills, WorkerStops, ReaperKills, MariaDBKills, RedisKills int
+	// MySQLReadOnly counts spells of read_only=ON (a failover) and
+	// MariaDBPauses spells of a frozen mariadbd (SIGSTOP, a hung host).
+	MySQLReadOnly, MariaDBPauses int
 	// MidBatch counts worker kills and stops that hit a worker holding
 	// unacknowledged entries.
 	MidBatch int
@@ -72,6 +77,10 @@ type ChaosReport struct {
 	PendingEntries  int64
 	DeadLetters     int64
 	DeadUnexplained int64 // dead letters without a failed order and a done release
+	FailedByFault   int64 // failed orders whose reason is no verdict on the order (dead-lettered)
+	// ReadOnlyRefusals counts log lines of the binaries reporting a write
+	// refused by read_only: evidence the read-only spell hit the pipeline.
+	ReadOnlyRefusals int64
 	ReconcileDiffs  int
 	Quiescence      time.Duration
 	// What the reaper processes logged doing, summed over their restarts.
@@ -87,7 +96,7 @@ func RunChaos(ctx context.Context, cfg ChaosConfig) (*ChaosReport, error) {
 		}
 	}
 	s, err := StartStack(ctx, Options{
-		Dir: cfg.Dir, Workers: 2, Partitions: 4, Reaper: true,
+		Dir: cfg.Dir, Workers: 2, Partitions: 4, Reaper: true, RestrictedUser: true,
 		RedisArgs: []string{"--appendonly", "yes", "--appendfsync", "always"},
 		Env: []string{
 			"FLASHSALE_CLAIM_MIN_IDLE=" + cfg.ClaimMinIdle.String(),
@@ -245,6 +254,22 @@ func injectFaults(ctx context.Context, s *Stack, cfg ChaosConfig, f *Faults, log
 			return s.Redis.Start()
 		}},
 		{0.1, "kill -9 worker 1 mid-batch", killWorker(1)},
+		{0.08, "MySQL read-only for 3s, as a managed failover makes it (binaries without SUPER)", func() error {
+			f.MySQLReadOnly++
+			if err := testsrv.SetReadOnly(s.RootDSN, true); err != nil {
+				return err
+			}
+			time.Sleep(3 * time.Second)
+			return testsrv.SetReadOnly(s.RootDSN, false)
+		}},
+		{0.08, "SIGSTOP mariadbd for 3s (a hung host: connections open, no answers), then SIGCONT", func() error {
+			f.MariaDBPauses++
+			if err := s.MariaDB.Pause(); err != nil {
+				return err
+			}
+			time.Sleep(3 * time.Second)
+			return s.MariaDB.Resume()
+		}},
 		{0.1, "kill -9 the reaper and worker 0 together", func() error {
 			f.ReaperKills++
 			if err := s.RestartReaper(); err != nil {
@@ -319,6 +344,13 @@ func (r *ChaosReport) check(ctx context.Context, s *Stack, v int64, paid map[int
 		}
 		r.Final[order.Status(st)]++
 	}
+	// A 202 order may fail only for a verdict on it (no unit left in
+	// MySQL, the user's limit); dead-lettering one is a failure nobody
+	// asked for, which an outage must never cause.
+	if err := s.DB.DB().WithContext(ctx).Raw(`SELECT COUNT(*) FROM orders WHERE voucher_id = ? AND status = 'failed'
+		AND reason NOT IN ?`, v, []string{db.ReasonOutOfStock, db.ReasonUserLimit}).Scan(&r.FailedByFault).Error; err != nil {
+		return err
+	}
 	for id := range paid {
 		if status[id] != string(order.StatusPaid) {
 			r.PaidAckedLost++
@@ -363,6 +395,9 @@ func (r *ChaosReport) check(ctx context.Context, s *Stack, v int64, paid map[int
 		return err
 	}
 	r.ReaperClaimed, r.ReaperCancelled, r.ReaperDeadLettered, r.ReaperConsumersRemoved = passes[0], passes[1], passes[2], passes[3]
+	if r.ReadOnlyRefusals, err = countLogLines(s.LogDir(), "--read-only option"); err != nil {
+		return err
+	}
 	checks, err := reaper.Reconcile(ctx, s.RDB, s.DB, time.Now(), false)
 	if err != nil {
 		return err
@@ -391,6 +426,7 @@ func (r *ChaosReport) Violations() []string {
 	add(r.RedisRemaining != r.MySQLRemaining, "Redis remaining %d != MySQL remaining %d", r.RedisRemaining, r.MySQLRemaining)
 	add(r.PendingEntries > 0, "%d entries still pending", r.PendingEntries)
 	add(r.DeadUnexplained > 0, "%d dead letters without a failed order and a done release", r.DeadUnexplained)
+	add(r.FailedByFault > 0, "%d orders failed by a fault (dead-lettered), not for stock or the limit", r.FailedByFault)
 	add(r.ReconcileDiffs > 0, "reconcile finds %d differences between Redis and MySQL", r.ReconcileDiffs)
 	return v
 }
@@ -400,8 +436,8 @@ func (r *ChaosReport) Print(w io.Writer) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	row := func(k string, v any) { fmt.Fprintf(tw, "%s\t%v\n", k, v) }
 	f := r.Faults
-	row("faults injected", fmt.Sprintf("worker kill -9: %d, worker SIGSTOP: %d (mid-batch: %d), reaper kill -9: %d, mariadbd kill -9: %d, redis-server kill -9: %d",
-		f.WorkerKills, f.WorkerStops, f.MidBatch, f.ReaperKills, f.MariaDBKills, f.RedisKills))
+	row("faults injected", fmt.Sprintf("worker kill -9: %d, worker SIGSTOP: %d (mid-batch: %d), reaper kill -9: %d, mariadbd kill -9: %d, redis-server kill -9: %d, MySQL read-only: %d, mariadbd SIGSTOP: %d",
+		f.WorkerKills, f.WorkerStops, f.MidBatch, f.ReaperKills, f.MariaDBKills, f.RedisKills, f.MySQLReadOnly, f.MariaDBPauses))
 	row("claims / admitted (202)", fmt.Sprintf("%d / %d", r.Sale.Requests, r.Sale.Admitted))
 	row("claims 503 / errors", fmt.Sprintf("%d / %d", r.Sale.Unavailable, r.Sale.Errors))
 	row("202 orders: paid / cancelled / failed / created", fmt.Sprintf("%d / %d / %d / %d",
@@ -414,6 +450,8 @@ func (r *ChaosReport) Print(w io.Writer) {
 	row("remaining MySQL / Redis", fmt.Sprintf("%d / %d", r.MySQLRemaining, r.RedisRemaining))
 	row("pending entries", r.PendingEntries)
 	row("dead letters (unexplained)", fmt.Sprintf("%d (%d)", r.DeadLetters, r.DeadUnexplained))
+	row("orders failed by a fault", r.FailedByFault)
+	row("log lines: writes refused by read_only", r.ReadOnlyRefusals)
 	row("reaper: claimed / cancelled / dead-lettered / consumers removed", fmt.Sprintf("%d / %d / %d / %d",
 		r.ReaperClaimed, r.ReaperCancelled, r.ReaperDeadLettered, r.ReaperConsumersRemoved))
 	row("reconcile differences", r.ReconcileDiffs)
@@ -445,4 +483,21 @@ func sumLogFields(path, msg string, fields ...string) ([]int64, error) {
 		}
 	}
 	return out, nil
+}
+
+// countLogLines counts the lines containing substr in every log of dir.
+func countLogLines(dir, substr string) (int64, error) {
+	logs, err := filepath.Glob(filepath.Join(dir, "*.log"))
+	if err != nil {
+		return 0, err
+	}
+	var n int64
+	for _, path := range logs {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return 0, err
+		}
+		n += int64(strings.Count(string(b), substr))
+	}
+	return n, nil
 }

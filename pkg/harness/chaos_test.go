@@ -12,7 +12,8 @@ import (
 	"github.com/flashsale/flashsale/pkg/harness"
 )
 
-// TestChaos sells under worker, reaper, mariadbd and redis-server kills.
+// TestChaos sells under worker, reaper, mariadbd and redis-server kills,
+// MySQL turning read-only and mariadbd freezing.
 // CHAOS_DURATION lengthens the sale (make chaos); the default is the short
 // run make test includes.
 func TestChaos(t *testing.T) {
@@ -45,7 +46,9 @@ func TestChaos(t *testing.T) {
 	require.Positive(t, report.Final["cancelled"], "some orders were never paid and were cancelled")
 	require.Positive(t, report.Final["paid"])
 	f := report.Faults
-	require.True(t, f.WorkerKills > 0 && f.WorkerStops > 0 && f.ReaperKills > 0 && f.MariaDBKills > 0 && f.RedisKills > 0, "%+v", f)
+	require.True(t, f.WorkerKills > 0 && f.WorkerStops > 0 && f.ReaperKills > 0 && f.MariaDBKills > 0 && f.RedisKills > 0 &&
+		f.MySQLReadOnly > 0 && f.MariaDBPauses > 0, "%+v", f)
 	require.Positive(t, f.MidBatch, "at least one worker died holding a batch")
+	require.Positive(t, report.ReadOnlyRefusals, "the read-only spell refused the binaries' writes")
 	require.Positive(t, report.ReaperClaimed, "the reaper took over what dead workers left")
 }

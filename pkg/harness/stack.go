@@ -39,6 +39,11 @@ type Options struct {
 	Race bool
 	// Env is added to every process's environment.
 	Env []string
+	// RestrictedUser runs the binaries as a MySQL user with every privilege
+	// on the database and none global (no SUPER), as in production, on a
+	// throwaway mariadbd with its grant tables in force: read_only then
+	// refuses their writes, as after a managed-MySQL failover.
+	RestrictedUser bool
 }
 
 // Stack is a running flashsale: servers, a gateway and workers.
@@ -50,6 +55,9 @@ type Stack struct {
 	JWTSecret  string
 	Redis      *testsrv.Redis   // nil when RedisAddr was given
 	MariaDB    *testsrv.MariaDB // nil when MySQLDSN was given
+	// RootDSN is the database as root (the harness's checks, read_only);
+	// the binaries use the restricted user's DSN when RestrictedUser.
+	RootDSN string
 	RDB        *rdb.Store
 	DB         *db.Store
 	Gateway    *Proc
@@ -88,10 +96,23 @@ func StartStack(ctx context.Context, o Options) (s *Stack, err error) {
 	}
 	dsn := o.MySQLDSN
 	if dsn == "" {
-		if s.MariaDB, err = testsrv.StartMariaDB(filepath.Join(o.Dir, "mariadb")); err != nil {
+		start := testsrv.StartMariaDB
+		if o.RestrictedUser {
+			start = testsrv.StartMariaDBWithGrants
+		}
+		if s.MariaDB, err = start(filepath.Join(o.Dir, "mariadb")); err != nil {
 			return nil, err
 		}
 		if dsn, err = s.MariaDB.CreateDatabase("flashsale"); err != nil {
+			return nil, err
+		}
+	}
+	s.RootDSN = dsn
+	if o.RestrictedUser {
+		if o.MySQLDSN != "" {
+			return nil, errors.New("RestrictedUser needs a throwaway mariadbd")
+		}
+		if dsn, err = testsrv.RestrictedUser(dsn); err != nil {
 			return nil, err
 		}
 	}
@@ -110,7 +131,7 @@ func StartStack(ctx context.Context, o Options) (s *Stack, err error) {
 	if err := Run(ctx, s.binary("worker"), s.env, "migrate"); err != nil {
 		return nil, err
 	}
-	if s.DB, err = openDB(ctx, dsn); err != nil {
+	if s.DB, err = openDB(ctx, s.RootDSN); err != nil {
 		return nil, err
 	}
 	if s.RDB, err = rdb.New(redis.NewClient(&redis.Options{Addr: redisAddr}), o.Partitions, ""); err != nil {
