@@ -81,8 +81,8 @@ type ChaosReport struct {
 	// ReadOnlyRefusals counts log lines of the binaries reporting a write
 	// refused by read_only: evidence the read-only spell hit the pipeline.
 	ReadOnlyRefusals int64
-	ReconcileDiffs  int
-	Quiescence      time.Duration
+	ReconcileDiffs   int
+	Quiescence       time.Duration
 	// What the reaper processes logged doing, summed over their restarts.
 	ReaperClaimed, ReaperCancelled, ReaperDeadLettered, ReaperConsumersRemoved int64
 }

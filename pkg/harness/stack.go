@@ -58,10 +58,10 @@ type Stack struct {
 	// RootDSN is the database as root (the harness's checks, read_only);
 	// the binaries use the restricted user's DSN when RestrictedUser.
 	RootDSN string
-	RDB        *rdb.Store
-	DB         *db.Store
-	Gateway    *Proc
-	Workers    []*Proc
+	RDB     *rdb.Store
+	DB      *db.Store
+	Gateway *Proc
+	Workers []*Proc
 	// WorkerNames are the workers' consumer names.
 	WorkerNames []string
 	Reaper      *Proc // nil unless Options.Reaper

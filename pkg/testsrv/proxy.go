@@ -35,7 +35,9 @@ func NewProxy(tb testing.TB, upstream string) *Proxy {
 
 // Reset resets (TCP RST) every connection as soon as the server answers on
 // it, until Heal.
-func (p *Proxy) Reset() error { return p.add("reset", `"type":"reset_peer","attributes":{"timeout":0}`) }
+func (p *Proxy) Reset() error {
+	return p.add("reset", `"type":"reset_peer","attributes":{"timeout":0}`)
+}
 
 // Stall drops every answer and keeps the connections open, as a hung
 // server or a black-holed network does, until Heal.
