@@ -230,7 +230,7 @@ func (r *Readiness) Set(check func(context.Context) error) { r.check.Store(&chec
 func (r *Readiness) Check(ctx context.Context) error {
 	f := r.check.Load()
 	if f == nil {
-		return errors.New("starting")
+		return &ops.NotReady{Dependency: "starting", Err: errors.New("connecting to redis and mysql")}
 	}
 	return (*f)(ctx)
 }

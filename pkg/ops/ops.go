@@ -98,15 +98,19 @@ func (e *NotReady) Unwrap() error { return e.Err }
 // checkReady runs the readiness check and gives up at ReadyTimeout, even
 // if the check ignores its context.
 func (s *Server) checkReady(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(ctx, ReadyTimeout)
+	hard, cancel := context.WithTimeout(ctx, ReadyTimeout)
 	defer cancel()
+	// The check's own deadline comes first, so a check that honours it
+	// still says which dependency was too slow.
+	soft, cancelSoft := context.WithTimeout(hard, ReadyTimeout*3/4)
+	defer cancelSoft()
 	done := make(chan error, 1)
-	go func() { done <- s.ready(ctx) }()
+	go func() { done <- s.ready(soft) }()
 	select {
 	case err := <-done:
 		return err
-	case <-ctx.Done():
-		return fmt.Errorf("readiness check: %w", ctx.Err())
+	case <-hard.Done():
+		return fmt.Errorf("readiness check: %w", hard.Err())
 	}
 }
 
