@@ -48,9 +48,15 @@ func NewDatabase(tb testing.TB) string {
 
 // NewMariaDB starts a mariadbd of the test's own, for tests that stop or
 // kill the server.
-func NewMariaDB(tb testing.TB) *MariaDB {
+func NewMariaDB(tb testing.TB) *MariaDB { return newMariaDB(tb, StartMariaDB) }
+
+// NewMariaDBWithGrants is NewMariaDB with the grant tables in force (see
+// StartMariaDBWithGrants).
+func NewMariaDBWithGrants(tb testing.TB) *MariaDB { return newMariaDB(tb, StartMariaDBWithGrants) }
+
+func newMariaDB(tb testing.TB, start func(dir string) (*MariaDB, error)) *MariaDB {
 	tb.Helper()
-	m, err := StartMariaDB(tb.TempDir())
+	m, err := start(tb.TempDir())
 	if err != nil {
 		tb.Fatalf("start mariadbd: %v", err)
 	}
@@ -68,16 +74,4 @@ func Main(m *testing.M) {
 		_ = os.RemoveAll(shared.dir)
 	}
 	os.Exit(code)
-}
-
-// NewMariaDBWithGrants is NewMariaDB with the grant tables in force (see
-// StartMariaDBWithGrants).
-func NewMariaDBWithGrants(tb testing.TB) *MariaDB {
-	tb.Helper()
-	m, err := StartMariaDBWithGrants(tb.TempDir())
-	if err != nil {
-		tb.Fatalf("start mariadbd: %v", err)
-	}
-	tb.Cleanup(func() { _ = m.Kill() })
-	return m
 }
