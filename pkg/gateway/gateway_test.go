@@ -323,7 +323,7 @@ func TestClaimFailsFastWhenRedisIsDown(t *testing.T) {
 	res := f.do("POST", "/v1/vouchers/"+id+"/orders", f.token("u"), "")
 	requireError(t, res, http.StatusServiceUnavailable, "unavailable")
 	require.Equal(t, "1", res.Header.Get("Retry-After"))
-	require.Less(t, time.Since(start), 3*time.Second, "bounded by the claim timeout, not a hang")
+	require.Less(t, time.Since(start), 10*time.Second, "bounded by the claim timeout, not a hang (loose: a loaded machine is slow, a hang is for ever)")
 	// Back up, the gateway answers again. This Redis keeps nothing on disk, so
 	// the voucher is gone with it: refused, never admitted blind.
 	require.NoError(t, f.env.Redis.Start())
