@@ -43,7 +43,7 @@ test-short: servers
 
 ## demo: a flash sale end to end on throwaway servers, with a report
 demo: servers
-	$(GO) run ./cmd/demo $(DEMO_FLAGS)
+	$(GO) run ./pkg/internal/cmd/demo $(DEMO_FLAGS)
 
 ## helm-test: lint and render the chart, decode every document strictly into
 ## the Kubernetes API types and check its policies (no cluster needed)
@@ -57,17 +57,17 @@ helm-test: $(HELM)
 
 ## bench: ceilings, gateway, worker drain, end to end, memory (BENCH_FLAGS to tune)
 bench: servers
-	$(GO) build -o $(BIN)/bench ./cmd/bench
+	$(GO) build -o $(BIN)/bench ./pkg/internal/cmd/bench
 	$(BIN)/bench $(BENCH_FLAGS)
 
 ## chaos: a 60s sale under worker/reaper/mariadbd/redis-server kills (CHAOS_DURATION to change)
 CHAOS_DURATION ?= 60s
 chaos: servers
-	CHAOS_DURATION=$(CHAOS_DURATION) $(GO) test -count=1 -timeout 20m -run 'TestChaos$$' -v ./pkg/harness
+	CHAOS_DURATION=$(CHAOS_DURATION) $(GO) test -count=1 -timeout 20m -run 'TestChaos$$' -v ./pkg/internal/harness
 
 ## dataloss: what appendfsync everysec risks, and what reconcile --repair restores
 dataloss: servers
-	$(GO) test -count=1 -timeout 10m -run 'TestRedisLosingItsLastWrites$$' -v ./pkg/harness
+	$(GO) test -count=1 -timeout 10m -run 'TestRedisLosingItsLastWrites$$' -v ./pkg/internal/harness
 
 clean:
 	rm -rf $(BIN)

@@ -5,7 +5,7 @@ import (
 	"testing"
 
 	"github.com/flashsale/flashsale/pkg/db"
-	"github.com/flashsale/flashsale/pkg/testenv"
+	"github.com/flashsale/flashsale/pkg/internal/testenv"
 )
 
 // BenchmarkPersistBatch persists batches of 100 new orders of one voucher

@@ -10,9 +10,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/flashsale/flashsale/pkg/db"
+	"github.com/flashsale/flashsale/pkg/internal/testenv"
+	"github.com/flashsale/flashsale/pkg/internal/testsrv"
 	"github.com/flashsale/flashsale/pkg/order"
-	"github.com/flashsale/flashsale/pkg/testenv"
-	"github.com/flashsale/flashsale/pkg/testsrv"
 )
 
 func TestMain(m *testing.M) { testsrv.Main(m) }

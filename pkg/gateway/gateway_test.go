@@ -16,8 +16,8 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"github.com/flashsale/flashsale/pkg/gateway"
-	"github.com/flashsale/flashsale/pkg/testenv"
-	"github.com/flashsale/flashsale/pkg/testsrv"
+	"github.com/flashsale/flashsale/pkg/internal/testenv"
+	"github.com/flashsale/flashsale/pkg/internal/testsrv"
 	"github.com/flashsale/flashsale/pkg/worker"
 )
 

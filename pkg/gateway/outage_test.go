@@ -10,8 +10,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/flashsale/flashsale/pkg/gateway"
-	"github.com/flashsale/flashsale/pkg/testenv"
-	"github.com/flashsale/flashsale/pkg/testsrv"
+	"github.com/flashsale/flashsale/pkg/internal/testenv"
+	"github.com/flashsale/flashsale/pkg/internal/testsrv"
 )
 
 // With mariadbd frozen (SIGSTOP: connections open, nothing answers), a

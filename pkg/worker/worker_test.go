@@ -13,10 +13,10 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"github.com/flashsale/flashsale/pkg/db"
+	"github.com/flashsale/flashsale/pkg/internal/testenv"
+	"github.com/flashsale/flashsale/pkg/internal/testsrv"
 	"github.com/flashsale/flashsale/pkg/order"
 	"github.com/flashsale/flashsale/pkg/rdb"
-	"github.com/flashsale/flashsale/pkg/testenv"
-	"github.com/flashsale/flashsale/pkg/testsrv"
 	"github.com/flashsale/flashsale/pkg/worker"
 )
 

@@ -16,10 +16,10 @@ import (
 	"time"
 
 	"github.com/flashsale/flashsale/pkg/db"
+	"github.com/flashsale/flashsale/pkg/internal/testsrv"
 	"github.com/flashsale/flashsale/pkg/order"
 	"github.com/flashsale/flashsale/pkg/rdb"
 	"github.com/flashsale/flashsale/pkg/reaper"
-	"github.com/flashsale/flashsale/pkg/testsrv"
 )
 
 // ChaosConfig shapes a sale run under injected faults.

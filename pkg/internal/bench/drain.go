@@ -10,7 +10,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/flashsale/flashsale/pkg/harness"
+	"github.com/flashsale/flashsale/pkg/internal/harness"
 	"github.com/flashsale/flashsale/pkg/order"
 	"github.com/flashsale/flashsale/pkg/rdb"
 )

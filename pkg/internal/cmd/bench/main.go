@@ -16,7 +16,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/flashsale/flashsale/pkg/bench"
+	"github.com/flashsale/flashsale/pkg/internal/bench"
 )
 
 func main() {

@@ -15,7 +15,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/flashsale/flashsale/pkg/harness"
+	"github.com/flashsale/flashsale/pkg/internal/harness"
 )
 
 func main() {

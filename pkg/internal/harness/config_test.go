@@ -11,7 +11,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/flashsale/flashsale/pkg/harness"
+	"github.com/flashsale/flashsale/pkg/internal/harness"
 )
 
 // A binary that cannot start says why in one JSON log line and exits 1.

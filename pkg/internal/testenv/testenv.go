@@ -13,8 +13,8 @@ import (
 
 	"github.com/flashsale/flashsale/pkg/app"
 	"github.com/flashsale/flashsale/pkg/db"
+	"github.com/flashsale/flashsale/pkg/internal/testsrv"
 	"github.com/flashsale/flashsale/pkg/rdb"
-	"github.com/flashsale/flashsale/pkg/testsrv"
 	schema "github.com/flashsale/flashsale/sql"
 )
 

@@ -13,6 +13,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/flashsale/flashsale/pkg/internal/testsrv"
 )
 
 // ModuleRoot returns the directory of flashsale's go.mod.
@@ -73,7 +75,7 @@ func Start(name, bin string, env []string, logDir string, args ...string) (*Proc
 	cmd := exec.Command(bin, args...)
 	cmd.Env = append(cleanEnv(), env...)
 	cmd.Stdout, cmd.Stderr = f, f
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	testsrv.DieWithParent(cmd)
 	if err := cmd.Start(); err != nil {
 		f.Close()
 		return nil, fmt.Errorf("start %s: %w", name, err)

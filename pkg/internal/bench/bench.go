@@ -13,15 +13,14 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/flashsale/flashsale/pkg/harness"
+	"github.com/flashsale/flashsale/pkg/internal/harness"
+	"github.com/flashsale/flashsale/pkg/internal/testsrv"
 	"github.com/flashsale/flashsale/pkg/order"
 	"github.com/flashsale/flashsale/pkg/rdb"
-	"github.com/flashsale/flashsale/pkg/testsrv"
 )
 
 // Config of a benchmark run.
@@ -135,7 +134,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 	trivialAddr := "127.0.0.1:" + strconv.Itoa(port)
 	trivial := exec.Command(cfg.Self, "-trivial", trivialAddr)
-	trivial.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	testsrv.DieWithParent(trivial)
 	if err := trivial.Start(); err != nil {
 		return nil, err
 	}

@@ -7,7 +7,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/flashsale/flashsale/pkg/harness"
+	"github.com/flashsale/flashsale/pkg/internal/harness"
 )
 
 // endToEnd sells cfg.E2EStock units to cfg.E2EUsers users with cfg.E2EClaims

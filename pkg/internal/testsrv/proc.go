@@ -67,7 +67,7 @@ func (s *server) start() error {
 	cmd.Stdout, cmd.Stderr = logf, logf
 	// Die with the process that started us, so an aborted test run leaves
 	// no server behind.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	DieWithParent(cmd)
 	if err := cmd.Start(); err != nil {
 		logf.Close()
 		return fmt.Errorf("start %s: %w", s.name, err)

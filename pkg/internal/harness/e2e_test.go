@@ -10,7 +10,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/flashsale/flashsale/pkg/harness"
+	"github.com/flashsale/flashsale/pkg/internal/harness"
 )
 
 func TestEndToEndSaleSurvivesAWorkerKill(t *testing.T) {
