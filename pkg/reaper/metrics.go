@@ -3,7 +3,8 @@ package reaper
 import "github.com/prometheus/client_golang/prometheus"
 
 type metrics struct {
-	passes, claimed, deadLetters, cancelled, released, consumersRemoved prometheus.Counter
+	passes                                                      *prometheus.CounterVec // service
+	claimed, deadLetters, cancelled, released, consumersRemoved prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -11,7 +12,8 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		return prometheus.NewCounter(prometheus.CounterOpts{Name: name, Help: help})
 	}
 	m := &metrics{
-		passes:           c("flashsale_reaper_passes_total", "Reaper passes run."),
+		passes: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "flashsale_reaper_passes_total",
+			Help: "Passes run, by service (rescuer, consumers, expirer, releaser)."}, []string{"service"}),
 		claimed:          c("flashsale_reaper_claimed_total", "Stale pending entries taken over (XAUTOCLAIM) and processed."),
 		deadLetters:      c("flashsale_reaper_dead_letters_total", "Entries dead-lettered for being delivered too often."),
 		cancelled:        c("flashsale_reaper_cancelled_total", "Orders cancelled for not being paid in time."),

@@ -13,14 +13,15 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
+	"github.com/flashsale/flashsale/pkg/backoff"
 	"github.com/flashsale/flashsale/pkg/db"
 	"github.com/flashsale/flashsale/pkg/rdb"
-	"github.com/flashsale/flashsale/pkg/settle"
 	"github.com/flashsale/flashsale/pkg/worker"
 )
 
@@ -32,8 +33,17 @@ type Config struct {
 	// MaxDeliveries: an entry delivered more often goes to the dead-letter
 	// stream, its order recorded as failed. Default 10.
 	MaxDeliveries int64 `envconfig:"FLASHSALE_MAX_DELIVERIES" default:"10"`
-	// Interval between passes (jittered by ±20%). Default 5s.
+	// Interval between passes of each service (jittered by ±20%), unless
+	// the service's own interval below is set. Default 5s.
 	Interval time.Duration `envconfig:"FLASHSALE_REAPER_INTERVAL" default:"5s"`
+	// RescueInterval: taking over stale entries (XAUTOCLAIM). Default Interval.
+	RescueInterval time.Duration `envconfig:"FLASHSALE_REAPER_RESCUE_INTERVAL"`
+	// ConsumersInterval: removing gone consumers. Default Interval.
+	ConsumersInterval time.Duration `envconfig:"FLASHSALE_REAPER_CONSUMERS_INTERVAL"`
+	// ExpireInterval: cancelling unpaid orders. Default Interval.
+	ExpireInterval time.Duration `envconfig:"FLASHSALE_REAPER_EXPIRE_INTERVAL"`
+	// ReleaseInterval: giving Redis the releases MySQL owes it. Default Interval.
+	ReleaseInterval time.Duration `envconfig:"FLASHSALE_REAPER_RELEASE_INTERVAL"`
 	// PassTimeout bounds one pass. Default 1m.
 	PassTimeout time.Duration `envconfig:"FLASHSALE_REAPER_PASS_TIMEOUT" default:"1m"`
 	// MaxPerPass bounds the cancellations and releases of one pass, so a
@@ -60,6 +70,10 @@ func (c *Config) SetDefaults() {
 	c.PassTimeout = cmp.Or(c.PassTimeout, PassTimeoutDefault)
 	c.MaxPerPass = cmp.Or(c.MaxPerPass, MaxPerPassDefault)
 	c.ConsumerGoneAfter = cmp.Or(c.ConsumerGoneAfter, ConsumerGoneAfterDefault)
+	c.RescueInterval = cmp.Or(c.RescueInterval, c.Interval)
+	c.ConsumersInterval = cmp.Or(c.ConsumersInterval, c.Interval)
+	c.ExpireInterval = cmp.Or(c.ExpireInterval, c.Interval)
+	c.ReleaseInterval = cmp.Or(c.ReleaseInterval, c.Interval)
 	c.Config.SetDefaults()
 }
 
@@ -71,6 +85,14 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("FLASHSALE_MAX_DELIVERIES must be at least 1, got %d", c.MaxDeliveries)
 	case c.Interval < time.Millisecond:
 		return fmt.Errorf("FLASHSALE_REAPER_INTERVAL must be at least 1ms, got %s", c.Interval)
+	case c.RescueInterval < time.Millisecond:
+		return fmt.Errorf("FLASHSALE_REAPER_RESCUE_INTERVAL must be at least 1ms, got %s", c.RescueInterval)
+	case c.ConsumersInterval < time.Millisecond:
+		return fmt.Errorf("FLASHSALE_REAPER_CONSUMERS_INTERVAL must be at least 1ms, got %s", c.ConsumersInterval)
+	case c.ExpireInterval < time.Millisecond:
+		return fmt.Errorf("FLASHSALE_REAPER_EXPIRE_INTERVAL must be at least 1ms, got %s", c.ExpireInterval)
+	case c.ReleaseInterval < time.Millisecond:
+		return fmt.Errorf("FLASHSALE_REAPER_RELEASE_INTERVAL must be at least 1ms, got %s", c.ReleaseInterval)
 	case c.PassTimeout <= 0:
 		return fmt.Errorf("FLASHSALE_REAPER_PASS_TIMEOUT must be positive, got %s", c.PassTimeout)
 	case c.MaxPerPass < 1:
@@ -149,150 +171,97 @@ type Pass struct {
 
 func (p Pass) idle() bool { return p == Pass{} }
 
-// Run runs a pass every Interval (jittered) until ctx ends; a pass in
-// progress is finished first.
+func (p *Pass) add(q Pass) {
+	p.Claimed += q.Claimed
+	p.DeadLettered += q.DeadLettered
+	p.DeletedAcked += q.DeletedAcked
+	p.ConsumersRemoved += q.ConsumersRemoved
+	p.Cancelled += q.Cancelled
+	p.ReleasedToRedis += q.ReleasedToRedis
+}
+
+// service is one maintenance job of the reaper, in a file of its own, with
+// its own interval and a bounded pass (as River's maintenance services and
+// asynq's recoverer and janitor): rescuing stale entries, removing gone
+// consumers, expiring unpaid orders and settling owed releases.
+type service struct {
+	name     string
+	interval time.Duration
+	runOnce  func(ctx context.Context, pass *Pass) error
+}
+
+func (r *Reaper) services() []service {
+	return []service{
+		{"rescuer", r.cfg.RescueInterval, r.rescue},
+		{"consumers", r.cfg.ConsumersInterval, r.removeGoneConsumers},
+		{"expirer", r.cfg.ExpireInterval, r.cancelExpired},
+		{"releaser", r.cfg.ReleaseInterval, r.releaseOwed},
+	}
+}
+
+// Run runs every service, each on its own interval (jittered by ±20%),
+// until ctx ends; a pass in progress is finished first.
 func (r *Reaper) Run(ctx context.Context) error {
 	r.log.Info("reaper started", zap.Duration("claim_min_idle", r.cfg.ClaimMinIdle), zap.Int64("max_deliveries", r.cfg.MaxDeliveries))
+	var wg sync.WaitGroup
+	for _, s := range r.services() {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r.loop(ctx, s)
+		}()
+	}
+	wg.Wait()
+	r.log.Info("reaper stopped")
+	return nil
+}
+
+// loop runs s's passes until ctx ends.
+func (r *Reaper) loop(ctx context.Context, s service) {
 	for {
 		pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.PassTimeout)
-		pass, err := r.RunOnce(pctx)
+		var pass Pass
+		err := s.runOnce(pctx, &pass)
 		cancel()
-		if !pass.idle() {
-			r.log.Info("reaper pass", zap.Int("claimed", pass.Claimed), zap.Int("dead_lettered", pass.DeadLettered),
-				zap.Int("deleted_acked", pass.DeletedAcked), zap.Int("consumers_removed", pass.ConsumersRemoved),
-				zap.Int("cancelled", pass.Cancelled), zap.Int("released_to_redis", pass.ReleasedToRedis))
-		}
-		if err != nil {
-			r.log.Warn("reaper pass incomplete", zap.Error(err))
-		}
-		jitter := time.Duration((rand.Float64()*0.4 - 0.2) * float64(r.cfg.Interval))
-		select {
-		case <-ctx.Done():
-			r.log.Info("reaper stopped")
-			return nil
-		case <-time.After(r.cfg.Interval + jitter):
+		r.record(s.name, pass, err)
+		jitter := time.Duration((rand.Float64()*0.4 - 0.2) * float64(s.interval))
+		if backoff.Sleep(ctx, s.interval+jitter) != nil {
+			return
 		}
 	}
 }
 
-// RunOnce is one pass: reclaim and dead-letter on every partition, remove
-// gone consumers, cancel expired orders, and give Redis the releases it is
-// owed. Each step is bounded; a failing step does not stop the others.
-func (r *Reaper) RunOnce(ctx context.Context) (Pass, error) {
-	var pass Pass
-	var errs []error
-	for p := range r.redis.Partitions() {
-		errs = append(errs, r.reclaim(ctx, p, &pass))
-		removed, err := r.redis.RemoveGoneConsumers(ctx, p, r.cfg.ConsumerGoneAfter, r.cfg.Consumer)
-		for _, name := range removed {
-			r.log.Info("consumer removed", zap.Int("partition", p), zap.String("removed", name))
-		}
-		pass.ConsumersRemoved += len(removed)
-		errs = append(errs, err)
+// record logs and counts what a service's pass did.
+func (r *Reaper) record(name string, pass Pass, err error) {
+	if !pass.idle() {
+		r.log.Info("reaper pass", zap.String("service", name), zap.Int("claimed", pass.Claimed), zap.Int("dead_lettered", pass.DeadLettered),
+			zap.Int("deleted_acked", pass.DeletedAcked), zap.Int("consumers_removed", pass.ConsumersRemoved),
+			zap.Int("cancelled", pass.Cancelled), zap.Int("released_to_redis", pass.ReleasedToRedis))
 	}
-	errs = append(errs, r.cancelExpired(ctx, &pass), r.releaseOwed(ctx, &pass))
-	r.metrics.passes.Inc()
+	if err != nil {
+		r.log.Warn("reaper pass incomplete", zap.String("service", name), zap.Error(err))
+	}
+	r.metrics.passes.WithLabelValues(name).Inc()
 	r.metrics.claimed.Add(float64(pass.Claimed))
 	r.metrics.deadLetters.Add(float64(pass.DeadLettered))
 	r.metrics.cancelled.Add(float64(pass.Cancelled))
 	r.metrics.released.Add(float64(pass.ReleasedToRedis))
 	r.metrics.consumersRemoved.Add(float64(pass.ConsumersRemoved))
-	return pass, errors.Join(errs...)
 }
 
-// reclaim pages through partition p's stale pending entries with
-// XAUTOCLAIM until the cursor comes back to 0-0. It claims nothing while
-// MySQL refuses writes: each claim counts a delivery, and an outage must
-// not push entries towards the dead-letter stream. An entry delivered more
-// than MaxDeliveries times gets one last ordinary attempt, and is
-// dead-lettered only if that fails while MySQL accepts writes.
-func (r *Reaper) reclaim(ctx context.Context, p int, pass *Pass) error {
-	if err := r.db.Writable(ctx, r.cfg.Consumer); err != nil {
-		return fmt.Errorf("partition %d: not reclaiming while mysql refuses writes: %w", p, err)
+// RunOnce runs one pass of every service, in order: rescue stale entries,
+// remove gone consumers, cancel expired orders, settle owed releases. Each
+// is bounded; a failing one does not stop the others. Tests and tools call
+// it; Run runs the services on their own intervals instead.
+func (r *Reaper) RunOnce(ctx context.Context) (Pass, error) {
+	var total Pass
+	var errs []error
+	for _, s := range r.services() {
+		var pass Pass
+		err := s.runOnce(ctx, &pass)
+		r.record(s.name, pass, err)
+		total.add(pass)
+		errs = append(errs, err)
 	}
-	cursor := "0-0"
-	for {
-		c, err := r.redis.AutoClaim(ctx, p, r.cfg.Consumer, r.cfg.ClaimMinIdle, cursor, r.cfg.BatchSize)
-		if err != nil {
-			return err
-		}
-		pass.DeletedAcked += len(c.Deleted)
-		if len(c.Deleted) > 0 {
-			r.log.Error("pending entries were deleted from the stream before being persisted", zap.Int("partition", p), zap.Strings("stream_ids", c.Deleted))
-		}
-		var fresh, worn []rdb.Entry
-		for _, e := range c.Entries {
-			if c.Deliveries[e.StreamID] > r.cfg.MaxDeliveries {
-				worn = append(worn, e)
-			} else {
-				fresh = append(fresh, e)
-			}
-		}
-		// The same code as a worker's batch: idempotent, ack after commit.
-		if err := r.worker.Handle(ctx, fresh); err != nil {
-			return fmt.Errorf("partition %d: %w", p, err)
-		}
-		pass.Claimed += len(fresh)
-		for _, e := range worn {
-			dead, err := r.retire(ctx, e, c.Deliveries[e.StreamID])
-			if err != nil {
-				return fmt.Errorf("partition %d: %w", p, err)
-			}
-			if dead {
-				pass.DeadLettered++
-			} else {
-				pass.Claimed++
-			}
-		}
-		if c.Next == "0-0" || c.Next == "" {
-			return nil
-		}
-		cursor = c.Next
-	}
-}
-
-// retire decides an entry delivered n > MaxDeliveries times: one last
-// ordinary attempt, and the dead-letter stream (with a recorded failure and
-// its unit given back) only if that fails while MySQL accepts writes.
-func (r *Reaper) retire(ctx context.Context, e rdb.Entry, n int64) (deadLettered bool, err error) {
-	lastErr := r.worker.Handle(ctx, []rdb.Entry{e})
-	if lastErr == nil {
-		return false, nil
-	}
-	if err := r.db.Writable(ctx, r.cfg.Consumer); err != nil {
-		return false, fmt.Errorf("entry %s delivered %d times waits: mysql refuses writes: %w", e.StreamID, n, err)
-	}
-	reason := fmt.Sprintf("delivered %d times; last error: %v", n, lastErr)
-	if err := r.worker.DeadLetter(ctx, e, reason); err != nil {
-		return false, err
-	}
-	return true, nil
-}
-
-// cancelExpired cancels unpaid orders past their deadline in batches.
-func (r *Reaper) cancelExpired(ctx context.Context, pass *Pass) error {
-	for pass.Cancelled < r.cfg.MaxPerPass {
-		rs, err := r.db.CancelExpired(ctx, r.now().UTC(), r.cfg.BatchSize)
-		if err != nil {
-			return err
-		}
-		for _, rel := range rs {
-			r.audit.Info("order cancelled", zap.Int64("order_id", rel.OrderID), zap.Int64("voucher_id", rel.VoucherID),
-				zap.String("user_id", rel.UserID), zap.String("reason", rel.Reason))
-		}
-		pass.Cancelled += len(rs)
-		if len(rs) < r.cfg.BatchSize {
-			return nil
-		}
-	}
-	return nil
-}
-
-// releaseOwed gives Redis the units MySQL has taken back (cancellations,
-// and failures whose worker died before releasing), exactly once each (see
-// pkg/settle).
-func (r *Reaper) releaseOwed(ctx context.Context, pass *Pass) error {
-	n, err := settle.Owed(ctx, r.redis, r.db, r.cfg.BatchSize, r.cfg.MaxPerPass, r.now)
-	pass.ReleasedToRedis += n
-	return err
+	return total, errors.Join(errs...)
 }

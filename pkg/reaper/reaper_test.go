@@ -324,3 +324,36 @@ func TestReconcileRebuildsAFlushedRedis(t *testing.T) {
 	require.Zero(t, pass.ReleasedToRedis)
 	require.EqualValues(t, 0, redisStock(t, e, v.ID))
 }
+
+// Each service keeps its own interval: with the rescuer all but idle, the
+// expirer and the releaser still cancel and release on theirs.
+func TestServicesRunOnTheirOwnIntervals(t *testing.T) {
+	e := testenv.New(t, 1)
+	ctx := context.Background()
+	v := e.SeedVoucher(t, db.Voucher{Stock: 5}, -1)
+	admit(t, e, v.ID, users("u", 3)...)
+	persist(t, e, v.ID)
+	var clock sync.Mutex
+	now := time.Now()
+	r := newReaper(t, e, "reaper-1", func() time.Time { clock.Lock(); defer clock.Unlock(); return now }, func(c *reaper.Config) {
+		c.Interval = time.Hour
+		c.ExpireInterval, c.ReleaseInterval = 10*time.Millisecond, 10*time.Millisecond
+	})
+	runCtx, cancel := context.WithCancel(ctx)
+	var runErr error
+	stopped := make(chan struct{})
+	go func() { runErr = r.Run(runCtx); close(stopped) }()
+	t.Cleanup(func() { cancel(); <-stopped })
+
+	// The orders expire only now, after every service's first pass.
+	clock.Lock()
+	now = now.Add(time.Hour)
+	clock.Unlock()
+	testenv.Eventually(t, 10*time.Second, "cancelled and released", func() bool {
+		stock, _, err := e.RDB.RemainingStock(ctx, v.ID)
+		return err == nil && stock == 5 && e.Count(t, "SELECT COUNT(*) FROM orders WHERE status = 'cancelled'") == 3
+	})
+	cancel()
+	<-stopped
+	require.NoError(t, runErr)
+}

@@ -1,0 +1,30 @@
+package reaper
+
+// The expirer: orders not paid by their deadline are cancelled and their
+// units returned to MySQL's stock, with the releases owed to Redis, in one
+// transaction (SKIP LOCKED, so several reapers share the work).
+
+import (
+	"context"
+
+	"go.uber.org/zap"
+)
+
+// cancelExpired cancels unpaid orders past their deadline in batches.
+func (r *Reaper) cancelExpired(ctx context.Context, pass *Pass) error {
+	for pass.Cancelled < r.cfg.MaxPerPass {
+		rs, err := r.db.CancelExpired(ctx, r.now().UTC(), r.cfg.BatchSize)
+		if err != nil {
+			return err
+		}
+		for _, rel := range rs {
+			r.audit.Info("order cancelled", zap.Int64("order_id", rel.OrderID), zap.Int64("voucher_id", rel.VoucherID),
+				zap.String("user_id", rel.UserID), zap.String("reason", rel.Reason))
+		}
+		pass.Cancelled += len(rs)
+		if len(rs) < r.cfg.BatchSize {
+			return nil
+		}
+	}
+	return nil
+}

@@ -1,0 +1,92 @@
+package reaper
+
+// The rescuer: entries that workers left pending (a crash, a lost lease)
+// are taken over and processed, and poison ones dead-lettered.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"go.uber.org/zap"
+
+	"github.com/flashsale/flashsale/pkg/rdb"
+)
+
+// rescue reclaims the stale entries of every partition.
+func (r *Reaper) rescue(ctx context.Context, pass *Pass) error {
+	var errs []error
+	for p := range r.redis.Partitions() {
+		errs = append(errs, r.reclaim(ctx, p, pass))
+	}
+	return errors.Join(errs...)
+}
+
+// reclaim pages through partition p's stale pending entries with
+// XAUTOCLAIM until the cursor comes back to 0-0. It claims nothing while
+// MySQL refuses writes: each claim counts a delivery, and an outage must
+// not push entries towards the dead-letter stream. An entry delivered more
+// than MaxDeliveries times gets one last ordinary attempt, and is
+// dead-lettered only if that fails while MySQL accepts writes.
+func (r *Reaper) reclaim(ctx context.Context, p int, pass *Pass) error {
+	if err := r.db.Writable(ctx, r.cfg.Consumer); err != nil {
+		return fmt.Errorf("partition %d: not reclaiming while mysql refuses writes: %w", p, err)
+	}
+	cursor := "0-0"
+	for {
+		c, err := r.redis.AutoClaim(ctx, p, r.cfg.Consumer, r.cfg.ClaimMinIdle, cursor, r.cfg.BatchSize)
+		if err != nil {
+			return err
+		}
+		pass.DeletedAcked += len(c.Deleted)
+		if len(c.Deleted) > 0 {
+			r.log.Error("pending entries were deleted from the stream before being persisted", zap.Int("partition", p), zap.Strings("stream_ids", c.Deleted))
+		}
+		var fresh, worn []rdb.Entry
+		for _, e := range c.Entries {
+			if c.Deliveries[e.StreamID] > r.cfg.MaxDeliveries {
+				worn = append(worn, e)
+			} else {
+				fresh = append(fresh, e)
+			}
+		}
+		// The same code as a worker's batch: idempotent, ack after commit.
+		if err := r.worker.Handle(ctx, fresh); err != nil {
+			return fmt.Errorf("partition %d: %w", p, err)
+		}
+		pass.Claimed += len(fresh)
+		for _, e := range worn {
+			dead, err := r.retire(ctx, e, c.Deliveries[e.StreamID])
+			if err != nil {
+				return fmt.Errorf("partition %d: %w", p, err)
+			}
+			if dead {
+				pass.DeadLettered++
+			} else {
+				pass.Claimed++
+			}
+		}
+		if c.Next == "0-0" || c.Next == "" {
+			return nil
+		}
+		cursor = c.Next
+	}
+}
+
+// retire decides an entry delivered n > MaxDeliveries times: one last
+// ordinary attempt, and the dead-letter stream (with a recorded failure and
+// its unit given back) only if that fails while MySQL accepts writes.
+func (r *Reaper) retire(ctx context.Context, e rdb.Entry, n int64) (deadLettered bool, err error) {
+	lastErr := r.worker.Handle(ctx, []rdb.Entry{e})
+	if lastErr == nil {
+		return false, nil
+	}
+	if err := r.db.Writable(ctx, r.cfg.Consumer); err != nil {
+		return false, fmt.Errorf("entry %s delivered %d times waits: mysql refuses writes: %w", e.StreamID, n, err)
+	}
+	reason := fmt.Sprintf("delivered %d times; last error: %v", n, lastErr)
+	if err := r.worker.DeadLetter(ctx, e, reason); err != nil {
+		return false, err
+	}
+	return true, nil
+}
