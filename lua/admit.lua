@@ -16,18 +16,22 @@
 -- ARGV[4] -> idempotency TTL in seconds; 0 = the request carries no key
 -- ARGV[5] -> TTL in seconds of the day hash
 -- ARGV[6] -> voucher id (written into the entry)
+-- ARGV[7] -> quantity: units taken, all or nothing (1..1000; written into the entry)
 --
 -- Returns {0, entry_id, replayed} when admitted, entry_id being the stream
 -- entry "ms-seq" from which the caller derives the order id, replayed 1 when an
 -- earlier admission under the same idempotency key is returned again.
 -- Returns {code} when rejected: 1 voucher not found, 2 not started, 3 ended,
--- 4 sold out, 5 user limit, 6 daily limit, 7 stream sequence overflow (retry).
+-- 4 sold out (fewer than quantity units left), 5 user limit, 6 daily limit
+-- (limits count units), 7 stream sequence overflow (retry), 8 quantity above
+-- the voucher's per-user limit (a bad request: it can never be admitted).
 -- Only admissions are remembered under the idempotency key: a rejection
 -- changed nothing, so its retry is simply decided again.
 
 local user = ARGV[1]
 local now = tonumber(ARGV[2])
 local idem_ttl = tonumber(ARGV[4])
+local qty = tonumber(ARGV[7])
 
 if idem_ttl > 0 then
   local prev = redis.call('GET', KEYS[4])
@@ -48,19 +52,23 @@ end
 if end_ms > 0 and now >= end_ms then
   return {3}
 end
-if tonumber(v[1]) <= 0 then
+local limit = tonumber(v[2])
+if qty > limit then
+  return {8}
+end
+if tonumber(v[1]) < qty then
   return {4}
 end
-if (tonumber(redis.call('HGET', KEYS[2], user)) or 0) >= tonumber(v[2]) then
+if (tonumber(redis.call('HGET', KEYS[2], user)) or 0) + qty > limit then
   return {5}
 end
 local daily = tonumber(v[3])
-if daily > 0 and (tonumber(redis.call('HGET', KEYS[3], user)) or 0) >= daily then
+if daily > 0 and (tonumber(redis.call('HGET', KEYS[3], user)) or 0) + qty > daily then
   return {6}
 end
 
 local id = redis.call('XADD', KEYS[5], '*', 'voucher_id', ARGV[6], 'user_id', user,
-  'created_ms', ARGV[2], 'day', ARGV[3])
+  'created_ms', ARGV[2], 'day', ARGV[3], 'quantity', ARGV[7])
 -- The order id keeps 12 bits of the entry's per-millisecond sequence. More than
 -- 4096 entries in one millisecond in one partition cannot be numbered: undo.
 local seq = tonumber(string.match(id, '-(%d+)$'))
@@ -69,15 +77,15 @@ if seq >= 4096 then
   return {7}
 end
 
-redis.call('HINCRBY', KEYS[1], 'stock', -1)
+redis.call('HINCRBY', KEYS[1], 'stock', -qty)
 -- The users hash goes when the voucher's keys go (expire_s, unix seconds;
 -- 0 = never): set once, by the admission that creates it.
 local expire_s = tonumber(v[6]) or 0
-if redis.call('HINCRBY', KEYS[2], user, 1) == 1 and expire_s > 0 then
+if redis.call('HINCRBY', KEYS[2], user, qty) == qty and expire_s > 0 then
   redis.call('EXPIREAT', KEYS[2], expire_s, 'NX')
 end
 if daily > 0 then
-  redis.call('HINCRBY', KEYS[3], user, 1)
+  redis.call('HINCRBY', KEYS[3], user, qty)
   redis.call('EXPIRE', KEYS[3], tonumber(ARGV[5]))
 end
 if idem_ttl > 0 then

@@ -10,6 +10,7 @@
 --
 -- ARGV[1] -> order id
 -- ARGV[2] -> user id
+-- ARGV[3] -> quantity: the order's units, given back together
 --
 -- Returns 1 when the reservation was given back now, 0 when it had been already
 -- (or the voucher is no longer in Redis, its sale long over: nothing to give).
@@ -25,11 +26,16 @@ local expire_s = tonumber(redis.call('HGET', KEYS[1], 'expire_s')) or 0
 if expire_s > 0 then
   redis.call('EXPIREAT', KEYS[4], expire_s, 'NX')
 end
-redis.call('HINCRBY', KEYS[1], 'stock', 1)
-if (tonumber(redis.call('HGET', KEYS[2], ARGV[2])) or 0) > 0 then
-  redis.call('HINCRBY', KEYS[2], ARGV[2], -1)
+local qty = tonumber(ARGV[3])
+redis.call('HINCRBY', KEYS[1], 'stock', qty)
+-- The counts never go below zero (a count rebuilt by reconcile may already
+-- leave the order out).
+local held = tonumber(redis.call('HGET', KEYS[2], ARGV[2])) or 0
+if held > 0 then
+  redis.call('HINCRBY', KEYS[2], ARGV[2], -math.min(held, qty))
 end
-if (tonumber(redis.call('HGET', KEYS[3], ARGV[2])) or 0) > 0 then
-  redis.call('HINCRBY', KEYS[3], ARGV[2], -1)
+local today = tonumber(redis.call('HGET', KEYS[3], ARGV[2])) or 0
+if today > 0 then
+  redis.call('HINCRBY', KEYS[3], ARGV[2], -math.min(today, qty))
 end
 return 1

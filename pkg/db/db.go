@@ -45,6 +45,7 @@ type Order struct {
 	VoucherID int64
 	UserID    string
 	Day       string // the sale-time-zone day (yyyymmdd) the order counted against
+	Quantity  int64  // units the order holds
 	Status    string
 	Reason    string
 	CreatedAt time.Time

@@ -19,6 +19,7 @@ type Release struct {
 	VoucherID       int64
 	UserID          string
 	Day             string
+	Quantity        int64 // units given back
 	Reason          string
 	CreatedAt       time.Time
 	RedisReleasedAt *time.Time
@@ -26,12 +27,12 @@ type Release struct {
 
 // Order is the order this release is for, as the Redis release needs it.
 func (r Release) Order() order.Order {
-	return order.Order{ID: r.OrderID, VoucherID: r.VoucherID, UserID: r.UserID, Day: r.Day}
+	return order.Order{ID: r.OrderID, VoucherID: r.VoucherID, UserID: r.UserID, Day: r.Day, Quantity: r.Quantity}
 }
 
 // releaseOf is the release row owed for failed order o.
 func releaseOf(o order.Order, reason string) Release {
-	return Release{OrderID: o.ID, VoucherID: o.VoucherID, UserID: o.UserID, Day: o.Day, Reason: reason, CreatedAt: o.CreatedAt}
+	return Release{OrderID: o.ID, VoucherID: o.VoucherID, UserID: o.UserID, Day: o.Day, Quantity: o.Units(), Reason: reason, CreatedAt: o.CreatedAt}
 }
 
 func insertReleases(tx *gorm.DB, rs []Release) error {
@@ -55,7 +56,7 @@ func (s *Store) CancelExpired(ctx context.Context, now time.Time, limit int) ([]
 	var out []Release
 	err := s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
 		var due []Order
-		if err := tx.Raw(`SELECT id, voucher_id, user_id, day FROM orders
+		if err := tx.Raw(`SELECT id, voucher_id, user_id, day, quantity FROM orders
 			WHERE status = ? AND expires_at <= ? ORDER BY expires_at LIMIT ? FOR UPDATE SKIP LOCKED`,
 			order.StatusCreated, now, limit).Scan(&due).Error; err != nil {
 			return fmt.Errorf("find expired orders: %w", err)
@@ -71,7 +72,7 @@ func (s *Store) CancelExpired(ctx context.Context, now time.Time, limit int) ([]
 			if perVoucher[o.VoucherID] == 0 {
 				vouchers = append(vouchers, o.VoucherID)
 			}
-			perVoucher[o.VoucherID]++
+			perVoucher[o.VoucherID] += o.Quantity
 		}
 		res := tx.Exec("UPDATE orders SET status = ?, updated_at = ? WHERE id IN ? AND status = ?", order.StatusCancelled, now, ids, order.StatusCreated)
 		if res.Error != nil {
@@ -87,7 +88,7 @@ func (s *Store) CancelExpired(ctx context.Context, now time.Time, limit int) ([]
 		}
 		out = make([]Release, len(due))
 		for i, o := range due {
-			out[i] = Release{OrderID: o.ID, VoucherID: o.VoucherID, UserID: o.UserID, Day: o.Day, Reason: ReasonExpired, CreatedAt: now}
+			out[i] = Release{OrderID: o.ID, VoucherID: o.VoucherID, UserID: o.UserID, Day: o.Day, Quantity: o.Quantity, Reason: ReasonExpired, CreatedAt: now}
 		}
 		return insertReleases(tx, out)
 	}, readCommitted)
@@ -122,7 +123,7 @@ func (s *Store) MarkReleased(ctx context.Context, orderIDs []int64, now time.Tim
 func (s *Store) RecordFailed(ctx context.Context, o order.Order, reason string) (order.Status, *Release, error) {
 	var status order.Status
 	err := s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
-		row := Order{ID: o.ID, VoucherID: o.VoucherID, UserID: o.UserID, Day: o.Day, Status: string(order.StatusFailed),
+		row := Order{ID: o.ID, VoucherID: o.VoucherID, UserID: o.UserID, Day: o.Day, Quantity: o.Units(), Status: string(order.StatusFailed),
 			Reason: reason, CreatedAt: o.CreatedAt, ExpiresAt: o.CreatedAt, UpdatedAt: o.CreatedAt}
 		res := tx.Clauses(clause.Insert{Modifier: "IGNORE"}).Create(&row)
 		if res.Error != nil {
@@ -174,13 +175,14 @@ func (s *Store) ActiveVouchers(ctx context.Context, now time.Time, since time.Du
 type LiveOrder struct {
 	UserID    string
 	Day       string
+	Quantity  int64
 	CreatedAt time.Time
 }
 
 // LiveOrders returns voucher v's created and paid orders.
 func (s *Store) LiveOrders(ctx context.Context, v int64) ([]LiveOrder, error) {
 	var out []LiveOrder
-	err := s.db.WithContext(ctx).Model(&Order{}).Select("user_id", "day", "created_at").
+	err := s.db.WithContext(ctx).Model(&Order{}).Select("user_id", "day", "quantity", "created_at").
 		Where("voucher_id = ? AND status IN ?", v, []order.Status{order.StatusCreated, order.StatusPaid}).Scan(&out).Error
 	return out, err
 }

@@ -152,7 +152,7 @@ func (s *Store) insertAndSettle(tx *gorm.DB, orders []order.Order) ([]Order, err
 		metas[v], found[v] = meta, ok
 		for _, i := range perVoucher[v] {
 			o := orders[i]
-			rows[i] = Order{ID: o.ID, VoucherID: o.VoucherID, UserID: o.UserID, Day: o.Day, Status: string(order.StatusCreated),
+			rows[i] = Order{ID: o.ID, VoucherID: o.VoucherID, UserID: o.UserID, Day: o.Day, Quantity: o.Units(), Status: string(order.StatusCreated),
 				CreatedAt: o.CreatedAt, ExpiresAt: o.CreatedAt.Add(meta.paymentTimeout), UpdatedAt: o.CreatedAt}
 			if !ok {
 				rows[i].Status, rows[i].Reason, rows[i].ExpiresAt = string(order.StatusFailed), ReasonVoucherNotFound, o.CreatedAt
@@ -178,11 +178,11 @@ func (s *Store) insertAndSettle(tx *gorm.DB, orders []order.Order) ([]Order, err
 }
 
 // settleVoucher takes voucher v's row lock and decides which of its just
-// inserted orders idx keep their unit: the per-user limit counts every live
-// order (this batch's included, so a user's orders beyond it fail, last
-// first), and no more orders than the stock left are created. It takes the
-// units of those that stay created and returns the ones that must fail,
-// with status and reason set.
+// inserted orders idx keep their units: the per-user limit counts the units
+// of every live order (this batch's included, so a user's orders beyond it
+// fail, last first), and no more units than the stock left are taken, an
+// order all or nothing. It takes the units of those that stay created and
+// returns the ones that must fail, with status and reason set.
 func settleVoucher(tx *gorm.DB, v int64, meta voucherMeta, rows []Order, idx []int) ([]Order, error) {
 	var stock int64
 	if err := tx.Raw("SELECT stock FROM vouchers WHERE id = ? FOR UPDATE", v).Scan(&stock).Error; err != nil {
@@ -192,7 +192,7 @@ func settleVoucher(tx *gorm.DB, v int64, meta voucherMeta, rows []Order, idx []i
 	inBatch := map[string]int64{}
 	for j, i := range idx {
 		users[j] = rows[i].UserID
-		inBatch[rows[i].UserID]++
+		inBatch[rows[i].UserID] += rows[i].Quantity
 	}
 	held, err := liveCounts(tx, v, users)
 	if err != nil {
@@ -207,13 +207,13 @@ func settleVoucher(tx *gorm.DB, v int64, meta voucherMeta, rows []Order, idx []i
 	for _, i := range idx {
 		r := &rows[i]
 		switch {
-		case held[r.UserID] >= meta.perUserLimit:
+		case held[r.UserID]+r.Quantity > meta.perUserLimit:
 			r.Status, r.Reason = string(order.StatusFailed), ReasonUserLimit
-		case taken >= stock:
+		case taken+r.Quantity > stock:
 			r.Status, r.Reason = string(order.StatusFailed), ReasonOutOfStock
 		default:
-			held[r.UserID]++
-			taken++
+			held[r.UserID] += r.Quantity
+			taken += r.Quantity
 			continue
 		}
 		r.ExpiresAt = r.CreatedAt
@@ -237,7 +237,7 @@ func markFailed(tx *gorm.DB, failed []Order) error {
 	owed := make([]Release, len(failed))
 	for i, r := range failed {
 		byReason[r.Reason] = append(byReason[r.Reason], r.ID)
-		owed[i] = Release{OrderID: r.ID, VoucherID: r.VoucherID, UserID: r.UserID, Day: r.Day, Reason: r.Reason, CreatedAt: r.CreatedAt}
+		owed[i] = Release{OrderID: r.ID, VoucherID: r.VoucherID, UserID: r.UserID, Day: r.Day, Quantity: r.Quantity, Reason: r.Reason, CreatedAt: r.CreatedAt}
 	}
 	for reason, ids := range byReason {
 		if err := tx.Exec("UPDATE orders SET status = ?, reason = ?, expires_at = created_at WHERE id IN ?", order.StatusFailed, reason, ids).Error; err != nil {
@@ -279,14 +279,14 @@ func insertOrders(tx *gorm.DB, rows []Order) error {
 	}
 	var b strings.Builder
 	b.Grow(120 + 22*len(rows))
-	b.WriteString("INSERT INTO orders (id, voucher_id, user_id, day, status, reason, created_at, expires_at, updated_at) VALUES ")
-	args := make([]any, 0, 9*len(rows))
+	b.WriteString("INSERT INTO orders (id, voucher_id, user_id, day, quantity, status, reason, created_at, expires_at, updated_at) VALUES ")
+	args := make([]any, 0, 10*len(rows))
 	for i, r := range rows {
 		if i > 0 {
 			b.WriteByte(',')
 		}
-		b.WriteString("(?,?,?,?,?,?,?,?,?)")
-		args = append(args, r.ID, r.VoucherID, r.UserID, r.Day, r.Status, r.Reason, r.CreatedAt, r.ExpiresAt, r.UpdatedAt)
+		b.WriteString("(?,?,?,?,?,?,?,?,?,?)")
+		args = append(args, r.ID, r.VoucherID, r.UserID, r.Day, r.Quantity, r.Status, r.Reason, r.CreatedAt, r.ExpiresAt, r.UpdatedAt)
 	}
 	if err := tx.Exec(b.String(), args...).Error; err != nil {
 		return fmt.Errorf("insert %d orders: %w", len(rows), err)
@@ -296,14 +296,14 @@ func insertOrders(tx *gorm.DB, rows []Order) error {
 
 func isDuplicateKey(err error) bool { return ErrorNumber(err) == ErrNumDupEntry }
 
-// liveCounts returns how many created or paid orders of voucher v each of
-// users holds.
+// liveCounts returns how many units of voucher v each of users holds in
+// created or paid orders.
 func liveCounts(tx *gorm.DB, v int64, users []string) (map[string]int64, error) {
 	var rows []struct {
 		UserID string
 		N      int64
 	}
-	err := tx.Raw(`SELECT user_id, COUNT(*) AS n FROM orders WHERE voucher_id = ? AND user_id IN ? AND status IN ?
+	err := tx.Raw(`SELECT user_id, SUM(quantity) AS n FROM orders WHERE voucher_id = ? AND user_id IN ? AND status IN ?
 		GROUP BY user_id`, v, users, []order.Status{order.StatusCreated, order.StatusPaid}).Scan(&rows).Error
 	if err != nil {
 		return nil, fmt.Errorf("count orders per user of voucher %d: %w", v, err)

@@ -75,7 +75,7 @@ func decodeJSON(w http.ResponseWriter, r *http.Request, dst any) error {
 	var typeErr *json.UnmarshalTypeError
 	switch {
 	case errors.As(err, &tooBig):
-		return &apiError{http.StatusRequestEntityTooLarge, "body_too_large", "the body exceeds 64 KiB"}
+		return errBodyTooLarge
 	case errors.As(err, &typeErr):
 		return badRequest("invalid_field", "field "+typeErr.Field+" has the wrong type or is out of range")
 	case strings.HasPrefix(err.Error(), "json: unknown field"):

@@ -1,8 +1,10 @@
 package gateway
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"io"
 	"net/http"
 	"time"
 
@@ -26,13 +28,19 @@ func (g *Gateway) claim(w http.ResponseWriter, r *http.Request) {
 		g.countClaim(resultInvalid, "", start)
 		return
 	}
+	qty, err := claimQuantity(w, r)
+	if err != nil {
+		g.fail(w, r, err)
+		g.countClaim(resultInvalid, "", start)
+		return
+	}
 	now := g.now()
 	ctx, cancel := context.WithTimeout(r.Context(), g.cfg.ClaimTimeout)
 	defer cancel()
 	t0 := time.Now()
 	a, err := g.admit(ctx, rdb.Claim{
 		VoucherID: voucher, UserID: user, IdempotencyKey: key, IdempotencyTTL: g.cfg.IdempotencyTTL,
-		Now: now, Day: order.Day(now, g.loc),
+		Now: now, Day: order.Day(now, g.loc), Quantity: qty,
 	})
 	g.metrics.scriptSeconds.Observe(time.Since(t0).Seconds())
 	if err != nil {
@@ -63,4 +71,42 @@ func (g *Gateway) countClaim(result, reason string, start time.Time) {
 	o := g.metrics.outcome(result, reason)
 	o.count.Inc()
 	o.seconds.Observe(time.Since(start).Seconds())
+}
+
+type claimRequest struct {
+	Quantity *int64 `json:"quantity"`
+}
+
+var errBadQuantity = badRequest("invalid_field", "quantity must be a whole number from 1 to the voucher's per_user_limit")
+
+// claimQuantity reads the claim's optional body {"quantity": N}: no body,
+// or no quantity, is 1. Whether N is within the voucher's per-user limit
+// is decided by the admission script, which knows the limit.
+func claimQuantity(w http.ResponseWriter, r *http.Request) (int64, error) {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBodyBytes))
+	var tooBig *http.MaxBytesError
+	switch {
+	case errors.As(err, &tooBig):
+		return 0, errBodyTooLarge
+	case err != nil:
+		return 0, badRequest("malformed_json", "the body could not be read")
+	case len(bytes.TrimSpace(body)) == 0:
+		return 1, nil
+	}
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	var req claimRequest
+	if err := decodeJSON(w, r, &req); err != nil {
+		var ae *apiError
+		if errors.As(err, &ae) && ae.Code == "invalid_field" {
+			return 0, errBadQuantity
+		}
+		return 0, err
+	}
+	if req.Quantity == nil {
+		return 1, nil
+	}
+	if *req.Quantity < 1 || *req.Quantity > order.MaxQuantity {
+		return 0, errBadQuantity
+	}
+	return *req.Quantity, nil
 }

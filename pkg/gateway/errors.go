@@ -30,6 +30,7 @@ var (
 	errNotPayable     = &apiError{http.StatusConflict, "order_not_payable", "the order failed; it cannot be paid"}
 	errUnavailable    = &apiError{http.StatusServiceUnavailable, "unavailable", "the service is temporarily unavailable; retry later"}
 	errInternal       = &apiError{http.StatusInternalServerError, "internal", "internal error"}
+	errBodyTooLarge   = &apiError{http.StatusRequestEntityTooLarge, "body_too_large", "the body exceeds 64 KiB"}
 )
 
 // errorTable maps every domain error to its answer: the one place where
@@ -45,6 +46,7 @@ var errorTable = []struct {
 	{rdb.ErrUserLimit, &apiError{http.StatusConflict, "user_limit", "you hold as many of these as a user may"}},
 	{rdb.ErrDailyLimit, &apiError{http.StatusConflict, "daily_limit", "you took as many of these today as a user may"}},
 	{rdb.ErrOverloaded, errUnavailable},
+	{rdb.ErrQuantityAboveLimit, errBadQuantity},
 	{db.ErrNotPayable, errNotPayable},
 	{db.ErrPaymentExpired, &apiError{http.StatusConflict, "payment_expired", "the payment deadline has passed"}},
 }

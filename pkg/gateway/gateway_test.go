@@ -129,7 +129,7 @@ func TestClaimToPaidOrder(t *testing.T) {
 
 	got := f.do("GET", "/v1/orders/"+orderID, alice, "")
 	require.Equal(t, http.StatusOK, got.Status, got.Raw)
-	require.Equal(t, map[string]any{"order_id": orderID, "voucher_id": id, "user_id": "alice", "status": "pending", "created_at": got.Body["created_at"]}, got.Body)
+	require.Equal(t, map[string]any{"order_id": orderID, "voucher_id": id, "user_id": "alice", "quantity": 1.0, "status": "pending", "created_at": got.Body["created_at"]}, got.Body)
 	requireError(t, f.do("GET", "/v1/orders/"+orderID, f.token("mallory"), ""), http.StatusNotFound, "order_not_found")
 	requireError(t, f.do("POST", "/v1/orders/"+orderID+"/pay", alice, ""), http.StatusConflict, "order_pending")
 

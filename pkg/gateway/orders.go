@@ -15,6 +15,7 @@ type orderJSON struct {
 	OrderID   string     `json:"order_id"`
 	VoucherID string     `json:"voucher_id"`
 	UserID    string     `json:"user_id"`
+	Quantity  int64      `json:"quantity"`
 	Status    string     `json:"status"`
 	CreatedAt time.Time  `json:"created_at"`
 	ExpiresAt *time.Time `json:"expires_at,omitempty"`
@@ -22,7 +23,7 @@ type orderJSON struct {
 }
 
 func fromRow(o db.Order) orderJSON {
-	j := orderJSON{OrderID: idString(o.ID), VoucherID: idString(o.VoucherID), UserID: o.UserID,
+	j := orderJSON{OrderID: idString(o.ID), VoucherID: idString(o.VoucherID), UserID: o.UserID, Quantity: max(o.Quantity, 1),
 		Status: o.Status, CreatedAt: o.CreatedAt, PaidAt: o.PaidAt}
 	if o.Status == string(order.StatusCreated) || o.Status == string(order.StatusPaid) {
 		j.ExpiresAt = &o.ExpiresAt
@@ -56,7 +57,7 @@ func (g *Gateway) findOrder(r *http.Request, id int64, user string) (orderJSON, 
 			if p.UserID != user {
 				return orderJSON{}, errOrderMissing
 			}
-			return orderJSON{OrderID: idString(id), VoucherID: idString(p.VoucherID), UserID: p.UserID,
+			return orderJSON{OrderID: idString(id), VoucherID: idString(p.VoucherID), UserID: p.UserID, Quantity: p.Units(),
 				Status: string(order.StatusPending), CreatedAt: p.CreatedAt}, nil
 		}
 		// Not in the stream either: it may have been persisted in between.

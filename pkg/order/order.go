@@ -36,7 +36,18 @@ type Order struct {
 	CreatedAt time.Time
 	// Day is the sale-time-zone day (yyyymmdd) the claim counted against.
 	Day string
+	// Quantity is the units the order took, all or nothing: 1 to
+	// MaxQuantity. Per-user and per-day limits count units. Zero, in an
+	// order built by hand, means 1 (see Units).
+	Quantity int64
 }
+
+// MaxQuantity bounds the units of one order (a voucher's per-user limit
+// bounds it further).
+const MaxQuantity = 1000
+
+// Units is the order's quantity, 1 when unset.
+func (o Order) Units() int64 { return max(o.Quantity, 1) }
 
 // Layout of an order id (63 bits, always positive):
 //

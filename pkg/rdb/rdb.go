@@ -26,11 +26,14 @@ var (
 	// ErrOverloaded: the partition took more than order.MaxSeq orders in one
 	// millisecond; nothing was changed and the claim may be retried.
 	ErrOverloaded = errors.New("partition overloaded")
+	// ErrQuantityAboveLimit: the claim asks for more units than the
+	// voucher's per-user limit; it can never be admitted.
+	ErrQuantityAboveLimit = errors.New("quantity above the per-user limit")
 )
 
 var admitErrors = map[int64]error{
 	1: ErrVoucherNotFound, 2: ErrNotStarted, 3: ErrEnded, 4: ErrSoldOut,
-	5: ErrUserLimit, 6: ErrDailyLimit, 7: ErrOverloaded,
+	5: ErrUserLimit, 6: ErrDailyLimit, 7: ErrOverloaded, 8: ErrQuantityAboveLimit,
 }
 
 // DayKeyTTL is how long a per-day counter outlives its day.
@@ -176,6 +179,8 @@ type Claim struct {
 	Now            time.Time
 	// Day is order.Day(Now, sale time zone): the unit of the daily limit.
 	Day string
+	// Quantity is the units claimed, all or nothing (0 means 1).
+	Quantity int64
 }
 
 // Admission is an admitted claim.
@@ -264,7 +269,7 @@ func (s *Store) admitArgs(c Claim) ([]string, []any) {
 		}
 	}
 	keys := []string{voucherKey(p, c.VoucherID), usersKey(p, c.VoucherID), dayKey(p, c.VoucherID, c.Day), idem, StreamKey(p)}
-	return keys, []any{c.UserID, c.Now.UnixMilli(), c.Day, ttl, int64(DayKeyTTL / time.Second), c.VoucherID}
+	return keys, []any{c.UserID, c.Now.UnixMilli(), c.Day, ttl, int64(DayKeyTTL / time.Second), c.VoucherID, max(c.Quantity, 1)}
 }
 
 // admission reads admit.lua's reply.
@@ -295,7 +300,7 @@ func admission(res []any, p int) (Admission, error) {
 func (s *Store) Release(ctx context.Context, o order.Order) (released bool, err error) {
 	p := s.PartitionOf(o.VoucherID)
 	keys := []string{voucherKey(p, o.VoucherID), usersKey(p, o.VoucherID), dayKey(p, o.VoucherID, o.Day), releasedKey(p, o.VoucherID)}
-	n, err := lua.Release.Run(ctx, s.c, keys, o.ID, o.UserID).Int64()
+	n, err := lua.Release.Run(ctx, s.c, keys, o.ID, o.UserID, o.Units()).Int64()
 	if err != nil {
 		return false, fmt.Errorf("release order %d: %w", o.ID, err)
 	}

@@ -104,7 +104,7 @@ func TestAdmitWritesTheOrderToItsPartition(t *testing.T) {
 	o, found, err := s.PendingOrder(context.Background(), a.OrderID)
 	require.NoError(t, err)
 	require.True(t, found)
-	require.Equal(t, order.Order{ID: a.OrderID, VoucherID: 7, UserID: "alice", CreatedAt: t0, Day: "20261121"}, o)
+	require.Equal(t, order.Order{ID: a.OrderID, VoucherID: 7, UserID: "alice", CreatedAt: t0, Day: "20261121", Quantity: 1}, o)
 	requireStock(t, s, 7, 2)
 }
 

@@ -81,6 +81,11 @@ func parseEntry(p int, m redis.XMessage) Entry {
 	v, errV := strconv.ParseInt(field("voucher_id"), 10, 64)
 	ms, errT := strconv.ParseInt(field("created_ms"), 10, 64)
 	user, day := field("user_id"), field("day")
+	// Entries admitted before quantities existed carry none: one unit.
+	qty, errQ := int64(1), error(nil)
+	if q := field("quantity"); q != "" {
+		qty, errQ = strconv.ParseInt(q, 10, 64)
+	}
 	switch {
 	case errV != nil || v <= 0:
 		e.Err = fmt.Errorf("entry %s: bad voucher_id %q", m.ID, field("voucher_id"))
@@ -90,8 +95,10 @@ func parseEntry(p int, m redis.XMessage) Entry {
 		e.Err = fmt.Errorf("entry %s: bad user_id %q", m.ID, user)
 	case len(day) != 8:
 		e.Err = fmt.Errorf("entry %s: bad day %q", m.ID, day)
+	case errQ != nil || qty < 1 || qty > order.MaxQuantity:
+		e.Err = fmt.Errorf("entry %s: bad quantity %q", m.ID, field("quantity"))
 	}
-	e.Order = order.Order{ID: id, VoucherID: v, UserID: user, CreatedAt: time.UnixMilli(ms).UTC(), Day: day}
+	e.Order = order.Order{ID: id, VoucherID: v, UserID: user, CreatedAt: time.UnixMilli(ms).UTC(), Day: day, Quantity: qty}
 	return e
 }
 
@@ -136,7 +143,7 @@ func (s *Store) DeadLetter(ctx context.Context, e Entry, reason string) error {
 	_, err := s.c.TxPipelined(ctx, func(pipe redis.Pipeliner) error {
 		pipe.XAdd(ctx, &redis.XAddArgs{Stream: DeadKey(e.Partition), Values: []any{
 			"stream_id", e.StreamID, "order_id", formatID(e.Order.ID), "voucher_id", formatID(e.Order.VoucherID),
-			"user_id", e.Order.UserID, "day", e.Order.Day, "reason", reason,
+			"user_id", e.Order.UserID, "day", e.Order.Day, "quantity", e.Order.Units(), "reason", reason,
 		}})
 		pipe.XAck(ctx, StreamKey(e.Partition), s.group, e.StreamID)
 		pipe.XDel(ctx, StreamKey(e.Partition), e.StreamID)

@@ -357,3 +357,83 @@ func TestServicesRunOnTheirOwnIntervals(t *testing.T) {
 	<-stopped
 	require.NoError(t, runErr)
 }
+
+// Orders of several units: MySQL takes an order's units all or nothing and
+// counts the per-user limit in units; a failed or expired order gives all
+// its units back, once, in both stores.
+func TestOrdersOfSeveralUnitsAreTakenAndReleasedWhole(t *testing.T) {
+	e := testenv.New(t, 1)
+	ctx := context.Background()
+	// Redis admits 14 units where MySQL has 10 (the stores drifted).
+	v := e.SeedVoucher(t, db.Voucher{Stock: 10, StockTotal: 14, PerUserLimit: 5}, 14)
+	now := time.Now()
+	for _, c := range []struct {
+		user string
+		n    int64
+	}{{"u1", 3}, {"u2", 4}, {"u3", 4}, {"u4", 3}} {
+		_, err := e.RDB.Admit(ctx, rdb.Claim{VoucherID: v.ID, UserID: c.user, Now: now, Day: order.Day(now, time.UTC), Quantity: c.n})
+		require.NoError(t, err)
+	}
+	persist(t, e, v.ID)
+	// 3 + 4 fit, u3's 4 do not (7 + 4 > 10), u4's 3 do.
+	require.EqualValues(t, 3, e.Count(t, "SELECT COUNT(*) FROM orders WHERE status = 'created'"))
+	require.EqualValues(t, 10, e.Count(t, "SELECT SUM(quantity) FROM orders WHERE status = 'created'"))
+	require.EqualValues(t, 1, e.Count(t, "SELECT COUNT(*) FROM orders WHERE user_id = ? AND status = ? AND reason = ?", "u3", "failed", db.ReasonOutOfStock))
+	require.Zero(t, e.Count(t, "SELECT stock FROM vouchers WHERE id = ?", v.ID))
+	require.EqualValues(t, 4, redisStock(t, e, v.ID), "u3's 4 units came back to Redis")
+	n, err := e.RDB.UserCount(ctx, v.ID, "u3")
+	require.NoError(t, err)
+	require.Zero(t, n)
+
+	// Unpaid, all expire: every unit goes back, once.
+	r := newReaper(t, e, "reaper-1", func() time.Time { return now.Add(time.Hour) })
+	for range 2 {
+		_, err := r.RunOnce(ctx)
+		require.NoError(t, err)
+	}
+	require.EqualValues(t, 10, e.Count(t, "SELECT stock FROM vouchers WHERE id = ?", v.ID))
+	require.EqualValues(t, 14, redisStock(t, e, v.ID))
+	require.EqualValues(t, 14, e.Count(t, "SELECT SUM(quantity) FROM releases WHERE redis_released_at IS NOT NULL"))
+	for _, u := range []string{"u1", "u2", "u4"} {
+		n, err := e.RDB.UserCount(ctx, v.ID, u)
+		require.NoError(t, err)
+		require.Zero(t, n, u)
+	}
+}
+
+// reconcile counts units: orders of several units, persisted and in
+// flight, agree with Redis, and a flushed Redis is rebuilt in units.
+func TestReconcileCountsUnits(t *testing.T) {
+	e := testenv.New(t, 1)
+	ctx := context.Background()
+	v := e.SeedVoucher(t, db.Voucher{Stock: 20, PerUserLimit: 6, PerUserDailyLimit: 5}, -1)
+	now := time.Now()
+	claim := func(user string, n int64) {
+		t.Helper()
+		_, err := e.RDB.Admit(ctx, rdb.Claim{VoucherID: v.ID, UserID: user, Now: now, Day: order.Day(now, time.UTC), Quantity: n})
+		require.NoError(t, err)
+	}
+	claim("u1", 3)
+	claim("u2", 2)
+	persist(t, e, v.ID)
+	claim("u1", 2) // in flight
+	checks, err := reaper.Reconcile(ctx, e.RDB, e.DB, now, false)
+	require.NoError(t, err)
+	require.Len(t, checks, 1)
+	require.Empty(t, checks[0].Differences)
+	require.Equal(t, 1, checks[0].InFlight)
+
+	// Redis loses the voucher's keys (not the stream).
+	keys, err := e.RDB.Client().Keys(ctx, "flashsale:{p0}:v:*").Result()
+	require.NoError(t, err)
+	require.NoError(t, e.RDB.Client().Del(ctx, keys...).Err())
+	checks, err = reaper.Reconcile(ctx, e.RDB, e.DB, now, true)
+	require.NoError(t, err)
+	require.True(t, checks[0].Repaired)
+	require.EqualValues(t, 13, redisStock(t, e, v.ID), "20 - 3 - 2 - 2 in flight")
+	n, err := e.RDB.UserCount(ctx, v.ID, "u1")
+	require.NoError(t, err)
+	require.EqualValues(t, 5, n)
+	_, err = e.RDB.Admit(ctx, rdb.Claim{VoucherID: v.ID, UserID: "u1", Now: now, Day: order.Day(now, time.UTC), Quantity: 1})
+	require.ErrorIs(t, err, rdb.ErrDailyLimit, "u1's 5 units today are rebuilt")
+}

@@ -94,23 +94,24 @@ func reconcileVoucher(ctx context.Context, r *rdb.Store, d *db.Store, v db.Vouch
 	want.Voucher = v.Admission(v.Stock)
 	// Per-day counts exist only for vouchers with a daily limit (admit.lua).
 	daily := v.PerUserDailyLimit > 0
-	count := func(user, day string, recent bool) {
-		want.Users[user]++
+	// Counts are of units: an order of quantity n counts n.
+	count := func(user, day string, units int64, recent bool) {
+		want.Users[user] += units
 		if daily && recent && day != "" {
 			if want.Days[day] == nil {
 				want.Days[day] = map[string]int64{}
 			}
-			want.Days[day][user]++
+			want.Days[day][user] += units
 		}
 	}
 	for _, o := range live {
-		count(o.UserID, o.Day, now.Sub(o.CreatedAt) < rdb.DayKeyTTL)
+		count(o.UserID, o.Day, max(o.Quantity, 1), now.Sub(o.CreatedAt) < rdb.DayKeyTTL)
 	}
 	for _, o := range candidates {
 		if !persisted[o.ID] {
 			check.InFlight++
-			want.Voucher.Stock--
-			count(o.UserID, o.Day, true)
+			want.Voucher.Stock -= o.Units()
+			count(o.UserID, o.Day, o.Units(), true)
 		}
 	}
 

@@ -36,6 +36,8 @@ type ChaosConfig struct {
 	PaymentTimeout time.Duration
 	// PayShare of admitted orders is paid; the rest expire.
 	PayShare float64
+	// MaxQuantity, above 1, makes claims ask for 1 to MaxQuantity units.
+	MaxQuantity int
 	// ClaimMinIdle is FLASHSALE_CLAIM_MIN_IDLE; a stopped worker stays
 	// stopped 2.5 times as long.
 	ClaimMinIdle time.Duration
@@ -70,7 +72,7 @@ type ChaosReport struct {
 	PaidAcked       int64 // payments answered 200
 	PaidAckedLost   int64 // of those, not paid in MySQL
 	PayTooLate      int64 // payments answered payment_expired
-	Live            int64 // paid + created in MySQL, all orders
+	Live            int64 // units of the paid and created orders in MySQL
 	UsersOverLimit  int64
 	MySQLRemaining  int64
 	RedisRemaining  int64
@@ -161,6 +163,7 @@ func RunChaos(ctx context.Context, cfg ChaosConfig) (*ChaosReport, error) {
 
 	sale, err := s.RunSale(ctx, SaleConfig{
 		VoucherID: v, Users: cfg.Users, Duration: cfg.Duration, Rate: cfg.Rate, Concurrency: cfg.Concurrency, Seed: uint64(time.Now().UnixNano()),
+		MaxQuantity: cfg.MaxQuantity,
 		OnAdmit: func(id int64, user string) {
 			if share(id) < cfg.PayShare {
 				toPay <- admitted{id, user, time.Now()}
@@ -317,11 +320,12 @@ func waitQuiescent(ctx context.Context, s *Stack, timeout time.Duration) error {
 
 func (r *ChaosReport) check(ctx context.Context, s *Stack, v int64, paid map[int64]bool) error {
 	var rows []struct {
-		ID     int64
-		UserID string
-		Status string
+		ID       int64
+		UserID   string
+		Status   string
+		Quantity int64
 	}
-	if err := s.DB.DB().WithContext(ctx).Raw("SELECT id, user_id, status FROM orders WHERE voucher_id = ?", v).Scan(&rows).Error; err != nil {
+	if err := s.DB.DB().WithContext(ctx).Raw("SELECT id, user_id, status, quantity FROM orders WHERE voucher_id = ?", v).Scan(&rows).Error; err != nil {
 		return err
 	}
 	status := make(map[int64]string, len(rows))
@@ -329,8 +333,8 @@ func (r *ChaosReport) check(ctx context.Context, s *Stack, v int64, paid map[int
 	for _, row := range rows {
 		status[row.ID] = row.Status
 		if row.Status == string(order.StatusPaid) || row.Status == string(order.StatusCreated) {
-			r.Live++
-			perUser[row.UserID]++
+			r.Live += row.Quantity // units: an order may take several
+			perUser[row.UserID] += row.Quantity
 		}
 		if _, ok := r.Sale.Orders[row.ID]; !ok {
 			r.Unannounced++
@@ -420,7 +424,7 @@ func (r *ChaosReport) Violations() []string {
 	add(r.Final[order.StatusCreated] > 0, "%d orders still awaiting payment after quiescence", r.Final[order.StatusCreated])
 	add(r.Unannounced > r.Sale.Unavailable+r.Sale.Errors, "%d orders without a 202, more than the %d ambiguous answers", r.Unannounced, r.Sale.Unavailable+r.Sale.Errors)
 	add(r.PaidAckedLost > 0, "%d acknowledged payments not in MySQL", r.PaidAckedLost)
-	add(r.Live > r.StockTotal, "oversold: %d live orders for %d units", r.Live, r.StockTotal)
+	add(r.Live > r.StockTotal, "oversold: %d live units for %d in stock", r.Live, r.StockTotal)
 	add(r.UsersOverLimit > 0, "%d users above the limit", r.UsersOverLimit)
 	add(r.MySQLRemaining+r.Live != r.StockTotal, "MySQL remaining %d + live %d != total %d", r.MySQLRemaining, r.Live, r.StockTotal)
 	add(r.RedisRemaining != r.MySQLRemaining, "Redis remaining %d != MySQL remaining %d", r.RedisRemaining, r.MySQLRemaining)
@@ -445,7 +449,7 @@ func (r *ChaosReport) Print(w io.Writer) {
 	row("202 orders lost", r.Lost)
 	row("orders without a 202 (reply lost)", r.Unannounced)
 	row("payments acknowledged / lost / too late", fmt.Sprintf("%d / %d / %d", r.PaidAcked, r.PaidAckedLost, r.PayTooLate))
-	row("live orders / stock total", fmt.Sprintf("%d / %d", r.Live, r.StockTotal))
+	row("live units / stock total", fmt.Sprintf("%d / %d", r.Live, r.StockTotal))
 	row("users over limit", r.UsersOverLimit)
 	row("remaining MySQL / Redis", fmt.Sprintf("%d / %d", r.MySQLRemaining, r.RedisRemaining))
 	row("pending entries", r.PendingEntries)

@@ -32,6 +32,7 @@ func TestChaos(t *testing.T) {
 	report, err := harness.RunChaos(ctx, harness.ChaosConfig{
 		Dir: t.TempDir(), Duration: d, Users: 20000, Stock: 3000, PerUser: 2, Concurrency: 16, Rate: 1500,
 		PaymentTimeout: 2 * time.Second, PayShare: 0.5, ClaimMinIdle: 1500 * time.Millisecond, Log: &log,
+		MaxQuantity: 2, // claims of 1 or 2 units: units, not orders, are conserved
 	})
 	t.Log("\n" + log.String())
 	require.NoError(t, err)

@@ -110,7 +110,8 @@ type Report struct {
 	PerUserLimit int64
 	Sale         *SaleResult
 	// MySQL
-	Live      int64 // created + paid
+	Live      int64 // created + paid orders
+	LiveUnits int64 // their units (orders may take several)
 	Failed    int64
 	Cancelled int64
 	// Missing: 202 order ids not in MySQL. Unexpected: MySQL orders no 202 announced.
@@ -133,11 +134,12 @@ func (s *Stack) Check(ctx context.Context, voucher int64, sale *SaleResult) (*Re
 	}
 	r := &Report{VoucherID: voucher, StockTotal: v.StockTotal, PerUserLimit: v.PerUserLimit, Sale: sale, MySQLRemaining: v.Stock}
 	var rows []struct {
-		ID     int64
-		UserID string
-		Status string
+		ID       int64
+		UserID   string
+		Status   string
+		Quantity int64
 	}
-	if err := s.DB.DB().WithContext(ctx).Raw("SELECT id, user_id, status FROM orders WHERE voucher_id = ?", voucher).Scan(&rows).Error; err != nil {
+	if err := s.DB.DB().WithContext(ctx).Raw("SELECT id, user_id, status, quantity FROM orders WHERE voucher_id = ?", voucher).Scan(&rows).Error; err != nil {
 		return nil, err
 	}
 	inDB := make(map[int64]string, len(rows))
@@ -147,7 +149,8 @@ func (s *Stack) Check(ctx context.Context, voucher int64, sale *SaleResult) (*Re
 		switch order.Status(row.Status) {
 		case order.StatusCreated, order.StatusPaid:
 			r.Live++
-			perUser[row.UserID]++
+			r.LiveUnits += row.Quantity
+			perUser[row.UserID] += row.Quantity
 		case order.StatusFailed:
 			r.Failed++
 		case order.StatusCancelled:
@@ -162,7 +165,7 @@ func (s *Stack) Check(ctx context.Context, voucher int64, sale *SaleResult) (*Re
 			r.Missing++
 		}
 	}
-	r.Oversold = max(0, r.Live-r.StockTotal)
+	r.Oversold = max(0, r.LiveUnits-r.StockTotal)
 	for _, n := range perUser {
 		if n > r.PerUserLimit {
 			r.UsersOverLimit++
@@ -208,7 +211,7 @@ func (r *Report) Violations() []string {
 	add(r.Unexpected > 0, "%d orders in MySQL were never admitted", r.Unexpected)
 	add(r.Oversold > 0, "oversold by %d", r.Oversold)
 	add(r.UsersOverLimit > 0, "%d users above the per-user limit", r.UsersOverLimit)
-	add(r.Live+r.MySQLRemaining != r.StockTotal, "MySQL: remaining %d + live orders %d != stock total %d", r.MySQLRemaining, r.Live, r.StockTotal)
+	add(r.LiveUnits+r.MySQLRemaining != r.StockTotal, "MySQL: remaining %d + live units %d != stock total %d", r.MySQLRemaining, r.LiveUnits, r.StockTotal)
 	add(r.RedisRemaining != r.MySQLRemaining, "Redis remaining %d != MySQL remaining %d", r.RedisRemaining, r.MySQLRemaining)
 	add(r.APIDisagreements > 0, "GET /v1/orders disagrees with MySQL on %d of %d orders", r.APIDisagreements, r.APIChecked)
 	add(r.Sale.Errors > 0, "%d claims failed with a transport error or 5xx", r.Sale.Errors)

@@ -113,6 +113,9 @@ type SaleConfig struct {
 	Rate        int
 	Concurrency int // claims in flight at once (closed loop)
 	Seed        uint64
+	// MaxQuantity, above 1, makes each claim ask for 1 to MaxQuantity
+	// units ({"quantity": N}); otherwise claims carry no body (1 unit).
+	MaxQuantity int
 	// OnProgress, if set, is called after every claim with the number done.
 	OnProgress func(done int64)
 	// OnAdmit, if set, is called for every 202 (from the claiming goroutine).
@@ -209,8 +212,12 @@ func (s *Stack) RunSale(ctx context.Context, cfg SaleConfig) (*SaleResult, error
 					OrderID string `json:"order_id"`
 					Error   string `json:"error"`
 				}
+				var claim any
+				if cfg.MaxQuantity > 1 {
+					claim = map[string]int{"quantity": 1 + grng.IntN(cfg.MaxQuantity)}
+				}
 				t0 := time.Now()
-				status, err := client.Do(ctx, "POST", path, tokens[u], nil, &body)
+				status, err := client.Do(ctx, "POST", path, tokens[u], claim, &body)
 				_ = hist.RecordValue(time.Since(t0).Microseconds())
 				switch {
 				case err == nil && status == http.StatusServiceUnavailable && body.Error == "unavailable":
