@@ -46,8 +46,12 @@ func TestEnvDefaultsAreTheConstants(t *testing.T) {
 	t.Setenv("FLASHSALE_JWT_SECRET", "s")
 	var g gateway.Config
 	require.NoError(t, envconfig.Process("", &g))
-	gz := gateway.Config{AdminToken: "a", JWTSecret: "s", PipelineWorkers: g.PipelineWorkers}
+	g.SetDefaults() // the IP burst follows the IP rate
+	// 0 is a choice for these (no pipelining, no user rate limit), so a
+	// zero Config keeps it; the binaries default to on.
+	gz := gateway.Config{AdminToken: "a", JWTSecret: "s", PipelineWorkers: g.PipelineWorkers, UserRate: g.UserRate}
 	gz.SetDefaults()
 	require.Equal(t, gz, g, "gateway")
 	require.Equal(t, 4, g.PipelineWorkers)
+	require.Equal(t, 10.0, g.UserRate)
 }

@@ -31,6 +31,8 @@ var (
 	errUnavailable    = &apiError{http.StatusServiceUnavailable, "unavailable", "the service is temporarily unavailable; retry later"}
 	errInternal       = &apiError{http.StatusInternalServerError, "internal", "internal error"}
 	errBodyTooLarge   = &apiError{http.StatusRequestEntityTooLarge, "body_too_large", "the body exceeds 64 KiB"}
+	errRateLimited    = &apiError{http.StatusTooManyRequests, "rate_limited", "too many requests; retry after Retry-After seconds"}
+	errOverloaded     = &apiError{http.StatusServiceUnavailable, "overloaded", "the gateway is overloaded; retry after Retry-After seconds"}
 )
 
 // errorTable maps every domain error to its answer: the one place where

@@ -9,9 +9,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"net/http"
+	"net/netip"
 	"strconv"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -51,6 +55,24 @@ type Config struct {
 	// MySQLMaxInflight bounds the requests waiting on MySQL at once; one
 	// more answers 503 at once instead of queueing. Default 64.
 	MySQLMaxInflight int `envconfig:"FLASHSALE_MYSQL_MAX_INFLIGHT" default:"64"`
+	// UserRate limits each user (the token's sub) on the user API, in
+	// requests per second, before the admission script runs; 0 = off.
+	// Default 10.
+	UserRate float64 `envconfig:"FLASHSALE_USER_RATE" default:"10"`
+	// UserBurst is the requests a user may make at once. Default 20.
+	UserBurst int `envconfig:"FLASHSALE_USER_BURST" default:"20"`
+	// IPRate limits each client address, requests per second; 0 = off
+	// (the default).
+	IPRate float64 `envconfig:"FLASHSALE_IP_RATE" default:"0"`
+	// IPBurst is the requests an address may make at once. Default: twice
+	// IPRate, at least 1.
+	IPBurst int `envconfig:"FLASHSALE_IP_BURST" default:"0"`
+	// TrustedProxies are the CIDRs (or addresses) of the proxies whose
+	// X-Forwarded-For is believed; from anyone else it is ignored.
+	TrustedProxies []string `envconfig:"FLASHSALE_TRUSTED_PROXIES"`
+	// MaxInflight bounds the requests in flight in this gateway; one more
+	// is answered 503 overloaded at once, never queued. Default 4096.
+	MaxInflight int `envconfig:"FLASHSALE_MAX_INFLIGHT" default:"4096"`
 }
 
 // Defaults of Config: one constant per field, used when the field is zero.
@@ -63,6 +85,8 @@ const (
 	PipelineMaxBatchDefault = 128
 	MySQLTimeoutDefault     = 2 * time.Second
 	MySQLMaxInflightDefault = 64
+	UserBurstDefault        = 20
+	MaxInflightDefault      = 4096
 	minJWTSecret            = 32
 )
 
@@ -77,6 +101,9 @@ func (c *Config) SetDefaults() {
 	c.PipelineMaxBatch = cmp.Or(c.PipelineMaxBatch, PipelineMaxBatchDefault)
 	c.MySQLTimeout = cmp.Or(c.MySQLTimeout, MySQLTimeoutDefault)
 	c.MySQLMaxInflight = cmp.Or(c.MySQLMaxInflight, MySQLMaxInflightDefault)
+	c.UserBurst = cmp.Or(c.UserBurst, UserBurstDefault)
+	c.IPBurst = cmp.Or(c.IPBurst, max(1, int(math.Ceil(2*c.IPRate))))
+	c.MaxInflight = cmp.Or(c.MaxInflight, MaxInflightDefault)
 }
 
 // Validate reports the first wrong value, naming its variable. Call it
@@ -101,6 +128,19 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("FLASHSALE_MYSQL_REQUEST_TIMEOUT must be positive, got %s", c.MySQLTimeout)
 	case c.MySQLMaxInflight < 1:
 		return fmt.Errorf("FLASHSALE_MYSQL_MAX_INFLIGHT must be at least 1, got %d", c.MySQLMaxInflight)
+	case c.UserRate < 0 || math.IsNaN(c.UserRate) || math.IsInf(c.UserRate, 0):
+		return fmt.Errorf("FLASHSALE_USER_RATE must be 0 (off) or a positive rate, got %v", c.UserRate)
+	case c.UserBurst < 1:
+		return fmt.Errorf("FLASHSALE_USER_BURST must be at least 1, got %d", c.UserBurst)
+	case c.IPRate < 0 || math.IsNaN(c.IPRate) || math.IsInf(c.IPRate, 0):
+		return fmt.Errorf("FLASHSALE_IP_RATE must be 0 (off) or a positive rate, got %v", c.IPRate)
+	case c.IPBurst < 1:
+		return fmt.Errorf("FLASHSALE_IP_BURST must be at least 1, got %d", c.IPBurst)
+	case c.MaxInflight < 1:
+		return fmt.Errorf("FLASHSALE_MAX_INFLIGHT must be at least 1, got %d", c.MaxInflight)
+	}
+	if _, err := parsePrefixes(c.TrustedProxies); err != nil {
+		return fmt.Errorf("FLASHSALE_TRUSTED_PROXIES: %w", err)
 	}
 	if _, err := time.LoadLocation(c.TimeZone); err != nil {
 		return fmt.Errorf("FLASHSALE_TIMEZONE: %w", err)
@@ -124,6 +164,12 @@ type Gateway struct {
 	batcher *rdb.Batcher
 	// mysqlSlots bounds the requests waiting on MySQL (MySQLMaxInflight).
 	mysqlSlots chan struct{}
+	// users and addrs are the rate limits (nil: off); inflight counts the
+	// requests being served (MaxInflight).
+	users, addrs *keyedLimiter
+	trusted      []netip.Prefix
+	inflight     atomic.Int64
+	stopSweep    func()
 }
 
 // Option changes a Gateway.
@@ -146,11 +192,16 @@ func New(cfg Config, r *rdb.Store, d *db.Store, log *zap.Logger, opts ...Option)
 	if err != nil {
 		return nil, err
 	}
+	trusted, err := parsePrefixes(cfg.TrustedProxies)
+	if err != nil {
+		return nil, err
+	}
 	if log == nil {
 		log = zap.NewNop()
 	}
 	g := &Gateway{cfg: cfg, loc: loc, now: time.Now, redis: r, db: d, log: log.Named("gateway"), reg: prometheus.NewRegistry(),
-		mysqlSlots: make(chan struct{}, cfg.MySQLMaxInflight)}
+		mysqlSlots: make(chan struct{}, cfg.MySQLMaxInflight), trusted: trusted,
+		users: newKeyedLimiter(cfg.UserRate, cfg.UserBurst), addrs: newKeyedLimiter(cfg.IPRate, cfg.IPBurst)}
 	for _, o := range opts {
 		o(g)
 	}
@@ -161,6 +212,7 @@ func New(cfg Config, r *rdb.Store, d *db.Store, log *zap.Logger, opts ...Option)
 		g.admit = g.batcher.Admit
 	}
 	g.auth = newAuth(cfg.JWTSecret, cfg.AdminToken, func() time.Time { return g.now() })
+	g.stopSweep = g.sweepLimiters()
 	return g, nil
 }
 
@@ -176,7 +228,58 @@ func (g *Gateway) Handler() http.Handler {
 	mux.HandleFunc("/", func(w http.ResponseWriter, _ *http.Request) {
 		writeError(w, &apiError{http.StatusNotFound, "not_found", "no such endpoint"})
 	})
-	return g.recoverer(mux)
+	return g.recoverer(g.shed(mux))
+}
+
+// shed answers 503 overloaded at once when MaxInflight requests are being
+// served, then 429 rate_limited to an address over FLASHSALE_IP_RATE; both
+// before any work (authentication, Redis) is done.
+func (g *Gateway) shed(next http.Handler) http.Handler {
+	limit := int64(g.cfg.MaxInflight)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if g.inflight.Add(1) > limit {
+			g.inflight.Add(-1)
+			g.metrics.shed.WithLabelValues("overloaded").Inc()
+			writeError(w, errOverloaded)
+			return
+		}
+		defer g.inflight.Add(-1)
+		if ok, wait := g.addrs.allow(clientAddr(r, g.trusted), g.now()); !ok {
+			g.metrics.shed.WithLabelValues("ip_rate").Inc()
+			writeRateLimited(w, wait)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// sweepLimiters forgets full buckets every few seconds until the returned
+// stop is called.
+func (g *Gateway) sweepLimiters() (stop func()) {
+	if g.users == nil && g.addrs == nil {
+		return func() {}
+	}
+	done := make(chan struct{})
+	finished := make(chan struct{})
+	go func() {
+		defer close(finished)
+		t := time.NewTicker(5 * time.Second)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				now := g.now()
+				g.users.sweep(now)
+				g.addrs.sweep(now)
+				g.metrics.limiterKeys.WithLabelValues("user").Set(float64(g.users.keys()))
+				g.metrics.limiterKeys.WithLabelValues("ip").Set(float64(g.addrs.keys()))
+			}
+		}
+	}()
+	var once sync.Once
+	return func() { once.Do(func() { close(done); <-finished }) }
 }
 
 // mysqlBound runs h, a handler that waits on MySQL, with a deadline of
@@ -200,11 +303,13 @@ func (g *Gateway) mysqlBound(h http.HandlerFunc) http.HandlerFunc {
 	}
 }
 
-// Close stops the admission batcher. Serve calls it when it returns.
+// Close stops the admission batcher and the limiters' sweeper. Serve calls
+// it when it returns.
 func (g *Gateway) Close() {
 	if g.batcher != nil {
 		g.batcher.Close()
 	}
+	g.stopSweep()
 }
 
 // Run serves on cfg.HTTPAddr until ctx ends, then stops accepting, lets
@@ -285,7 +390,7 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 }
 
 func writeError(w http.ResponseWriter, e *apiError) {
-	if e.Status == http.StatusServiceUnavailable {
+	if e.Status == http.StatusServiceUnavailable || (e.Status == http.StatusTooManyRequests && w.Header().Get("Retry-After") == "") {
 		w.Header().Set("Retry-After", "1")
 	}
 	writeJSON(w, e.Status, e)
@@ -300,10 +405,18 @@ func (g *Gateway) fail(w http.ResponseWriter, r *http.Request, err error) {
 	writeError(w, e)
 }
 
-// userAndID authenticates a user request and parses its {id}; when it
-// returns false it has answered the request.
+// userAndID authenticates a user request, holds it to the user's rate
+// limit and parses its {id}; when it returns false it has answered the
+// request.
 func (g *Gateway) userAndID(w http.ResponseWriter, r *http.Request) (string, int64, bool) {
 	user, err := g.auth.user(r)
+	if err == nil {
+		if ok, wait := g.users.allow(user, g.now()); !ok {
+			g.metrics.shed.WithLabelValues("user_rate").Inc()
+			writeRateLimited(w, wait)
+			return "", 0, false
+		}
+	}
 	var id int64
 	if err == nil {
 		id, err = pathID(r)

@@ -22,6 +22,10 @@ type metrics struct {
 	// mysqlShed counts requests answered 503 because MySQLMaxInflight
 	// requests were already waiting on MySQL.
 	mysqlShed prometheus.Counter
+	// shed counts requests refused before any work, by why (overloaded,
+	// ip_rate, user_rate); limiterKeys the rate limiters' buckets.
+	shed        *prometheus.CounterVec
+	limiterKeys *prometheus.GaugeVec
 	// outcomes holds the counter and histogram of every (result, reason)
 	// a claim can end in, resolved once: no label lookup per claim.
 	outcomes map[outcomeKey]outcome
@@ -49,9 +53,15 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		mysqlShed: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "flashsale_mysql_requests_shed_total", Help: "Requests answered 503 at once because FLASHSALE_MYSQL_MAX_INFLIGHT requests were waiting on MySQL.",
 		}),
+		shed: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "flashsale_requests_shed_total", Help: "Requests refused before any work: overloaded (503), ip_rate or user_rate (429).",
+		}, []string{"reason"}),
+		limiterKeys: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "flashsale_rate_limiter_keys", Help: "Buckets the in-process rate limiters hold (users or addresses seen recently).",
+		}, []string{"limiter"}),
 		outcomes: map[outcomeKey]outcome{},
 	}
-	reg.MustRegister(m.claims, m.claimSeconds, m.scriptSeconds, m.mysqlShed)
+	reg.MustRegister(m.claims, m.claimSeconds, m.scriptSeconds, m.mysqlShed, m.shed, m.limiterKeys)
 	keys := []outcomeKey{{resultAdmitted, ""}, {resultReplayed, ""}, {resultInvalid, ""}, {resultUnavailable, ""}}
 	for _, e := range errorTable {
 		if e.api.Status < 500 {

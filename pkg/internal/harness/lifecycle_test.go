@@ -104,7 +104,8 @@ func TestGatewaySIGTERMDrainsInFlightClaims(t *testing.T) {
 		t.Skip("runs the binaries")
 	}
 	ctx := context.Background()
-	s := startStack(t, ctx, "FLASHSALE_SHUTDOWN_DELAY=1s")
+	// One user is the load here: no per-user rate limit.
+	s := startStack(t, ctx, "FLASHSALE_SHUTDOWN_DELAY=1s", "FLASHSALE_USER_RATE=0")
 	v, err := s.CreateVoucher(ctx, harness.VoucherSpec{Name: "term", Stock: 100000, PerUserLimit: 1000})
 	require.NoError(t, err)
 

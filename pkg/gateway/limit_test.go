@@ -1,0 +1,103 @@
+package gateway_test
+
+import (
+	"net/http"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/stretchr/testify/require"
+
+	"github.com/flashsale/flashsale/pkg/gateway"
+	"github.com/flashsale/flashsale/pkg/internal/testenv"
+)
+
+// One user hammering the API is answered 429 with Retry-After, decided
+// before the admission script runs, while another user's claims go
+// through. The gateway's clock stands still here, so no token comes back
+// during the test and the counts are exact.
+func TestOneUserHammeringIsLimitedOthersAreNot(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	f := newFixtureOn(t, testenv.New(t, 2), gateway.Config{UserRate: 5, UserBurst: 5}, gateway.WithRegistry(reg))
+	id := f.createVoucher(`{"name":"hot","stock":100,"per_user_limit":1}`)
+	bot, honest := f.token("bot"), f.token("honest")
+
+	codes := map[int]int{}
+	for i := range 40 {
+		res := f.do("POST", "/v1/vouchers/"+id+"/orders", bot, "")
+		codes[res.Status]++
+		if res.Status == http.StatusTooManyRequests {
+			require.Equal(t, "rate_limited", res.Body["error"])
+			wait, err := strconv.Atoi(res.Header.Get("Retry-After"))
+			require.NoError(t, err)
+			require.GreaterOrEqual(t, wait, 1)
+		}
+		if i == 20 {
+			res := f.do("POST", "/v1/vouchers/"+id+"/orders", honest, "")
+			require.Equal(t, http.StatusAccepted, res.Status, "an honest user is not limited by the bot: %s", res.Raw)
+		}
+	}
+	require.Equal(t, map[int]int{http.StatusAccepted: 1, http.StatusConflict: 4, http.StatusTooManyRequests: 35}, codes)
+	// The script ran for the 5 the limit let through and the honest claim.
+	require.EqualValues(t, 6, testenv.Metric(t, reg, "flashsale_redis_script_duration_seconds"))
+	require.EqualValues(t, 35, testenv.Metric(t, reg, "flashsale_requests_shed_total", "reason", "user_rate"))
+	// Orders and payments count against the same budget.
+	requireError(t, f.do("GET", "/v1/orders/1", bot, ""), http.StatusTooManyRequests, "rate_limited")
+
+	// Time passes: the bot gets a token back.
+	f.clock.Add(time.Second)
+	requireError(t, f.do("POST", "/v1/vouchers/"+id+"/orders", bot, ""), http.StatusConflict, "user_limit")
+}
+
+// Per address, X-Forwarded-For counts only from a trusted proxy.
+func TestAddressLimitBehindTrustedProxies(t *testing.T) {
+	env := testenv.New(t, 2)
+	f := newFixtureOn(t, env, gateway.Config{IPRate: 1, IPBurst: 2, TrustedProxies: []string{"127.0.0.1/32"}})
+	get := func(xff string) int {
+		return f.do("GET", "/v1/orders/1", "", "", "X-Forwarded-For", xff).Status
+	}
+	require.Equal(t, http.StatusUnauthorized, get("203.0.113.7"))
+	require.Equal(t, http.StatusUnauthorized, get("203.0.113.7"))
+	require.Equal(t, http.StatusTooManyRequests, get("203.0.113.7"))
+	require.Equal(t, http.StatusUnauthorized, get("203.0.113.8"), "another client behind the proxy has its own budget")
+	require.Equal(t, http.StatusTooManyRequests, get("198.51.100.1, 203.0.113.7"), "a forged left-most hop changes nothing")
+
+	// Without trusted proxies the header is the client's word: ignored.
+	g := newFixtureOn(t, env, gateway.Config{IPRate: 1, IPBurst: 2})
+	codes := map[int]int{}
+	for i := range 4 {
+		codes[g.do("GET", "/v1/orders/1", "", "", "X-Forwarded-For", "203.0.113."+strconv.Itoa(i)).Status]++
+	}
+	require.Equal(t, map[int]int{http.StatusUnauthorized: 2, http.StatusTooManyRequests: 2}, codes)
+}
+
+// Past MaxInflight requests in flight, one more is answered 503 overloaded
+// at once instead of queueing; the requests in flight finish normally.
+func TestOverloadIsShedFast(t *testing.T) {
+	env := testenv.New(t, 2)
+	f := newFixtureOn(t, env, gateway.Config{MaxInflight: 2, ClaimTimeout: 3 * time.Second})
+	id := f.createVoucher(`{"name":"slow","stock":10,"per_user_limit":1}`)
+	require.NoError(t, env.Redis.Pause()) // claims now wait for their timeout
+	t.Cleanup(func() { _ = env.Redis.Resume() })
+
+	var wg sync.WaitGroup
+	for i := range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			f.do("POST", "/v1/vouchers/"+id+"/orders", f.token("slow"+strconv.Itoa(i)), "")
+		}()
+	}
+	// The probe is answered at once either way (404 when not shed), so it
+	// never holds a slot itself.
+	testenv.Eventually(t, 10*time.Second, "a request shed as overloaded", func() bool {
+		res := f.do("GET", "/nope", "", "")
+		return res.Status == http.StatusServiceUnavailable && res.Body["error"] == "overloaded" && res.Header.Get("Retry-After") == "1"
+	})
+	require.NoError(t, env.Redis.Resume())
+	wg.Wait()
+	res := f.do("POST", "/v1/vouchers/"+id+"/orders", f.token("after"), "")
+	require.Equal(t, http.StatusAccepted, res.Status, "served again once below the bound: %s", res.Raw)
+}
