@@ -1,0 +1,132 @@
+package gateway
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"math"
+	"time"
+)
+
+// Config of the gateway.
+type Config struct {
+	// HTTPAddr is the listen address. Default ":8080".
+	HTTPAddr string `envconfig:"FLASHSALE_HTTP_ADDR" default:":8080"`
+	// AdminToken guards /admin (required).
+	AdminToken string `envconfig:"FLASHSALE_ADMIN_TOKEN" required:"true"`
+	// JWTSecret verifies the users' HS256 tokens; at least 32 bytes (required).
+	JWTSecret string `envconfig:"FLASHSALE_JWT_SECRET" required:"true"`
+	// TimeZone is where a "day" of the per-day limit starts. Default "UTC".
+	TimeZone string `envconfig:"FLASHSALE_TIMEZONE" default:"UTC"`
+	// ClaimTimeout bounds the Redis work of one claim; past it the claim
+	// answers 503. Default 300ms.
+	ClaimTimeout time.Duration `envconfig:"FLASHSALE_CLAIM_TIMEOUT" default:"300ms"`
+	// IdempotencyTTL is how long an Idempotency-Key is remembered. Default 24h.
+	IdempotencyTTL time.Duration `envconfig:"FLASHSALE_IDEMPOTENCY_TTL" default:"24h"`
+	// ShutdownTimeout bounds finishing in-flight requests. Default 15s.
+	ShutdownTimeout time.Duration `envconfig:"FLASHSALE_SHUTDOWN_TIMEOUT" default:"15s"`
+	// PipelineWorkers is the number of pipelines in flight to Redis at
+	// once: concurrent claims are coalesced into them (auto-pipelining).
+	// 0 sends one EVALSHA per claim. Default 4.
+	PipelineWorkers int `envconfig:"FLASHSALE_REDIS_PIPELINE_WORKERS" default:"4"`
+	// PipelineMaxBatch bounds the claims in one pipeline. Default 128.
+	PipelineMaxBatch int `envconfig:"FLASHSALE_REDIS_PIPELINE_MAX_BATCH" default:"128"`
+	// MySQLTimeout bounds the MySQL work of one request that reads or
+	// writes MySQL (orders, payments, admin); past it the request answers
+	// 503. Default 2s.
+	MySQLTimeout time.Duration `envconfig:"FLASHSALE_MYSQL_REQUEST_TIMEOUT" default:"2s"`
+	// MySQLMaxInflight bounds the requests waiting on MySQL at once; one
+	// more answers 503 at once instead of queueing. Default 64.
+	MySQLMaxInflight int `envconfig:"FLASHSALE_MYSQL_MAX_INFLIGHT" default:"64"`
+	// UserRate limits each user (the token's sub) on the user API, in
+	// requests per second, before the admission script runs; 0 = off.
+	// Default 10.
+	UserRate float64 `envconfig:"FLASHSALE_USER_RATE" default:"10"`
+	// UserBurst is the requests a user may make at once. Default 20.
+	UserBurst int `envconfig:"FLASHSALE_USER_BURST" default:"20"`
+	// IPRate limits each client address, requests per second; 0 = off
+	// (the default).
+	IPRate float64 `envconfig:"FLASHSALE_IP_RATE" default:"0"`
+	// IPBurst is the requests an address may make at once. Default: twice
+	// IPRate, at least 1.
+	IPBurst int `envconfig:"FLASHSALE_IP_BURST" default:"0"`
+	// TrustedProxies are the CIDRs (or addresses) of the proxies whose
+	// X-Forwarded-For is believed; from anyone else it is ignored.
+	TrustedProxies []string `envconfig:"FLASHSALE_TRUSTED_PROXIES"`
+	// MaxInflight bounds the requests in flight in this gateway; one more
+	// is answered 503 overloaded at once, never queued. Default 4096.
+	MaxInflight int `envconfig:"FLASHSALE_MAX_INFLIGHT" default:"4096"`
+}
+
+// Defaults of Config: one constant per field, used when the field is zero.
+const (
+	HTTPAddrDefault         = ":8080"
+	TimeZoneDefault         = "UTC"
+	ClaimTimeoutDefault     = 300 * time.Millisecond
+	IdempotencyTTLDefault   = 24 * time.Hour
+	ShutdownTimeoutDefault  = 15 * time.Second
+	PipelineMaxBatchDefault = 128
+	MySQLTimeoutDefault     = 2 * time.Second
+	MySQLMaxInflightDefault = 64
+	UserBurstDefault        = 20
+	MaxInflightDefault      = 4096
+	minJWTSecret            = 32
+)
+
+// SetDefaults fills the zero fields with the defaults. PipelineWorkers
+// stays as set: 0 is a choice (no pipelining).
+func (c *Config) SetDefaults() {
+	c.HTTPAddr = cmp.Or(c.HTTPAddr, HTTPAddrDefault)
+	c.TimeZone = cmp.Or(c.TimeZone, TimeZoneDefault)
+	c.ClaimTimeout = cmp.Or(c.ClaimTimeout, ClaimTimeoutDefault)
+	c.IdempotencyTTL = cmp.Or(c.IdempotencyTTL, IdempotencyTTLDefault)
+	c.ShutdownTimeout = cmp.Or(c.ShutdownTimeout, ShutdownTimeoutDefault)
+	c.PipelineMaxBatch = cmp.Or(c.PipelineMaxBatch, PipelineMaxBatchDefault)
+	c.MySQLTimeout = cmp.Or(c.MySQLTimeout, MySQLTimeoutDefault)
+	c.MySQLMaxInflight = cmp.Or(c.MySQLMaxInflight, MySQLMaxInflightDefault)
+	c.UserBurst = cmp.Or(c.UserBurst, UserBurstDefault)
+	c.IPBurst = cmp.Or(c.IPBurst, max(1, int(math.Ceil(2*c.IPRate))))
+	c.MaxInflight = cmp.Or(c.MaxInflight, MaxInflightDefault)
+}
+
+// Validate reports the first wrong value, naming its variable. Call it
+// after SetDefaults.
+func (c *Config) Validate() error {
+	switch {
+	case c.AdminToken == "":
+		return errors.New("FLASHSALE_ADMIN_TOKEN is required")
+	case len(c.JWTSecret) < minJWTSecret:
+		return fmt.Errorf("FLASHSALE_JWT_SECRET must be at least %d bytes", minJWTSecret)
+	case c.ClaimTimeout < 0:
+		return fmt.Errorf("FLASHSALE_CLAIM_TIMEOUT must be positive, got %s", c.ClaimTimeout)
+	case c.IdempotencyTTL < time.Second:
+		return fmt.Errorf("FLASHSALE_IDEMPOTENCY_TTL must be at least 1s, got %s", c.IdempotencyTTL)
+	case c.ShutdownTimeout < 0:
+		return fmt.Errorf("FLASHSALE_SHUTDOWN_TIMEOUT must be positive, got %s", c.ShutdownTimeout)
+	case c.PipelineWorkers < 0 || c.PipelineWorkers > 1024:
+		return fmt.Errorf("FLASHSALE_REDIS_PIPELINE_WORKERS must be 0..1024, got %d", c.PipelineWorkers)
+	case c.PipelineMaxBatch < 1 || c.PipelineMaxBatch > 10_000:
+		return fmt.Errorf("FLASHSALE_REDIS_PIPELINE_MAX_BATCH must be 1..10000, got %d", c.PipelineMaxBatch)
+	case c.MySQLTimeout < 0:
+		return fmt.Errorf("FLASHSALE_MYSQL_REQUEST_TIMEOUT must be positive, got %s", c.MySQLTimeout)
+	case c.MySQLMaxInflight < 1:
+		return fmt.Errorf("FLASHSALE_MYSQL_MAX_INFLIGHT must be at least 1, got %d", c.MySQLMaxInflight)
+	case c.UserRate < 0 || math.IsNaN(c.UserRate) || math.IsInf(c.UserRate, 0):
+		return fmt.Errorf("FLASHSALE_USER_RATE must be 0 (off) or a positive rate, got %v", c.UserRate)
+	case c.UserBurst < 1:
+		return fmt.Errorf("FLASHSALE_USER_BURST must be at least 1, got %d", c.UserBurst)
+	case c.IPRate < 0 || math.IsNaN(c.IPRate) || math.IsInf(c.IPRate, 0):
+		return fmt.Errorf("FLASHSALE_IP_RATE must be 0 (off) or a positive rate, got %v", c.IPRate)
+	case c.IPBurst < 1:
+		return fmt.Errorf("FLASHSALE_IP_BURST must be at least 1, got %d", c.IPBurst)
+	case c.MaxInflight < 1:
+		return fmt.Errorf("FLASHSALE_MAX_INFLIGHT must be at least 1, got %d", c.MaxInflight)
+	}
+	if _, err := parsePrefixes(c.TrustedProxies); err != nil {
+		return fmt.Errorf("FLASHSALE_TRUSTED_PROXIES: %w", err)
+	}
+	if _, err := time.LoadLocation(c.TimeZone); err != nil {
+		return fmt.Errorf("FLASHSALE_TIMEZONE: %w", err)
+	}
+	return nil
+}
