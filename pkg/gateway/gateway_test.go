@@ -108,6 +108,16 @@ func (f *fixture) createVoucher(body string) string {
 	return res.Body["id"].(string)
 }
 
+// persist has a worker persist what voucher id's partition holds.
+func (f *fixture) persist(id string) {
+	f.t.Helper()
+	w, err := worker.New(worker.Config{Consumer: "w"}, f.env.RDB, f.env.DB, zaptest.NewLogger(f.t))
+	require.NoError(f.t, err)
+	entries, err := f.env.RDB.ReadGroup(context.Background(), f.env.RDB.PartitionOf(parseID(f.t, id)), "w", ">", 100, 10*time.Millisecond)
+	require.NoError(f.t, err)
+	require.NoError(f.t, w.Handle(context.Background(), entries))
+}
+
 func requireError(t *testing.T, res response, status int, code string) {
 	t.Helper()
 	require.Equal(t, status, res.Status, res.Raw)
@@ -134,11 +144,7 @@ func TestClaimToPaidOrder(t *testing.T) {
 	requireError(t, f.do("POST", "/v1/orders/"+orderID+"/pay", alice, ""), http.StatusConflict, "order_pending")
 
 	// A worker persists it.
-	w, err := worker.New(worker.Config{Consumer: "w"}, f.env.RDB, f.env.DB, zaptest.NewLogger(t))
-	require.NoError(t, err)
-	entries, err := f.env.RDB.ReadGroup(context.Background(), f.env.RDB.PartitionOf(parseID(t, id)), "w", ">", 10, 10*time.Millisecond)
-	require.NoError(t, err)
-	require.NoError(t, w.Handle(context.Background(), entries))
+	f.persist(id)
 
 	got = f.do("GET", "/v1/orders/"+orderID, alice, "")
 	require.Equal(t, "created", got.Body["status"], got.Raw)
@@ -164,11 +170,7 @@ func TestPaymentAfterTheDeadlineIsRefused(t *testing.T) {
 	tok := f.token("lena")
 	res := f.do("POST", "/v1/vouchers/"+id+"/orders", tok, "")
 	require.Equal(t, http.StatusAccepted, res.Status)
-	w, err := worker.New(worker.Config{Consumer: "w"}, f.env.RDB, f.env.DB, zaptest.NewLogger(t))
-	require.NoError(t, err)
-	entries, err := f.env.RDB.ReadGroup(context.Background(), f.env.RDB.PartitionOf(parseID(t, id)), "w", ">", 10, 10*time.Millisecond)
-	require.NoError(t, err)
-	require.NoError(t, w.Handle(context.Background(), entries))
+	f.persist(id)
 
 	f.clock.Add(61 * time.Second)
 	requireError(t, f.do("POST", "/v1/orders/"+res.Body["order_id"].(string)+"/pay", tok, ""), http.StatusConflict, "payment_expired")

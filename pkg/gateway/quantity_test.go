@@ -1,16 +1,11 @@
 package gateway_test
 
 import (
-	"context"
 	"net/http"
 	"strconv"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
-	"go.uber.org/zap/zaptest"
-
-	"github.com/flashsale/flashsale/pkg/worker"
 )
 
 // A claim may take several units: {"quantity": N}, all or nothing, N
@@ -36,11 +31,7 @@ func TestClaimOfSeveralUnits(t *testing.T) {
 	require.Equal(t, http.StatusAccepted, res.Status, res.Raw)
 	requireError(t, f.do("POST", "/v1/vouchers/"+id+"/orders", f.token("carol"), `{"quantity":3}`), http.StatusConflict, "sold_out")
 
-	w, err := worker.New(worker.Config{Consumer: "w"}, f.env.RDB, f.env.DB, zaptest.NewLogger(t))
-	require.NoError(t, err)
-	entries, err := f.env.RDB.ReadGroup(context.Background(), f.env.RDB.PartitionOf(parseID(t, id)), "w", ">", 10, 10*time.Millisecond)
-	require.NoError(t, err)
-	require.NoError(t, w.Handle(context.Background(), entries))
+	f.persist(id)
 	got = f.do("GET", "/v1/orders/"+orderID, alice, "")
 	require.Equal(t, "created", got.Body["status"], got.Raw)
 	require.EqualValues(t, 3, got.Body["quantity"])
