@@ -4,11 +4,12 @@
 -- Every key below carries the hash tag {pP}, so the script touches one slot and
 -- runs unchanged on Redis Cluster. The stream of partition P carries the same tag.
 --
--- KEYS[1] -> flashsale:{pP}:v:V            voucher hash: stock, limit, daily, start_ms, end_ms, expire_s
+-- KEYS[1] -> flashsale:{pP}:v:V            voucher hash: stock, limit, daily, start_ms, end_ms, expire_s, pool
 -- KEYS[2] -> flashsale:{pP}:v:V:users      hash user -> orders held (all time)
 -- KEYS[3] -> flashsale:{pP}:v:V:day:D      hash user -> orders taken on day D
 -- KEYS[4] -> flashsale:{pP}:v:V:idem:U:K   idempotency record (ignored when ARGV[4] == 0)
 -- KEYS[5] -> flashsale:{pP}:orders         the partition's order stream
+-- KEYS[6] -> flashsale:{pP}:v:V:pool       list of the items left (pooled kinds: envelopes, codes)
 --
 -- ARGV[1] -> user id
 -- ARGV[2] -> now, unix milliseconds (the caller's clock, so tests can move it)
@@ -18,13 +19,20 @@
 -- ARGV[6] -> voucher id (written into the entry)
 -- ARGV[7] -> quantity: units taken, all or nothing (1..1000; written into the entry)
 --
--- Returns {0, entry_id, replayed} when admitted, entry_id being the stream
--- entry "ms-seq" from which the caller derives the order id, replayed 1 when an
--- earlier admission under the same idempotency key is returned again.
+-- Two shapes of sale (pkg/sale): a count of identical units (pool = 0), or a
+-- pool of distinct items (pool = 1: envelopes, codes), where an admission
+-- pops one item, "no|amount|code", from KEYS[6] and is always of one unit;
+-- stock then counts the items left.
+--
+-- Returns {0, entry_id, replayed, item} when admitted, entry_id being the
+-- stream entry "ms-seq" from which the caller derives the order id, replayed
+-- 1 when an earlier admission under the same idempotency key is returned
+-- again, item the item taken ('' for units).
 -- Returns {code} when rejected: 1 voucher not found, 2 not started, 3 ended,
 -- 4 sold out (fewer than quantity units left), 5 user limit, 6 daily limit
 -- (limits count units), 7 stream sequence overflow (retry), 8 quantity above
--- the voucher's per-user limit (a bad request: it can never be admitted).
+-- the voucher's per-user limit, or above 1 for a pool (a bad request: it can
+-- never be admitted).
 -- Only admissions are remembered under the idempotency key: a rejection
 -- changed nothing, so its retry is simply decided again.
 
@@ -36,11 +44,13 @@ local qty = tonumber(ARGV[7])
 if idem_ttl > 0 then
   local prev = redis.call('GET', KEYS[4])
   if prev then
-    return {0, prev, 1}
+    -- "entry_id item" (item '' for units)
+    local id, item = string.match(prev, '^(%S+) ?(.*)$')
+    return {0, id, 1, item}
   end
 end
 
-local v = redis.call('HMGET', KEYS[1], 'stock', 'limit', 'daily', 'start_ms', 'end_ms', 'expire_s')
+local v = redis.call('HMGET', KEYS[1], 'stock', 'limit', 'daily', 'start_ms', 'end_ms', 'expire_s', 'pool')
 if not v[1] then
   return {1}
 end
@@ -53,7 +63,8 @@ if end_ms > 0 and now >= end_ms then
   return {3}
 end
 local limit = tonumber(v[2])
-if qty > limit then
+local pooled = v[7] == '1'
+if qty > limit or (pooled and qty ~= 1) then
   return {8}
 end
 if tonumber(v[1]) < qty then
@@ -67,13 +78,24 @@ if daily > 0 and (tonumber(redis.call('HGET', KEYS[3], user)) or 0) + qty > dail
   return {6}
 end
 
+local item = ''
+if pooled then
+  item = redis.call('LPOP', KEYS[6])
+  if not item then
+    return {4}
+  end
+end
+
 local id = redis.call('XADD', KEYS[5], '*', 'voucher_id', ARGV[6], 'user_id', user,
-  'created_ms', ARGV[2], 'day', ARGV[3], 'quantity', ARGV[7])
+  'created_ms', ARGV[2], 'day', ARGV[3], 'quantity', ARGV[7], 'item', item)
 -- The order id keeps 12 bits of the entry's per-millisecond sequence. More than
 -- 4096 entries in one millisecond in one partition cannot be numbered: undo.
 local seq = tonumber(string.match(id, '-(%d+)$'))
 if seq >= 4096 then
   redis.call('XDEL', KEYS[5], id)
+  if pooled then
+    redis.call('LPUSH', KEYS[6], item)
+  end
   return {7}
 end
 
@@ -89,6 +111,6 @@ if daily > 0 then
   redis.call('EXPIRE', KEYS[3], tonumber(ARGV[5]))
 end
 if idem_ttl > 0 then
-  redis.call('SET', KEYS[4], id, 'EX', idem_ttl)
+  redis.call('SET', KEYS[4], id .. ' ' .. item, 'EX', idem_ttl)
 end
-return {0, id, 0}
+return {0, id, 0, item}

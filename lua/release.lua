@@ -7,10 +7,13 @@
 -- KEYS[2] -> flashsale:{pP}:v:V:users      hash user -> orders held
 -- KEYS[3] -> flashsale:{pP}:v:V:day:D      hash user -> orders taken on day D
 -- KEYS[4] -> flashsale:{pP}:v:V:released   set of order ids already released
+-- KEYS[5] -> flashsale:{pP}:v:V:pool       list of the items left (pooled kinds)
 --
 -- ARGV[1] -> order id
 -- ARGV[2] -> user id
 -- ARGV[3] -> quantity: the order's units, given back together
+-- ARGV[4] -> the item given back to the pool, "no|amount|code"; '' for units
+--            (and for an order that never held its item)
 --
 -- Returns 1 when the reservation was given back now, 0 when it had been already
 -- (or the voucher is no longer in Redis, its sale long over: nothing to give).
@@ -27,7 +30,20 @@ if expire_s > 0 then
   redis.call('EXPIREAT', KEYS[4], expire_s, 'NX')
 end
 local qty = tonumber(ARGV[3])
-redis.call('HINCRBY', KEYS[1], 'stock', qty)
+-- A closed voucher (an envelope sale over and refunded, see rdb.ClosePool)
+-- takes no stock back: what was not grabbed went to the sender.
+local closed = redis.call('HGET', KEYS[1], 'closed') == '1'
+if not closed then
+  redis.call('HINCRBY', KEYS[1], 'stock', qty)
+end
+if ARGV[4] ~= '' and not closed then
+  -- At the head: the next claim sells it again. A pool emptied by its last
+  -- admission is gone, expiry and all: the push makes it anew.
+  redis.call('LPUSH', KEYS[5], ARGV[4])
+  if expire_s > 0 then
+    redis.call('EXPIREAT', KEYS[5], expire_s, 'NX')
+  end
+end
 -- The counts never go below zero (a count rebuilt by reconcile may already
 -- leave the order out).
 local held = tonumber(redis.call('HGET', KEYS[2], ARGV[2])) or 0

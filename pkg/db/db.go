@@ -12,7 +12,9 @@ import (
 	"gorm.io/gorm"
 	"gorm.io/gorm/logger"
 
+	"github.com/flashsale/flashsale/pkg/order"
 	"github.com/flashsale/flashsale/pkg/rdb"
+	"github.com/flashsale/flashsale/pkg/sale"
 )
 
 // Errors of the store.
@@ -29,8 +31,13 @@ var (
 type Voucher struct {
 	ID                    int64
 	Name                  string
-	Stock                 int64 // units not taken by a persisted order
+	Kind                  string // a kind of pkg/sale
+	Stock                 int64  // units not taken by a persisted order
 	StockTotal            int64
+	TotalAmount           int64 // envelopes: the amount split, in minor units
+	MinAmount             int64 // envelopes: the floor of one envelope
+	RefundedAmount        int64 // envelopes: what nobody grabbed, refunded once
+	RefundedAt            *time.Time
 	PerUserLimit          int64
 	PerUserDailyLimit     int64 // 0 = none
 	StartsAt              *time.Time
@@ -46,6 +53,9 @@ type Order struct {
 	UserID    string
 	Day       string // the sale-time-zone day (yyyymmdd) the order counted against
 	Quantity  int64  // units the order holds
+	Item      int64  // the item (envelope, code) it took of a pooled voucher; 0 for units
+	Amount    int64  // the envelope's amount
+	Code      string // the code
 	Status    string
 	Reason    string
 	CreatedAt time.Time
@@ -124,8 +134,11 @@ func Open(ctx context.Context, dsn string, opts Options) (*gorm.DB, error) {
 // Admission is the voucher's admission state for Redis with stock units
 // left to admit: the one conversion the gateway (warming), reconcile
 // (rebuilding) and tests share.
+//
+// A pooled voucher's pool (Items) is the caller's to fill.
 func (v Voucher) Admission(stock int64) rdb.Voucher {
-	a := rdb.Voucher{ID: v.ID, Stock: stock, PerUserLimit: v.PerUserLimit, PerUserDailyLimit: v.PerUserDailyLimit}
+	a := rdb.Voucher{ID: v.ID, Stock: stock, PerUserLimit: v.PerUserLimit, PerUserDailyLimit: v.PerUserDailyLimit,
+		Pooled: v.Traits().Pooled}
 	if v.StartsAt != nil {
 		a.StartsAt = *v.StartsAt
 	}
@@ -135,3 +148,9 @@ func (v Voucher) Admission(stock int64) rdb.Voucher {
 	a.ExpireAt = rdb.KeysExpireAt(a.EndsAt, time.Duration(v.PaymentTimeoutSeconds)*time.Second)
 	return a
 }
+
+// Traits are the traits of the voucher's kind of sale.
+func (v Voucher) Traits() sale.Traits { return sale.TraitsOf(v.Kind) }
+
+// ItemOf is the item order row o took (zero for units).
+func (o Order) ItemOf() order.Item { return order.Item{No: o.Item, Amount: o.Amount, Code: o.Code} }

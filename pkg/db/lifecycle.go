@@ -20,6 +20,9 @@ type Release struct {
 	UserID          string
 	Day             string
 	Quantity        int64 // units given back
+	Item            int64 // the item given back to the pool (0: none)
+	Amount          int64
+	Code            string
 	Reason          string
 	CreatedAt       time.Time
 	RedisReleasedAt *time.Time
@@ -27,12 +30,18 @@ type Release struct {
 
 // Order is the order this release is for, as the Redis release needs it.
 func (r Release) Order() order.Order {
-	return order.Order{ID: r.OrderID, VoucherID: r.VoucherID, UserID: r.UserID, Day: r.Day, Quantity: r.Quantity}
+	return order.Order{ID: r.OrderID, VoucherID: r.VoucherID, UserID: r.UserID, Day: r.Day, Quantity: r.Quantity,
+		Item: order.Item{No: r.Item, Amount: r.Amount, Code: r.Code}}
 }
 
-// releaseOf is the release row owed for failed order o.
+// releaseOf is the release row owed for failed order o. An order that
+// failed because another holds its item gives the item back to nobody.
 func releaseOf(o order.Order, reason string) Release {
-	return Release{OrderID: o.ID, VoucherID: o.VoucherID, UserID: o.UserID, Day: o.Day, Quantity: o.Units(), Reason: reason, CreatedAt: o.CreatedAt}
+	rel := Release{OrderID: o.ID, VoucherID: o.VoucherID, UserID: o.UserID, Day: o.Day, Quantity: o.Units(), Reason: reason, CreatedAt: o.CreatedAt}
+	if reason != ReasonItemTaken {
+		rel.Item, rel.Amount, rel.Code = o.Item.No, o.Item.Amount, o.Item.Code
+	}
+	return rel
 }
 
 func insertReleases(tx *gorm.DB, rs []Release) error {
@@ -56,7 +65,7 @@ func (s *Store) CancelExpired(ctx context.Context, now time.Time, limit int) ([]
 	var out []Release
 	err := s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
 		var due []Order
-		if err := tx.Raw(`SELECT id, voucher_id, user_id, day, quantity FROM orders
+		if err := tx.Raw(`SELECT id, voucher_id, user_id, day, quantity, item, amount, code FROM orders
 			WHERE status = ? AND expires_at <= ? ORDER BY expires_at LIMIT ? FOR UPDATE SKIP LOCKED`,
 			order.StatusCreated, now, limit).Scan(&due).Error; err != nil {
 			return fmt.Errorf("find expired orders: %w", err)
@@ -86,9 +95,13 @@ func (s *Store) CancelExpired(ctx context.Context, now time.Time, limit int) ([]
 				return fmt.Errorf("return %d units to voucher %d: %w", perVoucher[v], v, err)
 			}
 		}
+		if err := freeItems(tx, ids); err != nil {
+			return err
+		}
 		out = make([]Release, len(due))
 		for i, o := range due {
-			out[i] = Release{OrderID: o.ID, VoucherID: o.VoucherID, UserID: o.UserID, Day: o.Day, Quantity: o.Quantity, Reason: ReasonExpired, CreatedAt: now}
+			out[i] = Release{OrderID: o.ID, VoucherID: o.VoucherID, UserID: o.UserID, Day: o.Day, Quantity: o.Quantity,
+				Item: o.Item, Amount: o.Amount, Code: o.Code, Reason: ReasonExpired, CreatedAt: now}
 		}
 		return insertReleases(tx, out)
 	}, readCommitted)
@@ -123,8 +136,8 @@ func (s *Store) MarkReleased(ctx context.Context, orderIDs []int64, now time.Tim
 func (s *Store) RecordFailed(ctx context.Context, o order.Order, reason string) (order.Status, *Release, error) {
 	var status order.Status
 	err := s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
-		row := Order{ID: o.ID, VoucherID: o.VoucherID, UserID: o.UserID, Day: o.Day, Quantity: o.Units(), Status: string(order.StatusFailed),
-			Reason: reason, CreatedAt: o.CreatedAt, ExpiresAt: o.CreatedAt, UpdatedAt: o.CreatedAt}
+		row := rowOf(o, 0)
+		row.Status, row.Reason, row.ExpiresAt = string(order.StatusFailed), reason, o.CreatedAt
 		res := tx.Clauses(clause.Insert{Modifier: "IGNORE"}).Create(&row)
 		if res.Error != nil {
 			return fmt.Errorf("record failed order %d: %w", o.ID, res.Error)
@@ -171,7 +184,7 @@ func (s *Store) ActiveVouchers(ctx context.Context, now time.Time, since time.Du
 	return out, err
 }
 
-// LiveOrder is a created or paid order, as counting needs it.
+// LiveOrder is a live order, as counting needs it.
 type LiveOrder struct {
 	UserID    string
 	Day       string
@@ -179,11 +192,11 @@ type LiveOrder struct {
 	CreatedAt time.Time
 }
 
-// LiveOrders returns voucher v's created and paid orders.
+// LiveOrders returns voucher v's live orders (created, paid, completed).
 func (s *Store) LiveOrders(ctx context.Context, v int64) ([]LiveOrder, error) {
 	var out []LiveOrder
 	err := s.db.WithContext(ctx).Model(&Order{}).Select("user_id", "day", "quantity", "created_at").
-		Where("voucher_id = ? AND status IN ?", v, []order.Status{order.StatusCreated, order.StatusPaid}).Scan(&out).Error
+		Where("voucher_id = ? AND status IN ?", v, order.Live).Scan(&out).Error
 	return out, err
 }
 

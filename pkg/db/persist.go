@@ -11,6 +11,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/flashsale/flashsale/pkg/order"
+	"github.com/flashsale/flashsale/pkg/sale"
 )
 
 // Failure reasons recorded in orders.reason.
@@ -152,8 +153,10 @@ func (s *Store) insertAndSettle(tx *gorm.DB, orders []order.Order) ([]Order, err
 		metas[v], found[v] = meta, ok
 		for _, i := range perVoucher[v] {
 			o := orders[i]
-			rows[i] = Order{ID: o.ID, VoucherID: o.VoucherID, UserID: o.UserID, Day: o.Day, Quantity: o.Units(), Status: string(order.StatusCreated),
-				CreatedAt: o.CreatedAt, ExpiresAt: o.CreatedAt.Add(meta.paymentTimeout), UpdatedAt: o.CreatedAt}
+			rows[i] = rowOf(o, meta.paymentTimeout)
+			if meta.traits.NoPayment {
+				rows[i].Status, rows[i].ExpiresAt = string(order.StatusCompleted), o.CreatedAt
+			}
 			if !ok {
 				rows[i].Status, rows[i].Reason, rows[i].ExpiresAt = string(order.StatusFailed), ReasonVoucherNotFound, o.CreatedAt
 			}
@@ -177,12 +180,21 @@ func (s *Store) insertAndSettle(tx *gorm.DB, orders []order.Order) ([]Order, err
 	return rows, markFailed(tx, failed)
 }
 
+// rowOf is the row of new order o, created, with payment window timeout.
+func rowOf(o order.Order, timeout time.Duration) Order {
+	return Order{ID: o.ID, VoucherID: o.VoucherID, UserID: o.UserID, Day: o.Day, Quantity: o.Units(),
+		Item: o.Item.No, Amount: o.Item.Amount, Code: o.Item.Code, Status: string(order.StatusCreated),
+		CreatedAt: o.CreatedAt, ExpiresAt: o.CreatedAt.Add(timeout), UpdatedAt: o.CreatedAt}
+}
+
 // settleVoucher takes voucher v's row lock and decides which of its just
 // inserted orders idx keep their units: the per-user limit counts the units
 // of every live order (this batch's included, so a user's orders beyond it
-// fail, last first), and no more units than the stock left are taken, an
-// order all or nothing. It takes the units of those that stay created and
-// returns the ones that must fail, with status and reason set.
+// fail, last first), no more units than the stock left are taken, an order
+// all or nothing, and an order of a pooled voucher keeps its item only if
+// no other order holds it (each item is one row of items, given to its
+// order by a conditional update). It takes the units of those that stay
+// and returns the ones that must fail, with status and reason set.
 func settleVoucher(tx *gorm.DB, v int64, meta voucherMeta, rows []Order, idx []int) ([]Order, error) {
 	var stock int64
 	if err := tx.Raw("SELECT stock FROM vouchers WHERE id = ? FOR UPDATE", v).Scan(&stock).Error; err != nil {
@@ -198,6 +210,11 @@ func settleVoucher(tx *gorm.DB, v int64, meta voucherMeta, rows []Order, idx []i
 	if err != nil {
 		return nil, err
 	}
+	holders, err := itemHolders(tx, v, rows, idx)
+	if err != nil {
+		return nil, err
+	}
+	var withItem []*Order
 	// What each user held before this batch, plus what it keeps of it.
 	for u, n := range inBatch {
 		held[u] -= n
@@ -207,6 +224,8 @@ func settleVoucher(tx *gorm.DB, v int64, meta voucherMeta, rows []Order, idx []i
 	for _, i := range idx {
 		r := &rows[i]
 		switch {
+		case r.Item > 0 && holders[r.Item] != 0:
+			r.Status, r.Reason = string(order.StatusFailed), ReasonItemTaken
 		case held[r.UserID]+r.Quantity > meta.perUserLimit:
 			r.Status, r.Reason = string(order.StatusFailed), ReasonUserLimit
 		case taken+r.Quantity > stock:
@@ -214,6 +233,10 @@ func settleVoucher(tx *gorm.DB, v int64, meta voucherMeta, rows []Order, idx []i
 		default:
 			held[r.UserID] += r.Quantity
 			taken += r.Quantity
+			if r.Item > 0 {
+				holders[r.Item] = r.ID // a second order with the same item fails
+				withItem = append(withItem, r)
+			}
 			continue
 		}
 		r.ExpiresAt = r.CreatedAt
@@ -224,7 +247,7 @@ func settleVoucher(tx *gorm.DB, v int64, meta voucherMeta, rows []Order, idx []i
 			return nil, fmt.Errorf("take %d of voucher %d: %w", taken, v, err)
 		}
 	}
-	return refused, nil
+	return refused, assignItems(tx, v, withItem)
 }
 
 // markFailed turns just inserted orders into failed ones, with reason, and
@@ -237,7 +260,8 @@ func markFailed(tx *gorm.DB, failed []Order) error {
 	owed := make([]Release, len(failed))
 	for i, r := range failed {
 		byReason[r.Reason] = append(byReason[r.Reason], r.ID)
-		owed[i] = Release{OrderID: r.ID, VoucherID: r.VoucherID, UserID: r.UserID, Day: r.Day, Quantity: r.Quantity, Reason: r.Reason, CreatedAt: r.CreatedAt}
+		o := order.Order{ID: r.ID, VoucherID: r.VoucherID, UserID: r.UserID, Day: r.Day, Quantity: r.Quantity, CreatedAt: r.CreatedAt, Item: r.ItemOf()}
+		owed[i] = releaseOf(o, r.Reason)
 	}
 	for reason, ids := range byReason {
 		if err := tx.Exec("UPDATE orders SET status = ?, reason = ?, expires_at = created_at WHERE id IN ?", order.StatusFailed, reason, ids).Error; err != nil {
@@ -279,14 +303,14 @@ func insertOrders(tx *gorm.DB, rows []Order) error {
 	}
 	var b strings.Builder
 	b.Grow(120 + 22*len(rows))
-	b.WriteString("INSERT INTO orders (id, voucher_id, user_id, day, quantity, status, reason, created_at, expires_at, updated_at) VALUES ")
-	args := make([]any, 0, 10*len(rows))
+	b.WriteString("INSERT INTO orders (id, voucher_id, user_id, day, quantity, item, amount, code, status, reason, created_at, expires_at, updated_at) VALUES ")
+	args := make([]any, 0, 13*len(rows))
 	for i, r := range rows {
 		if i > 0 {
 			b.WriteByte(',')
 		}
-		b.WriteString("(?,?,?,?,?,?,?,?,?,?)")
-		args = append(args, r.ID, r.VoucherID, r.UserID, r.Day, r.Quantity, r.Status, r.Reason, r.CreatedAt, r.ExpiresAt, r.UpdatedAt)
+		b.WriteString("(?,?,?,?,?,?,?,?,?,?,?,?,?)")
+		args = append(args, r.ID, r.VoucherID, r.UserID, r.Day, r.Quantity, r.Item, r.Amount, r.Code, r.Status, r.Reason, r.CreatedAt, r.ExpiresAt, r.UpdatedAt)
 	}
 	if err := tx.Exec(b.String(), args...).Error; err != nil {
 		return fmt.Errorf("insert %d orders: %w", len(rows), err)
@@ -297,14 +321,14 @@ func insertOrders(tx *gorm.DB, rows []Order) error {
 func isDuplicateKey(err error) bool { return ErrorNumber(err) == ErrNumDupEntry }
 
 // liveCounts returns how many units of voucher v each of users holds in
-// created or paid orders.
+// live orders.
 func liveCounts(tx *gorm.DB, v int64, users []string) (map[string]int64, error) {
 	var rows []struct {
 		UserID string
 		N      int64
 	}
 	err := tx.Raw(`SELECT user_id, SUM(quantity) AS n FROM orders WHERE voucher_id = ? AND user_id IN ? AND status IN ?
-		GROUP BY user_id`, v, users, []order.Status{order.StatusCreated, order.StatusPaid}).Scan(&rows).Error
+		GROUP BY user_id`, v, users, order.Live).Scan(&rows).Error
 	if err != nil {
 		return nil, fmt.Errorf("count orders per user of voucher %d: %w", v, err)
 	}
@@ -319,6 +343,7 @@ func liveCounts(tx *gorm.DB, v int64, users []string) (map[string]int64, error) 
 type voucherMeta struct {
 	paymentTimeout time.Duration
 	perUserLimit   int64
+	traits         sale.Traits
 }
 
 func (s *Store) voucherMeta(tx *gorm.DB, v int64) (voucherMeta, bool, error) {
@@ -328,15 +353,17 @@ func (s *Store) voucherMeta(tx *gorm.DB, v int64) (voucherMeta, bool, error) {
 	var row struct {
 		PaymentTimeoutSeconds int64
 		PerUserLimit          int64
+		Kind                  string
 	}
-	q := tx.Raw("SELECT payment_timeout_seconds, per_user_limit FROM vouchers WHERE id = ?", v).Scan(&row)
+	q := tx.Raw("SELECT payment_timeout_seconds, per_user_limit, kind FROM vouchers WHERE id = ?", v).Scan(&row)
 	if q.Error != nil {
 		return voucherMeta{}, false, fmt.Errorf("read voucher %d: %w", v, q.Error)
 	}
 	if q.RowsAffected == 0 {
 		return voucherMeta{}, false, nil
 	}
-	m := voucherMeta{paymentTimeout: time.Duration(row.PaymentTimeoutSeconds) * time.Second, perUserLimit: row.PerUserLimit}
+	m := voucherMeta{paymentTimeout: time.Duration(row.PaymentTimeoutSeconds) * time.Second, perUserLimit: row.PerUserLimit,
+		traits: sale.TraitsOf(row.Kind)}
 	s.meta.Store(v, m)
 	return m, true, nil
 }

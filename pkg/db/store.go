@@ -25,17 +25,29 @@ func New(db *gorm.DB) *Store { return &Store{db: db} }
 // DB is the underlying handle, for tests and readiness checks.
 func (s *Store) DB() *gorm.DB { return s.db }
 
-// CreateVoucher inserts v and sets v.ID.
-func (s *Store) CreateVoucher(ctx context.Context, v *Voucher) error {
-	if err := s.db.WithContext(ctx).Create(v).Error; err != nil {
+// CreateVoucher inserts v, and the items of its pool if it has one, in one
+// transaction, and sets v.ID.
+func (s *Store) CreateVoucher(ctx context.Context, v *Voucher, items []order.Item) error {
+	err := s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		if err := tx.Create(v).Error; err != nil {
+			return err
+		}
+		return insertItems(tx, v.ID, items)
+	})
+	if err != nil {
 		return fmt.Errorf("create voucher: %w", err)
 	}
 	return nil
 }
 
-// DeleteVoucher removes a voucher that was never put on sale.
+// DeleteVoucher removes a voucher that was never put on sale, and its items.
 func (s *Store) DeleteVoucher(ctx context.Context, id int64) error {
-	return s.db.WithContext(ctx).Delete(&Voucher{}, id).Error
+	return s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		if err := tx.Exec("DELETE FROM items WHERE voucher_id = ?", id).Error; err != nil {
+			return err
+		}
+		return tx.Delete(&Voucher{}, id).Error
+	})
 }
 
 // Voucher reads voucher id.
@@ -61,7 +73,7 @@ func (s *Store) OrderCounts(ctx context.Context, v int64) (map[order.Status]int6
 	}
 	err := s.db.WithContext(ctx).Model(&Order{}).Select("status, COUNT(*) AS n").
 		Where("voucher_id = ?", v).Group("status").Scan(&rows).Error
-	out := map[order.Status]int64{order.StatusCreated: 0, order.StatusPaid: 0, order.StatusCancelled: 0, order.StatusFailed: 0}
+	out := map[order.Status]int64{order.StatusCreated: 0, order.StatusPaid: 0, order.StatusCompleted: 0, order.StatusCancelled: 0, order.StatusFailed: 0}
 	for _, r := range rows {
 		out[order.Status(r.Status)] = r.N
 	}

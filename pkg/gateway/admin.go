@@ -1,9 +1,11 @@
 package gateway
 
 import (
+	crand "crypto/rand"
 	"encoding/json"
 	"errors"
 	"io"
+	"math/rand/v2"
 	"mime"
 	"net/http"
 	"strings"
@@ -14,32 +16,52 @@ import (
 	"github.com/flashsale/flashsale/pkg/db"
 	"github.com/flashsale/flashsale/pkg/order"
 	"github.com/flashsale/flashsale/pkg/rdb"
+	"github.com/flashsale/flashsale/pkg/sale"
 )
+
+// newRand is a generator seeded from the operating system, for drawing
+// envelope amounts nobody can predict.
+func newRand() *rand.Rand {
+	var seed [32]byte
+	_, _ = crand.Read(seed[:]) // never fails on Linux (crypto/rand doc)
+	return rand.New(rand.NewChaCha8(seed))
+}
 
 // Bounds of a voucher.
 const (
-	maxBodyBytes          = 64 << 10
-	maxStock              = 10_000_000
+	maxBodyBytes = 64 << 10
+	// maxCreateBytes bounds the body that creates a voucher: 100,000 codes
+	// of 64 characters, quoted, fit.
+	maxCreateBytes        = 8 << 20
 	maxPerUserLimit       = 1_000
 	maxPaymentTimeout     = 7 * 24 * 3600
 	defaultPaymentTimeout = 15 * 60
 )
 
 type createVoucherRequest struct {
-	Name                  string  `json:"name"`
-	Stock                 *int64  `json:"stock"`
-	PerUserLimit          *int64  `json:"per_user_limit"`
-	PerUserDailyLimit     *int64  `json:"per_user_daily_limit"`
-	StartsAt              *string `json:"starts_at"`
-	EndsAt                *string `json:"ends_at"`
-	PaymentTimeoutSeconds *int64  `json:"payment_timeout_seconds"`
+	Name string `json:"name"`
+	// Kind is a kind of pkg/sale; the fields after it belong to kinds.
+	Kind                  string   `json:"kind"`
+	Stock                 *int64   `json:"stock"`
+	TotalAmount           *int64   `json:"total_amount"`
+	Count                 *int64   `json:"count"`
+	MinAmount             *int64   `json:"min_amount"`
+	Codes                 []string `json:"codes"`
+	PerUserLimit          *int64   `json:"per_user_limit"`
+	PerUserDailyLimit     *int64   `json:"per_user_daily_limit"`
+	StartsAt              *string  `json:"starts_at"`
+	EndsAt                *string  `json:"ends_at"`
+	PaymentTimeoutSeconds *int64   `json:"payment_timeout_seconds"`
 }
 
 type voucherJSON struct {
 	ID                    string     `json:"id"`
 	Name                  string     `json:"name"`
+	Kind                  string     `json:"kind"`
 	Stock                 int64      `json:"stock"`
 	StockTotal            int64      `json:"stock_total"`
+	TotalAmount           int64      `json:"total_amount,omitempty"`
+	MinAmount             int64      `json:"min_amount,omitempty"`
 	PerUserLimit          int64      `json:"per_user_limit"`
 	PerUserDailyLimit     int64      `json:"per_user_daily_limit"`
 	StartsAt              *time.Time `json:"starts_at,omitempty"`
@@ -49,7 +71,8 @@ type voucherJSON struct {
 }
 
 func voucherOut(v db.Voucher) voucherJSON {
-	return voucherJSON{ID: idString(v.ID), Name: v.Name, Stock: v.Stock, StockTotal: v.StockTotal,
+	return voucherJSON{ID: idString(v.ID), Name: v.Name, Kind: v.Kind, Stock: v.Stock, StockTotal: v.StockTotal,
+		TotalAmount: v.TotalAmount, MinAmount: v.MinAmount,
 		PerUserLimit: v.PerUserLimit, PerUserDailyLimit: v.PerUserDailyLimit, StartsAt: v.StartsAt,
 		EndsAt: v.EndsAt, PaymentTimeoutSeconds: v.PaymentTimeoutSeconds, CreatedAt: v.CreatedAt}
 }
@@ -57,12 +80,17 @@ func voucherOut(v db.Voucher) voucherJSON {
 // decodeJSON reads one JSON object of at most maxBodyBytes with no unknown
 // fields into dst.
 func decodeJSON(w http.ResponseWriter, r *http.Request, dst any) error {
+	return decodeJSONUpTo(w, r, dst, maxBodyBytes)
+}
+
+// decodeJSONUpTo is decodeJSON with a body of at most limit bytes.
+func decodeJSONUpTo(w http.ResponseWriter, r *http.Request, dst any, limit int64) error {
 	if ct := r.Header.Get("Content-Type"); ct != "" {
 		if mt, _, err := mime.ParseMediaType(ct); err != nil || mt != "application/json" {
 			return &apiError{http.StatusUnsupportedMediaType, "unsupported_media_type", "the body must be application/json"}
 		}
 	}
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxBodyBytes))
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, limit))
 	dec.DisallowUnknownFields()
 	err := dec.Decode(dst)
 	if err == nil && dec.Decode(&struct{}{}) != io.EOF {
@@ -117,16 +145,39 @@ func intField(field string, v *int64, def, lo, hi int64) (int64, error) {
 	return *v, nil
 }
 
-func (req createVoucherRequest) voucher(now time.Time) (db.Voucher, error) {
+// voucher checks the request and returns the voucher and, for a pooled
+// kind, its items, as its kind plans them (pkg/sale).
+func (req createVoucherRequest) voucher(now time.Time, rnd *rand.Rand) (db.Voucher, []order.Item, error) {
+	v, err := req.common(now)
+	if err != nil {
+		return v, nil, err
+	}
+	kind, err := sale.Lookup(req.Kind)
+	if err != nil {
+		return v, nil, badRequest("invalid_field", "kind must be one of "+strings.Join(sale.Names(), ", "))
+	}
+	plan, err := kind.Plan(sale.Spec{Stock: req.Stock, TotalAmount: req.TotalAmount, Count: req.Count,
+		MinAmount: req.MinAmount, Codes: req.Codes}, rnd)
+	var fe *sale.FieldError
+	switch {
+	case errors.As(err, &fe) && fe.Missing:
+		return v, nil, badRequest("missing_field", fe.Msg)
+	case errors.As(err, &fe):
+		return v, nil, badRequest("invalid_field", fe.Msg)
+	case err != nil:
+		return v, nil, err
+	}
+	v.Kind, v.Stock, v.StockTotal, v.TotalAmount, v.MinAmount = kind.Name(), plan.Stock, plan.Stock, plan.TotalAmount, plan.MinAmount
+	return v, plan.Items, nil
+}
+
+// common checks the fields every kind has.
+func (req createVoucherRequest) common(now time.Time) (db.Voucher, error) {
 	v := db.Voucher{Name: strings.TrimSpace(req.Name), CreatedAt: now.UTC().Truncate(time.Millisecond)}
 	if v.Name == "" || len(v.Name) > 128 {
 		return v, badRequest("invalid_field", "name is required, at most 128 bytes")
 	}
 	var err error
-	if v.StockTotal, err = intField("stock", req.Stock, -1, 1, maxStock); err != nil {
-		return v, err
-	}
-	v.Stock = v.StockTotal
 	if v.PerUserLimit, err = intField("per_user_limit", req.PerUserLimit, 1, 1, maxPerUserLimit); err != nil {
 		return v, err
 	}
@@ -160,37 +211,43 @@ func (g *Gateway) createVoucher(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var req createVoucherRequest
-	if err := decodeJSON(w, r, &req); err != nil {
+	if err := decodeJSONUpTo(w, r, &req, maxCreateBytes); err != nil {
 		g.fail(w, r, err)
 		return
 	}
-	v, err := req.voucher(g.now())
+	v, items, err := req.voucher(g.now(), newRand())
 	if err != nil {
 		g.fail(w, r, err)
 		return
 	}
 	ctx := r.Context()
-	if err := g.db.CreateVoucher(ctx, &v); err != nil {
+	if err := g.db.CreateVoucher(ctx, &v, items); err != nil {
 		g.fail(w, r, err)
 		return
 	}
-	if err := g.redis.PutVoucher(ctx, v.Admission(v.Stock)); err != nil {
+	a := v.Admission(v.Stock)
+	a.Items = items
+	if err := g.redis.PutVoucher(ctx, a); err != nil {
 		if derr := g.db.DeleteVoucher(ctx, v.ID); derr != nil {
 			err = errors.Join(err, derr)
 		}
 		g.fail(w, r, err)
 		return
 	}
-	g.log.Info("voucher created", zap.Int64("voucher_id", v.ID), zap.Int64("stock", v.Stock))
+	g.log.Info("voucher created", zap.Int64("voucher_id", v.ID), zap.String("kind", v.Kind), zap.Int64("stock", v.Stock))
 	writeJSON(w, http.StatusCreated, voucherOut(v))
 }
 
 type voucherStatusJSON struct {
 	voucherJSON
-	RemainingRedis *int64                 `json:"remaining_redis"`
-	RemainingMySQL int64                  `json:"remaining_mysql"`
-	Orders         map[order.Status]int64 `json:"orders"`
-	Stream         rdb.Backlog            `json:"stream"`
+	RemainingRedis *int64 `json:"remaining_redis"`
+	RemainingMySQL int64  `json:"remaining_mysql"`
+	// Envelopes: the money in envelopes nobody holds, and what was refunded
+	// to the sender when the sale was over.
+	RemainingAmount *int64                 `json:"remaining_amount,omitempty"`
+	RefundedAmount  *int64                 `json:"refunded_amount,omitempty"`
+	Orders          map[order.Status]int64 `json:"orders"`
+	Stream          rdb.Backlog            `json:"stream"`
 }
 
 // getVoucher: GET /admin/v1/vouchers/{id}: the voucher as both stores see it.
@@ -212,6 +269,14 @@ func (g *Gateway) getVoucher(w http.ResponseWriter, r *http.Request) {
 	if out.Orders, err = g.db.OrderCounts(ctx, id); err != nil {
 		g.fail(w, r, err)
 		return
+	}
+	if v.TotalAmount > 0 {
+		a, err := g.db.VoucherAmounts(ctx, id)
+		if err != nil {
+			g.fail(w, r, err)
+			return
+		}
+		out.RemainingAmount, out.RefundedAmount = &a.Remaining, &v.RefundedAmount
 	}
 	n, found, err := g.redis.RemainingStock(ctx, id)
 	if err != nil {

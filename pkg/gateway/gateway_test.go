@@ -160,7 +160,7 @@ func TestClaimToPaidOrder(t *testing.T) {
 	require.EqualValues(t, 3, status.Body["stock_total"])
 	require.EqualValues(t, 2, status.Body["remaining_redis"])
 	require.EqualValues(t, 2, status.Body["remaining_mysql"])
-	require.Equal(t, map[string]any{"created": 0.0, "paid": 1.0, "cancelled": 0.0, "failed": 0.0}, status.Body["orders"])
+	require.Equal(t, map[string]any{"created": 0.0, "paid": 1.0, "cancelled": 0.0, "failed": 0.0, "completed": 0.0}, status.Body["orders"])
 	require.EqualValues(t, 0, status.Body["stream"].(map[string]any)["length"])
 }
 
@@ -281,7 +281,27 @@ func TestBadVoucherInputWritesNothing(t *testing.T) {
 		{"starts at the epoch", `{"name":"a","stock":5,"starts_at":"1970-01-01T00:00:00Z"}`, "", 400, "invalid_field"},
 		{"ends past 9999 by offset", `{"name":"a","stock":5,"ends_at":"9999-12-31T23:00:00-05:00"}`, "", 400, "invalid_field"},
 		{"zero payment timeout", `{"name":"a","stock":5,"payment_timeout_seconds":0}`, "", 400, "invalid_field"},
-		{"oversized body", `{"name":"` + strings.Repeat("x", 70<<10) + `","stock":1}`, "", 413, "body_too_large"},
+		{"unknown kind", `{"name":"a","kind":"lottery","stock":5}`, "", 400, "invalid_field"},
+		{"kind as number", `{"name":"a","kind":1,"stock":5}`, "", 400, "invalid_field"},
+		{"units with codes", `{"name":"a","stock":5,"codes":["A"]}`, "", 400, "invalid_field"},
+		{"envelope with stock", `{"name":"a","kind":"envelope","stock":5,"total_amount":100,"count":5}`, "", 400, "invalid_field"},
+		{"envelope without total", `{"name":"a","kind":"envelope","count":5}`, "", 400, "missing_field"},
+		{"envelope without count", `{"name":"a","kind":"envelope","total_amount":100}`, "", 400, "missing_field"},
+		{"envelope of zero count", `{"name":"a","kind":"envelope","total_amount":100,"count":0}`, "", 400, "invalid_field"},
+		{"envelope count too large", `{"name":"a","kind":"envelope","total_amount":1000000,"count":100001}`, "", 400, "invalid_field"},
+		{"envelope floor above the average", `{"name":"a","kind":"envelope","total_amount":10,"count":5,"min_amount":3}`, "", 400, "invalid_field"},
+		{"envelope of zero floor", `{"name":"a","kind":"envelope","total_amount":10,"count":5,"min_amount":0}`, "", 400, "invalid_field"},
+		{"envelope fractional amount", `{"name":"a","kind":"envelope","total_amount":10.5,"count":5}`, "", 400, "invalid_field"},
+		{"envelope negative amount", `{"name":"a","kind":"envelope","total_amount":-10,"count":5}`, "", 400, "invalid_field"},
+		{"codes missing", `{"name":"a","kind":"codes"}`, "", 400, "missing_field"},
+		{"codes empty", `{"name":"a","kind":"codes","codes":[]}`, "", 400, "invalid_field"},
+		{"codes repeated", `{"name":"a","kind":"codes","codes":["A-1","A-1"]}`, "", 400, "invalid_field"},
+		{"code with a space", `{"name":"a","kind":"codes","codes":["A 1"]}`, "", 400, "invalid_field"},
+		{"code with a bar", `{"name":"a","kind":"codes","codes":["A|1"]}`, "", 400, "invalid_field"},
+		{"code too long", `{"name":"a","kind":"codes","codes":["` + strings.Repeat("x", 65) + `"]}`, "", 400, "invalid_field"},
+		{"code empty", `{"name":"a","kind":"codes","codes":[""]}`, "", 400, "invalid_field"},
+		{"code as number", `{"name":"a","kind":"codes","codes":[12]}`, "", 400, "invalid_field"},
+		{"oversized body", `{"name":"` + strings.Repeat("x", 9<<20) + `","stock":1}`, "", 413, "body_too_large"},
 		{"wrong content type", `{"name":"a","stock":1}`, "text/plain", 415, "unsupported_media_type"},
 	}
 	for _, tt := range tests {

@@ -16,6 +16,8 @@ type orderJSON struct {
 	VoucherID string     `json:"voucher_id"`
 	UserID    string     `json:"user_id"`
 	Quantity  int64      `json:"quantity"`
+	Amount    int64      `json:"amount,omitempty"` // an envelope's amount, in minor units
+	Code      string     `json:"code,omitempty"`   // a code, once paid (see fromRow)
 	Status    string     `json:"status"`
 	CreatedAt time.Time  `json:"created_at"`
 	ExpiresAt *time.Time `json:"expires_at,omitempty"`
@@ -24,7 +26,13 @@ type orderJSON struct {
 
 func fromRow(o db.Order) orderJSON {
 	j := orderJSON{OrderID: idString(o.ID), VoucherID: idString(o.VoucherID), UserID: o.UserID, Quantity: max(o.Quantity, 1),
-		Status: o.Status, CreatedAt: o.CreatedAt, PaidAt: o.PaidAt}
+		Amount: o.Amount, Status: o.Status, CreatedAt: o.CreatedAt, PaidAt: o.PaidAt}
+	// A code is shown to its owner (only an owner sees an order) once the
+	// order is paid: an unpaid order may be cancelled and its code sold to
+	// somebody else, who must be the only one to have seen it.
+	if o.Status == string(order.StatusPaid) {
+		j.Code = o.Code
+	}
 	if o.Status == string(order.StatusCreated) || o.Status == string(order.StatusPaid) {
 		j.ExpiresAt = &o.ExpiresAt
 	}
@@ -58,7 +66,7 @@ func (g *Gateway) findOrder(r *http.Request, id int64, user string) (orderJSON, 
 				return orderJSON{}, errOrderMissing
 			}
 			return orderJSON{OrderID: idString(id), VoucherID: idString(p.VoucherID), UserID: p.UserID, Quantity: p.Units(),
-				Status: string(order.StatusPending), CreatedAt: p.CreatedAt}, nil
+				Amount: p.Item.Amount, Status: string(order.StatusPending), CreatedAt: p.CreatedAt}, nil
 		}
 		// Not in the stream either: it may have been persisted in between.
 	}

@@ -26,7 +26,18 @@ const (
 	// StatusFailed: admitted by Redis but refused by MySQL (e.g. no stock
 	// left there); its Redis reservation was released.
 	StatusFailed Status = "failed"
+	// StatusCompleted: persisted, and final without a payment (a red
+	// envelope grab): it never expires.
+	StatusCompleted Status = "completed"
 )
+
+// Live are the statuses of an order that holds its units (and its item).
+var Live = []Status{StatusCreated, StatusPaid, StatusCompleted}
+
+// IsLive reports whether s holds its units.
+func (s Status) IsLive() bool {
+	return s == StatusCreated || s == StatusPaid || s == StatusCompleted
+}
 
 // Order is one admitted claim as it travels through the stream.
 type Order struct {
@@ -40,6 +51,65 @@ type Order struct {
 	// MaxQuantity. Per-user and per-day limits count units. Zero, in an
 	// order built by hand, means 1 (see Units).
 	Quantity int64
+	// Item is what the order took from a pooled voucher's pool (an
+	// envelope, a code); zero for a voucher of units.
+	Item Item
+}
+
+// Item is one envelope or code of a pooled voucher. No numbers the items of
+// a voucher from 1; Amount is an envelope's amount in minor units, Code a
+// code's text.
+type Item struct {
+	No     int64
+	Amount int64
+	Code   string
+}
+
+// IsZero reports an order that took no item.
+func (i Item) IsZero() bool { return i.No == 0 }
+
+// Encode is the item as the pool in Redis and the stream entry hold it:
+// "no|amount|code". A code never holds '|' (see MaxCodeLen).
+func (i Item) Encode() string {
+	if i.IsZero() {
+		return ""
+	}
+	return strconv.FormatInt(i.No, 10) + "|" + strconv.FormatInt(i.Amount, 10) + "|" + i.Code
+}
+
+// MaxCodeLen bounds a code: 1 to 64 characters of A-Z a-z 0-9 - _.
+const MaxCodeLen = 64
+
+// ValidCode reports whether c is a code a pool may hold.
+func ValidCode(c string) bool {
+	if len(c) == 0 || len(c) > MaxCodeLen {
+		return false
+	}
+	for i := 0; i < len(c); i++ {
+		b := c[i]
+		if !('a' <= b && b <= 'z' || 'A' <= b && b <= 'Z' || '0' <= b && b <= '9' || b == '-' || b == '_') {
+			return false
+		}
+	}
+	return true
+}
+
+// ErrBadItem reports an encoded item that Encode did not make.
+var ErrBadItem = errors.New("order: malformed item")
+
+// ParseItem reads what Encode wrote; "" is the zero Item.
+func ParseItem(s string) (Item, error) {
+	if s == "" {
+		return Item{}, nil
+	}
+	no, rest, ok1 := strings.Cut(s, "|")
+	amount, code, ok2 := strings.Cut(rest, "|")
+	n, err1 := strconv.ParseInt(no, 10, 64)
+	a, err2 := strconv.ParseInt(amount, 10, 64)
+	if !ok1 || !ok2 || err1 != nil || err2 != nil || n < 1 || a < 0 || (code != "" && !ValidCode(code)) {
+		return Item{}, fmt.Errorf("%w: %q", ErrBadItem, s)
+	}
+	return Item{No: n, Amount: a, Code: code}, nil
 }
 
 // MaxQuantity bounds the units of one order (a voucher's per-user limit

@@ -14,6 +14,7 @@ import "strconv"
 //	flashsale:{pP}:v:V:day:YYYYMMDD    hash user -> orders taken that day
 //	flashsale:{pP}:v:V:idem:U:K        idempotency record of user U, key K
 //	flashsale:{pP}:v:V:released        set of order ids whose reservation was given back
+//	flashsale:{pP}:v:V:pool            list of the items left of a pooled voucher ("no|amount|code")
 
 func partitionPrefix(p int) string { return "flashsale:{p" + strconv.Itoa(p) + "}:" }
 
@@ -29,6 +30,7 @@ func voucherKey(p int, v int64) string {
 func usersKey(p int, v int64) string           { return voucherKey(p, v) + ":users" }
 func dayKey(p int, v int64, day string) string { return voucherKey(p, v) + ":day:" + day }
 func releasedKey(p int, v int64) string        { return voucherKey(p, v) + ":released" }
+func poolKey(p int, v int64) string            { return voucherKey(p, v) + ":pool" }
 func idemKey(p int, v int64, user, key string) string {
 	return voucherKey(p, v) + ":idem:" + user + ":" + key
 }

@@ -94,6 +94,12 @@ type Voucher struct {
 	// ExpireAt is when every key of the voucher expires (see KeysExpireAt);
 	// zero: never (a sale without an end).
 	ExpireAt time.Time
+	// Pooled: admissions take items of the pool (pkg/sale); Items is the
+	// pool, in the order it is handed out, and Stock its length.
+	Pooled bool
+	Items  []order.Item
+	// Closed: the pool was closed for good (ClosePool).
+	Closed bool
 }
 
 // KeysOutliveSale is how long a voucher's keys outlive the end of its sale
@@ -121,17 +127,46 @@ func (s *Store) PutVoucher(ctx context.Context, v Voucher) error {
 	return err
 }
 
-// putVoucherHash writes the voucher hash and its expiry. The users hash
-// and the released set take the same expiry from the hash's expire_s when
-// the scripts create them.
+// putVoucherHash writes the voucher hash and its expiry, and a pooled
+// voucher's pool. The users hash and the released set take the same expiry
+// from the hash's expire_s when the scripts create them.
 func putVoucherHash(ctx context.Context, pipe redis.Pipeliner, p int, v Voucher) {
 	key := voucherKey(p, v.ID)
 	pipe.HSet(ctx, key, "stock", v.Stock, "limit", v.PerUserLimit, "daily", v.PerUserDailyLimit,
-		"start_ms", unixMs(v.StartsAt), "end_ms", unixMs(v.EndsAt), "expire_s", unixS(v.ExpireAt))
-	if v.ExpireAt.IsZero() {
+		"start_ms", unixMs(v.StartsAt), "end_ms", unixMs(v.EndsAt), "expire_s", unixS(v.ExpireAt),
+		"pool", bit(v.Pooled), "closed", bit(v.Closed))
+	expire(ctx, pipe, key, v.ExpireAt)
+	if !v.Pooled {
+		return
+	}
+	pk := poolKey(p, v.ID)
+	pipe.Del(ctx, pk)
+	for i := 0; i < len(v.Items); i += 1000 {
+		chunk := v.Items[i:min(i+1000, len(v.Items))]
+		items := make([]any, len(chunk))
+		for j, it := range chunk {
+			items[j] = it.Encode()
+		}
+		pipe.RPush(ctx, pk, items...)
+	}
+	if len(v.Items) > 0 {
+		expire(ctx, pipe, pk, v.ExpireAt)
+	}
+}
+
+func bit(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// expire makes key go at at, or never when at is zero.
+func expire(ctx context.Context, pipe redis.Pipeliner, key string, at time.Time) {
+	if at.IsZero() {
 		pipe.Persist(ctx, key)
 	} else {
-		pipe.ExpireAt(ctx, key, v.ExpireAt)
+		pipe.ExpireAt(ctx, key, at)
 	}
 }
 
@@ -188,6 +223,8 @@ type Admission struct {
 	OrderID int64
 	// Replayed: an earlier admission under the same idempotency key.
 	Replayed bool
+	// Item is what the order took of a pooled voucher (zero for units).
+	Item order.Item
 }
 
 // Admit runs the admission script for c. Rejections are the Err* sentinels.
@@ -268,7 +305,7 @@ func (s *Store) admitArgs(c Claim) ([]string, []any) {
 			ttl = 1
 		}
 	}
-	keys := []string{voucherKey(p, c.VoucherID), usersKey(p, c.VoucherID), dayKey(p, c.VoucherID, c.Day), idem, StreamKey(p)}
+	keys := []string{voucherKey(p, c.VoucherID), usersKey(p, c.VoucherID), dayKey(p, c.VoucherID, c.Day), idem, StreamKey(p), poolKey(p, c.VoucherID)}
 	return keys, []any{c.UserID, c.Now.UnixMilli(), c.Day, ttl, int64(DayKeyTTL / time.Second), c.VoucherID, max(c.Quantity, 1)}
 }
 
@@ -284,7 +321,7 @@ func admission(res []any, p int) (Admission, error) {
 		}
 		return Admission{}, fmt.Errorf("admit: unknown code %d", code)
 	}
-	if len(res) != 3 {
+	if len(res) != 4 {
 		return Admission{}, fmt.Errorf("admit: unexpected reply %v", res)
 	}
 	entry, _ := res[1].(string)
@@ -292,15 +329,21 @@ func admission(res []any, p int) (Admission, error) {
 	if err != nil {
 		return Admission{}, fmt.Errorf("admit: %w", err)
 	}
-	return Admission{OrderID: id, Replayed: res[2] == int64(1)}, nil
+	raw, _ := res[3].(string)
+	item, err := order.ParseItem(raw)
+	if err != nil {
+		return Admission{}, fmt.Errorf("admit: %w", err)
+	}
+	return Admission{OrderID: id, Replayed: res[2] == int64(1), Item: item}, nil
 }
 
 // Release gives back o's reservation (stock, the user's total and daily
-// counts) exactly once; released reports whether this call did it.
+// counts, and o.Item to the pool) exactly once; released reports whether
+// this call did it.
 func (s *Store) Release(ctx context.Context, o order.Order) (released bool, err error) {
 	p := s.PartitionOf(o.VoucherID)
-	keys := []string{voucherKey(p, o.VoucherID), usersKey(p, o.VoucherID), dayKey(p, o.VoucherID, o.Day), releasedKey(p, o.VoucherID)}
-	n, err := lua.Release.Run(ctx, s.c, keys, o.ID, o.UserID, o.Units()).Int64()
+	keys := []string{voucherKey(p, o.VoucherID), usersKey(p, o.VoucherID), dayKey(p, o.VoucherID, o.Day), releasedKey(p, o.VoucherID), poolKey(p, o.VoucherID)}
+	n, err := lua.Release.Run(ctx, s.c, keys, o.ID, o.UserID, o.Units(), o.Item.Encode()).Int64()
 	if err != nil {
 		return false, fmt.Errorf("release order %d: %w", o.ID, err)
 	}
@@ -308,3 +351,49 @@ func (s *Store) Release(ctx context.Context, o order.Order) (released bool, err 
 }
 
 func formatID(id int64) string { return strconv.FormatInt(id, 10) }
+
+// ClosePool ends what Redis will hand out of pooled voucher v, for good:
+// its pool is emptied, its stock set to zero and the hash marked closed,
+// so neither an admission (whatever a gateway's clock says) nor a release
+// (release.lua) changes them again. Closing twice is harmless.
+func (s *Store) ClosePool(ctx context.Context, v int64) error {
+	p := s.PartitionOf(v)
+	key := voucherKey(p, v)
+	n, err := s.c.Exists(ctx, key).Result()
+	if err != nil || n == 0 {
+		return err
+	}
+	_, err = s.c.TxPipelined(ctx, func(pipe redis.Pipeliner) error {
+		pipe.HSet(ctx, key, "stock", 0, "closed", 1)
+		pipe.Del(ctx, poolKey(p, v))
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("close pool of voucher %d: %w", v, err)
+	}
+	return nil
+}
+
+// InFlight reports whether partition p's stream still holds an entry of
+// voucher v: an order admitted but not yet persisted (nor dead-lettered).
+// The stream holds only such entries, so after a sale it is short.
+func (s *Store) InFlight(ctx context.Context, v int64) (bool, error) {
+	p := s.PartitionOf(v)
+	start := "-"
+	for {
+		msgs, err := s.c.XRangeN(ctx, StreamKey(p), start, "+", 1000).Result()
+		if err != nil {
+			return false, fmt.Errorf("xrange %s: %w", StreamKey(p), err)
+		}
+		want := formatID(v)
+		for _, m := range msgs {
+			if id, _ := m.Values["voucher_id"].(string); id == want {
+				return true, nil
+			}
+		}
+		if len(msgs) < 1000 {
+			return false, nil
+		}
+		start = "(" + msgs[len(msgs)-1].ID
+	}
+}

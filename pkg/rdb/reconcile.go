@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/flashsale/flashsale/pkg/order"
 )
 
 // VoucherState is a voucher's admission state as Redis holds it.
@@ -39,6 +41,21 @@ func (s *Store) ReadVoucherState(ctx context.Context, v int64, days []string) (V
 		}
 		if sec := num("expire_s"); sec > 0 {
 			st.Voucher.ExpireAt = time.Unix(sec, 0).UTC()
+		}
+		st.Voucher.Pooled, st.Voucher.Closed = num("pool") == 1, num("closed") == 1
+	}
+	if st.Voucher.Pooled {
+		raw, err := s.c.LRange(ctx, poolKey(p, v), 0, -1).Result()
+		if err != nil {
+			return st, fmt.Errorf("read pool of voucher %d: %w", v, err)
+		}
+		st.Voucher.Items = make([]order.Item, 0, len(raw))
+		for _, r := range raw {
+			it, err := order.ParseItem(r)
+			if err != nil {
+				return st, fmt.Errorf("pool of voucher %d: %w", v, err)
+			}
+			st.Voucher.Items = append(st.Voucher.Items, it)
 		}
 	}
 	if st.Users, err = s.intHash(ctx, usersKey(p, v)); err != nil {
@@ -92,7 +109,7 @@ func (s *Store) StreamOrders(ctx context.Context, p int, pageSize int64) ([]Entr
 }
 
 // RewriteVoucher replaces voucher v's admission state with st in one
-// transaction (MULTI/EXEC): the voucher hash, the per-user counts, the
+// transaction (MULTI/EXEC): the voucher hash and its pool, the per-user counts, the
 // per-day counts of the days in st, and adds released to the set of
 // released orders.
 func (s *Store) RewriteVoucher(ctx context.Context, st VoucherState, released []int64) error {
@@ -100,11 +117,7 @@ func (s *Store) RewriteVoucher(ctx context.Context, st VoucherState, released []
 	p := s.PartitionOf(v)
 	_, err := s.c.TxPipelined(ctx, func(pipe redis.Pipeliner) error {
 		putVoucherHash(ctx, pipe, p, st.Voucher)
-		expire := func(key string) {
-			if !st.Voucher.ExpireAt.IsZero() {
-				pipe.ExpireAt(ctx, key, st.Voucher.ExpireAt)
-			}
-		}
+		expire := func(key string) { expire(ctx, pipe, key, st.Voucher.ExpireAt) }
 		pipe.Del(ctx, usersKey(p, v))
 		if len(st.Users) > 0 {
 			pipe.HSet(ctx, usersKey(p, v), flatten(st.Users)...)

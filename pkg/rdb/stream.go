@@ -86,7 +86,10 @@ func parseEntry(p int, m redis.XMessage) Entry {
 	if q := field("quantity"); q != "" {
 		qty, errQ = strconv.ParseInt(q, 10, 64)
 	}
+	item, errI := order.ParseItem(field("item"))
 	switch {
+	case errI != nil:
+		e.Err = fmt.Errorf("entry %s: %w", m.ID, errI)
 	case errV != nil || v <= 0:
 		e.Err = fmt.Errorf("entry %s: bad voucher_id %q", m.ID, field("voucher_id"))
 	case errT != nil || ms < order.Epoch.UnixMilli() || ms >= maxCreatedMs:
@@ -98,7 +101,7 @@ func parseEntry(p int, m redis.XMessage) Entry {
 	case errQ != nil || qty < 1 || qty > order.MaxQuantity:
 		e.Err = fmt.Errorf("entry %s: bad quantity %q", m.ID, field("quantity"))
 	}
-	e.Order = order.Order{ID: id, VoucherID: v, UserID: user, CreatedAt: time.UnixMilli(ms).UTC(), Day: day, Quantity: qty}
+	e.Order = order.Order{ID: id, VoucherID: v, UserID: user, CreatedAt: time.UnixMilli(ms).UTC(), Day: day, Quantity: qty, Item: item}
 	return e
 }
 

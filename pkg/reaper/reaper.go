@@ -44,6 +44,9 @@ type Config struct {
 	ExpireInterval time.Duration `envconfig:"FLASHSALE_REAPER_EXPIRE_INTERVAL"`
 	// ReleaseInterval: giving Redis the releases MySQL owes it. Default Interval.
 	ReleaseInterval time.Duration `envconfig:"FLASHSALE_REAPER_RELEASE_INTERVAL"`
+	// RefundInterval: refunding what nobody grabbed of ended envelope
+	// sales. Default Interval.
+	RefundInterval time.Duration `envconfig:"FLASHSALE_REAPER_REFUND_INTERVAL"`
 	// PassTimeout bounds one pass. Default 1m.
 	PassTimeout time.Duration `envconfig:"FLASHSALE_REAPER_PASS_TIMEOUT" default:"1m"`
 	// MaxPerPass bounds the cancellations and releases of one pass, so a
@@ -74,6 +77,7 @@ func (c *Config) SetDefaults() {
 	c.ConsumersInterval = cmp.Or(c.ConsumersInterval, c.Interval)
 	c.ExpireInterval = cmp.Or(c.ExpireInterval, c.Interval)
 	c.ReleaseInterval = cmp.Or(c.ReleaseInterval, c.Interval)
+	c.RefundInterval = cmp.Or(c.RefundInterval, c.Interval)
 	c.Config.SetDefaults()
 }
 
@@ -93,6 +97,8 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("FLASHSALE_REAPER_EXPIRE_INTERVAL must be at least 1ms, got %s", c.ExpireInterval)
 	case c.ReleaseInterval < time.Millisecond:
 		return fmt.Errorf("FLASHSALE_REAPER_RELEASE_INTERVAL must be at least 1ms, got %s", c.ReleaseInterval)
+	case c.RefundInterval < time.Millisecond:
+		return fmt.Errorf("FLASHSALE_REAPER_REFUND_INTERVAL must be at least 1ms, got %s", c.RefundInterval)
 	case c.PassTimeout <= 0:
 		return fmt.Errorf("FLASHSALE_REAPER_PASS_TIMEOUT must be positive, got %s", c.PassTimeout)
 	case c.MaxPerPass < 1:
@@ -167,6 +173,8 @@ type Pass struct {
 	ConsumersRemoved int
 	Cancelled        int // orders not paid in time
 	ReleasedToRedis  int // releases Redis got (cancellations, failures)
+	Refunded         int // ended envelope sales refunded
+	RefundsWaiting   int // ended envelope sales waiting for grabs in flight
 }
 
 func (p Pass) idle() bool { return p == Pass{} }
@@ -178,6 +186,8 @@ func (p *Pass) add(q Pass) {
 	p.ConsumersRemoved += q.ConsumersRemoved
 	p.Cancelled += q.Cancelled
 	p.ReleasedToRedis += q.ReleasedToRedis
+	p.Refunded += q.Refunded
+	p.RefundsWaiting += q.RefundsWaiting
 }
 
 // service is one maintenance job of the reaper, in a file of its own, with
@@ -196,6 +206,7 @@ func (r *Reaper) services() []service {
 		{"consumers", r.cfg.ConsumersInterval, r.removeGoneConsumers},
 		{"expirer", r.cfg.ExpireInterval, r.cancelExpired},
 		{"releaser", r.cfg.ReleaseInterval, r.releaseOwed},
+		{"refunder", r.cfg.RefundInterval, r.refundEnded},
 	}
 }
 
@@ -236,7 +247,8 @@ func (r *Reaper) record(name string, pass Pass, err error) {
 	if !pass.idle() {
 		r.log.Info("reaper pass", zap.String("service", name), zap.Int("claimed", pass.Claimed), zap.Int("dead_lettered", pass.DeadLettered),
 			zap.Int("deleted_acked", pass.DeletedAcked), zap.Int("consumers_removed", pass.ConsumersRemoved),
-			zap.Int("cancelled", pass.Cancelled), zap.Int("released_to_redis", pass.ReleasedToRedis))
+			zap.Int("cancelled", pass.Cancelled), zap.Int("released_to_redis", pass.ReleasedToRedis),
+			zap.Int("refunded", pass.Refunded), zap.Int("refunds_waiting", pass.RefundsWaiting))
 	}
 	if err != nil {
 		r.log.Warn("reaper pass incomplete", zap.String("service", name), zap.Error(err))
@@ -247,10 +259,12 @@ func (r *Reaper) record(name string, pass Pass, err error) {
 	r.metrics.cancelled.Add(float64(pass.Cancelled))
 	r.metrics.released.Add(float64(pass.ReleasedToRedis))
 	r.metrics.consumersRemoved.Add(float64(pass.ConsumersRemoved))
+	r.metrics.refunded.Add(float64(pass.Refunded))
 }
 
 // RunOnce runs one pass of every service, in order: rescue stale entries,
-// remove gone consumers, cancel expired orders, settle owed releases. Each
+// remove gone consumers, cancel expired orders, settle owed releases,
+// refund ended envelope sales. Each
 // is bounded; a failing one does not stop the others. Tests and tools call
 // it; Run runs the services on their own intervals instead.
 func (r *Reaper) RunOnce(ctx context.Context) (Pass, error) {

@@ -107,12 +107,17 @@ func reconcileVoucher(ctx context.Context, r *rdb.Store, d *db.Store, v db.Vouch
 	for _, o := range live {
 		count(o.UserID, o.Day, max(o.Quantity, 1), now.Sub(o.CreatedAt) < rdb.DayKeyTTL)
 	}
+	inFlightItems := map[int64]bool{}
 	for _, o := range candidates {
 		if !persisted[o.ID] {
 			check.InFlight++
 			want.Voucher.Stock -= o.Units()
 			count(o.UserID, o.Day, o.Units(), true)
+			inFlightItems[o.Item.No] = true
 		}
+	}
+	if err := wantPool(ctx, d, v, &want.Voucher, inFlightItems, now); err != nil {
+		return check, err
 	}
 
 	days := slices.Sorted(maps.Keys(want.Days))
@@ -134,6 +139,12 @@ func reconcileVoucher(ctx context.Context, r *rdb.Store, d *db.Store, v db.Vouch
 	diff("starts_at (ms)", msOf(have.Voucher.StartsAt), msOf(want.Voucher.StartsAt))
 	diff("ends_at (ms)", msOf(have.Voucher.EndsAt), msOf(want.Voucher.EndsAt))
 	diff("keys expire at (s)", unixOf(have.Voucher.ExpireAt), unixOf(want.Voucher.ExpireAt))
+	if want.Voucher.Pooled {
+		missing, extra := poolDiff(have.Voucher.Items, want.Voucher.Items)
+		diff("pool: items missing", int64(len(want.Voucher.Items)-missing), int64(len(want.Voucher.Items)))
+		diff("pool: items that should not be there", int64(extra), 0)
+		diff("pool closed", int64(bit(have.Voucher.Closed)), int64(bit(want.Voucher.Closed)))
+	}
 	for _, u := range slices.Sorted(maps.Keys(union(have.Users, want.Users))) {
 		diff("user "+u, have.Users[u], want.Users[u])
 	}
@@ -157,6 +168,53 @@ func reconcileVoucher(ctx context.Context, r *rdb.Store, d *db.Store, v db.Vouch
 		check.Repaired = true
 	}
 	return check, nil
+}
+
+// wantPool sets what a pooled voucher's pool should hold: MySQL's free
+// items less those the orders in flight took; nothing once a sale that
+// refunds at its end is over (the refunder closes it).
+func wantPool(ctx context.Context, d *db.Store, v db.Voucher, want *rdb.Voucher, inFlight map[int64]bool, now time.Time) error {
+	t := v.Traits()
+	if !t.Pooled {
+		return nil
+	}
+	if t.RefundsAtEnd && v.EndsAt != nil && !now.Before(*v.EndsAt) {
+		want.Closed, want.Stock, want.Items = true, 0, nil
+		return nil
+	}
+	free, err := d.FreeItems(ctx, v.ID)
+	if err != nil {
+		return err
+	}
+	want.Items = slices.DeleteFunc(free, func(it order.Item) bool { return inFlight[it.No] })
+	return nil
+}
+
+// poolDiff counts the items of want that have lacks, and those it holds
+// beyond want (a duplicate counts as extra).
+func poolDiff(have, want []order.Item) (missing, extra int) {
+	in := make(map[order.Item]int, len(have))
+	for _, it := range have {
+		in[it]++
+	}
+	for _, it := range want {
+		if in[it] > 0 {
+			in[it]--
+		} else {
+			missing++
+		}
+	}
+	for _, n := range in {
+		extra += n
+	}
+	return missing, extra
+}
+
+func bit(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 func msOf(t time.Time) int64 {

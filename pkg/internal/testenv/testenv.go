@@ -14,6 +14,7 @@ import (
 	"github.com/flashsale/flashsale/pkg/app"
 	"github.com/flashsale/flashsale/pkg/db"
 	"github.com/flashsale/flashsale/pkg/internal/testsrv"
+	"github.com/flashsale/flashsale/pkg/order"
 	"github.com/flashsale/flashsale/pkg/rdb"
 	schema "github.com/flashsale/flashsale/sql"
 )
@@ -58,6 +59,21 @@ func NewOn(t testing.TB, partitions int, dsn string) *Env {
 // (redisStock < 0: the same stock as MySQL).
 func (e *Env) SeedVoucher(t testing.TB, v db.Voucher, redisStock int64) db.Voucher {
 	t.Helper()
+	return e.seed(t, v, redisStock, nil)
+}
+
+// SeedPool creates a pooled voucher of v.Kind holding items in both stores.
+func (e *Env) SeedPool(t testing.TB, v db.Voucher, items []order.Item) db.Voucher {
+	t.Helper()
+	v.Stock = int64(len(items))
+	for _, it := range items {
+		v.TotalAmount += it.Amount
+	}
+	return e.seed(t, v, -1, items)
+}
+
+func (e *Env) seed(t testing.TB, v db.Voucher, redisStock int64, items []order.Item) db.Voucher {
+	t.Helper()
 	ctx := context.Background()
 	if v.Name == "" {
 		v.Name = "test voucher"
@@ -74,11 +90,13 @@ func (e *Env) SeedVoucher(t testing.TB, v db.Voucher, redisStock int64) db.Vouch
 	if v.CreatedAt.IsZero() {
 		v.CreatedAt = time.Now().UTC().Truncate(time.Millisecond)
 	}
-	require.NoError(t, e.DB.CreateVoucher(ctx, &v))
+	require.NoError(t, e.DB.CreateVoucher(ctx, &v, items))
 	if redisStock < 0 {
 		redisStock = v.Stock
 	}
-	require.NoError(t, e.RDB.PutVoucher(ctx, v.Admission(redisStock)))
+	a := v.Admission(redisStock)
+	a.Items = items
+	require.NoError(t, e.RDB.PutVoucher(ctx, a))
 	return v
 }
 

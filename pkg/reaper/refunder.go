@@ -1,0 +1,55 @@
+package reaper
+
+// The refunder: when the sale of a kind that refunds at its end (red
+// envelopes, pkg/sale) is over, what nobody grabbed goes back to the
+// sender, exactly once. In this order, each step safe to repeat:
+//
+//  1. the pool in Redis is closed (rdb.ClosePool), so no admission can take
+//     an envelope any more, whatever a gateway's clock says;
+//  2. the voucher waits while an entry of it is still in the stream: a grab
+//     admitted before the close must land (or fail, its envelope then
+//     counted in the refund) before the money is counted;
+//  3. MySQL records the refund under the voucher's row lock, only while
+//     refunded_at is unset, so several reapers refund it once.
+
+import (
+	"context"
+
+	"go.uber.org/zap"
+
+	"github.com/flashsale/flashsale/pkg/sale"
+)
+
+// refunding lists the kinds the refunder looks after.
+var refunding = sale.With(func(t sale.Traits) bool { return t.RefundsAtEnd })
+
+// refundEnded refunds the vouchers whose sale is over.
+func (r *Reaper) refundEnded(ctx context.Context, pass *Pass) error {
+	now := r.now().UTC()
+	due, err := r.db.RefundDue(ctx, refunding, now, r.cfg.BatchSize)
+	if err != nil {
+		return err
+	}
+	for _, v := range due {
+		if err := r.redis.ClosePool(ctx, v.ID); err != nil {
+			return err
+		}
+		busy, err := r.redis.InFlight(ctx, v.ID)
+		if err != nil {
+			return err
+		}
+		if busy {
+			pass.RefundsWaiting++
+			continue
+		}
+		amount, done, err := r.db.Refund(ctx, v.ID, now)
+		if err != nil {
+			return err
+		}
+		if done {
+			pass.Refunded++
+			r.audit.Info("voucher refunded", zap.Int64("voucher_id", v.ID), zap.Int64("refunded_amount", amount))
+		}
+	}
+	return nil
+}

@@ -1,0 +1,153 @@
+// Package sale is the home of each kind of sale: what a voucher of that
+// kind is created from, what it puts on sale, and the traits the rest of
+// the pipeline reads instead of asking which kind it is.
+//
+// A kind is one file here. The admission script (lua/admit.lua) knows two
+// shapes only, a count of identical units or a pool of distinct items;
+// pkg/db persists either shape, pkg/settle gives either back, and the
+// reaper and reconcile call through the traits below. Adding a kind means a
+// file here, plus a script branch or a migration when it needs a new shape.
+package sale
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strconv"
+
+	"github.com/flashsale/flashsale/pkg/order"
+)
+
+// Traits are what the pipeline needs to know of a kind.
+type Traits struct {
+	// Pooled: each admission takes one item (an envelope, a code) of the
+	// voucher's pool, so a claim is always of one unit.
+	Pooled bool
+	// NoPayment: an order is final once persisted (completed); it never
+	// awaits payment and never expires.
+	NoPayment bool
+	// RefundsAtEnd: when the sale is over, what nobody took is refunded to
+	// the sender, once (the reaper's refunder).
+	RefundsAtEnd bool
+}
+
+// Kind is one kind of sale.
+type Kind interface {
+	// Name is the kind's word in the API and in vouchers.kind.
+	Name() string
+	Traits() Traits
+	// Plan checks a creation request's fields of this kind and returns
+	// what goes on sale. rnd draws anything random (envelope amounts).
+	Plan(s Spec, rnd *rand.Rand) (Plan, error)
+}
+
+// Spec is the part of a voucher's creation request that differs by kind.
+// A field the kind does not use must be absent.
+type Spec struct {
+	Stock       *int64
+	TotalAmount *int64
+	Count       *int64
+	MinAmount   *int64
+	Codes       []string
+}
+
+// Plan is what a new voucher puts on sale.
+type Plan struct {
+	Stock       int64 // units (for a pool: items)
+	TotalAmount int64 // envelopes: the amount split; 0 otherwise
+	MinAmount   int64
+	Items       []order.Item // numbered from 1; empty for units
+}
+
+// FieldError is a creation request a kind refuses.
+type FieldError struct {
+	Field   string
+	Missing bool // the field is required and absent
+	Msg     string
+}
+
+func (e *FieldError) Error() string { return e.Field + ": " + e.Msg }
+
+func missing(field string) error {
+	return &FieldError{Field: field, Missing: true, Msg: field + " is required"}
+}
+
+func invalid(field, format string, args ...any) error {
+	return &FieldError{Field: field, Msg: fmt.Sprintf(format, args...)}
+}
+
+// notFor refuses the fields of other kinds, so a request that mixes kinds
+// is told so instead of silently losing a field.
+func notFor(kind string, s Spec, fields ...string) error {
+	present := map[string]bool{"stock": s.Stock != nil, "total_amount": s.TotalAmount != nil,
+		"count": s.Count != nil, "min_amount": s.MinAmount != nil, "codes": s.Codes != nil}
+	for _, f := range fields {
+		if present[f] {
+			return invalid(f, "%s is not a field of a %s voucher", f, kind)
+		}
+	}
+	return nil
+}
+
+func bounded(field string, v *int64, lo, hi int64) (int64, error) {
+	if v == nil {
+		return 0, missing(field)
+	}
+	if *v < lo || *v > hi {
+		return 0, invalid(field, "%s must be between %s and %s", field, strconv.FormatInt(lo, 10), strconv.FormatInt(hi, 10))
+	}
+	return *v, nil
+}
+
+// Default is the kind of a voucher created without one.
+const Default = "units"
+
+var kinds = map[string]Kind{}
+
+func register(k Kind) { kinds[k.Name()] = k }
+
+// ErrUnknownKind is a kind no file here defines.
+var ErrUnknownKind = errors.New("unknown kind of sale")
+
+// Lookup returns the kind named name ("" is Default).
+func Lookup(name string) (Kind, error) {
+	if name == "" {
+		name = Default
+	}
+	k, ok := kinds[name]
+	if !ok {
+		return nil, fmt.Errorf("%w %q (one of %v)", ErrUnknownKind, name, Names())
+	}
+	return k, nil
+}
+
+// TraitsOf returns the traits of the kind named name; an unknown name (a
+// row written by a newer version) has the traits of units.
+func TraitsOf(name string) Traits {
+	if k, err := Lookup(name); err == nil {
+		return k.Traits()
+	}
+	return Traits{}
+}
+
+// Names lists the kinds, sorted.
+func Names() []string {
+	out := make([]string, 0, len(kinds))
+	for n := range kinds {
+		out = append(out, n)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// With lists the kinds whose traits satisfy pred, sorted.
+func With(pred func(Traits) bool) []string {
+	var out []string
+	for _, n := range Names() {
+		if pred(kinds[n].Traits()) {
+			out = append(out, n)
+		}
+	}
+	return out
+}
