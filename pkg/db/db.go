@@ -20,7 +20,8 @@ import (
 // Errors of the store.
 var (
 	ErrNotFound = errors.New("not found")
-	// ErrNotPayable: the order failed; it never held a unit.
+	// ErrNotPayable: the order failed (it never held a unit), or needs no
+	// payment (completed).
 	ErrNotPayable = errors.New("order cannot be paid")
 	// ErrPaymentExpired: the payment deadline passed (the order is, or is
 	// about to be, cancelled).

@@ -93,7 +93,7 @@ type claimRequest struct {
 	Quantity *int64 `json:"quantity"`
 }
 
-var errBadQuantity = badRequest("invalid_field", "quantity must be a whole number from 1 to the voucher's per_user_limit")
+var errBadQuantity = badRequest("invalid_field", "quantity must be a whole number from 1 to the voucher's per_user_limit (1 for envelopes and codes)")
 
 // claimQuantity reads the claim's optional body {"quantity": N}: no body,
 // or no quantity, is 1. Whether N is within the voucher's per-user limit

@@ -27,7 +27,7 @@ var (
 	errVoucherMissing = &apiError{http.StatusNotFound, "voucher_not_found", "no such voucher"}
 	errOrderMissing   = &apiError{http.StatusNotFound, "order_not_found", "no such order"}
 	errOrderPending   = &apiError{http.StatusConflict, "order_pending", "the order is admitted but not yet persisted; retry shortly"}
-	errNotPayable     = &apiError{http.StatusConflict, "order_not_payable", "the order failed; it cannot be paid"}
+	errNotPayable     = &apiError{http.StatusConflict, "order_not_payable", "the order failed, or needs no payment (an envelope grab): it cannot be paid"}
 	errUnavailable    = &apiError{http.StatusServiceUnavailable, "unavailable", "the service is temporarily unavailable; retry later"}
 	errInternal       = &apiError{http.StatusInternalServerError, "internal", "internal error"}
 	errBodyTooLarge   = &apiError{http.StatusRequestEntityTooLarge, "body_too_large", "the body exceeds 64 KiB"}
