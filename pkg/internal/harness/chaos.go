@@ -3,6 +3,7 @@ package harness
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"hash/fnv"
 	"io"
@@ -38,6 +39,13 @@ type ChaosConfig struct {
 	PayShare float64
 	// MaxQuantity, above 1, makes claims ask for 1 to MaxQuantity units.
 	MaxQuantity int
+	// SideRate, when set, runs two more sales beside the main one, at this
+	// many claims per second each: red envelopes (Envelopes of them,
+	// ending just after the sale, so the reaper refunds what is left) and
+	// a pool of Codes codes (paid like units, a cancelled one sold again).
+	SideRate  int
+	Envelopes int64
+	Codes     int
 	// ClaimMinIdle is FLASHSALE_CLAIM_MIN_IDLE; a stopped worker stays
 	// stopped 2.5 times as long.
 	ClaimMinIdle time.Duration
@@ -85,6 +93,8 @@ type ChaosReport struct {
 	ReadOnlyRefusals int64
 	ReconcileDiffs   int
 	Quiescence       time.Duration
+	// Side are the side sales' reports (envelopes, codes).
+	Side []*Report
 	// What the reaper processes logged doing, summed over their restarts.
 	ReaperClaimed, ReaperCancelled, ReaperDeadLettered, ReaperConsumersRemoved int64
 }
@@ -118,6 +128,24 @@ func RunChaos(ctx context.Context, cfg ChaosConfig) (*ChaosReport, error) {
 		return nil, err
 	}
 	rep := &ChaosReport{StockTotal: cfg.Stock, PerUser: cfg.PerUser, Final: map[order.Status]int64{}}
+	var sides []SaleConfig
+	if cfg.SideRate > 0 {
+		ends := time.Now().Add(cfg.Duration + 2*time.Second).UTC().Format(time.RFC3339)
+		env, err := s.CreateVoucher(ctx, VoucherSpec{Name: "chaos envelopes", Kind: "envelope", TotalAmount: 100 * cfg.Envelopes,
+			Count: cfg.Envelopes, PerUserLimit: 1, EndsAt: ends})
+		if err != nil {
+			return nil, err
+		}
+		codes, err := s.CreateVoucher(ctx, VoucherSpec{Name: "chaos codes", Kind: "codes", Codes: Codes(cfg.Codes), PerUserLimit: 1,
+			PaymentTimeoutSeconds: int64(cfg.PaymentTimeout / time.Second)})
+		if err != nil {
+			return nil, err
+		}
+		for _, id := range []int64{env, codes} {
+			sides = append(sides, SaleConfig{VoucherID: id, Users: cfg.Users, Duration: cfg.Duration, Rate: cfg.SideRate, Concurrency: 4,
+				Seed: uint64(time.Now().UnixNano()) + uint64(id)})
+		}
+	}
 
 	// Payers pay a share of the admitted orders, retrying through faults.
 	type admitted struct {
@@ -161,6 +189,25 @@ func RunChaos(ctx context.Context, cfg ChaosConfig) (*ChaosReport, error) {
 	faultsDone := make(chan error, 1)
 	go func() { faultsDone <- injectFaults(ctx, s, cfg, &rep.Faults, logf) }()
 
+	// The side sales; codes are paid like units.
+	sideSales := make([]*SaleResult, len(sides))
+	sideErrs := make([]error, len(sides))
+	var sideWG sync.WaitGroup
+	for i, sc := range sides {
+		if sc.VoucherID != sides[0].VoucherID { // envelopes need no payment
+			sc.OnAdmit = func(id int64, user string) {
+				if share(id) < cfg.PayShare {
+					toPay <- admitted{id, user, time.Now()}
+				}
+			}
+		}
+		sideWG.Add(1)
+		go func() {
+			defer sideWG.Done()
+			sideSales[i], sideErrs[i] = s.RunSale(ctx, sc)
+		}()
+	}
+
 	sale, err := s.RunSale(ctx, SaleConfig{
 		VoucherID: v, Users: cfg.Users, Duration: cfg.Duration, Rate: cfg.Rate, Concurrency: cfg.Concurrency, Seed: uint64(time.Now().UnixNano()),
 		MaxQuantity: cfg.MaxQuantity,
@@ -174,6 +221,10 @@ func RunChaos(ctx context.Context, cfg ChaosConfig) (*ChaosReport, error) {
 		return nil, err
 	}
 	rep.Sale = sale
+	sideWG.Wait()
+	if err := errors.Join(sideErrs...); err != nil {
+		return nil, err
+	}
 	if err := <-faultsDone; err != nil {
 		return nil, fmt.Errorf("injecting faults: %w", err)
 	}
@@ -187,6 +238,13 @@ func RunChaos(ctx context.Context, cfg ChaosConfig) (*ChaosReport, error) {
 		return rep, err
 	}
 	rep.Quiescence = time.Since(start)
+	for i, sc := range sides {
+		side, err := s.Check(ctx, sc.VoucherID, sideSales[i])
+		if err != nil {
+			return rep, err
+		}
+		rep.Side = append(rep.Side, side)
+	}
 	return rep, rep.check(ctx, s, v, paid)
 }
 
@@ -294,20 +352,22 @@ func injectFaults(ctx context.Context, s *Stack, cfg ChaosConfig, f *Faults, log
 }
 
 // waitQuiescent waits until every stream is drained and acknowledged, no
-// order awaits payment and no release is owed to Redis.
+// order awaits payment, no release is owed to Redis and every envelope
+// sale is refunded.
 func waitQuiescent(ctx context.Context, s *Stack, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	var why string
 	for time.Now().Before(deadline) {
 		var drained bool
 		if drained, why = s.Drained(ctx); drained {
-			var created, owed int64
+			var created, owed, unrefunded int64
 			s.DB.DB().WithContext(ctx).Raw("SELECT COUNT(*) FROM orders WHERE status = 'created'").Scan(&created)
 			s.DB.DB().WithContext(ctx).Raw("SELECT COUNT(*) FROM releases WHERE redis_released_at IS NULL").Scan(&owed)
-			if created == 0 && owed == 0 {
+			s.DB.DB().WithContext(ctx).Raw("SELECT COUNT(*) FROM vouchers WHERE kind = 'envelope' AND refunded_at IS NULL").Scan(&unrefunded)
+			if created == 0 && owed == 0 && unrefunded == 0 {
 				return nil
 			}
-			why = fmt.Sprintf("%d orders awaiting payment, %d releases owed", created, owed)
+			why = fmt.Sprintf("%d orders awaiting payment, %d releases owed, %d envelope sales not refunded", created, owed, unrefunded)
 		}
 		select {
 		case <-ctx.Done():
@@ -332,7 +392,7 @@ func (r *ChaosReport) check(ctx context.Context, s *Stack, v int64, paid map[int
 	perUser := map[string]int64{}
 	for _, row := range rows {
 		status[row.ID] = row.Status
-		if row.Status == string(order.StatusPaid) || row.Status == string(order.StatusCreated) {
+		if order.Status(row.Status).IsLive() {
 			r.Live += row.Quantity // units: an order may take several
 			perUser[row.UserID] += row.Quantity
 		}
@@ -349,16 +409,25 @@ func (r *ChaosReport) check(ctx context.Context, s *Stack, v int64, paid map[int
 		r.Final[order.Status(st)]++
 	}
 	// A 202 order may fail only for a verdict on it (no unit left in
-	// MySQL, the user's limit); dead-lettering one is a failure nobody
-	// asked for, which an outage must never cause.
-	if err := s.DB.DB().WithContext(ctx).Raw(`SELECT COUNT(*) FROM orders WHERE voucher_id = ? AND status = 'failed'
-		AND reason NOT IN ?`, v, []string{db.ReasonOutOfStock, db.ReasonUserLimit}).Scan(&r.FailedByFault).Error; err != nil {
+	// MySQL, the user's limit); dead-lettering one, or handing its item
+	// out twice, is a failure nobody asked for, which an outage must never
+	// cause. Every sale of the run counts.
+	if err := s.DB.DB().WithContext(ctx).Raw(`SELECT COUNT(*) FROM orders WHERE status = 'failed'
+		AND reason NOT IN ?`, []string{db.ReasonOutOfStock, db.ReasonUserLimit}).Scan(&r.FailedByFault).Error; err != nil {
 		return err
 	}
+	// Payments of every sale of the run (codes are paid too).
+	ids := make([]int64, 0, len(paid))
 	for id := range paid {
-		if status[id] != string(order.StatusPaid) {
-			r.PaidAckedLost++
+		ids = append(ids, id)
+	}
+	for i := 0; i < len(ids); i += 1000 {
+		var n int64
+		if err := s.DB.DB().WithContext(ctx).Raw("SELECT COUNT(*) FROM orders WHERE id IN ? AND status = 'paid'", ids[i:min(i+1000, len(ids))]).
+			Scan(&n).Error; err != nil {
+			return err
 		}
+		r.PaidAckedLost += int64(min(i+1000, len(ids))-i) - n
 	}
 	for _, n := range perUser {
 		if n > r.PerUser {
@@ -432,6 +501,11 @@ func (r *ChaosReport) Violations() []string {
 	add(r.DeadUnexplained > 0, "%d dead letters without a failed order and a done release", r.DeadUnexplained)
 	add(r.FailedByFault > 0, "%d orders failed by a fault (dead-lettered), not for stock or the limit", r.FailedByFault)
 	add(r.ReconcileDiffs > 0, "reconcile finds %d differences between Redis and MySQL", r.ReconcileDiffs)
+	for _, side := range r.Side {
+		for _, s := range side.ViolationsUnderFaults() {
+			v = append(v, side.Kind+" sale: "+s)
+		}
+	}
 	return v
 }
 
@@ -460,6 +534,17 @@ func (r *ChaosReport) Print(w io.Writer) {
 		r.ReaperClaimed, r.ReaperCancelled, r.ReaperDeadLettered, r.ReaperConsumersRemoved))
 	row("reconcile differences", r.ReconcileDiffs)
 	row("quiescent after sale", r.Quiescence.Round(time.Millisecond))
+	for _, side := range r.Side {
+		row(side.Kind+" sale: claims / admitted / 503 or errors", fmt.Sprintf("%d / %d / %d", side.Sale.Requests, side.Sale.Admitted, side.Sale.Unavailable+side.Sale.Errors))
+		row(side.Kind+" sale: live orders / failed / cancelled / lost", fmt.Sprintf("%d / %d / %d / %d", side.Live, side.Failed, side.Cancelled, side.Missing))
+		row(side.Kind+" sale: live orders sharing an item", side.ItemsShared)
+		row(side.Kind+" sale: remaining MySQL / Redis", fmt.Sprintf("%d / %d", side.MySQLRemaining, side.RedisRemaining))
+		if side.TotalAmount > 0 {
+			a := side.Amounts
+			row(side.Kind+" sale: grabbed + remaining + refunded = total", fmt.Sprintf("%d + %d + %d = %d (of %d)",
+				a.Grabbed, a.Remaining, a.Refunded, a.Grabbed+a.Remaining+a.Refunded, side.TotalAmount))
+		}
+	}
 	if v := r.Violations(); len(v) == 0 {
 		row("invariants", "all hold")
 	} else {

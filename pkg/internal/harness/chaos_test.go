@@ -33,6 +33,9 @@ func TestChaos(t *testing.T) {
 		Dir: t.TempDir(), Duration: d, Users: 20000, Stock: 3000, PerUser: 2, Concurrency: 16, Rate: 1500,
 		PaymentTimeout: 2 * time.Second, PayShare: 0.5, ClaimMinIdle: 1500 * time.Millisecond, Log: &log,
 		MaxQuantity: 2, // claims of 1 or 2 units: units, not orders, are conserved
+		// Beside it, a red envelope sale refunded at its end and a sale of
+		// codes, some cancelled unpaid and sold again.
+		SideRate: 100, Envelopes: 2000, Codes: 400,
 	})
 	t.Log("\n" + log.String())
 	require.NoError(t, err)
@@ -52,4 +55,10 @@ func TestChaos(t *testing.T) {
 	require.Positive(t, f.MidBatch, "at least one worker died holding a batch")
 	require.Positive(t, report.ReadOnlyRefusals, "the read-only spell refused the binaries' writes")
 	require.Positive(t, report.ReaperClaimed, "the reaper took over what dead workers left")
+	require.Len(t, report.Side, 2)
+	for _, side := range report.Side {
+		require.Positive(t, side.Live, "%s sale", side.Kind)
+	}
+	require.Positive(t, report.Side[0].Amounts.Refunded, "envelopes nobody grabbed were refunded")
+	require.Positive(t, report.Side[1].Cancelled, "unpaid codes were cancelled")
 }

@@ -12,6 +12,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/flashsale/flashsale/pkg/db"
 	"github.com/flashsale/flashsale/pkg/order"
 )
 
@@ -106,11 +107,12 @@ func (w *PersistWatch) Wait(ctx context.Context, n int64, timeout time.Duration)
 // pipeline's invariants.
 type Report struct {
 	VoucherID    int64
+	Kind         string
 	StockTotal   int64
 	PerUserLimit int64
 	Sale         *SaleResult
 	// MySQL
-	Live      int64 // created + paid orders
+	Live      int64 // created + paid + completed orders
 	LiveUnits int64 // their units (orders may take several)
 	Failed    int64
 	Cancelled int64
@@ -124,6 +126,15 @@ type Report struct {
 	// APIDisagreements of them did not match MySQL.
 	APIChecked, APIDisagreements int64
 	PersistedAt                  time.Time
+	// Pooled kinds: ItemsShared counts live orders holding an item another
+	// live order holds too (each envelope, each code, one holder at most).
+	ItemsShared int64
+	// Envelopes: where the money is (grabbed + remaining + refunded must be
+	// the total), and grabs whose 202 amount MySQL does not record.
+	TotalAmount      int64
+	Amounts          db.Amounts
+	LiveAmount       int64 // the amounts of the live orders
+	AmountMismatches int64
 }
 
 // Check reads MySQL, Redis and the API and builds the Report of voucher.
@@ -132,28 +143,48 @@ func (s *Stack) Check(ctx context.Context, voucher int64, sale *SaleResult) (*Re
 	if err != nil {
 		return nil, err
 	}
-	r := &Report{VoucherID: voucher, StockTotal: v.StockTotal, PerUserLimit: v.PerUserLimit, Sale: sale, MySQLRemaining: v.Stock}
+	r := &Report{VoucherID: voucher, Kind: v.Kind, StockTotal: v.StockTotal, PerUserLimit: v.PerUserLimit, Sale: sale,
+		MySQLRemaining: v.Stock, TotalAmount: v.TotalAmount}
+	if v.TotalAmount > 0 {
+		if r.Amounts, err = s.DB.VoucherAmounts(ctx, voucher); err != nil {
+			return nil, err
+		}
+		// A refund took the envelopes nobody grabbed out of the stock.
+		r.StockTotal -= s.refundedCount(ctx, voucher)
+	}
 	var rows []struct {
 		ID       int64
 		UserID   string
 		Status   string
 		Quantity int64
+		Item     int64
+		Amount   int64
 	}
-	if err := s.DB.DB().WithContext(ctx).Raw("SELECT id, user_id, status, quantity FROM orders WHERE voucher_id = ?", voucher).Scan(&rows).Error; err != nil {
+	if err := s.DB.DB().WithContext(ctx).Raw("SELECT id, user_id, status, quantity, item, amount FROM orders WHERE voucher_id = ?", voucher).Scan(&rows).Error; err != nil {
 		return nil, err
 	}
 	inDB := make(map[int64]string, len(rows))
 	perUser := map[string]int64{}
+	holders := map[int64]int64{}
 	for _, row := range rows {
 		inDB[row.ID] = row.Status
-		switch order.Status(row.Status) {
-		case order.StatusCreated, order.StatusPaid:
+		if a, ok := sale.Amounts[row.ID]; ok && a != row.Amount {
+			r.AmountMismatches++
+		}
+		switch st := order.Status(row.Status); {
+		case st.IsLive():
 			r.Live++
 			r.LiveUnits += row.Quantity
+			r.LiveAmount += row.Amount
 			perUser[row.UserID] += row.Quantity
-		case order.StatusFailed:
+			if row.Item > 0 {
+				if holders[row.Item]++; holders[row.Item] > 1 {
+					r.ItemsShared++
+				}
+			}
+		case st == order.StatusFailed:
 			r.Failed++
-		case order.StatusCancelled:
+		case st == order.StatusCancelled:
 			r.Cancelled++
 		}
 		if _, ok := sale.Orders[row.ID]; !ok {
@@ -199,8 +230,22 @@ func (s *Stack) Check(ctx context.Context, voucher int64, sale *SaleResult) (*Re
 	return r, nil
 }
 
+// refundedCount is how many of voucher's envelopes were refunded.
+func (s *Stack) refundedCount(ctx context.Context, voucher int64) int64 {
+	var n int64
+	s.DB.DB().WithContext(ctx).Raw("SELECT COUNT(*) FROM items WHERE voucher_id = ? AND refunded = 1", voucher).Scan(&n)
+	return n
+}
+
 // Violations lists every invariant the report breaks; empty means all hold.
-func (r *Report) Violations() []string {
+func (r *Report) Violations() []string { return r.violations(false) }
+
+// ViolationsUnderFaults is Violations for a sale run while servers were
+// killed: claims may fail or be answered 503, and an order may exist
+// without its 202 (the reply was lost), at most once per such claim.
+func (r *Report) ViolationsUnderFaults() []string { return r.violations(true) }
+
+func (r *Report) violations(faults bool) []string {
 	var v []string
 	add := func(cond bool, format string, args ...any) {
 		if cond {
@@ -208,14 +253,25 @@ func (r *Report) Violations() []string {
 		}
 	}
 	add(r.Missing > 0, "%d admitted orders are not in MySQL", r.Missing)
-	add(r.Unexpected > 0, "%d orders in MySQL were never admitted", r.Unexpected)
+	ambiguous := int64(0)
+	if faults {
+		ambiguous = r.Sale.Errors + r.Sale.Unavailable
+	}
+	add(r.Unexpected > ambiguous, "%d orders in MySQL were never admitted (%d answers were ambiguous)", r.Unexpected, ambiguous)
 	add(r.Oversold > 0, "oversold by %d", r.Oversold)
 	add(r.UsersOverLimit > 0, "%d users above the per-user limit", r.UsersOverLimit)
 	add(r.LiveUnits+r.MySQLRemaining != r.StockTotal, "MySQL: remaining %d + live units %d != stock total %d", r.MySQLRemaining, r.LiveUnits, r.StockTotal)
 	add(r.RedisRemaining != r.MySQLRemaining, "Redis remaining %d != MySQL remaining %d", r.RedisRemaining, r.MySQLRemaining)
+	add(r.ItemsShared > 0, "%d live orders hold an item another live order holds", r.ItemsShared)
+	if r.TotalAmount > 0 {
+		a := r.Amounts
+		add(a.Grabbed+a.Remaining+a.Refunded != r.TotalAmount, "money: grabbed %d + remaining %d + refunded %d != total %d", a.Grabbed, a.Remaining, a.Refunded, r.TotalAmount)
+		add(a.Grabbed != r.LiveAmount, "money: envelopes held %d != amounts of live orders %d", a.Grabbed, r.LiveAmount)
+	}
+	add(r.AmountMismatches > 0, "%d grabs' 202 amount differs from MySQL", r.AmountMismatches)
 	add(r.APIDisagreements > 0, "GET /v1/orders disagrees with MySQL on %d of %d orders", r.APIDisagreements, r.APIChecked)
-	add(r.Sale.Errors > 0, "%d claims failed with a transport error or 5xx", r.Sale.Errors)
-	add(r.Sale.Unavailable > 0, "%d claims answered 503 with nothing broken", r.Sale.Unavailable)
+	add(!faults && r.Sale.Errors > 0, "%d claims failed with a transport error or 5xx", r.Sale.Errors)
+	add(!faults && r.Sale.Unavailable > 0, "%d claims answered 503 with nothing broken", r.Sale.Unavailable)
 	return v
 }
 
@@ -224,7 +280,7 @@ func (r *Report) Print(w io.Writer) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	s := r.Sale
 	row := func(k string, v any) { fmt.Fprintf(tw, "%s\t%v\n", k, v) }
-	row("voucher", fmt.Sprintf("%d (stock %d, %d per user)", r.VoucherID, r.StockTotal, r.PerUserLimit))
+	row("voucher", fmt.Sprintf("%d, %s (stock %d, %d per user)", r.VoucherID, r.Kind, r.StockTotal, r.PerUserLimit))
 	row("requests", s.Requests)
 	row("admitted (202)", s.Admitted)
 	codes := make([]string, 0, len(s.Rejected))
@@ -237,13 +293,22 @@ func (r *Report) Print(w io.Writer) {
 	}
 	row("errors (transport/5xx)", s.Errors)
 	row("unavailable (503)", s.Unavailable)
-	row("orders in MySQL (created+paid)", r.Live)
+	row("live orders in MySQL", r.Live)
 	row("orders failed / cancelled", fmt.Sprintf("%d / %d", r.Failed, r.Cancelled))
 	row("admitted but missing in MySQL", r.Missing)
 	row("in MySQL but never admitted", r.Unexpected)
 	row("oversold", r.Oversold)
 	row("users over limit", r.UsersOverLimit)
 	row("remaining Redis / MySQL", fmt.Sprintf("%d / %d", r.RedisRemaining, r.MySQLRemaining))
+	if r.TotalAmount > 0 {
+		a := r.Amounts
+		row("money: total", r.TotalAmount)
+		row("money: grabbed + remaining + refunded", fmt.Sprintf("%d + %d + %d = %d", a.Grabbed, a.Remaining, a.Refunded, a.Grabbed+a.Remaining+a.Refunded))
+		row("grabs whose 202 amount MySQL differs on", r.AmountMismatches)
+	}
+	if r.Kind != "" && r.Kind != "units" {
+		row("live orders sharing an item", r.ItemsShared)
+	}
 	row("API read-back disagreements", fmt.Sprintf("%d of %d", r.APIDisagreements, r.APIChecked))
 	row("requests/s", fmt.Sprintf("%.0f", float64(s.Requests)/s.Duration.Seconds()))
 	if s.Latency != nil {

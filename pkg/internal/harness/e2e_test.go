@@ -10,6 +10,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/flashsale/flashsale/pkg/db"
 	"github.com/flashsale/flashsale/pkg/internal/harness"
 )
 
@@ -77,3 +78,59 @@ func TestEndToEndSaleSurvivesAWorkerKill(t *testing.T) {
 }
 
 func formatInt(v int64) string { return strconv.FormatInt(v, 10) }
+
+// A red envelope sale end to end, a worker and the reaper killed mid-sale:
+// every envelope grabbed once, by one user each, and the money conserved.
+func TestEndToEndEnvelopeSaleSurvivesKills(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end: builds and runs the binaries")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	s, err := harness.StartStack(ctx, harness.Options{Dir: t.TempDir(), Workers: 2, Partitions: 4, Reaper: true,
+		Env: []string{"FLASHSALE_CLAIM_MIN_IDLE=1500ms", "FLASHSALE_WORKER_BLOCK=300ms", "FLASHSALE_REAPER_INTERVAL=200ms"}})
+	require.NoError(t, err)
+	defer s.Close()
+
+	const count, total = 400, 40_000
+	v, err := s.CreateVoucher(ctx, harness.VoucherSpec{Name: "e2e envelopes", Kind: "envelope", TotalAmount: total, Count: count, MinAmount: 5, PerUserLimit: 1})
+	require.NoError(t, err)
+	kill := make(chan struct{})
+	var once sync.Once
+	killed := make(chan error, 1)
+	go func() {
+		select {
+		case <-kill:
+			if err := s.ReplaceWorker(0); err != nil {
+				killed <- err
+				return
+			}
+			killed <- s.RestartReaper()
+		case <-ctx.Done():
+			killed <- ctx.Err()
+		}
+	}()
+	watch := s.WatchPersisted(ctx, v)
+	sale, err := s.RunSale(ctx, harness.SaleConfig{VoucherID: v, Users: 1500, Requests: 3000, Concurrency: 32, Seed: 2,
+		OnProgress: func(done int64) {
+			if done == 150 {
+				once.Do(func() { close(kill) })
+			}
+		}})
+	require.NoError(t, err)
+	require.NoError(t, <-killed)
+	persistedAt, err := watch.Wait(ctx, sale.Admitted, time.Minute)
+	require.NoError(t, err)
+	report, err := s.Check(ctx, v, sale)
+	require.NoError(t, err)
+	report.PersistedAt = persistedAt
+	var out strings.Builder
+	report.Print(&out)
+	t.Log("\n" + out.String())
+
+	require.Empty(t, report.Violations())
+	require.EqualValues(t, count, sale.Admitted, "demand exceeds supply: every envelope is grabbed")
+	require.EqualValues(t, count, report.Live)
+	require.Len(t, sale.Amounts, count, "every 202 says its amount")
+	require.Equal(t, db.Amounts{Grabbed: total}, report.Amounts)
+}

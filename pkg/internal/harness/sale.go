@@ -71,10 +71,27 @@ func (c *Client) Do(ctx context.Context, method, path, token string, body any, o
 // VoucherSpec is the body of POST /admin/v1/vouchers.
 type VoucherSpec struct {
 	Name                  string `json:"name"`
-	Stock                 int64  `json:"stock"`
+	Kind                  string `json:"kind,omitempty"`
+	Stock                 int64  `json:"stock,omitempty"`
 	PerUserLimit          int64  `json:"per_user_limit"`
 	PerUserDailyLimit     int64  `json:"per_user_daily_limit,omitempty"`
 	PaymentTimeoutSeconds int64  `json:"payment_timeout_seconds,omitempty"`
+	EndsAt                string `json:"ends_at,omitempty"`
+	// Envelopes.
+	TotalAmount int64 `json:"total_amount,omitempty"`
+	Count       int64 `json:"count,omitempty"`
+	MinAmount   int64 `json:"min_amount,omitempty"`
+	// Codes.
+	Codes []string `json:"codes,omitempty"`
+}
+
+// Codes returns n distinct codes.
+func Codes(n int) []string {
+	out := make([]string, n)
+	for i := range out {
+		out[i] = "CODE-" + strconv.Itoa(i)
+	}
+	return out
 }
 
 // CreateVoucher creates a voucher through the admin API and returns its id.
@@ -131,7 +148,9 @@ type SaleResult struct {
 	// Unavailable counts deliberate 503 "unavailable" answers.
 	Unavailable int64
 	// Orders maps every admitted order id to its user.
-	Orders   map[int64]string
+	Orders map[int64]string
+	// Amounts maps every admitted envelope grab to the amount its 202 said.
+	Amounts  map[int64]int64
 	Duration time.Duration
 	Latency  *hdrhistogram.Histogram // microseconds
 	// LastAdmit is when the last 202 arrived.
@@ -163,7 +182,7 @@ func (s *Stack) RunSale(ctx context.Context, cfg SaleConfig) (*SaleResult, error
 
 	client := NewClient(s.URL, cfg.Concurrency)
 	path := "/v1/vouchers/" + strconv.FormatInt(cfg.VoucherID, 10) + "/orders"
-	res := &SaleResult{Rejected: map[string]int64{}, Orders: map[int64]string{}}
+	res := &SaleResult{Rejected: map[string]int64{}, Orders: map[int64]string{}, Amounts: map[int64]int64{}}
 	var (
 		mu   sync.Mutex
 		next atomic.Int64
@@ -187,6 +206,7 @@ func (s *Stack) RunSale(ctx context.Context, cfg SaleConfig) (*SaleResult, error
 			local := map[string]int64{}
 			var admitted, errs, unavailable int64
 			orders := map[int64]string{}
+			amounts := map[int64]int64{}
 			var lastAdmit time.Time
 			for {
 				if pace != nil {
@@ -210,6 +230,7 @@ func (s *Stack) RunSale(ctx context.Context, cfg SaleConfig) (*SaleResult, error
 				}
 				var body struct {
 					OrderID string `json:"order_id"`
+					Amount  int64  `json:"amount"`
 					Error   string `json:"error"`
 				}
 				var claim any
@@ -232,6 +253,9 @@ func (s *Stack) RunSale(ctx context.Context, cfg SaleConfig) (*SaleResult, error
 					}
 					admitted++
 					orders[id] = userName(u)
+					if body.Amount > 0 {
+						amounts[id] = body.Amount
+					}
 					lastAdmit = time.Now()
 					if cfg.OnAdmit != nil {
 						cfg.OnAdmit(id, userName(u))
@@ -258,6 +282,9 @@ func (s *Stack) RunSale(ctx context.Context, cfg SaleConfig) (*SaleResult, error
 					errs++ // the same order id answered twice: counted as an error
 				}
 				res.Orders[id] = u
+			}
+			for id, a := range amounts {
+				res.Amounts[id] = a
 			}
 			res.Admitted += admitted
 			res.Errors += errs

@@ -76,9 +76,10 @@ func StartStack(ctx context.Context, o Options) (s *Stack, err error) {
 		o.Partitions = 8
 	}
 	s = &Stack{opts: o, bin: filepath.Join(o.Dir, "bin"), AdminToken: randomHex(16), JWTSecret: randomHex(32), restarts: map[int]int{}}
+	started := s // the returns below set s to nil
 	defer func() {
 		if err != nil {
-			s.Close()
+			started.Close()
 		}
 	}()
 	if err := os.MkdirAll(filepath.Join(o.Dir, "logs"), 0o755); err != nil {
