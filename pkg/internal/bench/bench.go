@@ -21,6 +21,7 @@ import (
 	"github.com/flashsale/flashsale/pkg/internal/testsrv"
 	"github.com/flashsale/flashsale/pkg/order"
 	"github.com/flashsale/flashsale/pkg/rdb"
+	"github.com/flashsale/flashsale/pkg/sale"
 )
 
 // Config of a benchmark run.
@@ -217,25 +218,41 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if err := resetStreams(ctx, s); err != nil {
 		return nil, err
 	}
+	// Red envelope grabs beside unit claims: the largest pool (100,000
+	// envelopes), so the grabs of one measurement never empty it.
+	for _, c := range cfg.Conns {
+		v, err := s.CreateVoucher(ctx, spec("gateway envelopes", "envelope", sale.MaxEnvelopes))
+		if err != nil {
+			return nil, err
+		}
+		r := Drive(Load{Addr: host, Conns: c, Duration: cfg.Duration, Next: claim(v, 0)})
+		rep.Gateway = append(rep.Gateway, measure("gateway envelope grabs, 100,000 envelopes (admitted)", "closed", c, 0, r))
+		cfg.logf("gateway envelope grabs, %d conns: %.0f grabs/s, p99 %s, status %v", c, r.RPS(), us(r.Latency.ValueAtQuantile(99)), r.Status)
+		if err := resetStreams(ctx, s); err != nil {
+			return nil, err
+		}
+	}
 	if rep.GatewayRSS, err = PeakRSS(s.Gateway.Pid()); err != nil {
 		return nil, err
 	}
 
 	// 4. Worker drain.
 	for _, d := range []struct {
+		kind                   string
 		workers, batch, orders int
 		name                   string
 	}{
-		{1, 100, cfg.DrainOrders, "batched (default)"},
-		{2, 100, cfg.DrainOrders, "batched (default)"},
-		{1, 1, cfg.BaselineOrders, "one transaction per order (baseline)"},
-		{2, 1, cfg.BaselineOrders, "one transaction per order (baseline)"},
+		{"units", 1, 100, cfg.DrainOrders, "batched (default)"},
+		{"units", 2, 100, cfg.DrainOrders, "batched (default)"},
+		{"units", 1, 1, cfg.BaselineOrders, "one transaction per order (baseline)"},
+		{"units", 2, 1, cfg.BaselineOrders, "one transaction per order (baseline)"},
+		{"envelope", 2, 100, min(cfg.DrainOrders, sale.MaxEnvelopes), "envelope grabs, batched (default)"},
 	} {
 		prof := ""
-		if cfg.ProfileDir != "" && d.workers == 2 && d.batch > 1 {
+		if cfg.ProfileDir != "" && d.workers == 2 && d.batch > 1 && d.kind == "units" {
 			prof = filepath.Join(cfg.ProfileDir, "worker.cpu.pprof")
 		}
-		res, rss, err := drain(ctx, s, d.workers, d.batch, d.orders, prof)
+		res, rss, err := drain(ctx, s, d.kind, d.workers, d.batch, d.orders, prof)
 		if err != nil {
 			return nil, err
 		}

@@ -19,9 +19,9 @@ import (
 // workers start and connect, are stopped (SIGSTOP) while the stream is
 // filled with orders of one voucher, and the clock runs from SIGCONT until
 // the last order is in MySQL.
-func drain(ctx context.Context, s *harness.Stack, workers, batch, orders int, profilePath string) (Drain, int64, error) {
+func drain(ctx context.Context, s *harness.Stack, kind string, workers, batch, orders int, profilePath string) (Drain, int64, error) {
 	d := Drain{Workers: workers, BatchSize: batch, Orders: orders}
-	v, err := s.CreateVoucher(ctx, harness.VoucherSpec{Name: "drain", Stock: int64(orders), PerUserLimit: 1})
+	v, err := s.CreateVoucher(ctx, spec("drain", kind, int64(orders)))
 	if err != nil {
 		return d, 0, err
 	}
@@ -85,6 +85,14 @@ func drain(ctx context.Context, s *harness.Stack, workers, batch, orders int, pr
 		rss = max(rss, r)
 	}
 	return d, rss, nil
+}
+
+// spec is a voucher of kind with n units or envelopes, one per user.
+func spec(name, kind string, n int64) harness.VoucherSpec {
+	if kind == "envelope" {
+		return harness.VoucherSpec{Name: name, Kind: kind, Count: n, TotalAmount: 100 * n, PerUserLimit: 1}
+	}
+	return harness.VoucherSpec{Name: name, Stock: n, PerUserLimit: 1}
 }
 
 // waitReady waits until a process's /readyz answers 200.

@@ -7,6 +7,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"flag"
 	"fmt"
@@ -29,7 +30,9 @@ func run() error {
 	var (
 		users       = flag.Int("users", 20000, "distinct users")
 		requests    = flag.Int("requests", 50000, "claims in all (beyond -users, repeats by the same users)")
-		stock       = flag.Int64("stock", 1000, "units on sale")
+		kind        = flag.String("kind", "units", "kind of sale: units, envelope (red envelopes) or codes")
+		stock       = flag.Int64("stock", 1000, "units on sale (envelopes: how many; codes: how many)")
+		amount      = flag.Int64("amount", 0, "envelopes: the total amount split, in cents (default 100 per envelope)")
 		perUser     = flag.Int64("per-user", 1, "units one user may hold")
 		concurrency = flag.Int("concurrency", 64, "claims in flight at once")
 		workers     = flag.Int("workers", 2, "worker processes")
@@ -57,11 +60,22 @@ func run() error {
 			say("stopping: %v", err)
 		}
 	}()
-	v, err := s.CreateVoucher(ctx, harness.VoucherSpec{Name: "demo", Stock: *stock, PerUserLimit: *perUser})
+	spec := harness.VoucherSpec{Name: "demo", Kind: *kind, PerUserLimit: *perUser}
+	switch *kind {
+	case "units":
+		spec.Stock = *stock
+	case "envelope":
+		spec.Count, spec.TotalAmount = *stock, cmp.Or(*amount, 100**stock)
+	case "codes":
+		spec.Codes = harness.Codes(int(*stock))
+	default:
+		return fmt.Errorf("-kind must be units, envelope or codes, not %q", *kind)
+	}
+	v, err := s.CreateVoucher(ctx, spec)
 	if err != nil {
 		return err
 	}
-	say("voucher %d: %d units, %d per user; %d claims from %d users, %d at a time", v, *stock, *perUser, *requests, *users, *concurrency)
+	say("voucher %d (%s): %d on sale, %d per user; %d claims from %d users, %d at a time", v, *kind, *stock, *perUser, *requests, *users, *concurrency)
 	watch := s.WatchPersisted(ctx, v)
 	sale, err := s.RunSale(ctx, harness.SaleConfig{VoucherID: v, Users: *users, Requests: *requests, Concurrency: *concurrency, Seed: uint64(time.Now().UnixNano())})
 	if err != nil {
