@@ -1,6 +1,7 @@
 package db
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -10,6 +11,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/flashsale/flashsale/pkg/order"
+	"github.com/flashsale/flashsale/pkg/sale"
 )
 
 // Store reads and writes vouchers and orders.
@@ -28,6 +30,7 @@ func (s *Store) DB() *gorm.DB { return s.db }
 // CreateVoucher inserts v, and the items of its pool if it has one, in one
 // transaction, and sets v.ID.
 func (s *Store) CreateVoucher(ctx context.Context, v *Voucher, items []order.Item) error {
+	v.Kind = cmp.Or(v.Kind, sale.Default)
 	err := s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
 		if err := tx.Create(v).Error; err != nil {
 			return err

@@ -42,14 +42,15 @@ type Kind interface {
 	Plan(s Spec, rnd *rand.Rand) (Plan, error)
 }
 
-// Spec is the part of a voucher's creation request that differs by kind.
-// A field the kind does not use must be absent.
+// Spec is the part of a voucher's creation request that differs by kind,
+// with its JSON names (the gateway embeds it in the request, so a kind's
+// new field is added here). A field the kind does not use must be absent.
 type Spec struct {
-	Stock       *int64
-	TotalAmount *int64
-	Count       *int64
-	MinAmount   *int64
-	Codes       []string
+	Stock       *int64   `json:"stock"`
+	TotalAmount *int64   `json:"total_amount"`
+	Count       *int64   `json:"count"`
+	MinAmount   *int64   `json:"min_amount"`
+	Codes       []string `json:"codes"`
 }
 
 // Plan is what a new voucher puts on sale.

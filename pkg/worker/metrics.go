@@ -4,7 +4,7 @@ import "github.com/prometheus/client_golang/prometheus"
 
 // Order outcomes, the "outcome" label of flashsale_worker_orders_total.
 const (
-	outcomeCreated      = "created"       // persisted, unit taken
+	outcomeCreated      = "created"       // persisted (created, or completed), unit taken
 	outcomeFailed       = "failed"        // persisted as failed, reservation released
 	outcomeRedelivered  = "redelivered"   // persisted before: nothing written
 	outcomeDeadLettered = "dead_lettered" // moved to the dead-letter stream

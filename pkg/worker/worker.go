@@ -347,7 +347,7 @@ func (w *Worker) settle(ctx context.Context, entries []rdb.Entry, outcomes []db.
 			}
 		case !out.Redelivered:
 			created++
-			w.audit.Info("order created", orderFields(e)...)
+			w.audit.Info("order created", orderFields(e, zap.String("status", string(out.Status)))...)
 		}
 		ack = append(ack, e.StreamID)
 	}
