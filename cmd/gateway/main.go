@@ -17,8 +17,11 @@ type config struct {
 	app.Common
 	gateway.Config
 	// SmokeURL and SmokeTimeout configure "gateway smoke".
-	SmokeURL     string        `envconfig:"FLASHSALE_SMOKE_URL" default:"http://127.0.0.1:8080"`
-	SmokeTimeout time.Duration `envconfig:"FLASHSALE_SMOKE_TIMEOUT" default:"60s"`
+	SmokeURL string `envconfig:"FLASHSALE_SMOKE_URL" default:"http://127.0.0.1:8080"`
+	// SmokeAdminURL is the admin API's base URL (FLASHSALE_ADMIN_ADDR);
+	// default SmokeURL.
+	SmokeAdminURL string        `envconfig:"FLASHSALE_SMOKE_ADMIN_URL"`
+	SmokeTimeout  time.Duration `envconfig:"FLASHSALE_SMOKE_TIMEOUT" default:"60s"`
 	// RedisPoolSize bounds Redis connections (0: go-redis default, 10 per CPU).
 	RedisPoolSize int `envconfig:"FLASHSALE_REDIS_POOL_SIZE" default:"0"`
 }
@@ -48,7 +51,7 @@ func main() {
 // runSmoke checks the deployment at FLASHSALE_SMOKE_URL end to end (the
 // chart's helm test).
 func runSmoke(ctx context.Context, cfg *config, _ *app.Runtime, _ []string) error {
-	return smoke.Run(ctx, smoke.Config{URL: cfg.SmokeURL, Timeout: cfg.SmokeTimeout}, cfg.AdminToken, cfg.JWTSecret, os.Stdout)
+	return smoke.Run(ctx, smoke.Config{URL: cfg.SmokeURL, AdminURL: cfg.SmokeAdminURL, Timeout: cfg.SmokeTimeout}, cfg.AdminToken, cfg.JWTSecret, os.Stdout)
 }
 
 func run(ctx context.Context, cfg *config, rt *app.Runtime) error {

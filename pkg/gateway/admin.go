@@ -40,18 +40,14 @@ const (
 
 type createVoucherRequest struct {
 	Name string `json:"name"`
-	// Kind is a kind of pkg/sale; the fields after it belong to kinds.
-	Kind                  string   `json:"kind"`
-	Stock                 *int64   `json:"stock"`
-	TotalAmount           *int64   `json:"total_amount"`
-	Count                 *int64   `json:"count"`
-	MinAmount             *int64   `json:"min_amount"`
-	Codes                 []string `json:"codes"`
-	PerUserLimit          *int64   `json:"per_user_limit"`
-	PerUserDailyLimit     *int64   `json:"per_user_daily_limit"`
-	StartsAt              *string  `json:"starts_at"`
-	EndsAt                *string  `json:"ends_at"`
-	PaymentTimeoutSeconds *int64   `json:"payment_timeout_seconds"`
+	// Kind is a kind of pkg/sale, and Spec the fields of kinds.
+	Kind string `json:"kind"`
+	sale.Spec
+	PerUserLimit          *int64  `json:"per_user_limit"`
+	PerUserDailyLimit     *int64  `json:"per_user_daily_limit"`
+	StartsAt              *string `json:"starts_at"`
+	EndsAt                *string `json:"ends_at"`
+	PaymentTimeoutSeconds *int64  `json:"payment_timeout_seconds"`
 }
 
 type voucherJSON struct {
@@ -156,8 +152,7 @@ func (req createVoucherRequest) voucher(now time.Time, rnd *rand.Rand) (db.Vouch
 	if err != nil {
 		return v, nil, badRequest("invalid_field", "kind must be one of "+strings.Join(sale.Names(), ", "))
 	}
-	plan, err := kind.Plan(sale.Spec{Stock: req.Stock, TotalAmount: req.TotalAmount, Count: req.Count,
-		MinAmount: req.MinAmount, Codes: req.Codes}, rnd)
+	plan, err := kind.Plan(req.Spec, rnd)
 	var fe *sale.FieldError
 	switch {
 	case errors.As(err, &fe) && fe.Missing:
@@ -206,8 +201,7 @@ func (req createVoucherRequest) common(now time.Time) (db.Voucher, error) {
 // the sale can start; if Redis cannot be warmed the voucher is removed again
 // and the answer is 503, so no voucher exists that cannot be sold.
 func (g *Gateway) createVoucher(w http.ResponseWriter, r *http.Request) {
-	if err := g.auth.admin(r); err != nil {
-		g.fail(w, r, err)
+	if !g.admin(w, r) {
 		return
 	}
 	var req createVoucherRequest

@@ -12,10 +12,26 @@ import (
 type Config struct {
 	// HTTPAddr is the listen address. Default ":8080".
 	HTTPAddr string `envconfig:"FLASHSALE_HTTP_ADDR" default:":8080"`
-	// AdminToken guards /admin (required).
+	// AdminAddr, when set, serves the admin API on this address only; the
+	// public listener then answers 404 for /admin/….
+	AdminAddr string `envconfig:"FLASHSALE_ADMIN_ADDR"`
+	// AdminToken guards /admin; at least 32 bytes (required).
 	AdminToken string `envconfig:"FLASHSALE_ADMIN_TOKEN" required:"true"`
-	// JWTSecret verifies the users' HS256 tokens; at least 32 bytes (required).
-	JWTSecret string `envconfig:"FLASHSALE_JWT_SECRET" required:"true"`
+	// JWTSecret verifies the users' HS256 tokens; at least 32 bytes.
+	// Required unless JWTJWKSFile is set.
+	JWTSecret string `envconfig:"FLASHSALE_JWT_SECRET"`
+	// JWTPreviousSecret is also accepted for HS256 during a rollover.
+	JWTPreviousSecret string `envconfig:"FLASHSALE_JWT_PREVIOUS_SECRET"`
+	// JWTJWKSFile is a JSON Web Key Set of an identity provider's public
+	// keys (RS256, ES256, EdDSA), chosen by the token's kid.
+	JWTJWKSFile string `envconfig:"FLASHSALE_JWT_JWKS_FILE"`
+	// JWTIssuer and JWTAudience, when set, must be the token's iss and one
+	// of its aud.
+	JWTIssuer   string `envconfig:"FLASHSALE_JWT_ISSUER"`
+	JWTAudience string `envconfig:"FLASHSALE_JWT_AUDIENCE"`
+	// JWTMaxLifetime refuses a token whose lifetime (exp - iat, or exp -
+	// now without iat) exceeds it. Default 24h.
+	JWTMaxLifetime time.Duration `envconfig:"FLASHSALE_JWT_MAX_LIFETIME" default:"24h"`
 	// TimeZone is where a "day" of the per-day limit starts. Default "UTC".
 	TimeZone string `envconfig:"FLASHSALE_TIMEZONE" default:"UTC"`
 	// ClaimTimeout bounds the Redis work of one claim; past it the claim
@@ -70,7 +86,9 @@ const (
 	MySQLMaxInflightDefault = 64
 	UserBurstDefault        = 20
 	MaxInflightDefault      = 4096
+	JWTMaxLifetimeDefault   = 24 * time.Hour
 	minJWTSecret            = 32
+	minAdminToken           = 32
 )
 
 // SetDefaults fills the zero fields with the defaults. PipelineWorkers
@@ -87,6 +105,7 @@ func (c *Config) SetDefaults() {
 	c.UserBurst = cmp.Or(c.UserBurst, UserBurstDefault)
 	c.IPBurst = cmp.Or(c.IPBurst, max(1, int(math.Ceil(2*c.IPRate))))
 	c.MaxInflight = cmp.Or(c.MaxInflight, MaxInflightDefault)
+	c.JWTMaxLifetime = cmp.Or(c.JWTMaxLifetime, JWTMaxLifetimeDefault)
 }
 
 // Validate reports the first wrong value, naming its variable. Call it
@@ -95,8 +114,18 @@ func (c *Config) Validate() error {
 	switch {
 	case c.AdminToken == "":
 		return errors.New("FLASHSALE_ADMIN_TOKEN is required")
-	case len(c.JWTSecret) < minJWTSecret:
+	case len(c.AdminToken) < minAdminToken:
+		return fmt.Errorf("FLASHSALE_ADMIN_TOKEN must be at least %d bytes (a random one: openssl rand -hex 32)", minAdminToken)
+	case c.JWTSecret == "" && c.JWTJWKSFile == "":
+		return errors.New("FLASHSALE_JWT_SECRET (or FLASHSALE_JWT_JWKS_FILE) is required")
+	case c.JWTSecret != "" && len(c.JWTSecret) < minJWTSecret:
 		return fmt.Errorf("FLASHSALE_JWT_SECRET must be at least %d bytes", minJWTSecret)
+	case c.JWTPreviousSecret != "" && len(c.JWTPreviousSecret) < minJWTSecret:
+		return fmt.Errorf("FLASHSALE_JWT_PREVIOUS_SECRET must be at least %d bytes", minJWTSecret)
+	case c.JWTPreviousSecret != "" && c.JWTSecret == "":
+		return errors.New("FLASHSALE_JWT_PREVIOUS_SECRET needs FLASHSALE_JWT_SECRET")
+	case c.JWTMaxLifetime < time.Minute:
+		return fmt.Errorf("FLASHSALE_JWT_MAX_LIFETIME must be at least 1m, got %s", c.JWTMaxLifetime)
 	case c.ClaimTimeout < 0:
 		return fmt.Errorf("FLASHSALE_CLAIM_TIMEOUT must be positive, got %s", c.ClaimTimeout)
 	case c.IdempotencyTTL < time.Second:
@@ -121,6 +150,11 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("FLASHSALE_IP_BURST must be at least 1, got %d", c.IPBurst)
 	case c.MaxInflight < 1:
 		return fmt.Errorf("FLASHSALE_MAX_INFLIGHT must be at least 1, got %d", c.MaxInflight)
+	}
+	if c.JWTJWKSFile != "" {
+		if _, err := loadJWKS(c.JWTJWKSFile); err != nil {
+			return fmt.Errorf("FLASHSALE_JWT_JWKS_FILE: %w", err)
+		}
 	}
 	if _, err := parsePrefixes(c.TrustedProxies); err != nil {
 		return fmt.Errorf("FLASHSALE_TRUSTED_PROXIES: %w", err)

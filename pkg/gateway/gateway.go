@@ -41,9 +41,11 @@ type Gateway struct {
 	// users and addrs are the rate limits (nil: off); inflight counts the
 	// requests being served (MaxInflight).
 	users, addrs *keyedLimiter
-	trusted      []netip.Prefix
-	inflight     atomic.Int64
-	stopSweep    func()
+	// adminFails holds the failed admin authentications per address.
+	adminFails *keyedLimiter
+	trusted    []netip.Prefix
+	inflight   atomic.Int64
+	stopSweep  func()
 }
 
 // Option changes a Gateway.
@@ -75,7 +77,8 @@ func New(cfg Config, r *rdb.Store, d *db.Store, log *zap.Logger, opts ...Option)
 	}
 	g := &Gateway{cfg: cfg, loc: loc, now: time.Now, redis: r, db: d, log: log.Named("gateway"), reg: prometheus.NewRegistry(),
 		mysqlSlots: make(chan struct{}, cfg.MySQLMaxInflight), trusted: trusted,
-		users: newKeyedLimiter(cfg.UserRate, cfg.UserBurst), addrs: newKeyedLimiter(cfg.IPRate, cfg.IPBurst)}
+		users: newKeyedLimiter(cfg.UserRate, cfg.UserBurst), addrs: newKeyedLimiter(cfg.IPRate, cfg.IPBurst),
+		adminFails: newKeyedLimiter(float64(time.Second)/float64(adminFailEvery), adminFailBurst)}
 	for _, o := range opts {
 		o(g)
 	}
@@ -85,20 +88,39 @@ func New(cfg Config, r *rdb.Store, d *db.Store, log *zap.Logger, opts ...Option)
 		g.batcher = r.NewBatcher(cfg.PipelineWorkers, cfg.PipelineMaxBatch, cfg.ClaimTimeout)
 		g.admit = g.batcher.Admit
 	}
-	g.auth = newAuth(cfg.JWTSecret, cfg.AdminToken, func() time.Time { return g.now() })
+	var keys map[string]jwk
+	if cfg.JWTJWKSFile != "" {
+		if keys, err = loadJWKS(cfg.JWTJWKSFile); err != nil {
+			return nil, fmt.Errorf("FLASHSALE_JWT_JWKS_FILE: %w", err)
+		}
+	}
+	g.auth = newAuth(authConfig{secret: cfg.JWTSecret, previousSecret: cfg.JWTPreviousSecret, adminToken: cfg.AdminToken,
+		issuer: cfg.JWTIssuer, audience: cfg.JWTAudience, maxLifetime: cfg.JWTMaxLifetime, jwks: keys,
+		now: func() time.Time { return g.now() }})
 	g.stopSweep = g.sweepLimiters()
 	return g, nil
 }
 
-// Handler is the gateway's HTTP handler.
-func (g *Gateway) Handler() http.Handler {
+// Handler is the gateway's public HTTP handler: the user API, and the
+// admin API too unless FLASHSALE_ADMIN_ADDR gives it a listener of its own
+// (then /admin/… answers 404 here).
+func (g *Gateway) Handler() http.Handler { return g.handler(true, g.cfg.AdminAddr == "") }
+
+// AdminHandler is the admin API alone, for FLASHSALE_ADMIN_ADDR.
+func (g *Gateway) AdminHandler() http.Handler { return g.handler(false, true) }
+
+func (g *Gateway) handler(users, admin bool) http.Handler {
 	mux := http.NewServeMux()
-	mux.Handle("/v1/vouchers/{id}/orders", methods{http.MethodPost: g.claim})
-	// Every route but the claim waits on MySQL: bounded in time and number.
-	mux.Handle("/v1/orders/{id}", methods{http.MethodGet: g.mysqlBound(g.getOrder)})
-	mux.Handle("/v1/orders/{id}/pay", methods{http.MethodPost: g.mysqlBound(g.payOrder)})
-	mux.Handle("/admin/v1/vouchers", methods{http.MethodPost: g.mysqlBound(g.createVoucher)})
-	mux.Handle("/admin/v1/vouchers/{id}", methods{http.MethodGet: g.mysqlBound(g.getVoucher)})
+	if users {
+		mux.Handle("/v1/vouchers/{id}/orders", methods{http.MethodPost: g.claim})
+		// Every route but the claim waits on MySQL: bounded in time and number.
+		mux.Handle("/v1/orders/{id}", methods{http.MethodGet: g.mysqlBound(g.getOrder)})
+		mux.Handle("/v1/orders/{id}/pay", methods{http.MethodPost: g.mysqlBound(g.payOrder)})
+	}
+	if admin {
+		mux.Handle("/admin/v1/vouchers", methods{http.MethodPost: g.mysqlBound(g.createVoucher)})
+		mux.Handle("/admin/v1/vouchers/{id}", methods{http.MethodGet: g.mysqlBound(g.getVoucher)})
+	}
 	mux.HandleFunc("/", func(w http.ResponseWriter, _ *http.Request) {
 		writeError(w, &apiError{http.StatusNotFound, "not_found", "no such endpoint"})
 	})
@@ -147,6 +169,7 @@ func (g *Gateway) sweepLimiters() (stop func()) {
 				now := g.now()
 				g.users.sweep(now)
 				g.addrs.sweep(now)
+				g.adminFails.sweep(now)
 				g.metrics.limiterKeys.WithLabelValues("user").Set(float64(g.users.keys()))
 				g.metrics.limiterKeys.WithLabelValues("ip").Set(float64(g.addrs.keys()))
 			}
@@ -186,42 +209,70 @@ func (g *Gateway) Close() {
 	g.stopSweep()
 }
 
-// Run serves on cfg.HTTPAddr until ctx ends, then stops accepting, lets
-// in-flight requests finish (up to ShutdownTimeout) and returns.
+// Run serves on cfg.HTTPAddr (and the admin API on cfg.AdminAddr, when
+// set) until ctx ends, then stops accepting, lets in-flight requests
+// finish (up to ShutdownTimeout) and returns.
 func (g *Gateway) Run(ctx context.Context) error {
 	l, err := net.Listen("tcp", g.cfg.HTTPAddr)
 	if err != nil {
 		return err
 	}
-	return g.Serve(ctx, l)
+	served := []listener{{l, g.Handler(), "public"}}
+	if g.cfg.AdminAddr != "" {
+		al, err := net.Listen("tcp", g.cfg.AdminAddr)
+		if err != nil {
+			l.Close()
+			return fmt.Errorf("FLASHSALE_ADMIN_ADDR: %w", err)
+		}
+		served = append(served, listener{al, g.AdminHandler(), "admin"})
+	}
+	return g.serve(ctx, served...)
 }
 
-// Serve is Run on a listener of the caller's.
+// Serve is Run with the public handler on a listener of the caller's.
 func (g *Gateway) Serve(ctx context.Context, l net.Listener) error {
+	return g.serve(ctx, listener{l, g.Handler(), "public"})
+}
+
+type listener struct {
+	l    net.Listener
+	h    http.Handler
+	name string
+}
+
+func (g *Gateway) serve(ctx context.Context, ls ...listener) error {
 	defer g.Close()
 	if err := g.redis.EnsureGroups(ctx); err != nil {
+		for _, l := range ls {
+			l.l.Close()
+		}
 		return err
 	}
-	srv := &http.Server{
-		Handler: g.Handler(), ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second,
-		WriteTimeout: 10 * time.Second, IdleTimeout: 120 * time.Second,
-		ErrorLog: zap.NewStdLog(g.log.Named("http")),
+	errc := make(chan error, len(ls))
+	servers := make([]*http.Server, len(ls))
+	for i, l := range ls {
+		servers[i] = &http.Server{
+			Handler: l.h, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second,
+			WriteTimeout: 10 * time.Second, IdleTimeout: 120 * time.Second,
+			ErrorLog: zap.NewStdLog(g.log.Named("http")),
+		}
+		go func() { errc <- servers[i].Serve(l.l) }()
+		g.log.Info("gateway listening", zap.String("api", l.name), zap.String("addr", l.l.Addr().String()), zap.Int("partitions", g.redis.Partitions()))
 	}
-	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(l) }()
-	g.log.Info("gateway listening", zap.String("addr", l.Addr().String()), zap.Int("partitions", g.redis.Partitions()))
+	var err error
 	select {
-	case err := <-errc:
-		return err
+	case err = <-errc:
 	case <-ctx.Done():
 	}
 	g.log.Info("gateway shutting down")
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), g.cfg.ShutdownTimeout)
 	defer cancel()
-	if err := srv.Shutdown(sctx); err != nil {
-		return fmt.Errorf("shutdown: %w", err)
+	for _, srv := range servers {
+		if serr := srv.Shutdown(sctx); serr != nil && err == nil {
+			err = fmt.Errorf("shutdown: %w", serr)
+		}
 	}
-	return nil
+	return err
 }
 
 // methods dispatches by HTTP method and answers others with a JSON 405.
@@ -302,13 +353,38 @@ func (g *Gateway) userAndID(w http.ResponseWriter, r *http.Request) (string, int
 	return user, id, true
 }
 
+// Failed admin authentications are throttled per client address: a burst
+// of adminFailBurst, then one every adminFailEvery, so a leaked-but-wrong
+// or guessed token costs an attacker minutes per handful of tries.
+const (
+	adminFailBurst = 10
+	adminFailEvery = 6 * time.Second
+)
+
+// admin authenticates an admin request and answers it if it fails:
+// 401, or 429 with Retry-After to an address that failed too often.
+func (g *Gateway) admin(w http.ResponseWriter, r *http.Request) bool {
+	addr := clientAddr(r, g.trusted)
+	if wait := g.adminFails.blocked(addr, g.now()); wait > 0 {
+		g.metrics.shed.WithLabelValues("admin_auth").Inc()
+		writeRateLimited(w, wait)
+		return false
+	}
+	if err := g.auth.admin(r); err != nil {
+		g.adminFails.allow(addr, g.now())
+		g.log.Warn("admin authentication failed", zap.String("addr", addr), zap.String("path", r.URL.Path))
+		g.fail(w, r, err)
+		return false
+	}
+	return true
+}
+
 // adminAndID is userAndID for the admin API.
 func (g *Gateway) adminAndID(w http.ResponseWriter, r *http.Request) (int64, bool) {
-	err := g.auth.admin(r)
-	var id int64
-	if err == nil {
-		id, err = pathID(r)
+	if !g.admin(w, r) {
+		return 0, false
 	}
+	id, err := pathID(r)
 	if err != nil {
 		g.fail(w, r, err)
 		return 0, false

@@ -2,6 +2,7 @@ package gateway_test
 
 import (
 	"context"
+	"crypto/ed25519"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -25,7 +26,7 @@ func TestMain(m *testing.M) { testsrv.Main(m) }
 
 const (
 	secret = "test-secret-test-secret-test-secret!"
-	admin  = "admin-token"
+	admin  = "admin-token-admin-token-admin-token"
 )
 
 // clock is a settable time for the gateway under test.
@@ -238,6 +239,25 @@ func TestBadTokens(t *testing.T) {
 		{"no sub", sign(jwt.SigningMethodHS256, []byte(secret), jwt.MapClaims{"exp": exp})},
 		{"sub with a colon", sign(jwt.SigningMethodHS256, []byte(secret), jwt.MapClaims{"sub": "a:b", "exp": exp})},
 		{"admin token as user", admin},
+		{"lifetime over 24h", sign(jwt.SigningMethodHS256, []byte(secret), jwt.MapClaims{"sub": "u", "exp": f.clock.Now().Add(48 * time.Hour).Unix()})},
+		{"exp in year 9999", sign(jwt.SigningMethodHS256, []byte(secret), jwt.MapClaims{"sub": "u", "exp": 253402300000})},
+		{"nbf overflowing", sign(jwt.SigningMethodHS256, []byte(secret), jwt.MapClaims{"sub": "u", "exp": exp, "nbf": 1e300})},
+		{"crit header", func() string {
+			tok := jwt.NewWithClaims(jwt.SigningMethodHS256, jwt.MapClaims{"sub": "u", "exp": exp})
+			tok.Header["crit"] = []string{"x"}
+			s, err := tok.SignedString([]byte(secret))
+			require.NoError(t, err)
+			return s
+		}()},
+		{"unknown kid (no key set)", func() string {
+			tok := jwt.NewWithClaims(jwt.SigningMethodEdDSA, jwt.MapClaims{"sub": "u", "exp": exp})
+			tok.Header["kid"] = "k1"
+			_, key, err := ed25519.GenerateKey(nil)
+			require.NoError(t, err)
+			s, err := tok.SignedString(key)
+			require.NoError(t, err)
+			return s
+		}()},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -356,4 +376,67 @@ func parseID(t *testing.T, s string) int64 {
 	var n int64
 	require.NoError(t, json.Unmarshal([]byte(s), &n))
 	return n
+}
+
+// Issuer and audience, when configured, are enforced on the HTTP path too.
+func TestIssuerAndAudienceAreEnforced(t *testing.T) {
+	f := newFixtureOn(t, testenv.New(t, 2), gateway.Config{JWTIssuer: "https://id.example", JWTAudience: "flashsale"})
+	id := f.createVoucher(`{"name":"t","stock":5}`)
+	exp := f.clock.Now().Add(time.Hour).Unix()
+	tok := func(claims jwt.MapClaims) string {
+		s, err := jwt.NewWithClaims(jwt.SigningMethodHS256, claims).SignedString([]byte(secret))
+		require.NoError(t, err)
+		return s
+	}
+	good := tok(jwt.MapClaims{"sub": "u", "exp": exp, "iss": "https://id.example", "aud": "flashsale"})
+	require.Equal(t, http.StatusAccepted, f.do("POST", "/v1/vouchers/"+id+"/orders", good, "").Status)
+	for name, bad := range map[string]string{
+		"wrong issuer":   tok(jwt.MapClaims{"sub": "v", "exp": exp, "iss": "https://evil.example", "aud": "flashsale"}),
+		"wrong audience": tok(jwt.MapClaims{"sub": "v", "exp": exp, "iss": "https://id.example", "aud": "shop"}),
+		"no issuer":      tok(jwt.MapClaims{"sub": "v", "exp": exp, "aud": "flashsale"}),
+	} {
+		t.Run(name, func(t *testing.T) {
+			requireError(t, f.do("POST", "/v1/vouchers/"+id+"/orders", bad, ""), http.StatusUnauthorized, "unauthorized")
+		})
+	}
+}
+
+// With FLASHSALE_ADMIN_ADDR the admin API lives on its own listener: the
+// public one answers 404 there. Failed admin logins are throttled per
+// address, and the right token still works for others.
+func TestAdminSurface(t *testing.T) {
+	env := testenv.New(t, 2)
+	clk := newClock(time.Now().UTC()) // frozen: no try is earned back during the test
+	gw, err := gateway.New(gateway.Config{AdminToken: admin, JWTSecret: secret, AdminAddr: "127.0.0.1:0"}, env.RDB, env.DB, zaptest.NewLogger(t),
+		gateway.WithClock(clk.Now))
+	require.NoError(t, err)
+	t.Cleanup(gw.Close)
+	pub, adm := httptest.NewServer(gw.Handler()), httptest.NewServer(gw.AdminHandler())
+	t.Cleanup(pub.Close)
+	t.Cleanup(adm.Close)
+	f := &fixture{t: t, env: env, srv: pub, clock: clk}
+	requireError(t, f.do("POST", "/admin/v1/vouchers", admin, `{"name":"x","stock":1}`), http.StatusNotFound, "not_found")
+	requireError(t, f.do("GET", "/admin/v1/vouchers/1", admin, ""), http.StatusNotFound, "not_found")
+
+	a := &fixture{t: t, env: env, srv: adm, clock: f.clock}
+	id := a.createVoucher(`{"name":"x","stock":1}`)
+	requireError(t, a.do("POST", "/v1/vouchers/"+id+"/orders", f.token("u"), ""), http.StatusNotFound, "not_found")
+	require.Equal(t, http.StatusAccepted, f.do("POST", "/v1/vouchers/"+id+"/orders", f.token("u"), "").Status)
+
+	// Ten wrong tokens, then the address is throttled, even with the
+	// right one, until a try is earned back.
+	for range 10 {
+		requireError(t, a.do("GET", "/admin/v1/vouchers/"+id, "wrong-wrong-wrong-wrong-wrong-wrong", ""), http.StatusUnauthorized, "unauthorized")
+	}
+	res := a.do("GET", "/admin/v1/vouchers/"+id, admin, "")
+	requireError(t, res, http.StatusTooManyRequests, "rate_limited")
+	require.NotEmpty(t, res.Header.Get("Retry-After"))
+	clk.Add(7 * time.Second)
+	require.Equal(t, http.StatusOK, a.do("GET", "/admin/v1/vouchers/"+id, admin, "").Status, "a try earned back")
+}
+
+// An admin token shorter than 32 bytes is refused at start.
+func TestShortAdminTokenIsRefused(t *testing.T) {
+	_, err := gateway.New(gateway.Config{AdminToken: "short", JWTSecret: secret}, nil, nil, nil)
+	require.ErrorContains(t, err, "FLASHSALE_ADMIN_TOKEN")
 }

@@ -71,6 +71,25 @@ func (l *keyedLimiter) allow(key string, now time.Time) (bool, time.Duration) {
 	return false, time.Duration(missing / float64(l.limit) * float64(time.Second))
 }
 
+// blocked reports how long key must wait for a token at now, without
+// taking one (0: it has one).
+func (l *keyedLimiter) blocked(key string, now time.Time) time.Duration {
+	if l == nil {
+		return 0
+	}
+	sh := &l.shards[maphash.String(l.seed, key)%uint64(len(l.shards))]
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	b, ok := sh.buckets[key]
+	if !ok {
+		return 0
+	}
+	if missing := 1 - b.TokensAt(now); missing > 0 {
+		return time.Duration(missing / float64(l.limit) * float64(time.Second))
+	}
+	return 0
+}
+
 // sweep forgets the buckets that are full again at now.
 func (l *keyedLimiter) sweep(now time.Time) {
 	if l == nil {

@@ -6,6 +6,7 @@ package smoke
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -19,8 +20,8 @@ import (
 
 // Config of a smoke test.
 type Config struct {
-	// URL is the gateway's base URL.
-	URL string
+	// URL is the gateway's base URL, AdminURL its admin API's (default URL).
+	URL, AdminURL string
 	// Timeout bounds the whole check, waiting for the worker included.
 	Timeout time.Duration
 }
@@ -30,10 +31,11 @@ func Run(ctx context.Context, cfg Config, adminToken, jwtSecret string, out io.W
 	ctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
 	defer cancel()
 	c := &client{base: cfg.URL, http: &http.Client{Timeout: 10 * time.Second}}
+	adm := &client{base: cmp.Or(cfg.AdminURL, cfg.URL), http: c.http}
 	var v struct {
 		ID string `json:"id"`
 	}
-	if err := c.do(ctx, "POST", "/admin/v1/vouchers", adminToken, map[string]any{
+	if err := adm.do(ctx, "POST", "/admin/v1/vouchers", adminToken, map[string]any{
 		"name": "smoke test", "stock": 1, "per_user_limit": 1, "payment_timeout_seconds": 60,
 	}, http.StatusCreated, &v); err != nil {
 		return fmt.Errorf("create voucher: %w", err)

@@ -74,6 +74,9 @@ checksum/secret: {{ include (print $.Template.BasePath "/secret.yaml") . | sha25
 {{- if and .Values.secrets.jwtSecret (lt (len .Values.secrets.jwtSecret) 32) -}}
 {{- fail "secrets.jwtSecret must be at least 32 bytes" -}}
 {{- end -}}
+{{- if and .Values.secrets.adminToken (lt (len .Values.secrets.adminToken) 32) -}}
+{{- fail "secrets.adminToken must be at least 32 bytes (openssl rand -hex 32)" -}}
+{{- end -}}
 {{- end -}}
 
 {{/* probes on the ops port: pass (dict "port" N) */}}

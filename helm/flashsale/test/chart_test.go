@@ -27,7 +27,7 @@ import (
 const chartDir = ".."
 
 var testSecrets = []string{"--set", "secrets.mysqlDSN=user:pw@tcp(mysql:3306)/flashsale", "--set", "secrets.jwtSecret=0123456789abcdef0123456789abcdef",
-	"--set", "secrets.adminToken=admin", "--set", "secrets.redisPassword=pw"}
+	"--set", "secrets.adminToken=admin-token-admin-token-admin-token", "--set", "secrets.redisPassword=pw"}
 
 func helm(t *testing.T, args ...string) (string, error) {
 	t.Helper()
@@ -366,7 +366,8 @@ func TestChartRefusesWhatCannotWork(t *testing.T) {
 	}{
 		{"HPA and KEDA on the workers", "cannot both be enabled", append([]string{"--set", "worker.autoscaling.enabled=true", "--set", "worker.keda.enabled=true"}, testSecrets...)},
 		{"no secrets", "set existingSecret", nil},
-		{"short JWT secret", "at least 32 bytes", []string{"--set", "secrets.mysqlDSN=x", "--set", "secrets.jwtSecret=short", "--set", "secrets.adminToken=t"}},
+		{"short JWT secret", "at least 32 bytes", []string{"--set", "secrets.mysqlDSN=x", "--set", "secrets.jwtSecret=short", "--set", "secrets.adminToken=admin-token-admin-token-admin-token"}},
+		{"short admin token", "secrets.adminToken must be at least 32 bytes", []string{"--set", "secrets.mysqlDSN=x", "--set", "secrets.jwtSecret=" + strings.Repeat("s", 32), "--set", "secrets.adminToken=t"}},
 		{"replicas not a number", "replicaCount", append([]string{"--set", "gateway.replicaCount=two"}, testSecrets...)},
 		{"bad duration", "claimMinIdle", append([]string{"--set", "config.claimMinIdle=soon"}, testSecrets...)},
 		{"unknown value (a typo)", "gatway", append([]string{"--set", "gatway.replicaCount=2"}, testSecrets...)},
@@ -386,4 +387,46 @@ func TestLintStrict(t *testing.T) {
 		out, err := helm(t, append([]string{"lint", "--strict", chartDir, "--kube-version", "1.30.0"}, vs.args...)...)
 		require.NoError(t, err, "%s: %s", vs.name, out)
 	}
+}
+
+// The admin API has its own port and ClusterIP Service by default; with
+// adminPort 0 it is served on the public port and there is no such Service.
+func TestAdminAPIHasItsOwnServiceByDefault(t *testing.T) {
+	adminAddr := func(r *rendered) string {
+		for _, c := range r.deployments["rel-flashsale-gateway"].Spec.Template.Spec.Containers {
+			for _, e := range c.Env {
+				if e.Name == "FLASHSALE_ADMIN_ADDR" {
+					return e.Value
+				}
+			}
+		}
+		return ""
+	}
+	adminService := func(r *rendered) *corev1.Service {
+		for _, s := range r.services {
+			if s.Name == "rel-flashsale-gateway-admin" {
+				return s
+			}
+		}
+		return nil
+	}
+	r := render(t, testSecrets...)
+	require.Equal(t, ":8081", adminAddr(r))
+	s := adminService(r)
+	require.NotNil(t, s)
+	require.Equal(t, corev1.ServiceTypeClusterIP, s.Spec.Type)
+	require.Equal(t, "admin", s.Spec.Ports[0].TargetPort.StrVal)
+	for _, p := range r.pods {
+		var urls []string
+		for _, e := range p.Spec.Containers[0].Env {
+			if strings.HasPrefix(e.Name, "FLASHSALE_SMOKE") {
+				urls = append(urls, e.Value)
+			}
+		}
+		require.Contains(t, urls, "http://rel-flashsale-gateway-admin:8081", "helm test reaches the admin API")
+	}
+
+	r = render(t, append([]string{"--set", "gateway.adminPort=0"}, testSecrets...)...)
+	require.Empty(t, adminAddr(r))
+	require.Nil(t, adminService(r))
 }

@@ -22,6 +22,7 @@ func TestBinariesRefuseBadConfigInOneLine(t *testing.T) {
 	dir := t.TempDir()
 	require.NoError(t, harness.Build(dir, false, "gateway", "worker", "reaper"))
 	secret := "FLASHSALE_JWT_SECRET=" + strings.Repeat("s", 32)
+	admin := "FLASHSALE_ADMIN_TOKEN=" + strings.Repeat("a", 32)
 	tests := []struct {
 		name, bin string
 		env       []string
@@ -31,7 +32,11 @@ func TestBinariesRefuseBadConfigInOneLine(t *testing.T) {
 		{"no admin token", "gateway", []string{secret}, nil, "FLASHSALE_ADMIN_TOKEN"},
 		// Unprefixed variables are never read.
 		{"unprefixed admin token", "gateway", []string{secret, "ADMIN_TOKEN=x"}, nil, "FLASHSALE_ADMIN_TOKEN"},
-		{"no jwt secret", "gateway", []string{"FLASHSALE_ADMIN_TOKEN=x"}, nil, "FLASHSALE_JWT_SECRET"},
+		{"no jwt secret", "gateway", []string{admin}, nil, "FLASHSALE_JWT_SECRET"},
+		{"short admin token", "gateway", []string{secret, "FLASHSALE_ADMIN_TOKEN=admin"}, nil, "FLASHSALE_ADMIN_TOKEN"},
+		{"short previous jwt secret", "gateway", []string{secret, admin, "FLASHSALE_JWT_PREVIOUS_SECRET=old"}, nil, "FLASHSALE_JWT_PREVIOUS_SECRET"},
+		{"missing key set", "gateway", []string{admin, "FLASHSALE_JWT_JWKS_FILE=/nonexistent/jwks.json"}, nil, "FLASHSALE_JWT_JWKS_FILE"},
+		{"short token lifetime", "gateway", []string{secret, admin, "FLASHSALE_JWT_MAX_LIFETIME=1s"}, nil, "FLASHSALE_JWT_MAX_LIFETIME"},
 		{"bad log level", "worker", []string{"FLASHSALE_LOG_LEVEL=loud"}, nil, "FLASHSALE_LOG_LEVEL"},
 		{"bad duration", "worker", []string{"FLASHSALE_WORKER_BLOCK=soon"}, nil, "FLASHSALE_WORKER_BLOCK"},
 		{"unknown command", "worker", []string{"FLASHSALE_REDIS_ADDR=127.0.0.1:1"}, []string{"frobnicate"}, "unknown command"},
@@ -48,10 +53,10 @@ func TestBinariesRefuseBadConfigInOneLine(t *testing.T) {
 		{"block over a third of min idle", "worker", []string{"FLASHSALE_WORKER_BLOCK=5s", "FLASHSALE_CLAIM_MIN_IDLE=6s"}, nil, "FLASHSALE_WORKER_BLOCK"},
 		{"zero max deliveries", "reaper", []string{"FLASHSALE_MAX_DELIVERIES=-1"}, nil, "FLASHSALE_MAX_DELIVERIES"},
 		{"negative reaper interval", "reaper", []string{"FLASHSALE_REAPER_INTERVAL=-5s"}, nil, "FLASHSALE_REAPER_INTERVAL"},
-		{"short jwt secret", "gateway", []string{"FLASHSALE_ADMIN_TOKEN=x", "FLASHSALE_JWT_SECRET=short"}, nil, "FLASHSALE_JWT_SECRET"},
-		{"bad time zone", "gateway", []string{secret, "FLASHSALE_ADMIN_TOKEN=x", "FLASHSALE_TIMEZONE=Mars/Olympus"}, nil, "FLASHSALE_TIMEZONE"},
-		{"negative claim timeout", "gateway", []string{secret, "FLASHSALE_ADMIN_TOKEN=x", "FLASHSALE_CLAIM_TIMEOUT=-1s"}, nil, "FLASHSALE_CLAIM_TIMEOUT"},
-		{"zero mysql inflight", "gateway", []string{secret, "FLASHSALE_ADMIN_TOKEN=x", "FLASHSALE_MYSQL_MAX_INFLIGHT=-2"}, nil, "FLASHSALE_MYSQL_MAX_INFLIGHT"},
+		{"short jwt secret", "gateway", []string{admin, "FLASHSALE_JWT_SECRET=short"}, nil, "FLASHSALE_JWT_SECRET"},
+		{"bad time zone", "gateway", []string{secret, admin, "FLASHSALE_TIMEZONE=Mars/Olympus"}, nil, "FLASHSALE_TIMEZONE"},
+		{"negative claim timeout", "gateway", []string{secret, admin, "FLASHSALE_CLAIM_TIMEOUT=-1s"}, nil, "FLASHSALE_CLAIM_TIMEOUT"},
+		{"zero mysql inflight", "gateway", []string{secret, admin, "FLASHSALE_MYSQL_MAX_INFLIGHT=-2"}, nil, "FLASHSALE_MYSQL_MAX_INFLIGHT"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
