@@ -6,7 +6,7 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo deve
 COMMIT  ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
 LDFLAGS := -X github.com/flashsale/flashsale/pkg/app.Version=$(VERSION) -X github.com/flashsale/flashsale/pkg/app.Commit=$(COMMIT)
 
-.PHONY: all build bench static test test-short lint servers demo chaos dataloss helm helm-test clean
+.PHONY: all build bench static test test-short lint servers demo chaos dataloss helm helm-test fuzz clean
 
 all: build
 
@@ -36,6 +36,18 @@ lint:
 ## test: lint, then every test with the race detector (starts its own servers)
 test: servers lint
 	$(GO) test -race -count=1 -timeout 15m $(PKGS)
+
+## fuzz: every fuzz target for FUZZTIME each (CI: a few seconds); their
+## seed corpora are the f.Add calls, and what a run finds stays in testdata/fuzz
+FUZZTIME ?= 10s
+FUZZ_TARGETS := ./pkg/order:FuzzOrderID ./pkg/order:FuzzItem ./pkg/rdb:FuzzStreamEntry \
+	./pkg/gateway:FuzzClaimBody ./pkg/gateway:FuzzCreateVoucher \
+	./pkg/gateway:FuzzFastPathAgreesWithGolangJWT ./pkg/gateway:FuzzTokenVerifier
+fuzz:
+	@for t in $(FUZZ_TARGETS); do \
+	  pkg=$${t%%:*}; name=$${t##*:}; echo "fuzz $$pkg $$name for $(FUZZTIME)"; \
+	  $(GO) test -run '^$$' -fuzz "^$$name\$$" -fuzztime $(FUZZTIME) $$pkg || exit 1; \
+	done
 
 ## test-short: unit and integration tests, without the end-to-end runs
 test-short: servers

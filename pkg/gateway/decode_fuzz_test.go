@@ -1,0 +1,91 @@
+package gateway
+
+import (
+	"errors"
+	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/flashsale/flashsale/pkg/order"
+)
+
+func clientError(err error) bool {
+	var ae *apiError
+	return errors.As(err, &ae) && ae.Status >= 400 && ae.Status < 500
+}
+
+// FuzzClaimBody: any claim body is a quantity from 1 to MaxQuantity or a
+// 4xx, never a panic or a 500.
+func FuzzClaimBody(f *testing.F) {
+	for _, s := range []string{``, `{}`, `{"quantity":3}`, `{"quantity":0}`, `{"quantity":1.5}`, `{"quantity":"2"}`, `{"quantity":1e30}`, `[2]`, `{"quantity":`, `{"qty":1}`, `{"quantity":null}`, `{"quantity":2} {}`} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, body string) {
+		r := httptest.NewRequest(http.MethodPost, "/v1/vouchers/1/orders", strings.NewReader(body))
+		q, err := claimQuantity(httptest.NewRecorder(), r)
+		if err != nil {
+			if !clientError(err) {
+				t.Fatalf("%q: %v is not a client error", body, err)
+			}
+			return
+		}
+		if q < 1 || q > order.MaxQuantity {
+			t.Fatalf("%q: quantity %d", body, q)
+		}
+	})
+}
+
+// FuzzCreateVoucher: any creation body is a voucher its kind can sell (an
+// envelope's amounts summing to its total, each at least the floor; one
+// item per unit of a pool) or a 4xx; never a panic or a 500.
+func FuzzCreateVoucher(f *testing.F) {
+	for _, s := range []string{
+		`{"name":"a","stock":5}`,
+		`{"name":"a","kind":"envelope","total_amount":100,"count":7,"min_amount":3}`,
+		`{"name":"a","kind":"envelope","total_amount":10,"count":5,"min_amount":3}`,
+		`{"name":"a","kind":"codes","codes":["A","B","A"]}`,
+		`{"name":"a","kind":"codes","codes":["A-1","B_2"],"per_user_limit":2}`,
+		`{"name":"a","kind":"lottery"}`,
+		`{"name":"a","stock":5,"ends_at":"2020-01-01T00:00:00Z"}`,
+		`{"name":"a","stock":5,"starts_at":"2126-01-02T00:00:00Z","ends_at":"2126-01-01T00:00:00Z"}`,
+		`{"name":"","stock":1e9}`, `[]`, `{"name":"a","kind":"envelope","total_amount":1000000000000,"count":1}`,
+	} {
+		f.Add(s)
+	}
+	now := time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC)
+	f.Fuzz(func(t *testing.T, body string) {
+		r := httptest.NewRequest(http.MethodPost, "/admin/v1/vouchers", strings.NewReader(body))
+		var req createVoucherRequest
+		err := decodeJSONUpTo(httptest.NewRecorder(), r, &req, maxCreateBytes)
+		if err == nil {
+			var v struct{ stock, total int64 }
+			vo, items, verr := req.voucher(now, rand.New(rand.NewPCG(1, 2)))
+			err = verr
+			if err == nil {
+				v.stock, v.total = vo.Stock, vo.TotalAmount
+				if v.stock < 1 || vo.StockTotal != v.stock || vo.PerUserLimit < 1 {
+					t.Fatalf("%q: voucher %+v", body, vo)
+				}
+				if vo.Traits().Pooled != (len(items) > 0) || (len(items) > 0 && int64(len(items)) != v.stock) {
+					t.Fatalf("%q: %d items for stock %d of kind %s", body, len(items), v.stock, vo.Kind)
+				}
+				var sum int64
+				for _, it := range items {
+					if it.Amount < vo.MinAmount {
+						t.Fatalf("%q: envelope %+v below the floor %d", body, it, vo.MinAmount)
+					}
+					sum += it.Amount
+				}
+				if sum != v.total {
+					t.Fatalf("%q: envelopes sum to %d, total %d", body, sum, v.total)
+				}
+			}
+		}
+		if err != nil && !clientError(err) {
+			t.Fatalf("%q: %v is not a client error", body, err)
+		}
+	})
+}
