@@ -36,6 +36,8 @@ import (
 type Common struct {
 	// RedisAddr is host:port of Redis.
 	RedisAddr string `envconfig:"FLASHSALE_REDIS_ADDR" default:"127.0.0.1:6379"`
+	// RedisUsername is the Redis ACL user (empty: the default user).
+	RedisUsername string `envconfig:"FLASHSALE_REDIS_USERNAME"`
 	// RedisPassword authenticates to Redis (empty: none).
 	RedisPassword string `envconfig:"FLASHSALE_REDIS_PASSWORD"`
 	// RedisDB selects the Redis database.
@@ -44,6 +46,9 @@ type Common struct {
 	RedisTimeout time.Duration `envconfig:"FLASHSALE_REDIS_TIMEOUT" default:"500ms"`
 	// MySQLDSN is a go-sql-driver DSN of the flashsale database.
 	MySQLDSN string `envconfig:"FLASHSALE_MYSQL_DSN" default:"root@tcp(127.0.0.1:3306)/flashsale"`
+	// MigrateDSN is the DSN "migrate" uses: a user allowed DDL, so the
+	// roles' users need none (empty: MySQLDSN).
+	MigrateDSN string `envconfig:"FLASHSALE_MIGRATE_DSN"`
 	// MySQLMaxConns bounds MySQL connections per process.
 	MySQLMaxConns int `envconfig:"FLASHSALE_MYSQL_MAX_CONNS" default:"32"`
 	// LogLevel is debug, info, warn or error.
@@ -92,6 +97,11 @@ func (c Common) Validate() error {
 		// The error may quote the DSN, password included: say only why.
 		return fmt.Errorf("FLASHSALE_MYSQL_DSN is not a valid DSN (user:pass@tcp(host:3306)/dbname): %s", dsnProblem(err))
 	}
+	if c.MigrateDSN != "" {
+		if _, err := mysql.ParseDSN(c.MigrateDSN); err != nil {
+			return fmt.Errorf("FLASHSALE_MIGRATE_DSN is not a valid DSN (user:pass@tcp(host:3306)/dbname): %s", dsnProblem(err))
+		}
+	}
 	if _, _, err := NewLoggers(c.LogLevel, c.LogFormat, false); err != nil {
 		return err
 	}
@@ -125,7 +135,7 @@ func Load(cfg any) error { return envconfig.Process("", cfg) }
 // Redis connects to Redis and returns its Store, with every script loaded.
 func (c Common) Redis(ctx context.Context, poolSize int) (*rdb.Store, error) {
 	opts := &redis.Options{
-		Addr: c.RedisAddr, Password: c.RedisPassword, DB: c.RedisDB,
+		Addr: c.RedisAddr, Username: c.RedisUsername, Password: c.RedisPassword, DB: c.RedisDB,
 		DialTimeout: c.RedisTimeout, ReadTimeout: c.RedisTimeout, WriteTimeout: c.RedisTimeout,
 		PoolTimeout: c.RedisTimeout, ContextTimeoutEnabled: true, PoolSize: poolSize,
 		MaxRetries: 1,
@@ -191,6 +201,9 @@ func (c Common) connectOnce(ctx context.Context, redisPoolSize int) (r *rdb.Stor
 
 // Migrate applies the embedded SQL migrations.
 func (c Common) Migrate(ctx context.Context, log *zap.Logger) error {
+	if c.MigrateDSN != "" {
+		c.MySQLDSN = c.MigrateDSN
+	}
 	store, err := c.MySQL(ctx)
 	if err != nil {
 		return err

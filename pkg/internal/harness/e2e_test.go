@@ -2,6 +2,8 @@ package harness_test
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -133,4 +135,76 @@ func TestEndToEndEnvelopeSaleSurvivesKills(t *testing.T) {
 	require.EqualValues(t, count, report.Live)
 	require.Len(t, sale.Amounts, count, "every 202 says its amount")
 	require.Equal(t, db.Amounts{Grabbed: total}, report.Amounts)
+}
+
+// The sale, a worker killed in it, with every role under its own Redis ACL
+// user and MySQL user with only its DML grants, as docs/SECURITY.md says:
+// nothing the pipeline does needs more, and the invariants hold.
+func TestEndToEndSaleUnderLeastPrivilege(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end: builds and runs the binaries")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	s, err := harness.StartStack(ctx, harness.Options{Dir: t.TempDir(), Workers: 2, Partitions: 4, Reaper: true, LeastPrivilege: true,
+		Env: []string{"FLASHSALE_CLAIM_MIN_IDLE=1500ms", "FLASHSALE_WORKER_BLOCK=300ms", "FLASHSALE_REAPER_INTERVAL=200ms"}})
+	require.NoError(t, err)
+	defer s.Close()
+
+	units, err := s.CreateVoucher(ctx, harness.VoucherSpec{Name: "least privilege", Stock: 300, PerUserLimit: 2, PaymentTimeoutSeconds: 1})
+	require.NoError(t, err)
+	envelopes, err := s.CreateVoucher(ctx, harness.VoucherSpec{Name: "least privilege envelopes", Kind: "envelope", TotalAmount: 10_000, Count: 100,
+		PerUserLimit: 1, EndsAt: time.Now().Add(8 * time.Second).UTC().Format(time.RFC3339)})
+	require.NoError(t, err)
+	for _, v := range []int64{units, envelopes} {
+		watch := s.WatchPersisted(ctx, v)
+		var once sync.Once
+		maxQty := 2
+		if v == envelopes {
+			maxQty = 1
+		}
+		sale, err := s.RunSale(ctx, harness.SaleConfig{VoucherID: v, Users: 500, Requests: 1000, Concurrency: 16, Seed: 3, MaxQuantity: maxQty,
+			OnProgress: func(done int64) {
+				if done == 100 && v == units {
+					once.Do(func() { require.NoError(t, s.ReplaceWorker(0)) })
+				}
+			}})
+		require.NoError(t, err)
+		_, err = watch.Wait(ctx, sale.Admitted, time.Minute)
+		require.NoError(t, err)
+		report, err := s.Check(ctx, v, sale)
+		require.NoError(t, err)
+		var out strings.Builder
+		report.Print(&out)
+		t.Log("\n" + out.String())
+		require.Empty(t, report.Violations())
+		require.Positive(t, sale.Admitted)
+	}
+	// The reaper (its own users) cancels the unpaid unit orders, gives
+	// their units back to MySQL and Redis, and refunds the envelope sale
+	// once it ends.
+	deadline := time.Now().Add(time.Minute)
+	for {
+		var created, owed, unrefunded int64
+		s.DB.DB().Raw("SELECT COUNT(*) FROM orders WHERE status = 'created'").Scan(&created)
+		s.DB.DB().Raw("SELECT COUNT(*) FROM releases WHERE redis_released_at IS NULL").Scan(&owed)
+		s.DB.DB().Raw("SELECT COUNT(*) FROM vouchers WHERE kind = 'envelope' AND refunded_at IS NULL").Scan(&unrefunded)
+		if created == 0 && owed == 0 && unrefunded == 0 {
+			break
+		}
+		require.True(t, time.Now().Before(deadline), "%d orders still created, %d releases owed, %d not refunded", created, owed, unrefunded)
+		time.Sleep(100 * time.Millisecond)
+	}
+	n, _, err := s.RDB.RemainingStock(ctx, units)
+	require.NoError(t, err)
+	require.EqualValues(t, 300, n, "every unit back after the cancellations")
+	logs, err := filepath.Glob(filepath.Join(s.LogDir(), "*.log"))
+	require.NoError(t, err)
+	require.NotEmpty(t, logs)
+	for _, l := range logs {
+		b, err := os.ReadFile(l)
+		require.NoError(t, err)
+		require.NotContains(t, string(b), "NOPERM", l)
+		require.NotContains(t, string(b), "command denied", l)
+	}
 }

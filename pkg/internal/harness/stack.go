@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/go-sql-driver/mysql"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/flashsale/flashsale/pkg/db"
@@ -44,6 +45,11 @@ type Options struct {
 	// throwaway mariadbd with its grant tables in force: read_only then
 	// refuses their writes, as after a managed-MySQL failover.
 	RestrictedUser bool
+	// LeastPrivilege runs each role as its own Redis ACL user
+	// (rdb.ACLRules) and its own MySQL user with only its DML grants
+	// (db.Grants), and migrates as root through FLASHSALE_MIGRATE_DSN,
+	// as docs/SECURITY.md tells production to. Needs throwaway servers.
+	LeastPrivilege bool
 }
 
 // Stack is a running flashsale: servers, a gateway and workers.
@@ -66,6 +72,7 @@ type Stack struct {
 	WorkerNames []string
 	Reaper      *Proc // nil unless Options.Reaper
 	env         []string
+	roleEnv     map[string][]string // added to a role's processes
 	restarts    map[int]int
 }
 
@@ -98,7 +105,7 @@ func StartStack(ctx context.Context, o Options) (s *Stack, err error) {
 	dsn := o.MySQLDSN
 	if dsn == "" {
 		start := testsrv.StartMariaDB
-		if o.RestrictedUser {
+		if o.RestrictedUser || o.LeastPrivilege {
 			start = testsrv.StartMariaDBWithGrants
 		}
 		if s.MariaDB, err = start(filepath.Join(o.Dir, "mariadb")); err != nil {
@@ -129,8 +136,18 @@ func StartStack(ctx context.Context, o Options) (s *Stack, err error) {
 		"FLASHSALE_ADMIN_TOKEN=" + s.AdminToken, "FLASHSALE_JWT_SECRET=" + s.JWTSecret,
 	}, o.Env...)
 
-	if err := Run(ctx, s.binary("worker"), s.env, "migrate"); err != nil {
+	if o.LeastPrivilege {
+		if err := s.leastPrivilege(ctx); err != nil {
+			return nil, err
+		}
+	}
+	if err := Run(ctx, s.binary("worker"), append(s.env, s.roleEnv["worker"]...), "migrate"); err != nil {
 		return nil, err
+	}
+	if o.LeastPrivilege {
+		if err := s.grant(); err != nil {
+			return nil, err
+		}
 	}
 	if s.DB, err = openDB(ctx, s.RootDSN); err != nil {
 		return nil, err
@@ -184,6 +201,63 @@ func (s *Stack) ReplaceWorker(i int) error {
 	}
 	s.Workers[i] = w
 	return nil
+}
+
+// leastPrivilege makes a Redis ACL user and an (as yet ungranted) MySQL
+// user per role, and points each role's processes at them; migrations run
+// as root through FLASHSALE_MIGRATE_DSN.
+func (s *Stack) leastPrivilege(ctx context.Context) error {
+	if s.Redis == nil || s.MariaDB == nil {
+		return errors.New("LeastPrivilege needs throwaway servers")
+	}
+	s.roleEnv = map[string][]string{}
+	rc := s.Redis.Client()
+	defer rc.Close()
+	for _, role := range db.GrantRoles() {
+		user, pw := "flashsale_"+role, randomHex(16)
+		rules, err := rdb.ACLRules(role)
+		if err != nil {
+			return err
+		}
+		// rules start with "reset", which would drop a password set before it.
+		args := append([]any{"ACL", "SETUSER", user, rules[0], ">" + pw}, toAny(rules[1:])...)
+		if err := rc.Do(ctx, args...).Err(); err != nil {
+			return fmt.Errorf("ACL SETUSER %s: %w", user, err)
+		}
+		dsn, err := testsrv.RoleUser(s.RootDSN, user, pw)
+		if err != nil {
+			return err
+		}
+		s.roleEnv[role] = []string{"FLASHSALE_REDIS_USERNAME=" + user, "FLASHSALE_REDIS_PASSWORD=" + pw,
+			"FLASHSALE_MYSQL_DSN=" + dsn, "FLASHSALE_MIGRATE_DSN=" + s.RootDSN}
+	}
+	return nil
+}
+
+// grant gives each role's MySQL user its grants (the tables exist now).
+func (s *Stack) grant() error {
+	cfg, err := mysql.ParseDSN(s.RootDSN)
+	if err != nil {
+		return err
+	}
+	for _, role := range db.GrantRoles() {
+		stmts, err := db.Grants(role, cfg.DBName, "'flashsale_"+role+"'@'%'")
+		if err != nil {
+			return err
+		}
+		if err := testsrv.ExecAll(s.RootDSN, stmts...); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func toAny(ss []string) []any {
+	out := make([]any, len(ss))
+	for i, s := range ss {
+		out[i] = s
+	}
+	return out
 }
 
 func openDB(ctx context.Context, dsn string) (*db.Store, error) {
@@ -249,7 +323,7 @@ func (s *Stack) start(name string, env []string) (*Proc, error) {
 	}
 	bin, _, _ := strings.Cut(name, "-")
 	addr := "127.0.0.1:" + strconv.Itoa(port)
-	env = append(append(append([]string{}, s.env...), env...), "FLASHSALE_OPS_ADDR="+addr)
+	env = append(append(append(append([]string{}, s.env...), s.roleEnv[bin]...), env...), "FLASHSALE_OPS_ADDR="+addr)
 	p, err := Start(name, s.binary(bin), env, s.LogDir())
 	if err != nil {
 		return nil, err

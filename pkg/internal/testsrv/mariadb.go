@@ -207,3 +207,32 @@ func SetReadOnly(rootDSN string, on bool) error {
 	_, err = db.Exec("SET GLOBAL read_only = " + v)
 	return err
 }
+
+// RoleUser creates user (with password pw) on the server of rootDSN with no
+// privilege yet, and returns its DSN on the same database.
+func RoleUser(rootDSN, user, pw string) (string, error) {
+	cfg, err := mysql.ParseDSN(rootDSN)
+	if err != nil {
+		return "", err
+	}
+	if err := ExecAll(rootDSN, "CREATE USER IF NOT EXISTS '"+user+"'@'%' IDENTIFIED BY '"+pw+"'"); err != nil {
+		return "", err
+	}
+	cfg.User, cfg.Passwd = user, pw
+	return cfg.FormatDSN(), nil
+}
+
+// ExecAll runs statements through dsn, stopping at the first error.
+func ExecAll(dsn string, stmts ...string) error {
+	db, err := sql.Open("mysql", dsn)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	for _, stmt := range stmts {
+		if _, err := db.Exec(stmt); err != nil {
+			return fmt.Errorf("%s: %w", stmt, err)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,67 @@
+package db
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+)
+
+// Least privilege in MySQL: migrations run as a DDL user
+// (FLASHSALE_MIGRATE_DSN), each role as a user with only these DML
+// privileges on only these tables. docs/SECURITY.md lists them; the
+// end-to-end test runs every role under them.
+var roleGrants = map[string]map[string]string{
+	// Creates vouchers and their items (and removes one Redis refused),
+	// reads orders, marks them paid.
+	"gateway": {
+		"vouchers": "SELECT, INSERT, DELETE",
+		"items":    "SELECT, INSERT, DELETE",
+		"orders":   "SELECT, UPDATE",
+	},
+	// Persists batches: orders, the stock, items, releases; the probe.
+	"worker": {
+		"vouchers":     "SELECT, UPDATE",
+		"items":        "SELECT, UPDATE",
+		"orders":       "SELECT, INSERT, UPDATE",
+		"releases":     "SELECT, INSERT, UPDATE",
+		"store_probes": "SELECT, INSERT, UPDATE",
+	},
+	// The worker's (it processes what it takes over), and cancelling,
+	// refunding and reconciling.
+	"reaper": {
+		"vouchers":     "SELECT, UPDATE",
+		"items":        "SELECT, UPDATE",
+		"orders":       "SELECT, INSERT, UPDATE",
+		"releases":     "SELECT, INSERT, UPDATE",
+		"store_probes": "SELECT, INSERT, UPDATE",
+	},
+}
+
+// GrantRoles are the roles with grants.
+func GrantRoles() []string {
+	out := make([]string, 0, len(roleGrants))
+	for r := range roleGrants {
+		out = append(out, r)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// Grants returns the GRANT statements of role for user (a quoted account
+// such as 'flashsale_gateway'@'%') on database dbName, tables sorted.
+func Grants(role, dbName, user string) ([]string, error) {
+	g, ok := roleGrants[role]
+	if !ok {
+		return nil, fmt.Errorf("no grants for role %q (one of %s)", role, strings.Join(GrantRoles(), ", "))
+	}
+	tables := make([]string, 0, len(g))
+	for t := range g {
+		tables = append(tables, t)
+	}
+	slices.Sort(tables)
+	out := make([]string, len(tables))
+	for i, t := range tables {
+		out[i] = fmt.Sprintf("GRANT %s ON `%s`.`%s` TO %s", g[t], dbName, t, user)
+	}
+	return out, nil
+}

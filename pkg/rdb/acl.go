@@ -1,0 +1,69 @@
+package rdb
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+)
+
+// Redis ACL users, one per role: each may run only the commands its role
+// sends (scripts included: Redis checks the commands a script calls
+// against the caller's ACL) and only on flashsale's keys. docs/SECURITY.md
+// lists these rules; the end-to-end test runs every role under its user
+// (TestEndToEndSaleUnderLeastPrivilege).
+var roleCommands = map[string][]string{
+	// Claims (admit.lua), vouchers put on sale (MULTI), order and voucher
+	// reads, the consumer groups it makes sure of at start.
+	"gateway": {
+		"evalsha", "eval", "script|load", "get", "set", "hmget", "hget", "hset", "hincrby", "lpop", "lpush", "rpush",
+		"xadd", "xdel", "xrange", "xlen", "xpending", "xgroup|create", "expire", "expireat", "persist", "del", "multi", "exec",
+	},
+	// Reading and acknowledging (ack.lua), renewing its lease (lease.lua),
+	// releasing (release.lua) and dead-lettering.
+	"worker": {
+		"evalsha", "eval", "script|load", "xreadgroup", "xack", "xdel", "xclaim", "xadd", "xgroup|create", "xrange",
+		"exists", "sadd", "hget", "hincrby", "lpush", "expireat", "multi", "exec",
+	},
+	// The worker's, and taking over (XAUTOCLAIM), removing consumers
+	// (delconsumer.lua), closing pools, the stream gauges, dead-letter
+	// trimming and reconcile --repair.
+	"reaper": {
+		"evalsha", "eval", "script|load", "xreadgroup", "xack", "xdel", "xclaim", "xautoclaim", "xadd", "xgroup|create",
+		"xgroup|delconsumer", "xpending", "xinfo|groups", "xinfo|consumers", "xlen", "xrange", "xtrim",
+		"exists", "sadd", "scard", "hget", "hgetall", "hset", "hincrby", "lpush", "rpush", "lrange",
+		"expire", "expireat", "persist", "del", "multi", "exec",
+	},
+	// Read-only: the stream gauges and looking at state (a metrics
+	// exporter, an operator's redis-cli).
+	"metrics": {"xlen", "xinfo|groups", "xinfo|consumers", "xinfo|stream", "xpending", "xrange", "hget", "hgetall", "lrange", "scard", "exists", "ttl"},
+}
+
+// aclConnection is what every client needs besides its role's commands:
+// health checks and a database other than 0. HELLO and AUTH need no rule;
+// go-redis's CLIENT SETINFO (Redis 7.2+) may be refused, which it ignores,
+// and naming it would make the rules fail on Redis 7.0, which lacks it.
+var aclConnection = []string{"ping", "select"}
+
+// ACLRoles are the roles that have an ACL user.
+func ACLRoles() []string {
+	roles := make([]string, 0, len(roleCommands))
+	for r := range roleCommands {
+		roles = append(roles, r)
+	}
+	slices.Sort(roles)
+	return roles
+}
+
+// ACLRules are the ACL SETUSER rules of role's user (without the user's
+// name and password): deny by default, flashsale's keys only, no pub/sub.
+func ACLRules(role string) ([]string, error) {
+	cmds, ok := roleCommands[role]
+	if !ok {
+		return nil, fmt.Errorf("no ACL role %q (one of %s)", role, strings.Join(ACLRoles(), ", "))
+	}
+	rules := []string{"reset", "on", "resetchannels", "~flashsale:*", "-@all"}
+	for _, c := range append(slices.Clone(aclConnection), cmds...) {
+		rules = append(rules, "+"+c)
+	}
+	return rules, nil
+}

@@ -1,0 +1,67 @@
+package rdb_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/flashsale/flashsale/pkg/internal/testsrv"
+	"github.com/flashsale/flashsale/pkg/rdb"
+)
+
+// Each role's ACL user can do its work and nothing else: not another
+// role's commands, no admin command, no key outside flashsale's.
+func TestACLUsersAreRestricted(t *testing.T) {
+	srv := testsrv.NewRedis(t)
+	admin := srv.Client()
+	defer admin.Close()
+	ctx := context.Background()
+	as := func(role string) *redis.Client {
+		rules, err := rdb.ACLRules(role)
+		require.NoError(t, err)
+		args := []any{"ACL", "SETUSER", "u_" + role, rules[0], ">pw"}
+		for _, r := range rules[1:] {
+			args = append(args, r)
+		}
+		require.NoError(t, admin.Do(ctx, args...).Err())
+		c := redis.NewClient(&redis.Options{Addr: srv.Addr, Username: "u_" + role, Password: "pw"})
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+	noperm := func(err error) {
+		t.Helper()
+		require.Error(t, err)
+		require.Contains(t, err.Error(), "NOPERM")
+	}
+	gw := as("gateway")
+	s, err := rdb.New(gw, 1, "")
+	require.NoError(t, err)
+	require.NoError(t, s.Load(ctx))
+	require.NoError(t, s.EnsureGroups(ctx))
+	require.NoError(t, s.PutVoucher(ctx, rdb.Voucher{ID: 1, Stock: 2, PerUserLimit: 1}))
+	_, err = claim(s, 1, "alice", t0)
+	require.NoError(t, err, "the gateway admits")
+	noperm(gw.XReadGroup(ctx, &redis.XReadGroupArgs{Group: rdb.DefaultGroup, Consumer: "x", Streams: []string{rdb.StreamKey(0), ">"}}).Err())
+	noperm(gw.FlushAll(ctx).Err())
+	noperm(gw.Get(ctx, "other:key").Err())
+	noperm(gw.Keys(ctx, "*").Err())
+
+	w := as("worker")
+	entries, err := rdb.New(w, 1, "")
+	require.NoError(t, err)
+	got, err := entries.ReadGroup(ctx, 0, "w1", ">", 10, 0)
+	require.NoError(t, err, "the worker reads")
+	require.Len(t, got, 1)
+	noperm(w.HSet(ctx, "flashsale:{p0}:v:1", "stock", 100).Err())
+	noperm(w.ConfigGet(ctx, "*").Err())
+
+	m := as("metrics")
+	require.NoError(t, m.XLen(ctx, rdb.StreamKey(0)).Err())
+	noperm(m.XAdd(ctx, &redis.XAddArgs{Stream: rdb.StreamKey(0), Values: []any{"a", "b"}}).Err())
+	noperm(m.Del(ctx, rdb.StreamKey(0)).Err())
+
+	_, err = rdb.ACLRules("nobody")
+	require.Error(t, err)
+}
