@@ -59,7 +59,7 @@ spec:
           envFrom:
             {{- include "flashsale.envFrom" $ | nindent 12 }}
           env:
-            {{- include "flashsale.env" $ | nindent 12 }}
+            {{- include "flashsale.env" (dict "ctx" $ "v" .v) | nindent 12 }}
             - {name: FLASHSALE_OPS_ADDR, value: ":{{ .v.opsPort }}"}
             - name: FLASHSALE_CONSUMER_NAME
               valueFrom:

@@ -48,14 +48,20 @@ checksum/secret: {{ include (print $.Template.BasePath "/secret.yaml") . | sha25
 {{- end -}}
 
 {{/* The environment every role's container gets: the ConfigMap, and the
-     secrets by reference (never inlined). */}}
+     secrets by reference (never inlined). Pass (dict "ctx" $ "v" <the
+     role's values, or the migration's>). A role may read its own secret
+     keys and Redis ACL user (least privilege, docs/SECURITY.md). */}}
 {{- define "flashsale.env" -}}
+{{- $v := .v -}}
 - name: FLASHSALE_MYSQL_DSN
   valueFrom:
-    secretKeyRef: {name: {{ include "flashsale.secretName" . }}, key: mysql-dsn}
+    secretKeyRef: {name: {{ include "flashsale.secretName" .ctx }}, key: {{ $v.mysqlDSNKey | default "mysql-dsn" }}}
 - name: FLASHSALE_REDIS_PASSWORD
   valueFrom:
-    secretKeyRef: {name: {{ include "flashsale.secretName" . }}, key: redis-password, optional: true}
+    secretKeyRef: {name: {{ include "flashsale.secretName" .ctx }}, key: {{ $v.redisPasswordKey | default "redis-password" }}, optional: true}
+{{- with $v.redisUsername }}
+- {name: FLASHSALE_REDIS_USERNAME, value: {{ . | quote }}}
+{{- end }}
 {{- end -}}
 
 {{- define "flashsale.envFrom" -}}

@@ -19,6 +19,7 @@ import (
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"sigs.k8s.io/yaml"
@@ -60,6 +61,7 @@ type rendered struct {
 	hpas            []*autoscalingv2.HorizontalPodAutoscaler
 	scaledObjects   []*scaledObject
 	serviceMonitors []*serviceMonitor
+	networkPolicies []*networkingv1.NetworkPolicy
 }
 
 // scaledObject is the part of keda.sh/v1alpha1 ScaledObject the chart uses;
@@ -168,6 +170,10 @@ func render(t *testing.T, args ...string) *rendered {
 			var s scaledObject
 			strict(t, b, &s)
 			r.scaledObjects = append(r.scaledObjects, &s)
+		case "networking.k8s.io/v1/NetworkPolicy":
+			var n networkingv1.NetworkPolicy
+			strict(t, b, &n)
+			r.networkPolicies = append(r.networkPolicies, &n)
 		case "monitoring.coreos.com/v1/ServiceMonitor":
 			var s serviceMonitor
 			strict(t, b, &s)
@@ -429,4 +435,66 @@ func TestAdminAPIHasItsOwnServiceByDefault(t *testing.T) {
 	r = render(t, append([]string{"--set", "gateway.adminPort=0"}, testSecrets...)...)
 	require.Empty(t, adminAddr(r))
 	require.Nil(t, adminService(r))
+}
+
+// Each role may read its own secret keys and Redis ACL user; the migration
+// Job reads migrate-dsn, optional (the app falls back to the role DSN).
+func TestLeastPrivilegeValues(t *testing.T) {
+	r := render(t, append([]string{"--set", "worker.redisUsername=flashsale_worker", "--set", "worker.mysqlDSNKey=worker-mysql-dsn",
+		"--set", "worker.redisPasswordKey=worker-redis-password", "--set", "secrets.migrateDSN=ddl:pw@tcp(mysql:3306)/flashsale"}, testSecrets...)...)
+	env := func(c corev1.Container) map[string]corev1.EnvVar {
+		out := map[string]corev1.EnvVar{}
+		for _, e := range c.Env {
+			out[e.Name] = e
+		}
+		return out
+	}
+	w := env(r.deployments["rel-flashsale-worker"].Spec.Template.Spec.Containers[0])
+	require.Equal(t, "flashsale_worker", w["FLASHSALE_REDIS_USERNAME"].Value)
+	require.Equal(t, "worker-mysql-dsn", w["FLASHSALE_MYSQL_DSN"].ValueFrom.SecretKeyRef.Key)
+	require.Equal(t, "worker-redis-password", w["FLASHSALE_REDIS_PASSWORD"].ValueFrom.SecretKeyRef.Key)
+	g := env(r.deployments["rel-flashsale-gateway"].Spec.Template.Spec.Containers[0])
+	require.Equal(t, "mysql-dsn", g["FLASHSALE_MYSQL_DSN"].ValueFrom.SecretKeyRef.Key, "the default key")
+	require.NotContains(t, g, "FLASHSALE_REDIS_USERNAME")
+	require.Len(t, r.jobs, 1)
+	m := env(r.jobs[0].Spec.Template.Spec.Containers[0])
+	require.Equal(t, "migrate-dsn", m["FLASHSALE_MIGRATE_DSN"].ValueFrom.SecretKeyRef.Key)
+	require.True(t, *m["FLASHSALE_MIGRATE_DSN"].ValueFrom.SecretKeyRef.Optional)
+	require.Contains(t, r.secrets[0].Data, "migrate-dsn")
+}
+
+// With networkPolicy.enabled, each role's pods take ingress only on their
+// ports: the gateway's public port from anywhere, its admin port from
+// adminFrom alone, ops from the monitoring namespace alone.
+func TestNetworkPolicies(t *testing.T) {
+	r := render(t, append([]string{"--set", "networkPolicy.enabled=true",
+		"--set-json", `networkPolicy.adminFrom=[{"namespaceSelector":{"matchLabels":{"team":"ops"}}}]`}, testSecrets...)...)
+	require.Len(t, r.networkPolicies, 3)
+	for _, np := range r.networkPolicies {
+		requireSelectsADeployment(t, "networkpolicy "+np.Name, np.Spec.PodSelector.MatchLabels, r)
+		open, fromOps := 0, 0
+		for _, in := range np.Spec.Ingress {
+			port := in.Ports[0].Port.StrVal
+			switch {
+			case port == "http" && len(in.From) == 0:
+				open++
+			case port == "admin":
+				require.Equal(t, map[string]string{"team": "ops"}, in.From[0].NamespaceSelector.MatchLabels)
+			case port == "ops":
+				fromOps++
+				require.Equal(t, "monitoring", in.From[0].NamespaceSelector.MatchLabels["kubernetes.io/metadata.name"])
+			default:
+				t.Fatalf("%s: unexpected rule %+v", np.Name, in)
+			}
+		}
+		require.Equal(t, 1, fromOps, np.Name)
+		if np.Name == "rel-flashsale-gateway" {
+			require.Equal(t, 1, open, "the public port is open")
+			require.Len(t, np.Spec.Ingress, 3)
+		} else {
+			require.Zero(t, open, np.Name)
+		}
+	}
+	_, err := helm(t, append([]string{"template", "rel", chartDir, "--kube-version", "1.30.0", "--set", "networkPolicy.enabled=true"}, testSecrets...)...)
+	require.ErrorContains(t, err, "networkPolicy.adminFrom", "no one named for the admin API: refused, not left open")
 }
