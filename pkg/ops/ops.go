@@ -4,6 +4,7 @@
 package ops
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -22,9 +23,16 @@ import (
 type Config struct {
 	// Addr is the listen address. Default ":9090".
 	Addr string `envconfig:"FLASHSALE_OPS_ADDR" default:":9090"`
-	// Pprof serves /debug/pprof/ when true. Default false.
+	// Pprof serves /debug/pprof/ when true, on PprofAddr. Default false.
 	Pprof bool `envconfig:"FLASHSALE_PPROF" default:"false"`
+	// PprofAddr is pprof's own listener: loopback unless bound wider on
+	// purpose (a profile shows the process's memory and code; reach it
+	// with kubectl port-forward). Default "127.0.0.1:6060".
+	PprofAddr string `envconfig:"FLASHSALE_PPROF_ADDR" default:"127.0.0.1:6060"`
 }
+
+// PprofAddrDefault is PprofAddr's default.
+const PprofAddrDefault = "127.0.0.1:6060"
 
 // Server is the ops listener of one process.
 type Server struct {
@@ -72,13 +80,17 @@ func (s *Server) Handler() http.Handler {
 		write(w, http.StatusOK, "ok")
 	})
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.gatherer, promhttp.HandlerOpts{}))
-	if s.cfg.Pprof {
-		mux.HandleFunc("/debug/pprof/", pprof.Index)
-		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
-		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
-		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
-		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
-	}
+	return mux
+}
+
+// PprofHandler serves /debug/pprof/, on its own listener.
+func PprofHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	return mux
 }
 
@@ -120,25 +132,44 @@ func write(w http.ResponseWriter, status int, body string) {
 	_, _ = w.Write([]byte(body + "\n"))
 }
 
-// Run serves until ctx ends.
+// Run serves until ctx ends: the ops endpoints on Addr and, when enabled,
+// pprof on PprofAddr.
 func (s *Server) Run(ctx context.Context) error {
 	l, err := net.Listen("tcp", s.cfg.Addr)
 	if err != nil {
 		return err
 	}
-	srv := &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 5 * time.Second}
-	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(l) }()
+	servers := []*http.Server{{Handler: s.Handler(), ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second,
+		WriteTimeout: 10 * time.Second, IdleTimeout: time.Minute}}
+	listeners := []net.Listener{l}
+	if s.cfg.Pprof {
+		pl, err := net.Listen("tcp", cmp.Or(s.cfg.PprofAddr, PprofAddrDefault))
+		if err != nil {
+			l.Close()
+			return fmt.Errorf("FLASHSALE_PPROF_ADDR: %w", err)
+		}
+		// No write timeout: a CPU profile or trace streams for as long as
+		// it was asked to.
+		servers = append(servers, &http.Server{Handler: PprofHandler(), ReadHeaderTimeout: 5 * time.Second, IdleTimeout: time.Minute})
+		listeners = append(listeners, pl)
+		s.log.Info("pprof listening", zap.String("addr", pl.Addr().String()))
+	}
+	errc := make(chan error, len(servers))
+	for i, srv := range servers {
+		go func() { errc <- srv.Serve(listeners[i]) }()
+	}
 	s.log.Info("ops listening", zap.String("addr", l.Addr().String()), zap.Bool("pprof", s.cfg.Pprof))
+	var err2 error
 	select {
-	case err := <-errc:
-		return err
+	case err2 = <-errc:
 	case <-ctx.Done():
 	}
 	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if err := srv.Shutdown(sctx); err != nil && !errors.Is(err, http.ErrServerClosed) {
-		return err
+	for _, srv := range servers {
+		if err := srv.Shutdown(sctx); err != nil && !errors.Is(err, http.ErrServerClosed) && err2 == nil {
+			err2 = err
+		}
 	}
-	return nil
+	return err2
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"testing"
@@ -60,5 +61,52 @@ func TestReadyzAnswersWhenACheckHangs(t *testing.T) {
 	})
 	if code != http.StatusServiceUnavailable || body != "not ready: redis\n" {
 		t.Fatalf("got %d %q, want 503 \"not ready: redis\"", code, body)
+	}
+}
+
+// pprof, when enabled, is served on its own listener (loopback by
+// default), never on the ops listener that the monitoring namespace reaches.
+func TestPprofHasItsOwnLoopbackListener(t *testing.T) {
+	if PprofAddrDefault[:10] != "127.0.0.1:" {
+		t.Fatalf("pprof's default address %q is not loopback", PprofAddrDefault)
+	}
+	free := func() string {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close()
+		return l.Addr().String()
+	}
+	opsAddr, pprofAddr := free(), free()
+	s := New(Config{Addr: opsAddr, Pprof: true, PprofAddr: pprofAddr}, prometheus.NewRegistry(), func(context.Context) error { return nil }, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	}()
+	status := func(url string) int {
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			res, err := http.Get(url)
+			if err == nil {
+				res.Body.Close()
+				return res.StatusCode
+			}
+			if time.Now().After(deadline) {
+				t.Fatal(err)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	if c := status("http://" + pprofAddr + "/debug/pprof/"); c != http.StatusOK {
+		t.Fatalf("pprof listener: %d", c)
+	}
+	if c := status("http://" + opsAddr + "/debug/pprof/"); c != http.StatusNotFound {
+		t.Fatalf("ops listener serves pprof: %d", c)
 	}
 }

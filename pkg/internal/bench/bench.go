@@ -183,7 +183,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 			}
 			var prof <-chan error
 			if cfg.ProfileDir != "" && stock > 100 && c == cfg.Conns[0] {
-				prof = profile(s.Gateway.OpsURL, cfg.Duration/2, filepath.Join(cfg.ProfileDir, "gateway.cpu.pprof"))
+				prof = profile(s.Gateway.PprofURL, cfg.Duration/2, filepath.Join(cfg.ProfileDir, "gateway.cpu.pprof"))
 			}
 			r := Drive(Load{Addr: host, Conns: c, Duration: cfg.Duration, Next: claim(v, 0)})
 			if prof != nil {
@@ -270,11 +270,11 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	return rep, nil
 }
 
-// profile fetches a CPU profile of d from a process's pprof endpoint into path.
-func profile(opsURL string, d time.Duration, path string) <-chan error {
+// profile fetches a CPU profile of d from a process's pprof listener into path.
+func profile(pprofURL string, d time.Duration, path string) <-chan error {
 	done := make(chan error, 1)
 	go func() {
-		res, err := http.Get(fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", opsURL, max(1, int(d.Seconds()))))
+		res, err := http.Get(fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", pprofURL, max(1, int(d.Seconds()))))
 		if err != nil {
 			done <- err
 			return

@@ -57,7 +57,7 @@ func drain(ctx context.Context, s *harness.Stack, kind string, workers, batch, o
 		}
 	}
 	if profilePath != "" {
-		prof := profile(procs[0].OpsURL, time.Second, profilePath)
+		prof := profile(procs[0].PprofURL, time.Second, profilePath)
 		defer func() { <-prof }()
 	}
 	deadline := start.Add(10 * time.Minute)

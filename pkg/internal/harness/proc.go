@@ -59,9 +59,11 @@ type Proc struct {
 	LogPath string
 	// OpsURL is the base URL of its ops listener (/livez, /readyz, /metrics).
 	OpsURL string
-	cmd    *exec.Cmd
-	done   chan struct{}
-	err    error
+	// PprofURL is its pprof listener's (when FLASHSALE_PPROF=true).
+	PprofURL string
+	cmd      *exec.Cmd
+	done     chan struct{}
+	err      error
 }
 
 // Start runs bin with args and env (added to this process's environment,

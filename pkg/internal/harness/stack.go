@@ -321,14 +321,18 @@ func (s *Stack) start(name string, env []string) (*Proc, error) {
 	if err != nil {
 		return nil, err
 	}
+	pport, err := testsrv.FreePort()
+	if err != nil {
+		return nil, err
+	}
 	bin, _, _ := strings.Cut(name, "-")
-	addr := "127.0.0.1:" + strconv.Itoa(port)
-	env = append(append(append(append([]string{}, s.env...), s.roleEnv[bin]...), env...), "FLASHSALE_OPS_ADDR="+addr)
+	addr, paddr := "127.0.0.1:"+strconv.Itoa(port), "127.0.0.1:"+strconv.Itoa(pport)
+	env = append(append(append(append([]string{}, s.env...), s.roleEnv[bin]...), env...), "FLASHSALE_OPS_ADDR="+addr, "FLASHSALE_PPROF_ADDR="+paddr)
 	p, err := Start(name, s.binary(bin), env, s.LogDir())
 	if err != nil {
 		return nil, err
 	}
-	p.OpsURL = "http://" + addr
+	p.OpsURL, p.PprofURL = "http://"+addr, "http://"+paddr
 	// /livez answers once the process handles signals and has connected.
 	deadline := time.Now().Add(30 * time.Second)
 	for {
