@@ -218,6 +218,44 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if err := resetStreams(ctx, s); err != nil {
 		return nil, err
 	}
+	// A bot beside honest users: honest claims in open loop at half the
+	// closed-loop rate, alone and then with one user hammering from 16
+	// connections at once (FLASHSALE_USER_RATE answers it 429 before the
+	// admission script runs).
+	honestRate := max(1, int(closed64*0.5))
+	for _, withBot := range []bool{false, true} {
+		v, err := s.CreateVoucher(ctx, harness.VoucherSpec{Name: "honest", Stock: 10_000_000, PerUserLimit: 1})
+		if err != nil {
+			return nil, err
+		}
+		botReq := Request(host, "/v1/vouchers/"+strconv.FormatInt(v, 10)+"/orders", s.Token("bot"))
+		var bot *Result
+		botDone := make(chan struct{})
+		if withBot {
+			go func() {
+				defer close(botDone)
+				bot = Drive(Load{Addr: host, Conns: 16, Duration: cfg.Duration, Next: func(int64) []byte { return botReq }})
+			}()
+		} else {
+			close(botDone)
+		}
+		r := Drive(Load{Addr: host, Conns: cfg.Conns[0], Duration: cfg.Duration, Rate: honestRate, Next: claim(v, 0)})
+		<-botDone
+		name := "honest claims, no bot"
+		if withBot {
+			name = "honest claims beside a bot"
+		}
+		rep.Gateway = append(rep.Gateway, measure(name, "open", cfg.Conns[0], honestRate, r))
+		cfg.logf("%s, open loop at %d/s: p50 %s p99 %s, status %v", name, honestRate, us(r.Latency.ValueAtQuantile(50)), us(r.Latency.ValueAtQuantile(99)), r.Status)
+		if withBot {
+			rep.Gateway = append(rep.Gateway, measure("the bot: one user, back to back", "closed", 16, 0, bot))
+			cfg.logf("bot, 16 conns: %.0f req/s, status %v", bot.RPS(), bot.Status)
+		}
+		if err := resetStreams(ctx, s); err != nil {
+			return nil, err
+		}
+	}
+
 	// Red envelope grabs beside unit claims: the largest pool (100,000
 	// envelopes), and exactly as many grabs (or fewer, if the duration
 	// ends first), so every answer is a grab, none a sold_out.
