@@ -138,7 +138,13 @@ func (c Common) Redis(ctx context.Context, poolSize int) (*rdb.Store, error) {
 		Addr: c.RedisAddr, Username: c.RedisUsername, Password: c.RedisPassword, DB: c.RedisDB,
 		DialTimeout: c.RedisTimeout, ReadTimeout: c.RedisTimeout, WriteTimeout: c.RedisTimeout,
 		PoolTimeout: c.RedisTimeout, ContextTimeoutEnabled: true, PoolSize: poolSize,
-		MaxRetries: 1,
+		// No retry inside go-redis: it resends a command whose connection
+		// broke after sending, and a command Redis ran but whose reply was
+		// lost must not run twice unseen. An admission would take a second
+		// unit; an XREADGROUP ">" would deliver entries nobody processes
+		// (the worker re-reads its own pending entries only after a read
+		// it saw fail). Every caller retries on its own terms instead.
+		MaxRetries: -1,
 	}
 	client := redis.NewClient(opts)
 	store, err := rdb.New(client, c.StreamPartitions, c.ConsumerGroup)
@@ -273,6 +279,10 @@ func (rt *Runtime) Serve(ctx context.Context, c Common, role func(ctx context.Co
 	select {
 	case err := <-roleErr:
 		stopOps()
+		if ctx.Err() != nil && errors.Is(err, context.Canceled) {
+			// Stopped while still connecting (or waiting): a clean exit.
+			err = nil
+		}
 		return errors.Join(err, <-opsErr)
 	case err := <-opsErr:
 		stopRole()

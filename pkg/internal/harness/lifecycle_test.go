@@ -245,3 +245,21 @@ func TestWorkerStartedWhileMariaDBIsDownWaitsForIt(t *testing.T) {
 	eventually(t, "ready once MariaDB is back", func() bool { code, _ := get(t, w.OpsURL+"/readyz"); return code == 200 })
 	require.NoError(t, w.Stop(10*time.Second), "and still stops cleanly")
 }
+
+// A process told to stop while it still waits for its stores exits 0: a
+// rollout that stops a pod before it connected is no failure.
+func TestSIGTERMWhileWaitingForTheStoresExitsCleanly(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the binaries")
+	}
+	ctx := context.Background()
+	s := startStack(t, ctx)
+	require.NoError(t, s.MariaDB.Kill())
+	w, err := s.StartWorker(1)
+	require.NoError(t, err)
+	code, body := get(t, w.OpsURL+"/readyz")
+	require.Equal(t, 503, code)
+	require.Contains(t, body, "starting")
+	require.NoError(t, w.Stop(10*time.Second), "stopped while connecting:\n%s", w.Log())
+	require.NoError(t, s.MariaDB.Start())
+}
