@@ -4,7 +4,7 @@
 -- Every key below carries the hash tag {pP}, so the script touches one slot and
 -- runs unchanged on Redis Cluster. The stream of partition P carries the same tag.
 --
--- KEYS[1] -> flashsale:{pP}:v:V            voucher hash: stock, limit, daily, start_ms, end_ms, expire_s, pool
+-- KEYS[1] -> flashsale:{pP}:v:V            voucher hash: stock, limit, daily, start_ms, end_ms, expire_s, pool, paused
 -- KEYS[2] -> flashsale:{pP}:v:V:users      hash user -> orders held (all time)
 -- KEYS[3] -> flashsale:{pP}:v:V:day:D      hash user -> orders taken on day D
 -- KEYS[4] -> flashsale:{pP}:v:V:idem:U:K   idempotency record (ignored when ARGV[4] == 0)
@@ -32,7 +32,7 @@
 -- 4 sold out (fewer than quantity units left), 5 user limit, 6 daily limit
 -- (limits count units), 7 stream sequence overflow (retry), 8 quantity above
 -- the voucher's per-user limit, or above 1 for a pool (a bad request: it can
--- never be admitted).
+-- never be admitted), 9 paused by an operator.
 -- Only admissions are remembered under the idempotency key: a rejection
 -- changed nothing, so its retry is simply decided again.
 
@@ -50,9 +50,12 @@ if idem_ttl > 0 then
   end
 end
 
-local v = redis.call('HMGET', KEYS[1], 'stock', 'limit', 'daily', 'start_ms', 'end_ms', 'expire_s', 'pool')
+local v = redis.call('HMGET', KEYS[1], 'stock', 'limit', 'daily', 'start_ms', 'end_ms', 'expire_s', 'pool', 'paused')
 if not v[1] then
   return {1}
+end
+if v[8] == '1' then
+  return {9}
 end
 local start_ms = tonumber(v[4])
 local end_ms = tonumber(v[5])

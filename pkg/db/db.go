@@ -44,6 +44,7 @@ type Voucher struct {
 	StartsAt              *time.Time
 	EndsAt                *time.Time
 	PaymentTimeoutSeconds int64
+	Paused                bool // claims answer 409 paused
 	CreatedAt             time.Time
 }
 
@@ -62,6 +63,7 @@ type Order struct {
 	CreatedAt time.Time
 	ExpiresAt time.Time
 	PaidAt    *time.Time
+	PaymentID *string // the payment provider's id of the payment
 	UpdatedAt time.Time
 }
 
@@ -139,7 +141,7 @@ func Open(ctx context.Context, dsn string, opts Options) (*gorm.DB, error) {
 // A pooled voucher's pool (Items) is the caller's to fill.
 func (v Voucher) Admission(stock int64) rdb.Voucher {
 	a := rdb.Voucher{ID: v.ID, Stock: stock, PerUserLimit: v.PerUserLimit, PerUserDailyLimit: v.PerUserDailyLimit,
-		Pooled: v.Traits().Pooled}
+		Pooled: v.Traits().Pooled, Paused: v.Paused}
 	if v.StartsAt != nil {
 		a.StartsAt = *v.StartsAt
 	}

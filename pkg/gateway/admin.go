@@ -63,6 +63,7 @@ type voucherJSON struct {
 	StartsAt              *time.Time `json:"starts_at,omitempty"`
 	EndsAt                *time.Time `json:"ends_at,omitempty"`
 	PaymentTimeoutSeconds int64      `json:"payment_timeout_seconds"`
+	Paused                bool       `json:"paused"`
 	CreatedAt             time.Time  `json:"created_at"`
 }
 
@@ -70,7 +71,7 @@ func voucherOut(v db.Voucher) voucherJSON {
 	return voucherJSON{ID: idString(v.ID), Name: v.Name, Kind: v.Kind, Stock: v.Stock, StockTotal: v.StockTotal,
 		TotalAmount: v.TotalAmount, MinAmount: v.MinAmount,
 		PerUserLimit: v.PerUserLimit, PerUserDailyLimit: v.PerUserDailyLimit, StartsAt: v.StartsAt,
-		EndsAt: v.EndsAt, PaymentTimeoutSeconds: v.PaymentTimeoutSeconds, CreatedAt: v.CreatedAt}
+		EndsAt: v.EndsAt, PaymentTimeoutSeconds: v.PaymentTimeoutSeconds, Paused: v.Paused, CreatedAt: v.CreatedAt}
 }
 
 // decodeJSON reads one JSON object of at most maxBodyBytes with no unknown

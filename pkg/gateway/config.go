@@ -12,6 +12,9 @@ import (
 type Config struct {
 	// HTTPAddr is the listen address. Default ":8080".
 	HTTPAddr string `envconfig:"FLASHSALE_HTTP_ADDR" default:":8080"`
+	// PaymentWebhookSecret keys the HMAC-SHA256 a payment provider signs
+	// POST /v1/payments/webhook with; empty: the webhook answers 404.
+	PaymentWebhookSecret string `envconfig:"FLASHSALE_PAYMENT_WEBHOOK_SECRET"`
 	// AdminAddr, when set, serves the admin API on this address only; the
 	// public listener then answers 404 for /admin/….
 	AdminAddr string `envconfig:"FLASHSALE_ADMIN_ADDR"`
@@ -124,6 +127,8 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("FLASHSALE_JWT_PREVIOUS_SECRET must be at least %d bytes", minJWTSecret)
 	case c.JWTPreviousSecret != "" && c.JWTSecret == "":
 		return errors.New("FLASHSALE_JWT_PREVIOUS_SECRET needs FLASHSALE_JWT_SECRET")
+	case c.PaymentWebhookSecret != "" && len(c.PaymentWebhookSecret) < 32:
+		return errors.New("FLASHSALE_PAYMENT_WEBHOOK_SECRET must be at least 32 bytes")
 	case c.JWTMaxLifetime < time.Minute:
 		return fmt.Errorf("FLASHSALE_JWT_MAX_LIFETIME must be at least 1m, got %s", c.JWTMaxLifetime)
 	case c.ClaimTimeout < 0:

@@ -50,6 +50,8 @@ var errorTable = []struct {
 	{rdb.ErrOverloaded, errUnavailable},
 	{rdb.ErrQuantityAboveLimit, errBadQuantity},
 	{db.ErrNotPayable, errNotPayable},
+	{db.ErrNotCancellable, errNotCancellable},
+	{rdb.ErrPaused, errPaused},
 	{db.ErrPaymentExpired, &apiError{http.StatusConflict, "payment_expired", "the payment deadline has passed"}},
 }
 

@@ -111,20 +111,50 @@ func (g *Gateway) AdminHandler() http.Handler { return g.handler(false, true) }
 
 func (g *Gateway) handler(users, admin bool) http.Handler {
 	mux := http.NewServeMux()
-	if users {
-		mux.Handle("/v1/vouchers/{id}/orders", methods{http.MethodPost: g.claim})
-		// Every route but the claim waits on MySQL: bounded in time and number.
-		mux.Handle("/v1/orders/{id}", methods{http.MethodGet: g.mysqlBound(g.getOrder)})
-		mux.Handle("/v1/orders/{id}/pay", methods{http.MethodPost: g.mysqlBound(g.payOrder)})
+	byPattern := map[string]methods{}
+	var patterns []string
+	for _, rt := range g.routes() {
+		if (rt.admin && !admin) || (!rt.admin && !users) {
+			continue
+		}
+		if byPattern[rt.pattern] == nil {
+			byPattern[rt.pattern] = methods{}
+			patterns = append(patterns, rt.pattern)
+		}
+		byPattern[rt.pattern][rt.method] = rt.h
 	}
-	if admin {
-		mux.Handle("/admin/v1/vouchers", methods{http.MethodPost: g.mysqlBound(g.createVoucher)})
-		mux.Handle("/admin/v1/vouchers/{id}", methods{http.MethodGet: g.mysqlBound(g.getVoucher)})
+	for _, p := range patterns {
+		mux.Handle(p, byPattern[p])
 	}
 	mux.HandleFunc("/", func(w http.ResponseWriter, _ *http.Request) {
 		writeError(w, &apiError{http.StatusNotFound, "not_found", "no such endpoint"})
 	})
 	return g.recoverer(g.shed(mux))
+}
+
+// route is one endpoint of the API (api/openapi.yaml lists them all).
+type route struct {
+	method, pattern string
+	admin           bool
+	h               http.HandlerFunc
+}
+
+// routes are the gateway's endpoints. Every one but the claim waits on
+// MySQL: bounded in time and number.
+func (g *Gateway) routes() []route {
+	return []route{
+		{http.MethodPost, "/v1/vouchers/{id}/orders", false, g.claim},
+		{http.MethodGet, "/v1/orders", false, g.mysqlBound(g.listOrders)},
+		{http.MethodGet, "/v1/orders/{id}", false, g.mysqlBound(g.getOrder)},
+		{http.MethodPost, "/v1/orders/{id}/pay", false, g.mysqlBound(g.payOrder)},
+		{http.MethodPost, "/v1/orders/{id}/cancel", false, g.mysqlBound(g.cancelOrder)},
+		{http.MethodPost, "/v1/payments/webhook", false, g.mysqlBound(g.paymentWebhook)},
+		{http.MethodGet, "/admin/v1/vouchers", true, g.mysqlBound(g.listVouchers)},
+		{http.MethodPost, "/admin/v1/vouchers", true, g.mysqlBoundFor(max(createTimeout, g.cfg.MySQLTimeout), g.createVoucher)},
+		{http.MethodGet, "/admin/v1/vouchers/{id}", true, g.mysqlBound(g.getVoucher)},
+		{http.MethodPost, "/admin/v1/vouchers/{id}/pause", true, g.mysqlBound(g.setPaused(true))},
+		{http.MethodPost, "/admin/v1/vouchers/{id}/resume", true, g.mysqlBound(g.setPaused(false))},
+	}
 }
 
 // shed answers 503 overloaded at once when MaxInflight requests are being
@@ -185,6 +215,16 @@ func (g *Gateway) sweepLimiters() (stop func()) {
 // goroutines and connections until the gateway falls over, nor hold
 // clients for minutes.
 func (g *Gateway) mysqlBound(h http.HandlerFunc) http.HandlerFunc {
+	return g.mysqlBoundFor(g.cfg.MySQLTimeout, h)
+}
+
+// createTimeout bounds creating a voucher: a pool of 100,000 codes is
+// 100,000 rows written in one transaction, which a loaded MySQL may take
+// seconds over. The gateway's listeners allow a response this late.
+const createTimeout = 30 * time.Second
+
+// mysqlBoundFor is mysqlBound with a deadline of its own.
+func (g *Gateway) mysqlBoundFor(timeout time.Duration, h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		select {
 		case g.mysqlSlots <- struct{}{}:
@@ -194,7 +234,7 @@ func (g *Gateway) mysqlBound(h http.HandlerFunc) http.HandlerFunc {
 			writeError(w, errUnavailable)
 			return
 		}
-		ctx, cancel := context.WithTimeout(r.Context(), g.cfg.MySQLTimeout)
+		ctx, cancel := context.WithTimeout(r.Context(), timeout)
 		defer cancel()
 		h(w, r.WithContext(ctx))
 	}
@@ -253,7 +293,7 @@ func (g *Gateway) serve(ctx context.Context, ls ...listener) error {
 	for i, l := range ls {
 		servers[i] = &http.Server{
 			Handler: l.h, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second,
-			WriteTimeout: 10 * time.Second, IdleTimeout: 120 * time.Second,
+			WriteTimeout: createTimeout + 10*time.Second, IdleTimeout: 120 * time.Second,
 			ErrorLog: zap.NewStdLog(g.log.Named("http")),
 		}
 		go func() { errc <- servers[i].Serve(l.l) }()
@@ -334,23 +374,32 @@ func (g *Gateway) fail(w http.ResponseWriter, r *http.Request, err error) {
 // limit and parses its {id}; when it returns false it has answered the
 // request.
 func (g *Gateway) userAndID(w http.ResponseWriter, r *http.Request) (string, int64, bool) {
-	user, err := g.auth.user(r)
-	if err == nil {
-		if ok, wait := g.users.allow(user, g.now()); !ok {
-			g.metrics.shed.WithLabelValues("user_rate").Inc()
-			writeRateLimited(w, wait)
-			return "", 0, false
-		}
+	user, ok := g.user(w, r)
+	if !ok {
+		return "", 0, false
 	}
-	var id int64
-	if err == nil {
-		id, err = pathID(r)
-	}
+	id, err := pathID(r)
 	if err != nil {
 		g.fail(w, r, err)
 		return "", 0, false
 	}
 	return user, id, true
+}
+
+// user authenticates a user request and holds it to the user's rate; it
+// answers the request itself when either fails.
+func (g *Gateway) user(w http.ResponseWriter, r *http.Request) (string, bool) {
+	user, err := g.auth.user(r)
+	if err != nil {
+		g.fail(w, r, err)
+		return "", false
+	}
+	if ok, wait := g.users.allow(user, g.now()); !ok {
+		g.metrics.shed.WithLabelValues("user_rate").Inc()
+		writeRateLimited(w, wait)
+		return "", false
+	}
+	return user, true
 }
 
 // Failed admin authentications are throttled per client address: a burst

@@ -65,8 +65,7 @@ func (g *Gateway) findOrder(r *http.Request, id int64, user string) (orderJSON, 
 			if p.UserID != user {
 				return orderJSON{}, errOrderMissing
 			}
-			return orderJSON{OrderID: idString(id), VoucherID: idString(p.VoucherID), UserID: p.UserID, Quantity: p.Units(),
-				Amount: p.Item.Amount, Status: string(order.StatusPending), CreatedAt: p.CreatedAt}, nil
+			return pendingOut(p), nil
 		}
 		// Not in the stream either: it may have been persisted in between.
 	}

@@ -29,11 +29,13 @@ var (
 	// ErrQuantityAboveLimit: the claim asks for more units than the
 	// voucher's per-user limit; it can never be admitted.
 	ErrQuantityAboveLimit = errors.New("quantity above the per-user limit")
+	// ErrPaused: an operator paused the sale.
+	ErrPaused = errors.New("sale paused")
 )
 
 var admitErrors = map[int64]error{
 	1: ErrVoucherNotFound, 2: ErrNotStarted, 3: ErrEnded, 4: ErrSoldOut,
-	5: ErrUserLimit, 6: ErrDailyLimit, 7: ErrOverloaded, 8: ErrQuantityAboveLimit,
+	5: ErrUserLimit, 6: ErrDailyLimit, 7: ErrOverloaded, 8: ErrQuantityAboveLimit, 9: ErrPaused,
 }
 
 // DayKeyTTL is how long a per-day counter outlives its day.
@@ -100,6 +102,8 @@ type Voucher struct {
 	Items  []order.Item
 	// Closed: the pool was closed for good (ClosePool).
 	Closed bool
+	// Paused: claims are refused (409 paused) until it is resumed.
+	Paused bool
 }
 
 // KeysOutliveSale is how long a voucher's keys outlive the end of its sale
@@ -134,7 +138,7 @@ func putVoucherHash(ctx context.Context, pipe redis.Pipeliner, p int, v Voucher)
 	key := voucherKey(p, v.ID)
 	pipe.HSet(ctx, key, "stock", v.Stock, "limit", v.PerUserLimit, "daily", v.PerUserDailyLimit,
 		"start_ms", unixMs(v.StartsAt), "end_ms", unixMs(v.EndsAt), "expire_s", unixS(v.ExpireAt),
-		"pool", bit(v.Pooled), "closed", bit(v.Closed))
+		"pool", bit(v.Pooled), "closed", bit(v.Closed), "paused", bit(v.Paused))
 	expire(ctx, pipe, key, v.ExpireAt)
 	if !v.Pooled {
 		return
@@ -396,4 +400,19 @@ func (s *Store) InFlight(ctx context.Context, v int64) (bool, error) {
 		}
 		start = "(" + msgs[len(msgs)-1].ID
 	}
+}
+
+// SetPaused pauses or resumes voucher v's admissions. found is false when
+// Redis does not hold the voucher: nothing is written then (a hash with a
+// paused field alone would be no voucher; reconcile rebuilds it whole).
+func (s *Store) SetPaused(ctx context.Context, v int64, paused bool) (found bool, err error) {
+	key := voucherKey(s.PartitionOf(v), v)
+	n, err := s.c.Exists(ctx, key).Result()
+	if err != nil || n == 0 {
+		return false, err
+	}
+	if err := s.c.HSet(ctx, key, "paused", bit(paused)).Err(); err != nil {
+		return false, fmt.Errorf("pause voucher %d: %w", v, err)
+	}
+	return true, nil
 }

@@ -42,7 +42,7 @@ func (s *Store) ReadVoucherState(ctx context.Context, v int64, days []string) (V
 		if sec := num("expire_s"); sec > 0 {
 			st.Voucher.ExpireAt = time.Unix(sec, 0).UTC()
 		}
-		st.Voucher.Pooled, st.Voucher.Closed = num("pool") == 1, num("closed") == 1
+		st.Voucher.Pooled, st.Voucher.Closed, st.Voucher.Paused = num("pool") == 1, num("closed") == 1, num("paused") == 1
 	}
 	if st.Voucher.Pooled {
 		raw, err := s.c.LRange(ctx, poolKey(p, v), 0, -1).Result()

@@ -239,3 +239,20 @@ func (s *Store) TrimDeadLetters(ctx context.Context, p int, before time.Time) (i
 	}
 	return n, nil
 }
+
+// UserPending returns user's orders of voucher v still in the stream
+// (admitted, not yet persisted), oldest first. The stream holds only such
+// entries, so it is short unless the workers are behind.
+func (s *Store) UserPending(ctx context.Context, v int64, user string) ([]order.Order, error) {
+	entries, err := s.StreamOrders(ctx, s.PartitionOf(v), 1000)
+	if err != nil {
+		return nil, err
+	}
+	var out []order.Order
+	for _, e := range entries {
+		if e.Err == nil && e.Order.VoucherID == v && e.Order.UserID == user {
+			out = append(out, e.Order)
+		}
+	}
+	return out, nil
+}

@@ -139,6 +139,7 @@ func reconcileVoucher(ctx context.Context, r *rdb.Store, d *db.Store, v db.Vouch
 	diff("starts_at (ms)", msOf(have.Voucher.StartsAt), msOf(want.Voucher.StartsAt))
 	diff("ends_at (ms)", msOf(have.Voucher.EndsAt), msOf(want.Voucher.EndsAt))
 	diff("keys expire at (s)", unixOf(have.Voucher.ExpireAt), unixOf(want.Voucher.ExpireAt))
+	diff("paused", int64(bit(have.Voucher.Paused)), int64(bit(want.Voucher.Paused)))
 	if want.Voucher.Pooled {
 		missing, extra := poolDiff(have.Voucher.Items, want.Voucher.Items)
 		diff("pool: items missing", int64(len(want.Voucher.Items)-missing), int64(len(want.Voucher.Items)))

@@ -1,0 +1,137 @@
+package db
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"gorm.io/gorm"
+	"gorm.io/gorm/clause"
+
+	"github.com/flashsale/flashsale/pkg/order"
+)
+
+// Errors of the operations on a running sale.
+var (
+	// ErrNotCancellable: the order is paid, completed or failed.
+	ErrNotCancellable = errors.New("order cannot be cancelled")
+)
+
+// ReasonCancelled is the release reason of an order its owner cancelled.
+const ReasonCancelled = "cancelled_by_user"
+
+// SetPaused pauses or resumes voucher id and returns it.
+func (s *Store) SetPaused(ctx context.Context, id int64, paused bool) (Voucher, error) {
+	if err := s.db.WithContext(ctx).Model(&Voucher{}).Where("id = ?", id).Update("paused", paused).Error; err != nil {
+		return Voucher{}, fmt.Errorf("pause voucher %d: %w", id, err)
+	}
+	return s.Voucher(ctx, id)
+}
+
+// Vouchers returns up to limit vouchers with ids above after, by id.
+func (s *Store) Vouchers(ctx context.Context, after int64, limit int) ([]Voucher, error) {
+	var out []Voucher
+	err := s.db.WithContext(ctx).Where("id > ?", after).Order("id").Limit(limit).Find(&out).Error
+	return out, err
+}
+
+// UserOrders returns user's orders of voucher v, newest first, at most limit.
+func (s *Store) UserOrders(ctx context.Context, v int64, user string, limit int) ([]Order, error) {
+	var out []Order
+	err := s.db.WithContext(ctx).Where("voucher_id = ? AND user_id = ?", v, user).Order("id DESC").Limit(limit).Find(&out).Error
+	return out, err
+}
+
+// CancelOrder cancels user's created order id at now: its units go back to
+// the voucher's stock and its item to the pool, and its release is owed to
+// Redis, all in one transaction; the caller settles the release (pkg/settle).
+// Cancelling a cancelled order again returns it with no release. Another
+// user's order is ErrNotFound; a paid, completed or failed one
+// ErrNotCancellable.
+func (s *Store) CancelOrder(ctx context.Context, id int64, user string, now time.Time) (Order, *Release, error) {
+	var o Order
+	var rel *Release
+	err := s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		res := tx.Clauses(clause.Locking{Strength: "UPDATE"}).Where("id = ?", id).Limit(1).Find(&o)
+		if res.Error != nil {
+			return fmt.Errorf("lock order %d: %w", id, res.Error)
+		}
+		if res.RowsAffected == 0 || o.UserID != user {
+			return ErrNotFound
+		}
+		switch order.Status(o.Status) {
+		case order.StatusCancelled:
+			return nil
+		case order.StatusCreated:
+		default:
+			return ErrNotCancellable
+		}
+		if err := tx.Exec("UPDATE orders SET status = ?, reason = ?, updated_at = ? WHERE id = ?",
+			order.StatusCancelled, ReasonCancelled, now, id).Error; err != nil {
+			return fmt.Errorf("cancel order %d: %w", id, err)
+		}
+		if err := tx.Exec("UPDATE vouchers SET stock = stock + ? WHERE id = ?", o.Quantity, o.VoucherID).Error; err != nil {
+			return fmt.Errorf("return %d units to voucher %d: %w", o.Quantity, o.VoucherID, err)
+		}
+		if err := freeItems(tx, []int64{id}); err != nil {
+			return err
+		}
+		r := Release{OrderID: o.ID, VoucherID: o.VoucherID, UserID: o.UserID, Day: o.Day, Quantity: o.Quantity,
+			Item: o.Item, Amount: o.Amount, Code: o.Code, Reason: ReasonCancelled, CreatedAt: now}
+		rel = &r
+		o.Status, o.Reason, o.UpdatedAt = string(order.StatusCancelled), ReasonCancelled, now
+		return insertReleases(tx, []Release{r})
+	}, readCommitted)
+	if err != nil {
+		return Order{}, nil, err
+	}
+	return o, rel, nil
+}
+
+// Payment is what a payment provider's confirmation came to.
+type Payment struct {
+	Order Order
+	// RefundDue: the money arrived for an order that no longer holds its
+	// unit (cancelled, failed), or that was paid already with another
+	// payment, or needs none: it is recorded in late_payments for a refund,
+	// and the order is unchanged.
+	RefundDue bool
+}
+
+// RecordPayment records the provider's payment paymentID of order id at
+// now, idempotently: a created order becomes paid (even past its deadline,
+// as long as the reaper has not cancelled it: its unit is still held); the
+// same payment again changes nothing; any other payment is recorded for a
+// refund, never sold twice. A missing order is ErrNotFound.
+func (s *Store) RecordPayment(ctx context.Context, id int64, paymentID string, now time.Time) (Payment, error) {
+	var p Payment
+	err := s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		res := tx.Clauses(clause.Locking{Strength: "UPDATE"}).Where("id = ?", id).Limit(1).Find(&p.Order)
+		if res.Error != nil {
+			return fmt.Errorf("lock order %d: %w", id, res.Error)
+		}
+		if res.RowsAffected == 0 {
+			return ErrNotFound
+		}
+		o := &p.Order
+		switch {
+		case o.Status == string(order.StatusCreated):
+			if err := tx.Exec("UPDATE orders SET status = ?, paid_at = ?, payment_id = ?, updated_at = ? WHERE id = ?",
+				order.StatusPaid, now, paymentID, now, id).Error; err != nil {
+				return fmt.Errorf("pay order %d: %w", id, err)
+			}
+			o.Status, o.PaidAt, o.PaymentID, o.UpdatedAt = string(order.StatusPaid), &now, &paymentID, now
+			return nil
+		case o.Status == string(order.StatusPaid) && o.PaymentID != nil && *o.PaymentID == paymentID:
+			return nil // the same confirmation again
+		}
+		p.RefundDue = true
+		if err := tx.Exec("INSERT IGNORE INTO late_payments (payment_id, order_id, received_at) VALUES (?, ?, ?)",
+			paymentID, id, now).Error; err != nil {
+			return fmt.Errorf("record late payment of order %d: %w", id, err)
+		}
+		return nil
+	}, readCommitted)
+	return p, err
+}

@@ -1,0 +1,74 @@
+package gateway
+
+import (
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	"go.yaml.in/yaml/v3"
+)
+
+// api/openapi.yaml is true: it has every route the gateway serves and no
+// other, and every error code the gateway answers and no other.
+func TestOpenAPISpecMatchesTheRouter(t *testing.T) {
+	raw, err := os.ReadFile("../../api/openapi.yaml")
+	require.NoError(t, err)
+	var spec struct {
+		OpenAPI    string                               `yaml:"openapi"`
+		Paths      map[string]map[string]map[string]any `yaml:"paths"`
+		Components struct {
+			Schemas struct {
+				ErrorCode struct {
+					Enum []string `yaml:"enum"`
+				} `yaml:"ErrorCode"`
+			} `yaml:"schemas"`
+		} `yaml:"components"`
+	}
+	require.NoError(t, yaml.Unmarshal(raw, &spec))
+	require.True(t, strings.HasPrefix(spec.OpenAPI, "3."), "OpenAPI 3.x")
+
+	g := &Gateway{}
+	served := map[string]bool{}
+	for _, rt := range g.routes() {
+		key := strings.ToLower(rt.method) + " " + rt.pattern
+		served[key] = true
+		require.Contains(t, spec.Paths[rt.pattern], strings.ToLower(rt.method), "api/openapi.yaml lacks %s", key)
+		require.Equal(t, rt.admin, strings.HasPrefix(rt.pattern, "/admin/"), "%s: the admin API is /admin/…", key)
+	}
+	for path, ops := range spec.Paths {
+		for method := range ops {
+			if method == "parameters" {
+				continue
+			}
+			require.True(t, served[method+" "+path], "api/openapi.yaml has %s %s, which the gateway does not serve", method, path)
+		}
+	}
+
+	// Every code the package can answer, read off its source.
+	files, err := filepath.Glob("*.go")
+	require.NoError(t, err)
+	re := regexp.MustCompile(`(?:&apiError\{http\.[A-Za-z]+, |badRequest\()"([a-z_]+)"`)
+	codes := map[string]bool{}
+	for _, f := range files {
+		if strings.HasSuffix(f, "_test.go") {
+			continue
+		}
+		src, err := os.ReadFile(f)
+		require.NoError(t, err)
+		for _, m := range re.FindAllStringSubmatch(string(src), -1) {
+			codes[m[1]] = true
+		}
+	}
+	var inCode []string
+	for c := range codes {
+		inCode = append(inCode, c)
+	}
+	slices.Sort(inCode)
+	documented := slices.Clone(spec.Components.Schemas.ErrorCode.Enum)
+	slices.Sort(documented)
+	require.Equal(t, inCode, documented, "the ErrorCode enum of api/openapi.yaml must be the codes the gateway answers")
+}

@@ -1,0 +1,277 @@
+package gateway
+
+import (
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+
+	"go.uber.org/zap"
+
+	"github.com/flashsale/flashsale/pkg/db"
+	"github.com/flashsale/flashsale/pkg/order"
+	"github.com/flashsale/flashsale/pkg/settle"
+)
+
+// Running a sale: the operator pauses and resumes it and lists vouchers;
+// a buyer lists and cancels orders; the payment provider confirms
+// payments.
+
+var (
+	errNotCancellable = &apiError{http.StatusConflict, "order_not_cancellable", "the order is paid, completed or failed: it cannot be cancelled"}
+	errPaused         = &apiError{http.StatusConflict, "paused", "the sale is paused; retry later"}
+	errBadSignature   = &apiError{http.StatusUnauthorized, "unauthorized", "the X-Flashsale-Signature is not the HMAC-SHA256 of the body"}
+)
+
+// setPaused: POST /admin/v1/vouchers/{id}/pause and …/resume. MySQL holds
+// the truth, Redis is told next; if Redis cannot be, the answer is 503 and
+// a retry (or reconcile --repair) brings it in line.
+func (g *Gateway) setPaused(paused bool) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		id, ok := g.adminAndID(w, r)
+		if !ok {
+			return
+		}
+		ctx := r.Context()
+		v, err := g.db.SetPaused(ctx, id, paused)
+		if errors.Is(err, db.ErrNotFound) {
+			err = errVoucherMissing
+		}
+		if err == nil {
+			_, err = g.redis.SetPaused(ctx, id, paused)
+		}
+		if err != nil {
+			g.fail(w, r, err)
+			return
+		}
+		g.log.Info("voucher paused", zap.Int64("voucher_id", id), zap.Bool("paused", paused))
+		writeJSON(w, http.StatusOK, voucherOut(v))
+	}
+}
+
+// Bounds of a page of vouchers.
+const (
+	pageDefault = 50
+	pageMax     = 500
+)
+
+// listVouchers: GET /admin/v1/vouchers?limit=N&after=ID, by id.
+func (g *Gateway) listVouchers(w http.ResponseWriter, r *http.Request) {
+	if !g.admin(w, r) {
+		return
+	}
+	q := r.URL.Query()
+	limit, after := int64(pageDefault), int64(0)
+	var err error
+	if s := q.Get("limit"); s != "" {
+		if limit, err = strconv.ParseInt(s, 10, 64); err != nil || limit < 1 || limit > pageMax {
+			g.fail(w, r, badRequest("invalid_field", "limit must be 1 to "+strconv.Itoa(pageMax)))
+			return
+		}
+	}
+	if s := q.Get("after"); s != "" {
+		if after, err = strconv.ParseInt(s, 10, 64); err != nil || after < 0 {
+			g.fail(w, r, badRequest("invalid_field", "after must be a voucher id"))
+			return
+		}
+	}
+	vs, err := g.db.Vouchers(r.Context(), after, int(limit)+1)
+	if err != nil {
+		g.fail(w, r, err)
+		return
+	}
+	out := struct {
+		Vouchers []voucherJSON `json:"vouchers"`
+		Next     *string       `json:"next"`
+	}{Vouchers: []voucherJSON{}}
+	for i, v := range vs {
+		if i == int(limit) {
+			next := idString(vs[i-1].ID)
+			out.Next = &next
+			break
+		}
+		out.Vouchers = append(out.Vouchers, voucherOut(v))
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// listOrders: GET /v1/orders?voucher_id=ID, the caller's own orders of
+// that voucher, pending ones included: how a client finds an order whose
+// 202 it never received.
+func (g *Gateway) listOrders(w http.ResponseWriter, r *http.Request) {
+	user, ok := g.user(w, r)
+	if !ok {
+		return
+	}
+	s := r.URL.Query().Get("voucher_id")
+	if s == "" {
+		g.fail(w, r, badRequest("missing_field", "voucher_id is required"))
+		return
+	}
+	v, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || v <= 0 {
+		g.fail(w, r, badRequest("invalid_field", "voucher_id must be a voucher id"))
+		return
+	}
+	ctx := r.Context()
+	// The stream first: an order persisted in between is then found in
+	// MySQL, never missed (and one in both is listed once).
+	pending, err := g.redis.UserPending(ctx, v, user)
+	if err != nil {
+		g.fail(w, r, err)
+		return
+	}
+	rows, err := g.db.UserOrders(ctx, v, user, 1000)
+	if err != nil {
+		g.fail(w, r, err)
+		return
+	}
+	out := struct {
+		Orders []orderJSON `json:"orders"`
+	}{Orders: []orderJSON{}}
+	seen := map[int64]bool{}
+	for _, row := range rows {
+		seen[row.ID] = true
+		out.Orders = append(out.Orders, fromRow(row))
+	}
+	for i := len(pending) - 1; i >= 0; i-- {
+		if p := pending[i]; !seen[p.ID] {
+			out.Orders = append(out.Orders, pendingOut(p))
+		}
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// cancelOrder: POST /v1/orders/{id}/cancel, by its owner, before payment:
+// the order is cancelled and its units (and item) released exactly once,
+// to be sold again.
+func (g *Gateway) cancelOrder(w http.ResponseWriter, r *http.Request) {
+	user, id, ok := g.userAndID(w, r)
+	if !ok {
+		return
+	}
+	ctx := r.Context()
+	o, rel, err := g.db.CancelOrder(ctx, id, user, g.now().UTC())
+	if errors.Is(err, db.ErrNotFound) {
+		// Maybe still pending: the owner retries once it is persisted.
+		p, found, perr := g.redis.PendingOrder(ctx, id)
+		switch {
+		case perr != nil:
+			err = perr
+		case found && p.UserID == user:
+			err = errOrderPending
+		default:
+			err = errOrderMissing
+		}
+	}
+	if err != nil {
+		g.fail(w, r, err)
+		return
+	}
+	if rel != nil {
+		// The release is recorded in MySQL: if Redis cannot take it now,
+		// the reaper settles it (pkg/settle). The cancellation stands.
+		if _, err := settle.Releases(ctx, g.redis, g.db, []db.Release{*rel}, g.now()); err != nil {
+			g.log.Warn("release of a cancelled order left to the reaper", zap.Int64("order_id", id), zap.Error(err))
+		}
+		g.log.Info("order cancelled by its owner", zap.Int64("order_id", id), zap.Int64("voucher_id", o.VoucherID))
+	}
+	writeJSON(w, http.StatusOK, fromRow(o))
+}
+
+type webhookRequest struct {
+	OrderID   string `json:"order_id"`
+	PaymentID string `json:"payment_id"`
+}
+
+// SignatureHeader carries sha256=<hex HMAC-SHA256 of the raw body> of a
+// payment webhook, keyed with FLASHSALE_PAYMENT_WEBHOOK_SECRET.
+const SignatureHeader = "X-Flashsale-Signature"
+
+// paymentWebhook: POST /v1/payments/webhook, from the payment provider.
+// The body's HMAC proves the sender; the order is marked paid, once; a
+// payment for an order that no longer holds its unit is recorded for a
+// refund (refund_due), never sold twice.
+func (g *Gateway) paymentWebhook(w http.ResponseWriter, r *http.Request) {
+	if g.cfg.PaymentWebhookSecret == "" {
+		writeError(w, &apiError{http.StatusNotFound, "not_found", "no payment webhook is configured"})
+		return
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBodyBytes))
+	if err != nil {
+		g.fail(w, r, errBodyTooLarge)
+		return
+	}
+	if !validSignature(r.Header.Get(SignatureHeader), body, g.cfg.PaymentWebhookSecret) {
+		g.fail(w, r, errBadSignature)
+		return
+	}
+	r.Body = io.NopCloser(strings.NewReader(string(body)))
+	var req webhookRequest
+	if err := decodeJSON(w, r, &req); err != nil {
+		g.fail(w, r, err)
+		return
+	}
+	id, err := strconv.ParseInt(req.OrderID, 10, 64)
+	if err != nil || id <= 0 {
+		g.fail(w, r, badRequest("invalid_field", "order_id must be an order id (a string of digits)"))
+		return
+	}
+	if !validToken(req.PaymentID) {
+		g.fail(w, r, badRequest("invalid_field", "payment_id must be 1-64 characters of A-Z a-z 0-9 _ . @ -"))
+		return
+	}
+	ctx := r.Context()
+	p, err := g.db.RecordPayment(ctx, id, req.PaymentID, g.now().UTC())
+	if errors.Is(err, db.ErrNotFound) {
+		if _, found, perr := g.redis.PendingOrder(ctx, id); perr == nil && found {
+			err = errOrderPending // the provider retries
+		} else {
+			err = errOrderMissing
+		}
+	}
+	if err != nil {
+		g.fail(w, r, err)
+		return
+	}
+	if p.RefundDue {
+		g.log.Warn("payment recorded for refund", zap.Int64("order_id", id), zap.String("payment_id", req.PaymentID), zap.String("status", p.Order.Status))
+	}
+	writeJSON(w, http.StatusOK, struct {
+		orderJSON
+		RefundDue bool `json:"refund_due"`
+	}{fromRow(p.Order), p.RefundDue})
+}
+
+// validSignature checks header = "sha256=<hex>" against the body's HMAC.
+func validSignature(header string, body []byte, secret string) bool {
+	hexSig, ok := strings.CutPrefix(header, "sha256=")
+	if !ok {
+		return false
+	}
+	got, err := hex.DecodeString(hexSig)
+	if err != nil {
+		return false
+	}
+	mac := hmac.New(sha256.New, []byte(secret))
+	mac.Write(body)
+	return hmac.Equal(got, mac.Sum(nil))
+}
+
+// SignWebhook is the X-Flashsale-Signature of body under secret, for a
+// payment provider's integration (and tests).
+func SignWebhook(body []byte, secret string) string {
+	mac := hmac.New(sha256.New, []byte(secret))
+	mac.Write(body)
+	return "sha256=" + hex.EncodeToString(mac.Sum(nil))
+}
+
+// pendingOut is a pending order as the API shows it.
+func pendingOut(p order.Order) orderJSON {
+	return orderJSON{OrderID: idString(p.ID), VoucherID: idString(p.VoucherID), UserID: p.UserID, Quantity: p.Units(),
+		Amount: p.Item.Amount, Status: string(order.StatusPending), CreatedAt: p.CreatedAt}
+}

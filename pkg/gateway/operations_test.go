@@ -1,0 +1,156 @@
+package gateway_test
+
+import (
+	"context"
+	"net/http"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.uber.org/zap/zaptest"
+
+	"github.com/flashsale/flashsale/pkg/gateway"
+	"github.com/flashsale/flashsale/pkg/internal/testenv"
+	"github.com/flashsale/flashsale/pkg/reaper"
+	"github.com/flashsale/flashsale/pkg/worker"
+)
+
+const webhookSecret = "webhook-secret-webhook-secret-123"
+
+// A paused sale refuses claims (409 paused) until resumed; the pause is in
+// both stores, so reconcile finds nothing to repair.
+func TestPauseAndResume(t *testing.T) {
+	f := newFixture(t)
+	id := f.createVoucher(`{"name":"p","stock":5}`)
+	res := f.do("POST", "/admin/v1/vouchers/"+id+"/pause", admin, "")
+	require.Equal(t, http.StatusOK, res.Status, res.Raw)
+	require.Equal(t, true, res.Body["paused"])
+	requireError(t, f.do("POST", "/v1/vouchers/"+id+"/orders", f.token("a"), ""), http.StatusConflict, "paused")
+	checks, err := reaper.Reconcile(context.Background(), f.env.RDB, f.env.DB, time.Now(), false)
+	require.NoError(t, err)
+	require.Empty(t, checks[0].Differences)
+
+	require.Equal(t, false, f.do("POST", "/admin/v1/vouchers/"+id+"/resume", admin, "").Body["paused"])
+	require.Equal(t, http.StatusAccepted, f.do("POST", "/v1/vouchers/"+id+"/orders", f.token("a"), "").Status)
+	requireError(t, f.do("POST", "/admin/v1/vouchers/999999/pause", admin, ""), http.StatusNotFound, "voucher_not_found")
+	requireError(t, f.do("POST", "/admin/v1/vouchers/"+id+"/pause", f.token("a"), ""), http.StatusUnauthorized, "unauthorized")
+}
+
+func TestListVouchersInPages(t *testing.T) {
+	f := newFixture(t)
+	var ids []string
+	for i := range 5 {
+		ids = append(ids, f.createVoucher(`{"name":"v`+strconv.Itoa(i)+`","stock":1}`))
+	}
+	var got []string
+	after := ""
+	for pages := 0; ; pages++ {
+		require.Less(t, pages, 5)
+		res := f.do("GET", "/admin/v1/vouchers?limit=2&after="+after, admin, "")
+		require.Equal(t, http.StatusOK, res.Status, res.Raw)
+		for _, v := range res.Body["vouchers"].([]any) {
+			got = append(got, v.(map[string]any)["id"].(string))
+		}
+		next, ok := res.Body["next"].(string)
+		if !ok {
+			require.Nil(t, res.Body["next"])
+			break
+		}
+		after = next
+	}
+	require.Equal(t, ids, got)
+	requireError(t, f.do("GET", "/admin/v1/vouchers?limit=0", admin, ""), http.StatusBadRequest, "invalid_field")
+	requireError(t, f.do("GET", "/admin/v1/vouchers?limit=501", admin, ""), http.StatusBadRequest, "invalid_field")
+	requireError(t, f.do("GET", "/admin/v1/vouchers?after=x", admin, ""), http.StatusBadRequest, "invalid_field")
+}
+
+// A buyer lists their own orders of a voucher, pending ones included, and
+// cancels an unpaid one: its unit is released once and sold again.
+func TestBuyerListsAndCancelsOrders(t *testing.T) {
+	f := newFixture(t)
+	id := f.createVoucher(`{"name":"c","stock":2,"per_user_limit":2}`)
+	alice := f.token("alice")
+	first := f.do("POST", "/v1/vouchers/"+id+"/orders", alice, "").Body["order_id"].(string)
+	list := f.do("GET", "/v1/orders?voucher_id="+id, alice, "")
+	require.Equal(t, http.StatusOK, list.Status, list.Raw)
+	require.Len(t, list.Body["orders"], 1)
+	require.Equal(t, "pending", list.Body["orders"].([]any)[0].(map[string]any)["status"])
+	requireError(t, f.do("POST", "/v1/orders/"+first+"/cancel", alice, ""), http.StatusConflict, "order_pending")
+
+	f.persist(id)
+	second := f.do("POST", "/v1/vouchers/"+id+"/orders", alice, "").Body["order_id"].(string)
+	list = f.do("GET", "/v1/orders?voucher_id="+id, alice, "")
+	require.Len(t, list.Body["orders"], 2, "one persisted, one pending: %s", list.Raw)
+	require.Empty(t, f.do("GET", "/v1/orders?voucher_id="+id, f.token("bob"), "").Body["orders"], "only one's own")
+	requireError(t, f.do("GET", "/v1/orders", alice, ""), http.StatusBadRequest, "missing_field")
+	requireError(t, f.do("GET", "/v1/orders?voucher_id=x", alice, ""), http.StatusBadRequest, "invalid_field")
+	requireError(t, f.do("POST", "/v1/vouchers/"+id+"/orders", f.token("bob"), ""), http.StatusConflict, "sold_out")
+
+	requireError(t, f.do("POST", "/v1/orders/"+first+"/cancel", f.token("bob"), ""), http.StatusNotFound, "order_not_found")
+	for range 2 { // cancelling twice answers the same, releases once
+		res := f.do("POST", "/v1/orders/"+first+"/cancel", alice, "")
+		require.Equal(t, http.StatusOK, res.Status, res.Raw)
+		require.Equal(t, "cancelled", res.Body["status"])
+	}
+	status := f.do("GET", "/admin/v1/vouchers/"+id, admin, "")
+	require.EqualValues(t, 1, status.Body["remaining_redis"], "the unit is back in Redis, once")
+	require.EqualValues(t, 2, status.Body["remaining_mysql"], "the second order is still pending: MySQL has not taken it yet")
+	require.Equal(t, http.StatusAccepted, f.do("POST", "/v1/vouchers/"+id+"/orders", f.token("bob"), "").Status, "sold again")
+
+	f.persist(id)
+	require.Equal(t, http.StatusOK, f.do("POST", "/v1/orders/"+second+"/pay", alice, "").Status)
+	requireError(t, f.do("POST", "/v1/orders/"+second+"/cancel", alice, ""), http.StatusConflict, "order_not_cancellable")
+}
+
+// The payment provider's webhook: signed, idempotent, and a payment for a
+// cancelled order is recorded for a refund, never sold twice.
+func TestPaymentWebhook(t *testing.T) {
+	env := testenv.New(t, 2)
+	f := newFixtureOn(t, env, gateway.Config{PaymentWebhookSecret: webhookSecret})
+	id := f.createVoucher(`{"name":"w","stock":3,"payment_timeout_seconds":60}`)
+	var orders []string
+	for _, u := range []string{"a", "b"} {
+		orders = append(orders, f.do("POST", "/v1/vouchers/"+id+"/orders", f.token(u), "").Body["order_id"].(string))
+	}
+	hook := func(order, payment, signature string) response {
+		body := `{"order_id":"` + order + `","payment_id":"` + payment + `"}`
+		if signature == "" {
+			signature = gateway.SignWebhook([]byte(body), webhookSecret)
+		}
+		return f.do("POST", "/v1/payments/webhook", "", body, gateway.SignatureHeader, signature)
+	}
+	requireError(t, hook(orders[0], "pay-1", ""), http.StatusConflict, "order_pending")
+	f.persist(id)
+	requireError(t, hook(orders[0], "pay-1", "sha256=00"), http.StatusUnauthorized, "unauthorized")
+	requireError(t, hook(orders[0], "pay-1", "md5=00"), http.StatusUnauthorized, "unauthorized")
+	for range 2 {
+		res := hook(orders[0], "pay-1", "")
+		require.Equal(t, http.StatusOK, res.Status, res.Raw)
+		require.Equal(t, "paid", res.Body["status"])
+		require.Equal(t, false, res.Body["refund_due"])
+	}
+	res := hook(orders[0], "pay-2", "")
+	require.Equal(t, true, res.Body["refund_due"], "a second payment of a paid order is refunded")
+
+	// b's order expires and is cancelled; its payment arrives late.
+	r, err := reaper.New(reaper.Config{Config: worker.Config{Consumer: "reaper"}}, env.RDB, env.DB, zaptest.NewLogger(t),
+		reaper.WithClock(func() time.Time { return f.clock.Now().Add(2 * time.Minute) }))
+	require.NoError(t, err)
+	_, err = r.RunOnce(context.Background())
+	require.NoError(t, err)
+	res = hook(orders[1], "pay-3", "")
+	require.Equal(t, http.StatusOK, res.Status, res.Raw)
+	require.Equal(t, "cancelled", res.Body["status"])
+	require.Equal(t, true, res.Body["refund_due"])
+	require.EqualValues(t, 2, env.Count(t, "SELECT COUNT(*) FROM late_payments"))
+	requireError(t, hook("999999", "pay-4", ""), http.StatusNotFound, "order_not_found")
+	requireError(t, hook("x", "pay-4", ""), http.StatusBadRequest, "invalid_field")
+	requireError(t, hook(orders[1], "bad id!", ""), http.StatusBadRequest, "invalid_field")
+	status := f.do("GET", "/admin/v1/vouchers/"+id, admin, "")
+	require.EqualValues(t, 2, status.Body["remaining_mysql"], "the late payment sold nothing")
+
+	// Without a secret the webhook does not exist.
+	plain := newFixture(t)
+	requireError(t, plain.do("POST", "/v1/payments/webhook", "", `{}`), http.StatusNotFound, "not_found")
+}
