@@ -359,6 +359,9 @@ func Main[C Config](cfg C, run func(ctx context.Context, cfg C, rt *Runtime) err
 	}
 	defer log.Sync()   //nolint:errcheck
 	defer audit.Sync() //nolint:errcheck
+	// go-redis's own lines (pool and connection trouble) in the same JSON
+	// as everything else, instead of plain text on stderr.
+	redis.SetLogger(redisLogger{log.Named("redis")})
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		ReadBuild().Collector())

@@ -1,6 +1,7 @@
 package app
 
 import (
+	"context"
 	"fmt"
 
 	"go.uber.org/zap"
@@ -54,7 +55,10 @@ func encoderConfig(format string) (zapcore.EncoderConfig, map[string]any, error)
 		enc.LevelKey = "log.level"
 		enc.MessageKey = "message"
 		enc.NameKey = "log.logger"
-		enc.CallerKey = "log.origin.file.line"
+		// ECS types log.origin.file.line as a number; zap writes the
+		// caller as one string (file.go:123), which is what
+		// log.origin.file.name (a keyword) may hold.
+		enc.CallerKey = "log.origin.file.name"
 		return enc, map[string]any{"ecs.version": "1.6.0"}, nil
 	default:
 		return enc, nil, fmt.Errorf("FLASHSALE_LOG_FORMAT: %q is not json, gcp or ecs", format)
@@ -77,4 +81,12 @@ func gcpSeverity(l zapcore.Level, e zapcore.PrimitiveArrayEncoder) {
 	default:
 		e.AppendString("ALERT")
 	}
+}
+
+// redisLogger writes go-redis's log lines through zap, as warnings: go-redis
+// logs only trouble (a dial that failed, a connection it dropped).
+type redisLogger struct{ log *zap.Logger }
+
+func (l redisLogger) Printf(_ context.Context, format string, v ...any) {
+	l.log.Warn(fmt.Sprintf(format, v...))
 }

@@ -1,12 +1,15 @@
 package app
 
 import (
+	"context"
 	"encoding/json"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
 )
 
 func TestLogFormats(t *testing.T) {
@@ -41,4 +44,15 @@ func TestLogFormats(t *testing.T) {
 	require.ErrorContains(t, err, "FLASHSALE_LOG_FORMAT")
 	_, _, err = NewLoggers("loud", "json", true)
 	require.ErrorContains(t, err, "FLASHSALE_LOG_LEVEL")
+}
+
+// go-redis's own lines come out as zap JSON, never plain text.
+func TestRedisLinesGoThroughZap(t *testing.T) {
+	core, logs := observer.New(zap.DebugLevel)
+	redisLogger{zap.New(core).Named("redis")}.Printf(context.Background(), "redis: %s failed", "dial")
+	require.Equal(t, 1, logs.Len())
+	e := logs.All()[0]
+	require.Equal(t, "redis: dial failed", e.Message)
+	require.Equal(t, "redis", e.LoggerName)
+	require.Equal(t, zap.WarnLevel, e.Level)
 }

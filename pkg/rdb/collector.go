@@ -10,8 +10,13 @@ import (
 
 // StreamCollector reports every partition's stream at scrape time: its
 // length (entries not yet persisted), entries delivered but not yet
-// acknowledged, the group's lag (entries not yet delivered) and the
-// dead-letter stream's length.
+// acknowledged, the lag (entries not yet delivered) and the dead-letter
+// stream's length.
+//
+// The lag is length minus pending, not the group's lag from XINFO GROUPS:
+// acknowledged entries are deleted, and once two consumers acknowledge out
+// of order Redis can no longer compute the group's lag (it reports none),
+// exactly when the backlog is largest.
 type StreamCollector struct {
 	s                          *Store
 	length, pending, lag, dead *prometheus.Desc
@@ -56,16 +61,7 @@ func (c *StreamCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(c.length, prometheus.GaugeValue, float64(b.Length), label)
 		ch <- prometheus.MustNewConstMetric(c.pending, prometheus.GaugeValue, float64(b.Pending), label)
 		ch <- prometheus.MustNewConstMetric(c.dead, prometheus.GaugeValue, float64(b.DeadLetters), label)
-		groups, err := c.s.c.XInfoGroups(ctx, StreamKey(p)).Result()
-		if err != nil {
-			ok = 0
-			continue
-		}
-		for _, g := range groups {
-			if g.Name == c.s.group {
-				ch <- prometheus.MustNewConstMetric(c.lag, prometheus.GaugeValue, float64(g.Lag), label)
-			}
-		}
+		ch <- prometheus.MustNewConstMetric(c.lag, prometheus.GaugeValue, float64(max(0, b.Length-b.Pending)), label)
 	}
 	ch <- prometheus.MustNewConstMetric(c.up, prometheus.GaugeValue, ok)
 }

@@ -3,7 +3,7 @@ package reaper
 import "github.com/prometheus/client_golang/prometheus"
 
 type metrics struct {
-	passes                                                      *prometheus.CounterVec // service
+	passes                                                      *prometheus.CounterVec // service, outcome
 	claimed, deadLetters, cancelled, released, consumersRemoved prometheus.Counter
 	refunded                                                    prometheus.Counter
 }
@@ -14,7 +14,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	}
 	m := &metrics{
 		passes: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "flashsale_reaper_passes_total",
-			Help: "Passes run, by service (rescuer, consumers, expirer, releaser, refunder)."}, []string{"service"}),
+			Help: "Passes run, by service (rescuer, consumers, expirer, releaser, refunder) and outcome (ok, error)."}, []string{"service", "outcome"}),
 		claimed:          c("flashsale_reaper_claimed_total", "Stale pending entries taken over (XAUTOCLAIM) and processed."),
 		deadLetters:      c("flashsale_reaper_dead_letters_total", "Entries dead-lettered for being delivered too often."),
 		cancelled:        c("flashsale_reaper_cancelled_total", "Orders cancelled for not being paid in time."),

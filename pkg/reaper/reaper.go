@@ -253,7 +253,11 @@ func (r *Reaper) record(name string, pass Pass, err error) {
 	if err != nil {
 		r.log.Warn("reaper pass incomplete", zap.String("service", name), zap.Error(err))
 	}
-	r.metrics.passes.WithLabelValues(name).Inc()
+	outcome := "ok"
+	if err != nil {
+		outcome = "error"
+	}
+	r.metrics.passes.WithLabelValues(name, outcome).Inc()
 	r.metrics.claimed.Add(float64(pass.Claimed))
 	r.metrics.deadLetters.Add(float64(pass.DeadLettered))
 	r.metrics.cancelled.Add(float64(pass.Cancelled))

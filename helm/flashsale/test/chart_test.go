@@ -349,7 +349,7 @@ func requireOneAutoscalerPerDeployment(t *testing.T, r *rendered) {
 	}
 }
 
-func TestKEDAScalesWorkersOnEveryPartitionsLag(t *testing.T) {
+func TestKEDAScalesWorkersOnEveryPartitionsBacklog(t *testing.T) {
 	r := render(t, "-f", filepath.Join(chartDir, "ci", "production-values.yaml"))
 	require.Len(t, r.scaledObjects, 1)
 	so := r.scaledObjects[0]
@@ -359,7 +359,9 @@ func TestKEDAScalesWorkersOnEveryPartitionsLag(t *testing.T) {
 		require.Equal(t, "redis-streams", tr.Type)
 		require.Equal(t, fmt.Sprintf("flashsale:{p%d}:orders", i), tr.Metadata["stream"])
 		require.Equal(t, "flashsale-workers", tr.Metadata["consumerGroup"])
-		require.NotEmpty(t, tr.Metadata["lagCount"])
+		require.NotEmpty(t, tr.Metadata["streamLength"], "the stream's length is the backlog")
+		require.NotContains(t, tr.Metadata, "lagCount", "the group's lag reads empty once entries are deleted out of order")
+		require.Equal(t, "0", tr.Metadata["databaseIndex"])
 		require.Equal(t, "FLASHSALE_REDIS_PASSWORD", tr.Metadata["passwordFromEnv"])
 	}
 	require.Empty(t, r.secrets, "existingSecret: the chart makes no Secret")
