@@ -19,6 +19,8 @@ var (
 	delConsumerSrc string
 	//go:embed lease.lua
 	leaseSrc string
+	//go:embed change.lua
+	changeSrc string
 )
 
 // Admit decides one claim: sale window, stock, per-user and per-day limits,
@@ -37,5 +39,8 @@ var DelConsumer = redis.NewScript(delConsumerSrc)
 // Lease renews a consumer's hold on entries it still owns (lease.lua).
 var Lease = redis.NewScript(leaseSrc)
 
+// Change applies an operator's change of a voucher exactly once (change.lua).
+var Change = redis.NewScript(changeSrc)
+
 // All lists every script, for loading at start-up.
-var All = []*redis.Script{Admit, Release, Ack, DelConsumer, Lease}
+var All = []*redis.Script{Admit, Release, Ack, DelConsumer, Lease, Change}

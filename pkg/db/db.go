@@ -157,3 +157,14 @@ func (v Voucher) Traits() sale.Traits { return sale.TraitsOf(v.Kind) }
 
 // ItemOf is the item order row o took (zero for units).
 func (o Order) ItemOf() order.Item { return order.Item{No: o.Item, Amount: o.Amount, Code: o.Code} }
+
+// Change is the change as Redis applies it (pkg/settle): the keys' new
+// expiry follows the new end.
+func (c VoucherChange) Change(v Voucher) rdb.Change {
+	out := rdb.Change{ID: c.ID, VoucherID: c.VoucherID, AddStock: c.AddStock}
+	if c.EndsAt != nil {
+		out.EndsAt = *c.EndsAt
+		out.ExpireAt = rdb.KeysExpireAt(*c.EndsAt, time.Duration(v.PaymentTimeoutSeconds)*time.Second)
+	}
+	return out
+}

@@ -12,11 +12,16 @@ import (
 // end-to-end test runs every role under them.
 var roleGrants = map[string]map[string]string{
 	// Creates vouchers and their items (and removes one Redis refused),
-	// reads orders, marks them paid.
+	// pauses and changes them, reads orders, marks them paid, cancels them
+	// for their owners (the release, the item back), records late
+	// payments.
 	"gateway": {
-		"vouchers": "SELECT, INSERT, DELETE",
-		"items":    "SELECT, INSERT, DELETE",
-		"orders":   "SELECT, UPDATE",
+		"vouchers":        "SELECT, INSERT, UPDATE, DELETE",
+		"items":           "SELECT, INSERT, UPDATE, DELETE",
+		"orders":          "SELECT, UPDATE",
+		"releases":        "SELECT, INSERT, UPDATE",
+		"voucher_changes": "SELECT, INSERT, UPDATE",
+		"late_payments":   "INSERT",
 	},
 	// Persists batches: orders, the stock, items, releases; the probe.
 	"worker": {
@@ -27,13 +32,14 @@ var roleGrants = map[string]map[string]string{
 		"store_probes": "SELECT, INSERT, UPDATE",
 	},
 	// The worker's (it processes what it takes over), and cancelling,
-	// refunding and reconciling.
+	// refunding, applying owed changes and reconciling.
 	"reaper": {
-		"vouchers":     "SELECT, UPDATE",
-		"items":        "SELECT, UPDATE",
-		"orders":       "SELECT, INSERT, UPDATE",
-		"releases":     "SELECT, INSERT, UPDATE",
-		"store_probes": "SELECT, INSERT, UPDATE",
+		"vouchers":        "SELECT, UPDATE",
+		"items":           "SELECT, UPDATE",
+		"orders":          "SELECT, INSERT, UPDATE",
+		"releases":        "SELECT, INSERT, UPDATE",
+		"store_probes":    "SELECT, INSERT, UPDATE",
+		"voucher_changes": "SELECT, UPDATE",
 	},
 }
 

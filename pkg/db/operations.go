@@ -135,3 +135,78 @@ func (s *Store) RecordPayment(ctx context.Context, id int64, paymentID string, n
 	}, readCommitted)
 	return p, err
 }
+
+// ErrNotToppable: stock can be added only to a voucher of units (a pool's
+// items are fixed when it is created).
+var ErrNotToppable = errors.New("stock can be added only to a voucher of units")
+
+// VoucherChange is a row of voucher_changes: an operator's change of a
+// voucher, owed to (or applied to) Redis.
+type VoucherChange struct {
+	ID             int64 `gorm:"primaryKey"`
+	VoucherID      int64
+	AddStock       int64
+	EndsAt         *time.Time
+	CreatedAt      time.Time
+	RedisAppliedAt *time.Time
+}
+
+// ChangeVoucher adds addStock units (0: none) to voucher id and moves its
+// end to endsAt (nil: unchanged), in one transaction that also records the
+// change owed to Redis. It returns the voucher as changed and the change.
+func (s *Store) ChangeVoucher(ctx context.Context, id, addStock int64, endsAt *time.Time, now time.Time) (Voucher, VoucherChange, error) {
+	var v Voucher
+	ch := VoucherChange{VoucherID: id, AddStock: addStock, EndsAt: endsAt, CreatedAt: now}
+	err := s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		res := tx.Clauses(clause.Locking{Strength: "UPDATE"}).Where("id = ?", id).Limit(1).Find(&v)
+		if res.Error != nil {
+			return fmt.Errorf("lock voucher %d: %w", id, res.Error)
+		}
+		if res.RowsAffected == 0 {
+			return ErrNotFound
+		}
+		if addStock > 0 && v.Traits().Pooled {
+			return ErrNotToppable
+		}
+		updates := map[string]any{}
+		if addStock > 0 {
+			updates["stock"] = gorm.Expr("stock + ?", addStock)
+			updates["stock_total"] = gorm.Expr("stock_total + ?", addStock)
+			v.Stock += addStock
+			v.StockTotal += addStock
+		}
+		if endsAt != nil {
+			updates["ends_at"] = *endsAt
+			v.EndsAt = endsAt
+		}
+		if err := tx.Model(&Voucher{}).Where("id = ?", id).Updates(updates).Error; err != nil {
+			return fmt.Errorf("change voucher %d: %w", id, err)
+		}
+		return tx.Create(&ch).Error
+	}, readCommitted)
+	return v, ch, err
+}
+
+// OwedChanges returns up to limit changes Redis has not been given yet,
+// oldest first.
+func (s *Store) OwedChanges(ctx context.Context, limit int) ([]VoucherChange, error) {
+	var out []VoucherChange
+	err := s.db.WithContext(ctx).Where("redis_applied_at IS NULL").Order("id").Limit(limit).Find(&out).Error
+	return out, err
+}
+
+// MarkChangesApplied records that Redis has these changes.
+func (s *Store) MarkChangesApplied(ctx context.Context, ids []int64, now time.Time) error {
+	if len(ids) == 0 {
+		return nil
+	}
+	return s.db.WithContext(ctx).Model(&VoucherChange{}).Where("id IN ? AND redis_applied_at IS NULL", ids).
+		Update("redis_applied_at", now).Error
+}
+
+// ChangeIDs returns the ids of voucher v's changes.
+func (s *Store) ChangeIDs(ctx context.Context, v int64) ([]int64, error) {
+	var out []int64
+	err := s.db.WithContext(ctx).Model(&VoucherChange{}).Where("voucher_id = ?", v).Order("id").Pluck("id", &out).Error
+	return out, err
+}

@@ -152,6 +152,7 @@ func (g *Gateway) routes() []route {
 		{http.MethodGet, "/admin/v1/vouchers", true, g.mysqlBound(g.listVouchers)},
 		{http.MethodPost, "/admin/v1/vouchers", true, g.mysqlBoundFor(max(createTimeout, g.cfg.MySQLTimeout), g.createVoucher)},
 		{http.MethodGet, "/admin/v1/vouchers/{id}", true, g.mysqlBound(g.getVoucher)},
+		{http.MethodPatch, "/admin/v1/vouchers/{id}", true, g.mysqlBound(g.changeVoucher)},
 		{http.MethodPost, "/admin/v1/vouchers/{id}/pause", true, g.mysqlBound(g.setPaused(true))},
 		{http.MethodPost, "/admin/v1/vouchers/{id}/resume", true, g.mysqlBound(g.setPaused(false))},
 	}

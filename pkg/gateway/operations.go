@@ -14,6 +14,7 @@ import (
 
 	"github.com/flashsale/flashsale/pkg/db"
 	"github.com/flashsale/flashsale/pkg/order"
+	"github.com/flashsale/flashsale/pkg/sale"
 	"github.com/flashsale/flashsale/pkg/settle"
 )
 
@@ -274,4 +275,80 @@ func SignWebhook(body []byte, secret string) string {
 func pendingOut(p order.Order) orderJSON {
 	return orderJSON{OrderID: idString(p.ID), VoucherID: idString(p.VoucherID), UserID: p.UserID, Quantity: p.Units(),
 		Amount: p.Item.Amount, Status: string(order.StatusPending), CreatedAt: p.CreatedAt}
+}
+
+type changeVoucherRequest struct {
+	AddStock *int64  `json:"add_stock"`
+	EndsAt   *string `json:"ends_at"`
+}
+
+var errNotToppable = &apiError{http.StatusConflict, "not_toppable", "stock can be added only to a voucher of units"}
+
+// changeVoucher: PATCH /admin/v1/vouchers/{id} with {"add_stock": N}
+// and/or {"ends_at": …}. MySQL records the change with the change itself;
+// Redis gets it next, exactly once (change.lua). Should Redis not take it
+// now, the change is owed and the reaper applies it (pkg/settle): a crash
+// between the two stores loses nothing, and a retry of this request is a
+// second change, so the answer is 200 either way.
+func (g *Gateway) changeVoucher(w http.ResponseWriter, r *http.Request) {
+	id, ok := g.adminAndID(w, r)
+	if !ok {
+		return
+	}
+	var req changeVoucherRequest
+	if err := decodeJSON(w, r, &req); err != nil {
+		g.fail(w, r, err)
+		return
+	}
+	if req.AddStock == nil && req.EndsAt == nil {
+		g.fail(w, r, badRequest("missing_field", "add_stock or ends_at is required"))
+		return
+	}
+	var add int64
+	if req.AddStock != nil {
+		if *req.AddStock < 1 || *req.AddStock > sale.MaxStock {
+			g.fail(w, r, badRequest("invalid_field", "add_stock must be between 1 and "+idString(sale.MaxStock)))
+			return
+		}
+		add = *req.AddStock
+	}
+	now := g.now().UTC()
+	endsAt, err := parseTime("ends_at", req.EndsAt)
+	if err == nil && endsAt != nil && !endsAt.After(now) {
+		err = badRequest("invalid_field", "ends_at must be in the future")
+	}
+	if err != nil {
+		g.fail(w, r, err)
+		return
+	}
+	ctx := r.Context()
+	current, err := g.db.Voucher(ctx, id)
+	switch {
+	case errors.Is(err, db.ErrNotFound):
+		err = errVoucherMissing
+	case err == nil && endsAt != nil && current.StartsAt != nil && !endsAt.After(*current.StartsAt):
+		err = badRequest("invalid_field", "ends_at must be after starts_at")
+	case err == nil && current.StockTotal+add > sale.MaxStock:
+		err = badRequest("invalid_field", "stock_total would exceed "+idString(sale.MaxStock))
+	}
+	if err != nil {
+		g.fail(w, r, err)
+		return
+	}
+	v, ch, err := g.db.ChangeVoucher(ctx, id, add, endsAt, now)
+	switch {
+	case errors.Is(err, db.ErrNotFound):
+		err = errVoucherMissing
+	case errors.Is(err, db.ErrNotToppable):
+		err = errNotToppable
+	}
+	if err != nil {
+		g.fail(w, r, err)
+		return
+	}
+	if _, err := settle.Changes(ctx, g.redis, g.db, []db.VoucherChange{ch}, now); err != nil {
+		g.log.Warn("voucher change left to the reaper", zap.Int64("voucher_id", id), zap.Int64("change_id", ch.ID), zap.Error(err))
+	}
+	g.log.Info("voucher changed", zap.Int64("voucher_id", id), zap.Int64("add_stock", add), zap.Bool("ends_at_changed", endsAt != nil))
+	writeJSON(w, http.StatusOK, voucherOut(v))
 }

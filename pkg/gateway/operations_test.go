@@ -154,3 +154,64 @@ func TestPaymentWebhook(t *testing.T) {
 	plain := newFixture(t)
 	requireError(t, plain.do("POST", "/v1/payments/webhook", "", `{}`), http.StatusNotFound, "not_found")
 }
+
+// An operator tops a sale up and extends it: the units are sold, in both
+// stores alike; a change MySQL recorded but Redis never got (a crash
+// between them) is applied by the reaper, once, and reconcile agrees.
+func TestTopUpAndExtend(t *testing.T) {
+	f := newFixture(t)
+	ends := f.clock.Now().Add(time.Hour)
+	id := f.createVoucher(`{"name":"t","stock":1,"ends_at":"` + ends.Format(time.RFC3339) + `"}`)
+	require.Equal(t, http.StatusAccepted, f.do("POST", "/v1/vouchers/"+id+"/orders", f.token("a"), "").Status)
+	requireError(t, f.do("POST", "/v1/vouchers/"+id+"/orders", f.token("b"), ""), http.StatusConflict, "sold_out")
+
+	later := ends.Add(time.Hour).UTC().Format(time.RFC3339)
+	res := f.do("PATCH", "/admin/v1/vouchers/"+id, admin, `{"add_stock":2,"ends_at":"`+later+`"}`)
+	require.Equal(t, http.StatusOK, res.Status, res.Raw)
+	require.EqualValues(t, 3, res.Body["stock_total"])
+	require.Equal(t, http.StatusAccepted, f.do("POST", "/v1/vouchers/"+id+"/orders", f.token("b"), "").Status, "sold after the top-up")
+	f.clock.Add(90 * time.Minute) // past the first end, before the new one
+	require.Equal(t, http.StatusAccepted, f.do("POST", "/v1/vouchers/"+id+"/orders", f.token("c"), "").Status, "the sale was extended")
+	requireError(t, f.do("POST", "/v1/vouchers/"+id+"/orders", f.token("d"), ""), http.StatusConflict, "sold_out")
+
+	// A change MySQL has and Redis not: the reaper applies it, once.
+	ctx := context.Background()
+	vid := parseID(t, id)
+	_, _, err := f.env.DB.ChangeVoucher(ctx, vid, 5, nil, f.clock.Now().UTC())
+	require.NoError(t, err)
+	r, err := reaper.New(reaper.Config{Config: worker.Config{Consumer: "reaper"}}, f.env.RDB, f.env.DB, zaptest.NewLogger(t), reaper.WithClock(f.clock.Now))
+	require.NoError(t, err)
+	for range 2 {
+		_, err = r.RunOnce(ctx)
+		require.NoError(t, err)
+	}
+	n, _, err := f.env.RDB.RemainingStock(ctx, vid)
+	require.NoError(t, err)
+	require.EqualValues(t, 5, n, "the owed top-up, applied once")
+	f.persist(id)
+	checks, err := reaper.Reconcile(ctx, f.env.RDB, f.env.DB, f.clock.Now(), false)
+	require.NoError(t, err)
+	for _, c := range checks {
+		require.Empty(t, c.Differences)
+	}
+
+	for name, tt := range map[string]struct {
+		body, code string
+		status     int
+	}{
+		"nothing to change":    {`{}`, "missing_field", 400},
+		"zero stock":           {`{"add_stock":0}`, "invalid_field", 400},
+		"negative stock":       {`{"add_stock":-1}`, "invalid_field", 400},
+		"end in the past":      {`{"ends_at":"2020-01-01T00:00:00Z"}`, "invalid_field", 400},
+		"end not a time":       {`{"ends_at":"soon"}`, "invalid_field", 400},
+		"unknown field":        {`{"stock":3}`, "unknown_field", 400},
+		"over the stock bound": {`{"add_stock":10000000}`, "invalid_field", 400},
+	} {
+		t.Run(name, func(t *testing.T) {
+			requireError(t, f.do("PATCH", "/admin/v1/vouchers/"+id, admin, tt.body), tt.status, tt.code)
+		})
+	}
+	envelopes := f.createVoucher(`{"name":"e","kind":"envelope","total_amount":100,"count":2}`)
+	requireError(t, f.do("PATCH", "/admin/v1/vouchers/"+envelopes, admin, `{"add_stock":1}`), http.StatusConflict, "not_toppable")
+	requireError(t, f.do("PATCH", "/admin/v1/vouchers/999999", admin, `{"add_stock":1}`), http.StatusNotFound, "voucher_not_found")
+}

@@ -16,7 +16,7 @@ var roleCommands = map[string][]string{
 	// reads, the consumer groups it makes sure of at start.
 	"gateway": {
 		"evalsha", "eval", "script|load", "get", "set", "hmget", "hget", "hset", "hincrby", "lpop", "lpush", "rpush",
-		"xadd", "xdel", "xrange", "xlen", "xpending", "xgroup|create", "expire", "expireat", "persist", "del", "exists", "multi", "exec",
+		"xadd", "xdel", "xrange", "xlen", "xpending", "xgroup|create", "expire", "expireat", "persist", "del", "exists", "sadd", "multi", "exec",
 	},
 	// Reading and acknowledging (ack.lua), renewing its lease (lease.lua),
 	// releasing (release.lua) and dead-lettering.

@@ -15,6 +15,7 @@ import "strconv"
 //	flashsale:{pP}:v:V:idem:U:K        idempotency record of user U, key K
 //	flashsale:{pP}:v:V:released        set of order ids whose reservation was given back
 //	flashsale:{pP}:v:V:pool            list of the items left of a pooled voucher ("no|amount|code")
+//	flashsale:{pP}:v:V:changes         set of the operator's changes applied (voucher_changes ids)
 
 func partitionPrefix(p int) string { return "flashsale:{p" + strconv.Itoa(p) + "}:" }
 
@@ -31,6 +32,7 @@ func usersKey(p int, v int64) string           { return voucherKey(p, v) + ":use
 func dayKey(p int, v int64, day string) string { return voucherKey(p, v) + ":day:" + day }
 func releasedKey(p int, v int64) string        { return voucherKey(p, v) + ":released" }
 func poolKey(p int, v int64) string            { return voucherKey(p, v) + ":pool" }
+func changesKey(p int, v int64) string         { return voucherKey(p, v) + ":changes" }
 func idemKey(p int, v int64, user, key string) string {
 	return voucherKey(p, v) + ":idem:" + user + ":" + key
 }

@@ -416,3 +416,25 @@ func (s *Store) SetPaused(ctx context.Context, v int64, paused bool) (found bool
 	}
 	return true, nil
 }
+
+// Change is an operator's change of a voucher on sale, as MySQL recorded it.
+type Change struct {
+	ID        int64
+	VoucherID int64
+	AddStock  int64
+	EndsAt    time.Time // zero: unchanged
+	ExpireAt  time.Time // the keys' new expiry, with EndsAt
+}
+
+// ApplyChange applies c to Redis exactly once (change.lua); applied reports
+// whether this call did it.
+func (s *Store) ApplyChange(ctx context.Context, c Change) (applied bool, err error) {
+	p := s.PartitionOf(c.VoucherID)
+	v := c.VoucherID
+	keys := []string{voucherKey(p, v), changesKey(p, v), usersKey(p, v), releasedKey(p, v), poolKey(p, v)}
+	n, err := lua.Change.Run(ctx, s.c, keys, c.ID, c.AddStock, unixMs(c.EndsAt), unixS(c.ExpireAt)).Int64()
+	if err != nil {
+		return false, fmt.Errorf("apply change %d of voucher %d: %w", c.ID, v, err)
+	}
+	return n == 1, nil
+}

@@ -110,9 +110,10 @@ func (s *Store) StreamOrders(ctx context.Context, p int, pageSize int64) ([]Entr
 
 // RewriteVoucher replaces voucher v's admission state with st in one
 // transaction (MULTI/EXEC): the voucher hash and its pool, the per-user counts, the
-// per-day counts of the days in st, and adds released to the set of
-// released orders.
-func (s *Store) RewriteVoucher(ctx context.Context, st VoucherState, released []int64) error {
+// per-day counts of the days in st, adds released to the set of released
+// orders and changes to the set of changes applied (st is the truth,
+// every change included: none may be applied again).
+func (s *Store) RewriteVoucher(ctx context.Context, st VoucherState, released, changes []int64) error {
 	v := st.Voucher.ID
 	p := s.PartitionOf(v)
 	_, err := s.c.TxPipelined(ctx, func(pipe redis.Pipeliner) error {
@@ -140,6 +141,17 @@ func (s *Store) RewriteVoucher(ctx context.Context, st VoucherState, released []
 		}
 		if len(released) > 0 {
 			expire(releasedKey(p, v))
+		}
+		for i := 0; i < len(changes); i += 1000 {
+			chunk := changes[i:min(i+1000, len(changes))]
+			members := make([]any, len(chunk))
+			for j, id := range chunk {
+				members[j] = id
+			}
+			pipe.SAdd(ctx, changesKey(p, v), members...)
+		}
+		if len(changes) > 0 {
+			expire(changesKey(p, v))
 		}
 		return nil
 	})

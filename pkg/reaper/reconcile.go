@@ -163,7 +163,11 @@ func reconcileVoucher(ctx context.Context, r *rdb.Store, d *db.Store, v db.Vouch
 	}
 
 	if repair && len(check.Differences) > 0 {
-		if err := r.RewriteVoucher(ctx, want, released); err != nil {
+		changes, err := d.ChangeIDs(ctx, v.ID)
+		if err != nil {
+			return check, err
+		}
+		if err := r.RewriteVoucher(ctx, want, released, changes); err != nil {
 			return check, err
 		}
 		check.Repaired = true

@@ -9,10 +9,15 @@
 // MySQL. A crash between them leaves the row owed, and the reaper settles
 // it again; nothing is given back twice and nothing is given back that
 // MySQL did not record. The worker, the reaper and reconcile all call here.
+//
+// An operator's change of a voucher (more stock, a new end) reaches Redis
+// the same way: recorded in voucher_changes with the change itself, then
+// change.lua (once per change id), then marked applied.
 package settle
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -44,11 +49,51 @@ func Releases(ctx context.Context, r *rdb.Store, d *db.Store, rels []db.Release,
 	return given, nil
 }
 
-// Owed settles the releases MySQL still owes Redis, batch at a time, until
-// none is left or limit were settled (limit <= 0: no limit). It returns how
-// many rows it settled.
+// Changes applies operators' changes of vouchers to Redis and records
+// that in MySQL. It returns how many Redis had not had before.
+func Changes(ctx context.Context, r *rdb.Store, d *db.Store, changes []db.VoucherChange, now time.Time) (int, error) {
+	ids := make([]int64, 0, len(changes))
+	applied := 0
+	for _, c := range changes {
+		v, err := d.Voucher(ctx, c.VoucherID)
+		if err != nil && !errors.Is(err, db.ErrNotFound) {
+			return applied, err
+		}
+		if err == nil {
+			ok, err := r.ApplyChange(ctx, c.Change(v))
+			if err != nil {
+				return applied, err
+			}
+			if ok {
+				applied++
+			}
+		}
+		ids = append(ids, c.ID)
+	}
+	if err := d.MarkChangesApplied(ctx, ids, now.UTC()); err != nil {
+		return applied, fmt.Errorf("mark %d changes applied: %w", len(ids), err)
+	}
+	return applied, nil
+}
+
+// Owed settles the changes and releases MySQL still owes Redis, batch at a
+// time, until none is left or limit were settled (limit <= 0: no limit).
+// It returns how many rows it settled.
 func Owed(ctx context.Context, r *rdb.Store, d *db.Store, batch, limit int, now func() time.Time) (int, error) {
 	settled := 0
+	for limit <= 0 || settled < limit {
+		owed, err := d.OwedChanges(ctx, batch)
+		if err != nil {
+			return settled, err
+		}
+		if len(owed) == 0 {
+			break
+		}
+		if _, err := Changes(ctx, r, d, owed, now()); err != nil {
+			return settled, err
+		}
+		settled += len(owed)
+	}
 	for limit <= 0 || settled < limit {
 		owed, err := d.OwedReleases(ctx, batch)
 		if err != nil || len(owed) == 0 {

@@ -180,6 +180,32 @@ func TestEndToEndSaleUnderLeastPrivilege(t *testing.T) {
 		require.Empty(t, report.Violations())
 		require.Positive(t, sale.Admitted)
 	}
+	// The operator's and the buyer's calls, under the gateway's grants.
+	c := harness.NewClient(s.URL, 2)
+	vid := strconv.FormatInt(units, 10)
+	for _, path := range []string{"/pause", "/resume"} {
+		status, err := c.Do(ctx, "POST", "/admin/v1/vouchers/"+vid+path, s.AdminToken, nil, nil)
+		require.NoError(t, err)
+		require.Equal(t, 200, status, path)
+	}
+	status, err := c.Do(ctx, "PATCH", "/admin/v1/vouchers/"+vid, s.AdminToken, map[string]int{"add_stock": 10}, nil)
+	require.NoError(t, err)
+	require.Equal(t, 200, status, "top-up")
+	buyer := s.Token("least-privilege-buyer")
+	var claimed struct {
+		OrderID string `json:"order_id"`
+	}
+	status, err = c.Do(ctx, "POST", "/v1/vouchers/"+vid+"/orders", buyer, nil, &claimed)
+	require.NoError(t, err)
+	require.Equal(t, 202, status)
+	require.Eventually(t, func() bool {
+		var o struct {
+			Status string `json:"status"`
+		}
+		status, err := c.Do(ctx, "POST", "/v1/orders/"+claimed.OrderID+"/cancel", buyer, nil, &o)
+		return err == nil && status == 200 && o.Status == "cancelled"
+	}, 30*time.Second, 50*time.Millisecond, "the buyer cancels (once persisted)")
+
 	// The reaper (its own users) cancels the unpaid unit orders, gives
 	// their units back to MySQL and Redis, and refunds the envelope sale
 	// once it ends.
@@ -197,7 +223,7 @@ func TestEndToEndSaleUnderLeastPrivilege(t *testing.T) {
 	}
 	n, _, err := s.RDB.RemainingStock(ctx, units)
 	require.NoError(t, err)
-	require.EqualValues(t, 300, n, "every unit back after the cancellations")
+	require.EqualValues(t, 310, n, "every unit back after the cancellations, and the top-up")
 	logs, err := filepath.Glob(filepath.Join(s.LogDir(), "*.log"))
 	require.NoError(t, err)
 	require.NotEmpty(t, logs)

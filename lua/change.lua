@@ -1,0 +1,47 @@
+-- change.lua: apply an operator's change of a voucher (more stock, a new
+-- end of sale) to Redis, exactly once. MySQL recorded the change first
+-- (voucher_changes); the set of applied changes makes a second call for
+-- the same change a no-op, so a caller may retry until it gets an answer.
+--
+-- KEYS[1] -> flashsale:{pP}:v:V            voucher hash (stock, end_ms, expire_s, change_id)
+-- KEYS[2] -> flashsale:{pP}:v:V:changes    set of change ids applied
+-- KEYS[3] -> flashsale:{pP}:v:V:users      the users hash (its expiry follows the voucher's)
+-- KEYS[4] -> flashsale:{pP}:v:V:released   the released set (likewise)
+-- KEYS[5] -> flashsale:{pP}:v:V:pool       the pool (likewise)
+--
+-- ARGV[1] -> change id
+-- ARGV[2] -> units to add to stock (0: none)
+-- ARGV[3] -> new end of sale, unix ms (0: unchanged)
+-- ARGV[4] -> new expiry of the voucher's keys, unix s (with ARGV[3])
+--
+-- Returns 1 when applied now, 0 when it had been already (or Redis does not
+-- hold the voucher: reconcile rebuilds it whole, changes included).
+
+if redis.call('EXISTS', KEYS[1]) == 0 then
+  return 0
+end
+if redis.call('SADD', KEYS[2], ARGV[1]) == 0 then
+  return 0
+end
+local add = tonumber(ARGV[2])
+if add > 0 then
+  redis.call('HINCRBY', KEYS[1], 'stock', add)
+end
+local end_ms = tonumber(ARGV[3])
+-- A new end is taken only from a change newer than the one that set the
+-- current end, so changes applied out of order leave the latest.
+local id = tonumber(ARGV[1])
+if end_ms > 0 and id > (tonumber(redis.call('HGET', KEYS[1], 'end_change')) or 0) then
+  local expire_s = tonumber(ARGV[4])
+  redis.call('HSET', KEYS[1], 'end_ms', end_ms, 'expire_s', expire_s, 'end_change', id)
+  for i = 1, 5 do
+    if i ~= 2 and redis.call('EXISTS', KEYS[i]) == 1 then
+      redis.call('EXPIREAT', KEYS[i], expire_s)
+    end
+  end
+end
+local expire_s = tonumber(redis.call('HGET', KEYS[1], 'expire_s')) or 0
+if expire_s > 0 then
+  redis.call('EXPIREAT', KEYS[2], expire_s)
+end
+return 1
