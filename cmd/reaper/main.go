@@ -7,15 +7,19 @@ package main
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
+	"strings"
 	"text/tabwriter"
 	"time"
 
 	"go.uber.org/zap"
 
 	"github.com/flashsale/flashsale/pkg/app"
+	"github.com/flashsale/flashsale/pkg/rdb"
 	"github.com/flashsale/flashsale/pkg/reaper"
 )
 
@@ -41,13 +45,22 @@ func main() {
 		app.Command[*config]{Name: "deadletters", Run: deadLetters})
 }
 
+// consumerName defaults the reaper's name in the group to reaper-<host>.
+func consumerName(cfg *config) error {
+	if cfg.Consumer != "" {
+		return nil
+	}
+	host, err := os.Hostname()
+	if err != nil {
+		return err
+	}
+	cfg.Consumer = "reaper-" + host
+	return nil
+}
+
 func run(ctx context.Context, cfg *config, rt *app.Runtime) error {
-	if cfg.Consumer == "" {
-		host, err := os.Hostname()
-		if err != nil {
-			return err
-		}
-		cfg.Consumer = "reaper-" + host
+	if err := consumerName(cfg); err != nil {
+		return err
 	}
 	return rt.Serve(ctx, cfg.Common, func(ctx context.Context, ready *app.Readiness) error {
 		redis, mysql, closeAll, err := cfg.Connect(ctx, rt.Log, 8)
@@ -67,6 +80,7 @@ func run(ctx context.Context, cfg *config, rt *app.Runtime) error {
 func reconcile(ctx context.Context, cfg *config, rt *app.Runtime, args []string) error {
 	fs := flag.NewFlagSet("reconcile", flag.ContinueOnError)
 	repair := fs.Bool("repair", false, "rewrite Redis from MySQL and the streams where they differ (stop the gateways first)")
+	asJSON := fs.Bool("json", false, "write JSON")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -81,7 +95,13 @@ func reconcile(ctx context.Context, cfg *config, rt *app.Runtime, args []string)
 	if err != nil {
 		return err
 	}
-	reaper.PrintChecks(os.Stdout, checks, 20)
+	if *asJSON {
+		if err := writeJSON(map[string]any{"vouchers": checks}); err != nil {
+			return err
+		}
+	} else {
+		reaper.PrintChecks(os.Stdout, checks, 20)
+	}
 	differ := 0
 	for _, c := range checks {
 		if len(c.Differences) > 0 && !c.Repaired {
@@ -95,50 +115,144 @@ func reconcile(ctx context.Context, cfg *config, rt *app.Runtime, args []string)
 	return nil
 }
 
-// deadLetters lists each partition's dead letters and, with
-// --trim-older-than, deletes those dead-lettered longer ago than that.
-// Dead letters are never trimmed on their own: read them first
-// (docs/RUNBOOK.md).
+// deadLetters is "reaper deadletters [list|requeue|purge] [flags]":
+//
+//	list [--json]                     every dead letter, with its reason
+//	requeue [--json] (--all | ID...)  process them again, once the cause is fixed
+//	purge (--older-than D | --all)    delete them, after reading them
+//
+// Without a subcommand it prints each partition's count and oldest, and
+// --trim-older-than D is purge --older-than D. Dead letters are never
+// trimmed on their own (docs/RUNBOOK.md).
 func deadLetters(ctx context.Context, cfg *config, rt *app.Runtime, args []string) error {
-	fs := flag.NewFlagSet("deadletters", flag.ContinueOnError)
-	olderThan := fs.Duration("trim-older-than", 0, "delete the dead letters dead-lettered longer ago than this (e.g. 720h); 0 lists only")
+	sub := "summary"
+	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+		sub, args = args[0], args[1:]
+	}
+	fs := flag.NewFlagSet("deadletters "+sub, flag.ContinueOnError)
+	asJSON := fs.Bool("json", false, "write JSON")
+	all := fs.Bool("all", false, "requeue or purge every dead letter")
+	olderThan := fs.Duration("older-than", 0, "purge those dead-lettered longer ago than this (e.g. 720h)")
+	trim := fs.Duration("trim-older-than", 0, "the same as purge --older-than")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	if *olderThan < 0 {
-		return fmt.Errorf("--trim-older-than must not be negative, got %s", *olderThan)
+	if *trim != 0 {
+		sub, *olderThan = "purge", *trim
 	}
-	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	if *olderThan < 0 {
+		return fmt.Errorf("--older-than must not be negative, got %s", *olderThan)
+	}
+	cctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 	defer cancel()
 	redis, err := cfg.Redis(cctx, 2)
 	if err != nil {
 		return err
 	}
 	defer redis.Client().Close()
-	before := time.Now().Add(-*olderThan)
-	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "partition\tdead letters\toldest\ttrimmed\t")
-	var total, trimmed int64
-	for p := range redis.Partitions() {
-		var n int64
-		if *olderThan > 0 {
-			if n, err = redis.TrimDeadLetters(cctx, p, before); err != nil {
+	switch sub {
+	case "summary":
+		return deadLetterSummary(cctx, redis, *asJSON)
+	case "list":
+		var dead []rdb.DeadEntry
+		for p := range redis.Partitions() {
+			d, err := redis.DeadLetters(cctx, p)
+			if err != nil {
 				return err
 			}
+			dead = append(dead, d...)
 		}
-		st, err := redis.DeadLetterStats(cctx, p)
+		if *asJSON {
+			return writeJSON(map[string]any{"dead_letters": dead})
+		}
+		tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "partition\tdead id\tdead-lettered at\torder\tvoucher\tuser\treason\t")
+		for _, d := range dead {
+			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t\n", d.Partition, d.DeadID, d.DeadAt.Format(time.RFC3339), d.OrderID, d.VoucherID, d.UserID, d.Reason)
+		}
+		return tw.Flush()
+	case "requeue":
+		if !*all && fs.NArg() == 0 {
+			return errors.New("requeue needs --all or dead letter ids")
+		}
+		if err := consumerName(cfg); err != nil {
+			return err
+		}
+		mysql, err := cfg.MySQL(cctx)
 		if err != nil {
 			return err
 		}
+		r, err := reaper.New(cfg.Config, redis, mysql, rt.Log, reaper.WithRegistry(rt.Registry), reaper.WithAudit(rt.Audit))
+		if err != nil {
+			return err
+		}
+		var out []reaper.Requeued
+		for p := range redis.Partitions() {
+			res, err := r.RequeueDeadLetters(cctx, p, fs.Args()...)
+			out = append(out, res...)
+			if err != nil {
+				return err
+			}
+		}
+		if *asJSON {
+			return writeJSON(map[string]any{"requeued": out})
+		}
+		tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "dead id\tresult\tstatus\twhy\t")
+		for _, q := range out {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t\n", q.DeadID, q.Result, q.Status, q.Why)
+		}
+		return tw.Flush()
+	case "purge":
+		if !*all && *olderThan == 0 {
+			return errors.New("purge needs --older-than D or --all")
+		}
+		before := time.Now().Add(-*olderThan)
+		if *all {
+			before = time.Now().Add(time.Hour)
+		}
+		var trimmed int64
+		for p := range redis.Partitions() {
+			n, err := redis.TrimDeadLetters(cctx, p, before)
+			if err != nil {
+				return err
+			}
+			trimmed += n
+		}
+		rt.Log.Info("dead letters purged", zap.Int64("purged", trimmed), zap.Duration("older_than", *olderThan), zap.Bool("all", *all))
+		return deadLetterSummary(cctx, redis, *asJSON)
+	default:
+		return fmt.Errorf("unknown deadletters command %q (list, requeue, purge)", sub)
+	}
+}
+
+// deadLetterSummary prints each partition's dead letter count and oldest.
+func deadLetterSummary(ctx context.Context, redis *rdb.Store, asJSON bool) error {
+	var stats []rdb.DeadLetterStats
+	for p := range redis.Partitions() {
+		st, err := redis.DeadLetterStats(ctx, p)
+		if err != nil {
+			return err
+		}
+		stats = append(stats, st)
+	}
+	if asJSON {
+		return writeJSON(map[string]any{"partitions": stats})
+	}
+	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "partition\tdead letters\toldest\t")
+	for _, st := range stats {
 		oldest := "-"
 		if !st.Oldest.IsZero() {
 			oldest = st.Oldest.Format(time.RFC3339)
 		}
-		fmt.Fprintf(tw, "%d\t%d\t%s\t%d\t\n", p, st.Count, oldest, n)
-		total += st.Count
-		trimmed += n
+		fmt.Fprintf(tw, "%d\t%d\t%s\t\n", st.Partition, st.Count, oldest)
 	}
-	tw.Flush()
-	rt.Log.Info("dead letters", zap.Int64("left", total), zap.Int64("trimmed", trimmed), zap.Duration("trim_older_than", *olderThan))
-	return nil
+	return tw.Flush()
+}
+
+func writeJSON(v any) error {
+	enc := json.NewEncoder(os.Stdout)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
 }

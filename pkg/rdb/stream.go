@@ -147,6 +147,7 @@ func (s *Store) DeadLetter(ctx context.Context, e Entry, reason string) error {
 		pipe.XAdd(ctx, &redis.XAddArgs{Stream: DeadKey(e.Partition), Values: []any{
 			"stream_id", e.StreamID, "order_id", formatID(e.Order.ID), "voucher_id", formatID(e.Order.VoucherID),
 			"user_id", e.Order.UserID, "day", e.Order.Day, "quantity", e.Order.Units(), "reason", reason,
+			"created_ms", e.Order.CreatedAt.UnixMilli(), "item", e.Order.Item.Encode(),
 		}})
 		pipe.XAck(ctx, StreamKey(e.Partition), s.group, e.StreamID)
 		pipe.XDel(ctx, StreamKey(e.Partition), e.StreamID)
@@ -204,9 +205,9 @@ func (s *Store) PartitionBacklog(ctx context.Context, p int) (Backlog, error) {
 
 // DeadLetterStats describes one partition's dead-letter stream.
 type DeadLetterStats struct {
-	Partition int
-	Count     int64
-	Oldest    time.Time // when the oldest entry was dead-lettered; zero if none
+	Partition int       `json:"partition"`
+	Count     int64     `json:"count"`
+	Oldest    time.Time `json:"oldest"` // when the oldest entry was dead-lettered; zero if none
 }
 
 // DeadLetterStats reads partition p's dead-letter stream's length and age.
@@ -255,4 +256,59 @@ func (s *Store) UserPending(ctx context.Context, v int64, user string) ([]order.
 		}
 	}
 	return out, nil
+}
+
+// DeadEntry is one dead letter: the order it carried, as far as it could be
+// read, and why it was dead-lettered.
+type DeadEntry struct {
+	DeadID    string    `json:"dead_id"`
+	Partition int       `json:"partition"`
+	StreamID  string    `json:"stream_id"`
+	OrderID   string    `json:"order_id"`
+	VoucherID string    `json:"voucher_id"`
+	UserID    string    `json:"user_id"`
+	Quantity  string    `json:"quantity"`
+	Reason    string    `json:"reason"`
+	DeadAt    time.Time `json:"dead_lettered_at"`
+	// Entry is the stream entry it was, to be processed again (requeued);
+	// Entry.Err says why it cannot be (not an order, or dead-lettered by
+	// a version that did not keep the whole order).
+	Entry Entry `json:"-"`
+}
+
+// DeadLetters returns partition p's dead letters, oldest first.
+func (s *Store) DeadLetters(ctx context.Context, p int) ([]DeadEntry, error) {
+	var out []DeadEntry
+	start := "-"
+	for {
+		msgs, err := s.c.XRangeN(ctx, DeadKey(p), start, "+", 1000).Result()
+		if err != nil {
+			return nil, fmt.Errorf("xrange %s: %w", DeadKey(p), err)
+		}
+		for _, m := range msgs {
+			field := func(k string) string { v, _ := m.Values[k].(string); return v }
+			d := DeadEntry{DeadID: m.ID, Partition: p, StreamID: field("stream_id"), OrderID: field("order_id"),
+				VoucherID: field("voucher_id"), UserID: field("user_id"), Quantity: field("quantity"), Reason: field("reason")}
+			if ms, err := strconv.ParseInt(strings.SplitN(m.ID, "-", 2)[0], 10, 64); err == nil {
+				d.DeadAt = time.UnixMilli(ms).UTC()
+			}
+			d.Entry = parseEntry(p, redis.XMessage{ID: d.StreamID, Values: m.Values})
+			if d.Entry.Err == nil && (field("created_ms") == "" || formatID(d.Entry.Order.ID) != d.OrderID) {
+				d.Entry.Err = fmt.Errorf("dead letter %s does not hold its whole order", m.ID)
+			}
+			out = append(out, d)
+		}
+		if len(msgs) < 1000 {
+			return out, nil
+		}
+		start = "(" + msgs[len(msgs)-1].ID
+	}
+}
+
+// DeleteDeadLetters deletes dead letters ids of partition p.
+func (s *Store) DeleteDeadLetters(ctx context.Context, p int, ids ...string) error {
+	if len(ids) == 0 {
+		return nil
+	}
+	return s.c.XDel(ctx, DeadKey(p), ids...).Err()
 }

@@ -18,17 +18,18 @@ import (
 // Difference is one value Redis holds that MySQL and the streams say it
 // should not.
 type Difference struct {
-	What        string // "stock", "user alice", "day 20261121 user alice", ...
-	Redis, Want int64
+	What  string `json:"what"` // "stock", "user alice", "day 20261121 user alice", ...
+	Redis int64  `json:"redis"`
+	Want  int64  `json:"want"`
 }
 
 // VoucherCheck is the reconciliation of one voucher.
 type VoucherCheck struct {
-	VoucherID int64
+	VoucherID int64 `json:"voucher_id,string"`
 	// InFlight: admitted orders still in the stream, not yet in MySQL.
-	InFlight    int
-	Differences []Difference
-	Repaired    bool
+	InFlight    int          `json:"in_flight"`
+	Differences []Difference `json:"differences"`
+	Repaired    bool         `json:"repaired"`
 }
 
 // Reconcile compares, for every voucher on sale or ended less than two days

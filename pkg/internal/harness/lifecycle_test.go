@@ -2,8 +2,10 @@ package harness_test
 
 import (
 	"context"
+	"encoding/json"
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -262,4 +264,40 @@ func TestSIGTERMWhileWaitingForTheStoresExitsCleanly(t *testing.T) {
 	require.Contains(t, body, "starting")
 	require.NoError(t, w.Stop(10*time.Second), "stopped while connecting:\n%s", w.Log())
 	require.NoError(t, s.MariaDB.Start())
+}
+
+// The reaper's operator commands write JSON that tools can read.
+func TestReaperCommandsWriteJSON(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the binaries")
+	}
+	ctx := context.Background()
+	s := startStack(t, ctx)
+	v, err := s.CreateVoucher(ctx, harness.VoucherSpec{Name: "json", Stock: 5, PerUserLimit: 1})
+	require.NoError(t, err)
+	out, err := s.RunOutput(ctx, "reaper", "reconcile", "--json")
+	require.NoError(t, err, out)
+	var rec struct {
+		Vouchers []struct {
+			VoucherID   string `json:"voucher_id"`
+			InFlight    int    `json:"in_flight"`
+			Differences []any  `json:"differences"`
+		} `json:"vouchers"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(out), &rec), out)
+	require.Len(t, rec.Vouchers, 1)
+	require.Equal(t, strconv.FormatInt(v, 10), rec.Vouchers[0].VoucherID)
+	require.Empty(t, rec.Vouchers[0].Differences)
+
+	for _, args := range [][]string{{"deadletters", "--json"}, {"deadletters", "list", "--json"}, {"deadletters", "requeue", "--all", "--json"}} {
+		out, err := s.RunOutput(ctx, "reaper", args...)
+		require.NoError(t, err, "%v: %s", args, out)
+		var m map[string]any
+		require.NoError(t, json.Unmarshal([]byte(out), &m), "%v: %s", args, out)
+		require.Len(t, m, 1, "%v: %s", args, out)
+	}
+	_, err = s.RunOutput(ctx, "reaper", "deadletters", "purge")
+	require.Error(t, err, "purge needs --older-than or --all")
+	_, err = s.RunOutput(ctx, "reaper", "deadletters", "frobnicate")
+	require.Error(t, err)
 }

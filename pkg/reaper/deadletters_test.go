@@ -1,0 +1,67 @@
+package reaper_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/flashsale/flashsale/pkg/db"
+	"github.com/flashsale/flashsale/pkg/internal/testenv"
+	"github.com/flashsale/flashsale/pkg/order"
+	"github.com/flashsale/flashsale/pkg/rdb"
+)
+
+// A dead letter whose order MySQL never recorded (its unit still held in
+// Redis) is requeued once the cause is fixed: persisted, and gone from the
+// dead letters. One whose order is final in MySQL is left alone.
+func TestRequeueDeadLetters(t *testing.T) {
+	e := testenv.New(t, 1)
+	ctx := context.Background()
+	v := e.SeedVoucher(t, db.Voucher{Stock: 10, PerUserLimit: 1}, -1)
+	ids := admit(t, e, v.ID, "lost", "final")
+	entries := readAndDie(t, e, v.ID, "w")
+	// The first was dead-lettered with no record in MySQL; the second is
+	// in MySQL (created) though dead-lettered too.
+	for _, en := range entries {
+		require.NoError(t, e.RDB.DeadLetter(ctx, en, "test: rejected"))
+	}
+	_, err := e.DB.PersistBatch(ctx, []order.Order{entries[1].Order})
+	require.NoError(t, err)
+
+	dead, err := e.RDB.DeadLetters(ctx, 0)
+	require.NoError(t, err)
+	require.Len(t, dead, 2)
+	require.Equal(t, "test: rejected", dead[0].Reason)
+	require.NoError(t, dead[0].Entry.Err)
+
+	r := newReaper(t, e, "reaper-1", time.Now)
+	res, err := r.RequeueDeadLetters(ctx, 0)
+	require.NoError(t, err)
+	require.Len(t, res, 2)
+	require.Equal(t, "persisted", res[0].Result)
+	require.Equal(t, "created", res[0].Status)
+	require.Equal(t, "skipped", res[1].Result)
+	require.Equal(t, "created", res[1].Status)
+
+	o, err := e.DB.Order(ctx, ids[0])
+	require.NoError(t, err)
+	require.Equal(t, "created", o.Status)
+	dead, err = e.RDB.DeadLetters(ctx, 0)
+	require.NoError(t, err)
+	require.Len(t, dead, 1, "the final one stays for purge")
+	require.Equal(t, ids[1], dead[0].Entry.Order.ID)
+	require.EqualValues(t, 8, redisStock(t, e, v.ID), "nothing given back or taken twice")
+	require.EqualValues(t, 8, e.Count(t, "SELECT stock FROM vouchers WHERE id = ?", v.ID))
+
+	// Requeueing again changes nothing.
+	res, err = r.RequeueDeadLetters(ctx, 0, dead[0].DeadID)
+	require.NoError(t, err)
+	require.Len(t, res, 1)
+	require.Equal(t, "skipped", res[0].Result)
+	require.NoError(t, e.RDB.DeleteDeadLetters(ctx, 0, dead[0].DeadID))
+	b, err := e.RDB.PartitionBacklog(ctx, 0)
+	require.NoError(t, err)
+	require.Equal(t, rdb.Backlog{Partition: 0}, b)
+}
