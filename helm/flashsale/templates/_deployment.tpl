@@ -46,6 +46,32 @@ spec:
       imagePullSecrets:
         {{- toYaml . | nindent 8 }}
       {{- end }}
+      {{- with $.Values.priorityClassName }}
+      priorityClassName: {{ . }}
+      {{- end }}
+      {{- if $.Values.migration.enabled }}
+      # Every pod migrates before it starts: idempotent, serialised by a
+      # MySQL lock, a few reads when nothing is left to apply. No hook Job,
+      # so the ConfigMap and Secret are ordinary release objects (rolled
+      # back and uninstalled with the release).
+      initContainers:
+        - name: migrate
+          image: {{ include "flashsale.image" $ }}
+          imagePullPolicy: {{ $.Values.image.pullPolicy }}
+          command: ["/usr/local/bin/worker", "migrate"]
+          envFrom:
+            {{- include "flashsale.envFrom" $ | nindent 12 }}
+          env:
+            {{- include "flashsale.env" (dict "ctx" $ "v" .v) | nindent 12 }}
+            # A DDL user of its own when the Secret has migrate-dsn.
+            - name: FLASHSALE_MIGRATE_DSN
+              valueFrom:
+                secretKeyRef: {name: {{ include "flashsale.secretName" $ }}, key: migrate-dsn, optional: true}
+          resources:
+            {{- toYaml $.Values.migration.resources | nindent 12 }}
+          securityContext:
+            {{- toYaml $.Values.securityContext | nindent 12 }}
+      {{- end }}
       containers:
         - name: {{ .role }}
           image: {{ include "flashsale.image" $ }}
@@ -75,6 +101,23 @@ spec:
             {{- toYaml .v.resources | nindent 12 }}
           securityContext:
             {{- toYaml $.Values.securityContext | nindent 12 }}
+          {{- with $.Values.extraVolumeMounts }}
+          volumeMounts:
+            {{- toYaml . | nindent 12 }}
+          {{- end }}
+      {{- with $.Values.extraVolumes }}
+      volumes:
+        {{- toYaml . | nindent 8 }}
+      {{- end }}
+      {{- if $.Values.topologySpread.enabled }}
+      topologySpreadConstraints:
+        - maxSkew: 1
+          topologyKey: {{ $.Values.topologySpread.topologyKey }}
+          whenUnsatisfiable: ScheduleAnyway
+          labelSelector:
+            matchLabels:
+              {{- include "flashsale.selectorLabels" $sel | nindent 14 }}
+      {{- end }}
       {{- with .v.nodeSelector }}
       nodeSelector:
         {{- toYaml . | nindent 8 }}
@@ -100,7 +143,7 @@ metadata:
     {{- include "flashsale.labels" .ctx | nindent 4 }}
     app.kubernetes.io/component: {{ .role }}
 spec:
-  minAvailable: {{ .v.podDisruptionBudget.minAvailable }}
+  maxUnavailable: {{ .v.podDisruptionBudget.maxUnavailable }}
   selector:
     matchLabels:
       {{- include "flashsale.selectorLabels" (dict "ctx" .ctx "role" .role) | nindent 6 }}

@@ -26,7 +26,11 @@ app.kubernetes.io/component: {{ .role }}
 {{- end -}}
 
 {{- define "flashsale.image" -}}
+{{- if .Values.image.digest -}}
+{{ .Values.image.repository }}@{{ .Values.image.digest }}
+{{- else -}}
 {{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
+{{- end -}}
 {{- end -}}
 
 {{- define "flashsale.secretName" -}}

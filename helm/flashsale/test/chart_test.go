@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
@@ -277,6 +278,7 @@ func requirePodPolicies(t *testing.T, what string, spec corev1.PodSpec, probes b
 	require.NotEmpty(t, spec.Containers, what)
 	for _, c := range append(spec.InitContainers, spec.Containers...) {
 		where := what + " container " + c.Name
+		init := slices.ContainsFunc(spec.InitContainers, func(i corev1.Container) bool { return i.Name == c.Name })
 		require.NotEmpty(t, c.Resources.Requests.Cpu().String(), where)
 		require.False(t, c.Resources.Requests.Cpu().IsZero(), "%s: cpu request", where)
 		require.False(t, c.Resources.Requests.Memory().IsZero(), "%s: memory request", where)
@@ -290,7 +292,7 @@ func requirePodPolicies(t *testing.T, what string, spec corev1.PodSpec, probes b
 		require.Equal(t, []corev1.Capability{"ALL"}, sc.Capabilities.Drop, where)
 		require.Empty(t, sc.Capabilities.Add, where)
 		require.True(t, sc.Privileged == nil || !*sc.Privileged, where)
-		if probes {
+		if probes && !init {
 			require.NotNil(t, c.LivenessProbe, "%s: liveness probe", where)
 			require.NotNil(t, c.ReadinessProbe, "%s: readiness probe", where)
 			require.NotNil(t, c.StartupProbe, "%s: startup probe", where)
@@ -458,10 +460,14 @@ func TestLeastPrivilegeValues(t *testing.T) {
 	g := env(r.deployments["rel-flashsale-gateway"].Spec.Template.Spec.Containers[0])
 	require.Equal(t, "mysql-dsn", g["FLASHSALE_MYSQL_DSN"].ValueFrom.SecretKeyRef.Key, "the default key")
 	require.NotContains(t, g, "FLASHSALE_REDIS_USERNAME")
-	require.Len(t, r.jobs, 1)
-	m := env(r.jobs[0].Spec.Template.Spec.Containers[0])
-	require.Equal(t, "migrate-dsn", m["FLASHSALE_MIGRATE_DSN"].ValueFrom.SecretKeyRef.Key)
-	require.True(t, *m["FLASHSALE_MIGRATE_DSN"].ValueFrom.SecretKeyRef.Optional)
+	for name, d := range r.deployments {
+		init := d.Spec.Template.Spec.InitContainers
+		require.Len(t, init, 1, name)
+		require.Equal(t, []string{"/usr/local/bin/worker", "migrate"}, init[0].Command, name)
+		m := env(init[0])
+		require.Equal(t, "migrate-dsn", m["FLASHSALE_MIGRATE_DSN"].ValueFrom.SecretKeyRef.Key, name)
+		require.True(t, *m["FLASHSALE_MIGRATE_DSN"].ValueFrom.SecretKeyRef.Optional, name)
+	}
 	require.Contains(t, r.secrets[0].Data, "migrate-dsn")
 }
 
@@ -499,4 +505,36 @@ func TestNetworkPolicies(t *testing.T) {
 	}
 	_, err := helm(t, append([]string{"template", "rel", chartDir, "--kube-version", "1.30.0", "--set", "networkPolicy.enabled=true"}, testSecrets...)...)
 	require.ErrorContains(t, err, "networkPolicy.adminFrom", "no one named for the admin API: refused, not left open")
+}
+
+// No release object is a Helm hook (rollback restores the ConfigMap,
+// uninstall removes the Secret): every pod migrates first instead. The
+// PDBs never block a drain; pods spread over zones; a digest pins the
+// image; extra volumes reach every container.
+func TestReleaseObjectsAndPodPlacement(t *testing.T) {
+	r := render(t, append([]string{"--set", "image.digest=sha256:" + strings.Repeat("ab", 32), "--set", "priorityClassName=sale",
+		"--set-json", `extraVolumes=[{"name":"ca","configMap":{"name":"corp-ca"}}]`,
+		"--set-json", `extraVolumeMounts=[{"name":"ca","mountPath":"/etc/ssl/corp","readOnly":true}]`,
+		"--set-json", `serviceAccount.annotations={"iam.example/role":"flashsale"}`}, testSecrets...)...)
+	require.Empty(t, r.jobs, "no migration hook Job")
+	for _, c := range r.configMaps {
+		require.NotContains(t, c.Annotations, "helm.sh/hook", c.Name)
+	}
+	for _, s := range r.secrets {
+		require.NotContains(t, s.Annotations, "helm.sh/hook", s.Name)
+	}
+	for name, d := range r.deployments {
+		spec := d.Spec.Template.Spec
+		require.Equal(t, "sale", spec.PriorityClassName, name)
+		require.Len(t, spec.TopologySpreadConstraints, 1, name)
+		require.Equal(t, "topology.kubernetes.io/zone", spec.TopologySpreadConstraints[0].TopologyKey)
+		require.True(t, labels.SelectorFromSet(spec.TopologySpreadConstraints[0].LabelSelector.MatchLabels).Matches(labels.Set(d.Spec.Template.Labels)), name)
+		require.Equal(t, "ghcr.io/flashsale/flashsale@sha256:"+strings.Repeat("ab", 32), spec.Containers[0].Image, name)
+		require.Equal(t, "ca", spec.Volumes[0].Name, name)
+		require.Equal(t, "/etc/ssl/corp", spec.Containers[0].VolumeMounts[0].MountPath, name)
+	}
+	for _, p := range r.pdbs {
+		require.Nil(t, p.Spec.MinAvailable, p.Name)
+		require.Equal(t, 1, p.Spec.MaxUnavailable.IntValue(), p.Name)
+	}
 }
