@@ -6,6 +6,7 @@ type metrics struct {
 	passes                                                      *prometheus.CounterVec // service, outcome
 	claimed, deadLetters, cancelled, released, consumersRemoved prometheus.Counter
 	refunded                                                    prometheus.Counter
+	storeDifferences, vouchersDiffering, lastCheck              prometheus.Gauge
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -14,7 +15,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	}
 	m := &metrics{
 		passes: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "flashsale_reaper_passes_total",
-			Help: "Passes run, by service (rescuer, consumers, expirer, releaser, refunder) and outcome (ok, error)."}, []string{"service", "outcome"}),
+			Help: "Passes run, by service (rescuer, consumers, expirer, releaser, refunder, checker) and outcome (ok, error)."}, []string{"service", "outcome"}),
 		claimed:          c("flashsale_reaper_claimed_total", "Stale pending entries taken over (XAUTOCLAIM) and processed."),
 		deadLetters:      c("flashsale_reaper_dead_letters_total", "Entries dead-lettered for being delivered too often."),
 		cancelled:        c("flashsale_reaper_cancelled_total", "Orders cancelled for not being paid in time."),
@@ -22,6 +23,13 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		consumersRemoved: c("flashsale_reaper_consumers_removed_total", "Gone consumers removed from the group."),
 		refunded:         c("flashsale_reaper_refunds_total", "Ended envelope sales whose ungrabbed amount was refunded to the sender."),
 	}
-	reg.MustRegister(m.passes, m.claimed, m.deadLetters, m.cancelled, m.released, m.consumersRemoved, m.refunded)
+	g := func(name, help string) prometheus.Gauge {
+		return prometheus.NewGauge(prometheus.GaugeOpts{Name: name, Help: help})
+	}
+	m.storeDifferences = g("flashsale_reconcile_differences", "Values Redis holds that MySQL and the streams say it should not, over vouchers not admitting, at the last check.")
+	m.vouchersDiffering = g("flashsale_reconcile_vouchers_differing", "Vouchers not admitting whose Redis state differs from MySQL's, at the last check.")
+	m.lastCheck = g("flashsale_reconcile_last_check_timestamp_seconds", "When the checker last compared the stores.")
+	reg.MustRegister(m.passes, m.claimed, m.deadLetters, m.cancelled, m.released, m.consumersRemoved, m.refunded,
+		m.storeDifferences, m.vouchersDiffering, m.lastCheck)
 	return m
 }

@@ -47,6 +47,9 @@ type Config struct {
 	// RefundInterval: refunding what nobody grabbed of ended envelope
 	// sales. Default Interval.
 	RefundInterval time.Duration `envconfig:"FLASHSALE_REAPER_REFUND_INTERVAL"`
+	// CheckInterval: comparing Redis with MySQL (reconcile without
+	// repair) for the flashsale_reconcile_* gauges. Default 5m.
+	CheckInterval time.Duration `envconfig:"FLASHSALE_REAPER_CHECK_INTERVAL" default:"5m"`
 	// PassTimeout bounds one pass. Default 1m.
 	PassTimeout time.Duration `envconfig:"FLASHSALE_REAPER_PASS_TIMEOUT" default:"1m"`
 	// MaxPerPass bounds the cancellations and releases of one pass, so a
@@ -64,6 +67,7 @@ const (
 	PassTimeoutDefault       = time.Minute
 	MaxPerPassDefault        = 10000
 	ConsumerGoneAfterDefault = 5 * time.Minute
+	CheckIntervalDefault     = 5 * time.Minute
 )
 
 // SetDefaults fills the zero fields with the defaults.
@@ -78,6 +82,7 @@ func (c *Config) SetDefaults() {
 	c.ExpireInterval = cmp.Or(c.ExpireInterval, c.Interval)
 	c.ReleaseInterval = cmp.Or(c.ReleaseInterval, c.Interval)
 	c.RefundInterval = cmp.Or(c.RefundInterval, c.Interval)
+	c.CheckInterval = cmp.Or(c.CheckInterval, CheckIntervalDefault)
 	c.Config.SetDefaults()
 }
 
@@ -97,6 +102,8 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("FLASHSALE_REAPER_EXPIRE_INTERVAL must be at least 1ms, got %s", c.ExpireInterval)
 	case c.ReleaseInterval < time.Millisecond:
 		return fmt.Errorf("FLASHSALE_REAPER_RELEASE_INTERVAL must be at least 1ms, got %s", c.ReleaseInterval)
+	case c.CheckInterval < time.Millisecond:
+		return fmt.Errorf("FLASHSALE_REAPER_CHECK_INTERVAL must be at least 1ms, got %s", c.CheckInterval)
 	case c.RefundInterval < time.Millisecond:
 		return fmt.Errorf("FLASHSALE_REAPER_REFUND_INTERVAL must be at least 1ms, got %s", c.RefundInterval)
 	case c.PassTimeout <= 0:
@@ -207,6 +214,7 @@ func (r *Reaper) services() []service {
 		{"expirer", r.cfg.ExpireInterval, r.cancelExpired},
 		{"releaser", r.cfg.ReleaseInterval, r.releaseOwed},
 		{"refunder", r.cfg.RefundInterval, r.refundEnded},
+		{"checker", r.cfg.CheckInterval, r.check},
 	}
 }
 

@@ -30,6 +30,9 @@ type VoucherCheck struct {
 	InFlight    int          `json:"in_flight"`
 	Differences []Difference `json:"differences"`
 	Repaired    bool         `json:"repaired"`
+	// Quiet: nothing is being admitted (the sale is over or paused), so a
+	// difference is not a claim in flight between the reads.
+	Quiet bool `json:"quiet"`
 }
 
 // Reconcile compares, for every voucher on sale or ended less than two days
@@ -71,7 +74,7 @@ func Reconcile(ctx context.Context, r *rdb.Store, d *db.Store, now time.Time, re
 }
 
 func reconcileVoucher(ctx context.Context, r *rdb.Store, d *db.Store, v db.Voucher, stream []rdb.Entry, now time.Time, repair bool) (VoucherCheck, error) {
-	check := VoucherCheck{VoucherID: v.ID}
+	check := VoucherCheck{VoucherID: v.ID, Quiet: v.Paused || (v.EndsAt != nil && !now.Before(*v.EndsAt))}
 	var candidates []order.Order
 	for _, e := range stream {
 		if e.Err == nil && e.Order.VoucherID == v.ID {
