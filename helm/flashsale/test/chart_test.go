@@ -7,6 +7,11 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"github.com/prometheus/common/model"
+	"github.com/prometheus/prometheus/model/rulefmt"
+	"github.com/prometheus/prometheus/promql/parser"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -63,6 +68,18 @@ type rendered struct {
 	scaledObjects   []*scaledObject
 	serviceMonitors []*serviceMonitor
 	networkPolicies []*networkingv1.NetworkPolicy
+	prometheusRules []*prometheusRule
+}
+
+// prometheusRule is the part of monitoring.coreos.com/v1 PrometheusRule
+// the chart uses; its groups are checked by Prometheus's own rule parser.
+type prometheusRule struct {
+	APIVersion string            `json:"apiVersion"`
+	Kind       string            `json:"kind"`
+	Metadata   metav1.ObjectMeta `json:"metadata"`
+	Spec       struct {
+		Groups []map[string]any `json:"groups"`
+	} `json:"spec"`
 }
 
 // scaledObject is the part of keda.sh/v1alpha1 ScaledObject the chart uses;
@@ -175,6 +192,10 @@ func render(t *testing.T, args ...string) *rendered {
 			var n networkingv1.NetworkPolicy
 			strict(t, b, &n)
 			r.networkPolicies = append(r.networkPolicies, &n)
+		case "monitoring.coreos.com/v1/PrometheusRule":
+			var p prometheusRule
+			strict(t, b, &p)
+			r.prometheusRules = append(r.prometheusRules, &p)
 		case "monitoring.coreos.com/v1/ServiceMonitor":
 			var s serviceMonitor
 			strict(t, b, &s)
@@ -536,5 +557,61 @@ func TestReleaseObjectsAndPodPlacement(t *testing.T) {
 	for _, p := range r.pdbs {
 		require.Nil(t, p.Spec.MinAvailable, p.Name)
 		require.Equal(t, 1, p.Spec.MaxUnavailable.IntValue(), p.Name)
+	}
+}
+
+// The alerts parse with Prometheus's own rule parser (PromQL included),
+// each has a severity, a summary, a description and a runbook section that
+// exists; the dashboard is JSON whose every query parses as PromQL.
+func TestDashboardAndAlerts(t *testing.T) {
+	r := render(t, append([]string{"--set", "metrics.prometheusRule.enabled=true", "--set", "metrics.dashboards.enabled=true"}, testSecrets...)...)
+	require.Len(t, r.prometheusRules, 1)
+	groups, err := yaml.Marshal(map[string]any{"groups": r.prometheusRules[0].Spec.Groups})
+	require.NoError(t, err)
+	promql := parser.NewParser(parser.Options{})
+	parsed, errs := rulefmt.Parse(groups, false, model.UTF8Validation, promql, slog.New(slog.DiscardHandler))
+	require.Empty(t, errs)
+	runbook, err := os.ReadFile("../../../docs/RUNBOOK.md")
+	require.NoError(t, err)
+	alerts := 0
+	for _, g := range parsed.Groups {
+		for _, rule := range g.Rules {
+			alerts++
+			require.Contains(t, []string{"warning", "critical"}, rule.Labels["severity"], rule.Alert)
+			require.NotEmpty(t, rule.Annotations["summary"], rule.Alert)
+			require.NotEmpty(t, rule.Annotations["description"], rule.Alert)
+			anchor := strings.ToLower(rule.Alert)
+			require.True(t, strings.HasSuffix(rule.Annotations["runbook_url"], "RUNBOOK.md#"+anchor), rule.Alert)
+			require.Contains(t, string(runbook), "\n## "+rule.Alert+"\n", "docs/RUNBOOK.md needs a section per alert")
+		}
+	}
+	require.Equal(t, 6, alerts)
+
+	var dash *corev1.ConfigMap
+	for _, c := range r.configMaps {
+		if c.Labels["grafana_dashboard"] == "1" {
+			dash = c
+		}
+	}
+	require.NotNil(t, dash, "the dashboard ConfigMap, labelled for Grafana's sidecar")
+	var d struct {
+		UID    string `json:"uid"`
+		Panels []struct {
+			Title   string `json:"title"`
+			Targets []struct {
+				Expr string `json:"expr"`
+			} `json:"targets"`
+		} `json:"panels"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(dash.Data["flashsale.json"]), &d))
+	require.Equal(t, "flashsale", d.UID)
+	require.NotEmpty(t, d.Panels)
+	vars := strings.NewReplacer("$__rate_interval", "5m", "$namespace", ".*")
+	for _, p := range d.Panels {
+		require.NotEmpty(t, p.Targets, p.Title)
+		for _, target := range p.Targets {
+			_, err := promql.ParseExpr(vars.Replace(target.Expr))
+			require.NoError(t, err, "%s: %s", p.Title, target.Expr)
+		}
 	}
 }
