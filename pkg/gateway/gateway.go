@@ -41,6 +41,8 @@ type Gateway struct {
 	// users and addrs are the rate limits (nil: off); inflight counts the
 	// requests being served (MaxInflight).
 	users, addrs *keyedLimiter
+	// claimCounts are this replica's claims by result, for the console.
+	claimCounts claimCounts
 	// adminFails holds the failed admin authentications per address.
 	adminFails *keyedLimiter
 	trusted    []netip.Prefix
@@ -155,6 +157,8 @@ func (g *Gateway) routes() []route {
 		{http.MethodPatch, "/admin/v1/vouchers/{id}", true, g.mysqlBound(g.changeVoucher)},
 		{http.MethodPost, "/admin/v1/vouchers/{id}/pause", true, g.mysqlBound(g.setPaused(true))},
 		{http.MethodPost, "/admin/v1/vouchers/{id}/resume", true, g.mysqlBound(g.setPaused(false))},
+		{http.MethodGet, "/admin/v1/stats", true, g.stats},
+		{http.MethodGet, "/admin/console", true, serveConsole},
 	}
 }
 

@@ -1,0 +1,137 @@
+package gateway_test
+
+import (
+	"context"
+	"net/http"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/zap/zaptest"
+
+	"github.com/flashsale/flashsale/pkg/worker"
+)
+
+// chromium finds Debian's chromium (make test installs it: .ci/ensure-servers.sh).
+func chromium(t *testing.T) string {
+	for _, name := range []string{"chromium", "chromium-browser", "google-chrome"} {
+		if p, err := exec.LookPath(name); err == nil {
+			return p
+		}
+	}
+	t.Skip("no chromium on PATH: apt-get install -y chromium (make test installs it)")
+	return ""
+}
+
+// The console in a real headless browser, during a sale: it shows each
+// voucher as both stores see it and this replica's claims per second, and
+// its buttons pause, resume and top up the sale. CONSOLE_SCREENSHOT=path
+// keeps a screenshot of it (docs/console.png is one).
+func TestConsoleInABrowser(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs a browser")
+	}
+	bin := chromium(t)
+	f := newFixture(t)
+	id := f.createVoucher(`{"name":"Phone launch","stock":5000,"per_user_limit":1}`)
+	f.createVoucher(`{"name":"New year envelopes","kind":"envelope","total_amount":100000,"count":500}`)
+
+	// A sale in progress: claims keep coming while the console is open,
+	// and a worker persists them.
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	var wg sync.WaitGroup
+	w, err := worker.New(worker.Config{Consumer: "console-worker", Block: 50 * time.Millisecond}, f.env.RDB, f.env.DB, zaptest.NewLogger(t))
+	require.NoError(t, err)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		_ = w.Run(ctx)
+	}()
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for i := 0; ctx.Err() == nil; i++ {
+			req, _ := http.NewRequestWithContext(ctx, "POST", f.srv.URL+"/v1/vouchers/"+id+"/orders", nil)
+			req.Header.Set("Authorization", "Bearer "+f.token("buyer-"+strconv.Itoa(i)))
+			if res, err := http.DefaultClient.Do(req); err == nil {
+				res.Body.Close()
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}()
+	defer wg.Wait()
+	defer stop()
+
+	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(bin), chromedp.NoSandbox, chromedp.DisableGPU,
+		chromedp.WindowSize(1400, 800))
+	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+	defer cancelAlloc()
+	bctx, cancelBrowser := chromedp.NewContext(actx)
+	defer cancelBrowser()
+	bctx, cancelTimeout := context.WithTimeout(bctx, 90*time.Second)
+	defer cancelTimeout()
+
+	row := `tr[data-voucher="` + id + `"]`
+	text := func(sel string) string {
+		var s string
+		require.NoError(t, chromedp.Run(bctx, chromedp.Text(sel, &s, chromedp.ByQuery)))
+		return strings.TrimSpace(s)
+	}
+	require.NoError(t, chromedp.Run(bctx,
+		chromedp.Navigate(f.srv.URL+"/admin/console"),
+		chromedp.SendKeys("#token", admin, chromedp.ByID),
+		chromedp.Click("#connect", chromedp.ByID),
+		chromedp.WaitVisible(row, chromedp.ByQuery),
+		chromedp.WaitVisible(`#rates span[data-result="admitted"]`, chromedp.ByQuery),
+	))
+	require.Equal(t, "on sale", text(row+" td.state"))
+	require.Contains(t, text(`#backlog`), "waiting")
+
+	// What it shows is what the API says (the numbers move with the sale:
+	// compare with a reading taken around the page's).
+	apiRemaining := func() int {
+		return int(f.do("GET", "/admin/v1/vouchers/"+id, admin, "").Body["remaining_redis"].(float64))
+	}
+	before := apiRemaining()
+	shown, err := strconv.Atoi(text(row + " td.remaining-redis"))
+	require.NoError(t, err)
+	require.LessOrEqual(t, shown, before+1000)
+	require.Less(t, shown, 5000, "claims are being admitted")
+
+	if path := os.Getenv("CONSOLE_SCREENSHOT"); path != "" {
+		var png []byte
+		require.NoError(t, chromedp.Run(bctx, chromedp.Sleep(2*time.Second), chromedp.FullScreenshot(&png, 100)))
+		require.NoError(t, os.WriteFile(path, png, 0o644))
+	}
+
+	// Pause: the page says so, and claims answer 409 paused.
+	require.NoError(t, chromedp.Run(bctx,
+		chromedp.Click(row+" button.pause", chromedp.ByQuery),
+		chromedp.WaitVisible(row+" button.resume", chromedp.ByQuery),
+	))
+	require.Equal(t, "paused", text(row+" td.state"))
+	requireError(t, f.do("POST", "/v1/vouchers/"+id+"/orders", f.token("late"), ""), http.StatusConflict, "paused")
+	stop()
+	wg.Wait()
+
+	// Top up by 100, then resume.
+	total := func() int {
+		return int(f.do("GET", "/admin/v1/vouchers/"+id, admin, "").Body["stock_total"].(float64))
+	}
+	require.Equal(t, 5000, total())
+	require.NoError(t, chromedp.Run(bctx, chromedp.Click(row+" button.topup", chromedp.ByQuery)))
+	require.Eventually(t, func() bool { return total() == 5100 }, 20*time.Second, 50*time.Millisecond)
+	require.NoError(t, chromedp.Run(bctx,
+		chromedp.Click(row+" button.resume", chromedp.ByQuery),
+		chromedp.WaitVisible(row+" button.pause", chromedp.ByQuery),
+	))
+	require.Equal(t, http.StatusAccepted, f.do("POST", "/v1/vouchers/"+id+"/orders", f.token("after"), "").Status)
+	require.Empty(t, text("#error"))
+}
