@@ -61,6 +61,7 @@ func run(ctx context.Context, cfg *config, rt *app.Runtime) error {
 			return err
 		}
 		defer closeAll()
+		cfg.Config.Tracing = cfg.TracingEnabled()
 		gw, err := gateway.New(cfg.Config, redis, mysql, rt.Log, gateway.WithRegistry(rt.Registry))
 		if err != nil {
 			return err

@@ -11,6 +11,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -21,6 +22,7 @@ import (
 	"github.com/kelseyhightower/envconfig"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/redis/go-redis/extra/redisotel/v9"
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 
@@ -70,6 +72,12 @@ type Common struct {
 	StreamPartitions int `envconfig:"FLASHSALE_STREAM_PARTITIONS" default:"8"`
 	// ConsumerGroup is the workers' consumer group.
 	ConsumerGroup string `envconfig:"FLASHSALE_CONSUMER_GROUP" default:"flashsale-workers"`
+	// TracingEndpoint is an OTLP/HTTP traces URL
+	// (http://collector:4318/v1/traces); empty: no tracing.
+	TracingEndpoint string `envconfig:"FLASHSALE_TRACING_ENDPOINT"`
+	// TracingSampleRatio is the share of traces kept (0..1), unless the
+	// caller's traceparent decided. Default 0.01.
+	TracingSampleRatio float64 `envconfig:"FLASHSALE_TRACING_SAMPLE_RATIO" default:"0.01"`
 }
 
 // Validate reports the first wrong common value, naming its variable, so a
@@ -92,6 +100,10 @@ func (c Common) Validate() error {
 		return errors.New("FLASHSALE_CONSUMER_GROUP must not be empty")
 	case c.Addr != "" && !validAddr(c.Addr):
 		return fmt.Errorf("FLASHSALE_OPS_ADDR must be [host]:port, got %q", c.Addr)
+	case c.TracingEndpoint != "" && !validTracingEndpoint(c.TracingEndpoint):
+		return fmt.Errorf("FLASHSALE_TRACING_ENDPOINT must be an http(s) URL, got %q", c.TracingEndpoint)
+	case c.TracingSampleRatio < 0 || c.TracingSampleRatio > 1:
+		return fmt.Errorf("FLASHSALE_TRACING_SAMPLE_RATIO must be 0..1, got %v", c.TracingSampleRatio)
 	}
 	if _, err := mysql.ParseDSN(c.MySQLDSN); err != nil {
 		// The error may quote the DSN, password included: say only why.
@@ -147,6 +159,13 @@ func (c Common) Redis(ctx context.Context, poolSize int) (*rdb.Store, error) {
 		MaxRetries: -1,
 	}
 	client := redis.NewClient(opts)
+	if c.TracingEnabled() {
+		// Commands without their arguments: those carry user ids.
+		if err := redisotel.InstrumentTracing(client, redisotel.WithDBStatement(false)); err != nil {
+			client.Close()
+			return nil, fmt.Errorf("redis tracing: %w", err)
+		}
+	}
 	store, err := rdb.New(client, c.StreamPartitions, c.ConsumerGroup)
 	if err != nil {
 		client.Close()
@@ -166,6 +185,12 @@ func (c Common) MySQL(ctx context.Context) (*db.Store, error) {
 	g, err := db.Open(ctx, c.MySQLDSN, db.Options{MaxOpenConns: c.MySQLMaxConns})
 	if err != nil {
 		return nil, err
+	}
+	if c.TracingEnabled() {
+		// Statements without their values: those carry user ids.
+		if err := g.Use(db.TracingPlugin()); err != nil {
+			return nil, fmt.Errorf("mysql tracing: %w", err)
+		}
 	}
 	return db.New(g), nil
 }
@@ -369,6 +394,15 @@ func Main[C Config](cfg C, run func(ctx context.Context, cfg C, rt *Runtime) err
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
+	stopTracing, err := c.StartTracing(ctx, filepath.Base(os.Args[0]))
+	if err != nil {
+		fail(err)
+	}
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = stopTracing(sctx) // flush the spans in hand
+	}()
 	err = dispatch(ctx, cfg, rt, os.Args[1:], run, commands)
 	if err != nil {
 		log.Error("exiting", zap.Error(err))

@@ -84,7 +84,6 @@ func admittedBody(a rdb.Admission) []byte {
 }
 
 func (g *Gateway) countClaim(result, reason string, start time.Time) {
-	g.claimCounts.add(result, reason)
 	o := g.metrics.outcome(result, reason)
 	o.count.Inc()
 	o.seconds.Observe(time.Since(start).Seconds())

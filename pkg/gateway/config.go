@@ -12,6 +12,9 @@ import (
 type Config struct {
 	// HTTPAddr is the listen address. Default ":8080".
 	HTTPAddr string `envconfig:"FLASHSALE_HTTP_ADDR" default:":8080"`
+	// Tracing wraps the handlers in otelhttp (set by the binary when
+	// FLASHSALE_TRACING_ENDPOINT is; not a variable of its own).
+	Tracing bool `ignored:"true"`
 	// PaymentWebhookSecret keys the HMAC-SHA256 a payment provider signs
 	// POST /v1/payments/webhook with; empty: the webhook answers 404.
 	PaymentWebhookSecret string `envconfig:"FLASHSALE_PAYMENT_WEBHOOK_SECRET"`

@@ -3,36 +3,43 @@ package gateway
 import (
 	_ "embed"
 	"net/http"
-	"sync"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 )
 
-// claimCounts counts this replica's claims by result and rejection
-// reason, for the console (Prometheus has the same, for dashboards).
-type claimCounts struct {
-	mu sync.Mutex
-	m  map[string]int64 // "result" or "rejected:reason"
-}
-
-func (c *claimCounts) add(result, reason string) {
-	key := result
-	if reason != "" {
-		key += ":" + reason
-	}
-	c.mu.Lock()
-	if c.m == nil {
-		c.m = map[string]int64{}
-	}
-	c.m[key]++
-	c.mu.Unlock()
-}
-
-func (c *claimCounts) snapshot() map[string]int64 {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	out := make(map[string]int64, len(c.m))
-	for k, v := range c.m {
-		out[k] = v
+// claimTotals reads this replica's claim counters (the Prometheus ones:
+// nothing more is counted on the claim path) by result, "rejected:<code>"
+// for rejections.
+func (g *Gateway) claimTotals() map[string]int64 {
+	ch := make(chan prometheus.Metric, 64)
+	go func() {
+		g.metrics.claims.Collect(ch)
+		close(ch)
+	}()
+	out := map[string]int64{}
+	for m := range ch {
+		var d dto.Metric
+		if m.Write(&d) != nil {
+			continue
+		}
+		var result, reason string
+		for _, l := range d.GetLabel() {
+			switch l.GetName() {
+			case "result":
+				result = l.GetValue()
+			case "reason":
+				reason = l.GetValue()
+			}
+		}
+		key := result
+		if reason != "" {
+			key += ":" + reason
+		}
+		if n := int64(d.GetCounter().GetValue()); n > 0 {
+			out[key] += n
+		}
 	}
 	return out
 }
@@ -47,7 +54,7 @@ func (g *Gateway) stats(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, struct {
 		At     time.Time        `json:"at"`
 		Claims map[string]int64 `json:"claims"`
-	}{g.now().UTC(), g.claimCounts.snapshot()})
+	}{g.now().UTC(), g.claimTotals()})
 }
 
 //go:embed console.html

@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
+	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 
 	"github.com/flashsale/flashsale/pkg/db"
@@ -41,8 +43,6 @@ type Gateway struct {
 	// users and addrs are the rate limits (nil: off); inflight counts the
 	// requests being served (MaxInflight).
 	users, addrs *keyedLimiter
-	// claimCounts are this replica's claims by result, for the console.
-	claimCounts claimCounts
 	// adminFails holds the failed admin authentications per address.
 	adminFails *keyedLimiter
 	trusted    []netip.Prefix
@@ -123,7 +123,7 @@ func (g *Gateway) handler(users, admin bool) http.Handler {
 			byPattern[rt.pattern] = methods{}
 			patterns = append(patterns, rt.pattern)
 		}
-		byPattern[rt.pattern][rt.method] = rt.h
+		byPattern[rt.pattern][rt.method] = g.routed(rt)
 	}
 	for _, p := range patterns {
 		mux.Handle(p, byPattern[p])
@@ -131,7 +131,27 @@ func (g *Gateway) handler(users, admin bool) http.Handler {
 	mux.HandleFunc("/", func(w http.ResponseWriter, _ *http.Request) {
 		writeError(w, &apiError{http.StatusNotFound, "not_found", "no such endpoint"})
 	})
-	return g.recoverer(g.shed(mux))
+	h := g.recoverer(g.shed(mux))
+	if g.cfg.Tracing {
+		// A span per request, named by its route, continuing the caller's
+		// trace (traceparent); off by default: it costs every claim.
+		// The span is renamed to its route once routed (see routed).
+		h = otelhttp.NewHandler(h, "gateway")
+	}
+	return h
+}
+
+// routed names the request's span after its route, when tracing: a span
+// name per route, not per order id.
+func (g *Gateway) routed(rt route) http.HandlerFunc {
+	if !g.cfg.Tracing {
+		return rt.h
+	}
+	name := rt.method + " " + rt.pattern
+	return func(w http.ResponseWriter, r *http.Request) {
+		trace.SpanFromContext(r.Context()).SetName(name)
+		rt.h(w, r)
+	}
 }
 
 // route is one endpoint of the API (api/openapi.yaml lists them all).
