@@ -31,7 +31,7 @@ var roleCommands = map[string][]string{
 		"evalsha", "eval", "script|load", "xreadgroup", "xack", "xdel", "xclaim", "xautoclaim", "xadd", "xgroup|create",
 		"xgroup|delconsumer", "xpending", "xinfo|groups", "xinfo|consumers", "xlen", "xrange", "xtrim",
 		"exists", "sadd", "scard", "hget", "hgetall", "hset", "hincrby", "lpush", "rpush", "lrange",
-		"expire", "expireat", "persist", "del", "multi", "exec",
+		"expire", "expireat", "persist", "del", "get", "set", "multi", "exec",
 	},
 	// Read-only: the stream gauges and looking at state (a metrics
 	// exporter, an operator's redis-cli).

@@ -20,7 +20,40 @@ import (
 type StreamCollector struct {
 	s                          *Store
 	length, pending, lag, dead *prometheus.Desc
-	up                         *prometheus.Desc
+	up, exporting              *prometheus.Desc
+	// who, when set, makes the collector export the stream gauges only
+	// while it holds the exporter lease (one reaper of several), so that
+	// a sum over reapers counts each stream once.
+	who string
+}
+
+// GaugeLease is how long the exporter of the stream gauges keeps the role
+// without a scrape; another reaper takes over after it.
+const GaugeLease = 30 * time.Second
+
+func gaugesKey() string { return "flashsale:gauges-exporter" }
+
+// ExportedBy makes c export the stream gauges only while who holds the
+// exporter lease (renewed at each scrape), so that several reapers do not
+// each export them.
+func (c *StreamCollector) ExportedBy(who string) *StreamCollector {
+	c.who = who
+	return c
+}
+
+// leading reports whether this collector holds the exporter lease, taking
+// it when nobody does and renewing it when it does (one script: atomic).
+func (c *StreamCollector) leading(ctx context.Context) (bool, error) {
+	if c.who == "" {
+		return true, nil
+	}
+	n, err := c.s.c.Eval(ctx, `local cur = redis.call('GET', KEYS[1])
+if cur == false or cur == ARGV[1] then
+  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+  return 1
+end
+return 0`, []string{gaugesKey()}, c.who, GaugeLease.Milliseconds()).Int()
+	return n == 1, err
 }
 
 // NewStreamCollector returns a collector over s's partitions.
@@ -34,6 +67,8 @@ func NewStreamCollector(s *Store) *StreamCollector {
 		lag:     d("flashsale_stream_lag", "Entries not yet delivered to the consumer group."),
 		dead:    d("flashsale_stream_dead_letters", "Entries in the partition's dead-letter stream."),
 		up:      prometheus.NewDesc("flashsale_stream_scrape_ok", "1 if the streams could be read at this scrape.", nil, nil),
+		exporting: prometheus.NewDesc("flashsale_stream_gauges_exporter",
+			"1 if this process exports the stream gauges (one reaper of several does, so a sum counts each stream once).", nil, nil),
 	}
 }
 
@@ -44,6 +79,7 @@ func (c *StreamCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.lag
 	ch <- c.dead
 	ch <- c.up
+	ch <- c.exporting
 }
 
 // Collect implements prometheus.Collector.
@@ -51,6 +87,17 @@ func (c *StreamCollector) Collect(ch chan<- prometheus.Metric) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	ok := 1.0
+	lead, err := c.leading(ctx)
+	if err != nil {
+		ch <- prometheus.MustNewConstMetric(c.up, prometheus.GaugeValue, 0)
+		return
+	}
+	if !lead {
+		ch <- prometheus.MustNewConstMetric(c.exporting, prometheus.GaugeValue, 0)
+		ch <- prometheus.MustNewConstMetric(c.up, prometheus.GaugeValue, 1)
+		return
+	}
+	ch <- prometheus.MustNewConstMetric(c.exporting, prometheus.GaugeValue, 1)
 	for p := range c.s.partitions {
 		b, err := c.s.PartitionBacklog(ctx, p)
 		if err != nil {

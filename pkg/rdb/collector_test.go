@@ -54,3 +54,39 @@ func TestStreamGaugesWhileWorkersAcknowledgeOutOfOrder(t *testing.T) {
 	require.EqualValues(t, 5, gauge("flashsale_stream_pending"))
 	require.EqualValues(t, 3, gauge("flashsale_stream_lag"), "the 3 new ones, not yet delivered")
 }
+
+// Of several reapers, one exports the stream gauges at a time, so a sum
+// over reapers counts each stream once; another takes over when its lease
+// lapses.
+func TestOneReaperExportsTheStreamGauges(t *testing.T) {
+	s := newStore(t, 2)
+	count := func(c *rdb.StreamCollector) (lengths int, exporter float64) {
+		reg := prometheus.NewRegistry()
+		reg.MustRegister(c)
+		families, err := reg.Gather()
+		require.NoError(t, err)
+		for _, f := range families {
+			switch f.GetName() {
+			case "flashsale_stream_length":
+				lengths = len(f.GetMetric())
+			case "flashsale_stream_gauges_exporter":
+				exporter = f.GetMetric()[0].GetGauge().GetValue()
+			}
+		}
+		return lengths, exporter
+	}
+	a, b := rdb.NewStreamCollector(s).ExportedBy("reaper-a"), rdb.NewStreamCollector(s).ExportedBy("reaper-b")
+	n, lead := count(a)
+	require.Equal(t, 2, n, "one gauge per partition")
+	require.EqualValues(t, 1, lead)
+	n, lead = count(b)
+	require.Zero(t, n)
+	require.Zero(t, lead)
+	n, _ = count(a)
+	require.Equal(t, 2, n, "the lease is renewed at each scrape")
+
+	require.NoError(t, s.Client().Del(context.Background(), "flashsale:gauges-exporter").Err()) // a's lease lapsed
+	n, lead = count(b)
+	require.Equal(t, 2, n)
+	require.EqualValues(t, 1, lead)
+}

@@ -167,7 +167,7 @@ func New(cfg Config, r *rdb.Store, d *db.Store, log *zap.Logger, opts ...Option)
 	if err != nil {
 		return nil, err
 	}
-	o.reg.MustRegister(rdb.NewStreamCollector(r))
+	o.reg.MustRegister(rdb.NewStreamCollector(r).ExportedBy(cfg.Consumer))
 	return &Reaper{cfg: cfg, redis: r, db: d, worker: w, now: o.now, audit: o.audit, metrics: newMetrics(o.reg),
 		log: log.Named("reaper").With(zap.String("consumer", cfg.Consumer))}, nil
 }
