@@ -2,7 +2,9 @@ package rdb_test
 
 import (
 	"context"
+	"flag"
 	"fmt"
+	"os"
 	"strconv"
 	"sync"
 	"testing"
@@ -18,10 +20,44 @@ import (
 
 var t0 = time.Date(2026, 11, 21, 10, 0, 0, 0, time.UTC)
 
+// -redis-cluster runs every test of the package against a Redis Cluster of
+// three masters instead of one redis-server (asynq's test setup does the
+// same): make test runs the package both ways.
+var onCluster = flag.Bool("redis-cluster", false, "run against a Redis Cluster of 3 masters")
+
+var cluster *testsrv.Cluster
+
+func TestMain(m *testing.M) {
+	flag.Parse()
+	if !*onCluster {
+		os.Exit(m.Run())
+	}
+	dir, err := os.MkdirTemp("", "flashsale-cluster-")
+	if err == nil {
+		cluster, err = testsrv.StartCluster(dir, 3)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	cluster.Kill()
+	_ = os.RemoveAll(dir)
+	os.Exit(code)
+}
+
 func newStore(t *testing.T, partitions int) *rdb.Store {
 	t.Helper()
-	srv := testsrv.NewRedis(t)
-	c := srv.Client()
+	var c redis.UniversalClient
+	if cluster != nil {
+		cc := cluster.Client()
+		require.NoError(t, cc.ForEachMaster(context.Background(), func(ctx context.Context, n *redis.Client) error {
+			return n.FlushAll(ctx).Err()
+		}))
+		c = cc
+	} else {
+		c = testsrv.NewRedis(t).Client()
+	}
 	t.Cleanup(func() { c.Close() })
 	s, err := rdb.New(c, partitions, "")
 	require.NoError(t, err)
@@ -317,4 +353,55 @@ func TestLeaseRenewsOnlyWhatTheConsumerOwns(t *testing.T) {
 	n, err = s.RenewLease(ctx, 0, "w1", ids)
 	require.NoError(t, err)
 	require.Equal(t, 1, n)
+}
+
+// keysOf lists the keys matching pattern, on every master of a cluster.
+func keysOf(t *testing.T, s *rdb.Store, pattern string) []string {
+	t.Helper()
+	ctx := context.Background()
+	cc, ok := s.Client().(*redis.ClusterClient)
+	if !ok {
+		keys, err := s.Client().Keys(ctx, pattern).Result()
+		require.NoError(t, err)
+		return keys
+	}
+	var mu sync.Mutex
+	var out []string
+	require.NoError(t, cc.ForEachMaster(ctx, func(ctx context.Context, n *redis.Client) error {
+		keys, err := n.Keys(ctx, pattern).Result()
+		mu.Lock()
+		out = append(out, keys...)
+		mu.Unlock()
+		return err
+	}))
+	return out
+}
+
+// On a cluster the partitions' streams (and their vouchers' keys, which
+// share each stream's hash tag) spread over the masters.
+func TestPartitionsSpreadOverTheMasters(t *testing.T) {
+	if cluster == nil {
+		t.Skip("run with -redis-cluster (make test does)")
+	}
+	s := newStore(t, 8)
+	cc := s.Client().(*redis.ClusterClient)
+	var mu sync.Mutex
+	perMaster := map[string]int{}
+	require.NoError(t, cc.ForEachMaster(context.Background(), func(ctx context.Context, n *redis.Client) error {
+		keys, err := n.Keys(ctx, "flashsale:*:orders").Result()
+		mu.Lock()
+		perMaster[n.Options().Addr] = len(keys)
+		mu.Unlock()
+		return err
+	}))
+	spread := 0
+	total := 0
+	for _, n := range perMaster {
+		total += n
+		if n > 0 {
+			spread++
+		}
+	}
+	require.Equal(t, 8, total)
+	require.GreaterOrEqual(t, spread, 2, "%v", perMaster)
 }
