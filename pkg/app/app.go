@@ -6,6 +6,8 @@ package app
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"net"
@@ -38,6 +40,19 @@ import (
 type Common struct {
 	// RedisAddr is host:port of Redis.
 	RedisAddr string `envconfig:"FLASHSALE_REDIS_ADDR" default:"127.0.0.1:6379"`
+	// RedisCluster makes RedisAddr the seed nodes of a Redis Cluster.
+	RedisCluster bool `envconfig:"FLASHSALE_REDIS_CLUSTER" default:"false"`
+	// RedisSentinelMaster, when set, makes RedisAddr the sentinels, which
+	// name this master (and the new one after a failover).
+	RedisSentinelMaster string `envconfig:"FLASHSALE_REDIS_SENTINEL_MASTER"`
+	// RedisSentinelPassword authenticates to the sentinels (empty: none).
+	RedisSentinelPassword string `envconfig:"FLASHSALE_REDIS_SENTINEL_PASSWORD"`
+	// RedisTLS speaks TLS to Redis; RedisTLSCAFile is a PEM file of the CA
+	// to trust (default: the system's); RedisTLSServerName overrides the
+	// name checked in the server's certificate.
+	RedisTLS           bool   `envconfig:"FLASHSALE_REDIS_TLS" default:"false"`
+	RedisTLSCAFile     string `envconfig:"FLASHSALE_REDIS_TLS_CA_FILE"`
+	RedisTLSServerName string `envconfig:"FLASHSALE_REDIS_TLS_SERVER_NAME"`
 	// RedisUsername is the Redis ACL user (empty: the default user).
 	RedisUsername string `envconfig:"FLASHSALE_REDIS_USERNAME"`
 	// RedisPassword authenticates to Redis (empty: none).
@@ -84,8 +99,16 @@ type Common struct {
 // binary exits at start instead of retrying what can never work.
 func (c Common) Validate() error {
 	switch {
-	case !validAddr(c.RedisAddr):
-		return fmt.Errorf("FLASHSALE_REDIS_ADDR must be host:port, got %q", c.RedisAddr)
+	case !validAddrs(c.redisAddrs()):
+		return fmt.Errorf("FLASHSALE_REDIS_ADDR must be host:port, or a comma-separated list of them, got %q", c.RedisAddr)
+	case c.RedisCluster && c.RedisSentinelMaster != "":
+		return errors.New("FLASHSALE_REDIS_CLUSTER and FLASHSALE_REDIS_SENTINEL_MASTER cannot both be set")
+	case c.RedisCluster && c.RedisDB != 0:
+		return fmt.Errorf("FLASHSALE_REDIS_DB must be 0 on a cluster, got %d", c.RedisDB)
+	case !c.RedisCluster && c.RedisSentinelMaster == "" && len(c.redisAddrs()) > 1:
+		return errors.New("FLASHSALE_REDIS_ADDR lists several addresses: set FLASHSALE_REDIS_CLUSTER or FLASHSALE_REDIS_SENTINEL_MASTER")
+	case !c.RedisTLS && (c.RedisTLSCAFile != "" || c.RedisTLSServerName != ""):
+		return errors.New("FLASHSALE_REDIS_TLS_CA_FILE and FLASHSALE_REDIS_TLS_SERVER_NAME need FLASHSALE_REDIS_TLS=true")
 	case c.RedisDB < 0:
 		return fmt.Errorf("FLASHSALE_REDIS_DB must not be negative, got %d", c.RedisDB)
 	case c.RedisTimeout <= 0:
@@ -114,10 +137,25 @@ func (c Common) Validate() error {
 			return fmt.Errorf("FLASHSALE_MIGRATE_DSN is not a valid DSN (user:pass@tcp(host:3306)/dbname): %s", dsnProblem(err))
 		}
 	}
+	if _, err := c.redisTLS(); err != nil {
+		return err
+	}
 	if _, _, err := NewLoggers(c.LogLevel, c.LogFormat, false); err != nil {
 		return err
 	}
 	return nil
+}
+
+func validAddrs(addrs []string) bool {
+	if len(addrs) == 0 {
+		return false
+	}
+	for _, a := range addrs {
+		if !validAddr(a) {
+			return false
+		}
+	}
+	return true
 }
 
 // validAddr reports a [host]:port with a numeric port.
@@ -144,12 +182,20 @@ func dsnProblem(err error) string {
 // variable of the environment is ever read.
 func Load(cfg any) error { return envconfig.Process("", cfg) }
 
-// Redis connects to Redis and returns its Store, with every script loaded.
-func (c Common) Redis(ctx context.Context, poolSize int) (*rdb.Store, error) {
-	opts := &redis.Options{
-		Addr: c.RedisAddr, Username: c.RedisUsername, Password: c.RedisPassword, DB: c.RedisDB,
+// redisClient is the one constructor of a Redis client: a single server,
+// a cluster (FLASHSALE_REDIS_CLUSTER, over the seed addresses) or a
+// master found through sentinels (FLASHSALE_REDIS_SENTINEL_MASTER), with
+// an ACL user and TLS as configured.
+func (c Common) redisClient(poolSize int) (redis.UniversalClient, error) {
+	tlsConfig, err := c.redisTLS()
+	if err != nil {
+		return nil, err
+	}
+	opts := &redis.UniversalOptions{
+		Addrs: c.redisAddrs(), Username: c.RedisUsername, Password: c.RedisPassword, DB: c.RedisDB,
+		MasterName: c.RedisSentinelMaster, SentinelPassword: c.RedisSentinelPassword,
 		DialTimeout: c.RedisTimeout, ReadTimeout: c.RedisTimeout, WriteTimeout: c.RedisTimeout,
-		PoolTimeout: c.RedisTimeout, ContextTimeoutEnabled: true, PoolSize: poolSize,
+		PoolTimeout: c.RedisTimeout, ContextTimeoutEnabled: true, PoolSize: poolSize, TLSConfig: tlsConfig,
 		// No retry inside go-redis: it resends a command whose connection
 		// broke after sending, and a command Redis ran but whose reply was
 		// lost must not run twice unseen. An admission would take a second
@@ -158,7 +204,52 @@ func (c Common) Redis(ctx context.Context, poolSize int) (*rdb.Store, error) {
 		// it saw fail). Every caller retries on its own terms instead.
 		MaxRetries: -1,
 	}
-	client := redis.NewClient(opts)
+	switch {
+	case c.RedisCluster:
+		return redis.NewClusterClient(opts.Cluster()), nil
+	case c.RedisSentinelMaster != "":
+		return redis.NewFailoverClient(opts.Failover()), nil
+	default:
+		return redis.NewClient(opts.Simple()), nil
+	}
+}
+
+func (c Common) redisAddrs() []string {
+	var out []string
+	for _, a := range strings.Split(c.RedisAddr, ",") {
+		if a = strings.TrimSpace(a); a != "" {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+// redisTLS is the TLS configuration of Redis connections, nil without TLS.
+func (c Common) redisTLS() (*tls.Config, error) {
+	if !c.RedisTLS {
+		return nil, nil
+	}
+	cfg := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: c.RedisTLSServerName}
+	if c.RedisTLSCAFile != "" {
+		pem, err := os.ReadFile(c.RedisTLSCAFile)
+		if err != nil {
+			return nil, fmt.Errorf("FLASHSALE_REDIS_TLS_CA_FILE: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("FLASHSALE_REDIS_TLS_CA_FILE: %s holds no PEM certificate", c.RedisTLSCAFile)
+		}
+		cfg.RootCAs = pool
+	}
+	return cfg, nil
+}
+
+// Redis connects to Redis and returns its Store, with every script loaded.
+func (c Common) Redis(ctx context.Context, poolSize int) (*rdb.Store, error) {
+	client, err := c.redisClient(poolSize)
+	if err != nil {
+		return nil, err
+	}
 	if c.TracingEnabled() {
 		// Commands without their arguments: those carry user ids.
 		if err := redisotel.InstrumentTracing(client, redisotel.WithDBStatement(false)); err != nil {

@@ -39,10 +39,11 @@ var roleCommands = map[string][]string{
 }
 
 // aclConnection is what every client needs besides its role's commands:
-// health checks and a database other than 0. HELLO and AUTH need no rule;
+// health checks, a database other than 0, and a cluster client's view of
+// the slots. HELLO and AUTH need no rule;
 // go-redis's CLIENT SETINFO (Redis 7.2+) may be refused, which it ignores,
 // and naming it would make the rules fail on Redis 7.0, which lacks it.
-var aclConnection = []string{"ping", "select"}
+var aclConnection = []string{"ping", "select", "cluster|slots", "cluster|shards"}
 
 // ACLRoles are the roles that have an ACL user.
 func ACLRoles() []string {
