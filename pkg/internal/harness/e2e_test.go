@@ -2,6 +2,7 @@ package harness_test
 
 import (
 	"context"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -232,5 +233,56 @@ func TestEndToEndSaleUnderLeastPrivilege(t *testing.T) {
 		require.NoError(t, err)
 		require.NotContains(t, string(b), "NOPERM", l)
 		require.NotContains(t, string(b), "command denied", l)
+	}
+}
+
+// The sale on a Redis Cluster of three masters, unchanged: partitions
+// spread over the masters, a worker killed mid-sale, the invariants, and
+// reconcile (the binary, over the cluster) finding nothing to repair.
+func TestEndToEndSaleOnARedisCluster(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end: builds and runs the binaries")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	s, err := harness.StartStack(ctx, harness.Options{Dir: t.TempDir(), Workers: 2, Partitions: 8, Reaper: true, Cluster: true,
+		Env: []string{"FLASHSALE_CLAIM_MIN_IDLE=1500ms", "FLASHSALE_WORKER_BLOCK=300ms", "FLASHSALE_REAPER_INTERVAL=200ms"}})
+	require.NoError(t, err)
+	defer s.Close()
+
+	var vouchers []int64
+	for i := range 3 { // three vouchers: three partitions, on different masters
+		v, err := s.CreateVoucher(ctx, harness.VoucherSpec{Name: "cluster " + strconv.Itoa(i), Stock: 200, PerUserLimit: 1})
+		require.NoError(t, err)
+		vouchers = append(vouchers, v)
+	}
+	for i, v := range vouchers {
+		watch := s.WatchPersisted(ctx, v)
+		var once sync.Once
+		sale, err := s.RunSale(ctx, harness.SaleConfig{VoucherID: v, Users: 500, Requests: 1000, Concurrency: 16, Seed: uint64(i + 1),
+			OnProgress: func(done int64) {
+				if done == 100 && i == 0 {
+					once.Do(func() { require.NoError(t, s.ReplaceWorker(0)) })
+				}
+			}})
+		require.NoError(t, err)
+		_, err = watch.Wait(ctx, sale.Admitted, time.Minute)
+		require.NoError(t, err)
+		report, err := s.Check(ctx, v, sale)
+		require.NoError(t, err)
+		require.Empty(t, report.Violations())
+		require.EqualValues(t, 200, sale.Admitted)
+	}
+	out, err := s.RunOutput(ctx, "reaper", "reconcile", "--json")
+	require.NoError(t, err, out)
+	var rec struct {
+		Vouchers []struct {
+			Differences []any `json:"differences"`
+		} `json:"vouchers"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(out), &rec), out)
+	require.Len(t, rec.Vouchers, 3)
+	for _, v := range rec.Vouchers {
+		require.Empty(t, v.Differences)
 	}
 }

@@ -45,6 +45,9 @@ type Options struct {
 	// throwaway mariadbd with its grant tables in force: read_only then
 	// refuses their writes, as after a managed-MySQL failover.
 	RestrictedUser bool
+	// Cluster runs the stack on a throwaway Redis Cluster of three masters
+	// (FLASHSALE_REDIS_CLUSTER) instead of one redis-server.
+	Cluster bool
 	// LeastPrivilege runs each role as its own Redis ACL user
 	// (rdb.ACLRules) and its own MySQL user with only its DML grants
 	// (db.Grants), and migrates as root through FLASHSALE_MIGRATE_DSN,
@@ -59,7 +62,8 @@ type Stack struct {
 	URL        string // gateway base URL
 	AdminToken string
 	JWTSecret  string
-	Redis      *testsrv.Redis   // nil when RedisAddr was given
+	Redis      *testsrv.Redis   // nil when RedisAddr was given, or on a cluster
+	Cluster    *testsrv.Cluster // Options.Cluster
 	MariaDB    *testsrv.MariaDB // nil when MySQLDSN was given
 	// RootDSN is the database as root (the harness's checks, read_only);
 	// the binaries use the restricted user's DSN when RestrictedUser.
@@ -96,6 +100,14 @@ func StartStack(ctx context.Context, o Options) (s *Stack, err error) {
 		return nil, err
 	}
 	redisAddr := o.RedisAddr
+	var redisEnv []string
+	if o.Cluster {
+		if s.Cluster, err = testsrv.StartCluster(filepath.Join(o.Dir, "cluster"), 3); err != nil {
+			return nil, err
+		}
+		redisAddr = strings.Join(s.Cluster.Addrs(), ",")
+		redisEnv = []string{"FLASHSALE_REDIS_CLUSTER=true"}
+	}
 	if redisAddr == "" {
 		if s.Redis, err = testsrv.StartRedis(filepath.Join(o.Dir, "redis"), o.RedisArgs...); err != nil {
 			return nil, err
@@ -134,7 +146,7 @@ func StartStack(ctx context.Context, o Options) (s *Stack, err error) {
 		"FLASHSALE_STREAM_PARTITIONS=" + strconv.Itoa(o.Partitions),
 		"FLASHSALE_HTTP_ADDR=127.0.0.1:" + strconv.Itoa(port),
 		"FLASHSALE_ADMIN_TOKEN=" + s.AdminToken, "FLASHSALE_JWT_SECRET=" + s.JWTSecret,
-	}, o.Env...)
+	}, append(redisEnv, o.Env...)...)
 
 	if o.LeastPrivilege {
 		if err := s.leastPrivilege(ctx); err != nil {
@@ -152,7 +164,11 @@ func StartStack(ctx context.Context, o Options) (s *Stack, err error) {
 	if s.DB, err = openDB(ctx, s.RootDSN); err != nil {
 		return nil, err
 	}
-	if s.RDB, err = rdb.New(redis.NewClient(&redis.Options{Addr: redisAddr}), o.Partitions, ""); err != nil {
+	var rc redis.UniversalClient = redis.NewClient(&redis.Options{Addr: redisAddr})
+	if s.Cluster != nil {
+		rc = s.Cluster.Client()
+	}
+	if s.RDB, err = rdb.New(rc, o.Partitions, ""); err != nil {
 		return nil, err
 	}
 	if err := s.StartGateway(ctx); err != nil {
@@ -399,6 +415,9 @@ func (s *Stack) Close() error {
 		if sqlDB, err := s.DB.DB().DB(); err == nil {
 			sqlDB.Close()
 		}
+	}
+	if s.Cluster != nil {
+		s.Cluster.Kill()
 	}
 	if s.Redis != nil {
 		errs = append(errs, s.Redis.Stop())
