@@ -131,27 +131,19 @@ func (s *Store) RewriteVoucher(ctx context.Context, st VoucherState, released, c
 				pipe.Expire(ctx, dayKey(p, v, d), DayKeyTTL)
 			}
 		}
-		for i := 0; i < len(released); i += 1000 {
-			chunk := released[i:min(i+1000, len(released))]
-			members := make([]any, len(chunk))
-			for j, id := range chunk {
-				members[j] = id
+		// Orders released and changes applied: none may be again.
+		for key, ids := range map[string][]int64{releasedKey(p, v): released, changesKey(p, v): changes} {
+			for i := 0; i < len(ids); i += 1000 {
+				chunk := ids[i:min(i+1000, len(ids))]
+				members := make([]any, len(chunk))
+				for j, id := range chunk {
+					members[j] = id
+				}
+				pipe.SAdd(ctx, key, members...)
 			}
-			pipe.SAdd(ctx, releasedKey(p, v), members...)
-		}
-		if len(released) > 0 {
-			expire(releasedKey(p, v))
-		}
-		for i := 0; i < len(changes); i += 1000 {
-			chunk := changes[i:min(i+1000, len(changes))]
-			members := make([]any, len(chunk))
-			for j, id := range chunk {
-				members[j] = id
+			if len(ids) > 0 {
+				expire(key)
 			}
-			pipe.SAdd(ctx, changesKey(p, v), members...)
-		}
-		if len(changes) > 0 {
-			expire(changesKey(p, v))
 		}
 		return nil
 	})
