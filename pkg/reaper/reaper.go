@@ -200,7 +200,8 @@ func (p *Pass) add(q Pass) {
 // service is one maintenance job of the reaper, in a file of its own, with
 // its own interval and a bounded pass (as River's maintenance services and
 // asynq's recoverer and janitor): rescuing stale entries, removing gone
-// consumers, expiring unpaid orders and settling owed releases.
+// consumers, expiring unpaid orders, settling owed changes and releases,
+// refunding ended envelope sales and checking the stores agree.
 type service struct {
 	name     string
 	interval time.Duration
@@ -275,9 +276,9 @@ func (r *Reaper) record(name string, pass Pass, err error) {
 }
 
 // RunOnce runs one pass of every service, in order: rescue stale entries,
-// remove gone consumers, cancel expired orders, settle owed releases,
-// refund ended envelope sales. Each
-// is bounded; a failing one does not stop the others. Tests and tools call
+// remove gone consumers, cancel expired orders, settle owed changes and
+// releases, refund ended envelope sales, check the stores agree. Each is
+// bounded; a failing one does not stop the others. Tests and tools call
 // it; Run runs the services on their own intervals instead.
 func (r *Reaper) RunOnce(ctx context.Context) (Pass, error) {
 	var total Pass
