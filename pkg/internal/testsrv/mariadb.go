@@ -42,14 +42,18 @@ func startMariaDB(dir string, grants bool) (*MariaDB, error) {
 		return nil, err
 	}
 	data := filepath.Join(dir, "data")
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	// A tmpdir of its own: with /tmp shared, one server's start-up removes
+	// another's "#sql" temporary files (seen as mariadb-install-db failing
+	// "Error on delete of /tmp/#sql-temptable-…" while tests ran in parallel).
+	tmp := filepath.Join(dir, "tmp")
+	if err := os.MkdirAll(tmp, 0o755); err != nil {
 		return nil, err
 	}
 	userArgs := []string{}
 	if os.Geteuid() == 0 {
 		userArgs = append(userArgs, "--user=root")
 	}
-	initArgs := append([]string{"--no-defaults", "--datadir=" + data, "--auth-root-authentication-method=normal", "--skip-test-db"}, userArgs...)
+	initArgs := append([]string{"--no-defaults", "--datadir=" + data, "--tmpdir=" + tmp, "--auth-root-authentication-method=normal", "--skip-test-db"}, userArgs...)
 	if out, err := exec.Command(install, initArgs...).CombinedOutput(); err != nil {
 		return nil, fmt.Errorf("mariadb-install-db: %w\n%s", err, out)
 	}
@@ -62,7 +66,7 @@ func startMariaDB(dir string, grants bool) (*MariaDB, error) {
 	err = onPort(&m.srv, func(port int) {
 		m.Addr = fmt.Sprintf("127.0.0.1:%d", port)
 		m.srv.args = append([]string{
-			"--no-defaults", "--datadir=" + data, "--port=" + itoa(port),
+			"--no-defaults", "--datadir=" + data, "--tmpdir=" + tmp, "--port=" + itoa(port),
 			"--bind-address=127.0.0.1", "--socket=" + m.socket,
 			"--pid-file=" + filepath.Join(dir, "mysqld.pid"), "--skip-name-resolve",
 			"--innodb-buffer-pool-size=256M", "--innodb-log-file-size=128M",
