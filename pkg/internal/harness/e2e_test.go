@@ -152,7 +152,10 @@ func TestEndToEndSaleUnderLeastPrivilege(t *testing.T) {
 	require.NoError(t, err)
 	defer s.Close()
 
-	units, err := s.CreateVoucher(ctx, harness.VoucherSpec{Name: "least privilege", Stock: 300, PerUserLimit: 2, PaymentTimeoutSeconds: 1})
+	// Unpaid orders expire after 15 s: long enough that none is cancelled
+	// while the check reads them back (it compares MySQL with the API),
+	// short enough to wait for the reaper's cancellations below.
+	units, err := s.CreateVoucher(ctx, harness.VoucherSpec{Name: "least privilege", Stock: 300, PerUserLimit: 2, PaymentTimeoutSeconds: 15})
 	require.NoError(t, err)
 	envelopes, err := s.CreateVoucher(ctx, harness.VoucherSpec{Name: "least privilege envelopes", Kind: "envelope", TotalAmount: 10_000, Count: 100,
 		PerUserLimit: 1, EndsAt: time.Now().Add(8 * time.Second).UTC().Format(time.RFC3339)})
