@@ -160,11 +160,11 @@ func (o Order) ItemOf() order.Item { return order.Item{No: o.Item, Amount: o.Amo
 
 // Change is the change as Redis applies it (pkg/settle): the keys' new
 // expiry follows the new end.
-func (c VoucherChange) Change(v Voucher) rdb.Change {
+func (c VoucherChange) Change() rdb.Change {
 	out := rdb.Change{ID: c.ID, VoucherID: c.VoucherID, AddStock: c.AddStock}
 	if c.EndsAt != nil {
 		out.EndsAt = *c.EndsAt
-		out.ExpireAt = rdb.KeysExpireAt(*c.EndsAt, time.Duration(v.PaymentTimeoutSeconds)*time.Second)
+		out.ExpireAt = rdb.KeysExpireAt(*c.EndsAt, time.Duration(c.PaymentTimeoutSeconds)*time.Second)
 	}
 	return out
 }

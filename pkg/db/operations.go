@@ -149,6 +149,9 @@ type VoucherChange struct {
 	EndsAt         *time.Time
 	CreatedAt      time.Time
 	RedisAppliedAt *time.Time
+	// PaymentTimeoutSeconds is the voucher's, read with the change (the
+	// keys' new expiry follows the new end and the payment window).
+	PaymentTimeoutSeconds int64 `gorm:"->"`
 }
 
 // ChangeVoucher adds addStock units (0: none) to voucher id and moves its
@@ -168,6 +171,7 @@ func (s *Store) ChangeVoucher(ctx context.Context, id, addStock int64, endsAt *t
 		if addStock > 0 && v.Traits().Pooled {
 			return ErrNotToppable
 		}
+		ch.PaymentTimeoutSeconds = v.PaymentTimeoutSeconds
 		updates := map[string]any{}
 		if addStock > 0 {
 			updates["stock"] = gorm.Expr("stock + ?", addStock)
@@ -188,10 +192,13 @@ func (s *Store) ChangeVoucher(ctx context.Context, id, addStock int64, endsAt *t
 }
 
 // OwedChanges returns up to limit changes Redis has not been given yet,
-// oldest first.
+// oldest first, each with its voucher's payment window (0 when the
+// voucher is gone: Redis then has nothing to change).
 func (s *Store) OwedChanges(ctx context.Context, limit int) ([]VoucherChange, error) {
 	var out []VoucherChange
-	err := s.db.WithContext(ctx).Where("redis_applied_at IS NULL").Order("id").Limit(limit).Find(&out).Error
+	err := s.db.WithContext(ctx).Raw(`SELECT c.*, COALESCE(v.payment_timeout_seconds, 0) AS payment_timeout_seconds
+		FROM voucher_changes c LEFT JOIN vouchers v ON v.id = c.voucher_id
+		WHERE c.redis_applied_at IS NULL ORDER BY c.id LIMIT ?`, limit).Scan(&out).Error
 	return out, err
 }
 

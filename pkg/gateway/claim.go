@@ -99,17 +99,13 @@ var errBadQuantity = badRequest("invalid_field", "quantity must be a whole numbe
 // or no quantity, is 1. Whether N is within the voucher's per-user limit
 // is decided by the admission script, which knows the limit.
 func claimQuantity(w http.ResponseWriter, r *http.Request) (int64, error) {
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBodyBytes))
-	var tooBig *http.MaxBytesError
+	body, err := readBody(w, r)
 	switch {
-	case errors.As(err, &tooBig):
-		return 0, errBodyTooLarge
 	case err != nil:
-		return 0, badRequest("malformed_json", "the body could not be read")
+		return 0, err
 	case len(bytes.TrimSpace(body)) == 0:
 		return 1, nil
 	}
-	r.Body = io.NopCloser(bytes.NewReader(body))
 	var req claimRequest
 	if err := decodeJSON(w, r, &req); err != nil {
 		var ae *apiError
@@ -125,4 +121,19 @@ func claimQuantity(w http.ResponseWriter, r *http.Request) (int64, error) {
 		return 0, errBadQuantity
 	}
 	return *req.Quantity, nil
+}
+
+// readBody reads a body of at most maxBodyBytes and puts it back on r, for
+// a handler that needs the raw bytes before decoding them.
+func readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBodyBytes))
+	var tooBig *http.MaxBytesError
+	switch {
+	case errors.As(err, &tooBig):
+		return nil, errBodyTooLarge
+	case err != nil:
+		return nil, badRequest("malformed_json", "the body could not be read")
+	}
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	return body, nil
 }

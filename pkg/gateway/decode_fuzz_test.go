@@ -61,16 +61,14 @@ func FuzzCreateVoucher(f *testing.F) {
 		var req createVoucherRequest
 		err := decodeJSONUpTo(httptest.NewRecorder(), r, &req, maxCreateBytes)
 		if err == nil {
-			var v struct{ stock, total int64 }
 			vo, items, verr := req.voucher(now, rand.New(rand.NewPCG(1, 2)))
 			err = verr
 			if err == nil {
-				v.stock, v.total = vo.Stock, vo.TotalAmount
-				if v.stock < 1 || vo.StockTotal != v.stock || vo.PerUserLimit < 1 {
+				if vo.Stock < 1 || vo.StockTotal != vo.Stock || vo.PerUserLimit < 1 {
 					t.Fatalf("%q: voucher %+v", body, vo)
 				}
-				if vo.Traits().Pooled != (len(items) > 0) || (len(items) > 0 && int64(len(items)) != v.stock) {
-					t.Fatalf("%q: %d items for stock %d of kind %s", body, len(items), v.stock, vo.Kind)
+				if vo.Traits().Pooled != (len(items) > 0) || (len(items) > 0 && int64(len(items)) != vo.Stock) {
+					t.Fatalf("%q: %d items for stock %d of kind %s", body, len(items), vo.Stock, vo.Kind)
 				}
 				var sum int64
 				for _, it := range items {
@@ -79,8 +77,8 @@ func FuzzCreateVoucher(f *testing.F) {
 					}
 					sum += it.Amount
 				}
-				if sum != v.total {
-					t.Fatalf("%q: envelopes sum to %d, total %d", body, sum, v.total)
+				if sum != vo.TotalAmount {
+					t.Fatalf("%q: envelopes sum to %d, total %d", body, sum, vo.TotalAmount)
 				}
 			}
 		}

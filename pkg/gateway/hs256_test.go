@@ -192,12 +192,12 @@ func TestTokenPolicy(t *testing.T) {
 	ok(idp, signWith(jwt.SigningMethodES256, "e1", ecKey))
 	ok(idp, signWith(jwt.SigningMethodEdDSA, "d1", edKey))
 	refused(idp, signWith(jwt.SigningMethodRS256, "unknown", rsaKey))
-	refused(idp, signWith(jwt.SigningMethodRS256, "e1", rsaKey))     // kid of another alg
-	refused(idp, signWith(jwt.SigningMethodES256, "e1", rsaKey2(t))) // wrong key
+	refused(idp, signWith(jwt.SigningMethodRS256, "e1", rsaKey))        // kid of another alg
+	refused(idp, signWith(jwt.SigningMethodES256, "e1", otherECKey(t))) // wrong key
 	refused(idp, sign(t, testSecret, jwt.MapClaims{"sub": "alice", "exp": exp}))
 }
 
-func rsaKey2(t *testing.T) *ecdsa.PrivateKey {
+func otherECKey(t *testing.T) *ecdsa.PrivateKey {
 	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	require.NoError(t, err)
 	return k

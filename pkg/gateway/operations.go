@@ -5,7 +5,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
-	"io"
 	"net/http"
 	"strconv"
 	"strings"
@@ -202,16 +201,15 @@ func (g *Gateway) paymentWebhook(w http.ResponseWriter, r *http.Request) {
 		writeError(w, &apiError{http.StatusNotFound, "not_found", "no payment webhook is configured"})
 		return
 	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBodyBytes))
+	body, err := readBody(w, r)
 	if err != nil {
-		g.fail(w, r, errBodyTooLarge)
+		g.fail(w, r, err)
 		return
 	}
 	if !validSignature(r.Header.Get(SignatureHeader), body, g.cfg.PaymentWebhookSecret) {
 		g.fail(w, r, errBadSignature)
 		return
 	}
-	r.Body = io.NopCloser(strings.NewReader(string(body)))
 	var req webhookRequest
 	if err := decodeJSON(w, r, &req); err != nil {
 		g.fail(w, r, err)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/flashsale/flashsale/pkg/gateway"
 	"github.com/flashsale/flashsale/pkg/internal/testenv"
+	"github.com/flashsale/flashsale/pkg/rdb"
 	"github.com/flashsale/flashsale/pkg/reaper"
 	"github.com/flashsale/flashsale/pkg/worker"
 )
@@ -169,6 +170,11 @@ func TestTopUpAndExtend(t *testing.T) {
 	res := f.do("PATCH", "/admin/v1/vouchers/"+id, admin, `{"add_stock":2,"ends_at":"`+later+`"}`)
 	require.Equal(t, http.StatusOK, res.Status, res.Raw)
 	require.EqualValues(t, 3, res.Body["stock_total"])
+	laterT, err := time.Parse(time.RFC3339, later)
+	require.NoError(t, err)
+	st, err := f.env.RDB.ReadVoucherState(context.Background(), parseID(t, id), nil)
+	require.NoError(t, err)
+	require.Equal(t, rdb.KeysExpireAt(laterT, 900*time.Second), st.Voucher.ExpireAt, "the keys outlive the new end and the payment window")
 	require.Equal(t, http.StatusAccepted, f.do("POST", "/v1/vouchers/"+id+"/orders", f.token("b"), "").Status, "sold after the top-up")
 	f.clock.Add(90 * time.Minute) // past the first end, before the new one
 	require.Equal(t, http.StatusAccepted, f.do("POST", "/v1/vouchers/"+id+"/orders", f.token("c"), "").Status, "the sale was extended")
@@ -177,7 +183,8 @@ func TestTopUpAndExtend(t *testing.T) {
 	// A change MySQL has and Redis not: the reaper applies it, once.
 	ctx := context.Background()
 	vid := parseID(t, id)
-	_, _, err := f.env.DB.ChangeVoucher(ctx, vid, 5, nil, f.clock.Now().UTC())
+	evenLater := laterT.Add(time.Hour)
+	_, _, err = f.env.DB.ChangeVoucher(ctx, vid, 5, &evenLater, f.clock.Now().UTC())
 	require.NoError(t, err)
 	r, err := reaper.New(reaper.Config{Config: worker.Config{Consumer: "reaper"}}, f.env.RDB, f.env.DB, zaptest.NewLogger(t), reaper.WithClock(f.clock.Now))
 	require.NoError(t, err)
@@ -188,6 +195,9 @@ func TestTopUpAndExtend(t *testing.T) {
 	n, _, err := f.env.RDB.RemainingStock(ctx, vid)
 	require.NoError(t, err)
 	require.EqualValues(t, 5, n, "the owed top-up, applied once")
+	st, err = f.env.RDB.ReadVoucherState(ctx, vid, nil)
+	require.NoError(t, err)
+	require.Equal(t, rdb.KeysExpireAt(evenLater, 900*time.Second), st.Voucher.ExpireAt, "the owed change's end, with the voucher's payment window")
 	f.persist(id)
 	checks, err := reaper.Reconcile(ctx, f.env.RDB, f.env.DB, f.clock.Now(), false)
 	require.NoError(t, err)

@@ -2,6 +2,7 @@ package reaper
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/flashsale/flashsale/pkg/db"
@@ -51,7 +52,7 @@ func (r *Reaper) RequeueDeadLetters(ctx context.Context, p int, ids ...string) (
 			out = append(out, res)
 			continue
 		}
-		if err != db.ErrNotFound {
+		if !errors.Is(err, db.ErrNotFound) {
 			return out, err
 		}
 		if err := r.worker.Handle(ctx, []rdb.Entry{d.Entry}); err != nil {

@@ -17,7 +17,6 @@ package settle
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -55,18 +54,12 @@ func Changes(ctx context.Context, r *rdb.Store, d *db.Store, changes []db.Vouche
 	ids := make([]int64, 0, len(changes))
 	applied := 0
 	for _, c := range changes {
-		v, err := d.Voucher(ctx, c.VoucherID)
-		if err != nil && !errors.Is(err, db.ErrNotFound) {
+		ok, err := r.ApplyChange(ctx, c.Change())
+		if err != nil {
 			return applied, err
 		}
-		if err == nil {
-			ok, err := r.ApplyChange(ctx, c.Change(v))
-			if err != nil {
-				return applied, err
-			}
-			if ok {
-				applied++
-			}
+		if ok {
+			applied++
 		}
 		ids = append(ids, c.ID)
 	}

@@ -128,7 +128,11 @@ func RunChaos(ctx context.Context, cfg ChaosConfig) (*ChaosReport, error) {
 		return nil, err
 	}
 	rep := &ChaosReport{StockTotal: cfg.Stock, PerUser: cfg.PerUser, Final: map[order.Status]int64{}}
-	var sides []SaleConfig
+	type side struct {
+		sale SaleConfig
+		paid bool // its orders await payment (codes; envelopes need none)
+	}
+	var sides []side
 	if cfg.SideRate > 0 {
 		ends := time.Now().Add(cfg.Duration + 2*time.Second).UTC().Format(time.RFC3339)
 		env, err := s.CreateVoucher(ctx, VoucherSpec{Name: "chaos envelopes", Kind: "envelope", TotalAmount: 100 * cfg.Envelopes,
@@ -141,9 +145,10 @@ func RunChaos(ctx context.Context, cfg ChaosConfig) (*ChaosReport, error) {
 		if err != nil {
 			return nil, err
 		}
-		for _, id := range []int64{env, codes} {
-			sides = append(sides, SaleConfig{VoucherID: id, Users: cfg.Users, Duration: cfg.Duration, Rate: cfg.SideRate, Concurrency: 4,
-				Seed: uint64(time.Now().UnixNano()) + uint64(id)})
+		for _, sd := range []side{{SaleConfig{VoucherID: env}, false}, {SaleConfig{VoucherID: codes}, true}} {
+			sd.sale = SaleConfig{VoucherID: sd.sale.VoucherID, Users: cfg.Users, Duration: cfg.Duration, Rate: cfg.SideRate, Concurrency: 4,
+				Seed: uint64(time.Now().UnixNano()) + uint64(sd.sale.VoucherID)}
+			sides = append(sides, sd)
 		}
 	}
 
@@ -193,8 +198,9 @@ func RunChaos(ctx context.Context, cfg ChaosConfig) (*ChaosReport, error) {
 	sideSales := make([]*SaleResult, len(sides))
 	sideErrs := make([]error, len(sides))
 	var sideWG sync.WaitGroup
-	for i, sc := range sides {
-		if sc.VoucherID != sides[0].VoucherID { // envelopes need no payment
+	for i, sd := range sides {
+		sc := sd.sale
+		if sd.paid {
 			sc.OnAdmit = func(id int64, user string) {
 				if share(id) < cfg.PayShare {
 					toPay <- admitted{id, user, time.Now()}
@@ -238,8 +244,8 @@ func RunChaos(ctx context.Context, cfg ChaosConfig) (*ChaosReport, error) {
 		return rep, err
 	}
 	rep.Quiescence = time.Since(start)
-	for i, sc := range sides {
-		side, err := s.Check(ctx, sc.VoucherID, sideSales[i])
+	for i, sd := range sides {
+		side, err := s.Check(ctx, sd.sale.VoucherID, sideSales[i])
 		if err != nil {
 			return rep, err
 		}
