@@ -4,7 +4,7 @@
 -- Every key below carries the hash tag {pP}, so the script touches one slot and
 -- runs unchanged on Redis Cluster. The stream of partition P carries the same tag.
 --
--- KEYS[1] -> flashsale:{pP}:v:V            voucher hash: stock, limit, daily, start_ms, end_ms, expire_s, pool, paused
+-- KEYS[1] -> flashsale:{pP}:v:V            voucher hash: stock, limit, daily, start_ms, end_ms, expire_s, pool, paused, buckets
 -- KEYS[2] -> flashsale:{pP}:v:V:users      hash user -> orders held (all time)
 -- KEYS[3] -> flashsale:{pP}:v:V:day:D      hash user -> orders taken on day D
 -- KEYS[4] -> flashsale:{pP}:v:V:idem:U:K   idempotency record (ignored when ARGV[4] == 0)
@@ -18,6 +18,13 @@
 -- ARGV[5] -> TTL in seconds of the day hash
 -- ARGV[6] -> voucher id (written into the entry)
 -- ARGV[7] -> quantity: units taken, all or nothing (1..1000; written into the entry)
+-- ARGV[8] -> the voucher's number of buckets the caller routed the claim by
+--
+-- A hot voucher's stock may be spread over buckets (stock_buckets, see
+-- pkg/rdb keys.go): the KEYS are then those of the user's bucket, and
+-- every limit and count here is the bucket's. A caller that routed by the
+-- wrong number of buckets (it had not seen the voucher yet) is told the
+-- right one, and nothing is changed.
 --
 -- Two shapes of sale (pkg/sale): a count of identical units (pool = 0), or a
 -- pool of distinct items (pool = 1: envelopes, codes), where an admission
@@ -32,7 +39,8 @@
 -- 4 sold out (fewer than quantity units left), 5 user limit, 6 daily limit
 -- (limits count units), 7 stream sequence overflow (retry), 8 quantity above
 -- the voucher's per-user limit, or above 1 for a pool (a bad request: it can
--- never be admitted), 9 paused by an operator.
+-- never be admitted), 9 paused by an operator, {10, n}: the voucher has n
+-- buckets, not ARGV[8] (route again).
 -- Only admissions are remembered under the idempotency key: a rejection
 -- changed nothing, so its retry is simply decided again.
 
@@ -50,9 +58,13 @@ if idem_ttl > 0 then
   end
 end
 
-local v = redis.call('HMGET', KEYS[1], 'stock', 'limit', 'daily', 'start_ms', 'end_ms', 'expire_s', 'pool', 'paused')
+local v = redis.call('HMGET', KEYS[1], 'stock', 'limit', 'daily', 'start_ms', 'end_ms', 'expire_s', 'pool', 'paused', 'buckets')
 if not v[1] then
   return {1}
+end
+local buckets = tonumber(v[9]) or 1
+if buckets ~= tonumber(ARGV[8]) then
+  return {10, buckets}
 end
 if v[8] == '1' then
   return {9}

@@ -21,6 +21,10 @@ var (
 	leaseSrc string
 	//go:embed change.lua
 	changeSrc string
+	//go:embed take.lua
+	takeSrc string
+	//go:embed give.lua
+	giveSrc string
 )
 
 // Admit decides one claim: sale window, stock, per-user and per-day limits,
@@ -42,5 +46,13 @@ var Lease = redis.NewScript(leaseSrc)
 // Change applies an operator's change of a voucher exactly once (change.lua).
 var Change = redis.NewScript(changeSrc)
 
+// Take and Give move units between two buckets of a hot voucher: Take
+// on the source (recording the move), Give on the destination, once per
+// move (take.lua, give.lua).
+var (
+	Take = redis.NewScript(takeSrc)
+	Give = redis.NewScript(giveSrc)
+)
+
 // All lists every script, for loading at start-up.
-var All = []*redis.Script{Admit, Release, Ack, DelConsumer, Lease, Change}
+var All = []*redis.Script{Admit, Release, Ack, DelConsumer, Lease, Change, Take, Give}

@@ -35,6 +35,7 @@ type Voucher struct {
 	Kind                  string // a kind of pkg/sale
 	Stock                 int64  // units not taken by a persisted order
 	StockTotal            int64
+	StockBuckets          int   // Redis buckets the stock is spread over (1..64)
 	TotalAmount           int64 // envelopes: the amount split, in minor units
 	MinAmount             int64 // envelopes: the floor of one envelope
 	RefundedAmount        int64 // envelopes: what nobody grabbed, refunded once
@@ -141,7 +142,7 @@ func Open(ctx context.Context, dsn string, opts Options) (*gorm.DB, error) {
 // A pooled voucher's pool (Items) is the caller's to fill.
 func (v Voucher) Admission(stock int64) rdb.Voucher {
 	a := rdb.Voucher{ID: v.ID, Stock: stock, PerUserLimit: v.PerUserLimit, PerUserDailyLimit: v.PerUserDailyLimit,
-		Pooled: v.Traits().Pooled, Paused: v.Paused}
+		Pooled: v.Traits().Pooled, Paused: v.Paused, Buckets: max(v.StockBuckets, 1)}
 	if v.StartsAt != nil {
 		a.StartsAt = *v.StartsAt
 	}

@@ -184,6 +184,16 @@ func (s *Store) ActiveVouchers(ctx context.Context, now time.Time, since time.Du
 	return out, err
 }
 
+// HotVouchers returns the ids of the vouchers on sale (or ended less than
+// since ago) whose stock is spread over more than one Redis bucket.
+func (s *Store) HotVouchers(ctx context.Context, now time.Time, since time.Duration) ([]int64, error) {
+	var out []int64
+	err := s.db.WithContext(ctx).Model(&Voucher{}).Where("stock_buckets > 1").
+		Where("ends_at IS NULL OR ends_at + INTERVAL payment_timeout_seconds SECOND > ?", now.Add(-since)).
+		Order("id").Pluck("id", &out).Error
+	return out, err
+}
+
 // LiveOrder is a live order, as counting needs it.
 type LiveOrder struct {
 	UserID    string

@@ -48,6 +48,9 @@ type createVoucherRequest struct {
 	StartsAt              *string `json:"starts_at"`
 	EndsAt                *string `json:"ends_at"`
 	PaymentTimeoutSeconds *int64  `json:"payment_timeout_seconds"`
+	// StockBuckets spreads a hot voucher's stock over Redis buckets
+	// (1..64; units only).
+	StockBuckets *int64 `json:"stock_buckets"`
 }
 
 type voucherJSON struct {
@@ -56,6 +59,7 @@ type voucherJSON struct {
 	Kind                  string     `json:"kind"`
 	Stock                 int64      `json:"stock"`
 	StockTotal            int64      `json:"stock_total"`
+	StockBuckets          int        `json:"stock_buckets"`
 	TotalAmount           int64      `json:"total_amount,omitempty"`
 	MinAmount             int64      `json:"min_amount,omitempty"`
 	PerUserLimit          int64      `json:"per_user_limit"`
@@ -68,7 +72,7 @@ type voucherJSON struct {
 }
 
 func voucherOut(v db.Voucher) voucherJSON {
-	return voucherJSON{ID: idString(v.ID), Name: v.Name, Kind: v.Kind, Stock: v.Stock, StockTotal: v.StockTotal,
+	return voucherJSON{ID: idString(v.ID), Name: v.Name, Kind: v.Kind, Stock: v.Stock, StockTotal: v.StockTotal, StockBuckets: max(v.StockBuckets, 1),
 		TotalAmount: v.TotalAmount, MinAmount: v.MinAmount,
 		PerUserLimit: v.PerUserLimit, PerUserDailyLimit: v.PerUserDailyLimit, StartsAt: v.StartsAt,
 		EndsAt: v.EndsAt, PaymentTimeoutSeconds: v.PaymentTimeoutSeconds, Paused: v.Paused, CreatedAt: v.CreatedAt}
@@ -164,6 +168,14 @@ func (req createVoucherRequest) voucher(now time.Time, rnd *rand.Rand) (db.Vouch
 		return v, nil, err
 	}
 	v.Kind, v.Stock, v.StockTotal, v.TotalAmount, v.MinAmount = kind.Name(), plan.Stock, plan.Stock, plan.TotalAmount, plan.MinAmount
+	buckets, err := intField("stock_buckets", req.StockBuckets, 1, 1, rdb.MaxBuckets)
+	if err != nil {
+		return v, nil, err
+	}
+	if buckets > 1 && kind.Traits().Pooled {
+		return v, nil, badRequest("invalid_field", "stock_buckets must be 1 for a "+kind.Name()+" voucher: only a count of units is spread over buckets")
+	}
+	v.StockBuckets = int(buckets)
 	return v, plan.Items, nil
 }
 

@@ -9,13 +9,23 @@ import "strconv"
 //
 //	flashsale:{pP}:orders              stream of admitted orders
 //	flashsale:{pP}:dead                dead-letter stream
-//	flashsale:{pP}:v:V                 voucher hash: stock, limit, daily, start_ms, end_ms
+//	flashsale:{pP}:v:V                 voucher hash: stock, limit, daily, start_ms, end_ms, buckets, ...
 //	flashsale:{pP}:v:V:users           hash user -> orders held
 //	flashsale:{pP}:v:V:day:YYYYMMDD    hash user -> orders taken that day
 //	flashsale:{pP}:v:V:idem:U:K        idempotency record of user U, key K
 //	flashsale:{pP}:v:V:released        set of order ids whose reservation was given back
 //	flashsale:{pP}:v:V:pool            list of the items left of a pooled voucher ("no|amount|code")
 //	flashsale:{pP}:v:V:changes         set of the operator's changes applied (voucher_changes ids)
+//	flashsale:{pP}:v:V:moves:out       hash move id -> "to units": units taken from here, not yet given
+//	flashsale:{pP}:v:V:moves:in        set of move ids whose units were given here
+//
+// A voucher with stock_buckets N > 1 (a hot item) has N buckets, each a
+// voucher of its own with every key above: bucket 0 is the voucher's own
+// keys, bucket B > 0 lives in partition (P+B) mod partitions, prefix
+// flashsale:{pQ}:v:V:bB, so on a cluster the buckets' slots spread over the
+// masters. A user's claims are always decided in the same bucket
+// (UserBucket), so that user's counts live where they are checked. Units
+// move between buckets (move.lua) when one runs dry.
 
 func partitionPrefix(p int) string { return "flashsale:{p" + strconv.Itoa(p) + "}:" }
 
@@ -25,14 +35,49 @@ func StreamKey(p int) string { return partitionPrefix(p) + "orders" }
 // DeadKey is the dead-letter stream of partition p.
 func DeadKey(p int) string { return partitionPrefix(p) + "dead" }
 
-func voucherKey(p int, v int64) string {
-	return partitionPrefix(p) + "v:" + strconv.FormatInt(v, 10)
+// bucket is where one bucket of a voucher lives.
+type bucket struct {
+	p int   // its partition: its keys' hash tag and its stream
+	v int64 // the voucher
+	n int   // its number, 0..buckets-1
 }
-func usersKey(p int, v int64) string           { return voucherKey(p, v) + ":users" }
-func dayKey(p int, v int64, day string) string { return voucherKey(p, v) + ":day:" + day }
-func releasedKey(p int, v int64) string        { return voucherKey(p, v) + ":released" }
-func poolKey(p int, v int64) string            { return voucherKey(p, v) + ":pool" }
-func changesKey(p int, v int64) string         { return voucherKey(p, v) + ":changes" }
-func idemKey(p int, v int64, user, key string) string {
-	return voucherKey(p, v) + ":idem:" + user + ":" + key
+
+// bucketOf is bucket n of voucher v.
+func (s *Store) bucketOf(v int64, n int) bucket {
+	return bucket{p: (s.PartitionOf(v) + n) % s.partitions, v: v, n: n}
+}
+
+func (b bucket) key() string {
+	k := partitionPrefix(b.p) + "v:" + strconv.FormatInt(b.v, 10)
+	if b.n > 0 {
+		k += ":b" + strconv.Itoa(b.n)
+	}
+	return k
+}
+func (b bucket) users() string         { return b.key() + ":users" }
+func (b bucket) day(day string) string { return b.key() + ":day:" + day }
+func (b bucket) released() string      { return b.key() + ":released" }
+func (b bucket) pool() string          { return b.key() + ":pool" }
+func (b bucket) changes() string       { return b.key() + ":changes" }
+func (b bucket) movesOut() string      { return b.key() + ":moves:out" }
+func (b bucket) movesIn() string       { return b.key() + ":moves:in" }
+func (b bucket) stream() string        { return StreamKey(b.p) }
+func (b bucket) idem(user, k string) string {
+	return b.key() + ":idem:" + user + ":" + k
+}
+
+// MaxBuckets bounds a voucher's stock_buckets.
+const MaxBuckets = 64
+
+// UserBucket is the bucket, of n, in which user's claims are decided.
+func UserBucket(user string, n int) int {
+	if n <= 1 {
+		return 0
+	}
+	h := uint32(2166136261) // FNV-1a, 32 bits
+	for i := 0; i < len(user); i++ {
+		h ^= uint32(user[i])
+		h *= 16777619
+	}
+	return int(h % uint32(n))
 }

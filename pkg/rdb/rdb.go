@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -49,6 +50,7 @@ type Store struct {
 	c          redis.UniversalClient
 	partitions int
 	group      string
+	buckets    sync.Map // voucher id -> its number of buckets, once seen
 }
 
 // New returns a Store over client with the given number of stream partitions
@@ -104,6 +106,9 @@ type Voucher struct {
 	Closed bool
 	// Paused: claims are refused (409 paused) until it is resumed.
 	Paused bool
+	// Buckets: the stock is spread over this many buckets (0 or 1: one;
+	// see keys.go). Only a count of units may have more than one.
+	Buckets int
 }
 
 // KeysOutliveSale is how long a voucher's keys outlive the end of its sale
@@ -123,27 +128,62 @@ func KeysExpireAt(endsAt time.Time, paymentTimeout time.Duration) time.Time {
 
 // PutVoucher writes (warms) a voucher's admission state.
 func (s *Store) PutVoucher(ctx context.Context, v Voucher) error {
-	p := s.PartitionOf(v.ID)
-	_, err := s.c.TxPipelined(ctx, func(pipe redis.Pipeliner) error {
-		putVoucherHash(ctx, pipe, p, v)
-		return nil
+	if err := v.checkBuckets(); err != nil {
+		return err
+	}
+	return s.eachBucketTx(ctx, v, func(pipe redis.Pipeliner, b bucket) {
+		s.putVoucherHash(ctx, pipe, b, v)
 	})
-	return err
 }
 
-// putVoucherHash writes the voucher hash and its expiry, and a pooled
-// voucher's pool. The users hash and the released set take the same expiry
-// from the hash's expire_s when the scripts create them.
-func putVoucherHash(ctx context.Context, pipe redis.Pipeliner, p int, v Voucher) {
-	key := voucherKey(p, v.ID)
+// eachBucketTx runs fill for each of v's buckets in a transaction of its
+// own (a cluster runs none across slots), bucket 0 last: a voucher exists
+// for a gateway once bucket 0 does, and its other buckets exist then.
+func (s *Store) eachBucketTx(ctx context.Context, v Voucher, fill func(pipe redis.Pipeliner, b bucket)) error {
+	for n := max(v.Buckets, 1) - 1; n >= 0; n-- {
+		_, err := s.c.TxPipelined(ctx, func(pipe redis.Pipeliner) error {
+			fill(pipe, s.bucketOf(v.ID, n))
+			return nil
+		})
+		if err != nil && !errors.Is(err, redis.Nil) {
+			return fmt.Errorf("write voucher %d bucket %d: %w", v.ID, n, err)
+		}
+	}
+	return nil
+}
+
+func (v Voucher) checkBuckets() error {
+	if v.Buckets < 0 || v.Buckets > MaxBuckets || (v.Pooled && v.Buckets > 1) {
+		return fmt.Errorf("voucher %d: %d buckets (1..%d, and 1 for a pool)", v.ID, v.Buckets, MaxBuckets)
+	}
+	return nil
+}
+
+// putVoucherHash writes bucket b of v: its hash with its share of v.Stock
+// and a pool; the moves from it are forgotten (v.Stock is all there is).
+func (s *Store) putVoucherHash(ctx context.Context, pipe redis.Pipeliner, b bucket, v Voucher) {
+	n := max(v.Buckets, 1)
+	bv := v
+	bv.Stock = share(v.Stock, n, b.n)
+	putBucketHash(ctx, pipe, b, bv)
+	if n > 1 {
+		pipe.Del(ctx, b.movesOut())
+	}
+}
+
+// putBucketHash writes bucket b's voucher hash and its expiry, and a
+// pooled voucher's pool. The users hash and the released set take the same
+// expiry from the hash's expire_s when the scripts create them.
+func putBucketHash(ctx context.Context, pipe redis.Pipeliner, b bucket, v Voucher) {
+	key := b.key()
 	pipe.HSet(ctx, key, "stock", v.Stock, "limit", v.PerUserLimit, "daily", v.PerUserDailyLimit,
 		"start_ms", unixMs(v.StartsAt), "end_ms", unixMs(v.EndsAt), "expire_s", unixS(v.ExpireAt),
-		"pool", bit(v.Pooled), "closed", bit(v.Closed), "paused", bit(v.Paused))
+		"pool", bit(v.Pooled), "closed", bit(v.Closed), "paused", bit(v.Paused), "buckets", max(v.Buckets, 1))
 	expire(ctx, pipe, key, v.ExpireAt)
 	if !v.Pooled {
 		return
 	}
-	pk := poolKey(p, v.ID)
+	pk := b.pool()
 	pipe.Del(ctx, pk)
 	for i := 0; i < len(v.Items); i += 1000 {
 		chunk := v.Items[i:min(i+1000, len(v.Items))]
@@ -188,19 +228,37 @@ func unixMs(t time.Time) int64 {
 	return t.UnixMilli()
 }
 
-// RemainingStock returns the units Redis will still admit for voucher v;
+// RemainingStock returns the units Redis will still admit for voucher v:
+// the sum over its buckets, units being moved between them included;
 // found is false when Redis does not know the voucher.
 func (s *Store) RemainingStock(ctx context.Context, v int64) (n int64, found bool, err error) {
-	n, err = s.c.HGet(ctx, voucherKey(s.PartitionOf(v), v), "stock").Int64()
-	if errors.Is(err, redis.Nil) {
-		return 0, false, nil
+	nb, err := s.bucketsOf(ctx, v)
+	if err != nil {
+		return 0, false, err
 	}
-	return n, err == nil, err
+	st, err := s.readStocks(ctx, v, nb)
+	if err != nil {
+		return 0, false, err
+	}
+	return st.total(), st.found, nil
+}
+
+// userBucket is the bucket deciding user's claims of voucher v.
+func (s *Store) userBucket(ctx context.Context, v int64, user string) (bucket, error) {
+	n, err := s.bucketsOf(ctx, v)
+	if err != nil {
+		return bucket{}, err
+	}
+	return s.bucketOf(v, UserBucket(user, n)), nil
 }
 
 // UserCount returns how many orders of voucher v Redis counts for user.
 func (s *Store) UserCount(ctx context.Context, v int64, user string) (int64, error) {
-	n, err := s.c.HGet(ctx, usersKey(s.PartitionOf(v), v), user).Int64()
+	b, err := s.userBucket(ctx, v, user)
+	if err != nil {
+		return 0, err
+	}
+	n, err := s.c.HGet(ctx, b.users(), user).Int64()
 	if errors.Is(err, redis.Nil) {
 		return 0, nil
 	}
@@ -233,30 +291,92 @@ type Admission struct {
 
 // Admit runs the admission script for c. Rejections are the Err* sentinels.
 func (s *Store) Admit(ctx context.Context, c Claim) (Admission, error) {
-	keys, args := s.admitArgs(c)
-	res, err := lua.Admit.Run(ctx, s.c, keys, args...).Slice()
+	out, errs, err := s.AdmitMany(ctx, []Claim{c})
 	if err != nil {
-		return Admission{}, fmt.Errorf("admit: %w", err)
+		return Admission{}, err
 	}
-	return admission(res, s.PartitionOf(c.VoucherID))
+	return out[0], errs[0]
 }
 
 // AdmitMany runs the admission script for every claim in one pipelined
 // round trip (EVALSHA each; a script Redis lost, after a restart, is loaded
 // again and those claims run once more: NOSCRIPT means they did not run).
-// Results and errors align with claims; the error return is the round
-// trip's own.
+// A claim that found its bucket of a hot voucher dry is tried again after
+// a refill (buckets.go). Results and errors align with claims; the error
+// return is the round trip's own.
 func (s *Store) AdmitMany(ctx context.Context, claims []Claim) ([]Admission, []error, error) {
+	out, errs, err := s.admitBatch(ctx, claims)
+	if err != nil {
+		return out, errs, err
+	}
+	// soldOut: the least quantity each hot voucher was found sold out
+	// for, in this batch: a larger claim need not look again.
+	var soldOut map[int64]int64
+	for i, c := range claims {
+		if !errors.Is(errs[i], ErrSoldOut) || s.knownBuckets(c.VoucherID) == 1 {
+			continue
+		}
+		need := max(c.Quantity, 1)
+		if q, ok := soldOut[c.VoucherID]; ok && need >= q {
+			continue
+		}
+		out[i], errs[i] = s.admitFromDry(ctx, c)
+		if errors.Is(errs[i], ErrSoldOut) {
+			if soldOut == nil {
+				soldOut = map[int64]int64{}
+			}
+			soldOut[c.VoucherID] = need
+		}
+	}
+	return out, errs, nil
+}
+
+// dryAttempts bounds how many times a claim refills its dry bucket and
+// runs again before it is answered ErrOverloaded (other claims kept taking
+// the units it brought).
+const dryAttempts = 4
+
+// admitFromDry admits claim c of a hot voucher, whose bucket was dry,
+// after bringing units from the other buckets; ErrSoldOut when the voucher
+// as a whole has fewer units than c asks.
+func (s *Store) admitFromDry(ctx context.Context, c Claim) (Admission, error) {
+	n := s.knownBuckets(c.VoucherID)
+	home, need := UserBucket(c.UserID, n), max(c.Quantity, 1)
+	for range dryAttempts {
+		ok, err := s.refill(ctx, c, n, home, need)
+		if err != nil {
+			return Admission{}, err
+		}
+		if !ok {
+			return Admission{}, ErrSoldOut
+		}
+		out, errs, err := s.admitBatch(ctx, []Claim{c})
+		if err != nil {
+			return Admission{}, err
+		}
+		if !errors.Is(errs[0], ErrSoldOut) {
+			return out[0], errs[0]
+		}
+	}
+	return Admission{}, ErrOverloaded
+}
+
+// admitBatch is one pipelined round trip of admissions, and another for
+// the claims that must run again: NOSCRIPT, or routed by the wrong number
+// of buckets.
+func (s *Store) admitBatch(ctx context.Context, claims []Claim) ([]Admission, []error, error) {
 	out, errs := make([]Admission, len(claims)), make([]error, len(claims))
 	pending := make([]int, len(claims))
 	for i := range claims {
 		pending[i] = i
 	}
-	for round := 0; round < 2 && len(pending) > 0; round++ {
+	for round := 0; round < 3 && len(pending) > 0; round++ {
 		pipe := s.c.Pipeline()
 		cmds := make([]*redis.Cmd, len(pending))
+		parts := make([]int, len(pending))
 		for j, i := range pending {
-			keys, args := s.admitArgs(claims[i])
+			b, keys, args := s.admitArgs(claims[i])
+			parts[j] = b.p
 			cmds[j] = lua.Admit.EvalSha(ctx, pipe, keys, args...)
 		}
 		_, err := pipe.Exec(ctx)
@@ -264,23 +384,36 @@ func (s *Store) AdmitMany(ctx context.Context, claims []Claim) ([]Admission, []e
 			return out, errs, fmt.Errorf("admit pipeline: %w", err)
 		}
 		var again []int
+		reload := false
 		for j, i := range pending {
 			res, err := cmds[j].Slice()
 			switch {
 			case err != nil && redis.HasErrorPrefix(err, "NOSCRIPT"):
-				again = append(again, i)
+				again, reload = append(again, i), true
 			case err != nil:
 				errs[i] = fmt.Errorf("admit: %w", err)
+			case len(res) == 2 && res[0] == int64(10):
+				// Routed by the wrong number of buckets: now known.
+				n, _ := res[1].(int64)
+				if n < 1 || n > MaxBuckets {
+					errs[i] = fmt.Errorf("admit: voucher %d has %d buckets", claims[i].VoucherID, n)
+					continue
+				}
+				s.buckets.Store(claims[i].VoucherID, int(n))
+				again = append(again, i)
 			default:
-				out[i], errs[i] = admission(res, s.PartitionOf(claims[i].VoucherID))
+				out[i], errs[i] = admission(res, parts[j])
 			}
 		}
-		if len(again) > 0 {
+		if reload {
 			if err := lua.Admit.Load(ctx, s.c).Err(); err != nil {
 				return out, errs, fmt.Errorf("reload admit script: %w", err)
 			}
 		}
 		pending = again
+	}
+	for _, i := range pending {
+		errs[i] = fmt.Errorf("admit: voucher %d: no answer after three rounds", claims[i].VoucherID)
 	}
 	return out, errs, nil
 }
@@ -299,18 +432,19 @@ func isReplyError(cmds []*redis.Cmd) bool {
 	return true
 }
 
-func (s *Store) admitArgs(c Claim) ([]string, []any) {
-	p := s.PartitionOf(c.VoucherID)
-	idem, ttl := voucherKey(p, c.VoucherID)+":idem:-", int64(0)
+func (s *Store) admitArgs(c Claim) (bucket, []string, []any) {
+	n := s.knownBuckets(c.VoucherID)
+	b := s.bucketOf(c.VoucherID, UserBucket(c.UserID, n))
+	idem, ttl := b.key()+":idem:-", int64(0)
 	if c.IdempotencyKey != "" {
-		idem = idemKey(p, c.VoucherID, c.UserID, c.IdempotencyKey)
+		idem = b.idem(c.UserID, c.IdempotencyKey)
 		ttl = int64(c.IdempotencyTTL / time.Second)
 		if ttl < 1 {
 			ttl = 1
 		}
 	}
-	keys := []string{voucherKey(p, c.VoucherID), usersKey(p, c.VoucherID), dayKey(p, c.VoucherID, c.Day), idem, StreamKey(p), poolKey(p, c.VoucherID)}
-	return keys, []any{c.UserID, c.Now.UnixMilli(), c.Day, ttl, int64(DayKeyTTL / time.Second), c.VoucherID, max(c.Quantity, 1)}
+	keys := []string{b.key(), b.users(), b.day(c.Day), idem, b.stream(), b.pool()}
+	return b, keys, []any{c.UserID, c.Now.UnixMilli(), c.Day, ttl, int64(DayKeyTTL / time.Second), c.VoucherID, max(c.Quantity, 1), n}
 }
 
 // admission reads admit.lua's reply.
@@ -345,8 +479,11 @@ func admission(res []any, p int) (Admission, error) {
 // counts, and o.Item to the pool) exactly once; released reports whether
 // this call did it.
 func (s *Store) Release(ctx context.Context, o order.Order) (released bool, err error) {
-	p := s.PartitionOf(o.VoucherID)
-	keys := []string{voucherKey(p, o.VoucherID), usersKey(p, o.VoucherID), dayKey(p, o.VoucherID, o.Day), releasedKey(p, o.VoucherID), poolKey(p, o.VoucherID)}
+	b, err := s.userBucket(ctx, o.VoucherID, o.UserID)
+	if err != nil {
+		return false, err
+	}
+	keys := []string{b.key(), b.users(), b.day(o.Day), b.released(), b.pool()}
 	n, err := lua.Release.Run(ctx, s.c, keys, o.ID, o.UserID, o.Units(), o.Item.Encode()).Int64()
 	if err != nil {
 		return false, fmt.Errorf("release order %d: %w", o.ID, err)
@@ -361,15 +498,15 @@ func formatID(id int64) string { return strconv.FormatInt(id, 10) }
 // so neither an admission (whatever a gateway's clock says) nor a release
 // (release.lua) changes them again. Closing twice is harmless.
 func (s *Store) ClosePool(ctx context.Context, v int64) error {
-	p := s.PartitionOf(v)
-	key := voucherKey(p, v)
+	b := s.bucketOf(v, 0) // a pool is never spread over buckets
+	key := b.key()
 	n, err := s.c.Exists(ctx, key).Result()
 	if err != nil || n == 0 {
 		return err
 	}
 	_, err = s.c.TxPipelined(ctx, func(pipe redis.Pipeliner) error {
 		pipe.HSet(ctx, key, "stock", 0, "closed", 1)
-		pipe.Del(ctx, poolKey(p, v))
+		pipe.Del(ctx, b.pool())
 		return nil
 	})
 	if err != nil {
@@ -402,19 +539,29 @@ func (s *Store) InFlight(ctx context.Context, v int64) (bool, error) {
 	}
 }
 
-// SetPaused pauses or resumes voucher v's admissions. found is false when
-// Redis does not hold the voucher: nothing is written then (a hash with a
-// paused field alone would be no voucher; reconcile rebuilds it whole).
+// SetPaused pauses or resumes voucher v's admissions, in every bucket.
+// found is false when Redis does not hold the voucher: nothing is written
+// then (a hash with a paused field alone would be no voucher; reconcile
+// rebuilds it whole), nor in a bucket Redis lost.
 func (s *Store) SetPaused(ctx context.Context, v int64, paused bool) (found bool, err error) {
-	key := voucherKey(s.PartitionOf(v), v)
-	n, err := s.c.Exists(ctx, key).Result()
-	if err != nil || n == 0 {
+	buckets, err := s.bucketsOfVoucher(ctx, v)
+	if err != nil {
 		return false, err
 	}
-	if err := s.c.HSet(ctx, key, "paused", bit(paused)).Err(); err != nil {
-		return false, fmt.Errorf("pause voucher %d: %w", v, err)
+	for _, b := range buckets {
+		n, err := s.c.Exists(ctx, b.key()).Result()
+		if err != nil {
+			return found, err
+		}
+		if n == 0 {
+			continue
+		}
+		if err := s.c.HSet(ctx, b.key(), "paused", bit(paused)).Err(); err != nil {
+			return found, fmt.Errorf("pause voucher %d: %w", v, err)
+		}
+		found = true
 	}
-	return true, nil
+	return found, nil
 }
 
 // Change is an operator's change of a voucher on sale, as MySQL recorded it.
@@ -426,15 +573,27 @@ type Change struct {
 	ExpireAt  time.Time // the keys' new expiry, with EndsAt
 }
 
-// ApplyChange applies c to Redis exactly once (change.lua); applied reports
-// whether this call did it.
+// ApplyChange applies c to Redis exactly once (change.lua) in each of the
+// voucher's buckets: the new end to all, the added stock to bucket 0 (a
+// dry bucket takes its share from there, buckets.go). applied reports
+// whether this call applied it anywhere; a call after a crash half way
+// applies it where it is missing.
 func (s *Store) ApplyChange(ctx context.Context, c Change) (applied bool, err error) {
-	p := s.PartitionOf(c.VoucherID)
-	v := c.VoucherID
-	keys := []string{voucherKey(p, v), changesKey(p, v), usersKey(p, v), releasedKey(p, v), poolKey(p, v)}
-	n, err := lua.Change.Run(ctx, s.c, keys, c.ID, c.AddStock, unixMs(c.EndsAt), unixS(c.ExpireAt)).Int64()
+	buckets, err := s.bucketsOfVoucher(ctx, c.VoucherID)
 	if err != nil {
-		return false, fmt.Errorf("apply change %d of voucher %d: %w", c.ID, v, err)
+		return false, err
 	}
-	return n == 1, nil
+	for _, b := range buckets {
+		add := c.AddStock
+		if b.n > 0 {
+			add = 0
+		}
+		keys := []string{b.key(), b.changes(), b.users(), b.released(), b.pool()}
+		n, err := lua.Change.Run(ctx, s.c, keys, c.ID, add, unixMs(c.EndsAt), unixS(c.ExpireAt)).Int64()
+		if err != nil {
+			return applied, fmt.Errorf("apply change %d of voucher %d: %w", c.ID, c.VoucherID, err)
+		}
+		applied = applied || n == 1
+	}
+	return applied, nil
 }

@@ -2,7 +2,6 @@ package rdb
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strconv"
 	"time"
@@ -12,27 +11,33 @@ import (
 	"github.com/flashsale/flashsale/pkg/order"
 )
 
-// VoucherState is a voucher's admission state as Redis holds it.
+// VoucherState is a voucher's admission state as Redis holds it, summed
+// over its buckets: the stock (with the units being moved between buckets)
+// and the counts of every user (each user's counts are in one bucket).
 type VoucherState struct {
 	Found        bool
 	Voucher      Voucher
 	Users        map[string]int64
 	Days         map[string]map[string]int64 // day -> user -> count, for the days asked
-	ReleasedSize int64
+	ReleasedSize int64                       // orders released, in any bucket
 }
 
 // ReadVoucherState reads voucher v's state, with the per-day counts of days.
 func (s *Store) ReadVoucherState(ctx context.Context, v int64, days []string) (VoucherState, error) {
-	p := s.PartitionOf(v)
 	st := VoucherState{Users: map[string]int64{}, Days: map[string]map[string]int64{}}
-	h, err := s.c.HGetAll(ctx, voucherKey(p, v)).Result()
+	buckets, err := s.bucketsOfVoucher(ctx, v)
+	if err != nil {
+		return st, err
+	}
+	b0 := buckets[0]
+	h, err := s.c.HGetAll(ctx, b0.key()).Result()
 	if err != nil {
 		return st, fmt.Errorf("read voucher %d: %w", v, err)
 	}
 	if len(h) > 0 {
 		st.Found = true
 		num := func(k string) int64 { n, _ := strconv.ParseInt(h[k], 10, 64); return n }
-		st.Voucher = Voucher{ID: v, Stock: num("stock"), PerUserLimit: num("limit"), PerUserDailyLimit: num("daily")}
+		st.Voucher = Voucher{ID: v, PerUserLimit: num("limit"), PerUserDailyLimit: num("daily"), Buckets: len(buckets)}
 		if ms := num("start_ms"); ms > 0 {
 			st.Voucher.StartsAt = time.UnixMilli(ms).UTC()
 		}
@@ -44,8 +49,13 @@ func (s *Store) ReadVoucherState(ctx context.Context, v int64, days []string) (V
 		}
 		st.Voucher.Pooled, st.Voucher.Closed, st.Voucher.Paused = num("pool") == 1, num("closed") == 1, num("paused") == 1
 	}
+	stocks, err := s.readStocks(ctx, v, len(buckets))
+	if err != nil {
+		return st, err
+	}
+	st.Voucher.Stock = stocks.total()
 	if st.Voucher.Pooled {
-		raw, err := s.c.LRange(ctx, poolKey(p, v), 0, -1).Result()
+		raw, err := s.c.LRange(ctx, b0.pool(), 0, -1).Result()
 		if err != nil {
 			return st, fmt.Errorf("read pool of voucher %d: %w", v, err)
 		}
@@ -58,16 +68,45 @@ func (s *Store) ReadVoucherState(ctx context.Context, v int64, days []string) (V
 			st.Voucher.Items = append(st.Voucher.Items, it)
 		}
 	}
-	if st.Users, err = s.intHash(ctx, usersKey(p, v)); err != nil {
-		return st, err
-	}
-	for _, d := range days {
-		if st.Days[d], err = s.intHash(ctx, dayKey(p, v, d)); err != nil {
+	released := map[string]bool{}
+	for _, b := range buckets {
+		users, err := s.intHash(ctx, b.users())
+		if err != nil {
 			return st, err
 		}
+		for u, n := range users {
+			st.Users[u] += n
+		}
+		for _, d := range days {
+			counts, err := s.intHash(ctx, b.day(d))
+			if err != nil {
+				return st, err
+			}
+			if st.Days[d] == nil {
+				st.Days[d] = map[string]int64{}
+			}
+			for u, n := range counts {
+				st.Days[d][u] += n
+			}
+		}
+		if len(buckets) == 1 {
+			if st.ReleasedSize, err = s.c.SCard(ctx, b.released()).Result(); err != nil {
+				return st, err
+			}
+			continue
+		}
+		// Every bucket holds the releases of its users (and, after a
+		// rewrite, all of them): count each order once.
+		ids, err := s.c.SMembers(ctx, b.released()).Result()
+		if err != nil {
+			return st, err
+		}
+		for _, id := range ids {
+			released[id] = true
+		}
+		st.ReleasedSize = int64(len(released))
 	}
-	st.ReleasedSize, err = s.c.SCard(ctx, releasedKey(p, v)).Result()
-	return st, err
+	return st, nil
 }
 
 func (s *Store) intHash(ctx context.Context, key string) (map[string]int64, error) {
@@ -109,30 +148,58 @@ func (s *Store) StreamOrders(ctx context.Context, p int, pageSize int64) ([]Entr
 }
 
 // RewriteVoucher replaces voucher v's admission state with st in one
-// transaction (MULTI/EXEC): the voucher hash and its pool, the per-user counts, the
-// per-day counts of the days in st, adds released to the set of released
-// orders and changes to the set of changes applied (st is the truth,
-// every change included: none may be applied again).
+// transaction per bucket (MULTI/EXEC; a cluster runs none across slots): each bucket's hash with its share of
+// the stock (and a pool), the per-user counts and the per-day counts of
+// the days in st, each in its user's bucket; it adds released to every
+// bucket's set of released orders and changes to every bucket's set of
+// changes applied (st is the truth, every change included: none may be
+// applied again), and forgets the moves between buckets.
 func (s *Store) RewriteVoucher(ctx context.Context, st VoucherState, released, changes []int64) error {
+	if err := st.Voucher.checkBuckets(); err != nil {
+		return err
+	}
 	v := st.Voucher.ID
-	p := s.PartitionOf(v)
-	_, err := s.c.TxPipelined(ctx, func(pipe redis.Pipeliner) error {
-		putVoucherHash(ctx, pipe, p, st.Voucher)
-		expire := func(key string) { expire(ctx, pipe, key, st.Voucher.ExpireAt) }
-		pipe.Del(ctx, usersKey(p, v))
-		if len(st.Users) > 0 {
-			pipe.HSet(ctx, usersKey(p, v), flatten(st.Users)...)
-			expire(usersKey(p, v))
+	n := max(st.Voucher.Buckets, 1)
+	if have, err := s.bucketsOf(ctx, v); err != nil {
+		return err
+	} else if have != n && have != 1 {
+		return fmt.Errorf("rewrite voucher %d: Redis has %d buckets, MySQL %d", v, have, n)
+	}
+	// Each user's counts go to that user's bucket.
+	users := make([]map[string]int64, n)
+	days := make([]map[string]map[string]int64, n)
+	for b := range n {
+		users[b], days[b] = map[string]int64{}, map[string]map[string]int64{}
+		for d := range st.Days {
+			days[b][d] = map[string]int64{}
 		}
-		for d, counts := range st.Days {
-			pipe.Del(ctx, dayKey(p, v, d))
+	}
+	for u, c := range st.Users {
+		users[UserBucket(u, n)][u] = c
+	}
+	for d, counts := range st.Days {
+		for u, c := range counts {
+			days[UserBucket(u, n)][d][u] = c
+		}
+	}
+	err := s.eachBucketTx(ctx, st.Voucher, func(pipe redis.Pipeliner, bk bucket) {
+		s.putVoucherHash(ctx, pipe, bk, st.Voucher)
+		b := bk.n
+		expire := func(key string) { expire(ctx, pipe, key, st.Voucher.ExpireAt) }
+		pipe.Del(ctx, bk.users())
+		if len(users[b]) > 0 {
+			pipe.HSet(ctx, bk.users(), flatten(users[b])...)
+			expire(bk.users())
+		}
+		for d, counts := range days[b] {
+			pipe.Del(ctx, bk.day(d))
 			if len(counts) > 0 {
-				pipe.HSet(ctx, dayKey(p, v, d), flatten(counts)...)
-				pipe.Expire(ctx, dayKey(p, v, d), DayKeyTTL)
+				pipe.HSet(ctx, bk.day(d), flatten(counts)...)
+				pipe.Expire(ctx, bk.day(d), DayKeyTTL)
 			}
 		}
 		// Orders released and changes applied: none may be again.
-		for key, ids := range map[string][]int64{releasedKey(p, v): released, changesKey(p, v): changes} {
+		for key, ids := range map[string][]int64{bk.released(): released, bk.changes(): changes} {
 			for i := 0; i < len(ids); i += 1000 {
 				chunk := ids[i:min(i+1000, len(ids))]
 				members := make([]any, len(chunk))
@@ -145,11 +212,11 @@ func (s *Store) RewriteVoucher(ctx context.Context, st VoucherState, released, c
 				expire(key)
 			}
 		}
-		return nil
 	})
-	if err != nil && !errors.Is(err, redis.Nil) {
+	if err != nil {
 		return fmt.Errorf("rewrite voucher %d: %w", v, err)
 	}
+	s.buckets.Store(v, n)
 	return nil
 }
 

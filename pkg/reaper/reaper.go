@@ -182,6 +182,7 @@ type Pass struct {
 	ReleasedToRedis  int // releases Redis got (cancellations, failures)
 	Refunded         int // ended envelope sales refunded
 	RefundsWaiting   int // ended envelope sales waiting for grabs in flight
+	MovesFinished    int // moves between a hot voucher's buckets left half way
 }
 
 func (p Pass) idle() bool { return p == Pass{} }
@@ -195,13 +196,15 @@ func (p *Pass) add(q Pass) {
 	p.ReleasedToRedis += q.ReleasedToRedis
 	p.Refunded += q.Refunded
 	p.RefundsWaiting += q.RefundsWaiting
+	p.MovesFinished += q.MovesFinished
 }
 
 // service is one maintenance job of the reaper, in a file of its own, with
 // its own interval and a bounded pass (as River's maintenance services and
 // asynq's recoverer and janitor): rescuing stale entries, removing gone
 // consumers, expiring unpaid orders, settling owed changes and releases,
-// refunding ended envelope sales and checking the stores agree.
+// refunding ended envelope sales, finishing moves between a hot voucher's
+// buckets left half way, and checking the stores agree.
 type service struct {
 	name     string
 	interval time.Duration
@@ -215,6 +218,7 @@ func (r *Reaper) services() []service {
 		{"expirer", r.cfg.ExpireInterval, r.cancelExpired},
 		{"releaser", r.cfg.ReleaseInterval, r.releaseOwed},
 		{"refunder", r.cfg.RefundInterval, r.refundEnded},
+		{"mover", r.cfg.ReleaseInterval, r.finishMoves},
 		{"checker", r.cfg.CheckInterval, r.check},
 	}
 }
@@ -257,7 +261,8 @@ func (r *Reaper) record(name string, pass Pass, err error) {
 		r.log.Info("reaper pass", zap.String("service", name), zap.Int("claimed", pass.Claimed), zap.Int("dead_lettered", pass.DeadLettered),
 			zap.Int("deleted_acked", pass.DeletedAcked), zap.Int("consumers_removed", pass.ConsumersRemoved),
 			zap.Int("cancelled", pass.Cancelled), zap.Int("released_to_redis", pass.ReleasedToRedis),
-			zap.Int("refunded", pass.Refunded), zap.Int("refunds_waiting", pass.RefundsWaiting))
+			zap.Int("refunded", pass.Refunded), zap.Int("refunds_waiting", pass.RefundsWaiting),
+			zap.Int("moves_finished", pass.MovesFinished))
 	}
 	if err != nil {
 		r.log.Warn("reaper pass incomplete", zap.String("service", name), zap.Error(err))

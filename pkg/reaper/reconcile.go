@@ -58,13 +58,17 @@ func Reconcile(ctx context.Context, r *rdb.Store, d *db.Store, now time.Time, re
 	streams := map[int][]rdb.Entry{}
 	var out []VoucherCheck
 	for _, v := range vouchers {
-		p := r.PartitionOf(v.ID)
-		if _, ok := streams[p]; !ok {
-			if streams[p], err = r.StreamOrders(ctx, p, 1000); err != nil {
-				return out, err
+		// A hot voucher's buckets admit into several partitions' streams.
+		var entries []rdb.Entry
+		for _, p := range r.VoucherPartitions(v.ID, v.StockBuckets) {
+			if _, ok := streams[p]; !ok {
+				if streams[p], err = r.StreamOrders(ctx, p, 1000); err != nil {
+					return out, err
+				}
 			}
+			entries = append(entries, streams[p]...)
 		}
-		check, err := reconcileVoucher(ctx, r, d, v, streams[p], now, repair)
+		check, err := reconcileVoucher(ctx, r, d, v, entries, now, repair)
 		if err != nil {
 			return out, fmt.Errorf("voucher %d: %w", v.ID, err)
 		}

@@ -1,0 +1,28 @@
+-- take.lua: the first half of moving units from one bucket of a hot voucher
+-- to another (see pkg/rdb keys.go): take up to ARGV[3] units from this
+-- bucket's stock and record the move as owed to its destination. give.lua
+-- is the second half, on the destination's slot; a crash between the two
+-- leaves the move recorded here, and whoever finds it gives it (once: the
+-- destination remembers the moves it was given).
+--
+-- KEYS[1] -> the source bucket's hash (stock)
+-- KEYS[2] -> the source bucket's moves:out hash  move id -> "to units"
+--
+-- ARGV[1] -> move id (unique)
+-- ARGV[2] -> the destination bucket's number
+-- ARGV[3] -> units wanted (>= 1)
+--
+-- Returns the units taken (0 when the bucket has none, or is closed).
+
+local stock = tonumber(redis.call('HGET', KEYS[1], 'stock'))
+if not stock or stock <= 0 or redis.call('HGET', KEYS[1], 'closed') == '1' then
+  return 0
+end
+local n = math.min(stock, tonumber(ARGV[3]))
+redis.call('HINCRBY', KEYS[1], 'stock', -n)
+redis.call('HSET', KEYS[2], ARGV[1], ARGV[2] .. ' ' .. n)
+local expire_s = tonumber(redis.call('HGET', KEYS[1], 'expire_s')) or 0
+if expire_s > 0 then
+  redis.call('EXPIREAT', KEYS[2], expire_s)
+end
+return n

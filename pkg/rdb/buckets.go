@@ -1,0 +1,283 @@
+package rdb
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/flashsale/flashsale/lua"
+)
+
+// A hot voucher (stock_buckets N > 1) spreads its stock over N buckets in
+// N partitions, so on a Redis Cluster its admissions run on several
+// masters' threads at once. A user's claims are always decided in that
+// user's bucket (UserBucket), so per-user and per-day counts, and
+// idempotency records, stay exact without crossing slots.
+//
+// A bucket that runs dry is refilled on demand: the claim that found it
+// dry reads every bucket's stock, takes units from the richest (take.lua,
+// which records the move) and gives them to its own (give.lua, once per
+// move), then runs its admission again. sold_out is answered only when
+// the buckets together hold fewer units than the claim asks, counting the
+// units of moves taken but not yet given (a crash between the two halves):
+// such a move is given first. Nothing is stranded, and a move lost half
+// way loses no unit.
+
+// knownBuckets is the number of buckets this process has seen voucher v
+// have, 1 when it has not seen v: admit.lua tells a claim routed by the
+// wrong number (it never changes once the voucher exists).
+func (s *Store) knownBuckets(v int64) int {
+	if n, ok := s.buckets.Load(v); ok {
+		return n.(int)
+	}
+	return 1
+}
+
+// bucketsOf is voucher v's number of buckets, read from Redis when this
+// process has not seen v yet; 1 when Redis does not hold v.
+func (s *Store) bucketsOf(ctx context.Context, v int64) (int, error) {
+	if n, ok := s.buckets.Load(v); ok {
+		return n.(int), nil
+	}
+	raw, err := s.c.HMGet(ctx, s.bucketOf(v, 0).key(), "stock", "buckets").Result()
+	if err != nil {
+		return 0, fmt.Errorf("read buckets of voucher %d: %w", v, err)
+	}
+	if raw[0] == nil {
+		return 1, nil
+	}
+	n := 1
+	if str, ok := raw[1].(string); ok {
+		if n, err = strconv.Atoi(str); err != nil || n < 1 {
+			return 0, fmt.Errorf("voucher %d: bad buckets %q", v, str)
+		}
+	}
+	s.buckets.Store(v, n)
+	return n, nil
+}
+
+// bucketsOfVoucher lists voucher v's buckets.
+func (s *Store) bucketsOfVoucher(ctx context.Context, v int64) ([]bucket, error) {
+	n, err := s.bucketsOf(ctx, v)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]bucket, n)
+	for i := range out {
+		out[i] = s.bucketOf(v, i)
+	}
+	return out, nil
+}
+
+// VoucherPartitions are the partitions whose streams may hold orders of
+// voucher v, which has buckets buckets.
+func (s *Store) VoucherPartitions(v int64, buckets int) []int {
+	var out []int
+	for b := range max(buckets, 1) {
+		if p := s.bucketOf(v, b).p; !slices.Contains(out, p) {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// move is one move of units between buckets, taken and not yet given.
+type move struct {
+	id       string
+	from, to bucket
+	units    int64
+}
+
+// bucketStocks is what the buckets of a voucher hold.
+type bucketStocks struct {
+	found bool
+	stock []int64
+	owed  []move // taken from one bucket, not yet given to another
+}
+
+// total is the units the voucher still has to admit.
+func (st bucketStocks) total() int64 {
+	var t int64
+	for _, n := range st.stock {
+		t += n
+	}
+	for _, m := range st.owed {
+		t += m.units
+	}
+	return t
+}
+
+// readStocks reads the stock of each bucket of v (n of them) and the moves
+// still owed, in one pipelined round trip (two when moves are recorded).
+func (s *Store) readStocks(ctx context.Context, v int64, n int) (bucketStocks, error) {
+	st := bucketStocks{stock: make([]int64, n)}
+	pipe := s.c.Pipeline()
+	stocks := make([]*redis.StringCmd, n)
+	outs := make([]*redis.MapStringStringCmd, n)
+	for b := range n {
+		stocks[b] = pipe.HGet(ctx, s.bucketOf(v, b).key(), "stock")
+		if n > 1 {
+			outs[b] = pipe.HGetAll(ctx, s.bucketOf(v, b).movesOut())
+		}
+	}
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return st, fmt.Errorf("read stock of voucher %d: %w", v, err)
+	}
+	for b := range n {
+		x, err := stocks[b].Int64()
+		switch {
+		case errors.Is(err, redis.Nil):
+			continue
+		case err != nil:
+			return st, fmt.Errorf("stock of voucher %d bucket %d: %w", v, b, err)
+		}
+		st.found, st.stock[b] = true, x
+		if outs[b] == nil {
+			continue
+		}
+		for id, rec := range outs[b].Val() {
+			to, units, ok := strings.Cut(rec, " ")
+			tb, err1 := strconv.Atoi(to)
+			u, err2 := strconv.ParseInt(units, 10, 64)
+			if !ok || err1 != nil || err2 != nil || tb < 0 || tb >= n {
+				return st, fmt.Errorf("voucher %d bucket %d: bad move %s %q", v, b, id, rec)
+			}
+			st.owed = append(st.owed, move{id: id, from: s.bucketOf(v, b), to: s.bucketOf(v, tb), units: u})
+		}
+	}
+	if len(st.owed) == 0 {
+		return st, nil
+	}
+	// A move recorded at its source may have been given already (its
+	// recorder crashed between give and forget): those are not owed.
+	pipe = s.c.Pipeline()
+	given := make([]*redis.BoolCmd, len(st.owed))
+	for i, m := range st.owed {
+		given[i] = pipe.SIsMember(ctx, m.to.movesIn(), m.id)
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return st, fmt.Errorf("read moves of voucher %d: %w", v, err)
+	}
+	owed := st.owed[:0]
+	for i, m := range st.owed {
+		if !given[i].Val() {
+			owed = append(owed, m)
+		}
+	}
+	st.owed = owed
+	return st, nil
+}
+
+// give completes move m: its units are given to its destination (once)
+// and the record at its source is dropped.
+func (s *Store) give(ctx context.Context, m move) error {
+	if err := lua.Give.Run(ctx, s.c, []string{m.to.key(), m.to.movesIn()}, m.id, m.units).Err(); err != nil {
+		return fmt.Errorf("give move %s of voucher %d: %w", m.id, m.to.v, err)
+	}
+	if err := s.c.HDel(ctx, m.from.movesOut(), m.id).Err(); err != nil {
+		return fmt.Errorf("forget move %s of voucher %d: %w", m.id, m.to.v, err)
+	}
+	return nil
+}
+
+// moveUnits moves up to want units from bucket from to bucket to of
+// voucher v, returning how many moved.
+func (s *Store) moveUnits(ctx context.Context, from, to bucket, want int64) (int64, error) {
+	id := strconv.FormatUint(rand.Uint64(), 36)
+	n, err := lua.Take.Run(ctx, s.c, []string{from.key(), from.movesOut()}, id, to.n, want).Int64()
+	if err != nil || n == 0 {
+		if err != nil {
+			err = fmt.Errorf("take units of voucher %d bucket %d: %w", from.v, from.n, err)
+		}
+		return 0, err
+	}
+	return n, s.give(ctx, move{id: id, from: from, to: to, units: n})
+}
+
+// FinishMoves gives every move of voucher v taken and not yet given (its
+// mover crashed half way); the reaper calls it, and so does a claim that
+// finds the voucher dry. It returns how many it gave.
+func (s *Store) FinishMoves(ctx context.Context, v int64) (int, error) {
+	n, err := s.bucketsOf(ctx, v)
+	if err != nil || n == 1 {
+		return 0, err
+	}
+	st, err := s.readStocks(ctx, v, n)
+	if err != nil {
+		return 0, err
+	}
+	for _, m := range st.owed {
+		if err := s.give(ctx, m); err != nil {
+			return 0, err
+		}
+	}
+	return len(st.owed), nil
+}
+
+// refill brings units to claim c's bucket (home, of n) from the others,
+// when the voucher as a whole still has at least need; false when it
+// does not (the voucher is sold out for this claim).
+func (s *Store) refill(ctx context.Context, c Claim, n, home int, need int64) (bool, error) {
+	st, err := s.readStocks(ctx, c.VoucherID, n)
+	if err != nil {
+		return false, err
+	}
+	if len(st.owed) > 0 {
+		for _, m := range st.owed {
+			if err := s.give(ctx, m); err != nil {
+				return false, err
+			}
+		}
+		if st, err = s.readStocks(ctx, c.VoucherID, n); err != nil {
+			return false, err
+		}
+	}
+	if !st.found || st.total() < need {
+		// The reads of several masters are no snapshot: a move between
+		// two other buckets may have been read at neither end. Such a
+		// move is over in a round trip; a second look sees its units.
+		if st, err = s.readStocks(ctx, c.VoucherID, n); err != nil {
+			return false, err
+		}
+		if !st.found || st.total() < need {
+			return false, nil
+		}
+	}
+	// Richest first; take at least what the claim lacks, and half of a
+	// rich donor, so the next claims here find units too.
+	donors := make([]int, 0, n-1)
+	for b := range n {
+		if b != home && st.stock[b] > 0 {
+			donors = append(donors, b)
+		}
+	}
+	slices.SortFunc(donors, func(a, b int) int { return int(st.stock[b] - st.stock[a]) })
+	have := st.stock[home]
+	for _, d := range donors {
+		if have >= need {
+			break
+		}
+		want := max(need-have, st.stock[d]/2)
+		got, err := s.moveUnits(ctx, s.bucketOf(c.VoucherID, d), s.bucketOf(c.VoucherID, home), want)
+		if err != nil {
+			return false, err
+		}
+		have += got
+	}
+	return true, nil
+}
+
+// share is bucket b's part of stock units spread over n buckets.
+func share(stock int64, n, b int) int64 {
+	s := stock / int64(n)
+	if int64(b) < stock%int64(n) {
+		s++
+	}
+	return s
+}

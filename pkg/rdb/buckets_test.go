@@ -1,0 +1,319 @@
+package rdb_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/flashsale/flashsale/pkg/order"
+	"github.com/flashsale/flashsale/pkg/rdb"
+)
+
+// usersIn returns n user ids whose claims of a voucher with buckets
+// buckets are decided in bucket b (b < 0: any bucket).
+func usersIn(b, buckets, n int) []string {
+	var out []string
+	for i := 0; len(out) < n; i++ {
+		u := fmt.Sprintf("user-%d", i)
+		if b < 0 || rdb.UserBucket(u, buckets) == b {
+			out = append(out, u)
+		}
+	}
+	return out
+}
+
+type result struct {
+	user string
+	a    rdb.Admission
+	err  error
+}
+
+// claimAll has every user claim tries times, all at once, and returns
+// every answer.
+func claimAll(t *testing.T, s *rdb.Store, v int64, users []string, tries int) []result {
+	t.Helper()
+	var mu sync.Mutex
+	var out []result
+	var wg sync.WaitGroup
+	for _, u := range users {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range tries {
+				a, err := claim(s, v, u, t0)
+				mu.Lock()
+				out = append(out, result{u, a, err})
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	return out
+}
+
+// checkSale checks a finished sale of stock units with per-user limit
+// limit: exactly the stock admitted, none over the limit, order ids unique,
+// every order in a stream, and Redis sold out.
+func checkSale(t *testing.T, s *rdb.Store, v, stock, limit int64, res []result) {
+	t.Helper()
+	ids := map[int64]bool{}
+	perUser := map[string]int64{}
+	for _, r := range res {
+		if r.err != nil {
+			require.ErrorIs(t, r.err, rdb.ErrSoldOut, "only sold out or the user's limit may refuse")
+			continue
+		}
+		require.False(t, ids[r.a.OrderID], "order id %d given twice", r.a.OrderID)
+		ids[r.a.OrderID] = true
+		perUser[r.user]++
+		require.LessOrEqual(t, perUser[r.user], limit, "user %s over the limit", r.user)
+	}
+	require.EqualValues(t, stock, len(ids), "admitted exactly the stock")
+	requireStock(t, s, v, 0)
+	for u, n := range perUser {
+		got, err := s.UserCount(context.Background(), v, u)
+		require.NoError(t, err)
+		require.Equal(t, n, got, "Redis counts user %s in its bucket", u)
+	}
+	var entries int
+	for p := range s.Partitions() {
+		es, err := s.StreamOrders(context.Background(), p, 1000)
+		require.NoError(t, err)
+		for _, e := range es {
+			if e.Order.VoucherID == v {
+				require.True(t, ids[e.Order.ID], "entry %s is an admitted order", e.StreamID)
+				entries++
+			}
+		}
+	}
+	require.EqualValues(t, stock, entries, "one stream entry per admitted order")
+}
+
+// limitOrSoldOut maps the user-limit rejection to nil for checkSale: a
+// user over the limit is refused, and that is the point.
+func limitOrSoldOut(res []result) []result {
+	out := res[:0]
+	for _, r := range res {
+		if r.err == rdb.ErrUserLimit {
+			continue
+		}
+		out = append(out, r)
+	}
+	return out
+}
+
+func TestHotVoucherSellsExactlyItsStockOverBuckets(t *testing.T) {
+	s := newStore(t, 8)
+	const stock, limit = 600, 2
+	seedVoucher(t, s, rdb.Voucher{ID: 5, Stock: stock, PerUserLimit: limit, Buckets: 4})
+	stocks, err := s.BucketStocks(context.Background(), 5, 4)
+	require.NoError(t, err)
+	require.Equal(t, []int64{150, 150, 150, 150}, stocks)
+
+	// 400 users asking for 3 each (limit 2): 1,200 units wanted, 600 there.
+	res := claimAll(t, s, 5, usersIn(-1, 4, 400), 3)
+	var limited int
+	for _, r := range res {
+		if r.err == rdb.ErrUserLimit {
+			limited++
+		}
+	}
+	require.Positive(t, limited, "the per-user limit refused claims")
+	checkSale(t, s, 5, stock, limit, limitOrSoldOut(res))
+}
+
+// All the buyers decide their claims in one bucket: the units of the three
+// others move to it, and every unit is sold before anyone is told sold_out.
+func TestHotVoucherStrandsNoStockInOtherBuckets(t *testing.T) {
+	s := newStore(t, 8)
+	const stock = 400
+	seedVoucher(t, s, rdb.Voucher{ID: 6, Stock: stock, PerUserLimit: 1, Buckets: 4})
+	users := usersIn(2, 4, 500)
+
+	// One at a time first: a sold_out must come only with nothing left.
+	for i, u := range users[:stock] {
+		_, err := claim(s, 6, u, t0)
+		require.NoError(t, err, "claim %d of %d", i+1, stock)
+	}
+	_, err := claim(s, 6, users[stock], t0)
+	require.ErrorIs(t, err, rdb.ErrSoldOut)
+	requireStock(t, s, 6, 0)
+
+	// Then at once, with a fresh voucher.
+	seedVoucher(t, s, rdb.Voucher{ID: 14, Stock: stock, PerUserLimit: 1, Buckets: 4})
+	res := claimAll(t, s, 14, users, 1)
+	checkSale(t, s, 14, stock, 1, res)
+}
+
+// Quantities larger than any one bucket holds are gathered from several.
+func TestHotVoucherGathersAQuantityFromSeveralBuckets(t *testing.T) {
+	s := newStore(t, 4)
+	seedVoucher(t, s, rdb.Voucher{ID: 8, Stock: 12, PerUserLimit: 10, Buckets: 4}) // 3 in each
+	a, err := s.Admit(context.Background(), rdb.Claim{VoucherID: 8, UserID: "big", Now: t0, Day: order.Day(t0, time.UTC), Quantity: 10})
+	require.NoError(t, err)
+	require.NotZero(t, a.OrderID)
+	requireStock(t, s, 8, 2)
+	_, err = s.Admit(context.Background(), rdb.Claim{VoucherID: 8, UserID: "other", Now: t0, Day: order.Day(t0, time.UTC), Quantity: 3})
+	require.ErrorIs(t, err, rdb.ErrSoldOut, "3 asked, 2 left in all")
+	_, err = s.Admit(context.Background(), rdb.Claim{VoucherID: 8, UserID: "other", Now: t0, Day: order.Day(t0, time.UTC), Quantity: 2})
+	require.NoError(t, err)
+	requireStock(t, s, 8, 0)
+}
+
+// A mover that crashed after taking units, or after giving them but before
+// forgetting the move, loses and doubles nothing.
+func TestHotVoucherMoveLeftHalfWayLosesNothing(t *testing.T) {
+	ctx := context.Background()
+	s := newStore(t, 4)
+	seedVoucher(t, s, rdb.Voucher{ID: 9, Stock: 40, PerUserLimit: 1, Buckets: 2}) // 20 and 20
+
+	// Taken from bucket 1, never given to bucket 0: still counted.
+	n, err := s.TakeOnly(ctx, 9, 1, 0, 15, "crashed-1")
+	require.NoError(t, err)
+	require.EqualValues(t, 15, n)
+	requireStock(t, s, 9, 40)
+	// Taken and given, not forgotten at the source: counted once.
+	_, err = s.TakeOnly(ctx, 9, 1, 0, 5, "crashed-2")
+	require.NoError(t, err)
+	require.NoError(t, s.GiveOnly(ctx, 9, 0, 5, "crashed-2"))
+	requireStock(t, s, 9, 40)
+	stocks, err := s.BucketStocks(ctx, 9, 2)
+	require.NoError(t, err)
+	require.Equal(t, []int64{25, 0}, stocks)
+
+	// Buyers of bucket 1 find it dry: the claim gives the move owed and
+	// takes from bucket 0; every unit is sold.
+	res := claimAll(t, s, 9, usersIn(1, 2, 60), 1)
+	checkSale(t, s, 9, 40, 1, res)
+
+	// The reaper's pass finds nothing left to give, twice.
+	for range 2 {
+		given, err := s.FinishMoves(ctx, 9)
+		require.NoError(t, err)
+		require.Zero(t, given)
+	}
+}
+
+func TestHotVoucherFinishMovesGivesOnce(t *testing.T) {
+	ctx := context.Background()
+	s := newStore(t, 4)
+	seedVoucher(t, s, rdb.Voucher{ID: 10, Stock: 10, PerUserLimit: 1, Buckets: 2})
+	_, err := s.TakeOnly(ctx, 10, 0, 1, 5, "m1")
+	require.NoError(t, err)
+	given, err := s.FinishMoves(ctx, 10)
+	require.NoError(t, err)
+	require.Equal(t, 1, given)
+	stocks, err := s.BucketStocks(ctx, 10, 2)
+	require.NoError(t, err)
+	require.Equal(t, []int64{0, 10}, stocks)
+	given, err = s.FinishMoves(ctx, 10)
+	require.NoError(t, err)
+	require.Zero(t, given)
+	requireStock(t, s, 10, 10)
+}
+
+// Releases, pauses, changes and a rewrite reach every bucket they should.
+func TestHotVoucherOperations(t *testing.T) {
+	ctx := context.Background()
+	s := newStore(t, 8)
+	end := t0.Add(time.Hour)
+	seedVoucher(t, s, rdb.Voucher{ID: 11, Stock: 8, PerUserLimit: 1, Buckets: 4, EndsAt: end, ExpireAt: end.Add(rdb.KeysOutliveSale)})
+	users := usersIn(3, 4, 3)
+	a, err := claim(s, 11, users[0], t0)
+	require.NoError(t, err)
+	p, _ := order.EntryOf(a.OrderID)
+	require.Equal(t, (s.PartitionOf(11)+3)%8, p, "the order is admitted in its bucket's partition")
+
+	// A release gives the unit back to the user's bucket, once; the user
+	// may claim again.
+	o := order.Order{ID: a.OrderID, VoucherID: 11, UserID: users[0], Day: order.Day(t0, time.UTC), Quantity: 1}
+	for i, want := range []bool{true, false} {
+		ok, err := s.Release(ctx, o)
+		require.NoError(t, err)
+		require.Equal(t, want, ok, "release %d", i+1)
+	}
+	requireStock(t, s, 11, 8)
+	n, err := s.UserCount(ctx, 11, users[0])
+	require.NoError(t, err)
+	require.Zero(t, n)
+
+	// Paused in every bucket.
+	found, err := s.SetPaused(ctx, 11, true)
+	require.NoError(t, err)
+	require.True(t, found)
+	for _, u := range usersIn(-1, 4, 8) {
+		_, err := claim(s, 11, u, t0)
+		require.ErrorIs(t, err, rdb.ErrPaused, "user %s (bucket %d)", u, rdb.UserBucket(u, 4))
+	}
+	_, err = s.SetPaused(ctx, 11, false)
+	require.NoError(t, err)
+
+	// A top-up and a new end, applied once (twice asked).
+	newEnd := end.Add(time.Hour)
+	for range 2 {
+		_, err := s.ApplyChange(ctx, rdb.Change{ID: 1, VoucherID: 11, AddStock: 4, EndsAt: newEnd, ExpireAt: newEnd.Add(rdb.KeysOutliveSale)})
+		require.NoError(t, err)
+	}
+	requireStock(t, s, 11, 12)
+	for _, u := range usersIn(-1, 4, 8) {
+		_, err := claim(s, 11, u, end.Add(time.Minute))
+		require.NoError(t, err, "the new end holds in the bucket of %s", u)
+	}
+	requireStock(t, s, 11, 4)
+
+	// Read and rewritten whole: each user's count lands in its bucket.
+	st, err := s.ReadVoucherState(ctx, 11, nil)
+	require.NoError(t, err)
+	require.Equal(t, 4, st.Voucher.Buckets)
+	require.Len(t, st.Users, 8)
+	require.EqualValues(t, 1, st.ReleasedSize)
+	st.Voucher.Stock = 4
+	require.NoError(t, s.RewriteVoucher(ctx, st, []int64{a.OrderID}, []int64{1}))
+	again, err := s.ReadVoucherState(ctx, 11, nil)
+	require.NoError(t, err)
+	require.Equal(t, st.Users, again.Users)
+	require.EqualValues(t, 4, again.Voucher.Stock)
+	ok, err := s.Release(ctx, o)
+	require.NoError(t, err)
+	require.False(t, ok, "a release done before the rewrite is not done again")
+	for _, u := range usersIn(-1, 4, 8) {
+		_, err := claim(s, 11, u, end.Add(time.Minute))
+		require.ErrorIs(t, err, rdb.ErrUserLimit, "user %s keeps its count after the rewrite", u)
+	}
+}
+
+// A gateway that has not seen the voucher routes by one bucket; the script
+// tells it the right number, and the claim runs in the user's bucket.
+func TestClaimRoutedByTheWrongNumberOfBucketsIsRoutedAgain(t *testing.T) {
+	s := newStore(t, 8)
+	seedVoucher(t, s, rdb.Voucher{ID: 12, Stock: 8, PerUserLimit: 1, Buckets: 4})
+	fresh, err := rdb.New(s.Client(), 8, "")
+	require.NoError(t, err)
+	u := usersIn(2, 4, 1)[0]
+	a, err := claim(fresh, 12, u, t0)
+	require.NoError(t, err)
+	p, _ := order.EntryOf(a.OrderID)
+	require.Equal(t, (s.PartitionOf(12)+2)%8, p)
+}
+
+// On a cluster, a hot voucher's buckets are on more than one master.
+func TestHotVoucherBucketsSpreadOverMasters(t *testing.T) {
+	if cluster == nil {
+		t.Skip("needs -redis-cluster")
+	}
+	s := newStore(t, 16)
+	seedVoucher(t, s, rdb.Voucher{ID: 13, Stock: 30, Buckets: 3})
+	cc := s.Client().(*redis.ClusterClient)
+	masters := map[string]bool{}
+	for _, k := range s.BucketKeys(13, 3) {
+		n, err := cc.MasterForKey(context.Background(), k)
+		require.NoError(t, err)
+		masters[n.Options().Addr] = true
+	}
+	require.GreaterOrEqual(t, len(masters), 2, "the buckets' slots are on %v", masters)
+}
