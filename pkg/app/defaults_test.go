@@ -4,6 +4,7 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/kelseyhightower/envconfig"
 	"github.com/stretchr/testify/require"
@@ -47,11 +48,13 @@ func TestEnvDefaultsAreTheConstants(t *testing.T) {
 	var g gateway.Config
 	require.NoError(t, envconfig.Process("", &g))
 	g.SetDefaults() // the IP burst follows the IP rate
-	// 0 is a choice for these (no pipelining, no user rate limit), so a
-	// zero Config keeps it; the binaries default to on.
-	gz := gateway.Config{AdminToken: "a", JWTSecret: "s", PipelineWorkers: g.PipelineWorkers, UserRate: g.UserRate}
+	// 0 is a choice for these (no pipelining, no user rate limit, no
+	// sold-out pruning), so a zero Config keeps it; the binaries default
+	// to on.
+	gz := gateway.Config{AdminToken: "a", JWTSecret: "s", PipelineWorkers: g.PipelineWorkers, UserRate: g.UserRate, SoldOutRefresh: g.SoldOutRefresh}
 	gz.SetDefaults()
 	require.Equal(t, gz, g, "gateway")
 	require.Equal(t, 4, g.PipelineWorkers)
 	require.Equal(t, 10.0, g.UserRate)
+	require.Equal(t, 200*time.Millisecond, g.SoldOutRefresh)
 }

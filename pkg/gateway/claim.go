@@ -35,6 +35,12 @@ func (g *Gateway) claim(w http.ResponseWriter, r *http.Request) {
 		g.countClaim(resultInvalid, "", start)
 		return
 	}
+	if key == "" && g.soldOut.prune(voucher, qty) {
+		g.metrics.pruned.Inc()
+		writeError(w, toAPIError(rdb.ErrSoldOut))
+		g.countClaim(resultRejected, toAPIError(rdb.ErrSoldOut).Code, start)
+		return
+	}
 	now := g.now()
 	ctx, cancel := context.WithTimeout(r.Context(), g.cfg.ClaimTimeout)
 	defer cancel()
@@ -44,6 +50,12 @@ func (g *Gateway) claim(w http.ResponseWriter, r *http.Request) {
 		Now: now, Day: order.Day(now, g.loc), Quantity: qty,
 	})
 	g.metrics.scriptSeconds.Observe(time.Since(t0).Seconds())
+	switch {
+	case err == nil && !a.Replayed:
+		g.soldOut.admitted(voucher)
+	case errors.Is(err, rdb.ErrSoldOut):
+		g.soldOut.soldOutFor(voucher, qty)
+	}
 	if err != nil {
 		e := toAPIError(err)
 		if e.Status == http.StatusServiceUnavailable {

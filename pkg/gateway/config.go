@@ -78,6 +78,11 @@ type Config struct {
 	// MaxInflight bounds the requests in flight in this gateway; one more
 	// is answered 503 overloaded at once, never queued. Default 4096.
 	MaxInflight int `envconfig:"FLASHSALE_MAX_INFLIGHT" default:"4096"`
+	// SoldOutRefresh is how long the gateway answers sold_out itself, for a
+	// voucher Redis said is sold out, before asking Redis again: a unit
+	// given back is sold again within it. 0 turns pruning off (every claim
+	// runs the script). Default 200ms.
+	SoldOutRefresh time.Duration `envconfig:"FLASHSALE_SOLD_OUT_REFRESH" default:"200ms"`
 }
 
 // Defaults of Config: one constant per field, used when the field is zero.
@@ -98,7 +103,8 @@ const (
 )
 
 // SetDefaults fills the zero fields with the defaults. PipelineWorkers
-// stays as set: 0 is a choice (no pipelining).
+// and SoldOutRefresh stay as set: 0 is a choice (no pipelining, no
+// pruning).
 func (c *Config) SetDefaults() {
 	c.HTTPAddr = cmp.Or(c.HTTPAddr, HTTPAddrDefault)
 	c.TimeZone = cmp.Or(c.TimeZone, TimeZoneDefault)
@@ -158,6 +164,8 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("FLASHSALE_IP_BURST must be at least 1, got %d", c.IPBurst)
 	case c.MaxInflight < 1:
 		return fmt.Errorf("FLASHSALE_MAX_INFLIGHT must be at least 1, got %d", c.MaxInflight)
+	case c.SoldOutRefresh < 0 || c.SoldOutRefresh > time.Minute:
+		return fmt.Errorf("FLASHSALE_SOLD_OUT_REFRESH must be 0 (off) to 1m, got %s", c.SoldOutRefresh)
 	}
 	if c.JWTJWKSFile != "" {
 		if _, err := loadJWKS(c.JWTJWKSFile); err != nil {

@@ -38,6 +38,8 @@ type Gateway struct {
 	// admit is the Redis admission: through the batcher, or direct.
 	admit   func(context.Context, rdb.Claim) (rdb.Admission, error)
 	batcher *rdb.Batcher
+	// soldOut answers claims of vouchers Redis said are sold out (prune.go).
+	soldOut *soldOut
 	// mysqlSlots bounds the requests waiting on MySQL (MySQLMaxInflight).
 	mysqlSlots chan struct{}
 	// users and addrs are the rate limits (nil: off); inflight counts the
@@ -52,6 +54,12 @@ type Gateway struct {
 
 // Option changes a Gateway.
 type Option func(*Gateway)
+
+// withPruneClock replaces the monotonic clock of sold-out pruning, for
+// tests (nanoseconds).
+func withPruneClock(now func() int64) Option {
+	return func(g *Gateway) { g.soldOut.now = now }
+}
 
 // WithClock replaces time.Now, for tests.
 func WithClock(now func() time.Time) Option { return func(g *Gateway) { g.now = now } }
@@ -80,7 +88,8 @@ func New(cfg Config, r *rdb.Store, d *db.Store, log *zap.Logger, opts ...Option)
 	g := &Gateway{cfg: cfg, loc: loc, now: time.Now, redis: r, db: d, log: log.Named("gateway"), reg: prometheus.NewRegistry(),
 		mysqlSlots: make(chan struct{}, cfg.MySQLMaxInflight), trusted: trusted,
 		users: newKeyedLimiter(cfg.UserRate, cfg.UserBurst), addrs: newKeyedLimiter(cfg.IPRate, cfg.IPBurst),
-		adminFails: newKeyedLimiter(float64(time.Second)/float64(adminFailEvery), adminFailBurst)}
+		adminFails: newKeyedLimiter(float64(time.Second)/float64(adminFailEvery), adminFailBurst),
+		soldOut:    newSoldOut(cfg.SoldOutRefresh, monotonic())}
 	for _, o := range opts {
 		o(g)
 	}
@@ -207,7 +216,7 @@ func (g *Gateway) shed(next http.Handler) http.Handler {
 // sweepLimiters forgets full buckets every few seconds until the returned
 // stop is called.
 func (g *Gateway) sweepLimiters() (stop func()) {
-	if g.users == nil && g.addrs == nil {
+	if g.users == nil && g.addrs == nil && g.soldOut.refresh == 0 {
 		return func() {}
 	}
 	done := make(chan struct{})
@@ -225,6 +234,7 @@ func (g *Gateway) sweepLimiters() (stop func()) {
 				g.users.sweep(now)
 				g.addrs.sweep(now)
 				g.adminFails.sweep(now)
+				g.soldOut.sweep()
 				g.metrics.limiterKeys.WithLabelValues("user").Set(float64(g.users.keys()))
 				g.metrics.limiterKeys.WithLabelValues("ip").Set(float64(g.addrs.keys()))
 			}

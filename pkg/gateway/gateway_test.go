@@ -109,14 +109,19 @@ func (f *fixture) createVoucher(body string) string {
 	return res.Body["id"].(string)
 }
 
-// persist has a worker persist what voucher id's partition holds.
+// persist has a worker persist what the partitions of voucher id (its
+// buckets') hold.
 func (f *fixture) persist(id string) {
 	f.t.Helper()
 	w, err := worker.New(worker.Config{Consumer: "w"}, f.env.RDB, f.env.DB, zaptest.NewLogger(f.t))
 	require.NoError(f.t, err)
-	entries, err := f.env.RDB.ReadGroup(context.Background(), f.env.RDB.PartitionOf(parseID(f.t, id)), "w", ">", 100, 10*time.Millisecond)
+	ps, err := f.env.RDB.PartitionsOfVoucher(context.Background(), parseID(f.t, id))
 	require.NoError(f.t, err)
-	require.NoError(f.t, w.Handle(context.Background(), entries))
+	for _, p := range ps {
+		entries, err := f.env.RDB.ReadGroup(context.Background(), p, "w", ">", 100, 10*time.Millisecond)
+		require.NoError(f.t, err)
+		require.NoError(f.t, w.Handle(context.Background(), entries))
+	}
 }
 
 func requireError(t *testing.T, res response, status int, code string) {

@@ -19,6 +19,8 @@ type metrics struct {
 	claims        *prometheus.CounterVec   // result, reason
 	claimSeconds  *prometheus.HistogramVec // result
 	scriptSeconds prometheus.Histogram
+	// pruned counts claims answered sold_out without Redis (prune.go).
+	pruned prometheus.Counter
 	// mysqlShed counts requests answered 503 because MySQLMaxInflight
 	// requests were already waiting on MySQL.
 	mysqlShed prometheus.Counter
@@ -50,6 +52,9 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "flashsale_redis_script_duration_seconds", Help: "Round trip of the admission script.", Buckets: latencyBuckets,
 			ConstLabels: prometheus.Labels{"script": "admit"},
 		}),
+		pruned: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "flashsale_claims_pruned_total", Help: "Claims answered sold_out by the gateway without running the admission script (FLASHSALE_SOLD_OUT_REFRESH).",
+		}),
 		mysqlShed: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "flashsale_mysql_requests_shed_total", Help: "Requests answered 503 at once because FLASHSALE_MYSQL_MAX_INFLIGHT requests were waiting on MySQL.",
 		}),
@@ -61,7 +66,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}, []string{"limiter"}),
 		outcomes: map[outcomeKey]outcome{},
 	}
-	reg.MustRegister(m.claims, m.claimSeconds, m.scriptSeconds, m.mysqlShed, m.shed, m.limiterKeys)
+	reg.MustRegister(m.claims, m.claimSeconds, m.scriptSeconds, m.pruned, m.mysqlShed, m.shed, m.limiterKeys)
 	keys := []outcomeKey{{resultAdmitted, ""}, {resultReplayed, ""}, {resultInvalid, ""}, {resultUnavailable, ""}}
 	for _, e := range errorTable {
 		if e.api.Status < 500 {

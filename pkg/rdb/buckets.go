@@ -75,6 +75,16 @@ func (s *Store) bucketsOfVoucher(ctx context.Context, v int64) ([]bucket, error)
 	return out, nil
 }
 
+// PartitionsOfVoucher are the partitions whose streams may hold orders of
+// voucher v, as Redis knows it.
+func (s *Store) PartitionsOfVoucher(ctx context.Context, v int64) ([]int, error) {
+	n, err := s.bucketsOf(ctx, v)
+	if err != nil {
+		return nil, err
+	}
+	return s.VoucherPartitions(v, n), nil
+}
+
 // VoucherPartitions are the partitions whose streams may hold orders of
 // voucher v, which has buckets buckets.
 func (s *Store) VoucherPartitions(v int64, buckets int) []int {

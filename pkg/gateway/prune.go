@@ -1,0 +1,107 @@
+package gateway
+
+// Pruning before Redis (seed 001's 剪枝): once a voucher is sold out, every
+// further claim would still run the admission script, a Redis round trip
+// each, though the answer is known. The gateway remembers, per voucher, the
+// least quantity Redis answered sold_out for, and answers claims of at
+// least that many units itself. Each flag is good for the refresh period
+// (FLASHSALE_SOLD_OUT_REFRESH): after it, one claim, and only one, goes to
+// Redis again and its answer renews or clears the flag. A unit given back
+// (a cancellation, an expiry, a top-up) is thus sold again at most one
+// period after it is back. A hot voucher's claim is answered sold_out by
+// the store only when all its buckets are dry, so one flag per voucher
+// covers its buckets.
+//
+// A claim carrying an Idempotency-Key is never pruned: it may be the retry
+// of an admitted claim, which must be answered with its order.
+
+import (
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+type soldOut struct {
+	refresh int64 // nanoseconds; 0: pruning off
+	now     func() int64
+	flags   sync.Map // voucher id -> *soldFlag
+}
+
+type soldFlag struct {
+	qty atomic.Int64 // the least quantity Redis answered sold_out for
+	at  atomic.Int64 // when the flag was set or last let a claim through
+}
+
+// monotonic is nanoseconds on the monotonic clock.
+func monotonic() func() int64 {
+	start := time.Now()
+	return func() int64 { return int64(time.Since(start)) }
+}
+
+func newSoldOut(refresh time.Duration, now func() int64) *soldOut {
+	return &soldOut{refresh: int64(refresh), now: now}
+}
+
+// prune reports whether a claim of qty units of voucher v is answered
+// sold_out without asking Redis.
+func (s *soldOut) prune(v, qty int64) bool {
+	if s.refresh == 0 {
+		return false
+	}
+	f, ok := s.flags.Load(v)
+	if !ok {
+		return false
+	}
+	fl := f.(*soldFlag)
+	if qty < fl.qty.Load() {
+		return false
+	}
+	at, now := fl.at.Load(), s.now()
+	if now-at < s.refresh {
+		return true
+	}
+	// Stale: this claim asks Redis (its answer sets the flag anew); the
+	// claims meanwhile are still pruned.
+	return !fl.at.CompareAndSwap(at, now)
+}
+
+// soldOutFor records Redis's sold_out answer to a claim of qty units.
+func (s *soldOut) soldOutFor(v, qty int64) {
+	if s.refresh == 0 {
+		return
+	}
+	f, _ := s.flags.LoadOrStore(v, &soldFlag{})
+	fl := f.(*soldFlag)
+	for {
+		q := fl.qty.Load()
+		if q != 0 && q <= qty || fl.qty.CompareAndSwap(q, qty) {
+			break
+		}
+	}
+	fl.at.Store(s.now())
+}
+
+// admitted records an admission: the voucher is not sold out.
+func (s *soldOut) admitted(v int64) {
+	if s.refresh == 0 {
+		return
+	}
+	if _, ok := s.flags.Load(v); ok {
+		s.flags.Delete(v)
+	}
+}
+
+// sweep forgets the flags not renewed for a minute: vouchers nobody
+// claims any more.
+func (s *soldOut) sweep() {
+	if s.refresh == 0 {
+		return
+	}
+	old := s.now() - int64(time.Minute)
+	s.flags.Range(func(k, f any) bool {
+		if f.(*soldFlag).at.Load() < old {
+			s.flags.Delete(k)
+		}
+		return true
+	})
+}

@@ -1,0 +1,126 @@
+package gateway_test
+
+import (
+	"context"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/flashsale/flashsale/pkg/gateway"
+	"github.com/flashsale/flashsale/pkg/internal/testenv"
+)
+
+// scriptRuns is how many scripts (EVALSHA and EVAL) the test's Redis ran.
+func scriptRuns(t *testing.T, f *fixture) int64 {
+	t.Helper()
+	info, err := f.env.RDB.Client().Info(context.Background(), "commandstats").Result()
+	require.NoError(t, err)
+	var n int64
+	for _, line := range strings.Split(info, "\n") {
+		if strings.HasPrefix(line, "cmdstat_evalsha:calls=") || strings.HasPrefix(line, "cmdstat_eval:calls=") {
+			calls, _, _ := strings.Cut(strings.SplitN(line, "=", 2)[1], ",")
+			c, err := strconv.ParseInt(calls, 10, 64)
+			require.NoError(t, err)
+			n += c
+		}
+	}
+	return n
+}
+
+// Once Redis answered sold_out, the gateway answers further claims itself
+// for FLASHSALE_SOLD_OUT_REFRESH; a unit given back is sold again by the
+// first claim after that, and not before.
+func TestSoldOutClaimsArePrunedForTheRefreshPeriod(t *testing.T) {
+	var clock atomic.Int64 // the pruning's monotonic clock, nanoseconds
+	const refresh = 200 * time.Millisecond
+	f := newFixtureOn(t, testenv.New(t, 4), gateway.Config{SoldOutRefresh: refresh},
+		gateway.WithPruneClock(func() int64 { return clock.Load() }))
+	id := f.createVoucher(`{"name":"p","stock":1}`)
+	claimPath := "/v1/vouchers/" + id + "/orders"
+	alice := f.token("alice")
+	first := f.do("POST", claimPath, alice, "", "Idempotency-Key", "k1")
+	require.Equal(t, http.StatusAccepted, first.Status, first.Raw)
+	requireError(t, f.do("POST", claimPath, f.token("bob"), ""), http.StatusConflict, "sold_out")
+
+	runs := scriptRuns(t, f)
+	for i := range 50 {
+		requireError(t, f.do("POST", claimPath, f.token("u"+strconv.Itoa(i)), ""), http.StatusConflict, "sold_out")
+	}
+	require.Equal(t, runs, scriptRuns(t, f), "sold-out claims are answered without Redis")
+
+	// A retry under an Idempotency-Key is never pruned: it gets its order.
+	again := f.do("POST", claimPath, alice, "", "Idempotency-Key", "k1")
+	require.Equal(t, http.StatusAccepted, again.Status, again.Raw)
+	require.Equal(t, first.Body["order_id"], again.Body["order_id"])
+
+	// The unit comes back (a cancellation).
+	f.persist(id)
+	require.Equal(t, http.StatusOK, f.do("POST", "/v1/orders/"+first.Body["order_id"].(string)+"/cancel", alice, "").Status)
+	runs = scriptRuns(t, f)
+	clock.Store(int64(refresh - time.Millisecond))
+	requireError(t, f.do("POST", claimPath, f.token("carol"), ""), http.StatusConflict, "sold_out")
+	require.Equal(t, runs, scriptRuns(t, f), "still within the refresh period")
+
+	clock.Store(int64(refresh))
+	res := f.do("POST", claimPath, f.token("carol"), "")
+	require.Equal(t, http.StatusAccepted, res.Status, "sold again once the period is over: %s", res.Raw)
+	require.Equal(t, runs+1, scriptRuns(t, f))
+
+	// Sold out again: one claim per period asks Redis, the rest are pruned.
+	clock.Store(int64(2 * refresh))
+	requireError(t, f.do("POST", claimPath, f.token("dave"), ""), http.StatusConflict, "sold_out")
+	clock.Store(int64(4 * refresh))
+	runs = scriptRuns(t, f)
+	for i := range 10 {
+		requireError(t, f.do("POST", claimPath, f.token("v"+strconv.Itoa(i)), ""), http.StatusConflict, "sold_out")
+	}
+	require.Equal(t, runs+1, scriptRuns(t, f), "the first claim after the period asks Redis, once")
+}
+
+// A claim for more units than are left does not prune smaller claims.
+func TestPruningKeepsSmallerQuantities(t *testing.T) {
+	var clock atomic.Int64
+	f := newFixtureOn(t, testenv.New(t, 4), gateway.Config{SoldOutRefresh: time.Second},
+		gateway.WithPruneClock(func() int64 { return clock.Load() }))
+	id := f.createVoucher(`{"name":"q","stock":3,"per_user_limit":5}`)
+	claimPath := "/v1/vouchers/" + id + "/orders"
+	requireError(t, f.do("POST", claimPath, f.token("a"), `{"quantity":4}`), http.StatusConflict, "sold_out")
+	requireError(t, f.do("POST", claimPath, f.token("b"), `{"quantity":5}`), http.StatusConflict, "sold_out")
+	require.Equal(t, http.StatusAccepted, f.do("POST", claimPath, f.token("c"), `{"quantity":3}`).Status)
+}
+
+// A hot voucher through the API: created over buckets, sold whole, and
+// the fields it refuses.
+func TestHotVoucherThroughTheAPI(t *testing.T) {
+	f := newFixture(t)
+	id := f.createVoucher(`{"name":"hot","stock":40,"stock_buckets":4}`)
+	v := f.do("GET", "/admin/v1/vouchers/"+id, admin, "")
+	require.EqualValues(t, 4, v.Body["stock_buckets"])
+	require.EqualValues(t, 40, v.Body["remaining_redis"])
+	for i := range 45 {
+		res := f.do("POST", "/v1/vouchers/"+id+"/orders", f.token("u"+strconv.Itoa(i)), "")
+		if i < 40 {
+			require.Equal(t, http.StatusAccepted, res.Status, "claim %d: %s", i, res.Raw)
+		} else {
+			requireError(t, res, http.StatusConflict, "sold_out")
+		}
+	}
+	f.persist(id)
+	v = f.do("GET", "/admin/v1/vouchers/"+id, admin, "")
+	require.EqualValues(t, 0, v.Body["remaining_redis"])
+	require.EqualValues(t, 0, v.Body["remaining_mysql"])
+
+	for _, body := range []string{
+		`{"name":"x","stock":4,"stock_buckets":0}`,
+		`{"name":"x","stock":4,"stock_buckets":65}`,
+		`{"name":"x","stock":4,"stock_buckets":"3"}`,
+		`{"name":"x","kind":"envelope","total_amount":1000,"count":10,"stock_buckets":2}`,
+	} {
+		requireError(t, f.do("POST", "/admin/v1/vouchers", admin, body), http.StatusBadRequest, "invalid_field")
+	}
+}
