@@ -39,6 +39,8 @@ type Config struct {
 	// ProfileDir, if set, receives CPU profiles of the gateway (64-connection
 	// admitted run) and of a worker (two-worker drain).
 	ProfileDir string
+	// CPUOnly runs only the CPU-per-claim rows and the scale-out run.
+	CPUOnly bool
 }
 
 // Measure is one throughput and latency measurement.
@@ -93,15 +95,17 @@ type E2E struct {
 
 // Report is a whole run.
 type Report struct {
-	When         time.Time `json:"when"`
-	Machine      string    `json:"machine"`
-	HTTPCeiling  []Measure `json:"http_ceiling"`
-	RedisCeiling []Measure `json:"redis_ceiling"`
-	Gateway      []Measure `json:"gateway"`
-	Drain        []Drain   `json:"drain"`
-	E2E          E2E       `json:"e2e"`
-	GatewayRSS   int64     `json:"gateway_peak_rss_bytes"`
-	WorkerRSS    int64     `json:"worker_peak_rss_bytes"`
+	When         time.Time    `json:"when"`
+	Machine      string       `json:"machine"`
+	HTTPCeiling  []Measure    `json:"http_ceiling"`
+	RedisCeiling []Measure    `json:"redis_ceiling"`
+	Gateway      []Measure    `json:"gateway"`
+	Drain        []Drain      `json:"drain"`
+	E2E          E2E          `json:"e2e"`
+	CPU          []CPUMeasure `json:"cpu_per_claim"`
+	ScaleOut     []ScaleOut   `json:"scale_out"`
+	GatewayRSS   int64        `json:"gateway_peak_rss_bytes"`
+	WorkerRSS    int64        `json:"worker_peak_rss_bytes"`
 }
 
 func (c Config) logf(format string, args ...any) {
@@ -142,12 +146,22 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	defer func() { _ = trivial.Process.Kill(); _ = trivial.Wait() }()
 	time.Sleep(300 * time.Millisecond)
 	for _, c := range cfg.Conns {
+		if cfg.CPUOnly {
+			break
+		}
 		req := Request(trivialAddr, "/", "x")
 		r := Drive(Load{Addr: trivialAddr, Conns: c, Duration: cfg.Duration, Next: func(int64) []byte { return req }})
 		rep.HTTPCeiling = append(rep.HTTPCeiling, measure("trivial net/http handler", "closed", c, 0, r))
 		cfg.logf("HTTP ceiling, %d conns: %.0f req/s", c, r.RPS())
 	}
+	if rep.CPU, err = cpuPerClaim(ctx, s, cfg, tokens, host, trivialAddr, trivial.Process.Pid); err != nil {
+		return nil, err
+	}
 	_ = trivial.Process.Kill()
+	if cfg.CPUOnly {
+		rep.ScaleOut, err = scaleOutRuns(ctx, cfg)
+		return rep, err
+	}
 
 	// 2. Redis ceiling: the admission script alone.
 	for _, c := range cfg.Conns {
@@ -305,7 +319,9 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if rep.E2E, err = endToEnd(ctx, s, cfg, tokens, host); err != nil {
 		return nil, err
 	}
-	return rep, nil
+	// 6. A hot voucher on one master and on three.
+	rep.ScaleOut, err = scaleOutRuns(ctx, cfg)
+	return rep, err
 }
 
 // profile fetches a CPU profile of d from a process's pprof listener into path.

@@ -37,6 +37,10 @@ func (r *Report) Print(w io.Writer) {
 		row(m, "claims")
 	}
 	tw.Flush()
+	r.printCPU(w)
+	if len(r.HTTPCeiling) == 0 { // -cpu-only
+		return
+	}
 	fmt.Fprintln(w)
 	tw = tabwriter.NewWriter(w, 0, 0, 1, ' ', tabwriter.Debug)
 	fmt.Fprintln(tw, "worker drain\tworkers\tbatch\torders\tseconds\torders/s\t")
@@ -68,4 +72,43 @@ func answers(m Measure) string {
 		parts = append(parts, fmt.Sprintf("errors:%d", m.Errors))
 	}
 	return strings.Join(parts, " ")
+}
+
+// printCPU writes the CPU-per-claim rows and the scale-out run.
+func (r *Report) printCPU(w io.Writer) {
+	if len(r.CPU) > 0 {
+		fmt.Fprintln(w)
+		tw := tabwriter.NewWriter(w, 0, 0, 1, ' ', tabwriter.Debug)
+		fmt.Fprintln(tw, "CPU per request	per second	server µs/req	vs bare handler	redis µs/req	answers	")
+		for _, m := range r.CPU {
+			vs, redis := "-", "-"
+			if m.VsBare > 0 {
+				vs = fmt.Sprintf("%.2f ×", m.VsBare)
+			}
+			if m.RedisUs > 0 || m.VsBare > 0 {
+				redis = fmt.Sprintf("%.1f", m.RedisUs)
+			}
+			fmt.Fprintf(tw, "%s\t%.0f\t%.1f\t%s\t%s\t%s\t\n", m.Name, m.PerSecond, m.ProcessUs, vs, redis, answers(Measure{Status: m.Status}))
+		}
+		tw.Flush()
+	}
+	if len(r.ScaleOut) > 0 {
+		fmt.Fprintln(w)
+		tw := tabwriter.NewWriter(w, 0, 0, 1, ' ', tabwriter.Debug)
+		fmt.Fprintln(tw, "hot voucher, 3-master cluster	admissions/s	master	admissions	CPU s	µs/admission	")
+		for _, so := range r.ScaleOut {
+			for i, m := range so.Masters {
+				name, rate := "", ""
+				if i == 0 {
+					name, rate = fmt.Sprintf("stock_buckets=%d", so.Buckets), fmt.Sprintf("%.0f", so.PerSecond)
+				}
+				per := "-"
+				if m.Admissions > 0 {
+					per = fmt.Sprintf("%.1f", m.CPUus)
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%.2f\t%s\t\n", name, rate, m.Addr, m.Admissions, m.CPUSeconds, per)
+			}
+		}
+		tw.Flush()
+	}
 }

@@ -76,7 +76,18 @@ func (s *Stack) WatchPersisted(ctx context.Context, voucher int64) *PersistWatch
 func (w *PersistWatch) Wait(ctx context.Context, n int64, timeout time.Duration) (time.Time, error) {
 	defer func() { w.stop(); <-w.done }()
 	deadline := time.Now().Add(timeout)
-	p := w.s.RDB.PartitionOf(w.voucher)
+	ps, err := w.s.RDB.PartitionsOfVoucher(ctx, w.voucher)
+	if err != nil {
+		return time.Time{}, err
+	}
+	drained := func() bool {
+		for _, p := range ps {
+			if b, err := w.s.RDB.PartitionBacklog(ctx, p); err != nil || b.Length != 0 || b.Pending != 0 {
+				return false
+			}
+		}
+		return true
+	}
 	for {
 		w.mu.Lock()
 		count := w.count
@@ -87,10 +98,8 @@ func (w *PersistWatch) Wait(ctx context.Context, n int64, timeout time.Duration)
 			}
 		}
 		w.mu.Unlock()
-		if count >= n {
-			if b, err := w.s.RDB.PartitionBacklog(ctx, p); err == nil && b.Length == 0 && b.Pending == 0 {
-				return at, nil
-			}
+		if count >= n && drained() {
+			return at, nil
 		}
 		if time.Now().After(deadline) {
 			return time.Time{}, fmt.Errorf("%d of %d admitted orders in MySQL after %s", count, n, timeout)

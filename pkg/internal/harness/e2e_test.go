@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
 	"github.com/flashsale/flashsale/pkg/db"
@@ -253,6 +254,7 @@ func TestEndToEndSaleOnARedisCluster(t *testing.T) {
 	require.NoError(t, err)
 	defer s.Close()
 
+	var mu sync.Mutex
 	var vouchers []int64
 	for i := range 3 { // three vouchers: three partitions, on different masters
 		v, err := s.CreateVoucher(ctx, harness.VoucherSpec{Name: "cluster " + strconv.Itoa(i), Stock: 200, PerUserLimit: 1})
@@ -276,6 +278,42 @@ func TestEndToEndSaleOnARedisCluster(t *testing.T) {
 		require.Empty(t, report.Violations())
 		require.EqualValues(t, 200, sale.Admitted)
 	}
+
+	// A hot voucher over three buckets, a worker killed mid-sale: every
+	// unit sold, none stranded in a bucket, both stores at zero, its keys
+	// on more than one master.
+	hot, err := s.CreateVoucher(ctx, harness.VoucherSpec{Name: "hot", Stock: 600, PerUserLimit: 2, StockBuckets: 3})
+	require.NoError(t, err)
+	watch := s.WatchPersisted(ctx, hot)
+	var once sync.Once
+	sale, err := s.RunSale(ctx, harness.SaleConfig{VoucherID: hot, Users: 500, Requests: 2000, Concurrency: 32, Seed: 9,
+		OnProgress: func(done int64) {
+			if done == 300 {
+				once.Do(func() { require.NoError(t, s.ReplaceWorker(1)) })
+			}
+		}})
+	require.NoError(t, err)
+	require.EqualValues(t, 600, sale.Admitted)
+	require.Zero(t, sale.AdmittedAfterSoldOut, "no claim was told sold_out while units were left")
+	_, err = watch.Wait(ctx, sale.Admitted, time.Minute)
+	require.NoError(t, err)
+	report, err := s.Check(ctx, hot, sale)
+	require.NoError(t, err)
+	require.Empty(t, report.Violations())
+	require.Zero(t, report.RedisRemaining)
+	require.Zero(t, report.MySQLRemaining)
+	masters := map[string]bool{}
+	require.NoError(t, s.Cluster.Client().ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error {
+		keys, err := m.Keys(ctx, "flashsale:*:v:"+strconv.FormatInt(hot, 10)+"*").Result()
+		if len(keys) > 0 {
+			mu.Lock()
+			masters[m.Options().Addr] = true
+			mu.Unlock()
+		}
+		return err
+	}))
+	require.GreaterOrEqual(t, len(masters), 2, "the hot voucher's keys are on several masters")
+
 	out, err := s.RunOutput(ctx, "reaper", "reconcile", "--json")
 	require.NoError(t, err, out)
 	var rec struct {
@@ -284,7 +322,7 @@ func TestEndToEndSaleOnARedisCluster(t *testing.T) {
 		} `json:"vouchers"`
 	}
 	require.NoError(t, json.Unmarshal([]byte(out), &rec), out)
-	require.Len(t, rec.Vouchers, 3)
+	require.Len(t, rec.Vouchers, 4)
 	for _, v := range rec.Vouchers {
 		require.Empty(t, v.Differences)
 	}

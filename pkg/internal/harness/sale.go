@@ -83,6 +83,8 @@ type VoucherSpec struct {
 	MinAmount   int64 `json:"min_amount,omitempty"`
 	// Codes.
 	Codes []string `json:"codes,omitempty"`
+	// StockBuckets spreads a hot voucher over Redis buckets.
+	StockBuckets int `json:"stock_buckets,omitempty"`
 }
 
 // Codes returns n distinct codes.
@@ -155,6 +157,11 @@ type SaleResult struct {
 	Latency  *hdrhistogram.Histogram // microseconds
 	// LastAdmit is when the last 202 arrived.
 	LastAdmit time.Time
+	// AdmittedAfterSoldOut counts the 202s to claims sent after a sold_out
+	// had been answered: units that were left when a claim was told the
+	// voucher was sold out (with no units given back, 0 means none was
+	// stranded in another bucket).
+	AdmittedAfterSoldOut int64
 }
 
 // RunSale fires cfg.Requests claims from cfg.Users distinct users.
@@ -187,7 +194,10 @@ func (s *Stack) RunSale(ctx context.Context, cfg SaleConfig) (*SaleResult, error
 		mu   sync.Mutex
 		next atomic.Int64
 		done atomic.Int64
-		wg   sync.WaitGroup
+		// firstSoldOut is when the first sold_out arrived, ns since start
+		// (0: none yet).
+		firstSoldOut atomic.Int64
+		wg           sync.WaitGroup
 	)
 	var pace <-chan time.Time
 	if cfg.Rate > 0 {
@@ -204,7 +214,7 @@ func (s *Stack) RunSale(ctx context.Context, cfg SaleConfig) (*SaleResult, error
 			grng := rand.New(rand.NewPCG(cfg.Seed, uint64(g)+100))
 			hist := hdrhistogram.New(1, 60_000_000, 3)
 			local := map[string]int64{}
-			var admitted, errs, unavailable int64
+			var admitted, errs, unavailable, afterSoldOut int64
 			orders := map[int64]string{}
 			amounts := map[int64]int64{}
 			var lastAdmit time.Time
@@ -238,6 +248,7 @@ func (s *Stack) RunSale(ctx context.Context, cfg SaleConfig) (*SaleResult, error
 					claim = map[string]int{"quantity": 1 + grng.IntN(cfg.MaxQuantity)}
 				}
 				t0 := time.Now()
+				soldOutBefore := firstSoldOut.Load() != 0
 				status, err := client.Do(ctx, "POST", path, tokens[u], claim, &body)
 				_ = hist.RecordValue(time.Since(t0).Microseconds())
 				switch {
@@ -252,6 +263,9 @@ func (s *Stack) RunSale(ctx context.Context, cfg SaleConfig) (*SaleResult, error
 						break
 					}
 					admitted++
+					if soldOutBefore {
+						afterSoldOut++
+					}
 					orders[id] = userName(u)
 					if body.Amount > 0 {
 						amounts[id] = body.Amount
@@ -262,6 +276,9 @@ func (s *Stack) RunSale(ctx context.Context, cfg SaleConfig) (*SaleResult, error
 					}
 				default:
 					local[body.Error]++
+					if body.Error == "sold_out" {
+						firstSoldOut.CompareAndSwap(0, max(1, int64(time.Since(start))))
+					}
 				}
 				if cfg.OnProgress != nil {
 					cfg.OnProgress(done.Add(1))
@@ -289,6 +306,7 @@ func (s *Stack) RunSale(ctx context.Context, cfg SaleConfig) (*SaleResult, error
 			res.Admitted += admitted
 			res.Errors += errs
 			res.Unavailable += unavailable
+			res.AdmittedAfterSoldOut += afterSoldOut
 			if lastAdmit.After(res.LastAdmit) {
 				res.LastAdmit = lastAdmit
 			}

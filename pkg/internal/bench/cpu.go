@@ -1,0 +1,317 @@
+package bench
+
+// CPU per claim. On two cores the load generator, the gateway and Redis
+// share the machine, so claims/s mostly measures how they share it. What
+// a claim costs is measured here instead, from each process's own CPU
+// time over a run: the gateway's (/proc/PID/stat) next to a bare net/http
+// handler's in the same run, and redis-server's (INFO cpu, every thread).
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/flashsale/flashsale/pkg/internal/harness"
+	"github.com/flashsale/flashsale/pkg/order"
+	"github.com/flashsale/flashsale/pkg/rdb"
+)
+
+// CPUMeasure is the CPU one claim costs, in microseconds.
+type CPUMeasure struct {
+	Name      string  `json:"name"`
+	Requests  int64   `json:"requests"`
+	PerSecond float64 `json:"per_second"`
+	// ProcessUs is the HTTP server's CPU per request (the gateway's, or
+	// the bare handler's on its own row).
+	ProcessUs float64 `json:"process_us_per_request"`
+	// VsBare is ProcessUs over the bare handler's, measured in the same run.
+	VsBare  float64 `json:"vs_bare_handler,omitempty"`
+	RedisUs float64 `json:"redis_us_per_request"`
+	Status  map[string]int64
+}
+
+// procCPU is the CPU time process pid has used (user and system).
+func procCPU(pid int) (time.Duration, error) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0, err
+	}
+	// Fields after the command name, which is in parentheses: utime and
+	// stime are the 12th and 13th after it, in clock ticks (100 Hz).
+	s := string(b)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
+	ut, err1 := strconv.ParseInt(f[11], 10, 64)
+	st, err2 := strconv.ParseInt(f[12], 10, 64)
+	if err1 != nil || err2 != nil {
+		return 0, fmt.Errorf("parse /proc/%d/stat", pid)
+	}
+	return time.Duration(ut+st) * 10 * time.Millisecond, nil
+}
+
+// redisCPU is the CPU time one redis-server has used (INFO cpu).
+func redisCPU(ctx context.Context, c *redis.Client) (time.Duration, error) {
+	info, err := c.Info(ctx, "cpu").Result()
+	if err != nil {
+		return 0, err
+	}
+	var total float64
+	for _, l := range strings.Split(info, "\r\n") {
+		k, v, ok := strings.Cut(l, ":")
+		if ok && (k == "used_cpu_sys" || k == "used_cpu_user") {
+			x, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				return 0, err
+			}
+			total += x
+		}
+	}
+	return time.Duration(total * float64(time.Second)), nil
+}
+
+// cpuOf measures the CPU pid (and Redis, when redisClient is set) uses
+// while load runs.
+func cpuOf(ctx context.Context, name string, pid int, redisClient *redis.Client, load func() *Result) (CPUMeasure, error) {
+	p0, err := procCPU(pid)
+	if err != nil {
+		return CPUMeasure{}, err
+	}
+	var r0 time.Duration
+	if redisClient != nil {
+		if r0, err = redisCPU(ctx, redisClient); err != nil {
+			return CPUMeasure{}, err
+		}
+	}
+	r := load()
+	p1, err := procCPU(pid)
+	if err != nil {
+		return CPUMeasure{}, err
+	}
+	m := CPUMeasure{Name: name, Requests: r.Requests, PerSecond: r.RPS(), Status: map[string]int64{}}
+	for s, n := range r.Status {
+		m.Status[strconv.Itoa(s)] = n
+	}
+	if r.Requests == 0 {
+		return m, fmt.Errorf("%s: no requests", name)
+	}
+	m.ProcessUs = float64((p1 - p0).Microseconds()) / float64(r.Requests)
+	if redisClient != nil {
+		r1, err := redisCPU(ctx, redisClient)
+		if err != nil {
+			return m, err
+		}
+		m.RedisUs = float64((r1 - r0).Microseconds()) / float64(r.Requests)
+	}
+	return m, nil
+}
+
+// MasterCPU is one master's part of a hot voucher's admissions.
+type MasterCPU struct {
+	Addr       string  `json:"addr"`
+	Admissions int64   `json:"admissions"`
+	CPUus      float64 `json:"cpu_us_per_admission"`
+	CPUSeconds float64 `json:"cpu_seconds"`
+}
+
+// ScaleOut is the hot voucher's admissions on a 3-master cluster, its
+// stock in one bucket (one master) or in three.
+type ScaleOut struct {
+	Buckets    int         `json:"stock_buckets"`
+	PerSecond  float64     `json:"admissions_per_s"`
+	Admissions int64       `json:"admissions"`
+	Masters    []MasterCPU `json:"masters"`
+}
+
+// scaleOut drives the admission script (rdb.Store, as the gateway's
+// batcher does: pipelines of 32 from conns clients) at one voucher with
+// buckets buckets for d, on the cluster stack s.
+func scaleOut(ctx context.Context, s *harness.Stack, buckets, conns int, d time.Duration, logf func(string, ...any)) (ScaleOut, error) {
+	out := ScaleOut{Buckets: buckets}
+	cc := s.Cluster.Client()
+	defer cc.Close()
+	store, err := rdb.New(cc, s.RDB.Partitions(), "")
+	if err != nil {
+		return out, err
+	}
+	if err := store.Load(ctx); err != nil {
+		return out, err
+	}
+	// A voucher whose buckets are on as many masters as it has buckets
+	// (up to three): voucher ids are given by MySQL, the partitions' slots
+	// by the cluster, so look for one.
+	var v int64
+	for try := 0; ; try++ {
+		if v, err = s.CreateVoucher(ctx, harness.VoucherSpec{Name: "scale-out", Stock: 10_000_000, PerUserLimit: 1, StockBuckets: buckets}); err != nil {
+			return out, err
+		}
+		masters := map[string]bool{}
+		for _, p := range s.RDB.VoucherPartitions(v, buckets) {
+			n, err := cc.MasterForKey(ctx, rdb.StreamKey(p))
+			if err != nil {
+				return out, err
+			}
+			masters[n.Options().Addr] = true
+		}
+		if len(masters) == min(buckets, 3) || try == 20 {
+			break
+		}
+	}
+	before := map[string]time.Duration{}
+	var mu sync.Mutex
+	cpuAll := func(into map[string]time.Duration) error {
+		return cc.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error {
+			t, err := redisCPU(ctx, m)
+			mu.Lock()
+			into[m.Options().Addr] = t
+			mu.Unlock()
+			return err
+		})
+	}
+	if err := cpuAll(before); err != nil {
+		return out, err
+	}
+	var n, user atomic.Int64
+	perPartition := make([]atomic.Int64, s.RDB.Partitions())
+	var wg sync.WaitGroup
+	now := time.Now()
+	day := order.Day(now, time.UTC)
+	start := time.Now()
+	end := start.Add(d)
+	for range conns {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			claims := make([]rdb.Claim, 32)
+			for time.Now().Before(end) && ctx.Err() == nil {
+				for i := range claims {
+					claims[i] = rdb.Claim{VoucherID: v, UserID: "s" + strconv.FormatInt(user.Add(1), 10), Now: now, Day: day}
+				}
+				as, errs, err := store.AdmitMany(ctx, claims)
+				if err != nil {
+					continue
+				}
+				for i, e := range errs {
+					if e == nil {
+						n.Add(1)
+						p, _ := order.EntryOf(as[i].OrderID)
+						perPartition[p].Add(1)
+					}
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	after := map[string]time.Duration{}
+	if err := cpuAll(after); err != nil {
+		return out, err
+	}
+	out.Admissions = n.Load()
+	out.PerSecond = float64(out.Admissions) / elapsed.Seconds()
+	byMaster := map[string]int64{}
+	for p := range perPartition {
+		if k := perPartition[p].Load(); k > 0 {
+			m, err := cc.MasterForKey(ctx, rdb.StreamKey(p))
+			if err != nil {
+				return out, err
+			}
+			byMaster[m.Options().Addr] += k
+		}
+	}
+	for addr, t := range after {
+		used := t - before[addr]
+		m := MasterCPU{Addr: addr, Admissions: byMaster[addr], CPUSeconds: used.Seconds()}
+		if m.Admissions > 0 {
+			m.CPUus = float64(used.Microseconds()) / float64(m.Admissions)
+		}
+		out.Masters = append(out.Masters, m)
+		logf("scale-out, %d bucket(s): master %s: %d admissions, %.2fs CPU, %.1f µs/admission", buckets, addr, m.Admissions, m.CPUSeconds, m.CPUus)
+	}
+	return out, nil
+}
+
+// cpuPerClaim measures, at the first concurrency level, the bare handler's
+// CPU per request, then the gateway's and Redis's per claim admitted and
+// per claim of a sold-out voucher (pruned in the gateway).
+func cpuPerClaim(ctx context.Context, s *harness.Stack, cfg Config, tokens []string, host, trivialAddr string, trivialPid int) ([]CPUMeasure, error) {
+	conns := cfg.Conns[0]
+	rc, _ := s.RDB.Client().(*redis.Client)
+	if rc == nil {
+		return nil, fmt.Errorf("cpu per claim needs a single redis-server")
+	}
+	bareReq := Request(trivialAddr, "/", "x")
+	bare, err := cpuOf(ctx, "bare net/http handler", trivialPid, nil, func() *Result {
+		return Drive(Load{Addr: trivialAddr, Conns: conns, Duration: cfg.Duration, Next: func(int64) []byte { return bareReq }})
+	})
+	if err != nil {
+		return nil, err
+	}
+	cfg.logf("CPU: bare handler %.1f µs/request (%.0f req/s)", bare.ProcessUs, bare.PerSecond)
+	out := []CPUMeasure{bare}
+	for _, row := range []struct {
+		name  string
+		stock int64
+	}{
+		{"gateway claims, admitted", 10_000_000},
+		{"gateway claims, sold out, after pruning", 1},
+	} {
+		v, err := s.CreateVoucher(ctx, harness.VoucherSpec{Name: row.name, Stock: row.stock, PerUserLimit: 1})
+		if err != nil {
+			return nil, err
+		}
+		path := "/v1/vouchers/" + strconv.FormatInt(v, 10) + "/orders"
+		next := func(i int64) []byte { return Request(host, path, tokens[i%int64(len(tokens))]) }
+		if row.stock == 1 { // sell the unit, so every claim measured is sold out
+			Drive(Load{Addr: host, Conns: 1, MaxRequests: 2, Duration: time.Second, Next: next})
+		}
+		m, err := cpuOf(ctx, row.name, s.Gateway.Pid(), rc, func() *Result {
+			return Drive(Load{Addr: host, Conns: conns, Duration: cfg.Duration, Next: next})
+		})
+		if err != nil {
+			return nil, err
+		}
+		m.VsBare = m.ProcessUs / bare.ProcessUs
+		cfg.logf("CPU: %s: gateway %.1f µs/claim (%.2f × bare), redis %.1f µs/claim, %.0f claims/s, status %v",
+			row.name, m.ProcessUs, m.VsBare, m.RedisUs, m.PerSecond, m.Status)
+		out = append(out, m)
+		if err := resetStreams(ctx, s); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// scaleOutRuns starts a stack on a 3-master Redis Cluster and measures a
+// hot voucher with its stock in one bucket, then in three.
+func scaleOutRuns(ctx context.Context, cfg Config) ([]ScaleOut, error) {
+	s, err := harness.StartStack(ctx, harness.Options{Dir: cfg.Dir + "/cluster", Workers: 0, Partitions: 8, Cluster: true,
+		Env: []string{"FLASHSALE_AUDIT_LOG=false", "FLASHSALE_LOG_LEVEL=warn"}})
+	if err != nil {
+		return nil, err
+	}
+	defer s.Close()
+	var out []ScaleOut
+	for _, b := range []int{1, 3} {
+		r, err := scaleOut(ctx, s, b, cfg.Conns[0], cfg.Duration, cfg.logf)
+		if err != nil {
+			return out, err
+		}
+		cfg.logf("scale-out: stock_buckets=%d: %.0f admissions/s", b, r.PerSecond)
+		out = append(out, r)
+		if err := s.Cluster.Client().ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error {
+			return m.FlushAll(ctx).Err()
+		}); err != nil {
+			return out, err
+		}
+		if err := s.RDB.EnsureGroups(ctx); err != nil {
+			return out, err
+		}
+	}
+	return out, nil
+}
