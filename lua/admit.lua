@@ -4,12 +4,18 @@
 -- Every key below carries the hash tag {pP}, so the script touches one slot and
 -- runs unchanged on Redis Cluster. The stream of partition P carries the same tag.
 --
--- KEYS[1] -> flashsale:{pP}:v:V            voucher hash: stock, limit, daily, start_ms, end_ms, expire_s, pool, paused, buckets
--- KEYS[2] -> flashsale:{pP}:v:V:users      hash user -> orders held (all time)
--- KEYS[3] -> flashsale:{pP}:v:V:day:D      hash user -> orders taken on day D
--- KEYS[4] -> flashsale:{pP}:v:V:idem:U:K   idempotency record (ignored when ARGV[4] == 0)
--- KEYS[5] -> flashsale:{pP}:orders         the partition's order stream
--- KEYS[6] -> flashsale:{pP}:v:V:pool       list of the items left (pooled kinds: envelopes, codes)
+-- KEYS[1] -> flashsale:{pP}:v:V            voucher hash: stock, limit, daily, start_ms, end_ms, expire_s, pool, paused,
+--                                          buckets, and u:USER -> units user USER holds (all time)
+-- KEYS[2] -> flashsale:{pP}:v:V:day:D      hash user -> units taken on day D
+-- KEYS[3] -> flashsale:{pP}:v:V:idem:U:K   idempotency record (ignored when ARGV[4] == 0)
+-- KEYS[4] -> flashsale:{pP}:orders         the partition's order stream
+-- KEYS[5] -> flashsale:{pP}:v:V:pool       list of the items left (pooled kinds: envelopes, codes)
+--
+-- Cost: every redis.call is a few microseconds of Redis's one thread, so
+-- the common claim (units, no daily limit, no idempotency key) makes three:
+-- one HMGET reads the voucher and the user's count together (the counts
+-- are fields of the voucher hash for that reason), one XADD, one HSET
+-- writes the new stock and count.
 --
 -- ARGV[1] -> user id
 -- ARGV[2] -> now, unix milliseconds (the caller's clock, so tests can move it)
@@ -50,7 +56,7 @@ local idem_ttl = tonumber(ARGV[4])
 local qty = tonumber(ARGV[7])
 
 if idem_ttl > 0 then
-  local prev = redis.call('GET', KEYS[4])
+  local prev = redis.call('GET', KEYS[3])
   if prev then
     -- "entry_id item" (item '' for units)
     local id, item = string.match(prev, '^(%S+) ?(.*)$')
@@ -58,7 +64,8 @@ if idem_ttl > 0 then
   end
 end
 
-local v = redis.call('HMGET', KEYS[1], 'stock', 'limit', 'daily', 'start_ms', 'end_ms', 'expire_s', 'pool', 'paused', 'buckets')
+local ufield = 'u:' .. user
+local v = redis.call('HMGET', KEYS[1], 'stock', 'limit', 'daily', 'start_ms', 'end_ms', 'expire_s', 'pool', 'paused', 'buckets', ufield)
 if not v[1] then
   return {1}
 end
@@ -82,50 +89,47 @@ local pooled = v[7] == '1'
 if qty > limit or (pooled and qty ~= 1) then
   return {8}
 end
-if tonumber(v[1]) < qty then
+local stock = tonumber(v[1])
+if stock < qty then
   return {4}
 end
-if (tonumber(redis.call('HGET', KEYS[2], user)) or 0) + qty > limit then
+local held = tonumber(v[10]) or 0
+if held + qty > limit then
   return {5}
 end
 local daily = tonumber(v[3])
-if daily > 0 and (tonumber(redis.call('HGET', KEYS[3], user)) or 0) + qty > daily then
+if daily > 0 and (tonumber(redis.call('HGET', KEYS[2], user)) or 0) + qty > daily then
   return {6}
 end
 
 local item = ''
 if pooled then
-  item = redis.call('LPOP', KEYS[6])
+  item = redis.call('LPOP', KEYS[5])
   if not item then
     return {4}
   end
 end
 
-local id = redis.call('XADD', KEYS[5], '*', 'voucher_id', ARGV[6], 'user_id', user,
+local id = redis.call('XADD', KEYS[4], '*', 'voucher_id', ARGV[6], 'user_id', user,
   'created_ms', ARGV[2], 'day', ARGV[3], 'quantity', ARGV[7], 'item', item)
 -- The order id keeps 12 bits of the entry's per-millisecond sequence. More than
 -- 4096 entries in one millisecond in one partition cannot be numbered: undo.
 local seq = tonumber(string.match(id, '-(%d+)$'))
 if seq >= 4096 then
-  redis.call('XDEL', KEYS[5], id)
+  redis.call('XDEL', KEYS[4], id)
   if pooled then
-    redis.call('LPUSH', KEYS[6], item)
+    redis.call('LPUSH', KEYS[5], item)
   end
   return {7}
 end
 
-redis.call('HINCRBY', KEYS[1], 'stock', -qty)
--- The users hash goes when the voucher's keys go (expire_s, unix seconds;
--- 0 = never): set once, by the admission that creates it.
-local expire_s = tonumber(v[6]) or 0
-if redis.call('HINCRBY', KEYS[2], user, qty) == qty and expire_s > 0 then
-  redis.call('EXPIREAT', KEYS[2], expire_s, 'NX')
-end
+-- Read above in this same script: nothing changed them since.
+redis.call('HSET', KEYS[1], 'stock', stock - qty, ufield, held + qty)
 if daily > 0 then
-  redis.call('HINCRBY', KEYS[3], user, qty)
-  redis.call('EXPIRE', KEYS[3], tonumber(ARGV[5]))
+  redis.call('HINCRBY', KEYS[2], user, qty)
+  redis.call('EXPIRE', KEYS[2], tonumber(ARGV[5]))
 end
 if idem_ttl > 0 then
-  redis.call('SET', KEYS[4], id .. ' ' .. item, 'EX', idem_ttl)
+  redis.call('SET', KEYS[3], id .. ' ' .. item, 'EX', idem_ttl)
 end
 return {0, id, 0, item}

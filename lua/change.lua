@@ -5,9 +5,8 @@
 --
 -- KEYS[1] -> flashsale:{pP}:v:V            voucher hash (stock, end_ms, expire_s, change_id)
 -- KEYS[2] -> flashsale:{pP}:v:V:changes    set of change ids applied
--- KEYS[3] -> flashsale:{pP}:v:V:users      the users hash (its expiry follows the voucher's)
--- KEYS[4] -> flashsale:{pP}:v:V:released   the released set (likewise)
--- KEYS[5] -> flashsale:{pP}:v:V:pool       the pool (likewise)
+-- KEYS[3] -> flashsale:{pP}:v:V:released   the released set (its expiry follows the voucher's)
+-- KEYS[4] -> flashsale:{pP}:v:V:pool       the pool (likewise)
 --
 -- ARGV[1] -> change id
 -- ARGV[2] -> units to add to stock (0: none)
@@ -34,7 +33,7 @@ local id = tonumber(ARGV[1])
 if end_ms > 0 and id > (tonumber(redis.call('HGET', KEYS[1], 'end_change')) or 0) then
   local expire_s = tonumber(ARGV[4])
   redis.call('HSET', KEYS[1], 'end_ms', end_ms, 'expire_s', expire_s, 'end_change', id)
-  for i = 1, 5 do
+  for i = 1, 4 do
     if i ~= 2 and redis.call('EXISTS', KEYS[i]) == 1 then
       redis.call('EXPIREAT', KEYS[i], expire_s)
     end

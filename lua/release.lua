@@ -3,11 +3,10 @@
 -- cancellations). The per-voucher set of released orders makes a second call
 -- for the same order a no-op, so a caller may retry until it gets an answer.
 --
--- KEYS[1] -> flashsale:{pP}:v:V            voucher hash (stock)
--- KEYS[2] -> flashsale:{pP}:v:V:users      hash user -> orders held
--- KEYS[3] -> flashsale:{pP}:v:V:day:D      hash user -> orders taken on day D
--- KEYS[4] -> flashsale:{pP}:v:V:released   set of order ids already released
--- KEYS[5] -> flashsale:{pP}:v:V:pool       list of the items left (pooled kinds)
+-- KEYS[1] -> flashsale:{pP}:v:V            voucher hash (stock, u:USER -> units held)
+-- KEYS[2] -> flashsale:{pP}:v:V:day:D      hash user -> units taken on day D
+-- KEYS[3] -> flashsale:{pP}:v:V:released   set of order ids already released
+-- KEYS[4] -> flashsale:{pP}:v:V:pool       list of the items left (pooled kinds)
 --
 -- ARGV[1] -> order id
 -- ARGV[2] -> user id
@@ -21,13 +20,13 @@
 if redis.call('EXISTS', KEYS[1]) == 0 then
   return 0
 end
-if redis.call('SADD', KEYS[4], ARGV[1]) == 0 then
+if redis.call('SADD', KEYS[3], ARGV[1]) == 0 then
   return 0
 end
 -- The released set goes when the voucher's keys go (expire_s; 0 = never).
 local expire_s = tonumber(redis.call('HGET', KEYS[1], 'expire_s')) or 0
 if expire_s > 0 then
-  redis.call('EXPIREAT', KEYS[4], expire_s, 'NX')
+  redis.call('EXPIREAT', KEYS[3], expire_s, 'NX')
 end
 local qty = tonumber(ARGV[3])
 -- A closed voucher (an envelope sale over and refunded, see rdb.ClosePool)
@@ -39,19 +38,20 @@ end
 if ARGV[4] ~= '' and not closed then
   -- At the head: the next claim sells it again. A pool emptied by its last
   -- admission is gone, expiry and all: the push makes it anew.
-  redis.call('LPUSH', KEYS[5], ARGV[4])
+  redis.call('LPUSH', KEYS[4], ARGV[4])
   if expire_s > 0 then
-    redis.call('EXPIREAT', KEYS[5], expire_s, 'NX')
+    redis.call('EXPIREAT', KEYS[4], expire_s, 'NX')
   end
 end
 -- The counts never go below zero (a count rebuilt by reconcile may already
 -- leave the order out).
-local held = tonumber(redis.call('HGET', KEYS[2], ARGV[2])) or 0
+local ufield = 'u:' .. ARGV[2]
+local held = tonumber(redis.call('HGET', KEYS[1], ufield)) or 0
 if held > 0 then
-  redis.call('HINCRBY', KEYS[2], ARGV[2], -math.min(held, qty))
+  redis.call('HINCRBY', KEYS[1], ufield, -math.min(held, qty))
 end
-local today = tonumber(redis.call('HGET', KEYS[3], ARGV[2])) or 0
+local today = tonumber(redis.call('HGET', KEYS[2], ARGV[2])) or 0
 if today > 0 then
-  redis.call('HINCRBY', KEYS[3], ARGV[2], -math.min(today, qty))
+  redis.call('HINCRBY', KEYS[2], ARGV[2], -math.min(today, qty))
 end
 return 1

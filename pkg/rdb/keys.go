@@ -10,7 +10,7 @@ import "strconv"
 //	flashsale:{pP}:orders              stream of admitted orders
 //	flashsale:{pP}:dead                dead-letter stream
 //	flashsale:{pP}:v:V                 voucher hash: stock, limit, daily, start_ms, end_ms, buckets, ...
-//	flashsale:{pP}:v:V:users           hash user -> orders held
+//	                                   and u:USER -> units user USER holds (read with the voucher, one HMGET)
 //	flashsale:{pP}:v:V:day:YYYYMMDD    hash user -> orders taken that day
 //	flashsale:{pP}:v:V:idem:U:K        idempotency record of user U, key K
 //	flashsale:{pP}:v:V:released        set of order ids whose reservation was given back
@@ -54,7 +54,6 @@ func (b bucket) key() string {
 	}
 	return k
 }
-func (b bucket) users() string         { return b.key() + ":users" }
 func (b bucket) day(day string) string { return b.key() + ":day:" + day }
 func (b bucket) released() string      { return b.key() + ":released" }
 func (b bucket) pool() string          { return b.key() + ":pool" }
@@ -65,6 +64,11 @@ func (b bucket) stream() string        { return StreamKey(b.p) }
 func (b bucket) idem(user, k string) string {
 	return b.key() + ":idem:" + user + ":" + k
 }
+
+// userPrefix starts the voucher hash's field of a user's count.
+const userPrefix = "u:"
+
+func userField(user string) string { return userPrefix + user }
 
 // MaxBuckets bounds a voucher's stock_buckets.
 const MaxBuckets = 64

@@ -258,7 +258,7 @@ func (s *Store) UserCount(ctx context.Context, v int64, user string) (int64, err
 	if err != nil {
 		return 0, err
 	}
-	n, err := s.c.HGet(ctx, b.users(), user).Int64()
+	n, err := s.c.HGet(ctx, b.key(), userField(user)).Int64()
 	if errors.Is(err, redis.Nil) {
 		return 0, nil
 	}
@@ -443,7 +443,7 @@ func (s *Store) admitArgs(c Claim) (bucket, []string, []any) {
 			ttl = 1
 		}
 	}
-	keys := []string{b.key(), b.users(), b.day(c.Day), idem, b.stream(), b.pool()}
+	keys := []string{b.key(), b.day(c.Day), idem, b.stream(), b.pool()}
 	return b, keys, []any{c.UserID, c.Now.UnixMilli(), c.Day, ttl, int64(DayKeyTTL / time.Second), c.VoucherID, max(c.Quantity, 1), n}
 }
 
@@ -483,7 +483,7 @@ func (s *Store) Release(ctx context.Context, o order.Order) (released bool, err 
 	if err != nil {
 		return false, err
 	}
-	keys := []string{b.key(), b.users(), b.day(o.Day), b.released(), b.pool()}
+	keys := []string{b.key(), b.day(o.Day), b.released(), b.pool()}
 	n, err := lua.Release.Run(ctx, s.c, keys, o.ID, o.UserID, o.Units(), o.Item.Encode()).Int64()
 	if err != nil {
 		return false, fmt.Errorf("release order %d: %w", o.ID, err)
@@ -588,7 +588,7 @@ func (s *Store) ApplyChange(ctx context.Context, c Change) (applied bool, err er
 		if b.n > 0 {
 			add = 0
 		}
-		keys := []string{b.key(), b.changes(), b.users(), b.released(), b.pool()}
+		keys := []string{b.key(), b.changes(), b.released(), b.pool()}
 		n, err := lua.Change.Run(ctx, s.c, keys, c.ID, add, unixMs(c.EndsAt), unixS(c.ExpireAt)).Int64()
 		if err != nil {
 			return applied, fmt.Errorf("apply change %d of voucher %d: %w", c.ID, c.VoucherID, err)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -70,12 +71,24 @@ func (s *Store) ReadVoucherState(ctx context.Context, v int64, days []string) (V
 	}
 	released := map[string]bool{}
 	for _, b := range buckets {
-		users, err := s.intHash(ctx, b.users())
-		if err != nil {
-			return st, err
+		if b.n > 0 {
+			if h, err = s.c.HGetAll(ctx, b.key()).Result(); err != nil {
+				return st, fmt.Errorf("read voucher %d bucket %d: %w", v, b.n, err)
+			}
 		}
-		for u, n := range users {
-			st.Users[u] += n
+		// The users' counts are the voucher hash's u:USER fields.
+		for f, val := range h {
+			u, ok := strings.CutPrefix(f, userPrefix)
+			if !ok {
+				continue
+			}
+			n, err := strconv.ParseInt(val, 10, 64)
+			if err != nil {
+				return st, fmt.Errorf("voucher %d field %s: %w", v, f, err)
+			}
+			if n != 0 {
+				st.Users[u] += n
+			}
 		}
 		for _, d := range days {
 			counts, err := s.intHash(ctx, b.day(d))
@@ -183,13 +196,17 @@ func (s *Store) RewriteVoucher(ctx context.Context, st VoucherState, released, c
 		}
 	}
 	err := s.eachBucketTx(ctx, st.Voucher, func(pipe redis.Pipeliner, bk bucket) {
+		// The hash is written anew: its users' counts are fields of it.
+		pipe.Del(ctx, bk.key())
 		s.putVoucherHash(ctx, pipe, bk, st.Voucher)
 		b := bk.n
 		expire := func(key string) { expire(ctx, pipe, key, st.Voucher.ExpireAt) }
-		pipe.Del(ctx, bk.users())
-		if len(users[b]) > 0 {
-			pipe.HSet(ctx, bk.users(), flatten(users[b])...)
-			expire(bk.users())
+		counts := make(map[string]int64, len(users[b]))
+		for u, c := range users[b] {
+			counts[userField(u)] = c
+		}
+		for chunk := range chunks(counts, 1000) {
+			pipe.HSet(ctx, bk.key(), chunk...)
 		}
 		for d, counts := range days[b] {
 			pipe.Del(ctx, bk.day(d))
@@ -218,6 +235,25 @@ func (s *Store) RewriteVoucher(ctx context.Context, st VoucherState, released, c
 	}
 	s.buckets.Store(v, n)
 	return nil
+}
+
+// chunks yields m's fields and values, flattened, size fields at a time.
+func chunks(m map[string]int64, size int) func(yield func([]any) bool) {
+	return func(yield func([]any) bool) {
+		out := make([]any, 0, 2*min(size, len(m)))
+		for k, v := range m {
+			out = append(out, k, v)
+			if len(out) == 2*size {
+				if !yield(out) {
+					return
+				}
+				out = make([]any, 0, 2*size)
+			}
+		}
+		if len(out) > 0 {
+			yield(out)
+		}
+	}
 }
 
 func flatten(m map[string]int64) []any {

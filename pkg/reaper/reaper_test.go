@@ -266,7 +266,7 @@ func TestReconcileRepairsRedisFromMySQLAndTheStreams(t *testing.T) {
 	c := e.RDB.Client()
 	key := fmt.Sprintf("flashsale:{p%d}:v:%d", e.RDB.PartitionOf(v.ID), v.ID)
 	require.NoError(t, c.HSet(ctx, key, "stock", 999).Err())
-	require.NoError(t, c.HDel(ctx, key+":users", "p0").Err())
+	require.NoError(t, c.HDel(ctx, key, "u:p0").Err())
 	checks, err = reaper.Reconcile(ctx, e.RDB, e.DB, time.Now(), false)
 	require.NoError(t, err)
 	require.Contains(t, checks[0].Differences, reaper.Difference{What: "stock", Redis: 999, Want: 12})

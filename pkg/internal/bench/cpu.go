@@ -10,6 +10,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -254,6 +255,36 @@ func cpuPerClaim(ctx context.Context, s *harness.Stack, cfg Config, tokens []str
 	}
 	cfg.logf("CPU: bare handler %.1f µs/request (%.0f req/s)", bare.ProcessUs, bare.PerSecond)
 	out := []CPUMeasure{bare}
+	// The script alone, from clients sending pipelines of 32 (no HTTP, no
+	// gateway): what Redis spends per admission, and the floor of any
+	// script called with the same keys and arguments.
+	v, err := s.CreateVoucher(ctx, harness.VoucherSpec{Name: "script cpu", Stock: 10_000_000, PerUserLimit: 1})
+	if err != nil {
+		return nil, err
+	}
+	for _, empty := range []bool{false, true} {
+		r0, err := redisCPU(ctx, rc)
+		if err != nil {
+			return nil, err
+		}
+		n, rate := scriptRun(ctx, rc, s.RDB.Partitions(), v, conns/4, 32, cfg.Duration, empty)
+		r1, err := redisCPU(ctx, rc)
+		if err != nil {
+			return nil, err
+		}
+		m := CPUMeasure{Name: "admission script alone, pipelines of 32", Requests: n, PerSecond: rate}
+		if empty {
+			m.Name = "empty script, same keys and arguments (the floor)"
+		}
+		if n > 0 {
+			m.RedisUs = float64((r1 - r0).Microseconds()) / float64(n)
+		}
+		cfg.logf("CPU: %s: redis %.1f µs/call, %.0f calls/s", m.Name, m.RedisUs, rate)
+		out = append(out, m)
+		if err := resetStreams(ctx, s); err != nil {
+			return nil, err
+		}
+	}
 	for _, row := range []struct {
 		name  string
 		stock int64
@@ -270,11 +301,20 @@ func cpuPerClaim(ctx context.Context, s *harness.Stack, cfg Config, tokens []str
 		if row.stock == 1 { // sell the unit, so every claim measured is sold out
 			Drive(Load{Addr: host, Conns: 1, MaxRequests: 2, Duration: time.Second, Next: next})
 		}
+		var prof <-chan error
+		if cfg.ProfileDir != "" && cfg.CPUOnly {
+			prof = profile(s.Gateway.PprofURL, cfg.Duration/2, filepath.Join(cfg.ProfileDir, "gateway-"+strconv.FormatInt(row.stock, 10)+".cpu.pprof"))
+		}
 		m, err := cpuOf(ctx, row.name, s.Gateway.Pid(), rc, func() *Result {
 			return Drive(Load{Addr: host, Conns: conns, Duration: cfg.Duration, Next: next})
 		})
 		if err != nil {
 			return nil, err
+		}
+		if prof != nil {
+			if err := <-prof; err != nil {
+				return nil, err
+			}
 		}
 		m.VsBare = m.ProcessUs / bare.ProcessUs
 		cfg.logf("CPU: %s: gateway %.1f µs/claim (%.2f × bare), redis %.1f µs/claim, %.0f claims/s, status %v",
@@ -314,4 +354,59 @@ func scaleOutRuns(ctx context.Context, cfg Config) ([]ScaleOut, error) {
 		}
 	}
 	return out, nil
+}
+
+// emptyScript takes what the admission script takes and does nothing.
+var emptyScript = redis.NewScript("return {0, '0-0', 0, ''}")
+
+// scriptRun runs the admission script (or, empty, a script that does
+// nothing with the same keys and arguments) for d from conns clients in
+// pipelines of pipe, each claim by a new user; it returns the calls that
+// admitted (all calls, empty) and their rate.
+func scriptRun(ctx context.Context, rc *redis.Client, partitions int, v int64, conns, pipe int, d time.Duration, empty bool) (int64, float64) {
+	client := redis.NewClient(&redis.Options{Addr: rc.Options().Addr, PoolSize: conns})
+	defer client.Close()
+	store, _ := rdb.New(client, partitions, "")
+	_ = store.Load(ctx)
+	_ = emptyScript.Load(ctx, client).Err()
+	var n, user atomic.Int64
+	var wg sync.WaitGroup
+	now := time.Now()
+	day := order.Day(now, time.UTC)
+	start := time.Now()
+	end := start.Add(d)
+	for range max(conns, 1) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			claims := make([]rdb.Claim, pipe)
+			for time.Now().Before(end) && ctx.Err() == nil {
+				if empty {
+					p := client.Pipeline()
+					for range pipe {
+						u := "e" + strconv.FormatInt(user.Add(1), 10)
+						emptyScript.EvalSha(ctx, p, []string{"a", "b", "c", "d", "e"}, u, now.UnixMilli(), day, 0, 172800, v, 1, 1)
+					}
+					if _, err := p.Exec(ctx); err == nil {
+						n.Add(int64(pipe))
+					}
+					continue
+				}
+				for i := range claims {
+					claims[i] = rdb.Claim{VoucherID: v, UserID: "c" + strconv.FormatInt(user.Add(1), 10), Now: now, Day: day}
+				}
+				_, errs, err := store.AdmitMany(ctx, claims)
+				if err != nil {
+					continue
+				}
+				for _, e := range errs {
+					if e == nil {
+						n.Add(1)
+					}
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return n.Load(), float64(n.Load()) / time.Since(start).Seconds()
 }

@@ -81,14 +81,17 @@ func (r *Report) printCPU(w io.Writer) {
 		tw := tabwriter.NewWriter(w, 0, 0, 1, ' ', tabwriter.Debug)
 		fmt.Fprintln(tw, "CPU per request	per second	server µs/req	vs bare handler	redis µs/req	answers	")
 		for _, m := range r.CPU {
-			vs, redis := "-", "-"
+			vs, redis, server := "-", "-", "-"
+			if m.ProcessUs > 0 {
+				server = fmt.Sprintf("%.1f", m.ProcessUs)
+			}
 			if m.VsBare > 0 {
 				vs = fmt.Sprintf("%.2f ×", m.VsBare)
 			}
-			if m.RedisUs > 0 || m.VsBare > 0 {
+			if m.RedisUs > 0 || m.VsBare > 0 || m.ProcessUs == 0 {
 				redis = fmt.Sprintf("%.1f", m.RedisUs)
 			}
-			fmt.Fprintf(tw, "%s\t%.0f\t%.1f\t%s\t%s\t%s\t\n", m.Name, m.PerSecond, m.ProcessUs, vs, redis, answers(Measure{Status: m.Status}))
+			fmt.Fprintf(tw, "%s\t%.0f\t%s\t%s\t%s\t%s\t\n", m.Name, m.PerSecond, server, vs, redis, answers(Measure{Status: m.Status}))
 		}
 		tw.Flush()
 	}
