@@ -66,6 +66,11 @@ checksum/secret: {{ include (print $.Template.BasePath "/secret.yaml") . | sha25
 {{- with $v.redisUsername }}
 - {name: FLASHSALE_REDIS_USERNAME, value: {{ . | quote }}}
 {{- end }}
+{{- if .ctx.Values.config.redisSentinelMaster }}
+- name: FLASHSALE_REDIS_SENTINEL_PASSWORD
+  valueFrom:
+    secretKeyRef: {name: {{ include "flashsale.secretName" .ctx }}, key: redis-sentinel-password, optional: true}
+{{- end }}
 {{- end -}}
 
 {{- define "flashsale.envFrom" -}}
@@ -75,6 +80,12 @@ checksum/secret: {{ include (print $.Template.BasePath "/secret.yaml") . | sha25
 
 {{/* Refuse combinations that cannot work. */}}
 {{- define "flashsale.validate" -}}
+{{- if and .Values.config.redisCluster .Values.config.redisSentinelMaster -}}
+{{- fail "config.redisCluster and config.redisSentinelMaster cannot both be set: a cluster has no sentinels" -}}
+{{- end -}}
+{{- if and .Values.config.redisCluster (ne (int .Values.config.redisDB) 0) -}}
+{{- fail "config.redisDB must be 0 with config.redisCluster: a Redis Cluster has one database" -}}
+{{- end -}}
 {{- if and .Values.worker.autoscaling.enabled .Values.worker.keda.enabled -}}
 {{- fail "worker.autoscaling (HPA) and worker.keda (ScaledObject) cannot both be enabled: they would fight over the worker Deployment's replicas. Enable one." -}}
 {{- end -}}

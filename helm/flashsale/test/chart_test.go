@@ -390,6 +390,53 @@ func TestKEDAScalesWorkersOnEveryPartitionsBacklog(t *testing.T) {
 	require.Empty(t, r.secrets, "existingSecret: the chart makes no Secret")
 }
 
+// The chart points every role at each kind of Redis deployment: a cluster
+// over TLS with a private CA mounted, and sentinels; KEDA's triggers
+// follow.
+func TestRedisDeploymentValues(t *testing.T) {
+	config := func(r *rendered) map[string]string {
+		require.Len(t, r.configMaps, 1)
+		return r.configMaps[0].Data
+	}
+	r := render(t, append([]string{"--set", "config.redisCluster=true", "--set", "config.redisAddr=redis-0:6379\\,redis-1:6379",
+		"--set", "config.redisTLS=true", "--set", "config.redisTLSCAFile=/etc/redis-ca/ca.pem", "--set", "config.redisTLSServerName=redis.internal",
+		"--set", "worker.keda.enabled=true", "--set", "worker.redisUsername=flashsale_worker"}, testSecrets...)...)
+	c := config(r)
+	require.Equal(t, "true", c["FLASHSALE_REDIS_CLUSTER"])
+	require.Equal(t, "redis-0:6379,redis-1:6379", c["FLASHSALE_REDIS_ADDR"])
+	require.Equal(t, "true", c["FLASHSALE_REDIS_TLS"])
+	require.Equal(t, "/etc/redis-ca/ca.pem", c["FLASHSALE_REDIS_TLS_CA_FILE"])
+	require.Equal(t, "redis.internal", c["FLASHSALE_REDIS_TLS_SERVER_NAME"])
+	require.Equal(t, "200ms", c["FLASHSALE_SOLD_OUT_REFRESH"])
+	require.Len(t, r.scaledObjects, 1)
+	for _, tr := range r.scaledObjects[0].Spec.Triggers {
+		require.Equal(t, "redis-cluster-streams", tr.Type)
+		require.Equal(t, "redis-0:6379,redis-1:6379", tr.Metadata["addresses"])
+		require.Equal(t, "true", tr.Metadata["enableTLS"])
+		require.Equal(t, "FLASHSALE_REDIS_USERNAME", tr.Metadata["usernameFromEnv"])
+		require.NotContains(t, tr.Metadata, "databaseIndex", "a cluster has one database")
+	}
+
+	r = render(t, append([]string{"--set", "config.redisSentinelMaster=mymaster", "--set", "config.redisAddr=sentinel:26379",
+		"--set", "worker.keda.enabled=true"}, testSecrets...)...)
+	require.Equal(t, "mymaster", config(r)["FLASHSALE_REDIS_SENTINEL_MASTER"])
+	for _, tr := range r.scaledObjects[0].Spec.Triggers {
+		require.Equal(t, "redis-sentinel-streams", tr.Type)
+		require.Equal(t, "mymaster", tr.Metadata["sentinelMaster"])
+	}
+	for name, d := range r.deployments {
+		var found bool
+		for _, e := range d.Spec.Template.Spec.Containers[0].Env {
+			if e.Name == "FLASHSALE_REDIS_SENTINEL_PASSWORD" {
+				found = true
+				require.Equal(t, "redis-sentinel-password", e.ValueFrom.SecretKeyRef.Key, name)
+				require.True(t, *e.ValueFrom.SecretKeyRef.Optional, name)
+			}
+		}
+		require.True(t, found, "%s reads the sentinels' password", name)
+	}
+}
+
 func TestChartRefusesWhatCannotWork(t *testing.T) {
 	tests := []struct {
 		name, want string
@@ -403,6 +450,8 @@ func TestChartRefusesWhatCannotWork(t *testing.T) {
 		{"bad duration", "claimMinIdle", append([]string{"--set", "config.claimMinIdle=soon"}, testSecrets...)},
 		{"unknown value (a typo)", "gatway", append([]string{"--set", "gatway.replicaCount=2"}, testSecrets...)},
 		{"unknown log format", "logFormat", append([]string{"--set", "config.logFormat=xml"}, testSecrets...)},
+		{"cluster and sentinels", "cannot both be set", append([]string{"--set", "config.redisCluster=true", "--set", "config.redisSentinelMaster=m"}, testSecrets...)},
+		{"cluster with a database", "config.redisDB must be 0", append([]string{"--set", "config.redisCluster=true", "--set", "config.redisDB=2"}, testSecrets...)},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
