@@ -203,15 +203,48 @@ func (c Common) redisClient(poolSize int) (redis.UniversalClient, error) {
 		// (the worker re-reads its own pending entries only after a read
 		// it saw fail). Every caller retries on its own terms instead.
 		MaxRetries: -1,
+		// One dial per connection wanted: a dead node (a cluster master
+		// being failed over) fails its commands at once, not after five
+		// dials 100 ms apart that outlast a claim's deadline.
+		DialerRetries: 1,
 	}
 	switch {
 	case c.RedisCluster:
-		return redis.NewClusterClient(opts.Cluster()), nil
+		co := opts.Cluster()
+		// go-redis reads the map of slots every minute, and again on a
+		// MOVED answer; a killed master answers nothing, so its slots'
+		// commands would fail for up to a minute after its replica took
+		// over. Read it every 2 s, and at once when a node cannot be
+		// dialled.
+		co.ClusterStateReloadInterval = 2 * time.Second
+		cc := redis.NewClusterClient(co)
+		cc.OnNewNode(func(n *redis.Client) { n.AddHook(reloadOnDialError{cc}) })
+		return cc, nil
 	case c.RedisSentinelMaster != "":
 		return redis.NewFailoverClient(opts.Failover()), nil
 	default:
 		return redis.NewClient(opts.Simple()), nil
 	}
+}
+
+// reloadOnDialError asks a cluster client to read the map of slots again
+// when a node cannot be dialled (its slots may have a new master).
+type reloadOnDialError struct{ cc *redis.ClusterClient }
+
+func (h reloadOnDialError) DialHook(next redis.DialHook) redis.DialHook {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		conn, err := next(ctx, network, addr)
+		if err != nil {
+			h.cc.ReloadState(ctx)
+		}
+		return conn, err
+	}
+}
+
+func (reloadOnDialError) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+
+func (reloadOnDialError) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
 }
 
 func (c Common) redisAddrs() []string {

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/cdp"
 	"github.com/chromedp/chromedp"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap/zaptest"
@@ -112,10 +113,7 @@ func TestConsoleInABrowser(t *testing.T) {
 	}
 
 	// Pause: the page says so, and claims answer 409 paused.
-	require.NoError(t, chromedp.Run(bctx,
-		chromedp.Click(row+" button.pause", chromedp.ByQuery),
-		chromedp.WaitVisible(row+" button.resume", chromedp.ByQuery),
-	))
+	clickUntil(t, bctx, row+" button.pause", row+" button.resume")
 	require.Equal(t, "paused", text(row+" td.state"))
 	requireError(t, f.do("POST", "/v1/vouchers/"+id+"/orders", f.token("late"), ""), http.StatusConflict, "paused")
 	stop()
@@ -126,12 +124,41 @@ func TestConsoleInABrowser(t *testing.T) {
 		return int(f.do("GET", "/admin/v1/vouchers/"+id, admin, "").Body["stock_total"].(float64))
 	}
 	require.Equal(t, 5000, total())
-	require.NoError(t, chromedp.Run(bctx, chromedp.Click(row+" button.topup", chromedp.ByQuery)))
+	for total() == 5000 { // a click on a row redrawn meanwhile found no node: click again
+		err := chromedp.Run(bctx, chromedp.Click(row+" button.topup", chromedp.ByQuery))
+		if err == nil {
+			break
+		}
+		require.ErrorContains(t, err, "Could not find node")
+	}
 	require.Eventually(t, func() bool { return total() == 5100 }, 20*time.Second, 50*time.Millisecond)
-	require.NoError(t, chromedp.Run(bctx,
-		chromedp.Click(row+" button.resume", chromedp.ByQuery),
-		chromedp.WaitVisible(row+" button.pause", chromedp.ByQuery),
-	))
+	clickUntil(t, bctx, row+" button.resume", row+" button.pause")
 	require.Equal(t, http.StatusAccepted, f.do("POST", "/v1/vouchers/"+id+"/orders", f.token("after"), "").Status)
 	require.Empty(t, text("#error"))
+}
+
+// clickUntil clicks sel until want is visible. The page redraws its table
+// as the sale moves: a click aimed at a row redrawn between finding the
+// button and pressing it finds no node, and is tried again (a click that
+// landed shows want, and is not repeated).
+func clickUntil(t *testing.T, bctx context.Context, sel, want string) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		err := chromedp.Run(bctx, chromedp.Click(sel, chromedp.ByQuery))
+		if err == nil {
+			wctx, cancel := context.WithTimeout(bctx, 10*time.Second)
+			err = chromedp.Run(wctx, chromedp.WaitVisible(want, chromedp.ByQuery))
+			cancel()
+			if err == nil {
+				return
+			}
+		}
+		var shown []*cdp.Node
+		require.NoError(t, chromedp.Run(bctx, chromedp.Nodes(want, &shown, chromedp.ByQuery, chromedp.AtLeast(0))))
+		if len(shown) > 0 {
+			return
+		}
+		require.True(t, time.Now().Before(deadline), "clicking %s never showed %s: %v", sel, want, err)
+	}
 }

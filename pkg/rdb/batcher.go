@@ -117,15 +117,42 @@ func (b *Batcher) loop() {
 		if len(live) == 0 {
 			continue
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), b.timeout)
-		out, errs, err := b.s.AdmitMany(ctx, claims)
-		cancel()
-		for i, r := range live {
-			if err != nil {
-				r.done <- admitResult{err: err}
-			} else {
-				r.done <- admitResult{a: out[i], err: errs[i]}
+		groups := b.s.byMaster(claims)
+		for _, g := range groups[1:] {
+			// Other masters' claims go in pipelines of their own, so a
+			// master that is failing over delays only its own claims.
+			rs, cs := make([]*admitReq, len(g)), make([]Claim, len(g))
+			for j, i := range g {
+				rs[j], cs[j] = live[i], claims[i]
 			}
+			b.wg.Add(1)
+			go func() {
+				defer b.wg.Done()
+				b.admit(rs, cs)
+			}()
+		}
+		if len(groups) == 1 {
+			b.admit(live, claims)
+			continue
+		}
+		rs, cs := make([]*admitReq, len(groups[0])), make([]Claim, len(groups[0]))
+		for j, i := range groups[0] {
+			rs[j], cs[j] = live[i], claims[i]
+		}
+		b.admit(rs, cs)
+	}
+}
+
+// admit sends claims (of reqs) in one round trip and answers each.
+func (b *Batcher) admit(reqs []*admitReq, claims []Claim) {
+	ctx, cancel := context.WithTimeout(context.Background(), b.timeout)
+	out, errs, err := b.s.AdmitMany(ctx, claims)
+	cancel()
+	for i, r := range reqs {
+		if err != nil {
+			r.done <- admitResult{err: err}
+		} else {
+			r.done <- admitResult{a: out[i], err: errs[i]}
 		}
 	}
 }

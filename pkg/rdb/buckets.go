@@ -291,3 +291,40 @@ func share(stock int64, n, b int) int64 {
 	}
 	return s
 }
+
+// byMaster groups claims (their indexes) by the master that decides them,
+// largest group first: one group when the client is not a cluster's, or
+// the cluster's map of slots is not known.
+func (s *Store) byMaster(claims []Claim) [][]int {
+	cc, ok := s.c.(*redis.ClusterClient)
+	all := func() [][]int {
+		g := make([]int, len(claims))
+		for i := range g {
+			g[i] = i
+		}
+		return [][]int{g}
+	}
+	if !ok || len(claims) < 2 {
+		return all()
+	}
+	ctx := context.Background()
+	index := map[string]int{}
+	var groups [][]int
+	for i, c := range claims {
+		b := s.bucketOf(c.VoucherID, UserBucket(c.UserID, s.knownBuckets(c.VoucherID)))
+		n, err := cc.MasterForKey(ctx, b.stream())
+		if err != nil {
+			return all()
+		}
+		addr := n.Options().Addr
+		k, seen := index[addr]
+		if !seen {
+			k = len(groups)
+			index[addr] = k
+			groups = append(groups, nil)
+		}
+		groups[k] = append(groups[k], i)
+	}
+	slices.SortFunc(groups, func(a, b []int) int { return len(b) - len(a) })
+	return groups
+}

@@ -48,6 +48,8 @@ type Options struct {
 	// Cluster runs the stack on a throwaway Redis Cluster of three masters
 	// (FLASHSALE_REDIS_CLUSTER) instead of one redis-server.
 	Cluster bool
+	// ClusterReplicas gives each of the cluster's masters replicas.
+	ClusterReplicas int
 	// LeastPrivilege runs each role as its own Redis ACL user
 	// (rdb.ACLRules) and its own MySQL user with only its DML grants
 	// (db.Grants), and migrates as root through FLASHSALE_MIGRATE_DSN,
@@ -102,7 +104,7 @@ func StartStack(ctx context.Context, o Options) (s *Stack, err error) {
 	redisAddr := o.RedisAddr
 	var redisEnv []string
 	if o.Cluster {
-		if s.Cluster, err = testsrv.StartCluster(filepath.Join(o.Dir, "cluster"), 3); err != nil {
+		if s.Cluster, err = testsrv.StartClusterWithReplicas(filepath.Join(o.Dir, "cluster"), 3, o.ClusterReplicas); err != nil {
 			return nil, err
 		}
 		redisAddr = strings.Join(s.Cluster.Addrs(), ",")

@@ -29,7 +29,9 @@ func (c *Cluster) Addrs() []string {
 
 // Client returns a cluster client over every node.
 func (c *Cluster) Client() *redis.ClusterClient {
-	return redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.Addrs()})
+	// The map of slots is read every second (go-redis's default is a
+	// minute), so the client follows a failover as the binaries do.
+	return redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.Addrs(), ClusterStateReloadInterval: time.Second})
 }
 
 // Kill kills every node.
@@ -42,8 +44,15 @@ func (c *Cluster) Kill() {
 // StartCluster starts masters nodes in dir and joins them into a cluster
 // whose slots are all served.
 func StartCluster(dir string, masters int) (*Cluster, error) {
+	return StartClusterWithReplicas(dir, masters, 0)
+}
+
+// StartClusterWithReplicas is StartCluster with replicas replicas of each
+// master (asynchronous replication, as Redis Cluster has it): a killed
+// master's replica is promoted once the others see it fail.
+func StartClusterWithReplicas(dir string, masters, replicas int) (*Cluster, error) {
 	c := &Cluster{}
-	for i := range masters {
+	for i := range masters * (1 + replicas) {
 		n, err := StartRedis(filepath.Join(dir, fmt.Sprintf("node%d", i)),
 			"--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "2000")
 		if err != nil {
@@ -58,7 +67,7 @@ func StartCluster(dir string, masters int) (*Cluster, error) {
 		return nil, fmt.Errorf("redis-cli not found (Debian package redis-tools): %w", err)
 	}
 	args := append([]string{"--cluster", "create"}, c.Addrs()...)
-	args = append(args, "--cluster-replicas", "0", "--cluster-yes")
+	args = append(args, "--cluster-replicas", fmt.Sprint(replicas), "--cluster-yes")
 	if out, err := exec.Command(cli, args...).CombinedOutput(); err != nil {
 		c.Kill()
 		return nil, fmt.Errorf("redis-cli --cluster create: %w\n%s", err, out)
@@ -80,7 +89,72 @@ func StartCluster(dir string, masters int) (*Cluster, error) {
 			time.Sleep(50 * time.Millisecond)
 		}
 	}
+	// Replicas must hold the data before a master is killed.
+	for _, n := range c.Nodes {
+		for {
+			rc := redis.NewClient(&redis.Options{Addr: n.Addr})
+			info, err := rc.Info(context.Background(), "replication").Result()
+			rc.Close()
+			if err == nil && (strings.Contains(info, "role:master") || strings.Contains(info, "master_link_status:up")) {
+				break
+			}
+			if time.Now().After(deadline) {
+				c.Kill()
+				return nil, fmt.Errorf("replica %s not in sync after 30s: %v %s", n.Addr, err, info)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
 	return c, nil
+}
+
+// MasterOf is the node serving key's slot now.
+func (c *Cluster) MasterOf(ctx context.Context, key string) (*Redis, error) {
+	cc := c.Client()
+	defer cc.Close()
+	n, err := cc.MasterForKey(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	for _, r := range c.Nodes {
+		if r.Addr == n.Options().Addr {
+			return r, nil
+		}
+	}
+	return nil, fmt.Errorf("no node %s", n.Options().Addr)
+}
+
+// WaitServed waits until a node other than gone serves key's slot as a
+// master and accepts writes there (after a failover), or ctx ends.
+func (c *Cluster) WaitServed(ctx context.Context, key, gone string) error {
+	for {
+		for _, r := range c.Nodes {
+			if r.Addr == gone {
+				continue
+			}
+			rc := redis.NewClient(&redis.Options{Addr: r.Addr, MaxRetries: -1})
+			role, _ := rc.Do(ctx, "ROLE").Slice()
+			slot, _ := rc.ClusterKeySlot(ctx, key).Result()
+			var serves bool
+			if len(role) > 0 && role[0] == "master" {
+				slots, _ := rc.ClusterSlots(ctx).Result()
+				for _, s := range slots {
+					if int64(s.Start) <= slot && slot <= int64(s.End) && len(s.Nodes) > 0 && s.Nodes[0].Addr == r.Addr {
+						serves = true
+					}
+				}
+			}
+			rc.Close()
+			if serves {
+				return nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("no master serves %s after %s failed: %w", key, gone, ctx.Err())
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 }
 
 // NewCluster is StartCluster for a test, stopped at its end.
