@@ -159,7 +159,10 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 	_ = trivial.Process.Kill()
 	if cfg.CPUOnly {
-		rep.ScaleOut, err = scaleOutRuns(ctx, cfg)
+		if err := hotDrain(ctx, s, cfg, "one Redis", rep); err != nil {
+			return nil, err
+		}
+		rep.ScaleOut, err = scaleOutRuns(ctx, cfg, rep)
 		return rep, err
 	}
 
@@ -305,7 +308,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		if cfg.ProfileDir != "" && d.workers == 2 && d.batch > 1 && d.kind == "units" {
 			prof = filepath.Join(cfg.ProfileDir, "worker.cpu.pprof")
 		}
-		res, rss, err := drain(ctx, s, d.kind, d.workers, d.batch, d.orders, prof)
+		res, rss, err := drain(ctx, s, d.kind, 1, d.workers, d.batch, d.orders, prof)
 		if err != nil {
 			return nil, err
 		}
@@ -320,7 +323,10 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		return nil, err
 	}
 	// 6. A hot voucher on one master and on three.
-	rep.ScaleOut, err = scaleOutRuns(ctx, cfg)
+	if err := hotDrain(ctx, s, cfg, "one Redis", rep); err != nil {
+		return nil, err
+	}
+	rep.ScaleOut, err = scaleOutRuns(ctx, cfg, rep)
 	return rep, err
 }
 

@@ -329,7 +329,7 @@ func cpuPerClaim(ctx context.Context, s *harness.Stack, cfg Config, tokens []str
 
 // scaleOutRuns starts a stack on a 3-master Redis Cluster and measures a
 // hot voucher with its stock in one bucket, then in three.
-func scaleOutRuns(ctx context.Context, cfg Config) ([]ScaleOut, error) {
+func scaleOutRuns(ctx context.Context, cfg Config, rep *Report) ([]ScaleOut, error) {
 	s, err := harness.StartStack(ctx, harness.Options{Dir: cfg.Dir + "/cluster", Workers: 0, Partitions: 8, Cluster: true,
 		Env: []string{"FLASHSALE_AUDIT_LOG=false", "FLASHSALE_LOG_LEVEL=warn"}})
 	if err != nil {
@@ -353,7 +353,23 @@ func scaleOutRuns(ctx context.Context, cfg Config) ([]ScaleOut, error) {
 			return out, err
 		}
 	}
-	return out, nil
+	return out, hotDrain(ctx, s, cfg, "Redis Cluster of 3 masters", rep)
+}
+
+// hotDrain measures two workers draining a hot voucher's orders spread
+// over three buckets, so three partitions: each worker reads every
+// partition with an XREADGROUP of its own (a cluster serves none over
+// keys of several slots).
+func hotDrain(ctx context.Context, s *harness.Stack, cfg Config, where string, rep *Report) error {
+	orders := max(cfg.DrainOrders/4, 1000)
+	d, _, err := drain(ctx, s, "units", 3, 2, 100, orders, "")
+	if err != nil {
+		return err
+	}
+	d.Name = "hot voucher over 3 buckets, " + where
+	cfg.logf("drain, %s: %d orders in %.2fs = %.0f orders/s", d.Name, d.Orders, d.Seconds, d.PerSecond)
+	rep.Drain = append(rep.Drain, d)
+	return nil
 }
 
 // emptyScript takes what the admission script takes and does nothing.

@@ -19,9 +19,13 @@ import (
 // workers start and connect, are stopped (SIGSTOP) while the stream is
 // filled with orders of one voucher, and the clock runs from SIGCONT until
 // the last order is in MySQL.
-func drain(ctx context.Context, s *harness.Stack, kind string, workers, batch, orders int, profilePath string) (Drain, int64, error) {
+// A voucher of stock buckets > 1 spreads the orders over that many
+// partitions (and, on a cluster, masters).
+func drain(ctx context.Context, s *harness.Stack, kind string, buckets, workers, batch, orders int, profilePath string) (Drain, int64, error) {
 	d := Drain{Workers: workers, BatchSize: batch, Orders: orders}
-	v, err := s.CreateVoucher(ctx, spec("drain", kind, int64(orders)))
+	vs := spec("drain", kind, int64(orders))
+	vs.StockBuckets = buckets
+	v, err := s.CreateVoucher(ctx, vs)
 	if err != nil {
 		return d, 0, err
 	}

@@ -39,15 +39,10 @@ func (r *Report) Print(w io.Writer) {
 	tw.Flush()
 	r.printCPU(w)
 	if len(r.HTTPCeiling) == 0 { // -cpu-only
+		r.printDrain(w)
 		return
 	}
-	fmt.Fprintln(w)
-	tw = tabwriter.NewWriter(w, 0, 0, 1, ' ', tabwriter.Debug)
-	fmt.Fprintln(tw, "worker drain\tworkers\tbatch\torders\tseconds\torders/s\t")
-	for _, d := range r.Drain {
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%.2f\t%.0f\t\n", d.Name, d.Workers, d.BatchSize, d.Orders, d.Seconds, d.PerSecond)
-	}
-	tw.Flush()
+	r.printDrain(w)
 	e := r.E2E
 	fmt.Fprintf(w, "\nend to end: %d claims from %d users for %d units, %d connections\n", e.Claims, e.Users, e.Stock, e.Claim.Conns)
 	fmt.Fprintf(w, "  claims/s %.0f, p50 %s, p99 %s, p99.9 %s; admitted %d\n", e.Claim.RPS, us(e.Claim.P50us), us(e.Claim.P99us), us(e.Claim.P999us), e.Admitted)
@@ -114,4 +109,14 @@ func (r *Report) printCPU(w io.Writer) {
 		}
 		tw.Flush()
 	}
+}
+
+func (r *Report) printDrain(w io.Writer) {
+	fmt.Fprintln(w)
+	tw := tabwriter.NewWriter(w, 0, 0, 1, ' ', tabwriter.Debug)
+	fmt.Fprintln(tw, "worker drain\tworkers\tbatch\torders\tseconds\torders/s\t")
+	for _, d := range r.Drain {
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%.2f\t%.0f\t\n", d.Name, d.Workers, d.BatchSize, d.Orders, d.Seconds, d.PerSecond)
+	}
+	tw.Flush()
 }
