@@ -11,15 +11,12 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/flashsale/flashsale/pkg/internal/harness"
 	"github.com/flashsale/flashsale/pkg/internal/testsrv"
-	"github.com/flashsale/flashsale/pkg/order"
 	"github.com/flashsale/flashsale/pkg/rdb"
 	"github.com/flashsale/flashsale/pkg/sale"
 )
@@ -385,45 +382,8 @@ func lookup(name string) string {
 // redisCeiling runs the admission script directly from conns clients, in
 // pipelines of pipe (1: unpipelined), for d, and returns admissions/s.
 func redisCeiling(ctx context.Context, s *harness.Stack, v int64, conns, pipe int, d time.Duration) float64 {
-	client := redis.NewClient(&redis.Options{Addr: s.RDB.Client().(*redis.Client).Options().Addr, PoolSize: conns})
-	defer client.Close()
-	store, _ := rdb.New(client, s.RDB.Partitions(), "")
-	_ = store.Load(ctx)
-	var n, user atomic.Int64
-	end := time.Now().Add(d)
-	var wg sync.WaitGroup
-	start := time.Now()
-	now := time.Now()
-	day := order.Day(now, time.UTC)
-	for range conns {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			claims := make([]rdb.Claim, pipe)
-			for time.Now().Before(end) {
-				for i := range claims {
-					claims[i] = rdb.Claim{VoucherID: v, UserID: "r" + strconv.FormatInt(user.Add(1), 10), Now: now, Day: day}
-				}
-				if pipe == 1 {
-					if _, err := store.Admit(ctx, claims[0]); err == nil {
-						n.Add(1)
-					}
-					continue
-				}
-				_, errs, err := store.AdmitMany(ctx, claims)
-				if err != nil {
-					continue
-				}
-				for _, e := range errs {
-					if e == nil {
-						n.Add(1)
-					}
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	return float64(n.Load()) / time.Since(start).Seconds()
+	_, rate := scriptRun(ctx, s.RDB.Client().(*redis.Client), s.RDB.Partitions(), v, conns, pipe, d, false)
+	return rate
 }
 
 // resetStreams empties every partition's stream (entries no worker will
