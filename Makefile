@@ -76,10 +76,11 @@ bench: servers
 	$(GO) build -o $(BIN)/bench ./pkg/internal/cmd/bench
 	$(BIN)/bench $(BENCH_FLAGS)
 
-## chaos: a 60s sale under worker/reaper/mariadbd/redis-server kills (CHAOS_DURATION to change)
+## chaos: a 60s sale under worker/reaper/mariadbd/redis-server kills, on one
+## Redis and then on a Redis Cluster with replicas, a master killed (CHAOS_DURATION to change)
 CHAOS_DURATION ?= 60s
 chaos: servers
-	CHAOS_DURATION=$(CHAOS_DURATION) $(GO) test -count=1 -timeout 20m -run 'TestChaos$$' -v ./pkg/internal/harness
+	CHAOS_DURATION=$(CHAOS_DURATION) $(GO) test -count=1 -timeout 30m -run 'TestChaos$$|TestChaosOnACluster$$' -v ./pkg/internal/harness
 
 ## dataloss: what appendfsync everysec risks, and what reconcile --repair restores
 dataloss: servers
