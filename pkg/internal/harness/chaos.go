@@ -85,7 +85,7 @@ type ChaosReport struct {
 	// Unannounced orders are in MySQL without a 202: the script ran but the
 	// answer was lost (Redis killed before replying). At most as many as
 	// the claims answered 503 or failed.
-	Unannounced     int64
+	Unannounced int64
 	// On a cluster: 202 orders lost with a killed master's unreplicated
 	// writes (counted in Lost too, and not a violation there), and
 	// whether reconcile --repair had to rewrite Redis afterwards.
