@@ -27,6 +27,8 @@ func TestSaleSurvivesAClusterMasterFailover(t *testing.T) {
 	}
 	began := time.Now()
 	dir := t.TempDir()
+	// FAILOVER_DIR keeps the servers' and binaries' files (logs/) after
+	// the run, to read what each process did around the failover.
 	if d := os.Getenv("FAILOVER_DIR"); d != "" {
 		dir = d
 	}
