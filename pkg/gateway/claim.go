@@ -37,8 +37,8 @@ func (g *Gateway) claim(w http.ResponseWriter, r *http.Request) {
 	}
 	if key == "" && g.soldOut.prune(voucher, qty) {
 		g.metrics.pruned.Inc()
-		writeError(w, toAPIError(rdb.ErrSoldOut))
-		g.countClaim(resultRejected, toAPIError(rdb.ErrSoldOut).Code, start)
+		writeError(w, errSoldOut)
+		g.countClaim(resultRejected, errSoldOut.Code, start)
 		return
 	}
 	now := g.now()

@@ -44,7 +44,7 @@ var errorTable = []struct {
 	{rdb.ErrVoucherNotFound, errVoucherMissing},
 	{rdb.ErrNotStarted, &apiError{http.StatusConflict, "not_started", "the sale has not started"}},
 	{rdb.ErrEnded, &apiError{http.StatusConflict, "ended", "the sale has ended"}},
-	{rdb.ErrSoldOut, &apiError{http.StatusConflict, "sold_out", "sold out"}},
+	{rdb.ErrSoldOut, errSoldOut},
 	{rdb.ErrUserLimit, &apiError{http.StatusConflict, "user_limit", "you hold as many of these as a user may"}},
 	{rdb.ErrDailyLimit, &apiError{http.StatusConflict, "daily_limit", "you took as many of these today as a user may"}},
 	{rdb.ErrOverloaded, errUnavailable},
@@ -57,6 +57,9 @@ var errorTable = []struct {
 
 // toAPIError turns err into its answer. Errors that are no client's fault and
 // not in the table come from Redis or MySQL being slow or down: 503.
+// errSoldOut is also the answer of a claim pruned in the gateway (prune.go).
+var errSoldOut = &apiError{http.StatusConflict, "sold_out", "sold out"}
+
 func toAPIError(err error) *apiError {
 	var ae *apiError
 	if errors.As(err, &ae) {

@@ -118,12 +118,22 @@ func (b *Batcher) loop() {
 			continue
 		}
 		groups := b.s.byMaster(claims)
-		for _, g := range groups[1:] {
-			// Other masters' claims go in pipelines of their own, so a
-			// master that is failing over delays only its own claims.
-			rs, cs := make([]*admitReq, len(g)), make([]Claim, len(g))
-			for j, i := range g {
+		if groups == nil {
+			b.admit(live, claims)
+			continue
+		}
+		// Each master's claims go in a pipeline of their own: a cluster
+		// pipeline returns when its slowest node does, so a master being
+		// failed over would hold up every other master's claims. The
+		// largest group is sent from here, the others beside it.
+		for k := len(groups) - 1; k >= 0; k-- {
+			rs, cs := make([]*admitReq, len(groups[k])), make([]Claim, len(groups[k]))
+			for j, i := range groups[k] {
 				rs[j], cs[j] = live[i], claims[i]
+			}
+			if k == 0 {
+				b.admit(rs, cs)
+				break
 			}
 			b.wg.Add(1)
 			go func() {
@@ -131,15 +141,6 @@ func (b *Batcher) loop() {
 				b.admit(rs, cs)
 			}()
 		}
-		if len(groups) == 1 {
-			b.admit(live, claims)
-			continue
-		}
-		rs, cs := make([]*admitReq, len(groups[0])), make([]Claim, len(groups[0]))
-		for j, i := range groups[0] {
-			rs[j], cs[j] = live[i], claims[i]
-		}
-		b.admit(rs, cs)
 	}
 }
 

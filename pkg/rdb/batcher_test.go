@@ -7,8 +7,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
+	"github.com/flashsale/flashsale/pkg/internal/testsrv"
 	"github.com/flashsale/flashsale/pkg/order"
 	"github.com/flashsale/flashsale/pkg/rdb"
 )
@@ -74,4 +76,71 @@ func TestBatcherDoesNotSendWhatTheCallerGaveUpOn(t *testing.T) {
 	_, err := b.Admit(ctx, rdb.Claim{VoucherID: 4, UserID: "late", Now: t0, Day: "20261121"})
 	require.ErrorIs(t, err, context.Canceled)
 	requireStock(t, s, 4, 5)
+}
+
+// On a cluster, a master that does not answer (SIGSTOP: a host hung, or a
+// master being failed over) holds up only the claims it decides: the
+// batcher sends each master's claims in a pipeline of their own.
+func TestBatcherKeepsAHungMasterToItsOwnClaims(t *testing.T) {
+	if cluster == nil {
+		t.Skip("needs -redis-cluster")
+	}
+	s := newStore(t, 16)
+	cc := s.Client().(*redis.ClusterClient)
+	ctx := context.Background()
+	masterOf := func(v int64) string {
+		n, err := cc.MasterForKey(ctx, rdb.StreamKey(s.PartitionOf(v)))
+		require.NoError(t, err)
+		return n.Options().Addr
+	}
+	hung, healthy := int64(1), int64(2)
+	for masterOf(healthy) == masterOf(hung) {
+		healthy++
+	}
+	seedVoucher(t, s, rdb.Voucher{ID: hung, Stock: 100})
+	seedVoucher(t, s, rdb.Voucher{ID: healthy, Stock: 100})
+	var node *testsrv.Redis
+	for _, n := range cluster.Nodes {
+		if n.Addr == masterOf(hung) {
+			node = n
+		}
+	}
+	require.NotNil(t, node)
+
+	// One pipeline worker, so the two vouchers' claims share its batches.
+	b := s.NewBatcher(1, 64, 500*time.Millisecond)
+	defer b.Close()
+	require.NoError(t, node.Pause())
+	resumed := false
+	resume := func() {
+		if !resumed {
+			resumed = true
+			require.NoError(t, node.Resume())
+		}
+	}
+	defer resume()
+	var healthyDone, hungDone sync.WaitGroup
+	errs := make([]error, 20)
+	for i := range errs {
+		v, wg := hung, &hungDone
+		if i%2 == 1 {
+			v, wg = healthy, &healthyDone
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			defer cancel()
+			_, errs[i] = b.Admit(cctx, rdb.Claim{VoucherID: v, UserID: fmt.Sprintf("u%d", i), Now: t0, Day: "20261121"})
+		}()
+	}
+	healthyDone.Wait()
+	// Resumed as soon as the healthy master's claims are answered, within
+	// the cluster's node timeout (2 s): no failover. The hung master's
+	// claims then end either way; only the healthy ones are asserted.
+	resume()
+	hungDone.Wait()
+	for i := 1; i < len(errs); i += 2 {
+		require.NoError(t, errs[i], "claim %d of the healthy master's voucher, beside a hung master", i)
+	}
 }

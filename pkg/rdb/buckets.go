@@ -292,38 +292,38 @@ func share(stock int64, n, b int) int64 {
 	return s
 }
 
-// byMaster groups claims (their indexes) by the master that decides them,
-// largest group first: one group when the client is not a cluster's, or
-// the cluster's map of slots is not known.
+// byMaster groups claims (their indexes) by the cluster master that
+// decides them, largest group first; nil (one group, the whole batch) when
+// the client is not a cluster's, the claims have one master, or the map of
+// slots is not known.
 func (s *Store) byMaster(claims []Claim) [][]int {
 	cc, ok := s.c.(*redis.ClusterClient)
-	all := func() [][]int {
-		g := make([]int, len(claims))
-		for i := range g {
-			g[i] = i
-		}
-		return [][]int{g}
-	}
 	if !ok || len(claims) < 2 {
-		return all()
+		return nil
 	}
 	ctx := context.Background()
-	index := map[string]int{}
+	group := map[int]int{}     // partition -> its group
+	master := map[string]int{} // master -> its group
 	var groups [][]int
 	for i, c := range claims {
-		b := s.bucketOf(c.VoucherID, UserBucket(c.UserID, s.knownBuckets(c.VoucherID)))
-		n, err := cc.MasterForKey(ctx, b.stream())
-		if err != nil {
-			return all()
-		}
-		addr := n.Options().Addr
-		k, seen := index[addr]
+		p := s.bucketOf(c.VoucherID, UserBucket(c.UserID, s.knownBuckets(c.VoucherID))).p
+		k, seen := group[p]
 		if !seen {
-			k = len(groups)
-			index[addr] = k
-			groups = append(groups, nil)
+			n, err := cc.MasterForKey(ctx, StreamKey(p))
+			if err != nil {
+				return nil
+			}
+			if k, seen = master[n.Options().Addr]; !seen {
+				k = len(groups)
+				master[n.Options().Addr] = k
+				groups = append(groups, nil)
+			}
+			group[p] = k
 		}
 		groups[k] = append(groups[k], i)
+	}
+	if len(groups) == 1 {
+		return nil
 	}
 	slices.SortFunc(groups, func(a, b []int) int { return len(b) - len(a) })
 	return groups

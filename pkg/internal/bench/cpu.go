@@ -177,44 +177,16 @@ func scaleOut(ctx context.Context, s *harness.Stack, buckets, conns int, d time.
 	if err := cpuAll(before); err != nil {
 		return out, err
 	}
-	var n, user atomic.Int64
 	perPartition := make([]atomic.Int64, s.RDB.Partitions())
-	var wg sync.WaitGroup
-	now := time.Now()
-	day := order.Day(now, time.UTC)
-	start := time.Now()
-	end := start.Add(d)
-	for range conns {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			claims := make([]rdb.Claim, 32)
-			for time.Now().Before(end) && ctx.Err() == nil {
-				for i := range claims {
-					claims[i] = rdb.Claim{VoucherID: v, UserID: "s" + strconv.FormatInt(user.Add(1), 10), Now: now, Day: day}
-				}
-				as, errs, err := store.AdmitMany(ctx, claims)
-				if err != nil {
-					continue
-				}
-				for i, e := range errs {
-					if e == nil {
-						n.Add(1)
-						p, _ := order.EntryOf(as[i].OrderID)
-						perPartition[p].Add(1)
-					}
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	elapsed := time.Since(start)
+	n, rate := driveAdmissions(ctx, store, v, conns, 32, d, func(a rdb.Admission) {
+		p, _ := order.EntryOf(a.OrderID)
+		perPartition[p].Add(1)
+	})
 	after := map[string]time.Duration{}
 	if err := cpuAll(after); err != nil {
 		return out, err
 	}
-	out.Admissions = n.Load()
-	out.PerSecond = float64(out.Admissions) / elapsed.Seconds()
+	out.Admissions, out.PerSecond = n, rate
 	byMaster := map[string]int64{}
 	for p := range perPartition {
 		if k := perPartition[p].Load(); k > 0 {
@@ -384,42 +356,66 @@ func scriptRun(ctx context.Context, rc *redis.Client, partitions int, v int64, c
 	defer client.Close()
 	store, _ := rdb.New(client, partitions, "")
 	_ = store.Load(ctx)
+	if !empty {
+		return driveAdmissions(ctx, store, v, conns, pipe, d, nil)
+	}
 	_ = emptyScript.Load(ctx, client).Err()
-	var n, user atomic.Int64
-	var wg sync.WaitGroup
+	day := order.Day(time.Now(), time.UTC)
+	return drive(ctx, conns, d, func(user func() string) int64 {
+		p := client.Pipeline()
+		for range pipe {
+			emptyScript.EvalSha(ctx, p, []string{"a", "b", "c", "d", "e"}, user(), time.Now().UnixMilli(), day, 0, 172800, v, 1, 1)
+		}
+		if _, err := p.Exec(ctx); err != nil {
+			return 0
+		}
+		return int64(pipe)
+	})
+}
+
+// driveAdmissions admits claims of voucher v, each by a new user, in
+// pipelines of pipe from conns clients for d; onAdmit (may be nil) sees
+// each admission. It returns the admissions and their rate.
+func driveAdmissions(ctx context.Context, store *rdb.Store, v int64, conns, pipe int, d time.Duration, onAdmit func(rdb.Admission)) (int64, float64) {
 	now := time.Now()
 	day := order.Day(now, time.UTC)
+	return drive(ctx, conns, d, func(user func() string) int64 {
+		claims := make([]rdb.Claim, pipe)
+		for i := range claims {
+			claims[i] = rdb.Claim{VoucherID: v, UserID: user(), Now: now, Day: day}
+		}
+		as, errs, err := store.AdmitMany(ctx, claims)
+		if err != nil {
+			return 0
+		}
+		var n int64
+		for i, e := range errs {
+			if e == nil {
+				n++
+				if onAdmit != nil {
+					onAdmit(as[i])
+				}
+			}
+		}
+		return n
+	})
+}
+
+// drive runs round from conns goroutines until d is over; a round returns
+// how many calls it counted, and user hands out user ids never used
+// before. It returns the count and its rate.
+func drive(ctx context.Context, conns int, d time.Duration, round func(user func() string) int64) (int64, float64) {
+	var n, users atomic.Int64
+	user := func() string { return "b" + strconv.FormatInt(users.Add(1), 10) }
+	var wg sync.WaitGroup
 	start := time.Now()
 	end := start.Add(d)
 	for range max(conns, 1) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			claims := make([]rdb.Claim, pipe)
 			for time.Now().Before(end) && ctx.Err() == nil {
-				if empty {
-					p := client.Pipeline()
-					for range pipe {
-						u := "e" + strconv.FormatInt(user.Add(1), 10)
-						emptyScript.EvalSha(ctx, p, []string{"a", "b", "c", "d", "e"}, u, now.UnixMilli(), day, 0, 172800, v, 1, 1)
-					}
-					if _, err := p.Exec(ctx); err == nil {
-						n.Add(int64(pipe))
-					}
-					continue
-				}
-				for i := range claims {
-					claims[i] = rdb.Claim{VoucherID: v, UserID: "c" + strconv.FormatInt(user.Add(1), 10), Now: now, Day: day}
-				}
-				_, errs, err := store.AdmitMany(ctx, claims)
-				if err != nil {
-					continue
-				}
-				for _, e := range errs {
-					if e == nil {
-						n.Add(1)
-					}
-				}
+				n.Add(round(user))
 			}
 		}()
 	}

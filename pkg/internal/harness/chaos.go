@@ -121,8 +121,12 @@ func RunChaos(ctx context.Context, cfg ChaosConfig) (*ChaosReport, error) {
 			fmt.Fprintf(cfg.Log, "%s  %s\n", time.Now().Format("15:04:05.000"), fmt.Sprintf(format, args...))
 		}
 	}
+	replicas := 0 // on a cluster, a replica for each master
+	if cfg.Cluster {
+		replicas = 1
+	}
 	s, err := StartStack(ctx, Options{
-		Dir: cfg.Dir, Workers: 2, Partitions: 4, Reaper: true, RestrictedUser: true, Cluster: cfg.Cluster, ClusterReplicas: bit(cfg.Cluster),
+		Dir: cfg.Dir, Workers: 2, Partitions: 4, Reaper: true, RestrictedUser: true, Cluster: cfg.Cluster, ClusterReplicas: replicas,
 		RedisArgs: []string{"--appendonly", "yes", "--appendfsync", "always"},
 		Env: []string{
 			"FLASHSALE_CLAIM_MIN_IDLE=" + cfg.ClaimMinIdle.String(),
@@ -287,39 +291,6 @@ func RunChaos(ctx context.Context, cfg ChaosConfig) (*ChaosReport, error) {
 	return rep, nil
 }
 
-// killMaster kills -9 the master serving voucher's first bucket, waits
-// until its replica serves the slot, and starts it again (it rejoins as
-// a replica).
-func killMaster(ctx context.Context, s *Stack, voucher int64, logf func(string, ...any)) error {
-	parts, err := s.RDB.PartitionsOfVoucher(ctx, voucher)
-	if err != nil {
-		return err
-	}
-	key := rdb.StreamKey(parts[0])
-	victim, err := s.Cluster.MasterOf(ctx, key)
-	if err != nil {
-		return err
-	}
-	if err := victim.Kill(); err != nil {
-		return err
-	}
-	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	t0 := time.Now()
-	if err := s.Cluster.WaitServed(wctx, key, victim.Addr); err != nil {
-		return err
-	}
-	logf("master %s killed; its replica serves its slots after %s", victim.Addr, time.Since(t0).Round(time.Millisecond))
-	return victim.Start()
-}
-
-func bit(b bool) int {
-	if b {
-		return 1
-	}
-	return 0
-}
-
 // share maps an order id to [0, 1), the same way every run.
 func share(id int64) float64 {
 	h := fnv.New32a()
@@ -385,7 +356,12 @@ func injectFaults(ctx context.Context, s *Stack, cfg ChaosConfig, voucher int64,
 		{0.1, redisFault, func() error {
 			f.RedisKills++
 			if s.Cluster != nil {
-				return killMaster(ctx, s, voucher, logf)
+				victim, took, err := s.KillVoucherMaster(ctx, voucher)
+				if err != nil {
+					return err
+				}
+				logf("master %s killed; its replica serves its slots after %s", victim.Addr, took.Round(time.Millisecond))
+				return victim.Start() // it rejoins as a replica
 			}
 			if err := s.Redis.Kill(); err != nil {
 				return err

@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/flashsale/flashsale/pkg/internal/harness"
+	"github.com/flashsale/flashsale/pkg/internal/testenv"
 	"github.com/flashsale/flashsale/pkg/rdb"
 )
 
@@ -32,13 +33,7 @@ func get(t *testing.T, url string) (int, string) {
 
 func eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testenv.Eventually(t, 20*time.Second, what, cond)
 }
 
 func startStack(t *testing.T, ctx context.Context, env ...string) *harness.Stack {
@@ -277,19 +272,10 @@ func TestReaperCommandsWriteJSON(t *testing.T) {
 	s := startStack(t, ctx)
 	v, err := s.CreateVoucher(ctx, harness.VoucherSpec{Name: "json", Stock: 5, PerUserLimit: 1})
 	require.NoError(t, err)
-	out, err := s.RunOutput(ctx, "reaper", "reconcile", "--json")
-	require.NoError(t, err, out)
-	var rec struct {
-		Vouchers []struct {
-			VoucherID   string `json:"voucher_id"`
-			InFlight    int    `json:"in_flight"`
-			Differences []any  `json:"differences"`
-		} `json:"vouchers"`
-	}
-	require.NoError(t, json.Unmarshal([]byte(out), &rec), out)
-	require.Len(t, rec.Vouchers, 1)
-	require.Equal(t, strconv.FormatInt(v, 10), rec.Vouchers[0].VoucherID)
-	require.Empty(t, rec.Vouchers[0].Differences)
+	rec := reconcile(t, ctx, s)
+	require.Len(t, rec, 1)
+	require.Equal(t, strconv.FormatInt(v, 10), rec[0].VoucherID)
+	require.Empty(t, rec[0].Differences)
 
 	for _, args := range [][]string{{"deadletters", "--json"}, {"deadletters", "list", "--json"}, {"deadletters", "requeue", "--all", "--json"}} {
 		out, err := s.RunOutput(ctx, "reaper", args...)

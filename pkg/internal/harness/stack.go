@@ -437,3 +437,32 @@ func randomHex(n int) string {
 	}
 	return hex.EncodeToString(b)
 }
+
+// KillVoucherMaster kills -9 the cluster master serving voucher's first
+// bucket and waits (up to 30 s) until another node, its promoted replica,
+// serves that slot. It returns the killed node, to start again, and how
+// long the failover took.
+func (s *Stack) KillVoucherMaster(ctx context.Context, voucher int64) (*testsrv.Redis, time.Duration, error) {
+	if s.Cluster == nil {
+		return nil, 0, fmt.Errorf("not a cluster")
+	}
+	parts, err := s.RDB.PartitionsOfVoucher(ctx, voucher)
+	if err != nil {
+		return nil, 0, err
+	}
+	key := rdb.StreamKey(parts[0])
+	victim, err := s.Cluster.MasterOf(ctx, key)
+	if err != nil {
+		return nil, 0, err
+	}
+	if err := victim.Kill(); err != nil {
+		return nil, 0, err
+	}
+	start := time.Now()
+	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := s.Cluster.WaitServed(wctx, key, victim.Addr); err != nil {
+		return victim, 0, err
+	}
+	return victim, time.Since(start), nil
+}

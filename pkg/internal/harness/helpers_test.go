@@ -1,0 +1,67 @@
+package harness_test
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/flashsale/flashsale/pkg/internal/harness"
+)
+
+// reconciled is one voucher of `reaper reconcile --json`.
+type reconciled struct {
+	VoucherID   string `json:"voucher_id"`
+	Differences []any  `json:"differences"`
+}
+
+// reconcile runs `reaper reconcile --json` (and args, such as --repair)
+// and returns what it found per voucher.
+func reconcile(t *testing.T, ctx context.Context, s *harness.Stack, args ...string) []reconciled {
+	t.Helper()
+	out, err := s.RunOutput(ctx, "reaper", append([]string{"reconcile", "--json"}, args...)...)
+	require.NoError(t, err, out)
+	var rec struct {
+		Vouchers []reconciled `json:"vouchers"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(out), &rec), out)
+	return rec.Vouchers
+}
+
+// runChaos runs the chaos sale of cfg for CHAOS_DURATION (make chaos; 12 s
+// by default, as make test runs it), logs its faults and report, writes
+// them to CHAOS_REPORT when set, and requires every invariant to hold.
+func runChaos(t *testing.T, cfg harness.ChaosConfig) *harness.ChaosReport {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("chaos: builds and runs the binaries under faults")
+	}
+	cfg.Duration = 12 * time.Second
+	if s := os.Getenv("CHAOS_DURATION"); s != "" {
+		var err error
+		cfg.Duration, err = time.ParseDuration(s)
+		require.NoError(t, err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), cfg.Duration+5*time.Minute)
+	defer cancel()
+	var log strings.Builder
+	cfg.Dir, cfg.Log = t.TempDir(), &log
+	report, err := harness.RunChaos(ctx, cfg)
+	t.Log("\n" + log.String())
+	require.NoError(t, err)
+	var out strings.Builder
+	report.Print(&out)
+	t.Log("\n" + out.String())
+	if os.Getenv("CHAOS_REPORT") != "" {
+		require.NoError(t, os.WriteFile(os.Getenv("CHAOS_REPORT"), []byte(log.String()+"\n"+out.String()), 0o644))
+	}
+	require.Empty(t, report.Violations())
+	require.Positive(t, report.Sale.Admitted)
+	require.Positive(t, report.Final["paid"])
+	require.Len(t, report.Side, 2)
+	return report
+}
