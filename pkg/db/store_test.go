@@ -21,7 +21,7 @@ func orders(voucher int64, from, n int) []order.Order {
 	now := time.Now().UTC().Truncate(time.Millisecond)
 	out := make([]order.Order, n)
 	for i := range out {
-		out[i] = order.Order{ID: int64(1_000_000 + from + i), VoucherID: voucher, UserID: fmt.Sprintf("u%d", from+i), CreatedAt: now, Day: "20261121"}
+		out[i] = order.Order{ID: int64(1_000_000 + from + i), VoucherID: voucher, UserID: fmt.Sprintf("u%d", from+i), CreatedAt: now, Day: order.Day(now, time.UTC)}
 	}
 	return out
 }
@@ -64,7 +64,7 @@ func TestPersistBatchSpansVouchersAndSkipsKnownOrders(t *testing.T) {
 	a := e.SeedVoucher(t, db.Voucher{Stock: 3, PaymentTimeoutSeconds: 60}, -1)
 	b := e.SeedVoucher(t, db.Voucher{Stock: 3, PaymentTimeoutSeconds: 120}, -1)
 	batch := append(orders(a.ID, 0, 2), orders(b.ID, 10, 2)...)
-	batch = append(batch, order.Order{ID: 99, VoucherID: 424242, UserID: "x", CreatedAt: batch[0].CreatedAt, Day: "20261121"})
+	batch = append(batch, order.Order{ID: 99, VoucherID: 424242, UserID: "x", CreatedAt: batch[0].CreatedAt, Day: batch[0].Day})
 	out, err := e.DB.PersistBatch(ctx, batch)
 	require.NoError(t, err)
 	for _, o := range out[:4] {

@@ -17,6 +17,7 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"github.com/flashsale/flashsale/pkg/gateway"
+	"github.com/flashsale/flashsale/pkg/internal/testclock"
 	"github.com/flashsale/flashsale/pkg/internal/testenv"
 	"github.com/flashsale/flashsale/pkg/internal/testsrv"
 	"github.com/flashsale/flashsale/pkg/worker"
@@ -213,7 +214,7 @@ func TestSaleWindowAndStockRejections(t *testing.T) {
 
 func TestDailyLimitThroughTheAPI(t *testing.T) {
 	f := newFixture(t)
-	f.clock.Set(time.Date(2026, 11, 21, 23, 59, 0, 0, time.UTC))
+	f.clock.Set(testclock.BeforeMidnight(time.UTC, time.Minute))
 	id := f.createVoucher(`{"name":"d","stock":10,"per_user_limit":5,"per_user_daily_limit":1}`)
 	claim := func() response { return f.do("POST", "/v1/vouchers/"+id+"/orders", f.token("dora"), "") }
 	require.Equal(t, http.StatusAccepted, claim().Status)
@@ -300,6 +301,7 @@ func TestBadVoucherInputWritesNothing(t *testing.T) {
 		{"bad time", `{"name":"a","stock":5,"starts_at":"tomorrow"}`, "", 400, "invalid_field"},
 		{"ends before start", `{"name":"a","stock":5,"starts_at":"2126-01-02T00:00:00Z","ends_at":"2126-01-01T00:00:00Z"}`, "", 400, "invalid_field"},
 		{"ends at start", `{"name":"a","stock":5,"starts_at":"2126-01-02T00:00:00Z","ends_at":"2126-01-02T00:00:00Z"}`, "", 400, "invalid_field"},
+		// fixed date: refused before anything is stored.
 		{"already over", `{"name":"a","stock":5,"ends_at":"2020-01-01T00:00:00Z"}`, "", 400, "invalid_field"},
 		{"ends before 1970", `{"name":"a","stock":5,"ends_at":"1969-12-31T23:59:59Z"}`, "", 400, "invalid_field"},
 		{"starts in year 1", `{"name":"a","stock":5,"starts_at":"0001-01-01T00:00:00Z"}`, "", 400, "invalid_field"},

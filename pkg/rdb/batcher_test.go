@@ -30,7 +30,7 @@ func TestBatcherAdmitsExactlyTheStock(t *testing.T) {
 			defer wg.Done()
 			for i := range 40 {
 				user := fmt.Sprintf("u%d", (g*40+i)%1500) // some users claim twice
-				a, err := b.Admit(context.Background(), rdb.Claim{VoucherID: 21, UserID: user, Now: t0, Day: "20261121"})
+				a, err := b.Admit(context.Background(), rdb.Claim{VoucherID: 21, UserID: user, Now: t0, Day: d0})
 				if err != nil {
 					require.ErrorIs(t, err, errOneOf(err, rdb.ErrSoldOut, rdb.ErrUserLimit))
 					continue
@@ -56,7 +56,7 @@ func TestAdmitManyReloadsAFlushedScript(t *testing.T) {
 	ctx := context.Background()
 	seedVoucher(t, s, rdb.Voucher{ID: 3, Stock: 5, PerUserLimit: 5})
 	require.NoError(t, s.Client().ScriptFlush(ctx).Err()) // as after a Redis restart
-	claims := []rdb.Claim{{VoucherID: 3, UserID: "a", Now: t0, Day: "20261121"}, {VoucherID: 99, UserID: "a", Now: t0, Day: "20261121"}}
+	claims := []rdb.Claim{{VoucherID: 3, UserID: "a", Now: t0, Day: d0}, {VoucherID: 99, UserID: "a", Now: t0, Day: d0}}
 	out, errs, err := s.AdmitMany(ctx, claims)
 	require.NoError(t, err)
 	require.NoError(t, errs[0])
@@ -73,7 +73,7 @@ func TestBatcherDoesNotSendWhatTheCallerGaveUpOn(t *testing.T) {
 	defer b.Close()
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	_, err := b.Admit(ctx, rdb.Claim{VoucherID: 4, UserID: "late", Now: t0, Day: "20261121"})
+	_, err := b.Admit(ctx, rdb.Claim{VoucherID: 4, UserID: "late", Now: t0, Day: d0})
 	require.ErrorIs(t, err, context.Canceled)
 	requireStock(t, s, 4, 5)
 }
@@ -131,7 +131,7 @@ func TestBatcherKeepsAHungMasterToItsOwnClaims(t *testing.T) {
 			defer wg.Done()
 			cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 			defer cancel()
-			_, errs[i] = b.Admit(cctx, rdb.Claim{VoucherID: v, UserID: fmt.Sprintf("u%d", i), Now: t0, Day: "20261121"})
+			_, errs[i] = b.Admit(cctx, rdb.Claim{VoucherID: v, UserID: fmt.Sprintf("u%d", i), Now: t0, Day: d0})
 		}()
 	}
 	healthyDone.Wait()

@@ -30,10 +30,10 @@ func TestAPooledAdmissionTakesOneItem(t *testing.T) {
 	items := envelopes(30, 50, 20)
 	seedVoucher(t, s, rdb.Voucher{ID: 1, Stock: 3, Pooled: true, Items: items})
 
-	a, err := s.Admit(ctx, rdb.Claim{VoucherID: 1, UserID: "alice", Now: t0, Day: "20261121", IdempotencyKey: "k", IdempotencyTTL: time.Minute})
+	a, err := s.Admit(ctx, rdb.Claim{VoucherID: 1, UserID: "alice", Now: t0, Day: d0, IdempotencyKey: "k", IdempotencyTTL: time.Minute})
 	require.NoError(t, err)
 	require.Equal(t, items[0], a.Item)
-	again, err := s.Admit(ctx, rdb.Claim{VoucherID: 1, UserID: "alice", Now: t0, Day: "20261121", IdempotencyKey: "k", IdempotencyTTL: time.Minute})
+	again, err := s.Admit(ctx, rdb.Claim{VoucherID: 1, UserID: "alice", Now: t0, Day: d0, IdempotencyKey: "k", IdempotencyTTL: time.Minute})
 	require.NoError(t, err)
 	require.True(t, again.Replayed)
 	require.Equal(t, a, rdb.Admission{OrderID: again.OrderID, Item: again.Item}, "a replay answers the same order and item")

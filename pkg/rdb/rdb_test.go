@@ -13,12 +13,19 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
+	"github.com/flashsale/flashsale/pkg/internal/testclock"
 	"github.com/flashsale/flashsale/pkg/internal/testsrv"
 	"github.com/flashsale/flashsale/pkg/order"
 	"github.com/flashsale/flashsale/pkg/rdb"
 )
 
-var t0 = time.Date(2026, 11, 21, 10, 0, 0, 0, time.UTC)
+// t0 is the tests' sale start, from the clock: a voucher's keys expire a
+// while after its sale ends, so a sale seeded on a calendar date vanishes
+// as it is written once that date is past. d0 is its UTC day.
+var (
+	t0 = testclock.Start()
+	d0 = order.Day(t0, time.UTC)
+)
 
 // -redis-cluster runs every test of the package against a Redis Cluster of
 // three masters instead of one redis-server (asynq's test setup does the
@@ -140,7 +147,7 @@ func TestAdmitWritesTheOrderToItsPartition(t *testing.T) {
 	o, found, err := s.PendingOrder(context.Background(), a.OrderID)
 	require.NoError(t, err)
 	require.True(t, found)
-	require.Equal(t, order.Order{ID: a.OrderID, VoucherID: 7, UserID: "alice", CreatedAt: t0, Day: "20261121", Quantity: 1}, o)
+	require.Equal(t, order.Order{ID: a.OrderID, VoucherID: 7, UserID: "alice", CreatedAt: t0, Day: d0, Quantity: 1}, o)
 	requireStock(t, s, 7, 2)
 }
 
@@ -153,8 +160,9 @@ func TestDailyLimitRollsOverAtMidnight(t *testing.T) {
 		_, err := s.Admit(context.Background(), rdb.Claim{VoucherID: 5, UserID: "bob", Now: now, Day: day(now)})
 		return err
 	}
-	// 15:59:59 UTC is 23:59:59 in Shanghai; one second later it is tomorrow there.
-	beforeMidnight := time.Date(2026, 11, 21, 15, 59, 59, 0, time.UTC)
+	// One second before midnight in Shanghai (16:00 UTC); one second later
+	// it is tomorrow there.
+	beforeMidnight := testclock.BeforeMidnight(shanghai, time.Second)
 	require.NoError(t, admit(beforeMidnight))
 	require.ErrorIs(t, admit(beforeMidnight), rdb.ErrDailyLimit)
 	require.NoError(t, admit(beforeMidnight.Add(time.Second)))
@@ -168,7 +176,7 @@ func TestDailyLimitRollsOverAtMidnight(t *testing.T) {
 func TestIdempotentReplay(t *testing.T) {
 	s := newStore(t, 2)
 	seedVoucher(t, s, rdb.Voucher{ID: 8, Stock: 10, PerUserLimit: 5})
-	c := rdb.Claim{VoucherID: 8, UserID: "carol", IdempotencyKey: "k1", IdempotencyTTL: time.Hour, Now: t0, Day: "20261121"}
+	c := rdb.Claim{VoucherID: 8, UserID: "carol", IdempotencyKey: "k1", IdempotencyTTL: time.Hour, Now: t0, Day: d0}
 	first, err := s.Admit(context.Background(), c)
 	require.NoError(t, err)
 	require.False(t, first.Replayed)
@@ -247,7 +255,7 @@ func TestReleaseIsExactlyOnce(t *testing.T) {
 	_, err = claim(s, 12, "frank", t0)
 	require.ErrorIs(t, err, rdb.ErrSoldOut)
 
-	o := order.Order{ID: a.OrderID, VoucherID: 12, UserID: "erin", Day: "20261121"}
+	o := order.Order{ID: a.OrderID, VoucherID: 12, UserID: "erin", Day: d0}
 	for i, want := range []bool{true, false, false} {
 		released, err := s.Release(context.Background(), o)
 		require.NoError(t, err)

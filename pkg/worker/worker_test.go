@@ -206,11 +206,11 @@ func TestPoisonAndRejectedOrdersAreDeadLettered(t *testing.T) {
 	require.NoError(t, e.RDB.Client().XAdd(ctx, &redis.XAddArgs{Stream: stream, Values: []any{"junk", "1"}}).Err())
 	// A creation time no order can have.
 	require.NoError(t, e.RDB.Client().XAdd(ctx, &redis.XAddArgs{Stream: stream, Values: []any{
-		"voucher_id", v.ID, "user_id", "late", "created_ms", int64(400_000_000_000_000), "day", "20261121"}}).Err())
+		"voucher_id", v.ID, "user_id", "late", "created_ms", int64(400_000_000_000_000), "day", order.Day(time.Now(), time.UTC)}}).Err())
 	// Well-formed, but MySQL refuses it (bytes that are not UTF-8): the whole
 	// batch fails, then each order is tried alone.
 	require.NoError(t, e.RDB.Client().XAdd(ctx, &redis.XAddArgs{Stream: stream, Values: []any{
-		"voucher_id", v.ID, "user_id", "bad\xff\xfe", "created_ms", time.Now().UnixMilli(), "day", "20261121"}}).Err())
+		"voucher_id", v.ID, "user_id", "bad\xff\xfe", "created_ms", time.Now().UnixMilli(), "day", order.Day(time.Now(), time.UTC)}}).Err())
 	admit(t, e, v.ID, 1, "late")
 
 	runWorker(t, newWorker(t, e, "w1", 100))

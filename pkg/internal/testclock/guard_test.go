@@ -1,0 +1,148 @@
+package testclock_test
+
+import (
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/flashsale/flashsale/pkg/internal/testclock"
+)
+
+// marker is what a comment says, on a fixed date's line or the line above
+// it, to keep the date: "fixed date: <why nothing stored depends on it>".
+const marker = "fixed date:"
+
+// A calendar date in a string: an RFC 3339 day or an order's day key.
+var dateLiteral = regexp.MustCompile("^[\"`].*\\b20\\d\\d-[01]\\d-[0-3]\\d|^\"20\\d\\d[01]\\d[0-3]\\d\"$")
+
+// TestNoCalendarDatesInTests fails when a test, or a test helper under
+// pkg/internal, names a calendar date (time.Date with a literal year, an
+// RFC 3339 date or a day key in a string) without a "fixed date:" comment
+// saying why nothing it stores depends on it. Times written to a store
+// come from testclock (or a clock the test owns and starts from it).
+func TestNoCalendarDatesInTests(t *testing.T) {
+	root := moduleRoot(t)
+	var found []string
+	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(root, path)
+		if d.IsDir() {
+			if strings.HasPrefix(d.Name(), ".") || d.Name() == "testdata" || d.Name() == "bin" {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		helper := strings.HasPrefix(rel, filepath.Join("pkg", "internal")+string(filepath.Separator))
+		if !strings.HasSuffix(path, ".go") || !(strings.HasSuffix(path, "_test.go") || helper) {
+			return nil
+		}
+		found = append(found, calendarDates(t, path, rel)...)
+		return nil
+	})
+	require.NoError(t, err)
+	require.Empty(t, found, "calendar dates in tests: take the time from testclock, or say %q why the date stores nothing", marker)
+}
+
+// calendarDates lists the unexplained calendar dates of one file.
+func calendarDates(t *testing.T, path, rel string) []string {
+	fset := token.NewFileSet()
+	f, err := parser.ParseFile(fset, path, nil, parser.ParseComments)
+	require.NoError(t, err, path)
+	explained := map[int]bool{}
+	for _, g := range f.Comments {
+		if strings.Contains(g.Text(), marker) {
+			explained[fset.Position(g.End()).Line] = true
+		}
+	}
+	var out []string
+	flag := func(n ast.Node, what string) {
+		line := fset.Position(n.Pos()).Line
+		if !explained[line] && !explained[line-1] {
+			out = append(out, rel+":"+strconv.Itoa(line)+": "+what)
+		}
+	}
+	ast.Inspect(f, func(n ast.Node) bool {
+		switch n := n.(type) {
+		case *ast.CallExpr:
+			if sel, ok := n.Fun.(*ast.SelectorExpr); ok && sel.Sel.Name == "Date" && len(n.Args) > 0 {
+				if x, ok := sel.X.(*ast.Ident); ok && x.Name == "time" {
+					if lit, ok := n.Args[0].(*ast.BasicLit); ok && lit.Kind == token.INT {
+						flag(n, "time.Date with the year "+lit.Value)
+					}
+				}
+			}
+		case *ast.BasicLit:
+			if n.Kind == token.STRING && dateLiteral.MatchString(n.Value) {
+				flag(n, "date in "+n.Value)
+			}
+		}
+		return true
+	})
+	return out
+}
+
+func moduleRoot(t *testing.T) string {
+	dir, err := os.Getwd()
+	require.NoError(t, err)
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return dir
+		}
+		parent := filepath.Dir(dir)
+		require.NotEqual(t, parent, dir, "no go.mod above the test")
+		dir = parent
+	}
+}
+
+// The guard finds what it is for, and lets an explained date stay.
+func TestTheGuardFindsCalendarDates(t *testing.T) {
+	dir := t.TempDir()
+	// fixed date: the guard's own fixture, written to a file and parsed.
+	src := strings.ReplaceAll(`package x
+
+import "time"
+
+var a = time.Date(2026, 11, 21, 10, 0, 0, 0, time.UTC)
+var b = "20261121"
+var c = ~{"ends_at":"2020-01-01T00:00:00Z"}~
+// fixed date: parsing only
+var d = time.Date(2026, 1, 2, 0, 0, 0, 0, time.UTC)
+var e = time.Date(now.Year(), 1, 2, 0, 0, 0, 0, time.UTC)
+`, "~", "`")
+	path := filepath.Join(dir, "x_test.go")
+	require.NoError(t, os.WriteFile(path, []byte(src), 0o600))
+	require.Equal(t, []string{
+		// fixed date: what the guard says of the fixture.
+		"x_test.go:5: time.Date with the year 2026",
+		`x_test.go:6: date in "20261121"`,
+		// fixed date: what the guard says of the fixture.
+		"x_test.go:7: date in `{\"ends_at\":\"2020-01-01T00:00:00Z\"}`",
+	}, calendarDates(t, path, "x_test.go"))
+}
+
+func TestStartIsTheClocks(t *testing.T) {
+	before := time.Now()
+	s := testclock.Start()
+	require.False(t, s.After(before))
+	require.Less(t, before.Sub(s), time.Hour+time.Second)
+	require.Equal(t, s.Day(), s.Add(59*time.Minute).Day(), "minutes added stay in one UTC day")
+
+	shanghai := time.FixedZone("CST", 8*3600)
+	m := testclock.BeforeMidnight(shanghai, time.Second)
+	next := m.Add(time.Second).In(shanghai)
+	require.Equal(t, 0, next.Hour()+next.Minute()+next.Second())
+	require.True(t, m.Before(before))
+	require.Less(t, before.Sub(m), 24*time.Hour+2*time.Second)
+}
