@@ -23,7 +23,8 @@ import (
 // both:
 //   - exp required, nbf honoured; iss and aud checked when configured;
 //   - a lifetime (exp - iat, or exp - now without iat) above maxLifetime
-//     refused, so a stolen token is not good for years;
+//     refused, so a stolen token is not good for years; an iat more than
+//     maxClockSkew ahead of now refused, so iat cannot stretch that bound;
 //   - exp, nbf and iat outside years 1-9999 (1e300, an overflow) refused;
 //   - a crit header refused (RFC 7515 4.1.11: we understand no extension);
 //   - HS256 with the current or the previous secret (a rollover); RS256,
@@ -182,14 +183,30 @@ func (c *tokenClaims) GetIssuer() (string, error)                   { return c.I
 func (c *tokenClaims) GetSubject() (string, error)                  { return c.Subject, nil }
 func (c *tokenClaims) GetAudience() (jwt.ClaimStrings, error)       { return c.Audience, nil }
 
-var errTooLong = errors.New("token: lifetime above FLASHSALE_JWT_MAX_LIFETIME")
+var (
+	errTooLong     = errors.New("token: lifetime above FLASHSALE_JWT_MAX_LIFETIME")
+	errIssuedLater = errors.New("token: issued in the future (iat later than now plus the allowed clock skew)")
+)
+
+// maxClockSkew is how far ahead of this gateway's clock a token's iat may
+// be: an identity provider's clock a little ahead is fine, a token "issued"
+// next year is not (its lifetime, exp - iat, would pass the bound while
+// exp lies years ahead).
+const maxClockSkew = time.Minute
 
 // Validate is the policy jwt.Validator runs after its own checks.
 func (c *tokenClaims) Validate() error {
-	if c.policy == nil || c.policy.maxLifetime <= 0 || c.ExpiresAt == nil {
+	if c.policy == nil {
 		return nil
 	}
-	from := c.policy.now()
+	now := c.policy.now()
+	if c.IssuedAt != nil && c.IssuedAt.After(now.Add(maxClockSkew)) {
+		return errIssuedLater
+	}
+	if c.policy.maxLifetime <= 0 || c.ExpiresAt == nil {
+		return nil
+	}
+	from := now
 	if c.IssuedAt != nil {
 		from = c.IssuedAt.Time
 	}

@@ -91,6 +91,7 @@ func TestFastHS256AgreesWithGolangJWT(t *testing.T) {
 		"nbf overflowing":          canonical(testSecret, []byte(`{"sub":"alice","exp":`+jsonNumber(exp)+`,"nbf":1e300}`)),
 		"exp overflowing":          canonical(testSecret, []byte(`{"sub":"alice","exp":1e300}`)),
 		"exp in year 9999":         sign(t, testSecret, jwt.MapClaims{"sub": "alice", "exp": 253402300000.0}),
+		"issued next year":         sign(t, testSecret, jwt.MapClaims{"sub": "alice", "exp": exp + 365*86400, "iat": float64(testNow.Add(365 * 24 * time.Hour).Unix())}),
 		"lifetime of 2 days":       sign(t, testSecret, jwt.MapClaims{"sub": "alice", "exp": exp, "iat": float64(testNow.Add(-47 * time.Hour).Unix())}),
 		"trailing data":            canonical(testSecret, []byte(`{"sub":"alice","exp":`+jsonNumber(exp)+`} x`)),
 		"null claims":              canonical(testSecret, []byte(`null`)),
@@ -157,7 +158,13 @@ func TestTokenPolicy(t *testing.T) {
 	ok(a, sign(t, "the-previous-secret-of-32-bytes!!", jwt.MapClaims{"sub": "alice", "exp": exp}))
 	refused(testAuth(), sign(t, "the-previous-secret-of-32-bytes!!", jwt.MapClaims{"sub": "alice", "exp": exp}))
 	refused(a, sign(t, testSecret, jwt.MapClaims{"sub": "alice", "exp": float64(testNow.Add(25 * time.Hour).Unix())}))
-	ok(a, sign(t, testSecret, jwt.MapClaims{"sub": "alice", "exp": float64(testNow.Add(25 * time.Hour).Unix()), "iat": float64(testNow.Add(2 * time.Hour).Unix())}))
+	// iat may be a minute ahead of the gateway's clock (skew), no more: an
+	// iat in the future would stretch the lifetime bound (exp - iat) to
+	// any exp, up to year 9999 (issue 25, attack 7).
+	ok(a, sign(t, testSecret, jwt.MapClaims{"sub": "alice", "exp": exp, "iat": float64(testNow.Add(30 * time.Second).Unix())}))
+	refused(a, sign(t, testSecret, jwt.MapClaims{"sub": "alice", "exp": float64(testNow.Add(25 * time.Hour).Unix()), "iat": float64(testNow.Add(2 * time.Hour).Unix())}))
+	const year9999 = 253402300000.0
+	refused(a, sign(t, testSecret, jwt.MapClaims{"sub": "alice", "exp": year9999, "iat": year9999 - 3600}))
 
 	// crit: not canonical, so the general path; refused even when signed.
 	tok := jwt.NewWithClaims(jwt.SigningMethodHS256, jwt.MapClaims{"sub": "alice", "exp": exp})
