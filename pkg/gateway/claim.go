@@ -53,7 +53,7 @@ func (g *Gateway) claim(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case err == nil && !a.Replayed:
 		g.soldOut.admitted(voucher)
-	case errors.Is(err, rdb.ErrSoldOut):
+	case key == "" && errors.Is(err, rdb.ErrSoldOut):
 		g.soldOut.soldOutFor(voucher, qty)
 	}
 	if err != nil {

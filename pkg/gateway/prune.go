@@ -13,7 +13,9 @@ package gateway
 // covers its buckets.
 //
 // A claim carrying an Idempotency-Key is never pruned: it may be the retry
-// of an admitted claim, which must be answered with its order.
+// of an admitted claim, which must be answered with its order. Nor does its
+// answer set or renew a flag: keyed claims always reach Redis, so they
+// could otherwise keep a flag alive for everyone else.
 
 import (
 	"sync"
@@ -65,7 +67,13 @@ func (s *soldOut) prune(v, qty int64) bool {
 	return !fl.at.CompareAndSwap(at, now)
 }
 
-// soldOutFor records Redis's sold_out answer to a claim of qty units.
+// soldOutFor records Redis's sold_out answer to a claim of qty units. It
+// sets or renews the flag only for what the answer proves: fewer than qty
+// units left says claims of qty or more are sold out, nothing about fewer.
+// So a sold_out for more units than the flag covers leaves the flag to
+// expire: otherwise one account claiming more units than are left would
+// keep a voucher with units back "sold out" for everyone (issue 25,
+// attack 4).
 func (s *soldOut) soldOutFor(v, qty int64) {
 	if s.refresh == 0 {
 		return
@@ -74,7 +82,10 @@ func (s *soldOut) soldOutFor(v, qty int64) {
 	fl := f.(*soldFlag)
 	for {
 		q := fl.qty.Load()
-		if q != 0 && q <= qty || fl.qty.CompareAndSwap(q, qty) {
+		if q != 0 && q < qty {
+			return // says nothing of claims of q units
+		}
+		if q == qty || fl.qty.CompareAndSwap(q, qty) {
 			break
 		}
 	}

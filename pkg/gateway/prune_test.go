@@ -124,3 +124,35 @@ func TestHotVoucherThroughTheAPI(t *testing.T) {
 		requireError(t, f.do("POST", "/admin/v1/vouchers", admin, body), http.StatusBadRequest, "invalid_field")
 	}
 }
+
+// Issue 25, attack 4: one account claiming more units than are left, with
+// and without an Idempotency-Key, got real sold_out answers from Redis and
+// renewed the flag, so everyone else's claims of one unit were answered
+// sold_out by the gateway though a unit was back. Only a sold_out that
+// covers the flag's quantity renews it, and keyed claims never do.
+func TestOneAccountCannotKeepAVoucherSoldOut(t *testing.T) {
+	var clock atomic.Int64
+	const refresh = 200 * time.Millisecond
+	f := newFixtureOn(t, testenv.New(t, 4), gateway.Config{SoldOutRefresh: refresh},
+		gateway.WithPruneClock(func() int64 { return clock.Load() }))
+	id := f.createVoucher(`{"name":"p","stock":1,"per_user_limit":5}`)
+	claimPath := "/v1/vouchers/" + id + "/orders"
+	alice := f.token("alice")
+	first := f.do("POST", claimPath, alice, "")
+	require.Equal(t, http.StatusAccepted, first.Status, first.Raw)
+	requireError(t, f.do("POST", claimPath, f.token("bob"), ""), http.StatusConflict, "sold_out") // the flag, for 1 unit
+	f.persist(id)
+	require.Equal(t, http.StatusOK, f.do("POST", "/v1/orders/"+first.Body["order_id"].(string)+"/cancel", alice, "").Status)
+
+	// mallory claims 5 units, keyed and not, through the whole period and
+	// past it: every answer is a real sold_out from Redis.
+	mallory := f.token("mallory")
+	for i := range 8 {
+		clock.Store(int64(i) * int64(refresh) / 4)
+		requireError(t, f.do("POST", claimPath, mallory, `{"quantity":5}`, "Idempotency-Key", "m"+strconv.Itoa(i)), http.StatusConflict, "sold_out")
+		requireError(t, f.do("POST", claimPath, mallory, `{"quantity":5}`), http.StatusConflict, "sold_out")
+	}
+	clock.Store(int64(2 * refresh))
+	res := f.do("POST", claimPath, f.token("carol"), "")
+	require.Equal(t, http.StatusAccepted, res.Status, "the unit back is sold within one period: %s", res.Raw)
+}
