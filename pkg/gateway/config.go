@@ -18,6 +18,11 @@ type Config struct {
 	// PaymentWebhookSecret keys the HMAC-SHA256 a payment provider signs
 	// POST /v1/payments/webhook with; empty: the webhook answers 404.
 	PaymentWebhookSecret string `envconfig:"FLASHSALE_PAYMENT_WEBHOOK_SECRET"`
+	// BuyerPay opens POST /v1/orders/{id}/pay, where a buyer marks their
+	// own order paid with no payment at all: for demos and tests only.
+	// Off by default; refused together with PaymentWebhookSecret (a real
+	// payment provider confirms payments then).
+	BuyerPay bool `envconfig:"FLASHSALE_BUYER_PAY" default:"false"`
 	// AdminAddr, when set, serves the admin API on this address only; the
 	// public listener then answers 404 for /admin/….
 	AdminAddr string `envconfig:"FLASHSALE_ADMIN_ADDR"`
@@ -138,6 +143,8 @@ func (c *Config) Validate() error {
 		return errors.New("FLASHSALE_JWT_PREVIOUS_SECRET needs FLASHSALE_JWT_SECRET")
 	case c.PaymentWebhookSecret != "" && len(c.PaymentWebhookSecret) < 32:
 		return errors.New("FLASHSALE_PAYMENT_WEBHOOK_SECRET must be at least 32 bytes")
+	case c.BuyerPay && c.PaymentWebhookSecret != "":
+		return errors.New("FLASHSALE_BUYER_PAY must not be true while FLASHSALE_PAYMENT_WEBHOOK_SECRET is set: buyers would pay without paying")
 	case c.JWTMaxLifetime < time.Minute:
 		return fmt.Errorf("FLASHSALE_JWT_MAX_LIFETIME must be at least 1m, got %s", c.JWTMaxLifetime)
 	case c.ClaimTimeout < 0:

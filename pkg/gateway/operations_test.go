@@ -3,6 +3,7 @@ package gateway_test
 import (
 	"context"
 	"net/http"
+	"net/http/httptest"
 	"strconv"
 	"testing"
 	"time"
@@ -123,6 +124,11 @@ func TestPaymentWebhook(t *testing.T) {
 	}
 	requireError(t, hook(orders[0], "pay-1", ""), http.StatusConflict, "order_pending")
 	f.persist(id)
+	// Issue 25, attack 2: with a payment provider, a buyer cannot mark
+	// their own order paid.
+	requireError(t, f.do("POST", "/v1/orders/"+orders[1]+"/pay", f.token("b"), ""), http.StatusNotFound, "not_found")
+	got := f.do("GET", "/v1/orders/"+orders[1], f.token("b"), "")
+	require.Equal(t, "created", got.Body["status"], got.Raw)
 	requireError(t, hook(orders[0], "pay-1", "sha256=00"), http.StatusUnauthorized, "unauthorized")
 	requireError(t, hook(orders[0], "pay-1", "md5=00"), http.StatusUnauthorized, "unauthorized")
 	for range 2 {
@@ -154,6 +160,27 @@ func TestPaymentWebhook(t *testing.T) {
 	// Without a secret the webhook does not exist.
 	plain := newFixture(t)
 	requireError(t, plain.do("POST", "/v1/payments/webhook", "", `{}`), http.StatusNotFound, "not_found")
+}
+
+// /pay, where a buyer pays without paying, is off unless
+// FLASHSALE_BUYER_PAY opens it, and cannot be opened beside a webhook.
+func TestBuyerPayIsOffByDefault(t *testing.T) {
+	env := testenv.New(t, 1)
+	gw, err := gateway.New(gateway.Config{AdminToken: admin, JWTSecret: secret}, env.RDB, env.DB, zaptest.NewLogger(t))
+	require.NoError(t, err)
+	t.Cleanup(gw.Close)
+	srv := httptest.NewServer(gw.Handler())
+	t.Cleanup(srv.Close)
+	f := &fixture{t: t, env: env, srv: srv, clock: newClock(time.Now())}
+	id := f.createVoucher(`{"name":"p","stock":1}`)
+	o := f.do("POST", "/v1/vouchers/"+id+"/orders", f.token("a"), "")
+	require.Equal(t, http.StatusAccepted, o.Status, o.Raw)
+	f.persist(id)
+	requireError(t, f.do("POST", "/v1/orders/"+o.Body["order_id"].(string)+"/pay", f.token("a"), ""), http.StatusNotFound, "not_found")
+	require.Equal(t, "created", f.do("GET", "/v1/orders/"+o.Body["order_id"].(string), f.token("a"), "").Body["status"])
+
+	_, err = gateway.New(gateway.Config{AdminToken: admin, JWTSecret: secret, BuyerPay: true, PaymentWebhookSecret: webhookSecret}, nil, nil, nil)
+	require.ErrorContains(t, err, "FLASHSALE_BUYER_PAY")
 }
 
 // An operator tops a sale up and extends it: the units are sold, in both

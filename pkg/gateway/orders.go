@@ -86,7 +86,21 @@ func (g *Gateway) getOrder(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, o)
 }
 
-// payOrder: POST /v1/orders/{id}/pay. Paying twice answers the paid order.
+var errBuyerPayOff = &apiError{http.StatusNotFound, "not_found",
+	"buyers do not mark orders paid here: the payment provider confirms payments (FLASHSALE_BUYER_PAY is off)"}
+
+// buyerPay answers 404 unless FLASHSALE_BUYER_PAY opened /pay, before
+// anything else (a MySQL slot, a token check): a buyer who could call it
+// would get units and codes without paying.
+func (g *Gateway) buyerPay(h http.HandlerFunc) http.HandlerFunc {
+	if g.cfg.BuyerPay {
+		return h
+	}
+	return func(w http.ResponseWriter, _ *http.Request) { writeError(w, errBuyerPayOff) }
+}
+
+// payOrder: POST /v1/orders/{id}/pay, open only with FLASHSALE_BUYER_PAY
+// (demos and tests). Paying twice answers the paid order.
 func (g *Gateway) payOrder(w http.ResponseWriter, r *http.Request) {
 	user, id, ok := g.userAndID(w, r)
 	if !ok {

@@ -148,6 +148,8 @@ func StartStack(ctx context.Context, o Options) (s *Stack, err error) {
 		"FLASHSALE_STREAM_PARTITIONS=" + strconv.Itoa(o.Partitions),
 		"FLASHSALE_HTTP_ADDR=127.0.0.1:" + strconv.Itoa(port),
 		"FLASHSALE_ADMIN_TOKEN=" + s.AdminToken, "FLASHSALE_JWT_SECRET=" + s.JWTSecret,
+		// The stack has no payment provider: its buyers pay themselves.
+		"FLASHSALE_BUYER_PAY=true",
 	}, append(redisEnv, o.Env...)...)
 
 	if o.LeastPrivilege {
