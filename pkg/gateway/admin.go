@@ -104,7 +104,7 @@ func decodeJSONUpTo(w http.ResponseWriter, r *http.Request, dst any, limit int64
 	var typeErr *json.UnmarshalTypeError
 	switch {
 	case errors.As(err, &tooBig):
-		return errBodyTooLarge
+		return bodyTooLarge(limit)
 	case errors.As(err, &typeErr):
 		return badRequest("invalid_field", "field "+typeErr.Field+" has the wrong type or is out of range")
 	case strings.HasPrefix(err.Error(), "json: unknown field"):
@@ -218,6 +218,10 @@ func (g *Gateway) createVoucher(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var req createVoucherRequest
+	if _, err := g.readBody(w, r, maxCreateBytes, createBodyTimeout); err != nil {
+		g.fail(w, r, err)
+		return
+	}
 	if err := decodeJSONUpTo(w, r, &req, maxCreateBytes); err != nil {
 		g.fail(w, r, err)
 		return

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"io"
 	"net/http"
 	"strconv"
 	"time"
@@ -29,7 +28,7 @@ func (g *Gateway) claim(w http.ResponseWriter, r *http.Request) {
 		g.countClaim(resultInvalid, "", start)
 		return
 	}
-	qty, err := claimQuantity(w, r)
+	qty, err := g.claimQuantity(w, r)
 	if err != nil {
 		g.fail(w, r, err)
 		g.countClaim(resultInvalid, "", start)
@@ -110,8 +109,8 @@ var errBadQuantity = badRequest("invalid_field", "quantity must be a whole numbe
 // claimQuantity reads the claim's optional body {"quantity": N}: no body,
 // or no quantity, is 1. Whether N is within the voucher's per-user limit
 // is decided by the admission script, which knows the limit.
-func claimQuantity(w http.ResponseWriter, r *http.Request) (int64, error) {
-	body, err := readBody(w, r)
+func (g *Gateway) claimQuantity(w http.ResponseWriter, r *http.Request) (int64, error) {
+	body, err := g.readBody(w, r, maxBodyBytes, bodyReadTimeout)
 	switch {
 	case err != nil:
 		return 0, err
@@ -133,19 +132,4 @@ func claimQuantity(w http.ResponseWriter, r *http.Request) (int64, error) {
 		return 0, errBadQuantity
 	}
 	return *req.Quantity, nil
-}
-
-// readBody reads a body of at most maxBodyBytes and puts it back on r, for
-// a handler that needs the raw bytes before decoding them.
-func readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBodyBytes))
-	var tooBig *http.MaxBytesError
-	switch {
-	case errors.As(err, &tooBig):
-		return nil, errBodyTooLarge
-	case err != nil:
-		return nil, badRequest("malformed_json", "the body could not be read")
-	}
-	r.Body = io.NopCloser(bytes.NewReader(body))
-	return body, nil
 }

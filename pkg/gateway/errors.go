@@ -30,7 +30,6 @@ var (
 	errNotPayable     = &apiError{http.StatusConflict, "order_not_payable", "the order failed, or needs no payment (an envelope grab): it cannot be paid"}
 	errUnavailable    = &apiError{http.StatusServiceUnavailable, "unavailable", "the service is temporarily unavailable; retry later"}
 	errInternal       = &apiError{http.StatusInternalServerError, "internal", "internal error"}
-	errBodyTooLarge   = &apiError{http.StatusRequestEntityTooLarge, "body_too_large", "the body exceeds 64 KiB"}
 	errRateLimited    = &apiError{http.StatusTooManyRequests, "rate_limited", "too many requests; retry after Retry-After seconds"}
 	errOverloaded     = &apiError{http.StatusServiceUnavailable, "overloaded", "the gateway is overloaded; retry after Retry-After seconds"}
 )

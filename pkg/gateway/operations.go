@@ -195,13 +195,15 @@ const SignatureHeader = "X-Flashsale-Signature"
 // paymentWebhook: POST /v1/payments/webhook, from the payment provider.
 // The body's HMAC proves the sender; the order is marked paid, once; a
 // payment for an order that no longer holds its unit is recorded for a
-// refund (refund_due), never sold twice.
+// refund (refund_due), never sold twice. Anyone can call it, so the body
+// is read (small, with a deadline), verified and decoded before a MySQL
+// slot is taken: a slow or forged body holds none.
 func (g *Gateway) paymentWebhook(w http.ResponseWriter, r *http.Request) {
 	if g.cfg.PaymentWebhookSecret == "" {
 		writeError(w, &apiError{http.StatusNotFound, "not_found", "no payment webhook is configured"})
 		return
 	}
-	body, err := readBody(w, r)
+	body, err := g.readBody(w, r, maxWebhookBytes, bodyReadTimeout)
 	if err != nil {
 		g.fail(w, r, err)
 		return
@@ -224,8 +226,15 @@ func (g *Gateway) paymentWebhook(w http.ResponseWriter, r *http.Request) {
 		g.fail(w, r, badRequest("invalid_field", "payment_id must be 1-64 characters of A-Z a-z 0-9 _ . @ -"))
 		return
 	}
+	g.withMySQL(w, r, g.cfg.MySQLTimeout, func(w http.ResponseWriter, r *http.Request) {
+		g.recordPayment(w, r, id, req.PaymentID)
+	})
+}
+
+// recordPayment is the webhook's MySQL half, holding a MySQL slot.
+func (g *Gateway) recordPayment(w http.ResponseWriter, r *http.Request, id int64, paymentID string) {
 	ctx := r.Context()
-	p, err := g.db.RecordPayment(ctx, id, req.PaymentID, g.now().UTC())
+	p, err := g.db.RecordPayment(ctx, id, paymentID, g.now().UTC())
 	if errors.Is(err, db.ErrNotFound) {
 		if _, found, perr := g.redis.PendingOrder(ctx, id); perr == nil && found {
 			err = errOrderPending // the provider retries
@@ -238,7 +247,7 @@ func (g *Gateway) paymentWebhook(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if p.RefundDue {
-		g.log.Warn("payment recorded for refund", zap.Int64("order_id", id), zap.String("payment_id", req.PaymentID), zap.String("status", p.Order.Status))
+		g.log.Warn("payment recorded for refund", zap.Int64("order_id", id), zap.String("payment_id", paymentID), zap.String("status", p.Order.Status))
 	}
 	writeJSON(w, http.StatusOK, struct {
 		orderJSON
@@ -294,6 +303,10 @@ func (g *Gateway) changeVoucher(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var req changeVoucherRequest
+	if _, err := g.readBody(w, r, maxBodyBytes, bodyReadTimeout); err != nil {
+		g.fail(w, r, err)
+		return
+	}
 	if err := decodeJSON(w, r, &req); err != nil {
 		g.fail(w, r, err)
 		return
