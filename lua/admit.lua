@@ -5,7 +5,9 @@
 -- runs unchanged on Redis Cluster. The stream of partition P carries the same tag.
 --
 -- KEYS[1] -> flashsale:{pP}:v:V            voucher hash: stock, limit, daily, start_ms, end_ms, expire_s, pool, paused,
---                                          buckets, and u:USER -> units user USER holds (all time)
+--                                          buckets, u:USER -> units user USER holds (all time), and
+--                                          o:USER -> the stream entry ids of USER's admissions, space-separated
+--                                          (the index pending.lua reads a user's pending orders by)
 -- KEYS[2] -> flashsale:{pP}:v:V:day:D      hash user -> units taken on day D
 -- KEYS[3] -> flashsale:{pP}:v:V:idem:U:K   idempotency record (ignored when ARGV[4] == 0)
 -- KEYS[4] -> flashsale:{pP}:orders         the partition's order stream
@@ -15,7 +17,8 @@
 -- the common claim (units, no daily limit, no idempotency key) makes three:
 -- one HMGET reads the voucher and the user's count together (the counts
 -- are fields of the voucher hash for that reason), one XADD, one HSET
--- writes the new stock and count.
+-- writes the new stock and count, and appends the entry id to the user's
+-- index (o:USER) in the same call.
 --
 -- ARGV[1] -> user id
 -- ARGV[2] -> now, unix milliseconds (the caller's clock, so tests can move it)
@@ -65,7 +68,8 @@ if idem_ttl > 0 then
 end
 
 local ufield = 'u:' .. user
-local v = redis.call('HMGET', KEYS[1], 'stock', 'limit', 'daily', 'start_ms', 'end_ms', 'expire_s', 'pool', 'paused', 'buckets', ufield)
+local ofield = 'o:' .. user
+local v = redis.call('HMGET', KEYS[1], 'stock', 'limit', 'daily', 'start_ms', 'end_ms', 'expire_s', 'pool', 'paused', 'buckets', ufield, ofield)
 if not v[1] then
   return {1}
 end
@@ -123,8 +127,13 @@ if seq >= 4096 then
   return {7}
 end
 
--- Read above in this same script: nothing changed them since.
-redis.call('HSET', KEYS[1], 'stock', stock - qty, ufield, held + qty)
+-- Read above in this same script: nothing changed them since. The user's
+-- index keeps the ids pending.lua has not yet found persisted.
+local ids = id
+if v[11] then
+  ids = v[11] .. ' ' .. id
+end
+redis.call('HSET', KEYS[1], 'stock', stock - qty, ufield, held + qty, ofield, ids)
 if daily > 0 then
   redis.call('HINCRBY', KEYS[2], user, qty)
   redis.call('EXPIRE', KEYS[2], tonumber(ARGV[5]))

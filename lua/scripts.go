@@ -25,6 +25,8 @@ var (
 	takeSrc string
 	//go:embed give.lua
 	giveSrc string
+	//go:embed pending.lua
+	pendingSrc string
 )
 
 // Admit decides one claim: sale window, stock, per-user and per-day limits,
@@ -54,5 +56,9 @@ var (
 	Give = redis.NewScript(giveSrc)
 )
 
+// Pending lists one user's pending orders of one bucket by the user's
+// index, pruning what was persisted (pending.lua).
+var Pending = redis.NewScript(pendingSrc)
+
 // All lists every script, for loading at start-up.
-var All = []*redis.Script{Admit, Release, Ack, DelConsumer, Lease, Change, Take, Give}
+var All = []*redis.Script{Admit, Release, Ack, DelConsumer, Lease, Change, Take, Give, Pending}

@@ -11,6 +11,7 @@ import "strconv"
 //	flashsale:{pP}:dead                dead-letter stream
 //	flashsale:{pP}:v:V                 voucher hash: stock, limit, daily, start_ms, end_ms, buckets, ...
 //	                                   and u:USER -> units user USER holds (read with the voucher, one HMGET)
+//	                                   and o:USER -> entry ids of USER's admissions not yet seen persisted
 //	flashsale:{pP}:v:V:day:YYYYMMDD    hash user -> orders taken that day
 //	flashsale:{pP}:v:V:idem:U:K        idempotency record of user U, key K
 //	flashsale:{pP}:v:V:released        set of order ids whose reservation was given back
@@ -69,6 +70,11 @@ func (b bucket) idem(user, k string) string {
 const userPrefix = "u:"
 
 func userField(user string) string { return userPrefix + user }
+
+// pendingPrefix starts the voucher hash's field of a user's index of
+// admissions: the stream entry ids admit.lua appended, space-separated,
+// which pending.lua reads and prunes.
+const pendingPrefix = "o:"
 
 // MaxBuckets bounds a voucher's stock_buckets.
 const MaxBuckets = 64

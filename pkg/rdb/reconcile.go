@@ -173,7 +173,8 @@ func (s *Store) RewriteVoucher(ctx context.Context, st VoucherState, released, c
 	}
 	v := st.Voucher.ID
 	n := max(st.Voucher.Buckets, 1)
-	if have, err := s.bucketsOf(ctx, v); err != nil {
+	have, err := s.bucketsOf(ctx, v)
+	if err != nil {
 		return err
 	} else if have != n && have != 1 {
 		return fmt.Errorf("rewrite voucher %d: Redis has %d buckets, MySQL %d", v, have, n)
@@ -190,12 +191,18 @@ func (s *Store) RewriteVoucher(ctx context.Context, st VoucherState, released, c
 	for u, c := range st.Users {
 		users[UserBucket(u, n)][u] = c
 	}
+	// The users' indexes of pending orders (o:USER) are Redis's alone:
+	// kept across the rewrite, each in its user's bucket.
+	pending, err := s.pendingIndexes(ctx, v, have, n)
+	if err != nil {
+		return err
+	}
 	for d, counts := range st.Days {
 		for u, c := range counts {
 			days[UserBucket(u, n)][d][u] = c
 		}
 	}
-	err := s.eachBucketTx(ctx, st.Voucher, func(pipe redis.Pipeliner, bk bucket) {
+	err = s.eachBucketTx(ctx, st.Voucher, func(pipe redis.Pipeliner, bk bucket) {
 		// The hash is written anew: its users' counts are fields of it.
 		pipe.Del(ctx, bk.key())
 		s.putVoucherHash(ctx, pipe, bk, st.Voucher)
@@ -206,6 +213,9 @@ func (s *Store) RewriteVoucher(ctx context.Context, st VoucherState, released, c
 			counts[userField(u)] = c
 		}
 		for chunk := range chunks(counts, 1000) {
+			pipe.HSet(ctx, bk.key(), chunk...)
+		}
+		for chunk := range chunks(pending[b], 1000) {
 			pipe.HSet(ctx, bk.key(), chunk...)
 		}
 		for d, counts := range days[b] {
@@ -237,8 +247,29 @@ func (s *Store) RewriteVoucher(ctx context.Context, st VoucherState, released, c
 	return nil
 }
 
+// pendingIndexes reads the o:USER fields of voucher v's have buckets and
+// files them by the bucket, of n, of their user.
+func (s *Store) pendingIndexes(ctx context.Context, v int64, have, n int) ([]map[string]string, error) {
+	out := make([]map[string]string, n)
+	for b := range n {
+		out[b] = map[string]string{}
+	}
+	for b := range have {
+		h, err := s.c.HGetAll(ctx, s.bucketOf(v, b).key()).Result()
+		if err != nil {
+			return nil, fmt.Errorf("read voucher %d bucket %d: %w", v, b, err)
+		}
+		for f, ids := range h {
+			if u, ok := strings.CutPrefix(f, pendingPrefix); ok {
+				out[UserBucket(u, n)][f] = ids
+			}
+		}
+	}
+	return out, nil
+}
+
 // chunks yields m's fields and values, flattened, size fields at a time.
-func chunks(m map[string]int64, size int) func(yield func([]any) bool) {
+func chunks[V any](m map[string]V, size int) func(yield func([]any) bool) {
 	return func(yield func([]any) bool) {
 		out := make([]any, 0, 2*min(size, len(m)))
 		for k, v := range m {

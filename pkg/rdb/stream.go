@@ -242,20 +242,56 @@ func (s *Store) TrimDeadLetters(ctx context.Context, p int, before time.Time) (i
 }
 
 // UserPending returns user's orders of voucher v still in the stream
-// (admitted, not yet persisted), oldest first. The stream holds only such
-// entries, so it is short unless the workers are behind.
+// (admitted, not yet persisted), oldest first. They are found by the
+// user's index in the bucket that decides the user's claims (admit.lua
+// appends every admission's entry id to it; pending.lua reads those
+// entries and forgets the ones persisted), so the cost is bounded by the
+// user's own orders, however long the stream is (issue 25, attack 3), and
+// a hot voucher's orders are found in whichever bucket's stream they are.
 func (s *Store) UserPending(ctx context.Context, v int64, user string) ([]order.Order, error) {
-	entries, err := s.StreamOrders(ctx, s.PartitionOf(v), 1000)
+	n, err := s.bucketsOf(ctx, v)
 	if err != nil {
 		return nil, err
 	}
+	b := s.bucketOf(v, UserBucket(user, n))
+	raw, err := lua.Pending.Run(ctx, s.c, []string{b.key(), b.stream()}, user).Slice()
+	if err != nil {
+		return nil, fmt.Errorf("pending orders of user in %s: %w", b.key(), err)
+	}
 	var out []order.Order
-	for _, e := range entries {
-		if e.Err == nil && e.Order.VoucherID == v && e.Order.UserID == user {
+	for _, r := range raw {
+		m, err := xMessage(r)
+		if err != nil {
+			return nil, fmt.Errorf("pending orders in %s: %w", b.stream(), err)
+		}
+		if e := parseEntry(b.p, m); e.Err == nil && e.Order.VoucherID == v && e.Order.UserID == user {
 			out = append(out, e.Order)
 		}
 	}
 	return out, nil
+}
+
+// xMessage reads one entry as a script returns XRANGE's reply:
+// {id, {field, value, ...}}.
+func xMessage(r any) (redis.XMessage, error) {
+	pair, ok := r.([]any)
+	if !ok || len(pair) != 2 {
+		return redis.XMessage{}, fmt.Errorf("not a stream entry: %v", r)
+	}
+	id, ok := pair[0].(string)
+	fields, ok2 := pair[1].([]any)
+	if !ok || !ok2 || len(fields)%2 != 0 {
+		return redis.XMessage{}, fmt.Errorf("not a stream entry: %v", r)
+	}
+	m := redis.XMessage{ID: id, Values: make(map[string]any, len(fields)/2)}
+	for i := 0; i < len(fields); i += 2 {
+		k, ok := fields[i].(string)
+		if !ok {
+			return redis.XMessage{}, fmt.Errorf("not a stream entry: %v", r)
+		}
+		m.Values[k] = fields[i+1]
+	}
+	return m, nil
 }
 
 // DeadEntry is one dead letter: the order it carried, as far as it could be

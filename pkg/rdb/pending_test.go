@@ -1,0 +1,119 @@
+package rdb_test
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/flashsale/flashsale/pkg/order"
+	"github.com/flashsale/flashsale/pkg/rdb"
+)
+
+// commandCalls is how many times Redis ran cmd (from clients and from
+// scripts), summed over the masters of a cluster.
+func commandCalls(t *testing.T, s *rdb.Store, cmd string) int64 {
+	t.Helper()
+	ctx := context.Background()
+	var total int64
+	count := func(c *redis.Client) error {
+		info, err := c.Info(ctx, "commandstats").Result()
+		if err != nil {
+			return err
+		}
+		for _, line := range strings.Split(info, "\n") {
+			if rest, ok := strings.CutPrefix(line, "cmdstat_"+cmd+":calls="); ok {
+				calls, _, _ := strings.Cut(rest, ",")
+				n, err := strconv.ParseInt(calls, 10, 64)
+				if err != nil {
+					return err
+				}
+				total += n
+			}
+		}
+		return nil
+	}
+	switch c := s.Client().(type) {
+	case *redis.ClusterClient:
+		require.NoError(t, c.ForEachMaster(ctx, func(_ context.Context, n *redis.Client) error { return count(n) }))
+	case *redis.Client:
+		require.NoError(t, count(c))
+	default:
+		t.Fatalf("client %T", c)
+	}
+	return total
+}
+
+// Issue 25, attack 3: a user's pending orders were found by reading the
+// whole partition stream, 1,000 entries per call, on every GET
+// /v1/orders?voucher_id=. They are now found by the user's index: the
+// stream entries read are the user's own, however long the backlog.
+func TestUserPendingReadsOnlyTheUsersOwnEntries(t *testing.T) {
+	s := newStore(t, 1)
+	ctx := context.Background()
+	seedVoucher(t, s, rdb.Voucher{ID: 1, Stock: 5000, PerUserLimit: 3})
+	mine, err := claim(s, 1, "alice", t0)
+	require.NoError(t, err)
+	for i := range 3000 { // a backlog: the workers are behind
+		_, err := claim(s, 1, "u"+strconv.Itoa(i), t0)
+		require.NoError(t, err)
+	}
+	second, err := claim(s, 1, "alice", t0)
+	require.NoError(t, err)
+
+	before := commandCalls(t, s, "xrange")
+	got, err := s.UserPending(ctx, 1, "alice")
+	require.NoError(t, err)
+	require.Equal(t, []int64{mine.OrderID, second.OrderID}, orderIDs(got))
+	require.Equal(t, int64(2), commandCalls(t, s, "xrange")-before, "one entry read per order of alice's")
+	got, err = s.UserPending(ctx, 1, "nobody")
+	require.NoError(t, err)
+	require.Empty(t, got)
+
+	// Persisted (acknowledged and deleted): no longer pending, and the
+	// index forgets it.
+	_, entry := order.EntryOf(mine.OrderID)
+	require.NoError(t, s.Ack(ctx, 0, []string{entry}))
+	got, err = s.UserPending(ctx, 1, "alice")
+	require.NoError(t, err)
+	require.Equal(t, []int64{second.OrderID}, orderIDs(got))
+	before = commandCalls(t, s, "xrange")
+	_, err = s.UserPending(ctx, 1, "alice")
+	require.NoError(t, err)
+	require.Equal(t, int64(1), commandCalls(t, s, "xrange")-before, "the persisted order's id was dropped from the index")
+}
+
+// Issue 24's bug: on a hot voucher (stock_buckets > 1) a user's orders go
+// to the stream of the user's bucket, but UserPending read only the
+// voucher's home partition, so pending orders of users outside bucket 0
+// were not listed.
+func TestUserPendingFindsOrdersInEveryBucket(t *testing.T) {
+	s := newStore(t, 4)
+	ctx := context.Background()
+	seedVoucher(t, s, rdb.Voucher{ID: 9, Stock: 40, PerUserLimit: 2, Buckets: 4})
+	for b := range 4 {
+		u := usersIn(b, 4, 1)[0]
+		a1, err := claim(s, 9, u, t0)
+		require.NoError(t, err)
+		a2, err := claim(s, 9, u, t0)
+		require.NoError(t, err)
+		got, err := s.UserPending(ctx, 9, u)
+		require.NoError(t, err)
+		require.Equal(t, []int64{a1.OrderID, a2.OrderID}, orderIDs(got), "bucket %d", b)
+		for _, o := range got {
+			require.Equal(t, u, o.UserID)
+			require.EqualValues(t, 9, o.VoucherID)
+		}
+	}
+}
+
+func orderIDs(os []order.Order) []int64 {
+	out := []int64{}
+	for _, o := range os {
+		out = append(out, o.ID)
+	}
+	return out
+}
