@@ -62,8 +62,8 @@ func (g *Gateway) claim(w http.ResponseWriter, r *http.Request) {
 		} else {
 			g.countClaim(resultRejected, e.Code, start)
 		}
-		if errors.Is(err, rdb.ErrOverloaded) {
-			writeError(w, e) // expected under extreme load: counted, not logged
+		if errors.Is(err, rdb.ErrOverloaded) || errors.Is(err, rdb.ErrNotReplicated) {
+			writeError(w, e) // expected under extreme load or a replica's stall: counted, not logged
 			return
 		}
 		g.fail(w, r, err)

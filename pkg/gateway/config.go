@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"math"
 	"time"
+
+	"github.com/flashsale/flashsale/pkg/rdb"
 )
 
 // Config of the gateway.
@@ -88,6 +90,17 @@ type Config struct {
 	// given back is sold again within it. 0 turns pruning off (every claim
 	// runs the script). Default 200ms.
 	SoldOutRefresh time.Duration `envconfig:"FLASHSALE_SOLD_OUT_REFRESH" default:"200ms"`
+	// RedisDurability is what an admission, and an operator's write of
+	// stock or pause, must reach before it is answered: "none" (the
+	// master has it), "replica" (RedisMinReplicas replicas have it: WAIT,
+	// once per pipeline flush to each master) or "replica_aof" (their AOF
+	// has it too: WAITAOF, Redis 7.2+). Not reached within
+	// RedisWaitTimeout: 503 unavailable. Default "none".
+	RedisDurability string `envconfig:"FLASHSALE_REDIS_DURABILITY" default:"none"`
+	// RedisMinReplicas is how many replicas must have a write. Default 1.
+	RedisMinReplicas int `envconfig:"FLASHSALE_REDIS_MIN_REPLICAS" default:"1"`
+	// RedisWaitTimeout bounds the wait for them. Default 100ms.
+	RedisWaitTimeout time.Duration `envconfig:"FLASHSALE_REDIS_WAIT_TIMEOUT" default:"100ms"`
 }
 
 // Defaults of Config: one constant per field, used when the field is zero.
@@ -103,6 +116,7 @@ const (
 	UserBurstDefault        = 20
 	MaxInflightDefault      = 4096
 	JWTMaxLifetimeDefault   = 24 * time.Hour
+	RedisWaitTimeoutDefault = 100 * time.Millisecond
 	minJWTSecret            = 32
 	minAdminToken           = 32
 )
@@ -123,6 +137,14 @@ func (c *Config) SetDefaults() {
 	c.IPBurst = cmp.Or(c.IPBurst, max(1, int(math.Ceil(2*c.IPRate))))
 	c.MaxInflight = cmp.Or(c.MaxInflight, MaxInflightDefault)
 	c.JWTMaxLifetime = cmp.Or(c.JWTMaxLifetime, JWTMaxLifetimeDefault)
+	c.RedisDurability = cmp.Or(c.RedisDurability, rdb.DurabilityNone)
+	c.RedisMinReplicas = cmp.Or(c.RedisMinReplicas, 1)
+	c.RedisWaitTimeout = cmp.Or(c.RedisWaitTimeout, RedisWaitTimeoutDefault)
+}
+
+// durability is the rdb form of the Redis durability settings.
+func (c *Config) durability() rdb.Durability {
+	return rdb.Durability{Mode: c.RedisDurability, MinReplicas: c.RedisMinReplicas, Timeout: c.RedisWaitTimeout}
 }
 
 // Validate reports the first wrong value, naming its variable. Call it
@@ -173,6 +195,11 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("FLASHSALE_MAX_INFLIGHT must be at least 1, got %d", c.MaxInflight)
 	case c.SoldOutRefresh < 0 || c.SoldOutRefresh > time.Minute:
 		return fmt.Errorf("FLASHSALE_SOLD_OUT_REFRESH must be 0 (off) to 1m, got %s", c.SoldOutRefresh)
+	case c.RedisDurability != rdb.DurabilityNone && c.RedisWaitTimeout >= c.ClaimTimeout:
+		return fmt.Errorf("FLASHSALE_REDIS_WAIT_TIMEOUT (%s) must be shorter than FLASHSALE_CLAIM_TIMEOUT (%s): a claim waits for its replicas within its own time", c.RedisWaitTimeout, c.ClaimTimeout)
+	}
+	if err := c.durability().Validate(); err != nil {
+		return err
 	}
 	if c.JWTJWKSFile != "" {
 		if _, err := loadJWKS(c.JWTJWKSFile); err != nil {

@@ -94,6 +94,11 @@ func New(cfg Config, r *rdb.Store, d *db.Store, log *zap.Logger, opts ...Option)
 		o(g)
 	}
 	g.metrics = newMetrics(g.reg)
+	if r != nil {
+		if err := r.SetDurability(cfg.durability()); err != nil {
+			return nil, err
+		}
+	}
 	g.admit = r.Admit
 	if cfg.PipelineWorkers > 0 {
 		g.batcher = r.NewBatcher(cfg.PipelineWorkers, cfg.PipelineMaxBatch, cfg.ClaimTimeout)
@@ -323,7 +328,11 @@ type listener struct {
 
 func (g *Gateway) serve(ctx context.Context, ls ...listener) error {
 	defer g.Close()
-	if err := g.redis.EnsureGroups(ctx); err != nil {
+	err := g.redis.EnsureGroups(ctx)
+	if err == nil {
+		err = g.redis.CheckDurability(ctx)
+	}
+	if err != nil {
 		for _, l := range ls {
 			l.l.Close()
 		}
@@ -340,7 +349,6 @@ func (g *Gateway) serve(ctx context.Context, ls ...listener) error {
 		go func() { errc <- servers[i].Serve(l.l) }()
 		g.log.Info("gateway listening", zap.String("api", l.name), zap.String("addr", l.l.Addr().String()), zap.Int("partitions", g.redis.Partitions()))
 	}
-	var err error
 	select {
 	case err = <-errc:
 	case <-ctx.Done():

@@ -51,6 +51,7 @@ type Store struct {
 	partitions int
 	group      string
 	buckets    sync.Map // voucher id -> its number of buckets, once seen
+	durability Durability
 }
 
 // New returns a Store over client with the given number of stream partitions
@@ -131,9 +132,13 @@ func (s *Store) PutVoucher(ctx context.Context, v Voucher) error {
 	if err := v.checkBuckets(); err != nil {
 		return err
 	}
-	return s.eachBucketTx(ctx, v, func(pipe redis.Pipeliner, b bucket) {
+	err := s.eachBucketTx(ctx, v, func(pipe redis.Pipeliner, b bucket) {
 		s.putVoucherHash(ctx, pipe, b, v)
 	})
+	if err != nil {
+		return err
+	}
+	return s.waitWritten(ctx, s.VoucherPartitions(v.ID, max(v.Buckets, 1))...)
 }
 
 // eachBucketTx runs fill for each of v's buckets in a transaction of its
@@ -371,17 +376,33 @@ func (s *Store) admitBatch(ctx context.Context, claims []Claim) ([]Admission, []
 		pending[i] = i
 	}
 	for round := 0; round < 3 && len(pending) > 0; round++ {
-		pipe := s.c.Pipeline()
 		cmds := make([]*redis.Cmd, len(pending))
 		parts := make([]int, len(pending))
+		keys, args := make([][]string, len(pending)), make([][]any, len(pending))
 		for j, i := range pending {
-			b, keys, args := s.admitArgs(claims[i])
+			var b bucket
+			b, keys[j], args[j] = s.admitArgs(claims[i])
 			parts[j] = b.p
-			cmds[j] = lua.Admit.EvalSha(ctx, pipe, keys, args...)
 		}
-		_, err := pipe.Exec(ctx)
-		if err != nil && !isReplyError(cmds) {
-			return out, errs, fmt.Errorf("admit pipeline: %w", err)
+		groups, err := s.admitGroups(ctx, parts)
+		if err != nil {
+			return out, errs, err
+		}
+		unreplicated := make([]error, len(pending))
+		for _, g := range groups {
+			for _, j := range g.js {
+				cmds[j] = lua.Admit.EvalSha(ctx, g.pipe, keys[j], args[j]...)
+			}
+			wait := s.queueWait(ctx, g.pipe)
+			_, err := g.pipe.Exec(ctx)
+			if err != nil && !isReplyError(cmds, g.js) {
+				return out, errs, fmt.Errorf("admit pipeline: %w", err)
+			}
+			if werr := s.replicated(wait); werr != nil {
+				for _, j := range g.js {
+					unreplicated[j] = werr
+				}
+			}
 		}
 		var again []int
 		reload := false
@@ -403,6 +424,14 @@ func (s *Store) admitBatch(ctx context.Context, claims []Claim) ([]Admission, []
 				again = append(again, i)
 			default:
 				out[i], errs[i] = admission(res, parts[j])
+				if errs[i] == nil && unreplicated[j] != nil {
+					errs[i] = unreplicated[j] // admitted on the master, not known to survive it
+				}
+				if errs[i] == nil && out[i].Replayed && s.durability.waits() {
+					// The first admission was written on another
+					// connection, which this one's WAIT does not cover.
+					errs[i] = s.waitWritten(ctx, parts[j])
+				}
 			}
 		}
 		if reload {
@@ -419,10 +448,11 @@ func (s *Store) admitBatch(ctx context.Context, claims []Claim) ([]Admission, []
 }
 
 // isReplyError reports whether a pipeline failed only because some command
-// got an error reply (each command then holds its own error).
-func isReplyError(cmds []*redis.Cmd) bool {
-	for _, c := range cmds {
-		if err := c.Err(); err != nil && !errors.Is(err, redis.Nil) {
+// of cmds (those at js) got an error reply (each command then holds its
+// own error).
+func isReplyError(cmds []*redis.Cmd, js []int) bool {
+	for _, j := range js {
+		if err := cmds[j].Err(); err != nil && !errors.Is(err, redis.Nil) {
 			var re redis.Error
 			if !errors.As(err, &re) {
 				return false
@@ -561,7 +591,18 @@ func (s *Store) SetPaused(ctx context.Context, v int64, paused bool) (found bool
 		}
 		found = true
 	}
-	return found, nil
+	if !found {
+		return false, nil
+	}
+	return true, s.waitWritten(ctx, partitionsOf(buckets)...)
+}
+
+func partitionsOf(buckets []bucket) []int {
+	ps := make([]int, len(buckets))
+	for i, b := range buckets {
+		ps[i] = b.p
+	}
+	return ps
 }
 
 // Change is an operator's change of a voucher on sale, as MySQL recorded it.
@@ -595,5 +636,5 @@ func (s *Store) ApplyChange(ctx context.Context, c Change) (applied bool, err er
 		}
 		applied = applied || n == 1
 	}
-	return applied, nil
+	return applied, s.waitWritten(ctx, partitionsOf(buckets)...)
 }

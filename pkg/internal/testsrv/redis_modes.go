@@ -108,8 +108,16 @@ type Sentinel struct {
 }
 
 // StartSentinel starts a sentinel watching master (host:port) under name,
-// with quick timeouts, its writable configuration in dir.
-func StartSentinel(dir, name, master string) (*Sentinel, error) {
+// with quick timeouts, its writable configuration in dir. failoverTimeout,
+// if given, replaces the 5 s failover-timeout: it is also how long the
+// sentinel leaves a replica replicating from an address other than the
+// master's (a proxy on its link) before it points the replica at the
+// master itself.
+func StartSentinel(dir, name, master string, failoverTimeout ...time.Duration) (*Sentinel, error) {
+	timeout := 5 * time.Second
+	if len(failoverTimeout) > 0 {
+		timeout = failoverTimeout[0]
+	}
 	bin, err := LookPath("redis-server")
 	if err != nil {
 		return nil, err
@@ -135,7 +143,7 @@ func StartSentinel(dir, name, master string) (*Sentinel, error) {
 		_ = os.WriteFile(conf, []byte("port "+itoa(p)+"\nbind 127.0.0.1\ndir "+dir+"\n"+
 			"sentinel monitor "+name+" "+host+" "+port+" 1\n"+
 			"sentinel down-after-milliseconds "+name+" 1000\n"+
-			"sentinel failover-timeout "+name+" 5000\n"), 0o644)
+			"sentinel failover-timeout "+name+" "+itoa(int(timeout.Milliseconds()))+"\n"), 0o644)
 		s.srv.args = []string{conf, "--sentinel"}
 	})
 	if err != nil {
