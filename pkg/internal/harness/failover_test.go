@@ -11,6 +11,7 @@ import (
 
 	"github.com/flashsale/flashsale/pkg/internal/harness"
 	"github.com/flashsale/flashsale/pkg/internal/testenv"
+	"github.com/flashsale/flashsale/pkg/internal/testsrv"
 )
 
 // A master of the cluster is killed during a sale of a hot voucher and its
@@ -20,20 +21,32 @@ import (
 // over the limit in MySQL (its own checks), every persisted order kept,
 // and after reaper reconcile --repair the stores agree and the rest of the
 // stock sells, to the unit.
+//
+// It runs with FLASHSALE_REDIS_DURABILITY none and replica: with replica,
+// no 202 may be lost (each was on a replica before it was answered), and
+// the killed master, restarted, rejoins as the new master's replica so
+// that claims there are acknowledged again.
 func TestSaleSurvivesAClusterMasterFailover(t *testing.T) {
 	if testing.Short() {
 		t.Skip("end-to-end: builds and runs the binaries")
 	}
+	for _, durability := range []string{"none", "replica"} {
+		t.Run(durability, func(t *testing.T) { saleThroughClusterFailover(t, durability) })
+	}
+}
+
+func saleThroughClusterFailover(t *testing.T, durability string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	dir := t.TempDir()
 	// FAILOVER_DIR keeps the servers' and binaries' files (logs/) after
 	// the run, to read what each process did around the failover.
 	if d := os.Getenv("FAILOVER_DIR"); d != "" {
-		dir = d
+		dir = d + "/" + durability
 	}
 	s, err := harness.StartStack(ctx, harness.Options{Dir: dir, Workers: 2, Partitions: 8, Reaper: true, Cluster: true, ClusterReplicas: 1,
-		Env: []string{"FLASHSALE_CLAIM_MIN_IDLE=1500ms", "FLASHSALE_WORKER_BLOCK=300ms", "FLASHSALE_REAPER_INTERVAL=200ms"}})
+		Env: []string{"FLASHSALE_CLAIM_MIN_IDLE=1500ms", "FLASHSALE_WORKER_BLOCK=300ms", "FLASHSALE_REAPER_INTERVAL=200ms",
+			"FLASHSALE_REDIS_DURABILITY=" + durability}})
 	require.NoError(t, err)
 	defer s.Close()
 
@@ -47,6 +60,7 @@ func TestSaleSurvivesAClusterMasterFailover(t *testing.T) {
 		kill     sync.Once
 		killErr  error
 		victim   string
+		killed   *testsrv.Redis
 		failover time.Duration
 	)
 	sale, err := s.RunSale(ctx, harness.SaleConfig{VoucherID: v, Users: 4000, Duration: 8 * time.Second, Rate: 250, Concurrency: 16, Seed: 3,
@@ -55,7 +69,7 @@ func TestSaleSurvivesAClusterMasterFailover(t *testing.T) {
 				kill.Do(func() {
 					node, took, err := s.KillVoucherMaster(ctx, v)
 					if node != nil {
-						victim = node.Addr
+						victim, killed = node.Addr, node
 					}
 					killErr, failover = err, took
 				})
@@ -83,6 +97,11 @@ func TestSaleSurvivesAClusterMasterFailover(t *testing.T) {
 	// /v1/orders?voucher_id=). Never more of them than 503s.
 	require.LessOrEqual(t, report.Unexpected, sale.Unavailable, "orders without a 202 only for claims answered 503")
 	t.Logf("%d orders exist whose claim was answered 503", report.Unexpected)
+	if durability == "replica" {
+		require.Zero(t, report.Missing, "with durability replica, every 202 was on a replica: none lost")
+	}
+	// The killed master comes back as the new master's replica.
+	require.NoError(t, killed.Start())
 
 	reconcile(t, ctx, s, "--repair")
 	for _, c := range reconcile(t, ctx, s) {
