@@ -86,6 +86,9 @@ checksum/secret: {{ include (print $.Template.BasePath "/secret.yaml") . | sha25
 {{- if and .Values.config.redisCluster (ne (int .Values.config.redisDB) 0) -}}
 {{- fail "config.redisDB must be 0 with config.redisCluster: a Redis Cluster has one database" -}}
 {{- end -}}
+{{- if and (ne .Values.config.redisDurability "none") (ge (int .Values.config.redisReplicas) 0) (lt (int .Values.config.redisReplicas) (int .Values.config.redisMinReplicas)) -}}
+{{- fail (printf "config.redisDurability=%s needs config.redisMinReplicas (%d) replicas, and config.redisReplicas says each master has %d: every claim would answer 503" .Values.config.redisDurability (int .Values.config.redisMinReplicas) (int .Values.config.redisReplicas)) -}}
+{{- end -}}
 {{- if and .Values.worker.autoscaling.enabled .Values.worker.keda.enabled -}}
 {{- fail "worker.autoscaling (HPA) and worker.keda (ScaledObject) cannot both be enabled: they would fight over the worker Deployment's replicas. Enable one." -}}
 {{- end -}}

@@ -402,6 +402,7 @@ func TestRedisDeploymentValues(t *testing.T) {
 		"--set", "config.redisTLS=true", "--set", "config.redisTLSCAFile=/etc/redis-ca/ca.pem", "--set", "config.redisTLSServerName=redis.internal",
 		"--set", "worker.keda.enabled=true", "--set", "worker.redisUsername=flashsale_worker"}, testSecrets...)...)
 	c := config(r)
+	require.Equal(t, "none", c["FLASHSALE_REDIS_DURABILITY"], "the default: a single Redis may have no replica")
 	require.Equal(t, "true", c["FLASHSALE_REDIS_CLUSTER"])
 	require.Equal(t, "redis-0:6379,redis-1:6379", c["FLASHSALE_REDIS_ADDR"])
 	require.Equal(t, "true", c["FLASHSALE_REDIS_TLS"])
@@ -416,6 +417,16 @@ func TestRedisDeploymentValues(t *testing.T) {
 		require.Equal(t, "FLASHSALE_REDIS_USERNAME", tr.Metadata["usernameFromEnv"])
 		require.NotContains(t, tr.Metadata, "databaseIndex", "a cluster has one database")
 	}
+
+	var prod map[string]string
+	for _, cm := range render(t, "-f", filepath.Join(chartDir, "ci", "production-values.yaml")).configMaps {
+		if strings.HasSuffix(cm.Name, "-config") {
+			prod = cm.Data
+		}
+	}
+	require.Equal(t, "replica", prod["FLASHSALE_REDIS_DURABILITY"], "production waits for a replica")
+	require.Equal(t, "1", prod["FLASHSALE_REDIS_MIN_REPLICAS"])
+	require.Equal(t, "100ms", prod["FLASHSALE_REDIS_WAIT_TIMEOUT"])
 
 	r = render(t, append([]string{"--set", "config.redisSentinelMaster=mymaster", "--set", "config.redisAddr=sentinel:26379",
 		"--set", "worker.keda.enabled=true"}, testSecrets...)...)
@@ -452,6 +463,8 @@ func TestChartRefusesWhatCannotWork(t *testing.T) {
 		{"unknown log format", "logFormat", append([]string{"--set", "config.logFormat=xml"}, testSecrets...)},
 		{"cluster and sentinels", "cannot both be set", append([]string{"--set", "config.redisCluster=true", "--set", "config.redisSentinelMaster=m"}, testSecrets...)},
 		{"cluster with a database", "config.redisDB must be 0", append([]string{"--set", "config.redisCluster=true", "--set", "config.redisDB=2"}, testSecrets...)},
+		{"durability without replicas", "every claim would answer 503", append([]string{"--set", "config.redisDurability=replica", "--set", "config.redisReplicas=0"}, testSecrets...)},
+		{"unknown durability", "redisDurability", append([]string{"--set", "config.redisDurability=quorum"}, testSecrets...)},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
