@@ -38,6 +38,8 @@ type Config struct {
 	ProfileDir string
 	// CPUOnly runs only the CPU-per-claim rows and the scale-out run.
 	CPUOnly bool
+	// DurabilityOnly runs only the durability rows (none vs replica).
+	DurabilityOnly bool
 }
 
 // Measure is one throughput and latency measurement.
@@ -92,17 +94,19 @@ type E2E struct {
 
 // Report is a whole run.
 type Report struct {
-	When         time.Time    `json:"when"`
-	Machine      string       `json:"machine"`
-	HTTPCeiling  []Measure    `json:"http_ceiling"`
-	RedisCeiling []Measure    `json:"redis_ceiling"`
-	Gateway      []Measure    `json:"gateway"`
-	Drain        []Drain      `json:"drain"`
-	E2E          E2E          `json:"e2e"`
-	CPU          []CPUMeasure `json:"cpu_per_claim"`
-	ScaleOut     []ScaleOut   `json:"scale_out"`
-	GatewayRSS   int64        `json:"gateway_peak_rss_bytes"`
-	WorkerRSS    int64        `json:"worker_peak_rss_bytes"`
+	When         time.Time       `json:"when"`
+	Machine      string          `json:"machine"`
+	HTTPCeiling  []Measure       `json:"http_ceiling"`
+	RedisCeiling []Measure       `json:"redis_ceiling"`
+	Gateway      []Measure       `json:"gateway"`
+	Drain        []Drain         `json:"drain"`
+	E2E          E2E             `json:"e2e"`
+	CPU          []CPUMeasure    `json:"cpu_per_claim"`
+	ScaleOut     []ScaleOut      `json:"scale_out"`
+	Durability   []DurabilityRun `json:"durability,omitempty"`
+	WaitCost     []WaitCost      `json:"wait_cost,omitempty"`
+	GatewayRSS   int64           `json:"gateway_peak_rss_bytes"`
+	WorkerRSS    int64           `json:"worker_peak_rss_bytes"`
 }
 
 func (c Config) logf(format string, args ...any) {
@@ -127,6 +131,10 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	tokens := make([]string, max(maxReq, cfg.E2EUsers))
 	for i := range tokens {
 		tokens[i] = s.Token("u" + strconv.Itoa(i))
+	}
+
+	if cfg.DurabilityOnly {
+		return rep, durabilityRuns(ctx, cfg, s.JWTSecret, tokens, rep)
 	}
 
 	// 1. HTTP ceiling.
@@ -323,8 +331,11 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if err := hotDrain(ctx, s, cfg, "one Redis", rep); err != nil {
 		return nil, err
 	}
-	rep.ScaleOut, err = scaleOutRuns(ctx, cfg, rep)
-	return rep, err
+	if rep.ScaleOut, err = scaleOutRuns(ctx, cfg, rep); err != nil {
+		return nil, err
+	}
+	// 7. FLASHSALE_REDIS_DURABILITY none and replica, on a Redis with a replica.
+	return rep, durabilityRuns(ctx, cfg, s.JWTSecret, tokens, rep)
 }
 
 // profile fetches a CPU profile of d from a process's pprof listener into path.

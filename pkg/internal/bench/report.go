@@ -38,8 +38,11 @@ func (r *Report) Print(w io.Writer) {
 	}
 	tw.Flush()
 	r.printCPU(w)
-	if len(r.HTTPCeiling) == 0 { // -cpu-only
-		r.printDrain(w)
+	r.printDurability(w)
+	if len(r.HTTPCeiling) == 0 { // -cpu-only, -durability-only
+		if len(r.Drain) > 0 {
+			r.printDrain(w)
+		}
 		return
 	}
 	r.printDrain(w)

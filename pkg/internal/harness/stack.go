@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -50,6 +51,9 @@ type Options struct {
 	Cluster bool
 	// ClusterReplicas gives each of the cluster's masters replicas.
 	ClusterReplicas int
+	// RedisReplica gives the single redis-server a replica (ReplicaOf),
+	// for FLASHSALE_REDIS_DURABILITY=replica.
+	RedisReplica bool
 	// LeastPrivilege runs each role as its own Redis ACL user
 	// (rdb.ACLRules) and its own MySQL user with only its DML grants
 	// (db.Grants), and migrates as root through FLASHSALE_MIGRATE_DSN,
@@ -65,6 +69,7 @@ type Stack struct {
 	AdminToken string
 	JWTSecret  string
 	Redis      *testsrv.Redis   // nil when RedisAddr was given, or on a cluster
+	Replica    *testsrv.Redis   // Options.RedisReplica: Redis's replica, in sync at start
 	Cluster    *testsrv.Cluster // Options.Cluster
 	MariaDB    *testsrv.MariaDB // nil when MySQLDSN was given
 	// RootDSN is the database as root (the harness's checks, read_only);
@@ -115,6 +120,11 @@ func StartStack(ctx context.Context, o Options) (s *Stack, err error) {
 			return nil, err
 		}
 		redisAddr = s.Redis.Addr
+		if o.RedisReplica {
+			if s.Replica, err = startReplica(filepath.Join(o.Dir, "redis-replica"), s.Redis.Addr); err != nil {
+				return nil, err
+			}
+		}
 	}
 	dsn := o.MySQLDSN
 	if dsn == "" {
@@ -423,6 +433,9 @@ func (s *Stack) Close() error {
 	if s.Cluster != nil {
 		s.Cluster.Kill()
 	}
+	if s.Replica != nil {
+		errs = append(errs, s.Replica.Stop())
+	}
 	if s.Redis != nil {
 		errs = append(errs, s.Redis.Stop())
 	}
@@ -467,4 +480,31 @@ func (s *Stack) KillVoucherMaster(ctx context.Context, voucher int64) (*testsrv.
 		return victim, 0, err
 	}
 	return victim, time.Since(start), nil
+}
+
+// startReplica starts a replica of master (host:port) in dir and waits
+// until it is in sync.
+func startReplica(dir, master string) (*testsrv.Redis, error) {
+	host, port, err := net.SplitHostPort(master)
+	if err != nil {
+		return nil, err
+	}
+	r, err := testsrv.StartRedis(dir, "--replicaof", host, port)
+	if err != nil {
+		return nil, err
+	}
+	c := r.Client()
+	defer c.Close()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		info, err := c.Info(context.Background(), "replication").Result()
+		if err == nil && strings.Contains(info, "master_link_status:up") {
+			return r, nil
+		}
+		if time.Now().After(deadline) {
+			_ = r.Kill()
+			return nil, fmt.Errorf("replica of %s not in sync after 30s: %v", master, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }

@@ -39,6 +39,7 @@ func run() error {
 		stock    = flag.Int("e2e-stock", 100_000, "end-to-end units")
 		profDir  = flag.String("profile", "", "write CPU profiles of the gateway and a worker to this directory")
 		cpuOnly  = flag.Bool("cpu-only", false, "measure only the CPU per claim and the hot voucher on one master and on three")
+		durOnly  = flag.Bool("durability-only", false, "measure only the claims with FLASHSALE_REDIS_DURABILITY none and replica, and WAIT per flush")
 	)
 	flag.Parse()
 	if *trivial != "" {
@@ -64,7 +65,7 @@ func run() error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	rep, err := bench.Run(ctx, bench.Config{Dir: dir, Conns: cs, Duration: *duration, DrainOrders: *drain, BaselineOrders: *baseline,
-		E2EClaims: *claims, E2EUsers: *users, E2EStock: *stock, Self: self, Log: os.Stderr, ProfileDir: *profDir, CPUOnly: *cpuOnly})
+		E2EClaims: *claims, E2EUsers: *users, E2EStock: *stock, Self: self, Log: os.Stderr, ProfileDir: *profDir, CPUOnly: *cpuOnly, DurabilityOnly: *durOnly})
 	if err != nil {
 		return err
 	}
