@@ -121,3 +121,73 @@ func saleThroughClusterFailover(t *testing.T, durability string) {
 	require.Zero(t, final.MySQLRemaining)
 	require.Zero(t, final.RedisRemaining)
 }
+
+// Issue 19: a sale through a Sentinel failover (quorum one): the master is
+// killed mid-sale, the sentinel promotes its replica, and the sale goes on
+// through the new master. With FLASHSALE_REDIS_DURABILITY=replica no 202
+// is lost; no oversell, no user over the limit, and reconcile finds the
+// stores agreeing; the rest of the stock sells, to the unit.
+func TestSaleSurvivesASentinelFailover(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end: builds and runs the binaries")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	s, err := harness.StartStack(ctx, harness.Options{Dir: t.TempDir(), Workers: 2, Partitions: 8, Reaper: true, Sentinel: true,
+		Env: []string{"FLASHSALE_CLAIM_MIN_IDLE=1500ms", "FLASHSALE_WORKER_BLOCK=300ms", "FLASHSALE_REAPER_INTERVAL=200ms",
+			"FLASHSALE_REDIS_DURABILITY=replica"}})
+	require.NoError(t, err)
+	defer s.Close()
+
+	const stock = 1200
+	v, err := s.CreateVoucher(ctx, harness.VoucherSpec{Name: "sentinel failover", Stock: stock, PerUserLimit: 1})
+	require.NoError(t, err)
+	var (
+		kill     sync.Once
+		killErr  error
+		failover time.Duration
+	)
+	sale, err := s.RunSale(ctx, harness.SaleConfig{VoucherID: v, Users: 4000, Duration: 8 * time.Second, Rate: 250, Concurrency: 16, Seed: 5,
+		OnProgress: func(done int64) {
+			if done == 500 {
+				kill.Do(func() {
+					if failover, killErr = s.KillSentinelMaster(ctx); killErr == nil {
+						// The killed master comes back; the sentinel makes
+						// it the new master's replica, and claims are
+						// acknowledged again.
+						killErr = s.Replica.Start()
+					}
+				})
+			}
+		}})
+	require.NoError(t, err)
+	require.NoError(t, killErr)
+	require.Positive(t, failover, "the master was killed and the replica promoted")
+	t.Logf("master killed, the replica promoted after %s; %d claims: %d admitted, %d answered 503, rejections %v",
+		failover.Round(time.Millisecond), sale.Requests, sale.Admitted, sale.Unavailable, sale.Rejected)
+	drained := func() bool { ok, _ := s.Drained(ctx); return ok }
+	testenv.Eventually(t, 30*time.Second, "the streams to drain after the failover", drained)
+	report, err := s.Check(ctx, v, sale)
+	require.NoError(t, err)
+	t.Logf("after the failover: %d of %d 202s never reached MySQL; %d orders without a 202; Redis remaining %d, MySQL %d",
+		report.Missing, sale.Admitted, report.Unexpected, report.RedisRemaining, report.MySQLRemaining)
+	require.Zero(t, report.Oversold)
+	require.Zero(t, report.UsersOverLimit)
+	require.Zero(t, report.Missing, "with durability replica no 202 is lost")
+	require.LessOrEqual(t, report.Unexpected, sale.Unavailable, "orders without a 202 only for claims answered 503")
+	for _, c := range reconcile(t, ctx, s) {
+		require.Empty(t, c.Differences, "Redis agrees with MySQL after the failover")
+	}
+
+	rest, err := s.RunSale(ctx, harness.SaleConfig{VoucherID: v, Users: 8000, Requests: 8000, Concurrency: 16, Seed: 6})
+	require.NoError(t, err)
+	testenv.Eventually(t, time.Minute, "the streams to drain", drained)
+	final, err := s.Check(ctx, v, rest)
+	require.NoError(t, err)
+	require.Zero(t, final.Oversold)
+	require.Zero(t, final.UsersOverLimit)
+	require.Zero(t, final.Missing)
+	require.EqualValues(t, stock, final.LiveUnits, "every unit sold, none stranded")
+	require.Zero(t, final.MySQLRemaining)
+	require.Zero(t, final.RedisRemaining)
+}

@@ -54,6 +54,10 @@ type Options struct {
 	// RedisReplica gives the single redis-server a replica (ReplicaOf),
 	// for FLASHSALE_REDIS_DURABILITY=replica.
 	RedisReplica bool
+	// Sentinel gives the single redis-server a replica and a sentinel
+	// (quorum one), and the binaries find the master through it
+	// (FLASHSALE_REDIS_SENTINEL_MASTER=flashsale).
+	Sentinel bool
 	// LeastPrivilege runs each role as its own Redis ACL user
 	// (rdb.ACLRules) and its own MySQL user with only its DML grants
 	// (db.Grants), and migrates as root through FLASHSALE_MIGRATE_DSN,
@@ -68,8 +72,9 @@ type Stack struct {
 	URL        string // gateway base URL
 	AdminToken string
 	JWTSecret  string
-	Redis      *testsrv.Redis   // nil when RedisAddr was given, or on a cluster
-	Replica    *testsrv.Redis   // Options.RedisReplica: Redis's replica, in sync at start
+	Redis      *testsrv.Redis // nil when RedisAddr was given, or on a cluster
+	Replica    *testsrv.Redis // Options.RedisReplica or Sentinel: Redis's replica, in sync at start
+	Sentinel   *testsrv.Sentinel
 	Cluster    *testsrv.Cluster // Options.Cluster
 	MariaDB    *testsrv.MariaDB // nil when MySQLDSN was given
 	// RootDSN is the database as root (the harness's checks, read_only);
@@ -120,10 +125,17 @@ func StartStack(ctx context.Context, o Options) (s *Stack, err error) {
 			return nil, err
 		}
 		redisAddr = s.Redis.Addr
-		if o.RedisReplica {
+		if o.RedisReplica || o.Sentinel {
 			if s.Replica, err = startReplica(filepath.Join(o.Dir, "redis-replica"), s.Redis.Addr); err != nil {
 				return nil, err
 			}
+		}
+		if o.Sentinel {
+			if s.Sentinel, err = testsrv.StartSentinel(filepath.Join(o.Dir, "sentinel"), SentinelMaster, s.Redis.Addr); err != nil {
+				return nil, err
+			}
+			redisAddr = s.Sentinel.Addr
+			redisEnv = []string{"FLASHSALE_REDIS_SENTINEL_MASTER=" + SentinelMaster}
 		}
 	}
 	dsn := o.MySQLDSN
@@ -179,8 +191,11 @@ func StartStack(ctx context.Context, o Options) (s *Stack, err error) {
 		return nil, err
 	}
 	var rc redis.UniversalClient = redis.NewClient(&redis.Options{Addr: redisAddr})
-	if s.Cluster != nil {
+	switch {
+	case s.Cluster != nil:
 		rc = s.Cluster.Client()
+	case s.Sentinel != nil:
+		rc = redis.NewFailoverClient(&redis.FailoverOptions{MasterName: SentinelMaster, SentinelAddrs: []string{redisAddr}})
 	}
 	if s.RDB, err = rdb.New(rc, o.Partitions, ""); err != nil {
 		return nil, err
@@ -433,6 +448,9 @@ func (s *Stack) Close() error {
 	if s.Cluster != nil {
 		s.Cluster.Kill()
 	}
+	if s.Sentinel != nil {
+		errs = append(errs, s.Sentinel.Kill())
+	}
 	if s.Replica != nil {
 		errs = append(errs, s.Replica.Stop())
 	}
@@ -506,5 +524,36 @@ func startReplica(dir, master string) (*testsrv.Redis, error) {
 			return nil, fmt.Errorf("replica of %s not in sync after 30s: %v", master, err)
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// SentinelMaster is the master's name at the stack's sentinel.
+const SentinelMaster = "flashsale"
+
+// KillSentinelMaster kills the master of a sentinel stack (SIGKILL) and
+// waits until the sentinel has promoted the replica; the killed server
+// becomes s.Replica (stopped: Start brings it back, and the sentinel makes
+// it the new master's replica) and the promoted one s.Redis.
+func (s *Stack) KillSentinelMaster(ctx context.Context) (time.Duration, error) {
+	if s.Sentinel == nil || s.Replica == nil {
+		return 0, fmt.Errorf("not a sentinel stack")
+	}
+	if err := s.Redis.Kill(); err != nil {
+		return 0, err
+	}
+	start := time.Now()
+	sc := redis.NewSentinelClient(&redis.Options{Addr: s.Sentinel.Addr})
+	defer sc.Close()
+	for {
+		addr, err := sc.GetMasterAddrByName(ctx, SentinelMaster).Result()
+		if err == nil && len(addr) == 2 && net.JoinHostPort(addr[0], addr[1]) == s.Replica.Addr {
+			s.Redis, s.Replica = s.Replica, s.Redis
+			return time.Since(start), nil
+		}
+		select {
+		case <-ctx.Done():
+			return time.Since(start), fmt.Errorf("the sentinel did not promote %s: %w", s.Replica.Addr, ctx.Err())
+		case <-time.After(100 * time.Millisecond):
+		}
 	}
 }
