@@ -109,14 +109,21 @@ func saleThroughClusterFailover(t *testing.T, durability string) {
 	}
 
 	// The rest sells, to the unit: nothing stranded by the failover.
-	rest, err := s.RunSale(ctx, harness.SaleConfig{VoucherID: v, Users: 8000, Requests: 8000, Concurrency: 16, Seed: 4})
+	requireTheRestSells(t, ctx, s, v, stock, 4)
+}
+
+// requireTheRestSells sells what is left of voucher v (of stock units)
+// and requires every unit sold, none twice, every 202 an order.
+func requireTheRestSells(t *testing.T, ctx context.Context, s *harness.Stack, v, stock int64, seed uint64) {
+	t.Helper()
+	rest, err := s.RunSale(ctx, harness.SaleConfig{VoucherID: v, Users: 8000, Requests: 8000, Concurrency: 16, Seed: seed})
 	require.NoError(t, err)
-	testenv.Eventually(t, time.Minute, "the streams to drain", drained)
+	testenv.Eventually(t, time.Minute, "the streams to drain", func() bool { ok, _ := s.Drained(ctx); return ok })
 	final, err := s.Check(ctx, v, rest)
 	require.NoError(t, err)
 	require.Zero(t, final.Oversold)
 	require.Zero(t, final.UsersOverLimit)
-	require.Zero(t, final.Missing, "after the repair, every 202 is an order")
+	require.Zero(t, final.Missing, "every 202 is an order")
 	require.EqualValues(t, stock, final.LiveUnits, "every unit sold, none stranded")
 	require.Zero(t, final.MySQLRemaining)
 	require.Zero(t, final.RedisRemaining)
@@ -179,15 +186,5 @@ func TestSaleSurvivesASentinelFailover(t *testing.T) {
 		require.Empty(t, c.Differences, "Redis agrees with MySQL after the failover")
 	}
 
-	rest, err := s.RunSale(ctx, harness.SaleConfig{VoucherID: v, Users: 8000, Requests: 8000, Concurrency: 16, Seed: 6})
-	require.NoError(t, err)
-	testenv.Eventually(t, time.Minute, "the streams to drain", drained)
-	final, err := s.Check(ctx, v, rest)
-	require.NoError(t, err)
-	require.Zero(t, final.Oversold)
-	require.Zero(t, final.UsersOverLimit)
-	require.Zero(t, final.Missing)
-	require.EqualValues(t, stock, final.LiveUnits, "every unit sold, none stranded")
-	require.Zero(t, final.MySQLRemaining)
-	require.Zero(t, final.RedisRemaining)
+	requireTheRestSells(t, ctx, s, v, stock, 6)
 }
