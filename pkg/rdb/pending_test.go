@@ -4,6 +4,7 @@ import (
 	"context"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/redis/go-redis/v9"
@@ -18,7 +19,7 @@ import (
 func commandCalls(t *testing.T, s *rdb.Store, cmd string) int64 {
 	t.Helper()
 	ctx := context.Background()
-	var total int64
+	var total atomic.Int64 // ForEachMaster runs on every master at once
 	count := func(c *redis.Client) error {
 		info, err := c.Info(ctx, "commandstats").Result()
 		if err != nil {
@@ -31,7 +32,7 @@ func commandCalls(t *testing.T, s *rdb.Store, cmd string) int64 {
 				if err != nil {
 					return err
 				}
-				total += n
+				total.Add(n)
 			}
 		}
 		return nil
@@ -44,7 +45,7 @@ func commandCalls(t *testing.T, s *rdb.Store, cmd string) int64 {
 	default:
 		t.Fatalf("client %T", c)
 	}
-	return total
+	return total.Load()
 }
 
 // Issue 25, attack 3: a user's pending orders were found by reading the
