@@ -20,6 +20,13 @@ type Config struct {
 	// PaymentWebhookSecret keys the HMAC-SHA256 a payment provider signs
 	// POST /v1/payments/webhook with; empty: the webhook answers 404.
 	PaymentWebhookSecret string `envconfig:"FLASHSALE_PAYMENT_WEBHOOK_SECRET"`
+	// PaymentWebhookTolerance is how far a webhook's signed time (t=) may
+	// be from the gateway's clock, either way. Default 5m.
+	PaymentWebhookTolerance time.Duration `envconfig:"FLASHSALE_PAYMENT_WEBHOOK_TOLERANCE" default:"5m"`
+	// PaymentWebhookLegacy also accepts the old signature over the body
+	// alone (sha256=<hex>, no time), for a provider's migration; each such
+	// request is counted. Default false.
+	PaymentWebhookLegacy bool `envconfig:"FLASHSALE_PAYMENT_WEBHOOK_LEGACY" default:"false"`
 	// BuyerPay opens POST /v1/orders/{id}/pay, where a buyer marks their
 	// own order paid with no payment at all: for demos and tests only.
 	// Off by default; refused together with PaymentWebhookSecret (a real
@@ -117,6 +124,7 @@ const (
 	MaxInflightDefault      = 4096
 	JWTMaxLifetimeDefault   = 24 * time.Hour
 	RedisWaitTimeoutDefault = 100 * time.Millisecond
+	WebhookToleranceDefault = 5 * time.Minute
 	minJWTSecret            = 32
 	minAdminToken           = 32
 )
@@ -137,6 +145,7 @@ func (c *Config) SetDefaults() {
 	c.IPBurst = cmp.Or(c.IPBurst, max(1, int(math.Ceil(2*c.IPRate))))
 	c.MaxInflight = cmp.Or(c.MaxInflight, MaxInflightDefault)
 	c.JWTMaxLifetime = cmp.Or(c.JWTMaxLifetime, JWTMaxLifetimeDefault)
+	c.PaymentWebhookTolerance = cmp.Or(c.PaymentWebhookTolerance, WebhookToleranceDefault)
 	c.RedisDurability = cmp.Or(c.RedisDurability, rdb.DurabilityNone)
 	c.RedisMinReplicas = cmp.Or(c.RedisMinReplicas, 1)
 	c.RedisWaitTimeout = cmp.Or(c.RedisWaitTimeout, RedisWaitTimeoutDefault)
@@ -165,6 +174,8 @@ func (c *Config) Validate() error {
 		return errors.New("FLASHSALE_JWT_PREVIOUS_SECRET needs FLASHSALE_JWT_SECRET")
 	case c.PaymentWebhookSecret != "" && len(c.PaymentWebhookSecret) < 32:
 		return errors.New("FLASHSALE_PAYMENT_WEBHOOK_SECRET must be at least 32 bytes")
+	case c.PaymentWebhookTolerance < time.Second || c.PaymentWebhookTolerance > time.Hour:
+		return fmt.Errorf("FLASHSALE_PAYMENT_WEBHOOK_TOLERANCE must be 1s to 1h, got %s", c.PaymentWebhookTolerance)
 	case c.BuyerPay && c.PaymentWebhookSecret != "":
 		return errors.New("FLASHSALE_BUYER_PAY must not be true while FLASHSALE_PAYMENT_WEBHOOK_SECRET is set: buyers would pay without paying")
 	case c.JWTMaxLifetime < time.Minute:

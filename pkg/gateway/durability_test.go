@@ -153,16 +153,17 @@ func TestAFailoverToALaggingReplica(t *testing.T) {
 	})
 }
 
-// Bad durability settings exit at start, naming the variable; replica_aof
+// Bad durability (and webhook) settings exit at start, naming the variable; replica_aof
 // is refused by a server without WAITAOF (Redis before 7.2).
 func TestDurabilitySettingsAreChecked(t *testing.T) {
 	for name, tt := range map[string]struct {
 		cfg  gateway.Config
 		want string
 	}{
-		"unknown mode":            {gateway.Config{RedisDurability: "quorum"}, "FLASHSALE_REDIS_DURABILITY"},
-		"no replicas":             {gateway.Config{RedisDurability: "replica", RedisMinReplicas: -1}, "FLASHSALE_REDIS_MIN_REPLICAS"},
-		"wait longer than claims": {gateway.Config{RedisDurability: "replica", RedisWaitTimeout: time.Second, ClaimTimeout: 300 * time.Millisecond}, "FLASHSALE_REDIS_WAIT_TIMEOUT"},
+		"unknown mode":               {gateway.Config{RedisDurability: "quorum"}, "FLASHSALE_REDIS_DURABILITY"},
+		"no replicas":                {gateway.Config{RedisDurability: "replica", RedisMinReplicas: -1}, "FLASHSALE_REDIS_MIN_REPLICAS"},
+		"wait longer than claims":    {gateway.Config{RedisDurability: "replica", RedisWaitTimeout: time.Second, ClaimTimeout: 300 * time.Millisecond}, "FLASHSALE_REDIS_WAIT_TIMEOUT"},
+		"webhook tolerance of a day": {gateway.Config{PaymentWebhookSecret: webhookSecret, PaymentWebhookTolerance: 24 * time.Hour}, "FLASHSALE_PAYMENT_WEBHOOK_TOLERANCE"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			tt.cfg.AdminToken, tt.cfg.JWTSecret = admin, secret

@@ -28,6 +28,9 @@ type metrics struct {
 	// ip_rate, user_rate); limiterKeys the rate limiters' buckets.
 	shed        *prometheus.CounterVec
 	limiterKeys *prometheus.GaugeVec
+	// legacyWebhooks counts webhooks accepted with the old signature
+	// over the body alone (FLASHSALE_PAYMENT_WEBHOOK_LEGACY).
+	legacyWebhooks prometheus.Counter
 	// outcomes holds the counter and histogram of every (result, reason)
 	// a claim can end in, resolved once: no label lookup per claim.
 	outcomes map[outcomeKey]outcome
@@ -55,6 +58,9 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		pruned: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "flashsale_claims_pruned_total", Help: "Claims answered sold_out by the gateway without running the admission script (FLASHSALE_SOLD_OUT_REFRESH).",
 		}),
+		legacyWebhooks: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "flashsale_payment_webhooks_legacy_total", Help: "Payment webhooks accepted with the old signature over the body alone (FLASHSALE_PAYMENT_WEBHOOK_LEGACY): a provider still to migrate.",
+		}),
 		mysqlShed: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "flashsale_mysql_requests_shed_total", Help: "Requests answered 503 at once because FLASHSALE_MYSQL_MAX_INFLIGHT requests were waiting on MySQL.",
 		}),
@@ -66,7 +72,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}, []string{"limiter"}),
 		outcomes: map[outcomeKey]outcome{},
 	}
-	reg.MustRegister(m.claims, m.claimSeconds, m.scriptSeconds, m.pruned, m.mysqlShed, m.shed, m.limiterKeys)
+	reg.MustRegister(m.claims, m.claimSeconds, m.scriptSeconds, m.pruned, m.mysqlShed, m.shed, m.limiterKeys, m.legacyWebhooks)
 	keys := []outcomeKey{{resultAdmitted, ""}, {resultReplayed, ""}, {resultInvalid, ""}, {resultUnavailable, ""}}
 	for _, e := range errorTable {
 		if e.api.Status < 500 {

@@ -5,9 +5,11 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap/zaptest"
 
@@ -118,7 +120,7 @@ func TestPaymentWebhook(t *testing.T) {
 	hook := func(order, payment, signature string) response {
 		body := `{"order_id":"` + order + `","payment_id":"` + payment + `"}`
 		if signature == "" {
-			signature = gateway.SignWebhook([]byte(body), webhookSecret)
+			signature = gateway.SignWebhook([]byte(body), webhookSecret, time.Now())
 		}
 		return f.do("POST", "/v1/payments/webhook", "", body, gateway.SignatureHeader, signature)
 	}
@@ -252,4 +254,47 @@ func TestTopUpAndExtend(t *testing.T) {
 	envelopes := f.createVoucher(`{"name":"e","kind":"envelope","total_amount":100,"count":2}`)
 	requireError(t, f.do("PATCH", "/admin/v1/vouchers/"+envelopes, admin, `{"add_stock":1}`), http.StatusConflict, "not_toppable")
 	requireError(t, f.do("PATCH", "/admin/v1/vouchers/999999", admin, `{"add_stock":1}`), http.StatusNotFound, "voucher_not_found")
+}
+
+// The webhook's signature carries its time (t=, Stripe's convention): a
+// captured request is refused once it is FLASHSALE_PAYMENT_WEBHOOK_TOLERANCE
+// old, or as far ahead; the old body-only signature passes only while
+// FLASHSALE_PAYMENT_WEBHOOK_LEGACY is on, counted in a metric.
+func TestWebhookSignatureCarriesATime(t *testing.T) {
+	env := testenv.New(t, 1)
+	for _, legacy := range []bool{false, true} {
+		reg := prometheus.NewRegistry()
+		f := newFixtureOn(t, env, gateway.Config{PaymentWebhookSecret: webhookSecret, PaymentWebhookLegacy: legacy}, gateway.WithRegistry(reg))
+		id := f.createVoucher(`{"name":"w","stock":5,"per_user_limit":1}`)
+		order := f.do("POST", "/v1/vouchers/"+id+"/orders", f.token("a"), "").Body["order_id"].(string)
+		f.persist(id)
+		body := `{"order_id":"` + order + `","payment_id":"p-1"}`
+		hook := func(signature, b string) response {
+			return f.do("POST", "/v1/payments/webhook", "", b, gateway.SignatureHeader, signature)
+		}
+		now := f.clock.Now()
+		sign := func(at time.Time) string { return gateway.SignWebhook([]byte(body), webhookSecret, at) }
+		requireError(t, hook(sign(now.Add(-6*time.Minute)), body), http.StatusUnauthorized, "unauthorized")
+		requireError(t, hook(sign(now.Add(6*time.Minute)), body), http.StatusUnauthorized, "unauthorized")
+		requireError(t, hook(sign(now), strings.Replace(body, "p-1", "p-2", 1)), http.StatusUnauthorized, "unauthorized")
+		requireError(t, hook("t=abc,sha256=00", body), http.StatusUnauthorized, "unauthorized")
+		requireError(t, hook("t="+strconv.FormatInt(now.Unix(), 10), body), http.StatusUnauthorized, "unauthorized")
+		requireError(t, hook("garbage", body), http.StatusUnauthorized, "unauthorized")
+		old := gateway.SignWebhookLegacy([]byte(body), webhookSecret)
+		if !legacy {
+			requireError(t, hook(old, body), http.StatusUnauthorized, "unauthorized")
+			// A provider rolling its secret sends two signatures: one matches.
+			other := gateway.SignWebhook([]byte(body), "another-secret-another-secret-12", now)
+			_, otherSig, _ := strings.Cut(other, ",")
+			res := hook(sign(now.Add(-4*time.Minute))+","+otherSig, body)
+			require.Equal(t, http.StatusOK, res.Status, res.Raw)
+			require.Equal(t, "paid", res.Body["status"])
+			require.Zero(t, testenv.Metric(t, reg, "flashsale_payment_webhooks_legacy_total"))
+			continue
+		}
+		res := hook(old, body)
+		require.Equal(t, http.StatusOK, res.Status, res.Raw)
+		require.Equal(t, "paid", res.Body["status"])
+		require.EqualValues(t, 1, testenv.Metric(t, reg, "flashsale_payment_webhooks_legacy_total"))
+	}
 }

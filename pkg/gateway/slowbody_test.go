@@ -73,7 +73,7 @@ func TestSlowWebhookBodiesHoldNoMySQLSlot(t *testing.T) {
 	require.Equal(t, http.StatusOK, res.Status, res.Raw)
 	require.Equal(t, http.StatusOK, f.do("GET", "/admin/v1/vouchers", admin, "").Status)
 	body := `{"order_id":"999999","payment_id":"p1"}`
-	requireError(t, f.do("POST", "/v1/payments/webhook", "", body, gateway.SignatureHeader, gateway.SignWebhook([]byte(body), webhookSecret)),
+	requireError(t, f.do("POST", "/v1/payments/webhook", "", body, gateway.SignatureHeader, gateway.SignWebhook([]byte(body), webhookSecret, time.Now())),
 		http.StatusNotFound, "order_not_found")
 	requireTimesOut(t, slow[0])
 }
