@@ -26,8 +26,11 @@ static:
 servers:
 	@bash .ci/ensure-servers.sh
 
-## lint: gofmt, go vet and go mod tidy (go.mod must already be tidy)
+## lint: gofmt, go vet, go mod tidy (go.mod must already be tidy), and no
+## tracked file over 1 MB but the assets listed in .ci/large-files
 lint:
+	@big=$$(git ls-files -z 2>/dev/null | xargs -0 -r du -b 2>/dev/null | awk '$$1 > 1048576 {print $$2}' | grep -vxF -f .ci/large-files || true); \
+	  if [ -n "$$big" ]; then echo "tracked files over 1 MB (a build output? list a deliberate asset in .ci/large-files):"; echo "$$big"; exit 1; fi
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	  if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet $(PKGS)
