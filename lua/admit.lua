@@ -1,4 +1,6 @@
--- admit.lua: the whole admission decision for one claim, atomically.
+-- admit.lua: the whole admission decision for a batch of claims of one
+-- voucher bucket, atomically, in order: each claim is decided with the same
+-- rules as if it were alone, after the claims before it in the batch.
 --
 -- Partitioning: a voucher V lives in partition P = V mod FLASHSALE_STREAM_PARTITIONS.
 -- Every key below carries the hash tag {pP}, so the script touches one slot and
@@ -8,137 +10,215 @@
 --                                          buckets, u:USER -> units user USER holds (all time), and
 --                                          o:USER -> the stream entry ids of USER's admissions, space-separated
 --                                          (the index pending.lua reads a user's pending orders by)
--- KEYS[2] -> flashsale:{pP}:v:V:day:D      hash user -> units taken on day D
--- KEYS[3] -> flashsale:{pP}:v:V:idem:U:K   idempotency record (ignored when ARGV[4] == 0)
--- KEYS[4] -> flashsale:{pP}:orders         the partition's order stream
--- KEYS[5] -> flashsale:{pP}:v:V:pool       list of the items left (pooled kinds: envelopes, codes)
+-- KEYS[2] -> flashsale:{pP}:orders         the partition's order stream
+-- KEYS[3] -> flashsale:{pP}:v:V:pool       list of the items left (pooled kinds: envelopes, codes)
+-- and for claim i (1-based):
+-- KEYS[2+2i] -> flashsale:{pP}:v:V:day:D   hash user -> units taken on day D of claim i
+-- KEYS[3+2i] -> flashsale:{pP}:v:V:idem:U:K  claim i's idempotency record (ignored when its TTL is 0)
 --
--- Cost: every redis.call is a few microseconds of Redis's one thread, so
--- the common claim (units, no daily limit, no idempotency key) makes three:
--- one HMGET reads the voucher and the user's count together (the counts
--- are fields of the voucher hash for that reason), one XADD, one HSET
--- writes the new stock and count, and appends the entry id to the user's
--- index (o:USER) in the same call.
+-- ARGV[1] -> voucher id (written into the entries)
+-- ARGV[2] -> the voucher's number of buckets the caller routed the batch by
+-- ARGV[3] -> TTL in seconds of the day hashes
+-- and for claim i, from b = 4 + 5(i-1):
+-- ARGV[b]   -> user id
+-- ARGV[b+1] -> now, unix milliseconds (the caller's clock, so tests can move it)
+-- ARGV[b+2] -> day D as yyyymmdd in the sale's time zone (written into the entry)
+-- ARGV[b+3] -> idempotency TTL in seconds; 0 = the claim carries no key
+-- ARGV[b+4] -> quantity: units taken, all or nothing (1..1000; written into the entry)
 --
--- ARGV[1] -> user id
--- ARGV[2] -> now, unix milliseconds (the caller's clock, so tests can move it)
--- ARGV[3] -> day D as yyyymmdd in the sale's time zone (written into the entry)
--- ARGV[4] -> idempotency TTL in seconds; 0 = the request carries no key
--- ARGV[5] -> TTL in seconds of the day hash
--- ARGV[6] -> voucher id (written into the entry)
--- ARGV[7] -> quantity: units taken, all or nothing (1..1000; written into the entry)
--- ARGV[8] -> the voucher's number of buckets the caller routed the claim by
+-- Cost: every redis.call is a few microseconds of Redis's one thread, and
+-- so is the script call itself; a batch shares them. The common batch
+-- (units, no daily limit, no idempotency keys) makes one HMGET of the
+-- voucher and every user's count and index, one XADD per admission, and
+-- one HSET of the new stock, counts and indexes. A daily limit adds one
+-- HMGET and one HSET (and EXPIRE) per day; keys add one MGET and a SET per
+-- keyed admission; a pool adds an LPOP per admission.
 --
 -- A hot voucher's stock may be spread over buckets (stock_buckets, see
--- pkg/rdb keys.go): the KEYS are then those of the user's bucket, and
--- every limit and count here is the bucket's. A caller that routed by the
--- wrong number of buckets (it had not seen the voucher yet) is told the
--- right one, and nothing is changed.
+-- pkg/rdb keys.go): the KEYS are then those of one bucket, and every limit
+-- and count here is the bucket's; a batch holds the claims of one bucket. A
+-- caller that routed by the wrong number of buckets (it had not seen the
+-- voucher yet) is told the right one, and nothing is changed.
 --
 -- Two shapes of sale (pkg/sale): a count of identical units (pool = 0), or a
 -- pool of distinct items (pool = 1: envelopes, codes), where an admission
--- pops one item, "no|amount|code", from KEYS[6] and is always of one unit;
+-- pops one item, "no|amount|code", from KEYS[3] and is always of one unit;
 -- stock then counts the items left.
 --
--- Returns {0, entry_id, replayed, item} when admitted, entry_id being the
--- stream entry "ms-seq" from which the caller derives the order id, replayed
--- 1 when an earlier admission under the same idempotency key is returned
--- again, item the item taken ('' for units).
--- Returns {code} when rejected: 1 voucher not found, 2 not started, 3 ended,
--- 4 sold out (fewer than quantity units left), 5 user limit, 6 daily limit
--- (limits count units), 7 stream sequence overflow (retry), 8 quantity above
--- the voucher's per-user limit, or above 1 for a pool (a bad request: it can
+-- Returns one reply per claim, in order:
+-- {0, entry_id, replayed, item} when admitted, entry_id being the stream
+-- entry "ms-seq" from which the caller derives the order id, replayed 1 when
+-- an earlier admission under the same idempotency key is returned again
+-- (also one earlier in this batch), item the item taken ('' for units).
+-- {code} when rejected: 1 voucher not found, 2 not started, 3 ended, 4 sold
+-- out (fewer than quantity units left), 5 user limit, 6 daily limit (limits
+-- count units), 7 stream sequence overflow (retry), 8 quantity above the
+-- voucher's per-user limit, or above 1 for a pool (a bad request: it can
 -- never be admitted), 9 paused by an operator, {10, n}: the voucher has n
--- buckets, not ARGV[8] (route again).
+-- buckets, not ARGV[2] (route again).
 -- Only admissions are remembered under the idempotency key: a rejection
 -- changed nothing, so its retry is simply decided again.
 
-local user = ARGV[1]
-local now = tonumber(ARGV[2])
-local idem_ttl = tonumber(ARGV[4])
-local qty = tonumber(ARGV[7])
+local n = (#ARGV - 3) / 5
+local out = {}
+local function arg(i, k) return ARGV[4 + 5 * (i - 1) + k] end
 
-if idem_ttl > 0 then
-  local prev = redis.call('GET', KEYS[3])
-  if prev then
-    -- "entry_id item" (item '' for units)
-    local id, item = string.match(prev, '^(%S+) ?(.*)$')
-    return {0, id, 1, item}
+-- Replays of earlier admissions under the same key: one MGET.
+local keyed, idem_keys = {}, {}
+for i = 1, n do
+  if tonumber(arg(i, 3)) > 0 then
+    keyed[#keyed + 1] = i
+    idem_keys[#idem_keys + 1] = KEYS[3 + 2 * i]
+  end
+end
+if #keyed > 0 then
+  local prev = redis.call('MGET', unpack(idem_keys))
+  for j, i in ipairs(keyed) do
+    if prev[j] then
+      -- "entry_id item" (item '' for units)
+      local id, item = string.match(prev[j], '^(%S+) ?(.*)$')
+      out[i] = {0, id, 1, item}
+    end
   end
 end
 
-local ufield = 'u:' .. user
-local ofield = 'o:' .. user
-local v = redis.call('HMGET', KEYS[1], 'stock', 'limit', 'daily', 'start_ms', 'end_ms', 'expire_s', 'pool', 'paused', 'buckets', ufield, ofield)
+-- The voucher and every user's count and index: one HMGET.
+local fields = {'stock', 'limit', 'daily', 'start_ms', 'end_ms', 'expire_s', 'pool', 'paused', 'buckets'}
+local slot = {} -- user -> position of its u: field (its o: field follows)
+for i = 1, n do
+  local user = arg(i, 0)
+  if not out[i] and not slot[user] then
+    slot[user] = #fields + 1
+    fields[#fields + 1] = 'u:' .. user
+    fields[#fields + 1] = 'o:' .. user
+  end
+end
+local v = redis.call('HMGET', KEYS[1], unpack(fields))
+local function all(reply)
+  for i = 1, n do
+    if not out[i] then
+      out[i] = reply
+    end
+  end
+  return out
+end
 if not v[1] then
-  return {1}
+  return all({1})
 end
 local buckets = tonumber(v[9]) or 1
-if buckets ~= tonumber(ARGV[8]) then
-  return {10, buckets}
+if buckets ~= tonumber(ARGV[2]) then
+  return all({10, buckets})
 end
 if v[8] == '1' then
-  return {9}
+  return all({9})
 end
+
+local stock = tonumber(v[1])
+local limit = tonumber(v[2])
+local daily = tonumber(v[3])
 local start_ms = tonumber(v[4])
 local end_ms = tonumber(v[5])
-if start_ms > 0 and now < start_ms then
-  return {2}
-end
-if end_ms > 0 and now >= end_ms then
-  return {3}
-end
-local limit = tonumber(v[2])
 local pooled = v[7] == '1'
-if qty > limit or (pooled and qty ~= 1) then
-  return {8}
+local held, ids, dirty = {}, {}, {}
+for user, k in pairs(slot) do
+  held[user] = tonumber(v[k]) or 0
+  ids[user] = v[k + 1]
 end
-local stock = tonumber(v[1])
-if stock < qty then
-  return {4}
+-- Day counts, read once per day key (one HMGET of the batch's users).
+local days, day_dirty = {}, {}
+local function day_count(key, user)
+  if not days[key] then
+    local users = {}
+    for u in pairs(slot) do
+      users[#users + 1] = u
+    end
+    local counts = redis.call('HMGET', key, unpack(users))
+    days[key] = {}
+    for j, u in ipairs(users) do
+      days[key][u] = tonumber(counts[j]) or 0
+    end
+  end
+  return days[key][user]
 end
-local held = tonumber(v[10]) or 0
-if held + qty > limit then
-  return {5}
-end
-local daily = tonumber(v[3])
-if daily > 0 and (tonumber(redis.call('HGET', KEYS[2], user)) or 0) + qty > daily then
-  return {6}
-end
+local replay = {} -- idempotency key -> the admission made under it in this batch
 
-local item = ''
-if pooled then
-  item = redis.call('LPOP', KEYS[5])
-  if not item then
-    return {4}
+for i = 1, n do
+  if not out[i] then
+    local user, now, qty, idem_ttl = arg(i, 0), tonumber(arg(i, 1)), tonumber(arg(i, 4)), tonumber(arg(i, 3))
+    local idem, day_key = KEYS[3 + 2 * i], KEYS[2 + 2 * i]
+    if idem_ttl > 0 and replay[idem] then
+      out[i] = {0, replay[idem][2], 1, replay[idem][4]}
+    elseif start_ms > 0 and now < start_ms then
+      out[i] = {2}
+    elseif end_ms > 0 and now >= end_ms then
+      out[i] = {3}
+    elseif qty > limit or (pooled and qty ~= 1) then
+      out[i] = {8}
+    elseif stock < qty then
+      out[i] = {4}
+    elseif held[user] + qty > limit then
+      out[i] = {5}
+    elseif daily > 0 and day_count(day_key, user) + qty > daily then
+      out[i] = {6}
+    else
+      local item = ''
+      if pooled then
+        item = redis.call('LPOP', KEYS[3])
+      end
+      if not item then
+        out[i] = {4}
+      else
+        local id = redis.call('XADD', KEYS[2], '*', 'voucher_id', ARGV[1], 'user_id', user,
+          'created_ms', arg(i, 1), 'day', arg(i, 2), 'quantity', arg(i, 4), 'item', item)
+        -- The order id keeps 12 bits of the entry's per-millisecond sequence. More
+        -- than 4096 entries in one millisecond in one partition cannot be numbered: undo.
+        if tonumber(string.match(id, '-(%d+)$')) >= 4096 then
+          redis.call('XDEL', KEYS[2], id)
+          if pooled then
+            redis.call('LPUSH', KEYS[3], item)
+          end
+          out[i] = {7}
+        else
+          stock = stock - qty
+          held[user] = held[user] + qty
+          ids[user] = ids[user] and (ids[user] .. ' ' .. id) or id
+          dirty[user] = true
+          if daily > 0 then
+            days[day_key][user] = days[day_key][user] + qty
+            day_dirty[day_key] = day_dirty[day_key] or {}
+            day_dirty[day_key][user] = true
+          end
+          out[i] = {0, id, 0, item}
+          if idem_ttl > 0 then
+            replay[idem] = out[i]
+            redis.call('SET', idem, id .. ' ' .. item, 'EX', idem_ttl)
+          end
+        end
+      end
+    end
   end
 end
 
-local id = redis.call('XADD', KEYS[4], '*', 'voucher_id', ARGV[6], 'user_id', user,
-  'created_ms', ARGV[2], 'day', ARGV[3], 'quantity', ARGV[7], 'item', item)
--- The order id keeps 12 bits of the entry's per-millisecond sequence. More than
--- 4096 entries in one millisecond in one partition cannot be numbered: undo.
-local seq = tonumber(string.match(id, '-(%d+)$'))
-if seq >= 4096 then
-  redis.call('XDEL', KEYS[4], id)
-  if pooled then
-    redis.call('LPUSH', KEYS[5], item)
+-- Read above in this same script: nothing changed them since. One HSET
+-- writes the stock, the counts and the users' indexes (the ids
+-- pending.lua has not yet found persisted).
+if next(dirty) then
+  local w = {'stock', stock}
+  for user in pairs(dirty) do
+    w[#w + 1] = 'u:' .. user
+    w[#w + 1] = held[user]
+    w[#w + 1] = 'o:' .. user
+    w[#w + 1] = ids[user]
   end
-  return {7}
+  redis.call('HSET', KEYS[1], unpack(w))
 end
-
--- Read above in this same script: nothing changed them since. The user's
--- index keeps the ids pending.lua has not yet found persisted.
-local ids = id
-if v[11] then
-  ids = v[11] .. ' ' .. id
+for key, users in pairs(day_dirty) do
+  local w = {}
+  for user in pairs(users) do
+    w[#w + 1] = user
+    w[#w + 1] = days[key][user]
+  end
+  redis.call('HSET', key, unpack(w))
+  redis.call('EXPIRE', key, tonumber(ARGV[3]))
 end
-redis.call('HSET', KEYS[1], 'stock', stock - qty, ufield, held + qty, ofield, ids)
-if daily > 0 then
-  redis.call('HINCRBY', KEYS[2], user, qty)
-  redis.call('EXPIRE', KEYS[2], tonumber(ARGV[5]))
-end
-if idem_ttl > 0 then
-  redis.call('SET', KEYS[3], id .. ' ' .. item, 'EX', idem_ttl)
-end
-return {0, id, 0, item}
+return out

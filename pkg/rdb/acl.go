@@ -17,7 +17,7 @@ var roleCommands = map[string][]string{
 	// between a hot voucher's buckets (take.lua, give.lua, the moves read
 	// and forgotten).
 	"gateway": {
-		"evalsha", "eval", "script|load", "get", "set", "hmget", "hget", "hgetall", "hset", "hdel", "hincrby", "lpop", "lpush", "rpush",
+		"evalsha", "eval", "script|load", "get", "mget", "set", "hmget", "hget", "hgetall", "hset", "hdel", "hincrby", "lpop", "lpush", "rpush",
 		"xadd", "xdel", "xrange", "xlen", "xpending", "xgroup|create", "expire", "expireat", "persist", "del", "exists", "sadd", "sismember", "multi", "exec",
 	},
 	// Reading and acknowledging (ack.lua), renewing its lease (lease.lua),

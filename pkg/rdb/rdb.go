@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -368,7 +369,8 @@ func (s *Store) admitFromDry(ctx context.Context, c Claim) (Admission, error) {
 
 // admitBatch is one pipelined round trip of admissions, and another for
 // the claims that must run again: NOSCRIPT, or routed by the wrong number
-// of buckets.
+// of buckets. The claims of one bucket travel as one call of admit.lua,
+// which decides them in order (admitCalls).
 func (s *Store) admitBatch(ctx context.Context, claims []Claim) ([]Admission, []error, error) {
 	out, errs := make([]Admission, len(claims)), make([]error, len(claims))
 	pending := make([]int, len(claims))
@@ -376,22 +378,20 @@ func (s *Store) admitBatch(ctx context.Context, claims []Claim) ([]Admission, []
 		pending[i] = i
 	}
 	for round := 0; round < 3 && len(pending) > 0; round++ {
-		cmds := make([]*redis.Cmd, len(pending))
-		parts := make([]int, len(pending))
-		keys, args := make([][]string, len(pending)), make([][]any, len(pending))
-		for j, i := range pending {
-			var b bucket
-			b, keys[j], args[j] = s.admitArgs(claims[i])
-			parts[j] = b.p
+		calls := s.admitCalls(claims, pending)
+		parts := make([]int, len(calls))
+		for j, c := range calls {
+			parts[j] = c.b.p
 		}
 		groups, err := s.admitGroups(ctx, parts)
 		if err != nil {
 			return out, errs, err
 		}
-		unreplicated := make([]error, len(pending))
+		cmds := make([]*redis.Cmd, len(calls))
+		unreplicated := make([]error, len(calls))
 		for _, g := range groups {
 			for _, j := range g.js {
-				cmds[j] = lua.Admit.EvalSha(ctx, g.pipe, keys[j], args[j]...)
+				cmds[j] = lua.Admit.EvalSha(ctx, g.pipe, calls[j].keys, calls[j].args...)
 			}
 			wait := s.queueWait(ctx, g.pipe)
 			_, err := g.pipe.Exec(ctx)
@@ -406,31 +406,43 @@ func (s *Store) admitBatch(ctx context.Context, claims []Claim) ([]Admission, []
 		}
 		var again []int
 		reload := false
-		for j, i := range pending {
-			res, err := cmds[j].Slice()
+		for j, c := range calls {
+			replies, err := cmds[j].Slice()
 			switch {
 			case err != nil && redis.HasErrorPrefix(err, "NOSCRIPT"):
-				again, reload = append(again, i), true
-			case err != nil:
-				errs[i] = fmt.Errorf("admit: %w", err)
-			case len(res) == 2 && res[0] == int64(10):
-				// Routed by the wrong number of buckets: now known.
-				n, _ := res[1].(int64)
-				if n < 1 || n > MaxBuckets {
-					errs[i] = fmt.Errorf("admit: voucher %d has %d buckets", claims[i].VoucherID, n)
-					continue
+				again, reload = append(again, c.claims...), true
+				continue
+			case err == nil && len(replies) != len(c.claims):
+				err = fmt.Errorf("%d replies to %d claims", len(replies), len(c.claims))
+			}
+			if err != nil {
+				for _, i := range c.claims {
+					errs[i] = fmt.Errorf("admit: %w", err)
 				}
-				s.buckets.Store(claims[i].VoucherID, int(n))
-				again = append(again, i)
-			default:
-				out[i], errs[i] = admission(res, parts[j])
-				if errs[i] == nil && unreplicated[j] != nil {
-					errs[i] = unreplicated[j] // admitted on the master, not known to survive it
-				}
-				if errs[i] == nil && out[i].Replayed && s.durability.waits() {
-					// The first admission was written on another
-					// connection, which this one's WAIT does not cover.
-					errs[i] = s.waitWritten(ctx, parts[j])
+				continue
+			}
+			for k, i := range c.claims {
+				res, _ := replies[k].([]any)
+				switch {
+				case len(res) == 2 && res[0] == int64(10):
+					// Routed by the wrong number of buckets: now known.
+					n, _ := res[1].(int64)
+					if n < 1 || n > MaxBuckets {
+						errs[i] = fmt.Errorf("admit: voucher %d has %d buckets", claims[i].VoucherID, n)
+						continue
+					}
+					s.buckets.Store(claims[i].VoucherID, int(n))
+					again = append(again, i)
+				default:
+					out[i], errs[i] = admission(res, c.b.p)
+					if errs[i] == nil && unreplicated[j] != nil {
+						errs[i] = unreplicated[j] // admitted on the master, not known to survive it
+					}
+					if errs[i] == nil && out[i].Replayed && s.durability.waits() {
+						// The first admission was written on another
+						// connection, which this one's WAIT does not cover.
+						errs[i] = s.waitWritten(ctx, c.b.p)
+					}
 				}
 			}
 		}
@@ -439,12 +451,52 @@ func (s *Store) admitBatch(ctx context.Context, claims []Claim) ([]Admission, []
 				return out, errs, fmt.Errorf("reload admit script: %w", err)
 			}
 		}
+		slices.Sort(again)
 		pending = again
 	}
 	for _, i := range pending {
 		errs[i] = fmt.Errorf("admit: voucher %d: no answer after three rounds", claims[i].VoucherID)
 	}
 	return out, errs, nil
+}
+
+// admitCall is one call of admit.lua: the claims (their indexes, in the
+// batch's order) of one bucket.
+type admitCall struct {
+	b      bucket
+	claims []int
+	keys   []string
+	args   []any
+}
+
+// admitCalls groups the pending claims by the bucket that decides them,
+// each group in the claims' order, the groups in the order of their first
+// claim.
+func (s *Store) admitCalls(claims []Claim, pending []int) []admitCall {
+	var calls []admitCall
+	byKey := map[string]int{}
+	for _, i := range pending {
+		c := claims[i]
+		n := s.knownBuckets(c.VoucherID)
+		b := s.bucketOf(c.VoucherID, UserBucket(c.UserID, n))
+		k, ok := byKey[b.key()]
+		if !ok {
+			k = len(calls)
+			byKey[b.key()] = k
+			calls = append(calls, admitCall{b: b, keys: []string{b.key(), b.stream(), b.pool()},
+				args: []any{c.VoucherID, n, int64(DayKeyTTL / time.Second)}})
+		}
+		call := &calls[k]
+		idem, ttl := b.key()+":idem:-", int64(0)
+		if c.IdempotencyKey != "" {
+			idem = b.idem(c.UserID, c.IdempotencyKey)
+			ttl = max(int64(c.IdempotencyTTL/time.Second), 1)
+		}
+		call.claims = append(call.claims, i)
+		call.keys = append(call.keys, b.day(c.Day), idem)
+		call.args = append(call.args, c.UserID, c.Now.UnixMilli(), c.Day, ttl, max(c.Quantity, 1))
+	}
+	return calls
 }
 
 // isReplyError reports whether a pipeline failed only because some command
@@ -460,21 +512,6 @@ func isReplyError(cmds []*redis.Cmd, js []int) bool {
 		}
 	}
 	return true
-}
-
-func (s *Store) admitArgs(c Claim) (bucket, []string, []any) {
-	n := s.knownBuckets(c.VoucherID)
-	b := s.bucketOf(c.VoucherID, UserBucket(c.UserID, n))
-	idem, ttl := b.key()+":idem:-", int64(0)
-	if c.IdempotencyKey != "" {
-		idem = b.idem(c.UserID, c.IdempotencyKey)
-		ttl = int64(c.IdempotencyTTL / time.Second)
-		if ttl < 1 {
-			ttl = 1
-		}
-	}
-	keys := []string{b.key(), b.day(c.Day), idem, b.stream(), b.pool()}
-	return b, keys, []any{c.UserID, c.Now.UnixMilli(), c.Day, ttl, int64(DayKeyTTL / time.Second), c.VoucherID, max(c.Quantity, 1), n}
 }
 
 // admission reads admit.lua's reply.

@@ -1,0 +1,165 @@
+package rdb_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/flashsale/flashsale/pkg/order"
+	"github.com/flashsale/flashsale/pkg/rdb"
+)
+
+// outcome is what a claim came to, comparable across two runs: the error,
+// or the admission with the claim (index) whose admission a replay
+// answered and the item taken.
+type outcome struct {
+	err      error
+	replayOf int // -1: a new admission
+	item     order.Item
+}
+
+// decide runs claims of voucher v, all in one AdmitMany (one script call
+// per bucket) or one by one, and says what each came to.
+func decide(t *testing.T, s *rdb.Store, v int64, claims []rdb.Claim, batch bool) []outcome {
+	t.Helper()
+	ctx := context.Background()
+	as, errs := make([]rdb.Admission, len(claims)), make([]error, len(claims))
+	if batch {
+		var err error
+		as, errs, err = s.AdmitMany(ctx, claims)
+		require.NoError(t, err)
+	} else {
+		for i, c := range claims {
+			as[i], errs[i] = s.Admit(ctx, c)
+		}
+	}
+	first := map[int64]int{}
+	out := make([]outcome, len(claims))
+	for i := range claims {
+		out[i] = outcome{err: errs[i], replayOf: -1}
+		if errs[i] != nil {
+			continue
+		}
+		out[i].item = as[i].Item
+		if as[i].Replayed {
+			j, ok := first[as[i].OrderID]
+			if !ok {
+				j = -2 // an admission from before this run
+			}
+			out[i].replayOf = j
+			continue
+		}
+		first[as[i].OrderID] = i
+	}
+	return out
+}
+
+// randomSale is a voucher and claims against it, drawn from r: stock,
+// limits, a window, a pool or buckets, pauses; claims by a few users, with
+// quantities (some too many), idempotency keys (some repeated), times in
+// and out of the window, over two days.
+func randomSale(r *rand.Rand, id int64) (rdb.Voucher, []rdb.Claim, bool) {
+	v := rdb.Voucher{ID: id, Stock: 1 + r.Int64N(20), PerUserLimit: 1 + r.Int64N(4)}
+	if r.IntN(3) == 0 {
+		v.PerUserDailyLimit = 1 + r.Int64N(3)
+	}
+	start := t0.Add(time.Duration(r.IntN(3)) * time.Minute)
+	if r.IntN(2) == 0 {
+		v.StartsAt, v.EndsAt = start, start.Add(30*time.Hour)
+	}
+	switch r.IntN(4) {
+	case 0:
+		v.Pooled = true
+		v.Items = make([]order.Item, v.Stock)
+		for i := range v.Items {
+			v.Items[i] = order.Item{No: int64(i + 1), Amount: 1 + r.Int64N(100)}
+		}
+	case 1:
+		v.Buckets = 3
+		v.Stock = 200 // ample: no bucket runs dry, so the order across buckets does not matter
+	}
+	paused := r.IntN(10) == 0
+	users := []string{"ann", "bob", "cid", "dee", "eve"}
+	keys := []string{"", "", "", "k1", "k2"}
+	claims := make([]rdb.Claim, 1+r.IntN(40))
+	for i := range claims {
+		now := start.Add(time.Duration(r.IntN(32*60)-10) * time.Minute)
+		claims[i] = rdb.Claim{VoucherID: id, UserID: users[r.IntN(len(users))], IdempotencyKey: keys[r.IntN(len(keys))],
+			IdempotencyTTL: time.Hour, Now: now, Day: order.Day(now, time.UTC), Quantity: int64(r.IntN(3))}
+	}
+	return v, claims, paused
+}
+
+// Issue 18: a batch of claims, decided by one script call per bucket, comes
+// to exactly what the same claims one by one do (a property over random
+// sales: stock, per-user and per-day limits, replays of keys, also within
+// the batch, quantities, windows, pauses, pools, buckets), and leaves the
+// same stock and counts.
+func TestABatchDecidesAsTheClaimsOneByOne(t *testing.T) {
+	s := newStore(t, 4)
+	ctx := context.Background()
+	rounds := 150
+	if testing.Short() {
+		rounds = 30
+	}
+	soldOutInBatch := 0
+	for round := range rounds {
+		r := rand.New(rand.NewPCG(uint64(round), 18))
+		// Two vouchers alike, each on its own keys: one decided in a batch,
+		// the other claim by claim.
+		base := int64(1000 + 2*round)
+		vb, claims, paused := randomSale(r, base)
+		vs := vb
+		vs.ID = base + 1
+		seedVoucher(t, s, vb)
+		seedVoucher(t, s, vs)
+		if paused {
+			for _, v := range []int64{vb.ID, vs.ID} {
+				_, err := s.SetPaused(ctx, v, true)
+				require.NoError(t, err)
+			}
+		}
+		same := make([]rdb.Claim, len(claims))
+		for i, c := range claims {
+			c.VoucherID = vs.ID
+			same[i] = c
+		}
+		batch := decide(t, s, vb.ID, claims, true)
+		alone := decide(t, s, vs.ID, same, false)
+		for i := range claims {
+			msg := fmt.Sprintf("round %d claim %d %+v (voucher %+v)", round, i, claims[i], vb)
+			require.True(t, errors.Is(batch[i].err, alone[i].err) || batch[i].err == alone[i].err, "%s: batch %v, alone %v", msg, batch[i].err, alone[i].err)
+			require.Equal(t, alone[i].replayOf, batch[i].replayOf, msg)
+			require.Equal(t, alone[i].item, batch[i].item, msg)
+			if errors.Is(batch[i].err, rdb.ErrSoldOut) {
+				soldOutInBatch++
+			}
+		}
+		stB, err := s.ReadVoucherState(ctx, vb.ID, dayStrings(claims))
+		require.NoError(t, err)
+		stS, err := s.ReadVoucherState(ctx, vs.ID, dayStrings(claims))
+		require.NoError(t, err)
+		require.Equal(t, stS.Voucher.Stock, stB.Voucher.Stock, "round %d: stock", round)
+		require.Equal(t, stS.Users, stB.Users, "round %d: users' counts", round)
+		require.Equal(t, stS.Days, stB.Days, "round %d: day counts", round)
+		require.Equal(t, stS.Voucher.Items, stB.Voucher.Items, "round %d: pool", round)
+	}
+	require.Positive(t, soldOutInBatch, "some batches straddled the last unit")
+}
+
+func dayStrings(claims []rdb.Claim) []string {
+	seen := map[string]bool{}
+	var out []string
+	for _, c := range claims {
+		if !seen[c.Day] {
+			seen[c.Day] = true
+			out = append(out, c.Day)
+		}
+	}
+	return out
+}
