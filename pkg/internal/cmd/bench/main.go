@@ -40,6 +40,7 @@ func run() error {
 		profDir  = flag.String("profile", "", "write CPU profiles of the gateway and a worker to this directory")
 		cpuOnly  = flag.Bool("cpu-only", false, "measure only the CPU per claim and the hot voucher on one master and on three")
 		durOnly  = flag.Bool("durability-only", false, "measure only the claims with FLASHSALE_REDIS_DURABILITY none and replica, and WAIT per flush")
+		compare  = flag.String("compare", "", "a committed run to compare with (default: docs/bench-run.json, docs/bench-cpu-batch-run.json with -cpu-only, docs/bench-durability-run.json with -durability-only); rows over 10 % worse are flagged")
 	)
 	flag.Parse()
 	if *trivial != "" {
@@ -71,6 +72,21 @@ func run() error {
 	}
 	fmt.Println()
 	rep.Print(os.Stdout)
+	base := *compare
+	switch {
+	case base != "":
+	case *cpuOnly:
+		base = "docs/bench-cpu-batch-run.json"
+	case *durOnly:
+		base = "docs/bench-durability-run.json"
+	default:
+		base = "docs/bench-run.json"
+	}
+	if b, err := bench.LoadReport(base); err != nil {
+		fmt.Printf("\nno comparison: %v\n", err)
+	} else if n := bench.PrintChanges(os.Stdout, base, b, bench.Compare(b, rep)); n > 0 {
+		fmt.Printf("%d rows more than %.0f %% worse than %s: rerun, and compare the ratios of one run, before believing it (docs/BENCHMARKS.md)\n", n, bench.Regression*100, base)
+	}
 	if err := os.MkdirAll(*out, 0o755); err != nil {
 		return err
 	}
