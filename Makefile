@@ -6,7 +6,7 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo deve
 COMMIT  ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
 LDFLAGS := -X github.com/flashsale/flashsale/pkg/app.Version=$(VERSION) -X github.com/flashsale/flashsale/pkg/app.Commit=$(COMMIT)
 
-.PHONY: all build bench static test test-short lint servers demo chaos dataloss helm helm-test fuzz clean
+.PHONY: all build bench bench-allocs static test test-short lint servers demo chaos dataloss helm helm-test fuzz clean
 
 all: build
 
@@ -74,8 +74,13 @@ $(HELM):
 helm-test: $(HELM)
 	cd helm/flashsale/test && $(GO) vet ./... && HELM=$(abspath $(HELM)) $(GO) test -count=1 ./...
 
+## bench-allocs: an admitted claim's heap allocations against their budget
+## (pkg/gateway/alloc_bench_test.go); a count, not a time: CI runs it
+bench-allocs: servers
+	$(GO) test -run '^$$' -bench '^BenchmarkAdmittedClaim$$' -benchtime 3000x ./pkg/gateway
+
 ## bench: ceilings, gateway, worker drain, end to end, memory (BENCH_FLAGS to tune)
-bench: servers
+bench: servers bench-allocs
 	$(GO) build -o $(BIN)/bench ./pkg/internal/cmd/bench
 	$(BIN)/bench $(BENCH_FLAGS)
 

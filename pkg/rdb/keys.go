@@ -55,16 +55,20 @@ func (b bucket) key() string {
 	}
 	return k
 }
-func (b bucket) day(day string) string { return b.key() + ":day:" + day }
-func (b bucket) released() string      { return b.key() + ":released" }
-func (b bucket) pool() string          { return b.key() + ":pool" }
-func (b bucket) changes() string       { return b.key() + ":changes" }
-func (b bucket) movesOut() string      { return b.key() + ":moves:out" }
-func (b bucket) movesIn() string       { return b.key() + ":moves:in" }
-func (b bucket) stream() string        { return StreamKey(b.p) }
-func (b bucket) idem(user, k string) string {
-	return b.key() + ":idem:" + user + ":" + k
-}
+func (b bucket) day(day string) string      { return dayKey(b.key(), day) }
+func (b bucket) released() string           { return b.key() + ":released" }
+func (b bucket) pool() string               { return poolKey(b.key()) }
+func (b bucket) changes() string            { return b.key() + ":changes" }
+func (b bucket) movesOut() string           { return b.key() + ":moves:out" }
+func (b bucket) movesIn() string            { return b.key() + ":moves:in" }
+func (b bucket) stream() string             { return StreamKey(b.p) }
+func (b bucket) idem(user, k string) string { return idemKey(b.key(), user, k) }
+
+// The keys of a bucket whose key (b.key()) is key, for a caller that has
+// it already (the admission path builds it once per batch).
+func dayKey(key, day string) string      { return key + ":day:" + day }
+func poolKey(key string) string          { return key + ":pool" }
+func idemKey(key, user, k string) string { return key + ":idem:" + user + ":" + k }
 
 // userPrefix starts the voucher hash's field of a user's count.
 const userPrefix = "u:"

@@ -464,6 +464,7 @@ func (s *Store) admitBatch(ctx context.Context, claims []Claim) ([]Admission, []
 // batch's order) of one bucket.
 type admitCall struct {
 	b      bucket
+	key    string // b.key()
 	claims []int
 	keys   []string
 	args   []any
@@ -471,29 +472,28 @@ type admitCall struct {
 
 // admitCalls groups the pending claims by the bucket that decides them,
 // each group in the claims' order, the groups in the order of their first
-// claim.
+// claim. A batch holds few buckets: a linear search finds a claim's.
 func (s *Store) admitCalls(claims []Claim, pending []int) []admitCall {
-	var calls []admitCall
-	byKey := map[string]int{}
+	calls := make([]admitCall, 0, 1)
 	for _, i := range pending {
 		c := claims[i]
 		n := s.knownBuckets(c.VoucherID)
 		b := s.bucketOf(c.VoucherID, UserBucket(c.UserID, n))
-		k, ok := byKey[b.key()]
-		if !ok {
+		k := slices.IndexFunc(calls, func(a admitCall) bool { return a.b == b })
+		if k < 0 {
 			k = len(calls)
-			byKey[b.key()] = k
-			calls = append(calls, admitCall{b: b, keys: []string{b.key(), b.stream(), b.pool()},
+			key := b.key()
+			calls = append(calls, admitCall{b: b, key: key, keys: []string{key, b.stream(), poolKey(key)},
 				args: []any{c.VoucherID, n, int64(DayKeyTTL / time.Second)}})
 		}
 		call := &calls[k]
-		idem, ttl := b.key()+":idem:-", int64(0)
+		idem, ttl := call.key+":idem:-", int64(0)
 		if c.IdempotencyKey != "" {
-			idem = b.idem(c.UserID, c.IdempotencyKey)
+			idem = idemKey(call.key, c.UserID, c.IdempotencyKey)
 			ttl = max(int64(c.IdempotencyTTL/time.Second), 1)
 		}
 		call.claims = append(call.claims, i)
-		call.keys = append(call.keys, b.day(c.Day), idem)
+		call.keys = append(call.keys, dayKey(call.key, c.Day), idem)
 		call.args = append(call.args, c.UserID, c.Now.UnixMilli(), c.Day, ttl, max(c.Quantity, 1))
 	}
 	return calls
