@@ -63,7 +63,8 @@ type Config struct {
 	ShutdownTimeout time.Duration `envconfig:"FLASHSALE_SHUTDOWN_TIMEOUT" default:"15s"`
 	// PipelineWorkers is the number of pipelines in flight to Redis at
 	// once: concurrent claims are coalesced into them (auto-pipelining).
-	// 0 sends one EVALSHA per claim. Default 4.
+	// The claims of one voucher bucket in a pipeline share one call of
+	// the admission script. 0 sends each claim alone. Default 4.
 	PipelineWorkers int `envconfig:"FLASHSALE_REDIS_PIPELINE_WORKERS" default:"4"`
 	// PipelineMaxBatch bounds the claims in one pipeline. Default 128.
 	PipelineMaxBatch int `envconfig:"FLASHSALE_REDIS_PIPELINE_MAX_BATCH" default:"128"`

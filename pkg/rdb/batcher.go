@@ -15,7 +15,7 @@ var ErrBatcherClosed = errors.New("admission batcher closed")
 // is free, up to maxBatch, and sends them in one round trip. It never waits
 // to fill a batch, so the latency it adds is at most one round trip already
 // in flight; under load, claims share round trips and Redis's per-command
-// network cost.
+// network cost, and the claims of one bucket share one call of admit.lua.
 type Batcher struct {
 	s        *Store
 	reqs     chan *admitReq
