@@ -76,6 +76,9 @@ type Drain struct {
 	Orders    int     `json:"orders"`
 	Seconds   float64 `json:"seconds"`
 	PerSecond float64 `json:"orders_per_s"`
+	// RedisUs is Redis's CPU per persisted order while the workers drain:
+	// their reads, acknowledgements and deletes.
+	RedisUs float64 `json:"redis_us_per_order,omitempty"`
 }
 
 // E2E is the end-to-end sale.

@@ -89,6 +89,7 @@ func Compare(base, run *Report) []Change {
 	for _, d := range run.Drain {
 		if b, ok := drains[fmt.Sprintf("%s|%d|%d", d.Name, d.Workers, d.BatchSize)]; ok {
 			add(fmt.Sprintf("drain, %s, %d workers", d.Name, d.Workers), "orders/s", b.PerSecond, d.PerSecond, false)
+			add(fmt.Sprintf("drain, %s, %d workers", d.Name, d.Workers), "redis µs/order", b.RedisUs, d.RedisUs, true)
 		}
 	}
 	outs := map[int]ScaleOut{}

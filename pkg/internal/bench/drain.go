@@ -10,6 +10,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/flashsale/flashsale/pkg/internal/harness"
 	"github.com/flashsale/flashsale/pkg/order"
 	"github.com/flashsale/flashsale/pkg/rdb"
@@ -54,6 +56,10 @@ func drain(ctx context.Context, s *harness.Stack, kind string, buckets, workers,
 	if err := prefill(ctx, s, v, orders); err != nil {
 		return d, 0, err
 	}
+	redisBefore, err := stackRedisCPU(ctx, s)
+	if err != nil {
+		return d, 0, err
+	}
 	start := time.Now()
 	for _, p := range procs {
 		if err := p.Signal(syscall.SIGCONT); err != nil {
@@ -80,6 +86,11 @@ func drain(ctx context.Context, s *harness.Stack, kind string, buckets, workers,
 	}
 	d.Seconds = time.Since(start).Seconds()
 	d.PerSecond = float64(orders) / d.Seconds
+	redisAfter, err := stackRedisCPU(ctx, s)
+	if err != nil {
+		return d, 0, err
+	}
+	d.RedisUs = float64((redisAfter - redisBefore).Microseconds()) / float64(orders)
 	var rss int64
 	for _, p := range procs {
 		r, err := PeakRSS(p.Pid())
@@ -157,4 +168,22 @@ func prefill(ctx context.Context, s *harness.Stack, v int64, n int) error {
 	default:
 		return nil
 	}
+}
+
+// stackRedisCPU is the CPU time the stack's Redis has used: the server's,
+// or every master's of a cluster.
+func stackRedisCPU(ctx context.Context, s *harness.Stack) (time.Duration, error) {
+	if s.Cluster == nil {
+		return redisCPU(ctx, s.RDB.Client().(*redis.Client))
+	}
+	var mu sync.Mutex
+	var total time.Duration
+	err := s.Cluster.Client().ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
+		d, err := redisCPU(ctx, c)
+		mu.Lock()
+		total += d
+		mu.Unlock()
+		return err
+	})
+	return total, err
 }

@@ -117,9 +117,9 @@ func (r *Report) printCPU(w io.Writer) {
 func (r *Report) printDrain(w io.Writer) {
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 0, 1, ' ', tabwriter.Debug)
-	fmt.Fprintln(tw, "worker drain\tworkers\tbatch\torders\tseconds\torders/s\t")
+	fmt.Fprintln(tw, "worker drain\tworkers\tbatch\torders\tseconds\torders/s\tredis µs/order\t")
 	for _, d := range r.Drain {
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%.2f\t%.0f\t\n", d.Name, d.Workers, d.BatchSize, d.Orders, d.Seconds, d.PerSecond)
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%.2f\t%.0f\t%.1f\t\n", d.Name, d.Workers, d.BatchSize, d.Orders, d.Seconds, d.PerSecond, d.RedisUs)
 	}
 	tw.Flush()
 }
