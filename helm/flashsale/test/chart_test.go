@@ -381,9 +381,15 @@ func TestKEDAScalesWorkersOnEveryPartitionsBacklog(t *testing.T) {
 	for i, tr := range so.Spec.Triggers {
 		require.Equal(t, "redis-streams", tr.Type)
 		require.Equal(t, fmt.Sprintf("flashsale:{p%d}:orders", i), tr.Metadata["stream"])
-		require.Equal(t, "flashsale-workers", tr.Metadata["consumerGroup"])
+		// KEDA's redis-streams scaler (pkg/scalers/redis_streams_scaler.go)
+		// reads XLEN against streamLength only when there is no
+		// consumerGroup: with one it reads the pending entries
+		// (pendingEntriesCount, default 5) or the lag (lagCount).
+		require.NotContains(t, tr.Metadata, "consumerGroup", "with a consumerGroup KEDA ignores streamLength")
 		require.NotEmpty(t, tr.Metadata["streamLength"], "the stream's length is the backlog")
-		require.NotContains(t, tr.Metadata, "lagCount", "the group's lag reads empty once entries are deleted out of order")
+		for _, key := range []string{"lagCount", "pendingEntriesCount", "activationLagCount", "activationStreamLength"} {
+			require.NotContains(t, tr.Metadata, key, "%s: not a key of the XLEN mode (or not one KEDA reads)", key)
+		}
 		require.Equal(t, "0", tr.Metadata["databaseIndex"])
 		require.Equal(t, "FLASHSALE_REDIS_PASSWORD", tr.Metadata["passwordFromEnv"])
 	}
@@ -412,6 +418,7 @@ func TestRedisDeploymentValues(t *testing.T) {
 	require.Len(t, r.scaledObjects, 1)
 	for _, tr := range r.scaledObjects[0].Spec.Triggers {
 		require.Equal(t, "redis-cluster-streams", tr.Type)
+		require.NotContains(t, tr.Metadata, "consumerGroup", "XLEN mode on a cluster too")
 		require.Equal(t, "redis-0:6379,redis-1:6379", tr.Metadata["addresses"])
 		require.Equal(t, "true", tr.Metadata["enableTLS"])
 		require.Equal(t, "FLASHSALE_REDIS_USERNAME", tr.Metadata["usernameFromEnv"])
@@ -433,6 +440,7 @@ func TestRedisDeploymentValues(t *testing.T) {
 	require.Equal(t, "mymaster", config(r)["FLASHSALE_REDIS_SENTINEL_MASTER"])
 	for _, tr := range r.scaledObjects[0].Spec.Triggers {
 		require.Equal(t, "redis-sentinel-streams", tr.Type)
+		require.NotContains(t, tr.Metadata, "consumerGroup", "XLEN mode through sentinels too")
 		require.Equal(t, "mymaster", tr.Metadata["sentinelMaster"])
 	}
 	for name, d := range r.deployments {
