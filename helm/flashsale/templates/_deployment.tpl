@@ -15,6 +15,7 @@ apiVersion: apps/v1
 kind: Deployment
 metadata:
   name: {{ include "flashsale.fullname" $ }}-{{ .role }}
+  {{- include "flashsale.annotations" $ | nindent 2 }}
   labels:
     {{- include "flashsale.labels" $ | nindent 4 }}
     app.kubernetes.io/component: {{ .role }}
@@ -139,6 +140,7 @@ apiVersion: policy/v1
 kind: PodDisruptionBudget
 metadata:
   name: {{ include "flashsale.fullname" .ctx }}-{{ .role }}
+  {{- include "flashsale.annotations" .ctx | nindent 2 }}
   labels:
     {{- include "flashsale.labels" .ctx | nindent 4 }}
     app.kubernetes.io/component: {{ .role }}
@@ -157,6 +159,7 @@ apiVersion: autoscaling/v2
 kind: HorizontalPodAutoscaler
 metadata:
   name: {{ include "flashsale.fullname" .ctx }}-{{ .role }}
+  {{- include "flashsale.annotations" .ctx | nindent 2 }}
   labels:
     {{- include "flashsale.labels" .ctx | nindent 4 }}
     app.kubernetes.io/component: {{ .role }}
@@ -183,6 +186,7 @@ apiVersion: v1
 kind: Service
 metadata:
   name: {{ include "flashsale.fullname" .ctx }}-{{ .role }}-metrics
+  {{- include "flashsale.annotations" .ctx | nindent 2 }}
   labels:
     {{- include "flashsale.labels" .ctx | nindent 4 }}
     app.kubernetes.io/component: {{ .role }}

@@ -685,3 +685,58 @@ func TestDashboardAndAlerts(t *testing.T) {
 		}
 	}
 }
+
+// The chart works as a dependency of an umbrella chart (an Argo or Flux
+// app of apps): Helm passes it the umbrella's global block, which the
+// schema must accept, and nameOverride, fullnameOverride, commonLabels and
+// commonAnnotations reach every object.
+func TestChartRendersAsASubchart(t *testing.T) {
+	dir := t.TempDir()
+	umbrella := filepath.Join(dir, "shop")
+	require.NoError(t, os.MkdirAll(filepath.Join(umbrella, "charts"), 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(umbrella, "Chart.yaml"), []byte(
+		"apiVersion: v2\nname: shop\nversion: 1.0.0\ndependencies:\n  - name: flashsale\n    version: \">=0.0.0\"\n"), 0o644))
+	require.NoError(t, os.WriteFile(filepath.Join(umbrella, "values.yaml"), []byte(`global:
+  imageRegistry: registry.example.com
+  storageClass: fast
+flashsale:
+  fullnameOverride: sale
+  commonLabels:
+    team: checkout
+  commonAnnotations:
+    owner: checkout@example.com
+  existingSecret: sale-secrets
+  worker:
+    keda:
+      enabled: true
+`), 0o644))
+	out, err := exec.Command("cp", "-r", chartDir, filepath.Join(umbrella, "charts", "flashsale")).CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	_ = os.RemoveAll(filepath.Join(umbrella, "charts", "flashsale", "test")) // the chart's own tests, not the chart
+
+	text, err := helm(t, "template", "rel", umbrella, "--kube-version", "1.30.0", "--namespace", "shop")
+	require.NoError(t, err, "the umbrella renders: %s", text)
+	var objects int
+	for _, doc := range regexp.MustCompile(`(?m)^---\s*$`).Split(text, -1) {
+		if strings.TrimSpace(stripComments(doc)) == "" {
+			continue
+		}
+		var obj struct {
+			Kind     string
+			Metadata struct {
+				Name        string
+				Labels      map[string]string
+				Annotations map[string]string
+			}
+		}
+		require.NoError(t, yaml.Unmarshal([]byte(doc), &obj))
+		objects++
+		require.True(t, strings.HasPrefix(obj.Metadata.Name, "sale"), "%s %s: fullnameOverride names it", obj.Kind, obj.Metadata.Name)
+		require.Equal(t, "checkout", obj.Metadata.Labels["team"], "%s %s: commonLabels", obj.Kind, obj.Metadata.Name)
+		require.Equal(t, "checkout@example.com", obj.Metadata.Annotations["owner"], "%s %s: commonAnnotations", obj.Kind, obj.Metadata.Name)
+	}
+	require.Greater(t, objects, 8)
+
+	r := render(t, append([]string{"--set", "nameOverride=promo"}, testSecrets...)...)
+	require.Contains(t, r.deployments, "rel-promo-gateway", "nameOverride names the objects")
+}
