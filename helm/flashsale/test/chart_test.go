@@ -653,9 +653,10 @@ func TestDashboardAndAlerts(t *testing.T) {
 			anchor := strings.ToLower(rule.Alert)
 			require.True(t, strings.HasSuffix(rule.Annotations["runbook_url"], "RUNBOOK.md#"+anchor), rule.Alert)
 			require.Contains(t, string(runbook), "\n## "+rule.Alert+"\n", "docs/RUNBOOK.md needs a section per alert")
+			require.Positive(t, rule.For, "%s: a for: duration, so one scrape's blip does not page", rule.Alert)
 		}
 	}
-	require.Equal(t, 6, alerts)
+	require.Equal(t, 9, alerts)
 
 	var dash *corev1.ConfigMap
 	for _, c := range r.configMaps {
@@ -682,6 +683,7 @@ func TestDashboardAndAlerts(t *testing.T) {
 		for _, target := range p.Targets {
 			_, err := promql.ParseExpr(vars.Replace(target.Expr))
 			require.NoError(t, err, "%s: %s", p.Title, target.Expr)
+			require.Contains(t, target.Expr, "by (namespace", "%s: the namespace variable is multi-select, so every query splits by it", p.Title)
 		}
 	}
 }
