@@ -29,13 +29,20 @@ type failoverResult struct {
 	stalled503     int
 }
 
-// saleThroughLaggingFailover runs a sale on a master with one replica and
-// a sentinel (quorum one): claims while the replica is in sync, then
-// claims while its replication link is stalled (toxiproxy drops the
-// master's stream to it), then the master is killed (SIGKILL) and the
-// sentinel promotes the replica. The workers then persist what the new
-// master holds.
-func saleThroughLaggingFailover(t *testing.T, durability string) failoverResult {
+// laggingTopology is a Redis deployment with a replica whose replication
+// a test can stall, and whose master it can kill so that the replica (the
+// one that lags) is promoted.
+type laggingTopology struct {
+	common app.Common
+	// stall stops the replica of the master holding key from receiving
+	// the master's writes; fail kills that master (SIGKILL) and returns
+	// once its replica serves the key.
+	stall, fail func(key string)
+}
+
+// sentinelTopology is a master with one replica and a sentinel (quorum
+// one); the replica's link goes through toxiproxy, which stalls it.
+func sentinelTopology(t *testing.T) laggingTopology {
 	ctx := context.Background()
 	dir := t.TempDir()
 	master, err := testsrv.StartRedis(dir + "/master")
@@ -51,17 +58,76 @@ func saleThroughLaggingFailover(t *testing.T, durability string) failoverResult 
 	sentinel, err := testsrv.StartSentinel(dir+"/sentinel", "flashsale", master.Addr, 2*time.Minute)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = sentinel.Kill() })
-
 	sc := redis.NewSentinelClient(&redis.Options{Addr: sentinel.Addr})
 	t.Cleanup(func() { sc.Close() })
 	require.Eventually(t, func() bool {
 		replicas, err := sc.Replicas(ctx, "flashsale").Result()
 		return err == nil && len(replicas) == 1 && replicas[0]["flags"] == "slave" && replicas[0]["master-link-status"] == "ok"
 	}, 30*time.Second, 50*time.Millisecond, "the sentinel sees the replica in sync")
+	return laggingTopology{
+		common: app.Common{RedisAddr: sentinel.Addr, RedisSentinelMaster: "flashsale"},
+		stall:  func(string) { require.NoError(t, link.Stall()) },
+		fail: func(string) {
+			require.NoError(t, master.Kill())
+			require.Eventually(t, func() bool {
+				addr, err := sc.GetMasterAddrByName(ctx, "flashsale").Result()
+				return err == nil && addr[0]+":"+addr[1] == replica.Addr
+			}, 60*time.Second, 100*time.Millisecond, "the sentinel promotes the replica")
+		},
+	}
+}
 
+// clusterTopology is a Redis Cluster of three masters with a replica each,
+// which fails over on its own. A cluster replica connects to the address
+// its master announces, which clients use too, so no proxy can stall that
+// link alone; the replica is stopped (SIGSTOP) instead, and the master
+// given 64 MB to replicate first: the replica's socket buffers fill, and
+// the writes after stay in the master's own output buffer, lost with it.
+func clusterTopology(t *testing.T) laggingTopology {
+	ctx := context.Background()
+	cluster, err := testsrv.StartClusterWithReplicas(t.TempDir(), 3, 1)
+	require.NoError(t, err)
+	t.Cleanup(cluster.Kill)
+	var master, replica *testsrv.Redis
+	return laggingTopology{
+		common: app.Common{RedisAddr: strings.Join(cluster.Addrs(), ","), RedisCluster: true},
+		stall: func(key string) {
+			master, err = cluster.MasterOf(ctx, key)
+			require.NoError(t, err)
+			_, port, _ := net.SplitHostPort(master.Addr)
+			for _, n := range cluster.Nodes {
+				c := n.Client()
+				info, err := c.Info(ctx, "replication").Result()
+				c.Close()
+				if err == nil && strings.Contains(info, "role:slave") && strings.Contains(info, "master_port:"+port+"\r\n") {
+					replica = n
+				}
+			}
+			require.NotNil(t, replica, "the replica of %s", master.Addr)
+			require.NoError(t, replica.Pause())
+			mc := master.Client()
+			defer mc.Close()
+			require.NoError(t, mc.Set(ctx, key+":ballast", strings.Repeat("x", 64<<20), time.Hour).Err())
+		},
+		fail: func(key string) {
+			require.NoError(t, master.Kill())
+			require.NoError(t, replica.Resume())
+			wctx, cancel := context.WithTimeout(ctx, time.Minute)
+			defer cancel()
+			require.NoError(t, cluster.WaitServed(wctx, key, master.Addr), "the cluster promotes the replica")
+		},
+	}
+}
+
+// saleThroughLaggingFailover runs a sale on topo: claims while the replica
+// is in sync, then claims while its replication is stalled, then the
+// master is killed (SIGKILL) and the replica that lags is promoted. The
+// workers then persist what the new master holds.
+func saleThroughLaggingFailover(t *testing.T, durability string, topo laggingTopology) failoverResult {
+	ctx := context.Background()
 	mysql := testenv.New(t, 2)
-	c := app.Common{RedisAddr: sentinel.Addr, RedisSentinelMaster: "flashsale", RedisTimeout: 2 * time.Second,
-		StreamPartitions: 2, ConsumerGroup: rdb.DefaultGroup, MySQLDSN: mysql.Common.MySQLDSN}
+	c := topo.common
+	c.RedisTimeout, c.StreamPartitions, c.ConsumerGroup, c.MySQLDSN = 2*time.Second, 2, rdb.DefaultGroup, mysql.Common.MySQLDSN
 	rs, err := c.Redis(ctx, 16)
 	require.NoError(t, err)
 	t.Cleanup(func() { rs.Client().Close() })
@@ -70,6 +136,7 @@ func saleThroughLaggingFailover(t *testing.T, durability string) failoverResult 
 	env := &testenv.Env{Common: c, RDB: rs, DB: mysql.DB}
 	f := newFixtureOn(t, env, gateway.Config{RedisDurability: durability, ClaimTimeout: time.Second})
 	id := f.createVoucher(`{"name":"d","stock":100}`)
+	key := rdb.StreamKey(rs.PartitionOf(parseID(t, id)))
 
 	var res failoverResult
 	claim := func(user string) response {
@@ -82,7 +149,7 @@ func saleThroughLaggingFailover(t *testing.T, durability string) failoverResult 
 	for i := range 5 {
 		require.Equal(t, http.StatusAccepted, claim("in-sync-"+strconv.Itoa(i)).Status)
 	}
-	require.NoError(t, link.Stall())
+	topo.stall(key)
 	for i := range 10 {
 		r := claim("stalled-" + strconv.Itoa(i))
 		switch durability {
@@ -97,14 +164,10 @@ func saleThroughLaggingFailover(t *testing.T, durability string) failoverResult 
 		// An operator's write waits the same way.
 		requireError(t, f.do("POST", "/admin/v1/vouchers/"+id+"/pause", admin, ""), http.StatusServiceUnavailable, "unavailable")
 	}
-	require.NoError(t, master.Kill())
-	require.Eventually(t, func() bool {
-		addr, err := sc.GetMasterAddrByName(ctx, "flashsale").Result()
-		return err == nil && addr[0]+":"+addr[1] == replica.Addr
-	}, 60*time.Second, 100*time.Millisecond, "the sentinel promotes the replica")
+	topo.fail(key)
 
 	// The workers persist what the new master holds (the client follows
-	// the sentinel; its first commands may meet a closed connection).
+	// the failover; its first commands may meet a closed connection).
 	w, err := worker.New(worker.Config{Consumer: "w"}, rs, mysql.DB, zaptest.NewLogger(t))
 	require.NoError(t, err)
 	testenv.Eventually(t, 30*time.Second, "the new master's stream persisted", func() bool {
@@ -135,22 +198,24 @@ func saleThroughLaggingFailover(t *testing.T, durability string) failoverResult 
 // Issue 19: a failover to a replica that lagged loses the 202s the old
 // master gave (with durability none: the test shows it can fail), and
 // loses none with durability replica, whose claims answer 503 while the
-// replica lags.
+// replica lags; through a sentinel and through a cluster's own failover.
 func TestAFailoverToALaggingReplica(t *testing.T) {
 	if testing.Short() {
-		t.Skip("a sentinel failover takes seconds")
+		t.Skip("a failover takes seconds")
 	}
-	t.Run("none loses 202s", func(t *testing.T) {
-		res := saleThroughLaggingFailover(t, rdb.DurabilityNone)
-		require.Len(t, res.admitted, 15)
-		require.Len(t, res.lost, 10, "every 202 the stalled replica never got is lost")
-	})
-	t.Run("replica loses none", func(t *testing.T) {
-		res := saleThroughLaggingFailover(t, rdb.DurabilityReplica)
-		require.Len(t, res.admitted, 5)
-		require.Empty(t, res.lost)
-		require.Equal(t, 10, res.stalled503)
-	})
+	for name, topo := range map[string]func(*testing.T) laggingTopology{"sentinel": sentinelTopology, "cluster": clusterTopology} {
+		t.Run(name+"/none loses 202s", func(t *testing.T) {
+			res := saleThroughLaggingFailover(t, rdb.DurabilityNone, topo(t))
+			require.Len(t, res.admitted, 15)
+			require.Len(t, res.lost, 10, "every 202 the stalled replica never got is lost")
+		})
+		t.Run(name+"/replica loses none", func(t *testing.T) {
+			res := saleThroughLaggingFailover(t, rdb.DurabilityReplica, topo(t))
+			require.Len(t, res.admitted, 5)
+			require.Empty(t, res.lost)
+			require.Equal(t, 10, res.stalled503)
+		})
+	}
 }
 
 // Bad durability (and webhook) settings exit at start, naming the variable; replica_aof
