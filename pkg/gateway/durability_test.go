@@ -78,11 +78,8 @@ func sentinelTopology(t *testing.T) laggingTopology {
 }
 
 // clusterTopology is a Redis Cluster of three masters with a replica each,
-// which fails over on its own. A cluster replica connects to the address
-// its master announces, which clients use too, so no proxy can stall that
-// link alone; the replica is stopped (SIGSTOP) instead, and the master
-// given 64 MB to replicate first: the replica's socket buffers fill, and
-// the writes after stay in the master's own output buffer, lost with it.
+// which fails over on its own; the replica lags by Cluster.StallReplicaOf
+// (stopped, and the master's output buffer filled before the claims).
 func clusterTopology(t *testing.T) laggingTopology {
 	ctx := context.Background()
 	cluster, err := testsrv.StartClusterWithReplicas(t.TempDir(), 3, 1)
@@ -92,22 +89,8 @@ func clusterTopology(t *testing.T) laggingTopology {
 	return laggingTopology{
 		common: app.Common{RedisAddr: strings.Join(cluster.Addrs(), ","), RedisCluster: true},
 		stall: func(key string) {
-			master, err = cluster.MasterOf(ctx, key)
+			master, replica, err = cluster.StallReplicaOf(ctx, key)
 			require.NoError(t, err)
-			_, port, _ := net.SplitHostPort(master.Addr)
-			for _, n := range cluster.Nodes {
-				c := n.Client()
-				info, err := c.Info(ctx, "replication").Result()
-				c.Close()
-				if err == nil && strings.Contains(info, "role:slave") && strings.Contains(info, "master_port:"+port+"\r\n") {
-					replica = n
-				}
-			}
-			require.NotNil(t, replica, "the replica of %s", master.Addr)
-			require.NoError(t, replica.Pause())
-			mc := master.Client()
-			defer mc.Close()
-			require.NoError(t, mc.Set(ctx, key+":ballast", strings.Repeat("x", 64<<20), time.Hour).Err())
 		},
 		fail: func(key string) {
 			require.NoError(t, master.Kill())

@@ -62,8 +62,9 @@ type ChaosConfig struct {
 	// StockBuckets spreads the main voucher over buckets (a hot voucher).
 	StockBuckets int
 	// Durability is FLASHSALE_REDIS_DURABILITY ("" = none). With replica
-	// on a cluster, a master's kill may lose no 202: ReplicationLost
-	// must stay 0.
+	// on a cluster, the Redis fault lets the master's replica lag for a
+	// second of the sale before the master is killed and that replica
+	// promoted, and no 202 may be lost: ReplicationLost must stay 0.
 	Durability string
 }
 
@@ -310,6 +311,11 @@ func injectFaults(ctx context.Context, s *Stack, cfg ChaosConfig, voucher int64,
 	if s.Cluster != nil {
 		redisFault = "kill -9 the master of the hot voucher's first bucket (its replica, asynchronous, is promoted); restart it, a replica now"
 	}
+	var lag time.Duration
+	if s.Cluster != nil && cfg.Durability == "replica" {
+		lag = time.Second
+		redisFault = "the replica of the hot voucher's first bucket's master lags for 1s (stopped, its master's output buffer full), then kill -9 the master (the lagging replica is promoted); restart it, a replica now"
+	}
 	at := func(frac float64) error {
 		select {
 		case <-ctx.Done():
@@ -363,7 +369,7 @@ func injectFaults(ctx context.Context, s *Stack, cfg ChaosConfig, voucher int64,
 		{0.1, redisFault, func() error {
 			f.RedisKills++
 			if s.Cluster != nil {
-				victim, took, err := s.KillVoucherMaster(ctx, voucher)
+				victim, took, err := s.KillLaggingVoucherMaster(ctx, voucher, lag)
 				if err != nil {
 					return err
 				}

@@ -476,6 +476,18 @@ func randomHex(n int) string {
 // serves that slot. It returns the killed node, to start again, and how
 // long the failover took.
 func (s *Stack) KillVoucherMaster(ctx context.Context, voucher int64) (*testsrv.Redis, time.Duration, error) {
+	return s.killVoucherMaster(ctx, voucher, 0)
+}
+
+// KillLaggingVoucherMaster is KillVoucherMaster after the master's
+// replica has lagged for lag (testsrv.Cluster.StallReplicaOf): what the
+// master admitted meanwhile is on no replica when it dies. Keep lag under
+// the cluster's node timeout (2s), or the replica may be judged failed.
+func (s *Stack) KillLaggingVoucherMaster(ctx context.Context, voucher int64, lag time.Duration) (*testsrv.Redis, time.Duration, error) {
+	return s.killVoucherMaster(ctx, voucher, lag)
+}
+
+func (s *Stack) killVoucherMaster(ctx context.Context, voucher int64, lag time.Duration) (*testsrv.Redis, time.Duration, error) {
 	if s.Cluster == nil {
 		return nil, 0, fmt.Errorf("not a cluster")
 	}
@@ -488,8 +500,23 @@ func (s *Stack) KillVoucherMaster(ctx context.Context, voucher int64) (*testsrv.
 	if err != nil {
 		return nil, 0, err
 	}
+	var replica *testsrv.Redis
+	if lag > 0 {
+		if victim, replica, err = s.Cluster.StallReplicaOf(ctx, key); err != nil {
+			if replica != nil {
+				_ = replica.Resume()
+			}
+			return nil, 0, err
+		}
+		time.Sleep(lag) // the sale goes on, its admissions on the master alone
+	}
 	if err := victim.Kill(); err != nil {
 		return nil, 0, err
+	}
+	if replica != nil {
+		if err := replica.Resume(); err != nil {
+			return victim, 0, err
+		}
 	}
 	start := time.Now()
 	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)

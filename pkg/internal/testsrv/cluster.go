@@ -3,6 +3,7 @@ package testsrv
 import (
 	"context"
 	"fmt"
+	"net"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -122,6 +123,36 @@ func (c *Cluster) MasterOf(ctx context.Context, key string) (*Redis, error) {
 		}
 	}
 	return nil, fmt.Errorf("no node %s", n.Options().Addr)
+}
+
+// StallReplicaOf makes the replica of key's master lag: it is stopped
+// (SIGSTOP), and the master given 64 MB to replicate, so the replica's
+// socket buffers fill and what the master writes next stays in its own
+// output buffer (lost if the master is killed). A cluster replica
+// connects to the address its master announces, which clients use too,
+// so no proxy can stall that link alone. Resume the replica to end it.
+func (c *Cluster) StallReplicaOf(ctx context.Context, key string) (master, replica *Redis, err error) {
+	if master, err = c.MasterOf(ctx, key); err != nil {
+		return nil, nil, err
+	}
+	_, port, _ := net.SplitHostPort(master.Addr)
+	for _, n := range c.Nodes {
+		rc := n.Client()
+		info, err := rc.Info(ctx, "replication").Result()
+		rc.Close()
+		if err == nil && strings.Contains(info, "role:slave") && strings.Contains(info, "master_port:"+port+"\r\n") {
+			replica = n
+		}
+	}
+	if replica == nil {
+		return master, nil, fmt.Errorf("no replica of %s", master.Addr)
+	}
+	if err := replica.Pause(); err != nil {
+		return master, replica, err
+	}
+	mc := master.Client()
+	defer mc.Close()
+	return master, replica, mc.Set(ctx, key+":ballast", strings.Repeat("x", 64<<20), time.Hour).Err()
 }
 
 // WaitServed waits until a node other than gone serves key's slot as a
