@@ -45,7 +45,11 @@ func (c *config) Validate() error {
 }
 
 func main() {
-	app.Main(&config{}, run, app.Command[*config]{Name: "smoke", Run: runSmoke})
+	app.Main(&config{}, run, app.Command[*config]{Name: "smoke", Run: runSmoke,
+		Summary: "check a deployment end to end: create a one-unit voucher, claim it, wait for the order (the chart's helm test)",
+		Usage: `
+  FLASHSALE_SMOKE_URL, FLASHSALE_SMOKE_ADMIN_URL and FLASHSALE_SMOKE_TIMEOUT say where and how long;
+  FLASHSALE_ADMIN_TOKEN and FLASHSALE_JWT_SECRET are the release's`})
 }
 
 // runSmoke checks the deployment at FLASHSALE_SMOKE_URL end to end (the

@@ -41,8 +41,19 @@ func (c *config) Validate() error {
 }
 
 func main() {
-	app.Main(&config{}, run, app.Command[*config]{Name: "reconcile", Run: reconcile},
-		app.Command[*config]{Name: "deadletters", Run: deadLetters})
+	app.Main(&config{}, run,
+		app.Command[*config]{Name: "reconcile", Run: reconcile,
+			Summary: "compare Redis with MySQL and the streams, voucher by voucher; exit 0 when they agree, 1 when they differ, 2 when it failed",
+			Usage: `[--repair] [--json]
+  --repair  rewrite Redis from MySQL and the streams where they differ (stop the gateways first)
+  --json    write JSON`},
+		app.Command[*config]{Name: "deadletters", Run: deadLetters,
+			Summary: "the dead letters: counts (no subcommand), list, requeue once the cause is fixed, purge after reading them",
+			Usage: `[list|requeue|purge] [flags]
+  (none) [--json] [--trim-older-than D]   each partition's count and oldest
+  list [--json]                           every dead letter, with its reason
+  requeue [--json] (--all | ID...)        process them again
+  purge (--older-than D | --all)          delete them`})
 }
 
 // consumerName defaults the reaper's name in the group to reaper-<host>.
@@ -110,7 +121,7 @@ func reconcile(ctx context.Context, cfg *config, rt *app.Runtime, args []string)
 	}
 	rt.Log.Info("reconcile done", zap.Int("vouchers", len(checks)), zap.Int("differing", differ), zap.Bool("repair", *repair))
 	if differ > 0 {
-		return fmt.Errorf("%d vouchers differ (run with --repair to rebuild Redis)", differ)
+		return &app.ExitError{Code: app.ExitNo, Err: fmt.Errorf("%d vouchers differ (run with --repair to rebuild Redis)", differ)}
 	}
 	return nil
 }
@@ -128,6 +139,11 @@ func deadLetters(ctx context.Context, cfg *config, rt *app.Runtime, args []strin
 	sub := "summary"
 	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
 		sub, args = args[0], args[1:]
+	}
+	switch sub { // a mistyped subcommand is said before anything is dialled
+	case "summary", "list", "requeue", "purge":
+	default:
+		return fmt.Errorf("unknown deadletters command %q (list, requeue, purge)", sub)
 	}
 	fs := flag.NewFlagSet("deadletters "+sub, flag.ContinueOnError)
 	asJSON := fs.Bool("json", false, "write JSON")

@@ -3,6 +3,8 @@ package app
 import (
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 	"runtime/debug"
 	"strings"
 	"text/tabwriter"
@@ -78,11 +80,17 @@ func (b Build) Collector() prometheus.Collector {
 // PrintHelp writes the binary's commands and every variable it reads, with
 // its default. It needs no secret and reads no variable.
 func PrintHelp[C Config](w io.Writer, cfg C, commands []Command[C]) {
-	names := []string{"migrate", "help", "version"}
+	bin := filepath.Base(os.Args[0])
+	fmt.Fprintf(w, "%s\n\nUsage: %s [COMMAND]; without one it runs the role.\n\nCommands:\n", ReadBuild(), bin)
+	ctw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(ctw, "  migrate\tapply the database migrations (idempotent; the chart's init containers run it)\n")
+	fmt.Fprintf(ctw, "  help\tthis text\n")
+	fmt.Fprintf(ctw, "  version\tthe build's version and commit\n")
 	for _, c := range commands {
-		names = append(names, c.Name)
+		fmt.Fprintf(ctw, "  %s %s\t%s\n", c.Name, strings.SplitN(c.Usage, "\n", 2)[0], c.Summary)
 	}
-	fmt.Fprintf(w, "%s\n\nCommands (first argument; none: run the role): %s\n\nConfiguration, all from the environment:\n\n", ReadBuild(), strings.Join(names, ", "))
+	ctw.Flush()
+	fmt.Fprintf(w, "\n%s COMMAND -h shows a command's flags. Exit status of a command: 0 done, 1 done and the answer is no (reconcile: the stores differ), 2 failed or misused; the role itself exits 1 on a failure, with one JSON log line.\n\nConfiguration, all from the environment:\n\n", bin)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "VARIABLE\tTYPE\tDEFAULT\tREQUIRED")
 	tmpl := `{{range .}}{{usage_key .}}	{{usage_type .}}	{{usage_default .}}	{{usage_required .}}

@@ -2,6 +2,7 @@ package harness_test
 
 import (
 	"encoding/json"
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -39,7 +40,6 @@ func TestBinariesRefuseBadConfigInOneLine(t *testing.T) {
 		{"short token lifetime", "gateway", []string{secret, admin, "FLASHSALE_JWT_MAX_LIFETIME=1s"}, nil, "FLASHSALE_JWT_MAX_LIFETIME"},
 		{"bad log level", "worker", []string{"FLASHSALE_LOG_LEVEL=loud"}, nil, "FLASHSALE_LOG_LEVEL"},
 		{"bad duration", "worker", []string{"FLASHSALE_WORKER_BLOCK=soon"}, nil, "FLASHSALE_WORKER_BLOCK"},
-		{"unknown command", "worker", []string{"FLASHSALE_REDIS_ADDR=127.0.0.1:1"}, []string{"frobnicate"}, "unknown command"},
 		// Values that can never work exit at once instead of being retried
 		// as "waiting for redis and mysql" or replaced by a default.
 		{"zero partitions", "worker", []string{"FLASHSALE_STREAM_PARTITIONS=0"}, nil, "FLASHSALE_STREAM_PARTITIONS"},
@@ -109,4 +109,62 @@ func TestHelpAndVersionNeedNoSecrets(t *testing.T) {
 		require.NoError(t, err, "%s version: %s", bin, out)
 		require.Regexp(t, `^flashsale \S+ commit \S+`, string(out))
 	}
+}
+
+// The commands a person types (issue 23): -h on each answers its usage on
+// stdout and exits 0 with no secret and no server; a mistyped command or
+// subcommand is said in plain text before anything is dialled, exit 2; a
+// command that fails says so in plain text, exit 2.
+func TestCommandsAnswerHelpAndSayWhatFailed(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the binaries")
+	}
+	dir := t.TempDir()
+	require.NoError(t, harness.Build(dir, false, "gateway", "reaper"))
+	run := func(env []string, bin string, args ...string) (stdout, stderr string, code int) {
+		cmd := exec.Command(filepath.Join(dir, bin), args...)
+		cmd.Env = append([]string{"PATH=" + os.Getenv("PATH")}, env...)
+		var out, errOut strings.Builder
+		cmd.Stdout, cmd.Stderr = &out, &errOut
+		err := cmd.Run()
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			code = ee.ExitCode()
+		} else {
+			require.NoError(t, err)
+		}
+		return out.String(), errOut.String(), code
+	}
+	for _, c := range [][]string{{"reaper", "reconcile", "-h"}, {"reaper", "deadletters", "--help"}, {"reaper", "deadletters", "purge", "-h"}, {"gateway", "smoke", "--help"}} {
+		out, errOut, code := run(nil, c[0], c[1:]...)
+		require.Zero(t, code, "%v: %s", c, errOut)
+		require.Contains(t, out, "usage: "+c[0]+" "+c[1], "%v", c)
+		require.Empty(t, errOut, "%v", c)
+	}
+	out, _, code := run(nil, "reaper", "help")
+	require.Zero(t, code)
+	require.Contains(t, out, "reconcile [--repair] [--json]")
+	require.Contains(t, out, "exit 0 when they agree, 1 when they differ, 2 when it failed")
+	require.Contains(t, out, "deadletters [list|requeue|purge]")
+
+	out, errOut, code := run(nil, "reaper", "recocile")
+	require.Equal(t, 2, code)
+	require.Empty(t, out)
+	require.Contains(t, errOut, `unknown command "recocile"`)
+
+	// A server that is not there: the subcommand is judged first; a
+	// failure is one plain line.
+	closed := []string{"FLASHSALE_REDIS_ADDR=127.0.0.1:1", "FLASHSALE_MYSQL_DSN=root@tcp(127.0.0.1:1)/x", "FLASHSALE_REDIS_TIMEOUT=200ms"}
+	_, errOut, code = run(closed, "reaper", "deadletters", "frobnicate")
+	require.Equal(t, 2, code)
+	require.Contains(t, errOut, `unknown deadletters command "frobnicate"`)
+	require.NotContains(t, errOut, "connect")
+	_, errOut, code = run(closed, "reaper", "reconcile", "--bogus")
+	require.Equal(t, 2, code, errOut)
+	require.Contains(t, errOut, "reaper reconcile: flag provided but not defined: -bogus", "plain text, not a JSON line")
+	require.NotContains(t, errOut, `"level"`)
+	_, errOut, code = run([]string{"FLASHSALE_STREAM_PARTITIONS=0"}, "reaper", "reconcile")
+	require.Equal(t, 2, code)
+	require.Contains(t, errOut, "FLASHSALE_STREAM_PARTITIONS")
+	require.False(t, strings.HasPrefix(errOut, "{"), "plain text: %s", errOut)
 }

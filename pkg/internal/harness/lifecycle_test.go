@@ -3,8 +3,10 @@ package harness_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
+	"os/exec"
 	"strconv"
 	"strings"
 	"sync"
@@ -288,4 +290,11 @@ func TestReaperCommandsWriteJSON(t *testing.T) {
 	require.Error(t, err, "purge needs --older-than or --all")
 	_, err = s.RunOutput(ctx, "reaper", "deadletters", "frobnicate")
 	require.Error(t, err)
+
+	// reconcile's exit status: 0 the stores agree (above), 1 they differ.
+	require.NoError(t, s.RDB.Client().HSet(ctx, fmt.Sprintf("flashsale:{p%d}:v:%d", s.RDB.PartitionOf(v), v), "stock", 2).Err())
+	_, err = s.RunOutput(ctx, "reaper", "reconcile")
+	var ee *exec.ExitError
+	require.ErrorAs(t, err, &ee)
+	require.Equal(t, 1, ee.ExitCode(), "the stores differ")
 }
