@@ -66,6 +66,7 @@ type rendered struct {
 	pdbs            []*policyv1.PodDisruptionBudget
 	hpas            []*autoscalingv2.HorizontalPodAutoscaler
 	scaledObjects   []*scaledObject
+	triggerAuths    []*triggerAuthentication
 	serviceMonitors []*serviceMonitor
 	networkPolicies []*networkingv1.NetworkPolicy
 	prometheusRules []*prometheusRule
@@ -100,9 +101,30 @@ type scaledObject struct {
 		PollingInterval int `json:"pollingInterval"`
 		CooldownPeriod  int `json:"cooldownPeriod"`
 		Triggers        []struct {
-			Type     string            `json:"type"`
-			Metadata map[string]string `json:"metadata"`
+			Type              string            `json:"type"`
+			Metadata          map[string]string `json:"metadata"`
+			AuthenticationRef *struct {
+				Name string `json:"name"`
+			} `json:"authenticationRef"`
 		} `json:"triggers"`
+	} `json:"spec"`
+}
+
+// triggerAuthentication is the part of keda.sh/v1alpha1
+// TriggerAuthentication the chart uses.
+type triggerAuthentication struct {
+	APIVersion string `json:"apiVersion"`
+	Kind       string `json:"kind"`
+	Metadata   struct {
+		Name   string            `json:"name"`
+		Labels map[string]string `json:"labels"`
+	} `json:"metadata"`
+	Spec struct {
+		SecretTargetRef []struct {
+			Parameter string `json:"parameter"`
+			Name      string `json:"name"`
+			Key       string `json:"key"`
+		} `json:"secretTargetRef"`
 	} `json:"spec"`
 }
 
@@ -188,6 +210,10 @@ func render(t *testing.T, args ...string) *rendered {
 			var s scaledObject
 			strict(t, b, &s)
 			r.scaledObjects = append(r.scaledObjects, &s)
+		case "keda.sh/v1alpha1/TriggerAuthentication":
+			var a triggerAuthentication
+			strict(t, b, &a)
+			r.triggerAuths = append(r.triggerAuths, &a)
 		case "networking.k8s.io/v1/NetworkPolicy":
 			var n networkingv1.NetworkPolicy
 			strict(t, b, &n)
@@ -416,6 +442,7 @@ func TestRedisDeploymentValues(t *testing.T) {
 	require.Equal(t, "redis.internal", c["FLASHSALE_REDIS_TLS_SERVER_NAME"])
 	require.Equal(t, "200ms", c["FLASHSALE_SOLD_OUT_REFRESH"])
 	require.Len(t, r.scaledObjects, 1)
+	require.Empty(t, r.triggerAuths, "no CA Secret: no TriggerAuthentication")
 	for _, tr := range r.scaledObjects[0].Spec.Triggers {
 		require.Equal(t, "redis-cluster-streams", tr.Type)
 		require.NotContains(t, tr.Metadata, "consumerGroup", "XLEN mode on a cluster too")
@@ -453,6 +480,22 @@ func TestRedisDeploymentValues(t *testing.T) {
 			}
 		}
 		require.True(t, found, "%s reads the sentinels' password", name)
+	}
+	// A private CA reaches KEDA from a Secret, by a TriggerAuthentication
+	// every trigger names.
+	r = render(t, append([]string{"--set", "config.redisTLS=true", "--set", "worker.keda.enabled=true",
+		"--set", "worker.keda.caSecret.name=redis-ca"}, testSecrets...)...)
+	require.Len(t, r.triggerAuths, 1)
+	ta := r.triggerAuths[0]
+	require.Equal(t, "rel-flashsale-worker-redis", ta.Metadata.Name)
+	require.Len(t, ta.Spec.SecretTargetRef, 1)
+	require.Equal(t, "ca", ta.Spec.SecretTargetRef[0].Parameter, "the authParam KEDA's Redis scalers read the CA from")
+	require.Equal(t, "redis-ca", ta.Spec.SecretTargetRef[0].Name)
+	require.Equal(t, "ca.crt", ta.Spec.SecretTargetRef[0].Key)
+	for _, tr := range r.scaledObjects[0].Spec.Triggers {
+		require.NotNil(t, tr.AuthenticationRef)
+		require.Equal(t, ta.Metadata.Name, tr.AuthenticationRef.Name)
+		require.Equal(t, "true", tr.Metadata["enableTLS"])
 	}
 }
 
