@@ -465,6 +465,9 @@ type Command[C any] struct {
 	// one per line (help and NAME -h print them).
 	Summary, Usage string
 	Run            func(ctx context.Context, cfg C, rt *Runtime, args []string) error
+	// Check, when set, replaces the configuration's Validate for this
+	// command: a command that needs fewer variables than the role.
+	Check func(cfg C) error
 }
 
 // Exit codes of the commands a person types (not of the roles' processes,
@@ -554,7 +557,11 @@ func Main[C Config](cfg C, run func(ctx context.Context, cfg C, rt *Runtime) err
 	if err := Load(cfg); err != nil {
 		fail(err)
 	}
-	if err := cfg.Validate(); err != nil {
+	check := cfg.Validate
+	if typed != nil && typed.Check != nil {
+		check = func() error { return typed.Check(cfg) }
+	}
+	if err := check(); err != nil {
 		fail(err)
 	}
 	c := cfg.Base()

@@ -273,7 +273,16 @@ func validToken(s string) bool {
 // SignUserToken makes a user token as flashsale expects it; for tests, the
 // demo and load generators (an identity provider issues real ones).
 func SignUserToken(secret, user string, exp time.Time) (string, error) {
-	return jwt.NewWithClaims(jwt.SigningMethodHS256, jwt.RegisteredClaims{
-		Subject: user, ExpiresAt: jwt.NewNumericDate(exp),
-	}).SignedString([]byte(secret))
+	return SignUserTokenFor(secret, user, "", "", exp)
+}
+
+// SignUserTokenFor is SignUserToken with an iss and an aud (none when
+// empty), for a gateway that requires them (FLASHSALE_JWT_ISSUER,
+// FLASHSALE_JWT_AUDIENCE).
+func SignUserTokenFor(secret, user, issuer, audience string, exp time.Time) (string, error) {
+	c := jwt.RegisteredClaims{Subject: user, Issuer: issuer, ExpiresAt: jwt.NewNumericDate(exp), IssuedAt: jwt.NewNumericDate(time.Now())}
+	if audience != "" {
+		c.Audience = jwt.ClaimStrings{audience}
+	}
+	return jwt.NewWithClaims(jwt.SigningMethodHS256, c).SignedString([]byte(secret))
 }

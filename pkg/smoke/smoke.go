@@ -1,7 +1,9 @@
 // Package smoke checks a running deployment end to end the way a user
 // would: it creates a one-unit voucher, claims it, waits until a worker has
-// persisted the order, and checks that the next claim is sold out. The
-// chart's "helm test" runs it as "gateway smoke".
+// persisted the order, and checks that the next claim is sold out. Then it
+// cleans up: the order is cancelled (its unit released) and the voucher
+// paused, so a production database keeps nothing sellable from a check.
+// The chart's "helm test" runs it as "gateway smoke".
 package smoke
 
 import (
@@ -24,6 +26,9 @@ type Config struct {
 	URL, AdminURL string
 	// Timeout bounds the whole check, waiting for the worker included.
 	Timeout time.Duration
+	// Issuer and Audience go into the test users' tokens when the gateway
+	// requires them.
+	Issuer, Audience string
 }
 
 // Run performs the check and writes what it did to out.
@@ -35,19 +40,22 @@ func Run(ctx context.Context, cfg Config, adminToken, jwtSecret string, out io.W
 	var v struct {
 		ID string `json:"id"`
 	}
+	// It ends soon after the check could: even a voucher a failed check
+	// leaves behind sells nothing for long.
+	ends := time.Now().Add(cfg.Timeout + time.Minute).UTC().Format(time.RFC3339)
 	if err := adm.do(ctx, "POST", "/admin/v1/vouchers", adminToken, map[string]any{
-		"name": "smoke test", "stock": 1, "per_user_limit": 1, "payment_timeout_seconds": 60,
+		"name": "smoke test (paused after the check)", "stock": 1, "per_user_limit": 1, "payment_timeout_seconds": 60, "ends_at": ends,
 	}, http.StatusCreated, &v); err != nil {
 		return fmt.Errorf("create voucher: %w", err)
 	}
-	fmt.Fprintf(out, "created voucher %s with 1 unit\n", v.ID)
+	fmt.Fprintf(out, "created voucher %s with 1 unit, ending %s\n", v.ID, ends)
 
 	suffix := strconv.FormatInt(time.Now().UnixNano(), 36)
-	first, err := gateway.SignUserToken(jwtSecret, "smoke-a-"+suffix, time.Now().Add(10*time.Minute))
+	first, err := gateway.SignUserTokenFor(jwtSecret, "smoke-a-"+suffix, cfg.Issuer, cfg.Audience, time.Now().Add(10*time.Minute))
 	if err != nil {
 		return err
 	}
-	second, err := gateway.SignUserToken(jwtSecret, "smoke-b-"+suffix, time.Now().Add(10*time.Minute))
+	second, err := gateway.SignUserTokenFor(jwtSecret, "smoke-b-"+suffix, cfg.Issuer, cfg.Audience, time.Now().Add(10*time.Minute))
 	if err != nil {
 		return err
 	}
@@ -74,7 +82,7 @@ func Run(ctx context.Context, cfg Config, adminToken, jwtSecret string, out io.W
 		}
 		if o.Status == "created" {
 			fmt.Fprintln(out, "order persisted by a worker: created")
-			return nil
+			break
 		}
 		select {
 		case <-ctx.Done():
@@ -82,6 +90,15 @@ func Run(ctx context.Context, cfg Config, adminToken, jwtSecret string, out io.W
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
+	// Clean up: the unit back, the voucher paused.
+	if err := c.do(ctx, "POST", "/v1/orders/"+claim.OrderID+"/cancel", first, nil, http.StatusOK, nil); err != nil {
+		return fmt.Errorf("cancel the test order: %w", err)
+	}
+	if err := adm.do(ctx, "POST", "/admin/v1/vouchers/"+v.ID+"/pause", adminToken, nil, http.StatusOK, nil); err != nil {
+		return fmt.Errorf("pause the test voucher: %w", err)
+	}
+	fmt.Fprintf(out, "cleaned up: order %s cancelled, voucher %s paused\n", claim.OrderID, v.ID)
+	return nil
 }
 
 type client struct {
@@ -117,6 +134,9 @@ func (c *client) do(ctx context.Context, method, path, token string, body any, w
 	}
 	if res.StatusCode != want {
 		return fmt.Errorf("%s %s: status %d, want %d: %s", method, path, res.StatusCode, want, b)
+	}
+	if out == nil {
+		return nil
 	}
 	return json.Unmarshal(b, out)
 }

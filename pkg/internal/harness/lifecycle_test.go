@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"os/exec"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -209,11 +210,30 @@ func TestGatewaySmokeCommand(t *testing.T) {
 		t.Skip("runs the binaries")
 	}
 	ctx := context.Background()
-	s := startStack(t, ctx)
+	// A release that requires the token's issuer and audience: the smoke
+	// test's tokens carry them (issue 23: it answered 401 before).
+	s := startStack(t, ctx, "FLASHSALE_JWT_ISSUER=https://id.example", "FLASHSALE_JWT_AUDIENCE=flashsale")
 	out, err := s.RunOutput(ctx, "gateway", "smoke")
 	require.NoError(t, err, out)
 	require.Contains(t, out, "second claim: sold_out")
 	require.Contains(t, out, "order persisted by a worker: created")
+	// It leaves nothing to sell: its order cancelled, its voucher paused.
+	m := regexp.MustCompile(`cleaned up: order (\d+) cancelled, voucher (\d+) paused`).FindStringSubmatch(out)
+	require.Len(t, m, 3, out)
+	var v struct {
+		Paused bool `json:"paused"`
+	}
+	status, err := harness.NewClient(s.URL, 1).Do(ctx, "GET", "/admin/v1/vouchers/"+m[2], s.AdminToken, nil, &v)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, status)
+	require.True(t, v.Paused, "the test voucher is paused")
+	require.EqualValues(t, 1, countOrders(t, s, "SELECT COUNT(*) FROM orders WHERE id = ? AND status = 'cancelled'", m[1]))
+
+	// An install without a JWT secret (users' tokens from a key set): the
+	// smoke test cannot sign a token, says so, and passes.
+	out, err = s.RunOutputEnv(ctx, []string{"FLASHSALE_JWT_SECRET="}, "gateway", "smoke")
+	require.NoError(t, err, out)
+	require.Contains(t, out, "skipped: no FLASHSALE_JWT_SECRET")
 
 	// Without a worker the order never persists: the smoke test says so.
 	for _, w := range s.Workers {
@@ -297,4 +317,12 @@ func TestReaperCommandsWriteJSON(t *testing.T) {
 	var ee *exec.ExitError
 	require.ErrorAs(t, err, &ee)
 	require.Equal(t, 1, ee.ExitCode(), "the stores differ")
+}
+
+// countOrders runs a COUNT(*) query on the stack's database.
+func countOrders(t *testing.T, s *harness.Stack, query string, args ...any) int64 {
+	t.Helper()
+	var n int64
+	require.NoError(t, s.DB.DB().Raw(query, args...).Scan(&n).Error)
+	return n
 }
