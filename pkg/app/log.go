@@ -3,15 +3,25 @@ package app
 import (
 	"context"
 	"fmt"
+	"os"
+	"strconv"
+	"sync/atomic"
+	"time"
 
+	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 )
 
 // NewLoggers returns the process logger (zap production settings, JSON on
 // stderr, sampled) and the audit logger (same encoding, never sampled;
-// zap.NewNop() unless audit). format is json, gcp or ecs.
+// zap.NewNop() unless audit). format is json, gcp or ecs: the field names
+// and types each log pipeline indexes (see formatCore).
 func NewLoggers(level, format string, audit bool) (log, auditLog *zap.Logger, err error) {
+	return newLoggers(zapcore.Lock(os.Stderr), level, format, audit)
+}
+
+func newLoggers(sink zapcore.WriteSyncer, level, format string, audit bool) (log, auditLog *zap.Logger, err error) {
 	lvl, err := zapcore.ParseLevel(level)
 	if err != nil {
 		return nil, nil, fmt.Errorf("FLASHSALE_LOG_LEVEL: %w", err)
@@ -20,25 +30,28 @@ func NewLoggers(level, format string, audit bool) (log, auditLog *zap.Logger, er
 	if err != nil {
 		return nil, nil, err
 	}
-	cfg := zap.NewProductionConfig()
-	cfg.Level = zap.NewAtomicLevelAt(lvl)
-	cfg.DisableStacktrace = true
-	cfg.EncoderConfig = enc
-	cfg.InitialFields = fields
-	if log, err = cfg.Build(); err != nil {
-		return nil, nil, err
+	logFormat.Store(format)
+	build := func(l zapcore.LevelEnabler, sampled bool) *zap.Logger {
+		var core zapcore.Core = formatCore{Core: zapcore.NewCore(zapcore.NewJSONEncoder(enc), sink, l), format: format}
+		if sampled { // zap's production sampling
+			core = zapcore.NewSamplerWithOptions(core, time.Second, 100, 100)
+		}
+		var initial []zap.Field
+		for k, v := range fields {
+			initial = append(initial, zap.Any(k, v))
+		}
+		return zap.New(core, zap.AddCaller(), zap.ErrorOutput(sink), zap.Fields(initial...))
 	}
+	log = build(lvl, true)
 	if !audit {
 		return log, zap.NewNop(), nil
 	}
-	cfg.Sampling = nil
-	cfg.Level = zap.NewAtomicLevelAt(zapcore.InfoLevel)
-	auditLog, err = cfg.Build()
-	if err != nil {
-		return nil, nil, err
-	}
-	return log, auditLog.Named("audit"), nil
+	return log, build(zapcore.InfoLevel, false).Named("audit"), nil
 }
+
+// logFormat is the format of the loggers NewLoggers made last, for
+// TraceFields.
+var logFormat atomic.Value
 
 func encoderConfig(format string) (zapcore.EncoderConfig, map[string]any, error) {
 	enc := zap.NewProductionEncoderConfig()
@@ -49,19 +62,109 @@ func encoderConfig(format string) (zapcore.EncoderConfig, map[string]any, error)
 		enc.TimeKey, enc.EncodeTime = "time", zapcore.RFC3339NanoTimeEncoder
 		enc.LevelKey, enc.EncodeLevel = "severity", gcpSeverity
 		enc.MessageKey = "message"
+		// The caller goes into logging.googleapis.com/sourceLocation, an
+		// object (formatCore).
+		enc.CallerKey = zapcore.OmitKey
 		return enc, nil, nil
 	case "ecs":
 		enc.TimeKey, enc.EncodeTime = "@timestamp", zapcore.RFC3339NanoTimeEncoder
 		enc.LevelKey = "log.level"
 		enc.MessageKey = "message"
 		enc.NameKey = "log.logger"
-		// ECS types log.origin.file.line as a number; zap writes the
-		// caller as one string (file.go:123), which is what
-		// log.origin.file.name (a keyword) may hold.
-		enc.CallerKey = "log.origin.file.name"
+		// The caller goes into log.origin.file.name (a keyword),
+		// log.origin.file.line (a number) and log.origin.function, as ECS
+		// types them (formatCore).
+		enc.CallerKey = zapcore.OmitKey
 		return enc, map[string]any{"ecs.version": "1.6.0"}, nil
 	default:
 		return enc, nil, fmt.Errorf("FLASHSALE_LOG_FORMAT: %q is not json, gcp or ecs", format)
+	}
+}
+
+// formatCore writes what a format's pipeline indexes with the types it
+// expects, where zap's encoder cannot:
+//   - gcp: logging.googleapis.com/sourceLocation {file, line, function}
+//     (Cloud Logging's structured-logging fields);
+//   - ecs: log.origin.file.name, log.origin.file.line (a number),
+//     log.origin.function, and an error as error.message (ECS maps error
+//     as an object; zap writes a string under "error").
+type formatCore struct {
+	zapcore.Core
+	format string
+}
+
+func (c formatCore) With(fields []zapcore.Field) zapcore.Core {
+	return formatCore{Core: c.Core.With(c.rewrite(fields)), format: c.format}
+}
+
+func (c formatCore) Check(ent zapcore.Entry, ce *zapcore.CheckedEntry) *zapcore.CheckedEntry {
+	if c.Enabled(ent.Level) {
+		return ce.AddCore(ent, c)
+	}
+	return ce
+}
+
+func (c formatCore) Write(ent zapcore.Entry, fields []zapcore.Field) error {
+	fields = c.rewrite(fields)
+	if ent.Caller.Defined {
+		switch c.format {
+		case "gcp":
+			fields = append(fields, zap.Object("logging.googleapis.com/sourceLocation", sourceLocation(ent.Caller)))
+		case "ecs":
+			fields = append(fields, zap.String("log.origin.file.name", ent.Caller.TrimmedPath()),
+				zap.Int("log.origin.file.line", ent.Caller.Line), zap.String("log.origin.function", ent.Caller.Function))
+		}
+	}
+	return c.Core.Write(ent, fields)
+}
+
+// rewrite turns zap's error field into ECS's error.message.
+func (c formatCore) rewrite(fields []zapcore.Field) []zapcore.Field {
+	if c.format != "ecs" {
+		return fields
+	}
+	var out []zapcore.Field // a copy, once there is something to change
+	for i, f := range fields {
+		if err, ok := f.Interface.(error); ok && f.Type == zapcore.ErrorType && f.Key == "error" {
+			if out == nil {
+				out = append([]zapcore.Field(nil), fields...)
+			}
+			out[i] = zap.String("error.message", err.Error())
+		}
+	}
+	if out == nil {
+		return fields
+	}
+	return out
+}
+
+type sourceLocation zapcore.EntryCaller
+
+func (l sourceLocation) MarshalLogObject(e zapcore.ObjectEncoder) error {
+	e.AddString("file", zapcore.EntryCaller(l).TrimmedPath())
+	e.AddString("line", strconv.Itoa(l.Line)) // Cloud Logging's LogEntrySourceLocation.line is an int64 in JSON: a string
+	e.AddString("function", l.Function)
+	return nil
+}
+
+// TraceFields are the fields that tie a log line to the span active in ctx
+// (none without one), named as the last loggers' format wants them: json
+// trace_id and span_id; gcp logging.googleapis.com/trace and spanId; ecs
+// trace.id and span.id.
+func TraceFields(ctx context.Context) []zap.Field {
+	sc := trace.SpanContextFromContext(ctx)
+	if !sc.IsValid() {
+		return nil
+	}
+	tid, sid := sc.TraceID().String(), sc.SpanID().String()
+	switch f, _ := logFormat.Load().(string); f {
+	case "gcp":
+		return []zap.Field{zap.String("logging.googleapis.com/trace", tid), zap.String("logging.googleapis.com/spanId", sid),
+			zap.Bool("logging.googleapis.com/trace_sampled", sc.IsSampled())}
+	case "ecs":
+		return []zap.Field{zap.String("trace.id", tid), zap.String("span.id", sid)}
+	default:
+		return []zap.Field{zap.String("trace_id", tid), zap.String("span_id", sid)}
 	}
 }
 

@@ -280,7 +280,7 @@ func SignUserToken(secret, user string, exp time.Time) (string, error) {
 // empty), for a gateway that requires them (FLASHSALE_JWT_ISSUER,
 // FLASHSALE_JWT_AUDIENCE).
 func SignUserTokenFor(secret, user, issuer, audience string, exp time.Time) (string, error) {
-	c := jwt.RegisteredClaims{Subject: user, Issuer: issuer, ExpiresAt: jwt.NewNumericDate(exp), IssuedAt: jwt.NewNumericDate(time.Now())}
+	c := jwt.RegisteredClaims{Subject: user, Issuer: issuer, ExpiresAt: jwt.NewNumericDate(exp)}
 	if audience != "" {
 		c.Audience = jwt.ClaimStrings{audience}
 	}

@@ -20,6 +20,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 
+	"github.com/flashsale/flashsale/pkg/app"
 	"github.com/flashsale/flashsale/pkg/db"
 	"github.com/flashsale/flashsale/pkg/rdb"
 )
@@ -414,7 +415,8 @@ func writeError(w http.ResponseWriter, e *apiError) {
 func (g *Gateway) fail(w http.ResponseWriter, r *http.Request, err error) {
 	e := toAPIError(err)
 	if e.Status >= 500 {
-		g.log.Warn("request failed", zap.String("method", r.Method), zap.String("path", r.URL.Path), zap.Error(err))
+		g.log.Warn("request failed", append(app.TraceFields(r.Context()),
+			zap.String("method", r.Method), zap.String("path", r.URL.Path), zap.Error(err))...)
 	}
 	writeError(w, e)
 }
