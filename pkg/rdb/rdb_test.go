@@ -57,6 +57,11 @@ func newStore(t *testing.T, partitions int) *rdb.Store {
 	t.Helper()
 	var c redis.UniversalClient
 	if cluster != nil {
+		// A test that stopped a node (the hung-master one) may have left
+		// the cluster marking it failed for a moment: wait it out.
+		wctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		require.NoError(t, cluster.WaitOK(wctx))
+		cancel()
 		cc := cluster.Client()
 		require.NoError(t, cc.ForEachMaster(context.Background(), func(ctx context.Context, n *redis.Client) error {
 			return n.FlushAll(ctx).Err()

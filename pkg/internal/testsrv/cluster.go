@@ -31,8 +31,32 @@ func (c *Cluster) Addrs() []string {
 // Client returns a cluster client over every node.
 func (c *Cluster) Client() *redis.ClusterClient {
 	// The map of slots is read every second (go-redis's default is a
-	// minute), so the client follows a failover as the binaries do.
-	return redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.Addrs(), ClusterStateReloadInterval: time.Second})
+	// minute), so the client follows a failover as the binaries do; a
+	// context's deadline bounds a read, as the binaries' clients have it
+	// (app.Common), so a hung node holds a caller no longer than that.
+	return redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.Addrs(), ClusterStateReloadInterval: time.Second,
+		ContextTimeoutEnabled: true})
+}
+
+// WaitOK waits until every node says cluster_state:ok (after a node that
+// was stopped or killed is back), or ctx ends.
+func (c *Cluster) WaitOK(ctx context.Context) error {
+	for _, n := range c.Nodes {
+		for {
+			rc := redis.NewClient(&redis.Options{Addr: n.Addr, MaxRetries: -1})
+			info, err := rc.ClusterInfo(ctx).Result()
+			rc.Close()
+			if err == nil && strings.Contains(info, "cluster_state:ok") {
+				break
+			}
+			select {
+			case <-ctx.Done():
+				return fmt.Errorf("cluster not ok: %v %s: %w", err, info, ctx.Err())
+			case <-time.After(50 * time.Millisecond):
+			}
+		}
+	}
+	return nil
 }
 
 // Kill kills every node.
