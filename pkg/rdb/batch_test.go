@@ -163,3 +163,24 @@ func dayStrings(claims []rdb.Claim) []string {
 	}
 	return out
 }
+
+// A batch larger than one script call takes (maxClaimsPerCall) is split
+// into calls run in order: every claim is decided, the stock exactly.
+func TestALargeBatchIsSplitIntoCalls(t *testing.T) {
+	s := newStore(t, 2)
+	seedVoucher(t, s, rdb.Voucher{ID: 77, Stock: 600})
+	claims := make([]rdb.Claim, 700)
+	for i := range claims {
+		claims[i] = rdb.Claim{VoucherID: 77, UserID: fmt.Sprintf("big-%d", i), Now: t0, Day: d0}
+	}
+	_, errs, err := s.AdmitMany(context.Background(), claims)
+	require.NoError(t, err)
+	for i, e := range errs {
+		if i < 600 {
+			require.NoError(t, e, "claim %d", i)
+		} else {
+			require.ErrorIs(t, e, rdb.ErrSoldOut, "claim %d", i)
+		}
+	}
+	requireStock(t, s, 77, 0)
+}

@@ -470,6 +470,12 @@ type admitCall struct {
 	args   []any
 }
 
+// maxClaimsPerCall bounds the claims of one admit.lua call: its HMGET
+// unpacks two fields per claim, and Lua's unpack has a limit (a few
+// thousand). A bucket's claims beyond it go in the next call of the same
+// pipeline, which Redis runs after it: the order holds.
+const maxClaimsPerCall = 256
+
 // admitCalls groups the pending claims by the bucket that decides them,
 // each group in the claims' order, the groups in the order of their first
 // claim. A batch holds few buckets: a linear search finds a claim's.
@@ -479,7 +485,7 @@ func (s *Store) admitCalls(claims []Claim, pending []int) []admitCall {
 		c := claims[i]
 		n := s.knownBuckets(c.VoucherID)
 		b := s.bucketOf(c.VoucherID, UserBucket(c.UserID, n))
-		k := slices.IndexFunc(calls, func(a admitCall) bool { return a.b == b })
+		k := slices.IndexFunc(calls, func(a admitCall) bool { return a.b == b && len(a.claims) < maxClaimsPerCall })
 		if k < 0 {
 			k = len(calls)
 			key := b.key()
