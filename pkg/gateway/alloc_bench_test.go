@@ -69,7 +69,11 @@ func BenchmarkAdmittedClaim(b *testing.B) {
 	}
 	per := float64(after.Mallocs-before.Mallocs) / float64(b.N)
 	b.ReportMetric(per, "heap-allocs/claim")
-	if per > admittedClaimAllocs {
+	// The testing package runs the benchmark once with b.N = 1 before the
+	// real count: one claim's count carries the runtime's own stray
+	// allocations (81 was seen), so only a run of many claims is held to
+	// the budget.
+	if b.N >= 1000 && per > admittedClaimAllocs {
 		b.Fatalf("an admitted claim allocates %.1f times, over the budget of %d (alloc_bench_test.go)", per, admittedClaimAllocs)
 	}
 }
