@@ -16,17 +16,14 @@ import (
 )
 
 func TestLogFormats(t *testing.T) {
-	// fixed date: a log line's formatting; nothing is stored.
-	at := time.Date(2026, 11, 21, 13, 0, 0, 0, time.UTC)
+	at := time.Date(2026, 11, 21, 13, 0, 0, 0, time.UTC) // fixed date: a log line's formatting; nothing is stored.
 	tests := []struct {
 		format string
 		want   map[string]any
 	}{
 		{"json", map[string]any{"level": "warn", "msg": "hello", "ts": float64(at.UnixNano()) / 1e9}},
-		// fixed date: the formatted at.
-		{"gcp", map[string]any{"severity": "WARNING", "message": "hello", "time": "2026-11-21T13:00:00Z"}},
-		// fixed date: the formatted at.
-		{"ecs", map[string]any{"log.level": "warn", "message": "hello", "@timestamp": "2026-11-21T13:00:00Z", "ecs.version": "1.6.0"}},
+		{"gcp", map[string]any{"severity": "WARNING", "message": "hello", "time": "2026-11-21T13:00:00Z"}},                             // fixed date: the formatted at.
+		{"ecs", map[string]any{"log.level": "warn", "message": "hello", "@timestamp": "2026-11-21T13:00:00Z", "ecs.version": "1.6.0"}}, // fixed date: the formatted at.
 	}
 	for _, tt := range tests {
 		t.Run(tt.format, func(t *testing.T) {

@@ -50,15 +50,13 @@ func FuzzCreateVoucher(f *testing.F) {
 		`{"name":"a","kind":"codes","codes":["A","B","A"]}`,
 		`{"name":"a","kind":"codes","codes":["A-1","B_2"],"per_user_limit":2}`,
 		`{"name":"a","kind":"lottery"}`,
-		// fixed date: decoded and validated, never stored.
-		`{"name":"a","stock":5,"ends_at":"2020-01-01T00:00:00Z"}`,
+		`{"name":"a","stock":5,"ends_at":"2020-01-01T00:00:00Z"}`, // fixed date: decoded and validated, never stored.
 		`{"name":"a","stock":5,"starts_at":"2126-01-02T00:00:00Z","ends_at":"2126-01-01T00:00:00Z"}`,
 		`{"name":"","stock":1e9}`, `[]`, `{"name":"a","kind":"envelope","total_amount":1000000000000,"count":1}`,
 	} {
 		f.Add(s)
 	}
-	// fixed date: the validation's now; the fuzz stores nothing.
-	now := time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC)
+	now := time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC) // fixed date: the validation's now; the fuzz stores nothing.
 	f.Fuzz(func(t *testing.T, body string) {
 		r := httptest.NewRequest(http.MethodPost, "/admin/v1/vouchers", strings.NewReader(body))
 		var req createVoucherRequest

@@ -302,8 +302,7 @@ func TestBadVoucherInputWritesNothing(t *testing.T) {
 		{"bad time", `{"name":"a","stock":5,"starts_at":"tomorrow"}`, "", 400, "invalid_field"},
 		{"ends before start", `{"name":"a","stock":5,"starts_at":"2126-01-02T00:00:00Z","ends_at":"2126-01-01T00:00:00Z"}`, "", 400, "invalid_field"},
 		{"ends at start", `{"name":"a","stock":5,"starts_at":"2126-01-02T00:00:00Z","ends_at":"2126-01-02T00:00:00Z"}`, "", 400, "invalid_field"},
-		// fixed date: refused before anything is stored.
-		{"already over", `{"name":"a","stock":5,"ends_at":"2020-01-01T00:00:00Z"}`, "", 400, "invalid_field"},
+		{"already over", `{"name":"a","stock":5,"ends_at":"2020-01-01T00:00:00Z"}`, "", 400, "invalid_field"}, // fixed date: refused before anything is stored.
 		{"ends before 1970", `{"name":"a","stock":5,"ends_at":"1969-12-31T23:59:59Z"}`, "", 400, "invalid_field"},
 		{"starts in year 1", `{"name":"a","stock":5,"starts_at":"0001-01-01T00:00:00Z"}`, "", 400, "invalid_field"},
 		{"starts at the epoch", `{"name":"a","stock":5,"starts_at":"1970-01-01T00:00:00Z"}`, "", 400, "invalid_field"},

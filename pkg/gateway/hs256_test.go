@@ -18,9 +18,7 @@ import (
 
 const testSecret = "0123456789abcdef0123456789abcdef"
 
-// fixed date: the verifier's clock in tests of token checks alone;
-// nothing is stored.
-var testNow = time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC)
+var testNow = time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC) // fixed date: the verifier's clock in tests of token checks alone; nothing is stored.
 
 func testAuth(mut ...func(*authConfig)) *auth {
 	c := authConfig{secret: testSecret, adminToken: strings.Repeat("a", 32), maxLifetime: 24 * time.Hour,

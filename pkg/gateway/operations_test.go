@@ -238,11 +238,10 @@ func TestTopUpAndExtend(t *testing.T) {
 		body, code string
 		status     int
 	}{
-		"nothing to change": {`{}`, "missing_field", 400},
-		"zero stock":        {`{"add_stock":0}`, "invalid_field", 400},
-		"negative stock":    {`{"add_stock":-1}`, "invalid_field", 400},
-		// fixed date: refused before anything is stored.
-		"end in the past":      {`{"ends_at":"2020-01-01T00:00:00Z"}`, "invalid_field", 400},
+		"nothing to change":    {`{}`, "missing_field", 400},
+		"zero stock":           {`{"add_stock":0}`, "invalid_field", 400},
+		"negative stock":       {`{"add_stock":-1}`, "invalid_field", 400},
+		"end in the past":      {`{"ends_at":"2020-01-01T00:00:00Z"}`, "invalid_field", 400}, // fixed date: refused before anything is stored.
 		"end not a time":       {`{"ends_at":"soon"}`, "invalid_field", 400},
 		"unknown field":        {`{"stock":3}`, "unknown_field", 400},
 		"over the stock bound": {`{"add_stock":10000000}`, "invalid_field", 400},

@@ -57,8 +57,7 @@ func TestIDRejects(t *testing.T) {
 
 func TestDayUsesZone(t *testing.T) {
 	shanghai := time.FixedZone("CST", 8*3600)
-	// fixed date: formatting only; nothing is stored.
-	at := time.Date(2026, 11, 21, 17, 30, 0, 0, time.UTC)
-	require.Equal(t, "20261121", Day(at, time.UTC)) // fixed date: at's day
-	require.Equal(t, "20261122", Day(at, shanghai)) // fixed date: at's day in Shanghai
+	at := time.Date(2026, 11, 21, 17, 30, 0, 0, time.UTC) // fixed date: formatting only; nothing is stored.
+	require.Equal(t, "20261121", Day(at, time.UTC))       // fixed date: at's day
+	require.Equal(t, "20261122", Day(at, shanghai))       // fixed date: at's day in Shanghai
 }

