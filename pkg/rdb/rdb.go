@@ -406,6 +406,10 @@ func (s *Store) admitBatch(ctx context.Context, claims []Claim) ([]Admission, []
 		}
 		var again []int
 		reload := false
+		var replays map[int][]int // partition -> replayed claims, when waiting for replicas
+		if s.durability.waits() {
+			replays = map[int][]int{}
+		}
 		for j, c := range calls {
 			replies, err := cmds[j].Slice()
 			switch {
@@ -439,10 +443,18 @@ func (s *Store) admitBatch(ctx context.Context, claims []Claim) ([]Admission, []
 						errs[i] = unreplicated[j] // admitted on the master, not known to survive it
 					}
 					if errs[i] == nil && out[i].Replayed && s.durability.waits() {
-						// The first admission was written on another
-						// connection, which this one's WAIT does not cover.
-						errs[i] = s.waitWritten(ctx, c.b.p)
+						replays[c.b.p] = append(replays[c.b.p], i)
 					}
+				}
+			}
+		}
+		// A replay's first admission was written on another connection,
+		// which this round's WAIT does not cover: one wait per partition
+		// holding replays covers them all.
+		for p, is := range replays {
+			if err := s.waitWritten(ctx, p); err != nil {
+				for _, i := range is {
+					errs[i] = err
 				}
 			}
 		}

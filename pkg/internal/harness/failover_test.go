@@ -81,22 +81,7 @@ func saleThroughClusterFailover(t *testing.T, durability string) {
 	t.Logf("master %s killed, its replica serving after %s; %d claims: %d admitted, %d answered 503, rejections %v",
 		victim, failover.Round(time.Millisecond), sale.Requests, sale.Admitted, sale.Unavailable, sale.Rejected)
 
-	// Every stream entry that survived is persisted.
-	drained := func() bool { ok, _ := s.Drained(ctx); return ok }
-	// 30 s: the binaries follow a failover within seconds; go-redis's own
-	// minute between reads of the map of slots would not do.
-	testenv.Eventually(t, 30*time.Second, "the streams to drain after the failover", drained)
-	report, err := s.Check(ctx, v, sale)
-	require.NoError(t, err)
-	t.Logf("after the failover: %d of %d 202s never reached MySQL (lost with the master's unreplicated writes); %d orders failed in MySQL; Redis remaining %d, MySQL %d",
-		report.Missing, sale.Admitted, report.Failed, report.RedisRemaining, report.MySQLRemaining)
-	require.Zero(t, report.Oversold, "MySQL's conditional stock update holds")
-	require.Zero(t, report.UsersOverLimit, "MySQL's per-user check holds")
-	// A claim the dead master ran but could not answer was answered 503:
-	// its order exists without a 202 (the client finds it with GET
-	// /v1/orders?voucher_id=). Never more of them than 503s.
-	require.LessOrEqual(t, report.Unexpected, sale.Unavailable, "orders without a 202 only for claims answered 503")
-	t.Logf("%d orders exist whose claim was answered 503", report.Unexpected)
+	report := requireFailoverHeld(t, ctx, s, v, sale)
 	if durability == "replica" {
 		require.Zero(t, report.Missing, "with durability replica, every 202 was on a replica: none lost")
 	}
@@ -110,6 +95,26 @@ func saleThroughClusterFailover(t *testing.T, durability string) {
 
 	// The rest sells, to the unit: nothing stranded by the failover.
 	requireTheRestSells(t, ctx, s, v, stock, 4)
+}
+
+// requireFailoverHeld waits until every stream entry that survived a
+// failover is persisted and checks what must hold whatever replication
+// lost: no oversell, no user over the limit, and orders without a 202 only
+// for claims answered 503 (the dead master ran them but could not answer;
+// the client finds them with GET /v1/orders?voucher_id=).
+func requireFailoverHeld(t *testing.T, ctx context.Context, s *harness.Stack, v int64, sale *harness.SaleResult) *harness.Report {
+	t.Helper()
+	// 30 s: the binaries follow a failover within seconds; go-redis's own
+	// minute between reads of the map of slots would not do.
+	testenv.Eventually(t, 30*time.Second, "the streams to drain after the failover", func() bool { ok, _ := s.Drained(ctx); return ok })
+	report, err := s.Check(ctx, v, sale)
+	require.NoError(t, err)
+	t.Logf("after the failover: %d of %d 202s never reached MySQL; %d orders failed in MySQL; %d orders without a 202; Redis remaining %d, MySQL %d",
+		report.Missing, sale.Admitted, report.Failed, report.Unexpected, report.RedisRemaining, report.MySQLRemaining)
+	require.Zero(t, report.Oversold, "MySQL's conditional stock update holds")
+	require.Zero(t, report.UsersOverLimit, "MySQL's per-user check holds")
+	require.LessOrEqual(t, report.Unexpected, sale.Unavailable, "orders without a 202 only for claims answered 503")
+	return report
 }
 
 // requireTheRestSells sells what is left of voucher v (of stock units)
@@ -172,16 +177,8 @@ func TestSaleSurvivesASentinelFailover(t *testing.T) {
 	require.Positive(t, failover, "the master was killed and the replica promoted")
 	t.Logf("master killed, the replica promoted after %s; %d claims: %d admitted, %d answered 503, rejections %v",
 		failover.Round(time.Millisecond), sale.Requests, sale.Admitted, sale.Unavailable, sale.Rejected)
-	drained := func() bool { ok, _ := s.Drained(ctx); return ok }
-	testenv.Eventually(t, 30*time.Second, "the streams to drain after the failover", drained)
-	report, err := s.Check(ctx, v, sale)
-	require.NoError(t, err)
-	t.Logf("after the failover: %d of %d 202s never reached MySQL; %d orders without a 202; Redis remaining %d, MySQL %d",
-		report.Missing, sale.Admitted, report.Unexpected, report.RedisRemaining, report.MySQLRemaining)
-	require.Zero(t, report.Oversold)
-	require.Zero(t, report.UsersOverLimit)
+	report := requireFailoverHeld(t, ctx, s, v, sale)
 	require.Zero(t, report.Missing, "with durability replica no 202 is lost")
-	require.LessOrEqual(t, report.Unexpected, sale.Unavailable, "orders without a 202 only for claims answered 503")
 	for _, c := range reconcile(t, ctx, s) {
 		require.Empty(t, c.Differences, "Redis agrees with MySQL after the failover")
 	}
