@@ -8,7 +8,8 @@ package gateway
 // (FLASHSALE_SOLD_OUT_REFRESH): after it, one claim, and only one, goes to
 // Redis again and its answer renews or clears the flag. A unit given back
 // (a cancellation, an expiry, a top-up) is thus sold again at most one
-// period after it is back. A hot voucher's claim is answered sold_out by
+// period after it is back (at once on the replica that took the top-up
+// or the cancellation). A hot voucher's claim is answered sold_out by
 // the store only when all its buckets are dry, so one flag per voucher
 // covers its buckets.
 //
@@ -92,7 +93,8 @@ func (s *soldOut) soldOutFor(v, qty int64) {
 	fl.at.Store(s.now())
 }
 
-// admitted records an admission: the voucher is not sold out.
+// admitted records an admission, or units given back through this
+// replica (a top-up, a cancellation): the voucher is not sold out.
 func (s *soldOut) admitted(v int64) {
 	if s.refresh == 0 {
 		return

@@ -58,9 +58,11 @@ func TestSoldOutClaimsArePrunedForTheRefreshPeriod(t *testing.T) {
 	require.Equal(t, http.StatusAccepted, again.Status, again.Raw)
 	require.Equal(t, first.Body["order_id"], again.Body["order_id"])
 
-	// The unit comes back (a cancellation).
+	// The unit comes back (a cancellation, through another replica: the
+	// one that takes it clears its own flag at once).
 	f.persist(id)
-	require.Equal(t, http.StatusOK, f.do("POST", "/v1/orders/"+first.Body["order_id"].(string)+"/cancel", alice, "").Status)
+	other := newFixtureOn(t, f.env, gateway.Config{SoldOutRefresh: refresh})
+	require.Equal(t, http.StatusOK, other.do("POST", "/v1/orders/"+first.Body["order_id"].(string)+"/cancel", alice, "").Status)
 	runs = scriptRuns(t, f)
 	clock.Store(int64(refresh - time.Millisecond))
 	requireError(t, f.do("POST", claimPath, f.token("carol"), ""), http.StatusConflict, "sold_out")
@@ -142,7 +144,9 @@ func TestOneAccountCannotKeepAVoucherSoldOut(t *testing.T) {
 	require.Equal(t, http.StatusAccepted, first.Status, first.Raw)
 	requireError(t, f.do("POST", claimPath, f.token("bob"), ""), http.StatusConflict, "sold_out") // the flag, for 1 unit
 	f.persist(id)
-	require.Equal(t, http.StatusOK, f.do("POST", "/v1/orders/"+first.Body["order_id"].(string)+"/cancel", alice, "").Status)
+	// Cancelled through another replica: this one's flag stands.
+	other := newFixtureOn(t, f.env, gateway.Config{SoldOutRefresh: refresh})
+	require.Equal(t, http.StatusOK, other.do("POST", "/v1/orders/"+first.Body["order_id"].(string)+"/cancel", alice, "").Status)
 
 	// mallory claims 5 units, keyed and not, through the whole period and
 	// past it: every answer is a real sold_out from Redis.
@@ -155,4 +159,28 @@ func TestOneAccountCannotKeepAVoucherSoldOut(t *testing.T) {
 	clock.Store(int64(2 * refresh))
 	res := f.do("POST", claimPath, f.token("carol"), "")
 	require.Equal(t, http.StatusAccepted, res.Status, "the unit back is sold within one period: %s", res.Raw)
+}
+
+// Units given back through a replica (a top-up, a cancellation) are sold
+// by that replica at once, not a refresh period later: its flag goes.
+func TestTopUpAndCancelClearThisReplicasFlag(t *testing.T) {
+	var clock atomic.Int64 // never moves: only the clearing can let a claim through
+	f := newFixtureOn(t, testenv.New(t, 4), gateway.Config{SoldOutRefresh: time.Minute},
+		gateway.WithPruneClock(func() int64 { return clock.Load() }))
+	id := f.createVoucher(`{"name":"t","stock":1}`)
+	claimPath := "/v1/vouchers/" + id + "/orders"
+	first := f.do("POST", claimPath, f.token("a"), "")
+	require.Equal(t, http.StatusAccepted, first.Status, first.Raw)
+	requireError(t, f.do("POST", claimPath, f.token("b"), ""), http.StatusConflict, "sold_out") // Redis says so: the flag
+	runs := scriptRuns(t, f)
+	requireError(t, f.do("POST", claimPath, f.token("b"), ""), http.StatusConflict, "sold_out")
+	require.Equal(t, runs, scriptRuns(t, f), "pruned: no script ran")
+
+	require.Equal(t, http.StatusOK, f.do("PATCH", "/admin/v1/vouchers/"+id, admin, `{"add_stock":1}`).Status)
+	require.Equal(t, http.StatusAccepted, f.do("POST", claimPath, f.token("b"), "").Status, "the top-up sells at once")
+	requireError(t, f.do("POST", claimPath, f.token("c"), ""), http.StatusConflict, "sold_out")
+
+	f.persist(id)
+	require.Equal(t, http.StatusOK, f.do("POST", "/v1/orders/"+first.Body["order_id"].(string)+"/cancel", f.token("a"), "").Status)
+	require.Equal(t, http.StatusAccepted, f.do("POST", claimPath, f.token("c"), "").Status, "the cancelled unit sells at once")
 }
