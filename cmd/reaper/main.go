@@ -12,6 +12,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -19,6 +20,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/flashsale/flashsale/pkg/app"
+	"github.com/flashsale/flashsale/pkg/db"
 	"github.com/flashsale/flashsale/pkg/rdb"
 	"github.com/flashsale/flashsale/pkg/reaper"
 )
@@ -53,7 +55,60 @@ func main() {
   (none) [--json] [--trim-older-than D]   each partition's count and oldest
   list [--json]                           every dead letter, with its reason
   requeue [--json] (--all | ID...)        process them again
-  purge (--older-than D | --all)          delete them`})
+  purge (--older-than D | --all)          delete them`},
+		app.Command[*config]{Name: "report", Run: report,
+			Summary: "the account of one sale from MySQL: opened, sold out, buyers, payments, releases, lag",
+			Usage: `VOUCHER_ID [--json]
+  --json    write JSON (the fields of GET /admin/v1/vouchers/{id}/report but refused_claims)`})
+}
+
+// report is "reaper report VOUCHER_ID [--json]": the sale's account from
+// MySQL alone (refused claims are known only to each gateway replica).
+func report(ctx context.Context, cfg *config, _ *app.Runtime, args []string) error {
+	fs := flag.NewFlagSet("report", flag.ContinueOnError)
+	asJSON := fs.Bool("json", false, "write JSON")
+	var ids []string
+	for len(args) > 0 { // flags before or after the id
+		if err := fs.Parse(args); err != nil {
+			return err
+		}
+		if args = fs.Args(); len(args) > 0 {
+			ids, args = append(ids, args[0]), args[1:]
+		}
+	}
+	if len(ids) != 1 {
+		return errors.New("report needs one VOUCHER_ID")
+	}
+	id, err := strconv.ParseInt(ids[0], 10, 64)
+	if err != nil || id <= 0 {
+		return fmt.Errorf("VOUCHER_ID must be a positive whole number, got %q", ids[0])
+	}
+	cctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+	defer cancel()
+	mysql, err := cfg.MySQL(cctx)
+	if err != nil {
+		return err
+	}
+	v, err := mysql.Voucher(cctx, id)
+	if errors.Is(err, db.ErrNotFound) {
+		return &app.ExitError{Code: app.ExitNo, Err: fmt.Errorf("no voucher %d", id)}
+	}
+	if err != nil {
+		return err
+	}
+	rep, err := mysql.Report(cctx, id)
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		return writeJSON(struct {
+			VoucherID string `json:"voucher_id"`
+			Name      string `json:"name"`
+			Kind      string `json:"kind"`
+			db.Report
+		}{strconv.FormatInt(id, 10), v.Name, v.Kind, rep})
+	}
+	return reaper.PrintReport(os.Stdout, v, rep)
 }
 
 // consumerName defaults the reaper's name in the group to reaper-<host>.

@@ -66,6 +66,9 @@ type Order struct {
 	PaidAt    *time.Time
 	PaymentID *string // the payment provider's id of the payment
 	UpdatedAt time.Time
+	// PersistedAt: when the order reached MySQL, by MySQL's clock (nil
+	// for orders written before migration 0009); never written by us.
+	PersistedAt *time.Time `gorm:"->"`
 }
 
 // DefaultIOTimeout bounds one read or write on a MySQL connection when the

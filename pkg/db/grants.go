@@ -14,14 +14,14 @@ var roleGrants = map[string]map[string]string{
 	// Creates vouchers and their items (and removes one Redis refused),
 	// pauses and changes them, reads orders, marks them paid, cancels them
 	// for their owners (the release, the item back), records late
-	// payments.
+	// payments; reads them all for a sale's report.
 	"gateway": {
 		"vouchers":        "SELECT, INSERT, UPDATE, DELETE",
 		"items":           "SELECT, INSERT, UPDATE, DELETE",
 		"orders":          "SELECT, UPDATE",
 		"releases":        "SELECT, INSERT, UPDATE",
 		"voucher_changes": "SELECT, INSERT, UPDATE",
-		"late_payments":   "INSERT",
+		"late_payments":   "SELECT, INSERT",
 	},
 	// Persists batches: orders, the stock, items, releases; the probe.
 	"worker": {
@@ -32,7 +32,7 @@ var roleGrants = map[string]map[string]string{
 		"store_probes": "SELECT, INSERT, UPDATE",
 	},
 	// The worker's (it processes what it takes over), and cancelling,
-	// refunding, applying owed changes and reconciling.
+	// refunding, applying owed changes and reconciling; a sale's report.
 	"reaper": {
 		"vouchers":        "SELECT, UPDATE",
 		"items":           "SELECT, UPDATE",
@@ -40,6 +40,7 @@ var roleGrants = map[string]map[string]string{
 		"releases":        "SELECT, INSERT, UPDATE",
 		"store_probes":    "SELECT, INSERT, UPDATE",
 		"voucher_changes": "SELECT, UPDATE",
+		"late_payments":   "SELECT",
 	},
 }
 

@@ -36,6 +36,7 @@ func (g *Gateway) claim(w http.ResponseWriter, r *http.Request) {
 	}
 	if key == "" && g.soldOut.prune(voucher, qty) {
 		g.metrics.pruned.Inc()
+		g.refused.add(voucher, errSoldOut.Code)
 		writeError(w, errSoldOut)
 		g.countClaim(resultRejected, errSoldOut.Code, start)
 		return
@@ -61,6 +62,9 @@ func (g *Gateway) claim(w http.ResponseWriter, r *http.Request) {
 			g.countClaim(resultUnavailable, "", start)
 		} else {
 			g.countClaim(resultRejected, e.Code, start)
+			if e != errVoucherMissing { // a voucher that exists: the count is bounded
+				g.refused.add(voucher, e.Code)
+			}
 		}
 		if errors.Is(err, rdb.ErrOverloaded) || errors.Is(err, rdb.ErrNotReplicated) {
 			writeError(w, e) // expected under extreme load or a replica's stall: counted, not logged

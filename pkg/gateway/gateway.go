@@ -41,6 +41,10 @@ type Gateway struct {
 	batcher *rdb.Batcher
 	// soldOut answers claims of vouchers Redis said are sold out (prune.go).
 	soldOut *soldOut
+	// refused counts refused claims per voucher for sales' reports;
+	// replica names this replica in them (report.go).
+	refused refusals
+	replica string
 	// mysqlSlots bounds the requests waiting on MySQL (MySQLMaxInflight).
 	mysqlSlots chan struct{}
 	// users and addrs are the rate limits (nil: off); inflight counts the
@@ -90,7 +94,8 @@ func New(cfg Config, r *rdb.Store, d *db.Store, log *zap.Logger, opts ...Option)
 		mysqlSlots: make(chan struct{}, cfg.MySQLMaxInflight), trusted: trusted,
 		users: newKeyedLimiter(cfg.UserRate, cfg.UserBurst), addrs: newKeyedLimiter(cfg.IPRate, cfg.IPBurst),
 		adminFails: newKeyedLimiter(float64(time.Second)/float64(adminFailEvery), adminFailBurst),
-		soldOut:    newSoldOut(cfg.SoldOutRefresh, monotonic())}
+		soldOut:    newSoldOut(cfg.SoldOutRefresh, monotonic()), replica: replicaName()}
+	g.refused.since = time.Now()
 	for _, o := range opts {
 		o(g)
 	}
@@ -189,6 +194,7 @@ func (g *Gateway) routes() []route {
 		{http.MethodGet, "/admin/v1/vouchers", true, g.mysqlBound(g.listVouchers)},
 		{http.MethodPost, "/admin/v1/vouchers", true, g.mysqlBoundFor(max(createTimeout, g.cfg.MySQLTimeout), g.createVoucher)},
 		{http.MethodGet, "/admin/v1/vouchers/{id}", true, g.mysqlBound(g.getVoucher)},
+		{http.MethodGet, "/admin/v1/vouchers/{id}/report", true, g.mysqlBoundFor(max(reportTimeout, g.cfg.MySQLTimeout), g.voucherReport)},
 		{http.MethodPatch, "/admin/v1/vouchers/{id}", true, g.mysqlBound(g.changeVoucher)},
 		{http.MethodPost, "/admin/v1/vouchers/{id}/pause", true, g.mysqlBound(g.setPaused(true))},
 		{http.MethodPost, "/admin/v1/vouchers/{id}/resume", true, g.mysqlBound(g.setPaused(false))},

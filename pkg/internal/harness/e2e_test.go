@@ -2,6 +2,7 @@ package harness_test
 
 import (
 	"context"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -228,6 +229,47 @@ func TestEndToEndSaleUnderLeastPrivilege(t *testing.T) {
 	n, _, err := s.RDB.RemainingStock(ctx, units)
 	require.NoError(t, err)
 	require.EqualValues(t, 310, n, "every unit back after the cancellations, and the top-up")
+
+	// Each sale's report, from the gateway and from the reaper, each under
+	// its own grants: they agree, and they account for every order, unit
+	// and (envelopes) amount.
+	for _, v := range []int64{units, envelopes} {
+		vid := strconv.FormatInt(v, 10)
+		var fromGateway map[string]any
+		status, err := c.Do(ctx, "GET", "/admin/v1/vouchers/"+vid+"/report", s.AdminToken, nil, &fromGateway)
+		require.NoError(t, err)
+		require.Equal(t, 200, status, "%v", fromGateway)
+		out, err := s.RunOutputEnv(ctx, s.RoleEnv("reaper"), "reaper", "report", vid, "--json")
+		require.NoError(t, err, out)
+		var fromReaper map[string]any
+		require.NoError(t, json.Unmarshal([]byte(out), &fromReaper), out)
+		require.NotContains(t, fromReaper, "refused_claims", "only a gateway replica knows its refusals")
+		delete(fromGateway, "refused_claims")
+		require.Equal(t, fromGateway, fromReaper)
+		text, err := s.RunOutputEnv(ctx, s.RoleEnv("reaper"), "reaper", "report", vid)
+		require.NoError(t, err, text)
+		require.Contains(t, text, "distinct buyers")
+		t.Log("\n" + text)
+
+		orders := fromReaper["orders"].(map[string]any)
+		var sum float64
+		for _, n := range orders {
+			sum += n.(float64)
+		}
+		require.EqualValues(t, countOrders(t, s, "SELECT COUNT(*) FROM orders WHERE voucher_id = ?", v), fromReaper["admitted_orders"])
+		require.Equal(t, fromReaper["admitted_orders"], sum, "every order has one status")
+		require.Positive(t, fromReaper["distinct_buyers"])
+		if v == envelopes {
+			require.Nil(t, fromReaper["paid_share"], "envelopes are not paid for")
+			require.Equal(t, orders["completed"], fromReaper["admitted_orders"])
+			require.EqualValues(t, 10_000, fromReaper["grabbed_amount"].(float64)+fromReaper["refunded_amount"].(float64), "money is conserved")
+		} else {
+			require.Equal(t, 0.0, orders["created"], "the reaper cancelled the unpaid")
+			require.EqualValues(t, 310, fromReaper["unsold_units"], "every unit unsold again")
+			require.EqualValues(t, 10, fromReaper["topped_up_units"])
+			require.Equal(t, fromReaper["released_units"], fromReaper["admitted_units"], "every unit taken came back")
+		}
+	}
 	logs, err := filepath.Glob(filepath.Join(s.LogDir(), "*.log"))
 	require.NoError(t, err)
 	require.NotEmpty(t, logs)

@@ -279,6 +279,10 @@ func (s *Stack) leastPrivilege(ctx context.Context) error {
 	return nil
 }
 
+// RoleEnv is what a role's processes add to the stack's environment (its
+// own users under LeastPrivilege; nothing otherwise).
+func (s *Stack) RoleEnv(role string) []string { return s.roleEnv[role] }
+
 // grant gives each role's MySQL user its grants (the tables exist now).
 func (s *Stack) grant() error {
 	cfg, err := mysql.ParseDSN(s.RootDSN)

@@ -1,0 +1,101 @@
+package gateway
+
+import (
+	"errors"
+	"net/http"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/flashsale/flashsale/pkg/db"
+)
+
+// refusals counts this replica's refused claims per voucher and reason
+// (the error code), for the sale's report: no store holds them, so only
+// the replica that answered knows. Only refusals of a voucher the
+// admission script (or the sold-out pruner) decided are counted, so every
+// key is a real voucher; an admitted claim never touches it.
+type refusals struct {
+	since time.Time
+	m     sync.Map // refusalKey → *atomic.Int64
+}
+
+type refusalKey struct {
+	voucher int64
+	code    string
+}
+
+func (r *refusals) add(voucher int64, code string) {
+	k := refusalKey{voucher, code}
+	c, ok := r.m.Load(k)
+	if !ok {
+		c, _ = r.m.LoadOrStore(k, new(atomic.Int64))
+	}
+	c.(*atomic.Int64).Add(1)
+}
+
+// of returns voucher v's refusals by reason.
+func (r *refusals) of(v int64) map[string]int64 {
+	out := map[string]int64{}
+	r.m.Range(func(k, c any) bool {
+		if key := k.(refusalKey); key.voucher == v {
+			out[key.code] = c.(*atomic.Int64).Load()
+		}
+		return true
+	})
+	return out
+}
+
+// replicaRefusals is what one gateway replica knows of a sale's refused
+// claims: its own answers since it started, never the others'.
+type replicaRefusals struct {
+	Replica  string           `json:"replica"`
+	Since    time.Time        `json:"since"`
+	ByReason map[string]int64 `json:"by_reason"`
+}
+
+type reportJSON struct {
+	VoucherID string `json:"voucher_id"`
+	Name      string `json:"name"`
+	Kind      string `json:"kind"`
+	db.Report
+	// RefusedClaims: the answering replica's own count (see replicaRefusals).
+	RefusedClaims replicaRefusals `json:"refused_claims"`
+}
+
+// replicaName names this gateway replica: its host name (the pod's name
+// on Kubernetes).
+func replicaName() string {
+	h, err := os.Hostname()
+	if err != nil {
+		return "unknown"
+	}
+	return h
+}
+
+// reportTimeout bounds a report's queries: they read every order of the
+// voucher, once each.
+const reportTimeout = 30 * time.Second
+
+// voucherReport: GET /admin/v1/vouchers/{id}/report, the account of one
+// sale from MySQL, and the refused claims this replica answered.
+func (g *Gateway) voucherReport(w http.ResponseWriter, r *http.Request) {
+	id, ok := g.adminAndID(w, r)
+	if !ok {
+		return
+	}
+	v, err := g.db.Voucher(r.Context(), id)
+	if err == nil {
+		var rep db.Report
+		if rep, err = g.db.Report(r.Context(), id); err == nil {
+			writeJSON(w, http.StatusOK, reportJSON{VoucherID: idString(id), Name: v.Name, Kind: v.Kind, Report: rep,
+				RefusedClaims: replicaRefusals{Replica: g.replica, Since: g.refused.since.UTC(), ByReason: g.refused.of(id)}})
+			return
+		}
+	}
+	if errors.Is(err, db.ErrNotFound) {
+		err = errVoucherMissing
+	}
+	g.fail(w, r, err)
+}
