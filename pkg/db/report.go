@@ -2,6 +2,7 @@ package db
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"time"
 
@@ -162,7 +163,7 @@ func (s *Store) Report(ctx context.Context, v int64) (Report, error) {
 // has not reached Redis). The first instant no unit is left is when it
 // sold out. Events at the same millisecond count together.
 func (s *Store) soldOutAt(ctx context.Context, v, initial int64) (*time.Time, error) {
-	var at *time.Time
+	var at sql.NullTime
 	err := s.db.WithContext(ctx).Raw(`SELECT MIN(t) FROM (
 			SELECT t, SUM(d) OVER (ORDER BY t) AS used FROM (
 				SELECT created_at AS t, SUM(quantity) AS d FROM orders WHERE voucher_id = ? GROUP BY created_at
@@ -175,7 +176,10 @@ func (s *Store) soldOutAt(ctx context.Context, v, initial int64) (*time.Time, er
 	if err != nil {
 		return nil, fmt.Errorf("report %d: sold out at: %w", v, err)
 	}
-	return utc(at), nil
+	if !at.Valid {
+		return nil, nil
+	}
+	return utc(&at.Time), nil
 }
 
 // persistence measures the lag between admission (created_at) and

@@ -45,8 +45,8 @@ func (g *Gateway) claimTotals() map[string]int64 {
 }
 
 // stats: GET /admin/v1/stats, this gateway replica's claim counts since it
-// started, by result ("rejected:sold_out", ...), and the time; the console
-// turns two readings into claims per second.
+// started, by result ("rejected:sold_out", ...), and the time: two readings
+// make claims per second (the console reads GET /admin/v1/history instead).
 func (g *Gateway) stats(w http.ResponseWriter, r *http.Request) {
 	if !g.admin(w, r) {
 		return

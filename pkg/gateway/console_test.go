@@ -30,9 +30,10 @@ func chromium(t *testing.T) string {
 	return ""
 }
 
-// The console in a real headless browser, during a sale: it shows each
-// voucher as both stores see it and this replica's claims per second, and
-// its buttons pause, resume and top up the sale. CONSOLE_SCREENSHOT=path
+// The console in a real headless browser, during a sale: it charts this
+// replica's claims per second and p99, each voucher's stock and each
+// partition's backlog over time, shows each voucher as both stores see
+// it and its report, and its buttons pause, resume and top up the sale. CONSOLE_SCREENSHOT=path
 // keeps a screenshot of it (docs/console.png is one).
 func TestConsoleInABrowser(t *testing.T) {
 	if testing.Short() {
@@ -59,8 +60,9 @@ func TestConsoleInABrowser(t *testing.T) {
 	go func() {
 		defer wg.Done()
 		for i := 0; ctx.Err() == nil; i++ {
+			f.clock.Set(time.Now().UTC()) // the gateway's clock follows time: admissions' times are real
 			req, _ := http.NewRequestWithContext(ctx, "POST", f.srv.URL+"/v1/vouchers/"+id+"/orders", nil)
-			req.Header.Set("Authorization", "Bearer "+f.token("buyer-"+strconv.Itoa(i)))
+			req.Header.Set("Authorization", "Bearer "+f.token("buyer-"+strconv.Itoa(i-i%2))) // every second claim is refused user_limit
 			if res, err := http.DefaultClient.Do(req); err == nil {
 				res.Body.Close()
 			}
@@ -90,10 +92,54 @@ func TestConsoleInABrowser(t *testing.T) {
 		chromedp.SendKeys("#token", admin, chromedp.ByID),
 		chromedp.Click("#connect", chromedp.ByID),
 		chromedp.WaitVisible(row, chromedp.ByQuery),
-		chromedp.WaitVisible(`#rates span[data-result="admitted"]`, chromedp.ByQuery),
 	))
 	require.Equal(t, "on sale", text(row+" td.state"))
 	require.Contains(t, text(`#backlog`), "waiting")
+
+	// The charts have data, a line per series with several points each
+	// (the gateway samples every second): admitted claims per second, the
+	// p99, the voucher's stock burning down, the backlog of a partition.
+	points := func(sel string) int {
+		var n int
+		err := chromedp.Run(bctx, chromedp.Evaluate(`(() => { const p = document.querySelector(`+strconv.Quote(sel)+`);
+			return p ? parseInt(p.dataset.points, 10) : 0 })()`, &n))
+		require.NoError(t, err)
+		return n
+	}
+	for _, sel := range []string{`#chart-claims path[data-series="admitted"]`, `#chart-p99 path[data-series="p99"]`,
+		`#chart-stock path.series`, `#chart-backlog path.series`} {
+		deadline := time.Now().Add(60 * time.Second)
+		for points(sel) < 3 {
+			require.True(t, time.Now().Before(deadline), "the chart %s never had 3 points", sel)
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	// What the stock chart draws is the voucher's stock going down, as the
+	// history the page reads says.
+	var stockLabel string
+	require.NoError(t, chromedp.Run(bctx, chromedp.Evaluate(`document.querySelector("#chart-stock path.series").dataset.series`, &stockLabel)))
+	require.Equal(t, "#"+id+" Phone launch", stockLabel)
+	hist := f.do("GET", "/admin/v1/history", admin, "")
+	var stock []float64
+	for _, p := range hist.Body["points"].([]any) {
+		if v, ok := p.(map[string]any)["stock"].(map[string]any)[id]; ok {
+			stock = append(stock, v.(float64))
+		}
+	}
+	require.GreaterOrEqual(t, len(stock), 3, hist.Raw)
+	require.Less(t, stock[len(stock)-1], stock[0], "the stock burns down: %v", stock)
+
+	// The table fits the page.
+	var fits bool
+	require.NoError(t, chromedp.Run(bctx, chromedp.Evaluate(`document.querySelector("table").scrollWidth <= document.documentElement.clientWidth`, &fits)))
+	require.True(t, fits, "the vouchers table is wider than the page")
+
+	// The report, from the row's button.
+	clickUntil(t, bctx, row+" button.report", `#report dd[data-field="admitted_orders"]`)
+	require.Empty(t, text("#error"))
+	admitted, err := strconv.Atoi(text(`#report dd[data-field="admitted_orders"]`))
+	require.NoError(t, err)
+	require.Positive(t, admitted)
 
 	// What it shows is what the API says (the numbers move with the sale:
 	// compare with a reading taken around the page's).
@@ -101,14 +147,17 @@ func TestConsoleInABrowser(t *testing.T) {
 		return int(f.do("GET", "/admin/v1/vouchers/"+id, admin, "").Body["remaining_redis"].(float64))
 	}
 	before := apiRemaining()
-	shown, err := strconv.Atoi(text(row + " td.remaining-redis"))
+	shown, err := strconv.Atoi(text(row + " .remaining-redis"))
 	require.NoError(t, err)
 	require.LessOrEqual(t, shown, before+1000)
 	require.Less(t, shown, 5000, "claims are being admitted")
 
 	if path := os.Getenv("CONSOLE_SCREENSHOT"); path != "" {
+		for points(`#chart-claims path[data-series="admitted"]`) < 25 { // some history to show
+			time.Sleep(200 * time.Millisecond)
+		}
 		var png []byte
-		require.NoError(t, chromedp.Run(bctx, chromedp.Sleep(2*time.Second), chromedp.FullScreenshot(&png, 100)))
+		require.NoError(t, chromedp.Run(bctx, chromedp.FullScreenshot(&png, 100)))
 		require.NoError(t, os.WriteFile(path, png, 0o644))
 	}
 
@@ -159,6 +208,10 @@ func clickUntil(t *testing.T, bctx context.Context, sel, want string) {
 		if len(shown) > 0 {
 			return
 		}
-		require.True(t, time.Now().Before(deadline), "clicking %s never showed %s: %v", sel, want, err)
+		if !time.Now().Before(deadline) {
+			var shownError string
+			_ = chromedp.Run(bctx, chromedp.Text("#error", &shownError, chromedp.ByID))
+			require.Fail(t, "clicking never showed", "clicking %s never showed %s: %v; the page says %q", sel, want, err, shownError)
+		}
 	}
 }

@@ -45,6 +45,9 @@ type Gateway struct {
 	// replica names this replica in them (report.go).
 	refused refusals
 	replica string
+	// history is what the console charts (history.go).
+	history     history
+	stopHistory func()
 	// mysqlSlots bounds the requests waiting on MySQL (MySQLMaxInflight).
 	mysqlSlots chan struct{}
 	// users and addrs are the rate limits (nil: off); inflight counts the
@@ -120,6 +123,7 @@ func New(cfg Config, r *rdb.Store, d *db.Store, log *zap.Logger, opts ...Option)
 		issuer: cfg.JWTIssuer, audience: cfg.JWTAudience, maxLifetime: cfg.JWTMaxLifetime, jwks: keys,
 		now: func() time.Time { return g.now() }})
 	g.stopSweep = g.sweepLimiters()
+	g.stopHistory = g.sampleHistory(historyEvery)
 	return g, nil
 }
 
@@ -199,6 +203,7 @@ func (g *Gateway) routes() []route {
 		{http.MethodPost, "/admin/v1/vouchers/{id}/pause", true, g.mysqlBound(g.setPaused(true))},
 		{http.MethodPost, "/admin/v1/vouchers/{id}/resume", true, g.mysqlBound(g.setPaused(false))},
 		{http.MethodGet, "/admin/v1/stats", true, g.stats},
+		{http.MethodGet, "/admin/v1/history", true, g.getHistory},
 		{http.MethodGet, "/admin/console", true, serveConsole},
 	}
 }
@@ -293,13 +298,14 @@ func (g *Gateway) withMySQL(w http.ResponseWriter, r *http.Request, timeout time
 	h(w, r.WithContext(ctx))
 }
 
-// Close stops the admission batcher and the limiters' sweeper. Serve calls
-// it when it returns.
+// Close stops the admission batcher, the limiters' sweeper and the
+// console's sampler. Serve calls it when it returns.
 func (g *Gateway) Close() {
 	if g.batcher != nil {
 		g.batcher.Close()
 	}
 	g.stopSweep()
+	g.stopHistory()
 }
 
 // Run serves on cfg.HTTPAddr (and the admin API on cfg.AdminAddr, when

@@ -125,6 +125,20 @@ func TestSaleReport(t *testing.T) {
 	require.False(t, at("since", refused).After(time.Now()))
 	require.Equal(t, map[string]any{"sold_out": 2.0, "user_limit": 1.0}, refused["by_reason"])
 
+	// A sale that has not sold out, and one nobody claimed yet.
+	unsold := f.createVoucher(`{"name":"unsold","stock":5}`)
+	empty := f.do("GET", "/admin/v1/vouchers/"+unsold+"/report", admin, "")
+	require.Equal(t, http.StatusOK, empty.Status, empty.Raw)
+	require.Nil(t, empty.Body["first_admission_at"])
+	require.Nil(t, empty.Body["sold_out_at"])
+	require.Nil(t, empty.Body["paid_share"])
+	require.Nil(t, empty.Body["persistence"].(map[string]any)["largest_backlog_at"])
+	require.Equal(t, http.StatusAccepted, f.do("POST", "/v1/vouchers/"+unsold+"/orders", f.token("u1"), "").Status)
+	claimed := f.do("GET", "/admin/v1/vouchers/"+unsold+"/report", admin, "")
+	require.Equal(t, http.StatusOK, claimed.Status, claimed.Raw)
+	require.Nil(t, claimed.Body["sold_out_at"], "4 of 5 units left")
+	require.EqualValues(t, 0, claimed.Body["admitted_orders"], "not persisted yet: the report is MySQL's")
+
 	requireError(t, f.do("GET", "/admin/v1/vouchers/999999/report", admin, ""), http.StatusNotFound, "voucher_not_found")
 	requireError(t, f.do("GET", "/admin/v1/vouchers/x/report", admin, ""), http.StatusBadRequest, "invalid_id")
 	requireError(t, f.do("GET", "/admin/v1/vouchers/"+id+"/report", f.token("u1"), ""), http.StatusUnauthorized, "unauthorized")
