@@ -73,7 +73,7 @@ func (g *Gateway) getHistory(w http.ResponseWriter, r *http.Request) {
 	h := &g.history
 	h.mu.Lock()
 	out := historyJSON{Replica: g.replica, Since: g.refused.since.UTC(), IntervalSeconds: historyEvery.Seconds(),
-		Vouchers: make(map[string]string, len(h.names)), Points: append([]historyPoint(nil), h.points...)}
+		Vouchers: make(map[string]string, len(h.names)), Points: append(make([]historyPoint, 0, len(h.points)), h.points...)}
 	for k, v := range h.names {
 		out.Vouchers[k] = v
 	}
