@@ -91,7 +91,7 @@ func report(ctx context.Context, cfg *config, _ *app.Runtime, args []string) err
 	}
 	v, err := mysql.Voucher(cctx, id)
 	if errors.Is(err, db.ErrNotFound) {
-		return &app.ExitError{Code: app.ExitNo, Err: fmt.Errorf("no voucher %d", id)}
+		return fmt.Errorf("no voucher %d", id)
 	}
 	if err != nil {
 		return err

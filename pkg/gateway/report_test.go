@@ -139,6 +139,22 @@ func TestSaleReport(t *testing.T) {
 	require.Nil(t, claimed.Body["sold_out_at"], "4 of 5 units left")
 	require.EqualValues(t, 0, claimed.Body["admitted_orders"], "not persisted yet: the report is MySQL's")
 
+	// A pool of codes: sold out by its second grab, each code once.
+	codes := f.createVoucher(`{"name":"codes","kind":"codes","codes":["A-1","B-2"]}`)
+	for _, u := range []string{"c1", "c2", "c3"} {
+		tick()
+		f.do("POST", "/v1/vouchers/"+codes+"/orders", f.token(u), "")
+	}
+	f.persist(codes)
+	cr := f.do("GET", "/admin/v1/vouchers/"+codes+"/report", admin, "")
+	require.Equal(t, http.StatusOK, cr.Status, cr.Raw)
+	require.Equal(t, "codes", cr.Body["kind"])
+	require.EqualValues(t, 2, cr.Body["admitted_orders"])
+	require.EqualValues(t, 0, cr.Body["unsold_units"])
+	require.NotNil(t, cr.Body["sold_out_at"])
+	require.Equal(t, map[string]any{"sold_out": 1.0}, cr.Body["refused_claims"].(map[string]any)["by_reason"])
+	require.InDelta(t, 0, cr.Body["paid_share"], 1e-9, "codes are paid for; none was yet")
+
 	requireError(t, f.do("GET", "/admin/v1/vouchers/999999/report", admin, ""), http.StatusNotFound, "voucher_not_found")
 	requireError(t, f.do("GET", "/admin/v1/vouchers/x/report", admin, ""), http.StatusBadRequest, "invalid_id")
 	requireError(t, f.do("GET", "/admin/v1/vouchers/"+id+"/report", f.token("u1"), ""), http.StatusUnauthorized, "unauthorized")

@@ -135,7 +135,7 @@ func TestCommandsAnswerHelpAndSayWhatFailed(t *testing.T) {
 		}
 		return out.String(), errOut.String(), code
 	}
-	for _, c := range [][]string{{"reaper", "reconcile", "-h"}, {"reaper", "deadletters", "--help"}, {"reaper", "deadletters", "purge", "-h"}, {"gateway", "smoke", "--help"}} {
+	for _, c := range [][]string{{"reaper", "reconcile", "-h"}, {"reaper", "deadletters", "--help"}, {"reaper", "deadletters", "purge", "-h"}, {"reaper", "report", "-h"}, {"gateway", "smoke", "--help"}} {
 		out, errOut, code := run(nil, c[0], c[1:]...)
 		require.Zero(t, code, "%v: %s", c, errOut)
 		require.Contains(t, out, "usage: "+c[0]+" "+c[1], "%v", c)
@@ -159,6 +159,12 @@ func TestCommandsAnswerHelpAndSayWhatFailed(t *testing.T) {
 	require.Equal(t, 2, code)
 	require.Contains(t, errOut, `unknown deadletters command "frobnicate"`)
 	require.NotContains(t, errOut, "connect")
+	for args, want := range map[string]string{"": "report needs one VOUCHER_ID", "x": "VOUCHER_ID must be a positive whole number", "1 2": "report needs one VOUCHER_ID"} {
+		_, errOut, code = run(closed, "reaper", append([]string{"report"}, strings.Fields(args)...)...)
+		require.Equal(t, 2, code, "report %s: %s", args, errOut)
+		require.Contains(t, errOut, want)
+		require.NotContains(t, errOut, "connect")
+	}
 	_, errOut, code = run(closed, "reaper", "reconcile", "--bogus")
 	require.Equal(t, 2, code, errOut)
 	require.Contains(t, errOut, "reaper reconcile: flag provided but not defined: -bogus", "plain text, not a JSON line")
