@@ -258,7 +258,11 @@ type voucherStatusJSON struct {
 	RemainingAmount *int64                 `json:"remaining_amount,omitempty"`
 	RefundedAmount  *int64                 `json:"refunded_amount,omitempty"`
 	Orders          map[order.Status]int64 `json:"orders"`
-	Stream          rdb.Backlog            `json:"stream"`
+	// Stream sums Streams, the backlog of every stream the voucher's
+	// orders go to (one per bucket's partition; its partition is the
+	// voucher's home). A partition's figures count every voucher in it.
+	Stream  rdb.Backlog   `json:"stream"`
+	Streams []rdb.Backlog `json:"streams"`
 }
 
 // getVoucher: GET /admin/v1/vouchers/{id}: the voucher as both stores see it.
@@ -297,9 +301,15 @@ func (g *Gateway) getVoucher(w http.ResponseWriter, r *http.Request) {
 	if found {
 		out.RemainingRedis = &n
 	}
-	if out.Stream, err = g.redis.PartitionBacklog(ctx, g.redis.PartitionOf(id)); err != nil {
+	if out.Streams, err = g.redis.VoucherBacklog(ctx, id); err != nil {
 		g.fail(w, r, err)
 		return
+	}
+	out.Stream.Partition = g.redis.PartitionOf(id)
+	for _, b := range out.Streams {
+		out.Stream.Length += b.Length
+		out.Stream.Pending += b.Pending
+		out.Stream.DeadLetters += b.DeadLetters
 	}
 	writeJSON(w, http.StatusOK, out)
 }

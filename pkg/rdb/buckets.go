@@ -306,7 +306,7 @@ func (s *Store) byMaster(claims []Claim) [][]int {
 	master := map[string]int{} // master -> its group
 	var groups [][]int
 	for i, c := range claims {
-		p := s.bucketOf(c.VoucherID, UserBucket(c.UserID, s.knownBuckets(c.VoucherID))).p
+		p := s.userBucketOf(c.VoucherID, c.UserID, s.knownBuckets(c.VoucherID)).p
 		k, seen := group[p]
 		if !seen {
 			n, err := cc.MasterForKey(ctx, StreamKey(p))

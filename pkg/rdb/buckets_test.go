@@ -82,7 +82,7 @@ func checkSale(t *testing.T, s *rdb.Store, v, stock, limit int64, res []result) 
 	}
 	var entries int
 	for p := range s.Partitions() {
-		es, err := s.StreamOrders(context.Background(), p, 1000)
+		es, err := s.StreamOrders(context.Background(), p)
 		require.NoError(t, err)
 		for _, e := range es {
 			if e.Order.VoucherID == v {

@@ -48,6 +48,15 @@ func (s *Store) bucketOf(v int64, n int) bucket {
 	return bucket{p: (s.PartitionOf(v) + n) % s.partitions, v: v, n: n}
 }
 
+// userBucketOf is the bucket of voucher v (of n buckets) that decides
+// user's claims: where that user's counts and pending-order index live,
+// and whose stream (b.stream(), partition b.p) carries their orders. It
+// is the one answer to "the stream of (voucher, user)"; VoucherPartitions
+// is the one answer to "every stream of a voucher".
+func (s *Store) userBucketOf(v int64, user string, n int) bucket {
+	return s.bucketOf(v, UserBucket(user, n))
+}
+
 func (b bucket) key() string {
 	k := partitionPrefix(b.p) + "v:" + strconv.FormatInt(b.v, 10)
 	if b.n > 0 {

@@ -109,6 +109,41 @@ func TestUserPendingFindsOrdersInEveryBucket(t *testing.T) {
 			require.EqualValues(t, 9, o.VoucherID)
 		}
 	}
+
+	// The backlog of the voucher counts every bucket's stream, and so does
+	// "is anything of it in flight" (it read only the home partition too).
+	backlog, err := s.VoucherBacklog(ctx, 9)
+	require.NoError(t, err)
+	require.Len(t, backlog, 4, "one stream per bucket's partition")
+	var length int64
+	for _, b := range backlog {
+		require.EqualValues(t, 2, b.Length, "partition %d", b.Partition)
+		length += b.Length
+	}
+	require.EqualValues(t, 8, length)
+	require.Equal(t, s.PartitionOf(9), backlog[0].Partition, "home first")
+	busy, err := s.InFlight(ctx, 9)
+	require.NoError(t, err)
+	require.True(t, busy)
+	parts, err := s.PartitionsOfVoucher(ctx, 9)
+	require.NoError(t, err)
+	for i, p := range parts { // the home partition first
+		es, err := s.ReadGroup(ctx, p, "w", ">", 100, 0)
+		require.NoError(t, err)
+		ids := make([]string, len(es))
+		for i, e := range es {
+			ids[i] = e.StreamID
+		}
+		require.NoError(t, s.Ack(ctx, p, ids))
+		if i == 0 {
+			busy, err = s.InFlight(ctx, 9)
+			require.NoError(t, err)
+			require.True(t, busy, "the other buckets' orders are still in flight")
+		}
+	}
+	busy, err = s.InFlight(ctx, 9)
+	require.NoError(t, err)
+	require.False(t, busy, "every bucket's orders persisted")
 }
 
 func orderIDs(os []order.Order) []int64 {

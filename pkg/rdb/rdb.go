@@ -255,7 +255,7 @@ func (s *Store) userBucket(ctx context.Context, v int64, user string) (bucket, e
 	if err != nil {
 		return bucket{}, err
 	}
-	return s.bucketOf(v, UserBucket(user, n)), nil
+	return s.userBucketOf(v, user, n), nil
 }
 
 // UserCount returns how many orders of voucher v Redis counts for user.
@@ -496,7 +496,7 @@ func (s *Store) admitCalls(claims []Claim, pending []int) []admitCall {
 	for _, i := range pending {
 		c := claims[i]
 		n := s.knownBuckets(c.VoucherID)
-		b := s.bucketOf(c.VoucherID, UserBucket(c.UserID, n))
+		b := s.userBucketOf(c.VoucherID, c.UserID, n)
 		k := slices.IndexFunc(calls, func(a admitCall) bool { return a.b == b && len(a.claims) < maxClaimsPerCall })
 		if k < 0 {
 			k = len(calls)
@@ -600,28 +600,27 @@ func (s *Store) ClosePool(ctx context.Context, v int64) error {
 	return nil
 }
 
-// InFlight reports whether partition p's stream still holds an entry of
-// voucher v: an order admitted but not yet persisted (nor dead-lettered).
-// The stream holds only such entries, so after a sale it is short.
+// InFlight reports whether a stream of voucher v (each of its buckets')
+// still holds an entry of it: an order admitted but not yet persisted (nor
+// dead-lettered). The streams hold only such entries, so after a sale they
+// are short.
 func (s *Store) InFlight(ctx context.Context, v int64) (bool, error) {
-	p := s.PartitionOf(v)
-	start := "-"
-	for {
-		msgs, err := s.c.XRangeN(ctx, StreamKey(p), start, "+", 1000).Result()
-		if err != nil {
-			return false, fmt.Errorf("xrange %s: %w", StreamKey(p), err)
-		}
-		want := formatID(v)
-		for _, m := range msgs {
-			if id, _ := m.Values["voucher_id"].(string); id == want {
-				return true, nil
-			}
-		}
-		if len(msgs) < 1000 {
-			return false, nil
-		}
-		start = "(" + msgs[len(msgs)-1].ID
+	parts, err := s.PartitionsOfVoucher(ctx, v)
+	if err != nil {
+		return false, err
 	}
+	want := formatID(v)
+	found := false
+	for _, p := range parts {
+		err := s.scanStream(ctx, StreamKey(p), func(msgs []redis.XMessage) bool {
+			found = slices.ContainsFunc(msgs, func(m redis.XMessage) bool { id, _ := m.Values["voucher_id"].(string); return id == want })
+			return found
+		})
+		if err != nil || found {
+			return found, err
+		}
+	}
+	return false, nil
 }
 
 // SetPaused pauses or resumes voucher v's admissions, in every bucket.

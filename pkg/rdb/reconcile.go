@@ -140,24 +140,16 @@ func (s *Store) intHash(ctx context.Context, key string) (map[string]int64, erro
 	return out, nil
 }
 
-// StreamOrders returns every entry of partition p's stream, oldest first,
-// reading pageSize entries at a time.
-func (s *Store) StreamOrders(ctx context.Context, p int, pageSize int64) ([]Entry, error) {
+// StreamOrders returns every entry of partition p's stream, oldest first.
+func (s *Store) StreamOrders(ctx context.Context, p int) ([]Entry, error) {
 	var out []Entry
-	start := "-"
-	for {
-		msgs, err := s.c.XRangeN(ctx, StreamKey(p), start, "+", pageSize).Result()
-		if err != nil {
-			return nil, fmt.Errorf("xrange %s: %w", StreamKey(p), err)
-		}
+	err := s.scanStream(ctx, StreamKey(p), func(msgs []redis.XMessage) bool {
 		for _, m := range msgs {
 			out = append(out, parseEntry(p, m))
 		}
-		if int64(len(msgs)) < pageSize {
-			return out, nil
-		}
-		start = "(" + msgs[len(msgs)-1].ID
-	}
+		return false
+	})
+	return out, err
 }
 
 // RewriteVoucher replaces voucher v's admission state with st in one

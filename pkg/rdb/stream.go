@@ -249,11 +249,10 @@ func (s *Store) TrimDeadLetters(ctx context.Context, p int, before time.Time) (i
 // user's own orders, however long the stream is (issue 25, attack 3), and
 // a hot voucher's orders are found in whichever bucket's stream they are.
 func (s *Store) UserPending(ctx context.Context, v int64, user string) ([]order.Order, error) {
-	n, err := s.bucketsOf(ctx, v)
+	b, err := s.userBucket(ctx, v, user)
 	if err != nil {
 		return nil, err
 	}
-	b := s.bucketOf(v, UserBucket(user, n))
 	raw, err := lua.Pending.Run(ctx, s.c, []string{b.key(), b.stream()}, user).Slice()
 	if err != nil {
 		return nil, fmt.Errorf("pending orders of user in %s: %w", b.key(), err)
@@ -315,12 +314,7 @@ type DeadEntry struct {
 // DeadLetters returns partition p's dead letters, oldest first.
 func (s *Store) DeadLetters(ctx context.Context, p int) ([]DeadEntry, error) {
 	var out []DeadEntry
-	start := "-"
-	for {
-		msgs, err := s.c.XRangeN(ctx, DeadKey(p), start, "+", 1000).Result()
-		if err != nil {
-			return nil, fmt.Errorf("xrange %s: %w", DeadKey(p), err)
-		}
+	err := s.scanStream(ctx, DeadKey(p), func(msgs []redis.XMessage) bool {
 		for _, m := range msgs {
 			field := func(k string) string { v, _ := m.Values[k].(string); return v }
 			d := DeadEntry{DeadID: m.ID, Partition: p, StreamID: field("stream_id"), OrderID: field("order_id"),
@@ -334,11 +328,48 @@ func (s *Store) DeadLetters(ctx context.Context, p int) ([]DeadEntry, error) {
 			}
 			out = append(out, d)
 		}
-		if len(msgs) < 1000 {
-			return out, nil
+		return false
+	})
+	return out, err
+}
+
+// streamPage is how many entries scanStream reads at a time.
+const streamPage = 1000
+
+// scanStream reads stream key oldest first, streamPage entries at a time,
+// handing each page to page until it returns true (stop) or the stream
+// ends: the one pager of every full read of a stream.
+func (s *Store) scanStream(ctx context.Context, key string, page func([]redis.XMessage) (stop bool)) error {
+	start := "-"
+	for {
+		msgs, err := s.c.XRangeN(ctx, key, start, "+", streamPage).Result()
+		if err != nil {
+			return fmt.Errorf("xrange %s: %w", key, err)
+		}
+		if page(msgs) || len(msgs) < streamPage {
+			return nil
 		}
 		start = "(" + msgs[len(msgs)-1].ID
 	}
+}
+
+// VoucherBacklog reads the backlog of every stream of voucher v (its
+// buckets' partitions), home partition first. A partition's figures count
+// every voucher's entries in it, not only v's.
+func (s *Store) VoucherBacklog(ctx context.Context, v int64) ([]Backlog, error) {
+	parts, err := s.PartitionsOfVoucher(ctx, v)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Backlog, 0, len(parts))
+	for _, p := range parts {
+		b, err := s.PartitionBacklog(ctx, p)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, b)
+	}
+	return out, nil
 }
 
 // DeleteDeadLetters deletes dead letters ids of partition p.

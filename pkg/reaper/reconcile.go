@@ -62,7 +62,7 @@ func Reconcile(ctx context.Context, r *rdb.Store, d *db.Store, now time.Time, re
 		var entries []rdb.Entry
 		for _, p := range r.VoucherPartitions(v.ID, v.StockBuckets) {
 			if _, ok := streams[p]; !ok {
-				if streams[p], err = r.StreamOrders(ctx, p, 1000); err != nil {
+				if streams[p], err = r.StreamOrders(ctx, p); err != nil {
 					return out, err
 				}
 			}

@@ -275,6 +275,18 @@ func (e PostV1VouchersIdOrders202JSONResponseBodyStatus) Valid() bool {
 	}
 }
 
+// Backlog defines model for Backlog.
+type Backlog struct {
+	DeadLetters int `json:"dead_letters"`
+
+	// Length entries not yet persisted
+	Length    int `json:"length"`
+	Partition int `json:"partition"`
+
+	// Pending delivered to a worker, not yet acknowledged
+	Pending int `json:"pending"`
+}
+
 // Error defines model for Error.
 type Error struct {
 	Error   ErrorCode `json:"error"`
@@ -2140,12 +2152,13 @@ type GetAdminV1VouchersIdResponse struct {
 		Stock                 int                                         `json:"stock"`
 		StockBuckets          int                                         `json:"stock_buckets"`
 		StockTotal            int                                         `json:"stock_total"`
-		Stream                *struct {
-			DeadLetters *int `json:"dead_letters,omitempty"`
-			Length      *int `json:"length,omitempty"`
-			Pending     *int `json:"pending,omitempty"`
-		} `json:"stream,omitempty"`
-		TotalAmount *int `json:"total_amount,omitempty"`
+
+		// Stream the sum of streams (partition is the voucher's home)
+		Stream *Backlog `json:"stream,omitempty"`
+
+		// Streams every stream the voucher's orders go to, one per partition its buckets live in; a partition's figures count every voucher in it
+		Streams     *[]Backlog `json:"streams,omitempty"`
+		TotalAmount *int       `json:"total_amount,omitempty"`
 	}
 	// JSONDefault the response for an HTTP default `application/json` response
 	JSONDefault *Error
@@ -2172,12 +2185,13 @@ func (r GetAdminV1VouchersIdResponse) GetJSON200() *struct {
 	Stock                 int                                         `json:"stock"`
 	StockBuckets          int                                         `json:"stock_buckets"`
 	StockTotal            int                                         `json:"stock_total"`
-	Stream                *struct {
-		DeadLetters *int `json:"dead_letters,omitempty"`
-		Length      *int `json:"length,omitempty"`
-		Pending     *int `json:"pending,omitempty"`
-	} `json:"stream,omitempty"`
-	TotalAmount *int `json:"total_amount,omitempty"`
+
+	// Stream the sum of streams (partition is the voucher's home)
+	Stream *Backlog `json:"stream,omitempty"`
+
+	// Streams every stream the voucher's orders go to, one per partition its buckets live in; a partition's figures count every voucher in it
+	Streams     *[]Backlog `json:"streams,omitempty"`
+	TotalAmount *int       `json:"total_amount,omitempty"`
 } {
 	return r.JSON200
 }
@@ -3214,12 +3228,13 @@ func ParseGetAdminV1VouchersIdResponse(rsp *http.Response) (*GetAdminV1VouchersI
 			Stock                 int                                         `json:"stock"`
 			StockBuckets          int                                         `json:"stock_buckets"`
 			StockTotal            int                                         `json:"stock_total"`
-			Stream                *struct {
-				DeadLetters *int `json:"dead_letters,omitempty"`
-				Length      *int `json:"length,omitempty"`
-				Pending     *int `json:"pending,omitempty"`
-			} `json:"stream,omitempty"`
-			TotalAmount *int `json:"total_amount,omitempty"`
+
+			// Stream the sum of streams (partition is the voucher's home)
+			Stream *Backlog `json:"stream,omitempty"`
+
+			// Streams every stream the voucher's orders go to, one per partition its buckets live in; a partition's figures count every voucher in it
+			Streams     *[]Backlog `json:"streams,omitempty"`
+			TotalAmount *int       `json:"total_amount,omitempty"`
 		}
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
