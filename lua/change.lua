@@ -1,9 +1,10 @@
 -- change.lua: apply an operator's change of a voucher (more stock, a new
--- end of sale) to Redis, exactly once. MySQL recorded the change first
--- (voucher_changes); the set of applied changes makes a second call for
--- the same change a no-op, so a caller may retry until it gets an answer.
+-- end of sale, a pause or a resume) to Redis, exactly once. MySQL recorded
+-- the change first (voucher_changes, pkg/settle); the set of applied
+-- changes makes a second call for the same change a no-op, so a caller may
+-- retry until it gets an answer.
 --
--- KEYS[1] -> flashsale:{pP}:v:V            voucher hash (stock, end_ms, expire_s, change_id)
+-- KEYS[1] -> flashsale:{pP}:v:V            voucher hash (stock, end_ms, expire_s, end_change, paused, pause_change)
 -- KEYS[2] -> flashsale:{pP}:v:V:changes    set of change ids applied
 -- KEYS[3] -> flashsale:{pP}:v:V:released   the released set (its expiry follows the voucher's)
 -- KEYS[4] -> flashsale:{pP}:v:V:pool       the pool (likewise)
@@ -12,12 +13,15 @@
 -- ARGV[2] -> units to add to stock (0: none)
 -- ARGV[3] -> new end of sale, unix ms (0: unchanged)
 -- ARGV[4] -> new expiry of the voucher's keys, unix s (with ARGV[3])
+-- ARGV[5] -> 1 pause, 0 resume, -1 neither
 --
--- Returns 1 when applied now, 0 when it had been already (or Redis does not
--- hold the voucher: reconcile rebuilds it whole, changes included).
+-- Returns 1 when applied now, 0 when it had been already, -1 when Redis
+-- does not hold the voucher (nothing is written: its creation is still
+-- owed, or Redis lost it and reconcile rebuilds it whole, changes
+-- included).
 
 if redis.call('EXISTS', KEYS[1]) == 0 then
-  return 0
+  return -1
 end
 if redis.call('SADD', KEYS[2], ARGV[1]) == 0 then
   return 0
@@ -38,6 +42,11 @@ if end_ms > 0 and id > (tonumber(redis.call('HGET', KEYS[1], 'end_change')) or 0
       redis.call('EXPIREAT', KEYS[i], expire_s)
     end
   end
+end
+-- Likewise a pause or a resume: the latest change wins, whatever the order.
+local paused = tonumber(ARGV[5])
+if paused >= 0 and id > (tonumber(redis.call('HGET', KEYS[1], 'pause_change')) or 0) then
+  redis.call('HSET', KEYS[1], 'paused', paused, 'pause_change', id)
 end
 local expire_s = tonumber(redis.call('HGET', KEYS[1], 'expire_s')) or 0
 if expire_s > 0 then

@@ -13,7 +13,6 @@ import (
 	"gorm.io/gorm/logger"
 
 	"github.com/flashsale/flashsale/pkg/order"
-	"github.com/flashsale/flashsale/pkg/rdb"
 	"github.com/flashsale/flashsale/pkg/sale"
 )
 
@@ -138,37 +137,8 @@ func Open(ctx context.Context, dsn string, opts Options) (*gorm.DB, error) {
 	return gdb, nil
 }
 
-// Admission is the voucher's admission state for Redis with stock units
-// left to admit: the one conversion the gateway (warming), reconcile
-// (rebuilding) and tests share.
-//
-// A pooled voucher's pool (Items) is the caller's to fill.
-func (v Voucher) Admission(stock int64) rdb.Voucher {
-	a := rdb.Voucher{ID: v.ID, Stock: stock, PerUserLimit: v.PerUserLimit, PerUserDailyLimit: v.PerUserDailyLimit,
-		Pooled: v.Traits().Pooled, Paused: v.Paused, Buckets: max(v.StockBuckets, 1)}
-	if v.StartsAt != nil {
-		a.StartsAt = *v.StartsAt
-	}
-	if v.EndsAt != nil {
-		a.EndsAt = *v.EndsAt
-	}
-	a.ExpireAt = rdb.KeysExpireAt(a.EndsAt, time.Duration(v.PaymentTimeoutSeconds)*time.Second)
-	return a
-}
-
 // Traits are the traits of the voucher's kind of sale.
 func (v Voucher) Traits() sale.Traits { return sale.TraitsOf(v.Kind) }
 
 // ItemOf is the item order row o took (zero for units).
 func (o Order) ItemOf() order.Item { return order.Item{No: o.Item, Amount: o.Amount, Code: o.Code} }
-
-// Change is the change as Redis applies it (pkg/settle): the keys' new
-// expiry follows the new end.
-func (c VoucherChange) Change() rdb.Change {
-	out := rdb.Change{ID: c.ID, VoucherID: c.VoucherID, AddStock: c.AddStock}
-	if c.EndsAt != nil {
-		out.EndsAt = *c.EndsAt
-		out.ExpireAt = rdb.KeysExpireAt(*c.EndsAt, time.Duration(c.PaymentTimeoutSeconds)*time.Second)
-	}
-	return out
-}

@@ -122,12 +122,16 @@ func freeItems(tx *gorm.DB, ids []int64) error {
 // refunded, by item number: the pool MySQL says Redis should hold, before
 // the orders in flight take theirs.
 func (s *Store) FreeItems(ctx context.Context, v int64) ([]order.Item, error) {
+	return unheldItems(s.db.WithContext(ctx), v)
+}
+
+func unheldItems(tx *gorm.DB, v int64) ([]order.Item, error) {
 	var rows []struct {
 		Item   int64
 		Amount int64
 		Code   string
 	}
-	err := s.db.WithContext(ctx).Raw("SELECT item, amount, code FROM items WHERE voucher_id = ? AND order_id IS NULL AND refunded = 0 ORDER BY item", v).
+	err := tx.Raw("SELECT item, amount, code FROM items WHERE voucher_id = ? AND order_id IS NULL AND refunded = 0 ORDER BY item", v).
 		Scan(&rows).Error
 	if err != nil {
 		return nil, fmt.Errorf("free items of voucher %d: %w", v, err)

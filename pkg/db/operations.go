@@ -21,12 +21,41 @@ var (
 // ReasonCancelled is the release reason of an order its owner cancelled.
 const ReasonCancelled = "cancelled_by_user"
 
-// SetPaused pauses or resumes voucher id and returns it.
-func (s *Store) SetPaused(ctx context.Context, id int64, paused bool) (Voucher, error) {
-	if err := s.db.WithContext(ctx).Model(&Voucher{}).Where("id = ?", id).Update("paused", paused).Error; err != nil {
-		return Voucher{}, fmt.Errorf("pause voucher %d: %w", id, err)
-	}
-	return s.Voucher(ctx, id)
+// SetPaused pauses or resumes voucher id, in one transaction that also
+// records the change owed to Redis, and returns the voucher and the
+// change (pkg/settle applies it).
+func (s *Store) SetPaused(ctx context.Context, id int64, paused bool, now time.Time) (Voucher, VoucherChange, error) {
+	return s.change(ctx, id, VoucherChange{VoucherID: id, Paused: &paused, CreatedAt: now}, func(_ *gorm.DB, v *Voucher, updates map[string]any) error {
+		updates["paused"] = paused
+		v.Paused = paused
+		return nil
+	})
+}
+
+// change locks voucher id, lets edit say what to update (and change v to
+// match), updates it and records ch, in one transaction; ErrNotFound if
+// there is no such voucher.
+func (s *Store) change(ctx context.Context, id int64, ch VoucherChange, edit func(tx *gorm.DB, v *Voucher, updates map[string]any) error) (Voucher, VoucherChange, error) {
+	var v Voucher
+	err := s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		res := tx.Clauses(clause.Locking{Strength: "UPDATE"}).Where("id = ?", id).Limit(1).Find(&v)
+		if res.Error != nil {
+			return fmt.Errorf("lock voucher %d: %w", id, res.Error)
+		}
+		if res.RowsAffected == 0 {
+			return ErrNotFound
+		}
+		ch.PaymentTimeoutSeconds = v.PaymentTimeoutSeconds
+		updates := map[string]any{}
+		if err := edit(tx, &v, updates); err != nil {
+			return err
+		}
+		if err := tx.Model(&Voucher{}).Where("id = ?", id).Updates(updates).Error; err != nil {
+			return fmt.Errorf("change voucher %d: %w", id, err)
+		}
+		return tx.Create(&ch).Error
+	}, readCommitted)
+	return v, ch, err
 }
 
 // Vouchers returns up to limit vouchers with ids above after, by id.
@@ -143,10 +172,14 @@ var ErrNotToppable = errors.New("stock can be added only to a voucher of units")
 // VoucherChange is a row of voucher_changes: an operator's change of a
 // voucher, owed to (or applied to) Redis.
 type VoucherChange struct {
-	ID             int64 `gorm:"primaryKey"`
-	VoucherID      int64
-	AddStock       int64
-	EndsAt         *time.Time
+	ID        int64 `gorm:"primaryKey"`
+	VoucherID int64
+	// Creates: this change puts the voucher in Redis (its creation).
+	Creates  bool
+	AddStock int64
+	EndsAt   *time.Time
+	// Paused: a pause (true) or a resume (false); nil: neither.
+	Paused         *bool
 	CreatedAt      time.Time
 	RedisAppliedAt *time.Time
 	// PaymentTimeoutSeconds is the voucher's, read with the change (the
@@ -158,21 +191,11 @@ type VoucherChange struct {
 // end to endsAt (nil: unchanged), in one transaction that also records the
 // change owed to Redis. It returns the voucher as changed and the change.
 func (s *Store) ChangeVoucher(ctx context.Context, id, addStock int64, endsAt *time.Time, now time.Time) (Voucher, VoucherChange, error) {
-	var v Voucher
 	ch := VoucherChange{VoucherID: id, AddStock: addStock, EndsAt: endsAt, CreatedAt: now}
-	err := s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
-		res := tx.Clauses(clause.Locking{Strength: "UPDATE"}).Where("id = ?", id).Limit(1).Find(&v)
-		if res.Error != nil {
-			return fmt.Errorf("lock voucher %d: %w", id, res.Error)
-		}
-		if res.RowsAffected == 0 {
-			return ErrNotFound
-		}
+	return s.change(ctx, id, ch, func(_ *gorm.DB, v *Voucher, updates map[string]any) error {
 		if addStock > 0 && v.Traits().Pooled {
 			return ErrNotToppable
 		}
-		ch.PaymentTimeoutSeconds = v.PaymentTimeoutSeconds
-		updates := map[string]any{}
 		if addStock > 0 {
 			updates["stock"] = gorm.Expr("stock + ?", addStock)
 			updates["stock_total"] = gorm.Expr("stock_total + ?", addStock)
@@ -183,23 +206,28 @@ func (s *Store) ChangeVoucher(ctx context.Context, id, addStock int64, endsAt *t
 			updates["ends_at"] = *endsAt
 			v.EndsAt = endsAt
 		}
-		if err := tx.Model(&Voucher{}).Where("id = ?", id).Updates(updates).Error; err != nil {
-			return fmt.Errorf("change voucher %d: %w", id, err)
-		}
-		return tx.Create(&ch).Error
-	}, readCommitted)
-	return v, ch, err
+		return nil
+	})
 }
 
-// OwedChanges returns up to limit changes Redis has not been given yet,
-// oldest first, each with its voucher's payment window (0 when the
-// voucher is gone: Redis then has nothing to change).
-func (s *Store) OwedChanges(ctx context.Context, limit int) ([]VoucherChange, error) {
+// OwedChanges returns up to limit changes Redis has not been given yet
+// with ids above after, oldest first, each with its voucher's payment
+// window (0 when the voucher is gone: Redis then has nothing to change).
+func (s *Store) OwedChanges(ctx context.Context, after int64, limit int) ([]VoucherChange, error) {
 	var out []VoucherChange
 	err := s.db.WithContext(ctx).Raw(`SELECT c.*, COALESCE(v.payment_timeout_seconds, 0) AS payment_timeout_seconds
 		FROM voucher_changes c LEFT JOIN vouchers v ON v.id = c.voucher_id
-		WHERE c.redis_applied_at IS NULL ORDER BY c.id LIMIT ?`, limit).Scan(&out).Error
+		WHERE c.redis_applied_at IS NULL AND c.id > ? ORDER BY c.id LIMIT ?`, after, limit).Scan(&out).Error
 	return out, err
+}
+
+// CreationOwed reports whether voucher v's creation has not reached Redis
+// yet (a voucher created before creations were recorded has none owed).
+func (s *Store) CreationOwed(ctx context.Context, v int64) (bool, error) {
+	var n int64
+	err := s.db.WithContext(ctx).Model(&VoucherChange{}).
+		Where("voucher_id = ? AND creates = 1 AND redis_applied_at IS NULL", v).Count(&n).Error
+	return n > 0, err
 }
 
 // MarkChangesApplied records that Redis has these changes.

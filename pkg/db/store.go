@@ -3,6 +3,7 @@ package db
 import (
 	"cmp"
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"sync"
@@ -27,30 +28,47 @@ func New(db *gorm.DB) *Store { return &Store{db: db} }
 // DB is the underlying handle, for tests and readiness checks.
 func (s *Store) DB() *gorm.DB { return s.db }
 
-// CreateVoucher inserts v, and the items of its pool if it has one, in one
+// CreateVoucher inserts v, the items of its pool if it has one, and the
+// change that puts it in Redis (creates; pkg/settle applies it), in one
 // transaction, and sets v.ID.
-func (s *Store) CreateVoucher(ctx context.Context, v *Voucher, items []order.Item) error {
+func (s *Store) CreateVoucher(ctx context.Context, v *Voucher, items []order.Item, now time.Time) (VoucherChange, error) {
 	v.Kind = cmp.Or(v.Kind, sale.Default)
+	var ch VoucherChange
 	err := s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
 		if err := tx.Create(v).Error; err != nil {
 			return err
 		}
-		return insertItems(tx, v.ID, items)
-	})
-	if err != nil {
-		return fmt.Errorf("create voucher: %w", err)
-	}
-	return nil
-}
-
-// DeleteVoucher removes a voucher that was never put on sale, and its items.
-func (s *Store) DeleteVoucher(ctx context.Context, id int64) error {
-	return s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
-		if err := tx.Exec("DELETE FROM items WHERE voucher_id = ?", id).Error; err != nil {
+		if err := insertItems(tx, v.ID, items); err != nil {
 			return err
 		}
-		return tx.Delete(&Voucher{}, id).Error
+		ch = VoucherChange{VoucherID: v.ID, Creates: true, CreatedAt: now, PaymentTimeoutSeconds: v.PaymentTimeoutSeconds}
+		return tx.Create(&ch).Error
 	})
+	if err != nil {
+		return ch, fmt.Errorf("create voucher: %w", err)
+	}
+	return ch, nil
+}
+
+// VoucherSnapshot reads voucher id, the items of its pool nobody holds and
+// the ids of its changes, in one consistent read: what Redis must hold to
+// put the voucher on sale (pkg/settle), every change but those recorded
+// since already in it.
+func (s *Store) VoucherSnapshot(ctx context.Context, id int64) (v Voucher, items []order.Item, changes []int64, err error) {
+	err = s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		res := tx.Where("id = ?", id).Limit(1).Find(&v)
+		if res.Error != nil {
+			return res.Error
+		}
+		if res.RowsAffected == 0 {
+			return ErrNotFound
+		}
+		if items, err = unheldItems(tx, id); err != nil {
+			return err
+		}
+		return tx.Model(&VoucherChange{}).Where("voucher_id = ?", id).Order("id").Pluck("id", &changes).Error
+	}, &sql.TxOptions{Isolation: sql.LevelRepeatableRead, ReadOnly: true})
+	return v, items, changes, err
 }
 
 // Voucher reads voucher id.

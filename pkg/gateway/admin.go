@@ -17,6 +17,7 @@ import (
 	"github.com/flashsale/flashsale/pkg/order"
 	"github.com/flashsale/flashsale/pkg/rdb"
 	"github.com/flashsale/flashsale/pkg/sale"
+	"github.com/flashsale/flashsale/pkg/settle"
 )
 
 // newRand is a generator seeded from the operating system, for drawing
@@ -210,9 +211,11 @@ func (req createVoucherRequest) common(now time.Time) (db.Voucher, error) {
 	return v, nil
 }
 
-// createVoucher: POST /admin/v1/vouchers. Writes MySQL, then warms Redis so
-// the sale can start; if Redis cannot be warmed the voucher is removed again
-// and the answer is 503, so no voucher exists that cannot be sold.
+// createVoucher: POST /admin/v1/vouchers. Records the voucher and its
+// creation in MySQL, then puts it in Redis (pkg/settle); if Redis cannot
+// take it now the voucher exists all the same (201) and the reaper puts it
+// in Redis as soon as it can: until then its claims answer
+// voucher_not_found. (A 503 would invite a retry, and a second voucher.)
 func (g *Gateway) createVoucher(w http.ResponseWriter, r *http.Request) {
 	if !g.admin(w, r) {
 		return
@@ -226,24 +229,20 @@ func (g *Gateway) createVoucher(w http.ResponseWriter, r *http.Request) {
 		g.fail(w, r, err)
 		return
 	}
-	v, items, err := req.voucher(g.now(), newRand())
+	now := g.now().UTC()
+	v, items, err := req.voucher(now, newRand())
 	if err != nil {
 		g.fail(w, r, err)
 		return
 	}
 	ctx := r.Context()
-	if err := g.db.CreateVoucher(ctx, &v, items); err != nil {
+	ch, err := g.db.CreateVoucher(ctx, &v, items, now)
+	if err != nil {
 		g.fail(w, r, err)
 		return
 	}
-	a := v.Admission(v.Stock)
-	a.Items = items
-	if err := g.redis.PutVoucher(ctx, a); err != nil {
-		if derr := g.db.DeleteVoucher(ctx, v.ID); derr != nil {
-			err = errors.Join(err, derr)
-		}
-		g.fail(w, r, err)
-		return
+	if _, err := settle.Changes(ctx, g.redis, g.db, []db.VoucherChange{ch}, now); err != nil {
+		g.log.Warn("voucher created in MySQL; its creation in Redis is left to the reaper", zap.Int64("voucher_id", v.ID), zap.Error(err))
 	}
 	g.log.Info("voucher created", zap.Int64("voucher_id", v.ID), zap.String("kind", v.Kind), zap.Int64("stock", v.Stock))
 	writeJSON(w, http.StatusCreated, voucherOut(v))

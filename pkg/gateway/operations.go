@@ -29,9 +29,10 @@ var (
 	errStaleSignature = &apiError{http.StatusUnauthorized, "unauthorized", "the X-Flashsale-Signature's time t is outside FLASHSALE_PAYMENT_WEBHOOK_TOLERANCE of now: sign again"}
 )
 
-// setPaused: POST /admin/v1/vouchers/{id}/pause and …/resume. MySQL holds
-// the truth, Redis is told next; if Redis cannot be, the answer is 503 and
-// a retry (or reconcile --repair) brings it in line.
+// setPaused: POST /admin/v1/vouchers/{id}/pause and …/resume. Recorded in
+// MySQL, then applied to Redis (pkg/settle); if Redis cannot take it now
+// the answer is 503 — the change stands in MySQL and the reaper applies it,
+// and a retry is harmless (the latest pause or resume wins in Redis).
 func (g *Gateway) setPaused(paused bool) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		id, ok := g.adminAndID(w, r)
@@ -39,14 +40,15 @@ func (g *Gateway) setPaused(paused bool) http.HandlerFunc {
 			return
 		}
 		ctx := r.Context()
-		v, err := g.db.SetPaused(ctx, id, paused)
+		now := g.now().UTC()
+		v, ch, err := g.db.SetPaused(ctx, id, paused, now)
 		if errors.Is(err, db.ErrNotFound) {
 			err = errVoucherMissing
 		}
 		if err == nil {
-			_, err = g.redis.SetPaused(ctx, id, paused)
+			_, err = settle.Changes(ctx, g.redis, g.db, []db.VoucherChange{ch}, now)
 		}
-		if err != nil {
+		if err != nil && !errors.Is(err, settle.ErrCreationOwed) {
 			g.fail(w, r, err)
 			return
 		}

@@ -1,6 +1,7 @@
 package gateway_test
 
 import (
+	"context"
 	"net/http"
 	"sync"
 	"testing"
@@ -8,10 +9,13 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
+	"go.uber.org/zap/zaptest"
 
 	"github.com/flashsale/flashsale/pkg/gateway"
 	"github.com/flashsale/flashsale/pkg/internal/testenv"
 	"github.com/flashsale/flashsale/pkg/internal/testsrv"
+	"github.com/flashsale/flashsale/pkg/reaper"
+	"github.com/flashsale/flashsale/pkg/worker"
 )
 
 // With mariadbd frozen (SIGSTOP: connections open, nothing answers), a
@@ -73,4 +77,25 @@ func TestAHungMySQLGetsBoundedAnswers(t *testing.T) {
 		r := f.do("GET", "/admin/v1/vouchers/"+v, admin, "")
 		return r.Status == http.StatusOK
 	})
+}
+
+// A voucher created while Redis is down exists (201: a 503 would invite a
+// second one), and the reaper puts it on sale once Redis is back.
+func TestAVoucherCreatedWhileRedisIsDownGoesOnSaleLater(t *testing.T) {
+	env := testenv.New(t, 4)
+	f := newFixtureOn(t, env, gateway.Config{ClaimTimeout: 300 * time.Millisecond})
+	require.NoError(t, env.Redis.Stop())
+	id := f.createVoucher(`{"name":"later","stock":3}`)
+	requireError(t, f.do("POST", "/v1/vouchers/"+id+"/orders", f.token("a"), ""), http.StatusServiceUnavailable, "unavailable")
+	require.NoError(t, env.Redis.Start())
+	require.NoError(t, env.RDB.EnsureGroups(context.Background()))
+	requireError(t, f.do("POST", "/v1/vouchers/"+id+"/orders", f.token("a"), ""), http.StatusNotFound, "voucher_not_found")
+
+	r, err := reaper.New(reaper.Config{Config: worker.Config{Consumer: "reaper"}}, env.RDB, env.DB, zaptest.NewLogger(t))
+	require.NoError(t, err)
+	_, err = r.RunOnce(context.Background())
+	require.NoError(t, err)
+	require.Equal(t, http.StatusAccepted, f.do("POST", "/v1/vouchers/"+id+"/orders", f.token("a"), "").Status)
+	status := f.do("GET", "/admin/v1/vouchers/"+id, admin, "")
+	require.EqualValues(t, 2, status.Body["remaining_redis"], status.Raw)
 }

@@ -120,7 +120,8 @@ func TestABatchDecidesAsTheClaimsOneByOne(t *testing.T) {
 		seedVoucher(t, s, vs)
 		if paused {
 			for _, v := range []int64{vb.ID, vs.ID} {
-				_, err := s.SetPaused(ctx, v, true)
+				yes := true
+				_, _, err := s.ApplyChange(ctx, rdb.Change{ID: 1, VoucherID: v, Paused: &yes})
 				require.NoError(t, err)
 			}
 		}

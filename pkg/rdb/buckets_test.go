@@ -243,20 +243,21 @@ func TestHotVoucherOperations(t *testing.T) {
 	require.Zero(t, n)
 
 	// Paused in every bucket.
-	found, err := s.SetPaused(ctx, 11, true)
+	yes, no := true, false
+	_, found, err := s.ApplyChange(ctx, rdb.Change{ID: 100, VoucherID: 11, Paused: &yes})
 	require.NoError(t, err)
 	require.True(t, found)
 	for _, u := range usersIn(-1, 4, 8) {
 		_, err := claim(s, 11, u, t0)
 		require.ErrorIs(t, err, rdb.ErrPaused, "user %s (bucket %d)", u, rdb.UserBucket(u, 4))
 	}
-	_, err = s.SetPaused(ctx, 11, false)
+	_, _, err = s.ApplyChange(ctx, rdb.Change{ID: 101, VoucherID: 11, Paused: &no})
 	require.NoError(t, err)
 
 	// A top-up and a new end, applied once (twice asked).
 	newEnd := end.Add(time.Hour)
 	for range 2 {
-		_, err := s.ApplyChange(ctx, rdb.Change{ID: 1, VoucherID: 11, AddStock: 4, EndsAt: newEnd, ExpireAt: newEnd.Add(rdb.KeysOutliveSale)})
+		_, _, err := s.ApplyChange(ctx, rdb.Change{ID: 1, VoucherID: 11, AddStock: 4, EndsAt: newEnd, ExpireAt: newEnd.Add(rdb.KeysOutliveSale)})
 		require.NoError(t, err)
 	}
 	requireStock(t, s, 11, 12)

@@ -623,34 +623,6 @@ func (s *Store) InFlight(ctx context.Context, v int64) (bool, error) {
 	return false, nil
 }
 
-// SetPaused pauses or resumes voucher v's admissions, in every bucket.
-// found is false when Redis does not hold the voucher: nothing is written
-// then (a hash with a paused field alone would be no voucher; reconcile
-// rebuilds it whole), nor in a bucket Redis lost.
-func (s *Store) SetPaused(ctx context.Context, v int64, paused bool) (found bool, err error) {
-	buckets, err := s.bucketsOfVoucher(ctx, v)
-	if err != nil {
-		return false, err
-	}
-	for _, b := range buckets {
-		n, err := s.c.Exists(ctx, b.key()).Result()
-		if err != nil {
-			return found, err
-		}
-		if n == 0 {
-			continue
-		}
-		if err := s.c.HSet(ctx, b.key(), "paused", bit(paused)).Err(); err != nil {
-			return found, fmt.Errorf("pause voucher %d: %w", v, err)
-		}
-		found = true
-	}
-	if !found {
-		return false, nil
-	}
-	return true, s.waitWritten(ctx, partitionsOf(buckets)...)
-}
-
 func partitionsOf(buckets []bucket) []int {
 	ps := make([]int, len(buckets))
 	for i, b := range buckets {
@@ -666,17 +638,23 @@ type Change struct {
 	AddStock  int64
 	EndsAt    time.Time // zero: unchanged
 	ExpireAt  time.Time // the keys' new expiry, with EndsAt
+	Paused    *bool     // nil: unchanged
 }
 
 // ApplyChange applies c to Redis exactly once (change.lua) in each of the
-// voucher's buckets: the new end to all, the added stock to bucket 0 (a
-// dry bucket takes its share from there, buckets.go). applied reports
-// whether this call applied it anywhere; a call after a crash half way
-// applies it where it is missing.
-func (s *Store) ApplyChange(ctx context.Context, c Change) (applied bool, err error) {
+// voucher's buckets: the new end and the pause to all, the added stock to
+// bucket 0 (a dry bucket takes its share from there, buckets.go). applied
+// reports whether this call applied it anywhere; a call after a crash half
+// way applies it where it is missing. found is false when Redis holds no
+// bucket of the voucher: nothing was written.
+func (s *Store) ApplyChange(ctx context.Context, c Change) (applied, found bool, err error) {
 	buckets, err := s.bucketsOfVoucher(ctx, c.VoucherID)
 	if err != nil {
-		return false, err
+		return false, false, err
+	}
+	paused := -1
+	if c.Paused != nil {
+		paused = bit(*c.Paused)
 	}
 	for _, b := range buckets {
 		add := c.AddStock
@@ -684,11 +662,63 @@ func (s *Store) ApplyChange(ctx context.Context, c Change) (applied bool, err er
 			add = 0
 		}
 		keys := []string{b.key(), b.changes(), b.released(), b.pool()}
-		n, err := lua.Change.Run(ctx, s.c, keys, c.ID, add, unixMs(c.EndsAt), unixS(c.ExpireAt)).Int64()
+		n, err := lua.Change.Run(ctx, s.c, keys, c.ID, add, unixMs(c.EndsAt), unixS(c.ExpireAt), paused).Int64()
 		if err != nil {
-			return applied, fmt.Errorf("apply change %d of voucher %d: %w", c.ID, c.VoucherID, err)
+			return applied, found, fmt.Errorf("apply change %d of voucher %d: %w", c.ID, c.VoucherID, err)
 		}
 		applied = applied || n == 1
+		found = found || n >= 0
 	}
-	return applied, s.waitWritten(ctx, partitionsOf(buckets)...)
+	if !found {
+		return false, false, nil
+	}
+	return applied, true, s.waitWritten(ctx, partitionsOf(buckets)...)
+}
+
+// CreateVoucher puts v in Redis unless Redis holds it already: each
+// bucket is written once (WATCH on its hash: a second writer, or a bucket
+// written before a crash, is left as it is), bucket 0 last, so a voucher
+// that exists for a gateway exists whole, and claims admitted meanwhile
+// are never undone. changes are the voucher's changes v already reflects
+// (MySQL's, read with v): they go in every bucket's set of changes applied,
+// so change.lua never applies them again. created reports whether bucket 0
+// was written now.
+func (s *Store) CreateVoucher(ctx context.Context, v Voucher, changes []int64) (created bool, err error) {
+	if err := v.checkBuckets(); err != nil {
+		return false, err
+	}
+	n := max(v.Buckets, 1)
+	for k := n - 1; k >= 0; k-- {
+		b := s.bucketOf(v.ID, k)
+		err := s.c.Watch(ctx, func(tx *redis.Tx) error {
+			exists, err := tx.Exists(ctx, b.key()).Result()
+			if err != nil || exists == 1 {
+				return err
+			}
+			_, err = tx.TxPipelined(ctx, func(pipe redis.Pipeliner) error {
+				s.putVoucherHash(ctx, pipe, b, v)
+				if len(changes) > 0 {
+					members := make([]any, len(changes))
+					for i, id := range changes {
+						members[i] = id
+					}
+					pipe.SAdd(ctx, b.changes(), members...)
+					expire(ctx, pipe, b.changes(), v.ExpireAt)
+				}
+				return nil
+			})
+			if err == nil && k == 0 {
+				created = true
+			}
+			return err
+		}, b.key())
+		if errors.Is(err, redis.TxFailedErr) {
+			continue // another writer wrote it first: it exists
+		}
+		if err != nil {
+			return false, fmt.Errorf("create voucher %d bucket %d: %w", v.ID, k, err)
+		}
+	}
+	s.buckets.Store(v.ID, n)
+	return created, s.waitWritten(ctx, s.VoucherPartitions(v.ID, n)...)
 }

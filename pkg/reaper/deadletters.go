@@ -55,7 +55,7 @@ func (r *Reaper) RequeueDeadLetters(ctx context.Context, p int, ids ...string) (
 		if !errors.Is(err, db.ErrNotFound) {
 			return out, err
 		}
-		if err := r.worker.Handle(ctx, []rdb.Entry{d.Entry}); err != nil {
+		if err := r.orders.Handle(ctx, []rdb.Entry{d.Entry}); err != nil {
 			return out, fmt.Errorf("requeue %s: %w", d.DeadID, err)
 		}
 		if o, err = r.db.Order(ctx, d.Entry.Order.ID); err != nil {

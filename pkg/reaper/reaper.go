@@ -22,14 +22,15 @@ import (
 	"github.com/flashsale/flashsale/pkg/backoff"
 	"github.com/flashsale/flashsale/pkg/db"
 	"github.com/flashsale/flashsale/pkg/rdb"
-	"github.com/flashsale/flashsale/pkg/worker"
+	"github.com/flashsale/flashsale/pkg/settle"
 )
 
 // Config of the reaper. Zero values take the defaults.
 type Config struct {
-	// Worker configures how claimed entries are processed: the same code
-	// and settings as a worker (batch size, claim min-idle, consumer name).
-	worker.Config
+	// Config configures how claimed entries are processed: the same code
+	// (settle.Orders) and settings as a worker (batch size, claim
+	// min-idle, consumer name).
+	settle.Config
 	// MaxDeliveries: an entry delivered more often goes to the dead-letter
 	// stream, its order recorded as failed. Default 10.
 	MaxDeliveries int64 `envconfig:"FLASHSALE_MAX_DELIVERIES" default:"10"`
@@ -123,7 +124,7 @@ type Reaper struct {
 	cfg     Config
 	redis   *rdb.Store
 	db      *db.Store
-	worker  *worker.Worker
+	orders  *settle.Orders
 	log     *zap.Logger
 	now     func() time.Time
 	audit   *zap.Logger
@@ -163,13 +164,13 @@ func New(cfg Config, r *rdb.Store, d *db.Store, log *zap.Logger, opts ...Option)
 	for _, opt := range opts {
 		opt(&o)
 	}
-	w, err := worker.New(cfg.Config, r, d, log, worker.WithRegistry(o.reg), worker.WithAudit(o.audit))
-	if err != nil {
-		return nil, err
+	if cfg.Consumer == "" {
+		return nil, errors.New("reaper: consumer name is empty")
 	}
 	o.reg.MustRegister(rdb.NewStreamCollector(r).ExportedBy(cfg.Consumer))
-	return &Reaper{cfg: cfg, redis: r, db: d, worker: w, now: o.now, audit: o.audit, metrics: newMetrics(o.reg),
-		log: log.Named("reaper").With(zap.String("consumer", cfg.Consumer))}, nil
+	log = log.Named("reaper").With(zap.String("consumer", cfg.Consumer))
+	return &Reaper{cfg: cfg, redis: r, db: d, orders: settle.NewOrders(cfg.Config, r, d, log, o.audit, o.reg),
+		now: o.now, audit: o.audit, metrics: newMetrics(o.reg), log: log}, nil
 }
 
 // Pass is what one pass did.

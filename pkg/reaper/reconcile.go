@@ -99,7 +99,7 @@ func reconcileVoucher(ctx context.Context, r *rdb.Store, d *db.Store, v db.Vouch
 	}
 
 	want := rdb.VoucherState{Found: true, Users: map[string]int64{}, Days: map[string]map[string]int64{}}
-	want.Voucher = v.Admission(v.Stock)
+	want.Voucher = settle.Admission(v, v.Stock)
 	// Per-day counts exist only for vouchers with a daily limit (admit.lua).
 	daily := v.PerUserDailyLimit > 0
 	// Counts are of units: an order of quantity n counts n.
@@ -171,11 +171,7 @@ func reconcileVoucher(ctx context.Context, r *rdb.Store, d *db.Store, v db.Vouch
 	}
 
 	if repair && len(check.Differences) > 0 {
-		changes, err := d.ChangeIDs(ctx, v.ID)
-		if err != nil {
-			return check, err
-		}
-		if err := r.RewriteVoucher(ctx, want, released, changes); err != nil {
+		if err := settle.Rebuild(ctx, r, d, want); err != nil {
 			return check, err
 		}
 		check.Repaired = true

@@ -51,7 +51,7 @@ func (r *Reaper) reclaim(ctx context.Context, p int, pass *Pass) error {
 			}
 		}
 		// The same code as a worker's batch: idempotent, ack after commit.
-		if err := r.worker.Handle(ctx, fresh); err != nil {
+		if err := r.orders.Handle(ctx, fresh); err != nil {
 			return fmt.Errorf("partition %d: %w", p, err)
 		}
 		pass.Claimed += len(fresh)
@@ -77,7 +77,7 @@ func (r *Reaper) reclaim(ctx context.Context, p int, pass *Pass) error {
 // ordinary attempt, and the dead-letter stream (with a recorded failure and
 // its unit given back) only if that fails while MySQL accepts writes.
 func (r *Reaper) retire(ctx context.Context, e rdb.Entry, n int64) (deadLettered bool, err error) {
-	lastErr := r.worker.Handle(ctx, []rdb.Entry{e})
+	lastErr := r.orders.Handle(ctx, []rdb.Entry{e})
 	if lastErr == nil {
 		return false, nil
 	}
@@ -85,7 +85,7 @@ func (r *Reaper) retire(ctx context.Context, e rdb.Entry, n int64) (deadLettered
 		return false, fmt.Errorf("entry %s delivered %d times waits: mysql refuses writes: %w", e.StreamID, n, err)
 	}
 	reason := fmt.Sprintf("delivered %d times; last error: %v", n, lastErr)
-	if err := r.worker.DeadLetter(ctx, e, reason); err != nil {
+	if err := r.orders.DeadLetter(ctx, e, reason); err != nil {
 		return false, err
 	}
 	return true, nil

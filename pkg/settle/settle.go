@@ -1,28 +1,62 @@
-// Package settle is the one place where a unit goes back to Redis.
+// Package settle is the one place between MySQL and Redis: pkg/db and
+// pkg/rdb do not know each other, and every write that must reach both
+// goes through here, by one protocol:
+//
+//  1. record it in MySQL, in the transaction that makes it true there: a
+//     row of releases (a unit given back) or of voucher_changes (a
+//     voucher's creation, a pause or resume, a top-up, a new end);
+//  2. apply it to Redis once: release.lua ignores an order released
+//     before, change.lua a change applied before (and keeps the latest
+//     end and pause whatever the order), a creation writes each bucket
+//     only if it is not there;
+//  3. mark the row applied in MySQL.
+//
+// A crash (or Redis down) between 1 and 3 leaves the row owed, and the
+// reaper applies what is owed (Owed); nothing is applied twice and
+// nothing reaches Redis that MySQL did not record. The gateway, the
+// workers, the reaper and reconcile all call here.
 //
 // A unit is given back only for an order MySQL has recorded as failed or
-// cancelled: that transaction also wrote the order's row of releases, and
-// only pkg/db hands out a db.Release, built from such a row (an Outcome of
-// a failed order, RecordFailed, CancelExpired, OwedReleases). Giving it
-// back is two steps, in this order: release.lua (which ignores an order it
-// released before, so a retry is harmless), then marking the row done in
-// MySQL. A crash between them leaves the row owed, and the reaper settles
-// it again; nothing is given back twice and nothing is given back that
-// MySQL did not record. The worker, the reaper and reconcile all call here.
-//
-// An operator's change of a voucher (more stock, a new end) reaches Redis
-// the same way: recorded in voucher_changes with the change itself, then
-// change.lua (once per change id), then marked applied.
+// cancelled: only pkg/db hands out a db.Release, built from such a row.
 package settle
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
 	"github.com/flashsale/flashsale/pkg/db"
 	"github.com/flashsale/flashsale/pkg/rdb"
 )
+
+// Admission is MySQL's voucher v as Redis admits it, with stock units
+// left to admit: the one conversion between the stores' vouchers (the
+// creation, reconcile's rebuild, tests). A pool's Items are the caller's
+// to fill.
+func Admission(v db.Voucher, stock int64) rdb.Voucher {
+	a := rdb.Voucher{ID: v.ID, Stock: stock, PerUserLimit: v.PerUserLimit, PerUserDailyLimit: v.PerUserDailyLimit,
+		Pooled: v.Traits().Pooled, Paused: v.Paused, Buckets: max(v.StockBuckets, 1)}
+	if v.StartsAt != nil {
+		a.StartsAt = *v.StartsAt
+	}
+	if v.EndsAt != nil {
+		a.EndsAt = *v.EndsAt
+	}
+	a.ExpireAt = rdb.KeysExpireAt(a.EndsAt, time.Duration(v.PaymentTimeoutSeconds)*time.Second)
+	return a
+}
+
+// change is MySQL's change c as change.lua applies it: the keys' new
+// expiry follows a new end.
+func change(c db.VoucherChange) rdb.Change {
+	out := rdb.Change{ID: c.ID, VoucherID: c.VoucherID, AddStock: c.AddStock, Paused: c.Paused}
+	if c.EndsAt != nil {
+		out.EndsAt = *c.EndsAt
+		out.ExpireAt = rdb.KeysExpireAt(*c.EndsAt, time.Duration(c.PaymentTimeoutSeconds)*time.Second)
+	}
+	return out
+}
 
 // Releases gives Redis back the units of rels and records that in MySQL.
 // It returns how many Redis had not had back before.
@@ -48,13 +82,27 @@ func Releases(ctx context.Context, r *rdb.Store, d *db.Store, rels []db.Release,
 	return given, nil
 }
 
-// Changes applies operators' changes of vouchers to Redis and records
-// that in MySQL. It returns how many Redis had not had before.
+// ErrCreationOwed: a change of a voucher Redis does not hold yet because
+// its creation has not reached Redis; it stays owed and is applied once
+// the creation is (the reaper's Owed does both, in order).
+var ErrCreationOwed = errors.New("the voucher's creation has not reached Redis yet")
+
+// Changes applies voucher changes (creations, pauses and resumes, top-ups,
+// new ends) to Redis, in order, and marks them applied in MySQL. It
+// returns how many Redis had not had before. A change of a voucher whose
+// creation is still owed is left owed (ErrCreationOwed, after the others
+// are marked); one of a voucher Redis lost after its creation is marked
+// (reconcile rebuilds the voucher from MySQL, every change included).
 func Changes(ctx context.Context, r *rdb.Store, d *db.Store, changes []db.VoucherChange, now time.Time) (int, error) {
 	ids := make([]int64, 0, len(changes))
 	applied := 0
+	var waiting error
 	for _, c := range changes {
-		ok, err := r.ApplyChange(ctx, c.Change())
+		ok, err := apply(ctx, r, d, c)
+		if errors.Is(err, ErrCreationOwed) {
+			waiting = fmt.Errorf("change %d of voucher %d: %w", c.ID, c.VoucherID, err)
+			continue
+		}
 		if err != nil {
 			return applied, err
 		}
@@ -66,26 +114,83 @@ func Changes(ctx context.Context, r *rdb.Store, d *db.Store, changes []db.Vouche
 	if err := d.MarkChangesApplied(ctx, ids, now.UTC()); err != nil {
 		return applied, fmt.Errorf("mark %d changes applied: %w", len(ids), err)
 	}
-	return applied, nil
+	return applied, waiting
 }
 
-// Owed settles the changes and releases MySQL still owes Redis, batch at a
-// time, until none is left or limit were settled (limit <= 0: no limit).
-// It returns how many rows it settled.
+// apply applies one change to Redis.
+func apply(ctx context.Context, r *rdb.Store, d *db.Store, c db.VoucherChange) (bool, error) {
+	if c.Creates {
+		return create(ctx, r, d, c.VoucherID)
+	}
+	ok, found, err := r.ApplyChange(ctx, change(c))
+	if err != nil || found {
+		return ok, err
+	}
+	owed, err := d.CreationOwed(ctx, c.VoucherID)
+	if err != nil {
+		return false, err
+	}
+	if owed {
+		return false, ErrCreationOwed
+	}
+	return false, nil
+}
+
+// create puts voucher v in Redis as MySQL has it now (stock, pool, pause,
+// end: every change recorded so far, which Redis then counts as applied),
+// unless Redis holds it already. A voucher no longer in MySQL has nothing
+// to put.
+func create(ctx context.Context, r *rdb.Store, d *db.Store, v int64) (bool, error) {
+	vo, items, changes, err := d.VoucherSnapshot(ctx, v)
+	if errors.Is(err, db.ErrNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("read voucher %d to create it in redis: %w", v, err)
+	}
+	a := Admission(vo, vo.Stock)
+	a.Items = items
+	return r.CreateVoucher(ctx, a, changes)
+}
+
+// Rebuild rewrites a voucher's Redis state with want (reconcile's repair:
+// what MySQL and the streams say Redis should hold) and records in Redis
+// every release and change MySQL has of it as done, so none is applied
+// again. Run it while no claims are admitted (reaper reconcile --repair).
+func Rebuild(ctx context.Context, r *rdb.Store, d *db.Store, want rdb.VoucherState) error {
+	v := want.Voucher.ID
+	released, err := d.ReleasedOrderIDs(ctx, v)
+	if err != nil {
+		return err
+	}
+	changes, err := d.ChangeIDs(ctx, v)
+	if err != nil {
+		return err
+	}
+	return r.RewriteVoucher(ctx, want, released, changes)
+}
+
+// Owed applies the changes and releases MySQL still owes Redis, batch at
+// a time, oldest first, until none is left or limit were settled (limit
+// <= 0: no limit). It returns how many rows it settled. A change that
+// waits for its voucher's creation is passed over, not an error: the
+// creation comes first in the order and is applied in the same pass.
 func Owed(ctx context.Context, r *rdb.Store, d *db.Store, batch, limit int, now func() time.Time) (int, error) {
 	settled := 0
+	var after int64
 	for limit <= 0 || settled < limit {
-		owed, err := d.OwedChanges(ctx, batch)
+		owed, err := d.OwedChanges(ctx, after, batch)
 		if err != nil {
 			return settled, err
 		}
 		if len(owed) == 0 {
 			break
 		}
-		if _, err := Changes(ctx, r, d, owed, now()); err != nil {
+		if _, err := Changes(ctx, r, d, owed, now()); err != nil && !errors.Is(err, ErrCreationOwed) {
 			return settled, err
 		}
 		settled += len(owed)
+		after = owed[len(owed)-1].ID
 	}
 	for limit <= 0 || settled < limit {
 		owed, err := d.OwedReleases(ctx, batch)

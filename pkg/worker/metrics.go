@@ -2,20 +2,9 @@ package worker
 
 import "github.com/prometheus/client_golang/prometheus"
 
-// Order outcomes, the "outcome" label of flashsale_worker_orders_total.
-const (
-	outcomeCreated      = "created"       // persisted (created, or completed), unit taken
-	outcomeFailed       = "failed"        // persisted as failed, reservation released
-	outcomeRedelivered  = "redelivered"   // persisted before: nothing written
-	outcomeDeadLettered = "dead_lettered" // moved to the dead-letter stream
-)
-
+// metrics are the worker loop's own; the orders it persists are counted by
+// settle.Orders (flashsale_worker_batches_total, ..._orders_total, ...).
 type metrics struct {
-	batches                                    prometheus.Counter
-	orders                                     *prometheus.CounterVec
-	batchSize                                  prometheus.Histogram
-	commitSeconds                              prometheus.Histogram
-	created, failed, redelivered, deadLettered prometheus.Counter
 	// retries counts failed attempts at a batch; abandoned counts entries
 	// left to the reaper after MaxAttempts while MySQL accepted writes.
 	retries, abandoned prometheus.Counter
@@ -23,19 +12,6 @@ type metrics struct {
 
 func newMetrics(reg prometheus.Registerer) *metrics {
 	m := &metrics{
-		batches: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "flashsale_worker_batches_total", Help: "Batches persisted and acknowledged.",
-		}),
-		orders: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "flashsale_worker_orders_total", Help: "Orders handled, by outcome.",
-		}, []string{"outcome"}),
-		batchSize: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name: "flashsale_worker_batch_size", Help: "Entries per batch.", Buckets: []float64{1, 2, 5, 10, 20, 50, 100, 200, 500, 1000},
-		}),
-		commitSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name: "flashsale_worker_commit_duration_seconds", Help: "Time to persist one batch in MySQL (one transaction).",
-			Buckets: []float64{.0005, .001, .002, .005, .01, .025, .05, .1, .25, .5, 1, 2.5},
-		}),
 		retries: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "flashsale_worker_batch_retries_total", Help: "Failed attempts at a batch (each is retried; none fails an order).",
 		}),
@@ -43,10 +19,6 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "flashsale_worker_entries_abandoned_total", Help: "Entries left to the reaper after FLASHSALE_WORKER_MAX_ATTEMPTS while MySQL accepted writes.",
 		}),
 	}
-	reg.MustRegister(m.batches, m.orders, m.batchSize, m.commitSeconds, m.retries, m.abandoned)
-	m.created = m.orders.WithLabelValues(outcomeCreated)
-	m.failed = m.orders.WithLabelValues(outcomeFailed)
-	m.redelivered = m.orders.WithLabelValues(outcomeRedelivered)
-	m.deadLettered = m.orders.WithLabelValues(outcomeDeadLettered)
+	reg.MustRegister(m.retries, m.abandoned)
 	return m
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/flashsale/flashsale/pkg/internal/testsrv"
 	"github.com/flashsale/flashsale/pkg/order"
 	"github.com/flashsale/flashsale/pkg/rdb"
+	"github.com/flashsale/flashsale/pkg/settle"
 	schema "github.com/flashsale/flashsale/sql"
 )
 
@@ -90,13 +91,15 @@ func (e *Env) seed(t testing.TB, v db.Voucher, redisStock int64, items []order.I
 	if v.CreatedAt.IsZero() {
 		v.CreatedAt = time.Now().UTC().Truncate(time.Millisecond)
 	}
-	require.NoError(t, e.DB.CreateVoucher(ctx, &v, items))
+	ch, err := e.DB.CreateVoucher(ctx, &v, items, v.CreatedAt)
+	require.NoError(t, err)
 	if redisStock < 0 {
 		redisStock = v.Stock
 	}
-	a := v.Admission(redisStock)
+	a := settle.Admission(v, redisStock)
 	a.Items = items
 	require.NoError(t, e.RDB.PutVoucher(ctx, a))
+	require.NoError(t, e.DB.MarkChangesApplied(ctx, []int64{ch.ID}, v.CreatedAt), "the creation reached Redis")
 	return v
 }
 

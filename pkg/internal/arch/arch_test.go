@@ -1,0 +1,127 @@
+package arch_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"go/ast"
+	"go/importer"
+	"go/parser"
+	"go/token"
+	"go/types"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+const module = "github.com/flashsale/flashsale/"
+
+type pkg struct {
+	ImportPath string
+	Dir        string
+	GoFiles    []string
+	Imports    []string
+	Deps       []string
+	Export     string
+}
+
+// list runs go list -json -deps -export over the module's code (tests
+// excluded: what ships).
+func list(t *testing.T) map[string]*pkg {
+	t.Helper()
+	cmd := exec.Command("go", "list", "-json", "-deps", "-export", "../../../pkg/...", "../../../cmd/...")
+	var out, errOut bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	require.NoError(t, cmd.Run(), errOut.String())
+	pkgs := map[string]*pkg{}
+	dec := json.NewDecoder(&out)
+	for {
+		var p pkg
+		err := dec.Decode(&p)
+		if err == io.EOF {
+			break
+		}
+		require.NoError(t, err)
+		pkgs[p.ImportPath] = &p
+	}
+	return pkgs
+}
+
+// The stores are siblings and settle alone ties them: pkg/db and pkg/rdb
+// do not import each other (nor through another package), and the reaper
+// processes entries through pkg/settle, not through the worker.
+func TestStoresAreSiblings(t *testing.T) {
+	pkgs := list(t)
+	never := map[string][]string{
+		"pkg/db":     {"pkg/rdb", "pkg/settle"},
+		"pkg/rdb":    {"pkg/db", "pkg/settle"},
+		"pkg/reaper": {"pkg/worker"},
+		"pkg/worker": {"pkg/reaper"},
+		"pkg/sale":   {"pkg/db", "pkg/rdb"},
+		"pkg/order":  {"pkg/db", "pkg/rdb"},
+	}
+	for from, tos := range never {
+		p := pkgs[module+from]
+		require.NotNil(t, p, from)
+		for _, to := range tos {
+			require.NotContains(t, p.Deps, module+to, "%s must not depend on %s", from, to)
+		}
+	}
+}
+
+// Every write that follows MySQL into Redis is a function of pkg/settle:
+// outside it, no shipped package calls the Redis writes that apply what
+// MySQL recorded, nor marks them applied in MySQL. (Test helpers under
+// pkg/internal seed both stores directly.)
+func TestOnlySettleWritesWhatMySQLRecorded(t *testing.T) {
+	pkgs := list(t)
+	guarded := map[string][]string{
+		module + "pkg/rdb.Store": {"ApplyChange", "CreateVoucher", "PutVoucher", "Release", "RewriteVoucher"},
+		module + "pkg/db.Store":  {"MarkReleased", "MarkChangesApplied"},
+	}
+	fset := token.NewFileSet()
+	imp := importer.ForCompiler(fset, "gc", func(path string) (io.ReadCloser, error) {
+		p, ok := pkgs[path]
+		if !ok || p.Export == "" {
+			return nil, os.ErrNotExist
+		}
+		return os.Open(p.Export)
+	})
+	checked := 0
+	for path, p := range pkgs {
+		if !strings.HasPrefix(path, module) || strings.HasPrefix(path, module+"pkg/internal/") ||
+			path == module+"pkg/settle" || path == module+"pkg/rdb" || path == module+"pkg/db" {
+			continue
+		}
+		var files []*ast.File
+		for _, f := range p.GoFiles {
+			af, err := parser.ParseFile(fset, filepath.Join(p.Dir, f), nil, 0)
+			require.NoError(t, err)
+			files = append(files, af)
+		}
+		info := &types.Info{Selections: map[*ast.SelectorExpr]*types.Selection{}}
+		_, err := (&types.Config{Importer: imp}).Check(path, fset, files, info)
+		require.NoError(t, err, path)
+		for sel, s := range info.Selections {
+			recv := s.Recv()
+			if ptr, ok := recv.(*types.Pointer); ok {
+				recv = ptr.Elem()
+			}
+			named, ok := recv.(*types.Named)
+			if !ok || named.Obj().Pkg() == nil {
+				continue
+			}
+			name := named.Obj().Pkg().Path() + "." + named.Obj().Name()
+			if slices.Contains(guarded[name], s.Obj().Name()) {
+				t.Errorf("%s calls %s.%s at %s: MySQL → Redis writes go through pkg/settle", path, name, s.Obj().Name(), fset.Position(sel.Pos()))
+			}
+		}
+		checked++
+	}
+	require.Greater(t, checked, 5, "the roles' packages were checked")
+}

@@ -1,0 +1,81 @@
+package settle
+
+import (
+	"cmp"
+	"fmt"
+	"time"
+
+	"github.com/flashsale/flashsale/pkg/backoff"
+)
+
+// Defaults of Config: one constant per field, used when the field is zero.
+const (
+	BatchSizeDefault    = 100
+	BlockDefault        = time.Second
+	DrainTimeoutDefault = 10 * time.Second
+	RetryBackoffDefault = 100 * time.Millisecond
+	ClaimMinIdleDefault = 30 * time.Second
+	MaxAttemptsDefault  = 10
+	maxBatchSize        = 10_000
+)
+
+// Config tunes a worker. Zero values take the defaults; Validate refuses
+// values that are set but wrong.
+type Config struct {
+	// BatchSize is the most entries read, and persisted in one transaction,
+	// at a time per partition (XREADGROUP COUNT). Default 100.
+	BatchSize int `envconfig:"FLASHSALE_WORKER_BATCH_SIZE" default:"100"`
+	// Block is how long a read waits for new entries (XREADGROUP BLOCK); it
+	// also bounds how long shutdown waits for a read. Default 1s.
+	Block time.Duration `envconfig:"FLASHSALE_WORKER_BLOCK" default:"1s"`
+	// Consumer names this process in the group. Default: the host name.
+	Consumer string `envconfig:"FLASHSALE_CONSUMER_NAME"`
+	// DrainTimeout bounds finishing the batch in hand after shutdown begins.
+	DrainTimeout time.Duration `envconfig:"FLASHSALE_WORKER_DRAIN_TIMEOUT" default:"10s"`
+	// RetryBackoff is the first pause after a failure; it doubles up to 5s.
+	RetryBackoff time.Duration `envconfig:"FLASHSALE_WORKER_RETRY_BACKOFF" default:"100ms"`
+	// ClaimMinIdle is how long an entry may sit unacknowledged before the
+	// reaper takes it over. A worker renews its hold on the batch in hand
+	// every third of it. Default 30s.
+	ClaimMinIdle time.Duration `envconfig:"FLASHSALE_CLAIM_MIN_IDLE" default:"30s"`
+	// MaxAttempts bounds the attempts at one batch while MySQL accepts
+	// writes. A batch still failing then is tried entry by entry, and an
+	// entry failing alone is left to the reaper (its delivery count and
+	// FLASHSALE_MAX_DELIVERIES). While MySQL refuses writes (read-only,
+	// disk full, down) attempts go on without bound. Default 10.
+	MaxAttempts int `envconfig:"FLASHSALE_WORKER_MAX_ATTEMPTS" default:"10"`
+}
+
+// SetDefaults fills the zero fields with the defaults.
+func (c *Config) SetDefaults() {
+	c.BatchSize = cmp.Or(c.BatchSize, BatchSizeDefault)
+	c.Block = cmp.Or(c.Block, BlockDefault)
+	c.DrainTimeout = cmp.Or(c.DrainTimeout, DrainTimeoutDefault)
+	c.RetryBackoff = cmp.Or(c.RetryBackoff, RetryBackoffDefault)
+	c.ClaimMinIdle = cmp.Or(c.ClaimMinIdle, ClaimMinIdleDefault)
+	c.MaxAttempts = cmp.Or(c.MaxAttempts, MaxAttemptsDefault)
+}
+
+// Validate reports the first wrong value, naming its variable. Call it
+// after SetDefaults.
+func (c *Config) Validate() error {
+	switch {
+	case c.BatchSize < 1 || c.BatchSize > maxBatchSize:
+		return fmt.Errorf("FLASHSALE_WORKER_BATCH_SIZE must be 1..%d, got %d", maxBatchSize, c.BatchSize)
+	case c.Block < time.Millisecond:
+		return fmt.Errorf("FLASHSALE_WORKER_BLOCK must be at least 1ms, got %s", c.Block)
+	case c.DrainTimeout <= 0:
+		return fmt.Errorf("FLASHSALE_WORKER_DRAIN_TIMEOUT must be positive, got %s", c.DrainTimeout)
+	case c.RetryBackoff <= 0 || c.RetryBackoff > backoff.MaxDefault:
+		return fmt.Errorf("FLASHSALE_WORKER_RETRY_BACKOFF must be in (0, %s], got %s", backoff.MaxDefault, c.RetryBackoff)
+	case c.ClaimMinIdle < 3*time.Millisecond:
+		return fmt.Errorf("FLASHSALE_CLAIM_MIN_IDLE must be at least 3ms, got %s", c.ClaimMinIdle)
+	case c.Block >= c.ClaimMinIdle/3:
+		// A read blocking longer than a lease renewal period would let
+		// the reaper take over entries a live worker holds.
+		return fmt.Errorf("FLASHSALE_WORKER_BLOCK (%s) must be below a third of FLASHSALE_CLAIM_MIN_IDLE (%s)", c.Block, c.ClaimMinIdle)
+	case c.MaxAttempts < 1:
+		return fmt.Errorf("FLASHSALE_WORKER_MAX_ATTEMPTS must be at least 1, got %d", c.MaxAttempts)
+	}
+	return nil
+}

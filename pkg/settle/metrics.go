@@ -1,0 +1,48 @@
+package settle
+
+import "github.com/prometheus/client_golang/prometheus"
+
+// Order outcomes, the "outcome" label of flashsale_worker_orders_total.
+const (
+	outcomeCreated      = "created"       // persisted (created, or completed), unit taken
+	outcomeFailed       = "failed"        // persisted as failed, reservation released
+	outcomeRedelivered  = "redelivered"   // persisted before: nothing written
+	outcomeDeadLettered = "dead_lettered" // moved to the dead-letter stream
+)
+
+// ordersMetrics count what Orders persisted, in the worker or the reaper
+// (their names are the worker's: dashboards and alerts read them).
+type ordersMetrics struct {
+	batches                                    prometheus.Counter
+	orders                                     *prometheus.CounterVec
+	batchSize                                  prometheus.Histogram
+	commitSeconds                              prometheus.Histogram
+	created, failed, redelivered, deadLettered prometheus.Counter
+}
+
+func newOrdersMetrics(reg prometheus.Registerer) *ordersMetrics {
+	m := &ordersMetrics{
+		batches: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "flashsale_worker_batches_total", Help: "Batches persisted and acknowledged.",
+		}),
+		orders: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "flashsale_worker_orders_total", Help: "Orders handled, by outcome.",
+		}, []string{"outcome"}),
+		batchSize: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "flashsale_worker_batch_size", Help: "Entries per batch.", Buckets: []float64{1, 2, 5, 10, 20, 50, 100, 200, 500, 1000},
+		}),
+		commitSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "flashsale_worker_commit_duration_seconds", Help: "Time to persist one batch in MySQL (one transaction).",
+			Buckets: []float64{.0005, .001, .002, .005, .01, .025, .05, .1, .25, .5, 1, 2.5},
+		}),
+	}
+	if reg == nil {
+		reg = prometheus.NewRegistry()
+	}
+	reg.MustRegister(m.batches, m.orders, m.batchSize, m.commitSeconds)
+	m.created = m.orders.WithLabelValues(outcomeCreated)
+	m.failed = m.orders.WithLabelValues(outcomeFailed)
+	m.redelivered = m.orders.WithLabelValues(outcomeRedelivered)
+	m.deadLettered = m.orders.WithLabelValues(outcomeDeadLettered)
+	return m
+}
