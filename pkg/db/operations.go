@@ -165,8 +165,8 @@ func (s *Store) RecordPayment(ctx context.Context, id int64, paymentID string, n
 	return p, err
 }
 
-// ErrNotToppable: stock can be added only to a voucher of units (a pool's
-// items are fixed when it is created).
+// ErrNotToppable: stock can be added only to a kind that allows it
+// (sale.Traits.ToppedUp: a pool's items are fixed when it is created).
 var ErrNotToppable = errors.New("stock can be added only to a voucher of units")
 
 // VoucherChange is a row of voucher_changes: an operator's change of a
@@ -193,7 +193,7 @@ type VoucherChange struct {
 func (s *Store) ChangeVoucher(ctx context.Context, id, addStock int64, endsAt *time.Time, now time.Time) (Voucher, VoucherChange, error) {
 	ch := VoucherChange{VoucherID: id, AddStock: addStock, EndsAt: endsAt, CreatedAt: now}
 	return s.change(ctx, id, ch, func(_ *gorm.DB, v *Voucher, updates map[string]any) error {
-		if addStock > 0 && v.Traits().Pooled {
+		if addStock > 0 && !v.Traits().ToppedUp {
 			return ErrNotToppable
 		}
 		if addStock > 0 {

@@ -158,7 +158,7 @@ func (req createVoucherRequest) voucher(now time.Time, rnd *rand.Rand) (db.Vouch
 	if err != nil {
 		return v, nil, badRequest("invalid_field", "kind must be one of "+strings.Join(sale.Names(), ", "))
 	}
-	plan, err := kind.Plan(req.Spec, rnd)
+	plan, err := sale.Prepare(kind, req.Spec, rnd)
 	var fe *sale.FieldError
 	switch {
 	case errors.As(err, &fe) && fe.Missing:
@@ -173,7 +173,7 @@ func (req createVoucherRequest) voucher(now time.Time, rnd *rand.Rand) (db.Vouch
 	if err != nil {
 		return v, nil, err
 	}
-	if buckets > 1 && kind.Traits().Pooled {
+	if buckets > 1 && !kind.Traits().Spread {
 		return v, nil, badRequest("invalid_field", "stock_buckets must be 1 for a "+kind.Name()+" voucher: only a count of units is spread over buckets")
 	}
 	v.StockBuckets = int(buckets)
@@ -284,7 +284,7 @@ func (g *Gateway) getVoucher(w http.ResponseWriter, r *http.Request) {
 		g.fail(w, r, err)
 		return
 	}
-	if v.TotalAmount > 0 {
+	if v.Traits().Amounts {
 		a, err := g.db.VoucherAmounts(ctx, id)
 		if err != nil {
 			g.fail(w, r, err)

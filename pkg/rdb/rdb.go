@@ -159,8 +159,8 @@ func (s *Store) eachBucketTx(ctx context.Context, v Voucher, fill func(pipe redi
 }
 
 func (v Voucher) checkBuckets() error {
-	if v.Buckets < 0 || v.Buckets > MaxBuckets || (v.Pooled && v.Buckets > 1) {
-		return fmt.Errorf("voucher %d: %d buckets (1..%d, and 1 for a pool)", v.ID, v.Buckets, MaxBuckets)
+	if v.Buckets < 0 || v.Buckets > MaxBuckets {
+		return fmt.Errorf("voucher %d: %d buckets (1..%d)", v.ID, v.Buckets, MaxBuckets)
 	}
 	return nil
 }

@@ -16,13 +16,11 @@ type codes struct{}
 
 func init() { register(codes{}) }
 
-func (codes) Name() string   { return "codes" }
-func (codes) Traits() Traits { return Traits{Pooled: true} }
+func (codes) Name() string     { return "codes" }
+func (codes) Traits() Traits   { return Traits{Pooled: true} }
+func (codes) Fields() []string { return []string{"codes"} }
 
 func (codes) Plan(s Spec, _ *rand.Rand) (Plan, error) {
-	if err := notFor("codes", s, "stock", "total_amount", "count", "min_amount"); err != nil {
-		return Plan{}, err
-	}
 	if s.Codes == nil {
 		return Plan{}, missing("codes")
 	}

@@ -22,13 +22,13 @@ type envelope struct{}
 
 func init() { register(envelope{}) }
 
-func (envelope) Name() string   { return "envelope" }
-func (envelope) Traits() Traits { return Traits{Pooled: true, NoPayment: true, RefundsAtEnd: true} }
+func (envelope) Name() string { return "envelope" }
+func (envelope) Traits() Traits {
+	return Traits{Pooled: true, NoPayment: true, RefundsAtEnd: true, Amounts: true}
+}
+func (envelope) Fields() []string { return []string{"total_amount", "count", "min_amount"} }
 
 func (envelope) Plan(s Spec, rnd *rand.Rand) (Plan, error) {
-	if err := notFor("envelope", s, "stock", "codes"); err != nil {
-		return Plan{}, err
-	}
 	total, err := bounded("total_amount", s.TotalAmount, 1, MaxTotalAmount)
 	if err != nil {
 		return Plan{}, err

@@ -12,6 +12,7 @@ package sale
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"slices"
 	"strconv"
@@ -30,6 +31,15 @@ type Traits struct {
 	// RefundsAtEnd: when the sale is over, what nobody took is refunded to
 	// the sender, once (the reaper's refunder).
 	RefundsAtEnd bool
+	// Spread: its stock may be spread over Redis buckets (stock_buckets >
+	// 1): a count can be split, a pool of distinct items is one list.
+	Spread bool
+	// ToppedUp: stock may be added while it is on sale (a pool's items are
+	// fixed when it is created).
+	ToppedUp bool
+	// Amounts: its items carry amounts of money (remaining and refunded
+	// amounts are reported, and conserved).
+	Amounts bool
 }
 
 // Kind is one kind of sale.
@@ -37,14 +47,31 @@ type Kind interface {
 	// Name is the kind's word in the API and in vouchers.kind.
 	Name() string
 	Traits() Traits
+	// Fields are the JSON names of the fields of Spec this kind takes;
+	// Prepare refuses the others.
+	Fields() []string
 	// Plan checks a creation request's fields of this kind and returns
 	// what goes on sale. rnd draws anything random (envelope amounts).
 	Plan(s Spec, rnd *rand.Rand) (Plan, error)
 }
 
+// Prepare plans a voucher of kind k from s: a field of another kind is
+// refused (told, rather than silently lost), then k plans it.
+func Prepare(k Kind, s Spec, rnd *rand.Rand) (Plan, error) {
+	present := map[string]bool{"stock": s.Stock != nil, "total_amount": s.TotalAmount != nil,
+		"count": s.Count != nil, "min_amount": s.MinAmount != nil, "codes": s.Codes != nil}
+	for _, f := range slices.Sorted(maps.Keys(present)) {
+		if present[f] && !slices.Contains(k.Fields(), f) {
+			return Plan{}, invalid(f, "%s is not a field of a %s voucher", f, k.Name())
+		}
+	}
+	return k.Plan(s, rnd)
+}
+
 // Spec is the part of a voucher's creation request that differs by kind,
 // with its JSON names (the gateway embeds it in the request, so a kind's
-// new field is added here). A field the kind does not use must be absent.
+// new field is added here, and to Prepare's list). A field the kind does
+// not take (Kind.Fields) must be absent.
 type Spec struct {
 	Stock       *int64   `json:"stock"`
 	TotalAmount *int64   `json:"total_amount"`
@@ -76,19 +103,6 @@ func missing(field string) error {
 
 func invalid(field, format string, args ...any) error {
 	return &FieldError{Field: field, Msg: fmt.Sprintf(format, args...)}
-}
-
-// notFor refuses the fields of other kinds, so a request that mixes kinds
-// is told so instead of silently losing a field.
-func notFor(kind string, s Spec, fields ...string) error {
-	present := map[string]bool{"stock": s.Stock != nil, "total_amount": s.TotalAmount != nil,
-		"count": s.Count != nil, "min_amount": s.MinAmount != nil, "codes": s.Codes != nil}
-	for _, f := range fields {
-		if present[f] {
-			return invalid(f, "%s is not a field of a %s voucher", f, kind)
-		}
-	}
-	return nil
 }
 
 func bounded(field string, v *int64, lo, hi int64) (int64, error) {

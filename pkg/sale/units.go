@@ -12,13 +12,11 @@ type units struct{}
 
 func init() { register(units{}) }
 
-func (units) Name() string   { return "units" }
-func (units) Traits() Traits { return Traits{} }
+func (units) Name() string     { return "units" }
+func (units) Traits() Traits   { return Traits{Spread: true, ToppedUp: true} }
+func (units) Fields() []string { return []string{"stock"} }
 
 func (units) Plan(s Spec, _ *rand.Rand) (Plan, error) {
-	if err := notFor("units", s, "total_amount", "count", "min_amount", "codes"); err != nil {
-		return Plan{}, err
-	}
 	n, err := bounded("stock", s.Stock, 1, MaxStock)
 	return Plan{Stock: n}, err
 }
