@@ -6,7 +6,7 @@
 -- Every key below carries the hash tag {pP}, so the script touches one slot and
 -- runs unchanged on Redis Cluster. The stream of partition P carries the same tag.
 --
--- KEYS[1] -> flashsale:{pP}:v:V            voucher hash: stock, limit, daily, start_ms, end_ms, expire_s, pool, paused,
+-- KEYS[1] -> flashsale:{pP}:v:V            voucher hash, whose fields it reads: stock, limit, daily, start_ms, end_ms, pool, paused,
 --                                          buckets, u:USER -> units user USER holds (all time), and
 --                                          o:USER -> the stream entry ids of USER's admissions, space-separated
 --                                          (the index pending.lua reads a user's pending orders by)
@@ -83,7 +83,7 @@ if #keyed > 0 then
 end
 
 -- The voucher and every user's count and index: one HMGET.
-local fields = {'stock', 'limit', 'daily', 'start_ms', 'end_ms', 'expire_s', 'pool', 'paused', 'buckets'}
+local fields = {'stock', 'limit', 'daily', 'start_ms', 'end_ms', 'pool', 'paused', 'buckets'}
 local slot = {} -- user -> position of its u: field (its o: field follows)
 for i = 1, n do
   local user = arg(i, 0)
@@ -105,11 +105,11 @@ end
 if not v[1] then
   return all({1})
 end
-local buckets = tonumber(v[9]) or 1
+local buckets = tonumber(v[8]) or 1
 if buckets ~= tonumber(ARGV[2]) then
   return all({10, buckets})
 end
-if v[8] == '1' then
+if v[7] == '1' then
   return all({9})
 end
 
@@ -118,7 +118,7 @@ local limit = tonumber(v[2])
 local daily = tonumber(v[3])
 local start_ms = tonumber(v[4])
 local end_ms = tonumber(v[5])
-local pooled = v[7] == '1'
+local pooled = v[6] == '1'
 local held, ids, dirty = {}, {}, {}
 for user, k in pairs(slot) do
   held[user] = tonumber(v[k]) or 0

@@ -1,6 +1,6 @@
--- release.lua: give back the reservation of one admitted order, exactly once.
--- Used when MySQL could not accept an order Redis admitted (and, later, for
--- cancellations). The per-voucher set of released orders makes a second call
+-- release.lua: give back the reservation of one admitted order, exactly once:
+-- an order MySQL could not accept, a cancelled one (by its buyer, or unpaid
+-- in time) or a dead-lettered one (pkg/settle). The per-voucher set of released orders makes a second call
 -- for the same order a no-op, so a caller may retry until it gets an answer.
 --
 -- KEYS[1] -> flashsale:{pP}:v:V            voucher hash (stock, u:USER -> units held)

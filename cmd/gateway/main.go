@@ -29,8 +29,10 @@ type config struct {
 
 func (c *config) Base() app.Common { return c.Common }
 
-// Validate fills the defaults and refuses wrong values before anything is
-// dialled (see app.Main).
+// SetDefaults fills the role's defaults (see app.Main).
+func (c *config) SetDefaults() { c.Config.SetDefaults() }
+
+// Validate refuses wrong values before anything is dialled (see app.Main).
 func (c *config) Validate() error {
 	if err := c.Common.Validate(); err != nil {
 		return err
@@ -41,7 +43,6 @@ func (c *config) Validate() error {
 	case c.SmokeTimeout <= 0:
 		return fmt.Errorf("FLASHSALE_SMOKE_TIMEOUT must be positive, got %s", c.SmokeTimeout)
 	}
-	c.Config.SetDefaults()
 	return c.Config.Validate()
 }
 

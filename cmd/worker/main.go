@@ -18,13 +18,14 @@ type config struct {
 
 func (c *config) Base() app.Common { return c.Common }
 
-// Validate fills the defaults and refuses wrong values before anything is
-// dialled (see app.Main).
+// SetDefaults fills the role's defaults (see app.Main).
+func (c *config) SetDefaults() { c.Config.SetDefaults() }
+
+// Validate refuses wrong values before anything is dialled (see app.Main).
 func (c *config) Validate() error {
 	if err := c.Common.Validate(); err != nil {
 		return err
 	}
-	c.Config.SetDefaults()
 	return c.Config.Validate()
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"net/netip"
 	"time"
 
 	"github.com/flashsale/flashsale/pkg/rdb"
@@ -109,6 +110,10 @@ type Config struct {
 	RedisMinReplicas int `envconfig:"FLASHSALE_REDIS_MIN_REPLICAS" default:"1"`
 	// RedisWaitTimeout bounds the wait for them. Default 100ms.
 	RedisWaitTimeout time.Duration `envconfig:"FLASHSALE_REDIS_WAIT_TIMEOUT" default:"100ms"`
+	// valid is what Validate parsed (time zone, trusted proxies, the key
+	// set's keys), kept so New neither checks nor reads anything twice;
+	// nil until Validate succeeds.
+	valid *validConfig
 }
 
 // Defaults of Config: one constant per field, used when the field is zero.
@@ -157,8 +162,8 @@ func (c *Config) durability() rdb.Durability {
 	return rdb.Durability{Mode: c.RedisDurability, MinReplicas: c.RedisMinReplicas, Timeout: c.RedisWaitTimeout}
 }
 
-// Validate reports the first wrong value, naming its variable. Call it
-// after SetDefaults.
+// Validate reports the first wrong value, naming its variable, and keeps
+// what it parsed for New. Call it after SetDefaults.
 func (c *Config) Validate() error {
 	switch {
 	case c.AdminToken == "":
@@ -213,16 +218,26 @@ func (c *Config) Validate() error {
 	if err := c.durability().Validate(); err != nil {
 		return err
 	}
+	var v validConfig
+	var err error
 	if c.JWTJWKSFile != "" {
-		if _, err := loadJWKS(c.JWTJWKSFile); err != nil {
+		if v.jwks, err = loadJWKS(c.JWTJWKSFile); err != nil {
 			return fmt.Errorf("FLASHSALE_JWT_JWKS_FILE: %w", err)
 		}
 	}
-	if _, err := parsePrefixes(c.TrustedProxies); err != nil {
+	if v.trusted, err = parsePrefixes(c.TrustedProxies); err != nil {
 		return fmt.Errorf("FLASHSALE_TRUSTED_PROXIES: %w", err)
 	}
-	if _, err := time.LoadLocation(c.TimeZone); err != nil {
+	if v.loc, err = time.LoadLocation(c.TimeZone); err != nil {
 		return fmt.Errorf("FLASHSALE_TIMEZONE: %w", err)
 	}
+	c.valid = &v
 	return nil
+}
+
+// validConfig is what Validate parsed of a Config.
+type validConfig struct {
+	loc     *time.Location
+	trusted []netip.Prefix
+	jwks    map[string]jwk
 }

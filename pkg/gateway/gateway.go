@@ -77,19 +77,17 @@ func WithClock(now func() time.Time) Option { return func(g *Gateway) { g.now = 
 func WithRegistry(reg prometheus.Registerer) Option { return func(g *Gateway) { g.reg = reg } }
 
 // New returns a Gateway. The clock is time.Now unless WithClock says otherwise.
+//
+// A cfg the caller validated (SetDefaults, then Validate: the binary does)
+// is used as it is; any other is defaulted and validated here.
 func New(cfg Config, r *rdb.Store, d *db.Store, log *zap.Logger, opts ...Option) (*Gateway, error) {
-	cfg.SetDefaults()
-	if err := cfg.Validate(); err != nil {
-		return nil, err
+	if cfg.valid == nil {
+		cfg.SetDefaults()
+		if err := cfg.Validate(); err != nil {
+			return nil, err
+		}
 	}
-	loc, err := time.LoadLocation(cfg.TimeZone)
-	if err != nil {
-		return nil, err
-	}
-	trusted, err := parsePrefixes(cfg.TrustedProxies)
-	if err != nil {
-		return nil, err
-	}
+	loc, trusted := cfg.valid.loc, cfg.valid.trusted
 	if log == nil {
 		log = zap.NewNop()
 	}
@@ -113,14 +111,8 @@ func New(cfg Config, r *rdb.Store, d *db.Store, log *zap.Logger, opts ...Option)
 		g.batcher = r.NewBatcher(cfg.PipelineWorkers, cfg.PipelineMaxBatch, cfg.ClaimTimeout)
 		g.admit = g.batcher.Admit
 	}
-	var keys map[string]jwk
-	if cfg.JWTJWKSFile != "" {
-		if keys, err = loadJWKS(cfg.JWTJWKSFile); err != nil {
-			return nil, fmt.Errorf("FLASHSALE_JWT_JWKS_FILE: %w", err)
-		}
-	}
 	g.auth = newAuth(authConfig{secret: cfg.JWTSecret, previousSecret: cfg.JWTPreviousSecret, adminToken: cfg.AdminToken,
-		issuer: cfg.JWTIssuer, audience: cfg.JWTAudience, maxLifetime: cfg.JWTMaxLifetime, jwks: keys,
+		issuer: cfg.JWTIssuer, audience: cfg.JWTAudience, maxLifetime: cfg.JWTMaxLifetime, jwks: cfg.valid.jwks,
 		now: func() time.Time { return g.now() }})
 	g.stopSweep = g.sweepLimiters()
 	g.stopHistory = g.sampleHistory(historyEvery)

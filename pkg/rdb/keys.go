@@ -26,7 +26,7 @@ import "strconv"
 // flashsale:{pQ}:v:V:bB, so on a cluster the buckets' slots spread over the
 // masters. A user's claims are always decided in the same bucket
 // (UserBucket), so that user's counts live where they are checked. Units
-// move between buckets (move.lua) when one runs dry.
+// move between buckets (take.lua, then give.lua) when one runs dry.
 
 func partitionPrefix(p int) string { return "flashsale:{p" + strconv.Itoa(p) + "}:" }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -378,4 +379,27 @@ func (s *Store) DeleteDeadLetters(ctx context.Context, p int, ids ...string) err
 		return nil
 	}
 	return s.c.XDel(ctx, DeadKey(p), ids...).Err()
+}
+
+// InFlight reports whether a stream of voucher v (each of its buckets')
+// still holds an entry of it: an order admitted but not yet persisted (nor
+// dead-lettered). The streams hold only such entries, so after a sale they
+// are short.
+func (s *Store) InFlight(ctx context.Context, v int64) (bool, error) {
+	parts, err := s.PartitionsOfVoucher(ctx, v)
+	if err != nil {
+		return false, err
+	}
+	want := formatID(v)
+	found := false
+	for _, p := range parts {
+		err := s.scanStream(ctx, StreamKey(p), func(msgs []redis.XMessage) bool {
+			found = slices.ContainsFunc(msgs, func(m redis.XMessage) bool { id, _ := m.Values["voucher_id"].(string); return id == want })
+			return found
+		})
+		if err != nil || found {
+			return found, err
+		}
+	}
+	return false, nil
 }

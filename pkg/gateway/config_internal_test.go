@@ -1,0 +1,35 @@
+package gateway
+
+import (
+	"crypto/ed25519"
+	"crypto/rand"
+	"encoding/base64"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// The binary validates its configuration once (app.Main: SetDefaults, then
+// Validate) and New uses what Validate parsed: the key set is read once,
+// so New works even once the file is gone; a Config nobody validated is
+// validated by New.
+func TestConfigIsValidatedOnceAndTheKeySetReadOnce(t *testing.T) {
+	pub, _, err := ed25519.GenerateKey(rand.Reader)
+	require.NoError(t, err)
+	path := filepath.Join(t.TempDir(), "jwks.json")
+	require.NoError(t, os.WriteFile(path, []byte(`{"keys":[{"kty":"OKP","crv":"Ed25519","kid":"k1","x":"`+
+		base64.RawURLEncoding.EncodeToString(pub)+`"}]}`), 0o600))
+	cfg := Config{AdminToken: "admin-token-admin-token-admin-token", JWTJWKSFile: path}
+	cfg.SetDefaults()
+	require.NoError(t, cfg.Validate())
+	require.NoError(t, os.Remove(path))
+	g, err := New(cfg, nil, nil, nil)
+	require.NoError(t, err, "New did not read the key set again")
+	t.Cleanup(g.Close)
+	require.Contains(t, g.auth.jwks, "k1")
+
+	_, err = New(Config{AdminToken: cfg.AdminToken, JWTJWKSFile: path}, nil, nil, nil)
+	require.ErrorContains(t, err, "FLASHSALE_JWT_JWKS_FILE", "not validated before: New validates, and reads the file")
+}

@@ -1,0 +1,306 @@
+package rdb
+
+// Admission: claims decided by admit.lua, pipelined and batched per
+// bucket, and a hot voucher's dry bucket refilled.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/flashsale/flashsale/lua"
+	"github.com/flashsale/flashsale/pkg/order"
+)
+
+// Claim is one user's request for one unit of a voucher.
+type Claim struct {
+	VoucherID int64
+	UserID    string
+	// IdempotencyKey, when set, makes a repeated claim return the first
+	// admission instead of taking another unit.
+	IdempotencyKey string
+	IdempotencyTTL time.Duration
+	Now            time.Time
+	// Day is order.Day(Now, sale time zone): the unit of the daily limit.
+	Day string
+	// Quantity is the units claimed, all or nothing (0 means 1).
+	Quantity int64
+}
+
+// Admission is an admitted claim.
+type Admission struct {
+	OrderID int64
+	// Replayed: an earlier admission under the same idempotency key.
+	Replayed bool
+	// Item is what the order took of a pooled voucher (zero for units).
+	Item order.Item
+}
+
+// Admit runs the admission script for c. Rejections are the Err* sentinels.
+func (s *Store) Admit(ctx context.Context, c Claim) (Admission, error) {
+	out, errs, err := s.AdmitMany(ctx, []Claim{c})
+	if err != nil {
+		return Admission{}, err
+	}
+	return out[0], errs[0]
+}
+
+// AdmitMany runs the admission script for every claim in one pipelined
+// round trip (EVALSHA each; a script Redis lost, after a restart, is loaded
+// again and those claims run once more: NOSCRIPT means they did not run).
+// A claim that found its bucket of a hot voucher dry is tried again after
+// a refill (buckets.go). Results and errors align with claims; the error
+// return is the round trip's own.
+func (s *Store) AdmitMany(ctx context.Context, claims []Claim) ([]Admission, []error, error) {
+	out, errs, err := s.admitBatch(ctx, claims)
+	if err != nil {
+		return out, errs, err
+	}
+	// soldOut: the least quantity each hot voucher was found sold out
+	// for, in this batch: a larger claim need not look again.
+	var soldOut map[int64]int64
+	for i, c := range claims {
+		if !errors.Is(errs[i], ErrSoldOut) || s.knownBuckets(c.VoucherID) == 1 {
+			continue
+		}
+		need := max(c.Quantity, 1)
+		if q, ok := soldOut[c.VoucherID]; ok && need >= q {
+			continue
+		}
+		out[i], errs[i] = s.admitFromDry(ctx, c)
+		if errors.Is(errs[i], ErrSoldOut) {
+			if soldOut == nil {
+				soldOut = map[int64]int64{}
+			}
+			soldOut[c.VoucherID] = need
+		}
+	}
+	return out, errs, nil
+}
+
+// dryAttempts bounds how many times a claim refills its dry bucket and
+// runs again before it is answered ErrOverloaded (other claims kept taking
+// the units it brought).
+const dryAttempts = 4
+
+// admitFromDry admits claim c of a hot voucher, whose bucket was dry,
+// after bringing units from the other buckets; ErrSoldOut when the voucher
+// as a whole has fewer units than c asks.
+func (s *Store) admitFromDry(ctx context.Context, c Claim) (Admission, error) {
+	n := s.knownBuckets(c.VoucherID)
+	home, need := UserBucket(c.UserID, n), max(c.Quantity, 1)
+	for range dryAttempts {
+		ok, err := s.refill(ctx, c, n, home, need)
+		if err != nil {
+			return Admission{}, err
+		}
+		if !ok {
+			return Admission{}, ErrSoldOut
+		}
+		out, errs, err := s.admitBatch(ctx, []Claim{c})
+		if err != nil {
+			return Admission{}, err
+		}
+		if !errors.Is(errs[0], ErrSoldOut) {
+			return out[0], errs[0]
+		}
+	}
+	return Admission{}, ErrOverloaded
+}
+
+// admitBatch is one pipelined round trip of admissions, and another for
+// the claims that must run again: NOSCRIPT, or routed by the wrong number
+// of buckets. The claims of one bucket travel as one call of admit.lua,
+// which decides them in order (admitCalls).
+func (s *Store) admitBatch(ctx context.Context, claims []Claim) ([]Admission, []error, error) {
+	out, errs := make([]Admission, len(claims)), make([]error, len(claims))
+	pending := make([]int, len(claims))
+	for i := range claims {
+		pending[i] = i
+	}
+	for round := 0; round < 3 && len(pending) > 0; round++ {
+		calls := s.admitCalls(claims, pending)
+		parts := make([]int, len(calls))
+		for j, c := range calls {
+			parts[j] = c.b.p
+		}
+		groups, err := s.admitGroups(ctx, parts)
+		if err != nil {
+			return out, errs, err
+		}
+		cmds := make([]*redis.Cmd, len(calls))
+		unreplicated := make([]error, len(calls))
+		for _, g := range groups {
+			for _, j := range g.js {
+				cmds[j] = lua.Admit.EvalSha(ctx, g.pipe, calls[j].keys, calls[j].args...)
+			}
+			wait := s.queueWait(ctx, g.pipe)
+			_, err := g.pipe.Exec(ctx)
+			if err != nil && !isReplyError(cmds, g.js) {
+				return out, errs, fmt.Errorf("admit pipeline: %w", err)
+			}
+			if werr := s.replicated(wait); werr != nil {
+				for _, j := range g.js {
+					unreplicated[j] = werr
+				}
+			}
+		}
+		var again []int
+		reload := false
+		var replays map[int][]int // partition -> replayed claims, when waiting for replicas
+		if s.durability.waits() {
+			replays = map[int][]int{}
+		}
+		for j, c := range calls {
+			replies, err := cmds[j].Slice()
+			switch {
+			case err != nil && redis.HasErrorPrefix(err, "NOSCRIPT"):
+				again, reload = append(again, c.claims...), true
+				continue
+			case err == nil && len(replies) != len(c.claims):
+				err = fmt.Errorf("%d replies to %d claims", len(replies), len(c.claims))
+			}
+			if err != nil {
+				for _, i := range c.claims {
+					errs[i] = fmt.Errorf("admit: %w", err)
+				}
+				continue
+			}
+			for k, i := range c.claims {
+				res, _ := replies[k].([]any)
+				switch {
+				case len(res) == 2 && res[0] == int64(10):
+					// Routed by the wrong number of buckets: now known.
+					n, _ := res[1].(int64)
+					if n < 1 || n > MaxBuckets {
+						errs[i] = fmt.Errorf("admit: voucher %d has %d buckets", claims[i].VoucherID, n)
+						continue
+					}
+					s.buckets.Store(claims[i].VoucherID, int(n))
+					again = append(again, i)
+				default:
+					out[i], errs[i] = admission(res, c.b.p)
+					if errs[i] == nil && unreplicated[j] != nil {
+						errs[i] = unreplicated[j] // admitted on the master, not known to survive it
+					}
+					if errs[i] == nil && out[i].Replayed && s.durability.waits() {
+						replays[c.b.p] = append(replays[c.b.p], i)
+					}
+				}
+			}
+		}
+		// A replay's first admission was written on another connection,
+		// which this round's WAIT does not cover: one wait per partition
+		// holding replays covers them all.
+		for p, is := range replays {
+			if err := s.waitWritten(ctx, p); err != nil {
+				for _, i := range is {
+					errs[i] = err
+				}
+			}
+		}
+		if reload {
+			if err := lua.Admit.Load(ctx, s.c).Err(); err != nil {
+				return out, errs, fmt.Errorf("reload admit script: %w", err)
+			}
+		}
+		slices.Sort(again)
+		pending = again
+	}
+	for _, i := range pending {
+		errs[i] = fmt.Errorf("admit: voucher %d: no answer after three rounds", claims[i].VoucherID)
+	}
+	return out, errs, nil
+}
+
+// admitCall is one call of admit.lua: the claims (their indexes, in the
+// batch's order) of one bucket.
+type admitCall struct {
+	b      bucket
+	key    string // b.key()
+	claims []int
+	keys   []string
+	args   []any
+}
+
+// maxClaimsPerCall bounds the claims of one admit.lua call: its HMGET
+// unpacks two fields per claim, and Lua's unpack has a limit (a few
+// thousand). A bucket's claims beyond it go in the next call of the same
+// pipeline, which Redis runs after it: the order holds.
+const maxClaimsPerCall = 256
+
+// admitCalls groups the pending claims by the bucket that decides them,
+// each group in the claims' order, the groups in the order of their first
+// claim. A batch holds few buckets: a linear search finds a claim's.
+func (s *Store) admitCalls(claims []Claim, pending []int) []admitCall {
+	calls := make([]admitCall, 0, 1)
+	for _, i := range pending {
+		c := claims[i]
+		n := s.knownBuckets(c.VoucherID)
+		b := s.userBucketOf(c.VoucherID, c.UserID, n)
+		k := slices.IndexFunc(calls, func(a admitCall) bool { return a.b == b && len(a.claims) < maxClaimsPerCall })
+		if k < 0 {
+			k = len(calls)
+			key := b.key()
+			calls = append(calls, admitCall{b: b, key: key, keys: []string{key, b.stream(), poolKey(key)},
+				args: []any{c.VoucherID, n, int64(DayKeyTTL / time.Second)}})
+		}
+		call := &calls[k]
+		idem, ttl := call.key+":idem:-", int64(0)
+		if c.IdempotencyKey != "" {
+			idem = idemKey(call.key, c.UserID, c.IdempotencyKey)
+			ttl = max(int64(c.IdempotencyTTL/time.Second), 1)
+		}
+		call.claims = append(call.claims, i)
+		call.keys = append(call.keys, dayKey(call.key, c.Day), idem)
+		call.args = append(call.args, c.UserID, c.Now.UnixMilli(), c.Day, ttl, max(c.Quantity, 1))
+	}
+	return calls
+}
+
+// isReplyError reports whether a pipeline failed only because some command
+// of cmds (those at js) got an error reply (each command then holds its
+// own error).
+func isReplyError(cmds []*redis.Cmd, js []int) bool {
+	for _, j := range js {
+		if err := cmds[j].Err(); err != nil && !errors.Is(err, redis.Nil) {
+			var re redis.Error
+			if !errors.As(err, &re) {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// admission reads admit.lua's reply.
+func admission(res []any, p int) (Admission, error) {
+	code, ok := res[0].(int64)
+	if !ok {
+		return Admission{}, fmt.Errorf("admit: unexpected reply %v", res)
+	}
+	if code != 0 {
+		if e, known := admitErrors[code]; known {
+			return Admission{}, e
+		}
+		return Admission{}, fmt.Errorf("admit: unknown code %d", code)
+	}
+	if len(res) != 4 {
+		return Admission{}, fmt.Errorf("admit: unexpected reply %v", res)
+	}
+	entry, _ := res[1].(string)
+	id, err := order.IDFromEntry(entry, p)
+	if err != nil {
+		return Admission{}, fmt.Errorf("admit: %w", err)
+	}
+	raw, _ := res[3].(string)
+	item, err := order.ParseItem(raw)
+	if err != nil {
+		return Admission{}, fmt.Errorf("admit: %w", err)
+	}
+	return Admission{OrderID: id, Replayed: res[2] == int64(1), Item: item}, nil
+}
