@@ -12,13 +12,14 @@ import (
 // lists these rules; the end-to-end test runs every role under its user
 // (TestEndToEndSaleUnderLeastPrivilege).
 var roleCommands = map[string][]string{
-	// Claims (admit.lua), vouchers put on sale (MULTI), order and voucher
+	// Claims (admit.lua), vouchers put on sale (WATCH, MULTI: created
+	// once), operators' changes (change.lua), order and voucher
 	// reads, the consumer groups it makes sure of at start, moving units
 	// between a hot voucher's buckets (take.lua, give.lua, the moves read
 	// and forgotten).
 	"gateway": {
 		"evalsha", "eval", "script|load", "get", "mget", "set", "hmget", "hget", "hgetall", "hset", "hdel", "hincrby", "lpop", "lpush", "rpush",
-		"xadd", "xdel", "xrange", "xlen", "xpending", "xgroup|create", "expire", "expireat", "persist", "del", "exists", "sadd", "sismember", "multi", "exec",
+		"xadd", "xdel", "xrange", "xlen", "xpending", "xgroup|create", "expire", "expireat", "persist", "del", "exists", "sadd", "sismember", "watch", "unwatch", "multi", "exec",
 	},
 	// Reading and acknowledging (ack.lua), renewing its lease (lease.lua),
 	// releasing (release.lua) and dead-lettering.
@@ -28,12 +29,13 @@ var roleCommands = map[string][]string{
 	},
 	// The worker's, and taking over (XAUTOCLAIM), removing consumers
 	// (delconsumer.lua), closing pools, the stream gauges, dead-letter
-	// trimming and reconcile --repair.
+	// trimming, the creations and changes Redis missed, and reconcile
+	// --repair.
 	"reaper": {
 		"evalsha", "eval", "script|load", "xreadgroup", "xack", "xdel", "xclaim", "xautoclaim", "xadd", "xgroup|create",
 		"xgroup|delconsumer", "xpending", "xinfo|groups", "xinfo|consumers", "xlen", "xrange", "xtrim",
 		"exists", "sadd", "scard", "smembers", "sismember", "hmget", "hget", "hgetall", "hset", "hdel", "hincrby", "lpush", "rpush", "lrange",
-		"expire", "expireat", "persist", "del", "get", "set", "multi", "exec",
+		"expire", "expireat", "persist", "del", "get", "set", "watch", "unwatch", "multi", "exec",
 	},
 	// Read-only: the stream gauges and looking at state (a metrics
 	// exporter, an operator's redis-cli).
