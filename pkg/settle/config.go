@@ -10,7 +10,7 @@ import (
 
 // Defaults of Config: one constant per field, used when the field is zero.
 const (
-	BatchSizeDefault    = 100
+	BatchSizeDefault    = 500
 	BlockDefault        = time.Second
 	DrainTimeoutDefault = 10 * time.Second
 	RetryBackoffDefault = 100 * time.Millisecond
@@ -23,8 +23,10 @@ const (
 // values that are set but wrong.
 type Config struct {
 	// BatchSize is the most entries read, and persisted in one transaction,
-	// at a time per partition (XREADGROUP COUNT). Default 100.
-	BatchSize int `envconfig:"FLASHSALE_WORKER_BATCH_SIZE" default:"100"`
+	// at a time per partition (XREADGROUP COUNT). Default 500: a commit
+	// per 500 orders drains about half as fast again as one per 100 (the
+	// benchmark's drain rows).
+	BatchSize int `envconfig:"FLASHSALE_WORKER_BATCH_SIZE" default:"500"`
 	// Block is how long a read waits for new entries (XREADGROUP BLOCK); it
 	// also bounds how long shutdown waits for a read. Default 1s.
 	Block time.Duration `envconfig:"FLASHSALE_WORKER_BLOCK" default:"1s"`
