@@ -602,12 +602,22 @@ type ClientInterface interface {
 
 	// PostAdminV1VouchersWithBody Create a voucher of a kind (units, envelope, codes) and put it on sale
 	//
+	// Recorded in MySQL, then put in Redis. If Redis cannot take it now the
+	// answer is still 201 (the voucher exists: do not create it again) and
+	// the reaper puts it on sale as soon as Redis can; until then its
+	// claims answer 404 voucher_not_found.
+	//
 	// Takes any type of body and a specified content type.
 	//
 	// Corresponds with POST /admin/v1/vouchers (the `PostAdminV1Vouchers` operationId).
 	PostAdminV1VouchersWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// PostAdminV1Vouchers Create a voucher of a kind (units, envelope, codes) and put it on sale
+	//
+	// Recorded in MySQL, then put in Redis. If Redis cannot take it now the
+	// answer is still 201 (the voucher exists: do not create it again) and
+	// the reaper puts it on sale as soon as Redis can; until then its
+	// claims answer 404 voucher_not_found.
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -634,6 +644,10 @@ type ClientInterface interface {
 	PatchAdminV1VouchersId(ctx context.Context, id ID, body PatchAdminV1VouchersIdJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// PostAdminV1VouchersIdPause Pause a sale (claims answer 409 paused)
+	//
+	// Recorded in MySQL, then applied to Redis. A 503 means Redis did not
+	// confirm it: the pause stands in MySQL and the reaper applies it;
+	// retrying is harmless (of several pauses and resumes the latest wins).
 	//
 	// Corresponds with POST /admin/v1/vouchers/{id}/pause (the `PostAdminV1VouchersIdPause` operationId).
 	PostAdminV1VouchersIdPause(ctx context.Context, id ID, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -770,6 +784,11 @@ func (c *Client) GetAdminV1Vouchers(ctx context.Context, params *GetAdminV1Vouch
 
 // PostAdminV1VouchersWithBody Create a voucher of a kind (units, envelope, codes) and put it on sale
 //
+// Recorded in MySQL, then put in Redis. If Redis cannot take it now the
+// answer is still 201 (the voucher exists: do not create it again) and
+// the reaper puts it on sale as soon as Redis can; until then its
+// claims answer 404 voucher_not_found.
+//
 // Takes any type of body and a specified content type.
 //
 // Corresponds with POST /admin/v1/vouchers (the `PostAdminV1Vouchers` operationId).
@@ -786,6 +805,11 @@ func (c *Client) PostAdminV1VouchersWithBody(ctx context.Context, contentType st
 }
 
 // PostAdminV1Vouchers Create a voucher of a kind (units, envelope, codes) and put it on sale
+//
+// Recorded in MySQL, then put in Redis. If Redis cannot take it now the
+// answer is still 201 (the voucher exists: do not create it again) and
+// the reaper puts it on sale as soon as Redis can; until then its
+// claims answer 404 voucher_not_found.
 //
 // Takes a body of the `application/json` content type.
 //
@@ -852,6 +876,10 @@ func (c *Client) PatchAdminV1VouchersId(ctx context.Context, id ID, body PatchAd
 }
 
 // PostAdminV1VouchersIdPause Pause a sale (claims answer 409 paused)
+//
+// Recorded in MySQL, then applied to Redis. A 503 means Redis did not
+// confirm it: the pause stands in MySQL and the reaper applies it;
+// retrying is harmless (of several pauses and resumes the latest wins).
 //
 // Corresponds with POST /admin/v1/vouchers/{id}/pause (the `PostAdminV1VouchersIdPause` operationId).
 func (c *Client) PostAdminV1VouchersIdPause(ctx context.Context, id ID, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -1746,12 +1774,22 @@ type ClientWithResponsesInterface interface {
 
 	// PostAdminV1VouchersWithBodyWithResponse Create a voucher of a kind (units, envelope, codes) and put it on sale
 	//
+	// Recorded in MySQL, then put in Redis. If Redis cannot take it now the
+	// answer is still 201 (the voucher exists: do not create it again) and
+	// the reaper puts it on sale as soon as Redis can; until then its
+	// claims answer 404 voucher_not_found.
+	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /admin/v1/vouchers (the `PostAdminV1Vouchers` operationId).
 	PostAdminV1VouchersWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PostAdminV1VouchersResponse, error)
 
 	// PostAdminV1VouchersWithResponse Create a voucher of a kind (units, envelope, codes) and put it on sale
+	//
+	// Recorded in MySQL, then put in Redis. If Redis cannot take it now the
+	// answer is still 201 (the voucher exists: do not create it again) and
+	// the reaper puts it on sale as soon as Redis can; until then its
+	// claims answer 404 voucher_not_found.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -1780,6 +1818,10 @@ type ClientWithResponsesInterface interface {
 	PatchAdminV1VouchersIdWithResponse(ctx context.Context, id ID, body PatchAdminV1VouchersIdJSONRequestBody, reqEditors ...RequestEditorFn) (*PatchAdminV1VouchersIdResponse, error)
 
 	// PostAdminV1VouchersIdPauseWithResponse Pause a sale (claims answer 409 paused)
+	//
+	// Recorded in MySQL, then applied to Redis. A 503 means Redis did not
+	// confirm it: the pause stands in MySQL and the reaper applies it;
+	// retrying is harmless (of several pauses and resumes the latest wins).
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -2814,6 +2856,11 @@ func (c *ClientWithResponses) GetAdminV1VouchersWithResponse(ctx context.Context
 
 // PostAdminV1VouchersWithBodyWithResponse Create a voucher of a kind (units, envelope, codes) and put it on sale
 //
+// Recorded in MySQL, then put in Redis. If Redis cannot take it now the
+// answer is still 201 (the voucher exists: do not create it again) and
+// the reaper puts it on sale as soon as Redis can; until then its
+// claims answer 404 voucher_not_found.
+//
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
 // Corresponds with POST /admin/v1/vouchers (the `PostAdminV1Vouchers` operationId).
@@ -2826,6 +2873,11 @@ func (c *ClientWithResponses) PostAdminV1VouchersWithBodyWithResponse(ctx contex
 }
 
 // PostAdminV1VouchersWithResponse Create a voucher of a kind (units, envelope, codes) and put it on sale
+//
+// Recorded in MySQL, then put in Redis. If Redis cannot take it now the
+// answer is still 201 (the voucher exists: do not create it again) and
+// the reaper puts it on sale as soon as Redis can; until then its
+// claims answer 404 voucher_not_found.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
@@ -2878,6 +2930,10 @@ func (c *ClientWithResponses) PatchAdminV1VouchersIdWithResponse(ctx context.Con
 }
 
 // PostAdminV1VouchersIdPauseWithResponse Pause a sale (claims answer 409 paused)
+//
+// Recorded in MySQL, then applied to Redis. A 503 means Redis did not
+// confirm it: the pause stands in MySQL and the reaper applies it;
+// retrying is harmless (of several pauses and resumes the latest wins).
 //
 // Returns a wrapper object for the known response body format(s).
 //
