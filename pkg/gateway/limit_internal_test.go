@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"net/http/httptest"
+	"runtime"
 	"strconv"
 	"testing"
 	"time"
@@ -73,14 +74,27 @@ func TestLimiterForgetsFullBuckets(t *testing.T) {
 // BenchmarkUserLimiter is what the in-process limit costs a claim: one
 // bucket lookup and update among 200,000 users, from all cores at once.
 // (A shared limiter in Redis would cost a network round trip instead.)
+// It also reports the heap the limiter holds per user once all 200,000
+// have a bucket (bytes/user).
 func BenchmarkUserLimiter(b *testing.B) {
-	l := newKeyedLimiter(10, 20)
 	keys := make([]string, 200_000)
 	for i := range keys {
 		keys[i] = "user" + strconv.Itoa(i)
 	}
 	now := time.Now()
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	l := newKeyedLimiter(10, 20)
+	for _, k := range keys {
+		l.allow(k, now)
+	}
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	perUser := float64(after.HeapAlloc-before.HeapAlloc) / float64(len(keys))
+	b.ResetTimer()
 	b.ReportAllocs()
+	defer func() { b.ReportMetric(perUser, "bytes/user") }()
 	b.RunParallel(func(pb *testing.PB) {
 		i := 0
 		for pb.Next() {
