@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/flashsale/flashsale/pkg/rdb"
+	"github.com/flashsale/flashsale/pkg/token"
 )
 
 // Config of the gateway.
@@ -221,7 +222,7 @@ func (c *Config) Validate() error {
 	var v validConfig
 	var err error
 	if c.JWTJWKSFile != "" {
-		if v.jwks, err = loadJWKS(c.JWTJWKSFile); err != nil {
+		if v.jwks, err = token.LoadKeySet(c.JWTJWKSFile); err != nil {
 			return fmt.Errorf("FLASHSALE_JWT_JWKS_FILE: %w", err)
 		}
 	}
@@ -239,5 +240,5 @@ func (c *Config) Validate() error {
 type validConfig struct {
 	loc     *time.Location
 	trusted []netip.Prefix
-	jwks    map[string]jwk
+	jwks    token.KeySet
 }

@@ -7,6 +7,9 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
+
+	"github.com/golang-jwt/jwt/v5"
 
 	"github.com/stretchr/testify/require"
 )
@@ -16,7 +19,7 @@ import (
 // so New works even once the file is gone; a Config nobody validated is
 // validated by New.
 func TestConfigIsValidatedOnceAndTheKeySetReadOnce(t *testing.T) {
-	pub, _, err := ed25519.GenerateKey(rand.Reader)
+	pub, priv, err := ed25519.GenerateKey(rand.Reader)
 	require.NoError(t, err)
 	path := filepath.Join(t.TempDir(), "jwks.json")
 	require.NoError(t, os.WriteFile(path, []byte(`{"keys":[{"kty":"OKP","crv":"Ed25519","kid":"k1","x":"`+
@@ -28,7 +31,13 @@ func TestConfigIsValidatedOnceAndTheKeySetReadOnce(t *testing.T) {
 	g, err := New(cfg, nil, nil, nil)
 	require.NoError(t, err, "New did not read the key set again")
 	t.Cleanup(g.Close)
-	require.Contains(t, g.auth.jwks, "k1")
+	tok := jwt.NewWithClaims(jwt.SigningMethodEdDSA, jwt.MapClaims{"sub": "alice", "exp": time.Now().Add(time.Hour).Unix()})
+	tok.Header["kid"] = "k1"
+	signed, err := tok.SignedString(priv)
+	require.NoError(t, err)
+	sub, err := g.auth.users.Verify(signed)
+	require.NoError(t, err, "the key set Validate read verifies the provider's tokens")
+	require.Equal(t, "alice", sub)
 
 	_, err = New(Config{AdminToken: cfg.AdminToken, JWTJWKSFile: path}, nil, nil, nil)
 	require.ErrorContains(t, err, "FLASHSALE_JWT_JWKS_FILE", "not validated before: New validates, and reads the file")

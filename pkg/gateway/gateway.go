@@ -23,6 +23,7 @@ import (
 	"github.com/flashsale/flashsale/pkg/app"
 	"github.com/flashsale/flashsale/pkg/db"
 	"github.com/flashsale/flashsale/pkg/rdb"
+	"github.com/flashsale/flashsale/pkg/token"
 )
 
 // Gateway serves the HTTP API.
@@ -111,9 +112,9 @@ func New(cfg Config, r *rdb.Store, d *db.Store, log *zap.Logger, opts ...Option)
 		g.batcher = r.NewBatcher(cfg.PipelineWorkers, cfg.PipelineMaxBatch, cfg.ClaimTimeout)
 		g.admit = g.batcher.Admit
 	}
-	g.auth = newAuth(authConfig{secret: cfg.JWTSecret, previousSecret: cfg.JWTPreviousSecret, adminToken: cfg.AdminToken,
-		issuer: cfg.JWTIssuer, audience: cfg.JWTAudience, maxLifetime: cfg.JWTMaxLifetime, jwks: cfg.valid.jwks,
-		now: func() time.Time { return g.now() }})
+	g.auth = &auth{adminToken: []byte(cfg.AdminToken), users: token.New(token.Config{Secret: cfg.JWTSecret,
+		PreviousSecret: cfg.JWTPreviousSecret, Issuer: cfg.JWTIssuer, Audience: cfg.JWTAudience,
+		MaxLifetime: cfg.JWTMaxLifetime, Keys: cfg.valid.jwks, Now: func() time.Time { return g.now() }})}
 	g.stopSweep = g.sweepLimiters()
 	g.stopHistory = g.sampleHistory(historyEvery)
 	return g, nil

@@ -1,4 +1,4 @@
-package gateway
+package token
 
 import (
 	"crypto/hmac"
@@ -20,7 +20,7 @@ const canonicalHS256Header = "eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9"
 
 // hs256 verifies the signature of canonical HS256 tokens, with the
 // current secret or the previous one, and decodes their claims as
-// golang-jwt would; auth.verify then runs the same validator on them.
+// golang-jwt would; Verifier.Verify then runs the same validator on them.
 type hs256 struct {
 	macs []*sync.Pool // per secret: hash.Hash, HMAC-SHA256 keyed with it
 }
@@ -43,14 +43,14 @@ func (h *hs256) verify(raw string, policy *tokenPolicy) (c *tokenClaims, handled
 	}
 	payload, sig, found := strings.Cut(rest, ".")
 	if !found || strings.IndexByte(sig, '.') >= 0 {
-		return nil, true, errUnauthorized
+		return nil, true, ErrInvalid
 	}
 	var want [sha256.Size]byte
 	if base64.RawURLEncoding.DecodedLen(len(sig)) != len(want) {
-		return nil, true, errUnauthorized
+		return nil, true, ErrInvalid
 	}
 	if _, err := base64.RawURLEncoding.Decode(want[:], []byte(sig)); err != nil {
-		return nil, true, errUnauthorized
+		return nil, true, ErrInvalid
 	}
 	signed := []byte(raw[:len(header)+1+len(payload)])
 	ok := false
@@ -67,16 +67,16 @@ func (h *hs256) verify(raw string, policy *tokenPolicy) (c *tokenClaims, handled
 		}
 	}
 	if !ok {
-		return nil, true, errUnauthorized
+		return nil, true, ErrInvalid
 	}
 	body := make([]byte, base64.RawURLEncoding.DecodedLen(len(payload)))
 	n, err := base64.RawURLEncoding.Decode(body, []byte(payload))
 	if err != nil {
-		return nil, true, errUnauthorized
+		return nil, true, ErrInvalid
 	}
 	c = &tokenClaims{policy: policy}
 	if err := json.Unmarshal(body[:n], c); err != nil {
-		return nil, true, errUnauthorized
+		return nil, true, ErrInvalid
 	}
 	return c, true, nil
 }

@@ -1,4 +1,4 @@
-package gateway
+package token
 
 import (
 	"crypto/ecdsa"
@@ -20,13 +20,12 @@ const testSecret = "0123456789abcdef0123456789abcdef"
 
 var testNow = time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC) // fixed date: the verifier's clock in tests of token checks alone; nothing is stored.
 
-func testAuth(mut ...func(*authConfig)) *auth {
-	c := authConfig{secret: testSecret, adminToken: strings.Repeat("a", 32), maxLifetime: 24 * time.Hour,
-		now: func() time.Time { return testNow }}
+func testAuth(mut ...func(*Config)) *Verifier {
+	c := Config{Secret: testSecret, MaxLifetime: 24 * time.Hour, Now: func() time.Time { return testNow }}
 	for _, m := range mut {
 		m(&c)
 	}
-	return newAuth(c)
+	return New(c)
 }
 
 func sign(t testing.TB, key string, claims jwt.MapClaims) string {
@@ -44,7 +43,7 @@ func canonical(key string, payload []byte) string {
 
 // fastAndGeneral verifies tok on both paths; handled is false when the
 // fast path does not take it.
-func fastAndGeneral(a *auth, tok string) (fastSub string, fastErr error, handled bool, sub string, err error) {
+func fastAndGeneral(a *Verifier, tok string) (fastSub string, fastErr error, handled bool, sub string, err error) {
 	c, handled, fastErr := a.fast.verify(tok, a.policy)
 	if handled && fastErr == nil {
 		fastErr = a.validator.Validate(c)
@@ -117,7 +116,7 @@ func TestFastHS256AgreesWithGolangJWT(t *testing.T) {
 	plain := jwt.NewParser(jwt.WithValidMethods([]string{"HS256"}), jwt.WithExpirationRequired(), jwt.WithTimeFunc(func() time.Time { return testNow }))
 	for _, name := range []string{"malformed iat", "numeric aud", "numeric iss", "numeric jti", "numeric-string exp", "numeric-string nbf", "good"} {
 		_, refErr := plain.ParseWithClaims(tokens[name], &jwt.RegisteredClaims{}, func(*jwt.Token) (any, error) { return []byte(testSecret), nil })
-		_, err := a.verify(tokens[name])
+		_, err := a.Verify(tokens[name])
 		require.Equal(t, refErr == nil, err == nil, "%s: golang-jwt %v, ours %v", name, refErr, err)
 	}
 }
@@ -128,15 +127,15 @@ func jsonNumber(f float64) string { b, _ := json.Marshal(f); return string(b) }
 // range, crit, the previous secret, and keys by kid.
 func TestTokenPolicy(t *testing.T) {
 	exp := float64(testNow.Add(time.Hour).Unix())
-	strict := testAuth(func(c *authConfig) { c.issuer, c.audience = "https://id.example", "flashsale" })
-	ok := func(a *auth, tok string) {
+	strict := testAuth(func(c *Config) { c.Issuer, c.Audience = "https://id.example", "flashsale" })
+	ok := func(a *Verifier, tok string) {
 		t.Helper()
-		_, err := a.verify(tok)
+		_, err := a.Verify(tok)
 		require.NoError(t, err)
 	}
-	refused := func(a *auth, tok string) {
+	refused := func(a *Verifier, tok string) {
 		t.Helper()
-		_, err := a.verify(tok)
+		_, err := a.Verify(tok)
 		require.Error(t, err)
 	}
 	claims := func(more jwt.MapClaims) jwt.MapClaims {
@@ -152,7 +151,7 @@ func TestTokenPolicy(t *testing.T) {
 	refused(strict, sign(t, testSecret, jwt.MapClaims{"sub": "alice", "exp": exp}))
 	ok(strict, sign(t, testSecret, claims(jwt.MapClaims{"aud": "flashsale"})))
 
-	a := testAuth(func(c *authConfig) { c.previousSecret = "the-previous-secret-of-32-bytes!!" })
+	a := testAuth(func(c *Config) { c.PreviousSecret = "the-previous-secret-of-32-bytes!!" })
 	ok(a, sign(t, "the-previous-secret-of-32-bytes!!", jwt.MapClaims{"sub": "alice", "exp": exp}))
 	refused(testAuth(), sign(t, "the-previous-secret-of-32-bytes!!", jwt.MapClaims{"sub": "alice", "exp": exp}))
 	refused(a, sign(t, testSecret, jwt.MapClaims{"sub": "alice", "exp": float64(testNow.Add(25 * time.Hour).Unix())}))
@@ -185,9 +184,9 @@ func TestTokenPolicy(t *testing.T) {
 	}}
 	raw, err := json.Marshal(set)
 	require.NoError(t, err)
-	keys, err := parseJWKS(raw)
+	keys, err := ParseKeySet(raw)
 	require.NoError(t, err)
-	idp := testAuth(func(c *authConfig) { c.jwks = keys; c.secret = "" })
+	idp := testAuth(func(c *Config) { c.Keys = keys; c.Secret = "" })
 	signWith := func(m jwt.SigningMethod, kid string, key any) string {
 		tok := jwt.NewWithClaims(m, jwt.MapClaims{"sub": "alice", "exp": exp})
 		tok.Header["kid"] = kid
@@ -223,7 +222,7 @@ func TestBadKeySetsAreRefused(t *testing.T) {
 		"small rsa":           `{"keys":[{"kty":"RSA","kid":"a","n":"AQAB","e":"AQAB"}]}`,
 		"alg mismatch":        `{"keys":[{"kty":"OKP","crv":"Ed25519","kid":"a","alg":"RS256","x":"11qYAYKxCrfVS_7TyWQHOg7hcvPapiMlrwIaaPcHURo"}]}`,
 	} {
-		_, err := parseJWKS([]byte(set))
+		_, err := ParseKeySet([]byte(set))
 		require.Error(t, err, name)
 	}
 }
@@ -246,7 +245,7 @@ func FuzzFastPathAgreesWithGolangJWT(f *testing.F) {
 		f.Add([]byte(seed), false)
 		f.Add([]byte(seed), true)
 	}
-	plain, strict := testAuth(), testAuth(func(c *authConfig) { c.issuer, c.audience = "i", "flashsale" })
+	plain, strict := testAuth(), testAuth(func(c *Config) { c.Issuer, c.Audience = "i", "flashsale" })
 	f.Fuzz(func(t *testing.T, payload []byte, useStrict bool) {
 		a := plain
 		if useStrict {

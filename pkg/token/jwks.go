@@ -1,4 +1,4 @@
-package gateway
+package token
 
 import (
 	"crypto/ecdsa"
@@ -20,17 +20,21 @@ type jwk struct {
 	key any    // *rsa.PublicKey, *ecdsa.PublicKey or ed25519.PublicKey
 }
 
-// loadJWKS reads a JSON Web Key Set file ({"keys": [...]}) of RSA (RS256),
+// KeySet is an identity provider's public keys by kid.
+type KeySet map[string]jwk
+
+// LoadKeySet reads a JSON Web Key Set file ({"keys": [...]}) of RSA (RS256),
 // P-256 (ES256) and Ed25519 (EdDSA) public keys, each with a distinct kid.
-func loadJWKS(path string) (map[string]jwk, error) {
+func LoadKeySet(path string) (KeySet, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return nil, err
 	}
-	return parseJWKS(b)
+	return ParseKeySet(b)
 }
 
-func parseJWKS(b []byte) (map[string]jwk, error) {
+// ParseKeySet is LoadKeySet of a file's content.
+func ParseKeySet(b []byte) (KeySet, error) {
 	var set struct {
 		Keys []struct {
 			Kty, Kid, Alg, Use, Crv, N, E, X, Y string
