@@ -229,24 +229,31 @@ func (g *Gateway) sweepLimiters() (stop func()) {
 	if g.users == nil && g.addrs == nil && g.soldOut.refresh == 0 {
 		return func() {}
 	}
-	done := make(chan struct{})
-	finished := make(chan struct{})
+	return every(5*time.Second, func() {
+		now := g.now()
+		g.users.sweep(now)
+		g.addrs.sweep(now)
+		g.adminFails.sweep(now)
+		g.soldOut.sweep()
+		g.metrics.limiterKeys.WithLabelValues("user").Set(float64(g.users.keys()))
+		g.metrics.limiterKeys.WithLabelValues("ip").Set(float64(g.addrs.keys()))
+	})
+}
+
+// every runs f every d in a goroutine of its own until the returned stop
+// is called; stop waits for a run in progress and may be called again.
+func every(d time.Duration, f func()) (stop func()) {
+	done, finished := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(finished)
-		t := time.NewTicker(5 * time.Second)
+		t := time.NewTicker(d)
 		defer t.Stop()
 		for {
 			select {
 			case <-done:
 				return
 			case <-t.C:
-				now := g.now()
-				g.users.sweep(now)
-				g.addrs.sweep(now)
-				g.adminFails.sweep(now)
-				g.soldOut.sweep()
-				g.metrics.limiterKeys.WithLabelValues("user").Set(float64(g.users.keys()))
-				g.metrics.limiterKeys.WithLabelValues("ip").Set(float64(g.addrs.keys()))
+				f()
 			}
 		}
 	}()

@@ -81,24 +81,9 @@ func (g *Gateway) getHistory(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, out)
 }
 
-// sampleHistory samples every historyEvery until stop is closed.
-func (g *Gateway) sampleHistory(every time.Duration) (stop func()) {
-	done, finished := make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(finished)
-		t := time.NewTicker(every)
-		defer t.Stop()
-		for {
-			select {
-			case <-done:
-				return
-			case <-t.C:
-				g.sample(time.Now())
-			}
-		}
-	}()
-	var once sync.Once
-	return func() { once.Do(func() { close(done); <-finished }) }
+// sampleHistory samples every historyEvery until stop is called.
+func (g *Gateway) sampleHistory(d time.Duration) (stop func()) {
+	return every(d, func() { g.sample(time.Now()) })
 }
 
 // sample takes one point.
