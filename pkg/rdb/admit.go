@@ -225,6 +225,12 @@ type admitCall struct {
 	claims []int
 	keys   []string
 	args   []any
+	// Made once per call, not per claim: the key an unkeyed claim names
+	// for its idempotency record, and the last day's key and argument
+	// (a batch's claims nearly always share their day).
+	noIdem      string
+	day, dayKey string
+	dayArg      any
 }
 
 // maxClaimsPerCall bounds the claims of one admit.lua call: its HMGET
@@ -246,18 +252,26 @@ func (s *Store) admitCalls(claims []Claim, pending []int) []admitCall {
 		if k < 0 {
 			k = len(calls)
 			key := b.key()
-			calls = append(calls, admitCall{b: b, key: key, keys: []string{key, b.stream(), poolKey(key)},
-				args: []any{c.VoucherID, n, int64(DayKeyTTL / time.Second)}})
+			room := min(len(pending), maxClaimsPerCall) // most batches are one call
+			keys := make([]string, 0, 3+2*room)
+			args := make([]any, 0, 3+5*room)
+			calls = append(calls, admitCall{b: b, key: key, noIdem: key + ":idem:-",
+				claims: make([]int, 0, room),
+				keys:   append(keys, key, b.stream(), poolKey(key)),
+				args:   append(args, c.VoucherID, n, int64(DayKeyTTL/time.Second))})
 		}
 		call := &calls[k]
-		idem, ttl := call.key+":idem:-", int64(0)
+		idem, ttl := call.noIdem, int64(0)
 		if c.IdempotencyKey != "" {
 			idem = idemKey(call.key, c.UserID, c.IdempotencyKey)
 			ttl = max(int64(c.IdempotencyTTL/time.Second), 1)
 		}
+		if call.dayArg == nil || c.Day != call.day {
+			call.day, call.dayKey, call.dayArg = c.Day, dayKey(call.key, c.Day), c.Day
+		}
 		call.claims = append(call.claims, i)
-		call.keys = append(call.keys, dayKey(call.key, c.Day), idem)
-		call.args = append(call.args, c.UserID, c.Now.UnixMilli(), c.Day, ttl, max(c.Quantity, 1))
+		call.keys = append(call.keys, call.dayKey, idem)
+		call.args = append(call.args, c.UserID, c.Now.UnixMilli(), call.dayArg, ttl, max(c.Quantity, 1))
 	}
 	return calls
 }
