@@ -7,7 +7,7 @@
 -- runs unchanged on Redis Cluster. The stream of partition P carries the same tag.
 --
 -- KEYS[1] -> flashsale:{pP}:v:V            voucher hash, whose fields it reads: stock, limit, daily, start_ms, end_ms, pool, paused,
---                                          buckets, u:USER -> units user USER holds (all time), and
+--                                          buckets, draw, u:USER -> units user USER holds (all time), and
 --                                          o:USER -> the stream entry ids of USER's admissions, space-separated
 --                                          (the index pending.lua reads a user's pending orders by)
 -- KEYS[2] -> flashsale:{pP}:orders         the partition's order stream
@@ -45,8 +45,13 @@
 -- pops one item, "no|amount|code", from KEYS[3] and is always of one unit;
 -- stock then counts the items left.
 --
+-- A draw sale (draw = 1, pkg/draw) takes entries instead: an admission is
+-- an entry, of one unit's claim, one per user (u:USER counts entries); it
+-- touches neither stock nor pool, and its stream entry carries entry = 1.
+--
 -- Returns one reply per claim, in order:
--- {0, entry_id, replayed, item} when admitted, entry_id being the stream
+-- {0, entry_id, replayed, item} when admitted ({0, entry_id, replayed, '', 1}
+-- for an entry of a draw sale), entry_id being the stream
 -- entry "ms-seq" from which the caller derives the order id, replayed 1 when
 -- an earlier admission under the same idempotency key is returned again
 -- (also one earlier in this batch), item the item taken ('' for units).
@@ -55,7 +60,7 @@
 -- count units), 7 stream sequence overflow (retry), 8 quantity above the
 -- voucher's per-user limit, or above 1 for a pool (a bad request: it can
 -- never be admitted), 9 paused by an operator, {10, n}: the voucher has n
--- buckets, not ARGV[2] (route again).
+-- buckets, not ARGV[2] (route again), 11 the user entered this draw already.
 -- Only admissions are remembered under the idempotency key: a rejection
 -- changed nothing, so its retry is simply decided again.
 
@@ -83,7 +88,7 @@ if #keyed > 0 then
 end
 
 -- The voucher and every user's count and index: one HMGET.
-local fields = {'stock', 'limit', 'daily', 'start_ms', 'end_ms', 'pool', 'paused', 'buckets'}
+local fields = {'stock', 'limit', 'daily', 'start_ms', 'end_ms', 'pool', 'paused', 'buckets', 'draw'}
 local slot = {} -- user -> position of its u: field (its o: field follows)
 for i = 1, n do
   local user = arg(i, 0)
@@ -119,6 +124,14 @@ local daily = tonumber(v[3])
 local start_ms = tonumber(v[4])
 local end_ms = tonumber(v[5])
 local pooled = v[6] == '1'
+local draw = v[9] == '1'
+if draw then
+  for i = 1, n do
+    if out[i] then -- a replayed entry
+      out[i][5] = 1
+    end
+  end
+end
 local held, ids, dirty = {}, {}, {}
 for user, k in pairs(slot) do
   held[user] = tonumber(v[k]) or 0
@@ -147,11 +160,33 @@ for i = 1, n do
     local user, now, qty, idem_ttl = arg(i, 0), tonumber(arg(i, 1)), tonumber(arg(i, 4)), tonumber(arg(i, 3))
     local idem, day_key = KEYS[3 + 2 * i], KEYS[2 + 2 * i]
     if idem_ttl > 0 and replay[idem] then
-      out[i] = {0, replay[idem][2], 1, replay[idem][4]}
+      out[i] = {0, replay[idem][2], 1, replay[idem][4], replay[idem][5]}
     elseif start_ms > 0 and now < start_ms then
       out[i] = {2}
     elseif end_ms > 0 and now >= end_ms then
       out[i] = {3}
+    elseif draw then
+      if qty ~= 1 then
+        out[i] = {8}
+      elseif held[user] >= 1 then
+        out[i] = {11}
+      else
+        local id = redis.call('XADD', KEYS[2], '*', 'voucher_id', ARGV[1], 'user_id', user,
+          'created_ms', arg(i, 1), 'day', arg(i, 2), 'quantity', 1, 'entry', 1)
+        if tonumber(string.match(id, '-(%d+)$')) >= 4096 then
+          redis.call('XDEL', KEYS[2], id)
+          out[i] = {7}
+        else
+          held[user] = 1
+          ids[user] = ids[user] and (ids[user] .. ' ' .. id) or id
+          dirty[user] = true
+          out[i] = {0, id, 0, '', 1}
+          if idem_ttl > 0 then
+            replay[idem] = out[i]
+            redis.call('SET', idem, id .. ' ', 'EX', idem_ttl)
+          end
+        end
+      end
     elseif qty > limit or (pooled and qty ~= 1) then
       out[i] = {8}
     elseif stock < qty then

@@ -3,7 +3,7 @@
 -- in time) or a dead-lettered one (pkg/settle). The per-voucher set of released orders makes a second call
 -- for the same order a no-op, so a caller may retry until it gets an answer.
 --
--- KEYS[1] -> flashsale:{pP}:v:V            voucher hash (stock, u:USER -> units held)
+-- KEYS[1] -> flashsale:{pP}:v:V            voucher hash (stock, u:USER -> units held, expire_s, closed, draw)
 -- KEYS[2] -> flashsale:{pP}:v:V:day:D      hash user -> units taken on day D
 -- KEYS[3] -> flashsale:{pP}:v:V:released   set of order ids already released
 -- KEYS[4] -> flashsale:{pP}:v:V:pool       list of the items left (pooled kinds)
@@ -24,14 +24,17 @@ if redis.call('SADD', KEYS[3], ARGV[1]) == 0 then
   return 0
 end
 -- The released set goes when the voucher's keys go (expire_s; 0 = never).
-local expire_s = tonumber(redis.call('HGET', KEYS[1], 'expire_s')) or 0
+local h = redis.call('HMGET', KEYS[1], 'expire_s', 'closed', 'draw')
+local expire_s = tonumber(h[1]) or 0
 if expire_s > 0 then
   redis.call('EXPIREAT', KEYS[3], expire_s, 'NX')
 end
 local qty = tonumber(ARGV[3])
 -- A closed voucher (an envelope sale over and refunded, see rdb.ClosePool)
--- takes no stock back: what was not grabbed went to the sender.
-local closed = redis.call('HGET', KEYS[1], 'closed') == '1'
+-- takes no stock back: what was not grabbed went to the sender. Nor does a
+-- draw sale, whose entries never took any: a released entry gives back
+-- only the user's entry (u:USER), who may enter again.
+local closed = h[2] == '1' or h[3] == '1'
 if not closed then
   redis.call('HINCRBY', KEYS[1], 'stock', qty)
 end

@@ -12,6 +12,7 @@ import (
 	"gorm.io/gorm"
 	"gorm.io/gorm/logger"
 
+	"github.com/flashsale/flashsale/pkg/draw"
 	"github.com/flashsale/flashsale/pkg/order"
 	"github.com/flashsale/flashsale/pkg/sale"
 )
@@ -46,7 +47,18 @@ type Voucher struct {
 	PaymentTimeoutSeconds int64
 	Paused                bool // claims answer 409 paused
 	CreatedAt             time.Time
+	// Allocation: draw.FirstCome or draw.Draw (pkg/draw). A draw's seed
+	// (hex) is secret until DrawState is drawn; its commitment is public.
+	Allocation     string
+	SeedCommitment string
+	DrawSeed       string
+	DrawState      string // draw.StateOpen, StateDrawing, StateDrawn; "" for first come
+	DrawnAt        *time.Time
+	DrawWinners    int64 // entries that won at the draw
 }
+
+// IsDraw reports a draw sale.
+func (v Voucher) IsDraw() bool { return v.Allocation == draw.Draw }
 
 // Order is a row of orders.
 type Order struct {
@@ -65,6 +77,10 @@ type Order struct {
 	PaidAt    *time.Time
 	PaymentID *string // the payment provider's id of the payment
 	UpdatedAt time.Time
+	// DrawKey orders the entries of a draw sale (pkg/draw), written by the
+	// draw; Drawn: 1 won at the draw, 2 given a unit by the waitlist.
+	DrawKey []byte
+	Drawn   int
 	// PersistedAt: when the order reached MySQL, by MySQL's clock (nil
 	// for orders written before migration 0009); never written by us.
 	PersistedAt *time.Time `gorm:"->"`

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"gorm.io/gorm"
@@ -58,7 +59,9 @@ func insertReleases(tx *gorm.DB, rs []Release) error {
 
 // CancelExpired cancels up to limit created orders whose payment deadline
 // is at or before now, returns their units to vouchers.stock and records the
-// releases owed to Redis, all in one transaction. Rows another transaction
+// releases owed to Redis, all in one transaction; a draw sale's units go to
+// its waitlist instead (passOn), and owe Redis nothing. It returns every
+// cancellation. Rows another transaction
 // holds are skipped (SKIP LOCKED), so several reapers share the work and a
 // payment in progress is never overtaken.
 func (s *Store) CancelExpired(ctx context.Context, now time.Time, limit int) ([]Release, error) {
@@ -74,14 +77,8 @@ func (s *Store) CancelExpired(ctx context.Context, now time.Time, limit int) ([]
 			return nil
 		}
 		ids := make([]int64, len(due))
-		perVoucher := map[int64]int64{}
-		var vouchers []int64
 		for i, o := range due {
 			ids[i] = o.ID
-			if perVoucher[o.VoucherID] == 0 {
-				vouchers = append(vouchers, o.VoucherID)
-			}
-			perVoucher[o.VoucherID] += o.Quantity
 		}
 		res := tx.Exec("UPDATE orders SET status = ?, updated_at = ? WHERE id IN ? AND status = ?", order.StatusCancelled, now, ids, order.StatusCreated)
 		if res.Error != nil {
@@ -90,20 +87,50 @@ func (s *Store) CancelExpired(ctx context.Context, now time.Time, limit int) ([]
 		if res.RowsAffected != int64(len(ids)) {
 			return fmt.Errorf("cancel: %d of %d locked orders changed", res.RowsAffected, len(ids))
 		}
-		for _, v := range vouchers {
-			if err := tx.Exec("UPDATE vouchers SET stock = stock + ? WHERE id = ?", perVoucher[v], v).Error; err != nil {
-				return fmt.Errorf("return %d units to voucher %d: %w", perVoucher[v], v, err)
+		perVoucher, vouchers := map[int64][]Order{}, []int64{}
+		for _, o := range due {
+			if perVoucher[o.VoucherID] == nil {
+				vouchers = append(vouchers, o.VoucherID)
 			}
+			perVoucher[o.VoucherID] = append(perVoucher[o.VoucherID], o)
 		}
-		if err := freeItems(tx, ids); err != nil {
+		slices.Sort(vouchers) // the order every transaction locks vouchers in
+		drawn, err := drawVouchers(tx, vouchers)
+		if err != nil {
 			return err
+		}
+		var owed []Release
+		for _, v := range vouchers {
+			os := perVoucher[v]
+			if drawn[v] { // a draw's unit goes down its waitlist
+				if _, err := passOn(tx, v, os, now); err != nil {
+					return err
+				}
+				continue
+			}
+			var units int64
+			freed := make([]int64, len(os))
+			for i, o := range os {
+				units += o.Quantity
+				freed[i] = o.ID
+			}
+			if err := tx.Exec("UPDATE vouchers SET stock = stock + ? WHERE id = ?", units, v).Error; err != nil {
+				return fmt.Errorf("return %d units to voucher %d: %w", units, v, err)
+			}
+			if err := freeItems(tx, freed); err != nil {
+				return err
+			}
+			for _, o := range os {
+				owed = append(owed, Release{OrderID: o.ID, VoucherID: o.VoucherID, UserID: o.UserID, Day: o.Day, Quantity: o.Quantity,
+					Item: o.Item, Amount: o.Amount, Code: o.Code, Reason: ReasonExpired, CreatedAt: now})
+			}
 		}
 		out = make([]Release, len(due))
 		for i, o := range due {
 			out[i] = Release{OrderID: o.ID, VoucherID: o.VoucherID, UserID: o.UserID, Day: o.Day, Quantity: o.Quantity,
 				Item: o.Item, Amount: o.Amount, Code: o.Code, Reason: ReasonExpired, CreatedAt: now}
 		}
-		return insertReleases(tx, out)
+		return insertReleases(tx, owed)
 	}, readCommitted)
 	if err != nil {
 		return nil, err

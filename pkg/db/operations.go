@@ -100,6 +100,15 @@ func (s *Store) CancelOrder(ctx context.Context, id int64, user string, now time
 			order.StatusCancelled, ReasonCancelled, now, id).Error; err != nil {
 			return fmt.Errorf("cancel order %d: %w", id, err)
 		}
+		o.Status, o.Reason, o.UpdatedAt = string(order.StatusCancelled), ReasonCancelled, now
+		drawn, err := drawVouchers(tx, []int64{o.VoucherID})
+		if err != nil {
+			return err
+		}
+		if drawn[o.VoucherID] { // a draw's unit goes down its waitlist
+			_, err := passOn(tx, o.VoucherID, []Order{o}, now)
+			return err
+		}
 		if err := tx.Exec("UPDATE vouchers SET stock = stock + ? WHERE id = ?", o.Quantity, o.VoucherID).Error; err != nil {
 			return fmt.Errorf("return %d units to voucher %d: %w", o.Quantity, o.VoucherID, err)
 		}
@@ -109,7 +118,6 @@ func (s *Store) CancelOrder(ctx context.Context, id int64, user string, now time
 		r := Release{OrderID: o.ID, VoucherID: o.VoucherID, UserID: o.UserID, Day: o.Day, Quantity: o.Quantity,
 			Item: o.Item, Amount: o.Amount, Code: o.Code, Reason: ReasonCancelled, CreatedAt: now}
 		rel = &r
-		o.Status, o.Reason, o.UpdatedAt = string(order.StatusCancelled), ReasonCancelled, now
 		return insertReleases(tx, []Release{r})
 	}, readCommitted)
 	if err != nil {

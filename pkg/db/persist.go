@@ -10,6 +10,7 @@ import (
 
 	"gorm.io/gorm"
 
+	"github.com/flashsale/flashsale/pkg/draw"
 	"github.com/flashsale/flashsale/pkg/order"
 	"github.com/flashsale/flashsale/pkg/sale"
 )
@@ -22,6 +23,8 @@ const (
 	ReasonUserLimit       = "user_limit"
 	// ReasonExpired is the release reason of a cancelled order.
 	ReasonExpired = "payment_expired"
+	// ReasonDrawClosed: an entry that reached MySQL after its draw began.
+	ReasonDrawClosed = "draw_closed"
 )
 
 // readCommitted is the isolation of the pipeline's write transactions: they
@@ -154,6 +157,9 @@ func (s *Store) insertAndSettle(tx *gorm.DB, orders []order.Order) ([]Order, err
 		for _, i := range perVoucher[v] {
 			o := orders[i]
 			rows[i] = rowOf(o, meta.paymentTimeout)
+			if meta.draw {
+				rows[i].Status, rows[i].ExpiresAt = string(order.StatusEntered), o.CreatedAt
+			}
 			if meta.traits.NoPayment {
 				rows[i].Status, rows[i].ExpiresAt = string(order.StatusCompleted), o.CreatedAt
 			}
@@ -171,7 +177,11 @@ func (s *Store) insertAndSettle(tx *gorm.DB, orders []order.Order) ([]Order, err
 			failed = append(failed, pick(rows, perVoucher[v])...) // voucher gone: nothing to lock
 			continue
 		}
-		refused, err := settleVoucher(tx, v, metas[v], rows, perVoucher[v])
+		settle := settleVoucher
+		if metas[v].draw {
+			settle = settleEntries
+		}
+		refused, err := settle(tx, v, metas[v], rows, perVoucher[v])
 		if err != nil {
 			return nil, err
 		}
@@ -344,6 +354,7 @@ type voucherMeta struct {
 	paymentTimeout time.Duration
 	perUserLimit   int64
 	traits         sale.Traits
+	draw           bool // a draw sale: its orders are entries
 }
 
 func (s *Store) voucherMeta(tx *gorm.DB, v int64) (voucherMeta, bool, error) {
@@ -354,8 +365,9 @@ func (s *Store) voucherMeta(tx *gorm.DB, v int64) (voucherMeta, bool, error) {
 		PaymentTimeoutSeconds int64
 		PerUserLimit          int64
 		Kind                  string
+		Allocation            string
 	}
-	q := tx.Raw("SELECT payment_timeout_seconds, per_user_limit, kind FROM vouchers WHERE id = ?", v).Scan(&row)
+	q := tx.Raw("SELECT payment_timeout_seconds, per_user_limit, kind, allocation FROM vouchers WHERE id = ?", v).Scan(&row)
 	if q.Error != nil {
 		return voucherMeta{}, false, fmt.Errorf("read voucher %d: %w", v, q.Error)
 	}
@@ -363,7 +375,7 @@ func (s *Store) voucherMeta(tx *gorm.DB, v int64) (voucherMeta, bool, error) {
 		return voucherMeta{}, false, nil
 	}
 	m := voucherMeta{paymentTimeout: time.Duration(row.PaymentTimeoutSeconds) * time.Second, perUserLimit: row.PerUserLimit,
-		traits: sale.TraitsOf(row.Kind)}
+		traits: sale.TraitsOf(row.Kind), draw: row.Allocation == draw.Draw}
 	s.meta.Store(v, m)
 	return m, true, nil
 }

@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"cmp"
 	crand "crypto/rand"
 	"encoding/json"
 	"errors"
@@ -14,6 +15,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/flashsale/flashsale/pkg/db"
+	"github.com/flashsale/flashsale/pkg/draw"
 	"github.com/flashsale/flashsale/pkg/order"
 	"github.com/flashsale/flashsale/pkg/rdb"
 	"github.com/flashsale/flashsale/pkg/sale"
@@ -52,6 +54,8 @@ type createVoucherRequest struct {
 	// StockBuckets spreads a hot voucher's stock over Redis buckets
 	// (1..64; units only).
 	StockBuckets *int64 `json:"stock_buckets"`
+	// Allocation: first_come (default) or draw (pkg/draw).
+	Allocation *string `json:"allocation"`
 }
 
 type voucherJSON struct {
@@ -70,13 +74,27 @@ type voucherJSON struct {
 	PaymentTimeoutSeconds int64      `json:"payment_timeout_seconds"`
 	Paused                bool       `json:"paused"`
 	CreatedAt             time.Time  `json:"created_at"`
+	Allocation            string     `json:"allocation"`
+	// A draw's commitment, from the start, and its seed once drawn.
+	SeedCommitment string `json:"seed_commitment,omitempty"`
+	Seed           string `json:"seed,omitempty"`
 }
 
 func voucherOut(v db.Voucher) voucherJSON {
 	return voucherJSON{ID: idString(v.ID), Name: v.Name, Kind: v.Kind, Stock: v.Stock, StockTotal: v.StockTotal, StockBuckets: max(v.StockBuckets, 1),
 		TotalAmount: v.TotalAmount, MinAmount: v.MinAmount,
 		PerUserLimit: v.PerUserLimit, PerUserDailyLimit: v.PerUserDailyLimit, StartsAt: v.StartsAt,
-		EndsAt: v.EndsAt, PaymentTimeoutSeconds: v.PaymentTimeoutSeconds, Paused: v.Paused, CreatedAt: v.CreatedAt}
+		EndsAt: v.EndsAt, PaymentTimeoutSeconds: v.PaymentTimeoutSeconds, Paused: v.Paused, CreatedAt: v.CreatedAt,
+		Allocation: cmp.Or(v.Allocation, draw.FirstCome), SeedCommitment: v.SeedCommitment, Seed: revealed(v)}
+}
+
+// revealed is a draw's seed once it is drawn, "" before (and for a sale
+// that is not a draw).
+func revealed(v db.Voucher) string {
+	if v.DrawState == draw.StateDrawn {
+		return v.DrawSeed
+	}
+	return ""
 }
 
 // decodeJSON reads one JSON object of at most maxBodyBytes with no unknown
@@ -177,7 +195,37 @@ func (req createVoucherRequest) voucher(now time.Time, rnd *rand.Rand) (db.Vouch
 		return v, nil, badRequest("invalid_field", "stock_buckets must be 1 for a "+kind.Name()+" voucher: only a count of units is spread over buckets")
 	}
 	v.StockBuckets = int(buckets)
+	if err := req.allocation(&v, kind); err != nil {
+		return v, nil, err
+	}
 	return v, plan.Items, nil
+}
+
+// allocation sets v's allocation; a draw gets its seed and commitment.
+func (req createVoucherRequest) allocation(v *db.Voucher, kind sale.Kind) error {
+	v.Allocation = draw.FirstCome
+	if req.Allocation == nil || *req.Allocation == draw.FirstCome {
+		return nil
+	}
+	if *req.Allocation != draw.Draw {
+		return badRequest("invalid_field", "allocation must be first_come or draw")
+	}
+	switch {
+	case kind.Traits().NoPayment:
+		return badRequest("invalid_field", "a "+kind.Name()+" voucher cannot be drawn: a draw's winners pay for what they won (units or codes)")
+	case v.EndsAt == nil:
+		return badRequest("missing_field", "ends_at is required for a draw: the winners are drawn when the entries close")
+	case req.PerUserLimit != nil && *req.PerUserLimit != 1:
+		return badRequest("invalid_field", "per_user_limit must be 1 for a draw: one entry per user")
+	case v.PerUserDailyLimit != 0:
+		return badRequest("invalid_field", "per_user_daily_limit must be 0 for a draw")
+	case v.StockBuckets > 1:
+		return badRequest("invalid_field", "stock_buckets must be 1 for a draw: entries take no stock")
+	}
+	seed := draw.NewSeed()
+	v.Allocation, v.PerUserLimit, v.DrawState = draw.Draw, 1, draw.StateOpen
+	v.DrawSeed, v.SeedCommitment = seed.Hex(), seed.Commitment()
+	return nil
 }
 
 // common checks the fields every kind has.

@@ -84,10 +84,15 @@ func (g *Gateway) claim(w http.ResponseWriter, r *http.Request) {
 }
 
 // admittedBody is the 202 answer, written by hand on the hot path: the
-// order id and, for an envelope, its amount. A code is not shown before
+// order id and, for an envelope, its amount; for a draw, the entry id. A code is not shown before
 // its order is paid (see fromRow).
 func admittedBody(a rdb.Admission) []byte {
 	b := make([]byte, 0, 96)
+	if a.Entry {
+		b = append(b, `{"entry_id":"`...)
+		b = strconv.AppendInt(b, a.OrderID, 10)
+		return append(b, `","status":"entered"}`+"\n"...)
+	}
 	b = append(b, `{"order_id":"`...)
 	b = strconv.AppendInt(b, a.OrderID, 10)
 	b = append(b, `","status":"pending"`...)

@@ -183,6 +183,7 @@ type route struct {
 func (g *Gateway) routes() []route {
 	return []route{
 		{http.MethodPost, "/v1/vouchers/{id}/orders", false, g.claim},
+		{http.MethodGet, "/v1/vouchers/{id}/draw", false, g.mysqlBound(g.getDraw)},
 		{http.MethodGet, "/v1/orders", false, g.mysqlBound(g.listOrders)},
 		{http.MethodGet, "/v1/orders/{id}", false, g.mysqlBound(g.getOrder)},
 		{http.MethodPost, "/v1/orders/{id}/pay", false, g.buyerPay(g.mysqlBound(g.payOrder))},

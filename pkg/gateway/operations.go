@@ -13,6 +13,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/flashsale/flashsale/pkg/db"
+	"github.com/flashsale/flashsale/pkg/draw"
 	"github.com/flashsale/flashsale/pkg/order"
 	"github.com/flashsale/flashsale/pkg/sale"
 	"github.com/flashsale/flashsale/pkg/settle"
@@ -345,14 +346,20 @@ func SignWebhookLegacy(body []byte, secret string) string {
 
 // pendingOut is a pending order as the API shows it.
 func pendingOut(p order.Order) orderJSON {
-	return orderJSON{OrderID: idString(p.ID), VoucherID: idString(p.VoucherID), UserID: p.UserID, Quantity: p.Units(),
+	o := orderJSON{OrderID: idString(p.ID), VoucherID: idString(p.VoucherID), UserID: p.UserID, Quantity: p.Units(),
 		Amount: p.Item.Amount, Status: string(order.StatusPending), CreatedAt: p.CreatedAt}
+	if p.Entry { // an entry is entered from its 202 on
+		o.Status, o.Draw = string(order.StatusEntered), drawEntered
+	}
+	return o
 }
 
 type changeVoucherRequest struct {
 	AddStock *int64  `json:"add_stock"`
 	EndsAt   *string `json:"ends_at"`
 }
+
+var errDrawClosed = &apiError{http.StatusConflict, "draw_closed", "a draw sale cannot be changed once its entries have closed"}
 
 var errNotToppable = &apiError{http.StatusConflict, "not_toppable", "stock can be added only to a voucher of units"}
 
@@ -404,6 +411,8 @@ func (g *Gateway) changeVoucher(w http.ResponseWriter, r *http.Request) {
 		err = errVoucherMissing
 	case err == nil && endsAt != nil && current.StartsAt != nil && !endsAt.After(*current.StartsAt):
 		err = badRequest("invalid_field", "ends_at must be after starts_at")
+	case err == nil && current.IsDraw() && (current.DrawState != draw.StateOpen || (current.EndsAt != nil && !now.Before(*current.EndsAt))):
+		err = errDrawClosed
 	case err == nil && current.StockTotal+add > sale.MaxStock:
 		err = badRequest("invalid_field", "stock_total would exceed "+idString(sale.MaxStock))
 	}

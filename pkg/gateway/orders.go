@@ -22,11 +22,34 @@ type orderJSON struct {
 	CreatedAt time.Time  `json:"created_at"`
 	ExpiresAt *time.Time `json:"expires_at,omitempty"`
 	PaidAt    *time.Time `json:"paid_at,omitempty"`
+	// Draw is set for an entry of a draw sale: entered (before the draw),
+	// won (it is an order: see status) or lost.
+	Draw string `json:"draw,omitempty"`
+}
+
+// Words of orderJSON.Draw.
+const (
+	drawEntered = "entered"
+	drawWon     = "won"
+	drawLost    = "lost"
+)
+
+// drawWord is what order row o is in its draw ("" if it is no entry).
+func drawWord(o db.Order) string {
+	switch {
+	case o.Drawn > 0:
+		return drawWon
+	case o.Status == string(order.StatusEntered):
+		return drawEntered
+	case o.Status == string(order.StatusLost):
+		return drawLost
+	}
+	return ""
 }
 
 func fromRow(o db.Order) orderJSON {
 	j := orderJSON{OrderID: idString(o.ID), VoucherID: idString(o.VoucherID), UserID: o.UserID, Quantity: max(o.Quantity, 1),
-		Amount: o.Amount, Status: o.Status, CreatedAt: o.CreatedAt, PaidAt: o.PaidAt}
+		Amount: o.Amount, Status: o.Status, CreatedAt: o.CreatedAt, PaidAt: o.PaidAt, Draw: drawWord(o)}
 	// A code is shown to its owner (only an owner sees an order) once the
 	// order is paid: an unpaid order may be cancelled and its code sold to
 	// somebody else, who must be the only one to have seen it.

@@ -29,6 +29,12 @@ const (
 	// StatusCompleted: persisted, and final without a payment (a red
 	// envelope grab): it never expires.
 	StatusCompleted Status = "completed"
+	// StatusEntered: an entry of a draw sale (pkg/draw), persisted, waiting
+	// for the draw. It holds no unit.
+	StatusEntered Status = "entered"
+	// StatusLost: an entry the draw did not pick (yet: it is on the
+	// waitlist, and may still become created).
+	StatusLost Status = "lost"
 )
 
 // Live are the statuses of an order that holds its units (and its item).
@@ -54,6 +60,9 @@ type Order struct {
 	// Item is what the order took from a pooled voucher's pool (an
 	// envelope, a code); zero for a voucher of units.
 	Item Item
+	// Entry: an entry of a draw sale, not an order; it takes no unit
+	// until the draw picks it (pkg/draw).
+	Entry bool
 }
 
 // Item is one envelope or code of a pooled voucher. No numbers the items of

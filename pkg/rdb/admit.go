@@ -38,6 +38,8 @@ type Admission struct {
 	Replayed bool
 	// Item is what the order took of a pooled voucher (zero for units).
 	Item order.Item
+	// Entry: an entry of a draw sale; OrderID is its entry id.
+	Entry bool
 }
 
 // Admit runs the admission script for c. Rejections are the Err* sentinels.
@@ -303,7 +305,7 @@ func admission(res []any, p int) (Admission, error) {
 		}
 		return Admission{}, fmt.Errorf("admit: unknown code %d", code)
 	}
-	if len(res) != 4 {
+	if len(res) != 4 && len(res) != 5 {
 		return Admission{}, fmt.Errorf("admit: unexpected reply %v", res)
 	}
 	entry, _ := res[1].(string)
@@ -316,5 +318,5 @@ func admission(res []any, p int) (Admission, error) {
 	if err != nil {
 		return Admission{}, fmt.Errorf("admit: %w", err)
 	}
-	return Admission{OrderID: id, Replayed: res[2] == int64(1), Item: item}, nil
+	return Admission{OrderID: id, Replayed: res[2] == int64(1), Item: item, Entry: len(res) == 5 && res[4] == int64(1)}, nil
 }

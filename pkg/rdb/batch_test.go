@@ -21,6 +21,7 @@ type outcome struct {
 	err      error
 	replayOf int // -1: a new admission
 	item     order.Item
+	entry    bool
 }
 
 // decide runs claims of voucher v, all in one AdmitMany (one script call
@@ -45,7 +46,7 @@ func decide(t *testing.T, s *rdb.Store, v int64, claims []rdb.Claim, batch bool)
 		if errs[i] != nil {
 			continue
 		}
-		out[i].item = as[i].Item
+		out[i].item, out[i].entry = as[i].Item, as[i].Entry
 		if as[i].Replayed {
 			j, ok := first[as[i].OrderID]
 			if !ok {
@@ -72,7 +73,7 @@ func randomSale(r *rand.Rand, id int64) (rdb.Voucher, []rdb.Claim, bool) {
 	if r.IntN(2) == 0 {
 		v.StartsAt, v.EndsAt = start, start.Add(30*time.Hour)
 	}
-	switch r.IntN(4) {
+	switch r.IntN(5) {
 	case 0:
 		v.Pooled = true
 		v.Items = make([]order.Item, v.Stock)
@@ -82,6 +83,9 @@ func randomSale(r *rand.Rand, id int64) (rdb.Voucher, []rdb.Claim, bool) {
 	case 1:
 		v.Buckets = 3
 		v.Stock = 200 // ample: no bucket runs dry, so the order across buckets does not matter
+	case 2:
+		// A draw (pkg/draw): entries, one per user, take no stock.
+		v.Draw, v.PerUserLimit, v.PerUserDailyLimit = true, 1, 0
 	}
 	paused := r.IntN(10) == 0
 	users := []string{"ann", "bob", "cid", "dee", "eve"}
@@ -98,7 +102,8 @@ func randomSale(r *rand.Rand, id int64) (rdb.Voucher, []rdb.Claim, bool) {
 // Issue 18: a batch of claims, decided by one script call per bucket, comes
 // to exactly what the same claims one by one do (a property over random
 // sales: stock, per-user and per-day limits, replays of keys, also within
-// the batch, quantities, windows, pauses, pools, buckets), and leaves the
+// the batch, quantities, windows, pauses, pools, buckets, draws' entries),
+// and leaves the
 // same stock and counts.
 func TestABatchDecidesAsTheClaimsOneByOne(t *testing.T) {
 	s := newStore(t, 4)
@@ -107,7 +112,7 @@ func TestABatchDecidesAsTheClaimsOneByOne(t *testing.T) {
 	if testing.Short() {
 		rounds = 30
 	}
-	soldOutInBatch := 0
+	soldOutInBatch, entries := 0, 0
 	for round := range rounds {
 		r := rand.New(rand.NewPCG(uint64(round), 18))
 		// Two vouchers alike, each on its own keys: one decided in a batch,
@@ -140,17 +145,27 @@ func TestABatchDecidesAsTheClaimsOneByOne(t *testing.T) {
 			if errors.Is(batch[i].err, rdb.ErrSoldOut) {
 				soldOutInBatch++
 			}
+			if batch[i].entry {
+				entries++
+			}
 		}
 		stB, err := s.ReadVoucherState(ctx, vb.ID, dayStrings(claims))
 		require.NoError(t, err)
 		stS, err := s.ReadVoucherState(ctx, vs.ID, dayStrings(claims))
 		require.NoError(t, err)
 		require.Equal(t, stS.Voucher.Stock, stB.Voucher.Stock, "round %d: stock", round)
+		if vb.Draw {
+			require.Equal(t, vb.Stock, stB.Voucher.Stock, "round %d: entries take no stock", round)
+			for u, n := range stB.Users {
+				require.LessOrEqual(t, n, int64(1), "round %d: one entry for %s", round, u)
+			}
+		}
 		require.Equal(t, stS.Users, stB.Users, "round %d: users' counts", round)
 		require.Equal(t, stS.Days, stB.Days, "round %d: day counts", round)
 		require.Equal(t, stS.Voucher.Items, stB.Voucher.Items, "round %d: pool", round)
 	}
 	require.Positive(t, soldOutInBatch, "some batches straddled the last unit")
+	require.Positive(t, entries, "some sales were draws")
 }
 
 func dayStrings(claims []rdb.Claim) []string {

@@ -31,11 +31,15 @@ var (
 	ErrQuantityAboveLimit = errors.New("quantity above the per-user limit")
 	// ErrPaused: an operator paused the sale.
 	ErrPaused = errors.New("sale paused")
+	// ErrAlreadyEntered: the user entered this draw already (one entry per
+	// user).
+	ErrAlreadyEntered = errors.New("already entered")
 )
 
 var admitErrors = map[int64]error{
 	1: ErrVoucherNotFound, 2: ErrNotStarted, 3: ErrEnded, 4: ErrSoldOut,
 	5: ErrUserLimit, 6: ErrDailyLimit, 7: ErrOverloaded, 8: ErrQuantityAboveLimit, 9: ErrPaused,
+	11: ErrAlreadyEntered,
 }
 
 // DayKeyTTL is how long a per-day counter outlives its day.

@@ -102,7 +102,8 @@ func parseEntry(p int, m redis.XMessage) Entry {
 	case errQ != nil || qty < 1 || qty > order.MaxQuantity:
 		e.Err = fmt.Errorf("entry %s: bad quantity %q", m.ID, field("quantity"))
 	}
-	e.Order = order.Order{ID: id, VoucherID: v, UserID: user, CreatedAt: time.UnixMilli(ms).UTC(), Day: day, Quantity: qty, Item: item}
+	e.Order = order.Order{ID: id, VoucherID: v, UserID: user, CreatedAt: time.UnixMilli(ms).UTC(), Day: day, Quantity: qty, Item: item,
+		Entry: field("entry") == "1"}
 	return e
 }
 

@@ -36,6 +36,9 @@ type Voucher struct {
 	// Buckets: the stock is spread over this many buckets (0 or 1: one;
 	// see keys.go). Only a count of units may have more than one.
 	Buckets int
+	// Draw: a draw sale (pkg/draw): admissions are entries, one per user,
+	// and take no stock.
+	Draw bool
 }
 
 // KeysOutliveSale is how long a voucher's keys outlive the end of its sale
@@ -109,7 +112,7 @@ func putBucketHash(ctx context.Context, pipe redis.Pipeliner, b bucket, v Vouche
 	key := b.key()
 	pipe.HSet(ctx, key, "stock", v.Stock, "limit", v.PerUserLimit, "daily", v.PerUserDailyLimit,
 		"start_ms", unixMs(v.StartsAt), "end_ms", unixMs(v.EndsAt), "expire_s", unixS(v.ExpireAt),
-		"pool", bit(v.Pooled), "closed", bit(v.Closed), "paused", bit(v.Paused), "buckets", max(v.Buckets, 1))
+		"pool", bit(v.Pooled), "closed", bit(v.Closed), "paused", bit(v.Paused), "buckets", max(v.Buckets, 1), "draw", bit(v.Draw))
 	expire(ctx, pipe, key, v.ExpireAt)
 	if !v.Pooled {
 		return

@@ -46,7 +46,7 @@ type Config struct {
 	// ReleaseInterval: giving Redis the releases MySQL owes it. Default Interval.
 	ReleaseInterval time.Duration `envconfig:"FLASHSALE_REAPER_RELEASE_INTERVAL"`
 	// RefundInterval: refunding what nobody grabbed of ended envelope
-	// sales. Default Interval.
+	// sales, and drawing ended draw sales. Default Interval.
 	RefundInterval time.Duration `envconfig:"FLASHSALE_REAPER_REFUND_INTERVAL"`
 	// CheckInterval: comparing Redis with MySQL (reconcile without
 	// repair) for the flashsale_reconcile_* gauges. Default 5m.
@@ -184,11 +184,15 @@ type Pass struct {
 	Refunded         int // ended envelope sales refunded
 	RefundsWaiting   int // ended envelope sales waiting for grabs in flight
 	MovesFinished    int // moves between a hot voucher's buckets left half way
+	Drawn            int // draw sales drawn
+	DrawsWaiting     int // ended draw sales waiting for entries in flight
+	MarkedLost       int // entries of drawn sales marked lost
 }
 
 func (p Pass) idle() bool { return p == Pass{} }
 
-func (p *Pass) add(q Pass) {
+// Add adds q's counts to p's.
+func (p *Pass) Add(q Pass) {
 	p.Claimed += q.Claimed
 	p.DeadLettered += q.DeadLettered
 	p.DeletedAcked += q.DeletedAcked
@@ -198,6 +202,9 @@ func (p *Pass) add(q Pass) {
 	p.Refunded += q.Refunded
 	p.RefundsWaiting += q.RefundsWaiting
 	p.MovesFinished += q.MovesFinished
+	p.Drawn += q.Drawn
+	p.DrawsWaiting += q.DrawsWaiting
+	p.MarkedLost += q.MarkedLost
 }
 
 // service is one maintenance job of the reaper, in a file of its own, with
@@ -219,6 +226,7 @@ func (r *Reaper) services() []service {
 		{"expirer", r.cfg.ExpireInterval, r.cancelExpired},
 		{"releaser", r.cfg.ReleaseInterval, r.releaseOwed},
 		{"refunder", r.cfg.RefundInterval, r.refundEnded},
+		{"drawer", r.cfg.RefundInterval, r.drawEnded},
 		{"mover", r.cfg.ReleaseInterval, r.finishMoves},
 		{"checker", r.cfg.CheckInterval, r.check},
 	}
@@ -263,7 +271,8 @@ func (r *Reaper) record(name string, pass Pass, err error) {
 			zap.Int("deleted_acked", pass.DeletedAcked), zap.Int("consumers_removed", pass.ConsumersRemoved),
 			zap.Int("cancelled", pass.Cancelled), zap.Int("released_to_redis", pass.ReleasedToRedis),
 			zap.Int("refunded", pass.Refunded), zap.Int("refunds_waiting", pass.RefundsWaiting),
-			zap.Int("moves_finished", pass.MovesFinished))
+			zap.Int("moves_finished", pass.MovesFinished), zap.Int("drawn", pass.Drawn), zap.Int("draws_waiting", pass.DrawsWaiting),
+			zap.Int("marked_lost", pass.MarkedLost))
 	}
 	if err != nil {
 		r.log.Warn("reaper pass incomplete", zap.String("service", name), zap.Error(err))
@@ -279,6 +288,7 @@ func (r *Reaper) record(name string, pass Pass, err error) {
 	r.metrics.released.Add(float64(pass.ReleasedToRedis))
 	r.metrics.consumersRemoved.Add(float64(pass.ConsumersRemoved))
 	r.metrics.refunded.Add(float64(pass.Refunded))
+	r.metrics.drawn.Add(float64(pass.Drawn))
 }
 
 // RunOnce runs one pass of every service, in order: rescue stale entries,
@@ -293,7 +303,7 @@ func (r *Reaper) RunOnce(ctx context.Context) (Pass, error) {
 		var pass Pass
 		err := s.runOnce(ctx, &pass)
 		r.record(s.name, pass, err)
-		total.add(pass)
+		total.Add(pass)
 		errs = append(errs, err)
 	}
 	return total, errors.Join(errs...)

@@ -47,6 +47,29 @@ func admit(t *testing.T, e *testenv.Env, voucher int64, users ...string) []int64
 	return ids
 }
 
+// raceReapers runs one pass of n reapers at once, their clocks at now, and
+// returns what they did together.
+func raceReapers(t *testing.T, e *testenv.Env, n int, now time.Time, mut ...func(*reaper.Config)) reaper.Pass {
+	t.Helper()
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var total reaper.Pass
+	for i := range n {
+		r := newReaper(t, e, fmt.Sprintf("reaper-%d", i), func() time.Time { return now }, mut...)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			p, err := r.RunOnce(context.Background())
+			require.NoError(t, err)
+			mu.Lock()
+			total.Add(p)
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	return total
+}
+
 func users(prefix string, n int) []string {
 	out := make([]string, n)
 	for i := range out {
@@ -222,27 +245,10 @@ func TestUnpaidOrdersAreCancelledAndReleasedExactlyOnce(t *testing.T) {
 
 func TestConcurrentReapersCancelEachOrderOnce(t *testing.T) {
 	e := testenv.New(t, 4)
-	ctx := context.Background()
 	v := e.SeedVoucher(t, db.Voucher{Stock: 400, PaymentTimeoutSeconds: 1}, -1)
 	admit(t, e, v.ID, users("u", 300)...)
 	persist(t, e, v.ID)
-	later := time.Now().Add(time.Minute)
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	total := 0
-	for i := range 3 {
-		r := newReaper(t, e, fmt.Sprintf("reaper-%d", i), func() time.Time { return later }, func(c *reaper.Config) { c.BatchSize = 25 })
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			p, err := r.RunOnce(ctx)
-			require.NoError(t, err)
-			mu.Lock()
-			total += p.Cancelled
-			mu.Unlock()
-		}()
-	}
-	wg.Wait()
+	total := raceReapers(t, e, 3, time.Now().Add(time.Minute), func(c *reaper.Config) { c.BatchSize = 25 }).Cancelled
 	require.Equal(t, 300, total)
 	require.Equal(t, int64(400), e.Count(t, "SELECT stock FROM vouchers WHERE id = ?", v.ID))
 	require.EqualValues(t, 400, redisStock(t, e, v.ID))

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/flashsale/flashsale/pkg/db"
+	"github.com/flashsale/flashsale/pkg/draw"
 	"github.com/flashsale/flashsale/pkg/order"
 	"github.com/flashsale/flashsale/pkg/rdb"
 	"github.com/flashsale/flashsale/pkg/settle"
@@ -93,7 +94,13 @@ func reconcileVoucher(ctx context.Context, r *rdb.Store, d *db.Store, v db.Vouch
 	if err != nil {
 		return check, err
 	}
-	live, err := d.LiveOrders(ctx, v.ID)
+	// A draw's Redis counts entries per user (admit.lua): every entry
+	// that did not fail counts, whatever the draw made of it.
+	counted := d.LiveOrders
+	if v.IsDraw() {
+		counted = d.Entrants
+	}
+	live, err := counted(ctx, v.ID)
 	if err != nil {
 		return check, err
 	}
@@ -119,7 +126,9 @@ func reconcileVoucher(ctx context.Context, r *rdb.Store, d *db.Store, v db.Vouch
 	for _, o := range candidates {
 		if !persisted[o.ID] {
 			check.InFlight++
-			want.Voucher.Stock -= o.Units()
+			if !o.Entry { // an entry takes no stock
+				want.Voucher.Stock -= o.Units()
+			}
 			count(o.UserID, o.Day, o.Units(), true)
 			inFlightItems[o.Item.No] = true
 		}
@@ -132,6 +141,11 @@ func reconcileVoucher(ctx context.Context, r *rdb.Store, d *db.Store, v db.Vouch
 	have, err := r.ReadVoucherState(ctx, v.ID, days)
 	if err != nil {
 		return check, err
+	}
+	if v.IsDraw() && v.DrawState != draw.StateOpen {
+		// Once drawn, MySQL's stock and items are the winners'; Redis,
+		// which admits nothing more, keeps what it had.
+		want.Voucher.Stock, want.Voucher.Items = have.Voucher.Stock, have.Voucher.Items
 	}
 	diff := func(what string, h, w int64) {
 		if h != w {

@@ -19,9 +19,11 @@ import (
 
 // Defines values for ErrorCode.
 const (
+	AlreadyEntered        ErrorCode = "already_entered"
 	BodyTimeout           ErrorCode = "body_timeout"
 	BodyTooLarge          ErrorCode = "body_too_large"
 	DailyLimit            ErrorCode = "daily_limit"
+	DrawClosed            ErrorCode = "draw_closed"
 	Ended                 ErrorCode = "ended"
 	Internal              ErrorCode = "internal"
 	InvalidField          ErrorCode = "invalid_field"
@@ -30,6 +32,7 @@ const (
 	MalformedJson         ErrorCode = "malformed_json"
 	MethodNotAllowed      ErrorCode = "method_not_allowed"
 	MissingField          ErrorCode = "missing_field"
+	NotADraw              ErrorCode = "not_a_draw"
 	NotFound              ErrorCode = "not_found"
 	NotStarted            ErrorCode = "not_started"
 	NotToppable           ErrorCode = "not_toppable"
@@ -53,11 +56,15 @@ const (
 // Valid indicates whether the value is a known member of the ErrorCode enum.
 func (e ErrorCode) Valid() bool {
 	switch e {
+	case AlreadyEntered:
+		return true
 	case BodyTimeout:
 		return true
 	case BodyTooLarge:
 		return true
 	case DailyLimit:
+		return true
+	case DrawClosed:
 		return true
 	case Ended:
 		return true
@@ -74,6 +81,8 @@ func (e ErrorCode) Valid() bool {
 	case MethodNotAllowed:
 		return true
 	case MissingField:
+		return true
+	case NotADraw:
 		return true
 	case NotFound:
 		return true
@@ -116,12 +125,35 @@ func (e ErrorCode) Valid() bool {
 	}
 }
 
+// Defines values for OrderDraw.
+const (
+	OrderDrawEntered OrderDraw = "entered"
+	OrderDrawLost    OrderDraw = "lost"
+	OrderDrawWon     OrderDraw = "won"
+)
+
+// Valid indicates whether the value is a known member of the OrderDraw enum.
+func (e OrderDraw) Valid() bool {
+	switch e {
+	case OrderDrawEntered:
+		return true
+	case OrderDrawLost:
+		return true
+	case OrderDrawWon:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for OrderStatus.
 const (
 	OrderStatusCancelled OrderStatus = "cancelled"
 	OrderStatusCompleted OrderStatus = "completed"
 	OrderStatusCreated   OrderStatus = "created"
+	OrderStatusEntered   OrderStatus = "entered"
 	OrderStatusFailed    OrderStatus = "failed"
+	OrderStatusLost      OrderStatus = "lost"
 	OrderStatusPaid      OrderStatus = "paid"
 	OrderStatusPending   OrderStatus = "pending"
 )
@@ -135,7 +167,11 @@ func (e OrderStatus) Valid() bool {
 		return true
 	case OrderStatusCreated:
 		return true
+	case OrderStatusEntered:
+		return true
 	case OrderStatusFailed:
+		return true
+	case OrderStatusLost:
 		return true
 	case OrderStatusPaid:
 		return true
@@ -167,6 +203,24 @@ func (e ReportKind) Valid() bool {
 	}
 }
 
+// Defines values for VoucherAllocation.
+const (
+	VoucherAllocationDraw      VoucherAllocation = "draw"
+	VoucherAllocationFirstCome VoucherAllocation = "first_come"
+)
+
+// Valid indicates whether the value is a known member of the VoucherAllocation enum.
+func (e VoucherAllocation) Valid() bool {
+	switch e {
+	case VoucherAllocationDraw:
+		return true
+	case VoucherAllocationFirstCome:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for VoucherKind.
 const (
 	VoucherKindCodes    VoucherKind = "codes"
@@ -182,6 +236,24 @@ func (e VoucherKind) Valid() bool {
 	case VoucherKindEnvelope:
 		return true
 	case VoucherKindUnits:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for PostAdminV1VouchersJSONBodyAllocation.
+const (
+	PostAdminV1VouchersJSONBodyAllocationDraw      PostAdminV1VouchersJSONBodyAllocation = "draw"
+	PostAdminV1VouchersJSONBodyAllocationFirstCome PostAdminV1VouchersJSONBodyAllocation = "first_come"
+)
+
+// Valid indicates whether the value is a known member of the PostAdminV1VouchersJSONBodyAllocation enum.
+func (e PostAdminV1VouchersJSONBodyAllocation) Valid() bool {
+	switch e {
+	case PostAdminV1VouchersJSONBodyAllocationDraw:
+		return true
+	case PostAdminV1VouchersJSONBodyAllocationFirstCome:
 		return true
 	default:
 		return false
@@ -209,6 +281,24 @@ func (e PostAdminV1VouchersJSONBodyKind) Valid() bool {
 	}
 }
 
+// Defines values for GetAdminV1VouchersId200JSONResponseBodyAllocation.
+const (
+	GetAdminV1VouchersId200JSONResponseBodyAllocationDraw      GetAdminV1VouchersId200JSONResponseBodyAllocation = "draw"
+	GetAdminV1VouchersId200JSONResponseBodyAllocationFirstCome GetAdminV1VouchersId200JSONResponseBodyAllocation = "first_come"
+)
+
+// Valid indicates whether the value is a known member of the GetAdminV1VouchersId200JSONResponseBodyAllocation enum.
+func (e GetAdminV1VouchersId200JSONResponseBodyAllocation) Valid() bool {
+	switch e {
+	case GetAdminV1VouchersId200JSONResponseBodyAllocationDraw:
+		return true
+	case GetAdminV1VouchersId200JSONResponseBodyAllocationFirstCome:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for GetAdminV1VouchersId200JSONResponseBodyKind.
 const (
 	GetAdminV1VouchersId200JSONResponseBodyKindCodes    GetAdminV1VouchersId200JSONResponseBodyKind = "codes"
@@ -230,12 +320,35 @@ func (e GetAdminV1VouchersId200JSONResponseBodyKind) Valid() bool {
 	}
 }
 
+// Defines values for PostV1PaymentsWebhook200JSONResponseBodyDraw.
+const (
+	PostV1PaymentsWebhook200JSONResponseBodyDrawEntered PostV1PaymentsWebhook200JSONResponseBodyDraw = "entered"
+	PostV1PaymentsWebhook200JSONResponseBodyDrawLost    PostV1PaymentsWebhook200JSONResponseBodyDraw = "lost"
+	PostV1PaymentsWebhook200JSONResponseBodyDrawWon     PostV1PaymentsWebhook200JSONResponseBodyDraw = "won"
+)
+
+// Valid indicates whether the value is a known member of the PostV1PaymentsWebhook200JSONResponseBodyDraw enum.
+func (e PostV1PaymentsWebhook200JSONResponseBodyDraw) Valid() bool {
+	switch e {
+	case PostV1PaymentsWebhook200JSONResponseBodyDrawEntered:
+		return true
+	case PostV1PaymentsWebhook200JSONResponseBodyDrawLost:
+		return true
+	case PostV1PaymentsWebhook200JSONResponseBodyDrawWon:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for PostV1PaymentsWebhook200JSONResponseBodyStatus.
 const (
 	PostV1PaymentsWebhook200JSONResponseBodyStatusCancelled PostV1PaymentsWebhook200JSONResponseBodyStatus = "cancelled"
 	PostV1PaymentsWebhook200JSONResponseBodyStatusCompleted PostV1PaymentsWebhook200JSONResponseBodyStatus = "completed"
 	PostV1PaymentsWebhook200JSONResponseBodyStatusCreated   PostV1PaymentsWebhook200JSONResponseBodyStatus = "created"
+	PostV1PaymentsWebhook200JSONResponseBodyStatusEntered   PostV1PaymentsWebhook200JSONResponseBodyStatus = "entered"
 	PostV1PaymentsWebhook200JSONResponseBodyStatusFailed    PostV1PaymentsWebhook200JSONResponseBodyStatus = "failed"
+	PostV1PaymentsWebhook200JSONResponseBodyStatusLost      PostV1PaymentsWebhook200JSONResponseBodyStatus = "lost"
 	PostV1PaymentsWebhook200JSONResponseBodyStatusPaid      PostV1PaymentsWebhook200JSONResponseBodyStatus = "paid"
 	PostV1PaymentsWebhook200JSONResponseBodyStatusPending   PostV1PaymentsWebhook200JSONResponseBodyStatus = "pending"
 )
@@ -249,7 +362,11 @@ func (e PostV1PaymentsWebhook200JSONResponseBodyStatus) Valid() bool {
 		return true
 	case PostV1PaymentsWebhook200JSONResponseBodyStatusCreated:
 		return true
+	case PostV1PaymentsWebhook200JSONResponseBodyStatusEntered:
+		return true
 	case PostV1PaymentsWebhook200JSONResponseBodyStatusFailed:
+		return true
+	case PostV1PaymentsWebhook200JSONResponseBodyStatusLost:
 		return true
 	case PostV1PaymentsWebhook200JSONResponseBodyStatusPaid:
 		return true
@@ -260,14 +377,38 @@ func (e PostV1PaymentsWebhook200JSONResponseBodyStatus) Valid() bool {
 	}
 }
 
+// Defines values for GetV1VouchersIdDraw200JSONResponseBodyState.
+const (
+	Drawing GetV1VouchersIdDraw200JSONResponseBodyState = "drawing"
+	Drawn   GetV1VouchersIdDraw200JSONResponseBodyState = "drawn"
+	Open    GetV1VouchersIdDraw200JSONResponseBodyState = "open"
+)
+
+// Valid indicates whether the value is a known member of the GetV1VouchersIdDraw200JSONResponseBodyState enum.
+func (e GetV1VouchersIdDraw200JSONResponseBodyState) Valid() bool {
+	switch e {
+	case Drawing:
+		return true
+	case Drawn:
+		return true
+	case Open:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for PostV1VouchersIdOrders202JSONResponseBodyStatus.
 const (
+	PostV1VouchersIdOrders202JSONResponseBodyStatusEntered PostV1VouchersIdOrders202JSONResponseBodyStatus = "entered"
 	PostV1VouchersIdOrders202JSONResponseBodyStatusPending PostV1VouchersIdOrders202JSONResponseBodyStatus = "pending"
 )
 
 // Valid indicates whether the value is a known member of the PostV1VouchersIdOrders202JSONResponseBodyStatus enum.
 func (e PostV1VouchersIdOrders202JSONResponseBodyStatus) Valid() bool {
 	switch e {
+	case PostV1VouchersIdOrders202JSONResponseBodyStatusEntered:
+		return true
 	case PostV1VouchersIdOrders202JSONResponseBodyStatusPending:
 		return true
 	default:
@@ -302,8 +443,11 @@ type Order struct {
 	Amount *int `json:"amount,omitempty"`
 
 	// Code a code, shown once the order is paid
-	Code      *string     `json:"code,omitempty"`
-	CreatedAt time.Time   `json:"created_at"`
+	Code      *string   `json:"code,omitempty"`
+	CreatedAt time.Time `json:"created_at"`
+
+	// Draw an entry of a draw sale: entered before the draw, then won (an order: see status) or lost (on the waitlist)
+	Draw      *OrderDraw  `json:"draw,omitempty"`
 	ExpiresAt *time.Time  `json:"expires_at,omitempty"`
 	OrderId   string      `json:"order_id"`
 	PaidAt    *time.Time  `json:"paid_at,omitempty"`
@@ -312,6 +456,9 @@ type Order struct {
 	UserId    string      `json:"user_id"`
 	VoucherId string      `json:"voucher_id"`
 }
+
+// OrderDraw an entry of a draw sale: entered before the draw, then won (an order: see status) or lost (on the waitlist)
+type OrderDraw string
 
 // OrderStatus defines model for Order.Status.
 type OrderStatus string
@@ -385,22 +532,32 @@ type ReportKind string
 
 // Voucher defines model for Voucher.
 type Voucher struct {
-	CreatedAt             time.Time   `json:"created_at"`
-	EndsAt                *time.Time  `json:"ends_at,omitempty"`
-	Id                    string      `json:"id"`
-	Kind                  VoucherKind `json:"kind"`
-	MinAmount             *int        `json:"min_amount,omitempty"`
-	Name                  string      `json:"name"`
-	Paused                bool        `json:"paused"`
-	PaymentTimeoutSeconds int         `json:"payment_timeout_seconds"`
-	PerUserDailyLimit     int         `json:"per_user_daily_limit"`
-	PerUserLimit          int         `json:"per_user_limit"`
-	StartsAt              *time.Time  `json:"starts_at,omitempty"`
-	Stock                 int         `json:"stock"`
-	StockBuckets          int         `json:"stock_buckets"`
-	StockTotal            int         `json:"stock_total"`
-	TotalAmount           *int        `json:"total_amount,omitempty"`
+	Allocation            VoucherAllocation `json:"allocation"`
+	CreatedAt             time.Time         `json:"created_at"`
+	EndsAt                *time.Time        `json:"ends_at,omitempty"`
+	Id                    string            `json:"id"`
+	Kind                  VoucherKind       `json:"kind"`
+	MinAmount             *int              `json:"min_amount,omitempty"`
+	Name                  string            `json:"name"`
+	Paused                bool              `json:"paused"`
+	PaymentTimeoutSeconds int               `json:"payment_timeout_seconds"`
+	PerUserDailyLimit     int               `json:"per_user_daily_limit"`
+	PerUserLimit          int               `json:"per_user_limit"`
+
+	// Seed a draw's seed, once drawn
+	Seed *string `json:"seed,omitempty"`
+
+	// SeedCommitment a draw's hex SHA-256 of its seed, from the start
+	SeedCommitment *string    `json:"seed_commitment,omitempty"`
+	StartsAt       *time.Time `json:"starts_at,omitempty"`
+	Stock          int        `json:"stock"`
+	StockBuckets   int        `json:"stock_buckets"`
+	StockTotal     int        `json:"stock_total"`
+	TotalAmount    *int       `json:"total_amount,omitempty"`
 }
+
+// VoucherAllocation defines model for Voucher.Allocation.
+type VoucherAllocation string
 
 // VoucherKind defines model for Voucher.Kind.
 type VoucherKind string
@@ -416,7 +573,9 @@ type GetAdminV1VouchersParams struct {
 
 // PostAdminV1VouchersJSONBody defines parameters for PostAdminV1Vouchers.
 type PostAdminV1VouchersJSONBody struct {
-	Codes *[]string `json:"codes,omitempty"`
+	// Allocation draw (units or codes): entries until ends_at (required), one per user (per_user_limit 1), then winners drawn from a committed seed
+	Allocation *PostAdminV1VouchersJSONBodyAllocation `json:"allocation,omitempty"`
+	Codes      *[]string                              `json:"codes,omitempty"`
 
 	// Count envelopes
 	Count  *int                             `json:"count,omitempty"`
@@ -441,8 +600,14 @@ type PostAdminV1VouchersJSONBody struct {
 	TotalAmount *int `json:"total_amount,omitempty"`
 }
 
+// PostAdminV1VouchersJSONBodyAllocation defines parameters for PostAdminV1Vouchers.
+type PostAdminV1VouchersJSONBodyAllocation string
+
 // PostAdminV1VouchersJSONBodyKind defines parameters for PostAdminV1Vouchers.
 type PostAdminV1VouchersJSONBodyKind string
+
+// GetAdminV1VouchersId200JSONResponseBodyAllocation defines parameters for GetAdminV1VouchersId.
+type GetAdminV1VouchersId200JSONResponseBodyAllocation string
 
 // GetAdminV1VouchersId200JSONResponseBodyKind defines parameters for GetAdminV1VouchersId.
 type GetAdminV1VouchersId200JSONResponseBodyKind string
@@ -471,8 +636,14 @@ type PostV1PaymentsWebhookParams struct {
 	XFlashsaleSignature string `json:"X-Flashsale-Signature"`
 }
 
+// PostV1PaymentsWebhook200JSONResponseBodyDraw defines parameters for PostV1PaymentsWebhook.
+type PostV1PaymentsWebhook200JSONResponseBodyDraw string
+
 // PostV1PaymentsWebhook200JSONResponseBodyStatus defines parameters for PostV1PaymentsWebhook.
 type PostV1PaymentsWebhook200JSONResponseBodyStatus string
+
+// GetV1VouchersIdDraw200JSONResponseBodyState defines parameters for GetV1VouchersIdDraw.
+type GetV1VouchersIdDraw200JSONResponseBodyState string
 
 // PostV1VouchersIdOrdersJSONBody defines parameters for PostV1VouchersIdOrders.
 type PostV1VouchersIdOrdersJSONBody struct {
@@ -701,14 +872,30 @@ type ClientInterface interface {
 	// Corresponds with POST /v1/payments/webhook (the `PostV1PaymentsWebhook` operationId).
 	PostV1PaymentsWebhook(ctx context.Context, params *PostV1PaymentsWebhookParams, body PostV1PaymentsWebhookJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
-	// PostV1VouchersIdOrdersWithBody Claim units of a voucher (one admission script, no MySQL)
+	// GetV1VouchersIdDraw A draw sale's state, its seed commitment and, once drawn, its seed
+	//
+	// The draw order is defined in docs/ARCHITECTURE.md ("Draw sales"):
+	// anyone can recompute the winners from the seed and the entry ids.
+	//
+	// Corresponds with GET /v1/vouchers/{id}/draw (the `GetV1VouchersIdDraw` operationId).
+	GetV1VouchersIdDraw(ctx context.Context, id ID, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// PostV1VouchersIdOrdersWithBody Claim units of a voucher, or enter its draw (one admission script, no MySQL)
+	//
+	// On a draw sale (allocation draw) the claim is an entry: one per user
+	// (409 already_entered), taking no stock, answered with entry_id and
+	// status entered; the winners are drawn after ends_at.
 	//
 	// Takes any type of body and a specified content type.
 	//
 	// Corresponds with POST /v1/vouchers/{id}/orders (the `PostV1VouchersIdOrders` operationId).
 	PostV1VouchersIdOrdersWithBody(ctx context.Context, id ID, params *PostV1VouchersIdOrdersParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
 
-	// PostV1VouchersIdOrders Claim units of a voucher (one admission script, no MySQL)
+	// PostV1VouchersIdOrders Claim units of a voucher, or enter its draw (one admission script, no MySQL)
+	//
+	// On a draw sale (allocation draw) the claim is an entry: one per user
+	// (409 already_entered), taking no stock, answered with entry_id and
+	// status entered; the winners are drawn after ends_at.
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -1023,7 +1210,29 @@ func (c *Client) PostV1PaymentsWebhook(ctx context.Context, params *PostV1Paymen
 	return c.Client.Do(req)
 }
 
-// PostV1VouchersIdOrdersWithBody Claim units of a voucher (one admission script, no MySQL)
+// GetV1VouchersIdDraw A draw sale's state, its seed commitment and, once drawn, its seed
+//
+// The draw order is defined in docs/ARCHITECTURE.md ("Draw sales"):
+// anyone can recompute the winners from the seed and the entry ids.
+//
+// Corresponds with GET /v1/vouchers/{id}/draw (the `GetV1VouchersIdDraw` operationId).
+func (c *Client) GetV1VouchersIdDraw(ctx context.Context, id ID, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetV1VouchersIdDrawRequest(c.Server, id)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// PostV1VouchersIdOrdersWithBody Claim units of a voucher, or enter its draw (one admission script, no MySQL)
+//
+// On a draw sale (allocation draw) the claim is an entry: one per user
+// (409 already_entered), taking no stock, answered with entry_id and
+// status entered; the winners are drawn after ends_at.
 //
 // Takes any type of body and a specified content type.
 //
@@ -1040,7 +1249,11 @@ func (c *Client) PostV1VouchersIdOrdersWithBody(ctx context.Context, id ID, para
 	return c.Client.Do(req)
 }
 
-// PostV1VouchersIdOrders Claim units of a voucher (one admission script, no MySQL)
+// PostV1VouchersIdOrders Claim units of a voucher, or enter its draw (one admission script, no MySQL)
+//
+// On a draw sale (allocation draw) the claim is an entry: one per user
+// (409 already_entered), taking no stock, answered with entry_id and
+// status entered; the winners are drawn after ends_at.
 //
 // Takes a body of the `application/json` content type.
 //
@@ -1632,6 +1845,40 @@ func NewPostV1PaymentsWebhookRequestWithBody(server string, params *PostV1Paymen
 	return req, nil
 }
 
+// NewGetV1VouchersIdDrawRequest constructs an http.Request for the GetV1VouchersIdDraw method
+func NewGetV1VouchersIdDrawRequest(server string, id ID) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/vouchers/%s/draw", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
 // NewPostV1VouchersIdOrdersRequest calls the generic PostV1VouchersIdOrders builder with application/json body
 func NewPostV1VouchersIdOrdersRequest(server string, id ID, params *PostV1VouchersIdOrdersParams, body PostV1VouchersIdOrdersJSONRequestBody) (*http.Request, error) {
 	var bodyReader io.Reader
@@ -1889,14 +2136,32 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with POST /v1/payments/webhook (the `PostV1PaymentsWebhook` operationId).
 	PostV1PaymentsWebhookWithResponse(ctx context.Context, params *PostV1PaymentsWebhookParams, body PostV1PaymentsWebhookJSONRequestBody, reqEditors ...RequestEditorFn) (*PostV1PaymentsWebhookResponse, error)
 
-	// PostV1VouchersIdOrdersWithBodyWithResponse Claim units of a voucher (one admission script, no MySQL)
+	// GetV1VouchersIdDrawWithResponse A draw sale's state, its seed commitment and, once drawn, its seed
+	//
+	// The draw order is defined in docs/ARCHITECTURE.md ("Draw sales"):
+	// anyone can recompute the winners from the seed and the entry ids.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/vouchers/{id}/draw (the `GetV1VouchersIdDraw` operationId).
+	GetV1VouchersIdDrawWithResponse(ctx context.Context, id ID, reqEditors ...RequestEditorFn) (*GetV1VouchersIdDrawResponse, error)
+
+	// PostV1VouchersIdOrdersWithBodyWithResponse Claim units of a voucher, or enter its draw (one admission script, no MySQL)
+	//
+	// On a draw sale (allocation draw) the claim is an entry: one per user
+	// (409 already_entered), taking no stock, answered with entry_id and
+	// status entered; the winners are drawn after ends_at.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /v1/vouchers/{id}/orders (the `PostV1VouchersIdOrders` operationId).
 	PostV1VouchersIdOrdersWithBodyWithResponse(ctx context.Context, id ID, params *PostV1VouchersIdOrdersParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PostV1VouchersIdOrdersResponse, error)
 
-	// PostV1VouchersIdOrdersWithResponse Claim units of a voucher (one admission script, no MySQL)
+	// PostV1VouchersIdOrdersWithResponse Claim units of a voucher, or enter its draw (one admission script, no MySQL)
+	//
+	// On a draw sale (allocation draw) the claim is an entry: one per user
+	// (409 already_entered), taking no stock, answered with entry_id and
+	// status entered; the winners are drawn after ends_at.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -2175,25 +2440,32 @@ type GetAdminV1VouchersIdResponse struct {
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *struct {
-		CreatedAt             time.Time                                   `json:"created_at"`
-		EndsAt                *time.Time                                  `json:"ends_at,omitempty"`
-		Id                    string                                      `json:"id"`
-		Kind                  GetAdminV1VouchersId200JSONResponseBodyKind `json:"kind"`
-		MinAmount             *int                                        `json:"min_amount,omitempty"`
-		Name                  string                                      `json:"name"`
-		Orders                *map[string]int                             `json:"orders,omitempty"`
-		Paused                bool                                        `json:"paused"`
-		PaymentTimeoutSeconds int                                         `json:"payment_timeout_seconds"`
-		PerUserDailyLimit     int                                         `json:"per_user_daily_limit"`
-		PerUserLimit          int                                         `json:"per_user_limit"`
-		RefundedAmount        *int                                        `json:"refunded_amount,omitempty"`
-		RemainingAmount       *int                                        `json:"remaining_amount,omitempty"`
-		RemainingMysql        *int                                        `json:"remaining_mysql,omitempty"`
-		RemainingRedis        *int                                        `json:"remaining_redis,omitempty"`
-		StartsAt              *time.Time                                  `json:"starts_at,omitempty"`
-		Stock                 int                                         `json:"stock"`
-		StockBuckets          int                                         `json:"stock_buckets"`
-		StockTotal            int                                         `json:"stock_total"`
+		Allocation            GetAdminV1VouchersId200JSONResponseBodyAllocation `json:"allocation"`
+		CreatedAt             time.Time                                         `json:"created_at"`
+		EndsAt                *time.Time                                        `json:"ends_at,omitempty"`
+		Id                    string                                            `json:"id"`
+		Kind                  GetAdminV1VouchersId200JSONResponseBodyKind       `json:"kind"`
+		MinAmount             *int                                              `json:"min_amount,omitempty"`
+		Name                  string                                            `json:"name"`
+		Orders                *map[string]int                                   `json:"orders,omitempty"`
+		Paused                bool                                              `json:"paused"`
+		PaymentTimeoutSeconds int                                               `json:"payment_timeout_seconds"`
+		PerUserDailyLimit     int                                               `json:"per_user_daily_limit"`
+		PerUserLimit          int                                               `json:"per_user_limit"`
+		RefundedAmount        *int                                              `json:"refunded_amount,omitempty"`
+		RemainingAmount       *int                                              `json:"remaining_amount,omitempty"`
+		RemainingMysql        *int                                              `json:"remaining_mysql,omitempty"`
+		RemainingRedis        *int                                              `json:"remaining_redis,omitempty"`
+
+		// Seed a draw's seed, once drawn
+		Seed *string `json:"seed,omitempty"`
+
+		// SeedCommitment a draw's hex SHA-256 of its seed, from the start
+		SeedCommitment *string    `json:"seed_commitment,omitempty"`
+		StartsAt       *time.Time `json:"starts_at,omitempty"`
+		Stock          int        `json:"stock"`
+		StockBuckets   int        `json:"stock_buckets"`
+		StockTotal     int        `json:"stock_total"`
 
 		// Stream the sum of streams (partition is the voucher's home)
 		Stream *Backlog `json:"stream,omitempty"`
@@ -2208,25 +2480,32 @@ type GetAdminV1VouchersIdResponse struct {
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
 func (r GetAdminV1VouchersIdResponse) GetJSON200() *struct {
-	CreatedAt             time.Time                                   `json:"created_at"`
-	EndsAt                *time.Time                                  `json:"ends_at,omitempty"`
-	Id                    string                                      `json:"id"`
-	Kind                  GetAdminV1VouchersId200JSONResponseBodyKind `json:"kind"`
-	MinAmount             *int                                        `json:"min_amount,omitempty"`
-	Name                  string                                      `json:"name"`
-	Orders                *map[string]int                             `json:"orders,omitempty"`
-	Paused                bool                                        `json:"paused"`
-	PaymentTimeoutSeconds int                                         `json:"payment_timeout_seconds"`
-	PerUserDailyLimit     int                                         `json:"per_user_daily_limit"`
-	PerUserLimit          int                                         `json:"per_user_limit"`
-	RefundedAmount        *int                                        `json:"refunded_amount,omitempty"`
-	RemainingAmount       *int                                        `json:"remaining_amount,omitempty"`
-	RemainingMysql        *int                                        `json:"remaining_mysql,omitempty"`
-	RemainingRedis        *int                                        `json:"remaining_redis,omitempty"`
-	StartsAt              *time.Time                                  `json:"starts_at,omitempty"`
-	Stock                 int                                         `json:"stock"`
-	StockBuckets          int                                         `json:"stock_buckets"`
-	StockTotal            int                                         `json:"stock_total"`
+	Allocation            GetAdminV1VouchersId200JSONResponseBodyAllocation `json:"allocation"`
+	CreatedAt             time.Time                                         `json:"created_at"`
+	EndsAt                *time.Time                                        `json:"ends_at,omitempty"`
+	Id                    string                                            `json:"id"`
+	Kind                  GetAdminV1VouchersId200JSONResponseBodyKind       `json:"kind"`
+	MinAmount             *int                                              `json:"min_amount,omitempty"`
+	Name                  string                                            `json:"name"`
+	Orders                *map[string]int                                   `json:"orders,omitempty"`
+	Paused                bool                                              `json:"paused"`
+	PaymentTimeoutSeconds int                                               `json:"payment_timeout_seconds"`
+	PerUserDailyLimit     int                                               `json:"per_user_daily_limit"`
+	PerUserLimit          int                                               `json:"per_user_limit"`
+	RefundedAmount        *int                                              `json:"refunded_amount,omitempty"`
+	RemainingAmount       *int                                              `json:"remaining_amount,omitempty"`
+	RemainingMysql        *int                                              `json:"remaining_mysql,omitempty"`
+	RemainingRedis        *int                                              `json:"remaining_redis,omitempty"`
+
+	// Seed a draw's seed, once drawn
+	Seed *string `json:"seed,omitempty"`
+
+	// SeedCommitment a draw's hex SHA-256 of its seed, from the start
+	SeedCommitment *string    `json:"seed_commitment,omitempty"`
+	StartsAt       *time.Time `json:"starts_at,omitempty"`
+	Stock          int        `json:"stock"`
+	StockBuckets   int        `json:"stock_buckets"`
+	StockTotal     int        `json:"stock_total"`
 
 	// Stream the sum of streams (partition is the voucher's home)
 	Stream *Backlog `json:"stream,omitempty"`
@@ -2669,8 +2948,11 @@ type PostV1PaymentsWebhookResponse struct {
 		Amount *int `json:"amount,omitempty"`
 
 		// Code a code, shown once the order is paid
-		Code      *string                                        `json:"code,omitempty"`
-		CreatedAt time.Time                                      `json:"created_at"`
+		Code      *string   `json:"code,omitempty"`
+		CreatedAt time.Time `json:"created_at"`
+
+		// Draw an entry of a draw sale: entered before the draw, then won (an order: see status) or lost (on the waitlist)
+		Draw      *PostV1PaymentsWebhook200JSONResponseBodyDraw  `json:"draw,omitempty"`
 		ExpiresAt *time.Time                                     `json:"expires_at,omitempty"`
 		OrderId   string                                         `json:"order_id"`
 		PaidAt    *time.Time                                     `json:"paid_at,omitempty"`
@@ -2690,8 +2972,11 @@ func (r PostV1PaymentsWebhookResponse) GetJSON200() *struct {
 	Amount *int `json:"amount,omitempty"`
 
 	// Code a code, shown once the order is paid
-	Code      *string                                        `json:"code,omitempty"`
-	CreatedAt time.Time                                      `json:"created_at"`
+	Code      *string   `json:"code,omitempty"`
+	CreatedAt time.Time `json:"created_at"`
+
+	// Draw an entry of a draw sale: entered before the draw, then won (an order: see status) or lost (on the waitlist)
+	Draw      *PostV1PaymentsWebhook200JSONResponseBodyDraw  `json:"draw,omitempty"`
 	ExpiresAt *time.Time                                     `json:"expires_at,omitempty"`
 	OrderId   string                                         `json:"order_id"`
 	PaidAt    *time.Time                                     `json:"paid_at,omitempty"`
@@ -2738,14 +3023,117 @@ func (r PostV1PaymentsWebhookResponse) ContentType() string {
 	return ""
 }
 
+type GetV1VouchersIdDrawResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *struct {
+		DrawnAt *time.Time `json:"drawn_at,omitempty"`
+		EndsAt  time.Time  `json:"ends_at"`
+
+		// Entries entries persisted
+		Entries int `json:"entries"`
+
+		// Paid orders of the draw that are paid
+		Paid int `json:"paid"`
+
+		// Seed the seed, hex; only once drawn
+		Seed *string `json:"seed,omitempty"`
+
+		// SeedCommitment hex SHA-256 of the seed
+		SeedCommitment string `json:"seed_commitment"`
+
+		// State open: taking entries; drawing: entries closed, winners not yet drawn
+		State     GetV1VouchersIdDraw200JSONResponseBodyState `json:"state"`
+		VoucherId string                                      `json:"voucher_id"`
+
+		// WaitlistPassed units passed on to the next entries since (winners who did not pay)
+		WaitlistPassed int `json:"waitlist_passed"`
+
+		// Winners entries that won at the draw
+		Winners int `json:"winners"`
+	}
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *Error
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r GetV1VouchersIdDrawResponse) GetJSON200() *struct {
+	DrawnAt *time.Time `json:"drawn_at,omitempty"`
+	EndsAt  time.Time  `json:"ends_at"`
+
+	// Entries entries persisted
+	Entries int `json:"entries"`
+
+	// Paid orders of the draw that are paid
+	Paid int `json:"paid"`
+
+	// Seed the seed, hex; only once drawn
+	Seed *string `json:"seed,omitempty"`
+
+	// SeedCommitment hex SHA-256 of the seed
+	SeedCommitment string `json:"seed_commitment"`
+
+	// State open: taking entries; drawing: entries closed, winners not yet drawn
+	State     GetV1VouchersIdDraw200JSONResponseBodyState `json:"state"`
+	VoucherId string                                      `json:"voucher_id"`
+
+	// WaitlistPassed units passed on to the next entries since (winners who did not pay)
+	WaitlistPassed int `json:"waitlist_passed"`
+
+	// Winners entries that won at the draw
+	Winners int `json:"winners"`
+} {
+	return r.JSON200
+}
+
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r GetV1VouchersIdDrawResponse) GetJSONDefault() *Error {
+	return r.JSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r GetV1VouchersIdDrawResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetV1VouchersIdDrawResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetV1VouchersIdDrawResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetV1VouchersIdDrawResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 type PostV1VouchersIdOrdersResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
 	// JSON202 the response for an HTTP 202 `application/json` response
 	JSON202 *struct {
 		// Amount a red envelope's amount, in minor units
-		Amount  *int                                            `json:"amount,omitempty"`
-		OrderId string                                          `json:"order_id"`
+		Amount *int `json:"amount,omitempty"`
+
+		// EntryId the entry's id (a draw); if it wins, the order has this id
+		EntryId *string `json:"entry_id,omitempty"`
+
+		// OrderId the order's id (a sale that is not a draw)
+		OrderId *string                                         `json:"order_id,omitempty"`
 		Status  PostV1VouchersIdOrders202JSONResponseBodyStatus `json:"status"`
 	}
 	// JSONDefault the response for an HTTP default `application/json` response
@@ -2755,8 +3143,13 @@ type PostV1VouchersIdOrdersResponse struct {
 // GetJSON202 returns the response for an HTTP 202 `application/json` response
 func (r PostV1VouchersIdOrdersResponse) GetJSON202() *struct {
 	// Amount a red envelope's amount, in minor units
-	Amount  *int                                            `json:"amount,omitempty"`
-	OrderId string                                          `json:"order_id"`
+	Amount *int `json:"amount,omitempty"`
+
+	// EntryId the entry's id (a draw); if it wins, the order has this id
+	EntryId *string `json:"entry_id,omitempty"`
+
+	// OrderId the order's id (a sale that is not a draw)
+	OrderId *string                                         `json:"order_id,omitempty"`
 	Status  PostV1VouchersIdOrders202JSONResponseBodyStatus `json:"status"`
 } {
 	return r.JSON202
@@ -3055,7 +3448,27 @@ func (c *ClientWithResponses) PostV1PaymentsWebhookWithResponse(ctx context.Cont
 	return ParsePostV1PaymentsWebhookResponse(rsp)
 }
 
-// PostV1VouchersIdOrdersWithBodyWithResponse Claim units of a voucher (one admission script, no MySQL)
+// GetV1VouchersIdDrawWithResponse A draw sale's state, its seed commitment and, once drawn, its seed
+//
+// The draw order is defined in docs/ARCHITECTURE.md ("Draw sales"):
+// anyone can recompute the winners from the seed and the entry ids.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/vouchers/{id}/draw (the `GetV1VouchersIdDraw` operationId).
+func (c *ClientWithResponses) GetV1VouchersIdDrawWithResponse(ctx context.Context, id ID, reqEditors ...RequestEditorFn) (*GetV1VouchersIdDrawResponse, error) {
+	rsp, err := c.GetV1VouchersIdDraw(ctx, id, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetV1VouchersIdDrawResponse(rsp)
+}
+
+// PostV1VouchersIdOrdersWithBodyWithResponse Claim units of a voucher, or enter its draw (one admission script, no MySQL)
+//
+// On a draw sale (allocation draw) the claim is an entry: one per user
+// (409 already_entered), taking no stock, answered with entry_id and
+// status entered; the winners are drawn after ends_at.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -3068,7 +3481,11 @@ func (c *ClientWithResponses) PostV1VouchersIdOrdersWithBodyWithResponse(ctx con
 	return ParsePostV1VouchersIdOrdersResponse(rsp)
 }
 
-// PostV1VouchersIdOrdersWithResponse Claim units of a voucher (one admission script, no MySQL)
+// PostV1VouchersIdOrdersWithResponse Claim units of a voucher, or enter its draw (one admission script, no MySQL)
+//
+// On a draw sale (allocation draw) the claim is an entry: one per user
+// (409 already_entered), taking no stock, answered with entry_id and
+// status entered; the winners are drawn after ends_at.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
@@ -3265,25 +3682,32 @@ func ParseGetAdminV1VouchersIdResponse(rsp *http.Response) (*GetAdminV1VouchersI
 	switch {
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
 		var dest struct {
-			CreatedAt             time.Time                                   `json:"created_at"`
-			EndsAt                *time.Time                                  `json:"ends_at,omitempty"`
-			Id                    string                                      `json:"id"`
-			Kind                  GetAdminV1VouchersId200JSONResponseBodyKind `json:"kind"`
-			MinAmount             *int                                        `json:"min_amount,omitempty"`
-			Name                  string                                      `json:"name"`
-			Orders                *map[string]int                             `json:"orders,omitempty"`
-			Paused                bool                                        `json:"paused"`
-			PaymentTimeoutSeconds int                                         `json:"payment_timeout_seconds"`
-			PerUserDailyLimit     int                                         `json:"per_user_daily_limit"`
-			PerUserLimit          int                                         `json:"per_user_limit"`
-			RefundedAmount        *int                                        `json:"refunded_amount,omitempty"`
-			RemainingAmount       *int                                        `json:"remaining_amount,omitempty"`
-			RemainingMysql        *int                                        `json:"remaining_mysql,omitempty"`
-			RemainingRedis        *int                                        `json:"remaining_redis,omitempty"`
-			StartsAt              *time.Time                                  `json:"starts_at,omitempty"`
-			Stock                 int                                         `json:"stock"`
-			StockBuckets          int                                         `json:"stock_buckets"`
-			StockTotal            int                                         `json:"stock_total"`
+			Allocation            GetAdminV1VouchersId200JSONResponseBodyAllocation `json:"allocation"`
+			CreatedAt             time.Time                                         `json:"created_at"`
+			EndsAt                *time.Time                                        `json:"ends_at,omitempty"`
+			Id                    string                                            `json:"id"`
+			Kind                  GetAdminV1VouchersId200JSONResponseBodyKind       `json:"kind"`
+			MinAmount             *int                                              `json:"min_amount,omitempty"`
+			Name                  string                                            `json:"name"`
+			Orders                *map[string]int                                   `json:"orders,omitempty"`
+			Paused                bool                                              `json:"paused"`
+			PaymentTimeoutSeconds int                                               `json:"payment_timeout_seconds"`
+			PerUserDailyLimit     int                                               `json:"per_user_daily_limit"`
+			PerUserLimit          int                                               `json:"per_user_limit"`
+			RefundedAmount        *int                                              `json:"refunded_amount,omitempty"`
+			RemainingAmount       *int                                              `json:"remaining_amount,omitempty"`
+			RemainingMysql        *int                                              `json:"remaining_mysql,omitempty"`
+			RemainingRedis        *int                                              `json:"remaining_redis,omitempty"`
+
+			// Seed a draw's seed, once drawn
+			Seed *string `json:"seed,omitempty"`
+
+			// SeedCommitment a draw's hex SHA-256 of its seed, from the start
+			SeedCommitment *string    `json:"seed_commitment,omitempty"`
+			StartsAt       *time.Time `json:"starts_at,omitempty"`
+			Stock          int        `json:"stock"`
+			StockBuckets   int        `json:"stock_buckets"`
+			StockTotal     int        `json:"stock_total"`
 
 			// Stream the sum of streams (partition is the voucher's home)
 			Stream *Backlog `json:"stream,omitempty"`
@@ -3595,8 +4019,11 @@ func ParsePostV1PaymentsWebhookResponse(rsp *http.Response) (*PostV1PaymentsWebh
 			Amount *int `json:"amount,omitempty"`
 
 			// Code a code, shown once the order is paid
-			Code      *string                                        `json:"code,omitempty"`
-			CreatedAt time.Time                                      `json:"created_at"`
+			Code      *string   `json:"code,omitempty"`
+			CreatedAt time.Time `json:"created_at"`
+
+			// Draw an entry of a draw sale: entered before the draw, then won (an order: see status) or lost (on the waitlist)
+			Draw      *PostV1PaymentsWebhook200JSONResponseBodyDraw  `json:"draw,omitempty"`
 			ExpiresAt *time.Time                                     `json:"expires_at,omitempty"`
 			OrderId   string                                         `json:"order_id"`
 			PaidAt    *time.Time                                     `json:"paid_at,omitempty"`
@@ -3605,6 +4032,64 @@ func ParsePostV1PaymentsWebhookResponse(rsp *http.Response) (*PostV1PaymentsWebh
 			Status    PostV1PaymentsWebhook200JSONResponseBodyStatus `json:"status"`
 			UserId    string                                         `json:"user_id"`
 			VoucherId string                                         `json:"voucher_id"`
+		}
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseGetV1VouchersIdDrawResponse parses an HTTP response from a GetV1VouchersIdDrawWithResponse call
+func ParseGetV1VouchersIdDrawResponse(rsp *http.Response) (*GetV1VouchersIdDrawResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetV1VouchersIdDrawResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest struct {
+			DrawnAt *time.Time `json:"drawn_at,omitempty"`
+			EndsAt  time.Time  `json:"ends_at"`
+
+			// Entries entries persisted
+			Entries int `json:"entries"`
+
+			// Paid orders of the draw that are paid
+			Paid int `json:"paid"`
+
+			// Seed the seed, hex; only once drawn
+			Seed *string `json:"seed,omitempty"`
+
+			// SeedCommitment hex SHA-256 of the seed
+			SeedCommitment string `json:"seed_commitment"`
+
+			// State open: taking entries; drawing: entries closed, winners not yet drawn
+			State     GetV1VouchersIdDraw200JSONResponseBodyState `json:"state"`
+			VoucherId string                                      `json:"voucher_id"`
+
+			// WaitlistPassed units passed on to the next entries since (winners who did not pay)
+			WaitlistPassed int `json:"waitlist_passed"`
+
+			// Winners entries that won at the draw
+			Winners int `json:"winners"`
 		}
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
@@ -3640,8 +4125,13 @@ func ParsePostV1VouchersIdOrdersResponse(rsp *http.Response) (*PostV1VouchersIdO
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 202:
 		var dest struct {
 			// Amount a red envelope's amount, in minor units
-			Amount  *int                                            `json:"amount,omitempty"`
-			OrderId string                                          `json:"order_id"`
+			Amount *int `json:"amount,omitempty"`
+
+			// EntryId the entry's id (a draw); if it wins, the order has this id
+			EntryId *string `json:"entry_id,omitempty"`
+
+			// OrderId the order's id (a sale that is not a draw)
+			OrderId *string                                         `json:"order_id,omitempty"`
 			Status  PostV1VouchersIdOrders202JSONResponseBodyStatus `json:"status"`
 		}
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {

@@ -172,13 +172,14 @@ func TestASaleThroughTheGeneratedClient(t *testing.T) {
 	}
 	first := claim(alice)
 	require.Equal(t, http.StatusAccepted, first.StatusCode(), "%s", first.Body)
-	aliceOrder := first.JSON202.OrderId
+	require.NotNil(t, first.JSON202.OrderId)
+	aliceOrder := *first.JSON202.OrderId
 	limited := claim(alice)
 	require.Equal(t, http.StatusConflict, limited.StatusCode())
 	require.Equal(t, apiclient.UserLimit, limited.JSONDefault.Error)
 	second := claim(bob)
 	require.Equal(t, http.StatusAccepted, second.StatusCode(), "%s", second.Body)
-	bobOrder := second.JSON202.OrderId
+	bobOrder := *second.JSON202.OrderId
 	soldOut := claim(carol)
 	require.Equal(t, http.StatusConflict, soldOut.StatusCode())
 	require.Equal(t, apiclient.SoldOut, soldOut.JSONDefault.Error)
@@ -246,6 +247,26 @@ func TestASaleThroughTheGeneratedClient(t *testing.T) {
 	stats, err := c.GetAdminV1StatsWithResponse(ctx, asAdmin)
 	require.NoError(t, err)
 	require.Equal(t, http.StatusOK, stats.StatusCode(), "%s", stats.Body)
+
+	// A draw: the entry, the draw's state and commitment, as the spec says.
+	allocation := apiclient.PostAdminV1VouchersJSONBodyAllocationDraw
+	ends := time.Now().Add(time.Hour)
+	drawn, err := c.PostAdminV1VouchersWithResponse(ctx, apiclient.PostAdminV1VouchersJSONRequestBody{
+		Name: "draw", Stock: ptr(1), Allocation: &allocation, EndsAt: &ends}, asAdmin)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusCreated, drawn.StatusCode(), "%s", drawn.Body)
+	require.NotNil(t, drawn.JSON201.SeedCommitment)
+	entered, err := c.PostV1VouchersIdOrdersWithResponse(ctx, drawn.JSON201.Id, &apiclient.PostV1VouchersIdOrdersParams{}, apiclient.PostV1VouchersIdOrdersJSONRequestBody{}, carol)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusAccepted, entered.StatusCode(), "%s", entered.Body)
+	require.NotNil(t, entered.JSON202.EntryId)
+	again, err := c.PostV1VouchersIdOrdersWithResponse(ctx, drawn.JSON201.Id, &apiclient.PostV1VouchersIdOrdersParams{}, apiclient.PostV1VouchersIdOrdersJSONRequestBody{}, carol)
+	require.NoError(t, err)
+	require.Equal(t, apiclient.AlreadyEntered, again.JSONDefault.Error)
+	state, err := c.GetV1VouchersIdDrawWithResponse(ctx, drawn.JSON201.Id, carol)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, state.StatusCode(), "%s", state.Body)
+	require.Equal(t, *drawn.JSON201.SeedCommitment, state.JSON200.SeedCommitment)
 
 	// Errors are described too.
 	missing, err := c.GetAdminV1VouchersIdWithResponse(ctx, "999999", asAdmin)

@@ -41,6 +41,10 @@ type Config struct {
 	CPUOnly bool
 	// DurabilityOnly runs only the durability rows (none vs replica).
 	DurabilityOnly bool
+	// DrawOnly runs only the draw rows; DrawEntries and DrawStock size the
+	// draw measured.
+	DrawOnly               bool
+	DrawEntries, DrawStock int
 }
 
 // Measure is one throughput and latency measurement.
@@ -109,6 +113,7 @@ type Report struct {
 	ScaleOut     []ScaleOut      `json:"scale_out"`
 	Durability   []DurabilityRun `json:"durability,omitempty"`
 	WaitCost     []WaitCost      `json:"wait_cost,omitempty"`
+	Draw         *DrawRun        `json:"draw,omitempty"`
 	GatewayRSS   int64           `json:"gateway_peak_rss_bytes"`
 	WorkerRSS    int64           `json:"worker_peak_rss_bytes"`
 }
@@ -139,6 +144,16 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 
 	if cfg.DurabilityOnly {
 		return rep, durabilityRuns(ctx, cfg, s.JWTSecret, tokens, rep)
+	}
+	if cfg.DrawEntries > 0 && !cfg.CPUOnly {
+		d, err := drawRun(ctx, s, cfg, tokens, host)
+		if err != nil {
+			return nil, fmt.Errorf("draw: %w", err)
+		}
+		rep.Draw = &d
+		if cfg.DrawOnly {
+			return rep, nil
+		}
 	}
 
 	// 1. HTTP ceiling.

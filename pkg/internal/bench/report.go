@@ -39,6 +39,7 @@ func (r *Report) Print(w io.Writer) {
 	tw.Flush()
 	r.printCPU(w)
 	r.printDurability(w)
+	r.printDraw(w)
 	if len(r.HTTPCeiling) == 0 { // -cpu-only, -durability-only
 		if len(r.Drain) > 0 {
 			r.printDrain(w)

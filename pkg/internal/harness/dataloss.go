@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"time"
 
@@ -174,6 +175,15 @@ func (s *Stack) RunOutput(ctx context.Context, bin string, args ...string) (stri
 func (s *Stack) RunOutputEnv(ctx context.Context, env []string, bin string, args ...string) (string, error) {
 	env = append(append(append([]string{}, s.env...), "FLASHSALE_SMOKE_URL="+s.URL), env...)
 	return runOutput(ctx, s.binary(bin), env, args...)
+}
+
+// Command is bin with args, the stack's environment and bin's role's
+// (as RunOutputEnv), not started: for a caller that wants the process's
+// own figures (its rusage).
+func (s *Stack) Command(ctx context.Context, bin string, args ...string) *exec.Cmd {
+	cmd := exec.CommandContext(ctx, s.binary(bin), args...)
+	cmd.Env = append(append(append(cleanEnv(), s.env...), "FLASHSALE_SMOKE_URL="+s.URL), s.roleEnv[bin]...)
+	return cmd
 }
 
 // Print writes the report.

@@ -85,6 +85,8 @@ type VoucherSpec struct {
 	Codes []string `json:"codes,omitempty"`
 	// StockBuckets spreads a hot voucher over Redis buckets.
 	StockBuckets int `json:"stock_buckets,omitempty"`
+	// Allocation: first_come (default) or draw.
+	Allocation string `json:"allocation,omitempty"`
 }
 
 // Codes returns n distinct codes.
@@ -149,7 +151,7 @@ type SaleResult struct {
 	Errors   int64            // transport errors and 5xx other than 503
 	// Unavailable counts deliberate 503 "unavailable" answers.
 	Unavailable int64
-	// Orders maps every admitted order id to its user.
+	// Orders maps every admitted order id (a draw's entry id) to its user.
 	Orders map[int64]string
 	// Amounts maps every admitted envelope grab to the amount its 202 said.
 	Amounts  map[int64]int64
@@ -240,6 +242,7 @@ func (s *Stack) RunSale(ctx context.Context, cfg SaleConfig) (*SaleResult, error
 				}
 				var body struct {
 					OrderID string `json:"order_id"`
+					EntryID string `json:"entry_id"` // a draw's
 					Amount  int64  `json:"amount"`
 					Error   string `json:"error"`
 				}
@@ -257,7 +260,7 @@ func (s *Stack) RunSale(ctx context.Context, cfg SaleConfig) (*SaleResult, error
 				case err != nil || status >= 500:
 					errs++
 				case status == http.StatusAccepted:
-					id, perr := strconv.ParseInt(body.OrderID, 10, 64)
+					id, perr := strconv.ParseInt(body.OrderID+body.EntryID, 10, 64)
 					if perr != nil {
 						errs++
 						break

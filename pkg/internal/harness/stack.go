@@ -218,9 +218,9 @@ func StartStack(ctx context.Context, o Options) (s *Stack, err error) {
 	return s, nil
 }
 
-// StartReaper starts a reaper process.
-func (s *Stack) StartReaper() (*Proc, error) {
-	return s.start("reaper", []string{"FLASHSALE_CONSUMER_NAME=reaper"})
+// StartReaper starts a reaper process, with env added to its environment.
+func (s *Stack) StartReaper(env ...string) (*Proc, error) {
+	return s.start("reaper", append([]string{"FLASHSALE_CONSUMER_NAME=reaper"}, env...))
 }
 
 // RestartReaper kills the reaper with SIGKILL and starts it again.

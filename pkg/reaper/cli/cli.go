@@ -5,6 +5,7 @@
 package cli
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -61,7 +62,12 @@ func Main() {
 		app.Command[*config]{Name: "report", Run: report,
 			Summary: "the account of one sale from MySQL: opened, sold out, buyers, payments, releases, lag",
 			Usage: `VOUCHER_ID [--json]
-  --json    write JSON (the fields of GET /admin/v1/vouchers/{id}/report but refused_claims)`})
+  --json    write JSON (the fields of GET /admin/v1/vouchers/{id}/report but refused_claims)`},
+		app.Command[*config]{Name: "draw", Run: drawCommand,
+			Summary: "recompute a draw sale's winners from its revealed seed and its entries; exit 0 only when they are the recorded winners",
+			Usage: `verify VOUCHER_ID [--json] [--entries]
+  --json     write JSON
+  --entries  print the entry ids (no user ids), one per line, before the check (with --json: not printed)`})
 }
 
 // report is "reaper report VOUCHER_ID [--json]": the sale's account from
@@ -328,4 +334,69 @@ func writeJSON(v any) error {
 	enc := json.NewEncoder(os.Stdout)
 	enc.SetIndent("", "  ")
 	return enc.Encode(v)
+}
+
+// drawCommand is "reaper draw verify VOUCHER_ID [--json] [--entries]":
+// the draw recomputed from the revealed seed and the entries in MySQL;
+// exit 0 only when they give the recorded winners.
+func drawCommand(ctx context.Context, cfg *config, _ *app.Runtime, args []string) error {
+	if len(args) == 0 || args[0] != "verify" {
+		return &app.ExitError{Code: app.ExitFailed, Err: errors.New("usage: draw verify VOUCHER_ID [--json] [--entries]")}
+	}
+	fs := flag.NewFlagSet("draw verify", flag.ContinueOnError)
+	asJSON := fs.Bool("json", false, "write JSON")
+	entries := fs.Bool("entries", false, "print every entry id (no user ids), one per line, before the check")
+	var ids []string
+	for args = args[1:]; len(args) > 0; {
+		if err := fs.Parse(args); err != nil {
+			return err
+		}
+		if args = fs.Args(); len(args) > 0 {
+			ids, args = append(ids, args[0]), args[1:]
+		}
+	}
+	if len(ids) != 1 {
+		return errors.New("draw verify needs one VOUCHER_ID")
+	}
+	id, err := strconv.ParseInt(ids[0], 10, 64)
+	if err != nil || id <= 0 {
+		return fmt.Errorf("VOUCHER_ID must be a positive whole number, got %q", ids[0])
+	}
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
+	defer cancel()
+	mysql, err := cfg.MySQL(cctx)
+	if err != nil {
+		return err
+	}
+	out := bufio.NewWriterSize(os.Stdout, 1<<16)
+	defer out.Flush()
+	var each func(int64)
+	var list []byte
+	if *entries {
+		each = func(e int64) {
+			list = strconv.AppendInt(list[:0], e, 10)
+			list = append(list, '\n')
+			if !*asJSON {
+				_, _ = out.Write(list)
+			}
+		}
+	}
+	check, err := reaper.VerifyDraw(cctx, mysql, id, each)
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		if err := out.Flush(); err != nil {
+			return err
+		}
+		if err := writeJSON(check); err != nil {
+			return err
+		}
+	} else {
+		reaper.PrintDrawCheck(out, check)
+	}
+	if !check.OK {
+		return &app.ExitError{Code: app.ExitNo, Err: fmt.Errorf("voucher %d: the draw does not verify", id)}
+	}
+	return nil
 }

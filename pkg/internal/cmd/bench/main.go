@@ -40,6 +40,9 @@ func run() error {
 		profDir  = flag.String("profile", "", "write CPU profiles of the gateway and a worker to this directory")
 		cpuOnly  = flag.Bool("cpu-only", false, "measure only the CPU per claim and the hot voucher on one master and on three")
 		durOnly  = flag.Bool("durability-only", false, "measure only the claims with FLASHSALE_REDIS_DURABILITY none and replica, and WAIT per flush")
+		drawOnly = flag.Bool("draw-only", false, "measure only the draw rows: entries vs admitted claims, a large draw and its verification")
+		drawN    = flag.Int("draw-entries", 1_000_000, "entries of the large draw (0: no draw rows)")
+		drawS    = flag.Int("draw-stock", 10_000, "units of the large draw")
 		compare  = flag.String("compare", "", "a committed run to compare with (default: docs/bench-run.json, docs/bench-cpu-batch-run.json with -cpu-only, docs/bench-durability-run.json with -durability-only); rows over 10 % worse are flagged")
 	)
 	flag.Parse()
@@ -66,7 +69,8 @@ func run() error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	rep, err := bench.Run(ctx, bench.Config{Dir: dir, Conns: cs, Duration: *duration, DrainOrders: *drain, BaselineOrders: *baseline,
-		E2EClaims: *claims, E2EUsers: *users, E2EStock: *stock, Self: self, Log: os.Stderr, ProfileDir: *profDir, CPUOnly: *cpuOnly, DurabilityOnly: *durOnly})
+		E2EClaims: *claims, E2EUsers: *users, E2EStock: *stock, Self: self, Log: os.Stderr, ProfileDir: *profDir, CPUOnly: *cpuOnly, DurabilityOnly: *durOnly,
+		DrawOnly: *drawOnly, DrawEntries: *drawN, DrawStock: *drawS})
 	if err != nil {
 		return err
 	}

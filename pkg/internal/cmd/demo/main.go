@@ -37,6 +37,8 @@ func run() error {
 		concurrency = flag.Int("concurrency", 64, "claims in flight at once")
 		workers     = flag.Int("workers", 2, "worker processes")
 		keep        = flag.Bool("keep", false, "keep the temporary directory (logs, data)")
+		allocation  = flag.String("allocation", "first_come", "first_come, or draw: entries until -window, then winners drawn by the reaper and verified")
+		window      = flag.Duration("window", 20*time.Second, "a draw's entry window, from its creation (the entries must be over by then)")
 	)
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -60,6 +62,13 @@ func run() error {
 			say("stopping: %v", err)
 		}
 	}()
+	if *allocation == "draw" {
+		return demoDraw(ctx, s, harness.DrawConfig{Kind: *kind, Stock: *stock, Users: *users, Requests: *requests,
+			Concurrency: *concurrency, Window: *window, Seed: uint64(time.Now().UnixNano())}, dir)
+	}
+	if *allocation != "first_come" {
+		return fmt.Errorf("-allocation must be first_come or draw, not %q", *allocation)
+	}
 	spec := harness.VoucherSpec{Name: "demo", Kind: *kind, PerUserLimit: *perUser}
 	switch *kind {
 	case "units":
@@ -96,6 +105,30 @@ func run() error {
 	fmt.Println()
 	if v := report.Violations(); len(v) > 0 {
 		return fmt.Errorf("%d invariants violated (logs in %s, kept)", len(v), dir)
+	}
+	return nil
+}
+
+// demoDraw runs a draw sale and prints its report.
+func demoDraw(ctx context.Context, s *harness.Stack, cfg harness.DrawConfig, dir string) error {
+	if cfg.Kind != "units" && cfg.Kind != "codes" {
+		return fmt.Errorf("a draw is of units or codes, not %q", cfg.Kind)
+	}
+	say("draw sale (%s): %d on sale; %d entries tried by %d users, %d at a time; entries close in %s", cfg.Kind, cfg.Stock, cfg.Requests, cfg.Users, cfg.Concurrency, cfg.Window)
+	report, err := s.RunDraw(ctx, cfg)
+	if report != nil && report.Sale != nil {
+		fmt.Println()
+		report.Print(os.Stdout)
+		fmt.Println()
+	}
+	if err != nil {
+		return err
+	}
+	if v := report.Violations(); len(v) > 0 {
+		for _, x := range v {
+			say("violated: %s", x)
+		}
+		return fmt.Errorf("%d invariants violated (logs in %s)", len(v), dir)
 	}
 	return nil
 }

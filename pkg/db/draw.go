@@ -1,0 +1,371 @@
+package db
+
+// Draw sales (pkg/draw) in MySQL: entries persisted like orders, the draw
+// run once under the voucher's row lock, and the waitlist that passes a
+// unit nobody paid for to the next entry in the draw order.
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"gorm.io/gorm"
+
+	"github.com/flashsale/flashsale/pkg/draw"
+	"github.com/flashsale/flashsale/pkg/order"
+)
+
+// settleEntries takes draw voucher v's row lock and decides which of its
+// just inserted entries idx stay: none once the draw has begun (the draw
+// counts the entries it found), and one per user (any entry the user has
+// that did not fail counts). They take no stock. It returns the ones that
+// must fail, with status and reason set.
+func settleEntries(tx *gorm.DB, v int64, _ voucherMeta, rows []Order, idx []int) ([]Order, error) {
+	var state string
+	if err := tx.Raw("SELECT draw_state FROM vouchers WHERE id = ? FOR UPDATE", v).Scan(&state).Error; err != nil {
+		return nil, fmt.Errorf("lock voucher %d: %w", v, err)
+	}
+	users := make([]string, len(idx))
+	for j, i := range idx {
+		users[j] = rows[i].UserID
+	}
+	var counts []struct {
+		UserID string
+		N      int64
+	}
+	if err := tx.Raw(`SELECT user_id, COUNT(*) AS n FROM orders WHERE voucher_id = ? AND user_id IN ? AND status <> ? GROUP BY user_id`,
+		v, users, order.StatusFailed).Scan(&counts).Error; err != nil {
+		return nil, fmt.Errorf("count entries per user of voucher %d: %w", v, err)
+	}
+	held := make(map[string]int64, len(counts))
+	for _, c := range counts {
+		held[c.UserID] = c.N
+	}
+	for _, i := range idx { // this batch's rows are counted: what each user had before
+		held[rows[i].UserID]--
+	}
+	var refused []Order
+	for _, i := range idx {
+		r := &rows[i]
+		switch {
+		case state != draw.StateOpen:
+			r.Status, r.Reason = string(order.StatusFailed), ReasonDrawClosed
+		case held[r.UserID] >= 1:
+			r.Status, r.Reason = string(order.StatusFailed), ReasonUserLimit
+		default:
+			held[r.UserID]++
+			continue
+		}
+		refused = append(refused, *r)
+	}
+	return refused, nil
+}
+
+// DrawsDue returns up to limit draw vouchers whose sale ended at or before
+// endedBy and whose draw is not finished: not drawn, or drawn with entries
+// not yet marked lost.
+func (s *Store) DrawsDue(ctx context.Context, endedBy time.Time, limit int) ([]Voucher, error) {
+	var out []Voucher
+	err := s.db.WithContext(ctx).Where("allocation = ? AND ends_at <= ?", draw.Draw, endedBy).
+		Where("draw_state IN ? OR (draw_state = ? AND EXISTS (SELECT 1 FROM orders WHERE orders.voucher_id = vouchers.id AND orders.status = ?))",
+			[]string{draw.StateOpen, draw.StateDrawing}, draw.StateDrawn, order.StatusEntered).
+		Order("id").Limit(limit).Find(&out).Error
+	return out, err
+}
+
+// BeginDraw closes draw voucher v to entries (open → drawing, under its row
+// lock: an entry persisted after it fails with draw_closed) and returns
+// its state afterwards. Call it once every entry admitted before the end
+// is persisted.
+func (s *Store) BeginDraw(ctx context.Context, v int64) (string, error) {
+	var state string
+	err := s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		if err := tx.Raw("SELECT draw_state FROM vouchers WHERE id = ? FOR UPDATE", v).Scan(&state).Error; err != nil {
+			return fmt.Errorf("lock voucher %d: %w", v, err)
+		}
+		if state != draw.StateOpen {
+			return nil
+		}
+		state = draw.StateDrawing
+		return tx.Exec("UPDATE vouchers SET draw_state = ? WHERE id = ?", state, v).Error
+	}, readCommitted)
+	return state, err
+}
+
+// DrawResult is what a call of Draw came to.
+type DrawResult struct {
+	Drew    bool  // this call drew (another, or an earlier, call did otherwise)
+	Entries int64 // entries in the draw
+	Winners int64
+}
+
+// ErrNotDrawing: Draw was called on a voucher whose draw has not begun.
+var ErrNotDrawing = errors.New("the draw has not begun")
+
+// Draw draws the winners of voucher v, whose draw has begun (BeginDraw),
+// by the procedure of pkg/draw, in two steps, each safe to repeat and to
+// run in several reapers at once: every entry gets its key (chunk rows per
+// statement, only those without one), then one transaction, under the
+// row lock and only while the state is drawing, makes the first
+// min(stock, entries) entries in draw order created orders with a payment
+// window from now (a codes sale gives them the free codes, in item order),
+// takes their units from the stock and sets the state drawn. The entries
+// that lost are marked by MarkLost.
+func (s *Store) Draw(ctx context.Context, v int64, now time.Time, chunk int) (DrawResult, error) {
+	var res DrawResult
+	vr, err := s.Voucher(ctx, v)
+	if err != nil {
+		return res, err
+	}
+	switch vr.DrawState {
+	case draw.StateDrawn:
+		return DrawResult{Winners: vr.DrawWinners}, nil
+	case draw.StateDrawing:
+	default:
+		return res, fmt.Errorf("voucher %d: %w (state %q)", v, ErrNotDrawing, vr.DrawState)
+	}
+	if _, err := draw.ParseSeed(vr.DrawSeed); err != nil {
+		return res, fmt.Errorf("voucher %d: %w", v, err)
+	}
+	for {
+		q := s.db.WithContext(ctx).Exec(`UPDATE orders SET draw_key = UNHEX(SHA2(CONCAT(UNHEX(?), id), 256))
+			WHERE voucher_id = ? AND status = ? AND draw_key IS NULL LIMIT ?`, vr.DrawSeed, v, order.StatusEntered, chunk)
+		if q.Error != nil {
+			return res, fmt.Errorf("key the entries of voucher %d: %w", v, q.Error)
+		}
+		if q.RowsAffected < int64(chunk) {
+			break
+		}
+	}
+	err = s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		var row struct {
+			Stock                 int64
+			DrawState             string
+			PaymentTimeoutSeconds int64
+		}
+		if err := tx.Raw("SELECT stock, draw_state, payment_timeout_seconds FROM vouchers WHERE id = ? FOR UPDATE", v).Scan(&row).Error; err != nil {
+			return fmt.Errorf("lock voucher %d: %w", v, err)
+		}
+		if row.DrawState != draw.StateDrawing {
+			return nil // drawn by another reaper meanwhile
+		}
+		var unkeyed int64
+		if err := tx.Raw("SELECT COUNT(*) FROM orders WHERE voucher_id = ? AND status = ? AND draw_key IS NULL", v, order.StatusEntered).
+			Scan(&unkeyed).Error; err != nil {
+			return err
+		}
+		if unkeyed > 0 {
+			return fmt.Errorf("voucher %d: %d entries have no key yet", v, unkeyed)
+		}
+		if err := tx.Raw("SELECT COUNT(*) FROM orders WHERE voucher_id = ? AND status = ?", v, order.StatusEntered).Scan(&res.Entries).Error; err != nil {
+			return err
+		}
+		res.Winners = min(row.Stock, res.Entries)
+		expires := now.Add(time.Duration(row.PaymentTimeoutSeconds) * time.Second)
+		if res.Winners > 0 {
+			q := tx.Exec(`UPDATE orders SET status = ?, drawn = 1, expires_at = ?, updated_at = ?
+				WHERE voucher_id = ? AND status = ? ORDER BY draw_key, id LIMIT ?`,
+				order.StatusCreated, expires, now, v, order.StatusEntered, res.Winners)
+			if q.Error != nil {
+				return fmt.Errorf("make the winners of voucher %d: %w", v, q.Error)
+			}
+			if q.RowsAffected != res.Winners {
+				return fmt.Errorf("voucher %d: %d winners made, %d wanted", v, q.RowsAffected, res.Winners)
+			}
+			if err := giveWinnersItems(tx, v); err != nil {
+				return err
+			}
+		}
+		res.Drew = true
+		return tx.Exec("UPDATE vouchers SET stock = stock - ?, draw_state = ?, drawn_at = ?, draw_winners = ? WHERE id = ?",
+			res.Winners, draw.StateDrawn, now, res.Winners, v).Error
+	}, readCommitted)
+	return res, err
+}
+
+// giveWinnersItems gives the winners of pooled voucher v (drawn = 1), in
+// draw order, its free items in item order: the k-th winner the k-th item.
+// A voucher of units has no items: nothing is changed.
+func giveWinnersItems(tx *gorm.DB, v int64) error {
+	err := tx.Exec(`UPDATE orders o
+		JOIN (SELECT id, ROW_NUMBER() OVER (ORDER BY draw_key, id) AS rn FROM orders WHERE voucher_id = ? AND drawn = 1) w ON w.id = o.id
+		JOIN (SELECT item, amount, code, ROW_NUMBER() OVER (ORDER BY item) AS rn FROM items
+			WHERE voucher_id = ? AND order_id IS NULL AND refunded = 0) f ON f.rn = w.rn
+		SET o.item = f.item, o.amount = f.amount, o.code = f.code`, v, v).Error
+	if err != nil {
+		return fmt.Errorf("give the winners of voucher %d their items: %w", v, err)
+	}
+	err = tx.Exec(`UPDATE items i JOIN orders o ON o.voucher_id = i.voucher_id AND o.item = i.item AND o.drawn = 1
+		SET i.order_id = o.id, i.user_id = o.user_id WHERE i.voucher_id = ? AND o.voucher_id = ?`, v, v).Error
+	if err != nil {
+		return fmt.Errorf("hand voucher %d's items to its winners: %w", v, err)
+	}
+	return nil
+}
+
+// MarkLost marks up to limit entries of drawn voucher v that did not win
+// as lost, and returns how many it marked (0 when none is left).
+func (s *Store) MarkLost(ctx context.Context, v int64, now time.Time, limit int) (int64, error) {
+	q := s.db.WithContext(ctx).Exec(`UPDATE orders SET status = ?, updated_at = ?
+		WHERE voucher_id = ? AND status = ? AND EXISTS (SELECT 1 FROM vouchers WHERE id = ? AND draw_state = ?) LIMIT ?`,
+		order.StatusLost, now, v, order.StatusEntered, v, draw.StateDrawn, limit)
+	if q.Error != nil {
+		return 0, fmt.Errorf("mark the entries of voucher %d lost: %w", v, q.Error)
+	}
+	return q.RowsAffected, nil
+}
+
+// passOn gives the units of draw voucher v's winners gone (cancelled in
+// this transaction) to the first entries of its waitlist, in draw order,
+// each with a fresh payment window from now and the item the gone winner
+// held; a unit the list is too short for goes back to MySQL's stock,
+// unsold (the sale is over: Redis sells nothing more). The voucher's row
+// lock makes two reapers pass each unit on once. It returns how many
+// units were passed on.
+func passOn(tx *gorm.DB, v int64, gone []Order, now time.Time) (int, error) {
+	var timeout int64
+	if err := tx.Raw("SELECT payment_timeout_seconds FROM vouchers WHERE id = ? FOR UPDATE", v).Scan(&timeout).Error; err != nil {
+		return 0, fmt.Errorf("lock voucher %d: %w", v, err)
+	}
+	next, err := waitlistHead(tx, v, len(gone))
+	if err != nil {
+		return 0, err
+	}
+	expires := now.Add(time.Duration(timeout) * time.Second)
+	var unsold int64
+	var freed []int64
+	for i, o := range gone {
+		if i >= len(next) {
+			unsold += o.Quantity
+			freed = append(freed, o.ID)
+			continue
+		}
+		n := next[i]
+		if err := tx.Exec(`UPDATE orders SET status = ?, drawn = 2, expires_at = ?, updated_at = ?, item = ?, amount = ?, code = ?
+			WHERE id = ? AND status IN ?`, order.StatusCreated, expires, now, o.Item, o.Amount, o.Code, n.ID, notDrawn).Error; err != nil {
+			return 0, fmt.Errorf("pass order %d's unit to entry %d: %w", o.ID, n.ID, err)
+		}
+		if o.Item > 0 {
+			if err := tx.Exec("UPDATE items SET order_id = ?, user_id = ? WHERE voucher_id = ? AND item = ?", n.ID, n.UserID, v, o.Item).Error; err != nil {
+				return 0, fmt.Errorf("pass item %d to entry %d: %w", o.Item, n.ID, err)
+			}
+		}
+	}
+	if unsold > 0 {
+		if err := tx.Exec("UPDATE vouchers SET stock = stock + ? WHERE id = ?", unsold, v).Error; err != nil {
+			return 0, fmt.Errorf("return %d unsold units to voucher %d: %w", unsold, v, err)
+		}
+		if err := freeItems(tx, freed); err != nil {
+			return 0, err
+		}
+	}
+	return min(len(gone), len(next)), nil
+}
+
+// notDrawn are the statuses of an entry of a drawn voucher that has had no
+// unit: lost, or entered while MarkLost has not reached it yet.
+var notDrawn = []order.Status{order.StatusLost, order.StatusEntered}
+
+// waitlistHead locks and returns the first n entries of drawn voucher v's
+// waitlist, in draw order. Each status is read in its index's order (one
+// range of orders_draw each) and the two merged, so the read costs n rows
+// however long the list is.
+func waitlistHead(tx *gorm.DB, v int64, n int) ([]Order, error) {
+	var heads [2][]Order
+	for i, st := range notDrawn {
+		if err := tx.Raw(`SELECT id, user_id, draw_key FROM orders WHERE voucher_id = ? AND status = ? AND draw_key IS NOT NULL
+			ORDER BY draw_key, id LIMIT ? FOR UPDATE`, v, st, n).Scan(&heads[i]).Error; err != nil {
+			return nil, fmt.Errorf("waitlist of voucher %d: %w", v, err)
+		}
+	}
+	out := append(heads[0], heads[1]...)
+	slices.SortFunc(out, func(a, b Order) int {
+		if c := bytes.Compare(a.DrawKey, b.DrawKey); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.ID, b.ID)
+	})
+	return out[:min(n, len(out))], nil
+}
+
+// drawVouchers returns which of vouchers are draw sales.
+func drawVouchers(tx *gorm.DB, vouchers []int64) (map[int64]bool, error) {
+	var ids []int64
+	if err := tx.Raw("SELECT id FROM vouchers WHERE id IN ? AND allocation = ?", vouchers, draw.Draw).Scan(&ids).Error; err != nil {
+		return nil, fmt.Errorf("allocation of %d vouchers: %w", len(vouchers), err)
+	}
+	out := make(map[int64]bool, len(ids))
+	for _, id := range ids {
+		out[id] = true
+	}
+	return out, nil
+}
+
+// Entrants returns draw voucher v's entries that did not fail, as counting
+// them per user needs it (admit.lua counts entries in u:USER).
+func (s *Store) Entrants(ctx context.Context, v int64) ([]LiveOrder, error) {
+	var out []LiveOrder
+	err := s.db.WithContext(ctx).Model(&Order{}).Select("user_id", "day", "quantity", "created_at").
+		Where("voucher_id = ? AND status <> ?", v, order.StatusFailed).Scan(&out).Error
+	return out, err
+}
+
+// EachEntry calls fn with the id of every entry of draw voucher v that
+// did not fail (those the draw ranked), in id order, streaming the rows.
+func (s *Store) EachEntry(ctx context.Context, v int64, fn func(id int64)) error {
+	rows, err := s.db.WithContext(ctx).Raw("SELECT id FROM orders WHERE voucher_id = ? AND status <> ? ORDER BY id", v, order.StatusFailed).Rows()
+	if err != nil {
+		return fmt.Errorf("entries of voucher %d: %w", v, err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var id int64
+		if err := rows.Scan(&id); err != nil {
+			return err
+		}
+		fn(id)
+	}
+	return rows.Err()
+}
+
+// DrawRecord is what MySQL recorded of voucher v's draw: the entries that
+// won at the draw and those the waitlist gave a unit to.
+type DrawRecord struct {
+	Entries int64
+	Won     []int64
+	Passed  []int64
+	// Paid: orders of the draw (won or passed) that are paid.
+	Paid int64
+}
+
+// DrawRecordOf reads voucher v's DrawRecord.
+func (s *Store) DrawRecordOf(ctx context.Context, v int64) (DrawRecord, error) {
+	var rec DrawRecord
+	var rows []struct {
+		ID     int64
+		Drawn  int
+		Status string
+	}
+	db := s.db.WithContext(ctx)
+	if err := db.Model(&Order{}).Where("voucher_id = ? AND status <> ?", v, order.StatusFailed).Count(&rec.Entries).Error; err != nil {
+		return rec, err
+	}
+	if err := db.Raw("SELECT id, drawn, status FROM orders WHERE voucher_id = ? AND drawn > 0 ORDER BY id", v).Scan(&rows).Error; err != nil {
+		return rec, err
+	}
+	for _, r := range rows {
+		if r.Drawn == 1 {
+			rec.Won = append(rec.Won, r.ID)
+		} else {
+			rec.Passed = append(rec.Passed, r.ID)
+		}
+		if r.Status == string(order.StatusPaid) {
+			rec.Paid++
+		}
+	}
+	return rec, nil
+}

@@ -1,0 +1,238 @@
+package harness
+
+// A draw sale end to end with the real binaries: entries through the
+// gateway, persisted by the workers, drawn by the reaper, verified by
+// "reaper draw verify".
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os/exec"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/flashsale/flashsale/pkg/draw"
+	"github.com/flashsale/flashsale/pkg/order"
+)
+
+// DrawConfig shapes a draw sale.
+type DrawConfig struct {
+	Kind        string // units (default) or codes
+	Stock       int64
+	Users       int
+	Requests    int // entries tried in all (beyond Users: repeats, answered already_entered)
+	Concurrency int
+	// Window is how long entries stay open from the voucher's creation:
+	// the sale must be over by then (later claims answer ended).
+	Window time.Duration
+	Seed   uint64
+}
+
+// DrawReport is a draw sale checked against its invariants.
+type DrawReport struct {
+	VoucherID int64
+	Stock     int64
+	Sale      *SaleResult
+	// MySQL after the entries: persisted entries, 202 entry ids not in
+	// MySQL, MySQL entries no 202 announced, users with two entries, and
+	// the stock left (entries take none).
+	Entries, Missing, Unexpected, UsersTwice int64
+	StockAtClose                             int64
+	// After the draw.
+	Winners, Lost, Undecided int64
+	WinnersWanted            int64 // min(stock, entries)
+	EndsAt, DrawnAt          time.Time
+	// Waited: from the end of the entries until the API said drawn (the
+	// drawer's grace and interval included).
+	Waited time.Duration
+	// The commitment and the seed the API showed, and whether they match.
+	Commitment, Seed string
+	CommitmentHolds  bool
+	Verify           string // reaper draw verify's output
+	VerifyExit       int
+}
+
+// RunDraw creates a draw sale, fires the entries, waits for them in
+// MySQL and for the end, has the reaper draw it (starting one if the
+// stack has none) and runs "reaper draw verify".
+func (s *Stack) RunDraw(ctx context.Context, cfg DrawConfig) (*DrawReport, error) {
+	ends := time.Now().Add(cfg.Window).UTC().Truncate(time.Millisecond)
+	spec := VoucherSpec{Name: "draw", Kind: cfg.Kind, PerUserLimit: 1, EndsAt: ends.Format(time.RFC3339Nano), Allocation: draw.Draw, PaymentTimeoutSeconds: 600}
+	if cfg.Kind == "codes" {
+		spec.Codes = Codes(int(cfg.Stock))
+	} else {
+		spec.Stock = cfg.Stock
+	}
+	v, err := s.CreateVoucher(ctx, spec)
+	if err != nil {
+		return nil, err
+	}
+	r := &DrawReport{VoucherID: v, Stock: cfg.Stock, EndsAt: ends}
+	watch := s.WatchPersisted(ctx, v)
+	if r.Sale, err = s.RunSale(ctx, SaleConfig{VoucherID: v, Users: cfg.Users, Requests: cfg.Requests, Concurrency: cfg.Concurrency, Seed: cfg.Seed}); err != nil {
+		return r, err
+	}
+	if _, err := watch.Wait(ctx, r.Sale.Admitted, 2*time.Minute); err != nil {
+		return r, err
+	}
+	if err := s.checkEntries(ctx, r); err != nil {
+		return r, err
+	}
+	if s.Reaper == nil {
+		if s.Reaper, err = s.StartReaper("FLASHSALE_REAPER_REFUND_INTERVAL=250ms"); err != nil {
+			return r, err
+		}
+	}
+	if err := s.waitDrawn(ctx, r, ends.Add(2*time.Minute)); err != nil {
+		return r, err
+	}
+	r.Verify, err = s.RunOutputEnv(ctx, s.RoleEnv("reaper"), "reaper", "draw", "verify", strconv.FormatInt(v, 10))
+	var exit *exec.ExitError
+	switch {
+	case errors.As(err, &exit):
+		r.VerifyExit = exit.ExitCode()
+	case err != nil:
+		return r, err
+	}
+	return r, s.countDraw(ctx, r)
+}
+
+// checkEntries compares the 202s with MySQL's entries, before the draw.
+func (s *Stack) checkEntries(ctx context.Context, r *DrawReport) error {
+	var rows []struct {
+		ID     int64
+		UserID string
+		Status string
+	}
+	if err := s.DB.DB().WithContext(ctx).Raw("SELECT id, user_id, status FROM orders WHERE voucher_id = ?", r.VoucherID).Scan(&rows).Error; err != nil {
+		return err
+	}
+	seen := map[int64]bool{}
+	perUser := map[string]int{}
+	for _, row := range rows {
+		seen[row.ID] = true
+		if row.Status == string(order.StatusFailed) {
+			continue
+		}
+		r.Entries++
+		if perUser[row.UserID]++; perUser[row.UserID] == 2 {
+			r.UsersTwice++
+		}
+		if _, ok := r.Sale.Orders[row.ID]; !ok {
+			r.Unexpected++
+		}
+	}
+	for id := range r.Sale.Orders {
+		if !seen[id] {
+			r.Missing++
+		}
+	}
+	v, err := s.DB.Voucher(ctx, r.VoucherID)
+	r.StockAtClose = v.Stock
+	return err
+}
+
+// waitDrawn polls the draw through the API until it is drawn.
+func (s *Stack) waitDrawn(ctx context.Context, r *DrawReport, deadline time.Time) error {
+	client := NewClient(s.URL, 1)
+	tok := s.Token("observer")
+	path := "/v1/vouchers/" + strconv.FormatInt(r.VoucherID, 10) + "/draw"
+	for {
+		var body struct {
+			State          string    `json:"state"`
+			Seed           string    `json:"seed"`
+			SeedCommitment string    `json:"seed_commitment"`
+			DrawnAt        time.Time `json:"drawn_at"`
+		}
+		status, err := client.Do(ctx, "GET", path, tok, nil, &body)
+		if err == nil && status == http.StatusOK && body.State == draw.StateDrawn {
+			r.Waited, r.DrawnAt, r.Seed, r.Commitment = time.Since(r.EndsAt), body.DrawnAt, body.Seed, body.SeedCommitment
+			seed, err := draw.ParseSeed(body.Seed)
+			r.CommitmentHolds = err == nil && seed.Commitment() == body.SeedCommitment
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("voucher %d not drawn by %s (last: %d %s %v)", r.VoucherID, deadline.Format(time.TimeOnly), status, body.State, err)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// countDraw reads the outcome of the draw from MySQL; the losers are
+// marked right after the winners, so it waits for them.
+func (s *Stack) countDraw(ctx context.Context, r *DrawReport) error {
+	r.WinnersWanted = min(r.StockAtClose, r.Entries)
+	deadline := time.Now().Add(time.Minute)
+	for {
+		var counts []struct {
+			Status string
+			Drawn  int
+			N      int64
+		}
+		if err := s.DB.DB().WithContext(ctx).Raw("SELECT status, drawn, COUNT(*) AS n FROM orders WHERE voucher_id = ? GROUP BY status, drawn", r.VoucherID).
+			Scan(&counts).Error; err != nil {
+			return err
+		}
+		r.Winners, r.Lost, r.Undecided = 0, 0, 0
+		for _, c := range counts {
+			switch {
+			case c.Drawn == 1:
+				r.Winners += c.N
+			case c.Status == string(order.StatusLost):
+				r.Lost += c.N
+			case c.Status == string(order.StatusEntered):
+				r.Undecided += c.N
+			}
+		}
+		if r.Undecided == 0 || time.Now().After(deadline) {
+			return nil
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// Violations lists the invariants the draw broke.
+func (r *DrawReport) Violations() []string {
+	var out []string
+	check := func(ok bool, format string, args ...any) {
+		if !ok {
+			out = append(out, fmt.Sprintf(format, args...))
+		}
+	}
+	check(r.Missing == 0, "%d entries answered 202 are not in MySQL", r.Missing)
+	check(r.Unexpected == 0, "%d entries in MySQL no 202 announced", r.Unexpected)
+	check(r.UsersTwice == 0, "%d users entered twice", r.UsersTwice)
+	check(r.Entries == r.Sale.Admitted, "%d entries in MySQL, %d answered 202", r.Entries, r.Sale.Admitted)
+	check(r.StockAtClose == r.Stock, "entries took stock: %d of %d left", r.StockAtClose, r.Stock)
+	check(r.Winners == r.WinnersWanted, "%d winners, want min(stock, entries) = %d", r.Winners, r.WinnersWanted)
+	check(r.Winners+r.Lost == r.Entries, "%d winners + %d lost for %d entries (%d undecided)", r.Winners, r.Lost, r.Entries, r.Undecided)
+	check(r.CommitmentHolds, "the revealed seed is not the one committed to")
+	check(r.VerifyExit == 0, "reaper draw verify exited %d", r.VerifyExit)
+	check(r.Sale.Errors == 0, "%d transport errors or 5xx", r.Sale.Errors)
+	return out
+}
+
+// Print writes the report.
+func (r *DrawReport) Print(w io.Writer) {
+	fmt.Fprintf(w, "draw voucher                  %d: %d units\n", r.VoucherID, r.Stock)
+	fmt.Fprintf(w, "entries tried                 %d in %s (%.0f/s), %d admitted, refused %v\n", r.Sale.Requests,
+		r.Sale.Duration.Round(time.Millisecond), float64(r.Sale.Requests)/r.Sale.Duration.Seconds(), r.Sale.Admitted, r.Sale.Rejected)
+	fmt.Fprintf(w, "entries in MySQL              %d (missing %d, unexpected %d, users twice %d); stock left %d\n",
+		r.Entries, r.Missing, r.Unexpected, r.UsersTwice, r.StockAtClose)
+	fmt.Fprintf(w, "winners / lost                %d / %d (want min(stock, entries) = %d)\n", r.Winners, r.Lost, r.WinnersWanted)
+	fmt.Fprintf(w, "drawn                         %s after the entries closed (2 s grace and the reaper's interval included); drawn_at − ends_at %s\n",
+		r.Waited.Round(time.Millisecond), r.DrawnAt.Sub(r.EndsAt).Round(time.Millisecond))
+	fmt.Fprintf(w, "seed commitment               %s\nseed                          %s (commitment holds: %v)\n", r.Commitment, r.Seed, r.CommitmentHolds)
+	fmt.Fprintf(w, "reaper draw verify            exit %d\n", r.VerifyExit)
+	for _, line := range strings.Split(strings.TrimSpace(r.Verify), "\n") {
+		fmt.Fprintf(w, "    %s\n", line)
+	}
+}

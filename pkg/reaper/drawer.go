@@ -1,0 +1,80 @@
+package reaper
+
+// The drawer: when a draw sale's window is over, its winners are drawn
+// once (pkg/draw), in this order, each step safe to repeat and to run in
+// several reapers at once:
+//
+//  1. the voucher waits while an entry of it is still in a stream: every
+//     entry admitted before the end must be persisted (or failed) first;
+//  2. MySQL closes it to entries under its row lock (open → drawing): an
+//     entry that reaches MySQL later fails with draw_closed;
+//  3. the draw (db.Store.Draw): keys, then the winners in one transaction
+//     that only one reaper commits (drawing → drawn);
+//  4. the entries that did not win are marked lost, a chunk at a time.
+//
+// A reaper killed anywhere in between leaves a state the next pass
+// finishes, with the same winners: the draw depends on the seed and the
+// entries only.
+
+import (
+	"context"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/flashsale/flashsale/pkg/draw"
+)
+
+// DrawGrace is how long after a draw sale's end the drawer waits before
+// it looks at the streams: a gateway whose clock runs behind may still
+// admit an entry for as long as its clock is off.
+const DrawGrace = 2 * time.Second
+
+// drawChunk bounds the rows of one statement of the draw (keys, losers).
+const drawChunk = 20000
+
+// drawEnded draws the draw sales whose window is over.
+func (r *Reaper) drawEnded(ctx context.Context, pass *Pass) error {
+	now := r.now().UTC()
+	due, err := r.db.DrawsDue(ctx, now.Add(-DrawGrace), r.cfg.BatchSize)
+	if err != nil {
+		return err
+	}
+	for _, v := range due {
+		if v.DrawState == draw.StateOpen {
+			busy, err := r.redis.InFlight(ctx, v.ID)
+			if err != nil {
+				return err
+			}
+			if busy {
+				pass.DrawsWaiting++
+				continue
+			}
+			if _, err := r.db.BeginDraw(ctx, v.ID); err != nil {
+				return err
+			}
+		}
+		start := time.Now()
+		res, err := r.db.Draw(ctx, v.ID, now, drawChunk)
+		if err != nil {
+			return err
+		}
+		if res.Drew {
+			pass.Drawn++
+			r.metrics.drawSeconds.Observe(time.Since(start).Seconds())
+			r.audit.Info("voucher drawn", zap.Int64("voucher_id", v.ID), zap.Int64("entries", res.Entries),
+				zap.Int64("winners", res.Winners), zap.Duration("took", time.Since(start)))
+		}
+		for {
+			n, err := r.db.MarkLost(ctx, v.ID, now, drawChunk)
+			if err != nil {
+				return err
+			}
+			pass.MarkedLost += int(n)
+			if n < drawChunk {
+				break
+			}
+		}
+	}
+	return nil
+}
