@@ -17,12 +17,14 @@ ALTER TABLE vouchers ADD COLUMN IF NOT EXISTS draw_winners INT NOT NULL DEFAULT 
 
 -- An entry of a draw sale is a row of orders (its id is the entry id):
 -- entered until the draw, then created (it won: an order awaiting
--- payment) or lost. draw_key: SHA-256(seed || entry id), written by the
--- draw; the draw order is draw_key, then id. drawn: 1 won at the draw, 2
--- given a unit from the waitlist, 0 neither.
-ALTER TABLE orders ADD COLUMN IF NOT EXISTS draw_key BINARY(32) NULL AFTER code;
-ALTER TABLE orders ADD COLUMN IF NOT EXISTS drawn TINYINT NOT NULL DEFAULT 0 AFTER draw_key;
-CREATE INDEX IF NOT EXISTS orders_draw ON orders (voucher_id, status, draw_key);
+-- payment) or lost. draw_rank: the entry's place in the draw order
+-- (pkg/draw), written by the draw for the winners and the head of the
+-- waitlist only, and for more of the waitlist when it gets there: so the
+-- draw writes a few rows per unit, not one per entry. drawn: 1 won at the
+-- draw, 2 given a unit from the waitlist, 0 neither.
+ALTER TABLE orders ADD COLUMN IF NOT EXISTS draw_rank INT NULL AFTER code;
+ALTER TABLE orders ADD COLUMN IF NOT EXISTS drawn TINYINT NOT NULL DEFAULT 0 AFTER draw_rank;
+CREATE INDEX IF NOT EXISTS orders_draw_rank ON orders (voucher_id, draw_rank);
 
 ALTER TABLE orders DROP CONSTRAINT IF EXISTS orders_status_known;
 ALTER TABLE orders ADD CONSTRAINT orders_status_known CHECK (status IN ('created', 'paid', 'completed', 'cancelled', 'failed', 'entered', 'lost'));

@@ -77,10 +77,11 @@ type Order struct {
 	PaidAt    *time.Time
 	PaymentID *string // the payment provider's id of the payment
 	UpdatedAt time.Time
-	// DrawKey orders the entries of a draw sale (pkg/draw), written by the
-	// draw; Drawn: 1 won at the draw, 2 given a unit by the waitlist.
-	DrawKey []byte
-	Drawn   int
+	// DrawRank is an entry's place in its draw's order (pkg/draw), for
+	// the winners and the waitlist's head; Drawn: 1 won at the draw, 2
+	// given a unit by the waitlist.
+	DrawRank *int64
+	Drawn    int
 	// PersistedAt: when the order reached MySQL, by MySQL's clock (nil
 	// for orders written before migration 0009); never written by us.
 	PersistedAt *time.Time `gorm:"->"`

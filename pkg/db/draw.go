@@ -5,12 +5,10 @@ package db
 // unit nobody paid for to the next entry in the draw order.
 
 import (
-	"bytes"
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
-	"slices"
+	"strings"
 	"time"
 
 	"gorm.io/gorm"
@@ -106,16 +104,23 @@ type DrawResult struct {
 // ErrNotDrawing: Draw was called on a voucher whose draw has not begun.
 var ErrNotDrawing = errors.New("the draw has not begun")
 
+// WaitlistBlock is how many entries of the waitlist the draw ranks beyond
+// the winners, and how many more a waitlist that reaches the end of its
+// ranks ranks at once (at least 1,000; as many as the winners if more).
+func WaitlistBlock(winners int64) int64 { return max(winners, 1000) }
+
 // Draw draws the winners of voucher v, whose draw has begun (BeginDraw),
-// by the procedure of pkg/draw, in two steps, each safe to repeat and to
-// run in several reapers at once: every entry gets its key (chunk rows per
-// statement, only those without one), then one transaction, under the
-// row lock and only while the state is drawing, makes the first
-// min(stock, entries) entries in draw order created orders with a payment
-// window from now (a codes sale gives them the free codes, in item order),
-// takes their units from the stock and sets the state drawn. The entries
-// that lost are marked by MarkLost.
-func (s *Store) Draw(ctx context.Context, v int64, now time.Time, chunk int) (DrawResult, error) {
+// by the procedure of pkg/draw: it streams the entries' ids once, keeping
+// the first min(stock, entries) + WaitlistBlock in draw order (memory
+// bounded by those), then in one transaction, under the row lock and
+// only while the state is drawing, writes their ranks, makes the winners
+// created orders with a payment window from now (a codes sale gives them
+// its free codes, the k-th winner the k-th code), takes their units from
+// the stock and sets the state drawn. Safe to repeat and to run in
+// several reapers at once: the draw depends on the seed and the entries
+// only, and one transaction commits it. The entries that lost are marked
+// by MarkLost.
+func (s *Store) Draw(ctx context.Context, v int64, now time.Time) (DrawResult, error) {
 	var res DrawResult
 	vr, err := s.Voucher(ctx, v)
 	if err != nil {
@@ -128,20 +133,21 @@ func (s *Store) Draw(ctx context.Context, v int64, now time.Time, chunk int) (Dr
 	default:
 		return res, fmt.Errorf("voucher %d: %w (state %q)", v, ErrNotDrawing, vr.DrawState)
 	}
-	if _, err := draw.ParseSeed(vr.DrawSeed); err != nil {
+	seed, err := draw.ParseSeed(vr.DrawSeed)
+	if err != nil {
 		return res, fmt.Errorf("voucher %d: %w", v, err)
 	}
-	for {
-		q := s.db.WithContext(ctx).Exec(`UPDATE orders SET draw_key = UNHEX(SHA2(CONCAT(UNHEX(?), id), 256))
-			WHERE voucher_id = ? AND status = ? AND draw_key IS NULL LIMIT ?`, vr.DrawSeed, v, order.StatusEntered, chunk)
-		if q.Error != nil {
-			return res, fmt.Errorf("key the entries of voucher %d: %w", v, q.Error)
-		}
-		if q.RowsAffected < int64(chunk) {
-			break
-		}
+	db := s.db.WithContext(ctx)
+	if err := db.Model(&Order{}).Where("voucher_id = ? AND status = ?", v, order.StatusEntered).Count(&res.Entries).Error; err != nil {
+		return res, err
 	}
-	err = s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+	res.Winners = min(vr.Stock, res.Entries)
+	first := draw.NewFirst(seed, int(min(res.Entries, res.Winners+WaitlistBlock(res.Winners))))
+	if err := eachID(db, first.Add, "SELECT id FROM orders WHERE voucher_id = ? AND status = ?", v, order.StatusEntered); err != nil {
+		return res, err
+	}
+	ranked := first.Sorted()
+	err = db.Transaction(func(tx *gorm.DB) error {
 		var row struct {
 			Stock                 int64
 			DrawState             string
@@ -153,32 +159,24 @@ func (s *Store) Draw(ctx context.Context, v int64, now time.Time, chunk int) (Dr
 		if row.DrawState != draw.StateDrawing {
 			return nil // drawn by another reaper meanwhile
 		}
-		var unkeyed int64
-		if err := tx.Raw("SELECT COUNT(*) FROM orders WHERE voucher_id = ? AND status = ? AND draw_key IS NULL", v, order.StatusEntered).
-			Scan(&unkeyed).Error; err != nil {
+		if row.Stock != vr.Stock {
+			return fmt.Errorf("voucher %d: stock changed during the draw (%d, then %d)", v, vr.Stock, row.Stock)
+		}
+		if err := writeRanks(tx, ranked, 0); err != nil {
 			return err
 		}
-		if unkeyed > 0 {
-			return fmt.Errorf("voucher %d: %d entries have no key yet", v, unkeyed)
-		}
-		if err := tx.Raw("SELECT COUNT(*) FROM orders WHERE voucher_id = ? AND status = ?", v, order.StatusEntered).Scan(&res.Entries).Error; err != nil {
-			return err
-		}
-		res.Winners = min(row.Stock, res.Entries)
 		expires := now.Add(time.Duration(row.PaymentTimeoutSeconds) * time.Second)
-		if res.Winners > 0 {
-			q := tx.Exec(`UPDATE orders SET status = ?, drawn = 1, expires_at = ?, updated_at = ?
-				WHERE voucher_id = ? AND status = ? ORDER BY draw_key, id LIMIT ?`,
-				order.StatusCreated, expires, now, v, order.StatusEntered, res.Winners)
-			if q.Error != nil {
-				return fmt.Errorf("make the winners of voucher %d: %w", v, q.Error)
-			}
-			if q.RowsAffected != res.Winners {
-				return fmt.Errorf("voucher %d: %d winners made, %d wanted", v, q.RowsAffected, res.Winners)
-			}
-			if err := giveWinnersItems(tx, v); err != nil {
-				return err
-			}
+		q := tx.Exec(`UPDATE orders SET status = ?, drawn = 1, expires_at = ?, updated_at = ?
+			WHERE voucher_id = ? AND status = ? AND draw_rank <= ?`,
+			order.StatusCreated, expires, now, v, order.StatusEntered, res.Winners)
+		if q.Error != nil {
+			return fmt.Errorf("make the winners of voucher %d: %w", v, q.Error)
+		}
+		if q.RowsAffected != res.Winners {
+			return fmt.Errorf("voucher %d: %d winners made, %d wanted", v, q.RowsAffected, res.Winners)
+		}
+		if err := giveWinnersItems(tx, v); err != nil {
+			return err
 		}
 		res.Drew = true
 		return tx.Exec("UPDATE vouchers SET stock = stock - ?, draw_state = ?, drawn_at = ?, draw_winners = ? WHERE id = ?",
@@ -187,12 +185,51 @@ func (s *Store) Draw(ctx context.Context, v int64, now time.Time, chunk int) (Dr
 	return res, err
 }
 
+// eachID streams the ids query selects to fn.
+func eachID(db *gorm.DB, fn func(int64), query string, args ...any) error {
+	rows, err := db.Raw(query, args...).Rows()
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var id int64
+		if err := rows.Scan(&id); err != nil {
+			return err
+		}
+		fn(id)
+	}
+	return rows.Err()
+}
+
+// writeRanks gives ranked (in draw order) the ranks after, after+1, ...,
+// 1,000 rows a statement.
+func writeRanks(tx *gorm.DB, ranked []draw.Ranked, after int64) error {
+	for i := 0; i < len(ranked); i += 1000 {
+		chunk := ranked[i:min(i+1000, len(ranked))]
+		var b strings.Builder
+		args := make([]any, 0, 3*len(chunk))
+		ids := make([]int64, len(chunk))
+		b.WriteString("UPDATE orders SET draw_rank = CASE id")
+		for j, r := range chunk {
+			b.WriteString(" WHEN ? THEN ?")
+			args = append(args, r.ID, after+int64(i+j)+1)
+			ids[j] = r.ID
+		}
+		b.WriteString(" END WHERE id IN ?")
+		if err := tx.Exec(b.String(), append(args, ids)...).Error; err != nil {
+			return fmt.Errorf("rank %d entries: %w", len(chunk), err)
+		}
+	}
+	return nil
+}
+
 // giveWinnersItems gives the winners of pooled voucher v (drawn = 1), in
 // draw order, its free items in item order: the k-th winner the k-th item.
 // A voucher of units has no items: nothing is changed.
 func giveWinnersItems(tx *gorm.DB, v int64) error {
 	err := tx.Exec(`UPDATE orders o
-		JOIN (SELECT id, ROW_NUMBER() OVER (ORDER BY draw_key, id) AS rn FROM orders WHERE voucher_id = ? AND drawn = 1) w ON w.id = o.id
+		JOIN (SELECT id, ROW_NUMBER() OVER (ORDER BY draw_rank) AS rn FROM orders WHERE voucher_id = ? AND drawn = 1) w ON w.id = o.id
 		JOIN (SELECT item, amount, code, ROW_NUMBER() OVER (ORDER BY item) AS rn FROM items
 			WHERE voucher_id = ? AND order_id IS NULL AND refunded = 0) f ON f.rn = w.rn
 		SET o.item = f.item, o.amount = f.amount, o.code = f.code`, v, v).Error
@@ -227,15 +264,18 @@ func (s *Store) MarkLost(ctx context.Context, v int64, now time.Time, limit int)
 // lock makes two reapers pass each unit on once. It returns how many
 // units were passed on.
 func passOn(tx *gorm.DB, v int64, gone []Order, now time.Time) (int, error) {
-	var timeout int64
-	if err := tx.Raw("SELECT payment_timeout_seconds FROM vouchers WHERE id = ? FOR UPDATE", v).Scan(&timeout).Error; err != nil {
+	var row struct {
+		PaymentTimeoutSeconds int64
+		DrawSeed              string
+	}
+	if err := tx.Raw("SELECT payment_timeout_seconds, draw_seed FROM vouchers WHERE id = ? FOR UPDATE", v).Scan(&row).Error; err != nil {
 		return 0, fmt.Errorf("lock voucher %d: %w", v, err)
 	}
-	next, err := waitlistHead(tx, v, len(gone))
+	next, err := waitlistHead(tx, v, row.DrawSeed, len(gone))
 	if err != nil {
 		return 0, err
 	}
-	expires := now.Add(time.Duration(timeout) * time.Second)
+	expires := now.Add(time.Duration(row.PaymentTimeoutSeconds) * time.Second)
 	var unsold int64
 	var freed []int64
 	for i, o := range gone {
@@ -271,25 +311,53 @@ func passOn(tx *gorm.DB, v int64, gone []Order, now time.Time) (int, error) {
 var notDrawn = []order.Status{order.StatusLost, order.StatusEntered}
 
 // waitlistHead locks and returns the first n entries of drawn voucher v's
-// waitlist, in draw order. Each status is read in its index's order (one
-// range of orders_draw each) and the two merged, so the read costs n rows
-// however long the list is.
-func waitlistHead(tx *gorm.DB, v int64, n int) ([]Order, error) {
-	var heads [2][]Order
-	for i, st := range notDrawn {
-		if err := tx.Raw(`SELECT id, user_id, draw_key FROM orders WHERE voucher_id = ? AND status = ? AND draw_key IS NOT NULL
-			ORDER BY draw_key, id LIMIT ? FOR UPDATE`, v, st, n).Scan(&heads[i]).Error; err != nil {
+// waitlist, in draw order (by rank: the orders_draw_rank index). When the
+// ranked entries run out before n, the next WaitlistBlock of the entries
+// not ranked yet are ranked (streaming them once, under seed), until n
+// are found or none is left.
+func waitlistHead(tx *gorm.DB, v int64, seedHex string, n int) ([]Order, error) {
+	for {
+		var head []Order
+		if err := tx.Raw(`SELECT id, user_id FROM orders WHERE voucher_id = ? AND draw_rank IS NOT NULL AND status IN ?
+			ORDER BY draw_rank LIMIT ? FOR UPDATE`, v, notDrawn, n).Scan(&head).Error; err != nil {
 			return nil, fmt.Errorf("waitlist of voucher %d: %w", v, err)
 		}
-	}
-	out := append(heads[0], heads[1]...)
-	slices.SortFunc(out, func(a, b Order) int {
-		if c := bytes.Compare(a.DrawKey, b.DrawKey); c != 0 {
-			return c
+		if len(head) == n {
+			return head, nil
 		}
-		return cmp.Compare(a.ID, b.ID)
-	})
-	return out[:min(n, len(out))], nil
+		more, err := rankMore(tx, v, seedHex, int64(n-len(head)))
+		if err != nil || !more {
+			return head, err
+		}
+	}
+}
+
+// rankMore ranks the next entries of drawn voucher v's waitlist that have
+// no rank yet (at least want, WaitlistBlock of the winners if more): the
+// first of the unranked in draw order, which all come after the ranked
+// ones. It reports whether any was left to rank.
+func rankMore(tx *gorm.DB, v int64, seedHex string, want int64) (bool, error) {
+	seed, err := draw.ParseSeed(seedHex)
+	if err != nil {
+		return false, fmt.Errorf("voucher %d: %w", v, err)
+	}
+	var last struct {
+		MaxRank int64
+		Winners int64
+	}
+	if err := tx.Raw(`SELECT (SELECT COALESCE(MAX(draw_rank), 0) FROM orders WHERE voucher_id = ?) AS max_rank,
+		draw_winners AS winners FROM vouchers WHERE id = ?`, v, v).Scan(&last).Error; err != nil {
+		return false, err
+	}
+	first := draw.NewFirst(seed, int(max(want, WaitlistBlock(last.Winners))))
+	if err := eachID(tx, first.Add, "SELECT id FROM orders WHERE voucher_id = ? AND status IN ? AND draw_rank IS NULL", v, notDrawn); err != nil {
+		return false, err
+	}
+	ranked := first.Sorted()
+	if len(ranked) == 0 {
+		return false, nil
+	}
+	return true, writeRanks(tx, ranked, last.MaxRank)
 }
 
 // drawVouchers returns which of vouchers are draw sales.
@@ -317,19 +385,11 @@ func (s *Store) Entrants(ctx context.Context, v int64) ([]LiveOrder, error) {
 // EachEntry calls fn with the id of every entry of draw voucher v that
 // did not fail (those the draw ranked), in id order, streaming the rows.
 func (s *Store) EachEntry(ctx context.Context, v int64, fn func(id int64)) error {
-	rows, err := s.db.WithContext(ctx).Raw("SELECT id FROM orders WHERE voucher_id = ? AND status <> ? ORDER BY id", v, order.StatusFailed).Rows()
+	err := eachID(s.db.WithContext(ctx), fn, "SELECT id FROM orders WHERE voucher_id = ? AND status <> ? ORDER BY id", v, order.StatusFailed)
 	if err != nil {
 		return fmt.Errorf("entries of voucher %d: %w", v, err)
 	}
-	defer rows.Close()
-	for rows.Next() {
-		var id int64
-		if err := rows.Scan(&id); err != nil {
-			return err
-		}
-		fn(id)
-	}
-	return rows.Err()
+	return nil
 }
 
 // DrawRecord is what MySQL recorded of voucher v's draw: the entries that
@@ -338,6 +398,9 @@ type DrawRecord struct {
 	Entries int64
 	Won     []int64
 	Passed  []int64
+	// Ranked: the entries with a rank (the winners and the waitlist's
+	// head), in rank order.
+	Ranked []int64
 	// Paid: orders of the draw (won or passed) that are paid.
 	Paid int64
 }
@@ -355,6 +418,9 @@ func (s *Store) DrawRecordOf(ctx context.Context, v int64) (DrawRecord, error) {
 		return rec, err
 	}
 	if err := db.Raw("SELECT id, drawn, status FROM orders WHERE voucher_id = ? AND drawn > 0 ORDER BY id", v).Scan(&rows).Error; err != nil {
+		return rec, err
+	}
+	if err := db.Raw("SELECT id FROM orders WHERE voucher_id = ? AND draw_rank IS NOT NULL ORDER BY draw_rank", v).Scan(&rec.Ranked).Error; err != nil {
 		return rec, err
 	}
 	for _, r := range rows {

@@ -310,6 +310,8 @@ type voucherStatusJSON struct {
 	// voucher's home). A partition's figures count every voucher in it.
 	Stream  rdb.Backlog   `json:"stream"`
 	Streams []rdb.Backlog `json:"streams"`
+	// Draw: a draw sale's state (as GET /v1/vouchers/{id}/draw).
+	Draw *drawJSON `json:"draw,omitempty"`
 }
 
 // getVoucher: GET /admin/v1/vouchers/{id}: the voucher as both stores see it.
@@ -331,6 +333,12 @@ func (g *Gateway) getVoucher(w http.ResponseWriter, r *http.Request) {
 	if out.Orders, err = g.db.OrderCounts(ctx, id); err != nil {
 		g.fail(w, r, err)
 		return
+	}
+	if v.IsDraw() {
+		if out.Draw, err = g.drawOf(r, v); err != nil {
+			g.fail(w, r, err)
+			return
+		}
 	}
 	if v.Traits().Amounts {
 		a, err := g.db.VoucherAmounts(ctx, id)

@@ -59,12 +59,21 @@ func (g *Gateway) getDraw(w http.ResponseWriter, r *http.Request) {
 		g.fail(w, r, err)
 		return
 	}
-	rec, err := g.db.DrawRecordOf(ctx, id)
+	d, err := g.drawOf(r, v)
 	if err != nil {
 		g.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, drawJSON{VoucherID: idString(id), State: drawState(v, g.now()), Entries: rec.Entries,
+	writeJSON(w, http.StatusOK, d)
+}
+
+// drawOf is draw voucher v's draw as the API shows it.
+func (g *Gateway) drawOf(r *http.Request, v db.Voucher) (*drawJSON, error) {
+	rec, err := g.db.DrawRecordOf(r.Context(), v.ID)
+	if err != nil {
+		return nil, err
+	}
+	return &drawJSON{VoucherID: idString(v.ID), State: drawState(v, g.now()), Entries: rec.Entries,
 		Winners: v.DrawWinners, WaitlistPassed: int64(len(rec.Passed)), Paid: rec.Paid,
-		SeedCommitment: v.SeedCommitment, Seed: revealed(v), EndsAt: v.EndsAt, DrawnAt: v.DrawnAt})
+		SeedCommitment: v.SeedCommitment, Seed: revealed(v), EndsAt: v.EndsAt, DrawnAt: v.DrawnAt}, nil
 }

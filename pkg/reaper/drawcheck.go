@@ -28,10 +28,14 @@ type DrawCheck struct {
 	WinnersMatch bool  `json:"winners_match"`
 	// WaitlistPassed: entries given a unit by the waitlist; WaitlistMatches:
 	// they are the next ones in the draw order.
-	WaitlistPassed  int64    `json:"waitlist_passed"`
-	WaitlistMatches bool     `json:"waitlist_matches"`
-	Problems        []string `json:"problems"`
-	OK              bool     `json:"ok"`
+	WaitlistPassed  int64 `json:"waitlist_passed"`
+	WaitlistMatches bool  `json:"waitlist_matches"`
+	// Ranked: entries MySQL ranked (the winners and the waitlist's head);
+	// RanksMatch: their ranks are the draw order's first places.
+	Ranked     int64    `json:"ranked"`
+	RanksMatch bool     `json:"ranks_match"`
+	Problems   []string `json:"problems"`
+	OK         bool     `json:"ok"`
 }
 
 // ErrNotDrawn: the voucher is not a draw sale, or not drawn yet.
@@ -61,7 +65,8 @@ func VerifyDraw(ctx context.Context, d *db.Store, v int64, each func(id int64)) 
 		return c, err
 	}
 	c.Winners, c.WaitlistPassed = int64(len(rec.Won)), int64(len(rec.Passed))
-	first := draw.NewFirst(seed, len(rec.Won)+len(rec.Passed))
+	c.Ranked = int64(len(rec.Ranked))
+	first := draw.NewFirst(seed, max(len(rec.Won)+len(rec.Passed), len(rec.Ranked)))
 	err = d.EachEntry(ctx, v, func(id int64) {
 		first.Add(id)
 		if each != nil {
@@ -79,7 +84,8 @@ func VerifyDraw(ctx context.Context, d *db.Store, v int64, each func(id int64)) 
 	}
 	w := min(len(rec.Won), len(ids))
 	c.WinnersMatch = sameSet(ids[:w], rec.Won)
-	c.WaitlistMatches = sameSet(ids[w:], rec.Passed)
+	c.WaitlistMatches = sameSet(ids[w:min(w+len(rec.Passed), len(ids))], rec.Passed)
+	c.RanksMatch = slices.Equal(ids[:min(len(rec.Ranked), len(ids))], rec.Ranked)
 	if !c.CommitmentMatches {
 		c.Problems = append(c.Problems, "SHA-256 of the seed is not the seed commitment")
 	}
@@ -91,6 +97,9 @@ func VerifyDraw(ctx context.Context, d *db.Store, v int64, each func(id int64)) 
 	}
 	if !c.WinnersMatch {
 		c.Problems = append(c.Problems, "the recorded winners are not the first entries in the draw order")
+	}
+	if !c.RanksMatch {
+		c.Problems = append(c.Problems, "the ranks MySQL holds are not the draw order")
 	}
 	if !c.WaitlistMatches {
 		c.Problems = append(c.Problems, "the entries given a unit by the waitlist are not the next ones in the draw order")
@@ -114,8 +123,8 @@ func PrintDrawCheck(w io.Writer, c DrawCheck) {
 	yes := map[bool]string{true: "yes", false: "NO"}
 	fmt.Fprintf(w, "voucher %s\n", c.VoucherID)
 	fmt.Fprintf(w, "seed commitment  %s\nseed             %s\ncommitment holds %s\n", c.SeedCommitment, c.Seed, yes[c.CommitmentMatches])
-	fmt.Fprintf(w, "entries          %d\nwinners          %d (recomputed: %s)\nwaitlist passed  %d (recomputed: %s)\n",
-		c.Entries, c.Winners, yes[c.WinnersMatch], c.WaitlistPassed, yes[c.WaitlistMatches])
+	fmt.Fprintf(w, "entries          %d\nwinners          %d (recomputed: %s)\nwaitlist passed  %d (recomputed: %s)\nranked           %d (recomputed: %s)\n",
+		c.Entries, c.Winners, yes[c.WinnersMatch], c.WaitlistPassed, yes[c.WaitlistMatches], c.Ranked, yes[c.RanksMatch])
 	for _, p := range c.Problems {
 		fmt.Fprintf(w, "problem: %s\n", p)
 	}

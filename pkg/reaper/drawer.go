@@ -8,8 +8,9 @@ package reaper
 //     entry admitted before the end must be persisted (or failed) first;
 //  2. MySQL closes it to entries under its row lock (open → drawing): an
 //     entry that reaches MySQL later fails with draw_closed;
-//  3. the draw (db.Store.Draw): keys, then the winners in one transaction
-//     that only one reaper commits (drawing → drawn);
+//  3. the draw (db.Store.Draw): the entries streamed once, the winners and
+//     the waitlist's head ranked, then one transaction that only one
+//     reaper commits (drawing → drawn);
 //  4. the entries that did not win are marked lost, a chunk at a time.
 //
 // A reaper killed anywhere in between leaves a state the next pass
@@ -30,8 +31,8 @@ import (
 // admit an entry for as long as its clock is off.
 const DrawGrace = 2 * time.Second
 
-// drawChunk bounds the rows of one statement of the draw (keys, losers).
-const drawChunk = 20000
+// lostChunk bounds the rows of one statement marking losers.
+const lostChunk = 20000
 
 // drawEnded draws the draw sales whose window is over.
 func (r *Reaper) drawEnded(ctx context.Context, pass *Pass) error {
@@ -55,7 +56,7 @@ func (r *Reaper) drawEnded(ctx context.Context, pass *Pass) error {
 			}
 		}
 		start := time.Now()
-		res, err := r.db.Draw(ctx, v.ID, now, drawChunk)
+		res, err := r.db.Draw(ctx, v.ID, now)
 		if err != nil {
 			return err
 		}
@@ -66,12 +67,12 @@ func (r *Reaper) drawEnded(ctx context.Context, pass *Pass) error {
 				zap.Int64("winners", res.Winners), zap.Duration("took", time.Since(start)))
 		}
 		for {
-			n, err := r.db.MarkLost(ctx, v.ID, now, drawChunk)
+			n, err := r.db.MarkLost(ctx, v.ID, now, lostChunk)
 			if err != nil {
 				return err
 			}
 			pass.MarkedLost += int(n)
-			if n < drawChunk {
+			if n < lostChunk {
 				break
 			}
 		}

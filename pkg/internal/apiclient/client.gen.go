@@ -17,6 +17,27 @@ import (
 	"github.com/oapi-codegen/runtime"
 )
 
+// Defines values for DrawState.
+const (
+	Drawing DrawState = "drawing"
+	Drawn   DrawState = "drawn"
+	Open    DrawState = "open"
+)
+
+// Valid indicates whether the value is a known member of the DrawState enum.
+func (e DrawState) Valid() bool {
+	switch e {
+	case Drawing:
+		return true
+	case Drawn:
+		return true
+	case Open:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for ErrorCode.
 const (
 	AlreadyEntered        ErrorCode = "already_entered"
@@ -377,27 +398,6 @@ func (e PostV1PaymentsWebhook200JSONResponseBodyStatus) Valid() bool {
 	}
 }
 
-// Defines values for GetV1VouchersIdDraw200JSONResponseBodyState.
-const (
-	Drawing GetV1VouchersIdDraw200JSONResponseBodyState = "drawing"
-	Drawn   GetV1VouchersIdDraw200JSONResponseBodyState = "drawn"
-	Open    GetV1VouchersIdDraw200JSONResponseBodyState = "open"
-)
-
-// Valid indicates whether the value is a known member of the GetV1VouchersIdDraw200JSONResponseBodyState enum.
-func (e GetV1VouchersIdDraw200JSONResponseBodyState) Valid() bool {
-	switch e {
-	case Drawing:
-		return true
-	case Drawn:
-		return true
-	case Open:
-		return true
-	default:
-		return false
-	}
-}
-
 // Defines values for PostV1VouchersIdOrders202JSONResponseBodyStatus.
 const (
 	PostV1VouchersIdOrders202JSONResponseBodyStatusEntered PostV1VouchersIdOrders202JSONResponseBodyStatus = "entered"
@@ -427,6 +427,37 @@ type Backlog struct {
 	// Pending delivered to a worker, not yet acknowledged
 	Pending int `json:"pending"`
 }
+
+// Draw defines model for Draw.
+type Draw struct {
+	DrawnAt *time.Time `json:"drawn_at,omitempty"`
+	EndsAt  time.Time  `json:"ends_at"`
+
+	// Entries entries persisted
+	Entries int `json:"entries"`
+
+	// Paid orders of the draw that are paid
+	Paid int `json:"paid"`
+
+	// Seed the seed, hex; only once drawn
+	Seed *string `json:"seed,omitempty"`
+
+	// SeedCommitment hex SHA-256 of the seed
+	SeedCommitment string `json:"seed_commitment"`
+
+	// State open: taking entries; drawing: entries closed, winners not yet drawn
+	State     DrawState `json:"state"`
+	VoucherId string    `json:"voucher_id"`
+
+	// WaitlistPassed units passed on to the next entries since (winners who did not pay)
+	WaitlistPassed int `json:"waitlist_passed"`
+
+	// Winners entries that won at the draw
+	Winners int `json:"winners"`
+}
+
+// DrawState open: taking entries; drawing: entries closed, winners not yet drawn
+type DrawState string
 
 // Error defines model for Error.
 type Error struct {
@@ -641,9 +672,6 @@ type PostV1PaymentsWebhook200JSONResponseBodyDraw string
 
 // PostV1PaymentsWebhook200JSONResponseBodyStatus defines parameters for PostV1PaymentsWebhook.
 type PostV1PaymentsWebhook200JSONResponseBodyStatus string
-
-// GetV1VouchersIdDraw200JSONResponseBodyState defines parameters for GetV1VouchersIdDraw.
-type GetV1VouchersIdDraw200JSONResponseBodyState string
 
 // PostV1VouchersIdOrdersJSONBody defines parameters for PostV1VouchersIdOrders.
 type PostV1VouchersIdOrdersJSONBody struct {
@@ -2442,6 +2470,7 @@ type GetAdminV1VouchersIdResponse struct {
 	JSON200 *struct {
 		Allocation            GetAdminV1VouchersId200JSONResponseBodyAllocation `json:"allocation"`
 		CreatedAt             time.Time                                         `json:"created_at"`
+		Draw                  *Draw                                             `json:"draw,omitempty"`
 		EndsAt                *time.Time                                        `json:"ends_at,omitempty"`
 		Id                    string                                            `json:"id"`
 		Kind                  GetAdminV1VouchersId200JSONResponseBodyKind       `json:"kind"`
@@ -2482,6 +2511,7 @@ type GetAdminV1VouchersIdResponse struct {
 func (r GetAdminV1VouchersIdResponse) GetJSON200() *struct {
 	Allocation            GetAdminV1VouchersId200JSONResponseBodyAllocation `json:"allocation"`
 	CreatedAt             time.Time                                         `json:"created_at"`
+	Draw                  *Draw                                             `json:"draw,omitempty"`
 	EndsAt                *time.Time                                        `json:"ends_at,omitempty"`
 	Id                    string                                            `json:"id"`
 	Kind                  GetAdminV1VouchersId200JSONResponseBodyKind       `json:"kind"`
@@ -3027,63 +3057,13 @@ type GetV1VouchersIdDrawResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
-	JSON200 *struct {
-		DrawnAt *time.Time `json:"drawn_at,omitempty"`
-		EndsAt  time.Time  `json:"ends_at"`
-
-		// Entries entries persisted
-		Entries int `json:"entries"`
-
-		// Paid orders of the draw that are paid
-		Paid int `json:"paid"`
-
-		// Seed the seed, hex; only once drawn
-		Seed *string `json:"seed,omitempty"`
-
-		// SeedCommitment hex SHA-256 of the seed
-		SeedCommitment string `json:"seed_commitment"`
-
-		// State open: taking entries; drawing: entries closed, winners not yet drawn
-		State     GetV1VouchersIdDraw200JSONResponseBodyState `json:"state"`
-		VoucherId string                                      `json:"voucher_id"`
-
-		// WaitlistPassed units passed on to the next entries since (winners who did not pay)
-		WaitlistPassed int `json:"waitlist_passed"`
-
-		// Winners entries that won at the draw
-		Winners int `json:"winners"`
-	}
+	JSON200 *Draw
 	// JSONDefault the response for an HTTP default `application/json` response
 	JSONDefault *Error
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
-func (r GetV1VouchersIdDrawResponse) GetJSON200() *struct {
-	DrawnAt *time.Time `json:"drawn_at,omitempty"`
-	EndsAt  time.Time  `json:"ends_at"`
-
-	// Entries entries persisted
-	Entries int `json:"entries"`
-
-	// Paid orders of the draw that are paid
-	Paid int `json:"paid"`
-
-	// Seed the seed, hex; only once drawn
-	Seed *string `json:"seed,omitempty"`
-
-	// SeedCommitment hex SHA-256 of the seed
-	SeedCommitment string `json:"seed_commitment"`
-
-	// State open: taking entries; drawing: entries closed, winners not yet drawn
-	State     GetV1VouchersIdDraw200JSONResponseBodyState `json:"state"`
-	VoucherId string                                      `json:"voucher_id"`
-
-	// WaitlistPassed units passed on to the next entries since (winners who did not pay)
-	WaitlistPassed int `json:"waitlist_passed"`
-
-	// Winners entries that won at the draw
-	Winners int `json:"winners"`
-} {
+func (r GetV1VouchersIdDrawResponse) GetJSON200() *Draw {
 	return r.JSON200
 }
 
@@ -3684,6 +3664,7 @@ func ParseGetAdminV1VouchersIdResponse(rsp *http.Response) (*GetAdminV1VouchersI
 		var dest struct {
 			Allocation            GetAdminV1VouchersId200JSONResponseBodyAllocation `json:"allocation"`
 			CreatedAt             time.Time                                         `json:"created_at"`
+			Draw                  *Draw                                             `json:"draw,omitempty"`
 			EndsAt                *time.Time                                        `json:"ends_at,omitempty"`
 			Id                    string                                            `json:"id"`
 			Kind                  GetAdminV1VouchersId200JSONResponseBodyKind       `json:"kind"`
@@ -4065,32 +4046,7 @@ func ParseGetV1VouchersIdDrawResponse(rsp *http.Response) (*GetV1VouchersIdDrawR
 
 	switch {
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
-		var dest struct {
-			DrawnAt *time.Time `json:"drawn_at,omitempty"`
-			EndsAt  time.Time  `json:"ends_at"`
-
-			// Entries entries persisted
-			Entries int `json:"entries"`
-
-			// Paid orders of the draw that are paid
-			Paid int `json:"paid"`
-
-			// Seed the seed, hex; only once drawn
-			Seed *string `json:"seed,omitempty"`
-
-			// SeedCommitment hex SHA-256 of the seed
-			SeedCommitment string `json:"seed_commitment"`
-
-			// State open: taking entries; drawing: entries closed, winners not yet drawn
-			State     GetV1VouchersIdDraw200JSONResponseBodyState `json:"state"`
-			VoucherId string                                      `json:"voucher_id"`
-
-			// WaitlistPassed units passed on to the next entries since (winners who did not pay)
-			WaitlistPassed int `json:"waitlist_passed"`
-
-			// Winners entries that won at the draw
-			Winners int `json:"winners"`
-		}
+		var dest Draw
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}

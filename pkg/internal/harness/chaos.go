@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/flashsale/flashsale/pkg/db"
+	"github.com/flashsale/flashsale/pkg/draw"
 	"github.com/flashsale/flashsale/pkg/internal/testsrv"
 	"github.com/flashsale/flashsale/pkg/order"
 	"github.com/flashsale/flashsale/pkg/rdb"
@@ -40,10 +41,12 @@ type ChaosConfig struct {
 	PayShare float64
 	// MaxQuantity, above 1, makes claims ask for 1 to MaxQuantity units.
 	MaxQuantity int
-	// SideRate, when set, runs two more sales beside the main one, at this
-	// many claims per second each: red envelopes (Envelopes of them,
-	// ending just after the sale, so the reaper refunds what is left) and
-	// a pool of Codes codes (paid like units, a cancelled one sold again).
+	// SideRate, when set, runs three more sales beside the main one, at
+	// this many claims per second each: red envelopes (Envelopes of them,
+	// ending just after the sale, so the reaper refunds what is left), a
+	// pool of Codes codes (paid like units, a cancelled one sold again)
+	// and a draw of Codes/4 units whose entries close just after the sale
+	// (the reaper is killed and restarted while the draw is due).
 	SideRate  int
 	Envelopes int64
 	Codes     int
@@ -114,8 +117,9 @@ type ChaosReport struct {
 	ReadOnlyRefusals int64
 	ReconcileDiffs   int
 	Quiescence       time.Duration
-	// Side are the side sales' reports (envelopes, codes).
+	// Side are the side sales' reports (envelopes, codes), Draw the draw's.
 	Side []*Report
+	Draw *DrawReport
 	// What the reaper processes logged doing, summed over their restarts.
 	ReaperClaimed, ReaperCancelled, ReaperDeadLettered, ReaperConsumersRemoved int64
 }
@@ -159,8 +163,10 @@ func RunChaos(ctx context.Context, cfg ChaosConfig) (*ChaosReport, error) {
 		paid bool // its orders await payment (codes; envelopes need none)
 	}
 	var sides []side
+	var drawn *DrawReport
 	if cfg.SideRate > 0 {
-		ends := time.Now().Add(cfg.Duration + 2*time.Second).UTC().Format(time.RFC3339)
+		endsAt := time.Now().Add(cfg.Duration + 2*time.Second).UTC().Truncate(time.Second)
+		ends := endsAt.Format(time.RFC3339)
 		env, err := s.CreateVoucher(ctx, VoucherSpec{Name: "chaos envelopes", Kind: "envelope", TotalAmount: 100 * cfg.Envelopes,
 			Count: cfg.Envelopes, PerUserLimit: 1, EndsAt: ends})
 		if err != nil {
@@ -171,7 +177,15 @@ func RunChaos(ctx context.Context, cfg ChaosConfig) (*ChaosReport, error) {
 		if err != nil {
 			return nil, err
 		}
-		for _, sd := range []side{{SaleConfig{VoucherID: env}, false}, {SaleConfig{VoucherID: codes}, true}} {
+		// The draw's winners have ten minutes to pay: quiescence does not
+		// wait for them (its waitlist is tested in pkg/reaper).
+		dv, err := s.CreateVoucher(ctx, VoucherSpec{Name: "chaos draw", Stock: int64(cfg.Codes / 4), PerUserLimit: 1, EndsAt: ends,
+			Allocation: draw.Draw, PaymentTimeoutSeconds: 600})
+		if err != nil {
+			return nil, err
+		}
+		drawn = &DrawReport{VoucherID: dv, Stock: int64(cfg.Codes / 4), EndsAt: endsAt}
+		for _, sd := range []side{{SaleConfig{VoucherID: env}, false}, {SaleConfig{VoucherID: codes}, true}, {SaleConfig{VoucherID: dv}, false}} {
 			sd.sale = SaleConfig{VoucherID: sd.sale.VoucherID, Users: cfg.Users, Duration: cfg.Duration, Rate: cfg.SideRate, Concurrency: 4,
 				Seed: uint64(time.Now().UnixNano()) + uint64(sd.sale.VoucherID)}
 			sides = append(sides, sd)
@@ -260,6 +274,18 @@ func RunChaos(ctx context.Context, cfg ChaosConfig) (*ChaosReport, error) {
 	if err := <-faultsDone; err != nil {
 		return nil, fmt.Errorf("injecting faults: %w", err)
 	}
+	// The faults over, the reaper dies again and again while the draw
+	// is due (its entries close 2 s after the sale).
+	drawKills := make(chan error, 1)
+	if drawn != nil {
+		go func() {
+			n, err := s.KillReaperWhileDrawDue(ctx, drawn.VoucherID, drawn.EndsAt, 150*time.Millisecond)
+			drawn.ReaperKills = n
+			drawKills <- err
+		}()
+	} else {
+		drawKills <- nil
+	}
 	close(toPay)
 	payers.Wait()
 	rep.PaidAcked = int64(len(paid))
@@ -269,8 +295,20 @@ func RunChaos(ctx context.Context, cfg ChaosConfig) (*ChaosReport, error) {
 	if err := waitQuiescent(ctx, s, 3*time.Minute); err != nil {
 		return rep, err
 	}
+	if err := <-drawKills; err != nil {
+		return rep, fmt.Errorf("killing the reaper while the draw is due: %w", err)
+	}
 	rep.Quiescence = time.Since(start)
 	for i, sd := range sides {
+		if drawn != nil && sd.sale.VoucherID == drawn.VoucherID {
+			drawn.Sale = sideSales[i]
+			if err := s.finishDraw(ctx, drawn); err != nil {
+				return rep, fmt.Errorf("draw: %w", err)
+			}
+			rep.Draw = drawn
+			logf("draw: %d entries, %d winners, %d reaper kills while due; verify exit %d", drawn.Entries, drawn.Winners, drawn.ReaperKills, drawn.VerifyExit)
+			continue
+		}
 		side, err := s.Check(ctx, sd.sale.VoucherID, sideSales[i])
 		if err != nil {
 			return rep, err
@@ -429,7 +467,7 @@ func waitQuiescent(ctx context.Context, s *Stack, timeout time.Duration) error {
 		var drained bool
 		if drained, why = s.Drained(ctx); drained {
 			var created, owed, unrefunded int64
-			s.DB.DB().WithContext(ctx).Raw("SELECT COUNT(*) FROM orders WHERE status = 'created'").Scan(&created)
+			s.DB.DB().WithContext(ctx).Raw("SELECT COUNT(*) FROM orders WHERE status = 'created' AND voucher_id NOT IN (SELECT id FROM vouchers WHERE allocation = 'draw')").Scan(&created)
 			s.DB.DB().WithContext(ctx).Raw("SELECT COUNT(*) FROM releases WHERE redis_released_at IS NULL").Scan(&owed)
 			s.DB.DB().WithContext(ctx).Raw("SELECT COUNT(*) FROM vouchers WHERE kind = 'envelope' AND refunded_at IS NULL").Scan(&unrefunded)
 			if created == 0 && owed == 0 && unrefunded == 0 {
@@ -575,6 +613,11 @@ func (r *ChaosReport) Violations() []string {
 			v = append(v, side.Kind+" sale: "+s)
 		}
 	}
+	if r.Draw != nil {
+		for _, s := range r.Draw.ViolationsUnderFaults() {
+			v = append(v, "draw sale: "+s)
+		}
+	}
 	return v
 }
 
@@ -617,6 +660,13 @@ func (r *ChaosReport) Print(w io.Writer) {
 			row(side.Kind+" sale: grabbed + remaining + refunded = total", fmt.Sprintf("%d + %d + %d = %d (of %d)",
 				a.Grabbed, a.Remaining, a.Refunded, a.Grabbed+a.Remaining+a.Refunded, side.TotalAmount))
 		}
+	}
+	if d := r.Draw; d != nil {
+		row("draw sale: entries tried / admitted / 503 or errors", fmt.Sprintf("%d / %d / %d", d.Sale.Requests, d.Sale.Admitted, d.Sale.Unavailable+d.Sale.Errors))
+		row("draw sale: entries in MySQL / missing / failed", fmt.Sprintf("%d / %d / %v", d.Entries, d.Missing, d.Failed))
+		row("draw sale: winners / lost (want min(stock, entries))", fmt.Sprintf("%d / %d (%d)", d.Winners, d.Lost, d.WinnersWanted))
+		row("draw sale: reapers killed while the draw was due", d.ReaperKills)
+		row("draw sale: reaper draw verify", fmt.Sprintf("exit %d", d.VerifyExit))
 	}
 	if v := r.Violations(); len(v) == 0 {
 		row("invariants", "all hold")

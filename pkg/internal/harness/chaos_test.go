@@ -12,8 +12,8 @@ import (
 // chaosSale is the sale both chaos runs make: 20,000 users at 1,500
 // claims/s for 3,000 units, 2 per user in claims of 1 or 2 (units, not
 // orders, are conserved), half paid; beside it, a red envelope sale
-// refunded at its end and a sale of codes, some cancelled unpaid and sold
-// again.
+// refunded at its end, a sale of codes, some cancelled unpaid and sold
+// again, and a draw, drawn (and verified) while its reaper is killed.
 func chaosSale() harness.ChaosConfig {
 	return harness.ChaosConfig{
 		Users: 20000, Stock: 3000, PerUser: 2, Concurrency: 16, Rate: 1500,
@@ -40,6 +40,9 @@ func TestChaos(t *testing.T) {
 	}
 	require.Positive(t, report.Side[0].Amounts.Refunded, "envelopes nobody grabbed were refunded")
 	require.Positive(t, report.Side[1].Cancelled, "unpaid codes were cancelled")
+	require.NotNil(t, report.Draw)
+	require.Positive(t, report.Draw.Winners, "the draw beside the sale was drawn")
+	require.Positive(t, report.Draw.ReaperKills, "the reaper was killed while the draw was due")
 }
 
 // The chaos run on a Redis Cluster of three masters with a replica each,

@@ -15,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/flashsale/flashsale/pkg/db"
 	"github.com/flashsale/flashsale/pkg/draw"
 	"github.com/flashsale/flashsale/pkg/order"
 )
@@ -54,6 +55,11 @@ type DrawReport struct {
 	CommitmentHolds  bool
 	Verify           string // reaper draw verify's output
 	VerifyExit       int
+	// Failed entries by reason (none is expected but under faults that
+	// lose Redis's state); ReaperKills: reapers killed while the draw was
+	// due (a chaos run's).
+	Failed      map[string]int64
+	ReaperKills int
 }
 
 // RunDraw creates a draw sale, fires the entries, waits for them in
@@ -79,26 +85,61 @@ func (s *Stack) RunDraw(ctx context.Context, cfg DrawConfig) (*DrawReport, error
 	if _, err := watch.Wait(ctx, r.Sale.Admitted, 2*time.Minute); err != nil {
 		return r, err
 	}
-	if err := s.checkEntries(ctx, r); err != nil {
-		return r, err
-	}
 	if s.Reaper == nil {
 		if s.Reaper, err = s.StartReaper("FLASHSALE_REAPER_REFUND_INTERVAL=250ms"); err != nil {
 			return r, err
 		}
 	}
-	if err := s.waitDrawn(ctx, r, ends.Add(2*time.Minute)); err != nil {
-		return r, err
+	return r, s.finishDraw(ctx, r)
+}
+
+// KillReaperWhileDrawDue kills the reaper (SIGKILL) and starts it again
+// every interval from the end of draw voucher v's entries until it is
+// drawn (at most 20 times), and returns how many times it did: a reaper
+// may die before, during or after the draw.
+func (s *Stack) KillReaperWhileDrawDue(ctx context.Context, v int64, ends time.Time, every time.Duration) (int, error) {
+	select {
+	case <-time.After(time.Until(ends)):
+	case <-ctx.Done():
+		return 0, ctx.Err()
 	}
-	r.Verify, err = s.RunOutputEnv(ctx, s.RoleEnv("reaper"), "reaper", "draw", "verify", strconv.FormatInt(v, 10))
+	kills := 0
+	for kills < 20 && s.drawState(ctx, v) != draw.StateDrawn {
+		if err := s.RestartReaper(); err != nil {
+			return kills, err
+		}
+		kills++
+		time.Sleep(every)
+	}
+	return kills, nil
+}
+
+// finishDraw checks the entries of r's sale (all persisted by now), waits
+// for the draw and verifies it.
+func (s *Stack) finishDraw(ctx context.Context, r *DrawReport) error {
+	if err := s.checkEntries(ctx, r); err != nil {
+		return err
+	}
+	if err := s.waitDrawn(ctx, r, time.Now().Add(2*time.Minute)); err != nil {
+		return err
+	}
+	var err error
+	r.Verify, err = s.RunOutputEnv(ctx, s.RoleEnv("reaper"), "reaper", "draw", "verify", strconv.FormatInt(r.VoucherID, 10))
 	var exit *exec.ExitError
 	switch {
 	case errors.As(err, &exit):
 		r.VerifyExit = exit.ExitCode()
 	case err != nil:
-		return r, err
+		return err
 	}
-	return r, s.countDraw(ctx, r)
+	return s.countDraw(ctx, r)
+}
+
+// drawState is voucher v's draw state in MySQL ("" if unreadable).
+func (s *Stack) drawState(ctx context.Context, v int64) string {
+	var st string
+	_ = s.DB.DB().WithContext(ctx).Raw("SELECT draw_state FROM vouchers WHERE id = ?", v).Scan(&st).Error
+	return st
 }
 
 // checkEntries compares the 202s with MySQL's entries, before the draw.
@@ -107,15 +148,18 @@ func (s *Stack) checkEntries(ctx context.Context, r *DrawReport) error {
 		ID     int64
 		UserID string
 		Status string
+		Reason string
 	}
-	if err := s.DB.DB().WithContext(ctx).Raw("SELECT id, user_id, status FROM orders WHERE voucher_id = ?", r.VoucherID).Scan(&rows).Error; err != nil {
+	if err := s.DB.DB().WithContext(ctx).Raw("SELECT id, user_id, status, reason FROM orders WHERE voucher_id = ?", r.VoucherID).Scan(&rows).Error; err != nil {
 		return err
 	}
 	seen := map[int64]bool{}
 	perUser := map[string]int{}
+	r.Failed = map[string]int64{}
 	for _, row := range rows {
 		seen[row.ID] = true
 		if row.Status == string(order.StatusFailed) {
+			r.Failed[row.Reason]++
 			continue
 		}
 		r.Entries++
@@ -132,7 +176,7 @@ func (s *Stack) checkEntries(ctx context.Context, r *DrawReport) error {
 		}
 	}
 	v, err := s.DB.Voucher(ctx, r.VoucherID)
-	r.StockAtClose = v.Stock
+	r.StockAtClose = v.Stock + v.DrawWinners // what the winners took, if drawn already
 	return err
 }
 
@@ -200,7 +244,14 @@ func (s *Stack) countDraw(ctx context.Context, r *DrawReport) error {
 }
 
 // Violations lists the invariants the draw broke.
-func (r *DrawReport) Violations() []string {
+func (r *DrawReport) Violations() []string { return r.violations(false) }
+
+// ViolationsUnderFaults is Violations for a run under faults: a claim may
+// be answered 5xx or not at all, and an entry a second 202 refused in
+// MySQL (a Redis failover that lost the first).
+func (r *DrawReport) ViolationsUnderFaults() []string { return r.violations(true) }
+
+func (r *DrawReport) violations(faults bool) []string {
 	var out []string
 	check := func(ok bool, format string, args ...any) {
 		if !ok {
@@ -210,13 +261,18 @@ func (r *DrawReport) Violations() []string {
 	check(r.Missing == 0, "%d entries answered 202 are not in MySQL", r.Missing)
 	check(r.Unexpected == 0, "%d entries in MySQL no 202 announced", r.Unexpected)
 	check(r.UsersTwice == 0, "%d users entered twice", r.UsersTwice)
-	check(r.Entries == r.Sale.Admitted, "%d entries in MySQL, %d answered 202", r.Entries, r.Sale.Admitted)
+	var failed int64
+	for reason, n := range r.Failed {
+		failed += n
+		check(faults && reason == db.ReasonUserLimit, "%d entries failed in MySQL: %s", n, reason)
+	}
+	check(r.Entries+failed >= r.Sale.Admitted, "%d entries in MySQL (and %d failed), %d answered 202", r.Entries, failed, r.Sale.Admitted)
 	check(r.StockAtClose == r.Stock, "entries took stock: %d of %d left", r.StockAtClose, r.Stock)
 	check(r.Winners == r.WinnersWanted, "%d winners, want min(stock, entries) = %d", r.Winners, r.WinnersWanted)
 	check(r.Winners+r.Lost == r.Entries, "%d winners + %d lost for %d entries (%d undecided)", r.Winners, r.Lost, r.Entries, r.Undecided)
 	check(r.CommitmentHolds, "the revealed seed is not the one committed to")
 	check(r.VerifyExit == 0, "reaper draw verify exited %d", r.VerifyExit)
-	check(r.Sale.Errors == 0, "%d transport errors or 5xx", r.Sale.Errors)
+	check(faults || r.Sale.Errors == 0, "%d transport errors or 5xx", r.Sale.Errors)
 	return out
 }
 
@@ -231,6 +287,9 @@ func (r *DrawReport) Print(w io.Writer) {
 	fmt.Fprintf(w, "drawn                         %s after the entries closed (2 s grace and the reaper's interval included); drawn_at − ends_at %s\n",
 		r.Waited.Round(time.Millisecond), r.DrawnAt.Sub(r.EndsAt).Round(time.Millisecond))
 	fmt.Fprintf(w, "seed commitment               %s\nseed                          %s (commitment holds: %v)\n", r.Commitment, r.Seed, r.CommitmentHolds)
+	if len(r.Failed) > 0 || r.ReaperKills > 0 {
+		fmt.Fprintf(w, "failed entries                %v; reapers killed while the draw was due %d\n", r.Failed, r.ReaperKills)
+	}
 	fmt.Fprintf(w, "reaper draw verify            exit %d\n", r.VerifyExit)
 	for _, line := range strings.Split(strings.TrimSpace(r.Verify), "\n") {
 		fmt.Fprintf(w, "    %s\n", line)

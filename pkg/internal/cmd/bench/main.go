@@ -43,7 +43,7 @@ func run() error {
 		drawOnly = flag.Bool("draw-only", false, "measure only the draw rows: entries vs admitted claims, a large draw and its verification")
 		drawN    = flag.Int("draw-entries", 1_000_000, "entries of the large draw (0: no draw rows)")
 		drawS    = flag.Int("draw-stock", 10_000, "units of the large draw")
-		compare  = flag.String("compare", "", "a committed run to compare with (default: docs/bench-run.json, docs/bench-cpu-batch-run.json with -cpu-only, docs/bench-durability-run.json with -durability-only); rows over 10 % worse are flagged")
+		compare  = flag.String("compare", "", "a committed run to compare with (default: docs/bench-run.json, docs/bench-cpu-batch-run.json with -cpu-only, docs/bench-durability-run.json with -durability-only, docs/bench-draw-run.json with -draw-only); rows over 10 % worse are flagged")
 	)
 	flag.Parse()
 	if *trivial != "" {
@@ -83,6 +83,8 @@ func run() error {
 		base = "docs/bench-cpu-batch-run.json"
 	case *durOnly:
 		base = "docs/bench-durability-run.json"
+	case *drawOnly:
+		base = "docs/bench-draw-run.json"
 	default:
 		base = "docs/bench-run.json"
 	}
