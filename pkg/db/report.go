@@ -113,11 +113,19 @@ func (s *Store) Report(ctx context.Context, v int64) (Report, error) {
 	r.AdmittedOrders, r.AdmittedUnits, r.DistinctBuyers = adm.Orders, adm.Units, adm.Buyers
 	r.FirstAdmissionAt, r.LastAdmissionAt = utc(adm.First), utc(adm.Last)
 	r.ResoldUnits = max(0, adm.Taken-vo.StockTotal)
-	if !vo.Traits().NoPayment {
-		if live := adm.Orders - r.Orders[order.StatusFailed]; live > 0 {
-			share := float64(r.Orders[order.StatusPaid]) / float64(live)
-			r.PaidShare = &share
+	// The orders a paid share is of: those that did not fail; for a draw,
+	// the orders the draw (or its waitlist) made, entries taking no unit
+	// (and none is ever resold).
+	sold := adm.Orders - r.Orders[order.StatusFailed]
+	if vo.IsDraw() {
+		r.ResoldUnits = 0
+		if err := db.Raw("SELECT COUNT(*) FROM orders WHERE voucher_id = ? AND drawn > 0", v).Scan(&sold).Error; err != nil {
+			return r, fmt.Errorf("report %d: drawn orders: %w", v, err)
 		}
+	}
+	if !vo.Traits().NoPayment && sold > 0 {
+		share := float64(r.Orders[order.StatusPaid]) / float64(sold)
+		r.PaidShare = &share
 	}
 
 	if err := db.Raw(`SELECT COALESCE(SUM(add_stock), 0) FROM voucher_changes WHERE voucher_id = ? AND add_stock > 0`, v).
@@ -146,6 +154,10 @@ func (s *Store) Report(ctx context.Context, v int64) (Report, error) {
 		r.GrabbedAmount, r.RefundedAmount, r.RefundedAt = &a.Grabbed, &vo.RefundedAmount, utc(vo.RefundedAt)
 	}
 
+	if vo.IsDraw() { // entries never take Redis's stock: a draw does not sell out
+		r.Persistence, err = s.persistence(ctx, v)
+		return r, err
+	}
 	if r.SoldOutAt, err = s.soldOutAt(ctx, v, vo.StockTotal-r.ToppedUpUnits); err != nil {
 		return r, err
 	}

@@ -80,6 +80,10 @@ func (g *Gateway) claim(w http.ResponseWriter, r *http.Request) {
 		g.countClaim(resultReplayed, "", start)
 		return
 	}
+	if a.Entry {
+		g.countClaim(resultEntered, "", start)
+		return
+	}
 	g.countClaim(resultAdmitted, "", start)
 }
 

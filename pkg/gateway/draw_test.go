@@ -114,4 +114,14 @@ func TestADrawSaleThroughTheAPI(t *testing.T) {
 	require.Equal(t, 2, won)
 	require.Equal(t, 3, lost)
 	require.EqualValues(t, 2, f.do("GET", "/v1/vouchers/"+id+"/draw", f.token("z"), "").Body["paid"])
+
+	// The sale's report counts entries as admissions, and the paid share
+	// of the orders the draw made; a draw never sells out.
+	rep := f.do("GET", "/admin/v1/vouchers/"+id+"/report", admin, "")
+	require.Equal(t, http.StatusOK, rep.Status, rep.Raw)
+	require.EqualValues(t, 5, rep.Body["admitted_orders"])
+	require.EqualValues(t, 1.0, rep.Body["paid_share"])
+	require.EqualValues(t, 0, rep.Body["resold_units"])
+	require.Nil(t, rep.Body["sold_out_at"])
+	require.Equal(t, "drawn", f.do("GET", "/admin/v1/vouchers/"+id, admin, "").Body["draw"].(map[string]any)["state"])
 }

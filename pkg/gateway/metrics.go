@@ -7,6 +7,7 @@ import (
 // Claim results, the "result" label of flashsale_claims_total.
 const (
 	resultAdmitted    = "admitted"    // 202, a new order
+	resultEntered     = "entered"     // 202, a new entry of a draw
 	resultReplayed    = "replayed"    // 202, an earlier admission under the same Idempotency-Key
 	resultRejected    = "rejected"    // 409/404 from the script: reason says which
 	resultInvalid     = "invalid"     // 4xx before the script ran: bad token, id, key
@@ -73,7 +74,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		outcomes: map[outcomeKey]outcome{},
 	}
 	reg.MustRegister(m.claims, m.claimSeconds, m.scriptSeconds, m.pruned, m.mysqlShed, m.shed, m.limiterKeys, m.legacyWebhooks)
-	keys := []outcomeKey{{resultAdmitted, ""}, {resultReplayed, ""}, {resultInvalid, ""}, {resultUnavailable, ""}}
+	keys := []outcomeKey{{resultAdmitted, ""}, {resultEntered, ""}, {resultReplayed, ""}, {resultInvalid, ""}, {resultUnavailable, ""}}
 	for _, e := range errorTable {
 		if e.api.Status < 500 {
 			keys = append(keys, outcomeKey{resultRejected, e.api.Code})
