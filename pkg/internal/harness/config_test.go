@@ -135,7 +135,7 @@ func TestCommandsAnswerHelpAndSayWhatFailed(t *testing.T) {
 		}
 		return out.String(), errOut.String(), code
 	}
-	for _, c := range [][]string{{"reaper", "reconcile", "-h"}, {"reaper", "deadletters", "--help"}, {"reaper", "deadletters", "purge", "-h"}, {"reaper", "report", "-h"}, {"gateway", "smoke", "--help"}} {
+	for _, c := range [][]string{{"reaper", "reconcile", "-h"}, {"reaper", "deadletters", "--help"}, {"reaper", "deadletters", "purge", "-h"}, {"reaper", "report", "-h"}, {"reaper", "draw", "-h"}, {"gateway", "smoke", "--help"}} {
 		out, errOut, code := run(nil, c[0], c[1:]...)
 		require.Zero(t, code, "%v: %s", c, errOut)
 		require.Contains(t, out, "usage: "+c[0]+" "+c[1], "%v", c)
@@ -162,6 +162,13 @@ func TestCommandsAnswerHelpAndSayWhatFailed(t *testing.T) {
 	for args, want := range map[string]string{"": "report needs one VOUCHER_ID", "x": "VOUCHER_ID must be a positive whole number", "1 2": "report needs one VOUCHER_ID"} {
 		_, errOut, code = run(closed, "reaper", append([]string{"report"}, strings.Fields(args)...)...)
 		require.Equal(t, 2, code, "report %s: %s", args, errOut)
+		require.Contains(t, errOut, want)
+		require.NotContains(t, errOut, "connect")
+	}
+	for args, want := range map[string]string{"": "usage: draw verify VOUCHER_ID", "check 1": "usage: draw verify VOUCHER_ID",
+		"verify": "draw verify needs one VOUCHER_ID", "verify x": "VOUCHER_ID must be a positive whole number"} {
+		_, errOut, code = run(closed, "reaper", append([]string{"draw"}, strings.Fields(args)...)...)
+		require.Equal(t, 2, code, "draw %s: %s", args, errOut)
 		require.Contains(t, errOut, want)
 		require.NotContains(t, errOut, "connect")
 	}
