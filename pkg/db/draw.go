@@ -5,9 +5,12 @@ package db
 // unit nobody paid for to the next entry in the draw order.
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"math"
+	"slices"
 	"strings"
 	"time"
 
@@ -275,6 +278,10 @@ func passOn(tx *gorm.DB, v int64, gone []Order, now time.Time) (int, error) {
 	if err != nil {
 		return 0, err
 	}
+	// The best placed winner's unit (and code) to the best placed entry
+	// of the waitlist, whatever order the cancellations came in.
+	gone = slices.Clone(gone)
+	slices.SortStableFunc(gone, func(a, b Order) int { return cmp.Compare(rankOf(a), rankOf(b)) })
 	expires := now.Add(time.Duration(row.PaymentTimeoutSeconds) * time.Second)
 	var unsold int64
 	var freed []int64
@@ -304,6 +311,14 @@ func passOn(tx *gorm.DB, v int64, gone []Order, now time.Time) (int, error) {
 		}
 	}
 	return min(len(gone), len(next)), nil
+}
+
+// rankOf is o's place in its draw (unranked last).
+func rankOf(o Order) int64 {
+	if o.DrawRank == nil {
+		return math.MaxInt64
+	}
+	return *o.DrawRank
 }
 
 // notDrawn are the statuses of an entry of a drawn voucher that has had no

@@ -68,7 +68,7 @@ func (s *Store) CancelExpired(ctx context.Context, now time.Time, limit int) ([]
 	var out []Release
 	err := s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
 		var due []Order
-		if err := tx.Raw(`SELECT id, voucher_id, user_id, day, quantity, item, amount, code FROM orders
+		if err := tx.Raw(`SELECT id, voucher_id, user_id, day, quantity, item, amount, code, draw_rank FROM orders
 			WHERE status = ? AND expires_at <= ? ORDER BY expires_at LIMIT ? FOR UPDATE SKIP LOCKED`,
 			order.StatusCreated, now, limit).Scan(&due).Error; err != nil {
 			return fmt.Errorf("find expired orders: %w", err)
