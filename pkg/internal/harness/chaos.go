@@ -177,14 +177,17 @@ func RunChaos(ctx context.Context, cfg ChaosConfig) (*ChaosReport, error) {
 		if err != nil {
 			return nil, err
 		}
-		// The draw's winners have ten minutes to pay: quiescence does not
-		// wait for them (its waitlist is tested in pkg/reaper).
-		dv, err := s.CreateVoucher(ctx, VoucherSpec{Name: "chaos draw", Stock: int64(cfg.Codes / 4), PerUserLimit: 1, EndsAt: ends,
-			Allocation: draw.Draw, PaymentTimeoutSeconds: 600})
+		// The draw's entries close 10 s after the sale, once the faults'
+		// tail is over, so the reaper can be killed while it is due. Its
+		// winners have ten minutes to pay: quiescence does not wait for
+		// them (its waitlist is tested in pkg/reaper).
+		drawEnds := endsAt.Add(8 * time.Second)
+		dv, err := s.CreateVoucher(ctx, VoucherSpec{Name: "chaos draw", Stock: int64(cfg.Codes / 4), PerUserLimit: 1,
+			EndsAt: drawEnds.Format(time.RFC3339), Allocation: draw.Draw, PaymentTimeoutSeconds: 600})
 		if err != nil {
 			return nil, err
 		}
-		drawn = &DrawReport{VoucherID: dv, Stock: int64(cfg.Codes / 4), EndsAt: endsAt}
+		drawn = &DrawReport{VoucherID: dv, Stock: int64(cfg.Codes / 4), EndsAt: drawEnds}
 		for _, sd := range []side{{SaleConfig{VoucherID: env}, false}, {SaleConfig{VoucherID: codes}, true}, {SaleConfig{VoucherID: dv}, false}} {
 			sd.sale = SaleConfig{VoucherID: sd.sale.VoucherID, Users: cfg.Users, Duration: cfg.Duration, Rate: cfg.SideRate, Concurrency: 4,
 				Seed: uint64(time.Now().UnixNano()) + uint64(sd.sale.VoucherID)}
@@ -275,7 +278,7 @@ func RunChaos(ctx context.Context, cfg ChaosConfig) (*ChaosReport, error) {
 		return nil, fmt.Errorf("injecting faults: %w", err)
 	}
 	// The faults over, the reaper dies again and again while the draw
-	// is due (its entries close 2 s after the sale).
+	// is due (its entries close 10 s after the sale).
 	drawKills := make(chan error, 1)
 	if drawn != nil {
 		go func() {
