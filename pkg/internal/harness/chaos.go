@@ -177,11 +177,11 @@ func RunChaos(ctx context.Context, cfg ChaosConfig) (*ChaosReport, error) {
 		if err != nil {
 			return nil, err
 		}
-		// The draw's entries close 10 s after the sale, once the faults'
-		// tail is over, so the reaper can be killed while it is due. Its
-		// winners have ten minutes to pay: quiescence does not wait for
-		// them (its waitlist is tested in pkg/reaper).
-		drawEnds := endsAt.Add(8 * time.Second)
+		// The draw's entries close when the faults are over (EndDrawNow),
+		// so the reaper can be killed while it is due. Its winners have
+		// ten minutes to pay: quiescence does not wait for them (its
+		// waitlist is tested in pkg/reaper).
+		drawEnds := endsAt.Add(10 * time.Minute)
 		dv, err := s.CreateVoucher(ctx, VoucherSpec{Name: "chaos draw", Stock: int64(cfg.Codes / 4), PerUserLimit: 1,
 			EndsAt: drawEnds.Format(time.RFC3339), Allocation: draw.Draw, PaymentTimeoutSeconds: 600})
 		if err != nil {
@@ -277,10 +277,13 @@ func RunChaos(ctx context.Context, cfg ChaosConfig) (*ChaosReport, error) {
 	if err := <-faultsDone; err != nil {
 		return nil, fmt.Errorf("injecting faults: %w", err)
 	}
-	// The faults over, the reaper dies again and again while the draw
-	// is due (its entries close 10 s after the sale).
+	// The faults over, the draw's entries close, and the reaper dies
+	// again and again while the draw is due.
 	drawKills := make(chan error, 1)
 	if drawn != nil {
+		if drawn.EndsAt, err = s.EndDrawNow(ctx, drawn.VoucherID); err != nil {
+			return nil, err
+		}
 		go func() {
 			n, err := s.KillReaperWhileDrawDue(ctx, drawn.VoucherID, drawn.EndsAt, 150*time.Millisecond)
 			drawn.ReaperKills = n

@@ -93,6 +93,18 @@ func (s *Stack) RunDraw(ctx context.Context, cfg DrawConfig) (*DrawReport, error
 	return r, s.finishDraw(ctx, r)
 }
 
+// EndDrawNow moves the end of draw voucher v's entries to a second from
+// now (PATCH ends_at, as an operator would), and returns it.
+func (s *Stack) EndDrawNow(ctx context.Context, v int64) (time.Time, error) {
+	ends := time.Now().Add(time.Second).UTC().Truncate(time.Millisecond)
+	status, err := NewClient(s.URL, 1).Do(ctx, "PATCH", "/admin/v1/vouchers/"+strconv.FormatInt(v, 10), s.AdminToken,
+		map[string]string{"ends_at": ends.Format(time.RFC3339Nano)}, nil)
+	if err == nil && status != http.StatusOK {
+		err = fmt.Errorf("end draw %d: status %d", v, status)
+	}
+	return ends, err
+}
+
 // KillReaperWhileDrawDue kills the reaper (SIGKILL) and starts it again
 // every interval from the end of draw voucher v's entries until it is
 // drawn (at most 20 times), and returns how many times it did: a reaper
@@ -259,7 +271,13 @@ func (r *DrawReport) violations(faults bool) []string {
 		}
 	}
 	check(r.Missing == 0, "%d entries answered 202 are not in MySQL", r.Missing)
-	check(r.Unexpected == 0, "%d entries in MySQL no 202 announced", r.Unexpected)
+	// Under faults an entry may be persisted though its answer was a 503
+	// or never arrived: no more of them than such ambiguous answers.
+	ambiguous := int64(0)
+	if faults {
+		ambiguous = r.Sale.Unavailable + r.Sale.Errors
+	}
+	check(r.Unexpected <= ambiguous, "%d entries in MySQL no 202 announced (%d ambiguous answers)", r.Unexpected, ambiguous)
 	check(r.UsersTwice == 0, "%d users entered twice", r.UsersTwice)
 	var failed int64
 	for reason, n := range r.Failed {
