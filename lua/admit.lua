@@ -7,24 +7,28 @@
 -- runs unchanged on Redis Cluster. The stream of partition P carries the same tag.
 --
 -- KEYS[1] -> flashsale:{pP}:v:V            voucher hash, whose fields it reads: stock, limit, daily, start_ms, end_ms, pool, paused,
---                                          buckets, draw, u:USER -> units user USER holds (all time), and
+--                                          buckets, draw, pow, u:USER -> units user USER holds (all time), and
 --                                          o:USER -> the stream entry ids of USER's admissions, space-separated
 --                                          (the index pending.lua reads a user's pending orders by)
 -- KEYS[2] -> flashsale:{pP}:orders         the partition's order stream
 -- KEYS[3] -> flashsale:{pP}:v:V:pool       list of the items left (pooled kinds: envelopes, codes)
 -- and for claim i (1-based):
--- KEYS[2+2i] -> flashsale:{pP}:v:V:day:D   hash user -> units taken on day D of claim i
--- KEYS[3+2i] -> flashsale:{pP}:v:V:idem:U:K  claim i's idempotency record (ignored when its TTL is 0)
+-- KEYS[1+3i] -> flashsale:{pP}:v:V:day:D   hash user -> units taken on day D of claim i
+-- KEYS[2+3i] -> flashsale:{pP}:v:V:idem:U:K  claim i's idempotency record (ignored when its TTL is 0)
+-- KEYS[3+3i] -> flashsale:{pP}:v:V:proof:S  claim i's proof of work, S its challenge's signature (set
+--                                          once, for its TTL; ignored when the voucher has no gate)
 --
 -- ARGV[1] -> voucher id (written into the entries)
 -- ARGV[2] -> the voucher's number of buckets the caller routed the batch by
 -- ARGV[3] -> TTL in seconds of the day hashes
--- and for claim i, from b = 4 + 5(i-1):
+-- and for claim i, from b = 4 + 7(i-1):
 -- ARGV[b]   -> user id
 -- ARGV[b+1] -> now, unix milliseconds (the caller's clock, so tests can move it)
 -- ARGV[b+2] -> day D as yyyymmdd in the sale's time zone (written into the entry)
 -- ARGV[b+3] -> idempotency TTL in seconds; 0 = the claim carries no key
 -- ARGV[b+4] -> quantity: units taken, all or nothing (1..1000; written into the entry)
+-- ARGV[b+5] -> the difficulty (max number) of the claim's verified proof of work; 0 = none
+-- ARGV[b+6] -> seconds the proof's challenge has left (how long its single use is kept)
 --
 -- Cost: every redis.call is a few microseconds of Redis's one thread, and
 -- so is the script call itself; a batch shares them. The common batch
@@ -32,7 +36,8 @@
 -- voucher and every user's count and index, one XADD per admission, and
 -- one HSET of the new stock, counts and indexes. A daily limit adds one
 -- HMGET and one HSET (and EXPIRE) per day; keys add one MGET and a SET per
--- keyed admission; a pool adds an LPOP per admission.
+-- keyed admission; a pool adds an LPOP per admission; a proof-of-work
+-- gate a SET per claim.
 --
 -- A hot voucher's stock may be spread over buckets (stock_buckets, see
 -- pkg/rdb keys.go): the KEYS are then those of one bucket, and every limit
@@ -44,6 +49,10 @@
 -- pool of distinct items (pool = 1: envelopes, codes), where an admission
 -- pops one item, "no|amount|code", from KEYS[3] and is always of one unit;
 -- stock then counts the items left.
+--
+-- A voucher with a proof-of-work gate (pow = its difficulty, > 0) takes a
+-- claim only with a proof (the gateway verified its signature, user and
+-- expiry) of at least that difficulty, once: KEYS[3+3i] is set NX.
 --
 -- A draw sale (draw = 1, pkg/draw) takes entries instead: an admission is
 -- an entry, of one unit's claim, one per user (u:USER counts entries); it
@@ -60,20 +69,22 @@
 -- count units), 7 stream sequence overflow (retry), 8 quantity above the
 -- voucher's per-user limit, or above 1 for a pool (a bad request: it can
 -- never be admitted), 9 paused by an operator, {10, n}: the voucher has n
--- buckets, not ARGV[2] (route again), 11 the user entered this draw already.
+-- buckets, not ARGV[2] (route again), 11 the user entered this draw already,
+-- 12 the voucher needs a proof of work and the claim has none, 13 its proof
+-- is too easy or was used before.
 -- Only admissions are remembered under the idempotency key: a rejection
 -- changed nothing, so its retry is simply decided again.
 
-local n = (#ARGV - 3) / 5
+local n = (#ARGV - 3) / 7
 local out = {}
-local function arg(i, k) return ARGV[4 + 5 * (i - 1) + k] end
+local function arg(i, k) return ARGV[4 + 7 * (i - 1) + k] end
 
 -- Replays of earlier admissions under the same key: one MGET.
 local keyed, idem_keys = {}, {}
 for i = 1, n do
   if tonumber(arg(i, 3)) > 0 then
     keyed[#keyed + 1] = i
-    idem_keys[#idem_keys + 1] = KEYS[3 + 2 * i]
+    idem_keys[#idem_keys + 1] = KEYS[2 + 3 * i]
   end
 end
 if #keyed > 0 then
@@ -88,7 +99,7 @@ if #keyed > 0 then
 end
 
 -- The voucher and every user's count and index: one HMGET.
-local fields = {'stock', 'limit', 'daily', 'start_ms', 'end_ms', 'pool', 'paused', 'buckets', 'draw'}
+local fields = {'stock', 'limit', 'daily', 'start_ms', 'end_ms', 'pool', 'paused', 'buckets', 'draw', 'pow'}
 local slot = {} -- user -> position of its u: field (its o: field follows)
 for i = 1, n do
   local user = arg(i, 0)
@@ -125,6 +136,7 @@ local start_ms = tonumber(v[4])
 local end_ms = tonumber(v[5])
 local pooled = v[6] == '1'
 local draw = v[9] == '1'
+local pow = tonumber(v[10]) or 0
 if draw then
   for i = 1, n do
     if out[i] then -- a replayed entry
@@ -158,13 +170,18 @@ local replay = {} -- idempotency key -> the admission made under it in this batc
 for i = 1, n do
   if not out[i] then
     local user, now, qty, idem_ttl = arg(i, 0), tonumber(arg(i, 1)), tonumber(arg(i, 4)), tonumber(arg(i, 3))
-    local idem, day_key = KEYS[3 + 2 * i], KEYS[2 + 2 * i]
+    local idem, day_key = KEYS[2 + 3 * i], KEYS[1 + 3 * i]
     if idem_ttl > 0 and replay[idem] then
       out[i] = {0, replay[idem][2], 1, replay[idem][4], replay[idem][5]}
     elseif start_ms > 0 and now < start_ms then
       out[i] = {2}
     elseif end_ms > 0 and now >= end_ms then
       out[i] = {3}
+    elseif pow > 0 and tonumber(arg(i, 5)) == 0 then
+      out[i] = {12}
+    elseif pow > 0 and (tonumber(arg(i, 5)) < pow or
+        not redis.call('SET', KEYS[3 + 3 * i], '1', 'NX', 'EX', arg(i, 6))) then
+      out[i] = {13}
     elseif draw then
       if qty ~= 1 then
         out[i] = {8}

@@ -55,6 +55,8 @@ type Voucher struct {
 	DrawState      string // draw.StateOpen, StateDrawing, StateDrawn; "" for first come
 	DrawnAt        *time.Time
 	DrawWinners    int64 // entries that won at the draw
+	// PowMaxNumber: the difficulty of the proof-of-work gate; 0: none.
+	PowMaxNumber int64
 }
 
 // IsDraw reports a draw sale.

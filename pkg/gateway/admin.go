@@ -56,6 +56,13 @@ type createVoucherRequest struct {
 	StockBuckets *int64 `json:"stock_buckets"`
 	// Allocation: first_come (default) or draw (pkg/draw).
 	Allocation *string `json:"allocation"`
+	// ProofOfWork puts a proof-of-work gate on its claims (pkg/proof).
+	ProofOfWork *powJSON `json:"proof_of_work"`
+}
+
+// powJSON is a proof-of-work gate: its difficulty, ALTCHA's max number.
+type powJSON struct {
+	MaxNumber int64 `json:"max_number"`
 }
 
 type voucherJSON struct {
@@ -78,6 +85,8 @@ type voucherJSON struct {
 	// A draw's commitment, from the start, and its seed once drawn.
 	SeedCommitment string `json:"seed_commitment,omitempty"`
 	Seed           string `json:"seed,omitempty"`
+	// ProofOfWork: the gate on claims; null: none.
+	ProofOfWork *powJSON `json:"proof_of_work"`
 }
 
 func voucherOut(v db.Voucher) voucherJSON {
@@ -85,7 +94,15 @@ func voucherOut(v db.Voucher) voucherJSON {
 		TotalAmount: v.TotalAmount, MinAmount: v.MinAmount,
 		PerUserLimit: v.PerUserLimit, PerUserDailyLimit: v.PerUserDailyLimit, StartsAt: v.StartsAt,
 		EndsAt: v.EndsAt, PaymentTimeoutSeconds: v.PaymentTimeoutSeconds, Paused: v.Paused, CreatedAt: v.CreatedAt,
-		Allocation: cmp.Or(v.Allocation, draw.FirstCome), SeedCommitment: v.SeedCommitment, Seed: revealed(v)}
+		Allocation: cmp.Or(v.Allocation, draw.FirstCome), SeedCommitment: v.SeedCommitment, Seed: revealed(v), ProofOfWork: gateOf(v)}
+}
+
+// gateOf is v's proof-of-work gate, nil without one.
+func gateOf(v db.Voucher) *powJSON {
+	if v.PowMaxNumber == 0 {
+		return nil
+	}
+	return &powJSON{MaxNumber: v.PowMaxNumber}
 }
 
 // revealed is a draw's seed once it is drawn, "" before (and for a sale
@@ -197,6 +214,12 @@ func (req createVoucherRequest) voucher(now time.Time, rnd *rand.Rand) (db.Vouch
 	v.StockBuckets = int(buckets)
 	if err := req.allocation(&v, kind); err != nil {
 		return v, nil, err
+	}
+	if req.ProofOfWork != nil {
+		if req.ProofOfWork.MaxNumber < 1 || req.ProofOfWork.MaxNumber > MaxPowNumber {
+			return v, nil, badRequest("invalid_field", "proof_of_work.max_number must be between 1 and "+idString(MaxPowNumber))
+		}
+		v.PowMaxNumber = req.ProofOfWork.MaxNumber
 	}
 	return v, plan.Items, nil
 }

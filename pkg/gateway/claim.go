@@ -28,7 +28,11 @@ func (g *Gateway) claim(w http.ResponseWriter, r *http.Request) {
 		g.countClaim(resultInvalid, "", start)
 		return
 	}
+	var proof rdb.Proof
 	qty, err := g.claimQuantity(w, r)
+	if err == nil {
+		proof, err = g.claimProof(r, user)
+	}
 	if err != nil {
 		g.fail(w, r, err)
 		g.countClaim(resultInvalid, "", start)
@@ -47,7 +51,7 @@ func (g *Gateway) claim(w http.ResponseWriter, r *http.Request) {
 	t0 := time.Now()
 	a, err := g.admit(ctx, rdb.Claim{
 		VoucherID: voucher, UserID: user, IdempotencyKey: key, IdempotencyTTL: g.cfg.IdempotencyTTL,
-		Now: now, Day: order.Day(now, g.loc), Quantity: qty,
+		Now: now, Day: order.Day(now, g.loc), Quantity: qty, Proof: proof,
 	})
 	g.metrics.scriptSeconds.Observe(time.Since(t0).Seconds())
 	switch {

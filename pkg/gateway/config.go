@@ -111,6 +111,15 @@ type Config struct {
 	RedisMinReplicas int `envconfig:"FLASHSALE_REDIS_MIN_REPLICAS" default:"1"`
 	// RedisWaitTimeout bounds the wait for them. Default 100ms.
 	RedisWaitTimeout time.Duration `envconfig:"FLASHSALE_REDIS_WAIT_TIMEOUT" default:"100ms"`
+	// PowKey keys the HMAC of proof-of-work challenges (GET /v1/challenge);
+	// at least 32 bytes, the same on every replica. Default: derived from
+	// FLASHSALE_ADMIN_TOKEN (one-way: the key tells nothing of the token).
+	PowKey string `envconfig:"FLASHSALE_POW_KEY"`
+	// PowTTL is how long a challenge may be solved and used. Default 2m.
+	PowTTL time.Duration `envconfig:"FLASHSALE_POW_TTL" default:"2m"`
+	// PowMaxNumber is the difficulty of a challenge asked for no voucher
+	// (one for a voucher takes the voucher's). Default 50000.
+	PowMaxNumber int64 `envconfig:"FLASHSALE_POW_MAX_NUMBER" default:"50000"`
 	// valid is what Validate parsed (time zone, trusted proxies, the key
 	// set's keys), kept so New neither checks nor reads anything twice;
 	// nil until Validate succeeds.
@@ -132,6 +141,8 @@ const (
 	JWTMaxLifetimeDefault   = 24 * time.Hour
 	RedisWaitTimeoutDefault = 100 * time.Millisecond
 	WebhookToleranceDefault = 5 * time.Minute
+	PowTTLDefault           = 2 * time.Minute
+	PowMaxNumberDefault     = 50_000
 	minJWTSecret            = 32
 	minAdminToken           = 32
 )
@@ -153,6 +164,8 @@ func (c *Config) SetDefaults() {
 	c.MaxInflight = cmp.Or(c.MaxInflight, MaxInflightDefault)
 	c.JWTMaxLifetime = cmp.Or(c.JWTMaxLifetime, JWTMaxLifetimeDefault)
 	c.PaymentWebhookTolerance = cmp.Or(c.PaymentWebhookTolerance, WebhookToleranceDefault)
+	c.PowTTL = cmp.Or(c.PowTTL, PowTTLDefault)
+	c.PowMaxNumber = cmp.Or(c.PowMaxNumber, PowMaxNumberDefault)
 	c.RedisDurability = cmp.Or(c.RedisDurability, rdb.DurabilityNone)
 	c.RedisMinReplicas = cmp.Or(c.RedisMinReplicas, 1)
 	c.RedisWaitTimeout = cmp.Or(c.RedisWaitTimeout, RedisWaitTimeoutDefault)
@@ -185,6 +198,12 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("FLASHSALE_PAYMENT_WEBHOOK_TOLERANCE must be 1s to 1h, got %s", c.PaymentWebhookTolerance)
 	case c.BuyerPay && c.PaymentWebhookSecret != "":
 		return errors.New("FLASHSALE_BUYER_PAY must not be true while FLASHSALE_PAYMENT_WEBHOOK_SECRET is set: buyers would pay without paying")
+	case c.PowKey != "" && len(c.PowKey) < 32:
+		return errors.New("FLASHSALE_POW_KEY must be at least 32 bytes")
+	case c.PowTTL < time.Second || c.PowTTL > time.Hour:
+		return fmt.Errorf("FLASHSALE_POW_TTL must be 1s to 1h, got %s", c.PowTTL)
+	case c.PowMaxNumber < 1 || c.PowMaxNumber > MaxPowNumber:
+		return fmt.Errorf("FLASHSALE_POW_MAX_NUMBER must be 1 to %d, got %d", MaxPowNumber, c.PowMaxNumber)
 	case c.JWTMaxLifetime < time.Minute:
 		return fmt.Errorf("FLASHSALE_JWT_MAX_LIFETIME must be at least 1m, got %s", c.JWTMaxLifetime)
 	case c.ClaimTimeout < 0:

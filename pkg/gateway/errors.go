@@ -51,6 +51,8 @@ var errorTable = []struct {
 	{db.ErrNotPayable, errNotPayable},
 	{db.ErrNotCancellable, errNotCancellable},
 	{rdb.ErrPaused, errPaused},
+	{rdb.ErrProofRequired, errProofRequired},
+	{rdb.ErrProofInvalid, errProofInvalid},
 	{rdb.ErrAlreadyEntered, &apiError{http.StatusConflict, "already_entered", "you have entered this draw already: one entry per user"}},
 	{db.ErrPaymentExpired, &apiError{http.StatusConflict, "payment_expired", "the payment deadline has passed"}},
 }

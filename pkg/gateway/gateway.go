@@ -22,6 +22,7 @@ import (
 
 	"github.com/flashsale/flashsale/pkg/app"
 	"github.com/flashsale/flashsale/pkg/db"
+	"github.com/flashsale/flashsale/pkg/proof"
 	"github.com/flashsale/flashsale/pkg/rdb"
 	"github.com/flashsale/flashsale/pkg/token"
 )
@@ -34,6 +35,7 @@ type Gateway struct {
 	redis   *rdb.Store
 	db      *db.Store
 	auth    *auth
+	pow     *proof.Issuer // proof-of-work challenges and their verification
 	log     *zap.Logger
 	metrics *metrics
 	reg     prometheus.Registerer
@@ -115,6 +117,7 @@ func New(cfg Config, r *rdb.Store, d *db.Store, log *zap.Logger, opts ...Option)
 	g.auth = &auth{adminToken: []byte(cfg.AdminToken), users: token.New(token.Config{Secret: cfg.JWTSecret,
 		PreviousSecret: cfg.JWTPreviousSecret, Issuer: cfg.JWTIssuer, Audience: cfg.JWTAudience,
 		MaxLifetime: cfg.JWTMaxLifetime, Keys: cfg.valid.jwks, Now: func() time.Time { return g.now() }})}
+	g.pow = proof.New(cfg.powKey(), cfg.PowTTL, func() time.Time { return g.now() })
 	g.stopSweep = g.sweepLimiters()
 	g.stopHistory = g.sampleHistory(historyEvery)
 	return g, nil
@@ -184,6 +187,7 @@ func (g *Gateway) routes() []route {
 	return []route{
 		{http.MethodPost, "/v1/vouchers/{id}/orders", false, g.claim},
 		{http.MethodGet, "/v1/vouchers/{id}/draw", false, g.mysqlBound(g.getDraw)},
+		{http.MethodGet, "/v1/challenge", false, g.getChallenge},
 		{http.MethodGet, "/v1/orders", false, g.mysqlBound(g.listOrders)},
 		{http.MethodGet, "/v1/orders/{id}", false, g.mysqlBound(g.getOrder)},
 		{http.MethodPost, "/v1/orders/{id}/pay", false, g.buyerPay(g.mysqlBound(g.payOrder))},

@@ -29,6 +29,17 @@ type Claim struct {
 	Day string
 	// Quantity is the units claimed, all or nothing (0 means 1).
 	Quantity int64
+	// Proof is the claim's verified proof of work (pkg/proof); zero: none.
+	Proof Proof
+}
+
+// Proof is a verified proof of work as the admission script takes it: a
+// voucher with a gate admits a claim with a proof of at least its
+// difficulty, once per challenge.
+type Proof struct {
+	ID  string        // the challenge's signature: its single use is keyed by it
+	Max int64         // the challenge's difficulty
+	TTL time.Duration // how long the challenge has left
 }
 
 // Admission is an admitted claim.
@@ -231,6 +242,7 @@ type admitCall struct {
 	// for its idempotency record, and the last day's key and argument
 	// (a batch's claims nearly always share their day).
 	noIdem      string
+	noProof     string
 	day, dayKey string
 	dayArg      any
 }
@@ -255,9 +267,9 @@ func (s *Store) admitCalls(claims []Claim, pending []int) []admitCall {
 			k = len(calls)
 			key := b.key()
 			room := min(len(pending), maxClaimsPerCall) // most batches are one call
-			keys := make([]string, 0, 3+2*room)
-			args := make([]any, 0, 3+5*room)
-			calls = append(calls, admitCall{b: b, key: key, noIdem: key + ":idem:-",
+			keys := make([]string, 0, 3+3*room)
+			args := make([]any, 0, 3+7*room)
+			calls = append(calls, admitCall{b: b, key: key, noIdem: key + ":idem:-", noProof: key + ":proof:-",
 				claims: make([]int, 0, room),
 				keys:   append(keys, key, b.stream(), poolKey(key)),
 				args:   append(args, c.VoucherID, n, int64(DayKeyTTL/time.Second))})
@@ -272,8 +284,12 @@ func (s *Store) admitCalls(claims []Claim, pending []int) []admitCall {
 			call.day, call.dayKey, call.dayArg = c.Day, dayKey(call.key, c.Day), c.Day
 		}
 		call.claims = append(call.claims, i)
-		call.keys = append(call.keys, call.dayKey, idem)
-		call.args = append(call.args, c.UserID, c.Now.UnixMilli(), call.dayArg, ttl, max(c.Quantity, 1))
+		proofKey, proofMax, proofTTL := call.noProof, int64(0), int64(0)
+		if c.Proof.ID != "" {
+			proofKey, proofMax, proofTTL = call.key+":proof:"+c.Proof.ID, c.Proof.Max, max(int64(c.Proof.TTL/time.Second), 1)
+		}
+		call.keys = append(call.keys, call.dayKey, idem, proofKey)
+		call.args = append(call.args, c.UserID, c.Now.UnixMilli(), call.dayArg, ttl, max(c.Quantity, 1), proofMax, proofTTL)
 	}
 	return calls
 }

@@ -73,7 +73,7 @@ func randomSale(r *rand.Rand, id int64) (rdb.Voucher, []rdb.Claim, bool) {
 	if r.IntN(2) == 0 {
 		v.StartsAt, v.EndsAt = start, start.Add(30*time.Hour)
 	}
-	switch r.IntN(5) {
+	switch r.IntN(6) {
 	case 0:
 		v.Pooled = true
 		v.Items = make([]order.Item, v.Stock)
@@ -86,6 +86,10 @@ func randomSale(r *rand.Rand, id int64) (rdb.Voucher, []rdb.Claim, bool) {
 	case 2:
 		// A draw (pkg/draw): entries, one per user, take no stock.
 		v.Draw, v.PerUserLimit, v.PerUserDailyLimit = true, 1, 0
+	case 3:
+		// A proof-of-work gate: claims without a proof, with one too easy,
+		// with one of a few (so some are used twice).
+		v.ProofOfWork = 100
 	}
 	paused := r.IntN(10) == 0
 	users := []string{"ann", "bob", "cid", "dee", "eve"}
@@ -95,6 +99,10 @@ func randomSale(r *rand.Rand, id int64) (rdb.Voucher, []rdb.Claim, bool) {
 		now := start.Add(time.Duration(r.IntN(32*60)-10) * time.Minute)
 		claims[i] = rdb.Claim{VoucherID: id, UserID: users[r.IntN(len(users))], IdempotencyKey: keys[r.IntN(len(keys))],
 			IdempotencyTTL: time.Hour, Now: now, Day: order.Day(now, time.UTC), Quantity: int64(r.IntN(3))}
+		if v.ProofOfWork > 0 {
+			claims[i].Proof = []rdb.Proof{{}, {ID: "easy", Max: 50, TTL: time.Minute},
+				{ID: "p1", Max: 100, TTL: time.Minute}, {ID: "p2", Max: 500, TTL: time.Minute}, {ID: fmt.Sprint("p", i+3), Max: 100, TTL: time.Minute}}[r.IntN(5)]
+		}
 	}
 	return v, claims, paused
 }
@@ -102,7 +110,8 @@ func randomSale(r *rand.Rand, id int64) (rdb.Voucher, []rdb.Claim, bool) {
 // Issue 18: a batch of claims, decided by one script call per bucket, comes
 // to exactly what the same claims one by one do (a property over random
 // sales: stock, per-user and per-day limits, replays of keys, also within
-// the batch, quantities, windows, pauses, pools, buckets, draws' entries),
+// the batch, quantities, windows, pauses, pools, buckets, draws' entries,
+// proof-of-work gates with missing, too easy and reused proofs),
 // and leaves the
 // same stock and counts.
 func TestABatchDecidesAsTheClaimsOneByOne(t *testing.T) {
@@ -112,7 +121,7 @@ func TestABatchDecidesAsTheClaimsOneByOne(t *testing.T) {
 	if testing.Short() {
 		rounds = 30
 	}
-	soldOutInBatch, entries := 0, 0
+	soldOutInBatch, entries, proofRefusals := 0, 0, 0
 	for round := range rounds {
 		r := rand.New(rand.NewPCG(uint64(round), 18))
 		// Two vouchers alike, each on its own keys: one decided in a batch,
@@ -148,6 +157,9 @@ func TestABatchDecidesAsTheClaimsOneByOne(t *testing.T) {
 			if batch[i].entry {
 				entries++
 			}
+			if errors.Is(batch[i].err, rdb.ErrProofRequired) || errors.Is(batch[i].err, rdb.ErrProofInvalid) {
+				proofRefusals++
+			}
 		}
 		stB, err := s.ReadVoucherState(ctx, vb.ID, dayStrings(claims))
 		require.NoError(t, err)
@@ -166,6 +178,7 @@ func TestABatchDecidesAsTheClaimsOneByOne(t *testing.T) {
 	}
 	require.Positive(t, soldOutInBatch, "some batches straddled the last unit")
 	require.Positive(t, entries, "some sales were draws")
+	require.Positive(t, proofRefusals, "some sales had a proof-of-work gate")
 }
 
 func dayStrings(claims []rdb.Claim) []string {

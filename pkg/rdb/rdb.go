@@ -34,12 +34,17 @@ var (
 	// ErrAlreadyEntered: the user entered this draw already (one entry per
 	// user).
 	ErrAlreadyEntered = errors.New("already entered")
+	// ErrProofRequired: the voucher has a proof-of-work gate and the claim
+	// carried no proof; ErrProofInvalid: its proof was too easy for the
+	// gate, or used before.
+	ErrProofRequired = errors.New("proof of work required")
+	ErrProofInvalid  = errors.New("proof of work too easy or used before")
 )
 
 var admitErrors = map[int64]error{
 	1: ErrVoucherNotFound, 2: ErrNotStarted, 3: ErrEnded, 4: ErrSoldOut,
 	5: ErrUserLimit, 6: ErrDailyLimit, 7: ErrOverloaded, 8: ErrQuantityAboveLimit, 9: ErrPaused,
-	11: ErrAlreadyEntered,
+	11: ErrAlreadyEntered, 12: ErrProofRequired, 13: ErrProofInvalid,
 }
 
 // DayKeyTTL is how long a per-day counter outlives its day.

@@ -49,7 +49,7 @@ func (s *Store) ReadVoucherState(ctx context.Context, v int64, days []string) (V
 			st.Voucher.ExpireAt = time.Unix(sec, 0).UTC()
 		}
 		st.Voucher.Pooled, st.Voucher.Closed, st.Voucher.Paused = num("pool") == 1, num("closed") == 1, num("paused") == 1
-		st.Voucher.Draw = num("draw") == 1
+		st.Voucher.Draw, st.Voucher.ProofOfWork = num("draw") == 1, num("pow")
 	}
 	stocks, err := s.readStocks(ctx, v, len(buckets))
 	if err != nil {

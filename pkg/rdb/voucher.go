@@ -39,6 +39,9 @@ type Voucher struct {
 	// Draw: a draw sale (pkg/draw): admissions are entries, one per user,
 	// and take no stock.
 	Draw bool
+	// ProofOfWork: the difficulty of the voucher's proof-of-work gate (the
+	// least max number a claim's proof must have); 0: no gate.
+	ProofOfWork int64
 }
 
 // KeysOutliveSale is how long a voucher's keys outlive the end of its sale
@@ -112,7 +115,8 @@ func putBucketHash(ctx context.Context, pipe redis.Pipeliner, b bucket, v Vouche
 	key := b.key()
 	pipe.HSet(ctx, key, "stock", v.Stock, "limit", v.PerUserLimit, "daily", v.PerUserDailyLimit,
 		"start_ms", unixMs(v.StartsAt), "end_ms", unixMs(v.EndsAt), "expire_s", unixS(v.ExpireAt),
-		"pool", bit(v.Pooled), "closed", bit(v.Closed), "paused", bit(v.Paused), "buckets", max(v.Buckets, 1), "draw", bit(v.Draw))
+		"pool", bit(v.Pooled), "closed", bit(v.Closed), "paused", bit(v.Paused), "buckets", max(v.Buckets, 1), "draw", bit(v.Draw),
+		"pow", v.ProofOfWork)
 	expire(ctx, pipe, key, v.ExpireAt)
 	if !v.Pooled {
 		return
@@ -160,6 +164,16 @@ func unixMs(t time.Time) int64 {
 		return 0
 	}
 	return t.UnixMilli()
+}
+
+// ProofOfWork reads voucher v's proof-of-work difficulty (0: no gate, or
+// no such voucher in Redis).
+func (s *Store) ProofOfWork(ctx context.Context, v int64) (int64, error) {
+	n, err := s.c.HGet(ctx, s.bucketOf(v, 0).key(), "pow").Int64()
+	if errors.Is(err, redis.Nil) {
+		return 0, nil
+	}
+	return n, err
 }
 
 // Change is an operator's change of a voucher on sale, as MySQL recorded it.

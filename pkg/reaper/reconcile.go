@@ -162,6 +162,7 @@ func reconcileVoucher(ctx context.Context, r *rdb.Store, d *db.Store, v db.Vouch
 	diff("ends_at (ms)", msOf(have.Voucher.EndsAt), msOf(want.Voucher.EndsAt))
 	diff("keys expire at (s)", unixOf(have.Voucher.ExpireAt), unixOf(want.Voucher.ExpireAt))
 	diff("paused", int64(bit(have.Voucher.Paused)), int64(bit(want.Voucher.Paused)))
+	diff("proof_of_work", have.Voucher.ProofOfWork, want.Voucher.ProofOfWork)
 	if want.Voucher.Pooled {
 		missing, extra := poolDiff(have.Voucher.Items, want.Voucher.Items)
 		diff("pool: items missing", int64(len(want.Voucher.Items)-missing), int64(len(want.Voucher.Items)))

@@ -36,7 +36,8 @@ import (
 // to fill.
 func Admission(v db.Voucher, stock int64) rdb.Voucher {
 	a := rdb.Voucher{ID: v.ID, Stock: stock, PerUserLimit: v.PerUserLimit, PerUserDailyLimit: v.PerUserDailyLimit,
-		Pooled: v.Traits().Pooled, Paused: v.Paused, Buckets: max(v.StockBuckets, 1), Draw: v.IsDraw()}
+		Pooled: v.Traits().Pooled, Paused: v.Paused, Buckets: max(v.StockBuckets, 1), Draw: v.IsDraw(),
+		ProofOfWork: v.PowMaxNumber}
 	if v.StartsAt != nil {
 		a.StartsAt = *v.StartsAt
 	}

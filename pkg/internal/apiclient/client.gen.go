@@ -64,6 +64,8 @@ const (
 	Overloaded            ErrorCode = "overloaded"
 	Paused                ErrorCode = "paused"
 	PaymentExpired        ErrorCode = "payment_expired"
+	ProofInvalid          ErrorCode = "proof_invalid"
+	ProofRequired         ErrorCode = "proof_required"
 	RateLimited           ErrorCode = "rate_limited"
 	SoldOut               ErrorCode = "sold_out"
 	Unauthorized          ErrorCode = "unauthorized"
@@ -124,6 +126,10 @@ func (e ErrorCode) Valid() bool {
 	case Paused:
 		return true
 	case PaymentExpired:
+		return true
+	case ProofInvalid:
+		return true
+	case ProofRequired:
 		return true
 	case RateLimited:
 		return true
@@ -335,6 +341,21 @@ func (e GetAdminV1VouchersId200JSONResponseBodyKind) Valid() bool {
 	case GetAdminV1VouchersId200JSONResponseBodyKindEnvelope:
 		return true
 	case GetAdminV1VouchersId200JSONResponseBodyKindUnits:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for GetV1Challenge200JSONResponseBodyAlgorithm.
+const (
+	SHA256 GetV1Challenge200JSONResponseBodyAlgorithm = "SHA-256"
+)
+
+// Valid indicates whether the value is a known member of the GetV1Challenge200JSONResponseBodyAlgorithm enum.
+func (e GetV1Challenge200JSONResponseBodyAlgorithm) Valid() bool {
+	switch e {
+	case SHA256:
 		return true
 	default:
 		return false
@@ -574,6 +595,9 @@ type Voucher struct {
 	PaymentTimeoutSeconds int               `json:"payment_timeout_seconds"`
 	PerUserDailyLimit     int               `json:"per_user_daily_limit"`
 	PerUserLimit          int               `json:"per_user_limit"`
+	ProofOfWork           *struct {
+		MaxNumber int `json:"max_number"`
+	} `json:"proof_of_work,omitempty"`
 
 	// Seed a draw's seed, once drawn
 	Seed *string `json:"seed,omitempty"`
@@ -614,12 +638,18 @@ type PostAdminV1VouchersJSONBody struct {
 	Kind   *PostAdminV1VouchersJSONBodyKind `json:"kind,omitempty"`
 
 	// MinAmount envelopes
-	MinAmount             *int       `json:"min_amount,omitempty"`
-	Name                  string     `json:"name"`
-	PaymentTimeoutSeconds *int       `json:"payment_timeout_seconds,omitempty"`
-	PerUserDailyLimit     *int       `json:"per_user_daily_limit,omitempty"`
-	PerUserLimit          *int       `json:"per_user_limit,omitempty"`
-	StartsAt              *time.Time `json:"starts_at,omitempty"`
+	MinAmount             *int   `json:"min_amount,omitempty"`
+	Name                  string `json:"name"`
+	PaymentTimeoutSeconds *int   `json:"payment_timeout_seconds,omitempty"`
+	PerUserDailyLimit     *int   `json:"per_user_daily_limit,omitempty"`
+	PerUserLimit          *int   `json:"per_user_limit,omitempty"`
+
+	// ProofOfWork a proof-of-work gate on claims (pkg/proof); absent or null, none
+	ProofOfWork *struct {
+		// MaxNumber the difficulty: ALTCHA's max number (a browser tries half of it on average)
+		MaxNumber int `json:"max_number"`
+	} `json:"proof_of_work,omitempty"`
+	StartsAt *time.Time `json:"starts_at,omitempty"`
 
 	// Stock units only
 	Stock *int `json:"stock,omitempty"`
@@ -649,6 +679,15 @@ type PatchAdminV1VouchersIdJSONBody struct {
 	AddStock *int       `json:"add_stock,omitempty"`
 	EndsAt   *time.Time `json:"ends_at,omitempty"`
 }
+
+// GetV1ChallengeParams defines parameters for GetV1Challenge.
+type GetV1ChallengeParams struct {
+	// VoucherId the voucher to claim; the challenge then has its difficulty (else FLASHSALE_POW_MAX_NUMBER)
+	VoucherId *string `form:"voucher_id,omitempty" json:"voucher_id,omitempty"`
+}
+
+// GetV1Challenge200JSONResponseBodyAlgorithm defines parameters for GetV1Challenge.
+type GetV1Challenge200JSONResponseBodyAlgorithm string
 
 // GetV1OrdersParams defines parameters for GetV1Orders.
 type GetV1OrdersParams struct {
@@ -682,6 +721,9 @@ type PostV1VouchersIdOrdersJSONBody struct {
 // PostV1VouchersIdOrdersParams defines parameters for PostV1VouchersIdOrders.
 type PostV1VouchersIdOrdersParams struct {
 	IdempotencyKey *string `json:"Idempotency-Key,omitempty"`
+
+	// XFlashsaleProof a solved challenge of GET /v1/challenge (ALTCHA's payload: base64 of its JSON); required by a voucher with proof_of_work, 403 proof_required without, 403 proof_invalid if wrong, expired, another user's, too easy or used before
+	XFlashsaleProof *string `json:"X-Flashsale-Proof,omitempty"`
 }
 
 // PostV1VouchersIdOrders202JSONResponseBodyStatus defines parameters for PostV1VouchersIdOrders.
@@ -865,6 +907,11 @@ type ClientInterface interface {
 	//
 	// Corresponds with POST /admin/v1/vouchers/{id}/resume (the `PostAdminV1VouchersIdResume` operationId).
 	PostAdminV1VouchersIdResume(ctx context.Context, id ID, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// GetV1Challenge A proof-of-work challenge for the caller (ALTCHA's format), valid FLASHSALE_POW_TTL
+	//
+	// Corresponds with GET /v1/challenge (the `GetV1Challenge` operationId).
+	GetV1Challenge(ctx context.Context, params *GetV1ChallengeParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// GetV1Orders The caller's own orders of a voucher, pending ones included
 	//
@@ -1134,6 +1181,21 @@ func (c *Client) GetAdminV1VouchersIdReport(ctx context.Context, id ID, reqEdito
 // Corresponds with POST /admin/v1/vouchers/{id}/resume (the `PostAdminV1VouchersIdResume` operationId).
 func (c *Client) PostAdminV1VouchersIdResume(ctx context.Context, id ID, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewPostAdminV1VouchersIdResumeRequest(c.Server, id)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// GetV1Challenge A proof-of-work challenge for the caller (ALTCHA's format), valid FLASHSALE_POW_TTL
+//
+// Corresponds with GET /v1/challenge (the `GetV1Challenge` operationId).
+func (c *Client) GetV1Challenge(ctx context.Context, params *GetV1ChallengeParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetV1ChallengeRequest(c.Server, params)
 	if err != nil {
 		return nil, err
 	}
@@ -1668,6 +1730,60 @@ func NewPostAdminV1VouchersIdResumeRequest(server string, id ID) (*http.Request,
 	return req, nil
 }
 
+// NewGetV1ChallengeRequest constructs an http.Request for the GetV1Challenge method
+func NewGetV1ChallengeRequest(server string, params *GetV1ChallengeParams) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/challenge")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.VoucherId != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "voucher_id", *params.VoucherId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
 // NewGetV1OrdersRequest constructs an http.Request for the GetV1Orders method
 func NewGetV1OrdersRequest(server string, params *GetV1OrdersParams) (*http.Request, error) {
 	var err error
@@ -1964,6 +2080,17 @@ func NewPostV1VouchersIdOrdersRequestWithBody(server string, id ID, params *Post
 			req.Header.Set("Idempotency-Key", headerParam0)
 		}
 
+		if params.XFlashsaleProof != nil {
+			var headerParam1 string
+
+			headerParam1, err = runtime.StyleParamWithOptions("simple", false, "X-Flashsale-Proof", *params.XFlashsaleProof, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("X-Flashsale-Proof", headerParam1)
+		}
+
 	}
 
 	return req, nil
@@ -2121,6 +2248,13 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with POST /admin/v1/vouchers/{id}/resume (the `PostAdminV1VouchersIdResume` operationId).
 	PostAdminV1VouchersIdResumeWithResponse(ctx context.Context, id ID, reqEditors ...RequestEditorFn) (*PostAdminV1VouchersIdResumeResponse, error)
+
+	// GetV1ChallengeWithResponse A proof-of-work challenge for the caller (ALTCHA's format), valid FLASHSALE_POW_TTL
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/challenge (the `GetV1Challenge` operationId).
+	GetV1ChallengeWithResponse(ctx context.Context, params *GetV1ChallengeParams, reqEditors ...RequestEditorFn) (*GetV1ChallengeResponse, error)
 
 	// GetV1OrdersWithResponse The caller's own orders of a voucher, pending ones included
 	//
@@ -2481,10 +2615,13 @@ type GetAdminV1VouchersIdResponse struct {
 		PaymentTimeoutSeconds int                                               `json:"payment_timeout_seconds"`
 		PerUserDailyLimit     int                                               `json:"per_user_daily_limit"`
 		PerUserLimit          int                                               `json:"per_user_limit"`
-		RefundedAmount        *int                                              `json:"refunded_amount,omitempty"`
-		RemainingAmount       *int                                              `json:"remaining_amount,omitempty"`
-		RemainingMysql        *int                                              `json:"remaining_mysql,omitempty"`
-		RemainingRedis        *int                                              `json:"remaining_redis,omitempty"`
+		ProofOfWork           *struct {
+			MaxNumber int `json:"max_number"`
+		} `json:"proof_of_work,omitempty"`
+		RefundedAmount  *int `json:"refunded_amount,omitempty"`
+		RemainingAmount *int `json:"remaining_amount,omitempty"`
+		RemainingMysql  *int `json:"remaining_mysql,omitempty"`
+		RemainingRedis  *int `json:"remaining_redis,omitempty"`
 
 		// Seed a draw's seed, once drawn
 		Seed *string `json:"seed,omitempty"`
@@ -2522,10 +2659,13 @@ func (r GetAdminV1VouchersIdResponse) GetJSON200() *struct {
 	PaymentTimeoutSeconds int                                               `json:"payment_timeout_seconds"`
 	PerUserDailyLimit     int                                               `json:"per_user_daily_limit"`
 	PerUserLimit          int                                               `json:"per_user_limit"`
-	RefundedAmount        *int                                              `json:"refunded_amount,omitempty"`
-	RemainingAmount       *int                                              `json:"remaining_amount,omitempty"`
-	RemainingMysql        *int                                              `json:"remaining_mysql,omitempty"`
-	RemainingRedis        *int                                              `json:"remaining_redis,omitempty"`
+	ProofOfWork           *struct {
+		MaxNumber int `json:"max_number"`
+	} `json:"proof_of_work,omitempty"`
+	RefundedAmount  *int `json:"refunded_amount,omitempty"`
+	RemainingAmount *int `json:"remaining_amount,omitempty"`
+	RemainingMysql  *int `json:"remaining_mysql,omitempty"`
+	RemainingRedis  *int `json:"remaining_redis,omitempty"`
 
 	// Seed a draw's seed, once drawn
 	Seed *string `json:"seed,omitempty"`
@@ -2767,6 +2907,70 @@ func (r PostAdminV1VouchersIdResumeResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r PostAdminV1VouchersIdResumeResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type GetV1ChallengeResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *struct {
+		Algorithm GetV1Challenge200JSONResponseBodyAlgorithm `json:"algorithm"`
+		Challenge string                                     `json:"challenge"`
+		MaxNumber int                                        `json:"maxNumber"`
+
+		// Salt carries the user, the difficulty (max) and the expiry (expires)
+		Salt      string `json:"salt"`
+		Signature string `json:"signature"`
+	}
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *Error
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r GetV1ChallengeResponse) GetJSON200() *struct {
+	Algorithm GetV1Challenge200JSONResponseBodyAlgorithm `json:"algorithm"`
+	Challenge string                                     `json:"challenge"`
+	MaxNumber int                                        `json:"maxNumber"`
+
+	// Salt carries the user, the difficulty (max) and the expiry (expires)
+	Salt      string `json:"salt"`
+	Signature string `json:"signature"`
+} {
+	return r.JSON200
+}
+
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r GetV1ChallengeResponse) GetJSONDefault() *Error {
+	return r.JSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r GetV1ChallengeResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetV1ChallengeResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetV1ChallengeResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetV1ChallengeResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -3350,6 +3554,19 @@ func (c *ClientWithResponses) PostAdminV1VouchersIdResumeWithResponse(ctx contex
 	return ParsePostAdminV1VouchersIdResumeResponse(rsp)
 }
 
+// GetV1ChallengeWithResponse A proof-of-work challenge for the caller (ALTCHA's format), valid FLASHSALE_POW_TTL
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/challenge (the `GetV1Challenge` operationId).
+func (c *ClientWithResponses) GetV1ChallengeWithResponse(ctx context.Context, params *GetV1ChallengeParams, reqEditors ...RequestEditorFn) (*GetV1ChallengeResponse, error) {
+	rsp, err := c.GetV1Challenge(ctx, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetV1ChallengeResponse(rsp)
+}
+
 // GetV1OrdersWithResponse The caller's own orders of a voucher, pending ones included
 //
 // Returns a wrapper object for the known response body format(s).
@@ -3675,10 +3892,13 @@ func ParseGetAdminV1VouchersIdResponse(rsp *http.Response) (*GetAdminV1VouchersI
 			PaymentTimeoutSeconds int                                               `json:"payment_timeout_seconds"`
 			PerUserDailyLimit     int                                               `json:"per_user_daily_limit"`
 			PerUserLimit          int                                               `json:"per_user_limit"`
-			RefundedAmount        *int                                              `json:"refunded_amount,omitempty"`
-			RemainingAmount       *int                                              `json:"remaining_amount,omitempty"`
-			RemainingMysql        *int                                              `json:"remaining_mysql,omitempty"`
-			RemainingRedis        *int                                              `json:"remaining_redis,omitempty"`
+			ProofOfWork           *struct {
+				MaxNumber int `json:"max_number"`
+			} `json:"proof_of_work,omitempty"`
+			RefundedAmount  *int `json:"refunded_amount,omitempty"`
+			RemainingAmount *int `json:"remaining_amount,omitempty"`
+			RemainingMysql  *int `json:"remaining_mysql,omitempty"`
+			RemainingRedis  *int `json:"remaining_redis,omitempty"`
 
 			// Seed a draw's seed, once drawn
 			Seed *string `json:"seed,omitempty"`
@@ -3829,6 +4049,47 @@ func ParsePostAdminV1VouchersIdResumeResponse(rsp *http.Response) (*PostAdminV1V
 	switch {
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
 		var dest Voucher
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseGetV1ChallengeResponse parses an HTTP response from a GetV1ChallengeWithResponse call
+func ParseGetV1ChallengeResponse(rsp *http.Response) (*GetV1ChallengeResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetV1ChallengeResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest struct {
+			Algorithm GetV1Challenge200JSONResponseBodyAlgorithm `json:"algorithm"`
+			Challenge string                                     `json:"challenge"`
+			MaxNumber int                                        `json:"maxNumber"`
+
+			// Salt carries the user, the difficulty (max) and the expiry (expires)
+			Salt      string `json:"salt"`
+			Signature string `json:"signature"`
+		}
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}

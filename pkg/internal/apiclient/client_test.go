@@ -268,6 +268,12 @@ func TestASaleThroughTheGeneratedClient(t *testing.T) {
 	require.Equal(t, http.StatusOK, state.StatusCode(), "%s", state.Body)
 	require.Equal(t, *drawn.JSON201.SeedCommitment, state.JSON200.SeedCommitment)
 
+	// A proof-of-work challenge, as the spec says.
+	challenge, err := c.GetV1ChallengeWithResponse(ctx, &apiclient.GetV1ChallengeParams{}, carol)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, challenge.StatusCode(), "%s", challenge.Body)
+	require.Equal(t, 50000, challenge.JSON200.MaxNumber)
+
 	// Errors are described too.
 	missing, err := c.GetAdminV1VouchersIdWithResponse(ctx, "999999", asAdmin)
 	require.NoError(t, err)

@@ -114,6 +114,7 @@ type Report struct {
 	Durability   []DurabilityRun `json:"durability,omitempty"`
 	WaitCost     []WaitCost      `json:"wait_cost,omitempty"`
 	Draw         *DrawRun        `json:"draw,omitempty"`
+	Proof        *ProofCheck     `json:"proof_of_work,omitempty"`
 	GatewayRSS   int64           `json:"gateway_peak_rss_bytes"`
 	WorkerRSS    int64           `json:"worker_peak_rss_bytes"`
 }
@@ -127,6 +128,9 @@ func (c Config) logf(format string, args ...any) {
 // Run runs every measurement in one go on throwaway servers.
 func Run(ctx context.Context, cfg Config) (*Report, error) {
 	rep := &Report{When: time.Now().UTC(), Machine: machine()}
+	pc := proofCheck(20_000) // before any server runs: the process has the machine to itself
+	rep.Proof = &pc
+	cfg.logf("proof-of-work check: %.1f µs CPU per check", pc.CPUMicros)
 	s, err := harness.StartStack(ctx, harness.Options{Dir: cfg.Dir, Workers: 0, Partitions: 8,
 		Env: []string{"FLASHSALE_AUDIT_LOG=false", "FLASHSALE_LOG_LEVEL=warn", "FLASHSALE_CLAIM_TIMEOUT=2s", "FLASHSALE_PPROF=true"}})
 	if err != nil {

@@ -1,0 +1,80 @@
+package gateway
+
+// The proof-of-work gate's HTTP side: challenges to solve (pkg/proof) and
+// a claim's proof, verified here and used once by the admission script.
+
+import (
+	"crypto/hmac"
+	"crypto/sha256"
+	"net/http"
+	"strconv"
+
+	"github.com/flashsale/flashsale/pkg/proof"
+	"github.com/flashsale/flashsale/pkg/rdb"
+)
+
+// MaxPowNumber bounds a gate's difficulty (ALTCHA's max number): a
+// browser tries half of it on average.
+const MaxPowNumber = 10_000_000
+
+// powKey is FLASHSALE_POW_KEY, or one derived from the admin token.
+func (c *Config) powKey() []byte {
+	if c.PowKey != "" {
+		return []byte(c.PowKey)
+	}
+	mac := hmac.New(sha256.New, []byte(c.AdminToken))
+	mac.Write([]byte("flashsale proof-of-work key"))
+	return mac.Sum(nil)
+}
+
+var (
+	errProofRequired = &apiError{http.StatusForbidden, "proof_required",
+		"this voucher needs a proof of work: solve a challenge of GET /v1/challenge?voucher_id=… and send it in " + proof.Header}
+	errProofInvalid = &apiError{http.StatusForbidden, "proof_invalid",
+		"the proof of work is wrong, expired, another user's, too easy for this voucher, or used before: solve a new challenge"}
+)
+
+// getChallenge: GET /v1/challenge[?voucher_id=ID], a challenge for the
+// caller, at the voucher's difficulty (FLASHSALE_POW_MAX_NUMBER without
+// one, or for a voucher without a gate), in ALTCHA's format.
+func (g *Gateway) getChallenge(w http.ResponseWriter, r *http.Request) {
+	user, ok := g.user(w, r)
+	if !ok {
+		return
+	}
+	difficulty := g.cfg.PowMaxNumber
+	if s := r.URL.Query().Get("voucher_id"); s != "" {
+		v, err := strconv.ParseInt(s, 10, 64)
+		if err != nil || v <= 0 {
+			g.fail(w, r, badRequest("invalid_field", "voucher_id must be a voucher id"))
+			return
+		}
+		n, err := g.redis.ProofOfWork(r.Context(), v)
+		if err != nil {
+			g.fail(w, r, err)
+			return
+		}
+		if n > 0 {
+			difficulty = n
+		}
+	}
+	c, err := g.pow.Challenge(user, difficulty)
+	if err != nil {
+		g.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, c)
+}
+
+// claimProof verifies the claim's proof of work, if it carries one.
+func (g *Gateway) claimProof(r *http.Request, user string) (rdb.Proof, error) {
+	h := r.Header.Get(proof.Header)
+	if h == "" {
+		return rdb.Proof{}, nil
+	}
+	p, err := g.pow.Verify(h, user)
+	if err != nil {
+		return rdb.Proof{}, errProofInvalid
+	}
+	return rdb.Proof{ID: p.ID, Max: p.Max, TTL: p.TTL}, nil
+}

@@ -1,0 +1,77 @@
+package gateway_test
+
+import (
+	"encoding/json"
+	"net/http"
+	"testing"
+	"time"
+
+	altcha "github.com/altcha-org/altcha-lib-go"
+	"github.com/stretchr/testify/require"
+
+	"github.com/flashsale/flashsale/pkg/proof"
+)
+
+// solve asks the gateway for a challenge as user (for voucher, if set)
+// and solves it, as a client would.
+func (f *fixture) solve(user, voucher string) (string, altcha.Challenge) {
+	f.t.Helper()
+	path := "/v1/challenge"
+	if voucher != "" {
+		path += "?voucher_id=" + voucher
+	}
+	res := f.do("GET", path, f.token(user), "")
+	require.Equal(f.t, http.StatusOK, res.Status, res.Raw)
+	var c altcha.Challenge
+	require.NoError(f.t, json.Unmarshal([]byte(res.Raw), &c))
+	sol, err := proof.Solve(c)
+	require.NoError(f.t, err)
+	return sol, c
+}
+
+// A voucher with a gate takes a claim only with a solved challenge of its
+// difficulty, the claimant's own, unexpired, once; a voucher without one
+// asks for nothing, and a bad proof is refused anywhere.
+func TestAProofOfWorkGate(t *testing.T) {
+	f := newFixture(t)
+	requireError(t, f.do("POST", "/admin/v1/vouchers", admin, `{"name":"x","stock":5,"proof_of_work":{"max_number":0}}`), http.StatusBadRequest, "invalid_field")
+	requireError(t, f.do("POST", "/admin/v1/vouchers", admin, `{"name":"x","stock":5,"proof_of_work":{"max_number":20000000}}`), http.StatusBadRequest, "invalid_field")
+	gated := f.do("POST", "/admin/v1/vouchers", admin, `{"name":"gated","stock":5,"per_user_limit":3,"proof_of_work":{"max_number":3000}}`)
+	require.Equal(t, http.StatusCreated, gated.Status, gated.Raw)
+	require.Equal(t, map[string]any{"max_number": 3000.0}, gated.Body["proof_of_work"])
+	id := gated.Body["id"].(string)
+	open := f.createVoucher(`{"name":"open","stock":5}`)
+	require.Nil(t, f.do("GET", "/admin/v1/vouchers/"+open, admin, "").Body["proof_of_work"])
+	claim := func(voucher, user, sol string) response {
+		if sol == "" {
+			return f.do("POST", "/v1/vouchers/"+voucher+"/orders", f.token(user), "")
+		}
+		return f.do("POST", "/v1/vouchers/"+voucher+"/orders", f.token(user), "", proof.Header, sol)
+	}
+
+	requireError(t, claim(id, "alice", ""), http.StatusForbidden, "proof_required")
+	sol, c := f.solve("alice", id)
+	require.EqualValues(t, 3000, c.MaxNumber, "the voucher's difficulty")
+	require.Equal(t, http.StatusAccepted, claim(id, "alice", sol).Status)
+	requireError(t, claim(id, "alice", sol), http.StatusForbidden, "proof_invalid") // used
+	requireError(t, claim(id, "bob", sol), http.StatusForbidden, "proof_invalid")   // alice's
+	easy, c := f.solve("bob", "")
+	require.EqualValues(t, 50000, c.MaxNumber, "the default difficulty")
+	bobHarder, _ := f.solve("bob", id)
+	require.Equal(t, http.StatusAccepted, claim(id, "bob", bobHarder).Status)
+	// A challenge of lower difficulty than the gate's: refused.
+	lowGate := f.do("POST", "/admin/v1/vouchers", admin, `{"name":"hard","stock":5,"proof_of_work":{"max_number":60000}}`)
+	hard := lowGate.Body["id"].(string)
+	requireError(t, claim(hard, "bob", easy), http.StatusForbidden, "proof_invalid")
+
+	// Expired: the gateway's clock moves past the challenge's life.
+	late, _ := f.solve("carol", id)
+	f.clock.Add(3 * time.Minute)
+	requireError(t, claim(id, "carol", late), http.StatusForbidden, "proof_invalid")
+
+	// No gate: no proof needed; a malformed one is refused all the same.
+	require.Equal(t, http.StatusAccepted, claim(open, "dave", "").Status)
+	requireError(t, claim(open, "erin", "not-a-proof"), http.StatusForbidden, "proof_invalid")
+	requireError(t, f.do("GET", "/v1/challenge?voucher_id=x", f.token("a"), ""), http.StatusBadRequest, "invalid_field")
+	requireError(t, f.do("GET", "/v1/challenge", "", ""), http.StatusUnauthorized, "unauthorized")
+}
