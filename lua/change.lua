@@ -4,7 +4,8 @@
 -- changes makes a second call for the same change a no-op, so a caller may
 -- retry until it gets an answer.
 --
--- KEYS[1] -> flashsale:{pP}:v:V            voucher hash (stock, end_ms, expire_s, end_change, paused, pause_change)
+-- KEYS[1] -> flashsale:{pP}:v:V            voucher hash (stock, end_ms, expire_s, end_change, paused, pause_change,
+--                                          pow, pow_change)
 -- KEYS[2] -> flashsale:{pP}:v:V:changes    set of change ids applied
 -- KEYS[3] -> flashsale:{pP}:v:V:released   the released set (its expiry follows the voucher's)
 -- KEYS[4] -> flashsale:{pP}:v:V:pool       the pool (likewise)
@@ -14,6 +15,7 @@
 -- ARGV[3] -> new end of sale, unix ms (0: unchanged)
 -- ARGV[4] -> new expiry of the voucher's keys, unix s (with ARGV[3])
 -- ARGV[5] -> 1 pause, 0 resume, -1 neither
+-- ARGV[6] -> the proof-of-work gate's new difficulty (0: off), -1 unchanged
 --
 -- Returns 1 when applied now, 0 when it had been already, -1 when Redis
 -- does not hold the voucher (nothing is written: its creation is still
@@ -47,6 +49,11 @@ end
 local paused = tonumber(ARGV[5])
 if paused >= 0 and id > (tonumber(redis.call('HGET', KEYS[1], 'pause_change')) or 0) then
   redis.call('HSET', KEYS[1], 'paused', paused, 'pause_change', id)
+end
+-- And a new gate.
+local pow = tonumber(ARGV[6])
+if pow >= 0 and id > (tonumber(redis.call('HGET', KEYS[1], 'pow_change')) or 0) then
+  redis.call('HSET', KEYS[1], 'pow', pow, 'pow_change', id)
 end
 local expire_s = tonumber(redis.call('HGET', KEYS[1], 'expire_s')) or 0
 if expire_s > 0 then

@@ -187,7 +187,9 @@ type VoucherChange struct {
 	AddStock int64
 	EndsAt   *time.Time
 	// Paused: a pause (true) or a resume (false); nil: neither.
-	Paused         *bool
+	Paused *bool
+	// Pow: the proof-of-work gate's new difficulty (0: off); nil: unchanged.
+	Pow            *int64
 	CreatedAt      time.Time
 	RedisAppliedAt *time.Time
 	// PaymentTimeoutSeconds is the voucher's, read with the change (the
@@ -195,11 +197,21 @@ type VoucherChange struct {
 	PaymentTimeoutSeconds int64 `gorm:"->"`
 }
 
-// ChangeVoucher adds addStock units (0: none) to voucher id and moves its
-// end to endsAt (nil: unchanged), in one transaction that also records the
-// change owed to Redis. It returns the voucher as changed and the change.
-func (s *Store) ChangeVoucher(ctx context.Context, id, addStock int64, endsAt *time.Time, now time.Time) (Voucher, VoucherChange, error) {
-	ch := VoucherChange{VoucherID: id, AddStock: addStock, EndsAt: endsAt, CreatedAt: now}
+// Edit is an operator's change of a voucher: units to add (0: none), a new
+// end (nil: unchanged), a new proof-of-work difficulty (nil: unchanged; 0
+// turns the gate off).
+type Edit struct {
+	AddStock int64
+	EndsAt   *time.Time
+	Pow      *int64
+}
+
+// ChangeVoucher applies e to voucher id in one transaction that also
+// records the change owed to Redis. It returns the voucher as changed and
+// the change.
+func (s *Store) ChangeVoucher(ctx context.Context, id int64, e Edit, now time.Time) (Voucher, VoucherChange, error) {
+	addStock, endsAt := e.AddStock, e.EndsAt
+	ch := VoucherChange{VoucherID: id, AddStock: addStock, EndsAt: endsAt, Pow: e.Pow, CreatedAt: now}
 	return s.change(ctx, id, ch, func(_ *gorm.DB, v *Voucher, updates map[string]any) error {
 		if addStock > 0 && !v.Traits().ToppedUp {
 			return ErrNotToppable
@@ -213,6 +225,10 @@ func (s *Store) ChangeVoucher(ctx context.Context, id, addStock int64, endsAt *t
 		if endsAt != nil {
 			updates["ends_at"] = *endsAt
 			v.EndsAt = endsAt
+		}
+		if e.Pow != nil {
+			updates["pow_max_number"] = *e.Pow
+			v.PowMaxNumber = *e.Pow
 		}
 		return nil
 	})

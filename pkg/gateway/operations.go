@@ -1,9 +1,11 @@
 package gateway
 
 import (
+	"bytes"
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"net/http"
 	"strconv"
@@ -357,6 +359,26 @@ func pendingOut(p order.Order) orderJSON {
 type changeVoucherRequest struct {
 	AddStock *int64  `json:"add_stock"`
 	EndsAt   *string `json:"ends_at"`
+	// ProofOfWork: a new gate, or null to turn it off (absent: unchanged).
+	ProofOfWork json.RawMessage `json:"proof_of_work"`
+}
+
+// gate reads the request's proof_of_work: nil when absent, 0 for null.
+func (req changeVoucherRequest) gate() (*int64, error) {
+	if req.ProofOfWork == nil {
+		return nil, nil
+	}
+	var off int64
+	if string(bytes.TrimSpace(req.ProofOfWork)) == "null" {
+		return &off, nil
+	}
+	var p powJSON
+	dec := json.NewDecoder(bytes.NewReader(req.ProofOfWork))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&p); err != nil || p.MaxNumber < 1 || p.MaxNumber > MaxPowNumber {
+		return nil, badRequest("invalid_field", "proof_of_work must be null or {\"max_number\": 1 to "+idString(MaxPowNumber)+"}")
+	}
+	return &p.MaxNumber, nil
 }
 
 var errDrawClosed = &apiError{http.StatusConflict, "draw_closed", "a draw sale cannot be changed once its entries have closed"}
@@ -383,8 +405,13 @@ func (g *Gateway) changeVoucher(w http.ResponseWriter, r *http.Request) {
 		g.fail(w, r, err)
 		return
 	}
-	if req.AddStock == nil && req.EndsAt == nil {
-		g.fail(w, r, badRequest("missing_field", "add_stock or ends_at is required"))
+	pow, err := req.gate()
+	if err != nil {
+		g.fail(w, r, err)
+		return
+	}
+	if req.AddStock == nil && req.EndsAt == nil && pow == nil {
+		g.fail(w, r, badRequest("missing_field", "add_stock, ends_at or proof_of_work is required"))
 		return
 	}
 	var add int64
@@ -420,7 +447,7 @@ func (g *Gateway) changeVoucher(w http.ResponseWriter, r *http.Request) {
 		g.fail(w, r, err)
 		return
 	}
-	v, ch, err := g.db.ChangeVoucher(ctx, id, add, endsAt, now)
+	v, ch, err := g.db.ChangeVoucher(ctx, id, db.Edit{AddStock: add, EndsAt: endsAt, Pow: pow}, now)
 	switch {
 	case errors.Is(err, db.ErrNotFound):
 		err = errVoucherMissing

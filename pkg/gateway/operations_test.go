@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap/zaptest"
 
+	"github.com/flashsale/flashsale/pkg/db"
 	"github.com/flashsale/flashsale/pkg/gateway"
 	"github.com/flashsale/flashsale/pkg/internal/testenv"
 	"github.com/flashsale/flashsale/pkg/rdb"
@@ -213,7 +214,7 @@ func TestTopUpAndExtend(t *testing.T) {
 	ctx := context.Background()
 	vid := parseID(t, id)
 	evenLater := laterT.Add(time.Hour)
-	_, _, err = f.env.DB.ChangeVoucher(ctx, vid, 5, &evenLater, f.clock.Now().UTC())
+	_, _, err = f.env.DB.ChangeVoucher(ctx, vid, db.Edit{AddStock: 5, EndsAt: &evenLater}, f.clock.Now().UTC())
 	require.NoError(t, err)
 	r, err := reaper.New(reaper.Config{Config: worker.Config{Consumer: "reaper"}}, f.env.RDB, f.env.DB, zaptest.NewLogger(t), reaper.WithClock(f.clock.Now))
 	require.NoError(t, err)

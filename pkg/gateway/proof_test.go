@@ -73,5 +73,21 @@ func TestAProofOfWorkGate(t *testing.T) {
 	require.Equal(t, http.StatusAccepted, claim(open, "dave", "").Status)
 	requireError(t, claim(open, "erin", "not-a-proof"), http.StatusForbidden, "proof_invalid")
 	requireError(t, f.do("GET", "/v1/challenge?voucher_id=x", f.token("a"), ""), http.StatusBadRequest, "invalid_field")
+
+	// An operator puts a gate on a voucher on sale, and takes it off.
+	for _, bad := range []string{`{"proof_of_work":{"max_number":0}}`, `{"proof_of_work":{"max":5}}`, `{"proof_of_work":7}`} {
+		requireError(t, f.do("PATCH", "/admin/v1/vouchers/"+open, admin, bad), http.StatusBadRequest, "invalid_field")
+	}
+	on := f.do("PATCH", "/admin/v1/vouchers/"+open, admin, `{"proof_of_work":{"max_number":200}}`)
+	require.Equal(t, http.StatusOK, on.Status, on.Raw)
+	require.Equal(t, map[string]any{"max_number": 200.0}, on.Body["proof_of_work"])
+	requireError(t, claim(open, "frank", ""), http.StatusForbidden, "proof_required")
+	frank, c := f.solve("frank", open)
+	require.EqualValues(t, 200, c.MaxNumber)
+	require.Equal(t, http.StatusAccepted, claim(open, "frank", frank).Status)
+	off := f.do("PATCH", "/admin/v1/vouchers/"+open, admin, `{"proof_of_work":null}`)
+	require.Equal(t, http.StatusOK, off.Status, off.Raw)
+	require.Nil(t, off.Body["proof_of_work"])
+	require.Equal(t, http.StatusAccepted, claim(open, "grace", "").Status)
 	requireError(t, f.do("GET", "/v1/challenge", "", ""), http.StatusUnauthorized, "unauthorized")
 }

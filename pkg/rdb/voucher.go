@@ -184,6 +184,7 @@ type Change struct {
 	EndsAt    time.Time // zero: unchanged
 	ExpireAt  time.Time // the keys' new expiry, with EndsAt
 	Paused    *bool     // nil: unchanged
+	Pow       *int64    // the gate's new difficulty (0: off); nil: unchanged
 }
 
 // ApplyChange applies c to Redis exactly once (change.lua) in each of the
@@ -197,9 +198,12 @@ func (s *Store) ApplyChange(ctx context.Context, c Change) (applied, found bool,
 	if err != nil {
 		return false, false, err
 	}
-	paused := -1
+	paused, pow := -1, int64(-1)
 	if c.Paused != nil {
 		paused = bit(*c.Paused)
+	}
+	if c.Pow != nil {
+		pow = *c.Pow
 	}
 	for _, b := range buckets {
 		add := c.AddStock
@@ -207,7 +211,7 @@ func (s *Store) ApplyChange(ctx context.Context, c Change) (applied, found bool,
 			add = 0
 		}
 		keys := []string{b.key(), b.changes(), b.released(), b.pool()}
-		n, err := lua.Change.Run(ctx, s.c, keys, c.ID, add, unixMs(c.EndsAt), unixS(c.ExpireAt), paused).Int64()
+		n, err := lua.Change.Run(ctx, s.c, keys, c.ID, add, unixMs(c.EndsAt), unixS(c.ExpireAt), paused, pow).Int64()
 		if err != nil {
 			return applied, found, fmt.Errorf("apply change %d of voucher %d: %w", c.ID, c.VoucherID, err)
 		}

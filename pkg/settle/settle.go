@@ -51,7 +51,7 @@ func Admission(v db.Voucher, stock int64) rdb.Voucher {
 // change is MySQL's change c as change.lua applies it: the keys' new
 // expiry follows a new end.
 func change(c db.VoucherChange) rdb.Change {
-	out := rdb.Change{ID: c.ID, VoucherID: c.VoucherID, AddStock: c.AddStock, Paused: c.Paused}
+	out := rdb.Change{ID: c.ID, VoucherID: c.VoucherID, AddStock: c.AddStock, Paused: c.Paused, Pow: c.Pow}
 	if c.EndsAt != nil {
 		out.EndsAt = *c.EndsAt
 		out.ExpireAt = rdb.KeysExpireAt(*c.EndsAt, time.Duration(c.PaymentTimeoutSeconds)*time.Second)

@@ -139,7 +139,7 @@ func TestRedisMissedIt(t *testing.T) {
 		v, ch := newVoucher(t, env, 10)
 		_, err := settle.Changes(ctx, env.RDB, env.DB, []db.VoucherChange{ch}, now)
 		require.NoError(t, err)
-		_, _, err = env.DB.ChangeVoucher(ctx, v.ID, 5, nil, now) // recorded; Redis missed it
+		_, _, err = env.DB.ChangeVoucher(ctx, v.ID, db.Edit{AddStock: 5}, now) // recorded; Redis missed it
 		require.NoError(t, err)
 		n, _ := remaining(t, env, v.ID)
 		require.EqualValues(t, 10, n)
@@ -156,7 +156,7 @@ func TestRedisMissedIt(t *testing.T) {
 		_, err := settle.Changes(ctx, env.RDB, env.DB, []db.VoucherChange{ch}, now)
 		require.NoError(t, err)
 		ended := time.Now().Add(-time.Second).UTC().Truncate(time.Millisecond)
-		_, _, err = env.DB.ChangeVoucher(ctx, v.ID, 0, &ended, now) // recorded; Redis missed it
+		_, _, err = env.DB.ChangeVoucher(ctx, v.ID, db.Edit{EndsAt: &ended}, now) // recorded; Redis missed it
 		require.NoError(t, err)
 		require.NoError(t, admit(t, env, v.ID, "a"), "Redis still sells")
 		require.Equal(t, 1, owed(t, env))
@@ -164,10 +164,30 @@ func TestRedisMissedIt(t *testing.T) {
 		requireNothingOwed(t, env)
 	})
 
+	t.Run("proof-of-work gate", func(t *testing.T) {
+		env := testenv.New(t, 4)
+		v, ch := newVoucher(t, env, 10)
+		_, err := settle.Changes(ctx, env.RDB, env.DB, []db.VoucherChange{ch}, now)
+		require.NoError(t, err)
+		gate := int64(500)
+		_, _, err = env.DB.ChangeVoucher(ctx, v.ID, db.Edit{Pow: &gate}, now) // recorded; Redis missed it
+		require.NoError(t, err)
+		require.NoError(t, admit(t, env, v.ID, "a"), "no gate in Redis yet")
+		require.Equal(t, 1, owed(t, env))
+		require.ErrorIs(t, admit(t, env, v.ID, "b"), rdb.ErrProofRequired)
+		off := int64(0)
+		_, offCh, err := env.DB.ChangeVoucher(ctx, v.ID, db.Edit{Pow: &off}, now)
+		require.NoError(t, err)
+		_, err = settle.Changes(ctx, env.RDB, env.DB, []db.VoucherChange{offCh}, now)
+		require.NoError(t, err)
+		require.NoError(t, admit(t, env, v.ID, "c"), "the gate is off")
+		requireNothingOwed(t, env)
+	})
+
 	t.Run("changes while the creation is owed", func(t *testing.T) {
 		env := testenv.New(t, 4)
 		v, _ := newVoucher(t, env, 10)
-		_, top, err := env.DB.ChangeVoucher(ctx, v.ID, 5, nil, now)
+		_, top, err := env.DB.ChangeVoucher(ctx, v.ID, db.Edit{AddStock: 5}, now)
 		require.NoError(t, err)
 		_, pause, err := env.DB.SetPaused(ctx, v.ID, true, now)
 		require.NoError(t, err)

@@ -678,6 +678,11 @@ type PatchAdminV1VouchersIdJSONBody struct {
 	// AddStock units only
 	AddStock *int       `json:"add_stock,omitempty"`
 	EndsAt   *time.Time `json:"ends_at,omitempty"`
+
+	// ProofOfWork a new proof-of-work gate; null turns it off
+	ProofOfWork *struct {
+		MaxNumber int `json:"max_number"`
+	} `json:"proof_of_work,omitempty"`
 }
 
 // GetV1ChallengeParams defines parameters for GetV1Challenge.
@@ -870,14 +875,14 @@ type ClientInterface interface {
 	// Corresponds with GET /admin/v1/vouchers/{id} (the `GetAdminV1VouchersId` operationId).
 	GetAdminV1VouchersId(ctx context.Context, id ID, reqEditors ...RequestEditorFn) (*http.Response, error)
 
-	// PatchAdminV1VouchersIdWithBody Add stock and/or move the end of a sale, in MySQL and Redis alike (a crash between them loses nothing)
+	// PatchAdminV1VouchersIdWithBody Add stock, move the end of a sale and/or change its proof-of-work gate, in MySQL and Redis alike (a crash between them loses nothing)
 	//
 	// Takes any type of body and a specified content type.
 	//
 	// Corresponds with PATCH /admin/v1/vouchers/{id} (the `PatchAdminV1VouchersId` operationId).
 	PatchAdminV1VouchersIdWithBody(ctx context.Context, id ID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
 
-	// PatchAdminV1VouchersId Add stock and/or move the end of a sale, in MySQL and Redis alike (a crash between them loses nothing)
+	// PatchAdminV1VouchersId Add stock, move the end of a sale and/or change its proof-of-work gate, in MySQL and Redis alike (a crash between them loses nothing)
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -1103,7 +1108,7 @@ func (c *Client) GetAdminV1VouchersId(ctx context.Context, id ID, reqEditors ...
 	return c.Client.Do(req)
 }
 
-// PatchAdminV1VouchersIdWithBody Add stock and/or move the end of a sale, in MySQL and Redis alike (a crash between them loses nothing)
+// PatchAdminV1VouchersIdWithBody Add stock, move the end of a sale and/or change its proof-of-work gate, in MySQL and Redis alike (a crash between them loses nothing)
 //
 // Takes any type of body and a specified content type.
 //
@@ -1120,7 +1125,7 @@ func (c *Client) PatchAdminV1VouchersIdWithBody(ctx context.Context, id ID, cont
 	return c.Client.Do(req)
 }
 
-// PatchAdminV1VouchersId Add stock and/or move the end of a sale, in MySQL and Redis alike (a crash between them loses nothing)
+// PatchAdminV1VouchersId Add stock, move the end of a sale and/or change its proof-of-work gate, in MySQL and Redis alike (a crash between them loses nothing)
 //
 // Takes a body of the `application/json` content type.
 //
@@ -2205,14 +2210,14 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with GET /admin/v1/vouchers/{id} (the `GetAdminV1VouchersId` operationId).
 	GetAdminV1VouchersIdWithResponse(ctx context.Context, id ID, reqEditors ...RequestEditorFn) (*GetAdminV1VouchersIdResponse, error)
 
-	// PatchAdminV1VouchersIdWithBodyWithResponse Add stock and/or move the end of a sale, in MySQL and Redis alike (a crash between them loses nothing)
+	// PatchAdminV1VouchersIdWithBodyWithResponse Add stock, move the end of a sale and/or change its proof-of-work gate, in MySQL and Redis alike (a crash between them loses nothing)
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with PATCH /admin/v1/vouchers/{id} (the `PatchAdminV1VouchersId` operationId).
 	PatchAdminV1VouchersIdWithBodyWithResponse(ctx context.Context, id ID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PatchAdminV1VouchersIdResponse, error)
 
-	// PatchAdminV1VouchersIdWithResponse Add stock and/or move the end of a sale, in MySQL and Redis alike (a crash between them loses nothing)
+	// PatchAdminV1VouchersIdWithResponse Add stock, move the end of a sale and/or change its proof-of-work gate, in MySQL and Redis alike (a crash between them loses nothing)
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -3480,7 +3485,7 @@ func (c *ClientWithResponses) GetAdminV1VouchersIdWithResponse(ctx context.Conte
 	return ParseGetAdminV1VouchersIdResponse(rsp)
 }
 
-// PatchAdminV1VouchersIdWithBodyWithResponse Add stock and/or move the end of a sale, in MySQL and Redis alike (a crash between them loses nothing)
+// PatchAdminV1VouchersIdWithBodyWithResponse Add stock, move the end of a sale and/or change its proof-of-work gate, in MySQL and Redis alike (a crash between them loses nothing)
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -3493,7 +3498,7 @@ func (c *ClientWithResponses) PatchAdminV1VouchersIdWithBodyWithResponse(ctx con
 	return ParsePatchAdminV1VouchersIdResponse(rsp)
 }
 
-// PatchAdminV1VouchersIdWithResponse Add stock and/or move the end of a sale, in MySQL and Redis alike (a crash between them loses nothing)
+// PatchAdminV1VouchersIdWithResponse Add stock, move the end of a sale and/or change its proof-of-work gate, in MySQL and Redis alike (a crash between them loses nothing)
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
