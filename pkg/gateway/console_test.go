@@ -84,9 +84,13 @@ func TestConsoleInABrowser(t *testing.T) {
 	defer cancelTimeout()
 
 	row := `tr[data-voucher="` + id + `"]`
+	// text reads sel's text in one step of the page (the table is rebuilt
+	// every second: a node found, then read in a second step, may have
+	// been replaced in between and read empty).
 	text := func(sel string) string {
 		var s string
-		require.NoError(t, chromedp.Run(bctx, chromedp.Text(sel, &s, chromedp.ByQuery)))
+		require.NoError(t, chromedp.Run(bctx, chromedp.Evaluate(`(() => { const n = document.querySelector(`+strconv.Quote(sel)+`);
+			return n ? n.textContent : "" })()`, &s)))
 		return strings.TrimSpace(s)
 	}
 	require.NoError(t, chromedp.Run(bctx,
