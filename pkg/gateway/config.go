@@ -118,8 +118,8 @@ type Config struct {
 	// PowTTL is how long a challenge may be solved and used. Default 2m.
 	PowTTL time.Duration `envconfig:"FLASHSALE_POW_TTL" default:"2m"`
 	// PowMaxNumber is the difficulty of a challenge asked for no voucher
-	// (one for a voucher takes the voucher's). Default 50000.
-	PowMaxNumber int64 `envconfig:"FLASHSALE_POW_MAX_NUMBER" default:"50000"`
+	// (one for a voucher takes the voucher's). Default 20000.
+	PowMaxNumber int64 `envconfig:"FLASHSALE_POW_MAX_NUMBER" default:"20000"`
 	// valid is what Validate parsed (time zone, trusted proxies, the key
 	// set's keys), kept so New neither checks nor reads anything twice;
 	// nil until Validate succeeds.
@@ -142,7 +142,7 @@ const (
 	RedisWaitTimeoutDefault = 100 * time.Millisecond
 	WebhookToleranceDefault = 5 * time.Minute
 	PowTTLDefault           = 2 * time.Minute
-	PowMaxNumberDefault     = 50_000
+	PowMaxNumberDefault     = 20_000
 	minJWTSecret            = 32
 	minAdminToken           = 32
 )

@@ -9,6 +9,7 @@ import (
 	altcha "github.com/altcha-org/altcha-lib-go"
 	"github.com/stretchr/testify/require"
 
+	"github.com/flashsale/flashsale/pkg/gateway"
 	"github.com/flashsale/flashsale/pkg/proof"
 )
 
@@ -56,7 +57,7 @@ func TestAProofOfWorkGate(t *testing.T) {
 	requireError(t, claim(id, "alice", sol), http.StatusForbidden, "proof_invalid") // used
 	requireError(t, claim(id, "bob", sol), http.StatusForbidden, "proof_invalid")   // alice's
 	easy, c := f.solve("bob", "")
-	require.EqualValues(t, 50000, c.MaxNumber, "the default difficulty")
+	require.EqualValues(t, gateway.PowMaxNumberDefault, c.MaxNumber, "the default difficulty")
 	bobHarder, _ := f.solve("bob", id)
 	require.Equal(t, http.StatusAccepted, claim(id, "bob", bobHarder).Status)
 	// A challenge of lower difficulty than the gate's: refused.

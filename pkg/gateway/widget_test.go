@@ -18,6 +18,7 @@ import (
 	"github.com/chromedp/chromedp"
 	"github.com/stretchr/testify/require"
 
+	"github.com/flashsale/flashsale/pkg/gateway"
 	"github.com/flashsale/flashsale/pkg/proof"
 )
 
@@ -103,6 +104,9 @@ func browser(tb testing.TB, bin string) context.Context {
 	tb.Cleanup(cancelAlloc)
 	bctx, cancelBrowser := chromedp.NewContext(actx)
 	tb.Cleanup(cancelBrowser)
+	// Start it on this context: the first Run's context owns the browser,
+	// and each solve's runs on a child with a timeout.
+	require.NoError(tb, chromedp.Run(bctx))
 	return bctx
 }
 
@@ -168,7 +172,7 @@ func BenchmarkALTCHAWidgetSolve(b *testing.B) {
 	iss := proof.New([]byte("bench-widget-key-bench-widget-key!!"), time.Hour, func() time.Time { return now })
 	var times []time.Duration
 	for b.Loop() {
-		c, err := iss.Challenge("u", 50_000)
+		c, err := iss.Challenge("u", gateway.PowMaxNumberDefault)
 		require.NoError(b, err)
 		payload, took := page.solve(b, bctx, c)
 		if _, err := iss.Verify(payload, "u"); err != nil {

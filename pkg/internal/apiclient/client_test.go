@@ -272,7 +272,7 @@ func TestASaleThroughTheGeneratedClient(t *testing.T) {
 	challenge, err := c.GetV1ChallengeWithResponse(ctx, &apiclient.GetV1ChallengeParams{}, carol)
 	require.NoError(t, err)
 	require.Equal(t, http.StatusOK, challenge.StatusCode(), "%s", challenge.Body)
-	require.Equal(t, 50000, challenge.JSON200.MaxNumber)
+	require.Equal(t, gateway.PowMaxNumberDefault, challenge.JSON200.MaxNumber)
 
 	// Errors are described too.
 	missing, err := c.GetAdminV1VouchersIdWithResponse(ctx, "999999", asAdmin)

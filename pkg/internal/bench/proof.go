@@ -6,6 +6,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/flashsale/flashsale/pkg/gateway"
 	"github.com/flashsale/flashsale/pkg/proof"
 )
 
@@ -25,7 +26,7 @@ type ProofCheck struct {
 
 // proofCheck measures n verifications at the default difficulty.
 func proofCheck(n int) ProofCheck {
-	pc := ProofCheck{Checks: n, MaxNumber: 50_000, TargetMicros: 20}
+	pc := ProofCheck{Checks: n, MaxNumber: gateway.PowMaxNumberDefault, TargetMicros: 20}
 	iss := proof.New([]byte("bench-proof-key-bench-proof-key-bench!"), time.Hour, time.Now)
 	c, err := iss.Challenge("u1", pc.MaxNumber)
 	if err != nil {
