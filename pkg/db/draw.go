@@ -264,19 +264,18 @@ func (s *Store) MarkLost(ctx context.Context, v int64, now time.Time, limit int)
 // each with a fresh payment window from now and the item the gone winner
 // held; a unit the list is too short for goes back to MySQL's stock,
 // unsold (the sale is over: Redis sells nothing more). The voucher's row
-// lock makes two reapers pass each unit on once. It returns how many
-// units were passed on.
-func passOn(tx *gorm.DB, v int64, gone []Order, now time.Time) (int, error) {
+// lock makes two reapers pass each unit on once.
+func passOn(tx *gorm.DB, v int64, gone []Order, now time.Time) error {
 	var row struct {
 		PaymentTimeoutSeconds int64
 		DrawSeed              string
 	}
 	if err := tx.Raw("SELECT payment_timeout_seconds, draw_seed FROM vouchers WHERE id = ? FOR UPDATE", v).Scan(&row).Error; err != nil {
-		return 0, fmt.Errorf("lock voucher %d: %w", v, err)
+		return fmt.Errorf("lock voucher %d: %w", v, err)
 	}
 	next, err := waitlistHead(tx, v, row.DrawSeed, len(gone))
 	if err != nil {
-		return 0, err
+		return err
 	}
 	// The best placed winner's unit (and code) to the best placed entry
 	// of the waitlist, whatever order the cancellations came in.
@@ -294,23 +293,21 @@ func passOn(tx *gorm.DB, v int64, gone []Order, now time.Time) (int, error) {
 		n := next[i]
 		if err := tx.Exec(`UPDATE orders SET status = ?, drawn = 2, expires_at = ?, updated_at = ?, item = ?, amount = ?, code = ?
 			WHERE id = ? AND status IN ?`, order.StatusCreated, expires, now, o.Item, o.Amount, o.Code, n.ID, notDrawn).Error; err != nil {
-			return 0, fmt.Errorf("pass order %d's unit to entry %d: %w", o.ID, n.ID, err)
+			return fmt.Errorf("pass order %d's unit to entry %d: %w", o.ID, n.ID, err)
 		}
 		if o.Item > 0 {
 			if err := tx.Exec("UPDATE items SET order_id = ?, user_id = ? WHERE voucher_id = ? AND item = ?", n.ID, n.UserID, v, o.Item).Error; err != nil {
-				return 0, fmt.Errorf("pass item %d to entry %d: %w", o.Item, n.ID, err)
+				return fmt.Errorf("pass item %d to entry %d: %w", o.Item, n.ID, err)
 			}
 		}
 	}
 	if unsold > 0 {
 		if err := tx.Exec("UPDATE vouchers SET stock = stock + ? WHERE id = ?", unsold, v).Error; err != nil {
-			return 0, fmt.Errorf("return %d unsold units to voucher %d: %w", unsold, v, err)
+			return fmt.Errorf("return %d unsold units to voucher %d: %w", unsold, v, err)
 		}
-		if err := freeItems(tx, freed); err != nil {
-			return 0, err
-		}
+		return freeItems(tx, freed)
 	}
-	return min(len(gone), len(next)), nil
+	return nil
 }
 
 // rankOf is o's place in its draw (unranked last).
@@ -375,28 +372,6 @@ func rankMore(tx *gorm.DB, v int64, seedHex string, want int64) (bool, error) {
 	return true, writeRanks(tx, ranked, last.MaxRank)
 }
 
-// drawVouchers returns which of vouchers are draw sales.
-func drawVouchers(tx *gorm.DB, vouchers []int64) (map[int64]bool, error) {
-	var ids []int64
-	if err := tx.Raw("SELECT id FROM vouchers WHERE id IN ? AND allocation = ?", vouchers, draw.Draw).Scan(&ids).Error; err != nil {
-		return nil, fmt.Errorf("allocation of %d vouchers: %w", len(vouchers), err)
-	}
-	out := make(map[int64]bool, len(ids))
-	for _, id := range ids {
-		out[id] = true
-	}
-	return out, nil
-}
-
-// Entrants returns draw voucher v's entries that did not fail, as counting
-// them per user needs it (admit.lua counts entries in u:USER).
-func (s *Store) Entrants(ctx context.Context, v int64) ([]LiveOrder, error) {
-	var out []LiveOrder
-	err := s.db.WithContext(ctx).Model(&Order{}).Select("user_id", "day", "quantity", "created_at").
-		Where("voucher_id = ? AND status <> ?", v, order.StatusFailed).Scan(&out).Error
-	return out, err
-}
-
 // EachEntry calls fn with the id of every entry of draw voucher v that
 // did not fail (those the draw ranked), in id order, streaming the rows.
 func (s *Store) EachEntry(ctx context.Context, v int64, fn func(id int64)) error {
@@ -407,32 +382,38 @@ func (s *Store) EachEntry(ctx context.Context, v int64, fn func(id int64)) error
 	return nil
 }
 
-// DrawRecord is what MySQL recorded of voucher v's draw: the entries that
-// won at the draw and those the waitlist gave a unit to.
+// DrawFigures are a draw's counts, as the API shows them: entries that
+// did not fail, units the waitlist passed on, orders of the draw paid.
+type DrawFigures struct {
+	Entries, Passed, Paid int64
+}
+
+// DrawFiguresOf counts voucher v's DrawFigures in one read.
+func (s *Store) DrawFiguresOf(ctx context.Context, v int64) (DrawFigures, error) {
+	var f DrawFigures
+	err := s.db.WithContext(ctx).Raw(`SELECT COUNT(*) AS entries, COALESCE(SUM(drawn = 2), 0) AS passed,
+		COALESCE(SUM(drawn > 0 AND status = ?), 0) AS paid FROM orders WHERE voucher_id = ? AND status <> ?`,
+		order.StatusPaid, v, order.StatusFailed).Scan(&f).Error
+	return f, err
+}
+
+// DrawRecord is what MySQL recorded of voucher v's draw, as verifying it
+// needs it: the entries that won at the draw, those the waitlist gave a
+// unit to, and those ranked (the winners and the waitlist's head), in
+// rank order.
 type DrawRecord struct {
-	Entries int64
-	Won     []int64
-	Passed  []int64
-	// Ranked: the entries with a rank (the winners and the waitlist's
-	// head), in rank order.
-	Ranked []int64
-	// Paid: orders of the draw (won or passed) that are paid.
-	Paid int64
+	Won, Passed, Ranked []int64
 }
 
 // DrawRecordOf reads voucher v's DrawRecord.
 func (s *Store) DrawRecordOf(ctx context.Context, v int64) (DrawRecord, error) {
 	var rec DrawRecord
 	var rows []struct {
-		ID     int64
-		Drawn  int
-		Status string
+		ID    int64
+		Drawn int
 	}
 	db := s.db.WithContext(ctx)
-	if err := db.Model(&Order{}).Where("voucher_id = ? AND status <> ?", v, order.StatusFailed).Count(&rec.Entries).Error; err != nil {
-		return rec, err
-	}
-	if err := db.Raw("SELECT id, drawn, status FROM orders WHERE voucher_id = ? AND drawn > 0 ORDER BY id", v).Scan(&rows).Error; err != nil {
+	if err := db.Raw("SELECT id, drawn FROM orders WHERE voucher_id = ? AND drawn > 0 ORDER BY id", v).Scan(&rows).Error; err != nil {
 		return rec, err
 	}
 	if err := db.Raw("SELECT id FROM orders WHERE voucher_id = ? AND draw_rank IS NOT NULL ORDER BY draw_rank", v).Scan(&rec.Ranked).Error; err != nil {
@@ -443,9 +424,6 @@ func (s *Store) DrawRecordOf(ctx context.Context, v int64) (DrawRecord, error) {
 			rec.Won = append(rec.Won, r.ID)
 		} else {
 			rec.Passed = append(rec.Passed, r.ID)
-		}
-		if r.Status == string(order.StatusPaid) {
-			rec.Paid++
 		}
 	}
 	return rec, nil

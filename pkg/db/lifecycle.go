@@ -95,15 +95,21 @@ func (s *Store) CancelExpired(ctx context.Context, now time.Time, limit int) ([]
 			perVoucher[o.VoucherID] = append(perVoucher[o.VoucherID], o)
 		}
 		slices.Sort(vouchers) // the order every transaction locks vouchers in
-		drawn, err := drawVouchers(tx, vouchers)
-		if err != nil {
-			return err
+		out = make([]Release, len(due))
+		for i, o := range due {
+			out[i] = Release{OrderID: o.ID, VoucherID: o.VoucherID, UserID: o.UserID, Day: o.Day, Quantity: o.Quantity,
+				Item: o.Item, Amount: o.Amount, Code: o.Code, Reason: ReasonExpired, CreatedAt: now}
 		}
-		var owed []Release
+		drawn := map[int64]bool{}
 		for _, v := range vouchers {
 			os := perVoucher[v]
-			if drawn[v] { // a draw's unit goes down its waitlist
-				if _, err := passOn(tx, v, os, now); err != nil {
+			meta, _, err := s.voucherMeta(tx, v)
+			if err != nil {
+				return err
+			}
+			if meta.draw { // a draw's unit goes down its waitlist
+				drawn[v] = true
+				if err := passOn(tx, v, os, now); err != nil {
 					return err
 				}
 				continue
@@ -120,16 +126,9 @@ func (s *Store) CancelExpired(ctx context.Context, now time.Time, limit int) ([]
 			if err := freeItems(tx, freed); err != nil {
 				return err
 			}
-			for _, o := range os {
-				owed = append(owed, Release{OrderID: o.ID, VoucherID: o.VoucherID, UserID: o.UserID, Day: o.Day, Quantity: o.Quantity,
-					Item: o.Item, Amount: o.Amount, Code: o.Code, Reason: ReasonExpired, CreatedAt: now})
-			}
 		}
-		out = make([]Release, len(due))
-		for i, o := range due {
-			out[i] = Release{OrderID: o.ID, VoucherID: o.VoucherID, UserID: o.UserID, Day: o.Day, Quantity: o.Quantity,
-				Item: o.Item, Amount: o.Amount, Code: o.Code, Reason: ReasonExpired, CreatedAt: now}
-		}
+		// Redis is owed the units of every sale but a draw's.
+		owed := slices.DeleteFunc(slices.Clone(out), func(r Release) bool { return drawn[r.VoucherID] })
 		return insertReleases(tx, owed)
 	}, readCommitted)
 	if err != nil {
@@ -231,9 +230,20 @@ type LiveOrder struct {
 
 // LiveOrders returns voucher v's live orders (created, paid, completed).
 func (s *Store) LiveOrders(ctx context.Context, v int64) ([]LiveOrder, error) {
+	return s.countedOrders(ctx, "voucher_id = ? AND status IN ?", v, order.Live)
+}
+
+// Entrants returns draw voucher v's entries that did not fail, as counting
+// them per user needs it (admit.lua counts entries in u:USER).
+func (s *Store) Entrants(ctx context.Context, v int64) ([]LiveOrder, error) {
+	return s.countedOrders(ctx, "voucher_id = ? AND status <> ?", v, order.StatusFailed)
+}
+
+// countedOrders reads the orders where selects, as counting needs them.
+func (s *Store) countedOrders(ctx context.Context, where string, args ...any) ([]LiveOrder, error) {
 	var out []LiveOrder
 	err := s.db.WithContext(ctx).Model(&Order{}).Select("user_id", "day", "quantity", "created_at").
-		Where("voucher_id = ? AND status IN ?", v, order.Live).Scan(&out).Error
+		Where(where, args...).Scan(&out).Error
 	return out, err
 }
 

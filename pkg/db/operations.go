@@ -101,13 +101,12 @@ func (s *Store) CancelOrder(ctx context.Context, id int64, user string, now time
 			return fmt.Errorf("cancel order %d: %w", id, err)
 		}
 		o.Status, o.Reason, o.UpdatedAt = string(order.StatusCancelled), ReasonCancelled, now
-		drawn, err := drawVouchers(tx, []int64{o.VoucherID})
+		meta, _, err := s.voucherMeta(tx, o.VoucherID)
 		if err != nil {
 			return err
 		}
-		if drawn[o.VoucherID] { // a draw's unit goes down its waitlist
-			_, err := passOn(tx, o.VoucherID, []Order{o}, now)
-			return err
+		if meta.draw { // a draw's unit goes down its waitlist
+			return passOn(tx, o.VoucherID, []Order{o}, now)
 		}
 		if err := tx.Exec("UPDATE vouchers SET stock = stock + ? WHERE id = ?", o.Quantity, o.VoucherID).Error; err != nil {
 			return fmt.Errorf("return %d units to voucher %d: %w", o.Quantity, o.VoucherID, err)

@@ -216,10 +216,9 @@ func (req createVoucherRequest) voucher(now time.Time, rnd *rand.Rand) (db.Vouch
 		return v, nil, err
 	}
 	if req.ProofOfWork != nil {
-		if req.ProofOfWork.MaxNumber < 1 || req.ProofOfWork.MaxNumber > MaxPowNumber {
-			return v, nil, badRequest("invalid_field", "proof_of_work.max_number must be between 1 and "+idString(MaxPowNumber))
+		if v.PowMaxNumber, err = req.ProofOfWork.difficulty(); err != nil {
+			return v, nil, err
 		}
-		v.PowMaxNumber = req.ProofOfWork.MaxNumber
 	}
 	return v, plan.Items, nil
 }

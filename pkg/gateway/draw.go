@@ -69,11 +69,11 @@ func (g *Gateway) getDraw(w http.ResponseWriter, r *http.Request) {
 
 // drawOf is draw voucher v's draw as the API shows it.
 func (g *Gateway) drawOf(r *http.Request, v db.Voucher) (*drawJSON, error) {
-	rec, err := g.db.DrawRecordOf(r.Context(), v.ID)
+	f, err := g.db.DrawFiguresOf(r.Context(), v.ID)
 	if err != nil {
 		return nil, err
 	}
-	return &drawJSON{VoucherID: idString(v.ID), State: drawState(v, g.now()), Entries: rec.Entries,
-		Winners: v.DrawWinners, WaitlistPassed: int64(len(rec.Passed)), Paid: rec.Paid,
+	return &drawJSON{VoucherID: idString(v.ID), State: drawState(v, g.now()), Entries: f.Entries,
+		Winners: v.DrawWinners, WaitlistPassed: f.Passed, Paid: f.Paid,
 		SeedCommitment: v.SeedCommitment, Seed: revealed(v), EndsAt: v.EndsAt, DrawnAt: v.DrawnAt}, nil
 }

@@ -106,6 +106,19 @@ func (g *Gateway) listVouchers(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, out)
 }
 
+// voucherParam reads the query's voucher_id: 0 when absent.
+func voucherParam(r *http.Request) (int64, error) {
+	s := r.URL.Query().Get("voucher_id")
+	if s == "" {
+		return 0, nil
+	}
+	v, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || v <= 0 {
+		return 0, badRequest("invalid_field", "voucher_id must be a voucher id")
+	}
+	return v, nil
+}
+
 // listOrders: GET /v1/orders?voucher_id=ID, the caller's own orders of
 // that voucher, pending ones included: how a client finds an order whose
 // 202 it never received.
@@ -114,14 +127,12 @@ func (g *Gateway) listOrders(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	s := r.URL.Query().Get("voucher_id")
-	if s == "" {
-		g.fail(w, r, badRequest("missing_field", "voucher_id is required"))
-		return
+	v, err := voucherParam(r)
+	if err == nil && v == 0 {
+		err = badRequest("missing_field", "voucher_id is required")
 	}
-	v, err := strconv.ParseInt(s, 10, 64)
-	if err != nil || v <= 0 {
-		g.fail(w, r, badRequest("invalid_field", "voucher_id must be a voucher id"))
+	if err != nil {
+		g.fail(w, r, err)
 		return
 	}
 	ctx := r.Context()
@@ -375,10 +386,14 @@ func (req changeVoucherRequest) gate() (*int64, error) {
 	var p powJSON
 	dec := json.NewDecoder(bytes.NewReader(req.ProofOfWork))
 	dec.DisallowUnknownFields()
-	if err := dec.Decode(&p); err != nil || p.MaxNumber < 1 || p.MaxNumber > MaxPowNumber {
-		return nil, badRequest("invalid_field", "proof_of_work must be null or {\"max_number\": 1 to "+idString(MaxPowNumber)+"}")
+	if err := dec.Decode(&p); err != nil {
+		return nil, badRequest("invalid_field", "proof_of_work must be null or {\"max_number\": N}")
 	}
-	return &p.MaxNumber, nil
+	n, err := p.difficulty()
+	if err != nil {
+		return nil, err
+	}
+	return &n, nil
 }
 
 var errDrawClosed = &apiError{http.StatusConflict, "draw_closed", "a draw sale cannot be changed once its entries have closed"}

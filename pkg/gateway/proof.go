@@ -7,7 +7,6 @@ import (
 	"crypto/hmac"
 	"crypto/sha256"
 	"net/http"
-	"strconv"
 
 	"github.com/flashsale/flashsale/pkg/proof"
 	"github.com/flashsale/flashsale/pkg/rdb"
@@ -16,6 +15,14 @@ import (
 // MaxPowNumber bounds a gate's difficulty (ALTCHA's max number): a
 // browser tries half of it on average.
 const MaxPowNumber = 10_000_000
+
+// difficulty checks a gate's max_number.
+func (p powJSON) difficulty() (int64, error) {
+	if p.MaxNumber < 1 || p.MaxNumber > MaxPowNumber {
+		return 0, badRequest("invalid_field", "proof_of_work.max_number must be between 1 and "+idString(MaxPowNumber))
+	}
+	return p.MaxNumber, nil
+}
 
 // powKey is FLASHSALE_POW_KEY, or one derived from the admin token.
 func (c *Config) powKey() []byte {
@@ -43,12 +50,12 @@ func (g *Gateway) getChallenge(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	difficulty := g.cfg.PowMaxNumber
-	if s := r.URL.Query().Get("voucher_id"); s != "" {
-		v, err := strconv.ParseInt(s, 10, 64)
-		if err != nil || v <= 0 {
-			g.fail(w, r, badRequest("invalid_field", "voucher_id must be a voucher id"))
-			return
-		}
+	v, err := voucherParam(r)
+	if err != nil {
+		g.fail(w, r, err)
+		return
+	}
+	if v > 0 {
 		n, err := g.redis.ProofOfWork(r.Context(), v)
 		if err != nil {
 			g.fail(w, r, err)

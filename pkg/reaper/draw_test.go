@@ -278,6 +278,9 @@ func TestTheWaitlistPassesUnpaidUnitsOnOnce(t *testing.T) {
 	require.Zero(t, again.Cancelled)
 	require.Equal(t, int64(2), e.Count(t, "SELECT stock FROM vouchers WHERE id = ?", v.ID), "units conserved: 1 paid + 2 unsold = 3")
 	require.True(t, verify(t, e, v.ID).OK)
+	f, err := e.DB.DrawFiguresOf(ctx, v.ID)
+	require.NoError(t, err)
+	require.Equal(t, db.DrawFigures{Entries: 6, Passed: 3, Paid: 1}, f, "what GET …/draw shows")
 }
 
 // A codes draw hands each winner a distinct code; a code nobody paid for

@@ -106,6 +106,7 @@ func drawRun(ctx context.Context, s *harness.Stack, cfg Config, tokens []string,
 	cfg.logf("draw of %d entries for %d units: %.2fs, losers marked in %.2fs more", d.Entries, d.Stock, d.DrawSeconds, d.LostSeconds)
 
 	cmd := s.Command(ctx, "reaper", "draw", "verify", strconv.FormatInt(v, 10))
+	cmd.Env = append(cmd.Env, s.RoleEnv("reaper")...)
 	cmd.Stdout, cmd.Stderr = io.Discard, cfg.Log
 	start = time.Now()
 	if err := cmd.Start(); err != nil {

@@ -45,8 +45,8 @@ type ChaosConfig struct {
 	// this many claims per second each: red envelopes (Envelopes of them,
 	// ending just after the sale, so the reaper refunds what is left), a
 	// pool of Codes codes (paid like units, a cancelled one sold again)
-	// and a draw of Codes/4 units whose entries close just after the sale
-	// (the reaper is killed and restarted while the draw is due).
+	// and a draw of Codes/4 units whose entries close once the faults are
+	// over (the reaper is then killed and restarted while the draw is due).
 	SideRate  int
 	Envelopes int64
 	Codes     int

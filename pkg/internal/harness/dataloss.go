@@ -1,6 +1,7 @@
 package harness
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -173,16 +174,20 @@ func (s *Stack) RunOutput(ctx context.Context, bin string, args ...string) (stri
 // RunOutputEnv is RunOutput with env added to the stack's environment. The
 // binary talks to the gateway at FLASHSALE_SMOKE_URL.
 func (s *Stack) RunOutputEnv(ctx context.Context, env []string, bin string, args ...string) (string, error) {
-	env = append(append(append([]string{}, s.env...), "FLASHSALE_SMOKE_URL="+s.URL), env...)
-	return runOutput(ctx, s.binary(bin), env, args...)
+	cmd := s.Command(ctx, bin, args...)
+	cmd.Env = append(cmd.Env, env...)
+	var stdout bytes.Buffer
+	cmd.Stdout = &stdout
+	err := cmd.Run()
+	return stdout.String(), err
 }
 
-// Command is bin with args, the stack's environment and bin's role's
-// (as RunOutputEnv), not started: for a caller that wants the process's
-// own figures (its rusage).
+// Command is bin with args and the stack's environment (the gateway at
+// FLASHSALE_SMOKE_URL), not started: RunOutputEnv runs one, and a caller
+// that wants the process's own figures (its memory) starts one itself.
 func (s *Stack) Command(ctx context.Context, bin string, args ...string) *exec.Cmd {
 	cmd := exec.CommandContext(ctx, s.binary(bin), args...)
-	cmd.Env = append(append(append(cleanEnv(), s.env...), "FLASHSALE_SMOKE_URL="+s.URL), s.roleEnv[bin]...)
+	cmd.Env = append(append(cleanEnv(), s.env...), "FLASHSALE_SMOKE_URL="+s.URL)
 	return cmd
 }
 

@@ -112,15 +112,6 @@ func Run(ctx context.Context, bin string, env []string, args ...string) error {
 	return nil
 }
 
-func runOutput(ctx context.Context, bin string, env []string, args ...string) (string, error) {
-	cmd := exec.CommandContext(ctx, bin, args...)
-	cmd.Env = append(cleanEnv(), env...)
-	var stdout bytes.Buffer
-	cmd.Stdout = &stdout
-	err := cmd.Run()
-	return stdout.String(), err
-}
-
 // Pid is the process id.
 func (p *Proc) Pid() int { return p.cmd.Process.Pid }
 
