@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Makes sure the binaries the tests and the demo start are installed:
 # redis-server, mariadbd and mariadb-install-db (Debian packages
-# redis-server and mariadb-server), and chromium for the admin console's
-# browser test (Debian package chromium). Installs them when run as root;
+# redis-server and mariadb-server), chromium for the browser tests
+# (Debian package chromium), and npm, which fetches the ALTCHA widget the
+# proof-of-work browser test runs (Debian package npm; any npm will do).
+# Installs them when run as root;
 # otherwise prints the command and fails.
 set -euo pipefail
 
@@ -13,7 +15,7 @@ have() {
 }
 
 missing=()
-for bin in redis-server mariadbd mariadb-install-db chromium; do
+for bin in redis-server mariadbd mariadb-install-db chromium npm; do
   have "$bin" || missing+=("$bin")
 done
 if ! command -v go >/dev/null 2>&1; then
@@ -22,12 +24,12 @@ if ! command -v go >/dev/null 2>&1; then
 fi
 [ ${#missing[@]} -eq 0 ] && exit 0
 
-cmd="apt-get install -y redis-server mariadb-server chromium"
+cmd="apt-get install -y redis-server mariadb-server chromium npm"
 if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null 2>&1; then
   echo "installing ${missing[*]}: apt-get update && $cmd" >&2
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq
-  apt-get install -y -qq redis-server mariadb-server chromium >/dev/null
+  apt-get install -y -qq redis-server mariadb-server chromium npm >/dev/null
   for bin in "${missing[@]}"; do
     have "$bin" || { echo "still missing after install: $bin" >&2; exit 1; }
   done
