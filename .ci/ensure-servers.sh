@@ -24,12 +24,24 @@ if ! command -v go >/dev/null 2>&1; then
 fi
 [ ${#missing[@]} -eq 0 ] && exit 0
 
-cmd="apt-get install -y redis-server mariadb-server chromium npm"
+# Only the packages of what is missing: a machine whose Node.js (and npm)
+# came from elsewhere cannot take Debian's npm beside it (apt refuses with
+# "held broken packages"), and needs it not.
+pkgs=()
+for bin in "${missing[@]}"; do
+  case "$bin" in
+    redis-server) pkg=redis-server ;;
+    mariadbd | mariadb-install-db) pkg=mariadb-server ;;
+    *) pkg=$bin ;;
+  esac
+  [[ " ${pkgs[*]} " == *" $pkg "* ]] || pkgs+=("$pkg")
+done
+cmd="apt-get install -y ${pkgs[*]}"
 if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null 2>&1; then
   echo "installing ${missing[*]}: apt-get update && $cmd" >&2
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq
-  apt-get install -y -qq redis-server mariadb-server chromium npm >/dev/null
+  apt-get install -y -qq "${pkgs[@]}" >/dev/null
   for bin in "${missing[@]}"; do
     have "$bin" || { echo "still missing after install: $bin" >&2; exit 1; }
   done
