@@ -7,21 +7,23 @@
 -- runs unchanged on Redis Cluster. The stream of partition P carries the same tag.
 --
 -- KEYS[1] -> flashsale:{pP}:v:V            voucher hash, whose fields it reads: stock, limit, daily, start_ms, end_ms, pool, paused,
---                                          buckets, draw, pow, u:USER -> units user USER holds (all time), and
+--                                          buckets, draw, pow, room, u:USER -> units user USER holds (all time), and
 --                                          o:USER -> the stream entry ids of USER's admissions, space-separated
 --                                          (the index pending.lua reads a user's pending orders by)
 -- KEYS[2] -> flashsale:{pP}:orders         the partition's order stream
 -- KEYS[3] -> flashsale:{pP}:v:V:pool       list of the items left (pooled kinds: envelopes, codes)
+-- KEYS[4] -> flashsale:{pP}:v:V:room       the waiting room's state (room.lua): an admission on a pass
+--                                          marks it used (x:PLACE) and no longer outstanding (s:EXP, live)
 -- and for claim i (1-based):
--- KEYS[1+3i] -> flashsale:{pP}:v:V:day:D   hash user -> units taken on day D of claim i
--- KEYS[2+3i] -> flashsale:{pP}:v:V:idem:U:K  claim i's idempotency record (ignored when its TTL is 0)
--- KEYS[3+3i] -> flashsale:{pP}:v:V:proof:S  claim i's proof of work, S its challenge's signature (set
+-- KEYS[2+3i] -> flashsale:{pP}:v:V:day:D   hash user -> units taken on day D of claim i
+-- KEYS[3+3i] -> flashsale:{pP}:v:V:idem:U:K  claim i's idempotency record (ignored when its TTL is 0)
+-- KEYS[4+3i] -> flashsale:{pP}:v:V:proof:S  claim i's proof of work, S its challenge's signature (set
 --                                          once, for its TTL; ignored when the voucher has no gate)
 --
 -- ARGV[1] -> voucher id (written into the entries)
 -- ARGV[2] -> the voucher's number of buckets the caller routed the batch by
 -- ARGV[3] -> TTL in seconds of the day hashes
--- and for claim i, from b = 4 + 7(i-1):
+-- and for claim i, from b = 4 + 8(i-1):
 -- ARGV[b]   -> user id
 -- ARGV[b+1] -> now, unix milliseconds (the caller's clock, so tests can move it)
 -- ARGV[b+2] -> day D as yyyymmdd in the sale's time zone (written into the entry)
@@ -29,6 +31,8 @@
 -- ARGV[b+4] -> quantity: units taken, all or nothing (1..1000; written into the entry)
 -- ARGV[b+5] -> the difficulty (max number) of the claim's verified proof of work; 0 = none
 -- ARGV[b+6] -> seconds the proof's challenge has left (how long its single use is kept)
+-- ARGV[b+7] -> the claim's waiting-room pass, "PLACE:EXP_MS" (the gateway verified it is the user's,
+--              admitted and not lapsed at EXP_MS), or "0": none
 --
 -- Cost: every redis.call is a few microseconds of Redis's one thread, and
 -- so is the script call itself; a batch shares them. The common batch
@@ -37,7 +41,8 @@
 -- one HSET of the new stock, counts and indexes. A daily limit adds one
 -- HMGET and one HSET (and EXPIRE) per day; keys add one MGET and a SET per
 -- keyed admission; a pool adds an LPOP per admission; a proof-of-work
--- gate a SET per claim.
+-- gate a SET per claim; a waiting room an HSETNX per admission (and an
+-- HEXISTS and two HINCRBYs the first time a pass buys).
 --
 -- A hot voucher's stock may be spread over buckets (stock_buckets, see
 -- pkg/rdb keys.go): the KEYS are then those of one bucket, and every limit
@@ -52,7 +57,11 @@
 --
 -- A voucher with a proof-of-work gate (pow = its difficulty, > 0) takes a
 -- claim only with a proof (the gateway verified its signature, user and
--- expiry) of at least that difficulty, once: KEYS[3+3i] is set NX.
+-- expiry) of at least that difficulty, once: KEYS[4+3i] is set NX.
+--
+-- A voucher with a waiting room (room > 0, pkg/room) takes a claim only
+-- with a pass that has not lapsed; the proof of work, if any, was asked
+-- at the room's door instead.
 --
 -- A draw sale (draw = 1, pkg/draw) takes entries instead: an admission is
 -- an entry, of one unit's claim, one per user (u:USER counts entries); it
@@ -71,20 +80,21 @@
 -- never be admitted), 9 paused by an operator, {10, n}: the voucher has n
 -- buckets, not ARGV[2] (route again), 11 the user entered this draw already,
 -- 12 the voucher needs a proof of work and the claim has none, 13 its proof
--- is too easy or was used before.
+-- is too easy or was used before, 14 the voucher has a waiting room and
+-- the claim no pass that holds.
 -- Only admissions are remembered under the idempotency key: a rejection
 -- changed nothing, so its retry is simply decided again.
 
-local n = (#ARGV - 3) / 7
+local n = (#ARGV - 3) / 8
 local out = {}
-local function arg(i, k) return ARGV[4 + 7 * (i - 1) + k] end
+local function arg(i, k) return ARGV[4 + 8 * (i - 1) + k] end
 
 -- Replays of earlier admissions under the same key: one MGET.
 local keyed, idem_keys = {}, {}
 for i = 1, n do
   if tonumber(arg(i, 3)) > 0 then
     keyed[#keyed + 1] = i
-    idem_keys[#idem_keys + 1] = KEYS[2 + 3 * i]
+    idem_keys[#idem_keys + 1] = KEYS[3 + 3 * i]
   end
 end
 if #keyed > 0 then
@@ -99,7 +109,7 @@ if #keyed > 0 then
 end
 
 -- The voucher and every user's count and index: one HMGET.
-local fields = {'stock', 'limit', 'daily', 'start_ms', 'end_ms', 'pool', 'paused', 'buckets', 'draw', 'pow'}
+local fields = {'stock', 'limit', 'daily', 'start_ms', 'end_ms', 'pool', 'paused', 'buckets', 'draw', 'pow', 'room'}
 local slot = {} -- user -> position of its u: field (its o: field follows)
 for i = 1, n do
   local user = arg(i, 0)
@@ -137,6 +147,7 @@ local end_ms = tonumber(v[5])
 local pooled = v[6] == '1'
 local draw = v[9] == '1'
 local pow = tonumber(v[10]) or 0
+local room = tonumber(v[11]) or 0
 if draw then
   for i = 1, n do
     if out[i] then -- a replayed entry
@@ -170,17 +181,20 @@ local replay = {} -- idempotency key -> the admission made under it in this batc
 for i = 1, n do
   if not out[i] then
     local user, now, qty, idem_ttl = arg(i, 0), tonumber(arg(i, 1)), tonumber(arg(i, 4)), tonumber(arg(i, 3))
-    local idem, day_key = KEYS[2 + 3 * i], KEYS[1 + 3 * i]
+    local idem, day_key, pass = KEYS[3 + 3 * i], KEYS[2 + 3 * i], arg(i, 7)
+    local pass_exp = room > 0 and tonumber(string.match(pass, ':(%d+)$'))
     if idem_ttl > 0 and replay[idem] then
       out[i] = {0, replay[idem][2], 1, replay[idem][4], replay[idem][5]}
     elseif start_ms > 0 and now < start_ms then
       out[i] = {2}
     elseif end_ms > 0 and now >= end_ms then
       out[i] = {3}
-    elseif pow > 0 and tonumber(arg(i, 5)) == 0 then
+    elseif room > 0 and not (pass_exp and now < pass_exp) then
+      out[i] = {14}
+    elseif room == 0 and pow > 0 and tonumber(arg(i, 5)) == 0 then
       out[i] = {12}
-    elseif pow > 0 and (tonumber(arg(i, 5)) < pow or
-        not redis.call('SET', KEYS[3 + 3 * i], '1', 'NX', 'EX', arg(i, 6))) then
+    elseif room == 0 and pow > 0 and (tonumber(arg(i, 5)) < pow or
+        not redis.call('SET', KEYS[4 + 3 * i], '1', 'NX', 'EX', arg(i, 6))) then
       out[i] = {13}
     elseif draw then
       if qty ~= 1 then
@@ -241,6 +255,12 @@ for i = 1, n do
             day_dirty[day_key][user] = true
           end
           out[i] = {0, id, 0, item}
+          if room > 0 and redis.call('HSETNX', KEYS[4], 'x:' .. string.match(pass, '^(%d+)'), 1) == 1 and
+              redis.call('HEXISTS', KEYS[4], 's:' .. pass_exp) == 1 then
+            -- The pass bought: no longer outstanding (room.lua).
+            redis.call('HINCRBY', KEYS[4], 's:' .. pass_exp, -1)
+            redis.call('HINCRBY', KEYS[4], 'live', -1)
+          end
           if idem_ttl > 0 then
             replay[idem] = out[i]
             redis.call('SET', idem, id .. ' ' .. item, 'EX', idem_ttl)

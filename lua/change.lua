@@ -5,7 +5,7 @@
 -- retry until it gets an answer.
 --
 -- KEYS[1] -> flashsale:{pP}:v:V            voucher hash (stock, end_ms, expire_s, end_change, paused, pause_change,
---                                          pow, pow_change)
+--                                          pow, pow_change, room, room_pre_ms, room_pass_ms, room_change)
 -- KEYS[2] -> flashsale:{pP}:v:V:changes    set of change ids applied
 -- KEYS[3] -> flashsale:{pP}:v:V:released   the released set (its expiry follows the voucher's)
 -- KEYS[4] -> flashsale:{pP}:v:V:pool       the pool (likewise)
@@ -16,6 +16,7 @@
 -- ARGV[4] -> new expiry of the voucher's keys, unix s (with ARGV[3])
 -- ARGV[5] -> 1 pause, 0 resume, -1 neither
 -- ARGV[6] -> the proof-of-work gate's new difficulty (0: off), -1 unchanged
+-- ARGV[7] -> the waiting room's new settings "N:PRE_MS:PASS_MS" (pkg/room), "0" off, "" unchanged
 --
 -- Returns 1 when applied now, 0 when it had been already, -1 when Redis
 -- does not hold the voucher (nothing is written: its creation is still
@@ -54,6 +55,12 @@ end
 local pow = tonumber(ARGV[6])
 if pow >= 0 and id > (tonumber(redis.call('HGET', KEYS[1], 'pow_change')) or 0) then
   redis.call('HSET', KEYS[1], 'pow', pow, 'pow_change', id)
+end
+-- And a new waiting room.
+if ARGV[7] ~= '' and id > (tonumber(redis.call('HGET', KEYS[1], 'room_change')) or 0) then
+  local rate, pre_ms, pass_ms = string.match(ARGV[7], '^(%d+):(%d+):(%d+)$')
+  redis.call('HSET', KEYS[1], 'room', rate or 0, 'room_pre_ms', pre_ms or 0, 'room_pass_ms', pass_ms or 0,
+    'room_change', id)
 end
 local expire_s = tonumber(redis.call('HGET', KEYS[1], 'expire_s')) or 0
 if expire_s > 0 then

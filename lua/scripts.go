@@ -1,5 +1,6 @@
 // Package lua holds flashsale's Redis scripts. Each .lua file starts with its
-// contract (KEYS, ARGV, return values); pkg/rdb is the only caller.
+// contract (KEYS, ARGV, return values); pkg/rdb calls them, and pkg/room
+// the waiting room's.
 package lua
 
 import (
@@ -27,6 +28,8 @@ var (
 	giveSrc string
 	//go:embed pending.lua
 	pendingSrc string
+	//go:embed room.lua
+	roomSrc string
 )
 
 // Admit decides one claim: sale window, stock, per-user and per-day limits,
@@ -60,5 +63,9 @@ var (
 // index, pruning what was persisted (pending.lua).
 var Pending = redis.NewScript(pendingSrc)
 
+// Room runs a voucher's waiting room: its clock, then a join or a
+// lookup (room.lua; pkg/room is its caller).
+var Room = redis.NewScript(roomSrc)
+
 // All lists every script, for loading at start-up.
-var All = []*redis.Script{Admit, Release, Ack, DelConsumer, Lease, Change, Take, Give, Pending}
+var All = []*redis.Script{Admit, Release, Ack, DelConsumer, Lease, Change, Take, Give, Pending, Room}

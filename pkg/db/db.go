@@ -57,6 +57,9 @@ type Voucher struct {
 	DrawWinners    int64 // entries that won at the draw
 	// PowMaxNumber: the difficulty of the proof-of-work gate; 0: none.
 	PowMaxNumber int64
+	// WaitingRoom: the voucher's waiting room, room.Config.Encode's form;
+	// "": none.
+	WaitingRoom string
 }
 
 // IsDraw reports a draw sale.

@@ -188,7 +188,10 @@ type VoucherChange struct {
 	// Paused: a pause (true) or a resume (false); nil: neither.
 	Paused *bool
 	// Pow: the proof-of-work gate's new difficulty (0: off); nil: unchanged.
-	Pow            *int64
+	Pow *int64
+	// Room: the waiting room's new settings (room.Config.Encode), "0"
+	// off; nil: unchanged.
+	Room           *string
 	CreatedAt      time.Time
 	RedisAppliedAt *time.Time
 	// PaymentTimeoutSeconds is the voucher's, read with the change (the
@@ -203,6 +206,9 @@ type Edit struct {
 	AddStock int64
 	EndsAt   *time.Time
 	Pow      *int64
+	// Room: the waiting room's new settings (room.Config.Encode; "0"
+	// turns it off); nil: unchanged.
+	Room *string
 }
 
 // ChangeVoucher applies e to voucher id in one transaction that also
@@ -210,7 +216,7 @@ type Edit struct {
 // the change.
 func (s *Store) ChangeVoucher(ctx context.Context, id int64, e Edit, now time.Time) (Voucher, VoucherChange, error) {
 	addStock, endsAt := e.AddStock, e.EndsAt
-	ch := VoucherChange{VoucherID: id, AddStock: addStock, EndsAt: endsAt, Pow: e.Pow, CreatedAt: now}
+	ch := VoucherChange{VoucherID: id, AddStock: addStock, EndsAt: endsAt, Pow: e.Pow, Room: e.Room, CreatedAt: now}
 	return s.change(ctx, id, ch, func(_ *gorm.DB, v *Voucher, updates map[string]any) error {
 		if addStock > 0 && !v.Traits().ToppedUp {
 			return ErrNotToppable
@@ -228,6 +234,13 @@ func (s *Store) ChangeVoucher(ctx context.Context, id int64, e Edit, now time.Ti
 		if e.Pow != nil {
 			updates["pow_max_number"] = *e.Pow
 			v.PowMaxNumber = *e.Pow
+		}
+		if e.Room != nil {
+			v.WaitingRoom = *e.Room
+			if v.WaitingRoom == "0" {
+				v.WaitingRoom = ""
+			}
+			updates["waiting_room"] = v.WaitingRoom
 		}
 		return nil
 	})

@@ -18,6 +18,7 @@ import (
 	"github.com/flashsale/flashsale/pkg/draw"
 	"github.com/flashsale/flashsale/pkg/order"
 	"github.com/flashsale/flashsale/pkg/rdb"
+	"github.com/flashsale/flashsale/pkg/room"
 	"github.com/flashsale/flashsale/pkg/sale"
 	"github.com/flashsale/flashsale/pkg/settle"
 )
@@ -56,8 +57,11 @@ type createVoucherRequest struct {
 	StockBuckets *int64 `json:"stock_buckets"`
 	// Allocation: first_come (default) or draw (pkg/draw).
 	Allocation *string `json:"allocation"`
-	// ProofOfWork puts a proof-of-work gate on its claims (pkg/proof).
+	// ProofOfWork puts a proof-of-work gate on its claims (pkg/proof), or
+	// on its waiting room's door.
 	ProofOfWork *powJSON `json:"proof_of_work"`
+	// WaitingRoom puts a waiting room in front of its claims (pkg/room).
+	WaitingRoom *room.Config `json:"waiting_room"`
 }
 
 // powJSON is a proof-of-work gate: its difficulty, ALTCHA's max number.
@@ -87,6 +91,8 @@ type voucherJSON struct {
 	Seed           string `json:"seed,omitempty"`
 	// ProofOfWork: the gate on claims; null: none.
 	ProofOfWork *powJSON `json:"proof_of_work"`
+	// WaitingRoom: the room in front of the claims; null: none.
+	WaitingRoom *room.Config `json:"waiting_room"`
 }
 
 func voucherOut(v db.Voucher) voucherJSON {
@@ -94,7 +100,14 @@ func voucherOut(v db.Voucher) voucherJSON {
 		TotalAmount: v.TotalAmount, MinAmount: v.MinAmount,
 		PerUserLimit: v.PerUserLimit, PerUserDailyLimit: v.PerUserDailyLimit, StartsAt: v.StartsAt,
 		EndsAt: v.EndsAt, PaymentTimeoutSeconds: v.PaymentTimeoutSeconds, Paused: v.Paused, CreatedAt: v.CreatedAt,
-		Allocation: cmp.Or(v.Allocation, draw.FirstCome), SeedCommitment: v.SeedCommitment, Seed: revealed(v), ProofOfWork: gateOf(v)}
+		Allocation: cmp.Or(v.Allocation, draw.FirstCome), SeedCommitment: v.SeedCommitment, Seed: revealed(v), ProofOfWork: gateOf(v),
+		WaitingRoom: roomOf(v)}
+}
+
+// roomOf is v's waiting room, nil without one.
+func roomOf(v db.Voucher) *room.Config {
+	c, _ := room.Decode(v.WaitingRoom)
+	return c
 }
 
 // gateOf is v's proof-of-work gate, nil without one.
@@ -220,6 +233,11 @@ func (req createVoucherRequest) voucher(now time.Time, rnd *rand.Rand) (db.Vouch
 			return v, nil, err
 		}
 	}
+	if req.WaitingRoom != nil {
+		if v.WaitingRoom, err = waitingRoom(v, req.WaitingRoom); err != nil {
+			return v, nil, err
+		}
+	}
 	return v, plan.Items, nil
 }
 
@@ -334,6 +352,14 @@ type voucherStatusJSON struct {
 	Streams []rdb.Backlog `json:"streams"`
 	// Draw: a draw sale's state (as GET /v1/vouchers/{id}/draw).
 	Draw *drawJSON `json:"draw,omitempty"`
+	// Room: a waiting room's figures, from its state in Redis.
+	Room *roomJSON `json:"room,omitempty"`
+}
+
+type roomJSON struct {
+	Waiting           int64 `json:"waiting"`
+	Admitted          int64 `json:"admitted"`
+	PassesOutstanding int64 `json:"passes_outstanding"`
 }
 
 // getVoucher: GET /admin/v1/vouchers/{id}: the voucher as both stores see it.
@@ -358,6 +384,16 @@ func (g *Gateway) getVoucher(w http.ResponseWriter, r *http.Request) {
 	}
 	if v.IsDraw() {
 		if out.Draw, err = g.drawOf(r, v); err != nil {
+			g.fail(w, r, err)
+			return
+		}
+	}
+	if v.WaitingRoom != "" {
+		s, err := g.rooms.store.Tick(ctx, id, g.now())
+		switch {
+		case err == nil:
+			out.Room = &roomJSON{Waiting: s.Waiting(), Admitted: s.Front, PassesOutstanding: s.Live}
+		case !errors.Is(err, room.ErrNoRoom) && !errors.Is(err, rdb.ErrVoucherNotFound): // Redis has not caught up yet
 			g.fail(w, r, err)
 			return
 		}

@@ -46,12 +46,23 @@ func (g *Gateway) claim(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	now := g.now()
+	pass, err := g.roomPass(r, voucher, user, now)
+	if err != nil {
+		e := toAPIError(err)
+		if e.Status == http.StatusServiceUnavailable {
+			g.countClaim(resultUnavailable, "", start)
+		} else {
+			g.countClaim(resultRejected, e.Code, start)
+		}
+		g.fail(w, r, err)
+		return
+	}
 	ctx, cancel := context.WithTimeout(r.Context(), g.cfg.ClaimTimeout)
 	defer cancel()
 	t0 := time.Now()
 	a, err := g.admit(ctx, rdb.Claim{
 		VoucherID: voucher, UserID: user, IdempotencyKey: key, IdempotencyTTL: g.cfg.IdempotencyTTL,
-		Now: now, Day: order.Day(now, g.loc), Quantity: qty, Proof: proof,
+		Now: now, Day: order.Day(now, g.loc), Quantity: qty, Proof: proof, Pass: pass,
 	})
 	g.metrics.scriptSeconds.Observe(time.Since(t0).Seconds())
 	switch {
@@ -59,6 +70,8 @@ func (g *Gateway) claim(w http.ResponseWriter, r *http.Request) {
 		g.soldOut.admitted(voucher)
 	case key == "" && errors.Is(err, rdb.ErrSoldOut):
 		g.soldOut.soldOutFor(voucher, qty)
+	case errors.Is(err, rdb.ErrNotAdmitted):
+		g.rooms.learn(voucher, nil) // the next claims are decided here
 	}
 	if err != nil {
 		e := toAPIError(err)

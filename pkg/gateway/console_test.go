@@ -45,6 +45,10 @@ func TestConsoleInABrowser(t *testing.T) {
 	f.createVoucher(`{"name":"New year envelopes","kind":"envelope","total_amount":100000,"count":500}`)
 	drawID := f.createVoucher(`{"name":"Sneaker draw","stock":50,"allocation":"draw","ends_at":"` + f.clock.Now().Add(time.Hour).Format(time.RFC3339) + `"}`)
 	require.Equal(t, http.StatusAccepted, f.do("POST", "/v1/vouchers/"+drawID+"/orders", f.token("entrant"), "").Status)
+	roomID := f.createVoucher(`{"name":"Console room","stock":50,"waiting_room":{"admit_per_second":1}}`)
+	for _, u := range []string{"q1", "q2", "q3"} {
+		require.Equal(t, http.StatusOK, f.do("POST", "/v1/vouchers/"+roomID+"/queue", f.token(u), "").Status)
+	}
 
 	// A sale in progress: claims keep coming while the console is open,
 	// and a worker persists them.
@@ -102,6 +106,8 @@ func TestConsoleInABrowser(t *testing.T) {
 	require.Equal(t, "on sale", text(row+" td.state"))
 	drawRow := `tr[data-voucher="` + drawID + `"]`
 	require.Regexp(t, `^draw: [01] entries$`, text(drawRow+" td.state"), "a draw shows its entries")
+	require.Regexp(t, `^on sale · room: [0-3] waiting, [0-3] admitted, [0-3] passes out$`,
+		text(`tr[data-voucher="`+roomID+`"] td.state`), "a room shows its waiters")
 	require.Contains(t, text(`#backlog`), "waiting")
 
 	// The charts have data, a line per series with several points each

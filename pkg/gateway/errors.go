@@ -6,6 +6,7 @@ import (
 
 	"github.com/flashsale/flashsale/pkg/db"
 	"github.com/flashsale/flashsale/pkg/rdb"
+	"github.com/flashsale/flashsale/pkg/room"
 )
 
 // apiError is an error answer: an HTTP status, a stable machine-readable
@@ -54,6 +55,11 @@ var errorTable = []struct {
 	{rdb.ErrProofRequired, errProofRequired},
 	{rdb.ErrProofInvalid, errProofInvalid},
 	{rdb.ErrAlreadyEntered, &apiError{http.StatusConflict, "already_entered", "you have entered this draw already: one entry per user"}},
+	{rdb.ErrNotAdmitted, errNotAdmitted},
+	{room.ErrNotInQueue, errNotInQueue},
+	{room.ErrNoRoom, errNoRoom},
+	{room.ErrEnded, errQueueClosed},
+	{room.ErrNotOpen, errQueueEarly},
 	{db.ErrPaymentExpired, &apiError{http.StatusConflict, "payment_expired", "the payment deadline has passed"}},
 }
 

@@ -24,21 +24,27 @@ import (
 	"github.com/flashsale/flashsale/pkg/db"
 	"github.com/flashsale/flashsale/pkg/proof"
 	"github.com/flashsale/flashsale/pkg/rdb"
+	"github.com/flashsale/flashsale/pkg/room"
 	"github.com/flashsale/flashsale/pkg/token"
 )
 
 // Gateway serves the HTTP API.
 type Gateway struct {
-	cfg     Config
-	loc     *time.Location
-	now     func() time.Time
-	redis   *rdb.Store
-	db      *db.Store
-	auth    *auth
-	pow     *proof.Issuer // proof-of-work challenges and their verification
-	log     *zap.Logger
-	metrics *metrics
-	reg     prometheus.Registerer
+	cfg   Config
+	loc   *time.Location
+	now   func() time.Time
+	redis *rdb.Store
+	db    *db.Store
+	auth  *auth
+	pow   *proof.Issuer // proof-of-work challenges and their verification
+	// rooms are the waiting rooms served (room.go); queueTokens signs
+	// their waiters' tokens.
+	rooms       *rooms
+	queueTokens *room.Tokens
+	stopRooms   func()
+	log         *zap.Logger
+	metrics     *metrics
+	reg         prometheus.Registerer
 	// admit is the Redis admission: through the batcher, or direct.
 	admit   func(context.Context, rdb.Claim) (rdb.Admission, error)
 	batcher *rdb.Batcher
@@ -118,6 +124,17 @@ func New(cfg Config, r *rdb.Store, d *db.Store, log *zap.Logger, opts ...Option)
 		PreviousSecret: cfg.JWTPreviousSecret, Issuer: cfg.JWTIssuer, Audience: cfg.JWTAudience,
 		MaxLifetime: cfg.JWTMaxLifetime, Keys: cfg.valid.jwks, Now: func() time.Time { return g.now() }})}
 	g.pow = proof.New(cfg.powKey(), cfg.PowTTL, func() time.Time { return g.now() })
+	g.queueTokens = room.NewTokens(cfg.powKey())
+	g.rooms = &rooms{now: func() time.Time { return g.now() }}
+	g.stopRooms = func() {}
+	if r != nil {
+		g.rooms.store = room.NewStore(r)
+		g.stopRooms = every(roomTick, func() {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			defer cancel()
+			g.tickRooms(ctx)
+		})
+	}
 	g.stopSweep = g.sweepLimiters()
 	g.stopHistory = g.sampleHistory(historyEvery)
 	return g, nil
@@ -188,6 +205,8 @@ func (g *Gateway) routes() []route {
 		{http.MethodPost, "/v1/vouchers/{id}/orders", false, g.claim},
 		{http.MethodGet, "/v1/vouchers/{id}/draw", false, g.mysqlBound(g.getDraw)},
 		{http.MethodGet, "/v1/challenge", false, g.getChallenge},
+		{http.MethodPost, "/v1/vouchers/{id}/queue", false, g.joinQueue},
+		{http.MethodGet, "/v1/vouchers/{id}/queue", false, g.getQueue},
 		{http.MethodGet, "/v1/orders", false, g.mysqlBound(g.listOrders)},
 		{http.MethodGet, "/v1/orders/{id}", false, g.mysqlBound(g.getOrder)},
 		{http.MethodPost, "/v1/orders/{id}/pay", false, g.buyerPay(g.mysqlBound(g.payOrder))},
@@ -311,6 +330,7 @@ func (g *Gateway) Close() {
 	}
 	g.stopSweep()
 	g.stopHistory()
+	g.stopRooms()
 }
 
 // Run serves on cfg.HTTPAddr (and the admin API on cfg.AdminAddr, when

@@ -2,6 +2,8 @@ package gateway
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/flashsale/flashsale/pkg/room"
 )
 
 // Claim results, the "result" label of flashsale_claims_total.
@@ -32,6 +34,10 @@ type metrics struct {
 	// legacyWebhooks counts webhooks accepted with the old signature
 	// over the body alone (FLASHSALE_PAYMENT_WEBHOOK_LEGACY).
 	legacyWebhooks prometheus.Counter
+	// rooms: the waiting rooms' answers by operation and state, and each
+	// served room's figures from its last tick (room.go).
+	roomAnswers                           *prometheus.CounterVec
+	roomWaiting, roomAdmitted, roomPasses *prometheus.GaugeVec
 	// outcomes holds the counter and histogram of every (result, reason)
 	// a claim can end in, resolved once: no label lookup per claim.
 	outcomes map[outcomeKey]outcome
@@ -71,9 +77,22 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		limiterKeys: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "flashsale_rate_limiter_keys", Help: "Buckets the in-process rate limiters hold (users or addresses seen recently).",
 		}, []string{"limiter"}),
+		roomAnswers: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "flashsale_room_answers_total", Help: "Waiting-room answers, by op (join, poll) and the waiter's state.",
+		}, []string{"op", "state"}),
+		roomWaiting: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "flashsale_room_waiting", Help: "Places given and not yet admitted, per waiting room this gateway serves (its last tick).",
+		}, []string{"voucher"}),
+		roomAdmitted: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "flashsale_room_admitted", Help: "Places admitted so far, per waiting room this gateway serves.",
+		}, []string{"voucher"}),
+		roomPasses: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "flashsale_room_passes_outstanding", Help: "Passes admitted, not lapsed and not yet used to buy, per waiting room this gateway serves.",
+		}, []string{"voucher"}),
 		outcomes: map[outcomeKey]outcome{},
 	}
-	reg.MustRegister(m.claims, m.claimSeconds, m.scriptSeconds, m.pruned, m.mysqlShed, m.shed, m.limiterKeys, m.legacyWebhooks)
+	reg.MustRegister(m.claims, m.claimSeconds, m.scriptSeconds, m.pruned, m.mysqlShed, m.shed, m.limiterKeys, m.legacyWebhooks,
+		m.roomAnswers, m.roomWaiting, m.roomAdmitted, m.roomPasses)
 	keys := []outcomeKey{{resultAdmitted, ""}, {resultEntered, ""}, {resultReplayed, ""}, {resultInvalid, ""}, {resultUnavailable, ""}}
 	for _, e := range errorTable {
 		if e.api.Status < 500 {
@@ -93,4 +112,21 @@ func (m *metrics) outcome(result, reason string) outcome {
 		return o
 	}
 	return outcome{m.claims.WithLabelValues(result, reason), m.claimSeconds.WithLabelValues(result)}
+}
+
+func (m *metrics) roomAnswer(op, state string) { m.roomAnswers.WithLabelValues(op, state).Inc() }
+
+// roomFigures publishes room v's figures from its state s.
+func (m *metrics) roomFigures(v int64, s *room.Snapshot) {
+	id := idString(v)
+	m.roomWaiting.WithLabelValues(id).Set(float64(s.Waiting()))
+	m.roomAdmitted.WithLabelValues(id).Set(float64(s.Front))
+	m.roomPasses.WithLabelValues(id).Set(float64(s.Live))
+}
+
+func (m *metrics) forgetRoom(v int64) {
+	id := idString(v)
+	m.roomWaiting.DeleteLabelValues(id)
+	m.roomAdmitted.DeleteLabelValues(id)
+	m.roomPasses.DeleteLabelValues(id)
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/flashsale/flashsale/pkg/db"
 	"github.com/flashsale/flashsale/pkg/draw"
 	"github.com/flashsale/flashsale/pkg/order"
+	"github.com/flashsale/flashsale/pkg/room"
 	"github.com/flashsale/flashsale/pkg/sale"
 	"github.com/flashsale/flashsale/pkg/settle"
 )
@@ -372,6 +373,28 @@ type changeVoucherRequest struct {
 	EndsAt   *string `json:"ends_at"`
 	// ProofOfWork: a new gate, or null to turn it off (absent: unchanged).
 	ProofOfWork json.RawMessage `json:"proof_of_work"`
+	// WaitingRoom: a new room, or null to take it away (absent: unchanged).
+	WaitingRoom json.RawMessage `json:"waiting_room"`
+}
+
+// room reads the request's waiting_room for voucher v: nil when absent,
+// "0" for null, else the room as stored.
+func (req changeVoucherRequest) room(v db.Voucher) (*string, error) {
+	if req.WaitingRoom == nil {
+		return nil, nil
+	}
+	off := "0"
+	if string(bytes.TrimSpace(req.WaitingRoom)) == "null" {
+		return &off, nil
+	}
+	var c room.Config
+	dec := json.NewDecoder(bytes.NewReader(req.WaitingRoom))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&c); err != nil {
+		return nil, badRequest("invalid_field", "waiting_room must be null or {\"admit_per_second\": N, \"prequeue_seconds\": S, \"pass_seconds\": P}")
+	}
+	enc, err := waitingRoom(v, &c)
+	return &enc, err
 }
 
 // gate reads the request's proof_of_work: nil when absent, 0 for null.
@@ -425,8 +448,8 @@ func (g *Gateway) changeVoucher(w http.ResponseWriter, r *http.Request) {
 		g.fail(w, r, err)
 		return
 	}
-	if req.AddStock == nil && req.EndsAt == nil && pow == nil {
-		g.fail(w, r, badRequest("missing_field", "add_stock, ends_at or proof_of_work is required"))
+	if req.AddStock == nil && req.EndsAt == nil && pow == nil && req.WaitingRoom == nil {
+		g.fail(w, r, badRequest("missing_field", "add_stock, ends_at, proof_of_work or waiting_room is required"))
 		return
 	}
 	var add int64
@@ -458,11 +481,15 @@ func (g *Gateway) changeVoucher(w http.ResponseWriter, r *http.Request) {
 	case err == nil && current.StockTotal+add > sale.MaxStock:
 		err = badRequest("invalid_field", "stock_total would exceed "+idString(sale.MaxStock))
 	}
+	var wr *string
+	if err == nil {
+		wr, err = req.room(current)
+	}
 	if err != nil {
 		g.fail(w, r, err)
 		return
 	}
-	v, ch, err := g.db.ChangeVoucher(ctx, id, db.Edit{AddStock: add, EndsAt: endsAt, Pow: pow}, now)
+	v, ch, err := g.db.ChangeVoucher(ctx, id, db.Edit{AddStock: add, EndsAt: endsAt, Pow: pow, Room: wr}, now)
 	switch {
 	case errors.Is(err, db.ErrNotFound):
 		err = errVoucherMissing

@@ -31,6 +31,9 @@ type Claim struct {
 	Quantity int64
 	// Proof is the claim's verified proof of work (pkg/proof); zero: none.
 	Proof Proof
+	// Pass is the claim's waiting-room pass as the gateway verified it
+	// (pkg/room): "PLACE:EXP_MS"; "": none.
+	Pass string
 }
 
 // Proof is a verified proof of work as the admission script takes it: a
@@ -267,11 +270,11 @@ func (s *Store) admitCalls(claims []Claim, pending []int) []admitCall {
 			k = len(calls)
 			key := b.key()
 			room := min(len(pending), maxClaimsPerCall) // most batches are one call
-			keys := make([]string, 0, 3+3*room)
-			args := make([]any, 0, 3+7*room)
+			keys := make([]string, 0, 4+3*room)
+			args := make([]any, 0, 3+8*room)
 			calls = append(calls, admitCall{b: b, key: key, noIdem: key + ":idem:-", noProof: key + ":proof:-",
 				claims: make([]int, 0, room),
-				keys:   append(keys, key, b.stream(), poolKey(key)),
+				keys:   append(keys, key, b.stream(), poolKey(key), RoomKey(key)),
 				args:   append(args, c.VoucherID, n, int64(DayKeyTTL/time.Second))})
 		}
 		call := &calls[k]
@@ -289,7 +292,11 @@ func (s *Store) admitCalls(claims []Claim, pending []int) []admitCall {
 			proofKey, proofMax, proofTTL = call.key+":proof:"+c.Proof.ID, c.Proof.Max, max(int64(c.Proof.TTL/time.Second), 1)
 		}
 		call.keys = append(call.keys, call.dayKey, idem, proofKey)
-		call.args = append(call.args, c.UserID, c.Now.UnixMilli(), call.dayArg, ttl, max(c.Quantity, 1), proofMax, proofTTL)
+		pass := c.Pass
+		if pass == "" {
+			pass = "0"
+		}
+		call.args = append(call.args, c.UserID, c.Now.UnixMilli(), call.dayArg, ttl, max(c.Quantity, 1), proofMax, proofTTL, pass)
 	}
 	return calls
 }

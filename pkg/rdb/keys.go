@@ -19,6 +19,8 @@ import "strconv"
 //	flashsale:{pP}:v:V:changes         set of the operator's changes applied (voucher_changes ids)
 //	flashsale:{pP}:v:V:moves:out       hash move id -> "to units": units taken from here, not yet given
 //	flashsale:{pP}:v:V:moves:in        set of move ids whose units were given here
+//	flashsale:{pP}:v:V:room            a waiting room's state (pkg/room, room.lua)
+//	flashsale:{pP}:v:V:room:w          a waiting room's waiters: user -> place
 //
 // A voucher with stock_buckets N > 1 (a hot item) has N buckets, each a
 // voucher of its own with every key above: bucket 0 is the voucher's own
@@ -78,6 +80,14 @@ func (b bucket) idem(user, k string) string { return idemKey(b.key(), user, k) }
 func dayKey(key, day string) string      { return key + ":day:" + day }
 func poolKey(key string) string          { return key + ":pool" }
 func idemKey(key, user, k string) string { return key + ":idem:" + user + ":" + k }
+
+// RoomKey is the waiting room's state hash of the voucher whose hash is
+// key; RoomKey(key)+":w" its waiters.
+func RoomKey(key string) string { return key + ":room" }
+
+// VoucherKey is voucher v's hash (its bucket 0): where a waiting room
+// lives, since a voucher with a room has one bucket.
+func (s *Store) VoucherKey(v int64) string { return s.bucketOf(v, 0).key() }
 
 // userPrefix starts the voucher hash's field of a user's count.
 const userPrefix = "u:"

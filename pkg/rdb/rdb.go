@@ -39,12 +39,15 @@ var (
 	// gate, or used before.
 	ErrProofRequired = errors.New("proof of work required")
 	ErrProofInvalid  = errors.New("proof of work too easy or used before")
+	// ErrNotAdmitted: the voucher has a waiting room (pkg/room) and the
+	// claim no pass that holds.
+	ErrNotAdmitted = errors.New("not admitted by the waiting room")
 )
 
 var admitErrors = map[int64]error{
 	1: ErrVoucherNotFound, 2: ErrNotStarted, 3: ErrEnded, 4: ErrSoldOut,
 	5: ErrUserLimit, 6: ErrDailyLimit, 7: ErrOverloaded, 8: ErrQuantityAboveLimit, 9: ErrPaused,
-	11: ErrAlreadyEntered, 12: ErrProofRequired, 13: ErrProofInvalid,
+	11: ErrAlreadyEntered, 12: ErrProofRequired, 13: ErrProofInvalid, 14: ErrNotAdmitted,
 }
 
 // DayKeyTTL is how long a per-day counter outlives its day.

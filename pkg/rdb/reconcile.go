@@ -50,6 +50,9 @@ func (s *Store) ReadVoucherState(ctx context.Context, v int64, days []string) (V
 		}
 		st.Voucher.Pooled, st.Voucher.Closed, st.Voucher.Paused = num("pool") == 1, num("closed") == 1, num("paused") == 1
 		st.Voucher.Draw, st.Voucher.ProofOfWork = num("draw") == 1, num("pow")
+		if num("room") > 0 {
+			st.Voucher.Room = h["room"] + ":" + h["room_pre_ms"] + ":" + h["room_pass_ms"]
+		}
 	}
 	stocks, err := s.readStocks(ctx, v, len(buckets))
 	if err != nil {

@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -42,6 +43,9 @@ type Voucher struct {
 	// ProofOfWork: the difficulty of the voucher's proof-of-work gate (the
 	// least max number a claim's proof must have); 0: no gate.
 	ProofOfWork int64
+	// Room: the voucher's waiting room (pkg/room's Config.Encode form,
+	// "N:PRE_MS:PASS_MS"); "" or "0": none.
+	Room string
 }
 
 // KeysOutliveSale is how long a voucher's keys outlive the end of its sale
@@ -117,6 +121,11 @@ func putBucketHash(ctx context.Context, pipe redis.Pipeliner, b bucket, v Vouche
 		"start_ms", unixMs(v.StartsAt), "end_ms", unixMs(v.EndsAt), "expire_s", unixS(v.ExpireAt),
 		"pool", bit(v.Pooled), "closed", bit(v.Closed), "paused", bit(v.Paused), "buckets", max(v.Buckets, 1), "draw", bit(v.Draw),
 		"pow", v.ProofOfWork)
+	if rate, pre, pass, ok := roomFields(v.Room); ok {
+		pipe.HSet(ctx, key, "room", rate, "room_pre_ms", pre, "room_pass_ms", pass)
+	} else {
+		pipe.HSet(ctx, key, "room", 0)
+	}
 	expire(ctx, pipe, key, v.ExpireAt)
 	if !v.Pooled {
 		return
@@ -166,6 +175,16 @@ func unixMs(t time.Time) int64 {
 	return t.UnixMilli()
 }
 
+// roomFields splits a room's settings "N:PRE_MS:PASS_MS" into the
+// voucher hash's fields room, room_pre_ms and room_pass_ms.
+func roomFields(room string) (rate, pre, pass string, ok bool) {
+	parts := strings.Split(room, ":")
+	if len(parts) != 3 {
+		return "", "", "", false
+	}
+	return parts[0], parts[1], parts[2], true
+}
+
 // ProofOfWork reads voucher v's proof-of-work difficulty (0: no gate, or
 // no such voucher in Redis).
 func (s *Store) ProofOfWork(ctx context.Context, v int64) (int64, error) {
@@ -185,6 +204,7 @@ type Change struct {
 	ExpireAt  time.Time // the keys' new expiry, with EndsAt
 	Paused    *bool     // nil: unchanged
 	Pow       *int64    // the gate's new difficulty (0: off); nil: unchanged
+	Room      *string   // the waiting room's new settings ("0": off); nil: unchanged
 }
 
 // ApplyChange applies c to Redis exactly once (change.lua) in each of the
@@ -205,13 +225,17 @@ func (s *Store) ApplyChange(ctx context.Context, c Change) (applied, found bool,
 	if c.Pow != nil {
 		pow = *c.Pow
 	}
+	room := ""
+	if c.Room != nil {
+		room = *c.Room
+	}
 	for _, b := range buckets {
 		add := c.AddStock
 		if b.n > 0 {
 			add = 0
 		}
 		keys := []string{b.key(), b.changes(), b.released(), b.pool()}
-		n, err := lua.Change.Run(ctx, s.c, keys, c.ID, add, unixMs(c.EndsAt), unixS(c.ExpireAt), paused, pow).Int64()
+		n, err := lua.Change.Run(ctx, s.c, keys, c.ID, add, unixMs(c.EndsAt), unixS(c.ExpireAt), paused, pow, room).Int64()
 		if err != nil {
 			return applied, found, fmt.Errorf("apply change %d of voucher %d: %w", c.ID, c.VoucherID, err)
 		}

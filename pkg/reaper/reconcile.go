@@ -13,6 +13,7 @@ import (
 	"github.com/flashsale/flashsale/pkg/draw"
 	"github.com/flashsale/flashsale/pkg/order"
 	"github.com/flashsale/flashsale/pkg/rdb"
+	"github.com/flashsale/flashsale/pkg/room"
 	"github.com/flashsale/flashsale/pkg/settle"
 )
 
@@ -163,6 +164,11 @@ func reconcileVoucher(ctx context.Context, r *rdb.Store, d *db.Store, v db.Vouch
 	diff("keys expire at (s)", unixOf(have.Voucher.ExpireAt), unixOf(want.Voucher.ExpireAt))
 	diff("paused", int64(bit(have.Voucher.Paused)), int64(bit(want.Voucher.Paused)))
 	diff("proof_of_work", have.Voucher.ProofOfWork, want.Voucher.ProofOfWork)
+	hr, _ := room.Decode(have.Voucher.Room)
+	wr, _ := room.Decode(want.Voucher.Room)
+	diff("waiting_room.admit_per_second", hr.Rate(), wr.Rate())
+	diff("waiting_room.prequeue_seconds", hr.Prequeue(), wr.Prequeue())
+	diff("waiting_room.pass_seconds", hr.PassFor(), wr.PassFor())
 	if want.Voucher.Pooled {
 		missing, extra := poolDiff(have.Voucher.Items, want.Voucher.Items)
 		diff("pool: items missing", int64(len(want.Voucher.Items)-missing), int64(len(want.Voucher.Items)))

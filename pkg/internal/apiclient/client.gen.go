@@ -40,112 +40,121 @@ func (e DrawState) Valid() bool {
 
 // Defines values for ErrorCode.
 const (
-	AlreadyEntered        ErrorCode = "already_entered"
-	BodyTimeout           ErrorCode = "body_timeout"
-	BodyTooLarge          ErrorCode = "body_too_large"
-	DailyLimit            ErrorCode = "daily_limit"
-	DrawClosed            ErrorCode = "draw_closed"
-	Ended                 ErrorCode = "ended"
-	Internal              ErrorCode = "internal"
-	InvalidField          ErrorCode = "invalid_field"
-	InvalidId             ErrorCode = "invalid_id"
-	InvalidIdempotencyKey ErrorCode = "invalid_idempotency_key"
-	MalformedJson         ErrorCode = "malformed_json"
-	MethodNotAllowed      ErrorCode = "method_not_allowed"
-	MissingField          ErrorCode = "missing_field"
-	NotADraw              ErrorCode = "not_a_draw"
-	NotFound              ErrorCode = "not_found"
-	NotStarted            ErrorCode = "not_started"
-	NotToppable           ErrorCode = "not_toppable"
-	OrderNotCancellable   ErrorCode = "order_not_cancellable"
-	OrderNotFound         ErrorCode = "order_not_found"
-	OrderNotPayable       ErrorCode = "order_not_payable"
-	OrderPending          ErrorCode = "order_pending"
-	Overloaded            ErrorCode = "overloaded"
-	Paused                ErrorCode = "paused"
-	PaymentExpired        ErrorCode = "payment_expired"
-	ProofInvalid          ErrorCode = "proof_invalid"
-	ProofRequired         ErrorCode = "proof_required"
-	RateLimited           ErrorCode = "rate_limited"
-	SoldOut               ErrorCode = "sold_out"
-	Unauthorized          ErrorCode = "unauthorized"
-	Unavailable           ErrorCode = "unavailable"
-	UnknownField          ErrorCode = "unknown_field"
-	UnsupportedMediaType  ErrorCode = "unsupported_media_type"
-	UserLimit             ErrorCode = "user_limit"
-	VoucherNotFound       ErrorCode = "voucher_not_found"
+	ErrorCodeAlreadyEntered        ErrorCode = "already_entered"
+	ErrorCodeBodyTimeout           ErrorCode = "body_timeout"
+	ErrorCodeBodyTooLarge          ErrorCode = "body_too_large"
+	ErrorCodeDailyLimit            ErrorCode = "daily_limit"
+	ErrorCodeDrawClosed            ErrorCode = "draw_closed"
+	ErrorCodeEnded                 ErrorCode = "ended"
+	ErrorCodeInternal              ErrorCode = "internal"
+	ErrorCodeInvalidField          ErrorCode = "invalid_field"
+	ErrorCodeInvalidId             ErrorCode = "invalid_id"
+	ErrorCodeInvalidIdempotencyKey ErrorCode = "invalid_idempotency_key"
+	ErrorCodeMalformedJson         ErrorCode = "malformed_json"
+	ErrorCodeMethodNotAllowed      ErrorCode = "method_not_allowed"
+	ErrorCodeMissingField          ErrorCode = "missing_field"
+	ErrorCodeNoWaitingRoom         ErrorCode = "no_waiting_room"
+	ErrorCodeNotADraw              ErrorCode = "not_a_draw"
+	ErrorCodeNotAdmitted           ErrorCode = "not_admitted"
+	ErrorCodeNotFound              ErrorCode = "not_found"
+	ErrorCodeNotInQueue            ErrorCode = "not_in_queue"
+	ErrorCodeNotStarted            ErrorCode = "not_started"
+	ErrorCodeNotToppable           ErrorCode = "not_toppable"
+	ErrorCodeOrderNotCancellable   ErrorCode = "order_not_cancellable"
+	ErrorCodeOrderNotFound         ErrorCode = "order_not_found"
+	ErrorCodeOrderNotPayable       ErrorCode = "order_not_payable"
+	ErrorCodeOrderPending          ErrorCode = "order_pending"
+	ErrorCodeOverloaded            ErrorCode = "overloaded"
+	ErrorCodePaused                ErrorCode = "paused"
+	ErrorCodePaymentExpired        ErrorCode = "payment_expired"
+	ErrorCodeProofInvalid          ErrorCode = "proof_invalid"
+	ErrorCodeProofRequired         ErrorCode = "proof_required"
+	ErrorCodeRateLimited           ErrorCode = "rate_limited"
+	ErrorCodeSoldOut               ErrorCode = "sold_out"
+	ErrorCodeUnauthorized          ErrorCode = "unauthorized"
+	ErrorCodeUnavailable           ErrorCode = "unavailable"
+	ErrorCodeUnknownField          ErrorCode = "unknown_field"
+	ErrorCodeUnsupportedMediaType  ErrorCode = "unsupported_media_type"
+	ErrorCodeUserLimit             ErrorCode = "user_limit"
+	ErrorCodeVoucherNotFound       ErrorCode = "voucher_not_found"
 )
 
 // Valid indicates whether the value is a known member of the ErrorCode enum.
 func (e ErrorCode) Valid() bool {
 	switch e {
-	case AlreadyEntered:
+	case ErrorCodeAlreadyEntered:
 		return true
-	case BodyTimeout:
+	case ErrorCodeBodyTimeout:
 		return true
-	case BodyTooLarge:
+	case ErrorCodeBodyTooLarge:
 		return true
-	case DailyLimit:
+	case ErrorCodeDailyLimit:
 		return true
-	case DrawClosed:
+	case ErrorCodeDrawClosed:
 		return true
-	case Ended:
+	case ErrorCodeEnded:
 		return true
-	case Internal:
+	case ErrorCodeInternal:
 		return true
-	case InvalidField:
+	case ErrorCodeInvalidField:
 		return true
-	case InvalidId:
+	case ErrorCodeInvalidId:
 		return true
-	case InvalidIdempotencyKey:
+	case ErrorCodeInvalidIdempotencyKey:
 		return true
-	case MalformedJson:
+	case ErrorCodeMalformedJson:
 		return true
-	case MethodNotAllowed:
+	case ErrorCodeMethodNotAllowed:
 		return true
-	case MissingField:
+	case ErrorCodeMissingField:
 		return true
-	case NotADraw:
+	case ErrorCodeNoWaitingRoom:
 		return true
-	case NotFound:
+	case ErrorCodeNotADraw:
 		return true
-	case NotStarted:
+	case ErrorCodeNotAdmitted:
 		return true
-	case NotToppable:
+	case ErrorCodeNotFound:
 		return true
-	case OrderNotCancellable:
+	case ErrorCodeNotInQueue:
 		return true
-	case OrderNotFound:
+	case ErrorCodeNotStarted:
 		return true
-	case OrderNotPayable:
+	case ErrorCodeNotToppable:
 		return true
-	case OrderPending:
+	case ErrorCodeOrderNotCancellable:
 		return true
-	case Overloaded:
+	case ErrorCodeOrderNotFound:
 		return true
-	case Paused:
+	case ErrorCodeOrderNotPayable:
 		return true
-	case PaymentExpired:
+	case ErrorCodeOrderPending:
 		return true
-	case ProofInvalid:
+	case ErrorCodeOverloaded:
 		return true
-	case ProofRequired:
+	case ErrorCodePaused:
 		return true
-	case RateLimited:
+	case ErrorCodePaymentExpired:
 		return true
-	case SoldOut:
+	case ErrorCodeProofInvalid:
 		return true
-	case Unauthorized:
+	case ErrorCodeProofRequired:
 		return true
-	case Unavailable:
+	case ErrorCodeRateLimited:
 		return true
-	case UnknownField:
+	case ErrorCodeSoldOut:
 		return true
-	case UnsupportedMediaType:
+	case ErrorCodeUnauthorized:
 		return true
-	case UserLimit:
+	case ErrorCodeUnavailable:
 		return true
-	case VoucherNotFound:
+	case ErrorCodeUnknownField:
+		return true
+	case ErrorCodeUnsupportedMediaType:
+		return true
+	case ErrorCodeUserLimit:
+		return true
+	case ErrorCodeVoucherNotFound:
 		return true
 	default:
 		return false
@@ -203,6 +212,36 @@ func (e OrderStatus) Valid() bool {
 	case OrderStatusPaid:
 		return true
 	case OrderStatusPending:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for QueueState.
+const (
+	QueueStateAdmitted QueueState = "admitted"
+	QueueStateClosed   QueueState = "closed"
+	QueueStateLapsed   QueueState = "lapsed"
+	QueueStatePaused   QueueState = "paused"
+	QueueStateSoldOut  QueueState = "sold_out"
+	QueueStateWaiting  QueueState = "waiting"
+)
+
+// Valid indicates whether the value is a known member of the QueueState enum.
+func (e QueueState) Valid() bool {
+	switch e {
+	case QueueStateAdmitted:
+		return true
+	case QueueStateClosed:
+		return true
+	case QueueStateLapsed:
+		return true
+	case QueueStatePaused:
+		return true
+	case QueueStateSoldOut:
+		return true
+	case QueueStateWaiting:
 		return true
 	default:
 		return false
@@ -515,6 +554,27 @@ type OrderDraw string
 // OrderStatus defines model for Order.Status.
 type OrderStatus string
 
+// Queue defines model for Queue.
+type Queue struct {
+	// PassExpiresAt admitted only
+	PassExpiresAt *time.Time `json:"pass_expires_at,omitempty"`
+
+	// Position 1-based among those waiting; 0 when not waiting or not yet placed
+	Position int `json:"position"`
+
+	// QueueToken send it back in X-Flashsale-Queue on polls and claims
+	QueueToken string `json:"queue_token"`
+
+	// RetryAfterMs when to ask again: later for people far back, sooner when the stock could run out before their turn; 0 closed
+	RetryAfterMs int `json:"retry_after_ms"`
+
+	// State waiting (position 0 in the pre-queue until the start); admitted: claim now, until pass_expires_at; sold_out: nothing left (units may come back: ask again); closed: the sale ended; paused; lapsed: admitted, and the pass ran out unused
+	State QueueState `json:"state"`
+}
+
+// QueueState waiting (position 0 in the pre-queue until the start); admitted: claim now, until pass_expires_at; sold_out: nothing left (units may come back: ask again); closed: the sale ended; paused; lapsed: admitted, and the pass ran out unused
+type QueueState string
+
 // Report defines model for Report.
 type Report struct {
 	// AdmittedOrders every 202 is one order
@@ -603,12 +663,13 @@ type Voucher struct {
 	Seed *string `json:"seed,omitempty"`
 
 	// SeedCommitment a draw's hex SHA-256 of its seed, from the start
-	SeedCommitment *string    `json:"seed_commitment,omitempty"`
-	StartsAt       *time.Time `json:"starts_at,omitempty"`
-	Stock          int        `json:"stock"`
-	StockBuckets   int        `json:"stock_buckets"`
-	StockTotal     int        `json:"stock_total"`
-	TotalAmount    *int       `json:"total_amount,omitempty"`
+	SeedCommitment *string      `json:"seed_commitment,omitempty"`
+	StartsAt       *time.Time   `json:"starts_at,omitempty"`
+	Stock          int          `json:"stock"`
+	StockBuckets   int          `json:"stock_buckets"`
+	StockTotal     int          `json:"stock_total"`
+	TotalAmount    *int         `json:"total_amount,omitempty"`
+	WaitingRoom    *WaitingRoom `json:"waiting_room,omitempty"`
 }
 
 // VoucherAllocation defines model for Voucher.Allocation.
@@ -616,6 +677,18 @@ type VoucherAllocation string
 
 // VoucherKind defines model for Voucher.Kind.
 type VoucherKind string
+
+// WaitingRoom defines model for WaitingRoom.
+type WaitingRoom struct {
+	// AdmitPerSecond the rate at which waiters are admitted, in queue order
+	AdmitPerSecond int `json:"admit_per_second"`
+
+	// PassSeconds how long an admitted waiter's pass lasts; unused, it lapses and its slot goes to the next
+	PassSeconds *int `json:"pass_seconds,omitempty"`
+
+	// PrequeueSeconds joins this long before starts_at are placed at random at the start
+	PrequeueSeconds *int `json:"prequeue_seconds,omitempty"`
+}
 
 // ID defines model for ID.
 type ID = string
@@ -659,6 +732,9 @@ type PostAdminV1VouchersJSONBody struct {
 
 	// TotalAmount envelopes, in minor units
 	TotalAmount *int `json:"total_amount,omitempty"`
+
+	// WaitingRoom a waiting room in front of the claims (pkg/room); absent or null, none. Not with allocation draw nor stock_buckets > 1
+	WaitingRoom *WaitingRoom `json:"waiting_room,omitempty"`
 }
 
 // PostAdminV1VouchersJSONBodyAllocation defines parameters for PostAdminV1Vouchers.
@@ -683,6 +759,9 @@ type PatchAdminV1VouchersIdJSONBody struct {
 	ProofOfWork *struct {
 		MaxNumber int `json:"max_number"`
 	} `json:"proof_of_work,omitempty"`
+
+	// WaitingRoom a new waiting room; null takes it away
+	WaitingRoom *WaitingRoom `json:"waiting_room,omitempty"`
 }
 
 // GetV1ChallengeParams defines parameters for GetV1Challenge.
@@ -729,10 +808,25 @@ type PostV1VouchersIdOrdersParams struct {
 
 	// XFlashsaleProof a solved challenge of GET /v1/challenge (ALTCHA's payload: base64 of its JSON); required by a voucher with proof_of_work, 403 proof_required without, 403 proof_invalid if wrong, expired, another user's, too easy or used before
 	XFlashsaleProof *string `json:"X-Flashsale-Proof,omitempty"`
+
+	// XFlashsaleQueue a voucher with a waiting room: the queue_token of POST …/queue; without it the gateway looks the caller's place up. 403 not_admitted unless the caller holds a pass that has not lapsed
+	XFlashsaleQueue *string `json:"X-Flashsale-Queue,omitempty"`
 }
 
 // PostV1VouchersIdOrders202JSONResponseBodyStatus defines parameters for PostV1VouchersIdOrders.
 type PostV1VouchersIdOrders202JSONResponseBodyStatus string
+
+// GetV1VouchersIdQueueParams defines parameters for GetV1VouchersIdQueue.
+type GetV1VouchersIdQueueParams struct {
+	// XFlashsaleQueue the caller's queue_token; with it the gateway answers without Redis
+	XFlashsaleQueue *string `json:"X-Flashsale-Queue,omitempty"`
+}
+
+// PostV1VouchersIdQueueParams defines parameters for PostV1VouchersIdQueue.
+type PostV1VouchersIdQueueParams struct {
+	// XFlashsaleProof a solved challenge of GET /v1/challenge, if the voucher has proof_of_work
+	XFlashsaleProof *string `json:"X-Flashsale-Proof,omitempty"`
+}
 
 // PostAdminV1VouchersJSONRequestBody defines body for PostAdminV1Vouchers for application/json ContentType.
 type PostAdminV1VouchersJSONRequestBody PostAdminV1VouchersJSONBody
@@ -875,14 +969,14 @@ type ClientInterface interface {
 	// Corresponds with GET /admin/v1/vouchers/{id} (the `GetAdminV1VouchersId` operationId).
 	GetAdminV1VouchersId(ctx context.Context, id ID, reqEditors ...RequestEditorFn) (*http.Response, error)
 
-	// PatchAdminV1VouchersIdWithBody Add stock, move the end of a sale and/or change its proof-of-work gate, in MySQL and Redis alike (a crash between them loses nothing)
+	// PatchAdminV1VouchersIdWithBody Add stock, move the end of a sale and/or change its proof-of-work gate or waiting room, in MySQL and Redis alike (a crash between them loses nothing)
 	//
 	// Takes any type of body and a specified content type.
 	//
 	// Corresponds with PATCH /admin/v1/vouchers/{id} (the `PatchAdminV1VouchersId` operationId).
 	PatchAdminV1VouchersIdWithBody(ctx context.Context, id ID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
 
-	// PatchAdminV1VouchersId Add stock, move the end of a sale and/or change its proof-of-work gate, in MySQL and Redis alike (a crash between them loses nothing)
+	// PatchAdminV1VouchersId Add stock, move the end of a sale and/or change its proof-of-work gate or waiting room, in MySQL and Redis alike (a crash between them loses nothing)
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -981,6 +1075,22 @@ type ClientInterface interface {
 	//
 	// Corresponds with POST /v1/vouchers/{id}/orders (the `PostV1VouchersIdOrders` operationId).
 	PostV1VouchersIdOrders(ctx context.Context, id ID, params *PostV1VouchersIdOrdersParams, body PostV1VouchersIdOrdersJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// GetV1VouchersIdQueue Where the caller stands in a voucher's waiting room (404 not_in_queue if they never joined)
+	//
+	// Corresponds with GET /v1/vouchers/{id}/queue (the `GetV1VouchersIdQueue` operationId).
+	GetV1VouchersIdQueue(ctx context.Context, id ID, params *GetV1VouchersIdQueueParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// PostV1VouchersIdQueue Join a voucher's waiting room (one place per user; joining again answers the same place)
+	//
+	// Joins from starts_at − prequeue_seconds until starts_at are placed
+	// at random when the sale starts; later ones queue in arrival order.
+	// A voucher with proof_of_work asks for a solved challenge here
+	// (X-Flashsale-Proof), not at its claims. Poll with GET, sending the
+	// queue_token back in X-Flashsale-Queue, after retry_after_ms.
+	//
+	// Corresponds with POST /v1/vouchers/{id}/queue (the `PostV1VouchersIdQueue` operationId).
+	PostV1VouchersIdQueue(ctx context.Context, id ID, params *PostV1VouchersIdQueueParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 }
 
 // GetAdminConsole The live console, one HTML page that reads the admin API with a token the operator types in
@@ -1108,7 +1218,7 @@ func (c *Client) GetAdminV1VouchersId(ctx context.Context, id ID, reqEditors ...
 	return c.Client.Do(req)
 }
 
-// PatchAdminV1VouchersIdWithBody Add stock, move the end of a sale and/or change its proof-of-work gate, in MySQL and Redis alike (a crash between them loses nothing)
+// PatchAdminV1VouchersIdWithBody Add stock, move the end of a sale and/or change its proof-of-work gate or waiting room, in MySQL and Redis alike (a crash between them loses nothing)
 //
 // Takes any type of body and a specified content type.
 //
@@ -1125,7 +1235,7 @@ func (c *Client) PatchAdminV1VouchersIdWithBody(ctx context.Context, id ID, cont
 	return c.Client.Do(req)
 }
 
-// PatchAdminV1VouchersId Add stock, move the end of a sale and/or change its proof-of-work gate, in MySQL and Redis alike (a crash between them loses nothing)
+// PatchAdminV1VouchersId Add stock, move the end of a sale and/or change its proof-of-work gate or waiting room, in MySQL and Redis alike (a crash between them loses nothing)
 //
 // Takes a body of the `application/json` content type.
 //
@@ -1355,6 +1465,42 @@ func (c *Client) PostV1VouchersIdOrdersWithBody(ctx context.Context, id ID, para
 // Corresponds with POST /v1/vouchers/{id}/orders (the `PostV1VouchersIdOrders` operationId).
 func (c *Client) PostV1VouchersIdOrders(ctx context.Context, id ID, params *PostV1VouchersIdOrdersParams, body PostV1VouchersIdOrdersJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewPostV1VouchersIdOrdersRequest(c.Server, id, params, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// GetV1VouchersIdQueue Where the caller stands in a voucher's waiting room (404 not_in_queue if they never joined)
+//
+// Corresponds with GET /v1/vouchers/{id}/queue (the `GetV1VouchersIdQueue` operationId).
+func (c *Client) GetV1VouchersIdQueue(ctx context.Context, id ID, params *GetV1VouchersIdQueueParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetV1VouchersIdQueueRequest(c.Server, id, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// PostV1VouchersIdQueue Join a voucher's waiting room (one place per user; joining again answers the same place)
+//
+// Joins from starts_at − prequeue_seconds until starts_at are placed
+// at random when the sale starts; later ones queue in arrival order.
+// A voucher with proof_of_work asks for a solved challenge here
+// (X-Flashsale-Proof), not at its claims. Poll with GET, sending the
+// queue_token back in X-Flashsale-Queue, after retry_after_ms.
+//
+// Corresponds with POST /v1/vouchers/{id}/queue (the `PostV1VouchersIdQueue` operationId).
+func (c *Client) PostV1VouchersIdQueue(ctx context.Context, id ID, params *PostV1VouchersIdQueueParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewPostV1VouchersIdQueueRequest(c.Server, id, params)
 	if err != nil {
 		return nil, err
 	}
@@ -2096,6 +2242,115 @@ func NewPostV1VouchersIdOrdersRequestWithBody(server string, id ID, params *Post
 			req.Header.Set("X-Flashsale-Proof", headerParam1)
 		}
 
+		if params.XFlashsaleQueue != nil {
+			var headerParam2 string
+
+			headerParam2, err = runtime.StyleParamWithOptions("simple", false, "X-Flashsale-Queue", *params.XFlashsaleQueue, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("X-Flashsale-Queue", headerParam2)
+		}
+
+	}
+
+	return req, nil
+}
+
+// NewGetV1VouchersIdQueueRequest constructs an http.Request for the GetV1VouchersIdQueue method
+func NewGetV1VouchersIdQueueRequest(server string, id ID, params *GetV1VouchersIdQueueParams) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/vouchers/%s/queue", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+
+		if params.XFlashsaleQueue != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "X-Flashsale-Queue", *params.XFlashsaleQueue, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("X-Flashsale-Queue", headerParam0)
+		}
+
+	}
+
+	return req, nil
+}
+
+// NewPostV1VouchersIdQueueRequest constructs an http.Request for the PostV1VouchersIdQueue method
+func NewPostV1VouchersIdQueueRequest(server string, id ID, params *PostV1VouchersIdQueueParams) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/vouchers/%s/queue", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+
+		if params.XFlashsaleProof != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "X-Flashsale-Proof", *params.XFlashsaleProof, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("X-Flashsale-Proof", headerParam0)
+		}
+
 	}
 
 	return req, nil
@@ -2210,14 +2465,14 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with GET /admin/v1/vouchers/{id} (the `GetAdminV1VouchersId` operationId).
 	GetAdminV1VouchersIdWithResponse(ctx context.Context, id ID, reqEditors ...RequestEditorFn) (*GetAdminV1VouchersIdResponse, error)
 
-	// PatchAdminV1VouchersIdWithBodyWithResponse Add stock, move the end of a sale and/or change its proof-of-work gate, in MySQL and Redis alike (a crash between them loses nothing)
+	// PatchAdminV1VouchersIdWithBodyWithResponse Add stock, move the end of a sale and/or change its proof-of-work gate or waiting room, in MySQL and Redis alike (a crash between them loses nothing)
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with PATCH /admin/v1/vouchers/{id} (the `PatchAdminV1VouchersId` operationId).
 	PatchAdminV1VouchersIdWithBodyWithResponse(ctx context.Context, id ID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PatchAdminV1VouchersIdResponse, error)
 
-	// PatchAdminV1VouchersIdWithResponse Add stock, move the end of a sale and/or change its proof-of-work gate, in MySQL and Redis alike (a crash between them loses nothing)
+	// PatchAdminV1VouchersIdWithResponse Add stock, move the end of a sale and/or change its proof-of-work gate or waiting room, in MySQL and Redis alike (a crash between them loses nothing)
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -2334,6 +2589,26 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with POST /v1/vouchers/{id}/orders (the `PostV1VouchersIdOrders` operationId).
 	PostV1VouchersIdOrdersWithResponse(ctx context.Context, id ID, params *PostV1VouchersIdOrdersParams, body PostV1VouchersIdOrdersJSONRequestBody, reqEditors ...RequestEditorFn) (*PostV1VouchersIdOrdersResponse, error)
+
+	// GetV1VouchersIdQueueWithResponse Where the caller stands in a voucher's waiting room (404 not_in_queue if they never joined)
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/vouchers/{id}/queue (the `GetV1VouchersIdQueue` operationId).
+	GetV1VouchersIdQueueWithResponse(ctx context.Context, id ID, params *GetV1VouchersIdQueueParams, reqEditors ...RequestEditorFn) (*GetV1VouchersIdQueueResponse, error)
+
+	// PostV1VouchersIdQueueWithResponse Join a voucher's waiting room (one place per user; joining again answers the same place)
+	//
+	// Joins from starts_at − prequeue_seconds until starts_at are placed
+	// at random when the sale starts; later ones queue in arrival order.
+	// A voucher with proof_of_work asks for a solved challenge here
+	// (X-Flashsale-Proof), not at its claims. Poll with GET, sending the
+	// queue_token back in X-Flashsale-Queue, after retry_after_ms.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/vouchers/{id}/queue (the `PostV1VouchersIdQueue` operationId).
+	PostV1VouchersIdQueueWithResponse(ctx context.Context, id ID, params *PostV1VouchersIdQueueParams, reqEditors ...RequestEditorFn) (*PostV1VouchersIdQueueResponse, error)
 }
 
 type GetAdminConsoleResponse struct {
@@ -2628,6 +2903,18 @@ type GetAdminV1VouchersIdResponse struct {
 		RemainingMysql  *int `json:"remaining_mysql,omitempty"`
 		RemainingRedis  *int `json:"remaining_redis,omitempty"`
 
+		// Room a voucher with a waiting room, from its state in Redis
+		Room *struct {
+			// Admitted places admitted so far
+			Admitted int `json:"admitted"`
+
+			// PassesOutstanding admitted, not lapsed, not yet used to buy
+			PassesOutstanding int `json:"passes_outstanding"`
+
+			// Waiting places given and not yet admitted
+			Waiting int `json:"waiting"`
+		} `json:"room,omitempty"`
+
 		// Seed a draw's seed, once drawn
 		Seed *string `json:"seed,omitempty"`
 
@@ -2642,8 +2929,9 @@ type GetAdminV1VouchersIdResponse struct {
 		Stream *Backlog `json:"stream,omitempty"`
 
 		// Streams every stream the voucher's orders go to, one per partition its buckets live in; a partition's figures count every voucher in it
-		Streams     *[]Backlog `json:"streams,omitempty"`
-		TotalAmount *int       `json:"total_amount,omitempty"`
+		Streams     *[]Backlog   `json:"streams,omitempty"`
+		TotalAmount *int         `json:"total_amount,omitempty"`
+		WaitingRoom *WaitingRoom `json:"waiting_room,omitempty"`
 	}
 	// JSONDefault the response for an HTTP default `application/json` response
 	JSONDefault *Error
@@ -2672,6 +2960,18 @@ func (r GetAdminV1VouchersIdResponse) GetJSON200() *struct {
 	RemainingMysql  *int `json:"remaining_mysql,omitempty"`
 	RemainingRedis  *int `json:"remaining_redis,omitempty"`
 
+	// Room a voucher with a waiting room, from its state in Redis
+	Room *struct {
+		// Admitted places admitted so far
+		Admitted int `json:"admitted"`
+
+		// PassesOutstanding admitted, not lapsed, not yet used to buy
+		PassesOutstanding int `json:"passes_outstanding"`
+
+		// Waiting places given and not yet admitted
+		Waiting int `json:"waiting"`
+	} `json:"room,omitempty"`
+
 	// Seed a draw's seed, once drawn
 	Seed *string `json:"seed,omitempty"`
 
@@ -2686,8 +2986,9 @@ func (r GetAdminV1VouchersIdResponse) GetJSON200() *struct {
 	Stream *Backlog `json:"stream,omitempty"`
 
 	// Streams every stream the voucher's orders go to, one per partition its buckets live in; a partition's figures count every voucher in it
-	Streams     *[]Backlog `json:"streams,omitempty"`
-	TotalAmount *int       `json:"total_amount,omitempty"`
+	Streams     *[]Backlog   `json:"streams,omitempty"`
+	TotalAmount *int         `json:"total_amount,omitempty"`
+	WaitingRoom *WaitingRoom `json:"waiting_room,omitempty"`
 } {
 	return r.JSON200
 }
@@ -3378,6 +3679,102 @@ func (r PostV1VouchersIdOrdersResponse) ContentType() string {
 	return ""
 }
 
+type GetV1VouchersIdQueueResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Queue
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *Error
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r GetV1VouchersIdQueueResponse) GetJSON200() *Queue {
+	return r.JSON200
+}
+
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r GetV1VouchersIdQueueResponse) GetJSONDefault() *Error {
+	return r.JSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r GetV1VouchersIdQueueResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetV1VouchersIdQueueResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetV1VouchersIdQueueResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetV1VouchersIdQueueResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type PostV1VouchersIdQueueResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Queue
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *Error
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r PostV1VouchersIdQueueResponse) GetJSON200() *Queue {
+	return r.JSON200
+}
+
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r PostV1VouchersIdQueueResponse) GetJSONDefault() *Error {
+	return r.JSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r PostV1VouchersIdQueueResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r PostV1VouchersIdQueueResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r PostV1VouchersIdQueueResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r PostV1VouchersIdQueueResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 // GetAdminConsoleWithResponse The live console, one HTML page that reads the admin API with a token the operator types in
 //
 // Returns a wrapper object for the known response body format(s).
@@ -3485,7 +3882,7 @@ func (c *ClientWithResponses) GetAdminV1VouchersIdWithResponse(ctx context.Conte
 	return ParseGetAdminV1VouchersIdResponse(rsp)
 }
 
-// PatchAdminV1VouchersIdWithBodyWithResponse Add stock, move the end of a sale and/or change its proof-of-work gate, in MySQL and Redis alike (a crash between them loses nothing)
+// PatchAdminV1VouchersIdWithBodyWithResponse Add stock, move the end of a sale and/or change its proof-of-work gate or waiting room, in MySQL and Redis alike (a crash between them loses nothing)
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -3498,7 +3895,7 @@ func (c *ClientWithResponses) PatchAdminV1VouchersIdWithBodyWithResponse(ctx con
 	return ParsePatchAdminV1VouchersIdResponse(rsp)
 }
 
-// PatchAdminV1VouchersIdWithResponse Add stock, move the end of a sale and/or change its proof-of-work gate, in MySQL and Redis alike (a crash between them loses nothing)
+// PatchAdminV1VouchersIdWithResponse Add stock, move the end of a sale and/or change its proof-of-work gate or waiting room, in MySQL and Redis alike (a crash between them loses nothing)
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
@@ -3698,6 +4095,38 @@ func (c *ClientWithResponses) PostV1VouchersIdOrdersWithResponse(ctx context.Con
 		return nil, err
 	}
 	return ParsePostV1VouchersIdOrdersResponse(rsp)
+}
+
+// GetV1VouchersIdQueueWithResponse Where the caller stands in a voucher's waiting room (404 not_in_queue if they never joined)
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/vouchers/{id}/queue (the `GetV1VouchersIdQueue` operationId).
+func (c *ClientWithResponses) GetV1VouchersIdQueueWithResponse(ctx context.Context, id ID, params *GetV1VouchersIdQueueParams, reqEditors ...RequestEditorFn) (*GetV1VouchersIdQueueResponse, error) {
+	rsp, err := c.GetV1VouchersIdQueue(ctx, id, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetV1VouchersIdQueueResponse(rsp)
+}
+
+// PostV1VouchersIdQueueWithResponse Join a voucher's waiting room (one place per user; joining again answers the same place)
+//
+// Joins from starts_at − prequeue_seconds until starts_at are placed
+// at random when the sale starts; later ones queue in arrival order.
+// A voucher with proof_of_work asks for a solved challenge here
+// (X-Flashsale-Proof), not at its claims. Poll with GET, sending the
+// queue_token back in X-Flashsale-Queue, after retry_after_ms.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/vouchers/{id}/queue (the `PostV1VouchersIdQueue` operationId).
+func (c *ClientWithResponses) PostV1VouchersIdQueueWithResponse(ctx context.Context, id ID, params *PostV1VouchersIdQueueParams, reqEditors ...RequestEditorFn) (*PostV1VouchersIdQueueResponse, error) {
+	rsp, err := c.PostV1VouchersIdQueue(ctx, id, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParsePostV1VouchersIdQueueResponse(rsp)
 }
 
 // ParseGetAdminConsoleResponse parses an HTTP response from a GetAdminConsoleWithResponse call
@@ -3905,6 +4334,18 @@ func ParseGetAdminV1VouchersIdResponse(rsp *http.Response) (*GetAdminV1VouchersI
 			RemainingMysql  *int `json:"remaining_mysql,omitempty"`
 			RemainingRedis  *int `json:"remaining_redis,omitempty"`
 
+			// Room a voucher with a waiting room, from its state in Redis
+			Room *struct {
+				// Admitted places admitted so far
+				Admitted int `json:"admitted"`
+
+				// PassesOutstanding admitted, not lapsed, not yet used to buy
+				PassesOutstanding int `json:"passes_outstanding"`
+
+				// Waiting places given and not yet admitted
+				Waiting int `json:"waiting"`
+			} `json:"room,omitempty"`
+
 			// Seed a draw's seed, once drawn
 			Seed *string `json:"seed,omitempty"`
 
@@ -3919,8 +4360,9 @@ func ParseGetAdminV1VouchersIdResponse(rsp *http.Response) (*GetAdminV1VouchersI
 			Stream *Backlog `json:"stream,omitempty"`
 
 			// Streams every stream the voucher's orders go to, one per partition its buckets live in; a partition's figures count every voucher in it
-			Streams     *[]Backlog `json:"streams,omitempty"`
-			TotalAmount *int       `json:"total_amount,omitempty"`
+			Streams     *[]Backlog   `json:"streams,omitempty"`
+			TotalAmount *int         `json:"total_amount,omitempty"`
+			WaitingRoom *WaitingRoom `json:"waiting_room,omitempty"`
 		}
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
@@ -4360,6 +4802,72 @@ func ParsePostV1VouchersIdOrdersResponse(rsp *http.Response) (*PostV1VouchersIdO
 			return nil, err
 		}
 		response.JSON202 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseGetV1VouchersIdQueueResponse parses an HTTP response from a GetV1VouchersIdQueueWithResponse call
+func ParseGetV1VouchersIdQueueResponse(rsp *http.Response) (*GetV1VouchersIdQueueResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetV1VouchersIdQueueResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Queue
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParsePostV1VouchersIdQueueResponse parses an HTTP response from a PostV1VouchersIdQueueWithResponse call
+func ParsePostV1VouchersIdQueueResponse(rsp *http.Response) (*PostV1VouchersIdQueueResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &PostV1VouchersIdQueueResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Queue
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
 		var dest Error

@@ -176,13 +176,13 @@ func TestASaleThroughTheGeneratedClient(t *testing.T) {
 	aliceOrder := *first.JSON202.OrderId
 	limited := claim(alice)
 	require.Equal(t, http.StatusConflict, limited.StatusCode())
-	require.Equal(t, apiclient.UserLimit, limited.JSONDefault.Error)
+	require.Equal(t, apiclient.ErrorCodeUserLimit, limited.JSONDefault.Error)
 	second := claim(bob)
 	require.Equal(t, http.StatusAccepted, second.StatusCode(), "%s", second.Body)
 	bobOrder := *second.JSON202.OrderId
 	soldOut := claim(carol)
 	require.Equal(t, http.StatusConflict, soldOut.StatusCode())
-	require.Equal(t, apiclient.SoldOut, soldOut.JSONDefault.Error)
+	require.Equal(t, apiclient.ErrorCodeSoldOut, soldOut.JSONDefault.Error)
 
 	pending, err := c.GetV1OrdersIdWithResponse(ctx, aliceOrder, alice)
 	require.NoError(t, err)
@@ -262,11 +262,29 @@ func TestASaleThroughTheGeneratedClient(t *testing.T) {
 	require.NotNil(t, entered.JSON202.EntryId)
 	again, err := c.PostV1VouchersIdOrdersWithResponse(ctx, drawn.JSON201.Id, &apiclient.PostV1VouchersIdOrdersParams{}, apiclient.PostV1VouchersIdOrdersJSONRequestBody{}, carol)
 	require.NoError(t, err)
-	require.Equal(t, apiclient.AlreadyEntered, again.JSONDefault.Error)
+	require.Equal(t, apiclient.ErrorCodeAlreadyEntered, again.JSONDefault.Error)
 	state, err := c.GetV1VouchersIdDrawWithResponse(ctx, drawn.JSON201.Id, carol)
 	require.NoError(t, err)
 	require.Equal(t, http.StatusOK, state.StatusCode(), "%s", state.Body)
 	require.Equal(t, *drawn.JSON201.SeedCommitment, state.JSON200.SeedCommitment)
+
+	// A waiting room: joined and polled as the spec says.
+	roomed, err := c.PostAdminV1VouchersWithResponse(ctx, apiclient.PostAdminV1VouchersJSONRequestBody{
+		Name: "room", Stock: ptr(2), WaitingRoom: &apiclient.WaitingRoom{AdmitPerSecond: 10}}, asAdmin)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusCreated, roomed.StatusCode(), "%s", roomed.Body)
+	require.Equal(t, 120, *roomed.JSON201.WaitingRoom.PassSeconds)
+	joined, err := c.PostV1VouchersIdQueueWithResponse(ctx, roomed.JSON201.Id, &apiclient.PostV1VouchersIdQueueParams{}, carol)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, joined.StatusCode(), "%s", joined.Body)
+	require.NotEmpty(t, joined.JSON200.QueueToken)
+	polled, err := c.GetV1VouchersIdQueueWithResponse(ctx, roomed.JSON201.Id,
+		&apiclient.GetV1VouchersIdQueueParams{XFlashsaleQueue: &joined.JSON200.QueueToken}, carol)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, polled.StatusCode(), "%s", polled.Body)
+	noPass, err := c.PostV1VouchersIdOrdersWithResponse(ctx, roomed.JSON201.Id, &apiclient.PostV1VouchersIdOrdersParams{}, apiclient.PostV1VouchersIdOrdersJSONRequestBody{}, alice)
+	require.NoError(t, err)
+	require.Equal(t, apiclient.ErrorCodeNotAdmitted, noPass.JSONDefault.Error)
 
 	// A proof-of-work challenge, as the spec says.
 	challenge, err := c.GetV1ChallengeWithResponse(ctx, &apiclient.GetV1ChallengeParams{}, carol)
@@ -277,10 +295,10 @@ func TestASaleThroughTheGeneratedClient(t *testing.T) {
 	// Errors are described too.
 	missing, err := c.GetAdminV1VouchersIdWithResponse(ctx, "999999", asAdmin)
 	require.NoError(t, err)
-	require.Equal(t, apiclient.VoucherNotFound, missing.JSONDefault.Error)
+	require.Equal(t, apiclient.ErrorCodeVoucherNotFound, missing.JSONDefault.Error)
 	anon, err := c.GetV1OrdersIdWithResponse(ctx, aliceOrder)
 	require.NoError(t, err)
-	require.Equal(t, apiclient.Unauthorized, anon.JSONDefault.Error)
+	require.Equal(t, apiclient.ErrorCodeUnauthorized, anon.JSONDefault.Error)
 	require.GreaterOrEqual(t, len(checker.seen), 15, "%v", checker.seen)
 }
 

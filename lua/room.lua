@@ -1,0 +1,164 @@
+-- room.lua: a voucher's waiting room (pkg/room), atomically: first its
+-- clock (the pre-queue closes at the start, unused passes lapse, waiters
+-- are admitted at the room's rate, never past what the stock can still
+-- sell), then the caller's operation: tick (nothing more), join, or get
+-- (the caller's place).
+--
+-- Every key carries the voucher's hash tag {pP}: one slot, so the script
+-- runs unchanged on Redis Cluster.
+--
+-- KEYS[1] -> flashsale:{pP}:v:V            voucher hash, read: stock, limit, start_ms, end_ms, paused, pow,
+--                                          expire_s, room (admissions per second; 0 or absent: no room),
+--                                          room_pre_ms, room_pass_ms
+-- KEYS[2] -> flashsale:{pP}:v:V:room       the room's state hash: seed, pre (pre-queue joins), frozen (1 once
+--                                          the pre-queue is closed and placed), tail (places given), front (places
+--                                          admitted), last_ms (the rate's clock), live (passes outstanding: admitted,
+--                                          not lapsed, not used), segs (the unlapsed admissions, "upto:exp_ms ...",
+--                                          oldest first: places up to upto hold a pass until exp_ms), gone (places
+--                                          up to it lapsed, the last lapsed segment's upto), s:EXP -> the
+--                                          passes of segment EXP not yet used, x:PLACE -> 1 once PLACE's pass
+--                                          bought (admit.lua sets both)
+-- KEYS[3] -> flashsale:{pP}:v:V:room:w     waiters: user -> place, "pK" for the K-th join of the pre-queue (its
+--                                          place is pkg/room's shuffle of K among pre, once frozen), else "T"
+-- KEYS[4] -> flashsale:{pP}:v:V:proof:S    a join's proof of work (set NX for its TTL), or any key of the slot
+--
+-- ARGV[1] -> now, unix ms (the caller's clock)
+-- ARGV[2] -> "tick", "join" or "get"
+-- ARGV[3] -> user (join, get)
+-- ARGV[4] -> a seed for a room that has none yet (16 hex digits)
+-- ARGV[5] -> the join's verified proof of work's difficulty; 0: none
+-- ARGV[6] -> seconds the proof's challenge has left
+-- ARGV[7] -> the pass factor: passes outstanding never exceed stock x factor
+--
+-- Returns {code, place, front, tail, pre, frozen, stock, live, segs, seed,
+-- start_ms, end_ms, paused, rate, pass_ms, limit, gone}; code 0, or
+-- 1 no such voucher, 15 it has no waiting room (then only the code),
+-- 2 join before the queue opens (start - room_pre_ms), 3 join after the
+-- sale ended, 12 the voucher wants a proof of work to join and there is
+-- none, 13 the proof is too easy or used before, 16 get: the user never
+-- joined. place is '' unless the user has one.
+--
+-- Cost: a tick is two HMGETs and one HSET (plus an HGET and HDEL per
+-- lapsing segment); a join adds an HGET and an HSET of the user (and a
+-- SET of the proof). Ticks come from each gateway a few times a second per
+-- room it serves, not per waiter: a waiter's poll is answered by the
+-- gateway from the last tick's state.
+
+local now, op, user = tonumber(ARGV[1]), ARGV[2], ARGV[3]
+local v = redis.call('HMGET', KEYS[1], 'stock', 'start_ms', 'end_ms', 'paused', 'room', 'room_pre_ms', 'room_pass_ms',
+  'pow', 'expire_s', 'limit')
+if not v[1] then
+  return {1}
+end
+local rate = tonumber(v[5]) or 0
+if rate <= 0 then
+  return {15}
+end
+local stock, start_ms, end_ms = tonumber(v[1]), tonumber(v[2]) or 0, tonumber(v[3]) or 0
+local paused, pre_ms, pass_ms = v[4] == '1', tonumber(v[6]) or 0, tonumber(v[7]) or 120000
+local pow, expire_s, limit = tonumber(v[8]) or 0, tonumber(v[9]) or 0, tonumber(v[10]) or 1
+
+local s = redis.call('HMGET', KEYS[2], 'seed', 'pre', 'frozen', 'tail', 'front', 'last_ms', 'live', 'segs', 'gone')
+local seed = s[1] or ARGV[4]
+local pre, frozen, tail = tonumber(s[2]) or 0, tonumber(s[3]) or 0, tonumber(s[4]) or 0
+local front, last_ms, live = tonumber(s[5]) or 0, tonumber(s[6]) or 0, tonumber(s[7]) or 0
+local gone = tonumber(s[9]) or 0
+
+-- Passes lapse: a segment past its end gives its unused passes back.
+local segs = {}
+for upto, exp in string.gmatch(s[8] or '', '(%d+):(%d+)') do
+  upto, exp = tonumber(upto), tonumber(exp)
+  if exp <= now then
+    live = live - (tonumber(redis.call('HGET', KEYS[2], 's:' .. exp)) or 0)
+    redis.call('HDEL', KEYS[2], 's:' .. exp)
+    gone = upto
+  else
+    segs[#segs + 1] = {upto, exp}
+  end
+end
+live = math.max(live, 0)
+
+-- The pre-queue closes at the start: its joins hold places 1..pre.
+if frozen == 0 and now >= start_ms then
+  frozen, tail = 1, pre
+end
+
+-- Admission at the room's rate, at most one second's worth at once,
+-- while the sale is open and the stock can sell more passes.
+if frozen == 1 and not paused and (end_ms == 0 or now < end_ms) then
+  if last_ms == 0 or now - last_ms > 1000 then
+    last_ms = now - 1000
+  end
+  local credit = math.floor((now - last_ms) * rate / 1000)
+  if credit >= 1 then
+    local cap = math.max(math.floor(stock * tonumber(ARGV[7])) - live, 0)
+    local k = math.min(credit, tail - front, cap)
+    if k < credit then
+      last_ms = now -- nobody to admit, or no stock: no credit is banked
+    else
+      last_ms = last_ms + math.floor(credit * 1000 / rate)
+    end
+    if k > 0 then
+      front, live = front + k, live + k
+      -- Admissions less than a hundredth of a pass apart share a segment
+      -- (and its end: the earlier), so a room holds at most ~100.
+      local exp, last = now + pass_ms, segs[#segs]
+      if last and exp - last[2] < math.max(pass_ms / 100, 1000) then
+        last[1] = front
+        redis.call('HINCRBY', KEYS[2], 's:' .. last[2], k)
+      else
+        segs[#segs + 1] = {front, exp}
+        redis.call('HSET', KEYS[2], 's:' .. exp, k)
+      end
+    end
+  end
+else
+  last_ms = now
+end
+
+local parts = {}
+for i, g in ipairs(segs) do
+  parts[i] = g[1] .. ':' .. g[2]
+end
+local segstr = table.concat(parts, ' ')
+redis.call('HSET', KEYS[2], 'seed', seed, 'pre', pre, 'frozen', frozen, 'tail', tail, 'front', front,
+  'last_ms', last_ms, 'live', live, 'segs', segstr, 'gone', gone)
+if expire_s > 0 then -- the room's keys go with the voucher's
+  redis.call('EXPIREAT', KEYS[2], expire_s)
+end
+
+local code, place = 0, ''
+if op ~= 'tick' then
+  place = redis.call('HGET', KEYS[3], user)
+  if not place then
+    place = ''
+    if op == 'get' then
+      code = 16
+    elseif end_ms > 0 and now >= end_ms then
+      code = 3
+    elseif now < start_ms - pre_ms then
+      code = 2
+    elseif pow > 0 and tonumber(ARGV[5]) == 0 then
+      code = 12
+    elseif pow > 0 and (tonumber(ARGV[5]) < pow or
+        not redis.call('SET', KEYS[4], '1', 'NX', 'EX', ARGV[6])) then
+      code = 13
+    else
+      if frozen == 0 then
+        pre = pre + 1
+        place = 'p' .. pre
+        redis.call('HSET', KEYS[2], 'pre', pre)
+      else
+        tail = tail + 1
+        place = tostring(tail)
+        redis.call('HSET', KEYS[2], 'tail', tail)
+      end
+      redis.call('HSET', KEYS[3], user, place)
+      if expire_s > 0 then
+        redis.call('EXPIREAT', KEYS[3], expire_s)
+      end
+    end
+  end
+end
+return {code, place, front, tail, pre, frozen, stock, live, segstr, seed, start_ms, end_ms, paused and 1 or 0, rate,
+  pass_ms, limit, gone}

@@ -1,0 +1,264 @@
+package gateway
+
+// The waiting room's HTTP side (pkg/room): joining and polling the queue,
+// and the pass a claim on a voucher with a room must hold, checked here
+// before the admission script whenever this gateway knows the room.
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/flashsale/flashsale/pkg/db"
+	"github.com/flashsale/flashsale/pkg/rdb"
+	"github.com/flashsale/flashsale/pkg/room"
+)
+
+var (
+	errNotAdmitted = &apiError{http.StatusForbidden, "not_admitted",
+		"this voucher has a waiting room: join it (POST /v1/vouchers/{id}/queue) and claim once admitted, with its token in " + room.Header}
+	errNotInQueue  = &apiError{http.StatusNotFound, "not_in_queue", "you have not joined this voucher's waiting room"}
+	errNoRoom      = &apiError{http.StatusNotFound, "no_waiting_room", "this voucher has no waiting room: claim it directly"}
+	errQueueClosed = &apiError{http.StatusConflict, "ended", "the sale has ended"}
+	errQueueEarly  = &apiError{http.StatusConflict, "not_started", "the waiting room opens prequeue_seconds before the sale starts"}
+	errBadQueue    = &apiError{http.StatusForbidden, "not_admitted", "the queue token in " + room.Header + " is not yours for this voucher: join again without it"}
+)
+
+// waitingRoom checks room c for voucher v and returns it as stored.
+func waitingRoom(v db.Voucher, c *room.Config) (string, error) {
+	if err := c.Validate(); err != nil {
+		return "", badRequest("invalid_field", err.Error())
+	}
+	switch {
+	case v.IsDraw():
+		return "", badRequest("invalid_field", "a draw has no waiting room: its entries are not first come, first served")
+	case v.StockBuckets > 1:
+		return "", badRequest("invalid_field", "stock_buckets must be 1 with a waiting room: the room meters the claims, so the stock need not be spread")
+	}
+	return c.Encode(), nil
+}
+
+// roomTick is how often a gateway refreshes each room it serves (the
+// room's clock runs in Redis; this is how stale a poll's answer may be),
+// and roomIdle how long a room nobody asked this gateway about stays.
+const (
+	roomTick = 100 * time.Millisecond
+	roomIdle = 30 * time.Second
+)
+
+// rooms are the waiting rooms this gateway serves: each one's last state.
+// A claim reads it without a lock.
+type rooms struct {
+	m     sync.Map // voucher id -> *roomEntry
+	store *room.Store
+	now   func() time.Time
+}
+
+type roomEntry struct {
+	snap atomic.Pointer[room.Snapshot]
+	seen atomic.Int64 // unix ns of the last request about it
+}
+
+// of returns voucher v's entry, nil when this gateway knows of no room.
+func (rs *rooms) of(v int64) *roomEntry {
+	e, ok := rs.m.Load(v)
+	if !ok {
+		return nil
+	}
+	re := e.(*roomEntry)
+	re.seen.Store(rs.now().UnixNano())
+	return re
+}
+
+// learn records s as voucher v's room's state.
+func (rs *rooms) learn(v int64, s *room.Snapshot) *roomEntry {
+	e, _ := rs.m.LoadOrStore(v, &roomEntry{})
+	re := e.(*roomEntry)
+	re.seen.Store(rs.now().UnixNano())
+	if s != nil {
+		re.snap.Store(s)
+	}
+	return re
+}
+
+// state returns v's room's state: the last one, or one read now.
+func (rs *rooms) state(ctx context.Context, v int64) (*room.Snapshot, error) {
+	if e := rs.of(v); e != nil {
+		if s := e.snap.Load(); s != nil {
+			return s, nil
+		}
+	}
+	s, err := rs.store.Tick(ctx, v, rs.now())
+	if err != nil {
+		return nil, err
+	}
+	rs.learn(v, s)
+	return s, nil
+}
+
+// tick refreshes every room asked about lately, forgets the others and
+// those that are gone, and publishes their figures.
+func (g *Gateway) tickRooms(ctx context.Context) {
+	now := g.now()
+	g.rooms.m.Range(func(k, e any) bool {
+		v, re := k.(int64), e.(*roomEntry)
+		if now.Sub(time.Unix(0, re.seen.Load())) > roomIdle {
+			g.forgetRoom(v)
+			return true
+		}
+		s, err := g.rooms.store.Tick(ctx, v, now)
+		switch {
+		case errors.Is(err, room.ErrNoRoom) || errors.Is(err, rdb.ErrVoucherNotFound):
+			g.forgetRoom(v)
+		case err != nil:
+			g.log.Warn("waiting room tick failed", zap.Int64("voucher_id", v), zap.Error(err))
+		default:
+			re.snap.Store(s)
+			g.metrics.roomFigures(v, s)
+		}
+		return true
+	})
+}
+
+func (g *Gateway) forgetRoom(v int64) {
+	g.rooms.m.Delete(v)
+	g.metrics.forgetRoom(v)
+}
+
+// roomPass is the pass of user's claim on voucher v: "" when this gateway
+// knows no room for v (the admission script then decides: a voucher with
+// a room refuses a claim without a pass, and this gateway learns of the
+// room), else the pass as the script takes it, or errNotAdmitted.
+func (g *Gateway) roomPass(r *http.Request, v int64, user string, now time.Time) (string, error) {
+	e := g.rooms.of(v)
+	if e == nil {
+		return "", nil
+	}
+	s, p, err := g.roomPlace(r, v, user, e.snap.Load())
+	switch {
+	case errors.Is(err, room.ErrNotInQueue) || errors.Is(err, room.ErrNoRoom):
+		if errors.Is(err, room.ErrNoRoom) {
+			g.forgetRoom(v)
+			return "", nil
+		}
+		return "", errNotAdmitted
+	case err != nil:
+		return "", err
+	}
+	t, err := s.Ticket(p)
+	if err != nil {
+		return "", errNotAdmitted
+	}
+	exp := s.PassExpires(t)
+	if exp.IsZero() || !now.Before(exp) {
+		return "", errNotAdmitted
+	}
+	b := make([]byte, 0, 40)
+	b = strconv.AppendInt(b, t, 10)
+	b = append(b, ':')
+	return string(strconv.AppendInt(b, exp.UnixMilli(), 10)), nil
+}
+
+// roomPlace is user's place in v's room: from the request's queue token
+// when it has one (with s, the room's last state, if any), else looked up
+// in Redis (with a state read there too).
+func (g *Gateway) roomPlace(r *http.Request, v int64, user string, s *room.Snapshot) (*room.Snapshot, room.Place, error) {
+	if tok := r.Header.Get(room.Header); tok != "" {
+		p, err := g.queueTokens.Verify(v, user, tok)
+		if err != nil {
+			return nil, room.Place{}, errBadQueue
+		}
+		if s == nil {
+			if s, err = g.rooms.state(r.Context(), v); err != nil {
+				return nil, room.Place{}, err
+			}
+		}
+		return s, p, nil
+	}
+	s, p, err := g.rooms.store.Find(r.Context(), v, user, g.now())
+	if err != nil {
+		return nil, room.Place{}, err
+	}
+	g.rooms.learn(v, s)
+	return s, p, nil
+}
+
+// joinQueue: POST /v1/vouchers/{id}/queue. A place in the room, the same
+// one to a user who has one; a voucher with a proof-of-work gate asks for
+// a solved challenge here (X-Flashsale-Proof), not at its claims.
+func (g *Gateway) joinQueue(w http.ResponseWriter, r *http.Request) {
+	user, v, ok := g.userAndID(w, r)
+	if !ok {
+		return
+	}
+	pr, err := g.claimProof(r, user)
+	if err != nil {
+		g.fail(w, r, err)
+		return
+	}
+	now := g.now()
+	s, p, err := g.rooms.store.Join(r.Context(), v, user, pr, now)
+	if err != nil {
+		g.fail(w, r, err)
+		return
+	}
+	g.rooms.learn(v, s)
+	g.answerQueue(w, "join", s.Answer(p, now), g.queueTokens.Sign(v, user, p))
+}
+
+// getQueue: GET /v1/vouchers/{id}/queue. Where the caller stands: from
+// the room's last state and the caller's token, without Redis, when the
+// request carries the token.
+func (g *Gateway) getQueue(w http.ResponseWriter, r *http.Request) {
+	user, v, ok := g.userAndID(w, r)
+	if !ok {
+		return
+	}
+	var s *room.Snapshot
+	if e := g.rooms.of(v); e != nil {
+		s = e.snap.Load()
+	}
+	s, p, err := g.roomPlace(r, v, user, s)
+	if err != nil {
+		g.fail(w, r, err)
+		return
+	}
+	tok := r.Header.Get(room.Header)
+	if tok == "" {
+		tok = g.queueTokens.Sign(v, user, p)
+	}
+	g.answerQueue(w, "poll", s.Answer(p, g.now()), tok)
+}
+
+// answerQueue writes a queue answer, by hand: polls are the room's hot
+// path.
+func (g *Gateway) answerQueue(w http.ResponseWriter, op string, a room.Answer, tok string) {
+	g.metrics.roomAnswer(op, a.State)
+	b := make([]byte, 0, 160)
+	b = append(b, `{"state":"`...)
+	b = append(b, a.State...)
+	b = append(b, `","position":`...)
+	b = strconv.AppendInt(b, a.Position, 10)
+	b = append(b, `,"retry_after_ms":`...)
+	b = strconv.AppendInt(b, a.Retry.Milliseconds(), 10)
+	b = append(b, `,"queue_token":"`...)
+	b = append(b, tok...)
+	b = append(b, '"')
+	if !a.Expires.IsZero() {
+		b = append(b, `,"pass_expires_at":"`...)
+		b = a.Expires.UTC().AppendFormat(b, time.RFC3339Nano)
+		b = append(b, '"')
+	}
+	b = append(b, "}\n"...)
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("Cache-Control", "no-store")
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write(b)
+}

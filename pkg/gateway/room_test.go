@@ -1,0 +1,167 @@
+package gateway_test
+
+import (
+	"net/http"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/stretchr/testify/require"
+
+	"github.com/flashsale/flashsale/pkg/gateway"
+	"github.com/flashsale/flashsale/pkg/internal/testenv"
+	"github.com/flashsale/flashsale/pkg/proof"
+	"github.com/flashsale/flashsale/pkg/room"
+)
+
+// The waiting room through the API: bad rooms refused; joins before the
+// start placed at random, at the start; admission at the room's rate; a
+// claim without a pass refused by the gateway without the script; a pass
+// buys; the room never admits past the stock, says sold_out to everyone
+// when it is gone, and admits again when a cancelled order gives a unit
+// back; an operator takes the room away; a proof of work at the door.
+func TestAWaitingRoom(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	f := newFixtureOn(t, testenv.New(t, 4), gateway.Config{}, gateway.WithRegistry(reg))
+	start := f.clock.Now().Add(time.Minute).UTC()
+	window := `"starts_at":"` + start.Format(time.RFC3339Nano) + `","ends_at":"` + start.Add(time.Hour).Format(time.RFC3339Nano) + `"`
+	for _, bad := range []string{`{"admit_per_second":0}`, `{"admit_per_second":5,"pass_seconds":-1}`, `{"admit_per_second":5,"prequeue_seconds":-1}`, `7`} {
+		requireError(t, f.do("POST", "/admin/v1/vouchers", admin, `{"name":"x","stock":5,"waiting_room":`+bad+`}`), http.StatusBadRequest, "invalid_field")
+	}
+	requireError(t, f.do("POST", "/admin/v1/vouchers", admin, `{"name":"x","stock":5,"stock_buckets":2,"waiting_room":{"admit_per_second":5}}`), http.StatusBadRequest, "invalid_field")
+	requireError(t, f.do("POST", "/admin/v1/vouchers", admin, `{"name":"x","stock":5,"allocation":"draw",`+window+`,"waiting_room":{"admit_per_second":5}}`), http.StatusBadRequest, "invalid_field")
+	created := f.do("POST", "/admin/v1/vouchers", admin, `{"name":"room","stock":3,`+window+`,"waiting_room":{"admit_per_second":2,"prequeue_seconds":30}}`)
+	require.Equal(t, http.StatusCreated, created.Status, created.Raw)
+	require.Equal(t, map[string]any{"admit_per_second": 2.0, "prequeue_seconds": 30.0, "pass_seconds": 120.0}, created.Body["waiting_room"])
+	id := created.Body["id"].(string)
+	queue := "/v1/vouchers/" + id + "/queue"
+
+	requireError(t, f.do("POST", queue, f.token("u0"), ""), http.StatusConflict, "not_started")
+	requireError(t, f.do("GET", queue, f.token("u0"), ""), http.StatusNotFound, "not_in_queue")
+	requireError(t, f.do("POST", "/v1/vouchers/999999/queue", f.token("u0"), ""), http.StatusNotFound, "voucher_not_found")
+	plain := f.createVoucher(`{"name":"plain","stock":3}`)
+	requireError(t, f.do("POST", "/v1/vouchers/"+plain+"/queue", f.token("u0"), ""), http.StatusNotFound, "no_waiting_room")
+	requireError(t, f.do("POST", "/v1/vouchers/x/queue", f.token("u0"), ""), http.StatusBadRequest, "invalid_id")
+
+	// The pre-queue: six join; nobody has a place until the start.
+	f.clock.Set(start.Add(-10 * time.Second))
+	const n = 6
+	tokens := make([]string, n)
+	for i := range tokens {
+		res := f.do("POST", queue, f.token("u"+strconv.Itoa(i)), "")
+		require.Equal(t, http.StatusOK, res.Status, res.Raw)
+		require.Equal(t, "waiting", res.Body["state"])
+		require.EqualValues(t, 0, res.Body["position"])
+		require.EqualValues(t, 10_000, res.Body["retry_after_ms"], "come back at the start")
+		tokens[i] = res.Body["queue_token"].(string)
+	}
+	again := f.do("POST", queue, f.token("u3"), "")
+	require.Equal(t, tokens[3], again.Body["queue_token"], "one place per user")
+	poll := func(i int) response {
+		t.Helper()
+		res := f.do("GET", queue, f.token("u"+strconv.Itoa(i)), "", room.Header, tokens[i])
+		require.Equal(t, http.StatusOK, res.Status, res.Raw)
+		return res
+	}
+	states := func() map[string][]int {
+		out := map[string][]int{}
+		for i := range n {
+			res := poll(i)
+			out[res.Body["state"].(string)] = append(out[res.Body["state"].(string)], i)
+		}
+		return out
+	}
+	requireError(t, f.do("GET", queue, f.token("u1"), "", room.Header, tokens[0]), http.StatusForbidden, "not_admitted")
+
+	// The start: places drawn, one second's worth (2) admitted by the
+	// gateway's own ticks.
+	f.clock.Set(start)
+	testenv.Eventually(t, 10*time.Second, "two admitted", func() bool { return len(states()["admitted"]) == 2 })
+	st := states()
+	var positions []int
+	for _, i := range st["waiting"] {
+		positions = append(positions, int(poll(i).Body["position"].(float64)))
+	}
+	require.ElementsMatch(t, []int{1, 2, 3, 4}, positions, "the waiting hold places 1..4")
+
+	claim := func(i int, tok string) response {
+		if tok == "" {
+			return f.do("POST", "/v1/vouchers/"+id+"/orders", f.token("u"+strconv.Itoa(i)), "")
+		}
+		return f.do("POST", "/v1/vouchers/"+id+"/orders", f.token("u"+strconv.Itoa(i)), "", room.Header, tok)
+	}
+	scripts := func() float64 { return testenv.Metric(t, reg, "flashsale_redis_script_duration_seconds") }
+	// A waiter's claim: the admission script decides the first one this
+	// gateway sees (it learns the voucher has a room), the gateway the rest.
+	w0, w1 := st["waiting"][0], st["waiting"][1]
+	requireError(t, claim(w0, tokens[w0]), http.StatusForbidden, "not_admitted")
+	before := scripts()
+	requireError(t, claim(w1, tokens[w1]), http.StatusForbidden, "not_admitted")
+	requireError(t, claim(w1, ""), http.StatusForbidden, "not_admitted")
+	requireError(t, claim(w1, tokens[st["admitted"][0]]), http.StatusForbidden, "not_admitted") // another's token
+	require.Equal(t, before, scripts(), "refused by the gateway, without the script")
+
+	a0, a1 := st["admitted"][0], st["admitted"][1]
+	res := poll(a0)
+	require.NotEmpty(t, res.Body["pass_expires_at"])
+	exp, err := time.Parse(time.RFC3339Nano, res.Body["pass_expires_at"].(string))
+	require.NoError(t, err)
+	require.WithinDuration(t, start.Add(120*time.Second), exp, time.Second)
+	bought := claim(a0, tokens[a0])
+	require.Equal(t, http.StatusAccepted, bought.Status, bought.Raw)
+	require.Equal(t, http.StatusAccepted, claim(a1, "").Status, "a pass without the token: looked up in Redis")
+
+	// One unit left: 1 x 1.5 passes may be out, none is, so one more is
+	// admitted in the next second; when it buys, every waiter hears
+	// sold_out.
+	f.clock.Add(time.Second)
+	testenv.Eventually(t, 10*time.Second, "a third admitted", func() bool { return len(states()["admitted"]) == 3 })
+	require.Len(t, states()["waiting"], 3, "one unit: one more admitted, not two")
+	third := -1
+	for _, i := range states()["admitted"] {
+		if i != a0 && i != a1 {
+			third = i
+		}
+	}
+	require.Equal(t, http.StatusAccepted, claim(third, tokens[third]).Status)
+	testenv.Eventually(t, 10*time.Second, "sold_out to everyone", func() bool { return len(states()["sold_out"]) == n })
+
+	// A unit comes back: its buyer cancels. The room admits again.
+	f.persist(id)
+	oid := bought.Body["order_id"].(string)
+	cancelled := f.do("POST", "/v1/orders/"+oid+"/cancel", f.token("u"+strconv.Itoa(a0)), "")
+	require.Equal(t, http.StatusOK, cancelled.Status, cancelled.Raw)
+	f.clock.Add(time.Second)
+	testenv.Eventually(t, 10*time.Second, "a fourth admitted", func() bool { return len(states()["admitted"]) == 4 })
+
+	// The operator takes the room away: claims need no pass.
+	off := f.do("PATCH", "/admin/v1/vouchers/"+id, admin, `{"waiting_room":null}`)
+	require.Equal(t, http.StatusOK, off.Status, off.Raw)
+	require.Nil(t, off.Body["waiting_room"])
+	testenv.Eventually(t, 10*time.Second, "claims without a pass", func() bool {
+		return claim(99, "").Body["error"] != "not_admitted"
+	})
+	requireError(t, f.do("GET", queue, f.token("u1"), ""), http.StatusNotFound, "no_waiting_room")
+	require.Positive(t, testenv.Metric(t, reg, "flashsale_room_answers_total", "op", "poll", "state", "sold_out"))
+}
+
+// A voucher with a room and a proof-of-work gate asks for the proof at the
+// room's door, once; its claims then need none.
+func TestAProofOfWorkAtTheRoomsDoor(t *testing.T) {
+	f := newFixture(t)
+	id := f.createVoucher(`{"name":"door","stock":5,"proof_of_work":{"max_number":500},"waiting_room":{"admit_per_second":100}}`)
+	queue := "/v1/vouchers/" + id + "/queue"
+	requireError(t, f.do("POST", queue, f.token("ann"), ""), http.StatusForbidden, "proof_required")
+	sol, _ := f.solve("ann", id)
+	res := f.do("POST", queue, f.token("ann"), "", proof.Header, sol)
+	require.Equal(t, http.StatusOK, res.Status, res.Raw)
+	requireError(t, f.do("POST", queue, f.token("ben"), "", proof.Header, sol), http.StatusForbidden, "proof_invalid")
+	tok := res.Body["queue_token"].(string)
+	f.clock.Add(time.Second) // the room admits as its clock moves
+	testenv.Eventually(t, 10*time.Second, "ann admitted", func() bool {
+		return f.do("GET", queue, f.token("ann"), "", room.Header, tok).Body["state"] == "admitted"
+	})
+	got := f.do("POST", "/v1/vouchers/"+id+"/orders", f.token("ann"), "", room.Header, tok)
+	require.Equal(t, http.StatusAccepted, got.Status, got.Raw)
+}

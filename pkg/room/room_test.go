@@ -1,0 +1,119 @@
+package room_test
+
+import (
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/flashsale/flashsale/pkg/room"
+)
+
+// The pre-queue's places are a permutation of 1..n for every n, another
+// one for another seed, and not the arrival order.
+func TestShuffleIsAPermutation(t *testing.T) {
+	for _, n := range []int64{1, 2, 3, 7, 64, 1000, 4097} {
+		seen := make([]bool, n+1)
+		for k := int64(1); k <= n; k++ {
+			p := room.Shuffle(42, n, k)
+			require.True(t, p >= 1 && p <= n, "place %d of %d", p, n)
+			require.False(t, seen[p], "place %d given twice (n=%d)", p, n)
+			seen[p] = true
+		}
+	}
+	order := func(seed uint64) []int64 {
+		out := make([]int64, 1000)
+		for k := range out {
+			out[k] = room.Shuffle(seed, 1000, int64(k+1))
+		}
+		return out
+	}
+	a, b := order(1), order(2)
+	require.NotEqual(t, a, b, "another seed, another order")
+	fixed := 0
+	for k, p := range a {
+		if p == int64(k+1) {
+			fixed++
+		}
+	}
+	require.Less(t, fixed, 10, "a random permutation of 1000 fixes about one place, not %d", fixed)
+	// Early joiners do not keep an edge: the first tenth's places spread
+	// over the whole queue (mean near the middle).
+	var sum int64
+	for _, p := range a[:100] {
+		sum += p
+	}
+	require.InDelta(t, 500, float64(sum)/100, 120, "the first 100 joins' mean place")
+	require.False(t, slices.IsSorted(a))
+}
+
+// A token names one user's place in one room: another user, voucher,
+// place or key does not verify.
+func TestQueueTokens(t *testing.T) {
+	k := room.NewTokens([]byte("0123456789abcdef0123456789abcdef"))
+	p := room.Place{Pre: true, N: 17}
+	tok := k.Sign(5, "alice", p)
+	got, err := k.Verify(5, "alice", tok)
+	require.NoError(t, err)
+	require.Equal(t, p, got)
+	for _, bad := range []struct {
+		v    int64
+		user string
+		tok  string
+	}{
+		{6, "alice", tok}, {5, "bob", tok}, {5, "alice", "p18" + tok[3:]}, {5, "alice", "17" + tok[3:]},
+		{5, "alice", ""}, {5, "alice", "p17"}, {5, "alice", "p17.!!"},
+	} {
+		_, err := k.Verify(bad.v, bad.user, bad.tok)
+		require.ErrorIs(t, err, room.ErrBadToken, "%+v", bad)
+	}
+	_, err = room.NewTokens([]byte("another key, another gateway set")).Verify(5, "alice", tok)
+	require.ErrorIs(t, err, room.ErrBadToken)
+}
+
+// The answers from a room's state: placed or not, admitted, lapsed, sold
+// out, closed, paused; people far back poll less often, unless the stock
+// could run out before their turn.
+func TestAnswers(t *testing.T) {
+	t0 := time.Now()
+	s := &room.Snapshot{Front: 10, Tail: 1000, Pre: 0, Frozen: true, Stock: 1000, Live: 10, Rate: 10, Limit: 1,
+		Segments: []room.Segment{{Upto: 4, Expires: t0.Add(-time.Second)}, {Upto: 10, Expires: t0.Add(time.Minute)}},
+		StartsAt: t0.Add(-time.Hour), EndsAt: t0.Add(time.Hour)}
+	require.Equal(t, room.Lapsed, s.Answer(room.Place{N: 3}, t0).State)
+	a := s.Answer(room.Place{N: 5}, t0)
+	require.Equal(t, room.Admitted, a.State)
+	require.Equal(t, t0.Add(time.Minute), a.Expires)
+	near, far := s.Answer(room.Place{N: 11}, t0), s.Answer(room.Place{N: 900}, t0)
+	require.Equal(t, room.Answer{State: room.Waiting, Position: 1, Ticket: 11, Retry: room.RetryMin}, near)
+	require.Equal(t, int64(890), far.Position)
+	require.Equal(t, room.RetryMax, far.Retry, "89 s from their turn: asks again in the longest interval")
+	// 15 units left and 10 passes out: the stock may be gone in half a
+	// second, so everyone asks again soon.
+	s.Stock = 15
+	require.Equal(t, room.RetryMin, s.Answer(room.Place{N: 900}, t0).Retry)
+	s.Stock = 0
+	require.Equal(t, room.SoldOut, s.Answer(room.Place{N: 900}, t0).State)
+	require.Equal(t, room.Closed, s.Answer(room.Place{N: 900}, t0.Add(time.Hour)).State)
+	s.Paused = true
+	require.Equal(t, room.Paused, s.Answer(room.Place{N: 900}, t0).State)
+	pre := &room.Snapshot{Pre: 3, StartsAt: t0.Add(2 * time.Second), Rate: 1}
+	w := pre.Answer(room.Place{Pre: true, N: 2}, t0)
+	require.Equal(t, room.Answer{State: room.Waiting, Retry: 2 * time.Second}, w, "placed at the start")
+}
+
+func TestConfig(t *testing.T) {
+	c := room.Config{AdmitPerSecond: 50, PrequeueSeconds: 30}
+	require.NoError(t, c.Validate())
+	require.EqualValues(t, room.DefaultPassSeconds, c.PassSeconds)
+	back, err := room.Decode(c.Encode())
+	require.NoError(t, err)
+	require.Equal(t, c, *back)
+	for _, bad := range []room.Config{{}, {AdmitPerSecond: 1, PrequeueSeconds: -1}, {AdmitPerSecond: 1, PassSeconds: -5},
+		{AdmitPerSecond: room.MaxAdmitPerSecond + 1}} {
+		require.Error(t, bad.Validate(), "%+v", bad)
+	}
+	none, err := room.Decode("0")
+	require.NoError(t, err)
+	require.Nil(t, none)
+}

@@ -1,0 +1,145 @@
+package room
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/flashsale/flashsale/lua"
+	"github.com/flashsale/flashsale/pkg/rdb"
+)
+
+// Errors of Store's calls; a join's proof of work errs with rdb's
+// ErrProofRequired and ErrProofInvalid, a missing voucher with
+// rdb.ErrVoucherNotFound.
+var (
+	ErrNoRoom     = errors.New("room: the voucher has no waiting room")
+	ErrNotOpen    = errors.New("room: the queue is not open yet")
+	ErrEnded      = errors.New("room: the sale has ended")
+	ErrNotInQueue = errors.New("room: not in the queue")
+)
+
+var codes = map[int64]error{
+	1: rdb.ErrVoucherNotFound, 2: ErrNotOpen, 3: ErrEnded, 12: rdb.ErrProofRequired, 13: rdb.ErrProofInvalid,
+	15: ErrNoRoom, 16: ErrNotInQueue,
+}
+
+// Store runs rooms in Redis (room.lua), in the voucher's slot.
+type Store struct {
+	r *rdb.Store
+}
+
+// NewStore returns a Store over r's Redis.
+func NewStore(r *rdb.Store) *Store { return &Store{r: r} }
+
+// Tick runs voucher v's room's clock at now and returns its state.
+func (s *Store) Tick(ctx context.Context, v int64, now time.Time) (*Snapshot, error) {
+	snap, _, err := s.run(ctx, v, now, "tick", "", rdb.Proof{})
+	return snap, err
+}
+
+// Join gives user a place in v's room (the same place again to one who
+// has one); proof is the join's verified proof of work, if any.
+func (s *Store) Join(ctx context.Context, v int64, user string, proof rdb.Proof, now time.Time) (*Snapshot, Place, error) {
+	return s.run(ctx, v, now, "join", user, proof)
+}
+
+// Find returns user's place in v's room (ErrNotInQueue: none).
+func (s *Store) Find(ctx context.Context, v int64, user string, now time.Time) (*Snapshot, Place, error) {
+	return s.run(ctx, v, now, "get", user, rdb.Proof{})
+}
+
+// Keys are the room's keys of voucher v: its state and its waiters.
+func (s *Store) Keys(v int64) (state, waiters string) {
+	state = rdb.RoomKey(s.r.VoucherKey(v))
+	return state, state + ":w"
+}
+
+func (s *Store) run(ctx context.Context, v int64, now time.Time, op, user string, proof rdb.Proof) (*Snapshot, Place, error) {
+	vkey := s.r.VoucherKey(v)
+	state, waiters := s.Keys(v)
+	proofKey, proofMax, proofTTL := vkey+":proof:-", int64(0), int64(0)
+	if proof.ID != "" {
+		proofKey, proofMax, proofTTL = vkey+":proof:"+proof.ID, proof.Max, max(int64(proof.TTL/time.Second), 1)
+	}
+	var seed [8]byte
+	_, _ = rand.Read(seed[:])
+	res, err := lua.Room.Run(ctx, s.r.Client(), []string{vkey, state, waiters, proofKey},
+		now.UnixMilli(), op, user, hex.EncodeToString(seed[:]), proofMax, proofTTL, PassFactor).Slice()
+	if err != nil {
+		return nil, Place{}, fmt.Errorf("room %d: %w", v, err)
+	}
+	code, _ := res[0].(int64)
+	if code != 0 {
+		if e, ok := codes[code]; ok {
+			return nil, Place{}, e
+		}
+		return nil, Place{}, fmt.Errorf("room %d: unknown code %d", v, code)
+	}
+	snap, err := parseSnapshot(res, now)
+	if err != nil {
+		return nil, Place{}, fmt.Errorf("room %d: %w", v, err)
+	}
+	var p Place
+	if raw, _ := res[1].(string); raw != "" {
+		if p, err = ParsePlace(raw); err != nil {
+			return nil, Place{}, err
+		}
+	}
+	return snap, p, nil
+}
+
+// parseSnapshot reads room.lua's reply {code, place, front, tail, pre,
+// frozen, stock, live, segs, seed, start_ms, end_ms, paused, rate,
+// pass_ms, limit, gone}.
+func parseSnapshot(res []any, now time.Time) (*Snapshot, error) {
+	if len(res) != 17 {
+		return nil, fmt.Errorf("unexpected reply %v", res)
+	}
+	n := func(i int) int64 { x, _ := res[i].(int64); return x }
+	s := &Snapshot{At: now, Front: n(2), Tail: n(3), Pre: n(4), Frozen: n(5) == 1, Stock: n(6), Live: n(7),
+		StartsAt: time.UnixMilli(n(10)), Paused: n(12) == 1, Rate: n(13), Pass: time.Duration(n(14)) * time.Millisecond,
+		Limit: n(15), Gone: n(16)}
+	if e := n(11); e > 0 {
+		s.EndsAt = time.UnixMilli(e)
+	}
+	seed, _ := res[9].(string)
+	b, err := hex.DecodeString(seed)
+	if err != nil || len(b) != 8 {
+		return nil, fmt.Errorf("bad seed %q", seed)
+	}
+	s.Seed = binary.BigEndian.Uint64(b)
+	segs, _ := res[8].(string)
+	for _, f := range strings.Fields(segs) {
+		upto, exp, ok := strings.Cut(f, ":")
+		u, err1 := strconv.ParseInt(upto, 10, 64)
+		e, err2 := strconv.ParseInt(exp, 10, 64)
+		if !ok || err1 != nil || err2 != nil {
+			return nil, fmt.Errorf("bad segment %q", f)
+		}
+		s.Segments = append(s.Segments, Segment{Upto: u, Expires: time.UnixMilli(e)})
+	}
+	return s, nil
+}
+
+// Waiters is how many users hold a place in v's room, and the memory
+// Redis uses for them (MEMORY USAGE of the waiters' hash, sampled).
+func (s *Store) Waiters(ctx context.Context, v int64) (n, bytes int64, err error) {
+	_, waiters := s.Keys(v)
+	if n, err = s.r.Client().HLen(ctx, waiters).Result(); err != nil {
+		return 0, 0, err
+	}
+	bytes, err = s.r.Client().MemoryUsage(ctx, waiters, 0).Result()
+	if errors.Is(err, redis.Nil) {
+		err = nil
+	}
+	return n, bytes, err
+}

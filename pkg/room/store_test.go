@@ -1,0 +1,266 @@
+package room_test
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"slices"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/flashsale/flashsale/pkg/internal/testclock"
+	"github.com/flashsale/flashsale/pkg/internal/testsrv"
+	"github.com/flashsale/flashsale/pkg/order"
+	"github.com/flashsale/flashsale/pkg/rdb"
+	"github.com/flashsale/flashsale/pkg/room"
+)
+
+// -redis-cluster runs the package's Redis tests on a Redis Cluster of
+// three masters (make test runs both), as pkg/rdb's do.
+var onCluster = flag.Bool("redis-cluster", false, "run against a Redis Cluster of 3 masters")
+
+var cluster *testsrv.Cluster
+
+func TestMain(m *testing.M) {
+	flag.Parse()
+	if !*onCluster {
+		os.Exit(m.Run())
+	}
+	dir, err := os.MkdirTemp("", "flashsale-cluster-")
+	if err == nil {
+		cluster, err = testsrv.StartCluster(dir, 3)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	cluster.Kill()
+	_ = os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+func newStores(t *testing.T) (*rdb.Store, *room.Store) {
+	t.Helper()
+	var c redis.UniversalClient
+	if cluster != nil {
+		cc := cluster.Client()
+		require.NoError(t, cc.ForEachMaster(context.Background(), func(ctx context.Context, n *redis.Client) error {
+			return n.FlushAll(ctx).Err()
+		}))
+		c = cc
+	} else {
+		c = testsrv.NewRedis(t).Client()
+	}
+	t.Cleanup(func() { c.Close() })
+	s, err := rdb.New(c, 4, "")
+	require.NoError(t, err)
+	require.NoError(t, s.EnsureGroups(context.Background()))
+	return s, room.NewStore(s)
+}
+
+// sale is a voucher of units starting at start, an hour long, with a room.
+func sale(t *testing.T, s *rdb.Store, id, stock int64, start time.Time, c room.Config) {
+	t.Helper()
+	require.NoError(t, c.Validate())
+	require.NoError(t, s.PutVoucher(context.Background(), rdb.Voucher{ID: id, Stock: stock, PerUserLimit: 1,
+		StartsAt: start, EndsAt: start.Add(time.Hour), ExpireAt: start.Add(2 * time.Hour), Room: c.Encode()}))
+}
+
+func claim(s *rdb.Store, v int64, user, pass string, now time.Time) error {
+	_, err := s.Admit(context.Background(), rdb.Claim{VoucherID: v, UserID: user, Now: now, Day: order.Day(now, time.UTC), Pass: pass})
+	return err
+}
+
+// pass is the pass of the user at ticket t, as a gateway makes it.
+func pass(snap *room.Snapshot, t int64) string {
+	return strconv.FormatInt(t, 10) + ":" + strconv.FormatInt(snap.PassExpires(t).UnixMilli(), 10)
+}
+
+// The pre-queue: joins before the start are placed at random when it
+// starts (a permutation of 1..n, not the arrival order), later joins
+// behind them in arrival order; the room admits at its rate, in queue
+// order; a pass buys once and lapses unused; claims without a pass that
+// holds are refused.
+func TestPrequeueRateOrderAndPasses(t *testing.T) {
+	s, rs := newStores(t)
+	ctx := context.Background()
+	start := testclock.Start().Add(time.Hour) // the joins come before it
+	sale(t, s, 1, 100, start, room.Config{AdmitPerSecond: 10, PrequeueSeconds: 60, PassSeconds: 5})
+
+	_, _, err := rs.Join(ctx, 1, "early", rdb.Proof{}, start.Add(-61*time.Second))
+	require.ErrorIs(t, err, room.ErrNotOpen)
+	_, _, err = rs.Find(ctx, 1, "u1", start.Add(-time.Minute))
+	require.ErrorIs(t, err, room.ErrNotInQueue)
+
+	const n = 50
+	places := make([]room.Place, n)
+	for i := range places {
+		snap, p, err := rs.Join(ctx, 1, "u"+strconv.Itoa(i), rdb.Proof{}, start.Add(-30*time.Second+time.Duration(i)*time.Millisecond))
+		require.NoError(t, err)
+		require.Equal(t, room.Place{Pre: true, N: int64(i + 1)}, p)
+		require.Equal(t, room.Answer{State: room.Waiting, Retry: room.RetryMax}, snap.Answer(p, snap.At), "no place before the start")
+		places[i] = p
+	}
+	_, again, err := rs.Join(ctx, 1, "u7", rdb.Proof{}, start.Add(-time.Second))
+	require.NoError(t, err)
+	require.Equal(t, places[7], again, "one place per user")
+	require.ErrorIs(t, claim(s, 1, "u0", "", start), rdb.ErrNotAdmitted, "no pass, no claim")
+
+	// The start: the pre-queue is placed, one second's worth admitted.
+	snap, err := rs.Tick(ctx, 1, start)
+	require.NoError(t, err)
+	require.True(t, snap.Frozen)
+	tickets := make([]int64, n)
+	for i, p := range places {
+		tickets[i], err = snap.Ticket(p)
+		require.NoError(t, err)
+	}
+	sorted := slices.Clone(tickets)
+	slices.Sort(sorted)
+	for i := range sorted {
+		require.EqualValues(t, i+1, sorted[i], "the pre-queue's places are a permutation of 1..%d", n)
+	}
+	require.NotEqual(t, sorted, tickets, "and not the arrival order")
+	_, late, err := rs.Join(ctx, 1, "late", rdb.Proof{}, start.Add(10*time.Millisecond))
+	require.NoError(t, err)
+	require.Equal(t, room.Place{N: n + 1}, late, "after the start: behind the pre-queue")
+
+	require.EqualValues(t, 10, snap.Front)
+	for i, tk := range tickets {
+		a := snap.Answer(places[i], start)
+		if tk <= 10 {
+			require.Equal(t, room.Admitted, a.State)
+			require.True(t, start.Add(5*time.Second).Equal(a.Expires))
+		} else {
+			require.Equal(t, room.Waiting, a.State)
+			require.Equal(t, tk-10, a.Position)
+		}
+	}
+	// The rate: five more in half a second, ten more in a second, whoever
+	// asks for the ticks.
+	snap, err = rs.Tick(ctx, 1, start.Add(500*time.Millisecond))
+	require.NoError(t, err)
+	require.EqualValues(t, 15, snap.Front)
+	snap, err = rs.Tick(ctx, 1, start.Add(time.Second))
+	require.NoError(t, err)
+	require.EqualValues(t, 20, snap.Front)
+	require.EqualValues(t, 20, snap.Live)
+
+	// A pass buys once: the user at ticket 12 claims; the pass is then no
+	// longer outstanding. Ticket 30 is not admitted yet.
+	user := func(ticket int64) string { return "u" + strconv.Itoa(slices.Index(tickets, ticket)) }
+	now := start.Add(time.Second)
+	require.NoError(t, claim(s, 1, user(12), pass(snap, 12), now))
+	require.ErrorIs(t, claim(s, 1, user(12), pass(snap, 12), now), rdb.ErrUserLimit)
+	require.ErrorIs(t, claim(s, 1, user(30), "30:"+strconv.FormatInt(now.UnixMilli(), 10), now), rdb.ErrNotAdmitted,
+		"a pass whose end has passed")
+	snap, err = rs.Tick(ctx, 1, now)
+	require.NoError(t, err)
+	require.EqualValues(t, 19, snap.Live)
+
+	// The room went on admitting, up to everyone (51). Unused passes
+	// lapse: at start+5s the first segment's, places 1..15 (the admissions
+	// of the first half second share the first's end; one was used).
+	for sec := 2; sec <= 5; sec++ {
+		snap, err = rs.Tick(ctx, 1, start.Add(time.Duration(sec)*time.Second))
+		require.NoError(t, err)
+	}
+	require.EqualValues(t, 51, snap.Front)
+	for i, tk := range tickets {
+		if tk <= 15 {
+			require.Equal(t, room.Lapsed, snap.Answer(places[i], start.Add(5*time.Second)).State)
+		} else {
+			require.Equal(t, room.Admitted, snap.Answer(places[i], start.Add(5*time.Second)).State)
+		}
+	}
+	require.EqualValues(t, 51-15, snap.Live, "admitted, minus the lapsed, minus the one used")
+	require.ErrorIs(t, claim(s, 1, user(3), pass(snap, 3), start.Add(5*time.Second)), rdb.ErrNotAdmitted)
+}
+
+// The room knows the stock: it never admits past what the stock can sell
+// (times room.PassFactor), tells everyone sold_out once it is gone, and
+// admits again when units come back.
+func TestTheRoomKnowsTheStock(t *testing.T) {
+	s, rs := newStores(t)
+	ctx := context.Background()
+	start := testclock.Start()
+	sale(t, s, 2, 4, start, room.Config{AdmitPerSecond: 1000, PassSeconds: 60})
+	now := time.Now()
+	const n = 30
+	places := make([]room.Place, n)
+	for i := range places {
+		var err error
+		_, places[i], err = rs.Join(ctx, 2, "w"+strconv.Itoa(i), rdb.Proof{}, now)
+		require.NoError(t, err)
+		require.Equal(t, room.Place{N: int64(i + 1)}, places[i], "after the start: arrival order")
+	}
+	snap, err := rs.Tick(ctx, 2, now.Add(time.Second))
+	require.NoError(t, err)
+	require.EqualValues(t, 6, snap.Front, "4 units x 1.5: six passes, not the thousand the rate allows")
+	require.EqualValues(t, 6, snap.Live)
+	now = now.Add(time.Second)
+	for i := range 4 {
+		require.NoError(t, claim(s, 2, "w"+strconv.Itoa(i), pass(snap, int64(i+1)), now))
+	}
+	require.ErrorIs(t, claim(s, 2, "w4", pass(snap, 5), now), rdb.ErrSoldOut)
+	snap, err = rs.Tick(ctx, 2, now.Add(time.Second))
+	require.NoError(t, err)
+	require.EqualValues(t, 6, snap.Front, "nothing left: nobody more admitted")
+	require.EqualValues(t, 2, snap.Live)
+	for i, p := range places {
+		require.Equal(t, room.SoldOut, snap.Answer(p, snap.At).State, "waiter %d", i)
+	}
+	// Two units come back (an operator's top-up here; a cancelled order's
+	// release is the same to the room): 2 x 1.5 = 3 passes may be out, 2
+	// are, so one more is admitted.
+	applied, _, err := s.ApplyChange(ctx, rdb.Change{ID: 7, VoucherID: 2, AddStock: 2})
+	require.NoError(t, err)
+	require.True(t, applied)
+	snap, err = rs.Tick(ctx, 2, now.Add(2*time.Second))
+	require.NoError(t, err)
+	require.EqualValues(t, 7, snap.Front)
+	require.Equal(t, room.Admitted, snap.Answer(places[6], snap.At).State)
+	require.Equal(t, room.Waiting, snap.Answer(places[7], snap.At).State)
+	require.LessOrEqual(t, snap.Live, int64(float64(snap.Stock)*room.PassFactor))
+}
+
+// A voucher without a room has none to tick or join, and its claims need
+// no pass; a paused or ended sale admits nobody; one with a proof-of-work
+// gate asks for it at the room's door, once per challenge.
+func TestNoRoomPausedEndedAndTheGate(t *testing.T) {
+	s, rs := newStores(t)
+	ctx := context.Background()
+	start := testclock.Start()
+	require.NoError(t, s.PutVoucher(ctx, rdb.Voucher{ID: 3, Stock: 5, PerUserLimit: 1, StartsAt: start, EndsAt: start.Add(time.Hour),
+		ExpireAt: start.Add(2 * time.Hour)}))
+	_, err := rs.Tick(ctx, 3, time.Now())
+	require.ErrorIs(t, err, room.ErrNoRoom)
+	_, err = rs.Tick(ctx, 99, time.Now())
+	require.ErrorIs(t, err, rdb.ErrVoucherNotFound)
+	require.NoError(t, claim(s, 3, "x", "", time.Now()))
+
+	require.NoError(t, s.PutVoucher(ctx, rdb.Voucher{ID: 4, Stock: 5, PerUserLimit: 1, StartsAt: start, EndsAt: start.Add(time.Hour),
+		ExpireAt: start.Add(2 * time.Hour), Paused: true, ProofOfWork: 100, Room: (&room.Config{AdmitPerSecond: 100, PassSeconds: 60}).Encode()}))
+	now := time.Now()
+	_, _, err = rs.Join(ctx, 4, "y", rdb.Proof{}, now)
+	require.ErrorIs(t, err, rdb.ErrProofRequired)
+	_, _, err = rs.Join(ctx, 4, "y", rdb.Proof{ID: "sig1", Max: 50, TTL: time.Minute}, now)
+	require.ErrorIs(t, err, rdb.ErrProofInvalid, "too easy")
+	snap, p, err := rs.Join(ctx, 4, "y", rdb.Proof{ID: "sig1", Max: 100, TTL: time.Minute}, now)
+	require.NoError(t, err)
+	require.Equal(t, room.Paused, snap.Answer(p, now).State)
+	_, _, err = rs.Join(ctx, 4, "z", rdb.Proof{ID: "sig1", Max: 100, TTL: time.Minute}, now)
+	require.ErrorIs(t, err, rdb.ErrProofInvalid, "used before")
+	snap, err = rs.Tick(ctx, 4, now.Add(time.Second))
+	require.NoError(t, err)
+	require.Zero(t, snap.Front, "paused: nobody admitted")
+	_, _, err = rs.Join(ctx, 4, "late", rdb.Proof{ID: "sig2", Max: 100, TTL: time.Minute}, start.Add(time.Hour))
+	require.ErrorIs(t, err, room.ErrEnded)
+	require.Equal(t, room.Closed, snap.Answer(p, start.Add(time.Hour)).State)
+}
