@@ -9,15 +9,15 @@
 -- KEYS[1] -> flashsale:{pP}:v:V            voucher hash, whose fields it reads: stock, limit, daily, start_ms, end_ms, pool, paused,
 --                                          buckets, draw, pow, room, u:USER -> units user USER holds (all time), and
 --                                          o:USER -> the stream entry ids of USER's admissions, space-separated
---                                          (the index pending.lua reads a user's pending orders by)
+--                                          (the index pending.lua reads a user's pending orders by); with a
+--                                          waiting room it writes rx:PLACE (PLACE's pass bought) and ru:EXP (the
+--                                          passes of room.lua's segment ending at EXP that bought)
 -- KEYS[2] -> flashsale:{pP}:orders         the partition's order stream
 -- KEYS[3] -> flashsale:{pP}:v:V:pool       list of the items left (pooled kinds: envelopes, codes)
--- KEYS[4] -> flashsale:{pP}:v:V:room       the waiting room's state (room.lua): an admission on a pass
---                                          marks it used (x:PLACE) and no longer outstanding (s:EXP, live)
 -- and for claim i (1-based):
--- KEYS[2+3i] -> flashsale:{pP}:v:V:day:D   hash user -> units taken on day D of claim i
--- KEYS[3+3i] -> flashsale:{pP}:v:V:idem:U:K  claim i's idempotency record (ignored when its TTL is 0)
--- KEYS[4+3i] -> flashsale:{pP}:v:V:proof:S  claim i's proof of work, S its challenge's signature (set
+-- KEYS[1+3i] -> flashsale:{pP}:v:V:day:D   hash user -> units taken on day D of claim i
+-- KEYS[2+3i] -> flashsale:{pP}:v:V:idem:U:K  claim i's idempotency record (ignored when its TTL is 0)
+-- KEYS[3+3i] -> flashsale:{pP}:v:V:proof:S  claim i's proof of work, S its challenge's signature (set
 --                                          once, for its TTL; ignored when the voucher has no gate)
 --
 -- ARGV[1] -> voucher id (written into the entries)
@@ -42,7 +42,7 @@
 -- HMGET and one HSET (and EXPIRE) per day; keys add one MGET and a SET per
 -- keyed admission; a pool adds an LPOP per admission; a proof-of-work
 -- gate a SET per claim; a waiting room an HSETNX per admission (and an
--- HEXISTS and two HINCRBYs the first time a pass buys).
+-- HINCRBY the first time a pass buys).
 --
 -- A hot voucher's stock may be spread over buckets (stock_buckets, see
 -- pkg/rdb keys.go): the KEYS are then those of one bucket, and every limit
@@ -57,7 +57,7 @@
 --
 -- A voucher with a proof-of-work gate (pow = its difficulty, > 0) takes a
 -- claim only with a proof (the gateway verified its signature, user and
--- expiry) of at least that difficulty, once: KEYS[4+3i] is set NX.
+-- expiry) of at least that difficulty, once: KEYS[3+3i] is set NX.
 --
 -- A voucher with a waiting room (room > 0, pkg/room) takes a claim only
 -- with a pass that has not lapsed; the proof of work, if any, was asked
@@ -94,7 +94,7 @@ local keyed, idem_keys = {}, {}
 for i = 1, n do
   if tonumber(arg(i, 3)) > 0 then
     keyed[#keyed + 1] = i
-    idem_keys[#idem_keys + 1] = KEYS[3 + 3 * i]
+    idem_keys[#idem_keys + 1] = KEYS[2 + 3 * i]
   end
 end
 if #keyed > 0 then
@@ -181,7 +181,7 @@ local replay = {} -- idempotency key -> the admission made under it in this batc
 for i = 1, n do
   if not out[i] then
     local user, now, qty, idem_ttl = arg(i, 0), tonumber(arg(i, 1)), tonumber(arg(i, 4)), tonumber(arg(i, 3))
-    local idem, day_key, pass = KEYS[3 + 3 * i], KEYS[2 + 3 * i], arg(i, 7)
+    local idem, day_key, pass = KEYS[2 + 3 * i], KEYS[1 + 3 * i], arg(i, 7)
     local pass_exp = room > 0 and tonumber(string.match(pass, ':(%d+)$'))
     if idem_ttl > 0 and replay[idem] then
       out[i] = {0, replay[idem][2], 1, replay[idem][4], replay[idem][5]}
@@ -194,7 +194,7 @@ for i = 1, n do
     elseif room == 0 and pow > 0 and tonumber(arg(i, 5)) == 0 then
       out[i] = {12}
     elseif room == 0 and pow > 0 and (tonumber(arg(i, 5)) < pow or
-        not redis.call('SET', KEYS[4 + 3 * i], '1', 'NX', 'EX', arg(i, 6))) then
+        not redis.call('SET', KEYS[3 + 3 * i], '1', 'NX', 'EX', arg(i, 6))) then
       out[i] = {13}
     elseif draw then
       if qty ~= 1 then
@@ -255,11 +255,9 @@ for i = 1, n do
             day_dirty[day_key][user] = true
           end
           out[i] = {0, id, 0, item}
-          if room > 0 and redis.call('HSETNX', KEYS[4], 'x:' .. string.match(pass, '^(%d+)'), 1) == 1 and
-              redis.call('HEXISTS', KEYS[4], 's:' .. pass_exp) == 1 then
+          if room > 0 and redis.call('HSETNX', KEYS[1], 'rx:' .. string.match(pass, '^(%d+)'), 1) == 1 then
             -- The pass bought: no longer outstanding (room.lua).
-            redis.call('HINCRBY', KEYS[4], 's:' .. pass_exp, -1)
-            redis.call('HINCRBY', KEYS[4], 'live', -1)
+            redis.call('HINCRBY', KEYS[1], 'ru:' .. pass_exp, 1)
           end
           if idem_ttl > 0 then
             replay[idem] = out[i]

@@ -9,15 +9,14 @@
 --
 -- KEYS[1] -> flashsale:{pP}:v:V            voucher hash, read: stock, limit, start_ms, end_ms, paused, pow,
 --                                          expire_s, room (admissions per second; 0 or absent: no room),
---                                          room_pre_ms, room_pass_ms
+--                                          room_pre_ms, room_pass_ms, and ru:EXP -> passes of the segment ending
+--                                          at EXP that bought (admit.lua counts them; deleted here when it lapses)
 -- KEYS[2] -> flashsale:{pP}:v:V:room       the room's state hash: seed, pre (pre-queue joins), frozen (1 once
 --                                          the pre-queue is closed and placed), tail (places given), front (places
---                                          admitted), last_ms (the rate's clock), live (passes outstanding: admitted,
---                                          not lapsed, not used), segs (the unlapsed admissions, "upto:exp_ms ...",
---                                          oldest first: places up to upto hold a pass until exp_ms), gone (places
---                                          up to it lapsed, the last lapsed segment's upto), s:EXP -> the
---                                          passes of segment EXP not yet used, x:PLACE -> 1 once PLACE's pass
---                                          bought (admit.lua sets both)
+--                                          admitted), last_ms (the rate's clock), segs (the unlapsed admissions,
+--                                          "upto:exp_ms:passes ...", oldest first: the places after the previous
+--                                          segment's up to upto hold a pass until exp_ms, passes of them), gone
+--                                          (places up to it lapsed, the last lapsed segment's upto)
 -- KEYS[3] -> flashsale:{pP}:v:V:room:w     waiters: user -> place, "pK" for the K-th join of the pre-queue (its
 --                                          place is pkg/room's shuffle of K among pre, once frozen), else "T"
 -- KEYS[4] -> flashsale:{pP}:v:V:proof:S    a join's proof of work (set NX for its TTL), or any key of the slot
@@ -38,9 +37,12 @@
 -- none, 13 the proof is too easy or used before, 16 get: the user never
 -- joined. place is '' unless the user has one.
 --
--- Cost: a tick is two HMGETs and one HSET (plus an HGET and HDEL per
--- lapsing segment); a join adds an HGET and an HSET of the user (and a
--- SET of the proof). Ticks come from each gateway a few times a second per
+-- Passes outstanding (admitted, not lapsed, not used to buy) are the
+-- unlapsed segments' passes less their ru: counts.
+--
+-- Cost: a tick is three HMGETs, and an HSET when it changed anything
+-- (plus an HDEL per lapsing segment); a join adds an HGET, two HSETs (and
+-- a SET of the proof). Ticks come from each gateway a few times a second per
 -- room it serves, not per waiter: a waiter's poll is answered by the
 -- gateway from the last tick's state.
 
@@ -58,39 +60,50 @@ local stock, start_ms, end_ms = tonumber(v[1]), tonumber(v[2]) or 0, tonumber(v[
 local paused, pre_ms, pass_ms = v[4] == '1', tonumber(v[6]) or 0, tonumber(v[7]) or 120000
 local pow, expire_s, limit = tonumber(v[8]) or 0, tonumber(v[9]) or 0, tonumber(v[10]) or 1
 
-local s = redis.call('HMGET', KEYS[2], 'seed', 'pre', 'frozen', 'tail', 'front', 'last_ms', 'live', 'segs', 'gone')
+local s = redis.call('HMGET', KEYS[2], 'seed', 'pre', 'frozen', 'tail', 'front', 'last_ms', 'segs', 'gone')
 local seed = s[1] or ARGV[4]
 local pre, frozen, tail = tonumber(s[2]) or 0, tonumber(s[3]) or 0, tonumber(s[4]) or 0
-local front, last_ms, live = tonumber(s[5]) or 0, tonumber(s[6]) or 0, tonumber(s[7]) or 0
-local gone = tonumber(s[9]) or 0
+local front, last_ms, gone = tonumber(s[5]) or 0, tonumber(s[6]) or 0, tonumber(s[8]) or 0
 
--- Passes lapse: a segment past its end gives its unused passes back.
-local segs = {}
-for upto, exp in string.gmatch(s[8] or '', '(%d+):(%d+)') do
-  upto, exp = tonumber(upto), tonumber(exp)
+-- dirty: the state changed and is written back (a room nobody is
+-- admitted from, before its start say, is only read).
+local dirty = not s[1]
+
+-- Passes lapse: a segment past its end is gone, with its unused passes.
+local segs, used = {}, {}
+for upto, exp, n in string.gmatch(s[7] or '', '(%d+):(%d+):(%d+)') do
+  upto, exp, n = tonumber(upto), tonumber(exp), tonumber(n)
   if exp <= now then
-    live = live - (tonumber(redis.call('HGET', KEYS[2], 's:' .. exp)) or 0)
-    redis.call('HDEL', KEYS[2], 's:' .. exp)
-    gone = upto
+    redis.call('HDEL', KEYS[1], 'ru:' .. exp)
+    gone, dirty = upto, true
   else
-    segs[#segs + 1] = {upto, exp}
+    segs[#segs + 1] = {upto, exp, n}
+    used[#used + 1] = 'ru:' .. exp
   end
 end
-live = math.max(live, 0)
+local live = 0
+if #segs > 0 then
+  local u = redis.call('HMGET', KEYS[1], unpack(used))
+  for i, g in ipairs(segs) do
+    live = live + math.max(g[3] - (tonumber(u[i]) or 0), 0)
+  end
+end
 
 -- The pre-queue closes at the start: its joins hold places 1..pre.
 if frozen == 0 and now >= start_ms then
-  frozen, tail = 1, pre
+  frozen, tail, dirty = 1, pre, true
 end
 
--- Admission at the room's rate, at most one second's worth at once,
--- while the sale is open and the stock can sell more passes.
+-- Admission at the room's rate, at most one second's worth at once (a
+-- room idle, or paused, banks no more), while the sale is open and the
+-- stock can sell more passes.
 if frozen == 1 and not paused and (end_ms == 0 or now < end_ms) then
   if last_ms == 0 or now - last_ms > 1000 then
     last_ms = now - 1000
   end
   local credit = math.floor((now - last_ms) * rate / 1000)
   if credit >= 1 then
+    dirty = true
     local cap = math.max(math.floor(stock * tonumber(ARGV[7])) - live, 0)
     local k = math.min(credit, tail - front, cap)
     if k < credit then
@@ -104,27 +117,27 @@ if frozen == 1 and not paused and (end_ms == 0 or now < end_ms) then
       -- (and its end: the earlier), so a room holds at most ~100.
       local exp, last = now + pass_ms, segs[#segs]
       if last and exp - last[2] < math.max(pass_ms / 100, 1000) then
-        last[1] = front
-        redis.call('HINCRBY', KEYS[2], 's:' .. last[2], k)
+        last[1], last[3] = front, last[3] + k
       else
-        segs[#segs + 1] = {front, exp}
-        redis.call('HSET', KEYS[2], 's:' .. exp, k)
+        segs[#segs + 1] = {front, exp, k}
       end
     end
   end
-else
-  last_ms = now
 end
 
-local parts = {}
-for i, g in ipairs(segs) do
-  parts[i] = g[1] .. ':' .. g[2]
-end
-local segstr = table.concat(parts, ' ')
-redis.call('HSET', KEYS[2], 'seed', seed, 'pre', pre, 'frozen', frozen, 'tail', tail, 'front', front,
-  'last_ms', last_ms, 'live', live, 'segs', segstr, 'gone', gone)
-if expire_s > 0 then -- the room's keys go with the voucher's
-  redis.call('EXPIREAT', KEYS[2], expire_s)
+local segstr = s[7] or ''
+if dirty then
+  local parts = {}
+  for i, g in ipairs(segs) do
+    parts[i] = g[1] .. ':' .. g[2] .. ':' .. g[3]
+  end
+  segstr = table.concat(parts, ' ')
+  redis.call('HSET', KEYS[2], 'seed', seed, 'pre', pre, 'frozen', frozen, 'tail', tail, 'front', front,
+    'last_ms', last_ms, 'segs', segstr, 'gone', gone)
+  if expire_s > 0 then -- the room's keys go with the voucher's
+    redis.call('EXPIREAT', KEYS[2], expire_s)
+    redis.call('EXPIREAT', KEYS[3], expire_s)
+  end
 end
 
 local code, place = 0, ''
@@ -154,8 +167,8 @@ if op ~= 'tick' then
         redis.call('HSET', KEYS[2], 'tail', tail)
       end
       redis.call('HSET', KEYS[3], user, place)
-      if expire_s > 0 then
-        redis.call('EXPIREAT', KEYS[3], expire_s)
+      if expire_s > 0 and ((frozen == 0 and pre == 1) or (frozen == 1 and tail == 1)) then
+        redis.call('EXPIREAT', KEYS[3], expire_s) -- the first waiter made the key
       end
     end
   end

@@ -1,6 +1,7 @@
 package gateway_test
 
 import (
+	"encoding/json"
 	"net/http"
 	"net/http/httptest"
 	"runtime"
@@ -11,6 +12,7 @@ import (
 	"github.com/flashsale/flashsale/pkg/db"
 	"github.com/flashsale/flashsale/pkg/gateway"
 	"github.com/flashsale/flashsale/pkg/internal/testenv"
+	"github.com/flashsale/flashsale/pkg/room"
 )
 
 // admittedClaimAllocs is the budget of heap allocations of one admitted
@@ -75,5 +77,53 @@ func BenchmarkAdmittedClaim(b *testing.B) {
 	// the budget.
 	if b.N >= 1000 && per > admittedClaimAllocs {
 		b.Fatalf("an admitted claim allocates %.1f times, over the budget of %d (alloc_bench_test.go)", per, admittedClaimAllocs)
+	}
+}
+
+// BenchmarkQueuePoll serves waiting-room polls carrying the queue token
+// through the gateway's handler (no Redis on this path): what a poll
+// costs beyond HTTP, to profile (go test -run '^$' -bench QueuePoll
+// -cpuprofile ...). make bench measures it against a bare handler.
+func BenchmarkQueuePoll(b *testing.B) {
+	env := testenv.New(b, 4)
+	gw, err := gateway.New(gateway.Config{AdminToken: admin, JWTSecret: secret}, env.RDB, env.DB, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(gw.Close)
+	h := gw.Handler()
+	v := env.SeedVoucher(b, db.Voucher{Stock: 1000, WaitingRoom: "1000:0:120000"}, -1)
+	path := "/v1/vouchers/" + strconv.FormatInt(v.ID, 10) + "/queue"
+	const users = 1000
+	polls := make([]*http.Request, users)
+	for i := range polls {
+		tok, err := gateway.SignUserToken(secret, "bench-"+strconv.Itoa(i), time.Now().Add(time.Hour))
+		if err != nil {
+			b.Fatal(err)
+		}
+		join := httptest.NewRequest(http.MethodPost, path, http.NoBody)
+		join.Header.Set("Authorization", "Bearer "+tok)
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, join)
+		if rec.Code != http.StatusOK {
+			b.Fatalf("join answered %d: %s", rec.Code, rec.Body)
+		}
+		var a struct {
+			Token string `json:"queue_token"`
+		}
+		if err := json.Unmarshal(rec.Body.Bytes(), &a); err != nil {
+			b.Fatal(err)
+		}
+		polls[i] = httptest.NewRequest(http.MethodGet, path, http.NoBody)
+		polls[i].Header.Set(room.Header, a.Token) // the token alone, as clients poll
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := range b.N {
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, polls[i%users])
+		if rec.Code != http.StatusOK {
+			b.Fatalf("poll answered %d: %s", rec.Code, rec.Body)
+		}
 	}
 }

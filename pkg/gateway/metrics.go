@@ -38,6 +38,7 @@ type metrics struct {
 	// served room's figures from its last tick (room.go).
 	roomAnswers                           *prometheus.CounterVec
 	roomWaiting, roomAdmitted, roomPasses *prometheus.GaugeVec
+	roomCounters                          map[outcomeKey]prometheus.Counter
 	// outcomes holds the counter and histogram of every (result, reason)
 	// a claim can end in, resolved once: no label lookup per claim.
 	outcomes map[outcomeKey]outcome
@@ -102,6 +103,12 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	for _, k := range keys {
 		m.outcomes[k] = outcome{m.claims.WithLabelValues(k.result, k.reason), m.claimSeconds.WithLabelValues(k.result)}
 	}
+	m.roomCounters = map[outcomeKey]prometheus.Counter{}
+	for _, op := range []string{"join", "poll"} {
+		for _, st := range []string{room.Waiting, room.Admitted, room.SoldOut, room.Closed, room.Paused, room.Lapsed} {
+			m.roomCounters[outcomeKey{op, st}] = m.roomAnswers.WithLabelValues(op, st)
+		}
+	}
 	return m
 }
 
@@ -114,7 +121,15 @@ func (m *metrics) outcome(result, reason string) outcome {
 	return outcome{m.claims.WithLabelValues(result, reason), m.claimSeconds.WithLabelValues(result)}
 }
 
-func (m *metrics) roomAnswer(op, state string) { m.roomAnswers.WithLabelValues(op, state).Inc() }
+// roomAnswer counts a queue answer; the (op, state) counters are resolved
+// once (newMetrics), not per poll.
+func (m *metrics) roomAnswer(op, state string) {
+	if c, ok := m.roomCounters[outcomeKey{op, state}]; ok {
+		c.Inc()
+		return
+	}
+	m.roomAnswers.WithLabelValues(op, state).Inc()
+}
 
 // roomFigures publishes room v's figures from its state s.
 func (m *metrics) roomFigures(v int64, s *room.Snapshot) {

@@ -27,7 +27,7 @@ var (
 	errNoRoom      = &apiError{http.StatusNotFound, "no_waiting_room", "this voucher has no waiting room: claim it directly"}
 	errQueueClosed = &apiError{http.StatusConflict, "ended", "the sale has ended"}
 	errQueueEarly  = &apiError{http.StatusConflict, "not_started", "the waiting room opens prequeue_seconds before the sale starts"}
-	errBadQueue    = &apiError{http.StatusForbidden, "not_admitted", "the queue token in " + room.Header + " is not yours for this voucher: join again without it"}
+	errBadQueue    = &apiError{http.StatusForbidden, "not_admitted", "the queue token in " + room.Header + " is not one for you and this voucher: join again without it"}
 )
 
 // waitingRoom checks room c for voucher v and returns it as stored.
@@ -53,11 +53,35 @@ const (
 )
 
 // rooms are the waiting rooms this gateway serves: each one's last state.
-// A claim reads it without a lock.
+// A claim reads the map without a lock and without allocating (a
+// sync.Map would box the voucher id); rooms come and go rarely, so a
+// change copies it.
 type rooms struct {
-	m     sync.Map // voucher id -> *roomEntry
+	m     atomic.Pointer[map[int64]*roomEntry]
+	mu    sync.Mutex // serializes changes of m
 	store *room.Store
 	now   func() time.Time
+}
+
+// entries is the current map (nil: none yet).
+func (rs *rooms) entries() map[int64]*roomEntry {
+	if m := rs.m.Load(); m != nil {
+		return *m
+	}
+	return nil
+}
+
+// change replaces the map with f's change of a copy.
+func (rs *rooms) change(f func(map[int64]*roomEntry)) {
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	old := rs.entries()
+	next := make(map[int64]*roomEntry, len(old)+1)
+	for k, v := range old {
+		next[k] = v
+	}
+	f(next)
+	rs.m.Store(&next)
 }
 
 type roomEntry struct {
@@ -67,19 +91,25 @@ type roomEntry struct {
 
 // of returns voucher v's entry, nil when this gateway knows of no room.
 func (rs *rooms) of(v int64) *roomEntry {
-	e, ok := rs.m.Load(v)
-	if !ok {
+	re := rs.entries()[v]
+	if re == nil {
 		return nil
 	}
-	re := e.(*roomEntry)
 	re.seen.Store(rs.now().UnixNano())
 	return re
 }
 
 // learn records s as voucher v's room's state.
 func (rs *rooms) learn(v int64, s *room.Snapshot) *roomEntry {
-	e, _ := rs.m.LoadOrStore(v, &roomEntry{})
-	re := e.(*roomEntry)
+	re := rs.entries()[v]
+	if re == nil {
+		rs.change(func(m map[int64]*roomEntry) {
+			if re = m[v]; re == nil {
+				re = &roomEntry{}
+				m[v] = re
+			}
+		})
+	}
 	re.seen.Store(rs.now().UnixNano())
 	if s != nil {
 		re.snap.Store(s)
@@ -106,11 +136,10 @@ func (rs *rooms) state(ctx context.Context, v int64) (*room.Snapshot, error) {
 // those that are gone, and publishes their figures.
 func (g *Gateway) tickRooms(ctx context.Context) {
 	now := g.now()
-	g.rooms.m.Range(func(k, e any) bool {
-		v, re := k.(int64), e.(*roomEntry)
+	for v, re := range g.rooms.entries() {
 		if now.Sub(time.Unix(0, re.seen.Load())) > roomIdle {
 			g.forgetRoom(v)
-			return true
+			continue
 		}
 		s, err := g.rooms.store.Tick(ctx, v, now)
 		switch {
@@ -122,12 +151,11 @@ func (g *Gateway) tickRooms(ctx context.Context) {
 			re.snap.Store(s)
 			g.metrics.roomFigures(v, s)
 		}
-		return true
-	})
+	}
 }
 
 func (g *Gateway) forgetRoom(v int64) {
-	g.rooms.m.Delete(v)
+	g.rooms.change(func(m map[int64]*roomEntry) { delete(m, v) })
 	g.metrics.forgetRoom(v)
 }
 
@@ -215,7 +243,15 @@ func (g *Gateway) joinQueue(w http.ResponseWriter, r *http.Request) {
 // getQueue: GET /v1/vouchers/{id}/queue. Where the caller stands: from
 // the room's last state and the caller's token, without Redis, when the
 // request carries the token.
+//
+// A poll whose token names its user needs no bearer token (the queue
+// token is a capability, like a session cookie): polls are the room's hot
+// path, and a bearer token's verification was most of their cost.
 func (g *Gateway) getQueue(w http.ResponseWriter, r *http.Request) {
+	if r.Header.Get("Authorization") == "" && r.Header.Get(room.Header) != "" {
+		g.pollByToken(w, r)
+		return
+	}
 	user, v, ok := g.userAndID(w, r)
 	if !ok {
 		return
@@ -235,6 +271,41 @@ func (g *Gateway) getQueue(w http.ResponseWriter, r *http.Request) {
 	}
 	g.answerQueue(w, "poll", s.Answer(p, g.now()), tok)
 }
+
+// pollByToken answers a poll that carries only its queue token.
+func (g *Gateway) pollByToken(w http.ResponseWriter, r *http.Request) {
+	v, err := pathID(r)
+	if err != nil {
+		g.fail(w, r, err)
+		return
+	}
+	tok := r.Header.Get(room.Header)
+	user, p, err := g.queueTokens.Open(v, tok)
+	if err != nil {
+		g.fail(w, r, errBadQueue)
+		return
+	}
+	now := g.now()
+	if ok, wait := g.users.allow(user, now); !ok {
+		g.metrics.shed.WithLabelValues("user_rate").Inc()
+		writeRateLimited(w, wait)
+		return
+	}
+	var s *room.Snapshot
+	if e := g.rooms.entries()[v]; e != nil {
+		e.seen.Store(now.UnixNano())
+		s = e.snap.Load()
+	}
+	if s == nil {
+		if s, err = g.rooms.state(r.Context(), v); err != nil {
+			g.fail(w, r, err)
+			return
+		}
+	}
+	g.answerQueue(w, "poll", s.Answer(p, now), tok)
+}
+
+var jsonContentType, noStore = []string{"application/json"}, []string{"no-store"}
 
 // answerQueue writes a queue answer, by hand: polls are the room's hot
 // path.
@@ -257,8 +328,7 @@ func (g *Gateway) answerQueue(w http.ResponseWriter, op string, a room.Answer, t
 	}
 	b = append(b, "}\n"...)
 	h := w.Header()
-	h.Set("Content-Type", "application/json")
-	h.Set("Cache-Control", "no-store")
+	h["Content-Type"], h["Cache-Control"] = jsonContentType, noStore // shared, never changed: no allocation per poll
 	w.WriteHeader(http.StatusOK)
 	_, _ = w.Write(b)
 }

@@ -73,6 +73,14 @@ func TestAWaitingRoom(t *testing.T) {
 		return out
 	}
 	requireError(t, f.do("GET", queue, f.token("u1"), "", room.Header, tokens[0]), http.StatusForbidden, "not_admitted")
+	// The token alone is enough to poll (it names its user); a forged or
+	// another voucher's one is not.
+	byToken := f.do("GET", queue, "", "", room.Header, tokens[2])
+	require.Equal(t, http.StatusOK, byToken.Status, byToken.Raw)
+	require.Equal(t, "waiting", byToken.Body["state"])
+	requireError(t, f.do("GET", queue, "", "", room.Header, "p3.dTI.AAAAAAAAAAAAAAAAAAAAAA"), http.StatusForbidden, "not_admitted")
+	requireError(t, f.do("GET", "/v1/vouchers/"+plain+"/queue", "", "", room.Header, tokens[2]), http.StatusForbidden, "not_admitted")
+	requireError(t, f.do("GET", queue, "", ""), http.StatusUnauthorized, "unauthorized")
 
 	// The start: places drawn, one second's worth (2) admitted by the
 	// gateway's own ticks.

@@ -250,6 +250,9 @@ type admitCall struct {
 	dayArg      any
 }
 
+// noPass is the pass argument of a claim without one, boxed once.
+var noPass any = "0"
+
 // maxClaimsPerCall bounds the claims of one admit.lua call: its HMGET
 // unpacks two fields per claim, and Lua's unpack has a limit (a few
 // thousand). A bucket's claims beyond it go in the next call of the same
@@ -270,11 +273,11 @@ func (s *Store) admitCalls(claims []Claim, pending []int) []admitCall {
 			k = len(calls)
 			key := b.key()
 			room := min(len(pending), maxClaimsPerCall) // most batches are one call
-			keys := make([]string, 0, 4+3*room)
+			keys := make([]string, 0, 3+3*room)
 			args := make([]any, 0, 3+8*room)
 			calls = append(calls, admitCall{b: b, key: key, noIdem: key + ":idem:-", noProof: key + ":proof:-",
 				claims: make([]int, 0, room),
-				keys:   append(keys, key, b.stream(), poolKey(key), RoomKey(key)),
+				keys:   append(keys, key, b.stream(), poolKey(key)),
 				args:   append(args, c.VoucherID, n, int64(DayKeyTTL/time.Second))})
 		}
 		call := &calls[k]
@@ -292,9 +295,9 @@ func (s *Store) admitCalls(claims []Claim, pending []int) []admitCall {
 			proofKey, proofMax, proofTTL = call.key+":proof:"+c.Proof.ID, c.Proof.Max, max(int64(c.Proof.TTL/time.Second), 1)
 		}
 		call.keys = append(call.keys, call.dayKey, idem, proofKey)
-		pass := c.Pass
-		if pass == "" {
-			pass = "0"
+		var pass any = noPass
+		if c.Pass != "" {
+			pass = c.Pass
 		}
 		call.args = append(call.args, c.UserID, c.Now.UnixMilli(), call.dayArg, ttl, max(c.Quantity, 1), proofMax, proofTTL, pass)
 	}

@@ -2,6 +2,7 @@ package room_test
 
 import (
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -69,6 +70,18 @@ func TestQueueTokens(t *testing.T) {
 		require.ErrorIs(t, err, room.ErrBadToken, "%+v", bad)
 	}
 	_, err = room.NewTokens([]byte("another key, another gateway set")).Verify(5, "alice", tok)
+	require.ErrorIs(t, err, room.ErrBadToken)
+	// A token names its user: a poll needs nothing else.
+	user, got, err := k.Open(5, tok)
+	require.NoError(t, err)
+	require.Equal(t, "alice", user)
+	require.Equal(t, p, got)
+	bob := k.Sign(5, "bob", p)
+	place, _, _ := strings.Cut(tok, ".")
+	_, mac, _ := strings.Cut(tok[len(place)+1:], ".")
+	_, _, err = k.Open(5, place+"."+strings.Split(bob, ".")[1]+"."+mac)
+	require.ErrorIs(t, err, room.ErrBadToken, "alice's MAC under bob's name")
+	_, _, err = k.Open(5, strings.Repeat("x", room.MaxTokenLen+1))
 	require.ErrorIs(t, err, room.ErrBadToken)
 }
 

@@ -119,10 +119,13 @@ func parseSnapshot(res []any, now time.Time) (*Snapshot, error) {
 	s.Seed = binary.BigEndian.Uint64(b)
 	segs, _ := res[8].(string)
 	for _, f := range strings.Fields(segs) {
-		upto, exp, ok := strings.Cut(f, ":")
-		u, err1 := strconv.ParseInt(upto, 10, 64)
-		e, err2 := strconv.ParseInt(exp, 10, 64)
-		if !ok || err1 != nil || err2 != nil {
+		parts := strings.Split(f, ":")
+		if len(parts) != 3 {
+			return nil, fmt.Errorf("bad segment %q", f)
+		}
+		u, err1 := strconv.ParseInt(parts[0], 10, 64)
+		e, err2 := strconv.ParseInt(parts[1], 10, 64)
+		if err1 != nil || err2 != nil {
 			return nil, fmt.Errorf("bad segment %q", f)
 		}
 		s.Segments = append(s.Segments, Segment{Upto: u, Expires: time.UnixMilli(e)})

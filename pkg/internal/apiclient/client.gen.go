@@ -1078,6 +1078,11 @@ type ClientInterface interface {
 
 	// GetV1VouchersIdQueue Where the caller stands in a voucher's waiting room (404 not_in_queue if they never joined)
 	//
+	// With the queue_token in X-Flashsale-Queue the gateway answers from
+	// its last state of the room, without Redis, and needs no bearer
+	// token (the queue token names its user); with both, they must name
+	// the same user.
+	//
 	// Corresponds with GET /v1/vouchers/{id}/queue (the `GetV1VouchersIdQueue` operationId).
 	GetV1VouchersIdQueue(ctx context.Context, id ID, params *GetV1VouchersIdQueueParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
@@ -1476,6 +1481,11 @@ func (c *Client) PostV1VouchersIdOrders(ctx context.Context, id ID, params *Post
 }
 
 // GetV1VouchersIdQueue Where the caller stands in a voucher's waiting room (404 not_in_queue if they never joined)
+//
+// With the queue_token in X-Flashsale-Queue the gateway answers from
+// its last state of the room, without Redis, and needs no bearer
+// token (the queue token names its user); with both, they must name
+// the same user.
 //
 // Corresponds with GET /v1/vouchers/{id}/queue (the `GetV1VouchersIdQueue` operationId).
 func (c *Client) GetV1VouchersIdQueue(ctx context.Context, id ID, params *GetV1VouchersIdQueueParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -2591,6 +2601,11 @@ type ClientWithResponsesInterface interface {
 	PostV1VouchersIdOrdersWithResponse(ctx context.Context, id ID, params *PostV1VouchersIdOrdersParams, body PostV1VouchersIdOrdersJSONRequestBody, reqEditors ...RequestEditorFn) (*PostV1VouchersIdOrdersResponse, error)
 
 	// GetV1VouchersIdQueueWithResponse Where the caller stands in a voucher's waiting room (404 not_in_queue if they never joined)
+	//
+	// With the queue_token in X-Flashsale-Queue the gateway answers from
+	// its last state of the room, without Redis, and needs no bearer
+	// token (the queue token names its user); with both, they must name
+	// the same user.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -4098,6 +4113,11 @@ func (c *ClientWithResponses) PostV1VouchersIdOrdersWithResponse(ctx context.Con
 }
 
 // GetV1VouchersIdQueueWithResponse Where the caller stands in a voucher's waiting room (404 not_in_queue if they never joined)
+//
+// With the queue_token in X-Flashsale-Queue the gateway answers from
+// its last state of the room, without Redis, and needs no bearer
+// token (the queue token names its user); with both, they must name
+// the same user.
 //
 // Returns a wrapper object for the known response body format(s).
 //

@@ -45,6 +45,10 @@ type Config struct {
 	// draw measured.
 	DrawOnly               bool
 	DrawEntries, DrawStock int
+	// RoomOnly runs only the waiting room's rows; RoomWaiters joins that
+	// many to one room for its memory figure.
+	RoomOnly    bool
+	RoomWaiters int
 }
 
 // Measure is one throughput and latency measurement.
@@ -114,6 +118,7 @@ type Report struct {
 	Durability   []DurabilityRun `json:"durability,omitempty"`
 	WaitCost     []WaitCost      `json:"wait_cost,omitempty"`
 	Draw         *DrawRun        `json:"draw,omitempty"`
+	Room         *RoomRun        `json:"room,omitempty"`
 	Proof        *ProofCheck     `json:"proof_of_work,omitempty"`
 	GatewayRSS   int64           `json:"gateway_peak_rss_bytes"`
 	WorkerRSS    int64           `json:"worker_peak_rss_bytes"`
@@ -166,6 +171,9 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 	defer func() { _ = trivial.Process.Kill(); _ = trivial.Wait() }()
 	time.Sleep(300 * time.Millisecond)
+	if cfg.RoomOnly {
+		return rep, roomRuns(ctx, s, cfg, tokens, host, trivialAddr, trivial.Process.Pid, rep)
+	}
 	for _, c := range cfg.Conns {
 		if cfg.CPUOnly {
 			break

@@ -40,6 +40,7 @@ func (r *Report) Print(w io.Writer) {
 	r.printCPU(w)
 	r.printDurability(w)
 	r.printDraw(w)
+	r.printRoom(w)
 	r.printProof(w)
 	if len(r.HTTPCeiling) == 0 { // -cpu-only, -durability-only
 		if len(r.Drain) > 0 {

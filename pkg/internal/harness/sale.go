@@ -16,6 +16,7 @@ import (
 	"github.com/HdrHistogram/hdrhistogram-go"
 
 	"github.com/flashsale/flashsale/pkg/gateway"
+	"github.com/flashsale/flashsale/pkg/room"
 )
 
 // Client talks to a gateway.
@@ -31,8 +32,9 @@ func NewClient(url string, conns int) *Client {
 	}}}
 }
 
-// Do sends a request and decodes a JSON answer into out (if not nil).
-func (c *Client) Do(ctx context.Context, method, path, token string, body any, out any) (int, error) {
+// Do sends a request and decodes a JSON answer into out (if not nil);
+// header holds extra headers, name then value ("" values are not sent).
+func (c *Client) Do(ctx context.Context, method, path, token string, body any, out any, header ...string) (int, error) {
 	var rd io.Reader
 	if body != nil {
 		b, err := json.Marshal(body)
@@ -50,6 +52,11 @@ func (c *Client) Do(ctx context.Context, method, path, token string, body any, o
 	}
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
+	}
+	for i := 0; i+1 < len(header); i += 2 {
+		if header[i+1] != "" {
+			req.Header.Set(header[i], header[i+1])
+		}
 	}
 	res, err := c.HTTP.Do(req)
 	if err != nil {
@@ -76,6 +83,7 @@ type VoucherSpec struct {
 	PerUserLimit          int64  `json:"per_user_limit"`
 	PerUserDailyLimit     int64  `json:"per_user_daily_limit,omitempty"`
 	PaymentTimeoutSeconds int64  `json:"payment_timeout_seconds,omitempty"`
+	StartsAt              string `json:"starts_at,omitempty"`
 	EndsAt                string `json:"ends_at,omitempty"`
 	// Envelopes.
 	TotalAmount int64 `json:"total_amount,omitempty"`
@@ -87,6 +95,8 @@ type VoucherSpec struct {
 	StockBuckets int `json:"stock_buckets,omitempty"`
 	// Allocation: first_come (default) or draw.
 	Allocation string `json:"allocation,omitempty"`
+	// WaitingRoom puts a waiting room in front of the claims.
+	WaitingRoom *room.Config `json:"waiting_room,omitempty"`
 }
 
 // Codes returns n distinct codes.

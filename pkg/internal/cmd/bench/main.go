@@ -43,7 +43,9 @@ func run() error {
 		drawOnly = flag.Bool("draw-only", false, "measure only the draw rows: entries vs admitted claims, a large draw and its verification")
 		drawN    = flag.Int("draw-entries", 1_000_000, "entries of the large draw (0: no draw rows)")
 		drawS    = flag.Int("draw-stock", 10_000, "units of the large draw")
-		compare  = flag.String("compare", "", "a committed run to compare with (default: docs/bench-run.json, docs/bench-cpu-batch-run.json with -cpu-only, docs/bench-durability-run.json with -durability-only, docs/bench-draw-run.json with -draw-only); rows over 10 % worse are flagged")
+		roomOnly = flag.Bool("room-only", false, "measure only the waiting room's rows: memory per waiter, a poll's CPU, a sale behind a room")
+		roomN    = flag.Int("room-waiters", 1_000_000, "waiters joined to one room for the memory figure")
+		compare  = flag.String("compare", "", "a committed run to compare with (default: docs/bench-run.json, docs/bench-cpu-batch-run.json with -cpu-only, docs/bench-durability-run.json with -durability-only, docs/bench-draw-run.json with -draw-only, docs/bench-room-run.json with -room-only); rows over 10 % worse are flagged")
 	)
 	flag.Parse()
 	if *trivial != "" {
@@ -70,7 +72,7 @@ func run() error {
 	defer stop()
 	rep, err := bench.Run(ctx, bench.Config{Dir: dir, Conns: cs, Duration: *duration, DrainOrders: *drain, BaselineOrders: *baseline,
 		E2EClaims: *claims, E2EUsers: *users, E2EStock: *stock, Self: self, Log: os.Stderr, ProfileDir: *profDir, CPUOnly: *cpuOnly, DurabilityOnly: *durOnly,
-		DrawOnly: *drawOnly, DrawEntries: *drawN, DrawStock: *drawS})
+		DrawOnly: *drawOnly, DrawEntries: *drawN, DrawStock: *drawS, RoomOnly: *roomOnly, RoomWaiters: *roomN})
 	if err != nil {
 		return err
 	}
@@ -85,6 +87,8 @@ func run() error {
 		base = "docs/bench-durability-run.json"
 	case *drawOnly:
 		base = "docs/bench-draw-run.json"
+	case *roomOnly:
+		base = "docs/bench-room-run.json"
 	default:
 		base = "docs/bench-run.json"
 	}

@@ -39,6 +39,11 @@ func run() error {
 		keep        = flag.Bool("keep", false, "keep the temporary directory (logs, data)")
 		allocation  = flag.String("allocation", "first_come", "first_come, or draw: entries until -window, then winners drawn by the reaper and verified")
 		window      = flag.Duration("window", 20*time.Second, "a draw's entry window, from its creation (the entries must be over by then)")
+		waitingRoom = flag.Bool("waiting-room", false, "a sale behind a waiting room (-users people, -fast of them scripted to poll and claim as fast as they can), then the same crowd without one: the fast clients' share of the stock both ways")
+		fast        = flag.Int("fast", 50, "with -waiting-room: scripted fast clients")
+		admitRate   = flag.Int64("admit-per-second", 100, "with -waiting-room: the room's admissions per second")
+		prequeue    = flag.Duration("prequeue", 5*time.Second, "with -waiting-room: the pre-queue")
+		pass        = flag.Duration("pass", 10*time.Second, "with -waiting-room: a pass's life")
 	)
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -62,6 +67,13 @@ func run() error {
 			say("stopping: %v", err)
 		}
 	}()
+	if *waitingRoom {
+		if !isSet("stock") {
+			*stock = 500
+		}
+		return demoRoom(ctx, s, harness.RoomConfig{Stock: *stock, Users: *users, Fast: *fast, AdmitPerSecond: *admitRate,
+			Prequeue: *prequeue, Pass: *pass, Arrivals: 3 * time.Second, NoShow: 0.1, Conns: 256, Seed: uint64(time.Now().UnixNano())}, dir)
+	}
 	if *allocation == "draw" {
 		return demoDraw(ctx, s, harness.DrawConfig{Kind: *kind, Stock: *stock, Users: *users, Requests: *requests,
 			Concurrency: *concurrency, Window: *window, Seed: uint64(time.Now().UnixNano())}, dir)
@@ -131,6 +143,44 @@ func demoDraw(ctx context.Context, s *harness.Stack, cfg harness.DrawConfig, dir
 		return fmt.Errorf("%d invariants violated (logs in %s)", len(v), dir)
 	}
 	return nil
+}
+
+// demoRoom runs the room sale, then the same crowd on a sale without a
+// room, and prints both reports and the comparison.
+func demoRoom(ctx context.Context, s *harness.Stack, cfg harness.RoomConfig, dir string) error {
+	say("waiting room: %d users (%d fast) for %d units, %d admitted/s, pre-queue %s", cfg.Users, cfg.Fast, cfg.Stock, cfg.AdmitPerSecond, cfg.Prequeue)
+	on, err := s.RunRoom(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	fmt.Println()
+	on.Print(os.Stdout)
+	fmt.Println()
+	say("the same crowd, no waiting room")
+	cfg.NoRoom = true
+	off, err := s.RunRoom(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	fmt.Println()
+	off.Print(os.Stdout)
+	fmt.Println()
+	say("fast clients (%d of %d users) won %.2f %% of the stock with the room, %.2f %% without", cfg.Fast, cfg.Users, 100*on.FastShare, 100*off.FastShare)
+	violated := append(on.Violations(), off.Violations()...)
+	for _, x := range violated {
+		say("violated: %s", x)
+	}
+	if len(violated) > 0 {
+		return fmt.Errorf("%d invariants violated (logs in %s)", len(violated), dir)
+	}
+	return nil
+}
+
+// isSet reports whether flag name was given.
+func isSet(name string) bool {
+	set := false
+	flag.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
 }
 
 func say(format string, args ...any) {

@@ -1,0 +1,505 @@
+package harness
+
+// A sale behind a waiting room end to end with the real binaries: users
+// join the room (many in its pre-queue), poll it as its answers say, and
+// claim once admitted; a group of scripted fast clients polls and claims
+// as fast as it can. The same crowd can run on the same sale without a
+// room, for the comparison the report makes: how much of the stock the
+// fast clients win with the room and without it.
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"math"
+	"math/rand/v2"
+	"net/http"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"text/tabwriter"
+	"time"
+
+	"github.com/HdrHistogram/hdrhistogram-go"
+
+	"github.com/flashsale/flashsale/pkg/room"
+)
+
+// RoomConfig shapes a sale with (or without) a waiting room.
+type RoomConfig struct {
+	Stock int64
+	Users int // in all, the fast ones included
+	Fast  int // scripted clients: join first, poll and claim as fast as they can
+	// NoRoom runs the same crowd on a sale without a room: everyone claims
+	// from the start, the fast clients in a tight loop.
+	NoRoom bool
+	// The room: admissions per second, the pre-queue, a pass's life.
+	AdmitPerSecond int64
+	Prequeue       time.Duration
+	Pass           time.Duration
+	// Arrivals: people keep arriving until this long after the start
+	// (the first from the pre-queue's opening).
+	Arrivals time.Duration
+	// NoShow is the share of admitted people who never buy.
+	NoShow float64
+	// Conns bounds the clients' connections to the gateway.
+	Conns int
+	Seed  uint64
+}
+
+// RoomReport is a room sale checked against the sale's invariants, with
+// the room's own figures.
+type RoomReport struct {
+	Config RoomConfig
+	Check  *Report // the e2e invariants over the orders the 202s announced
+	// Joined: places given; Prequeued: joins in the pre-queue.
+	Joined, Prequeued int64
+	// AdmittedSeen: people who were told admitted; Bought: 202s.
+	AdmittedSeen, Bought int64
+	// FastBought: the fast clients' 202s; FastShare their share of the stock.
+	FastBought int64
+	FastShare  float64
+	// Fairness, among the people admitted: the order the room admitted
+	// them in (the start of the pass each was told) against their queue
+	// order, as Kendall's tau-b and the share of pairs out of order; and
+	// the order they learned it in (their polls), likewise.
+	// PrequeueArrivalTau is the pre-queue's places against its arrival
+	// order (near 0: shuffled).
+	Tau, Inversions         float64
+	TauTold, InversionsTold float64
+	PrequeueArrivalTau      float64
+	// SoldOut: from the last unit taken (the last 202) until each waiter
+	// still in the queue was told sold_out, ms; Waiters how many there were.
+	SoldOut *hdrhistogram.Histogram
+	Waiters int64
+	// Requests by kind; Refused: claims answered not_admitted; Limited:
+	// answers 429; Errors: transport errors and 5xx.
+	Joins, Polls, Claims, Refused, Limited, Errors int64
+	Duration                                       time.Duration
+}
+
+// personal is one simulated person's plan and what they saw.
+type personal struct {
+	user      string
+	fast      bool
+	joinAt    time.Time
+	reaction  time.Duration
+	noShow    bool
+	token     string
+	queueTok  string
+	joinedSeq int64     // the order the join was answered in
+	admitted  time.Time // first told admitted
+	passEnd   time.Time // the pass's end the room told: its admission, plus the pass
+	bought    int64     // order id
+	boughtAt  time.Time
+	soldOutAt time.Time // first told sold_out
+}
+
+// RunRoom runs cfg's sale on s and checks it.
+func (s *Stack) RunRoom(ctx context.Context, cfg RoomConfig) (*RoomReport, error) {
+	if cfg.Users <= cfg.Fast || cfg.Stock <= 0 || cfg.AdmitPerSecond <= 0 {
+		return nil, fmt.Errorf("a room sale needs more users than fast ones, stock and a rate")
+	}
+	cfg.Conns = max(cfg.Conns, 64)
+	rng := rand.New(rand.NewPCG(cfg.Seed, 11))
+	lead := 2 * time.Second // from the creation to the pre-queue's opening
+	open := time.Now().Add(lead)
+	start := open.Add(cfg.Prequeue)
+	spec := VoucherSpec{Name: "room", Stock: cfg.Stock, PerUserLimit: 1,
+		StartsAt: start.UTC().Format(time.RFC3339Nano), EndsAt: start.Add(10 * time.Minute).UTC().Format(time.RFC3339Nano)}
+	if !cfg.NoRoom {
+		spec.WaitingRoom = &room.Config{AdmitPerSecond: cfg.AdmitPerSecond, PrequeueSeconds: int64(cfg.Prequeue / time.Second),
+			PassSeconds: max(int64(cfg.Pass/time.Second), 1)}
+	}
+	v, err := s.CreateVoucher(ctx, spec)
+	if err != nil {
+		return nil, err
+	}
+	people := make([]*personal, cfg.Users)
+	span := cfg.Prequeue + cfg.Arrivals
+	for i := range people {
+		p := &personal{user: userName(i), fast: i < cfg.Fast}
+		if p.fast {
+			p.joinAt = open.Add(time.Duration(rng.IntN(50)) * time.Millisecond)
+		} else {
+			p.joinAt = open.Add(time.Duration(rng.Int64N(int64(span))))
+			p.reaction = 150*time.Millisecond + time.Duration(rng.Int64N(int64(time.Second)))
+			p.noShow = rng.Float64() < cfg.NoShow
+		}
+		p.token = s.Token(p.user)
+		people[i] = p
+	}
+	rep := &RoomReport{Config: cfg, SoldOut: hdrhistogram.New(0, 600_000, 3)}
+	client := NewClient(s.URL, cfg.Conns)
+	vid := strconv.FormatInt(v, 10)
+	watch := s.WatchPersisted(ctx, v)
+	var seq atomic.Int64
+	deadline := start.Add(cfg.Arrivals + 3*time.Minute)
+	runCtx, cancel := context.WithDeadline(ctx, deadline)
+	defer cancel()
+	began := time.Now()
+	var wg sync.WaitGroup
+	for _, p := range people {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if cfg.NoRoom {
+				s.shopWithoutRoom(runCtx, client, vid, p, start, rep)
+			} else {
+				s.shopInRoom(runCtx, client, vid, p, &seq, rep)
+			}
+		}()
+	}
+	wg.Wait()
+	rep.Duration = time.Since(began)
+	if ctx.Err() != nil {
+		return rep, ctx.Err()
+	}
+
+	sale := &SaleResult{Rejected: map[string]int64{}, Orders: map[int64]string{}, Amounts: map[int64]int64{}}
+	var lastUnit time.Time
+	for _, p := range people {
+		if p.bought != 0 {
+			sale.Orders[p.bought] = p.user
+			sale.Admitted++
+			rep.Bought++
+			if p.fast {
+				rep.FastBought++
+			}
+			if p.boughtAt.After(lastUnit) {
+				lastUnit = p.boughtAt
+			}
+		}
+		if !p.admitted.IsZero() {
+			rep.AdmittedSeen++
+		}
+	}
+	sale.Requests, sale.Errors, sale.LastAdmit, sale.Duration = rep.Claims, rep.Errors, lastUnit, rep.Duration
+	rep.FastShare = float64(rep.FastBought) / float64(cfg.Stock)
+	if !cfg.NoRoom {
+		for _, p := range people {
+			if p.bought == 0 && !p.soldOutAt.IsZero() {
+				rep.Waiters++
+				_ = rep.SoldOut.RecordValue(max(p.soldOutAt.Sub(lastUnit).Milliseconds(), 0))
+			}
+		}
+		if err := s.roomFairness(ctx, v, people, rep); err != nil {
+			return rep, err
+		}
+	}
+	persisted, err := watch.Wait(ctx, sale.Admitted, 2*time.Minute)
+	if err != nil {
+		return rep, err
+	}
+	if rep.Check, err = s.Check(ctx, v, sale); err != nil {
+		return rep, err
+	}
+	rep.Check.PersistedAt = persisted
+	return rep, nil
+}
+
+// shopInRoom is one person at a sale with a room: join, poll as told (a
+// fast client every 50 ms, trying to claim all along), claim once
+// admitted (a person after their reaction time; some never do).
+func (s *Stack) shopInRoom(ctx context.Context, c *Client, vid string, p *personal, seq *atomic.Int64, rep *RoomReport) {
+	if !sleepUntil(ctx, p.joinAt) {
+		return
+	}
+	queue := "/v1/vouchers/" + vid + "/queue"
+	var a queueAnswer
+	for {
+		status, err := c.Do(ctx, "POST", queue, p.token, nil, &a)
+		atomic.AddInt64(&rep.Joins, 1)
+		if ok := countStatus(rep, status, err); ok {
+			break
+		}
+		if !sleepFor(ctx, 100*time.Millisecond) {
+			return
+		}
+	}
+	p.joinedSeq = seq.Add(1)
+	p.queueTok = a.QueueToken
+	for ctx.Err() == nil {
+		switch a.State {
+		case room.Admitted:
+			if p.admitted.IsZero() {
+				p.admitted = time.Now()
+				p.passEnd, _ = time.Parse(time.RFC3339Nano, a.PassExpires)
+			}
+			if p.noShow {
+				return // leaves; the pass lapses
+			}
+			if !p.fast && !sleepFor(ctx, p.reaction) {
+				return
+			}
+			if done := s.claimOnce(ctx, c, vid, p, rep); done {
+				return
+			}
+		case room.SoldOut:
+			p.soldOutAt = time.Now()
+			return
+		case room.Closed, room.Lapsed:
+			return
+		}
+		wait := time.Duration(a.RetryAfterMs) * time.Millisecond
+		if p.fast {
+			wait = 50 * time.Millisecond
+			if a.State == room.Waiting {
+				s.claimOnce(ctx, c, vid, p, rep) // refused: no pass
+			}
+		}
+		if !sleepFor(ctx, wait) {
+			return
+		}
+		for {
+			status, err := c.Do(ctx, "GET", queue, "", nil, &a, room.Header, p.queueTok) // the token alone
+			atomic.AddInt64(&rep.Polls, 1)
+			if countStatus(rep, status, err) || ctx.Err() != nil {
+				break
+			}
+			if !sleepFor(ctx, 200*time.Millisecond) {
+				return
+			}
+		}
+	}
+}
+
+// shopWithoutRoom is one person at the same sale without a room: from the
+// start (or their arrival) a person claims once after their reaction
+// time; a fast client claims every 10 ms from just before the start until
+// it has a unit or the sale is sold out.
+func (s *Stack) shopWithoutRoom(ctx context.Context, c *Client, vid string, p *personal, start time.Time, rep *RoomReport) {
+	at := p.joinAt
+	if at.Before(start) {
+		at = start
+	}
+	if p.fast {
+		at = start.Add(-20 * time.Millisecond)
+	} else {
+		at = at.Add(p.reaction)
+	}
+	if !sleepUntil(ctx, at) {
+		return
+	}
+	for ctx.Err() == nil {
+		if done := s.claimOnce(ctx, c, vid, p, rep); done || !p.fast {
+			return
+		}
+		if !sleepFor(ctx, 10*time.Millisecond) {
+			return
+		}
+	}
+}
+
+// claimOnce claims p's unit; done when bought or sold out.
+func (s *Stack) claimOnce(ctx context.Context, c *Client, vid string, p *personal, rep *RoomReport) (done bool) {
+	var body struct {
+		OrderID string `json:"order_id"`
+		Error   string `json:"error"`
+	}
+	status, err := c.Do(ctx, "POST", "/v1/vouchers/"+vid+"/orders", p.token, nil, &body, room.Header, p.queueTok)
+	atomic.AddInt64(&rep.Claims, 1)
+	if !countStatus(rep, status, err) {
+		return false
+	}
+	switch {
+	case status == http.StatusAccepted:
+		id, err := strconv.ParseInt(body.OrderID, 10, 64)
+		if err != nil {
+			atomic.AddInt64(&rep.Errors, 1)
+			return true
+		}
+		p.bought, p.boughtAt = id, time.Now()
+		return true
+	case body.Error == "not_admitted":
+		atomic.AddInt64(&rep.Refused, 1)
+		return false
+	case body.Error == "sold_out", body.Error == "user_limit", body.Error == "ended":
+		return true
+	}
+	return false // not_started: try again
+}
+
+// countStatus counts what is not an answer to act on (429, 5xx,
+// transport errors) and reports whether status is one.
+func countStatus(rep *RoomReport, status int, err error) bool {
+	switch {
+	case err != nil || (status >= 500 && status != http.StatusServiceUnavailable):
+		atomic.AddInt64(&rep.Errors, 1)
+		return false
+	case status == http.StatusTooManyRequests || status == http.StatusServiceUnavailable:
+		atomic.AddInt64(&rep.Limited, 1)
+		return false
+	}
+	return true
+}
+
+type queueAnswer struct {
+	State        string `json:"state"`
+	Position     int64  `json:"position"`
+	RetryAfterMs int64  `json:"retry_after_ms"`
+	QueueToken   string `json:"queue_token"`
+	PassExpires  string `json:"pass_expires_at"`
+}
+
+// roomFairness reads everyone's queue place from Redis (the room's state
+// and the pre-queue's shuffle) and compares it with the order they were
+// told admitted, and the pre-queue's places with its arrival order.
+func (s *Stack) roomFairness(ctx context.Context, v int64, people []*personal, rep *RoomReport) error {
+	rs := room.NewStore(s.RDB)
+	snap, err := rs.Tick(ctx, v, time.Now())
+	if err != nil {
+		return err
+	}
+	_, waiters := rs.Keys(v)
+	places, err := s.RDB.Client().HGetAll(ctx, waiters).Result()
+	if err != nil {
+		return err
+	}
+	rep.Joined, rep.Prequeued = int64(len(places)), snap.Pre
+	ticket := map[string]int64{}
+	var preArrival, prePlace []float64
+	for u, raw := range places {
+		pl, err := room.ParsePlace(raw)
+		if err != nil {
+			return err
+		}
+		t, err := snap.Ticket(pl)
+		if err != nil {
+			return err
+		}
+		ticket[u] = t
+		if pl.Pre {
+			preArrival, prePlace = append(preArrival, float64(pl.N)), append(prePlace, float64(t))
+		}
+	}
+	rep.PrequeueArrivalTau, _ = kendall(preArrival, prePlace)
+	var admitted, told, queued []float64
+	for _, p := range people {
+		if t, ok := ticket[p.user]; ok && !p.admitted.IsZero() {
+			admitted, told = append(admitted, float64(p.passEnd.UnixNano())), append(told, float64(p.admitted.UnixNano()))
+			queued = append(queued, float64(t))
+		}
+	}
+	rep.Tau, rep.Inversions = kendall(admitted, queued)
+	rep.TauTold, rep.InversionsTold = kendall(told, queued)
+	return nil
+}
+
+// kendall is Kendall's tau-b of x and y, and the share of all pairs that
+// are discordant (ties in either are neither). O(n²): a sale's admitted,
+// not its crowd.
+func kendall(x, y []float64) (tau, discordant float64) {
+	n := len(x)
+	if n < 2 {
+		return 1, 0
+	}
+	idx := make([]int, n)
+	for i := range idx {
+		idx[i] = i
+	}
+	slices.SortFunc(idx, func(a, b int) int {
+		switch {
+		case x[a] < x[b]:
+			return -1
+		case x[a] > x[b]:
+			return 1
+		}
+		return 0
+	})
+	var con, dis, tx, ty float64
+	for i := 0; i < n; i++ {
+		for j := i + 1; j < n; j++ {
+			dx, dy := x[idx[j]]-x[idx[i]], y[idx[j]]-y[idx[i]]
+			switch {
+			case dx == 0 && dy == 0:
+			case dx == 0:
+				tx++
+			case dy == 0:
+				ty++
+			case dx*dy > 0:
+				con++
+			default:
+				dis++
+			}
+		}
+	}
+	pairs := float64(n) * float64(n-1) / 2
+	den := math.Sqrt((con + dis + tx) * (con + dis + ty))
+	if den == 0 {
+		return 1, dis / pairs
+	}
+	return (con - dis) / den, dis / pairs
+}
+
+func sleepUntil(ctx context.Context, t time.Time) bool { return sleepFor(ctx, time.Until(t)) }
+
+func sleepFor(ctx context.Context, d time.Duration) bool {
+	if d <= 0 {
+		return ctx.Err() == nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// Print writes the room's report lines, then the sale's.
+func (r *RoomReport) Print(w io.Writer) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	row := func(k string, v any) { fmt.Fprintf(tw, "%s\t%v\n", k, v) }
+	c := r.Config
+	if c.NoRoom {
+		row("sale", fmt.Sprintf("no waiting room: %d users (%d fast) for %d units", c.Users, c.Fast, c.Stock))
+	} else {
+		row("sale", fmt.Sprintf("waiting room: %d users (%d fast) for %d units; %d admitted/s, pre-queue %s, pass %s",
+			c.Users, c.Fast, c.Stock, c.AdmitPerSecond, c.Prequeue, c.Pass))
+		row("room: joined / in the pre-queue", fmt.Sprintf("%d / %d", r.Joined, r.Prequeued))
+		row("room: pre-queue place vs arrival (tau)", fmt.Sprintf("%.3f (0: shuffled; 1: arrival order)", r.PrequeueArrivalTau))
+		row("room: told admitted / bought", fmt.Sprintf("%d / %d", r.AdmittedSeen, r.Bought))
+		row("room: admission order vs queue order", fmt.Sprintf("tau-b %.4f, pairs out of order %.4f %% (by each pass's start)", r.Tau, 100*r.Inversions))
+		row("room: order told vs queue order", fmt.Sprintf("tau-b %.4f, pairs out of order %.4f %% (as the polls learned it)", r.TauTold, 100*r.InversionsTold))
+		if r.Waiters > 0 {
+			row("room: told sold_out after the last unit", fmt.Sprintf("p50 %d ms, p99 %d ms, max %d ms (%d waiters)",
+				r.SoldOut.ValueAtQuantile(50), r.SoldOut.ValueAtQuantile(99), r.SoldOut.Max(), r.Waiters))
+		}
+		row("room: joins / polls", fmt.Sprintf("%d / %d", r.Joins, r.Polls))
+		row("room: claims refused not_admitted", r.Refused)
+	}
+	row("fast clients' share of the stock", fmt.Sprintf("%.2f %% (%d units)", 100*r.FastShare, r.FastBought))
+	row("claims / answered 429 or 503", fmt.Sprintf("%d / %d", r.Claims, r.Limited))
+	row("took", r.Duration.Round(time.Millisecond))
+	tw.Flush()
+	if r.Check != nil {
+		r.Check.Print(w)
+	}
+}
+
+// Violations: the sale's invariants and the room's: every unit sold
+// (nobody left waiting for stock there was), fast clients no better off
+// than their numbers, admission in queue order.
+func (r *RoomReport) Violations() []string {
+	var v []string
+	if r.Check == nil {
+		return []string{"the sale was not checked"}
+	}
+	v = append(v, r.Check.Violations()...)
+	if r.Config.NoRoom {
+		return v
+	}
+	add := func(cond bool, format string, args ...any) {
+		if cond {
+			v = append(v, fmt.Sprintf(format, args...))
+		}
+	}
+	add(r.Bought != r.Config.Stock, "%d units sold of %d", r.Bought, r.Config.Stock)
+	add(r.Errors > 0, "%d requests failed (transport or 5xx)", r.Errors)
+	add(r.Inversions > 0.05, "%.2f %% of admitted pairs out of queue order", 100*r.Inversions)
+	add(r.Prequeued > 100 && r.PrequeueArrivalTau > 0.1, "the pre-queue kept its arrival order (tau %.3f)", r.PrequeueArrivalTau)
+	return v
+}

@@ -1,0 +1,71 @@
+package harness_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/flashsale/flashsale/pkg/internal/harness"
+)
+
+// runRoom runs cfg's room sale, then (unless only) the same crowd without
+// a room, on a stack of opts, and requires every invariant of both.
+func runRoom(t *testing.T, opts harness.Options, cfg harness.RoomConfig, compare bool) (on, off *harness.RoomReport) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("end-to-end: builds and runs the binaries")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
+	defer cancel()
+	opts.Dir, opts.Workers = t.TempDir(), 2
+	s, err := harness.StartStack(ctx, opts)
+	require.NoError(t, err)
+	defer func() { require.NoError(t, s.Close()) }()
+	var out strings.Builder
+	on, err = s.RunRoom(ctx, cfg)
+	require.NoError(t, err)
+	on.Print(&out)
+	if compare {
+		cfg.NoRoom = true
+		off, err = s.RunRoom(ctx, cfg)
+		require.NoError(t, err)
+		out.WriteString("\n")
+		off.Print(&out)
+		require.Empty(t, off.Violations())
+	}
+	t.Log("\n" + out.String())
+	require.Empty(t, on.Violations())
+	// Everyone who did not buy and was still there was told sold_out.
+	require.Positive(t, on.Waiters)
+	require.EqualValues(t, cfg.Stock, on.Bought)
+	require.Zero(t, on.Inversions, "the room admits in queue order")
+	require.Positive(t, on.Refused, "the fast clients' claims without a pass were refused")
+	return on, off
+}
+
+// 20,000 people join a 500-unit sale behind a waiting room, most in its
+// pre-queue; 50 of them are scripted to poll and claim as fast as they
+// can. Every invariant of the sale holds; the pre-queue is shuffled; the
+// room admits in queue order; everyone left hears sold_out; and the fast
+// clients, who win a unit each without the room, win about their share of
+// the crowd with it.
+func TestAWaitingRoomEndToEnd(t *testing.T) {
+	cfg := harness.RoomConfig{Stock: 500, Users: 20000, Fast: 50, AdmitPerSecond: 100, Prequeue: 5 * time.Second,
+		Pass: 10 * time.Second, Arrivals: 3 * time.Second, NoShow: 0.1, Conns: 256, Seed: 1}
+	on, off := runRoom(t, harness.Options{Partitions: 4}, cfg, true)
+	require.Greater(t, on.Prequeued, int64(1000))
+	require.Less(t, on.PrequeueArrivalTau, 0.1, "the pre-queue is not served in arrival order")
+	require.EqualValues(t, cfg.Fast, off.FastBought, "without a room every fast client wins a unit")
+	require.Less(t, on.FastBought, int64(cfg.Fast)/2, "with one they win about their share: 50 of 20,000 people")
+}
+
+// The room on a Redis Cluster of three masters: its keys in the voucher's
+// slot, its script unchanged.
+func TestAWaitingRoomOnACluster(t *testing.T) {
+	cfg := harness.RoomConfig{Stock: 150, Users: 3000, Fast: 20, AdmitPerSecond: 60, Prequeue: 3 * time.Second,
+		Pass: 10 * time.Second, Arrivals: 2 * time.Second, NoShow: 0.1, Conns: 128, Seed: 2}
+	runRoom(t, harness.Options{Partitions: 4, Cluster: true}, cfg, false)
+}
