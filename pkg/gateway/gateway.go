@@ -168,7 +168,11 @@ func (g *Gateway) handler(users, admin bool) http.Handler {
 	mux.HandleFunc("/", func(w http.ResponseWriter, _ *http.Request) {
 		writeError(w, &apiError{http.StatusNotFound, "not_found", "no such endpoint"})
 	})
-	h := g.recoverer(g.shed(mux))
+	var routed http.Handler = mux
+	if users {
+		routed = g.pollsFirst(mux)
+	}
+	h := g.recoverer(g.shed(routed))
 	if g.cfg.Tracing {
 		// A span per request, named by its route, continuing the caller's
 		// trace (traceparent); off by default: it costs every claim.
@@ -539,8 +543,10 @@ func (g *Gateway) adminAndID(w http.ResponseWriter, r *http.Request) (int64, boo
 }
 
 // pathID parses the {id} path segment: a positive decimal id.
-func pathID(r *http.Request) (int64, error) {
-	s := r.PathValue("id")
+func pathID(r *http.Request) (int64, error) { return parseID(r.PathValue("id")) }
+
+// parseID reads an id of the path.
+func parseID(s string) (int64, error) {
 	id, err := strconv.ParseInt(s, 10, 64)
 	if err != nil || id <= 0 || len(s) > 20 || s[0] == '+' {
 		return 0, badRequest("invalid_id", "the id in the path must be a positive decimal integer")
