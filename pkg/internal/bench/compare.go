@@ -110,6 +110,12 @@ func Compare(base, run *Report) []Change {
 			add(d.Claim.Name, "claims/s", b.Claim.RPS, d.Claim.RPS, false)
 		}
 	}
+	if b, r := base.Room, run.Room; b != nil && r != nil {
+		add("waiting-room polls", "× bare handler", b.Poll.VsBare, r.Poll.VsBare, true)
+		add("waiting-room polls", "server µs/req", b.Poll.ProcessUs, r.Poll.ProcessUs, true)
+		add("waiting room, a million waiters", "bytes/waiter", b.HashBytesPerWaiter, r.HashBytesPerWaiter, true)
+		add("waiting room, a join", "redis µs", b.JoinRedisUs, r.JoinRedisUs, true)
+	}
 	return out
 }
 
