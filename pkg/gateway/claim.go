@@ -48,13 +48,7 @@ func (g *Gateway) claim(w http.ResponseWriter, r *http.Request) {
 	now := g.now()
 	pass, err := g.roomPass(r, voucher, user, now)
 	if err != nil {
-		e := toAPIError(err)
-		if e.Status == http.StatusServiceUnavailable {
-			g.countClaim(resultUnavailable, "", start)
-		} else {
-			g.countClaim(resultRejected, e.Code, start)
-		}
-		g.fail(w, r, err)
+		g.claimFailed(w, r, voucher, err, start)
 		return
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), g.cfg.ClaimTimeout)
@@ -74,20 +68,7 @@ func (g *Gateway) claim(w http.ResponseWriter, r *http.Request) {
 		g.rooms.learn(voucher, nil) // the next claims are decided here
 	}
 	if err != nil {
-		e := toAPIError(err)
-		if e.Status == http.StatusServiceUnavailable {
-			g.countClaim(resultUnavailable, "", start)
-		} else {
-			g.countClaim(resultRejected, e.Code, start)
-			if e != errVoucherMissing { // a voucher that exists: the count is bounded
-				g.refused.add(voucher, e.Code)
-			}
-		}
-		if errors.Is(err, rdb.ErrOverloaded) || errors.Is(err, rdb.ErrNotReplicated) {
-			writeError(w, e) // expected under extreme load or a replica's stall: counted, not logged
-			return
-		}
-		g.fail(w, r, err)
+		g.claimFailed(w, r, voucher, err, start)
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")
@@ -102,6 +83,25 @@ func (g *Gateway) claim(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	g.countClaim(resultAdmitted, "", start)
+}
+
+// claimFailed answers and counts a claim of voucher refused by err (the
+// admission script's, or the waiting room's before it).
+func (g *Gateway) claimFailed(w http.ResponseWriter, r *http.Request, voucher int64, err error, start time.Time) {
+	e := toAPIError(err)
+	if e.Status == http.StatusServiceUnavailable {
+		g.countClaim(resultUnavailable, "", start)
+	} else {
+		g.countClaim(resultRejected, e.Code, start)
+		if e != errVoucherMissing { // a voucher that exists: the count is bounded
+			g.refused.add(voucher, e.Code)
+		}
+	}
+	if errors.Is(err, rdb.ErrOverloaded) || errors.Is(err, rdb.ErrNotReplicated) {
+		writeError(w, e) // expected under extreme load or a replica's stall: counted, not logged
+		return
+	}
+	g.fail(w, r, err)
 }
 
 // admittedBody is the 202 answer, written by hand on the hot path: the

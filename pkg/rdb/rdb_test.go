@@ -2,9 +2,7 @@ package rdb_test
 
 import (
 	"context"
-	"flag"
 	"fmt"
-	"os"
 	"strconv"
 	"sync"
 	"testing"
@@ -27,31 +25,12 @@ var (
 	d0 = order.Day(t0, time.UTC)
 )
 
-// -redis-cluster runs every test of the package against a Redis Cluster of
-// three masters instead of one redis-server (asynq's test setup does the
-// same): make test runs the package both ways.
-var onCluster = flag.Bool("redis-cluster", false, "run against a Redis Cluster of 3 masters")
-
+// cluster, with -redis-cluster, is the Redis Cluster of three masters
+// every test of the package runs against instead of one redis-server:
+// make test runs the package both ways.
 var cluster *testsrv.Cluster
 
-func TestMain(m *testing.M) {
-	flag.Parse()
-	if !*onCluster {
-		os.Exit(m.Run())
-	}
-	dir, err := os.MkdirTemp("", "flashsale-cluster-")
-	if err == nil {
-		cluster, err = testsrv.StartCluster(dir, 3)
-	}
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	code := m.Run()
-	cluster.Kill()
-	_ = os.RemoveAll(dir)
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { testsrv.MainMaybeOnCluster(m, &cluster) }
 
 func newStore(t *testing.T, partitions int) *rdb.Store {
 	t.Helper()

@@ -2,9 +2,6 @@ package room_test
 
 import (
 	"context"
-	"flag"
-	"fmt"
-	"os"
 	"slices"
 	"strconv"
 	"testing"
@@ -20,30 +17,11 @@ import (
 	"github.com/flashsale/flashsale/pkg/room"
 )
 
-// -redis-cluster runs the package's Redis tests on a Redis Cluster of
-// three masters (make test runs both), as pkg/rdb's do.
-var onCluster = flag.Bool("redis-cluster", false, "run against a Redis Cluster of 3 masters")
-
+// cluster, with -redis-cluster, is the Redis Cluster of three masters the
+// package's Redis tests run on (make test runs both), as pkg/rdb's do.
 var cluster *testsrv.Cluster
 
-func TestMain(m *testing.M) {
-	flag.Parse()
-	if !*onCluster {
-		os.Exit(m.Run())
-	}
-	dir, err := os.MkdirTemp("", "flashsale-cluster-")
-	if err == nil {
-		cluster, err = testsrv.StartCluster(dir, 3)
-	}
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	code := m.Run()
-	cluster.Kill()
-	_ = os.RemoveAll(dir)
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { testsrv.MainMaybeOnCluster(m, &cluster) }
 
 func newStores(t *testing.T) (*rdb.Store, *room.Store) {
 	t.Helper()

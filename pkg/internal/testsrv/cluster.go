@@ -2,8 +2,10 @@ package testsrv
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"net"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -221,4 +223,32 @@ func NewCluster(tb testing.TB, masters int) *Cluster {
 	}
 	tb.Cleanup(c.Kill)
 	return c
+}
+
+// redisCluster is the flag -redis-cluster of the test binaries whose
+// TestMain is MainMaybeOnCluster.
+var redisCluster = flag.Bool("redis-cluster", false, "run the package's Redis tests against a Redis Cluster of 3 masters")
+
+// MainMaybeOnCluster is a package's TestMain whose Redis tests can run
+// against one redis-server or, with -redis-cluster (make test runs both,
+// as asynq's test setup does), a Redis Cluster of three masters started
+// first: *cluster holds it during the tests (nil without the flag), and it
+// is stopped after them.
+func MainMaybeOnCluster(m *testing.M, cluster **Cluster) {
+	flag.Parse()
+	if !*redisCluster {
+		os.Exit(m.Run())
+	}
+	dir, err := os.MkdirTemp("", "flashsale-cluster-")
+	if err == nil {
+		*cluster, err = StartCluster(dir, 3)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	(*cluster).Kill()
+	_ = os.RemoveAll(dir)
+	os.Exit(code)
 }
