@@ -155,7 +155,8 @@ func TestAWaitingRoom(t *testing.T) {
 }
 
 // A voucher with a room and a proof-of-work gate asks for the proof at the
-// room's door, once; its claims then need none.
+// room's door, once, the joiner's own and unexpired; its claims then need
+// none.
 func TestAProofOfWorkAtTheRoomsDoor(t *testing.T) {
 	f := newFixture(t)
 	id := f.createVoucher(`{"name":"door","stock":5,"proof_of_work":{"max_number":500},"waiting_room":{"admit_per_second":100}}`)
@@ -164,7 +165,13 @@ func TestAProofOfWorkAtTheRoomsDoor(t *testing.T) {
 	sol, _ := f.solve("ann", id)
 	res := f.do("POST", queue, f.token("ann"), "", proof.Header, sol)
 	require.Equal(t, http.StatusOK, res.Status, res.Raw)
-	requireError(t, f.do("POST", queue, f.token("ben"), "", proof.Header, sol), http.StatusForbidden, "proof_invalid")
+	requireError(t, f.do("POST", queue, f.token("ben"), "", proof.Header, sol), http.StatusForbidden, "proof_invalid") // ann's, and used
+	bens, _ := f.solve("ben", id)
+	requireError(t, f.do("POST", queue, f.token("cat"), "", proof.Header, bens), http.StatusForbidden, "proof_invalid") // another user's, unused
+	late, _ := f.solve("cat", id)
+	f.clock.Add(3 * time.Minute) // past the challenge's life (FLASHSALE_POW_TTL, 2 min)
+	requireError(t, f.do("POST", queue, f.token("cat"), "", proof.Header, late), http.StatusForbidden, "proof_invalid")
+	require.Equal(t, http.StatusOK, f.do("POST", queue, f.token("ann"), "").Status, "joining again: the same place, no new proof")
 	tok := res.Body["queue_token"].(string)
 	f.clock.Add(time.Second) // the room admits as its clock moves
 	testenv.Eventually(t, 10*time.Second, "ann admitted", func() bool {
