@@ -49,6 +49,9 @@ type Config struct {
 	// many to one room for its memory figure.
 	RoomOnly    bool
 	RoomWaiters int
+	// MemoryOnly measures only a fresh gateway's memory after E2EUsers
+	// distinct users.
+	MemoryOnly bool
 }
 
 // Measure is one throughput and latency measurement.
@@ -119,6 +122,7 @@ type Report struct {
 	WaitCost     []WaitCost      `json:"wait_cost,omitempty"`
 	Draw         *DrawRun        `json:"draw,omitempty"`
 	Room         *RoomRun        `json:"room,omitempty"`
+	Memory       *MemoryRun      `json:"memory,omitempty"`
 	Proof        *ProofCheck     `json:"proof_of_work,omitempty"`
 	GatewayRSS   int64           `json:"gateway_peak_rss_bytes"`
 	WorkerRSS    int64           `json:"worker_peak_rss_bytes"`
@@ -156,6 +160,11 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 	if cfg.DrawOnly {
 		return rep, draws(ctx, s, cfg, tokens, host, rep)
+	}
+	if cfg.MemoryOnly {
+		m, err := memoryRun(ctx, s, cfg, tokens, host)
+		rep.Memory = &m
+		return rep, err
 	}
 
 	// 1. HTTP ceiling.

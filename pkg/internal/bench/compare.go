@@ -110,6 +110,9 @@ func Compare(base, run *Report) []Change {
 			add(d.Claim.Name, "claims/s", b.Claim.RPS, d.Claim.RPS, false)
 		}
 	}
+	if b, r := base.Memory, run.Memory; b != nil && r != nil && b.Users == r.Users && b.Conns == r.Conns {
+		add(fmt.Sprintf("a fresh gateway after %d users, %d conns", r.Users, r.Conns), "peak RSS MB", float64(b.PeakRSS)/1e6, float64(r.PeakRSS)/1e6, true)
+	}
 	if b, r := base.Room, run.Room; b != nil && r != nil {
 		add("waiting-room polls", "× bare handler", b.Poll.VsBare, r.Poll.VsBare, true)
 		add("waiting-room polls", "server µs/req", b.Poll.ProcessUs, r.Poll.ProcessUs, true)

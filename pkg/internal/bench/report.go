@@ -12,7 +12,9 @@ import (
 func (r *Report) Print(w io.Writer) {
 	fmt.Fprintf(w, "machine: %s\nwhen: %s\n\n", r.Machine, r.When.Format(time.RFC3339))
 	tw := tabwriter.NewWriter(w, 0, 0, 1, ' ', tabwriter.Debug)
-	fmt.Fprintln(tw, "measurement\tconns\tmode\tper second\tp50\tp90\tp99\tp99.9\tanswers\t")
+	if len(r.HTTPCeiling)+len(r.RedisCeiling)+len(r.Gateway) > 0 { // not -memory-only, -draw-only, …
+		fmt.Fprintln(tw, "measurement\tconns\tmode\tper second\tp50\tp90\tp99\tp99.9\tanswers\t")
+	}
 	row := func(m Measure, unit string) {
 		lat := func(v int64) string {
 			if v == 0 {
@@ -41,6 +43,7 @@ func (r *Report) Print(w io.Writer) {
 	r.printDurability(w)
 	r.printDraw(w)
 	r.printRoom(w)
+	r.printMemory(w)
 	r.printProof(w)
 	if len(r.HTTPCeiling) == 0 { // -cpu-only, -durability-only
 		if len(r.Drain) > 0 {

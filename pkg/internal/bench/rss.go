@@ -9,7 +9,11 @@ import (
 )
 
 // PeakRSS returns a process's peak resident set size (VmHWM) in bytes.
-func PeakRSS(pid int) (int64, error) {
+func PeakRSS(pid int) (int64, error) { return procStatus(pid, "VmHWM:") }
+
+// procStatus reads a size in kB of /proc/PID/status (its field name with
+// the colon), in bytes.
+func procStatus(pid int, field string) (int64, error) {
 	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
 		return 0, err
@@ -17,10 +21,10 @@ func PeakRSS(pid int) (int64, error) {
 	defer f.Close()
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), "VmHWM:"); ok {
+		if v, ok := strings.CutPrefix(sc.Text(), field); ok {
 			kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
 			return kb * 1024, err
 		}
 	}
-	return 0, fmt.Errorf("no VmHWM for pid %d", pid)
+	return 0, fmt.Errorf("no %s in /proc/%d/status", field, pid)
 }

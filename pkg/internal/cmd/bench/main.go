@@ -45,6 +45,7 @@ func run() error {
 		drawS    = flag.Int("draw-stock", 10_000, "units of the large draw")
 		roomOnly = flag.Bool("room-only", false, "measure only the waiting room's rows: memory per waiter, a poll's CPU, a sale behind a room")
 		roomN    = flag.Int("room-waiters", 1_000_000, "waiters joined to one room for the memory figure")
+		memOnly  = flag.Bool("memory-only", false, "measure only a fresh gateway's peak RSS after -e2e-users distinct users' claims")
 		compare  = flag.String("compare", "", "a committed run to compare with (default: docs/bench-run.json, docs/bench-cpu-batch-run.json with -cpu-only, docs/bench-durability-run.json with -durability-only, docs/bench-draw-run.json with -draw-only, docs/bench-room-run.json with -room-only); rows over 10 % worse are flagged")
 	)
 	flag.Parse()
@@ -72,7 +73,7 @@ func run() error {
 	defer stop()
 	rep, err := bench.Run(ctx, bench.Config{Dir: dir, Conns: cs, Duration: *duration, DrainOrders: *drain, BaselineOrders: *baseline,
 		E2EClaims: *claims, E2EUsers: *users, E2EStock: *stock, Self: self, Log: os.Stderr, ProfileDir: *profDir, CPUOnly: *cpuOnly, DurabilityOnly: *durOnly,
-		DrawOnly: *drawOnly, DrawEntries: *drawN, DrawStock: *drawS, RoomOnly: *roomOnly, RoomWaiters: *roomN})
+		DrawOnly: *drawOnly, DrawEntries: *drawN, DrawStock: *drawS, RoomOnly: *roomOnly, RoomWaiters: *roomN, MemoryOnly: *memOnly})
 	if err != nil {
 		return err
 	}
@@ -89,6 +90,8 @@ func run() error {
 		base = "docs/bench-draw-run.json"
 	case *roomOnly:
 		base = "docs/bench-room-run.json"
+	case *memOnly:
+		base = "docs/bench-memory-run.json"
 	default:
 		base = "docs/bench-run.json"
 	}

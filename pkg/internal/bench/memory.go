@@ -1,0 +1,85 @@
+package bench
+
+// The gateway's memory after a number of distinct users (issue 18: peak
+// RSS ≤ 50 MB after 200,000), measured on a gateway that has served
+// nothing else: every other row's users would count too.
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"github.com/flashsale/flashsale/pkg/internal/harness"
+)
+
+// MemoryRun is a fresh gateway's memory after Users distinct users each
+// claimed once (admitted), from Conns connections.
+type MemoryRun struct {
+	Users   int   `json:"users"`
+	Conns   int   `json:"conns"`
+	PeakRSS int64 `json:"gateway_peak_rss_bytes"`
+	// RSS is the resident set at the end, after the run.
+	RSS int64 `json:"gateway_rss_bytes"`
+	// FileRSS is the part of RSS mapped from files (the binary's text and
+	// data) at the end; the rest is heap, stacks and the runtime's own.
+	FileRSS int64 `json:"gateway_file_rss_bytes"`
+}
+
+// memoryRun drives users distinct users' claims at s's fresh gateway and
+// reads its memory; with cfg.ProfileDir it keeps a heap profile.
+func memoryRun(ctx context.Context, s *harness.Stack, cfg Config, tokens []string, host string) (MemoryRun, error) {
+	m := MemoryRun{Users: cfg.E2EUsers, Conns: cfg.Conns[0]}
+	if len(tokens) < m.Users {
+		return m, fmt.Errorf("%d tokens for %d users", len(tokens), m.Users)
+	}
+	v, err := s.CreateVoucher(ctx, harness.VoucherSpec{Name: "memory", Stock: int64(m.Users) * 2, PerUserLimit: 1})
+	if err != nil {
+		return m, err
+	}
+	path := "/v1/vouchers/" + strconv.FormatInt(v, 10) + "/orders"
+	r := Drive(Load{Addr: host, Conns: m.Conns, Duration: 10 * time.Minute, MaxRequests: int64(m.Users),
+		Next: func(i int64) []byte { return Request(host, path, tokens[i]) }})
+	if r.Status[http.StatusAccepted] != int64(m.Users) {
+		return m, fmt.Errorf("memory run: %v answers, %d admissions wanted", r.Status, m.Users)
+	}
+	if m.PeakRSS, err = PeakRSS(s.Gateway.Pid()); err != nil {
+		return m, err
+	}
+	if m.RSS, err = procStatus(s.Gateway.Pid(), "VmRSS:"); err != nil {
+		return m, err
+	}
+	if m.FileRSS, err = procStatus(s.Gateway.Pid(), "RssFile:"); err != nil {
+		return m, err
+	}
+	cfg.logf("gateway after %d distinct users (%d conns): peak RSS %.1f MB, now %.1f MB (%.1f MB of it mapped from files)", m.Users, m.Conns, float64(m.PeakRSS)/1e6, float64(m.RSS)/1e6, float64(m.FileRSS)/1e6)
+	if cfg.ProfileDir != "" {
+		res, err := http.Get(s.Gateway.PprofURL + "/debug/pprof/heap")
+		if err != nil {
+			return m, err
+		}
+		defer res.Body.Close()
+		f, err := os.Create(filepath.Join(cfg.ProfileDir, "gateway.heap.pprof"))
+		if err != nil {
+			return m, err
+		}
+		defer f.Close()
+		if _, err := io.Copy(f, res.Body); err != nil {
+			return m, err
+		}
+	}
+	return m, nil
+}
+
+func (r *Report) printMemory(w io.Writer) {
+	if r.Memory == nil {
+		return
+	}
+	m := r.Memory
+	fmt.Fprintf(w, "\na fresh gateway after %d distinct users' admitted claims (%d conns): peak RSS %.1f MB (target ≤ 50 MB), %.1f MB at the end, %.1f MB of it mapped from files (the binary)\n",
+		m.Users, m.Conns, float64(m.PeakRSS)/1e6, float64(m.RSS)/1e6, float64(m.FileRSS)/1e6)
+}
