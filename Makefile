@@ -49,7 +49,7 @@ test: servers lint
 FUZZTIME ?= 50000x
 FUZZ_TARGETS := ./pkg/order:FuzzOrderID ./pkg/order:FuzzItem ./pkg/rdb:FuzzStreamEntry \
 	./pkg/gateway:FuzzClaimBody ./pkg/gateway:FuzzCreateVoucher \
-	./pkg/token:FuzzFastPathAgreesWithGolangJWT ./pkg/token:FuzzTokenVerifier ./pkg/token:FuzzNumericDate
+	./pkg/token:FuzzFastPathAgreesWithGolangJWT ./pkg/token:FuzzTokenVerifier ./pkg/token:FuzzNumericDate ./pkg/token:FuzzDecodeClaims
 fuzz:
 	@for t in $(FUZZ_TARGETS); do \
 	  pkg=$${t%%:*}; name=$${t##*:}; echo "fuzz $$pkg $$name for $(FUZZTIME)"; \

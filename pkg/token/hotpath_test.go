@@ -2,6 +2,7 @@ package token
 
 import (
 	"encoding/json"
+	"reflect"
 	"testing"
 	"time"
 )
@@ -45,4 +46,60 @@ func FuzzNumericDate(f *testing.F) {
 			t.Fatalf("%q: got (%v, %v), want (%v, %v)", b, got.Time, gotErr, want.Time, wantErr)
 		}
 	})
+}
+
+// FuzzDecodeClaims holds the short way of decoding claims to
+// json.Unmarshal: wherever simpleClaims takes a payload, json.Unmarshal
+// takes it too and decodes the same claims; and decodeClaims, which falls
+// back to it, always agrees with it.
+func FuzzDecodeClaims(f *testing.F) {
+	for _, seed := range []string{
+		`{"sub":"4815162342","exp":1795000000}`,
+		`{"iss":"https://idp.example","sub":"u1","aud":["flashsale","other"],"exp":1795000000.5,"nbf":1,"iat":-0,"jti":"x"}`,
+		`{"sub":"a","aud":"flashsale","exp":1e9,"name":"Ann","admin":true,"x":null,"n":-1.5E+3}`,
+		` { "sub" : "a" , "exp" : 0 } `, `{}`, `{"aud":[]}`, `{"sub":"a","sub":"b"}`, `{"exp":1,"exp":"2"}`,
+		`{"SUB":"a"}`, `{"sub":"a\u0041"}`, `{"sub":null}`, `{"exp":01}`, `{"exp":1.}`, `{"exp":1e300}`,
+		`{"o":{"a":1}}`, `{"sub":"é"}`, `{"a":tru}`, `{"sub":"a"} x`, `[]`, `null`, `{"sub":1}`,
+	} {
+		f.Add([]byte(seed))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		var want tokenClaims
+		wantErr := json.Unmarshal(body, &want)
+		var short tokenClaims
+		if simpleClaims(body, &short) {
+			if wantErr != nil {
+				t.Fatalf("%q: taken by simpleClaims, refused by json.Unmarshal: %v", body, wantErr)
+			}
+			if !reflect.DeepEqual(short, want) {
+				t.Fatalf("%q: simpleClaims %+v, json.Unmarshal %+v", body, short, want)
+			}
+		}
+		var got tokenClaims
+		gotErr := decodeClaims(body, &got)
+		if (gotErr == nil) != (wantErr == nil) || (gotErr == nil && !reflect.DeepEqual(got, want)) {
+			t.Fatalf("%q: decodeClaims (%+v, %v), json.Unmarshal (%+v, %v)", body, got, gotErr, want, wantErr)
+		}
+	})
+}
+
+// TestSimpleClaimsTakesWhatIdentityProvidersIssue: the short way is the
+// common way, not a path only the fuzzer visits.
+func TestSimpleClaimsTakesWhatIdentityProvidersIssue(t *testing.T) {
+	for _, body := range []string{
+		`{"sub":"4815162342","exp":1795000000}`,
+		`{"iss":"https://idp.example/","sub":"auth0|5f7c8ec7c33c6c004bbafe82","aud":["https://api.flashsale","https://idp.example/userinfo"],"iat":1795000000,"exp":1795086400,"scope":"openid profile","azp":"x1"}`,
+		`{"sub":"u","aud":"flashsale","exp":1795000000,"nbf":1794999000,"jti":"c0ffee","email_verified":true,"nonce":null}`,
+	} {
+		var c tokenClaims
+		if !simpleClaims([]byte(body), &c) {
+			t.Errorf("%s: not taken", body)
+		}
+	}
+	for _, body := range []string{`{"Sub":"a"}`, `{"sub":"a\u0041"}`, `{"sub":null}`, `{"exp":"1"}`, `{"realm":{"roles":[]}}`, `{"exp":1e300}`} {
+		var c tokenClaims
+		if simpleClaims([]byte(body), &c) {
+			t.Errorf("%s: taken, should be left to json.Unmarshal", body)
+		}
+	}
 }

@@ -4,7 +4,6 @@ import (
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/base64"
-	"encoding/json"
 	"hash"
 	"strings"
 	"sync"
@@ -75,7 +74,7 @@ func (h *hs256) verify(raw string, policy *tokenPolicy) (c *tokenClaims, handled
 		return nil, true, ErrInvalid
 	}
 	c = &tokenClaims{policy: policy}
-	if err := json.Unmarshal(body[:n], c); err != nil {
+	if err := decodeClaims(body[:n], c); err != nil {
 		return nil, true, ErrInvalid
 	}
 	return c, true, nil
