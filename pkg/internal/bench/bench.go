@@ -52,6 +52,9 @@ type Config struct {
 	// MemoryOnly measures only a fresh gateway's memory after E2EUsers
 	// distinct users.
 	MemoryOnly bool
+	// Env is added to the environment of the stacks' processes (FLASHSALE_*
+	// settings to compare, e.g. FLASHSALE_REDIS_PIPELINE_WORKERS=2).
+	Env []string
 }
 
 // Measure is one throughput and latency measurement.
@@ -111,6 +114,7 @@ type E2E struct {
 type Report struct {
 	When         time.Time       `json:"when"`
 	Machine      string          `json:"machine"`
+	Env          []string        `json:"env,omitempty"`
 	HTTPCeiling  []Measure       `json:"http_ceiling"`
 	RedisCeiling []Measure       `json:"redis_ceiling"`
 	Gateway      []Measure       `json:"gateway"`
@@ -136,12 +140,12 @@ func (c Config) logf(format string, args ...any) {
 
 // Run runs every measurement in one go on throwaway servers.
 func Run(ctx context.Context, cfg Config) (*Report, error) {
-	rep := &Report{When: time.Now().UTC(), Machine: machine()}
+	rep := &Report{When: time.Now().UTC(), Machine: machine(), Env: cfg.Env}
 	pc := proofCheck(20_000) // before any server runs: the process has the machine to itself
 	rep.Proof = &pc
 	cfg.logf("proof-of-work check: %.1f µs CPU per check", pc.CPUMicros)
 	s, err := harness.StartStack(ctx, harness.Options{Dir: cfg.Dir, Workers: 0, Partitions: 8,
-		Env: []string{"FLASHSALE_AUDIT_LOG=false", "FLASHSALE_LOG_LEVEL=warn", "FLASHSALE_CLAIM_TIMEOUT=2s", "FLASHSALE_PPROF=true"}})
+		Env: append([]string{"FLASHSALE_AUDIT_LOG=false", "FLASHSALE_LOG_LEVEL=warn", "FLASHSALE_CLAIM_TIMEOUT=2s", "FLASHSALE_PPROF=true"}, cfg.Env...)})
 	if err != nil {
 		return nil, err
 	}

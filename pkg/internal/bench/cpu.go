@@ -303,7 +303,7 @@ func cpuPerClaim(ctx context.Context, s *harness.Stack, cfg Config, tokens []str
 // hot voucher with its stock in one bucket, then in three.
 func scaleOutRuns(ctx context.Context, cfg Config, rep *Report) ([]ScaleOut, error) {
 	s, err := harness.StartStack(ctx, harness.Options{Dir: cfg.Dir + "/cluster", Workers: 0, Partitions: 8, Cluster: true,
-		Env: []string{"FLASHSALE_AUDIT_LOG=false", "FLASHSALE_LOG_LEVEL=warn"}})
+		Env: append([]string{"FLASHSALE_AUDIT_LOG=false", "FLASHSALE_LOG_LEVEL=warn"}, cfg.Env...)})
 	if err != nil {
 		return nil, err
 	}

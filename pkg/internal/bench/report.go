@@ -10,7 +10,11 @@ import (
 
 // Print writes the report as the tables docs/BENCHMARKS.md shows.
 func (r *Report) Print(w io.Writer) {
-	fmt.Fprintf(w, "machine: %s\nwhen: %s\n\n", r.Machine, r.When.Format(time.RFC3339))
+	fmt.Fprintf(w, "machine: %s\nwhen: %s\n", r.Machine, r.When.Format(time.RFC3339))
+	if len(r.Env) > 0 {
+		fmt.Fprintf(w, "environment added: %s\n", strings.Join(r.Env, " "))
+	}
+	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 0, 1, ' ', tabwriter.Debug)
 	if len(r.HTTPCeiling)+len(r.RedisCeiling)+len(r.Gateway) > 0 { // not -memory-only, -draw-only, …
 		fmt.Fprintln(tw, "measurement\tconns\tmode\tper second\tp50\tp90\tp99\tp99.9\tanswers\t")

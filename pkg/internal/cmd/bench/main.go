@@ -45,12 +45,18 @@ func run() error {
 		drawS    = flag.Int("draw-stock", 10_000, "units of the large draw")
 		roomOnly = flag.Bool("room-only", false, "measure only the waiting room's rows: memory per waiter, a poll's CPU, a sale behind a room")
 		roomN    = flag.Int("room-waiters", 1_000_000, "waiters joined to one room for the memory figure")
+		env      = flag.String("env", "", "FLASHSALE_* settings added to the stacks' processes, comma-separated (e.g. FLASHSALE_REDIS_PIPELINE_WORKERS=2)")
 		memOnly  = flag.Bool("memory-only", false, "measure only a fresh gateway's peak RSS after -e2e-users distinct users' claims")
 		compare  = flag.String("compare", "", "a committed run to compare with (default: docs/bench-run.json, docs/bench-cpu-batch-run.json with -cpu-only, docs/bench-durability-run.json with -durability-only, docs/bench-draw-run.json with -draw-only, docs/bench-room-run.json with -room-only); rows over 10 % worse are flagged")
 	)
 	flag.Parse()
 	if *trivial != "" {
 		return bench.ServeTrivial(*trivial)
+	}
+	for _, kv := range splitEnv(*env) {
+		if k, _, ok := strings.Cut(kv, "="); !ok || !strings.HasPrefix(k, "FLASHSALE_") {
+			return fmt.Errorf("-env: %q is not FLASHSALE_NAME=value", kv)
+		}
 	}
 	var cs []int
 	for _, c := range strings.Split(*conns, ",") {
@@ -73,7 +79,7 @@ func run() error {
 	defer stop()
 	rep, err := bench.Run(ctx, bench.Config{Dir: dir, Conns: cs, Duration: *duration, DrainOrders: *drain, BaselineOrders: *baseline,
 		E2EClaims: *claims, E2EUsers: *users, E2EStock: *stock, Self: self, Log: os.Stderr, ProfileDir: *profDir, CPUOnly: *cpuOnly, DurabilityOnly: *durOnly,
-		DrawOnly: *drawOnly, DrawEntries: *drawN, DrawStock: *drawS, RoomOnly: *roomOnly, RoomWaiters: *roomN, MemoryOnly: *memOnly})
+		DrawOnly: *drawOnly, DrawEntries: *drawN, DrawStock: *drawS, RoomOnly: *roomOnly, RoomWaiters: *roomN, MemoryOnly: *memOnly, Env: splitEnv(*env)})
 	if err != nil {
 		return err
 	}
@@ -131,4 +137,12 @@ func run() error {
 		return fmt.Errorf("invariants violated in the end-to-end run")
 	}
 	return nil
+}
+
+// splitEnv reads -env: KEY=VALUE settings, comma-separated.
+func splitEnv(s string) []string {
+	if s == "" {
+		return nil
+	}
+	return strings.Split(s, ",")
 }
