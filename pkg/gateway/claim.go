@@ -71,7 +71,7 @@ func (g *Gateway) claim(w http.ResponseWriter, r *http.Request) {
 		g.claimFailed(w, r, voucher, err, start)
 		return
 	}
-	w.Header().Set("Content-Type", "application/json")
+	w.Header()["Content-Type"] = jsonContentType
 	w.WriteHeader(http.StatusAccepted)
 	_, _ = w.Write(admittedBody(a))
 	if a.Replayed {

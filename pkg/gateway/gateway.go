@@ -435,12 +435,16 @@ func (g *Gateway) recoverer(next http.Handler) http.Handler {
 	})
 }
 
+// jsonContentType and noStore are header values set by assignment on the
+// hot paths (claims, polls): shared, never changed, so no allocation.
+var jsonContentType, noStore = []string{"application/json"}, []string{"no-store"}
+
 func writeJSON(w http.ResponseWriter, status int, v any) {
 	b, err := json.Marshal(v)
 	if err != nil {
 		status, b = http.StatusInternalServerError, []byte(`{"error":"internal","message":"internal error"}`)
 	}
-	w.Header().Set("Content-Type", "application/json")
+	w.Header()["Content-Type"] = jsonContentType
 	w.WriteHeader(status)
 	_, _ = w.Write(append(b, '\n'))
 }

@@ -171,11 +171,10 @@ func (g *Gateway) roomPass(r *http.Request, v int64, user string, now time.Time)
 	}
 	s, p, err := g.roomPlace(r, v, user, e.snap.Load())
 	switch {
-	case errors.Is(err, room.ErrNotInQueue) || errors.Is(err, room.ErrNoRoom):
-		if errors.Is(err, room.ErrNoRoom) {
-			g.forgetRoom(v)
-			return "", nil
-		}
+	case errors.Is(err, room.ErrNoRoom): // taken away: the script decides
+		g.forgetRoom(v)
+		return "", nil
+	case errors.Is(err, room.ErrNotInQueue):
 		return "", errNotAdmitted
 	case err != nil:
 		return "", err
@@ -313,21 +312,14 @@ func (g *Gateway) pollByToken(w http.ResponseWriter, r *http.Request, v int64) {
 		writeRateLimited(w, wait)
 		return
 	}
-	var s *room.Snapshot
-	if e := g.rooms.entries()[v]; e != nil {
-		e.seen.Store(now.UnixNano())
-		s = e.snap.Load()
-	}
-	if s == nil {
-		if s, err = g.rooms.state(r.Context(), v); err != nil {
-			g.fail(w, r, err)
-			return
-		}
+	s, err := g.rooms.state(r.Context(), v)
+	if err != nil {
+		g.fail(w, r, err)
+		return
 	}
 	g.answerQueue(w, "poll", s.Answer(p, now), tok)
 }
 
-var jsonContentType, noStore = []string{"application/json"}, []string{"no-store"}
 
 // answerQueue writes a queue answer, by hand: polls are the room's hot
 // path.

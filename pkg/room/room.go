@@ -16,7 +16,7 @@
 // The room's state lives in Redis beside the voucher's (room.lua, one
 // slot); a gateway refreshes it a few times a second per room it serves
 // (Tick) and answers waiters' polls from that state and a signed token
-// the waiter carries (Token), without Redis.
+// the waiter carries (Tokens), without Redis.
 package room
 
 import (

@@ -398,22 +398,27 @@ func draws(ctx context.Context, s *harness.Stack, cfg Config, tokens []string, h
 func profile(pprofURL string, d time.Duration, path string) <-chan error {
 	done := make(chan error, 1)
 	go func() {
-		res, err := http.Get(fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", pprofURL, max(1, int(d.Seconds()))))
-		if err != nil {
-			done <- err
-			return
-		}
-		defer res.Body.Close()
-		f, err := os.Create(path)
-		if err != nil {
-			done <- err
-			return
-		}
-		defer f.Close()
-		_, err = io.Copy(f, res.Body)
-		done <- err
+		done <- download(fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", pprofURL, max(1, int(d.Seconds()))), path)
 	}()
 	return done
+}
+
+// download writes what url answers to the file path.
+func download(url, path string) error {
+	res, err := http.Get(url)
+	if err != nil {
+		return err
+	}
+	defer res.Body.Close()
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(f, res.Body); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }
 
 func us(v int64) string { return (time.Duration(v) * time.Microsecond).String() }

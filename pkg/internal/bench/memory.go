@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -71,19 +70,7 @@ func memoryRun(ctx context.Context, s *harness.Stack, cfg Config, tokens []strin
 	}
 	cfg.logf("gateway after %d distinct users (%d conns): peak RSS %.1f MB, now %.1f MB (%.1f MB of it mapped from files)", m.Users, m.Conns, float64(m.PeakRSS)/1e6, float64(m.RSS)/1e6, float64(m.FileRSS)/1e6)
 	if cfg.ProfileDir != "" {
-		res, err := http.Get(s.Gateway.PprofURL + "/debug/pprof/heap")
-		if err != nil {
-			return m, err
-		}
-		defer res.Body.Close()
-		f, err := os.Create(filepath.Join(cfg.ProfileDir, "gateway.heap.pprof"))
-		if err != nil {
-			return m, err
-		}
-		defer f.Close()
-		if _, err := io.Copy(f, res.Body); err != nil {
-			return m, err
-		}
+		return m, download(s.Gateway.PprofURL+"/debug/pprof/heap", filepath.Join(cfg.ProfileDir, "gateway.heap.pprof"))
 	}
 	return m, nil
 }

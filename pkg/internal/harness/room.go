@@ -23,6 +23,7 @@ import (
 
 	"github.com/HdrHistogram/hdrhistogram-go"
 
+	"github.com/flashsale/flashsale/pkg/backoff"
 	"github.com/flashsale/flashsale/pkg/room"
 )
 
@@ -214,7 +215,7 @@ func (s *Stack) shopInRoom(ctx context.Context, c *Client, vid string, p *person
 		if ok := countStatus(rep, status, err); ok {
 			break
 		}
-		if !sleepFor(ctx, 100*time.Millisecond) {
+		if backoff.Sleep(ctx, 100*time.Millisecond) != nil {
 			return
 		}
 	}
@@ -230,7 +231,7 @@ func (s *Stack) shopInRoom(ctx context.Context, c *Client, vid string, p *person
 			if p.noShow {
 				return // leaves; the pass lapses
 			}
-			if !p.fast && !sleepFor(ctx, p.reaction) {
+			if !p.fast && backoff.Sleep(ctx, p.reaction) != nil {
 				return
 			}
 			if done := s.claimOnce(ctx, c, vid, p, rep); done {
@@ -249,7 +250,7 @@ func (s *Stack) shopInRoom(ctx context.Context, c *Client, vid string, p *person
 				s.claimOnce(ctx, c, vid, p, rep) // refused: no pass
 			}
 		}
-		if !sleepFor(ctx, wait) {
+		if backoff.Sleep(ctx, wait) != nil {
 			return
 		}
 		for {
@@ -258,7 +259,7 @@ func (s *Stack) shopInRoom(ctx context.Context, c *Client, vid string, p *person
 			if countStatus(rep, status, err) || ctx.Err() != nil {
 				break
 			}
-			if !sleepFor(ctx, 200*time.Millisecond) {
+			if backoff.Sleep(ctx, 200*time.Millisecond) != nil {
 				return
 			}
 		}
@@ -286,7 +287,7 @@ func (s *Stack) shopWithoutRoom(ctx context.Context, c *Client, vid string, p *p
 		if done := s.claimOnce(ctx, c, vid, p, rep); done || !p.fast {
 			return
 		}
-		if !sleepFor(ctx, 10*time.Millisecond) {
+		if backoff.Sleep(ctx, 10*time.Millisecond) != nil {
 			return
 		}
 	}
@@ -433,20 +434,8 @@ func kendall(x, y []float64) (tau, discordant float64) {
 	return (con - dis) / den, dis / pairs
 }
 
-func sleepUntil(ctx context.Context, t time.Time) bool { return sleepFor(ctx, time.Until(t)) }
-
-func sleepFor(ctx context.Context, d time.Duration) bool {
-	if d <= 0 {
-		return ctx.Err() == nil
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
+func sleepUntil(ctx context.Context, t time.Time) bool {
+	return backoff.Sleep(ctx, time.Until(t)) == nil
 }
 
 // Print writes the room's report lines, then the sale's.
