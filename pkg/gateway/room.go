@@ -320,7 +320,6 @@ func (g *Gateway) pollByToken(w http.ResponseWriter, r *http.Request, v int64) {
 	g.answerQueue(w, "poll", s.Answer(p, now), tok)
 }
 
-
 // answerQueue writes a queue answer, by hand: polls are the room's hot
 // path.
 func (g *Gateway) answerQueue(w http.ResponseWriter, op string, a room.Answer, tok string) {
