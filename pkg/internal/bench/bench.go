@@ -52,6 +52,8 @@ type Config struct {
 	// MemoryOnly measures only a fresh gateway's memory after E2EUsers
 	// distinct users.
 	MemoryOnly bool
+	// DrainOnly runs only the worker drain rows.
+	DrainOnly bool
 	// Env is added to the environment of the stacks' processes (FLASHSALE_*
 	// settings to compare, e.g. FLASHSALE_REDIS_PIPELINE_WORKERS=2).
 	Env []string
@@ -169,6 +171,9 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		m, err := memoryRun(ctx, s, cfg, tokens, host)
 		rep.Memory = &m
 		return rep, err
+	}
+	if cfg.DrainOnly {
+		return rep, drainRuns(ctx, s, cfg, rep)
 	}
 
 	// 1. HTTP ceiling.
@@ -335,30 +340,8 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 
 	// 4. Worker drain.
-	for _, d := range []struct {
-		kind                   string
-		workers, batch, orders int
-		name                   string
-	}{
-		{"units", 1, settle.BatchSizeDefault, cfg.DrainOrders, "batched (default)"},
-		{"units", 2, settle.BatchSizeDefault, cfg.DrainOrders, "batched (default)"},
-		{"units", 2, 100, cfg.DrainOrders, "batches of 100 (the default before)"},
-		{"units", 1, 1, cfg.BaselineOrders, "one transaction per order (baseline)"},
-		{"units", 2, 1, cfg.BaselineOrders, "one transaction per order (baseline)"},
-		{"envelope", 2, settle.BatchSizeDefault, min(cfg.DrainOrders, sale.MaxEnvelopes), "envelope grabs, batched (default)"},
-	} {
-		prof := ""
-		if cfg.ProfileDir != "" && d.workers == 2 && d.batch > 1 && d.kind == "units" {
-			prof = filepath.Join(cfg.ProfileDir, "worker.cpu.pprof")
-		}
-		res, rss, err := drain(ctx, s, d.kind, 1, d.workers, d.batch, d.orders, prof)
-		if err != nil {
-			return nil, err
-		}
-		res.Name = d.name
-		rep.Drain = append(rep.Drain, res)
-		rep.WorkerRSS = max(rep.WorkerRSS, rss)
-		cfg.logf("drain, %d workers, batch %d: %d orders in %.2fs = %.0f orders/s", d.workers, d.batch, d.orders, res.Seconds, res.PerSecond)
+	if err := drainRuns(ctx, s, cfg, rep); err != nil {
+		return nil, err
 	}
 
 	// 5. End to end with two workers.
@@ -467,4 +450,35 @@ func resetStreams(ctx context.Context, s *harness.Stack) error {
 		}
 	}
 	return s.RDB.EnsureGroups(ctx)
+}
+
+// drainRuns measures the worker drain rows: orders admitted straight into
+// the stream while the workers are stopped, then drained.
+func drainRuns(ctx context.Context, s *harness.Stack, cfg Config, rep *Report) error {
+	for _, d := range []struct {
+		kind                   string
+		workers, batch, orders int
+		name                   string
+	}{
+		{"units", 1, settle.BatchSizeDefault, cfg.DrainOrders, "batched (default)"},
+		{"units", 2, settle.BatchSizeDefault, cfg.DrainOrders, "batched (default)"},
+		{"units", 2, 100, cfg.DrainOrders, "batches of 100 (the default before)"},
+		{"units", 1, 1, cfg.BaselineOrders, "one transaction per order (baseline)"},
+		{"units", 2, 1, cfg.BaselineOrders, "one transaction per order (baseline)"},
+		{"envelope", 2, settle.BatchSizeDefault, min(cfg.DrainOrders, sale.MaxEnvelopes), "envelope grabs, batched (default)"},
+	} {
+		prof := ""
+		if cfg.ProfileDir != "" && d.workers == 2 && d.batch > 1 && d.kind == "units" {
+			prof = filepath.Join(cfg.ProfileDir, "worker.cpu.pprof")
+		}
+		res, rss, err := drain(ctx, s, d.kind, 1, d.workers, d.batch, d.orders, prof)
+		if err != nil {
+			return err
+		}
+		res.Name = d.name
+		rep.Drain = append(rep.Drain, res)
+		rep.WorkerRSS = max(rep.WorkerRSS, rss)
+		cfg.logf("drain, %d workers, batch %d: %d orders in %.2fs = %.0f orders/s", d.workers, d.batch, d.orders, res.Seconds, res.PerSecond)
+	}
+	return nil
 }

@@ -47,7 +47,8 @@ func run() error {
 		roomN    = flag.Int("room-waiters", 1_000_000, "waiters joined to one room for the memory figure")
 		env      = flag.String("env", "", "FLASHSALE_* settings added to the stacks' processes, comma-separated (e.g. FLASHSALE_REDIS_PIPELINE_WORKERS=2)")
 		memOnly  = flag.Bool("memory-only", false, "measure only a fresh gateway's peak RSS after -e2e-users distinct users' claims")
-		compare  = flag.String("compare", "", "a committed run to compare with (default: docs/bench-run.json, docs/bench-cpu-batch-run.json with -cpu-only, docs/bench-durability-run.json with -durability-only, docs/bench-draw-run.json with -draw-only, docs/bench-room-run.json with -room-only); rows over 10 % worse are flagged")
+		drainOn  = flag.Bool("drain-only", false, "measure only the worker drain rows")
+		compare  = flag.String("compare", "", "a committed run to compare with (default: docs/bench-run.json, docs/bench-cpu-batch-run.json with -cpu-only, docs/bench-durability-run.json with -durability-only, docs/bench-draw-run.json with -draw-only, docs/bench-room-run.json with -room-only, docs/bench-drain-run.json with -drain-only); rows over 10 % worse are flagged")
 	)
 	flag.Parse()
 	if *trivial != "" {
@@ -79,7 +80,7 @@ func run() error {
 	defer stop()
 	rep, err := bench.Run(ctx, bench.Config{Dir: dir, Conns: cs, Duration: *duration, DrainOrders: *drain, BaselineOrders: *baseline,
 		E2EClaims: *claims, E2EUsers: *users, E2EStock: *stock, Self: self, Log: os.Stderr, ProfileDir: *profDir, CPUOnly: *cpuOnly, DurabilityOnly: *durOnly,
-		DrawOnly: *drawOnly, DrawEntries: *drawN, DrawStock: *drawS, RoomOnly: *roomOnly, RoomWaiters: *roomN, MemoryOnly: *memOnly, Env: splitEnv(*env)})
+		DrawOnly: *drawOnly, DrawEntries: *drawN, DrawStock: *drawS, RoomOnly: *roomOnly, RoomWaiters: *roomN, MemoryOnly: *memOnly, DrainOnly: *drainOn, Env: splitEnv(*env)})
 	if err != nil {
 		return err
 	}
@@ -98,6 +99,8 @@ func run() error {
 		base = "docs/bench-room-run.json"
 	case *memOnly:
 		base = "docs/bench-memory-run.json"
+	case *drainOn:
+		base = "docs/bench-drain-run.json"
 	default:
 		base = "docs/bench-run.json"
 	}
