@@ -46,6 +46,9 @@ func runChaos(t *testing.T, cfg harness.ChaosConfig) *harness.ChaosReport {
 		cfg.Duration, err = time.ParseDuration(s)
 		require.NoError(t, err)
 	}
+	// The envelope sale must outlast the run, so that some envelopes are
+	// left to refund: more than its side's claims can take.
+	cfg.Envelopes = max(cfg.Envelopes, int64(float64(cfg.SideRate)*cfg.Duration.Seconds()*3/2))
 	ctx, cancel := context.WithTimeout(context.Background(), cfg.Duration+5*time.Minute)
 	defer cancel()
 	var log strings.Builder
