@@ -67,6 +67,11 @@ func run() error {
 		}
 		cs = append(cs, n)
 	}
+	if *profDir != "" {
+		if err := os.MkdirAll(*profDir, 0o755); err != nil {
+			return fmt.Errorf("-profile: %w", err)
+		}
+	}
 	self, err := os.Executable()
 	if err != nil {
 		return err
