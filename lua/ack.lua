@@ -11,8 +11,8 @@
 -- Returns the number of entries acknowledged.
 --
 -- XDEL finds each id by walking its listpack node from the node's first
--- entry: about 5 µs an entry in nodes of 100, the largest Redis cost of a
--- persisted order. XTRIM MINID drops whole nodes below an id and walks at
+-- entry: 4-5 µs an entry in nodes of 100 (docs/BENCHMARKS.md), the
+-- largest Redis cost of a persisted order. XTRIM MINID drops whole nodes below an id and walks at
 -- most one. Workers acknowledge batches mostly in the order they read them,
 -- so after the XACK every entry below the oldest one still pending is
 -- acknowledged (the group is the stream's only reader, reads it from 0, and
@@ -70,7 +70,7 @@ local fms, fseq = parse(floor)
 local rest = {}
 for i = 2, #ARGV do
   local ms, seq = parse(ARGV[i])
-  if ms == nil or ms > fms or (ms == fms and seq >= fseq) then
+  if ms > fms or (ms == fms and seq >= fseq) then
     rest[#rest + 1] = ARGV[i]
   end
 end

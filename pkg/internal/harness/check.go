@@ -4,8 +4,9 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
-	"sort"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -221,7 +222,7 @@ func (s *Stack) Check(ctx context.Context, voucher int64, sale *SaleResult) (*Re
 	for id := range sale.Orders {
 		ids = append(ids, id)
 	}
-	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
+	slices.Sort(ids)
 	if len(ids) > 2000 {
 		ids = ids[:2000]
 	}
@@ -292,12 +293,7 @@ func (r *Report) Print(w io.Writer) {
 	row("voucher", fmt.Sprintf("%d, %s (stock %d, %d per user)", r.VoucherID, r.Kind, r.StockTotal, r.PerUserLimit))
 	row("requests", s.Requests)
 	row("admitted (202)", s.Admitted)
-	codes := make([]string, 0, len(s.Rejected))
-	for c := range s.Rejected {
-		codes = append(codes, c)
-	}
-	sort.Strings(codes)
-	for _, c := range codes {
+	for _, c := range slices.Sorted(maps.Keys(s.Rejected)) {
 		row("rejected: "+c, s.Rejected[c])
 	}
 	row("errors (transport/5xx)", s.Errors)

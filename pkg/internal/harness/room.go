@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"math/rand/v2"
 	"net/http"
@@ -99,9 +100,6 @@ func (r *RoomReport) failed(status int, err error) {
 	r.errMu.Lock()
 	defer r.errMu.Unlock()
 	if _, ok := r.ErrorKinds[kind]; ok || len(r.ErrorKinds) < 8 {
-		if r.ErrorKinds == nil {
-			r.ErrorKinds = map[string]int64{}
-		}
 		r.ErrorKinds[kind]++
 	}
 }
@@ -157,7 +155,7 @@ func (s *Stack) RunRoom(ctx context.Context, cfg RoomConfig) (*RoomReport, error
 		p.token = s.Token(p.user)
 		people[i] = p
 	}
-	rep := &RoomReport{Config: cfg, SoldOut: hdrhistogram.New(0, 600_000, 3)}
+	rep := &RoomReport{Config: cfg, SoldOut: hdrhistogram.New(0, 600_000, 3), ErrorKinds: map[string]int64{}}
 	client := NewClient(s.URL, cfg.Conns)
 	// The crowd shares cfg.Conns connections, and a request's timeout
 	// counts its wait for one: on a loaded machine 20,000 pollers queue
@@ -496,12 +494,7 @@ func (r *RoomReport) Print(w io.Writer) {
 	row("fast clients' share of the stock", fmt.Sprintf("%.2f %% (%d units)", 100*r.FastShare, r.FastBought))
 	row("claims / answered 429 or 503", fmt.Sprintf("%d / %d", r.Claims, r.Limited))
 	row("took", r.Duration.Round(time.Millisecond))
-	kinds := make([]string, 0, len(r.ErrorKinds))
-	for k := range r.ErrorKinds {
-		kinds = append(kinds, k)
-	}
-	slices.Sort(kinds)
-	for _, k := range kinds {
+	for _, k := range slices.Sorted(maps.Keys(r.ErrorKinds)) {
 		row("requests failed: "+k, r.ErrorKinds[k])
 	}
 	tw.Flush()
