@@ -132,6 +132,7 @@ func Main[C Config](cfg C, run func(ctx context.Context, cfg C, rt *Runtime) err
 		fail(err)
 	}
 	c := cfg.Base()
+	c.applyMemoryLimit()
 	level := c.LogLevel
 	if typed != nil && level != "debug" {
 		// A person reads the command's output and its one line of error;

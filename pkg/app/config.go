@@ -63,6 +63,10 @@ type Common struct {
 	// ShutdownDelay is how long /readyz fails after SIGTERM before the
 	// process stops taking work, so load balancers stop sending first.
 	ShutdownDelay time.Duration `envconfig:"FLASHSALE_SHUTDOWN_DELAY" default:"0s"`
+	// MemoryLimit is the container's memory limit in bytes (the chart sets
+	// it from resources.limits.memory); 0: none known. The process then
+	// keeps its Go heap under MemoryLimitShare of it (see memory.go).
+	MemoryLimit int64 `envconfig:"FLASHSALE_MEMORY_LIMIT" default:"0"`
 	// Ops is the ops listener (FLASHSALE_OPS_ADDR, FLASHSALE_PPROF).
 	ops.Config
 	// StreamPartitions is the number of order streams; a voucher lives in
@@ -98,6 +102,8 @@ func (c Common) Validate() error {
 		return fmt.Errorf("FLASHSALE_REDIS_TIMEOUT must be positive, got %s", c.RedisTimeout)
 	case c.MySQLMaxConns < 1:
 		return fmt.Errorf("FLASHSALE_MYSQL_MAX_CONNS must be at least 1, got %d", c.MySQLMaxConns)
+	case c.MemoryLimit < 0 || (c.MemoryLimit > 0 && c.MemoryLimit < minMemoryLimit):
+		return fmt.Errorf("FLASHSALE_MEMORY_LIMIT must be 0 (none) or at least %d bytes, got %d", minMemoryLimit, c.MemoryLimit)
 	case c.ShutdownDelay < 0:
 		return fmt.Errorf("FLASHSALE_SHUTDOWN_DELAY must not be negative, got %s", c.ShutdownDelay)
 	case c.StreamPartitions < 1 || c.StreamPartitions > order.MaxPartitions:

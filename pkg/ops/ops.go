@@ -132,6 +132,13 @@ func write(w http.ResponseWriter, status int, body string) {
 	_, _ = w.Write([]byte(body + "\n"))
 }
 
+// MaxHeaderBytes bounds a request's header on every listener of the
+// binaries. Go's default is 1 MiB, and a connection holding an unfinished
+// header holds that much: 200 such connections took a gateway from 24 to
+// 303 MiB. A bearer token and the API's headers fit in a few KiB; a header
+// over this is answered 431 and its connection closed.
+const MaxHeaderBytes = 32 << 10
+
 // Run serves until ctx ends: the ops endpoints on Addr and, when enabled,
 // pprof on PprofAddr.
 func (s *Server) Run(ctx context.Context) error {
@@ -140,7 +147,7 @@ func (s *Server) Run(ctx context.Context) error {
 		return err
 	}
 	servers := []*http.Server{{Handler: s.Handler(), ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second,
-		WriteTimeout: 10 * time.Second, IdleTimeout: time.Minute}}
+		WriteTimeout: 10 * time.Second, IdleTimeout: time.Minute, MaxHeaderBytes: MaxHeaderBytes}}
 	listeners := []net.Listener{l}
 	if s.cfg.Pprof {
 		pl, err := net.Listen("tcp", cmp.Or(s.cfg.PprofAddr, PprofAddrDefault))
@@ -150,7 +157,8 @@ func (s *Server) Run(ctx context.Context) error {
 		}
 		// No write timeout: a CPU profile or trace streams for as long as
 		// it was asked to.
-		servers = append(servers, &http.Server{Handler: PprofHandler(), ReadHeaderTimeout: 5 * time.Second, IdleTimeout: time.Minute})
+		servers = append(servers, &http.Server{Handler: PprofHandler(), ReadHeaderTimeout: 5 * time.Second, IdleTimeout: time.Minute,
+			MaxHeaderBytes: MaxHeaderBytes})
 		listeners = append(listeners, pl)
 		s.log.Info("pprof listening", zap.String("addr", pl.Addr().String()))
 	}

@@ -88,6 +88,11 @@ spec:
           env:
             {{- include "flashsale.env" (dict "ctx" $ "v" .v) | nindent 12 }}
             - {name: FLASHSALE_OPS_ADDR, value: ":{{ .v.opsPort }}"}
+            # The container's memory limit, in bytes: the process keeps its
+            # Go heap under 80 % of it (GOMEMLIMIT, set in extraEnv, wins).
+            - name: FLASHSALE_MEMORY_LIMIT
+              valueFrom:
+                resourceFieldRef: {containerName: {{ .role }}, resource: limits.memory}
             - name: FLASHSALE_CONSUMER_NAME
               valueFrom:
                 fieldRef: {fieldPath: metadata.name}

@@ -265,6 +265,7 @@ func TestRenderedChartFollowsThePolicies(t *testing.T) {
 				requirePodPolicies(t, "deployment "+name, d.Spec.Template.Spec, true)
 				require.Contains(t, d.Spec.Template.Annotations, "checksum/config", name)
 				require.Contains(t, d.Spec.Template.Annotations, "checksum/secret", name)
+				requireMemoryLimitPassedOn(t, name, d.Spec.Template.Spec)
 			}
 			for _, j := range r.jobs {
 				requirePodPolicies(t, "job "+j.Name, j.Spec.Template.Spec, false)
@@ -295,6 +296,23 @@ func TestRenderedChartFollowsThePolicies(t *testing.T) {
 			}
 		})
 	}
+}
+
+// requireMemoryLimitPassedOn: every role learns its container's memory
+// limit (FLASHSALE_MEMORY_LIMIT), from which it sets Go's soft limit.
+func requireMemoryLimitPassedOn(t *testing.T, name string, spec corev1.PodSpec) {
+	t.Helper()
+	c := spec.Containers[0]
+	for _, e := range c.Env {
+		if e.Name == "FLASHSALE_MEMORY_LIMIT" {
+			require.NotNil(t, e.ValueFrom, name)
+			require.NotNil(t, e.ValueFrom.ResourceFieldRef, name)
+			require.Equal(t, "limits.memory", e.ValueFrom.ResourceFieldRef.Resource, name)
+			require.Equal(t, c.Name, e.ValueFrom.ResourceFieldRef.ContainerName, name)
+			return
+		}
+	}
+	t.Fatalf("%s: no FLASHSALE_MEMORY_LIMIT", name)
 }
 
 func requireSelectorMatches(t *testing.T, what string, selector, podLabels map[string]string) {

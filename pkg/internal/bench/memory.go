@@ -59,7 +59,7 @@ func memoryRun(ctx context.Context, s *harness.Stack, cfg Config, tokens []strin
 	if m.PeakRSS, err = PeakRSS(s.Gateway.Pid()); err != nil {
 		return m, err
 	}
-	if m.RSS, err = procStatus(s.Gateway.Pid(), "VmRSS:"); err != nil {
+	if m.RSS, err = RSS(s.Gateway.Pid()); err != nil {
 		return m, err
 	}
 	if m.FileRSS, err = procStatus(s.Gateway.Pid(), "RssFile:"); err != nil {

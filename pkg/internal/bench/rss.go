@@ -28,3 +28,6 @@ func procStatus(pid int, field string) (int64, error) {
 	}
 	return 0, fmt.Errorf("no %s in /proc/%d/status", field, pid)
 }
+
+// RSS returns a process's resident set size now (VmRSS) in bytes.
+func RSS(pid int) (int64, error) { return procStatus(pid, "VmRSS:") }
