@@ -38,34 +38,36 @@ var (
 	errProofRequired = &apiError{http.StatusForbidden, "proof_required",
 		"this voucher needs a proof of work: solve a challenge of GET /v1/challenge?voucher_id=… and send it in " + proof.Header}
 	errProofInvalid = &apiError{http.StatusForbidden, "proof_invalid",
-		"the proof of work is wrong, expired, another user's, too easy for this voucher, or used before: solve a new challenge"}
+		"the proof of work is wrong, expired, another user's, for another voucher, too easy for this voucher, or used before: solve a new challenge"}
 )
 
-// getChallenge: GET /v1/challenge[?voucher_id=ID], a challenge for the
-// caller, at the voucher's difficulty (FLASHSALE_POW_MAX_NUMBER without
-// one, or for a voucher without a gate), in ALTCHA's format.
+// getChallenge: GET /v1/challenge?voucher_id=ID, a challenge for the
+// caller to spend on that voucher, at its difficulty
+// (FLASHSALE_POW_MAX_NUMBER for a voucher without a gate, so that a gate
+// switched on later meets a proof at least that hard), in ALTCHA's format.
 func (g *Gateway) getChallenge(w http.ResponseWriter, r *http.Request) {
 	user, ok := g.user(w, r)
 	if !ok {
 		return
 	}
-	difficulty := g.cfg.PowMaxNumber
 	v, err := voucherParam(r)
+	if err == nil && v == 0 {
+		err = errChallengeVoucher
+	}
 	if err != nil {
 		g.fail(w, r, err)
 		return
 	}
-	if v > 0 {
-		n, err := g.redis.ProofOfWork(r.Context(), v)
-		if err != nil {
-			g.fail(w, r, err)
-			return
-		}
-		if n > 0 {
-			difficulty = n
-		}
+	difficulty := g.cfg.PowMaxNumber
+	n, err := g.redis.ProofOfWork(r.Context(), v)
+	if err != nil {
+		g.fail(w, r, err)
+		return
 	}
-	c, err := g.pow.Challenge(user, difficulty)
+	if n > 0 {
+		difficulty = n
+	}
+	c, err := g.pow.Challenge(user, v, difficulty)
 	if err != nil {
 		g.fail(w, r, err)
 		return
@@ -73,13 +75,16 @@ func (g *Gateway) getChallenge(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, c)
 }
 
-// claimProof verifies the claim's proof of work, if it carries one.
-func (g *Gateway) claimProof(r *http.Request, user string) (rdb.Proof, error) {
+var errChallengeVoucher = badRequest("invalid_field", "voucher_id is required: a challenge is spent on the voucher it names, once")
+
+// claimProof verifies the proof of work of user's claim (or join) of
+// voucher, if it carries one.
+func (g *Gateway) claimProof(r *http.Request, user string, voucher int64) (rdb.Proof, error) {
 	h := r.Header.Get(proof.Header)
 	if h == "" {
 		return rdb.Proof{}, nil
 	}
-	p, err := g.pow.Verify(h, user)
+	p, err := g.pow.Verify(h, user, voucher)
 	if err != nil {
 		return rdb.Proof{}, errProofInvalid
 	}

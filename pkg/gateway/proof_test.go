@@ -56,13 +56,18 @@ func TestAProofOfWorkGate(t *testing.T) {
 	require.Equal(t, http.StatusAccepted, claim(id, "alice", sol).Status)
 	requireError(t, claim(id, "alice", sol), http.StatusForbidden, "proof_invalid") // used
 	requireError(t, claim(id, "bob", sol), http.StatusForbidden, "proof_invalid")   // alice's
-	easy, c := f.solve("bob", "")
-	require.EqualValues(t, gateway.PowMaxNumberDefault, c.MaxNumber, "the default difficulty")
-	bobHarder, _ := f.solve("bob", id)
-	require.Equal(t, http.StatusAccepted, claim(id, "bob", bobHarder).Status)
-	// A challenge of lower difficulty than the gate's: refused.
-	lowGate := f.do("POST", "/admin/v1/vouchers", admin, `{"name":"hard","stock":5,"proof_of_work":{"max_number":60000}}`)
-	hard := lowGate.Body["id"].(string)
+	// A challenge names its voucher: asked for none, it is refused; solved
+	// for one voucher, it is spent on no other (a proof solved ahead of
+	// time must not open every gated voucher).
+	requireError(t, f.do("GET", "/v1/challenge", f.token("bob"), ""), http.StatusBadRequest, "invalid_field")
+	hard := f.createVoucher(`{"name":"hard","stock":5}`)
+	easy, c := f.solve("bob", hard)
+	require.EqualValues(t, gateway.PowMaxNumberDefault, c.MaxNumber, "the default difficulty, for a voucher without a gate")
+	forID, _ := f.solve("bob", id)
+	requireError(t, claim(hard, "bob", forID), http.StatusForbidden, "proof_invalid")
+	require.Equal(t, http.StatusAccepted, claim(id, "bob", forID).Status)
+	// A gate switched on later, harder than the challenge: refused.
+	require.Equal(t, http.StatusOK, f.do("PATCH", "/admin/v1/vouchers/"+hard, admin, `{"proof_of_work":{"max_number":60000}}`).Status)
 	requireError(t, claim(hard, "bob", easy), http.StatusForbidden, "proof_invalid")
 
 	// Expired: the gateway's clock moves past the challenge's life.

@@ -162,6 +162,8 @@ func TestAProofOfWorkAtTheRoomsDoor(t *testing.T) {
 	id := f.createVoucher(`{"name":"door","stock":5,"proof_of_work":{"max_number":500},"waiting_room":{"admit_per_second":100}}`)
 	queue := "/v1/vouchers/" + id + "/queue"
 	requireError(t, f.do("POST", queue, f.token("ann"), ""), http.StatusForbidden, "proof_required")
+	elsewhere, _ := f.solve("ann", f.createVoucher(`{"name":"other","stock":5,"proof_of_work":{"max_number":500}}`))
+	requireError(t, f.do("POST", queue, f.token("ann"), "", proof.Header, elsewhere), http.StatusForbidden, "proof_invalid") // another voucher's
 	sol, _ := f.solve("ann", id)
 	res := f.do("POST", queue, f.token("ann"), "", proof.Header, sol)
 	require.Equal(t, http.StatusOK, res.Status, res.Raw)

@@ -172,10 +172,10 @@ func BenchmarkALTCHAWidgetSolve(b *testing.B) {
 	iss := proof.New([]byte("bench-widget-key-bench-widget-key!!"), time.Hour, func() time.Time { return now })
 	var times []time.Duration
 	for b.Loop() {
-		c, err := iss.Challenge("u", gateway.PowMaxNumberDefault)
+		c, err := iss.Challenge("u", 1, gateway.PowMaxNumberDefault)
 		require.NoError(b, err)
 		payload, took := page.solve(b, bctx, c)
-		if _, err := iss.Verify(payload, "u"); err != nil {
+		if _, err := iss.Verify(payload, "u", 1); err != nil {
 			b.Fatal(err)
 		}
 		times = append(times, took)

@@ -5,8 +5,10 @@
 // ID is the key it sets).
 //
 // A challenge's salt carries its parameters (ALTCHA's "salt?params&"
-// form): the user it was issued to, its difficulty max (the largest
-// number the secret may be) and when it expires. The salt is inside the
+// form): the user it was issued to, the voucher it may be spent on, its
+// difficulty max (the largest number the secret may be) and when it
+// expires. A proof is spent once on its voucher: a challenge that named
+// no voucher could be solved ahead of time and spent on every gated one. The salt is inside the
 // hashed challenge and the challenge inside the HMAC signature, so none
 // of them can be changed without the key.
 package proof
@@ -42,12 +44,13 @@ func New(key []byte, ttl time.Duration, now func() time.Time) *Issuer {
 	return &Issuer{key: string(key), ttl: ttl, now: now}
 }
 
-// Challenge is a challenge for user at difficulty maxNumber.
-func (i *Issuer) Challenge(user string, maxNumber int64) (altcha.Challenge, error) {
+// Challenge is a challenge for user to spend on voucher, at difficulty
+// maxNumber.
+func (i *Issuer) Challenge(user string, voucher, maxNumber int64) (altcha.Challenge, error) {
 	expires := i.now().Add(i.ttl)
 	return altcha.CreateChallenge(altcha.ChallengeOptions{
 		Algorithm: altcha.SHA256, MaxNumber: maxNumber, HMACKey: i.key, Expires: &expires,
-		Params: url.Values{"user": {user}, "max": {strconv.FormatInt(maxNumber, 10)}},
+		Params: url.Values{"user": {user}, "v": {strconv.FormatInt(voucher, 10)}, "max": {strconv.FormatInt(maxNumber, 10)}},
 	})
 }
 
@@ -57,17 +60,23 @@ type Proof struct {
 	ID string
 	// Max is the challenge's difficulty.
 	Max int64
-	// TTL is how long the challenge has left: its single use must be
-	// remembered that long.
+	// TTL is how long its single use must be remembered: the challenge's
+	// time left, rounded up to the second, plus UsedKeySlack.
 	TTL time.Duration
 }
 
-// ErrInvalid is a solution that is malformed, wrong, expired, or another
-// user's.
+// UsedKeySlack is what a proof's used-key lives beyond its challenge's
+// expiry: Redis expires the key on its own clock, and gateways check the
+// expiry on theirs, so clocks a few seconds apart must not let a proof
+// be spent again in between.
+const UsedKeySlack = 30 * time.Second
+
+// ErrInvalid is a solution that is malformed, wrong, expired, another
+// user's, or for another voucher.
 var ErrInvalid = errors.New("invalid proof of work")
 
-// Verify checks header, a solution, for user.
-func (i *Issuer) Verify(header, user string) (Proof, error) {
+// Verify checks header, a solution, for user's claim (or join) of voucher.
+func (i *Issuer) Verify(header, user string, voucher int64) (Proof, error) {
 	if len(header) > MaxHeaderBytes {
 		return Proof{}, fmt.Errorf("%w: longer than %d bytes", ErrInvalid, MaxHeaderBytes)
 	}
@@ -90,11 +99,14 @@ func (i *Issuer) Verify(header, user string) (Proof, error) {
 		return Proof{}, fmt.Errorf("%w: malformed", ErrInvalid)
 	case params.Get("user") != user:
 		return Proof{}, fmt.Errorf("%w: issued to another user", ErrInvalid)
+	case params.Get("v") != strconv.FormatInt(voucher, 10):
+		return Proof{}, fmt.Errorf("%w: issued for another voucher", ErrInvalid)
 	}
 	left := time.Unix(expires, 0).Sub(i.now())
 	if left <= 0 {
 		return Proof{}, fmt.Errorf("%w: expired", ErrInvalid)
 	}
+	left = (left + time.Second - 1).Truncate(time.Second) + UsedKeySlack
 	ok, err := altcha.VerifySolutionSafe(p, i.key, false)
 	if err != nil || !ok {
 		return Proof{}, fmt.Errorf("%w: wrong solution or signature", ErrInvalid)

@@ -1,6 +1,9 @@
 package rdb
 
-import "strconv"
+import (
+	"strconv"
+	"time"
+)
 
 // Key layout. Partition P owns the hash tag {pP}: its stream and every key of
 // every voucher V with V mod partitions == P. A script therefore touches one
@@ -21,6 +24,7 @@ import "strconv"
 //	flashsale:{pP}:v:V:moves:in        set of move ids whose units were given here
 //	flashsale:{pP}:v:V:room            a waiting room's state (pkg/room, room.lua)
 //	flashsale:{pP}:v:V:room:w          a waiting room's waiters: user -> place
+//	flashsale:{pP}:v:V:proof:S         a proof of work spent on V (S its challenge's signature), for its TTL
 //
 // A voucher with stock_buckets N > 1 (a hot item) has N buckets, each a
 // voucher of its own with every key above: bucket 0 is the voucher's own
@@ -80,6 +84,25 @@ func (b bucket) idem(user, k string) string { return idemKey(b.key(), user, k) }
 func dayKey(key, day string) string      { return key + ":day:" + day }
 func poolKey(key string) string          { return key + ":pool" }
 func idemKey(key, user, k string) string { return key + ":idem:" + user + ":" + k }
+
+// ProofKey is the used-key of the proof of work whose challenge's
+// signature is id, spent on the voucher (bucket) whose hash is key; id ""
+// is the key a claim without a proof names (the scripts ignore it).
+func ProofKey(key, id string) string {
+	if id == "" {
+		id = "-"
+	}
+	return key + ":proof:" + id
+}
+
+// ProofArgs are a proof's key and the two arguments the scripts take for
+// it: its difficulty and its used-key's TTL in seconds (0, 0: none).
+func (p Proof) Args(key string) (string, int64, int64) {
+	if p.ID == "" {
+		return ProofKey(key, ""), 0, 0
+	}
+	return ProofKey(key, p.ID), p.Max, max(int64((p.TTL+time.Second-1)/time.Second), 1)
+}
 
 // RoomKey is the waiting room's state hash of the voucher whose hash is
 // key; RoomKey(key)+":w" its waiters.

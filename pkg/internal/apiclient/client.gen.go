@@ -50,6 +50,7 @@ const (
 	ErrorCodeInvalidField          ErrorCode = "invalid_field"
 	ErrorCodeInvalidId             ErrorCode = "invalid_id"
 	ErrorCodeInvalidIdempotencyKey ErrorCode = "invalid_idempotency_key"
+	ErrorCodeLengthRequired        ErrorCode = "length_required"
 	ErrorCodeMalformedJson         ErrorCode = "malformed_json"
 	ErrorCodeMethodNotAllowed      ErrorCode = "method_not_allowed"
 	ErrorCodeMissingField          ErrorCode = "missing_field"
@@ -69,6 +70,7 @@ const (
 	ErrorCodePaymentExpired        ErrorCode = "payment_expired"
 	ErrorCodeProofInvalid          ErrorCode = "proof_invalid"
 	ErrorCodeProofRequired         ErrorCode = "proof_required"
+	ErrorCodeQueueFull             ErrorCode = "queue_full"
 	ErrorCodeRateLimited           ErrorCode = "rate_limited"
 	ErrorCodeSoldOut               ErrorCode = "sold_out"
 	ErrorCodeUnauthorized          ErrorCode = "unauthorized"
@@ -101,6 +103,8 @@ func (e ErrorCode) Valid() bool {
 	case ErrorCodeInvalidId:
 		return true
 	case ErrorCodeInvalidIdempotencyKey:
+		return true
+	case ErrorCodeLengthRequired:
 		return true
 	case ErrorCodeMalformedJson:
 		return true
@@ -139,6 +143,8 @@ func (e ErrorCode) Valid() bool {
 	case ErrorCodeProofInvalid:
 		return true
 	case ErrorCodeProofRequired:
+		return true
+	case ErrorCodeQueueFull:
 		return true
 	case ErrorCodeRateLimited:
 		return true
@@ -766,8 +772,8 @@ type PatchAdminV1VouchersIdJSONBody struct {
 
 // GetV1ChallengeParams defines parameters for GetV1Challenge.
 type GetV1ChallengeParams struct {
-	// VoucherId the voucher to claim; the challenge then has its difficulty (else FLASHSALE_POW_MAX_NUMBER)
-	VoucherId *string `form:"voucher_id,omitempty" json:"voucher_id,omitempty"`
+	// VoucherId the voucher to claim (or whose room to join); the challenge is spent on it alone, once, and has its difficulty (else FLASHSALE_POW_MAX_NUMBER)
+	VoucherId string `form:"voucher_id" json:"voucher_id"`
 }
 
 // GetV1Challenge200JSONResponseBodyAlgorithm defines parameters for GetV1Challenge.
@@ -1919,16 +1925,12 @@ func NewGetV1ChallengeRequest(server string, params *GetV1ChallengeParams) (*htt
 		// per the OpenAPI spec (e.g. "color=blue,black,brown").
 		var rawQueryFragments []string
 
-		if params.VoucherId != nil {
-
-			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "voucher_id", *params.VoucherId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
-				return nil, err
-			} else {
-				for _, qp := range strings.Split(queryFrag, "&") {
-					rawQueryFragments = append(rawQueryFragments, qp)
-				}
+		if queryFrag, err := runtime.StyleParamWithOptions("form", true, "voucher_id", params.VoucherId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+			return nil, err
+		} else {
+			for _, qp := range strings.Split(queryFrag, "&") {
+				rawQueryFragments = append(rawQueryFragments, qp)
 			}
-
 		}
 
 		if encoded := queryValues.Encode(); encoded != "" {

@@ -287,7 +287,7 @@ func TestASaleThroughTheGeneratedClient(t *testing.T) {
 	require.Equal(t, apiclient.ErrorCodeNotAdmitted, noPass.JSONDefault.Error)
 
 	// A proof-of-work challenge, as the spec says.
-	challenge, err := c.GetV1ChallengeWithResponse(ctx, &apiclient.GetV1ChallengeParams{}, carol)
+	challenge, err := c.GetV1ChallengeWithResponse(ctx, &apiclient.GetV1ChallengeParams{VoucherId: roomed.JSON201.Id}, carol)
 	require.NoError(t, err)
 	require.Equal(t, http.StatusOK, challenge.StatusCode(), "%s", challenge.Body)
 	require.Equal(t, gateway.PowMaxNumberDefault, challenge.JSON200.MaxNumber)

@@ -28,7 +28,7 @@ type ProofCheck struct {
 func proofCheck(n int) ProofCheck {
 	pc := ProofCheck{Checks: n, MaxNumber: gateway.PowMaxNumberDefault, TargetMicros: 20}
 	iss := proof.New([]byte("bench-proof-key-bench-proof-key-bench!"), time.Hour, time.Now)
-	c, err := iss.Challenge("u1", pc.MaxNumber)
+	c, err := iss.Challenge("u1", 1, pc.MaxNumber)
 	if err != nil {
 		pc.VerifyFailure = err.Error()
 		return pc
@@ -42,7 +42,7 @@ func proofCheck(n int) ProofCheck {
 	}
 	before := cpuNow()
 	for range n {
-		if _, err := iss.Verify(sol, "u1"); err != nil {
+		if _, err := iss.Verify(sol, "u1", 1); err != nil {
 			pc.VerifyFailure = err.Error()
 			return pc
 		}
