@@ -28,6 +28,9 @@
 -- ARGV[5] -> the join's verified proof of work's difficulty; 0: none
 -- ARGV[6] -> seconds the proof's challenge has left
 -- ARGV[7] -> the pass factor: passes outstanding never exceed stock x factor
+-- ARGV[8] -> the most places the room gives (FLASHSALE_ROOM_MAX_WAITERS): a join past them is refused
+-- ARGV[9] -> seconds a room of a voucher without an expiry (no ends_at) is kept after its last change:
+--            its keys then expire, as a voucher's with ends_at do at its expire_s
 --
 -- Returns {code, place, front, tail, pre, frozen, stock, live, segs, seed,
 -- start_ms, end_ms, paused, rate, pass_ms, limit, gone}; code 0, or
@@ -35,15 +38,16 @@
 -- 2 join before the queue opens (start - room_pre_ms), 3 join after the
 -- sale ended, 12 the voucher wants a proof of work to join and there is
 -- none, 13 the proof is too easy or used before, 16 get: the user never
--- joined. place is '' unless the user has one.
+-- joined, 17 join: the room has given ARGV[8] places. place is '' unless
+-- the user has one.
 --
 -- Passes outstanding (admitted, not lapsed, not used to buy) are the
 -- unlapsed segments' passes less their ru: counts.
 --
--- Cost: a tick is three HMGETs, and an HSET when it changed anything
--- (plus an HDEL per lapsing segment); a join adds an HGET, two HSETs (and
--- a SET of the proof). Ticks come from each gateway a few times a second per
--- room it serves, not per waiter: a waiter's poll is answered by the
+-- Cost: a tick is three HMGETs, and an HSET and two EXPIREs when it
+-- changed anything (plus an HDEL per lapsing segment); a join adds an
+-- HGET, two HSETs, two EXPIREs (and a SET of the proof). Ticks come from
+-- each gateway a few times a second per room it serves, not per waiter: a waiter's poll is answered by the
 -- gateway from the last tick's state.
 
 local now, op, user = tonumber(ARGV[1]), ARGV[2], ARGV[3]
@@ -134,10 +138,20 @@ if dirty then
   segstr = table.concat(parts, ' ')
   redis.call('HSET', KEYS[2], 'seed', seed, 'pre', pre, 'frozen', frozen, 'tail', tail, 'front', front,
     'last_ms', last_ms, 'segs', segstr, 'gone', gone)
-  if expire_s > 0 then -- the room's keys go with the voucher's
-    redis.call('EXPIREAT', KEYS[2], expire_s)
-    redis.call('EXPIREAT', KEYS[3], expire_s)
+end
+
+-- The room's keys go with the voucher's (expire_s); a room of a voucher
+-- that never expires is kept ARGV[9] seconds after its last change.
+local function keep(key)
+  if expire_s > 0 then
+    redis.call('EXPIREAT', key, expire_s)
+  else
+    redis.call('EXPIRE', key, ARGV[9])
   end
+end
+if dirty then
+  keep(KEYS[2])
+  keep(KEYS[3])
 end
 
 local code, place = 0, ''
@@ -151,6 +165,8 @@ if op ~= 'tick' then
       code = 3
     elseif now < start_ms - pre_ms then
       code = 2
+    elseif (frozen == 1 and tail or pre) >= tonumber(ARGV[8]) then
+      code = 17
     elseif pow > 0 and tonumber(ARGV[5]) == 0 then
       code = 12
     elseif pow > 0 and (tonumber(ARGV[5]) < pow or
@@ -167,9 +183,8 @@ if op ~= 'tick' then
         redis.call('HSET', KEYS[2], 'tail', tail)
       end
       redis.call('HSET', KEYS[3], user, place)
-      if expire_s > 0 and ((frozen == 0 and pre == 1) or (frozen == 1 and tail == 1)) then
-        redis.call('EXPIREAT', KEYS[3], expire_s) -- the first waiter made the key
-      end
+      keep(KEYS[2])
+      keep(KEYS[3])
     end
   end
 end

@@ -1,17 +1,22 @@
 package gateway
 
 import (
+	"bytes"
 	"cmp"
 	crand "crypto/rand"
-	"encoding/json"
 	"errors"
 	"io"
 	"math/rand/v2"
 	"mime"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
+	jsonv2 "github.com/go-json-experiment/json"
+	"github.com/go-json-experiment/json/jsontext"
 	"go.uber.org/zap"
 
 	"github.com/flashsale/flashsale/pkg/db"
@@ -127,8 +132,10 @@ func revealed(v db.Voucher) string {
 	return ""
 }
 
-// decodeJSON reads one JSON object of at most maxBodyBytes with no unknown
-// fields into dst.
+// decodeJSON reads one JSON object of at most maxBodyBytes into dst, as
+// encoding/json/v2 reads it: member names match exactly (no "Stock" for
+// "stock"), a name may appear once, and an unknown one is refused; so is
+// anything after the object. Errors are the API's, with their codes.
 func decodeJSON(w http.ResponseWriter, r *http.Request, dst any) error {
 	return decodeJSONUpTo(w, r, dst, maxBodyBytes)
 }
@@ -140,29 +147,50 @@ func decodeJSONUpTo(w http.ResponseWriter, r *http.Request, dst any, limit int64
 			return &apiError{http.StatusUnsupportedMediaType, "unsupported_media_type", "the body must be application/json"}
 		}
 	}
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, limit))
-	dec.DisallowUnknownFields()
-	err := dec.Decode(dst)
-	if err == nil && dec.Decode(&struct{}{}) != io.EOF {
-		err = errors.New("trailing data after the JSON object")
-	}
-	if err == nil {
-		return nil
-	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
 	var tooBig *http.MaxBytesError
-	var typeErr *json.UnmarshalTypeError
 	switch {
 	case errors.As(err, &tooBig):
 		return bodyTooLarge(limit)
-	case errors.As(err, &typeErr):
-		return badRequest("invalid_field", "field "+typeErr.Field+" has the wrong type or is out of range")
-	case strings.HasPrefix(err.Error(), "json: unknown field"):
-		return badRequest("unknown_field", strings.TrimPrefix(err.Error(), "json: "))
-	case errors.Is(err, io.EOF):
+	case err != nil:
+		return badRequest("malformed_json", "the body could not be read")
+	case len(bytes.TrimSpace(body)) == 0:
 		return badRequest("malformed_json", "the body is empty")
-	default:
-		return badRequest("malformed_json", "the body is not a JSON object: "+err.Error())
 	}
+	err = jsonv2.Unmarshal(body, dst, jsonv2.RejectUnknownMembers(true))
+	if err == nil {
+		return nil
+	}
+	var semErr *jsonv2.SemanticError
+	var synErr *jsontext.SyntacticError
+	switch {
+	case errors.As(err, &semErr) && errors.Is(semErr.Err, jsonv2.ErrUnknownName):
+		return badRequest("unknown_field", "unknown field "+strconv.Quote(semErr.JSONPointer.LastToken())+
+			" (names are matched exactly, as the API spells them)")
+	case errors.As(err, &synErr) && errors.Is(synErr.Err, jsontext.ErrDuplicateName):
+		return badRequest("malformed_json", "the member "+strconv.Quote(synErr.JSONPointer.LastToken())+" appears twice")
+	case errors.As(err, &semErr):
+		return badRequest("invalid_field", "field "+strings.TrimPrefix(string(semErr.JSONPointer), "/")+" has the wrong type or is out of range")
+	default:
+		return badRequest("malformed_json", "the body is not a JSON object: "+strings.TrimPrefix(err.Error(), "jsontext: "))
+	}
+}
+
+// printable reports whether s, a name people read in the console and in
+// reports, holds no control character (category Cc) and no bidirectional
+// formatting character: U+202E shows a name reversed, ESC drives a
+// terminal that prints it. Names are refused, not cleaned: what is stored
+// is what was sent.
+func printable(s string) bool {
+	for _, r := range s {
+		switch {
+		case unicode.Is(unicode.Cc, r), r == utf8.RuneError,
+			r == '\u061c', r == '\u200e', r == '\u200f', // letter marks
+			r >= '\u202a' && r <= '\u202e', r >= '\u2066' && r <= '\u2069': // embeddings, overrides, isolates
+			return false
+		}
+	}
+	return true
 }
 
 func parseTime(field string, s *string) (*time.Time, error) {
@@ -273,6 +301,9 @@ func (req createVoucherRequest) common(now time.Time) (db.Voucher, error) {
 	v := db.Voucher{Name: strings.TrimSpace(req.Name), CreatedAt: now.UTC().Truncate(time.Millisecond)}
 	if v.Name == "" || len(v.Name) > 128 {
 		return v, badRequest("invalid_field", "name is required, at most 128 bytes")
+	}
+	if !printable(v.Name) {
+		return v, badRequest("invalid_field", "name must be printable text: no control characters (NUL, ESC, newlines) and no bidirectional controls (U+202E), which would show it other than it is")
 	}
 	var err error
 	if v.PerUserLimit, err = intField("per_user_limit", req.PerUserLimit, 1, 1, maxPerUserLimit); err != nil {

@@ -28,17 +28,14 @@ func (g *Gateway) claim(w http.ResponseWriter, r *http.Request) {
 		g.countClaim(resultInvalid, "", start)
 		return
 	}
-	var proof rdb.Proof
 	qty, err := g.claimQuantity(w, r)
-	if err == nil {
-		proof, err = g.claimProof(r, user)
-	}
 	if err != nil {
 		g.fail(w, r, err)
 		g.countClaim(resultInvalid, "", start)
 		return
 	}
-	if key == "" && g.soldOut.prune(voucher, qty) {
+	proof, proofErr := g.claimProof(r, user, voucher)
+	if proofErr == nil && key == "" && g.soldOut.prune(voucher, qty) {
 		g.metrics.pruned.Inc()
 		g.refused.add(voucher, errSoldOut.Code)
 		writeError(w, errSoldOut)
@@ -46,43 +43,97 @@ func (g *Gateway) claim(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	now := g.now()
-	pass, err := g.roomPass(r, voucher, user, now)
-	if err != nil {
-		g.claimFailed(w, r, voucher, err, start)
+	c := rdb.Claim{VoucherID: voucher, UserID: user, IdempotencyKey: key, IdempotencyTTL: g.cfg.IdempotencyTTL,
+		Now: now, Day: order.Day(now, g.loc), Quantity: qty, Proof: proof}
+	if proofErr != nil {
+		g.refuseUnlessReplayed(w, r, c, proofErr, start)
 		return
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), g.cfg.ClaimTimeout)
-	defer cancel()
-	t0 := time.Now()
-	a, err := g.admit(ctx, rdb.Claim{
-		VoucherID: voucher, UserID: user, IdempotencyKey: key, IdempotencyTTL: g.cfg.IdempotencyTTL,
-		Now: now, Day: order.Day(now, g.loc), Quantity: qty, Proof: proof, Pass: pass,
-	})
-	g.metrics.scriptSeconds.Observe(time.Since(t0).Seconds())
+	if c.Pass, err = g.roomPass(r, voucher, user, now); err != nil {
+		g.refuseUnlessReplayed(w, r, c, err, start)
+		return
+	}
+	a, err := g.admitClaim(r, c)
 	switch {
 	case err == nil && !a.Replayed:
 		g.soldOut.admitted(voucher)
 	case key == "" && errors.Is(err, rdb.ErrSoldOut):
 		g.soldOut.soldOutFor(voucher, qty)
-	case errors.Is(err, rdb.ErrNotAdmitted):
-		g.rooms.learn(voucher, nil) // the next claims are decided here
 	}
 	if err != nil {
 		g.claimFailed(w, r, voucher, err, start)
 		return
 	}
+	g.answerAdmitted(w, a, start)
+}
+
+// admitClaim runs c's admission. A voucher whose room this gateway did not
+// know (it restarted, or nobody asked it about the room lately) was sent
+// without a pass; when the script says it has a room, the room is asked
+// for the user's pass now and the claim runs once more with it: an
+// unknown room means "ask Redis", never "no pass".
+func (g *Gateway) admitClaim(r *http.Request, c rdb.Claim) (rdb.Admission, error) {
+	a, err := g.admitNow(r.Context(), c)
+	if c.Pass != "" || !errors.Is(err, rdb.ErrNotAdmitted) {
+		return a, err
+	}
+	g.rooms.learn(c.VoucherID, nil).set(nil, nil) // it has a room: the next claims are decided here
+	if pass, perr := g.roomPass(r, c.VoucherID, c.UserID, c.Now); perr == nil && pass != "" {
+		c.Pass = pass
+		return g.admitNow(r.Context(), c)
+	}
+	return a, err
+}
+
+// admitNow is one admission of c, bounded by ClaimTimeout.
+func (g *Gateway) admitNow(ctx context.Context, c rdb.Claim) (rdb.Admission, error) {
+	ctx, cancel := context.WithTimeout(ctx, g.cfg.ClaimTimeout)
+	defer cancel()
+	t0 := time.Now()
+	a, err := g.admit(ctx, c)
+	g.metrics.scriptSeconds.Observe(time.Since(t0).Seconds())
+	return a, err
+}
+
+// refuseUnlessReplayed answers claim c, which the gateway's own checks
+// refused with err (its proof, its room pass), with that refusal, unless
+// c carries an idempotency key an earlier claim was admitted under: a
+// retry gets its first admission, whatever lapsed or expired since, as
+// the admission script would answer it.
+func (g *Gateway) refuseUnlessReplayed(w http.ResponseWriter, r *http.Request, c rdb.Claim, err error, start time.Time) {
+	if c.IdempotencyKey != "" {
+		ctx, cancel := context.WithTimeout(r.Context(), g.cfg.ClaimTimeout)
+		a, ok, rerr := g.redis.Replay(ctx, c)
+		cancel()
+		switch {
+		case rerr != nil:
+			err = rerr
+		case ok:
+			g.answerAdmitted(w, a, start)
+			return
+		}
+	}
+	if err == errProofInvalid {
+		g.fail(w, r, err)
+		g.countClaim(resultInvalid, "", start)
+		return
+	}
+	g.claimFailed(w, r, c.VoucherID, err, start)
+}
+
+// answerAdmitted writes the 202 of admission a, and counts it.
+func (g *Gateway) answerAdmitted(w http.ResponseWriter, a rdb.Admission, start time.Time) {
 	w.Header()["Content-Type"] = jsonContentType
 	w.WriteHeader(http.StatusAccepted)
 	_, _ = w.Write(admittedBody(a))
-	if a.Replayed {
+	switch {
+	case a.Replayed:
 		g.countClaim(resultReplayed, "", start)
-		return
-	}
-	if a.Entry {
+	case a.Entry:
 		g.countClaim(resultEntered, "", start)
-		return
+	default:
+		g.countClaim(resultAdmitted, "", start)
 	}
-	g.countClaim(resultAdmitted, "", start)
 }
 
 // claimFailed answers and counts a claim of voucher refused by err (the

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/flashsale/flashsale/pkg/rdb"
+	"github.com/flashsale/flashsale/pkg/room"
 	"github.com/flashsale/flashsale/pkg/token"
 )
 
@@ -117,9 +118,13 @@ type Config struct {
 	PowKey string `envconfig:"FLASHSALE_POW_KEY"`
 	// PowTTL is how long a challenge may be solved and used. Default 2m.
 	PowTTL time.Duration `envconfig:"FLASHSALE_POW_TTL" default:"2m"`
-	// PowMaxNumber is the difficulty of a challenge asked for no voucher
-	// (one for a voucher takes the voucher's). Default 20000.
+	// PowMaxNumber is the difficulty of a challenge for a voucher without
+	// a gate (one with a gate takes the gate's). Default 20000.
 	PowMaxNumber int64 `envconfig:"FLASHSALE_POW_MAX_NUMBER" default:"20000"`
+	// RoomMaxWaiters is the most places one waiting room gives; a join
+	// past them is answered 409 queue_full. Default 1000000 (about 56 MB
+	// of Redis).
+	RoomMaxWaiters int64 `envconfig:"FLASHSALE_ROOM_MAX_WAITERS" default:"1000000"`
 	// valid is what Validate parsed (time zone, trusted proxies, the key
 	// set's keys), kept so New neither checks nor reads anything twice;
 	// nil until Validate succeeds.
@@ -166,6 +171,7 @@ func (c *Config) SetDefaults() {
 	c.PaymentWebhookTolerance = cmp.Or(c.PaymentWebhookTolerance, WebhookToleranceDefault)
 	c.PowTTL = cmp.Or(c.PowTTL, PowTTLDefault)
 	c.PowMaxNumber = cmp.Or(c.PowMaxNumber, PowMaxNumberDefault)
+	c.RoomMaxWaiters = cmp.Or(c.RoomMaxWaiters, room.DefaultMaxWaiters)
 	c.RedisDurability = cmp.Or(c.RedisDurability, rdb.DurabilityNone)
 	c.RedisMinReplicas = cmp.Or(c.RedisMinReplicas, 1)
 	c.RedisWaitTimeout = cmp.Or(c.RedisWaitTimeout, RedisWaitTimeoutDefault)
@@ -200,6 +206,8 @@ func (c *Config) Validate() error {
 		return errors.New("FLASHSALE_BUYER_PAY must not be true while FLASHSALE_PAYMENT_WEBHOOK_SECRET is set: buyers would pay without paying")
 	case c.PowKey != "" && len(c.PowKey) < 32:
 		return errors.New("FLASHSALE_POW_KEY must be at least 32 bytes")
+	case c.RoomMaxWaiters < 1:
+		return fmt.Errorf("FLASHSALE_ROOM_MAX_WAITERS must be at least 1, got %d", c.RoomMaxWaiters)
 	case c.PowTTL < time.Second || c.PowTTL > time.Hour:
 		return fmt.Errorf("FLASHSALE_POW_TTL must be 1s to 1h, got %s", c.PowTTL)
 	case c.PowMaxNumber < 1 || c.PowMaxNumber > MaxPowNumber:

@@ -69,7 +69,7 @@ func (g *Gateway) getDraw(w http.ResponseWriter, r *http.Request) {
 
 // drawOf is draw voucher v's draw as the API shows it.
 func (g *Gateway) drawOf(r *http.Request, v db.Voucher) (*drawJSON, error) {
-	f, err := g.db.DrawFiguresOf(r.Context(), v.ID)
+	f, err := g.drawFigures.Get(r.Context(), v.ID, g.now())
 	if err != nil {
 		return nil, err
 	}

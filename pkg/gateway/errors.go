@@ -60,6 +60,7 @@ var errorTable = []struct {
 	{room.ErrNoRoom, errNoRoom},
 	{room.ErrEnded, errQueueClosed},
 	{room.ErrNotOpen, errQueueEarly},
+	{room.ErrFull, errQueueFull},
 	{db.ErrPaymentExpired, &apiError{http.StatusConflict, "payment_expired", "the payment deadline has passed"}},
 }
 

@@ -22,6 +22,7 @@ import (
 
 	"github.com/flashsale/flashsale/pkg/app"
 	"github.com/flashsale/flashsale/pkg/db"
+	"github.com/flashsale/flashsale/pkg/ops"
 	"github.com/flashsale/flashsale/pkg/proof"
 	"github.com/flashsale/flashsale/pkg/rdb"
 	"github.com/flashsale/flashsale/pkg/room"
@@ -54,6 +55,8 @@ type Gateway struct {
 	// replica names this replica in them (report.go).
 	refused refusals
 	replica string
+	// drawFigures are the draws' figures, a scan each, shared a while.
+	drawFigures *db.DrawFiguresCache
 	// history is what the console charts (history.go).
 	history     history
 	stopHistory func()
@@ -106,6 +109,9 @@ func New(cfg Config, r *rdb.Store, d *db.Store, log *zap.Logger, opts ...Option)
 		adminFails: newKeyedLimiter(float64(time.Second)/float64(adminFailEvery), adminFailBurst),
 		soldOut:    newSoldOut(cfg.SoldOutRefresh, monotonic()), replica: replicaName()}
 	g.refused.since = time.Now()
+	if d != nil {
+		g.drawFigures = db.NewDrawFiguresCache(d)
+	}
 	for _, o := range opts {
 		o(g)
 	}
@@ -128,7 +134,7 @@ func New(cfg Config, r *rdb.Store, d *db.Store, log *zap.Logger, opts ...Option)
 	g.rooms = &rooms{now: func() time.Time { return g.now() }}
 	g.stopRooms = func() {}
 	if r != nil {
-		g.rooms.store = room.NewStore(r)
+		g.rooms.store = room.NewStore(r, cfg.RoomMaxWaiters)
 		g.stopRooms = every(roomTick, func() {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 			defer cancel()
@@ -229,12 +235,18 @@ func (g *Gateway) routes() []route {
 	}
 }
 
-// shed answers 503 overloaded at once when MaxInflight requests are being
-// served, then 429 rate_limited to an address over FLASHSALE_IP_RATE; both
-// before any work (authentication, Redis) is done.
+// shed answers 411 length_required, closing the connection, to a body
+// sent with Transfer-Encoding; then 503 overloaded at once when
+// MaxInflight requests are being served, then 429 rate_limited to an
+// address over FLASHSALE_IP_RATE; all before any work (authentication,
+// Redis) is done.
 func (g *Gateway) shed(next http.Handler) http.Handler {
 	limit := int64(g.cfg.MaxInflight)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.TransferEncoding != nil {
+			refuseChunked(w)
+			return
+		}
 		if g.inflight.Add(1) > limit {
 			g.inflight.Add(-1)
 			g.metrics.shed.WithLabelValues("overloaded").Inc()
@@ -249,6 +261,23 @@ func (g *Gateway) shed(next http.Handler) http.Handler {
 		}
 		next.ServeHTTP(w, r)
 	})
+}
+
+// errLengthRequired answers a request whose body came with a
+// Transfer-Encoding. Go's server reads such a body as chunked and drops a
+// Content-Length sent beside it, but a proxy in front may have framed the
+// same bytes by that Content-Length: the bytes after the body would be a
+// request smuggled past it (RFC 9112 §6.3 and §11.2). The server cannot
+// tell the two apart once the header is dropped, and every body this API
+// takes is a few bytes a client sends with its length, so every chunked
+// body is refused and its connection closed: the bytes after it are
+// never read as a request.
+var errLengthRequired = &apiError{http.StatusLengthRequired, "length_required",
+	"send the body with a Content-Length, not Transfer-Encoding"}
+
+func refuseChunked(w http.ResponseWriter) {
+	w.Header().Set("Connection", "close")
+	writeError(w, errLengthRequired)
 }
 
 // sweepLimiters forgets full buckets every few seconds until the returned
@@ -385,7 +414,7 @@ func (g *Gateway) serve(ctx context.Context, ls ...listener) error {
 	for i, l := range ls {
 		servers[i] = &http.Server{
 			Handler: l.h, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second,
-			WriteTimeout: createTimeout + 10*time.Second, IdleTimeout: 120 * time.Second,
+			WriteTimeout: createTimeout + 10*time.Second, IdleTimeout: 120 * time.Second, MaxHeaderBytes: ops.MaxHeaderBytes,
 			ErrorLog: zap.NewStdLog(g.log.Named("http")),
 		}
 		go func() { errc <- servers[i].Serve(l.l) }()

@@ -28,6 +28,7 @@ var (
 	errNoRoom      = &apiError{http.StatusNotFound, "no_waiting_room", "this voucher has no waiting room: claim it directly"}
 	errQueueClosed = &apiError{http.StatusConflict, "ended", "the sale has ended"}
 	errQueueEarly  = &apiError{http.StatusConflict, "not_started", "the waiting room opens prequeue_seconds before the sale starts"}
+	errQueueFull   = &apiError{http.StatusConflict, "queue_full", "the waiting room holds as many people as it takes (FLASHSALE_ROOM_MAX_WAITERS): it admits none more"}
 	errBadQueue    = &apiError{http.StatusForbidden, "not_admitted", "the queue token in " + room.Header + " is not one for you and this voucher: join again without it"}
 )
 
@@ -87,7 +88,30 @@ func (rs *rooms) change(f func(map[int64]*roomEntry)) {
 
 type roomEntry struct {
 	snap atomic.Pointer[room.Snapshot]
+	// gone, when set, is why the voucher has no room to answer from
+	// (room.ErrNoRoom: taken away; rdb.ErrVoucherNotFound): polls are
+	// answered that from here, and each tick asks Redis again.
+	gone atomic.Pointer[error]
 	seen atomic.Int64 // unix ns of the last request about it
+}
+
+// known is the entry's state, or why it has none.
+func (e *roomEntry) known() (*room.Snapshot, error) {
+	if err := e.gone.Load(); err != nil {
+		return nil, *err
+	}
+	return e.snap.Load(), nil
+}
+
+// set records a tick's answer: a state, or why there is none.
+func (e *roomEntry) set(s *room.Snapshot, err error) {
+	if err != nil {
+		e.gone.Store(&err)
+		e.snap.Store(nil)
+		return
+	}
+	e.snap.Store(s)
+	e.gone.Store(nil)
 }
 
 // of returns voucher v's entry, nil when this gateway knows of no room.
@@ -118,19 +142,30 @@ func (rs *rooms) learn(v int64, s *room.Snapshot) *roomEntry {
 	return re
 }
 
-// state returns v's room's state: the last one, or one read now.
+// state returns v's room's state: the last one, or one read now. A room
+// taken away (or a voucher gone) is remembered as such, like a state, so
+// that its polls cost Redis nothing until the next tick.
 func (rs *rooms) state(ctx context.Context, v int64) (*room.Snapshot, error) {
 	if e := rs.of(v); e != nil {
-		if s := e.snap.Load(); s != nil {
-			return s, nil
+		if s, err := e.known(); s != nil || err != nil {
+			return s, err
 		}
 	}
 	s, err := rs.store.Tick(ctx, v, rs.now())
+	if gone(err) {
+		rs.learn(v, nil).set(nil, err)
+	}
 	if err != nil {
 		return nil, err
 	}
 	rs.learn(v, s)
 	return s, nil
+}
+
+// gone reports whether a room's tick failed because the voucher has no
+// room to answer from: an answer to remember, not a failure.
+func gone(err error) bool {
+	return errors.Is(err, room.ErrNoRoom) || errors.Is(err, rdb.ErrVoucherNotFound)
 }
 
 // tick refreshes every room asked about lately, forgets the others and
@@ -144,12 +179,13 @@ func (g *Gateway) tickRooms(ctx context.Context) {
 		}
 		s, err := g.rooms.store.Tick(ctx, v, now)
 		switch {
-		case errors.Is(err, room.ErrNoRoom) || errors.Is(err, rdb.ErrVoucherNotFound):
-			g.forgetRoom(v)
+		case gone(err):
+			re.set(nil, err)
+			g.metrics.forgetRoom(v)
 		case err != nil:
 			g.log.Warn("waiting room tick failed", zap.Int64("voucher_id", v), zap.Error(err))
 		default:
-			re.snap.Store(s)
+			re.set(s, nil)
 			g.metrics.roomFigures(v, s)
 		}
 	}
@@ -169,10 +205,13 @@ func (g *Gateway) roomPass(r *http.Request, v int64, user string, now time.Time)
 	if e == nil {
 		return "", nil
 	}
-	s, p, err := g.roomPlace(r, v, user, e.snap.Load())
+	s, err := e.known()
+	if err != nil { // no room (as of the last tick): the script decides
+		return "", nil
+	}
+	s, p, err := g.roomPlace(r, v, user, s)
 	switch {
-	case errors.Is(err, room.ErrNoRoom): // taken away: the script decides
-		g.forgetRoom(v)
+	case gone(err): // taken away: the script decides
 		return "", nil
 	case errors.Is(err, room.ErrNotInQueue):
 		return "", errNotAdmitted
@@ -210,6 +249,9 @@ func (g *Gateway) roomPlace(r *http.Request, v int64, user string, s *room.Snaps
 		return s, p, nil
 	}
 	s, p, err := g.rooms.store.Find(r.Context(), v, user, g.now())
+	if gone(err) {
+		g.rooms.learn(v, nil).set(nil, err)
+	}
 	if err != nil {
 		return nil, room.Place{}, err
 	}
@@ -225,7 +267,7 @@ func (g *Gateway) joinQueue(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	pr, err := g.claimProof(r, user)
+	pr, err := g.claimProof(r, user, v)
 	if err != nil {
 		g.fail(w, r, err)
 		return
@@ -262,8 +304,12 @@ func (g *Gateway) getQueue(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var s *room.Snapshot
+	var err error
 	if e := g.rooms.of(v); e != nil {
-		s = e.snap.Load()
+		if s, err = e.known(); err != nil {
+			g.fail(w, r, err)
+			return
+		}
 	}
 	s, p, err := g.roomPlace(r, v, user, s)
 	if err != nil {

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -63,6 +64,33 @@ func (s *Store) Admit(ctx context.Context, c Claim) (Admission, error) {
 		return Admission{}, err
 	}
 	return out[0], errs[0]
+}
+
+// Replay returns the admission claim c's idempotency key was first given
+// (ok false: none, or c has no key): the answer to a keyed retry that the
+// gateway's own checks would refuse now (its pass lapsed since, its proof
+// expired), which must get its first admission again, as the script would
+// give it.
+func (s *Store) Replay(ctx context.Context, c Claim) (a Admission, ok bool, err error) {
+	if c.IdempotencyKey == "" {
+		return Admission{}, false, nil
+	}
+	b := s.userBucketOf(c.VoucherID, c.UserID, s.knownBuckets(c.VoucherID))
+	rec, err := s.c.Get(ctx, b.idem(c.UserID, c.IdempotencyKey)).Result()
+	switch {
+	case errors.Is(err, redis.Nil):
+		return Admission{}, false, nil
+	case err != nil:
+		return Admission{}, false, fmt.Errorf("replay: %w", err)
+	}
+	entry, item, _ := strings.Cut(rec, " ")
+	if a, err = admission([]any{int64(0), entry, int64(1), item}, b.p); err != nil {
+		return Admission{}, false, err
+	}
+	if err := s.waitWritten(ctx, b.p); err != nil { // as a replay by the script waits
+		return Admission{}, false, err
+	}
+	return a, true, nil
 }
 
 // AdmitMany runs the admission script for every claim in one pipelined
@@ -275,7 +303,7 @@ func (s *Store) admitCalls(claims []Claim, pending []int) []admitCall {
 			room := min(len(pending), maxClaimsPerCall) // most batches are one call
 			keys := make([]string, 0, 3+3*room)
 			args := make([]any, 0, 3+8*room)
-			calls = append(calls, admitCall{b: b, key: key, noIdem: key + ":idem:-", noProof: key + ":proof:-",
+			calls = append(calls, admitCall{b: b, key: key, noIdem: key + ":idem:-", noProof: ProofKey(key, ""),
 				claims: make([]int, 0, room),
 				keys:   append(keys, key, b.stream(), poolKey(key)),
 				args:   append(args, c.VoucherID, n, int64(DayKeyTTL/time.Second))})
@@ -292,7 +320,7 @@ func (s *Store) admitCalls(claims []Claim, pending []int) []admitCall {
 		call.claims = append(call.claims, i)
 		proofKey, proofMax, proofTTL := call.noProof, int64(0), int64(0)
 		if c.Proof.ID != "" {
-			proofKey, proofMax, proofTTL = call.key+":proof:"+c.Proof.ID, c.Proof.Max, max(int64(c.Proof.TTL/time.Second), 1)
+			proofKey, proofMax, proofTTL = c.Proof.Args(call.key)
 		}
 		call.keys = append(call.keys, call.dayKey, idem, proofKey)
 		var pass any = noPass

@@ -1,6 +1,7 @@
 package room
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/binary"
@@ -25,20 +26,37 @@ var (
 	ErrNotOpen    = errors.New("room: the queue is not open yet")
 	ErrEnded      = errors.New("room: the sale has ended")
 	ErrNotInQueue = errors.New("room: not in the queue")
+	ErrFull       = errors.New("room: the room has given all the places it may")
 )
 
 var codes = map[int64]error{
 	1: rdb.ErrVoucherNotFound, 2: ErrNotOpen, 3: ErrEnded, 12: rdb.ErrProofRequired, 13: rdb.ErrProofInvalid,
-	15: ErrNoRoom, 16: ErrNotInQueue,
+	15: ErrNoRoom, 16: ErrNotInQueue, 17: ErrFull,
 }
+
+// DefaultMaxWaiters bounds the places a room gives unless the operator
+// says otherwise (FLASHSALE_ROOM_MAX_WAITERS): about 56 MB of Redis at
+// 55.6 bytes a waiter (docs/BENCHMARKS.md, "Waiting rooms"). Without a
+// bound, joins from made-up accounts grow a room's hash for as long as
+// they come.
+const DefaultMaxWaiters = 1_000_000
+
+// IdleTTL is how long the room of a voucher without an expiry (no
+// ends_at) is kept after its last change; a voucher with one takes its
+// room's keys with it at its expiry.
+const IdleTTL = 7 * 24 * time.Hour
 
 // Store runs rooms in Redis (room.lua), in the voucher's slot.
 type Store struct {
-	r *rdb.Store
+	r          *rdb.Store
+	maxWaiters int64
 }
 
-// NewStore returns a Store over r's Redis.
-func NewStore(r *rdb.Store) *Store { return &Store{r: r} }
+// NewStore returns a Store over r's Redis whose rooms give at most
+// maxWaiters places each (0: DefaultMaxWaiters).
+func NewStore(r *rdb.Store, maxWaiters int64) *Store {
+	return &Store{r: r, maxWaiters: cmp.Or(maxWaiters, DefaultMaxWaiters)}
+}
 
 // Tick runs voucher v's room's clock at now and returns its state.
 func (s *Store) Tick(ctx context.Context, v int64, now time.Time) (*Snapshot, error) {
@@ -66,14 +84,11 @@ func (s *Store) Keys(v int64) (state, waiters string) {
 func (s *Store) run(ctx context.Context, v int64, now time.Time, op, user string, proof rdb.Proof) (*Snapshot, Place, error) {
 	vkey := s.r.VoucherKey(v)
 	state, waiters := s.Keys(v)
-	proofKey, proofMax, proofTTL := vkey+":proof:-", int64(0), int64(0)
-	if proof.ID != "" {
-		proofKey, proofMax, proofTTL = vkey+":proof:"+proof.ID, proof.Max, max(int64(proof.TTL/time.Second), 1)
-	}
+	proofKey, proofMax, proofTTL := proof.Args(vkey)
 	var seed [8]byte
 	_, _ = rand.Read(seed[:])
 	res, err := lua.Room.Run(ctx, s.r.Client(), []string{vkey, state, waiters, proofKey},
-		now.UnixMilli(), op, user, hex.EncodeToString(seed[:]), proofMax, proofTTL, PassFactor).Slice()
+		now.UnixMilli(), op, user, hex.EncodeToString(seed[:]), proofMax, proofTTL, PassFactor, s.maxWaiters, int64(IdleTTL/time.Second)).Slice()
 	if err != nil {
 		return nil, Place{}, fmt.Errorf("room %d: %w", v, err)
 	}

@@ -39,7 +39,7 @@ func newStores(t *testing.T) (*rdb.Store, *room.Store) {
 	s, err := rdb.New(c, 4, "")
 	require.NoError(t, err)
 	require.NoError(t, s.EnsureGroups(context.Background()))
-	return s, room.NewStore(s)
+	return s, room.NewStore(s, 0)
 }
 
 // sale is a voucher of units starting at start, an hour long, with a room.

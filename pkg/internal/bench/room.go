@@ -18,6 +18,7 @@ import (
 
 	"github.com/flashsale/flashsale/lua"
 	"github.com/flashsale/flashsale/pkg/internal/harness"
+	"github.com/flashsale/flashsale/pkg/rdb"
 	"github.com/flashsale/flashsale/pkg/room"
 )
 
@@ -156,7 +157,7 @@ func millionWaiters(ctx context.Context, s *harness.Stack, rc *redis.Client, cfg
 	if err != nil {
 		return err
 	}
-	rs := room.NewStore(s.RDB)
+	rs := room.NewStore(s.RDB, 0)
 	state, waiters := rs.Keys(v)
 	if _, err := rs.Tick(ctx, v, time.Now()); err != nil { // the state, before the memory is read
 		return err
@@ -170,7 +171,7 @@ func millionWaiters(ctx context.Context, s *harness.Stack, rc *redis.Client, cfg
 		return err
 	}
 	vkey := s.RDB.VoucherKey(v)
-	keys := []string{vkey, state, waiters, vkey + ":proof:-"}
+	keys := []string{vkey, state, waiters, rdb.ProofKey(vkey, "")}
 	const batch = 1000
 	workers := 4
 	errs := make(chan error, workers)
@@ -180,7 +181,8 @@ func millionWaiters(ctx context.Context, s *harness.Stack, rc *redis.Client, cfg
 				pipe := rc.Pipeline()
 				now := time.Now().UnixMilli()
 				for i := from; i < min(from+batch, n); i++ {
-					lua.Room.EvalSha(ctx, pipe, keys, now, "join", "w"+strconv.FormatInt(i, 10), "0000000000000000", 0, 0, room.PassFactor)
+					lua.Room.EvalSha(ctx, pipe, keys, now, "join", "w"+strconv.FormatInt(i, 10), "0000000000000000", 0, 0, room.PassFactor,
+						n+1, int64(room.IdleTTL/time.Second))
 				}
 				if _, err := pipe.Exec(ctx); err != nil {
 					errs <- err

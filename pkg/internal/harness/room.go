@@ -379,7 +379,7 @@ type queueAnswer struct {
 // and the pre-queue's shuffle) and compares it with the order they were
 // told admitted, and the pre-queue's places with its arrival order.
 func (s *Stack) roomFairness(ctx context.Context, v int64, people []*personal, rep *RoomReport) error {
-	rs := room.NewStore(s.RDB)
+	rs := room.NewStore(s.RDB, 0)
 	snap, err := rs.Tick(ctx, v, time.Now())
 	if err != nil {
 		return err

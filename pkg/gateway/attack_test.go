@@ -1,0 +1,240 @@
+package gateway_test
+
+// Attacks on the gateway's surfaces, each reproduced as an attacker did it
+// and held to what the gateway answers now.
+
+import (
+	"bufio"
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"regexp"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/flashsale/flashsale/pkg/gateway"
+	"github.com/flashsale/flashsale/pkg/internal/testenv"
+	"github.com/flashsale/flashsale/pkg/proof"
+	"github.com/flashsale/flashsale/pkg/room"
+)
+
+// A body sent with both Content-Length and Transfer-Encoding: chunked was
+// answered and its connection kept, so the bytes after the chunked body
+// were served as a second request, one a proxy framing by Content-Length
+// never saw. Every chunked body is now refused 411 and its connection
+// closed: nothing after it is read.
+func TestAChunkedBodyIsRefusedAndItsConnectionClosed(t *testing.T) {
+	f := newFixture(t)
+	for name, framing := range map[string]string{
+		"CL and TE": "Content-Length: 5\r\nTransfer-Encoding: chunked\r\n",
+		"TE alone":  "Transfer-Encoding: chunked\r\n",
+	} {
+		t.Run(name, func(t *testing.T) {
+			c, err := net.Dial("tcp", f.srv.Listener.Addr().String())
+			require.NoError(t, err)
+			defer c.Close()
+			require.NoError(t, c.SetDeadline(time.Now().Add(10*time.Second)))
+			smuggled := "GET /v1/orders/1 HTTP/1.1\r\nHost: x\r\n\r\n"
+			_, err = io.WriteString(c, "POST /v1/vouchers/1/orders HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"+
+				"Authorization: Bearer "+f.token("eve")+"\r\n"+framing+"\r\n0\r\n\r\n"+smuggled)
+			require.NoError(t, err)
+			rd := bufio.NewReader(c)
+			res, err := http.ReadResponse(rd, nil)
+			require.NoError(t, err)
+			body, _ := io.ReadAll(res.Body)
+			require.Equal(t, http.StatusLengthRequired, res.StatusCode, string(body))
+			require.Contains(t, string(body), `"error":"length_required"`)
+			require.True(t, res.Close, "the connection is closed after the answer")
+			rest, _ := io.ReadAll(rd) // until the gateway closes, or the deadline
+			require.Empty(t, string(rest), "no answer to the bytes after the body")
+		})
+	}
+}
+
+// Names are shown in the console, reports and terminals: control and
+// bidirectional characters are refused, on creation, and the name stored
+// is the one sent.
+func TestVoucherNamesArePrintable(t *testing.T) {
+	f := newFixture(t)
+	for name, bad := range map[string]string{
+		"NUL": `a\u0000b`, "ESC": `\u001b[31mred`, "newline": `a\nb`, "right-to-left override": `evil\u202Egnp.exe`,
+		"isolate": `a\u2066b`, "DEL": `a\u007fb`,
+	} {
+		res := f.do("POST", "/admin/v1/vouchers", admin, `{"name":"`+bad+`","stock":1}`)
+		requireError(t, res, http.StatusBadRequest, "invalid_field")
+		require.Contains(t, res.Body["message"], "printable", name)
+	}
+	good := f.createVoucher(`{"name":"Ünïcode 限量 🎉 sale","stock":1}`)
+	require.Equal(t, "Ünïcode 限量 🎉 sale", f.do("GET", "/admin/v1/vouchers/"+good, admin, "").Body["name"])
+	require.Zero(t, f.env.Count(t, "SELECT COUNT(*) FROM vouchers WHERE name <> ?", "Ünïcode 限量 🎉 sale"), "nothing refused was written")
+}
+
+// JSON is read as encoding/json/v2 reads it: a member name matches only
+// as the API spells it, and appears once. ("Stock":7 was taken for
+// stock, and of two "stock" members the last won.)
+func TestRequestJSONIsReadExactly(t *testing.T) {
+	f := newFixture(t)
+	for _, tc := range []struct{ body, code, says string }{
+		{`{"name":"a","Stock":7}`, "unknown_field", `"Stock"`},
+		{`{"NAME":"a","stock":7}`, "unknown_field", `"NAME"`},
+		{`{"name":"a","stock":1,"stock":1000}`, "malformed_json", `"stock" appears twice`},
+		{`{"name":"a","stock":1,"waiting_room":{"admit_per_second":1,"admit_per_second":9}}`, "malformed_json", "appears twice"},
+	} {
+		res := f.do("POST", "/admin/v1/vouchers", admin, tc.body)
+		requireError(t, res, http.StatusBadRequest, tc.code)
+		require.Contains(t, res.Body["message"], tc.says, tc.body)
+	}
+	require.Zero(t, f.env.Count(t, "SELECT COUNT(*) FROM vouchers"), "nothing refused was written")
+	id := f.createVoucher(`{"name":"a","stock":5,"per_user_limit":3}`)
+	requireError(t, f.do("PATCH", "/admin/v1/vouchers/"+id, admin, `{"Add_Stock":9}`), http.StatusBadRequest, "unknown_field")
+	requireError(t, f.do("PATCH", "/admin/v1/vouchers/"+id, admin, `{"add_stock":9,"add_stock":1}`), http.StatusBadRequest, "malformed_json")
+	requireError(t, f.do("PATCH", "/admin/v1/vouchers/"+id, admin, `{"proof_of_work":{"max_number":5,"max_number":9}}`), http.StatusBadRequest, "malformed_json")
+	require.EqualValues(t, 5, f.do("GET", "/admin/v1/vouchers/"+id, admin, "").Body["stock_total"], "nothing refused was changed")
+	claim := "/v1/vouchers/" + id + "/orders"
+	requireError(t, f.do("POST", claim, f.token("u"), `{"Quantity":2}`, "Content-Type", "application/json"), http.StatusBadRequest, "unknown_field")
+	requireError(t, f.do("POST", claim, f.token("u"), `{"quantity":1,"quantity":3}`, "Content-Type", "application/json"), http.StatusBadRequest, "malformed_json")
+	ok := f.do("POST", claim, f.token("u"), `{"quantity":2}`, "Content-Type", "application/json")
+	require.Equal(t, http.StatusAccepted, ok.Status, ok.Raw)
+}
+
+// scriptCalls counts the scripts Redis ran (EVALSHA and EVAL) on env's own
+// redis-server.
+func scriptCalls(t *testing.T, env *testenv.Env) int64 {
+	t.Helper()
+	info, err := env.RDB.Client().Info(context.Background(), "commandstats").Result()
+	require.NoError(t, err)
+	var n int64
+	for _, m := range regexp.MustCompile(`cmdstat_eval(?:sha)?:calls=(\d+)`).FindAllStringSubmatch(info, -1) {
+		c, _ := strconv.ParseInt(m[1], 10, 64)
+		n += c
+	}
+	return n
+}
+
+// After an operator took a room away, every poll carrying a queue token
+// ran room.lua (3,600 script calls for 3,600 polls). "No room" is now
+// remembered like the room's state: the polls cost Redis only the
+// gateway's own ticks.
+func TestARemovedRoomsPollsCostRedisNothing(t *testing.T) {
+	f := newFixture(t)
+	id := f.createVoucher(`{"name":"room","stock":5,"waiting_room":{"admit_per_second":10}}`)
+	queue := "/v1/vouchers/" + id + "/queue"
+	joined := f.do("POST", queue, f.token("ann"), "")
+	require.Equal(t, http.StatusOK, joined.Status, joined.Raw)
+	tok := joined.Body["queue_token"].(string)
+	require.Equal(t, http.StatusOK, f.do("PATCH", "/admin/v1/vouchers/"+id, admin, `{"waiting_room":null}`).Status)
+	testenv.Eventually(t, 10*time.Second, "polls told the room is gone", func() bool {
+		return f.do("GET", queue, "", "", room.Header, tok).Body["error"] == "no_waiting_room"
+	})
+
+	const polls = 300
+	before, t0 := scriptCalls(t, f.env), time.Now()
+	for range polls {
+		requireError(t, f.do("GET", queue, "", "", room.Header, tok), http.StatusNotFound, "no_waiting_room")
+	}
+	calls, took := scriptCalls(t, f.env)-before, time.Since(t0)
+	// The gateway ticks the room every 100 ms while polls ask about it.
+	ticks := int64(took/(100*time.Millisecond)) + 2
+	t.Logf("%d polls in %s: %d script calls (ticks allow %d)", polls, took, calls, ticks)
+	require.LessOrEqual(t, calls, ticks, "only the gateway's ticks ran scripts, not the polls")
+}
+
+// An admitted user's pass was answered 403 not_admitted by a gateway that
+// did not know the room: one restarted, or one nobody had asked about the
+// room for 30 s. A room a gateway does not know means "ask Redis".
+func TestAPassHoldsOnAGatewayThatDidNotKnowTheRoom(t *testing.T) {
+	env := testenv.New(t, 4)
+	a := newFixtureOn(t, env, gateway.Config{})
+	id := a.createVoucher(`{"name":"room","stock":5,"waiting_room":{"admit_per_second":100}}`)
+	queue := "/v1/vouchers/" + id + "/queue"
+	toks := map[string]string{}
+	for _, u := range []string{"ann", "ben"} {
+		res := a.do("POST", queue, a.token(u), "")
+		require.Equal(t, http.StatusOK, res.Status, res.Raw)
+		toks[u] = res.Body["queue_token"].(string)
+	}
+	a.clock.Add(time.Second)
+	testenv.Eventually(t, 10*time.Second, "both admitted", func() bool {
+		return a.do("GET", queue, "", "", room.Header, toks["ann"]).Body["state"] == "admitted" &&
+			a.do("GET", queue, "", "", room.Header, toks["ben"]).Body["state"] == "admitted"
+	})
+
+	// A second gateway, as one just restarted: it has never heard of the room.
+	b := newFixtureOn(t, env, gateway.Config{})
+	b.clock.Set(a.clock.Now())
+	got := b.do("POST", "/v1/vouchers/"+id+"/orders", b.token("ann"), "", room.Header, toks["ann"])
+	require.Equal(t, http.StatusAccepted, got.Status, got.Raw)
+	c := newFixtureOn(t, env, gateway.Config{})
+	c.clock.Set(a.clock.Now())
+	got = c.do("POST", "/v1/vouchers/"+id+"/orders", c.token("ben"), "")
+	require.Equal(t, http.StatusAccepted, got.Status, "a pass without its token, on a gateway that never saw the room: %s", got.Raw)
+	requireError(t, c.do("POST", "/v1/vouchers/"+id+"/orders", c.token("cat"), ""), http.StatusForbidden, "not_admitted")
+}
+
+// A claim retried with its Idempotency-Key gets its first admission,
+// whatever lapsed since: the room's pass, the proof's challenge. (It was
+// answered 403 not_admitted or 403 proof_invalid by the gateway's checks
+// before the script could replay it.)
+func TestAKeyedRetryIsAnsweredFromItsFirstAdmission(t *testing.T) {
+	f := newFixture(t)
+	roomID := f.createVoucher(`{"name":"room","stock":5,"waiting_room":{"admit_per_second":100,"pass_seconds":5}}`)
+	queue := "/v1/vouchers/" + roomID + "/queue"
+	joined := f.do("POST", queue, f.token("ann"), "")
+	tok := joined.Body["queue_token"].(string)
+	f.clock.Add(time.Second)
+	testenv.Eventually(t, 10*time.Second, "ann admitted", func() bool {
+		return f.do("GET", queue, "", "", room.Header, tok).Body["state"] == "admitted"
+	})
+	claim := "/v1/vouchers/" + roomID + "/orders"
+	first := f.do("POST", claim, f.token("ann"), "", room.Header, tok, "Idempotency-Key", "k1")
+	require.Equal(t, http.StatusAccepted, first.Status, first.Raw)
+	f.clock.Add(time.Minute) // the pass lapsed
+	again := f.do("POST", claim, f.token("ann"), "", room.Header, tok, "Idempotency-Key", "k1")
+	require.Equal(t, http.StatusAccepted, again.Status, again.Raw)
+	require.Equal(t, first.Body["order_id"], again.Body["order_id"])
+	requireError(t, f.do("POST", claim, f.token("ann"), "", room.Header, tok, "Idempotency-Key", "k2"), http.StatusForbidden, "not_admitted")
+
+	gated := f.createVoucher(`{"name":"gated","stock":5,"per_user_limit":2,"proof_of_work":{"max_number":300}}`)
+	sol, _ := f.solve("ben", gated)
+	claim = "/v1/vouchers/" + gated + "/orders"
+	first = f.do("POST", claim, f.token("ben"), "", proof.Header, sol, "Idempotency-Key", "k1")
+	require.Equal(t, http.StatusAccepted, first.Status, first.Raw)
+	f.clock.Add(3 * time.Minute) // the challenge expired
+	again = f.do("POST", claim, f.token("ben"), "", proof.Header, sol, "Idempotency-Key", "k1")
+	require.Equal(t, http.StatusAccepted, again.Status, again.Raw)
+	require.Equal(t, first.Body["order_id"], again.Body["order_id"])
+	requireError(t, f.do("POST", claim, f.token("ben"), "", proof.Header, sol, "Idempotency-Key", "k2"), http.StatusForbidden, "proof_invalid")
+}
+
+// A room gives at most FLASHSALE_ROOM_MAX_WAITERS places (51,936 joins in
+// 15 s took 2.9 MB, unbounded); its keys expire with the voucher, or a
+// week after their last change for a voucher without ends_at.
+func TestARoomIsBoundedInPlacesAndTime(t *testing.T) {
+	f := newFixtureOn(t, testenv.New(t, 4), gateway.Config{RoomMaxWaiters: 3})
+	id := f.createVoucher(`{"name":"room","stock":5,"waiting_room":{"admit_per_second":1}}`)
+	queue := "/v1/vouchers/" + id + "/queue"
+	for i := range 3 {
+		res := f.do("POST", queue, f.token("u"+strconv.Itoa(i)), "")
+		require.Equal(t, http.StatusOK, res.Status, res.Raw)
+	}
+	requireError(t, f.do("POST", queue, f.token("late"), ""), http.StatusConflict, "queue_full")
+	require.Equal(t, http.StatusOK, f.do("POST", queue, f.token("u1"), "").Status, "a waiter joining again keeps the place")
+
+	rs := room.NewStore(f.env.RDB, 0)
+	state, waiters := rs.Keys(parseID(t, id))
+	ctx := context.Background()
+	for _, k := range []string{state, waiters} {
+		ttl, err := f.env.RDB.Client().TTL(ctx, k).Result()
+		require.NoError(t, err)
+		require.Greater(t, ttl, room.IdleTTL-time.Minute, k)
+		require.LessOrEqual(t, ttl, room.IdleTTL, k)
+	}
+	// Past the bound, joins add nothing to Redis.
+	n, _, err := rs.Waiters(ctx, parseID(t, id))
+	require.NoError(t, err)
+	require.EqualValues(t, 3, n)
+}
