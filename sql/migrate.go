@@ -11,6 +11,9 @@ import (
 	"io/fs"
 	"sort"
 	"strings"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
 )
 
 //go:embed *.sql
@@ -118,4 +121,48 @@ func Statements(src string) []string {
 		out = append(out, s)
 	}
 	return out
+}
+
+// State is one migration's state in a database.
+type State struct {
+	Version   string
+	AppliedAt *time.Time // nil: not applied
+}
+
+// Status returns every embedded migration's state in db, in order; a
+// database never migrated has them all pending.
+func Status(ctx context.Context, db *sql.DB) ([]State, error) {
+	migs, err := Migrations()
+	if err != nil {
+		return nil, err
+	}
+	applied := map[string]time.Time{}
+	rows, err := db.QueryContext(ctx, "SELECT version, applied_at FROM schema_migrations")
+	var me *mysql.MySQLError
+	switch {
+	case errors.As(err, &me) && me.Number == 1146: // no such table: nothing applied yet
+	case err != nil:
+		return nil, err
+	default:
+		defer rows.Close()
+		for rows.Next() {
+			var v string
+			var at time.Time
+			if err := rows.Scan(&v, &at); err != nil {
+				return nil, err
+			}
+			applied[v] = at
+		}
+		if err := rows.Err(); err != nil {
+			return nil, err
+		}
+	}
+	out := make([]State, len(migs))
+	for i, m := range migs {
+		out[i].Version = m.Version
+		if at, ok := applied[m.Version]; ok {
+			out[i].AppliedAt = &at
+		}
+	}
+	return out, nil
 }

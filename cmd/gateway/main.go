@@ -5,6 +5,7 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"os"
 	"time"
@@ -47,14 +48,47 @@ func (c *config) Validate() error {
 }
 
 func main() {
-	app.Main(&config{}, run, app.Command[*config]{Name: "smoke", Run: runSmoke, Check: checkSmoke,
-		Summary: "check a deployment end to end: create a one-unit voucher, claim it, wait for the order (the chart's helm test)",
-		Usage: `
-  FLASHSALE_SMOKE_URL, FLASHSALE_SMOKE_ADMIN_URL and FLASHSALE_SMOKE_TIMEOUT say where and how long;
-  FLASHSALE_ADMIN_TOKEN, FLASHSALE_JWT_SECRET, FLASHSALE_JWT_ISSUER and FLASHSALE_JWT_AUDIENCE are the
-  release's. Without FLASHSALE_JWT_SECRET (a release whose users' tokens come from an identity
-  provider's key set) it cannot sign a user's token: it says so and exits 0 without checking.
-  It cleans up: the test order is cancelled and the test voucher paused.`})
+	app.Main(&config{}, run, app.Command[*config]{Name: "smoke", Task: "Checks", NArgs: 0, Run: runSmoke, Check: checkSmoke,
+		Summary: "check a deployment end to end: create a one-unit voucher, claim it, wait for the order (the chart's helm test). " +
+			"FLASHSALE_SMOKE_URL, FLASHSALE_SMOKE_ADMIN_URL and FLASHSALE_SMOKE_TIMEOUT say where and how long; " +
+			"FLASHSALE_ADMIN_TOKEN, FLASHSALE_JWT_SECRET, FLASHSALE_JWT_ISSUER and FLASHSALE_JWT_AUDIENCE are the release's. " +
+			"Without FLASHSALE_JWT_SECRET (users' tokens from an identity provider's key set) it cannot sign a user's token: " +
+			"it says so and exits 0 without checking. It cleans up: the test order is cancelled and the test voucher paused."},
+		tokenCommand())
+}
+
+// tokenCommand is "gateway token --user U [--ttl D]": a user's bearer
+// token signed with FLASHSALE_JWT_SECRET (and its issuer and audience),
+// for trying the API by hand.
+func tokenCommand() app.Command[*config] {
+	var user string
+	ttl := app.Duration(time.Hour)
+	return app.Command[*config]{Name: "token", Task: "Checks", NArgs: 0,
+		Summary: "print a user's bearer token, signed with FLASHSALE_JWT_SECRET (with FLASHSALE_JWT_ISSUER and _AUDIENCE when set), to try the API by hand",
+		Flags: func(fs *flag.FlagSet) {
+			fs.StringVar(&user, "user", "", "the `USER` id (sub): 1-64 characters of A-Z a-z 0-9 _ . @ - (required)")
+			fs.Var(&ttl, "ttl", "how long the token lives, a `DURATION` (at most FLASHSALE_JWT_MAX_LIFETIME)")
+		},
+		Check: func(c *config) error {
+			if len(c.JWTSecret) < 32 {
+				return errors.New("FLASHSALE_JWT_SECRET (at least 32 bytes) is required: the token is signed with it")
+			}
+			return nil
+		},
+		Run: func(_ context.Context, cfg *config, _ *app.Runtime, _ []string) error {
+			if user == "" {
+				return errors.New("--user is required")
+			}
+			if time.Duration(ttl) <= 0 || time.Duration(ttl) > cfg.JWTMaxLifetime {
+				return fmt.Errorf("--ttl must be positive and at most FLASHSALE_JWT_MAX_LIFETIME (%s)", cfg.JWTMaxLifetime)
+			}
+			tok, err := gateway.SignUserTokenFor(cfg.JWTSecret, user, cfg.JWTIssuer, cfg.JWTAudience, time.Now().Add(time.Duration(ttl)))
+			if err != nil {
+				return err
+			}
+			fmt.Println(tok)
+			return nil
+		}}
 }
 
 // checkSmoke is what the smoke test needs of the configuration: less than

@@ -1,12 +1,13 @@
 package app
 
 import (
+	"cmp"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
 	"runtime/debug"
-	"strings"
+	"slices"
 	"text/tabwriter"
 
 	"github.com/kelseyhightower/envconfig"
@@ -81,16 +82,25 @@ func (b Build) Collector() prometheus.Collector {
 // its default. It needs no secret and reads no variable.
 func PrintHelp[C Config](w io.Writer, cfg C, commands []Command[C]) {
 	bin := filepath.Base(os.Args[0])
-	fmt.Fprintf(w, "%s\n\nUsage: %s [COMMAND]; without one it runs the role.\n\nCommands:\n", ReadBuild(), bin)
-	ctw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintf(ctw, "  migrate\tapply the database migrations (idempotent; the chart's init containers run it)\n")
-	fmt.Fprintf(ctw, "  help\tthis text\n")
-	fmt.Fprintf(ctw, "  version\tthe build's version and commit\n")
+	fmt.Fprintf(w, "%s\n\nUsage: %s [COMMAND]; without one it runs the role.\n", ReadBuild(), bin)
+	var tasks []string
 	for _, c := range commands {
-		fmt.Fprintf(ctw, "  %s %s\t%s\n", c.Name, strings.SplitN(c.Usage, "\n", 2)[0], c.Summary)
+		if !slices.Contains(tasks, c.Task) {
+			tasks = append(tasks, c.Task)
+		}
 	}
+	ctw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	for _, task := range tasks {
+		fmt.Fprintf(ctw, "\n%s:\n", cmp.Or(task, "Commands"))
+		for _, c := range commands {
+			if c.Task == task {
+				listCommand(ctw, c.Name, c)
+			}
+		}
+	}
+	fmt.Fprintf(ctw, "\nThis text and the build:\n  help\tthis text\n  version\tthe build's version and commit\n")
 	ctw.Flush()
-	fmt.Fprintf(w, "\n%s COMMAND -h shows a command's flags. Exit status of a command: 0 done, 1 done and the answer is no (reconcile: the stores differ), 2 failed or misused; the role itself exits 1 on a failure, with one JSON log line.\n\nConfiguration, all from the environment:\n\n", bin)
+	fmt.Fprintf(w, "\n%s COMMAND -h shows a command's usage and flags. Exit status of a command: 0 done, 2 failed or misused (and 1 where a command says what it means); the role itself exits 1 on a failure, with one JSON log line.\n\nConfiguration, all from the environment (README.md describes each):\n\n", bin)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "VARIABLE\tTYPE\tDEFAULT\tREQUIRED")
 	tmpl := `{{range .}}{{usage_key .}}	{{usage_type .}}	{{usage_default .}}	{{usage_required .}}
@@ -99,4 +109,14 @@ func PrintHelp[C Config](w io.Writer, cfg C, commands []Command[C]) {
 		fmt.Fprintln(tw, "(cannot list the variables:", err, ")")
 	}
 	tw.Flush()
+}
+
+// listCommand writes c (named path) and, under it, its subcommands.
+func listCommand[C any](w io.Writer, path string, c Command[C]) {
+	if c.Run != nil {
+		fmt.Fprintf(w, "  %s %s\t%s\n", path, c.Args, c.Summary)
+	}
+	for _, s := range c.Sub {
+		listCommand(w, path+" "+s.Name, s)
+	}
 }

@@ -1,16 +1,21 @@
 package app
 
-// The command line: help, version, migrate and each binary's
-// subcommands, their usage and exit codes.
+// The command line: help, version, migrate and each binary's commands,
+// their subcommands, flags, usage and exit codes. A command line is parsed
+// whole, to the last flag, before any configuration is read or anything
+// is dialled: -h at any depth answers its own help, and a mistyped
+// command, subcommand or flag is said in plain text, exit 2.
 
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -21,14 +26,30 @@ import (
 	"go.uber.org/zap"
 )
 
-// Command is a subcommand of a binary besides migrate; args are the
-// arguments after its name.
+// Command is a command of a binary (reaper report, reaper deadletters
+// list, worker migrate status).
 type Command[C any] struct {
 	Name string
-	// Summary is one line on what it does; Usage its arguments and flags,
-	// one per line (help and NAME -h print them).
-	Summary, Usage string
-	Run            func(ctx context.Context, cfg C, rt *Runtime, args []string) error
+	// Summary is one line on what it does.
+	Summary string
+	// Task groups the command in the binary's help (reports, dead
+	// letters, migrations, ...).
+	Task string
+	// Args names its positional arguments in the usage line
+	// ("VOUCHER_ID"); NArgs is how many it takes (-1: any number).
+	Args  string
+	NArgs int
+	// Flags declares its flags; Run reads the values they bind.
+	Flags func(fs *flag.FlagSet)
+	// Sub are its subcommands, named by the argument after its name. Run,
+	// when set, runs when none is named.
+	Sub []Command[C]
+	// ExitNo is what exit status 1 means for it, if it uses it
+	// ("the stores differ").
+	ExitNo string
+	// Run runs it with its positional arguments, after the configuration
+	// is read and checked.
+	Run func(ctx context.Context, cfg C, rt *Runtime, args []string) error
 	// Check, when set, replaces the configuration's Validate for this
 	// command: a command that needs fewer variables than the role.
 	Check func(cfg C) error
@@ -52,16 +73,6 @@ type ExitError struct {
 func (e *ExitError) Error() string { return e.Err.Error() }
 func (e *ExitError) Unwrap() error { return e.Err }
 
-// wantsHelp reports whether args ask for a command's usage.
-func wantsHelp(args []string) bool {
-	for _, a := range args {
-		if a == "-h" || a == "-help" || a == "--help" {
-			return true
-		}
-	}
-	return false
-}
-
 // Config is what a binary's configuration offers Main: its common part,
 // its defaults and a check of every value.
 type Config interface {
@@ -73,47 +84,119 @@ type Config interface {
 	Validate() error
 }
 
-// Main runs a binary: "help" and "version" answer without reading the
-// environment; otherwise it reads cfg from the environment, validates it,
-// builds the loggers and the metrics registry, runs "migrate" or one of
-// commands when named by the first argument, and run otherwise, with a
-// context cancelled on SIGTERM or SIGINT. Every failure ends in one log line
-// and exit status 1; a bad value does so before anything is dialled.
+// errUsage is a command line that names no command, subcommand or flag
+// the binary has: said in plain text, exit 2, before anything else.
+type errUsage struct{ msg string }
+
+func (e errUsage) Error() string { return e.msg }
+
+// typed is a command line resolved to the command it runs: its path of
+// names (report; deadletters list) and its positional arguments.
+type typed[C any] struct {
+	path []string
+	cmd  *Command[C]
+	args []string
+}
+
+func (t typed[C]) name() string { return strings.Join(t.path, " ") }
+
+// resolve finds the command args name (args[0] is a command of cmds) and
+// parses its flags. help is true when they ask for its usage.
+func resolve[C any](cmds []Command[C], args []string) (t typed[C], help bool, err error) {
+	i := slices.IndexFunc(cmds, func(c Command[C]) bool { return c.Name == args[0] })
+	if i < 0 {
+		return t, false, errUsage{fmt.Sprintf("unknown command %q (commands: %s)", args[0], strings.Join(names(cmds), ", "))}
+	}
+	t.cmd, t.path, args = &cmds[i], []string{args[0]}, args[1:]
+	for len(t.cmd.Sub) > 0 && len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+		j := slices.IndexFunc(t.cmd.Sub, func(c Command[C]) bool { return c.Name == args[0] })
+		if j < 0 {
+			if t.cmd.Run == nil || t.cmd.NArgs == 0 {
+				return t, false, errUsage{fmt.Sprintf("unknown %s subcommand %q (subcommands: %s)", t.name(), args[0], strings.Join(names(t.cmd.Sub), ", "))}
+			}
+			break // a positional argument of the command itself
+		}
+		t.cmd, t.path, args = &t.cmd.Sub[j], append(t.path, args[0]), args[1:]
+	}
+	fs := t.cmd.flagSet(t.name())
+	for len(args) > 0 { // flags before and after the positional arguments
+		if err := fs.Parse(args); errors.Is(err, flag.ErrHelp) {
+			return t, true, nil
+		} else if err != nil {
+			return t, false, errUsage{err.Error()}
+		}
+		if args = fs.Args(); len(args) > 0 {
+			t.args, args = append(t.args, args[0]), args[1:]
+		}
+	}
+	switch {
+	case t.cmd.Run == nil:
+		return t, false, errUsage{fmt.Sprintf("%s needs a subcommand: %s", t.name(), strings.Join(names(t.cmd.Sub), ", "))}
+	case t.cmd.NArgs >= 0 && len(t.args) != t.cmd.NArgs:
+		if t.cmd.NArgs == 0 {
+			return t, false, errUsage{fmt.Sprintf("%s takes no argument, got %q", t.name(), t.args[0])}
+		}
+		return t, false, errUsage{fmt.Sprintf("%s needs one %s", t.name(), t.cmd.Args)}
+	}
+	return t, false, nil
+}
+
+// flagSet is c's flags, parsed quietly: errors and help are printed by Main.
+func (c *Command[C]) flagSet(name string) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	if c.Flags != nil {
+		c.Flags(fs)
+	}
+	return fs
+}
+
+func names[C any](cmds []Command[C]) []string {
+	out := make([]string, len(cmds))
+	for i, c := range cmds {
+		out[i] = c.Name
+	}
+	return out
+}
+
+// Main runs a binary: with no argument its role, else the command the
+// arguments name ("help", "version", "migrate" and commands), with a
+// context cancelled on SIGTERM or SIGINT. The command line is parsed
+// before the environment is read; then the configuration is read,
+// defaulted and checked before anything is dialled. The role ends every
+// failure in one JSON log line and exit status 1; a command in one plain
+// line on stderr and exit status 2 (or its ExitError's).
 func Main[C Config](cfg C, run func(ctx context.Context, cfg C, rt *Runtime) error, commands ...Command[C]) {
 	bin := filepath.Base(os.Args[0])
-	// A command a person typed (not the role's process, nor migrate, which
-	// init containers run) answers in plain text on stderr, with the exit
-	// codes above.
-	var typed *Command[C]
-	if len(os.Args) > 1 {
-		switch name := os.Args[1]; name {
+	commands = append([]Command[C]{migrateCommand[C]()}, commands...)
+	var t *typed[C]
+	if args := os.Args[1:]; len(args) > 0 {
+		switch args[0] {
 		case "help", "-h", "-help", "--help":
 			PrintHelp(os.Stdout, cfg, commands)
 			return
 		case "version", "--version":
 			fmt.Println(ReadBuild().String())
 			return
-		case "migrate":
-		default:
-			for i := range commands {
-				if commands[i].Name == name {
-					typed = &commands[i]
-				}
-			}
-			if typed == nil {
-				fmt.Fprintf(os.Stderr, "%s: unknown command %q (commands: %s; %s help describes them)\n", bin, name, strings.Join(commandNames(commands), ", "), bin)
-				os.Exit(ExitFailed)
-			}
-			if wantsHelp(os.Args[2:]) {
-				printUsage(os.Stdout, bin, *typed)
-				return
-			}
 		}
+		if strings.HasPrefix(args[0], "-") {
+			usageFail(bin, "", fmt.Sprintf("unknown flag %s: the role takes none (%s help lists the commands and variables)", args[0], bin))
+		}
+		r, help, err := resolve(commands, args)
+		var ue errUsage
+		switch {
+		case help:
+			printUsage(os.Stdout, bin, r)
+			return
+		case errors.As(err, &ue):
+			usageFail(bin, r.name(), ue.msg)
+		}
+		t = &r
 	}
 	bootLog, _, _ := NewLoggers("info", "json", false)
 	fail := func(err error) {
-		if typed != nil {
-			fmt.Fprintf(os.Stderr, "%s %s: %v\n", bin, typed.Name, err)
+		if t != nil {
+			fmt.Fprintf(os.Stderr, "%s %s: %v\n", bin, t.name(), err)
 			os.Exit(ExitFailed)
 		}
 		bootLog.Error("invalid configuration", zap.Error(err))
@@ -125,8 +208,8 @@ func Main[C Config](cfg C, run func(ctx context.Context, cfg C, rt *Runtime) err
 	}
 	cfg.SetDefaults()
 	check := cfg.Validate
-	if typed != nil && typed.Check != nil {
-		check = func() error { return typed.Check(cfg) }
+	if t != nil && t.cmd.Check != nil {
+		check = func() error { return t.cmd.Check(cfg) }
 	}
 	if err := check(); err != nil {
 		fail(err)
@@ -134,7 +217,7 @@ func Main[C Config](cfg C, run func(ctx context.Context, cfg C, rt *Runtime) err
 	c := cfg.Base()
 	c.applyMemoryLimit()
 	level := c.LogLevel
-	if typed != nil && level != "debug" {
+	if t != nil && level != "debug" {
 		// A person reads the command's output and its one line of error;
 		// the JSON log keeps only errors (debug shows everything).
 		level = "error"
@@ -152,10 +235,13 @@ func Main[C Config](cfg C, run func(ctx context.Context, cfg C, rt *Runtime) err
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		ReadBuild().Collector())
 	rt := &Runtime{Log: log, Audit: audit, Registry: reg}
+	if t != nil {
+		rt.Progress = os.Stderr
+	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
-	stopTracing, err := c.StartTracing(ctx, filepath.Base(os.Args[0]))
+	stopTracing, err := c.StartTracing(ctx, bin)
 	if err != nil {
 		fail(err)
 	}
@@ -164,10 +250,17 @@ func Main[C Config](cfg C, run func(ctx context.Context, cfg C, rt *Runtime) err
 		defer cancel()
 		_ = stopTracing(sctx) // flush the spans in hand
 	}()
-	err = dispatch(ctx, cfg, rt, os.Args[1:], run, commands)
-	if err != nil && typed != nil {
+	if t == nil {
+		if err := run(ctx, cfg, rt); err != nil {
+			log.Error("exiting", zap.Error(err))
+			log.Sync() //nolint:errcheck
+			os.Exit(1)
+		}
+		return
+	}
+	if err := t.cmd.Run(ctx, cfg, rt, t.args); err != nil {
 		log.Sync() //nolint:errcheck
-		fmt.Fprintf(os.Stderr, "%s %s: %v\n", bin, typed.Name, err)
+		fmt.Fprintf(os.Stderr, "%s %s: %v\n", bin, t.name(), err)
 		code := ExitFailed
 		var ee *ExitError
 		if errors.As(err, &ee) {
@@ -175,42 +268,88 @@ func Main[C Config](cfg C, run func(ctx context.Context, cfg C, rt *Runtime) err
 		}
 		os.Exit(code)
 	}
-	if err != nil {
-		log.Error("exiting", zap.Error(err))
-		log.Sync() //nolint:errcheck
-		os.Exit(1)
-	}
 }
 
-func dispatch[C Config](ctx context.Context, cfg C, rt *Runtime, args []string,
-	run func(ctx context.Context, cfg C, rt *Runtime) error, commands []Command[C]) error {
-	if len(args) == 0 {
-		return run(ctx, cfg, rt)
-	}
-	if args[0] == "migrate" {
-		return cfg.Base().Migrate(ctx, rt.Log)
-	}
-	for _, c := range commands {
-		if c.Name == args[0] {
-			return c.Run(ctx, cfg, rt, args[1:])
+// usageFail says what is wrong with a command line, and where its usage
+// is, and exits 2.
+func usageFail(bin, name, msg string) {
+	where := strings.TrimSpace(bin + " " + name)
+	fmt.Fprintf(os.Stderr, "%s: %s\n(%s -h shows the usage)\n", where, msg, where)
+	os.Exit(ExitFailed)
+}
+
+// printUsage writes a command's usage (its -h): the usage line, what it
+// does, its subcommands, its flags and what its exit status means.
+func printUsage[C any](w io.Writer, bin string, t typed[C]) {
+	c := t.cmd
+	line := bin + " " + t.name()
+	if len(c.Sub) > 0 {
+		line += " SUBCOMMAND"
+		if c.Run != nil {
+			line = bin + " " + t.name() + " [SUBCOMMAND]"
 		}
 	}
-	return fmt.Errorf("unknown command %q (commands: %s)", args[0], strings.Join(commandNames(commands), ", "))
+	fs := c.flagSet(t.name())
+	hasFlags := false
+	fs.VisitAll(func(*flag.Flag) { hasFlags = true })
+	if hasFlags {
+		line += " [flags]"
+	}
+	if c.Args != "" {
+		line += " " + c.Args
+	}
+	fmt.Fprintf(w, "usage: %s\n\n%s\n", line, c.Summary)
+	if len(c.Sub) > 0 {
+		fmt.Fprintf(w, "\nSubcommands:\n")
+		for _, s := range c.Sub {
+			fmt.Fprintf(w, "  %-10s %s\n", s.Name, s.Summary)
+		}
+	}
+	if hasFlags {
+		fmt.Fprintf(w, "\nFlags:\n")
+		printFlags(w, fs)
+	}
+	exit := "0 done, 2 failed or misused"
+	if c.ExitNo != "" {
+		exit = "0 done, 1 " + c.ExitNo + ", 2 failed or misused"
+	}
+	fmt.Fprintf(w, "\nExit status: %s. Configuration comes from FLASHSALE_* variables (%s help lists them).\n", exit, bin)
 }
 
-func commandNames[C any](commands []Command[C]) []string {
-	names := []string{"migrate", "help", "version"}
-	for _, c := range commands {
-		names = append(names, c.Name)
-	}
-	return names
+// printFlags lists fs's flags the way they are typed: --name VALUE.
+func printFlags(w io.Writer, fs *flag.FlagSet) {
+	fs.VisitAll(func(f *flag.Flag) {
+		kind, usage := flag.UnquoteUsage(f)
+		head := "--" + f.Name
+		if kind != "" {
+			head += " " + kind
+		}
+		if f.DefValue != "" && f.DefValue != "false" && f.DefValue != "0" && f.DefValue != "0s" {
+			usage += " (default " + f.DefValue + ")"
+		}
+		fmt.Fprintf(w, "  %-26s %s\n", head, usage)
+	})
 }
 
-// printUsage writes a command's usage (its -h).
-func printUsage[C any](w io.Writer, bin string, c Command[C]) {
-	fmt.Fprintf(w, "usage: %s %s %s\n\n%s\n", bin, c.Name, strings.SplitN(c.Usage, "\n", 2)[0], c.Summary)
-	if rest := strings.SplitN(c.Usage, "\n", 2); len(rest) == 2 {
-		fmt.Fprintf(w, "\n%s\n", rest[1])
+// Duration is a flag's length of time: Go's durations (90m, 36h) and
+// whole days (30d).
+type Duration time.Duration
+
+func (d *Duration) String() string { return time.Duration(*d).String() }
+
+// Set reads "30d" as 30 × 24 h, anything else as time.ParseDuration does.
+func (d *Duration) Set(s string) error {
+	if days, ok := strings.CutSuffix(s, "d"); ok {
+		var n int64
+		if _, err := fmt.Sscanf(days, "%d", &n); err == nil && fmt.Sprint(n) == days && n >= 0 {
+			*d = Duration(time.Duration(n) * 24 * time.Hour)
+			return nil
+		}
 	}
-	fmt.Fprintf(w, "\nConfiguration comes from FLASHSALE_* variables (%s help lists them).\nExit status: 0 done, 1 done and the answer is no (reconcile: the stores differ), 2 failed or misused.\n", bin)
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		return fmt.Errorf("%q is not a duration (30d, 36h, 90m)", s)
+	}
+	*d = Duration(v)
+	return nil
 }

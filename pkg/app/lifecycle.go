@@ -5,7 +5,7 @@ package app
 import (
 	"context"
 	"errors"
-	"fmt"
+	"io"
 	"sync/atomic"
 	"time"
 
@@ -25,6 +25,9 @@ type Runtime struct {
 	Audit *zap.Logger
 	// Registry holds the process's metrics, served on /metrics.
 	Registry *prometheus.Registry
+	// Progress, for a command a person typed, is where it says what it
+	// waits for (stderr); nil for a role, which logs instead.
+	Progress io.Writer
 }
 
 // Readiness is what /readyz checks; until Set it answers "starting".
@@ -51,6 +54,9 @@ func (r *Readiness) Check(ctx context.Context) error {
 func (rt *Runtime) Serve(ctx context.Context, c Common, role func(ctx context.Context, ready *Readiness) error) error {
 	var ready Readiness
 	srv := ops.New(c.Config, rt.Registry, ready.Check, rt.Log)
+	if err := srv.Listen(); err != nil {
+		return err // before anything else: a port taken is the first thing said
+	}
 	opsCtx, stopOps := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopOps()
 	opsErr := make(chan error, 1)
@@ -76,7 +82,7 @@ func (rt *Runtime) Serve(ctx context.Context, c Common, role func(ctx context.Co
 		return errors.Join(err, <-opsErr)
 	case err := <-opsErr:
 		stopRole()
-		return errors.Join(fmt.Errorf("ops listener: %w", err), <-roleErr)
+		return errors.Join(err, <-roleErr)
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -20,7 +21,6 @@ import (
 	"github.com/flashsale/flashsale/pkg/backoff"
 	"github.com/flashsale/flashsale/pkg/db"
 	"github.com/flashsale/flashsale/pkg/rdb"
-	schema "github.com/flashsale/flashsale/sql"
 )
 
 // redisClient is the one constructor of a Redis client: a single server,
@@ -140,16 +140,48 @@ func (c Common) Redis(ctx context.Context, poolSize int) (*rdb.Store, error) {
 	defer cancel()
 	if err := store.Load(lctx); err != nil {
 		client.Close()
-		return nil, fmt.Errorf("redis %s: %w", c.RedisAddr, err)
+		return nil, c.explainRedis(err)
 	}
 	return store, nil
+}
+
+// explainRedis says in the README's words what a failure to reach Redis
+// means, naming the variable to change.
+func (c Common) explainRedis(err error) error {
+	where := "Redis at " + c.RedisAddr + " (FLASHSALE_REDIS_ADDR)"
+	switch {
+	case c.RedisSentinelMaster != "":
+		where = "Redis master " + c.RedisSentinelMaster + " through the sentinels at " + c.RedisAddr + " (FLASHSALE_REDIS_ADDR, FLASHSALE_REDIS_SENTINEL_MASTER)"
+	case c.RedisCluster:
+		where = "the Redis Cluster at " + c.RedisAddr + " (FLASHSALE_REDIS_ADDR)"
+	}
+	var ne net.Error
+	if errors.As(err, &ne) || errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Errorf("cannot reach %s: %w", where, unwrapAll(err))
+	}
+	return fmt.Errorf("%s: %w", where, err)
+}
+
+// unwrapAll is err's innermost cause ("dial tcp …: connection refused"),
+// without the layers that name our own steps ("load script").
+func unwrapAll(err error) error {
+	for {
+		next := errors.Unwrap(err)
+		if next == nil {
+			return err
+		}
+		if _, ok := next.(*net.OpError); ok {
+			return next
+		}
+		err = next
+	}
 }
 
 // MySQL connects to MySQL and returns its Store.
 func (c Common) MySQL(ctx context.Context) (*db.Store, error) {
 	g, err := db.Open(ctx, c.MySQLDSN, db.Options{MaxOpenConns: c.MySQLMaxConns})
 	if err != nil {
-		return nil, err
+		return nil, c.explainMySQL(err)
 	}
 	if c.TracingEnabled() {
 		// Statements without their values: those carry user ids.
@@ -164,19 +196,64 @@ func (c Common) MySQL(ctx context.Context) (*db.Store, error) {
 // ctx ends, so a process started while Redis or MySQL is down waits for
 // them (not ready) instead of exiting. closeAll releases them.
 func (c Common) Connect(ctx context.Context, log *zap.Logger, redisPoolSize int) (r *rdb.Store, d *db.Store, closeAll func(), err error) {
-	bo := backoff.New(backoff.MinDefault, backoff.MaxDefault)
-	for attempt := 1; ; attempt++ {
+	err = waitFor(ctx, func() error {
 		r, d, closeAll, err = c.connectOnce(ctx, redisPoolSize)
+		return err
+	}, func(attempt int, err error) {
+		log.Warn("waiting for redis and mysql", zap.Int("attempt", attempt), zap.Error(err))
+	})
+	return r, d, closeAll, err
+}
+
+// waitEvery is how often a process waiting for a store says so.
+const waitEvery = 5 * time.Second
+
+// waitFor runs try until it succeeds or ctx ends, backing off between
+// tries, and calls waiting with the last error at the first failure and
+// then every waitEvery.
+func waitFor(ctx context.Context, try func() error, waiting func(attempt int, err error)) error {
+	bo := backoff.New(backoff.MinDefault, backoff.MaxDefault)
+	var said time.Time
+	for attempt := 1; ; attempt++ {
+		err := try()
 		if err == nil {
-			return r, d, closeAll, nil
+			return nil
 		}
-		if attempt == 1 || attempt%10 == 0 {
-			log.Warn("waiting for redis and mysql", zap.Int("attempt", attempt), zap.Error(err))
+		if time.Since(said) >= waitEvery {
+			waiting(attempt, err)
+			said = time.Now()
 		}
 		if werr := bo.Wait(ctx); werr != nil {
-			return nil, nil, nil, fmt.Errorf("connect: %w (last error: %v)", werr, err)
+			return fmt.Errorf("gave up waiting: %w", err)
 		}
 	}
+}
+
+// Connect is Common.Connect for a command a person typed: it says on
+// rt.Progress, in plain words, what it waits for.
+func (rt *Runtime) Connect(ctx context.Context, c Common, redisPoolSize int) (r *rdb.Store, d *db.Store, closeAll func(), err error) {
+	err = waitFor(ctx, func() error {
+		r, d, closeAll, err = c.connectOnce(ctx, redisPoolSize)
+		return err
+	}, rt.waiting)
+	return r, d, closeAll, err
+}
+
+// Redis is Common.Redis for a command a person typed, waiting as Connect.
+func (rt *Runtime) Redis(ctx context.Context, c Common, poolSize int) (r *rdb.Store, err error) {
+	err = waitFor(ctx, func() error {
+		r, err = c.Redis(ctx, poolSize)
+		return err
+	}, rt.waiting)
+	return r, err
+}
+
+func (rt *Runtime) waiting(_ int, err error) {
+	if rt.Progress != nil {
+		fmt.Fprintf(rt.Progress, "waiting: %v\n", err)
+		return
+	}
+	rt.Log.Warn("waiting for redis and mysql", zap.Error(err))
 }
 
 func (c Common) connectOnce(ctx context.Context, redisPoolSize int) (r *rdb.Store, d *db.Store, closeAll func(), err error) {
@@ -193,26 +270,4 @@ func (c Common) connectOnce(ctx context.Context, redisPoolSize int) (r *rdb.Stor
 			sqlDB.Close()
 		}
 	}, nil
-}
-
-// Migrate applies the embedded SQL migrations.
-func (c Common) Migrate(ctx context.Context, log *zap.Logger) error {
-	if c.MigrateDSN != "" {
-		c.MySQLDSN = c.MigrateDSN
-	}
-	store, err := c.MySQL(ctx)
-	if err != nil {
-		return err
-	}
-	sqlDB, err := store.DB().DB()
-	if err != nil {
-		return err
-	}
-	defer sqlDB.Close()
-	applied, err := schema.Apply(ctx, sqlDB)
-	if err != nil {
-		return err
-	}
-	log.Info("migrations applied", zap.Strings("applied", applied))
-	return nil
 }

@@ -39,7 +39,7 @@ type Config struct {
 	// public listener then answers 404 for /admin/….
 	AdminAddr string `envconfig:"FLASHSALE_ADMIN_ADDR"`
 	// AdminToken guards /admin; at least 32 bytes (required).
-	AdminToken string `envconfig:"FLASHSALE_ADMIN_TOKEN" required:"true"`
+	AdminToken string `envconfig:"FLASHSALE_ADMIN_TOKEN"`
 	// JWTSecret verifies the users' HS256 tokens; at least 32 bytes.
 	// Required unless JWTJWKSFile is set.
 	JWTSecret string `envconfig:"FLASHSALE_JWT_SECRET"`

@@ -372,7 +372,7 @@ func (g *Gateway) Close() {
 func (g *Gateway) Run(ctx context.Context) error {
 	l, err := net.Listen("tcp", g.cfg.HTTPAddr)
 	if err != nil {
-		return err
+		return fmt.Errorf("FLASHSALE_HTTP_ADDR %s: %w (set FLASHSALE_HTTP_ADDR to a free port, say :8081)", g.cfg.HTTPAddr, err)
 	}
 	served := []listener{{l, g.Handler(), "public"}}
 	if g.cfg.AdminAddr != "" {

@@ -41,6 +41,8 @@ type Server struct {
 	ready    func(context.Context) error
 	log      *zap.Logger
 	stopping atomic.Bool
+	// listeners are Addr's and PprofAddr's, once bound (Listen).
+	listeners []net.Listener
 }
 
 // New returns a Server. ready checks the process's dependencies; /livez
@@ -139,28 +141,42 @@ func write(w http.ResponseWriter, status int, body string) {
 // over this is answered 431 and its connection closed.
 const MaxHeaderBytes = 32 << 10
 
-// Run serves until ctx ends: the ops endpoints on Addr and, when enabled,
-// pprof on PprofAddr.
-func (s *Server) Run(ctx context.Context) error {
+// Listen binds Addr (and PprofAddr, when enabled), so that a port taken
+// is said before anything else starts; Run serves them.
+func (s *Server) Listen() error {
 	l, err := net.Listen("tcp", s.cfg.Addr)
 	if err != nil {
-		return err
+		return fmt.Errorf("FLASHSALE_OPS_ADDR %s: %w (each process on one host needs a port of its own: set FLASHSALE_OPS_ADDR, say :9091)", s.cfg.Addr, err)
 	}
-	servers := []*http.Server{{Handler: s.Handler(), ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second,
-		WriteTimeout: 10 * time.Second, IdleTimeout: time.Minute, MaxHeaderBytes: MaxHeaderBytes}}
-	listeners := []net.Listener{l}
+	s.listeners = []net.Listener{l}
 	if s.cfg.Pprof {
 		pl, err := net.Listen("tcp", cmp.Or(s.cfg.PprofAddr, PprofAddrDefault))
 		if err != nil {
 			l.Close()
 			return fmt.Errorf("FLASHSALE_PPROF_ADDR: %w", err)
 		}
+		s.listeners = append(s.listeners, pl)
+	}
+	return nil
+}
+
+// Run serves until ctx ends: the ops endpoints on Addr and, when enabled,
+// pprof on PprofAddr (binding them first unless Listen did).
+func (s *Server) Run(ctx context.Context) error {
+	if s.listeners == nil {
+		if err := s.Listen(); err != nil {
+			return err
+		}
+	}
+	listeners, l := s.listeners, s.listeners[0]
+	servers := []*http.Server{{Handler: s.Handler(), ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second,
+		WriteTimeout: 10 * time.Second, IdleTimeout: time.Minute, MaxHeaderBytes: MaxHeaderBytes}}
+	if len(listeners) > 1 {
 		// No write timeout: a CPU profile or trace streams for as long as
 		// it was asked to.
 		servers = append(servers, &http.Server{Handler: PprofHandler(), ReadHeaderTimeout: 5 * time.Second, IdleTimeout: time.Minute,
 			MaxHeaderBytes: MaxHeaderBytes})
-		listeners = append(listeners, pl)
-		s.log.Info("pprof listening", zap.String("addr", pl.Addr().String()))
+		s.log.Info("pprof listening", zap.String("addr", listeners[1].Addr().String()))
 	}
 	errc := make(chan error, len(servers))
 	for i, srv := range servers {

@@ -209,7 +209,7 @@ func (s *Store) PartitionBacklog(ctx context.Context, p int) (Backlog, error) {
 type DeadLetterStats struct {
 	Partition int       `json:"partition"`
 	Count     int64     `json:"count"`
-	Oldest    time.Time `json:"oldest"` // when the oldest entry was dead-lettered; zero if none
+	Oldest    time.Time `json:"oldest,omitzero"` // when the oldest entry was dead-lettered; zero (and absent from JSON) if none
 }
 
 // DeadLetterStats reads partition p's dead-letter stream's length and age.

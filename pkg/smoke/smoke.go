@@ -15,6 +15,7 @@ import (
 	"io"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/flashsale/flashsale/pkg/gateway"
@@ -46,6 +47,9 @@ func Run(ctx context.Context, cfg Config, adminToken, jwtSecret string, out io.W
 	if err := adm.do(ctx, "POST", "/admin/v1/vouchers", adminToken, map[string]any{
 		"name": "smoke test (paused after the check)", "stock": 1, "per_user_limit": 1, "payment_timeout_seconds": 60, "ends_at": ends,
 	}, http.StatusCreated, &v); err != nil {
+		if cfg.AdminURL == "" && strings.Contains(err.Error(), "404") {
+			return fmt.Errorf("create voucher: %w (a gateway whose admin API has a listener of its own, FLASHSALE_ADMIN_ADDR, answers it there: set FLASHSALE_SMOKE_ADMIN_URL to it)", err)
+		}
 		return fmt.Errorf("create voucher: %w", err)
 	}
 	fmt.Fprintf(out, "created voucher %s with 1 unit, ending %s\n", v.ID, ends)

@@ -3,16 +3,22 @@ package harness_test
 import (
 	"encoding/json"
 	"errors"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/flashsale/flashsale/pkg/internal/harness"
+	"github.com/flashsale/flashsale/pkg/internal/testsrv"
+	schema "github.com/flashsale/flashsale/sql"
 )
 
 // A binary that cannot start says why in one JSON log line and exits 1.
@@ -143,9 +149,18 @@ func TestCommandsAnswerHelpAndSayWhatFailed(t *testing.T) {
 	}
 	out, _, code := run(nil, "reaper", "help")
 	require.Zero(t, code)
-	require.Contains(t, out, "reconcile [--repair] [--json]")
 	require.Contains(t, out, "exit 0 when they agree, 1 when they differ, 2 when it failed")
-	require.Contains(t, out, "deadletters [list|requeue|purge]")
+	for _, task := range []string{"Reports:", "Draws:", "Dead letters:", "Stores:", "Migrations:"} {
+		require.Contains(t, out, task, "the operator's commands listed by task")
+	}
+	require.Contains(t, out, "deadletters purge")
+	require.Contains(t, out, "migrate status")
+	out, _, code = run(nil, "reaper", "reconcile", "-h")
+	require.Zero(t, code)
+	require.Contains(t, out, "--repair")
+	require.Contains(t, out, "1 the stores differ", "only reconcile's help explains reconcile's exit 1")
+	out, _, _ = run(nil, "reaper", "report", "-h")
+	require.NotContains(t, out, "stores differ")
 
 	out, errOut, code := run(nil, "reaper", "recocile")
 	require.Equal(t, 2, code)
@@ -157,7 +172,7 @@ func TestCommandsAnswerHelpAndSayWhatFailed(t *testing.T) {
 	closed := []string{"FLASHSALE_REDIS_ADDR=127.0.0.1:1", "FLASHSALE_MYSQL_DSN=root@tcp(127.0.0.1:1)/x", "FLASHSALE_REDIS_TIMEOUT=200ms"}
 	_, errOut, code = run(closed, "reaper", "deadletters", "frobnicate")
 	require.Equal(t, 2, code)
-	require.Contains(t, errOut, `unknown deadletters command "frobnicate"`)
+	require.Contains(t, errOut, `unknown deadletters subcommand "frobnicate"`)
 	require.NotContains(t, errOut, "connect")
 	for args, want := range map[string]string{"": "report needs one VOUCHER_ID", "x": "VOUCHER_ID must be a positive whole number", "1 2": "report needs one VOUCHER_ID"} {
 		_, errOut, code = run(closed, "reaper", append([]string{"report"}, strings.Fields(args)...)...)
@@ -165,7 +180,7 @@ func TestCommandsAnswerHelpAndSayWhatFailed(t *testing.T) {
 		require.Contains(t, errOut, want)
 		require.NotContains(t, errOut, "connect")
 	}
-	for args, want := range map[string]string{"": "usage: draw verify VOUCHER_ID", "check 1": "usage: draw verify VOUCHER_ID",
+	for args, want := range map[string]string{"": "draw needs a subcommand: verify", "check 1": `unknown draw subcommand "check"`,
 		"verify": "draw verify needs one VOUCHER_ID", "verify x": "VOUCHER_ID must be a positive whole number"} {
 		_, errOut, code = run(closed, "reaper", append([]string{"draw"}, strings.Fields(args)...)...)
 		require.Equal(t, 2, code, "draw %s: %s", args, errOut)
@@ -175,9 +190,206 @@ func TestCommandsAnswerHelpAndSayWhatFailed(t *testing.T) {
 	_, errOut, code = run(closed, "reaper", "reconcile", "--bogus")
 	require.Equal(t, 2, code, errOut)
 	require.Contains(t, errOut, "reaper reconcile: flag provided but not defined: -bogus", "plain text, not a JSON line")
+	require.Contains(t, errOut, "(reaper reconcile -h shows the usage)")
+	require.Equal(t, 2, strings.Count(errOut, "\n"), "the error and where the usage is, once: %s", errOut)
 	require.NotContains(t, errOut, `"level"`)
 	_, errOut, code = run([]string{"FLASHSALE_STREAM_PARTITIONS=0"}, "reaper", "reconcile")
 	require.Equal(t, 2, code)
 	require.Contains(t, errOut, "FLASHSALE_STREAM_PARTITIONS")
 	require.False(t, strings.HasPrefix(errOut, "{"), "plain text: %s", errOut)
+}
+
+// commandPaths reads the commands a binary's help lists ("report",
+// "deadletters purge", "migrate status"), and adds the groups they sit in
+// ("draw" for "draw verify").
+func commandPaths(help string) []string {
+	var paths []string
+	add := func(p string) {
+		if !slices.Contains(paths, p) {
+			paths = append(paths, p)
+		}
+	}
+	for _, line := range strings.Split(help, "\n") {
+		if !strings.HasPrefix(line, "  ") || strings.HasPrefix(line, "   ") {
+			continue
+		}
+		first, _, _ := strings.Cut(strings.TrimSpace(line), "  ")
+		var words []string
+		for _, w := range strings.Fields(first) {
+			if strings.ToLower(w) != w || !regexp.MustCompile(`^[a-z]+$`).MatchString(w) {
+				break
+			}
+			words = append(words, w)
+		}
+		if len(words) == 0 || words[0] == "help" || words[0] == "version" {
+			continue
+		}
+		for i := range words {
+			add(strings.Join(words[:i+1], " "))
+		}
+	}
+	return paths
+}
+
+// Every command and subcommand of every binary, at every depth, answers
+// -h with its own usage (exit 0) and an unknown flag with a plain error
+// (exit 2), with no configuration and before anything is dialled: the
+// stores' addresses point at a listener of the test's, which must see no
+// connection. (worker migrate --help used to migrate the default DSN.)
+func TestEveryCommandAnswersHelpAndBadFlagsWithoutDialling(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the binaries")
+	}
+	dir := t.TempDir()
+	require.NoError(t, harness.Build(dir, false, "gateway", "worker", "reaper"))
+	trap, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer trap.Close()
+	var dialled atomic.Int64
+	go func() {
+		for {
+			c, err := trap.Accept()
+			if err != nil {
+				return
+			}
+			dialled.Add(1)
+			c.Close()
+		}
+	}()
+	env := []string{"PATH=" + os.Getenv("PATH"), "FLASHSALE_REDIS_ADDR=" + trap.Addr().String(),
+		"FLASHSALE_MYSQL_DSN=root@tcp(" + trap.Addr().String() + ")/flashsale", "FLASHSALE_OPS_ADDR=127.0.0.1:0"}
+	run := func(env []string, bin string, args ...string) (stdout, stderr string, code int) {
+		cmd := exec.Command(filepath.Join(dir, bin), args...)
+		cmd.Env = env
+		var out, errOut strings.Builder
+		cmd.Stdout, cmd.Stderr = &out, &errOut
+		err := cmd.Run()
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			code = ee.ExitCode()
+		} else {
+			require.NoError(t, err)
+		}
+		return out.String(), errOut.String(), code
+	}
+	tried := 0
+	for _, bin := range []string{"gateway", "worker", "reaper"} {
+		help, _, code := run(env, bin, "help")
+		require.Zero(t, code)
+		paths := commandPaths(help)
+		require.Contains(t, paths, "migrate status", bin)
+		for _, path := range paths {
+			args := strings.Fields(path)
+			for _, h := range []string{"-h", "--help"} {
+				for _, e := range [][]string{env, {"PATH=" + os.Getenv("PATH")}} { // the trap, and no configuration at all
+					out, errOut, code := run(e, bin, append(slices.Clone(args), h)...)
+					require.Zero(t, code, "%s %s %s: %s", bin, path, h, errOut)
+					require.Contains(t, out, "usage: "+bin+" "+path, "%s %s %s", bin, path, h)
+					require.Contains(t, out, "Exit status:", "%s %s %s", bin, path, h)
+					require.Empty(t, errOut, "%s %s %s", bin, path, h)
+					tried++
+				}
+			}
+			out, errOut, code := run(env, bin, append(slices.Clone(args), "--bogus")...)
+			require.Equal(t, 2, code, "%s %s --bogus: %s", bin, path, errOut)
+			require.Empty(t, out)
+			require.Contains(t, errOut, "flag provided but not defined: -bogus", "%s %s", bin, path)
+			require.Contains(t, errOut, "-h shows the usage", "%s %s", bin, path)
+			tried++
+		}
+		_, errOut, code := run(env, bin, "--bogus")
+		require.Equal(t, 2, code, "%s --bogus: %s", bin, errOut)
+		require.Contains(t, errOut, "unknown flag --bogus")
+	}
+	_, errOut, code := run(env, "reaper", "draw", "verfy", "3")
+	require.Equal(t, 2, code)
+	require.Contains(t, errOut, `unknown draw subcommand "verfy"`)
+	_, errOut, code = run(env, "worker", "migrate", "statu")
+	require.Equal(t, 2, code)
+	require.Contains(t, errOut, `unknown migrate subcommand "statu"`)
+	t.Logf("%d command lines tried", tried)
+	require.Zero(t, dialled.Load(), "a command line that asked for help or was misused dialled a store")
+}
+
+// migrate says what it would do and what it did: status lists each
+// migration, --dry-run prints the SQL and applies nothing, and a database
+// that does not exist is named with what to run.
+func TestMigrateSaysWhatItDoes(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the binaries")
+	}
+	dir := t.TempDir()
+	require.NoError(t, harness.Build(dir, false, "worker"))
+	m := testsrv.NewMariaDB(t)
+	migrate := func(dsn string, args ...string) (string, string, int) {
+		cmd := exec.Command(filepath.Join(dir, "worker"), append([]string{"migrate"}, args...)...)
+		cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "FLASHSALE_MYSQL_DSN=" + dsn}
+		var out, errOut strings.Builder
+		cmd.Stdout, cmd.Stderr = &out, &errOut
+		err := cmd.Run()
+		code := 0
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			code = ee.ExitCode()
+		} else {
+			require.NoError(t, err)
+		}
+		return out.String(), errOut.String(), code
+	}
+	_, errOut, code := migrate(m.DSN("nosuchdb"))
+	require.Equal(t, 2, code, errOut)
+	require.Contains(t, errOut, "CREATE DATABASE nosuchdb")
+	require.Contains(t, errOut, "FLASHSALE_MYSQL_DSN")
+
+	dsn, err := m.CreateDatabase("migrate")
+	require.NoError(t, err)
+	migs, err := schema.Migrations()
+	require.NoError(t, err)
+	status := func(want string) {
+		t.Helper()
+		out, errOut, code := migrate(dsn, "status")
+		require.Zero(t, code, errOut)
+		lines := strings.Split(strings.TrimSpace(out), "\n")
+		require.Len(t, lines, len(migs), out)
+		for i, l := range lines {
+			require.True(t, strings.HasPrefix(l, migs[i].Version), l)
+			require.Contains(t, l, want, l)
+		}
+	}
+	status("pending")
+	out, errOut, code := migrate(dsn, "--dry-run")
+	require.Zero(t, code, errOut)
+	require.Contains(t, out, "-- "+migs[0].Version)
+	require.Contains(t, out, "CREATE TABLE")
+	status("pending") // a dry run applies nothing
+	out, errOut, code = migrate(dsn)
+	require.Zero(t, code, errOut)
+	require.Contains(t, out, "applied "+migs[0].Version)
+	status("applied")
+	out, _, code = migrate(dsn)
+	require.Zero(t, code)
+	require.Contains(t, out, "nothing to apply")
+}
+
+// A second process on one host whose ops port is taken says which
+// variable to change, before it waits for any store, and exits 1.
+func TestATakenOpsPortNamesItsVariable(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the binaries")
+	}
+	dir := t.TempDir()
+	require.NoError(t, harness.Build(dir, false, "worker"))
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer taken.Close()
+	cmd := exec.Command(filepath.Join(dir, "worker"))
+	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "FLASHSALE_OPS_ADDR=" + taken.Addr().String(),
+		"FLASHSALE_REDIS_ADDR=127.0.0.1:1", "FLASHSALE_MYSQL_DSN=root@tcp(127.0.0.1:1)/x"}
+	out, err := cmd.CombinedOutput()
+	var ee *exec.ExitError
+	require.ErrorAs(t, err, &ee)
+	require.Equal(t, 1, ee.ExitCode())
+	require.Contains(t, string(out), "FLASHSALE_OPS_ADDR")
+	require.Contains(t, string(out), "port of its own")
+	require.NotContains(t, string(out), "waiting for redis", "the port is said first")
 }

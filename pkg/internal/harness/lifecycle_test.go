@@ -306,10 +306,34 @@ func TestReaperCommandsWriteJSON(t *testing.T) {
 		require.NoError(t, json.Unmarshal([]byte(out), &m), "%v: %s", args, out)
 		require.Len(t, m, 1, "%v: %s", args, out)
 	}
+	combined := func(args ...string) (string, error) { // stdout and stderr: what a person sees
+		out, err := s.Command(ctx, "reaper", args...).CombinedOutput()
+		return string(out), err
+	}
+	out, err := s.RunOutput(ctx, "reaper", "deadletters", "list", "--json")
+	require.NoError(t, err)
+	require.Contains(t, out, `"dead_letters": []`, "an empty list is [], not null")
+	out, err = s.RunOutput(ctx, "reaper", "deadletters", "--json")
+	require.NoError(t, err)
+	require.NotContains(t, out, "oldest", "no oldest when there is none: %s", out)
 	_, err = s.RunOutput(ctx, "reaper", "deadletters", "purge")
 	require.Error(t, err, "purge needs --older-than or --all")
+	out, err = combined("deadletters", "purge", "--older-than", "30d")
+	require.Error(t, err, "without a terminal, purge deletes only with --yes")
+	require.Contains(t, out, "--yes")
+	out, err = s.RunOutput(ctx, "reaper", "deadletters", "purge", "--older-than", "30d", "--yes")
+	require.NoError(t, err, out)
+	require.Contains(t, out, "purged 0 dead letters", "it says what it deleted")
+	out, err = combined("deadletters", "requeue", "123-0")
+	require.Error(t, err, "a dead letter that is not there is no success")
+	require.Contains(t, out, "no dead letter 123-0")
 	_, err = s.RunOutput(ctx, "reaper", "deadletters", "frobnicate")
 	require.Error(t, err)
+	for _, args := range [][]string{{"report", "99"}, {"draw", "verify", "99"}} {
+		out, err = combined(args...)
+		require.Error(t, err)
+		require.Contains(t, out, "no voucher 99", "%v: one answer for a voucher that is not there", args)
+	}
 
 	// reconcile's exit status: 0 the stores agree (above), 1 they differ.
 	require.NoError(t, s.RDB.Client().HSet(ctx, fmt.Sprintf("flashsale:{p%d}:v:%d", s.RDB.PartitionOf(v), v), "stock", 2).Err())

@@ -12,15 +12,18 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
 
 	"go.uber.org/zap"
+	"golang.org/x/sys/unix"
 
 	"github.com/flashsale/flashsale/pkg/app"
 	"github.com/flashsale/flashsale/pkg/db"
+	"github.com/flashsale/flashsale/pkg/draw"
 	"github.com/flashsale/flashsale/pkg/rdb"
 	"github.com/flashsale/flashsale/pkg/reaper"
 )
@@ -46,50 +49,40 @@ func (c *config) Validate() error {
 // Main runs the reaper binary: the role, or the command its first
 // argument names.
 func Main() {
-	app.Main(&config{}, run,
-		app.Command[*config]{Name: "reconcile", Run: reconcile,
-			Summary: "compare Redis with MySQL and the streams, voucher by voucher; exit 0 when they agree, 1 when they differ, 2 when it failed",
-			Usage: `[--repair] [--json]
-  --repair  rewrite Redis from MySQL and the streams where they differ (stop the gateways first)
-  --json    write JSON`},
-		app.Command[*config]{Name: "deadletters", Run: deadLetters,
-			Summary: "the dead letters: counts (no subcommand), list, requeue once the cause is fixed, purge after reading them",
-			Usage: `[list|requeue|purge] [flags]
-  (none) [--json] [--trim-older-than D]   each partition's count and oldest
-  list [--json]                           every dead letter, with its reason
-  requeue [--json] (--all | ID...)        process them again
-  purge (--older-than D | --all)          delete them`},
-		app.Command[*config]{Name: "report", Run: report,
-			Summary: "the account of one sale from MySQL: opened, sold out, buyers, payments, releases, lag",
-			Usage: `VOUCHER_ID [--json]
-  --json    write JSON (the fields of GET /admin/v1/vouchers/{id}/report but refused_claims)`},
-		app.Command[*config]{Name: "draw", Run: drawCommand,
-			Summary: "recompute a draw sale's winners from its revealed seed and its entries; exit 0 only when they are the recorded winners",
-			Usage: `verify VOUCHER_ID [--json] [--entries]
-  --json     write JSON
-  --entries  print the entry ids (no user ids), one per line, before the check (with --json: not printed)`})
+	app.Main(&config{}, run, reportCommand(), drawCommand(), deadLettersCommand(), reconcileCommand())
+}
+
+// voucherID reads a VOUCHER_ID argument.
+func voucherID(s string) (int64, error) {
+	id, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || id <= 0 {
+		return 0, fmt.Errorf("VOUCHER_ID must be a positive whole number, got %q", s)
+	}
+	return id, nil
+}
+
+// noVoucher is the one answer every command gives for a voucher MySQL
+// does not have.
+func noVoucher(id int64) error { return fmt.Errorf("no voucher %d", id) }
+
+func reportCommand() app.Command[*config] {
+	var asJSON bool
+	return app.Command[*config]{Name: "report", Task: "Reports", Args: "VOUCHER_ID", NArgs: 1,
+		Summary: "the account of one sale from MySQL: opened, sold out, buyers, payments, releases, lag",
+		Flags: func(fs *flag.FlagSet) {
+			fs.BoolVar(&asJSON, "json", false, "write JSON (the fields of GET /admin/v1/vouchers/{id}/report but refused_claims)")
+		},
+		Run: func(ctx context.Context, cfg *config, _ *app.Runtime, args []string) error {
+			return report(ctx, cfg, args[0], asJSON)
+		}}
 }
 
 // report is "reaper report VOUCHER_ID [--json]": the sale's account from
 // MySQL alone (refused claims are known only to each gateway replica).
-func report(ctx context.Context, cfg *config, _ *app.Runtime, args []string) error {
-	fs := flag.NewFlagSet("report", flag.ContinueOnError)
-	asJSON := fs.Bool("json", false, "write JSON")
-	var ids []string
-	for len(args) > 0 { // flags before or after the id
-		if err := fs.Parse(args); err != nil {
-			return err
-		}
-		if args = fs.Args(); len(args) > 0 {
-			ids, args = append(ids, args[0]), args[1:]
-		}
-	}
-	if len(ids) != 1 {
-		return errors.New("report needs one VOUCHER_ID")
-	}
-	id, err := strconv.ParseInt(ids[0], 10, 64)
-	if err != nil || id <= 0 {
-		return fmt.Errorf("VOUCHER_ID must be a positive whole number, got %q", ids[0])
+func report(ctx context.Context, cfg *config, arg string, asJSON bool) error {
+	id, err := voucherID(arg)
+	if err != nil {
+		return err
 	}
 	cctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 	defer cancel()
@@ -99,7 +92,7 @@ func report(ctx context.Context, cfg *config, _ *app.Runtime, args []string) err
 	}
 	v, err := mysql.Voucher(cctx, id)
 	if errors.Is(err, db.ErrNotFound) {
-		return fmt.Errorf("no voucher %d", id)
+		return noVoucher(id)
 	}
 	if err != nil {
 		return err
@@ -108,7 +101,7 @@ func report(ctx context.Context, cfg *config, _ *app.Runtime, args []string) err
 	if err != nil {
 		return err
 	}
-	if *asJSON {
+	if asJSON {
 		return writeJSON(struct {
 			VoucherID string `json:"voucher_id"`
 			Name      string `json:"name"`
@@ -151,26 +144,33 @@ func run(ctx context.Context, cfg *config, rt *app.Runtime) error {
 	})
 }
 
-func reconcile(ctx context.Context, cfg *config, rt *app.Runtime, args []string) error {
-	fs := flag.NewFlagSet("reconcile", flag.ContinueOnError)
-	repair := fs.Bool("repair", false, "rewrite Redis from MySQL and the streams where they differ (stop the gateways first)")
-	asJSON := fs.Bool("json", false, "write JSON")
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
+func reconcileCommand() app.Command[*config] {
+	var repair, asJSON bool
+	return app.Command[*config]{Name: "reconcile", Task: "Stores", NArgs: 0, ExitNo: "the stores differ",
+		Summary: "compare Redis with MySQL and the streams, voucher by voucher; exit 0 when they agree, 1 when they differ, 2 when it failed",
+		Flags: func(fs *flag.FlagSet) {
+			fs.BoolVar(&repair, "repair", false, "rewrite Redis from MySQL and the streams where they differ (stop the gateways first)")
+			fs.BoolVar(&asJSON, "json", false, "write JSON")
+		},
+		Run: func(ctx context.Context, cfg *config, rt *app.Runtime, _ []string) error {
+			return reconcile(ctx, cfg, rt, repair, asJSON)
+		}}
+}
+
+func reconcile(ctx context.Context, cfg *config, rt *app.Runtime, repair, asJSON bool) error {
 	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	redis, mysql, closeAll, err := cfg.Connect(cctx, rt.Log, 4)
+	redis, mysql, closeAll, err := rt.Connect(cctx, cfg.Common, 4)
 	if err != nil {
 		return err
 	}
 	defer closeAll()
-	checks, err := reaper.Reconcile(ctx, redis, mysql, time.Now(), *repair)
+	checks, err := reaper.Reconcile(ctx, redis, mysql, time.Now(), repair)
 	if err != nil {
 		return err
 	}
-	if *asJSON {
-		if err := writeJSON(map[string]any{"vouchers": checks}); err != nil {
+	if asJSON {
+		if err := writeJSON(map[string]any{"vouchers": nonNil(checks)}); err != nil {
 			return err
 		}
 	} else {
@@ -182,127 +182,202 @@ func reconcile(ctx context.Context, cfg *config, rt *app.Runtime, args []string)
 			differ++
 		}
 	}
-	rt.Log.Info("reconcile done", zap.Int("vouchers", len(checks)), zap.Int("differing", differ), zap.Bool("repair", *repair))
+	rt.Log.Info("reconcile done", zap.Int("vouchers", len(checks)), zap.Int("differing", differ), zap.Bool("repair", repair))
 	if differ > 0 {
 		return &app.ExitError{Code: app.ExitNo, Err: fmt.Errorf("%d vouchers differ (run with --repair to rebuild Redis)", differ)}
 	}
 	return nil
 }
 
-// deadLetters is "reaper deadletters [list|requeue|purge] [flags]":
-//
-//	list [--json]                     every dead letter, with its reason
-//	requeue [--json] (--all | ID...)  process them again, once the cause is fixed
-//	purge (--older-than D | --all)    delete them, after reading them
-//
-// Without a subcommand it prints each partition's count and oldest, and
-// --trim-older-than D is purge --older-than D. Dead letters are never
-// trimmed on their own (docs/RUNBOOK.md).
-func deadLetters(ctx context.Context, cfg *config, rt *app.Runtime, args []string) error {
-	sub := "summary"
-	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
-		sub, args = args[0], args[1:]
+// nonNil is s, or an empty slice: JSON lists are [] when empty, never null.
+func nonNil[T any](s []T) []T {
+	if s == nil {
+		return []T{}
 	}
-	switch sub { // a mistyped subcommand is said before anything is dialled
-	case "summary", "list", "requeue", "purge":
-	default:
-		return fmt.Errorf("unknown deadletters command %q (list, requeue, purge)", sub)
+	return s
+}
+
+// deadLettersCommand is "reaper deadletters [list|requeue|purge]".
+// Without a subcommand it prints each partition's count and oldest. Dead
+// letters are never trimmed on their own (docs/RUNBOOK.md).
+func deadLettersCommand() app.Command[*config] {
+	var asJSON, all, yes bool
+	var olderThan, trim app.Duration
+	jsonFlag := func(fs *flag.FlagSet) { fs.BoolVar(&asJSON, "json", false, "write JSON") }
+	withRedis := func(run func(ctx context.Context, redis *rdb.Store) error) func(context.Context, *config, *app.Runtime, []string) error {
+		return func(ctx context.Context, cfg *config, rt *app.Runtime, _ []string) error {
+			cctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+			defer cancel()
+			redis, err := rt.Redis(cctx, cfg.Common, 2)
+			if err != nil {
+				return err
+			}
+			defer redis.Client().Close()
+			return run(cctx, redis)
+		}
 	}
-	fs := flag.NewFlagSet("deadletters "+sub, flag.ContinueOnError)
-	asJSON := fs.Bool("json", false, "write JSON")
-	all := fs.Bool("all", false, "requeue or purge every dead letter")
-	olderThan := fs.Duration("older-than", 0, "purge those dead-lettered longer ago than this (e.g. 720h)")
-	trim := fs.Duration("trim-older-than", 0, "the same as purge --older-than")
-	if err := fs.Parse(args); err != nil {
+	purge := func(ctx context.Context, redis *rdb.Store) error {
+		if !all && olderThan == 0 {
+			return errors.New("purge needs --older-than D or --all")
+		}
+		return purgeDeadLetters(ctx, redis, time.Duration(olderThan), all, yes, asJSON)
+	}
+	return app.Command[*config]{Name: "deadletters", Task: "Dead letters", NArgs: 0,
+		Summary: "each partition's count of dead letters and the oldest",
+		Flags: func(fs *flag.FlagSet) {
+			jsonFlag(fs)
+			fs.Var(&trim, "trim-older-than", "purge those dead-lettered longer ago than `DURATION` (purge --older-than --yes)")
+		},
+		Run: withRedis(func(ctx context.Context, redis *rdb.Store) error {
+			if trim > 0 {
+				olderThan, yes = trim, true
+				return purge(ctx, redis)
+			}
+			return deadLetterSummary(ctx, redis, asJSON)
+		}),
+		Sub: []app.Command[*config]{
+			{Name: "list", NArgs: 0, Summary: "every dead letter, with its reason", Flags: jsonFlag,
+				Run: withRedis(func(ctx context.Context, redis *rdb.Store) error { return listDeadLetters(ctx, redis, asJSON) })},
+			{Name: "requeue", Args: "[ID...]", NArgs: -1, ExitNo: "",
+				Summary: "process dead letters again, once the cause is fixed: those named, or --all",
+				Flags: func(fs *flag.FlagSet) {
+					jsonFlag(fs)
+					fs.BoolVar(&all, "all", false, "requeue every dead letter")
+				},
+				Run: func(ctx context.Context, cfg *config, rt *app.Runtime, ids []string) error {
+					if !all && len(ids) == 0 {
+						return errors.New("requeue needs --all or dead letter ids")
+					}
+					return requeue(ctx, cfg, rt, ids, asJSON)
+				}},
+			{Name: "purge", NArgs: 0, Summary: "delete dead letters, after reading them: those older than --older-than, or --all",
+				Flags: func(fs *flag.FlagSet) {
+					jsonFlag(fs)
+					fs.BoolVar(&all, "all", false, "purge every dead letter")
+					fs.Var(&olderThan, "older-than", "purge those dead-lettered longer ago than `DURATION` (30d, 36h)")
+					fs.BoolVar(&yes, "yes", false, "do not ask: delete (without a terminal, purge deletes only with --yes)")
+				},
+				Run: withRedis(purge)},
+		}}
+}
+
+// listDeadLetters prints every dead letter of every partition.
+func listDeadLetters(ctx context.Context, redis *rdb.Store, asJSON bool) error {
+	var dead []rdb.DeadEntry
+	for p := range redis.Partitions() {
+		d, err := redis.DeadLetters(ctx, p)
+		if err != nil {
+			return err
+		}
+		dead = append(dead, d...)
+	}
+	if asJSON {
+		return writeJSON(map[string]any{"dead_letters": nonNil(dead)})
+	}
+	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "partition\tdead id\tdead-lettered at\torder\tvoucher\tuser\treason\t")
+	for _, d := range dead {
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t\n", d.Partition, d.DeadID, d.DeadAt.Format(time.RFC3339), d.OrderID, d.VoucherID, d.UserID, d.Reason)
+	}
+	return tw.Flush()
+}
+
+// requeue processes the dead letters ids (all of them when none is named)
+// again; an id no partition holds is an error, after the others ran.
+func requeue(ctx context.Context, cfg *config, rt *app.Runtime, ids []string, asJSON bool) error {
+	if err := consumerName(cfg); err != nil {
 		return err
-	}
-	if *trim != 0 {
-		sub, *olderThan = "purge", *trim
-	}
-	if *olderThan < 0 {
-		return fmt.Errorf("--older-than must not be negative, got %s", *olderThan)
 	}
 	cctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 	defer cancel()
-	redis, err := cfg.Redis(cctx, 2)
+	redis, mysql, closeAll, err := rt.Connect(cctx, cfg.Common, 2)
 	if err != nil {
 		return err
 	}
-	defer redis.Client().Close()
-	switch sub {
-	case "summary":
-		return deadLetterSummary(cctx, redis, *asJSON)
-	case "list":
-		var dead []rdb.DeadEntry
-		for p := range redis.Partitions() {
-			d, err := redis.DeadLetters(cctx, p)
-			if err != nil {
-				return err
-			}
-			dead = append(dead, d...)
-		}
-		if *asJSON {
-			return writeJSON(map[string]any{"dead_letters": dead})
-		}
-		tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
-		fmt.Fprintln(tw, "partition\tdead id\tdead-lettered at\torder\tvoucher\tuser\treason\t")
-		for _, d := range dead {
-			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t\n", d.Partition, d.DeadID, d.DeadAt.Format(time.RFC3339), d.OrderID, d.VoucherID, d.UserID, d.Reason)
-		}
-		return tw.Flush()
-	case "requeue":
-		if !*all && fs.NArg() == 0 {
-			return errors.New("requeue needs --all or dead letter ids")
-		}
-		if err := consumerName(cfg); err != nil {
-			return err
-		}
-		mysql, err := cfg.MySQL(cctx)
+	defer closeAll()
+	r, err := reaper.New(cfg.Config, redis, mysql, rt.Log, reaper.WithRegistry(rt.Registry), reaper.WithAudit(rt.Audit))
+	if err != nil {
+		return err
+	}
+	var out []reaper.Requeued
+	for p := range redis.Partitions() {
+		res, err := r.RequeueDeadLetters(cctx, p, ids...)
+		out = append(out, res...)
 		if err != nil {
 			return err
 		}
-		r, err := reaper.New(cfg.Config, redis, mysql, rt.Log, reaper.WithRegistry(rt.Registry), reaper.WithAudit(rt.Audit))
-		if err != nil {
+	}
+	if asJSON {
+		if err := writeJSON(map[string]any{"requeued": nonNil(out)}); err != nil {
 			return err
 		}
-		var out []reaper.Requeued
-		for p := range redis.Partitions() {
-			res, err := r.RequeueDeadLetters(cctx, p, fs.Args()...)
-			out = append(out, res...)
-			if err != nil {
-				return err
-			}
-		}
-		if *asJSON {
-			return writeJSON(map[string]any{"requeued": out})
-		}
+	} else {
 		tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
 		fmt.Fprintln(tw, "dead id\tresult\tstatus\twhy\t")
 		for _, q := range out {
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t\n", q.DeadID, q.Result, q.Status, q.Why)
 		}
-		return tw.Flush()
-	case "purge":
-		if !*all && *olderThan == 0 {
-			return errors.New("purge needs --older-than D or --all")
+		if err := tw.Flush(); err != nil {
+			return err
 		}
-		before := time.Now().Add(-*olderThan)
-		if *all {
-			before = time.Now().Add(time.Hour)
-		}
-		var trimmed int64
-		for p := range redis.Partitions() {
-			n, err := redis.TrimDeadLetters(cctx, p, before)
-			if err != nil {
-				return err
-			}
-			trimmed += n
-		}
-		rt.Log.Info("dead letters purged", zap.Int64("purged", trimmed), zap.Duration("older_than", *olderThan), zap.Bool("all", *all))
-		return deadLetterSummary(cctx, redis, *asJSON)
-	default:
-		return fmt.Errorf("unknown deadletters command %q (list, requeue, purge)", sub)
 	}
+	var missing []string
+	for _, id := range ids {
+		if !slices.ContainsFunc(out, func(q reaper.Requeued) bool { return q.DeadID == id }) {
+			missing = append(missing, id)
+		}
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("no dead letter %s (reaper deadletters list shows them)", strings.Join(missing, ", "))
+	}
+	return nil
+}
+
+// purgeDeadLetters deletes the dead letters older than olderThan (all of
+// them with all), after asking on a terminal unless yes, and says what it
+// deleted.
+func purgeDeadLetters(ctx context.Context, redis *rdb.Store, olderThan time.Duration, all, yes, asJSON bool) error {
+	before := time.Now().Add(-olderThan)
+	what := "dead letters older than " + olderThan.String()
+	if all {
+		before, what = time.Now().Add(time.Hour), "every dead letter"
+	}
+	if !yes {
+		if !isTerminal(os.Stdin) {
+			return fmt.Errorf("purge deletes %s: run it again with --yes to delete them", what)
+		}
+		fmt.Fprintf(os.Stderr, "delete %s? [y/N] ", what)
+		answer, _ := bufio.NewReader(os.Stdin).ReadString('\n')
+		if a := strings.TrimSpace(strings.ToLower(answer)); a != "y" && a != "yes" {
+			return errors.New("nothing deleted")
+		}
+	}
+	type purged struct {
+		Partition int   `json:"partition"`
+		Purged    int64 `json:"purged"`
+	}
+	var out []purged
+	var total int64
+	for p := range redis.Partitions() {
+		n, err := redis.TrimDeadLetters(ctx, p, before)
+		if err != nil {
+			return err
+		}
+		out, total = append(out, purged{p, n}), total+n
+	}
+	if asJSON {
+		return writeJSON(map[string]any{"purged": nonNil(out), "total": total})
+	}
+	fmt.Printf("purged %d dead letters (%s)\n", total, what)
+	return nil
+}
+
+// isTerminal reports whether f is a terminal (a person can answer):
+// /dev/null is a character device too, so the test is the terminal's own
+// ioctl.
+func isTerminal(f *os.File) bool {
+	_, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)
+	return err == nil
 }
 
 // deadLetterSummary prints each partition's dead letter count and oldest.
@@ -336,31 +411,28 @@ func writeJSON(v any) error {
 	return enc.Encode(v)
 }
 
-// drawCommand is "reaper draw verify VOUCHER_ID [--json] [--entries]":
-// the draw recomputed from the revealed seed and the entries in MySQL;
-// exit 0 only when they give the recorded winners.
-func drawCommand(ctx context.Context, cfg *config, _ *app.Runtime, args []string) error {
-	if len(args) == 0 || args[0] != "verify" {
-		return &app.ExitError{Code: app.ExitFailed, Err: errors.New("usage: draw verify VOUCHER_ID [--json] [--entries]")}
-	}
-	fs := flag.NewFlagSet("draw verify", flag.ContinueOnError)
-	asJSON := fs.Bool("json", false, "write JSON")
-	entries := fs.Bool("entries", false, "print every entry id (no user ids), one per line, before the check")
-	var ids []string
-	for args = args[1:]; len(args) > 0; {
-		if err := fs.Parse(args); err != nil {
-			return err
-		}
-		if args = fs.Args(); len(args) > 0 {
-			ids, args = append(ids, args[0]), args[1:]
-		}
-	}
-	if len(ids) != 1 {
-		return errors.New("draw verify needs one VOUCHER_ID")
-	}
-	id, err := strconv.ParseInt(ids[0], 10, 64)
-	if err != nil || id <= 0 {
-		return fmt.Errorf("VOUCHER_ID must be a positive whole number, got %q", ids[0])
+func drawCommand() app.Command[*config] {
+	var asJSON, entries bool
+	return app.Command[*config]{Name: "draw", Task: "Draws",
+		Summary: "a draw sale's verification",
+		Sub: []app.Command[*config]{{Name: "verify", Args: "VOUCHER_ID", NArgs: 1, ExitNo: "the draw does not verify",
+			Summary: "recompute a draw sale's winners from its revealed seed and its entries; exit 0 only when they are the recorded winners",
+			Flags: func(fs *flag.FlagSet) {
+				fs.BoolVar(&asJSON, "json", false, "write JSON")
+				fs.BoolVar(&entries, "entries", false, "print the entry ids (no user ids), one per line, before the check (with --json: not printed)")
+			},
+			Run: func(ctx context.Context, cfg *config, _ *app.Runtime, args []string) error {
+				return verifyDraw(ctx, cfg, args[0], asJSON, entries)
+			}}}}
+}
+
+// verifyDraw is "reaper draw verify VOUCHER_ID [--json] [--entries]": the
+// draw recomputed from the revealed seed and the entries in MySQL; exit 0
+// only when they give the recorded winners.
+func verifyDraw(ctx context.Context, cfg *config, arg string, asJSON, entries bool) error {
+	id, err := voucherID(arg)
+	if err != nil {
+		return err
 	}
 	cctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
 	defer cancel()
@@ -368,15 +440,26 @@ func drawCommand(ctx context.Context, cfg *config, _ *app.Runtime, args []string
 	if err != nil {
 		return err
 	}
+	v, err := mysql.Voucher(cctx, id)
+	switch {
+	case errors.Is(err, db.ErrNotFound):
+		return noVoucher(id)
+	case err != nil:
+		return err
+	case !v.IsDraw():
+		return fmt.Errorf("voucher %d is not a draw sale (allocation %s)", id, v.Allocation)
+	case v.DrawState != draw.StateDrawn && v.EndsAt != nil:
+		return fmt.Errorf("voucher %d is not drawn yet: its entries close at %s, and the reaper draws it within a minute after", id, v.EndsAt.UTC().Format(time.RFC3339))
+	}
 	out := bufio.NewWriterSize(os.Stdout, 1<<16)
 	defer out.Flush()
 	var each func(int64)
 	var list []byte
-	if *entries {
+	if entries {
 		each = func(e int64) {
 			list = strconv.AppendInt(list[:0], e, 10)
 			list = append(list, '\n')
-			if !*asJSON {
+			if !asJSON {
 				_, _ = out.Write(list)
 			}
 		}
@@ -385,7 +468,7 @@ func drawCommand(ctx context.Context, cfg *config, _ *app.Runtime, args []string
 	if err != nil {
 		return err
 	}
-	if *asJSON {
+	if asJSON {
 		if err := out.Flush(); err != nil {
 			return err
 		}
