@@ -6,7 +6,7 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo deve
 COMMIT  ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
 LDFLAGS := -X github.com/flashsale/flashsale/pkg/app.Version=$(VERSION) -X github.com/flashsale/flashsale/pkg/app.Commit=$(COMMIT)
 
-.PHONY: all build bench bench-allocs static test test-short lint servers demo chaos dataloss helm helm-test fuzz clean
+.PHONY: all build bench bench-allocs static test test-short lint servers demo dev chaos dataloss helm helm-test fuzz clean
 
 all: build
 
@@ -63,6 +63,11 @@ test-short: servers
 ## demo: a flash sale end to end on throwaway servers, with a report
 demo: servers
 	$(GO) run ./pkg/internal/cmd/demo $(DEMO_FLAGS)
+
+## dev: throwaway servers, the roles and the console kept running, with
+## their addresses, tokens and a ready curl printed; Ctrl-C stops them
+dev: servers
+	$(GO) run ./pkg/internal/cmd/demo -serve $(DEMO_FLAGS)
 
 ## helm-test: lint and render the chart, decode every document strictly into
 ## the Kubernetes API types and check its policies (no cluster needed)

@@ -231,3 +231,29 @@ func clickUntil(t *testing.T, bctx context.Context, sel, want string) {
 		}
 	}
 }
+
+// A script opens a live console with the admin token in the URL's
+// fragment (never sent to the server, unlike a query): the page connects
+// without typing, and takes the token out of the address bar.
+func TestConsoleOpensFromTheURLFragment(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs a browser")
+	}
+	bin := chromium(t)
+	f := newFixture(t)
+	id := f.createVoucher(`{"name":"Fragment","stock":5}`)
+	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(bin), chromedp.NoSandbox, chromedp.DisableGPU)
+	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+	defer cancelAlloc()
+	bctx, cancelBrowser := chromedp.NewContext(actx)
+	defer cancelBrowser()
+	bctx, cancelTimeout := context.WithTimeout(bctx, 60*time.Second)
+	defer cancelTimeout()
+	var url string
+	require.NoError(t, chromedp.Run(bctx,
+		chromedp.Navigate(f.srv.URL+"/admin/console#token="+admin),
+		chromedp.WaitVisible(`tr[data-voucher="`+id+`"]`, chromedp.ByQuery),
+		chromedp.Location(&url),
+	))
+	require.Equal(t, f.srv.URL+"/admin/console", url, "the token left the address bar")
+}

@@ -3,7 +3,9 @@
 // FLASHSALE_MYSQL_DSN name existing ones), builds and starts the gateway and
 // two workers as processes, sells a voucher to many concurrent users, waits
 // until every admitted order is in MySQL, prints a report and stops
-// everything. It exits 1 if any invariant is violated.
+// everything. It exits 1 if any invariant is violated. With -serve (make
+// dev) it keeps the servers, the roles and the console up instead, prints
+// how to reach them, and stops on Ctrl-C.
 package main
 
 import (
@@ -27,25 +29,39 @@ func main() {
 }
 
 func run() error {
+	// A flag set of its own: the test helpers' flags (-redis-cluster) are
+	// not the demo's.
+	fs := flag.NewFlagSet("demo", flag.ExitOnError)
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "usage: make demo DEMO_FLAGS=\"[flags]\"  (or go run ./pkg/internal/cmd/demo [flags])\n\n"+
+			"A flash sale end to end on throwaway servers, with a report; -serve (make dev) keeps a stack up instead.\n\nFlags:\n")
+		fs.PrintDefaults()
+	}
 	var (
-		users       = flag.Int("users", 20000, "distinct users")
-		requests    = flag.Int("requests", 50000, "claims in all (beyond -users, repeats by the same users)")
-		kind        = flag.String("kind", "units", "kind of sale: units, envelope (red envelopes) or codes")
-		stock       = flag.Int64("stock", 1000, "units on sale (envelopes: how many; codes: how many)")
-		amount      = flag.Int64("amount", 0, "envelopes: the total amount split, in cents (default 100 per envelope)")
-		perUser     = flag.Int64("per-user", 1, "units one user may hold")
-		concurrency = flag.Int("concurrency", 64, "claims in flight at once")
-		workers     = flag.Int("workers", 2, "worker processes")
-		keep        = flag.Bool("keep", false, "keep the temporary directory (logs, data)")
-		allocation  = flag.String("allocation", "first_come", "first_come, or draw: entries until -window, then winners drawn by the reaper and verified")
-		window      = flag.Duration("window", 20*time.Second, "a draw's entry window, from its creation (the entries must be over by then)")
-		waitingRoom = flag.Bool("waiting-room", false, "a sale behind a waiting room (-users people, -fast of them scripted to poll and claim as fast as they can), then the same crowd without one: the fast clients' share of the stock both ways")
-		fast        = flag.Int("fast", 50, "with -waiting-room: scripted fast clients")
-		admitRate   = flag.Int64("admit-per-second", 100, "with -waiting-room: the room's admissions per second")
-		prequeue    = flag.Duration("prequeue", 5*time.Second, "with -waiting-room: the pre-queue")
-		pass        = flag.Duration("pass", 10*time.Second, "with -waiting-room: a pass's life")
+		serve       = fs.Bool("serve", false, "keep the servers, the gateway, a worker, the reaper and the console running (make dev), print their addresses, tokens and a ready curl, and stop on Ctrl-C")
+		users       = fs.Int("users", 20000, "distinct users")
+		requests    = fs.Int("requests", 50000, "claims in all (beyond -users, repeats by the same users)")
+		kind        = fs.String("kind", "units", "kind of sale: units, envelope (red envelopes) or codes")
+		stock       = fs.Int64("stock", 1000, "units on sale (envelopes: how many; codes: how many)")
+		amount      = fs.Int64("amount", 0, "envelopes: the total amount split, in cents (default 100 per envelope)")
+		perUser     = fs.Int64("per-user", 1, "units one user may hold")
+		concurrency = fs.Int("concurrency", 64, "claims in flight at once")
+		workers     = fs.Int("workers", 2, "worker processes")
+		keep        = fs.Bool("keep", false, "keep the temporary directory (logs, data)")
+		allocation  = fs.String("allocation", "first_come", "first_come, or draw: entries until -window, then winners drawn by the reaper and verified")
+		window      = fs.Duration("window", 20*time.Second, "a draw's entry window, from its creation (the entries must be over by then)")
+		waitingRoom = fs.Bool("waiting-room", false, "a sale behind a waiting room (-users people, -fast of them scripted to poll and claim as fast as they can), then the same crowd without one: the fast clients' share of the stock both ways")
+		fast        = fs.Int("fast", 50, "with -waiting-room: scripted fast clients")
+		admitRate   = fs.Int64("admit-per-second", 100, "with -waiting-room: the room's admissions per second")
+		prequeue    = fs.Duration("prequeue", 5*time.Second, "with -waiting-room: the pre-queue")
+		pass        = fs.Duration("pass", 10*time.Second, "with -waiting-room: a pass's life")
 	)
-	flag.Parse()
+	_ = fs.Parse(os.Args[1:])
+	isSet := func(name string) bool {
+		set := false
+		fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+		return set
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
@@ -56,7 +72,8 @@ func run() error {
 	if !*keep {
 		defer os.RemoveAll(dir)
 	}
-	opts := harness.Options{Dir: dir, Workers: *workers, RedisAddr: os.Getenv("FLASHSALE_REDIS_ADDR"), MySQLDSN: os.Getenv("FLASHSALE_MYSQL_DSN")}
+	opts := harness.Options{Dir: dir, Workers: *workers, RedisAddr: os.Getenv("FLASHSALE_REDIS_ADDR"), MySQLDSN: os.Getenv("FLASHSALE_MYSQL_DSN"),
+		Reaper: *serve}
 	say("starting redis-server, mariadbd, the gateway and %d workers (in %s)", *workers, dir)
 	s, err := harness.StartStack(ctx, opts)
 	if err != nil {
@@ -67,6 +84,9 @@ func run() error {
 			say("stopping: %v", err)
 		}
 	}()
+	if *serve {
+		return serveDev(ctx, s, *stock, dir)
+	}
 	if *waitingRoom {
 		if !isSet("stock") {
 			*stock = 500
@@ -176,11 +196,28 @@ func demoRoom(ctx context.Context, s *harness.Stack, cfg harness.RoomConfig, dir
 	return nil
 }
 
-// isSet reports whether flag name was given.
-func isSet(name string) bool {
-	set := false
-	flag.Visit(func(f *flag.Flag) { set = set || f.Name == name })
-	return set
+// serveDev keeps stack s up until ctx ends, with a voucher of stock units
+// on sale, and prints how to reach it.
+func serveDev(ctx context.Context, s *harness.Stack, stock int64, dir string) error {
+	v, err := s.CreateVoucher(ctx, harness.VoucherSpec{Name: "dev", Stock: stock, PerUserLimit: 1})
+	if err != nil {
+		return err
+	}
+	user := s.Token("alice")
+	fmt.Printf(`
+flashsale is up; Ctrl-C stops everything and removes %s
+  gateway      %s
+  console      %s/admin/console#token=%s
+  admin token  %s
+  voucher      %d (%d units, 1 per user)
+  user token   %s  (alice)
+  more users   FLASHSALE_JWT_SECRET=%s bin/gateway token --user bob
+  logs         %s
+  try:         curl -X POST -H "Authorization: Bearer %s" %s/v1/vouchers/%d/orders
+`, dir, s.URL, s.URL, s.AdminToken, s.AdminToken, v, stock, user, s.JWTSecret, s.LogDir(), user, s.URL, v)
+	<-ctx.Done()
+	say("stopping")
+	return nil
 }
 
 func say(format string, args ...any) {
