@@ -3,7 +3,8 @@
 # redis-server, mariadbd and mariadb-install-db (Debian packages
 # redis-server and mariadb-server), chromium for the browser tests
 # (Debian package chromium), and npm, which fetches the ALTCHA widget the
-# proof-of-work browser test runs (Debian package npm; any npm will do).
+# proof-of-work browser test runs (Debian package npm; any npm will do),
+# and curl, which runs the README's examples as written.
 # Installs them when run as root;
 # otherwise prints the command and fails.
 set -euo pipefail
@@ -15,7 +16,7 @@ have() {
 }
 
 missing=()
-for bin in redis-server mariadbd mariadb-install-db chromium npm; do
+for bin in redis-server mariadbd mariadb-install-db chromium npm curl; do
   have "$bin" || missing+=("$bin")
 done
 if ! command -v go >/dev/null 2>&1; then
