@@ -320,7 +320,11 @@ func (r *Report) Print(w io.Writer) {
 		row("latency p50 / p99 / max", fmt.Sprintf("%s / %s / %s", us(s.Latency.ValueAtQuantile(50)), us(s.Latency.ValueAtQuantile(99)), us(s.Latency.Max())))
 	}
 	if !r.PersistedAt.IsZero() && !s.LastAdmit.IsZero() {
-		row("last order in MySQL after last 202", r.PersistedAt.Sub(s.LastAdmit).Round(time.Millisecond))
+		if d := r.PersistedAt.Sub(s.LastAdmit).Round(time.Millisecond); d >= 0 {
+			row("last order in MySQL after last 202", d)
+		} else {
+			row("last order in MySQL after last 202", "0 (in MySQL before the last 202 reached its client)")
+		}
 	}
 	if v := r.Violations(); len(v) == 0 {
 		row("invariants", "all hold")

@@ -9,8 +9,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -297,8 +299,8 @@ func (r *DrawReport) violations(faults bool) []string {
 // Print writes the report.
 func (r *DrawReport) Print(w io.Writer) {
 	fmt.Fprintf(w, "draw voucher                  %d: %d units\n", r.VoucherID, r.Stock)
-	fmt.Fprintf(w, "entries tried                 %d in %s (%.0f/s), %d admitted, refused %v\n", r.Sale.Requests,
-		r.Sale.Duration.Round(time.Millisecond), float64(r.Sale.Requests)/r.Sale.Duration.Seconds(), r.Sale.Admitted, r.Sale.Rejected)
+	fmt.Fprintf(w, "entries tried                 %d in %s (%.0f/s), %d admitted, refused: %s\n", r.Sale.Requests,
+		r.Sale.Duration.Round(time.Millisecond), float64(r.Sale.Requests)/r.Sale.Duration.Seconds(), r.Sale.Admitted, byCode(r.Sale.Rejected))
 	fmt.Fprintf(w, "entries in MySQL              %d (missing %d, unexpected %d, users twice %d); stock left %d\n",
 		r.Entries, r.Missing, r.Unexpected, r.UsersTwice, r.StockAtClose)
 	fmt.Fprintf(w, "winners / lost                %d / %d (want min(stock, entries) = %d)\n", r.Winners, r.Lost, r.WinnersWanted)
@@ -312,4 +314,17 @@ func (r *DrawReport) Print(w io.Writer) {
 	for _, line := range strings.Split(strings.TrimSpace(r.Verify), "\n") {
 		fmt.Fprintf(w, "    %s\n", line)
 	}
+}
+
+// byCode writes counts by code, "already_entered 30000, sold_out 2", or
+// "none".
+func byCode(m map[string]int64) string {
+	if len(m) == 0 {
+		return "none"
+	}
+	var parts []string
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		parts = append(parts, fmt.Sprintf("%s %d", k, m[k]))
+	}
+	return strings.Join(parts, ", ")
 }

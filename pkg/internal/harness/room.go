@@ -76,10 +76,11 @@ type RoomReport struct {
 	// still in the queue was told sold_out, ms; Waiters how many there were.
 	SoldOut *hdrhistogram.Histogram
 	Waiters int64
-	// Requests by kind; Refused: claims answered not_admitted; Limited:
-	// answers 429; Errors: transport errors and 5xx.
-	Joins, Polls, Claims, Refused, Limited, Errors int64
-	Duration                                       time.Duration
+	// Requests by kind; Refused: claims answered not_admitted; Limited
+	// and Unavailable: answers 429 and 503 to any request (joins, polls,
+	// claims); Errors: transport errors and other 5xx.
+	Joins, Polls, Claims, Refused, Limited, Unavailable, Errors int64
+	Duration                                                    time.Duration
 	// ErrorKinds counts Errors by what they were: "HTTP 500", "timeout",
 	// or the error's text (the first few kinds).
 	ErrorKinds map[string]int64
@@ -360,8 +361,11 @@ func countStatus(rep *RoomReport, status int, err error) bool {
 	case err != nil || (status >= 500 && status != http.StatusServiceUnavailable):
 		rep.failed(status, err)
 		return false
-	case status == http.StatusTooManyRequests || status == http.StatusServiceUnavailable:
+	case status == http.StatusTooManyRequests:
 		atomic.AddInt64(&rep.Limited, 1)
+		return false
+	case status == http.StatusServiceUnavailable:
+		atomic.AddInt64(&rep.Unavailable, 1)
 		return false
 	}
 	return true
@@ -492,7 +496,8 @@ func (r *RoomReport) Print(w io.Writer) {
 		row("room: claims refused not_admitted", r.Refused)
 	}
 	row("fast clients' share of the stock", fmt.Sprintf("%.2f %% (%d units)", 100*r.FastShare, r.FastBought))
-	row("claims / answered 429 or 503", fmt.Sprintf("%d / %d", r.Claims, r.Limited))
+	row("claims", r.Claims)
+	row("requests of any kind answered 429 / 503", fmt.Sprintf("%d / %d (retried after Retry-After)", r.Limited, r.Unavailable))
 	row("took", r.Duration.Round(time.Millisecond))
 	for _, k := range slices.Sorted(maps.Keys(r.ErrorKinds)) {
 		row("requests failed: "+k, r.ErrorKinds[k])
