@@ -1,6 +1,7 @@
 package harness_test
 
 import (
+	"bufio"
 	"encoding/json"
 	"errors"
 	"net"
@@ -18,6 +19,7 @@ import (
 
 	"github.com/flashsale/flashsale/pkg/internal/harness"
 	"github.com/flashsale/flashsale/pkg/internal/testsrv"
+	"github.com/flashsale/flashsale/pkg/token"
 	schema "github.com/flashsale/flashsale/sql"
 )
 
@@ -392,4 +394,34 @@ func TestATakenOpsPortNamesItsVariable(t *testing.T) {
 	require.Contains(t, string(out), "FLASHSALE_OPS_ADDR")
 	require.Contains(t, string(out), "port of its own")
 	require.NotContains(t, string(out), "waiting for redis", "the port is said first")
+}
+
+// gateway token mints a user's bearer token a gateway with the same
+// secret accepts; a command waiting for a store says on stderr what it
+// waits for, naming the variable, before its deadline.
+func TestTokenAndWaitingSayWhatTheyDo(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the binaries")
+	}
+	dir := t.TempDir()
+	require.NoError(t, harness.Build(dir, false, "gateway", "reaper"))
+	secret := strings.Repeat("k", 32)
+	cmd := exec.Command(filepath.Join(dir, "gateway"), "token", "--user", "alice", "--ttl", "10m")
+	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "FLASHSALE_JWT_SECRET=" + secret}
+	out, err := cmd.Output()
+	require.NoError(t, err)
+	user, err := token.New(token.Config{Secret: secret, MaxLifetime: time.Hour}).Verify(strings.TrimSpace(string(out)))
+	require.NoError(t, err, "the token verifies with the secret: %s", out)
+	require.Equal(t, "alice", user)
+
+	cmd = exec.Command(filepath.Join(dir, "reaper"), "reconcile")
+	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "FLASHSALE_REDIS_ADDR=127.0.0.1:1", "FLASHSALE_MYSQL_DSN=root@tcp(127.0.0.1:1)/x"}
+	stderr, err := cmd.StderrPipe()
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
+	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	line, err := bufio.NewReader(stderr).ReadString('\n')
+	require.NoError(t, err)
+	require.Contains(t, line, "waiting: cannot reach Redis at 127.0.0.1:1 (FLASHSALE_REDIS_ADDR)")
+	require.NotContains(t, line, "load script")
 }
