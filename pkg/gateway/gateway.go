@@ -280,13 +280,14 @@ func refuseChunked(w http.ResponseWriter) {
 	writeError(w, errLengthRequired)
 }
 
-// sweepLimiters forgets full buckets every few seconds until the returned
-// stop is called.
+// sweepEvery is how often the limiters forget their full buckets.
+const sweepEvery = 5 * time.Second
+
+// sweepLimiters forgets full buckets every sweepEvery until the returned
+// stop is called. It always runs: the failed admin authentications are
+// recorded per address whatever the other limits are.
 func (g *Gateway) sweepLimiters() (stop func()) {
-	if g.users == nil && g.addrs == nil && g.soldOut.refresh == 0 {
-		return func() {}
-	}
-	return every(5*time.Second, func() {
+	return every(sweepEvery, func() {
 		now := g.now()
 		g.users.sweep(now)
 		g.addrs.sweep(now)

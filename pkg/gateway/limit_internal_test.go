@@ -4,6 +4,7 @@ import (
 	"net/http/httptest"
 	"runtime"
 	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -102,4 +103,39 @@ func BenchmarkUserLimiter(b *testing.B) {
 			i += 7919
 		}
 	})
+}
+
+// With every other limit off (no user rate, no address rate, no sold-out
+// pruning), the failed admin authentications are still forgotten once
+// their buckets fill again: they are recorded per client address, and
+// used to grow without bound because no sweeper ran.
+func TestAdminFailuresAreSweptWithEveryOtherLimitOff(t *testing.T) {
+	var now atomic.Int64
+	now.Store(time.Now().UnixNano())
+	cfg := Config{AdminToken: "admin-token-admin-token-admin-token", JWTSecret: "jwt-secret-jwt-secret-jwt-secret!!"}
+	g, err := New(cfg, nil, nil, nil, WithClock(func() time.Time { return time.Unix(0, now.Load()) }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	if g.users != nil || g.addrs != nil || g.soldOut.refresh != 0 {
+		t.Fatalf("a zero Config has a limit on: users %v, addrs %v, sold-out refresh %d", g.users != nil, g.addrs != nil, g.soldOut.refresh)
+	}
+	for i := range 100 {
+		r := httptest.NewRequest("GET", "/admin/v1/stats", nil)
+		r.RemoteAddr = "198.51.100." + strconv.Itoa(i) + ":5000"
+		r.Header.Set("Authorization", "Bearer wrong")
+		g.admin(httptest.NewRecorder(), r)
+	}
+	if n := g.adminFails.keys(); n != 100 {
+		t.Fatalf("%d addresses recorded, want 100", n)
+	}
+	now.Add(int64(time.Hour)) // every bucket has filled again
+	deadline := time.Now().Add(4 * sweepEvery)
+	for g.adminFails.keys() != 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d addresses still recorded after %s: no sweeper ran", g.adminFails.keys(), 4*sweepEvery)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
