@@ -60,7 +60,7 @@ func TestRedisLinesGoThroughZap(t *testing.T) {
 	require.Equal(t, zap.WarnLevel, e.Level)
 }
 
-// Each format's fields have the types its pipeline indexes (issue 23):
+// Each format's fields have the types its pipeline indexes:
 // ECS's log.origin.file.line a number and error an object (error.message),
 // Cloud Logging's sourceLocation an object; and every format carries the
 // active span's trace and span ids, under its own names.

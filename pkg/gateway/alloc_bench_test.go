@@ -24,7 +24,7 @@ const admittedClaimAllocs = 69 // 64 measured (2026-11-25: token claims decoded 
 // BenchmarkAdmittedClaim serves admitted claims (each by a new user) through
 // the gateway's handler against a real redis-server, and fails when a
 // claim allocates more than admittedClaimAllocs times on average: the
-// hot path's allocations are a budget (issue 18), checked by allocation
+// hot path's allocations are a budget, checked by allocation
 // count, which does not depend on the machine's speed. make bench and CI
 // run it (make bench-allocs). Measured when set: 72 per claim (it was 77
 // before admitCalls stopped building a map and the bucket key per claim).

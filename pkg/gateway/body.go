@@ -12,7 +12,7 @@ import (
 
 // Request bodies arrive at the client's pace. A client that announces a
 // body and sends it slowly (or never) must not hold what honest requests
-// need while it waits (issue 25, attacks 1 and 5): every body is read
+// need while it waits: every body is read
 // through readBody, with a deadline shorter than the listener's
 // ReadTimeout, outside the in-flight count, and before any MySQL slot is
 // taken by a request that has not proved who sent it (the webhook).

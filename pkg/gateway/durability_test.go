@@ -187,7 +187,7 @@ func saleThroughLaggingFailover(t *testing.T, durability string, topo laggingTop
 	return res
 }
 
-// Issue 19: a failover to a replica that lagged loses the 202s the old
+// A failover to a replica that lagged loses the 202s the old
 // master gave (with durability none: the test shows it can fail), and
 // loses none with durability replica, whose claims answer 503 while the
 // replica lags; through a sentinel and through a cluster's own failover.

@@ -432,7 +432,7 @@ func TestAdminSurface(t *testing.T) {
 
 	// Ten wrong tokens, then the address's wrong tokens are answered 429
 	// until a try is earned back; the right token is never throttled
-	// (issue 25, attack 6: an operator behind the attacker's NAT, or a
+	// (an operator behind the attacker's NAT, or a
 	// port-forward, was locked out).
 	wrong := "wrong-wrong-wrong-wrong-wrong-wrong"
 	for range 10 {

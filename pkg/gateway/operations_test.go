@@ -127,7 +127,7 @@ func TestPaymentWebhook(t *testing.T) {
 	}
 	requireError(t, hook(orders[0], "pay-1", ""), http.StatusConflict, "order_pending")
 	f.persist(id)
-	// Issue 25, attack 2: with a payment provider, a buyer cannot mark
+	// With a payment provider, a buyer cannot mark
 	// their own order paid.
 	requireError(t, f.do("POST", "/v1/orders/"+orders[1]+"/pay", f.token("b"), ""), http.StatusNotFound, "not_found")
 	got := f.do("GET", "/v1/orders/"+orders[1], f.token("b"), "")

@@ -10,7 +10,7 @@ import (
 	"github.com/flashsale/flashsale/pkg/rdb"
 )
 
-// Issue 24: on a hot voucher (four buckets) with the workers stopped,
+// On a hot voucher (four buckets) with the workers stopped,
 // users whose claims are decided in different buckets each see all of
 // their pending orders, and the admin backlog counts every bucket's
 // stream. (The store's half runs on a Redis Cluster too:

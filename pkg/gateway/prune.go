@@ -73,8 +73,7 @@ func (s *soldOut) prune(v, qty int64) bool {
 // units left says claims of qty or more are sold out, nothing about fewer.
 // So a sold_out for more units than the flag covers leaves the flag to
 // expire: otherwise one account claiming more units than are left would
-// keep a voucher with units back "sold out" for everyone (issue 25,
-// attack 4).
+// keep a voucher with units back "sold out" for everyone.
 func (s *soldOut) soldOutFor(v, qty int64) {
 	if s.refresh == 0 {
 		return

@@ -127,7 +127,7 @@ func TestHotVoucherThroughTheAPI(t *testing.T) {
 	}
 }
 
-// Issue 25, attack 4: one account claiming more units than are left, with
+// One account claiming more units than are left, with
 // and without an Idempotency-Key, got real sold_out answers from Redis and
 // renewed the flag, so everyone else's claims of one unit were answered
 // sold_out by the gateway though a unit was back. Only a sold_out that

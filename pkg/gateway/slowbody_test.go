@@ -57,7 +57,7 @@ func requireTimesOut(t *testing.T, rd *bufio.Reader) {
 	require.Contains(t, rest, `"error":"body_timeout"`)
 }
 
-// Issue 25, attack 1: webhooks whose bodies never finish held every MySQL
+// Webhooks whose bodies never finish held every MySQL
 // slot (the body was read inside one, before the signature was checked),
 // so orders, payments and the admin API answered 503 for as long as they
 // held. The webhook now reads and verifies before it takes a slot.
@@ -78,7 +78,7 @@ func TestSlowWebhookBodiesHoldNoMySQLSlot(t *testing.T) {
 	requireTimesOut(t, slow[0])
 }
 
-// Issue 25, attack 5: claims whose bodies never finish held in-flight
+// Claims whose bodies never finish held in-flight
 // tokens until the listener's read timeout, so honest claims were answered
 // 503 overloaded. Waiting for a body no longer counts as work, and the
 // body has a deadline of its own.

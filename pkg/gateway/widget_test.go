@@ -153,7 +153,7 @@ func TestTheALTCHAWidgetSolvesTheGatewaysChallenge(t *testing.T) {
 	require.Equal(t, http.StatusAccepted, f.do("POST", "/v1/vouchers/"+id+"/orders", f.token("alice"), "", proof.Header, payload).Status)
 }
 
-// The browser's solving time at the default difficulty (issue 20: well
+// The browser's solving time at the default difficulty (well
 // under a second): go test -run '^$' -bench ALTCHAWidget -benchtime 10x ./pkg/gateway
 func BenchmarkALTCHAWidgetSolve(b *testing.B) {
 	bin := ""

@@ -119,7 +119,7 @@ func replace(s, old, new string) string {
 	panic("no " + old + " in " + s)
 }
 
-// The gateway's CPU per check (issue 20's target: at most 20 µs).
+// The gateway's CPU per check (the target: at most 20 µs).
 func BenchmarkVerify(b *testing.B) {
 	now := time.Now()
 	iss := proof.New(key, time.Hour, func() time.Time { return now })

@@ -107,7 +107,7 @@ func randomSale(r *rand.Rand, id int64) (rdb.Voucher, []rdb.Claim, bool) {
 	return v, claims, paused
 }
 
-// Issue 18: a batch of claims, decided by one script call per bucket, comes
+// A batch of claims, decided by one script call per bucket, comes
 // to exactly what the same claims one by one do (a property over random
 // sales: stock, per-user and per-day limits, replays of keys, also within
 // the batch, quantities, windows, pauses, pools, buckets, draws' entries,

@@ -48,7 +48,7 @@ func commandCalls(t *testing.T, s *rdb.Store, cmd string) int64 {
 	return total.Load()
 }
 
-// Issue 25, attack 3: a user's pending orders were found by reading the
+// A user's pending orders were found by reading the
 // whole partition stream, 1,000 entries per call, on every GET
 // /v1/orders?voucher_id=. They are now found by the user's index: the
 // stream entries read are the user's own, however long the backlog.
@@ -87,7 +87,7 @@ func TestUserPendingReadsOnlyTheUsersOwnEntries(t *testing.T) {
 	require.Equal(t, int64(1), commandCalls(t, s, "xrange")-before, "the persisted order's id was dropped from the index")
 }
 
-// Issue 24's bug: on a hot voucher (stock_buckets > 1) a user's orders go
+// A bug: on a hot voucher (stock_buckets > 1) a user's orders go
 // to the stream of the user's bucket, but UserPending read only the
 // voucher's home partition, so pending orders of users outside bucket 0
 // were not listed.

@@ -248,7 +248,7 @@ func (s *Store) TrimDeadLetters(ctx context.Context, p int, before time.Time) (i
 // user's index in the bucket that decides the user's claims (admit.lua
 // appends every admission's entry id to it; pending.lua reads those
 // entries and forgets the ones persisted), so the cost is bounded by the
-// user's own orders, however long the stream is (issue 25, attack 3), and
+// user's own orders, however long the stream is, and
 // a hot voucher's orders are found in whichever bucket's stream they are.
 func (s *Store) UserPending(ctx context.Context, v int64, user string) ([]order.Order, error) {
 	b, err := s.userBucket(ctx, v, user)

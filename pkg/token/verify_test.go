@@ -157,7 +157,7 @@ func TestTokenPolicy(t *testing.T) {
 	refused(a, sign(t, testSecret, jwt.MapClaims{"sub": "alice", "exp": float64(testNow.Add(25 * time.Hour).Unix())}))
 	// iat may be a minute ahead of the gateway's clock (skew), no more: an
 	// iat in the future would stretch the lifetime bound (exp - iat) to
-	// any exp, up to year 9999 (issue 25, attack 7).
+	// any exp, up to year 9999.
 	ok(a, sign(t, testSecret, jwt.MapClaims{"sub": "alice", "exp": exp, "iat": float64(testNow.Add(30 * time.Second).Unix())}))
 	refused(a, sign(t, testSecret, jwt.MapClaims{"sub": "alice", "exp": float64(testNow.Add(25 * time.Hour).Unix()), "iat": float64(testNow.Add(2 * time.Hour).Unix())}))
 	const year9999 = 253402300000.0

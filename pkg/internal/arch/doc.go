@@ -1,3 +1,3 @@
 // Package arch holds the tests of the packages' shape: which may import
-// which, and which may write what (issue 24).
+// which, and which may write what.
 package arch

@@ -1,6 +1,6 @@
 package bench
 
-// The gateway's memory after a number of distinct users (issue 18: peak
+// The gateway's memory after a number of distinct users (peak
 // RSS ≤ 50 MB after 200,000), measured on a gateway that has served
 // nothing else: every other row's users would count too.
 

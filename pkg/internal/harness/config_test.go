@@ -119,7 +119,7 @@ func TestHelpAndVersionNeedNoSecrets(t *testing.T) {
 	}
 }
 
-// The commands a person types (issue 23): -h on each answers its usage on
+// The commands a person types: -h on each answers its usage on
 // stdout and exits 0 with no secret and no server; a mistyped command or
 // subcommand is said in plain text before anything is dialled, exit 2; a
 // command that fails says so in plain text, exit 2.

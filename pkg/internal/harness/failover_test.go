@@ -135,7 +135,7 @@ func requireTheRestSells(t *testing.T, ctx context.Context, s *harness.Stack, v,
 	require.Zero(t, final.RedisRemaining)
 }
 
-// Issue 19: a sale through a Sentinel failover (quorum one): the master is
+// A sale through a Sentinel failover (quorum one): the master is
 // killed mid-sale, the sentinel promotes its replica, and the sale goes on
 // through the new master. With FLASHSALE_REDIS_DURABILITY=replica no 202
 // is lost; no oversell, no user over the limit, and reconcile finds the

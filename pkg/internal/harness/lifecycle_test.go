@@ -211,7 +211,7 @@ func TestGatewaySmokeCommand(t *testing.T) {
 	}
 	ctx := context.Background()
 	// A release that requires the token's issuer and audience: the smoke
-	// test's tokens carry them (issue 23: it answered 401 before).
+	// test's tokens carry them (it answered 401 before).
 	s := startStack(t, ctx, "FLASHSALE_JWT_ISSUER=https://id.example", "FLASHSALE_JWT_AUDIENCE=flashsale")
 	out, err := s.RunOutput(ctx, "gateway", "smoke")
 	require.NoError(t, err, out)

@@ -2,7 +2,7 @@
 // carry EXPIREAT deadlines and MySQL rows are compared with NOW(), so a time
 // a test writes must come from the clock, never from a calendar date: a sale
 // seeded on a fixed day ends, and its keys expire as they are written, once
-// the calendar passes that day (issue 17). TestNoCalendarDatesInTests keeps
+// the calendar passes that day. TestNoCalendarDatesInTests keeps
 // it so.
 package testclock
 
