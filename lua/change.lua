@@ -1,5 +1,6 @@
 -- change.lua: apply an operator's change of a voucher (more stock, a new
--- end of sale, a pause or a resume) to Redis, exactly once. MySQL recorded
+-- end of sale, a pause or a resume, a proof-of-work gate put on or taken
+-- off, a waiting room put on, changed or taken away) to Redis, exactly once. MySQL recorded
 -- the change first (voucher_changes, pkg/settle); the set of applied
 -- changes makes a second call for the same change a no-op, so a caller may
 -- retry until it gets an answer.

@@ -32,8 +32,10 @@ var (
 	roomSrc string
 )
 
-// Admit decides one claim: sale window, stock, per-user and per-day limits,
-// idempotency replay, deduction and the XADD of the order (admit.lua).
+// Admit decides a batch of claims of one voucher bucket, in order: each
+// one's sale window, stock, per-user and per-day limits, idempotency
+// replay, proof of work, room pass, deduction and the XADD of its order
+// (admit.lua).
 var Admit = redis.NewScript(admitSrc)
 
 // Release gives back one order's reservation exactly once (release.lua).

@@ -1,5 +1,5 @@
 // Command gateway serves flashsale's HTTP API. "gateway migrate" applies the
-// SQL migrations instead. Configuration: FLASHSALE_* variables (README).
+// SQL migrations instead. Configuration: FLASHSALE_* variables (docs/CONFIGURATION.md).
 package main
 
 import (

@@ -4,7 +4,7 @@
 // streams (and rebuilds Redis), "reaper deadletters" handles the dead
 // letters, "reaper report VOUCHER_ID" accounts for a sale and "reaper
 // migrate" applies the migrations: pkg/reaper/cli. Configuration:
-// FLASHSALE_* variables (README).
+// FLASHSALE_* variables (docs/CONFIGURATION.md).
 package main
 
 import "github.com/flashsale/flashsale/pkg/reaper/cli"

@@ -1,6 +1,6 @@
 // Command worker persists admitted orders from the Redis streams to MySQL.
 // "worker migrate" applies the SQL migrations instead. Configuration:
-// FLASHSALE_* variables (README).
+// FLASHSALE_* variables (docs/CONFIGURATION.md).
 package main
 
 import (

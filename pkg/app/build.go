@@ -100,7 +100,7 @@ func PrintHelp[C Config](w io.Writer, cfg C, commands []Command[C]) {
 	}
 	fmt.Fprintf(ctw, "\nThis text and the build:\n  help\tthis text\n  version\tthe build's version and commit\n")
 	ctw.Flush()
-	fmt.Fprintf(w, "\n%s COMMAND -h shows a command's usage and flags. Exit status of a command: 0 done, 2 failed or misused (and 1 where a command says what it means); the role itself exits 1 on a failure, with one JSON log line.\n\nConfiguration, all from the environment (README.md describes each):\n\n", bin)
+	fmt.Fprintf(w, "\n%s COMMAND -h shows a command's usage and flags. Exit status of a command: 0 done, 2 failed or misused (and 1 where a command says what it means); the role itself exits 1 on a failure, with one JSON log line.\n\nConfiguration, all from the environment (docs/CONFIGURATION.md describes each):\n\n", bin)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "VARIABLE\tTYPE\tDEFAULT\tREQUIRED")
 	tmpl := `{{range .}}{{usage_key .}}	{{usage_type .}}	{{usage_default .}}	{{usage_required .}}

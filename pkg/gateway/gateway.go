@@ -538,7 +538,7 @@ func (g *Gateway) user(w http.ResponseWriter, r *http.Request) (string, bool) {
 // every guess checked, so the defence against guessing is the token's
 // length (at least 32 bytes, 256 bits from openssl rand -hex 32); the
 // throttle keeps the log and the metric of a guessing run small and
-// visible (flashsale_gateway_shed_total{reason="admin_auth"}).
+// visible (flashsale_requests_shed_total{reason="admin_auth"}).
 const (
 	adminFailBurst = 10
 	adminFailEvery = 6 * time.Second

@@ -17,7 +17,8 @@ import (
 	"github.com/flashsale/flashsale/pkg/order"
 )
 
-// Claim is one user's request for one unit of a voucher.
+// Claim is one user's request for Quantity units (or one item, or one
+// draw entry) of a voucher.
 type Claim struct {
 	VoucherID int64
 	UserID    string

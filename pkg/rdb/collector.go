@@ -31,8 +31,6 @@ type StreamCollector struct {
 // without a scrape; another reaper takes over after it.
 const GaugeLease = 30 * time.Second
 
-func gaugesKey() string { return "flashsale:gauges-exporter" }
-
 // ExportedBy makes c export the stream gauges only while who holds the
 // exporter lease (renewed at each scrape), so that several reapers do not
 // each export them.

@@ -182,7 +182,7 @@ func (s *Store) waitWritten(ctx context.Context, partitions ...int) error {
 		}
 		seen[addr] = true
 		pipe := c.Pipeline()
-		pipe.Set(ctx, partitionPrefix(p)+"wait", time.Now().UnixMilli(), time.Hour)
+		pipe.Set(ctx, waitKey(p), time.Now().UnixMilli(), time.Hour)
 		wait := s.queueWait(ctx, pipe)
 		if _, err := pipe.Exec(ctx); err != nil {
 			return fmt.Errorf("wait for replicas of %s: %w", addr, err)

@@ -12,6 +12,7 @@ import (
 //
 //	flashsale:{pP}:orders              stream of admitted orders
 //	flashsale:{pP}:dead                dead-letter stream
+//	flashsale:{pP}:wait                a write the durability check waits on (FLASHSALE_REDIS_DURABILITY), for an hour
 //	flashsale:{pP}:v:V                 voucher hash: stock, limit, daily, start_ms, end_ms, buckets, ...
 //	                                   and u:USER -> units user USER holds (read with the voucher, one HMGET)
 //	                                   and o:USER -> entry ids of USER's admissions not yet seen persisted
@@ -25,6 +26,10 @@ import (
 //	flashsale:{pP}:v:V:room            a waiting room's state (pkg/room, room.lua)
 //	flashsale:{pP}:v:V:room:w          a waiting room's waiters: user -> place
 //	flashsale:{pP}:v:V:proof:S         a proof of work spent on V (S its challenge's signature), for its TTL
+//
+// and, in no partition:
+//
+//	flashsale:gauges-exporter          which reaper exports the stream gauges now (a lease)
 //
 // A voucher with stock_buckets N > 1 (a hot item) has N buckets, each a
 // voucher of its own with every key above: bucket 0 is the voucher's own
@@ -41,6 +46,12 @@ func StreamKey(p int) string { return partitionPrefix(p) + "orders" }
 
 // DeadKey is the dead-letter stream of partition p.
 func DeadKey(p int) string { return partitionPrefix(p) + "dead" }
+
+// waitKey is the key a durability check of partition p writes and waits on.
+func waitKey(p int) string { return partitionPrefix(p) + "wait" }
+
+// gaugesKey is the lease of the reaper exporting the stream gauges.
+func gaugesKey() string { return "flashsale:gauges-exporter" }
 
 // bucket is where one bucket of a voucher lives.
 type bucket struct {

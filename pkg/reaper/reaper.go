@@ -232,6 +232,17 @@ func (r *Reaper) services() []service {
 	}
 }
 
+// ServiceNames are the reaper's services, in the order a pass runs them
+// (docs/ARCHITECTURE.md, "The reaper", describes each).
+func ServiceNames() []string {
+	var r Reaper
+	var names []string
+	for _, s := range r.services() {
+		names = append(names, s.name)
+	}
+	return names
+}
+
 // Run runs every service, each on its own interval (jittered by ±20%),
 // until ctx ends; a pass in progress is finished first.
 func (r *Reaper) Run(ctx context.Context) error {

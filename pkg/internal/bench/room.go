@@ -86,7 +86,7 @@ func roomRuns(ctx context.Context, s *harness.Stack, cfg Config, tokens []string
 		if qtok[i] == "" {
 			return fmt.Errorf("waiter %d did not join", i)
 		}
-		// The token alone, as a client polls (README): it names its user.
+		// The token alone, as a client polls (docs/API.md): it names its user.
 		polls[i] = []byte("GET " + queue + " HTTP/1.1\r\nHost: " + host + "\r\n" + room.Header + ": " + qtok[i] + "\r\n\r\n")
 	}
 	bareReq := Request(trivialAddr, "/", "x")

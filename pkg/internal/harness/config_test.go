@@ -425,3 +425,98 @@ func TestTokenAndWaitingSayWhatTheyDo(t *testing.T) {
 	require.Contains(t, line, "waiting: cannot reach Redis at 127.0.0.1:1 (FLASHSALE_REDIS_ADDR)")
 	require.NotContains(t, line, "load script")
 }
+
+// helpVariables reads the variable table of a binary's help: name ->
+// default.
+func helpVariables(help string) map[string]string {
+	out := map[string]string{}
+	_, table, _ := strings.Cut(help, "\nVARIABLE")
+	for _, l := range strings.Split(table, "\n")[1:] {
+		f := regexp.MustCompile(`\s{2,}`).Split(strings.TrimSpace(l), -1)
+		if len(f) < 2 || !strings.HasPrefix(f[0], "FLASHSALE_") {
+			continue
+		}
+		def := "" // VARIABLE, TYPE, DEFAULT (no variable is REQUIRED: Validate says what is)
+		if len(f) >= 3 {
+			def = f[2]
+		}
+		out[f[0]] = def
+	}
+	return out
+}
+
+// docs/CONFIGURATION.md is the configuration the binaries read: every
+// variable a binary's help lists is in its table and every one the table
+// names is read; each row's roles are the binaries that read it; a default
+// the table writes as a literal is the one the binary has.
+func TestTheConfigurationTableIsTheBinariesConfiguration(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the binaries")
+	}
+	dir := t.TempDir()
+	bins := []string{"gateway", "worker", "reaper"}
+	require.NoError(t, harness.Build(dir, false, bins...))
+	read := map[string]map[string]string{} // binary -> variable -> default
+	for _, bin := range bins {
+		cmd := exec.Command(filepath.Join(dir, bin), "help")
+		cmd.Env = []string{"PATH=" + os.Getenv("PATH")}
+		out, err := cmd.Output()
+		require.NoError(t, err)
+		read[bin] = helpVariables(string(out))
+		require.NotEmpty(t, read[bin], bin)
+	}
+	root, err := harness.ModuleRoot()
+	require.NoError(t, err)
+	doc, err := os.ReadFile(filepath.Join(root, "docs", "CONFIGURATION.md"))
+	require.NoError(t, err)
+	documented := map[string]bool{}
+	name := regexp.MustCompile("`(FLASHSALE_[A-Z_]+)`")
+	literal := regexp.MustCompile("^`([^`]*)`$")
+	for _, row := range strings.Split(string(doc), "\n") {
+		cells := strings.Split(row, "|")
+		if len(cells) < 5 || !strings.Contains(cells[1], "`FLASHSALE_") {
+			continue
+		}
+		var vars []string
+		for _, m := range name.FindAllStringSubmatch(cells[1], -1) {
+			vars = append(vars, m[1])
+			documented[m[1]] = true
+		}
+		roles := strings.TrimSpace(cells[2])
+		var want []string
+		switch {
+		case roles == "all" || strings.Contains(roles, "migrate"):
+			want = bins
+		default:
+			for _, b := range bins {
+				if strings.Contains(roles, b) {
+					want = append(want, b)
+				}
+			}
+		}
+		require.NotEmpty(t, want, "%s: roles %q", vars, roles)
+		defaults := strings.Split(strings.TrimSpace(cells[3]), ", ")
+		for i, v := range vars {
+			for _, b := range bins {
+				if _, reads := read[b][v]; reads != slices.Contains(want, b) {
+					t.Errorf("docs/CONFIGURATION.md says %s is read by %s; %s help says otherwise", v, roles, b)
+				}
+			}
+			if len(defaults) != len(vars) {
+				continue
+			}
+			if m := literal.FindStringSubmatch(defaults[i]); m != nil && !strings.HasPrefix(m[1], "FLASHSALE_") {
+				if got := read[want[0]][v]; got != m[1] {
+					t.Errorf("docs/CONFIGURATION.md gives %s the default %q; %s has %q", v, m[1], want[0], got)
+				}
+			}
+		}
+	}
+	for _, b := range bins {
+		for v := range read[b] {
+			if !documented[v] {
+				t.Errorf("%s reads %s, which docs/CONFIGURATION.md does not describe", b, v)
+			}
+		}
+	}
+}

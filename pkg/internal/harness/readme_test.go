@@ -66,20 +66,21 @@ func readmeExamples(t *testing.T, readme string) []example {
 				ex.answers = append(ex.answers, answer{st, m[2]})
 			}
 		}
-		require.NotEmpty(t, ex.answers, "README line %d: a curl example without its documented answer", ex.line)
+		require.NotEmpty(t, ex.answers, "line %d: a curl example without its documented answer", ex.line)
 		out = append(out, ex)
 	}
 	return out
 }
 
-// The README's examples run as written, in order, against a real stack
-// (as make dev starts one), and each answers what the README says: its
+// The examples of the README and of docs/API.md run as written, in order,
+// against a real stack (as make dev starts one; each file on its own), and
+// each answers what its document says: its
 // status and, for an error, its code; for a success, the fields shown. The
 // ids the README shows are read as the ones the answers gave; the dates
 // in it, as times to come. A command documented with several answers is
 // the README's "ask again": it is repeated until it gets the last one;
 // an order not yet persisted is asked again, as the API says to.
-func TestTheREADMEExamplesRunAsWritten(t *testing.T) {
+func TestTheDocsExamplesRunAsWritten(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs the binaries")
 	}
@@ -88,14 +89,54 @@ func TestTheREADMEExamplesRunAsWritten(t *testing.T) {
 	}
 	root, err := harness.ModuleRoot()
 	require.NoError(t, err)
-	raw, err := os.ReadFile(filepath.Join(root, "README.md"))
-	require.NoError(t, err)
-	examples := readmeExamples(t, string(raw))
-	require.GreaterOrEqual(t, len(examples), 15, "the README's examples")
-
 	ctx := context.Background()
 	s := startStack(t, ctx)
-	env := append(os.Environ(), "ADMIN="+s.AdminToken, "TOKEN="+s.Token("alice"))
+	for file, least := range map[string]int{"README.md": 5, "docs/API.md": 15} {
+		raw, err := os.ReadFile(filepath.Join(root, file))
+		require.NoError(t, err)
+		examples := readmeExamples(t, string(raw))
+		require.GreaterOrEqual(t, len(examples), least, "%s's examples", file)
+		// Each file's examples from a user of their own: a user's limits
+		// are the examples' story.
+		runExamples(t, s, file, examples, s.Token("user-of-"+strings.ReplaceAll(file, "/", "-")))
+	}
+	requireKeysDocumented(t, ctx, s, root)
+}
+
+// requireKeysDocumented holds every key in the stack's Redis to the key
+// layout written in pkg/rdb/keys.go: each must match one of its lines.
+func requireKeysDocumented(t *testing.T, ctx context.Context, s *harness.Stack, root string) {
+	t.Helper()
+	src, err := os.ReadFile(filepath.Join(root, "pkg", "rdb", "keys.go"))
+	require.NoError(t, err)
+	var layout []*regexp.Regexp
+	for _, l := range strings.Split(string(src), "\n") {
+		f := strings.Fields(strings.TrimPrefix(l, "//"))
+		if !strings.HasPrefix(l, "//\tflashsale:") || len(f) == 0 {
+			continue
+		}
+		p := regexp.QuoteMeta(f[0])
+		for from, to := range map[string]string{`\{pP\}`: `\{p\d+\}`, `:v:V`: `:v:\d+(:b\d+)?`, `YYYYMMDD`: `\d{8}`,
+			`:idem:U:K`: `:idem:[^:]+:.+`, `:proof:S`: `:proof:.+`} {
+			p = strings.ReplaceAll(p, from, to)
+		}
+		layout = append(layout, regexp.MustCompile("^"+p+"$"))
+	}
+	require.GreaterOrEqual(t, len(layout), 10, "pkg/rdb/keys.go's layout")
+	keys, err := s.RDB.Client().Keys(ctx, "*").Result()
+	require.NoError(t, err)
+	require.NotEmpty(t, keys)
+	for _, k := range keys {
+		if !slices.ContainsFunc(layout, func(re *regexp.Regexp) bool { return re.MatchString(k) }) {
+			t.Errorf("Redis holds %s, which pkg/rdb/keys.go's key layout does not describe", k)
+		}
+	}
+}
+
+// runExamples runs examples in order, as TOKEN, and checks each answer.
+func runExamples(t *testing.T, s *harness.Stack, file string, examples []example, userToken string) {
+	t.Helper()
+	env := append(os.Environ(), "ADMIN="+s.AdminToken, "TOKEN="+userToken)
 	// What the README shows -> what this run's answers gave, replaced in
 	// one pass (the README's 2 may be this run's 3 while its 3 is 4).
 	seen := map[string]string{}
@@ -119,11 +160,11 @@ func TestTheREADMEExamplesRunAsWritten(t *testing.T) {
 		c := exec.Command("bash", "-c", cmd+` -s -w '\n%{http_code}'`)
 		c.Env = env
 		out, err := c.CombinedOutput()
-		require.NoError(t, err, "README line %d: %s\n%s", ex.line, cmd, out)
+		require.NoError(t, err, "%s line %d: %s\n%s", file, ex.line, cmd, out)
 		i := strings.LastIndex(string(out), "\n")
-		require.Positive(t, i, "README line %d: %s", ex.line, out)
+		require.Positive(t, i, "%s line %d: %s", file, ex.line, out)
 		status, err := strconv.Atoi(strings.TrimSpace(string(out[i+1:])))
-		require.NoError(t, err, "README line %d: %s", ex.line, out)
+		require.NoError(t, err, "%s line %d: %s", file, ex.line, out)
 		return status, strings.TrimSpace(string(out[:i]))
 	}
 	for _, ex := range examples {
@@ -140,8 +181,8 @@ func TestTheREADMEExamplesRunAsWritten(t *testing.T) {
 			}
 			time.Sleep(100 * time.Millisecond)
 		}
-		require.True(t, matches(want, status, body), "README line %d: %s\ndocumented %d %s\nanswered   %d %s",
-			ex.line, ex.command, want.status, want.body, status, body)
+		require.True(t, matches(want, status, body), "%s line %d: %s\ndocumented %d %s\nanswered   %d %s",
+			file, ex.line, ex.command, want.status, want.body, status, body)
 		gotIDs := map[string]string{}
 		for _, g := range idField.FindAllStringSubmatch(body, -1) {
 			gotIDs[g[1]] = g[2]

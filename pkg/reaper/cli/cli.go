@@ -1,7 +1,7 @@
 // Package cli is the reaper's command line: the role (no argument),
 // "migrate", and the operator's commands (reconcile, deadletters,
 // report). cmd/reaper hands off to Main, as River's main hands off to its
-// CLI package. Configuration: FLASHSALE_* variables (README).
+// CLI package. Configuration: FLASHSALE_* variables (docs/CONFIGURATION.md).
 package cli
 
 import (
