@@ -1,22 +1,16 @@
 package gateway
 
 import (
-	"bytes"
 	"cmp"
 	crand "crypto/rand"
 	"errors"
-	"io"
 	"math/rand/v2"
-	"mime"
 	"net/http"
-	"strconv"
 	"strings"
 	"time"
 	"unicode"
 	"unicode/utf8"
 
-	jsonv2 "github.com/go-json-experiment/json"
-	"github.com/go-json-experiment/json/jsontext"
 	"go.uber.org/zap"
 
 	"github.com/flashsale/flashsale/pkg/db"
@@ -130,50 +124,6 @@ func revealed(v db.Voucher) string {
 		return v.DrawSeed
 	}
 	return ""
-}
-
-// decodeJSON reads one JSON object of at most maxBodyBytes into dst, as
-// encoding/json/v2 reads it: member names match exactly (no "Stock" for
-// "stock"), a name may appear once, and an unknown one is refused; so is
-// anything after the object. Errors are the API's, with their codes.
-func decodeJSON(w http.ResponseWriter, r *http.Request, dst any) error {
-	return decodeJSONUpTo(w, r, dst, maxBodyBytes)
-}
-
-// decodeJSONUpTo is decodeJSON with a body of at most limit bytes.
-func decodeJSONUpTo(w http.ResponseWriter, r *http.Request, dst any, limit int64) error {
-	if ct := r.Header.Get("Content-Type"); ct != "" {
-		if mt, _, err := mime.ParseMediaType(ct); err != nil || mt != "application/json" {
-			return &apiError{http.StatusUnsupportedMediaType, "unsupported_media_type", "the body must be application/json"}
-		}
-	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
-	var tooBig *http.MaxBytesError
-	switch {
-	case errors.As(err, &tooBig):
-		return bodyTooLarge(limit)
-	case err != nil:
-		return badRequest("malformed_json", "the body could not be read")
-	case len(bytes.TrimSpace(body)) == 0:
-		return badRequest("malformed_json", "the body is empty")
-	}
-	err = jsonv2.Unmarshal(body, dst, jsonv2.RejectUnknownMembers(true))
-	if err == nil {
-		return nil
-	}
-	var semErr *jsonv2.SemanticError
-	var synErr *jsontext.SyntacticError
-	switch {
-	case errors.As(err, &semErr) && errors.Is(semErr.Err, jsonv2.ErrUnknownName):
-		return badRequest("unknown_field", "unknown field "+strconv.Quote(semErr.JSONPointer.LastToken())+
-			" (names are matched exactly, as the API spells them)")
-	case errors.As(err, &synErr) && errors.Is(synErr.Err, jsontext.ErrDuplicateName):
-		return badRequest("malformed_json", "the member "+strconv.Quote(synErr.JSONPointer.LastToken())+" appears twice")
-	case errors.As(err, &semErr):
-		return badRequest("invalid_field", "field "+strings.TrimPrefix(string(semErr.JSONPointer), "/")+" has the wrong type or is out of range")
-	default:
-		return badRequest("malformed_json", "the body is not a JSON object: "+strings.TrimPrefix(err.Error(), "jsontext: "))
-	}
 }
 
 // printable reports whether s, a name people read in the console and in

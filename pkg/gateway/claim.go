@@ -15,6 +15,30 @@ import (
 var errBadIdempotencyKey = badRequest("invalid_idempotency_key", "Idempotency-Key must be 1-64 characters of A-Z a-z 0-9 _ . @ -")
 
 // claim: POST /v1/vouchers/{id}/orders. One admission script, no MySQL.
+//
+// Every check a claim passes, in order (docs/ARCHITECTURE.md opens with
+// this list); each refusal is answered at once and costs nothing after it:
+//
+//  1. shed (gateway.go), before the router: a chunked body (411), the
+//     in-flight bound (503 overloaded), the address's rate (429);
+//  2. userAndID: the bearer token (401), the user's rate (429), the id;
+//  3. the Idempotency-Key's form (400);
+//  4. claimQuantity: the body, read within its deadline, {"quantity": N} (400, 408, 413, 415);
+//  5. claimProof (proof.go): a proof of work's signature, user, voucher
+//     and expiry (403 proof_invalid), before Redis;
+//  6. soldOut.prune (prune.go): a voucher Redis said is sold out, for
+//     FLASHSALE_SOLD_OUT_REFRESH, answered 409 without Redis;
+//  7. roomPass (room.go): a voucher with a waiting room wants a pass that
+//     holds (403 not_admitted), from this gateway's last state of the room;
+//  8. admitClaim: admit.lua, through the batcher (rdb/batcher.go,
+//     rdb/admit.go), decides the rest in Redis, atomically: the sale
+//     window, pause, the proof's difficulty and single use, the pass,
+//     stock, per-user and per-day limits, an idempotent replay, the
+//     deduction and the order's XADD; a hot voucher's dry bucket is
+//     refilled from the others (rdb/buckets.go) and asked again;
+//  9. the answer: 202 (admittedBody), or the script's refusal mapped to its
+//     status in one place (errors.go); a keyed retry the checks 5 and 7
+//     refuse is answered from its first admission (refuseUnlessReplayed).
 func (g *Gateway) claim(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	user, voucher, ok := g.userAndID(w, r)
