@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"time"
 
+	"github.com/flashsale/flashsale/pkg/ratelimit"
 	"github.com/flashsale/flashsale/pkg/rdb"
 	"github.com/flashsale/flashsale/pkg/room"
 	"github.com/flashsale/flashsale/pkg/token"
@@ -253,7 +254,7 @@ func (c *Config) Validate() error {
 			return fmt.Errorf("FLASHSALE_JWT_JWKS_FILE: %w", err)
 		}
 	}
-	if v.trusted, err = parsePrefixes(c.TrustedProxies); err != nil {
+	if v.trusted, err = ratelimit.ParsePrefixes(c.TrustedProxies); err != nil {
 		return fmt.Errorf("FLASHSALE_TRUSTED_PROXIES: %w", err)
 	}
 	if v.loc, err = time.LoadLocation(c.TimeZone); err != nil {

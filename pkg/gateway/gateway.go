@@ -24,6 +24,7 @@ import (
 	"github.com/flashsale/flashsale/pkg/db"
 	"github.com/flashsale/flashsale/pkg/ops"
 	"github.com/flashsale/flashsale/pkg/proof"
+	"github.com/flashsale/flashsale/pkg/ratelimit"
 	"github.com/flashsale/flashsale/pkg/rdb"
 	"github.com/flashsale/flashsale/pkg/room"
 	"github.com/flashsale/flashsale/pkg/token"
@@ -64,9 +65,9 @@ type Gateway struct {
 	mysqlSlots chan struct{}
 	// users and addrs are the rate limits (nil: off); inflight counts the
 	// requests being served (MaxInflight).
-	users, addrs *keyedLimiter
+	users, addrs *ratelimit.Keyed
 	// adminFails holds the failed admin authentications per address.
-	adminFails *keyedLimiter
+	adminFails *ratelimit.Keyed
 	trusted    []netip.Prefix
 	inflight   atomic.Int64
 	stopSweep  func()
@@ -105,8 +106,8 @@ func New(cfg Config, r *rdb.Store, d *db.Store, log *zap.Logger, opts ...Option)
 	}
 	g := &Gateway{cfg: cfg, loc: loc, now: time.Now, redis: r, db: d, log: log.Named("gateway"), reg: prometheus.NewRegistry(),
 		mysqlSlots: make(chan struct{}, cfg.MySQLMaxInflight), trusted: trusted,
-		users: newKeyedLimiter(cfg.UserRate, cfg.UserBurst), addrs: newKeyedLimiter(cfg.IPRate, cfg.IPBurst),
-		adminFails: newKeyedLimiter(float64(time.Second)/float64(adminFailEvery), adminFailBurst),
+		users: ratelimit.New(cfg.UserRate, cfg.UserBurst), addrs: ratelimit.New(cfg.IPRate, cfg.IPBurst),
+		adminFails: ratelimit.New(float64(time.Second)/float64(adminFailEvery), adminFailBurst),
 		soldOut:    newSoldOut(cfg.SoldOutRefresh, monotonic()), replica: replicaName()}
 	g.refused.since = time.Now()
 	if d != nil {
@@ -254,7 +255,7 @@ func (g *Gateway) shed(next http.Handler) http.Handler {
 			return
 		}
 		defer g.inflight.Add(-1)
-		if ok, wait := g.addrs.allow(clientAddr(r, g.trusted), g.now()); !ok {
+		if ok, wait := g.addrs.Allow(ratelimit.ClientAddr(r, g.trusted), g.now()); !ok {
 			g.metrics.shed.WithLabelValues("ip_rate").Inc()
 			writeRateLimited(w, wait)
 			return
@@ -289,12 +290,12 @@ const sweepEvery = 5 * time.Second
 func (g *Gateway) sweepLimiters() (stop func()) {
 	return every(sweepEvery, func() {
 		now := g.now()
-		g.users.sweep(now)
-		g.addrs.sweep(now)
-		g.adminFails.sweep(now)
+		g.users.Sweep(now)
+		g.addrs.Sweep(now)
+		g.adminFails.Sweep(now)
 		g.soldOut.sweep()
-		g.metrics.limiterKeys.WithLabelValues("user").Set(float64(g.users.keys()))
-		g.metrics.limiterKeys.WithLabelValues("ip").Set(float64(g.addrs.keys()))
+		g.metrics.limiterKeys.WithLabelValues("user").Set(float64(g.users.Keys()))
+		g.metrics.limiterKeys.WithLabelValues("ip").Set(float64(g.addrs.Keys()))
 	})
 }
 
@@ -520,7 +521,7 @@ func (g *Gateway) user(w http.ResponseWriter, r *http.Request) (string, bool) {
 		g.fail(w, r, err)
 		return "", false
 	}
-	if ok, wait := g.users.allow(user, g.now()); !ok {
+	if ok, wait := g.users.Allow(user, g.now()); !ok {
 		g.metrics.shed.WithLabelValues("user_rate").Inc()
 		writeRateLimited(w, wait)
 		return "", false
@@ -551,13 +552,13 @@ func (g *Gateway) admin(w http.ResponseWriter, r *http.Request) bool {
 	if err == nil {
 		return true
 	}
-	addr := clientAddr(r, g.trusted)
-	if wait := g.adminFails.blocked(addr, g.now()); wait > 0 {
+	addr := ratelimit.ClientAddr(r, g.trusted)
+	if wait := g.adminFails.Blocked(addr, g.now()); wait > 0 {
 		g.metrics.shed.WithLabelValues("admin_auth").Inc()
 		writeRateLimited(w, wait)
 		return false
 	}
-	g.adminFails.allow(addr, g.now())
+	g.adminFails.Allow(addr, g.now())
 	g.log.Warn("admin authentication failed", zap.String("addr", addr), zap.String("path", r.URL.Path))
 	g.fail(w, r, err)
 	return false

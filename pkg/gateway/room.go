@@ -353,7 +353,7 @@ func (g *Gateway) pollByToken(w http.ResponseWriter, r *http.Request, v int64) {
 		return
 	}
 	now := g.now()
-	if ok, wait := g.users.allow(user, now); !ok {
+	if ok, wait := g.users.Allow(user, now); !ok {
 		g.metrics.shed.WithLabelValues("user_rate").Inc()
 		writeRateLimited(w, wait)
 		return
