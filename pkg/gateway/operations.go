@@ -2,15 +2,10 @@ package gateway
 
 import (
 	"bytes"
-	"crypto/hmac"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"net/http"
 	"strconv"
-	"strings"
-	"time"
 
 	"go.uber.org/zap"
 
@@ -20,6 +15,7 @@ import (
 	"github.com/flashsale/flashsale/pkg/room"
 	"github.com/flashsale/flashsale/pkg/sale"
 	"github.com/flashsale/flashsale/pkg/settle"
+	"github.com/flashsale/flashsale/pkg/webhook"
 )
 
 // Running a sale: the operator pauses and resumes it and lists vouchers;
@@ -209,11 +205,6 @@ type webhookRequest struct {
 	PaymentID string `json:"payment_id"`
 }
 
-// SignatureHeader carries a payment webhook's signature:
-// t=<unix seconds>,sha256=<hex HMAC-SHA256 of "<t>.<raw body>">, keyed with
-// FLASHSALE_PAYMENT_WEBHOOK_SECRET (see verifyWebhook).
-const SignatureHeader = "X-Flashsale-Signature"
-
 // paymentWebhook: POST /v1/payments/webhook, from the payment provider.
 // The body's HMAC proves the sender; the order is marked paid, once; a
 // payment for an order that no longer holds its unit is recorded for a
@@ -230,7 +221,7 @@ func (g *Gateway) paymentWebhook(w http.ResponseWriter, r *http.Request) {
 		g.fail(w, r, err)
 		return
 	}
-	if err := g.verifyWebhook(r.Header.Get(SignatureHeader), body); err != nil {
+	if err := g.verifyWebhook(r.Header.Get(webhook.Header), body); err != nil {
 		g.fail(w, r, err)
 		return
 	}
@@ -277,85 +268,22 @@ func (g *Gateway) recordPayment(w http.ResponseWriter, r *http.Request, id int64
 	}{fromRow(p.Order), p.RefundDue})
 }
 
-// verifyWebhook checks a webhook's X-Flashsale-Signature:
-// "t=<unix seconds>,sha256=<hex>", the HMAC-SHA256 of "<t>.<body>" under
-// FLASHSALE_PAYMENT_WEBHOOK_SECRET (Stripe's convention), with t within
-// FLASHSALE_PAYMENT_WEBHOOK_TOLERANCE of now, so a captured request stops
-// being good within minutes. Several sha256= values may be sent (a secret
-// rollover at the provider): one must match. The old form, sha256= of the
-// body alone, passes only with FLASHSALE_PAYMENT_WEBHOOK_LEGACY, counted.
+// verifyWebhook checks a webhook's signature (pkg/webhook) under
+// FLASHSALE_PAYMENT_WEBHOOK_SECRET, its time within
+// FLASHSALE_PAYMENT_WEBHOOK_TOLERANCE; the old body-only form passes only
+// with FLASHSALE_PAYMENT_WEBHOOK_LEGACY, counted.
 func (g *Gateway) verifyWebhook(header string, body []byte) error {
-	secret := g.cfg.PaymentWebhookSecret
-	var ts string
-	var sigs []string
-	for _, part := range strings.Split(header, ",") {
-		k, v, ok := strings.Cut(strings.TrimSpace(part), "=")
-		switch {
-		case !ok:
-			return errBadSignature
-		case k == "t":
-			ts = v
-		case k == "sha256":
-			sigs = append(sigs, v)
-		}
-	}
-	if len(sigs) == 0 {
-		return errBadSignature
-	}
-	if ts == "" {
-		if !g.cfg.PaymentWebhookLegacy || len(sigs) != 1 || !hmacMatches(sigs[0], secret, body) {
-			return errBadSignature
-		}
-		g.metrics.legacyWebhooks.Inc()
-		return nil
-	}
-	sec, err := strconv.ParseInt(ts, 10, 64)
-	if err != nil || sec <= 0 {
-		return errBadSignature
-	}
-	signed := make([]byte, 0, len(ts)+1+len(body))
-	signed = append(append(append(signed, ts...), '.'), body...)
-	match := false
-	for _, s := range sigs {
-		match = match || hmacMatches(s, secret, signed)
-	}
-	if !match {
-		return errBadSignature
-	}
-	if d := g.now().Sub(time.Unix(sec, 0)); d > g.cfg.PaymentWebhookTolerance || d < -g.cfg.PaymentWebhookTolerance {
+	v := webhook.Verifier{Secret: g.cfg.PaymentWebhookSecret, Tolerance: g.cfg.PaymentWebhookTolerance, Legacy: g.cfg.PaymentWebhookLegacy}
+	legacy, err := v.Verify(header, body, g.now())
+	switch {
+	case errors.Is(err, webhook.ErrStale):
 		return errStaleSignature
+	case err != nil:
+		return errBadSignature
+	case legacy:
+		g.metrics.legacyWebhooks.Inc()
 	}
 	return nil
-}
-
-// hmacMatches reports whether hexSig is the HMAC-SHA256 of msg under secret.
-func hmacMatches(hexSig, secret string, msg []byte) bool {
-	got, err := hex.DecodeString(hexSig)
-	if err != nil {
-		return false
-	}
-	mac := hmac.New(sha256.New, []byte(secret))
-	mac.Write(msg)
-	return hmac.Equal(got, mac.Sum(nil))
-}
-
-// SignWebhook is the X-Flashsale-Signature of body under secret at t:
-// "t=<unix seconds>,sha256=<hex HMAC-SHA256 of "<t>.<body>">", for a
-// payment provider's integration (and tests).
-func SignWebhook(body []byte, secret string, t time.Time) string {
-	ts := strconv.FormatInt(t.Unix(), 10)
-	mac := hmac.New(sha256.New, []byte(secret))
-	mac.Write([]byte(ts + "."))
-	mac.Write(body)
-	return "t=" + ts + ",sha256=" + hex.EncodeToString(mac.Sum(nil))
-}
-
-// SignWebhookLegacy is the old signature over the body alone
-// ("sha256=<hex>"), accepted only with FLASHSALE_PAYMENT_WEBHOOK_LEGACY.
-func SignWebhookLegacy(body []byte, secret string) string {
-	mac := hmac.New(sha256.New, []byte(secret))
-	mac.Write(body)
-	return "sha256=" + hex.EncodeToString(mac.Sum(nil))
 }
 
 // pendingOut is a pending order as the API shows it.

@@ -10,6 +10,7 @@ import (
 
 	"github.com/flashsale/flashsale/pkg/gateway"
 	"github.com/flashsale/flashsale/pkg/internal/testenv"
+	"github.com/flashsale/flashsale/pkg/webhook"
 )
 
 // A sale with known outcomes: five units sold out to five buyers, two more
@@ -42,7 +43,7 @@ func TestSaleReport(t *testing.T) {
 
 	hook := func(order, payment string) response {
 		body := `{"order_id":"` + order + `","payment_id":"` + payment + `"}`
-		return f.do("POST", "/v1/payments/webhook", "", body, gateway.SignatureHeader, gateway.SignWebhook([]byte(body), webhookSecret, time.Now()))
+		return f.do("POST", "/v1/payments/webhook", "", body, webhook.Header, webhook.Sign([]byte(body), webhookSecret, time.Now()))
 	}
 	for _, u := range []string{"u1", "u2"} {
 		require.Equal(t, "paid", hook(orders[u], "pay-"+u).Body["status"])
