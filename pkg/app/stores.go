@@ -224,7 +224,7 @@ func waitFor(ctx context.Context, try func() error, waiting func(attempt int, er
 			said = time.Now()
 		}
 		if werr := bo.Wait(ctx); werr != nil {
-			return fmt.Errorf("gave up waiting: %w", err)
+			return fmt.Errorf("gave up waiting (%w): %w", werr, err) // both: a stop (context.Canceled) is a clean exit
 		}
 	}
 }
