@@ -116,8 +116,11 @@ func (p Proof) Args(key string) (string, int64, int64) {
 }
 
 // RoomKey is the waiting room's state hash of the voucher whose hash is
-// key; RoomKey(key)+":w" its waiters.
+// key.
 func RoomKey(key string) string { return key + ":room" }
+
+// RoomWaitersKey is the waiters' hash of the room whose state is state.
+func RoomWaitersKey(state string) string { return state + ":w" }
 
 // VoucherKey is voucher v's hash (its bucket 0): where a waiting room
 // lives, since a voucher with a room has one bucket.

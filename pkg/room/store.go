@@ -12,9 +12,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
-	"github.com/flashsale/flashsale/lua"
 	"github.com/flashsale/flashsale/pkg/rdb"
 )
 
@@ -76,21 +73,15 @@ func (s *Store) Find(ctx context.Context, v int64, user string, now time.Time) (
 }
 
 // Keys are the room's keys of voucher v: its state and its waiters.
-func (s *Store) Keys(v int64) (state, waiters string) {
-	state = rdb.RoomKey(s.r.VoucherKey(v))
-	return state, state + ":w"
-}
+func (s *Store) Keys(v int64) (state, waiters string) { return s.r.RoomKeys(v) }
 
 func (s *Store) run(ctx context.Context, v int64, now time.Time, op, user string, proof rdb.Proof) (*Snapshot, Place, error) {
-	vkey := s.r.VoucherKey(v)
-	state, waiters := s.Keys(v)
-	proofKey, proofMax, proofTTL := proof.Args(vkey)
 	var seed [8]byte
 	_, _ = rand.Read(seed[:])
-	res, err := lua.Room.Run(ctx, s.r.Client(), []string{vkey, state, waiters, proofKey},
-		now.UnixMilli(), op, user, hex.EncodeToString(seed[:]), proofMax, proofTTL, PassFactor, s.maxWaiters, int64(IdleTTL/time.Second)).Slice()
+	res, err := s.r.RunRoom(ctx, v, proof, now.UnixMilli(), op, user, hex.EncodeToString(seed[:]),
+		PassFactor, s.maxWaiters, int64(IdleTTL/time.Second))
 	if err != nil {
-		return nil, Place{}, fmt.Errorf("room %d: %w", v, err)
+		return nil, Place{}, err
 	}
 	code, _ := res[0].(int64)
 	if code != 0 {
@@ -151,13 +142,5 @@ func parseSnapshot(res []any, now time.Time) (*Snapshot, error) {
 // Waiters is how many users hold a place in v's room, and the memory
 // Redis uses for them (MEMORY USAGE of the waiters' hash, sampled).
 func (s *Store) Waiters(ctx context.Context, v int64) (n, bytes int64, err error) {
-	_, waiters := s.Keys(v)
-	if n, err = s.r.Client().HLen(ctx, waiters).Result(); err != nil {
-		return 0, 0, err
-	}
-	bytes, err = s.r.Client().MemoryUsage(ctx, waiters, 0).Result()
-	if errors.Is(err, redis.Nil) {
-		err = nil
-	}
-	return n, bytes, err
+	return s.r.RoomWaiters(ctx, v)
 }
