@@ -21,16 +21,16 @@ import (
 
 	"github.com/flashsale/flashsale/pkg/backoff"
 	"github.com/flashsale/flashsale/pkg/db"
+	"github.com/flashsale/flashsale/pkg/persist"
 	"github.com/flashsale/flashsale/pkg/rdb"
-	"github.com/flashsale/flashsale/pkg/settle"
 )
 
 // Config of the reaper. Zero values take the defaults.
 type Config struct {
 	// Config configures how claimed entries are processed: the same code
-	// (settle.Orders) and settings as a worker (batch size, claim
+	// (persist.Orders) and settings as a worker (batch size, claim
 	// min-idle, consumer name).
-	settle.Config
+	persist.Config
 	// MaxDeliveries: an entry delivered more often goes to the dead-letter
 	// stream, its order recorded as failed. Default 10.
 	MaxDeliveries int64 `envconfig:"FLASHSALE_MAX_DELIVERIES" default:"10"`
@@ -124,7 +124,7 @@ type Reaper struct {
 	cfg     Config
 	redis   *rdb.Store
 	db      *db.Store
-	orders  *settle.Orders
+	orders  *persist.Orders
 	log     *zap.Logger
 	now     func() time.Time
 	audit   *zap.Logger
@@ -169,7 +169,7 @@ func New(cfg Config, r *rdb.Store, d *db.Store, log *zap.Logger, opts ...Option)
 	}
 	o.reg.MustRegister(rdb.NewStreamCollector(r).ExportedBy(cfg.Consumer))
 	log = log.Named("reaper").With(zap.String("consumer", cfg.Consumer))
-	return &Reaper{cfg: cfg, redis: r, db: d, orders: settle.NewOrders(cfg.Config, r, d, log, o.audit, o.reg),
+	return &Reaper{cfg: cfg, redis: r, db: d, orders: persist.NewOrders(cfg.Config, r, d, log, o.audit, o.reg),
 		now: o.now, audit: o.audit, metrics: newMetrics(o.reg), log: log}, nil
 }
 

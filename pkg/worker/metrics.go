@@ -3,7 +3,7 @@ package worker
 import "github.com/prometheus/client_golang/prometheus"
 
 // metrics are the worker loop's own; the orders it persists are counted by
-// settle.Orders (flashsale_worker_batches_total, ..._orders_total, ...).
+// persist.Orders (flashsale_worker_batches_total, ..._orders_total, ...).
 type metrics struct {
 	// retries counts failed attempts at a batch; abandoned counts entries
 	// left to the reaper after MaxAttempts while MySQL accepted writes.

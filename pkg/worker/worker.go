@@ -15,8 +15,8 @@ import (
 	"github.com/flashsale/flashsale/pkg/app"
 	"github.com/flashsale/flashsale/pkg/backoff"
 	"github.com/flashsale/flashsale/pkg/db"
+	"github.com/flashsale/flashsale/pkg/persist"
 	"github.com/flashsale/flashsale/pkg/rdb"
-	"github.com/flashsale/flashsale/pkg/settle"
 )
 
 // Worker is one consumer of the order streams.
@@ -26,7 +26,7 @@ type Worker struct {
 	db    *db.Store
 	log   *zap.Logger
 
-	orders  *settle.Orders
+	orders  *persist.Orders
 	metrics *metrics
 }
 
@@ -65,7 +65,7 @@ func New(cfg Config, r *rdb.Store, d *db.Store, log *zap.Logger, opts ...Option)
 	log = log.Named("worker").With(zap.String("consumer", cfg.Consumer))
 	return &Worker{
 		cfg: cfg, redis: r, db: d, metrics: newMetrics(o.reg), log: log,
-		orders: settle.NewOrders(cfg, r, d, log, o.audit, o.reg),
+		orders: persist.NewOrders(cfg, r, d, log, o.audit, o.reg),
 	}, nil
 }
 
@@ -174,7 +174,7 @@ func (w *Worker) oneLastTry(ctx context.Context, entries []rdb.Entry) {
 }
 
 // Handle makes one attempt at a batch of entries of one partition (see
-// settle.Orders.Handle).
+// persist.Orders.Handle).
 func (w *Worker) Handle(ctx context.Context, entries []rdb.Entry) error {
 	return w.orders.Handle(ctx, entries)
 }

@@ -54,7 +54,7 @@ func list(t *testing.T) map[string]*pkg {
 
 // The stores are siblings and settle alone ties them: pkg/db and pkg/rdb
 // do not import each other (nor through another package), and the reaper
-// processes entries through pkg/settle, not through the worker.
+// processes entries through pkg/persist, not through the worker.
 func TestStoresAreSiblings(t *testing.T) {
 	pkgs := list(t)
 	never := map[string][]string{

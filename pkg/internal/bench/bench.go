@@ -17,9 +17,9 @@ import (
 
 	"github.com/flashsale/flashsale/pkg/internal/harness"
 	"github.com/flashsale/flashsale/pkg/internal/testsrv"
+	"github.com/flashsale/flashsale/pkg/persist"
 	"github.com/flashsale/flashsale/pkg/rdb"
 	"github.com/flashsale/flashsale/pkg/sale"
-	"github.com/flashsale/flashsale/pkg/settle"
 )
 
 // Config of a benchmark run.
@@ -460,12 +460,12 @@ func drainRuns(ctx context.Context, s *harness.Stack, cfg Config, rep *Report) e
 		workers, batch, orders int
 		name                   string
 	}{
-		{"units", 1, settle.BatchSizeDefault, cfg.DrainOrders, "batched (default)"},
-		{"units", 2, settle.BatchSizeDefault, cfg.DrainOrders, "batched (default)"},
+		{"units", 1, persist.BatchSizeDefault, cfg.DrainOrders, "batched (default)"},
+		{"units", 2, persist.BatchSizeDefault, cfg.DrainOrders, "batched (default)"},
 		{"units", 2, 100, cfg.DrainOrders, "batches of 100 (the default before)"},
 		{"units", 1, 1, cfg.BaselineOrders, "one transaction per order (baseline)"},
 		{"units", 2, 1, cfg.BaselineOrders, "one transaction per order (baseline)"},
-		{"envelope", 2, settle.BatchSizeDefault, min(cfg.DrainOrders, sale.MaxEnvelopes), "envelope grabs, batched (default)"},
+		{"envelope", 2, persist.BatchSizeDefault, min(cfg.DrainOrders, sale.MaxEnvelopes), "envelope grabs, batched (default)"},
 	} {
 		prof := ""
 		if cfg.ProfileDir != "" && d.workers == 2 && d.batch > 1 && d.kind == "units" {

@@ -1,4 +1,8 @@
-package settle
+// Package persist persists admitted orders: the batch engine the workers
+// and the reaper share, from a batch of stream entries to MySQL rows, the
+// units of failed orders given back (through pkg/settle) and the entries
+// acknowledged, with its configuration and metrics.
+package persist
 
 import (
 	"context"
@@ -11,6 +15,7 @@ import (
 	"github.com/flashsale/flashsale/pkg/db"
 	"github.com/flashsale/flashsale/pkg/order"
 	"github.com/flashsale/flashsale/pkg/rdb"
+	"github.com/flashsale/flashsale/pkg/settle"
 )
 
 // Orders persists admitted orders from their stream entries into MySQL and
@@ -217,7 +222,7 @@ func (w *Orders) settleBatch(ctx context.Context, entries []rdb.Entry, outcomes 
 		}
 		ack = append(ack, e.StreamID)
 	}
-	if _, err := Releases(ctx, w.redis, w.db, releases, time.Now()); err != nil {
+	if _, err := settle.Releases(ctx, w.redis, w.db, releases, time.Now()); err != nil {
 		return err
 	}
 	if err := w.redis.Ack(ctx, entries[0].Partition, ack); err != nil {
@@ -271,7 +276,7 @@ func (w *Orders) DeadLetter(ctx context.Context, e rdb.Entry, reason string) err
 // dead-letter stream and acknowledges it.
 func (w *Orders) deadLetter(ctx context.Context, e rdb.Entry, reason string, rel *db.Release) error {
 	if rel != nil {
-		if _, err := Releases(ctx, w.redis, w.db, []db.Release{*rel}, time.Now()); err != nil {
+		if _, err := settle.Releases(ctx, w.redis, w.db, []db.Release{*rel}, time.Now()); err != nil {
 			return err
 		}
 	}

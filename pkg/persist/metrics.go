@@ -1,4 +1,4 @@
-package settle
+package persist
 
 import "github.com/prometheus/client_golang/prometheus"
 
