@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/flashsale/flashsale/pkg/internal/testsrv"
+	"github.com/flashsale/flashsale/pkg/internal/wait"
 	"github.com/flashsale/flashsale/pkg/order"
 	"github.com/flashsale/flashsale/pkg/rdb"
 )
@@ -116,30 +117,30 @@ func TestRedisSentinelFailover(t *testing.T) {
 	sc := redis.NewSentinelClient(&redis.Options{Addr: sentinel.Addr})
 	defer sc.Close()
 	// The replica must have caught up and be known to the sentinel.
-	require.Eventually(t, func() bool {
+	wait.For(t, 30*time.Second, "the sentinel to know the replica, in sync", func() bool {
 		replicas, err := sc.Replicas(ctx, "flashsale").Result()
 		return err == nil && len(replicas) == 1 && replicas[0]["flags"] == "slave"
-	}, 30*time.Second, 100*time.Millisecond)
-	require.Eventually(t, func() bool {
+	})
+	wait.For(t, 30*time.Second, "replicated", func() bool {
 		n, _, err := s.RemainingStock(ctx, 1)
 		rc := replica.Client()
 		defer rc.Close()
 		m, err2 := rc.HGet(ctx, "flashsale:{p1}:v:1", "stock").Int64()
 		return err == nil && err2 == nil && m == n
-	}, 30*time.Second, 100*time.Millisecond, "replicated")
+	})
 	require.NoError(t, sc.Failover(ctx, "flashsale").Err())
-	require.Eventually(t, func() bool {
+	wait.For(t, 30*time.Second, "the replica promoted", func() bool {
 		addr, err := sc.GetMasterAddrByName(ctx, "flashsale").Result()
 		return err == nil && addr[0]+":"+addr[1] == replica.Addr
-	}, 30*time.Second, 100*time.Millisecond, "the replica promoted")
+	})
 
 	// The client follows; its first commands may meet the old master
 	// turned replica (READONLY) or a closed connection: callers retry.
-	require.Eventually(t, func() bool {
+	wait.For(t, 30*time.Second, "admitting on the new master", func() bool {
 		now := time.Now()
 		_, err := s.Admit(ctx, rdb.Claim{VoucherID: 1, UserID: "after", Now: now, Day: order.Day(now, time.UTC)})
 		return err == nil
-	}, 30*time.Second, 100*time.Millisecond, "admitting on the new master")
+	})
 	n, _, err := s.RemainingStock(ctx, 1)
 	require.NoError(t, err)
 	require.EqualValues(t, 8, n, "the admission made before the failover survived it")

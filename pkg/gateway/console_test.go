@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap/zaptest"
 
+	"github.com/flashsale/flashsale/pkg/internal/testenv"
 	"github.com/flashsale/flashsale/pkg/worker"
 )
 
@@ -122,11 +123,7 @@ func TestConsoleInABrowser(t *testing.T) {
 	}
 	for _, sel := range []string{`#chart-claims path[data-series="admitted"]`, `#chart-p99 path[data-series="p99"]`,
 		`#chart-stock path.series`, `#chart-backlog path.series`} {
-		deadline := time.Now().Add(60 * time.Second)
-		for points(sel) < 3 {
-			require.True(t, time.Now().Before(deadline), "the chart %s never had 3 points", sel)
-			time.Sleep(100 * time.Millisecond)
-		}
+		testenv.Eventually(t, 60*time.Second, "three points on "+sel, func() bool { return points(sel) >= 3 })
 	}
 	// What the stock chart draws is the voucher's stock going down, as the
 	// history the page reads says.
@@ -169,9 +166,9 @@ func TestConsoleInABrowser(t *testing.T) {
 	require.Less(t, shown, 5000, "claims are being admitted")
 
 	if path := os.Getenv("CONSOLE_SCREENSHOT"); path != "" {
-		for points(`#chart-claims path[data-series="admitted"]`) < 25 { // some history to show
-			time.Sleep(200 * time.Millisecond)
-		}
+		testenv.Eventually(t, 60*time.Second, "25 seconds of history to show", func() bool {
+			return points(`#chart-claims path[data-series="admitted"]`) >= 25
+		})
 		var png []byte
 		require.NoError(t, chromedp.Run(bctx, chromedp.FullScreenshot(&png, 100)))
 		require.NoError(t, os.WriteFile(path, png, 0o644))
@@ -196,7 +193,7 @@ func TestConsoleInABrowser(t *testing.T) {
 		}
 		require.ErrorContains(t, err, "Could not find node")
 	}
-	require.Eventually(t, func() bool { return total() == 5100 }, 20*time.Second, 50*time.Millisecond)
+	testenv.Eventually(t, 20*time.Second, "the total is 5100", func() bool { return total() == 5100 })
 	clickUntil(t, bctx, row+" button.resume", row+" button.pause")
 	require.Equal(t, http.StatusAccepted, f.do("POST", "/v1/vouchers/"+id+"/orders", f.token("after"), "").Status)
 	require.Empty(t, text("#error"))

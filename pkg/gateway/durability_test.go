@@ -60,19 +60,19 @@ func sentinelTopology(t *testing.T) laggingTopology {
 	t.Cleanup(func() { _ = sentinel.Kill() })
 	sc := redis.NewSentinelClient(&redis.Options{Addr: sentinel.Addr})
 	t.Cleanup(func() { sc.Close() })
-	require.Eventually(t, func() bool {
+	testenv.Eventually(t, 30*time.Second, "the sentinel sees the replica in sync", func() bool {
 		replicas, err := sc.Replicas(ctx, "flashsale").Result()
 		return err == nil && len(replicas) == 1 && replicas[0]["flags"] == "slave" && replicas[0]["master-link-status"] == "ok"
-	}, 30*time.Second, 50*time.Millisecond, "the sentinel sees the replica in sync")
+	})
 	return laggingTopology{
 		common: app.Common{RedisAddr: sentinel.Addr, RedisSentinelMaster: "flashsale"},
 		stall:  func(string) { require.NoError(t, link.Stall()) },
 		fail: func(string) {
 			require.NoError(t, master.Kill())
-			require.Eventually(t, func() bool {
+			testenv.Eventually(t, 60*time.Second, "the sentinel promotes the replica", func() bool {
 				addr, err := sc.GetMasterAddrByName(ctx, "flashsale").Result()
 				return err == nil && addr[0]+":"+addr[1] == replica.Addr
-			}, 60*time.Second, 100*time.Millisecond, "the sentinel promotes the replica")
+			})
 		},
 	}
 }

@@ -83,7 +83,12 @@ func TestReadOnlyMySQLLosesNothing(t *testing.T) {
 		return testenv.Metric(t, reg, "flashsale_worker_batch_retries_total") >= 10
 	})
 	for range 3 {
-		time.Sleep(400 * time.Millisecond) // longer than the claim min-idle: a reaper could claim now
+		// The worker keeps trying the batch it holds: time moves on, the
+		// outage goes on (a state, waited on; not a sleep).
+		tried := testenv.Metric(t, reg, "flashsale_worker_batch_retries_total")
+		testenv.Eventually(t, 30*time.Second, "another attempt at the batch", func() bool {
+			return testenv.Metric(t, reg, "flashsale_worker_batch_retries_total") > tried
+		})
 		pass, err := rp.RunOnce(ctx)
 		require.ErrorContains(t, err, "refuses writes")
 		require.Zero(t, pass.Claimed+pass.DeadLettered, "the reaper touched entries during the outage")

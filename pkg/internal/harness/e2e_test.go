@@ -16,6 +16,7 @@ import (
 
 	"github.com/flashsale/flashsale/pkg/db"
 	"github.com/flashsale/flashsale/pkg/internal/harness"
+	"github.com/flashsale/flashsale/pkg/internal/testenv"
 )
 
 func TestEndToEndSaleSurvivesAWorkerKill(t *testing.T) {
@@ -203,13 +204,13 @@ func TestEndToEndSaleUnderLeastPrivilege(t *testing.T) {
 	status, err = c.Do(ctx, "POST", "/v1/vouchers/"+vid+"/orders", buyer, nil, &claimed)
 	require.NoError(t, err)
 	require.Equal(t, 202, status)
-	require.Eventually(t, func() bool {
+	testenv.Eventually(t, 30*time.Second, "the buyer cancels (once persisted)", func() bool {
 		var o struct {
 			Status string `json:"status"`
 		}
 		status, err := c.Do(ctx, "POST", "/v1/orders/"+claimed.OrderID+"/cancel", buyer, nil, &o)
 		return err == nil && status == 200 && o.Status == "cancelled"
-	}, 30*time.Second, 50*time.Millisecond, "the buyer cancels (once persisted)")
+	})
 
 	// The reaper (its own users) cancels the unpaid unit orders, gives
 	// their units back to MySQL and Redis, and refunds the envelope sale

@@ -34,11 +34,6 @@ func get(t *testing.T, url string) (int, string) {
 	return res.StatusCode, string(b)
 }
 
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	testenv.Eventually(t, 20*time.Second, what, cond)
-}
-
 func startStack(t *testing.T, ctx context.Context, env ...string) *harness.Stack {
 	t.Helper()
 	s, err := harness.StartStack(ctx, harness.Options{Dir: t.TempDir(), Workers: 1, Partitions: 2, Reaper: true, Env: env})
@@ -75,7 +70,7 @@ func TestOpsEndpointsOfEveryBinary(t *testing.T) {
 		require.Equal(t, 200, code, "%s: %s", name, body)
 		code, _ = get(t, p.OpsURL+"/debug/pprof/")
 		require.Equal(t, 404, code, "pprof is off by default")
-		eventually(t, name+" metrics", func() bool {
+		testenv.Eventually(t, 20*time.Second, name+" metrics", func() bool {
 			_, metrics := get(t, p.OpsURL+"/metrics")
 			for _, w := range want[name] {
 				if !strings.Contains(metrics, w) {
@@ -97,7 +92,7 @@ func TestOpsEndpointsOfEveryBinary(t *testing.T) {
 	}
 	require.NoError(t, s.Redis.Start())
 	for name, p := range procs {
-		eventually(t, name+" ready again", func() bool { code, _ := get(t, p.OpsURL+"/readyz"); return code == 200 })
+		testenv.Eventually(t, 20*time.Second, name+" ready again", func() bool { code, _ := get(t, p.OpsURL+"/readyz"); return code == 200 })
 	}
 }
 
@@ -139,13 +134,13 @@ func TestGatewaySIGTERMDrainsInFlightClaims(t *testing.T) {
 			}
 		}()
 	}
-	eventually(t, "claims flowing", func() bool { return answered.Load() > 100 })
+	testenv.Eventually(t, 20*time.Second, "claims flowing", func() bool { return answered.Load() > 100 })
 	sent := time.Now()
 	require.NoError(t, s.Gateway.Signal(syscall.SIGTERM))
 	// During the shutdown delay: out of load balancing, still serving.
-	eventually(t, "readyz failing", func() bool { code, _ := get(t, s.Gateway.OpsURL+"/readyz"); return code == 503 })
+	testenv.Eventually(t, 20*time.Second, "readyz failing", func() bool { code, _ := get(t, s.Gateway.OpsURL+"/readyz"); return code == 503 })
 	before := answered.Load()
-	eventually(t, "claims still answered during the delay", func() bool { return answered.Load() > before+50 })
+	testenv.Eventually(t, 20*time.Second, "claims still answered during the delay", func() bool { return answered.Load() > before+50 })
 	require.NoError(t, s.Gateway.Wait(), "exit status 0")
 	close(stop)
 	wg.Wait()
@@ -176,7 +171,10 @@ func TestWorkerSIGTERMCommitsTheBatchInHand(t *testing.T) {
 		Start: "-", End: "+", Count: 1000, Consumer: s.WorkerNames[0]}).Result()
 	require.NoError(t, err)
 	require.NoError(t, s.Workers[0].Signal(syscall.SIGTERM))
-	time.Sleep(300 * time.Millisecond) // the worker has stopped reading, its commit still waits
+	testenv.Eventually(t, 20*time.Second, "the worker to take the signal (/readyz fails)", func() bool {
+		code, _ := get(t, s.Workers[0].OpsURL+"/readyz")
+		return code == http.StatusServiceUnavailable
+	})
 	require.False(t, s.Workers[0].Exited(), "it does not abandon the batch in hand")
 	require.NoError(t, tx.Rollback().Error)
 	require.NoError(t, s.Workers[0].Wait(), "exit status 0\n%s", s.Workers[0].Log())
@@ -195,7 +193,7 @@ func TestReaperSIGTERMExitsCleanly(t *testing.T) {
 		t.Skip("runs the binaries")
 	}
 	s := startStack(t, context.Background())
-	eventually(t, "a reaper pass", func() bool {
+	testenv.Eventually(t, 20*time.Second, "a reaper pass", func() bool {
 		_, m := get(t, s.Reaper.OpsURL+"/metrics")
 		return strings.Contains(m, "flashsale_reaper_passes_total") && !strings.Contains(m, "flashsale_reaper_passes_total 0")
 	})
@@ -259,11 +257,13 @@ func TestWorkerStartedWhileMariaDBIsDownWaitsForIt(t *testing.T) {
 	code, body := get(t, w.OpsURL+"/readyz")
 	require.Equal(t, 503, code)
 	require.Contains(t, body, "starting")
-	time.Sleep(time.Second) // long enough for a process that gives up to have exited
+	testenv.Eventually(t, 30*time.Second, "a second attempt to connect (it said it waits twice)", func() bool {
+		return strings.Count(w.Log(), "waiting for redis and mysql") >= 2
+	})
 	require.False(t, w.Exited(), "it waits rather than exits:\n%s", w.Log())
 
 	require.NoError(t, s.MariaDB.Start())
-	eventually(t, "ready once MariaDB is back", func() bool { code, _ := get(t, w.OpsURL+"/readyz"); return code == 200 })
+	testenv.Eventually(t, 20*time.Second, "ready once MariaDB is back", func() bool { code, _ := get(t, w.OpsURL+"/readyz"); return code == 200 })
 	require.NoError(t, w.Stop(10*time.Second), "and still stops cleanly")
 }
 

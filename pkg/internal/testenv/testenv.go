@@ -14,6 +14,7 @@ import (
 	"github.com/flashsale/flashsale/pkg/app"
 	"github.com/flashsale/flashsale/pkg/db"
 	"github.com/flashsale/flashsale/pkg/internal/testsrv"
+	"github.com/flashsale/flashsale/pkg/internal/wait"
 	"github.com/flashsale/flashsale/pkg/order"
 	"github.com/flashsale/flashsale/pkg/rdb"
 	"github.com/flashsale/flashsale/pkg/settle"
@@ -111,16 +112,10 @@ func (e *Env) Count(t testing.TB, query string, args ...any) int64 {
 	return n
 }
 
-// Eventually polls cond every 20ms until it holds or timeout passes.
+// Eventually is wait.For: the tests' one way to wait.
 func Eventually(t *testing.T, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", timeout, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	wait.For(t, timeout, what, cond)
 }
 
 // Metric returns the value of the metric name whose labels include labels
