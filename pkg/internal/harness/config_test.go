@@ -129,19 +129,8 @@ func TestCommandsAnswerHelpAndSayWhatFailed(t *testing.T) {
 	}
 	dir := t.TempDir()
 	require.NoError(t, harness.Build(dir, false, "gateway", "reaper"))
-	run := func(env []string, bin string, args ...string) (stdout, stderr string, code int) {
-		cmd := exec.Command(filepath.Join(dir, bin), args...)
-		cmd.Env = append([]string{"PATH=" + os.Getenv("PATH")}, env...)
-		var out, errOut strings.Builder
-		cmd.Stdout, cmd.Stderr = &out, &errOut
-		err := cmd.Run()
-		var ee *exec.ExitError
-		if errors.As(err, &ee) {
-			code = ee.ExitCode()
-		} else {
-			require.NoError(t, err)
-		}
-		return out.String(), errOut.String(), code
+	run := func(env []string, bin string, args ...string) (string, string, int) {
+		return runIn(t, dir, env, bin, args...)
 	}
 	for _, c := range [][]string{{"reaper", "reconcile", "-h"}, {"reaper", "deadletters", "--help"}, {"reaper", "deadletters", "purge", "-h"}, {"reaper", "report", "-h"}, {"reaper", "draw", "-h"}, {"gateway", "smoke", "--help"}} {
 		out, errOut, code := run(nil, c[0], c[1:]...)
@@ -258,21 +247,10 @@ func TestEveryCommandAnswersHelpAndBadFlagsWithoutDialling(t *testing.T) {
 			c.Close()
 		}
 	}()
-	env := []string{"PATH=" + os.Getenv("PATH"), "FLASHSALE_REDIS_ADDR=" + trap.Addr().String(),
+	env := []string{"FLASHSALE_REDIS_ADDR=" + trap.Addr().String(),
 		"FLASHSALE_MYSQL_DSN=root@tcp(" + trap.Addr().String() + ")/flashsale", "FLASHSALE_OPS_ADDR=127.0.0.1:0"}
-	run := func(env []string, bin string, args ...string) (stdout, stderr string, code int) {
-		cmd := exec.Command(filepath.Join(dir, bin), args...)
-		cmd.Env = env
-		var out, errOut strings.Builder
-		cmd.Stdout, cmd.Stderr = &out, &errOut
-		err := cmd.Run()
-		var ee *exec.ExitError
-		if errors.As(err, &ee) {
-			code = ee.ExitCode()
-		} else {
-			require.NoError(t, err)
-		}
-		return out.String(), errOut.String(), code
+	run := func(env []string, bin string, args ...string) (string, string, int) {
+		return runIn(t, dir, env, bin, args...)
 	}
 	tried := 0
 	for _, bin := range []string{"gateway", "worker", "reaper"} {
@@ -283,7 +261,7 @@ func TestEveryCommandAnswersHelpAndBadFlagsWithoutDialling(t *testing.T) {
 		for _, path := range paths {
 			args := strings.Fields(path)
 			for _, h := range []string{"-h", "--help"} {
-				for _, e := range [][]string{env, {"PATH=" + os.Getenv("PATH")}} { // the trap, and no configuration at all
+				for _, e := range [][]string{env, nil} { // the trap, and no configuration at all
 					out, errOut, code := run(e, bin, append(slices.Clone(args), h)...)
 					require.Zero(t, code, "%s %s %s: %s", bin, path, h, errOut)
 					require.Contains(t, out, "usage: "+bin+" "+path, "%s %s %s", bin, path, h)
@@ -324,19 +302,7 @@ func TestMigrateSaysWhatItDoes(t *testing.T) {
 	require.NoError(t, harness.Build(dir, false, "worker"))
 	m := testsrv.NewMariaDB(t)
 	migrate := func(dsn string, args ...string) (string, string, int) {
-		cmd := exec.Command(filepath.Join(dir, "worker"), append([]string{"migrate"}, args...)...)
-		cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "FLASHSALE_MYSQL_DSN=" + dsn}
-		var out, errOut strings.Builder
-		cmd.Stdout, cmd.Stderr = &out, &errOut
-		err := cmd.Run()
-		code := 0
-		var ee *exec.ExitError
-		if errors.As(err, &ee) {
-			code = ee.ExitCode()
-		} else {
-			require.NoError(t, err)
-		}
-		return out.String(), errOut.String(), code
+		return runIn(t, dir, []string{"FLASHSALE_MYSQL_DSN=" + dsn}, "worker", append([]string{"migrate"}, args...)...)
 	}
 	_, errOut, code := migrate(m.DSN("nosuchdb"))
 	require.Equal(t, 2, code, errOut)
@@ -519,4 +485,22 @@ func TestTheConfigurationTableIsTheBinariesConfiguration(t *testing.T) {
 			}
 		}
 	}
+}
+
+// runIn runs binary bin of dir with args and exactly env (and PATH), and
+// returns what it wrote to stdout and stderr, and its exit status.
+func runIn(t *testing.T, dir string, env []string, bin string, args ...string) (stdout, stderr string, code int) {
+	t.Helper()
+	cmd := exec.Command(filepath.Join(dir, bin), args...)
+	cmd.Env = append([]string{"PATH=" + os.Getenv("PATH")}, env...)
+	var out, errOut strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	err := cmd.Run()
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		code = ee.ExitCode()
+	} else {
+		require.NoError(t, err)
+	}
+	return out.String(), errOut.String(), code
 }

@@ -125,6 +125,12 @@ func consumerName(cfg *config) error {
 	return nil
 }
 
+// newReaper is the reaper of cfg over the stores, logging, counting and
+// auditing as rt says.
+func newReaper(cfg *config, redis *rdb.Store, mysql *db.Store, rt *app.Runtime) (*reaper.Reaper, error) {
+	return reaper.New(cfg.Config, redis, mysql, rt.Log, reaper.WithRegistry(rt.Registry), reaper.WithAudit(rt.Audit))
+}
+
 func run(ctx context.Context, cfg *config, rt *app.Runtime) error {
 	if err := consumerName(cfg); err != nil {
 		return err
@@ -135,7 +141,7 @@ func run(ctx context.Context, cfg *config, rt *app.Runtime) error {
 			return err
 		}
 		defer closeAll()
-		r, err := reaper.New(cfg.Config, redis, mysql, rt.Log, reaper.WithRegistry(rt.Registry), reaper.WithAudit(rt.Audit))
+		r, err := newReaper(cfg, redis, mysql, rt)
 		if err != nil {
 			return err
 		}
@@ -295,7 +301,7 @@ func requeue(ctx context.Context, cfg *config, rt *app.Runtime, ids []string, as
 		return err
 	}
 	defer closeAll()
-	r, err := reaper.New(cfg.Config, redis, mysql, rt.Log, reaper.WithRegistry(rt.Registry), reaper.WithAudit(rt.Audit))
+	r, err := newReaper(cfg, redis, mysql, rt)
 	if err != nil {
 		return err
 	}
