@@ -26,7 +26,7 @@ var errBadIdempotencyKey = badRequest("invalid_idempotency_key", "Idempotency-Ke
 //  4. claimQuantity: the body, read within its deadline, {"quantity": N} (400, 408, 413, 415);
 //  5. claimProof (proof.go): a proof of work's signature, user, voucher
 //     and expiry (403 proof_invalid), before Redis;
-//  6. soldOut.prune (prune.go): a voucher Redis said is sold out, for
+//  6. soldOut.Prune (pkg/soldout): a voucher Redis said is sold out, for
 //     FLASHSALE_SOLD_OUT_REFRESH, answered 409 without Redis;
 //  7. roomPass (room.go): a voucher with a waiting room wants a pass that
 //     holds (403 not_admitted), from this gateway's last state of the room;
@@ -59,7 +59,7 @@ func (g *Gateway) claim(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	proof, proofErr := g.claimProof(r, user, voucher)
-	if proofErr == nil && key == "" && g.soldOut.prune(voucher, qty) {
+	if proofErr == nil && key == "" && g.soldOut.Prune(voucher, qty) {
 		g.metrics.pruned.Inc()
 		g.refused.add(voucher, errSoldOut.Code)
 		writeError(w, errSoldOut)
@@ -80,9 +80,9 @@ func (g *Gateway) claim(w http.ResponseWriter, r *http.Request) {
 	a, err := g.admitClaim(r, c)
 	switch {
 	case err == nil && !a.Replayed:
-		g.soldOut.admitted(voucher)
+		g.soldOut.Admitted(voucher)
 	case key == "" && errors.Is(err, rdb.ErrSoldOut):
-		g.soldOut.soldOutFor(voucher, qty)
+		g.soldOut.SoldOutFor(voucher, qty)
 	}
 	if err != nil {
 		g.claimFailed(w, r, voucher, err, start)

@@ -66,7 +66,7 @@ var errorTable = []struct {
 
 // toAPIError turns err into its answer. Errors that are no client's fault and
 // not in the table come from Redis or MySQL being slow or down: 503.
-// errSoldOut is also the answer of a claim pruned in the gateway (prune.go).
+// errSoldOut is also the answer of a claim pruned in the gateway (pkg/soldout).
 var errSoldOut = &apiError{http.StatusConflict, "sold_out", "sold out"}
 
 func toAPIError(err error) *apiError {

@@ -27,6 +27,7 @@ import (
 	"github.com/flashsale/flashsale/pkg/ratelimit"
 	"github.com/flashsale/flashsale/pkg/rdb"
 	"github.com/flashsale/flashsale/pkg/room"
+	"github.com/flashsale/flashsale/pkg/soldout"
 	"github.com/flashsale/flashsale/pkg/token"
 )
 
@@ -50,8 +51,8 @@ type Gateway struct {
 	// admit is the Redis admission: through the batcher, or direct.
 	admit   func(context.Context, rdb.Claim) (rdb.Admission, error)
 	batcher *rdb.Batcher
-	// soldOut answers claims of vouchers Redis said are sold out (prune.go).
-	soldOut *soldOut
+	// soldOut answers claims of vouchers Redis said are sold out (pkg/soldout).
+	soldOut *soldout.Cache
 	// refused counts refused claims per voucher for sales' reports;
 	// replica names this replica in them (report.go).
 	refused refusals
@@ -79,7 +80,7 @@ type Option func(*Gateway)
 // withPruneClock replaces the monotonic clock of sold-out pruning, for
 // tests (nanoseconds).
 func withPruneClock(now func() int64) Option {
-	return func(g *Gateway) { g.soldOut.now = now }
+	return func(g *Gateway) { g.soldOut.SetClock(now) }
 }
 
 // WithClock replaces time.Now, for tests.
@@ -108,7 +109,7 @@ func New(cfg Config, r *rdb.Store, d *db.Store, log *zap.Logger, opts ...Option)
 		mysqlSlots: make(chan struct{}, cfg.MySQLMaxInflight), trusted: trusted,
 		users: ratelimit.New(cfg.UserRate, cfg.UserBurst), addrs: ratelimit.New(cfg.IPRate, cfg.IPBurst),
 		adminFails: ratelimit.New(float64(time.Second)/float64(adminFailEvery), adminFailBurst),
-		soldOut:    newSoldOut(cfg.SoldOutRefresh, monotonic()), replica: replicaName()}
+		soldOut:    soldout.New(cfg.SoldOutRefresh, soldout.Monotonic()), replica: replicaName()}
 	g.refused.since = time.Now()
 	if d != nil {
 		g.drawFigures = db.NewDrawFiguresCache(d)
@@ -293,7 +294,7 @@ func (g *Gateway) sweepLimiters() (stop func()) {
 		g.users.Sweep(now)
 		g.addrs.Sweep(now)
 		g.adminFails.Sweep(now)
-		g.soldOut.sweep()
+		g.soldOut.Sweep()
 		g.metrics.limiterKeys.WithLabelValues("user").Set(float64(g.users.Keys()))
 		g.metrics.limiterKeys.WithLabelValues("ip").Set(float64(g.addrs.Keys()))
 	})

@@ -23,8 +23,8 @@ func TestAdminFailuresAreSweptWithEveryOtherLimitOff(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer g.Close()
-	if g.users != nil || g.addrs != nil || g.soldOut.refresh != 0 {
-		t.Fatalf("a zero Config has a limit on: users %v, addrs %v, sold-out refresh %d", g.users != nil, g.addrs != nil, g.soldOut.refresh)
+	if g.users != nil || g.addrs != nil || g.soldOut.Refresh() != 0 {
+		t.Fatalf("a zero Config has a limit on: users %v, addrs %v, sold-out refresh %d", g.users != nil, g.addrs != nil, g.soldOut.Refresh())
 	}
 	for i := range 100 {
 		r := httptest.NewRequest("GET", "/admin/v1/stats", nil)

@@ -22,7 +22,7 @@ type metrics struct {
 	claims        *prometheus.CounterVec   // result, reason
 	claimSeconds  *prometheus.HistogramVec // result
 	scriptSeconds prometheus.Histogram
-	// pruned counts claims answered sold_out without Redis (prune.go).
+	// pruned counts claims answered sold_out without Redis (pkg/soldout).
 	pruned prometheus.Counter
 	// mysqlShed counts requests answered 503 because MySQLMaxInflight
 	// requests were already waiting on MySQL.

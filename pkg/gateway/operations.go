@@ -193,7 +193,7 @@ func (g *Gateway) cancelOrder(w http.ResponseWriter, r *http.Request) {
 		if _, err := settle.Releases(ctx, g.redis, g.db, []db.Release{*rel}, g.now()); err != nil {
 			g.log.Warn("release of a cancelled order left to the reaper", zap.Int64("order_id", id), zap.Error(err))
 		} else {
-			g.soldOut.admitted(o.VoucherID) // its units are back in Redis
+			g.soldOut.Admitted(o.VoucherID) // its units are back in Redis
 		}
 		g.log.Info("order cancelled by its owner", zap.Int64("order_id", id), zap.Int64("voucher_id", o.VoucherID))
 	}
@@ -431,7 +431,7 @@ func (g *Gateway) changeVoucher(w http.ResponseWriter, r *http.Request) {
 	if _, err := settle.Changes(ctx, g.redis, g.db, []db.VoucherChange{ch}, now); err != nil {
 		g.log.Warn("voucher change left to the reaper", zap.Int64("voucher_id", id), zap.Int64("change_id", ch.ID), zap.Error(err))
 	} else if add > 0 {
-		g.soldOut.admitted(id) // units are back: this replica stops pruning now, not a refresh later
+		g.soldOut.Admitted(id) // units are back: this replica stops pruning now, not a refresh later
 	}
 	g.log.Info("voucher changed", zap.Int64("voucher_id", id), zap.Int64("add_stock", add), zap.Bool("ends_at_changed", endsAt != nil))
 	writeJSON(w, http.StatusOK, voucherOut(v))

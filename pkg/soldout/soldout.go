@@ -1,5 +1,6 @@
-package gateway
-
+// Package soldout is the gateway's memory of vouchers Redis said are sold
+// out, so that their further claims are answered without Redis.
+//
 // Pruning before Redis (seed 001's 剪枝): once a voucher is sold out, every
 // further claim would still run the admission script, a Redis round trip
 // each, though the answer is known. The gateway remembers, per voucher, the
@@ -17,6 +18,7 @@ package gateway
 // of an admitted claim, which must be answered with its order. Nor does its
 // answer set or renew a flag: keyed claims always reach Redis, so they
 // could otherwise keep a flag alive for everyone else.
+package soldout
 
 import (
 	"sync"
@@ -24,7 +26,8 @@ import (
 	"time"
 )
 
-type soldOut struct {
+// Cache is the flags of one gateway, per voucher.
+type Cache struct {
 	refresh int64 // nanoseconds; 0: pruning off
 	now     func() int64
 	flags   sync.Map // voucher id -> *soldFlag
@@ -35,19 +38,21 @@ type soldFlag struct {
 	at  atomic.Int64 // when the flag was set or last let a claim through
 }
 
-// monotonic is nanoseconds on the monotonic clock.
-func monotonic() func() int64 {
+// Monotonic is nanoseconds on the monotonic clock, the Cache's clock.
+func Monotonic() func() int64 {
 	start := time.Now()
 	return func() int64 { return int64(time.Since(start)) }
 }
 
-func newSoldOut(refresh time.Duration, now func() int64) *soldOut {
-	return &soldOut{refresh: int64(refresh), now: now}
+// New returns a Cache whose flags last refresh (0: pruning off), on the
+// clock now (nanoseconds, Monotonic outside tests).
+func New(refresh time.Duration, now func() int64) *Cache {
+	return &Cache{refresh: int64(refresh), now: now}
 }
 
-// prune reports whether a claim of qty units of voucher v is answered
+// Prune reports whether a claim of qty units of voucher v is answered
 // sold_out without asking Redis.
-func (s *soldOut) prune(v, qty int64) bool {
+func (s *Cache) Prune(v, qty int64) bool {
 	if s.refresh == 0 {
 		return false
 	}
@@ -68,13 +73,13 @@ func (s *soldOut) prune(v, qty int64) bool {
 	return !fl.at.CompareAndSwap(at, now)
 }
 
-// soldOutFor records Redis's sold_out answer to a claim of qty units. It
+// SoldOutFor records Redis's sold_out answer to a claim of qty units. It
 // sets or renews the flag only for what the answer proves: fewer than qty
 // units left says claims of qty or more are sold out, nothing about fewer.
 // So a sold_out for more units than the flag covers leaves the flag to
 // expire: otherwise one account claiming more units than are left would
 // keep a voucher with units back "sold out" for everyone.
-func (s *soldOut) soldOutFor(v, qty int64) {
+func (s *Cache) SoldOutFor(v, qty int64) {
 	if s.refresh == 0 {
 		return
 	}
@@ -92,9 +97,9 @@ func (s *soldOut) soldOutFor(v, qty int64) {
 	fl.at.Store(s.now())
 }
 
-// admitted records an admission, or units given back through this
+// Admitted records an admission, or units given back through this
 // replica (a top-up, a cancellation): the voucher is not sold out.
-func (s *soldOut) admitted(v int64) {
+func (s *Cache) Admitted(v int64) {
 	if s.refresh == 0 {
 		return
 	}
@@ -103,9 +108,9 @@ func (s *soldOut) admitted(v int64) {
 	}
 }
 
-// sweep forgets the flags not renewed for a minute: vouchers nobody
+// Sweep forgets the flags not renewed for a minute: vouchers nobody
 // claims any more.
-func (s *soldOut) sweep() {
+func (s *Cache) Sweep() {
 	if s.refresh == 0 {
 		return
 	}
@@ -117,3 +122,9 @@ func (s *soldOut) sweep() {
 		return true
 	})
 }
+
+// Refresh is how long a flag lasts; 0: pruning is off.
+func (s *Cache) Refresh() time.Duration { return time.Duration(s.refresh) }
+
+// SetClock replaces the cache's clock (nanoseconds), for tests.
+func (s *Cache) SetClock(now func() int64) { s.now = now }
