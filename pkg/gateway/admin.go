@@ -370,7 +370,7 @@ func (g *Gateway) getVoucher(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if v.WaitingRoom != "" {
-		s, err := g.rooms.store.Tick(ctx, id, g.now())
+		s, err := g.rooms.Store().Tick(ctx, id, g.now())
 		switch {
 		case err == nil:
 			out.Room = &roomJSON{Waiting: s.Waiting(), Admitted: s.Front, PassesOutstanding: s.Live}

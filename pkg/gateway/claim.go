@@ -29,7 +29,8 @@ var errBadIdempotencyKey = badRequest("invalid_idempotency_key", "Idempotency-Ke
 //  6. soldOut.Prune (pkg/soldout): a voucher Redis said is sold out, for
 //     FLASHSALE_SOLD_OUT_REFRESH, answered 409 without Redis;
 //  7. roomPass (room.go): a voucher with a waiting room wants a pass that
-//     holds (403 not_admitted), from this gateway's last state of the room;
+//     holds (403 not_admitted), from this gateway's last state of the room
+//     (pkg/room's Cache);
 //  8. admitClaim: admit.lua, through the batcher (rdb/batcher.go,
 //     rdb/admit.go), decides the rest in Redis, atomically: the sale
 //     window, pause, the proof's difficulty and single use, the pass,
@@ -101,7 +102,7 @@ func (g *Gateway) admitClaim(r *http.Request, c rdb.Claim) (rdb.Admission, error
 	if c.Pass != "" || !errors.Is(err, rdb.ErrNotAdmitted) {
 		return a, err
 	}
-	g.rooms.learn(c.VoucherID, nil).set(nil, nil) // it has a room: the next claims are decided here
+	g.rooms.Learn(c.VoucherID, nil).Set(nil, nil) // it has a room: the next claims are decided here
 	if pass, perr := g.roomPass(r, c.VoucherID, c.UserID, c.Now); perr == nil && pass != "" {
 		c.Pass = pass
 		return g.admitNow(r.Context(), c)

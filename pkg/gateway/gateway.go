@@ -40,9 +40,10 @@ type Gateway struct {
 	db    *db.Store
 	auth  *auth
 	pow   *proof.Issuer // proof-of-work challenges and their verification
-	// rooms are the waiting rooms served (room.go); queueTokens signs
-	// their waiters' tokens.
-	rooms       *rooms
+	// rooms are the waiting rooms served, each one's last state
+	// (pkg/room's Cache, refreshed by roomTick); queueTokens signs their
+	// waiters' tokens.
+	rooms       *room.Cache
 	queueTokens *room.Tokens
 	stopRooms   func()
 	log         *zap.Logger
@@ -133,10 +134,13 @@ func New(cfg Config, r *rdb.Store, d *db.Store, log *zap.Logger, opts ...Option)
 		MaxLifetime: cfg.JWTMaxLifetime, Keys: cfg.valid.jwks, Now: func() time.Time { return g.now() }})}
 	g.pow = proof.New(cfg.powKey(), cfg.PowTTL, func() time.Time { return g.now() })
 	g.queueTokens = room.NewTokens(cfg.powKey())
-	g.rooms = &rooms{now: func() time.Time { return g.now() }}
+	var roomStore *room.Store
+	if r != nil {
+		roomStore = room.NewStore(r, cfg.RoomMaxWaiters)
+	}
+	g.rooms = room.NewCache(roomStore, func() time.Time { return g.now() })
 	g.stopRooms = func() {}
 	if r != nil {
-		g.rooms.store = room.NewStore(r, cfg.RoomMaxWaiters)
 		g.stopRooms = every(roomTick, func() {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 			defer cancel()

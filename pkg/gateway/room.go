@@ -10,14 +10,11 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
 
 	"github.com/flashsale/flashsale/pkg/db"
-	"github.com/flashsale/flashsale/pkg/rdb"
 	"github.com/flashsale/flashsale/pkg/room"
 )
 
@@ -54,146 +51,19 @@ const (
 	roomIdle = 30 * time.Second
 )
 
-// rooms are the waiting rooms this gateway serves: each one's last state.
-// A claim reads the map without a lock and without allocating (a
-// sync.Map would box the voucher id); rooms come and go rarely, so a
-// change copies it.
-type rooms struct {
-	m     atomic.Pointer[map[int64]*roomEntry]
-	mu    sync.Mutex // serializes changes of m
-	store *room.Store
-	now   func() time.Time
-}
-
-// entries is the current map (nil: none yet).
-func (rs *rooms) entries() map[int64]*roomEntry {
-	if m := rs.m.Load(); m != nil {
-		return *m
-	}
-	return nil
-}
-
-// change replaces the map with f's change of a copy.
-func (rs *rooms) change(f func(map[int64]*roomEntry)) {
-	rs.mu.Lock()
-	defer rs.mu.Unlock()
-	old := rs.entries()
-	next := make(map[int64]*roomEntry, len(old)+1)
-	for k, v := range old {
-		next[k] = v
-	}
-	f(next)
-	rs.m.Store(&next)
-}
-
-type roomEntry struct {
-	snap atomic.Pointer[room.Snapshot]
-	// gone, when set, is why the voucher has no room to answer from
-	// (room.ErrNoRoom: taken away; rdb.ErrVoucherNotFound): polls are
-	// answered that from here, and each tick asks Redis again.
-	gone atomic.Pointer[error]
-	seen atomic.Int64 // unix ns of the last request about it
-}
-
-// known is the entry's state, or why it has none.
-func (e *roomEntry) known() (*room.Snapshot, error) {
-	if err := e.gone.Load(); err != nil {
-		return nil, *err
-	}
-	return e.snap.Load(), nil
-}
-
-// set records a tick's answer: a state, or why there is none.
-func (e *roomEntry) set(s *room.Snapshot, err error) {
-	if err != nil {
-		e.gone.Store(&err)
-		e.snap.Store(nil)
-		return
-	}
-	e.snap.Store(s)
-	e.gone.Store(nil)
-}
-
-// of returns voucher v's entry, nil when this gateway knows of no room.
-func (rs *rooms) of(v int64) *roomEntry {
-	re := rs.entries()[v]
-	if re == nil {
-		return nil
-	}
-	re.seen.Store(rs.now().UnixNano())
-	return re
-}
-
-// learn records s as voucher v's room's state.
-func (rs *rooms) learn(v int64, s *room.Snapshot) *roomEntry {
-	re := rs.entries()[v]
-	if re == nil {
-		rs.change(func(m map[int64]*roomEntry) {
-			if re = m[v]; re == nil {
-				re = &roomEntry{}
-				m[v] = re
-			}
-		})
-	}
-	re.seen.Store(rs.now().UnixNano())
-	if s != nil {
-		re.snap.Store(s)
-	}
-	return re
-}
-
-// state returns v's room's state: the last one, or one read now. A room
-// taken away (or a voucher gone) is remembered as such, like a state, so
-// that its polls cost Redis nothing until the next tick.
-func (rs *rooms) state(ctx context.Context, v int64) (*room.Snapshot, error) {
-	if e := rs.of(v); e != nil {
-		if s, err := e.known(); s != nil || err != nil {
-			return s, err
-		}
-	}
-	s, err := rs.store.Tick(ctx, v, rs.now())
-	if gone(err) {
-		rs.learn(v, nil).set(nil, err)
-	}
-	if err != nil {
-		return nil, err
-	}
-	rs.learn(v, s)
-	return s, nil
-}
-
-// gone reports whether a room's tick failed because the voucher has no
-// room to answer from: an answer to remember, not a failure.
-func gone(err error) bool {
-	return errors.Is(err, room.ErrNoRoom) || errors.Is(err, rdb.ErrVoucherNotFound)
-}
-
-// tick refreshes every room asked about lately, forgets the others and
-// those that are gone, and publishes their figures.
+// tickRooms refreshes every room asked about lately, forgets the others,
+// and publishes their figures.
 func (g *Gateway) tickRooms(ctx context.Context) {
-	now := g.now()
-	for v, re := range g.rooms.entries() {
-		if now.Sub(time.Unix(0, re.seen.Load())) > roomIdle {
-			g.forgetRoom(v)
-			continue
-		}
-		s, err := g.rooms.store.Tick(ctx, v, now)
+	g.rooms.Tick(ctx, roomIdle, func(v int64, s *room.Snapshot, err error) {
 		switch {
-		case gone(err):
-			re.set(nil, err)
+		case room.Gone(err):
 			g.metrics.forgetRoom(v)
 		case err != nil:
 			g.log.Warn("waiting room tick failed", zap.Int64("voucher_id", v), zap.Error(err))
 		default:
-			re.set(s, nil)
 			g.metrics.roomFigures(v, s)
 		}
-	}
-}
-
-func (g *Gateway) forgetRoom(v int64) {
-	g.rooms.change(func(m map[int64]*roomEntry) { delete(m, v) })
-	g.metrics.forgetRoom(v)
+	}, g.metrics.forgetRoom)
 }
 
 // roomPass is the pass of user's claim on voucher v: "" when this gateway
@@ -201,17 +71,17 @@ func (g *Gateway) forgetRoom(v int64) {
 // a room refuses a claim without a pass, and this gateway learns of the
 // room), else the pass as the script takes it, or errNotAdmitted.
 func (g *Gateway) roomPass(r *http.Request, v int64, user string, now time.Time) (string, error) {
-	e := g.rooms.of(v)
+	e := g.rooms.Of(v)
 	if e == nil {
 		return "", nil
 	}
-	s, err := e.known()
+	s, err := e.Known()
 	if err != nil { // no room (as of the last tick): the script decides
 		return "", nil
 	}
 	s, p, err := g.roomPlace(r, v, user, s)
 	switch {
-	case gone(err): // taken away: the script decides
+	case room.Gone(err): // taken away: the script decides
 		return "", nil
 	case errors.Is(err, room.ErrNotInQueue):
 		return "", errNotAdmitted
@@ -242,20 +112,20 @@ func (g *Gateway) roomPlace(r *http.Request, v int64, user string, s *room.Snaps
 			return nil, room.Place{}, errBadQueue
 		}
 		if s == nil {
-			if s, err = g.rooms.state(r.Context(), v); err != nil {
+			if s, err = g.rooms.State(r.Context(), v); err != nil {
 				return nil, room.Place{}, err
 			}
 		}
 		return s, p, nil
 	}
-	s, p, err := g.rooms.store.Find(r.Context(), v, user, g.now())
-	if gone(err) {
-		g.rooms.learn(v, nil).set(nil, err)
+	s, p, err := g.rooms.Store().Find(r.Context(), v, user, g.now())
+	if room.Gone(err) {
+		g.rooms.Learn(v, nil).Set(nil, err)
 	}
 	if err != nil {
 		return nil, room.Place{}, err
 	}
-	g.rooms.learn(v, s)
+	g.rooms.Learn(v, s)
 	return s, p, nil
 }
 
@@ -273,12 +143,12 @@ func (g *Gateway) joinQueue(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	now := g.now()
-	s, p, err := g.rooms.store.Join(r.Context(), v, user, pr, now)
+	s, p, err := g.rooms.Store().Join(r.Context(), v, user, pr, now)
 	if err != nil {
 		g.fail(w, r, err)
 		return
 	}
-	g.rooms.learn(v, s)
+	g.rooms.Learn(v, s)
 	g.answerQueue(w, "join", s.Answer(p, now), g.queueTokens.Sign(v, user, p))
 }
 
@@ -305,8 +175,8 @@ func (g *Gateway) getQueue(w http.ResponseWriter, r *http.Request) {
 	}
 	var s *room.Snapshot
 	var err error
-	if e := g.rooms.of(v); e != nil {
-		if s, err = e.known(); err != nil {
+	if e := g.rooms.Of(v); e != nil {
+		if s, err = e.Known(); err != nil {
 			g.fail(w, r, err)
 			return
 		}
@@ -358,7 +228,7 @@ func (g *Gateway) pollByToken(w http.ResponseWriter, r *http.Request, v int64) {
 		writeRateLimited(w, wait)
 		return
 	}
-	s, err := g.rooms.state(r.Context(), v)
+	s, err := g.rooms.State(r.Context(), v)
 	if err != nil {
 		g.fail(w, r, err)
 		return

@@ -1,0 +1,162 @@
+package room
+
+// One gateway's last state of each waiting room it serves, refreshed by
+// its ticks: polls are answered from here without Redis.
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/flashsale/flashsale/pkg/rdb"
+)
+
+// Cache holds the last state of each room asked about. A claim reads the
+// map without a lock and without allocating (a sync.Map would box the
+// voucher id); rooms come and go rarely, so a change copies it.
+type Cache struct {
+	m     atomic.Pointer[map[int64]*Entry]
+	mu    sync.Mutex // serializes changes of m
+	store *Store
+	now   func() time.Time
+}
+
+// NewCache returns a Cache over store (nil: none, nothing is read) on the
+// clock now.
+func NewCache(store *Store, now func() time.Time) *Cache { return &Cache{store: store, now: now} }
+
+// Store is the rooms' store the cache reads.
+func (c *Cache) Store() *Store { return c.store }
+
+// Entry is one room's last state, or why it has none.
+type Entry struct {
+	snap atomic.Pointer[Snapshot]
+	// gone, when set, is why the voucher has no room to answer from
+	// (ErrNoRoom: taken away; rdb.ErrVoucherNotFound): polls are
+	// answered that from here, and each tick asks Redis again.
+	gone atomic.Pointer[error]
+	seen atomic.Int64 // unix ns of the last request about it
+}
+
+// Known is the entry's state (nil: not read yet), or why it has none.
+func (e *Entry) Known() (*Snapshot, error) {
+	if err := e.gone.Load(); err != nil {
+		return nil, *err
+	}
+	return e.snap.Load(), nil
+}
+
+// Set records an answer: a state, or why there is none (both nil:
+// unknown, ask Redis).
+func (e *Entry) Set(s *Snapshot, err error) {
+	if err != nil {
+		e.gone.Store(&err)
+		e.snap.Store(nil)
+		return
+	}
+	e.snap.Store(s)
+	e.gone.Store(nil)
+}
+
+// Gone reports whether err says a voucher has no room to answer from: an
+// answer to remember, not a failure.
+func Gone(err error) bool {
+	return errors.Is(err, ErrNoRoom) || errors.Is(err, rdb.ErrVoucherNotFound)
+}
+
+// entries is the current map (nil: none yet).
+func (c *Cache) entries() map[int64]*Entry {
+	if m := c.m.Load(); m != nil {
+		return *m
+	}
+	return nil
+}
+
+// change replaces the map with f's change of a copy.
+func (c *Cache) change(f func(map[int64]*Entry)) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	old := c.entries()
+	next := make(map[int64]*Entry, len(old)+1)
+	for k, v := range old {
+		next[k] = v
+	}
+	f(next)
+	c.m.Store(&next)
+}
+
+// Of returns voucher v's entry, nil when this cache knows of no room.
+func (c *Cache) Of(v int64) *Entry {
+	e := c.entries()[v]
+	if e == nil {
+		return nil
+	}
+	e.seen.Store(c.now().UnixNano())
+	return e
+}
+
+// Learn records s (if not nil) as voucher v's room's state, and returns
+// its entry.
+func (c *Cache) Learn(v int64, s *Snapshot) *Entry {
+	e := c.entries()[v]
+	if e == nil {
+		c.change(func(m map[int64]*Entry) {
+			if e = m[v]; e == nil {
+				e = &Entry{}
+				m[v] = e
+			}
+		})
+	}
+	e.seen.Store(c.now().UnixNano())
+	if s != nil {
+		e.snap.Store(s)
+	}
+	return e
+}
+
+// Forget drops voucher v's entry.
+func (c *Cache) Forget(v int64) { c.change(func(m map[int64]*Entry) { delete(m, v) }) }
+
+// State returns v's room's state: the last one, or one read now. A room
+// taken away (or a voucher gone) is remembered as such, like a state, so
+// that its polls cost Redis nothing until the next tick.
+func (c *Cache) State(ctx context.Context, v int64) (*Snapshot, error) {
+	if e := c.Of(v); e != nil {
+		if s, err := e.Known(); s != nil || err != nil {
+			return s, err
+		}
+	}
+	s, err := c.store.Tick(ctx, v, c.now())
+	if Gone(err) {
+		c.Learn(v, nil).Set(nil, err)
+	}
+	if err != nil {
+		return nil, err
+	}
+	c.Learn(v, s)
+	return s, nil
+}
+
+// Tick refreshes every room asked about within idle and forgets the
+// others, calling forgot for each room forgotten and ticked with each
+// refresh's answer (a state, or why there is none, or a failure).
+func (c *Cache) Tick(ctx context.Context, idle time.Duration, ticked func(v int64, s *Snapshot, err error), forgot func(v int64)) {
+	now := c.now()
+	for v, e := range c.entries() {
+		if now.Sub(time.Unix(0, e.seen.Load())) > idle {
+			c.Forget(v)
+			forgot(v)
+			continue
+		}
+		s, err := c.store.Tick(ctx, v, now)
+		switch {
+		case Gone(err):
+			e.Set(nil, err)
+		case err == nil:
+			e.Set(s, nil)
+		}
+		ticked(v, s, err)
+	}
+}
