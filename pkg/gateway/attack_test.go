@@ -208,6 +208,20 @@ func TestAKeyedRetryIsAnsweredFromItsFirstAdmission(t *testing.T) {
 	require.Equal(t, http.StatusAccepted, again.Status, again.Raw)
 	require.Equal(t, first.Body["order_id"], again.Body["order_id"])
 	requireError(t, f.do("POST", claim, f.token("ben"), "", proof.Header, sol, "Idempotency-Key", "k2"), http.StatusForbidden, "proof_invalid")
+
+	// A draw's entry is answered as an entry again.
+	ends := f.clock.Now().Add(time.Hour).Format(time.RFC3339)
+	drawID := f.createVoucher(`{"name":"draw","stock":5,"allocation":"draw","ends_at":"` + ends + `","proof_of_work":{"max_number":300}}`)
+	sol, _ = f.solve("cat", drawID)
+	claim = "/v1/vouchers/" + drawID + "/orders"
+	first = f.do("POST", claim, f.token("cat"), "", proof.Header, sol, "Idempotency-Key", "k1")
+	require.Equal(t, http.StatusAccepted, first.Status, first.Raw)
+	require.NotEmpty(t, first.Body["entry_id"], first.Raw)
+	f.clock.Add(3 * time.Minute) // the challenge expired
+	again = f.do("POST", claim, f.token("cat"), "", proof.Header, sol, "Idempotency-Key", "k1")
+	require.Equal(t, http.StatusAccepted, again.Status, again.Raw)
+	require.Equal(t, first.Body["entry_id"], again.Body["entry_id"], again.Raw)
+	require.Equal(t, "entered", again.Body["status"])
 }
 
 // A room gives at most FLASHSALE_ROOM_MAX_WAITERS places (51,936 joins in

@@ -77,15 +77,23 @@ func (s *Store) Replay(ctx context.Context, c Claim) (a Admission, ok bool, err 
 		return Admission{}, false, nil
 	}
 	b := s.userBucketOf(c.VoucherID, c.UserID, s.knownBuckets(c.VoucherID))
-	rec, err := s.c.Get(ctx, b.idem(c.UserID, c.IdempotencyKey)).Result()
+	pipe := s.c.Pipeline()
+	get := pipe.Get(ctx, b.idem(c.UserID, c.IdempotencyKey))
+	draw := pipe.HGet(ctx, b.key(), "draw") // a draw's admission is an entry
+	_, err = pipe.Exec(ctx)
+	rec, gerr := get.Result()
 	switch {
-	case errors.Is(err, redis.Nil):
+	case errors.Is(gerr, redis.Nil):
 		return Admission{}, false, nil
-	case err != nil:
+	case err != nil && !errors.Is(err, redis.Nil):
 		return Admission{}, false, fmt.Errorf("replay: %w", err)
 	}
 	entry, item, _ := strings.Cut(rec, " ")
-	if a, err = admission([]any{int64(0), entry, int64(1), item}, b.p); err != nil {
+	res := []any{int64(0), entry, int64(1), item}
+	if draw.Val() == "1" {
+		res = append(res, int64(1))
+	}
+	if a, err = admission(res, b.p); err != nil {
 		return Admission{}, false, err
 	}
 	if err := s.waitWritten(ctx, b.p); err != nil { // as a replay by the script waits
