@@ -239,12 +239,7 @@ func TestConsoleOpensFromTheURLFragment(t *testing.T) {
 	bin := chromium(t)
 	f := newFixture(t)
 	id := f.createVoucher(`{"name":"Fragment","stock":5}`)
-	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(bin), chromedp.NoSandbox, chromedp.DisableGPU)
-	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
-	defer cancelAlloc()
-	bctx, cancelBrowser := chromedp.NewContext(actx)
-	defer cancelBrowser()
-	bctx, cancelTimeout := context.WithTimeout(bctx, 60*time.Second)
+	bctx, cancelTimeout := context.WithTimeout(browser(t, bin), 60*time.Second)
 	defer cancelTimeout()
 	var url string
 	require.NoError(t, chromedp.Run(bctx,
