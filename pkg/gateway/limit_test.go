@@ -1,6 +1,7 @@
 package gateway_test
 
 import (
+	"context"
 	"net/http"
 	"strconv"
 	"sync"
@@ -77,7 +78,18 @@ func TestAddressLimitBehindTrustedProxies(t *testing.T) {
 // at once instead of queueing; the requests in flight finish normally.
 func TestOverloadIsShedFast(t *testing.T) {
 	env := testenv.New(t, 2)
-	f := newFixtureOn(t, env, gateway.Config{MaxInflight: 2, ClaimTimeout: 3 * time.Second})
+	// The two claims must stay in flight until the test has seen the
+	// shedding, however slow the machine: a gateway whose Redis calls wait
+	// a minute, released by Resume (a 2 s timeout was a window a busy
+	// machine could miss).
+	c := env.Common
+	c.RedisTimeout = time.Minute
+	patient, err := c.Redis(context.Background(), 8)
+	require.NoError(t, err)
+	t.Cleanup(func() { patient.Client().Close() })
+	slow := *env
+	slow.RDB = patient
+	f := newFixtureOn(t, &slow, gateway.Config{MaxInflight: 2, ClaimTimeout: time.Minute})
 	id := f.createVoucher(`{"name":"slow","stock":10,"per_user_limit":1}`)
 	require.NoError(t, env.Redis.Pause()) // claims now wait for their timeout
 	t.Cleanup(func() { _ = env.Redis.Resume() })
