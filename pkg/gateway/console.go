@@ -5,43 +5,30 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	dto "github.com/prometheus/client_model/go"
+	"github.com/flashsale/flashsale/pkg/history"
 )
+
+// historyEvery is how often the console's history is sampled.
+const historyEvery = time.Second
 
 // claimTotals reads this replica's claim counters (the Prometheus ones:
 // nothing more is counted on the claim path) by result, "rejected:<code>"
 // for rejections.
-func (g *Gateway) claimTotals() map[string]int64 {
-	ch := make(chan prometheus.Metric, 64)
-	go func() {
-		g.metrics.claims.Collect(ch)
-		close(ch)
-	}()
-	out := map[string]int64{}
-	for m := range ch {
-		var d dto.Metric
-		if m.Write(&d) != nil {
-			continue
-		}
-		var result, reason string
-		for _, l := range d.GetLabel() {
-			switch l.GetName() {
-			case "result":
-				result = l.GetValue()
-			case "reason":
-				reason = l.GetValue()
-			}
-		}
-		key := result
-		if reason != "" {
-			key += ":" + reason
-		}
-		if n := int64(d.GetCounter().GetValue()); n > 0 {
-			out[key] += n
-		}
+func (g *Gateway) claimTotals() map[string]int64 { return history.Totals(g.metrics.claims) }
+
+// getHistory: GET /admin/v1/history, what the console charts.
+func (g *Gateway) getHistory(w http.ResponseWriter, r *http.Request) {
+	if !g.admin(w, r) {
+		return
 	}
-	return out
+	points, names := g.history.Read()
+	writeJSON(w, http.StatusOK, struct {
+		Replica         string            `json:"replica"`
+		Since           time.Time         `json:"since"`
+		IntervalSeconds float64           `json:"interval_seconds"`
+		Vouchers        map[string]string `json:"vouchers"` // id → name, of those charted
+		Points          []history.Point   `json:"points"`
+	}{g.replica, g.refused.since.UTC(), historyEvery.Seconds(), names, points})
 }
 
 // stats: GET /admin/v1/stats, this gateway replica's claim counts since it

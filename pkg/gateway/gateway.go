@@ -22,6 +22,7 @@ import (
 
 	"github.com/flashsale/flashsale/pkg/app"
 	"github.com/flashsale/flashsale/pkg/db"
+	"github.com/flashsale/flashsale/pkg/history"
 	"github.com/flashsale/flashsale/pkg/ops"
 	"github.com/flashsale/flashsale/pkg/proof"
 	"github.com/flashsale/flashsale/pkg/ratelimit"
@@ -60,8 +61,8 @@ type Gateway struct {
 	replica string
 	// drawFigures are the draws' figures, a scan each, shared a while.
 	drawFigures *db.DrawFiguresCache
-	// history is what the console charts (history.go).
-	history     history
+	// history is what the console charts (pkg/history).
+	history     *history.Sampler
 	stopHistory func()
 	// mysqlSlots bounds the requests waiting on MySQL (MySQLMaxInflight).
 	mysqlSlots chan struct{}
@@ -148,7 +149,15 @@ func New(cfg Config, r *rdb.Store, d *db.Store, log *zap.Logger, opts ...Option)
 		})
 	}
 	g.stopSweep = g.sweepLimiters()
-	g.stopHistory = g.sampleHistory(historyEvery)
+	g.history = history.New(history.Source{
+		Claims:  g.claimTotals,
+		Latency: func() []uint64 { return history.Buckets(g.metrics.claimSeconds, latencyBuckets) },
+		Bounds:  latencyBuckets,
+		Redis:   r,
+		DB:      d,
+		Log:     g.log,
+	})
+	g.stopHistory = every(historyEvery, func() { g.history.Sample(time.Now()) })
 	return g, nil
 }
 
