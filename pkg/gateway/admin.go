@@ -1,72 +1,28 @@
 package gateway
 
 import (
-	"cmp"
-	crand "crypto/rand"
 	"errors"
-	"math/rand/v2"
 	"net/http"
-	"strings"
 	"time"
-	"unicode"
-	"unicode/utf8"
 
 	"go.uber.org/zap"
 
 	"github.com/flashsale/flashsale/pkg/db"
-	"github.com/flashsale/flashsale/pkg/draw"
 	"github.com/flashsale/flashsale/pkg/order"
 	"github.com/flashsale/flashsale/pkg/rdb"
 	"github.com/flashsale/flashsale/pkg/room"
 	"github.com/flashsale/flashsale/pkg/sale"
 	"github.com/flashsale/flashsale/pkg/settle"
+	"github.com/flashsale/flashsale/pkg/voucher"
 )
 
-// newRand is a generator seeded from the operating system, for drawing
-// envelope amounts nobody can predict.
-func newRand() *rand.Rand {
-	var seed [32]byte
-	_, _ = crand.Read(seed[:]) // never fails on Linux (crypto/rand doc)
-	return rand.New(rand.NewChaCha8(seed))
-}
-
-// Bounds of a voucher.
+// Bounds of a request body.
 const (
 	maxBodyBytes = 64 << 10
 	// maxCreateBytes bounds the body that creates a voucher: 100,000 codes
 	// of 64 characters, quoted, fit.
-	maxCreateBytes        = 8 << 20
-	maxPerUserLimit       = 1_000
-	maxPaymentTimeout     = 7 * 24 * 3600
-	defaultPaymentTimeout = 15 * 60
+	maxCreateBytes = 8 << 20
 )
-
-type createVoucherRequest struct {
-	Name string `json:"name"`
-	// Kind is a kind of pkg/sale, and Spec the fields of kinds.
-	Kind string `json:"kind"`
-	sale.Spec
-	PerUserLimit          *int64  `json:"per_user_limit"`
-	PerUserDailyLimit     *int64  `json:"per_user_daily_limit"`
-	StartsAt              *string `json:"starts_at"`
-	EndsAt                *string `json:"ends_at"`
-	PaymentTimeoutSeconds *int64  `json:"payment_timeout_seconds"`
-	// StockBuckets spreads a hot voucher's stock over Redis buckets
-	// (1..64; units only).
-	StockBuckets *int64 `json:"stock_buckets"`
-	// Allocation: first_come (default) or draw (pkg/draw).
-	Allocation *string `json:"allocation"`
-	// ProofOfWork puts a proof-of-work gate on its claims (pkg/proof), or
-	// on its waiting room's door.
-	ProofOfWork *powJSON `json:"proof_of_work"`
-	// WaitingRoom puts a waiting room in front of its claims (pkg/room).
-	WaitingRoom *room.Config `json:"waiting_room"`
-}
-
-// powJSON is a proof-of-work gate: its difficulty, ALTCHA's max number.
-type powJSON struct {
-	MaxNumber int64 `json:"max_number"`
-}
 
 type voucherJSON struct {
 	ID                    string     `json:"id"`
@@ -89,7 +45,7 @@ type voucherJSON struct {
 	SeedCommitment string `json:"seed_commitment,omitempty"`
 	Seed           string `json:"seed,omitempty"`
 	// ProofOfWork: the gate on claims; null: none.
-	ProofOfWork *powJSON `json:"proof_of_work"`
+	ProofOfWork *voucher.Gate `json:"proof_of_work"`
 	// WaitingRoom: the room in front of the claims; null: none.
 	WaitingRoom *room.Config `json:"waiting_room"`
 }
@@ -99,185 +55,23 @@ func voucherOut(v db.Voucher) voucherJSON {
 		TotalAmount: v.TotalAmount, MinAmount: v.MinAmount,
 		PerUserLimit: v.PerUserLimit, PerUserDailyLimit: v.PerUserDailyLimit, StartsAt: v.StartsAt,
 		EndsAt: v.EndsAt, PaymentTimeoutSeconds: v.PaymentTimeoutSeconds, Paused: v.Paused, CreatedAt: v.CreatedAt,
-		Allocation: cmp.Or(v.Allocation, draw.FirstCome), SeedCommitment: v.SeedCommitment, Seed: revealed(v), ProofOfWork: gateOf(v),
-		WaitingRoom: roomOf(v)}
+		Allocation: voucher.Allocation(v), SeedCommitment: v.SeedCommitment, Seed: voucher.Revealed(v), ProofOfWork: voucher.GateOf(v),
+		WaitingRoom: voucher.RoomOf(v)}
 }
 
-// roomOf is v's waiting room, nil without one.
-func roomOf(v db.Voucher) *room.Config {
-	c, _ := room.Decode(v.WaitingRoom)
-	return c
-}
-
-// gateOf is v's proof-of-work gate, nil without one.
-func gateOf(v db.Voucher) *powJSON {
-	if v.PowMaxNumber == 0 {
-		return nil
-	}
-	return &powJSON{MaxNumber: v.PowMaxNumber}
-}
-
-// revealed is a draw's seed once it is drawn, "" before (and for a sale
-// that is not a draw).
-func revealed(v db.Voucher) string {
-	if v.DrawState == draw.StateDrawn {
-		return v.DrawSeed
-	}
-	return ""
-}
-
-// printable reports whether s, a name people read in the console and in
-// reports, holds no control character (category Cc) and no bidirectional
-// formatting character: U+202E shows a name reversed, ESC drives a
-// terminal that prints it. Names are refused, not cleaned: what is stored
-// is what was sent.
-func printable(s string) bool {
-	for _, r := range s {
-		switch {
-		case unicode.Is(unicode.Cc, r), r == utf8.RuneError,
-			r == '\u061c', r == '\u200e', r == '\u200f', // letter marks
-			r >= '\u202a' && r <= '\u202e', r >= '\u2066' && r <= '\u2069': // embeddings, overrides, isolates
-			return false
-		}
-	}
-	return true
-}
-
-func parseTime(field string, s *string) (*time.Time, error) {
-	if s == nil {
-		return nil, nil
-	}
-	t, err := time.Parse(time.RFC3339, *s)
-	if err != nil {
-		return nil, badRequest("invalid_field", field+" must be an RFC 3339 time")
-	}
-	t = t.UTC().Truncate(time.Millisecond)
-	// Redis holds sale times as Unix milliseconds, 0 meaning "none": a
-	// time at or before 1970 would read as no bound at all.
-	if !t.After(time.Unix(0, 0)) || t.Year() > 9999 {
-		return nil, badRequest("invalid_field", field+" must be after 1970-01-01 and before year 10000")
-	}
-	return &t, nil
-}
-
-func intField(field string, v *int64, def, lo, hi int64) (int64, error) {
-	if v == nil {
-		if def < 0 {
-			return 0, badRequest("missing_field", field+" is required")
-		}
-		return def, nil
-	}
-	if *v < lo || *v > hi {
-		return 0, badRequest("invalid_field", field+" must be between "+idString(lo)+" and "+idString(hi))
-	}
-	return *v, nil
-}
-
-// voucher checks the request and returns the voucher and, for a pooled
-// kind, its items, as its kind plans them (pkg/sale).
-func (req createVoucherRequest) voucher(now time.Time, rnd *rand.Rand) (db.Voucher, []order.Item, error) {
-	v, err := req.common(now)
-	if err != nil {
-		return v, nil, err
-	}
-	kind, err := sale.Lookup(req.Kind)
-	if err != nil {
-		return v, nil, badRequest("invalid_field", "kind must be one of "+strings.Join(sale.Names(), ", "))
-	}
-	plan, err := sale.Prepare(kind, req.Spec, rnd)
+// ruleError is the API's answer to a refusal of pkg/voucher or pkg/sale:
+// 400 missing_field or invalid_field, 409 draw_closed.
+func ruleError(err error) error {
 	var fe *sale.FieldError
 	switch {
 	case errors.As(err, &fe) && fe.Missing:
-		return v, nil, badRequest("missing_field", fe.Msg)
+		return badRequest("missing_field", fe.Msg)
 	case errors.As(err, &fe):
-		return v, nil, badRequest("invalid_field", fe.Msg)
-	case err != nil:
-		return v, nil, err
+		return badRequest("invalid_field", fe.Msg)
+	case errors.Is(err, voucher.ErrDrawClosed):
+		return errDrawClosed
 	}
-	v.Kind, v.Stock, v.StockTotal, v.TotalAmount, v.MinAmount = kind.Name(), plan.Stock, plan.Stock, plan.TotalAmount, plan.MinAmount
-	buckets, err := intField("stock_buckets", req.StockBuckets, 1, 1, rdb.MaxBuckets)
-	if err != nil {
-		return v, nil, err
-	}
-	if buckets > 1 && !kind.Traits().Spread {
-		return v, nil, badRequest("invalid_field", "stock_buckets must be 1 for a "+kind.Name()+" voucher: only a count of units is spread over buckets")
-	}
-	v.StockBuckets = int(buckets)
-	if err := req.allocation(&v, kind); err != nil {
-		return v, nil, err
-	}
-	if req.ProofOfWork != nil {
-		if v.PowMaxNumber, err = req.ProofOfWork.difficulty(); err != nil {
-			return v, nil, err
-		}
-	}
-	if req.WaitingRoom != nil {
-		if v.WaitingRoom, err = waitingRoom(v, req.WaitingRoom); err != nil {
-			return v, nil, err
-		}
-	}
-	return v, plan.Items, nil
-}
-
-// allocation sets v's allocation; a draw gets its seed and commitment.
-func (req createVoucherRequest) allocation(v *db.Voucher, kind sale.Kind) error {
-	v.Allocation = draw.FirstCome
-	if req.Allocation == nil || *req.Allocation == draw.FirstCome {
-		return nil
-	}
-	if *req.Allocation != draw.Draw {
-		return badRequest("invalid_field", "allocation must be first_come or draw")
-	}
-	switch {
-	case kind.Traits().NoPayment:
-		return badRequest("invalid_field", "a "+kind.Name()+" voucher cannot be drawn: a draw's winners pay for what they won (units or codes)")
-	case v.EndsAt == nil:
-		return badRequest("missing_field", "ends_at is required for a draw: the winners are drawn when the entries close")
-	case req.PerUserLimit != nil && *req.PerUserLimit != 1:
-		return badRequest("invalid_field", "per_user_limit must be 1 for a draw: one entry per user")
-	case v.PerUserDailyLimit != 0:
-		return badRequest("invalid_field", "per_user_daily_limit must be 0 for a draw")
-	case v.StockBuckets > 1:
-		return badRequest("invalid_field", "stock_buckets must be 1 for a draw: entries take no stock")
-	}
-	seed := draw.NewSeed()
-	v.Allocation, v.PerUserLimit, v.DrawState = draw.Draw, 1, draw.StateOpen
-	v.DrawSeed, v.SeedCommitment = seed.Hex(), seed.Commitment()
-	return nil
-}
-
-// common checks the fields every kind has.
-func (req createVoucherRequest) common(now time.Time) (db.Voucher, error) {
-	v := db.Voucher{Name: strings.TrimSpace(req.Name), CreatedAt: now.UTC().Truncate(time.Millisecond)}
-	if v.Name == "" || len(v.Name) > 128 {
-		return v, badRequest("invalid_field", "name is required, at most 128 bytes")
-	}
-	if !printable(v.Name) {
-		return v, badRequest("invalid_field", "name must be printable text: no control characters (NUL, ESC, newlines) and no bidirectional controls (U+202E), which would show it other than it is")
-	}
-	var err error
-	if v.PerUserLimit, err = intField("per_user_limit", req.PerUserLimit, 1, 1, maxPerUserLimit); err != nil {
-		return v, err
-	}
-	if v.PerUserDailyLimit, err = intField("per_user_daily_limit", req.PerUserDailyLimit, 0, 0, maxPerUserLimit); err != nil {
-		return v, err
-	}
-	if v.PaymentTimeoutSeconds, err = intField("payment_timeout_seconds", req.PaymentTimeoutSeconds, defaultPaymentTimeout, 1, maxPaymentTimeout); err != nil {
-		return v, err
-	}
-	if v.StartsAt, err = parseTime("starts_at", req.StartsAt); err != nil {
-		return v, err
-	}
-	if v.EndsAt, err = parseTime("ends_at", req.EndsAt); err != nil {
-		return v, err
-	}
-	if v.StartsAt != nil && v.EndsAt != nil && !v.EndsAt.After(*v.StartsAt) {
-		return v, badRequest("invalid_field", "ends_at must be after starts_at")
-	}
-	if v.EndsAt != nil && !v.EndsAt.After(now) {
-		return v, badRequest("invalid_field", "ends_at must be in the future: this sale would be over before it began")
-	}
-	return v, nil
+	return err
 }
 
 // createVoucher: POST /admin/v1/vouchers. Records the voucher and its
@@ -289,7 +83,7 @@ func (g *Gateway) createVoucher(w http.ResponseWriter, r *http.Request) {
 	if !g.admin(w, r) {
 		return
 	}
-	var req createVoucherRequest
+	var req voucher.Request
 	if _, err := g.readBody(w, r, maxCreateBytes, createBodyTimeout); err != nil {
 		g.fail(w, r, err)
 		return
@@ -299,9 +93,9 @@ func (g *Gateway) createVoucher(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	now := g.now().UTC()
-	v, items, err := req.voucher(now, newRand())
+	v, items, err := req.Create(now, voucher.NewRand())
 	if err != nil {
-		g.fail(w, r, err)
+		g.fail(w, r, ruleError(err))
 		return
 	}
 	ctx := r.Context()

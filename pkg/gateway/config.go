@@ -12,6 +12,7 @@ import (
 	"github.com/flashsale/flashsale/pkg/rdb"
 	"github.com/flashsale/flashsale/pkg/room"
 	"github.com/flashsale/flashsale/pkg/token"
+	"github.com/flashsale/flashsale/pkg/voucher"
 )
 
 // Config of the gateway.
@@ -211,8 +212,8 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("FLASHSALE_ROOM_MAX_WAITERS must be at least 1, got %d", c.RoomMaxWaiters)
 	case c.PowTTL < time.Second || c.PowTTL > time.Hour:
 		return fmt.Errorf("FLASHSALE_POW_TTL must be 1s to 1h, got %s", c.PowTTL)
-	case c.PowMaxNumber < 1 || c.PowMaxNumber > MaxPowNumber:
-		return fmt.Errorf("FLASHSALE_POW_MAX_NUMBER must be 1 to %d, got %d", MaxPowNumber, c.PowMaxNumber)
+	case c.PowMaxNumber < 1 || c.PowMaxNumber > voucher.MaxPowNumber:
+		return fmt.Errorf("FLASHSALE_POW_MAX_NUMBER must be 1 to %d, got %d", voucher.MaxPowNumber, c.PowMaxNumber)
 	case c.JWTMaxLifetime < time.Minute:
 		return fmt.Errorf("FLASHSALE_JWT_MAX_LIFETIME must be at least 1m, got %s", c.JWTMaxLifetime)
 	case c.ClaimTimeout < 0:

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/flashsale/flashsale/pkg/order"
+	"github.com/flashsale/flashsale/pkg/voucher"
 )
 
 func clientError(err error) bool {
@@ -59,11 +60,11 @@ func FuzzCreateVoucher(f *testing.F) {
 	now := time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC) // fixed date: the validation's now; the fuzz stores nothing.
 	f.Fuzz(func(t *testing.T, body string) {
 		r := httptest.NewRequest(http.MethodPost, "/admin/v1/vouchers", strings.NewReader(body))
-		var req createVoucherRequest
+		var req voucher.Request
 		err := decodeJSONUpTo(httptest.NewRecorder(), r, &req, maxCreateBytes)
 		if err == nil {
-			vo, items, verr := req.voucher(now, rand.New(rand.NewPCG(1, 2)))
-			err = verr
+			vo, items, verr := req.Create(now, rand.New(rand.NewPCG(1, 2)))
+			err = ruleError(verr)
 			if err == nil {
 				if vo.Stock < 1 || vo.StockTotal != vo.Stock || vo.PerUserLimit < 1 {
 					t.Fatalf("%q: voucher %+v", body, vo)

@@ -7,6 +7,7 @@ import (
 
 	"github.com/flashsale/flashsale/pkg/db"
 	"github.com/flashsale/flashsale/pkg/draw"
+	"github.com/flashsale/flashsale/pkg/voucher"
 )
 
 // drawJSON is a draw sale as anyone with a user token sees it.
@@ -75,5 +76,5 @@ func (g *Gateway) drawOf(r *http.Request, v db.Voucher) (*drawJSON, error) {
 	}
 	return &drawJSON{VoucherID: idString(v.ID), State: drawState(v, g.now()), Entries: f.Entries,
 		Winners: v.DrawWinners, WaitlistPassed: f.Passed, Paid: f.Paid,
-		SeedCommitment: v.SeedCommitment, Seed: revealed(v), EndsAt: v.EndsAt, DrawnAt: v.DrawnAt}, nil
+		SeedCommitment: v.SeedCommitment, Seed: voucher.Revealed(v), EndsAt: v.EndsAt, DrawnAt: v.DrawnAt}, nil
 }

@@ -1,8 +1,6 @@
 package gateway
 
 import (
-	"bytes"
-	"encoding/json"
 	"errors"
 	"net/http"
 	"strconv"
@@ -10,11 +8,9 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/flashsale/flashsale/pkg/db"
-	"github.com/flashsale/flashsale/pkg/draw"
 	"github.com/flashsale/flashsale/pkg/order"
-	"github.com/flashsale/flashsale/pkg/room"
-	"github.com/flashsale/flashsale/pkg/sale"
 	"github.com/flashsale/flashsale/pkg/settle"
+	"github.com/flashsale/flashsale/pkg/voucher"
 	"github.com/flashsale/flashsale/pkg/webhook"
 )
 
@@ -296,58 +292,7 @@ func pendingOut(p order.Order) orderJSON {
 	return o
 }
 
-type changeVoucherRequest struct {
-	AddStock *int64  `json:"add_stock"`
-	EndsAt   *string `json:"ends_at"`
-	// ProofOfWork: a new gate, or null to turn it off (absent: unchanged).
-	ProofOfWork json.RawMessage `json:"proof_of_work"`
-	// WaitingRoom: a new room, or null to take it away (absent: unchanged).
-	WaitingRoom json.RawMessage `json:"waiting_room"`
-}
-
-// room reads the request's waiting_room for voucher v: nil when absent,
-// "0" for null, else the room as stored.
-func (req changeVoucherRequest) room(v db.Voucher) (*string, error) {
-	if req.WaitingRoom == nil {
-		return nil, nil
-	}
-	off := "0"
-	if string(bytes.TrimSpace(req.WaitingRoom)) == "null" {
-		return &off, nil
-	}
-	var c room.Config
-	dec := json.NewDecoder(bytes.NewReader(req.WaitingRoom))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&c); err != nil {
-		return nil, badRequest("invalid_field", "waiting_room must be null or {\"admit_per_second\": N, \"prequeue_seconds\": S, \"pass_seconds\": P}")
-	}
-	enc, err := waitingRoom(v, &c)
-	return &enc, err
-}
-
-// gate reads the request's proof_of_work: nil when absent, 0 for null.
-func (req changeVoucherRequest) gate() (*int64, error) {
-	if req.ProofOfWork == nil {
-		return nil, nil
-	}
-	var off int64
-	if string(bytes.TrimSpace(req.ProofOfWork)) == "null" {
-		return &off, nil
-	}
-	var p powJSON
-	dec := json.NewDecoder(bytes.NewReader(req.ProofOfWork))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&p); err != nil {
-		return nil, badRequest("invalid_field", "proof_of_work must be null or {\"max_number\": N}")
-	}
-	n, err := p.difficulty()
-	if err != nil {
-		return nil, err
-	}
-	return &n, nil
-}
-
-var errDrawClosed = &apiError{http.StatusConflict, "draw_closed", "a draw sale cannot be changed once its entries have closed"}
+var errDrawClosed = &apiError{http.StatusConflict, "draw_closed", voucher.ErrDrawClosed.Error()}
 
 var errNotToppable = &apiError{http.StatusConflict, "not_toppable", "stock can be added only to a voucher of units"}
 
@@ -362,7 +307,7 @@ func (g *Gateway) changeVoucher(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	var req changeVoucherRequest
+	var req voucher.Change
 	if _, err := g.readBody(w, r, maxBodyBytes, bodyReadTimeout); err != nil {
 		g.fail(w, r, err)
 		return
@@ -371,53 +316,24 @@ func (g *Gateway) changeVoucher(w http.ResponseWriter, r *http.Request) {
 		g.fail(w, r, err)
 		return
 	}
-	pow, err := req.gate()
-	if err != nil {
-		g.fail(w, r, err)
-		return
-	}
-	if req.AddStock == nil && req.EndsAt == nil && pow == nil && req.WaitingRoom == nil {
-		g.fail(w, r, badRequest("missing_field", "add_stock, ends_at, proof_of_work or waiting_room is required"))
-		return
-	}
-	var add int64
-	if req.AddStock != nil {
-		if *req.AddStock < 1 || *req.AddStock > sale.MaxStock {
-			g.fail(w, r, badRequest("invalid_field", "add_stock must be between 1 and "+idString(sale.MaxStock)))
-			return
-		}
-		add = *req.AddStock
-	}
 	now := g.now().UTC()
-	endsAt, err := parseTime("ends_at", req.EndsAt)
-	if err == nil && endsAt != nil && !endsAt.After(now) {
-		err = badRequest("invalid_field", "ends_at must be in the future")
-	}
+	edit, err := req.Edit(now)
 	if err != nil {
-		g.fail(w, r, err)
+		g.fail(w, r, ruleError(err))
 		return
 	}
 	ctx := r.Context()
 	current, err := g.db.Voucher(ctx, id)
-	switch {
-	case errors.Is(err, db.ErrNotFound):
+	if errors.Is(err, db.ErrNotFound) {
 		err = errVoucherMissing
-	case err == nil && endsAt != nil && current.StartsAt != nil && !endsAt.After(*current.StartsAt):
-		err = badRequest("invalid_field", "ends_at must be after starts_at")
-	case err == nil && current.IsDraw() && (current.DrawState != draw.StateOpen || (current.EndsAt != nil && !now.Before(*current.EndsAt))):
-		err = errDrawClosed
-	case err == nil && current.StockTotal+add > sale.MaxStock:
-		err = badRequest("invalid_field", "stock_total would exceed "+idString(sale.MaxStock))
-	}
-	var wr *string
-	if err == nil {
-		wr, err = req.room(current)
+	} else if err == nil {
+		err = ruleError(req.Against(current, &edit, now))
 	}
 	if err != nil {
 		g.fail(w, r, err)
 		return
 	}
-	v, ch, err := g.db.ChangeVoucher(ctx, id, db.Edit{AddStock: add, EndsAt: endsAt, Pow: pow, Room: wr}, now)
+	v, ch, err := g.db.ChangeVoucher(ctx, id, edit, now)
 	switch {
 	case errors.Is(err, db.ErrNotFound):
 		err = errVoucherMissing
@@ -430,9 +346,9 @@ func (g *Gateway) changeVoucher(w http.ResponseWriter, r *http.Request) {
 	}
 	if _, err := settle.Changes(ctx, g.redis, g.db, []db.VoucherChange{ch}, now); err != nil {
 		g.log.Warn("voucher change left to the reaper", zap.Int64("voucher_id", id), zap.Int64("change_id", ch.ID), zap.Error(err))
-	} else if add > 0 {
+	} else if edit.AddStock > 0 {
 		g.soldOut.Admitted(id) // units are back: this replica stops pruning now, not a refresh later
 	}
-	g.log.Info("voucher changed", zap.Int64("voucher_id", id), zap.Int64("add_stock", add), zap.Bool("ends_at_changed", endsAt != nil))
+	g.log.Info("voucher changed", zap.Int64("voucher_id", id), zap.Int64("add_stock", edit.AddStock), zap.Bool("ends_at_changed", edit.EndsAt != nil))
 	writeJSON(w, http.StatusOK, voucherOut(v))
 }

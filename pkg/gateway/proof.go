@@ -12,18 +12,6 @@ import (
 	"github.com/flashsale/flashsale/pkg/rdb"
 )
 
-// MaxPowNumber bounds a gate's difficulty (ALTCHA's max number): a
-// browser tries half of it on average.
-const MaxPowNumber = 10_000_000
-
-// difficulty checks a gate's max_number.
-func (p powJSON) difficulty() (int64, error) {
-	if p.MaxNumber < 1 || p.MaxNumber > MaxPowNumber {
-		return 0, badRequest("invalid_field", "proof_of_work.max_number must be between 1 and "+idString(MaxPowNumber))
-	}
-	return p.MaxNumber, nil
-}
-
 // powKey is FLASHSALE_POW_KEY, or one derived from the admin token.
 func (c *Config) powKey() []byte {
 	if c.PowKey != "" {

@@ -14,7 +14,6 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/flashsale/flashsale/pkg/db"
 	"github.com/flashsale/flashsale/pkg/room"
 )
 
@@ -28,20 +27,6 @@ var (
 	errQueueFull   = &apiError{http.StatusConflict, "queue_full", "the waiting room holds as many people as it takes (FLASHSALE_ROOM_MAX_WAITERS): it admits none more"}
 	errBadQueue    = &apiError{http.StatusForbidden, "not_admitted", "the queue token in " + room.Header + " is not one for you and this voucher: join again without it"}
 )
-
-// waitingRoom checks room c for voucher v and returns it as stored.
-func waitingRoom(v db.Voucher, c *room.Config) (string, error) {
-	if err := c.Validate(); err != nil {
-		return "", badRequest("invalid_field", err.Error())
-	}
-	switch {
-	case v.IsDraw():
-		return "", badRequest("invalid_field", "a draw has no waiting room: its entries are not first come, first served")
-	case v.StockBuckets > 1:
-		return "", badRequest("invalid_field", "stock_buckets must be 1 with a waiting room: the room meters the claims, so the stock need not be spread")
-	}
-	return c.Encode(), nil
-}
 
 // roomTick is how often a gateway refreshes each room it serves (the
 // room's clock runs in Redis; this is how stale a poll's answer may be),

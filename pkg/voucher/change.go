@@ -1,0 +1,106 @@
+package voucher
+
+import (
+	"bytes"
+	"encoding/json"
+	"time"
+
+	"github.com/flashsale/flashsale/pkg/db"
+	"github.com/flashsale/flashsale/pkg/draw"
+	"github.com/flashsale/flashsale/pkg/room"
+	"github.com/flashsale/flashsale/pkg/sale"
+)
+
+// Change is the body of PATCH /admin/v1/vouchers/{id}.
+type Change struct {
+	AddStock *int64  `json:"add_stock"`
+	EndsAt   *string `json:"ends_at"`
+	// ProofOfWork: a new gate, or null to turn it off (absent: unchanged).
+	ProofOfWork json.RawMessage `json:"proof_of_work"`
+	// WaitingRoom: a new room, or null to take it away (absent: unchanged).
+	WaitingRoom json.RawMessage `json:"waiting_room"`
+}
+
+// Edit checks what can be checked of the change without the voucher, and
+// returns the edit without its room (Against reads it).
+func (c Change) Edit(now time.Time) (db.Edit, error) {
+	var e db.Edit
+	var err error
+	if e.Pow, err = c.gate(); err != nil {
+		return e, err
+	}
+	if c.AddStock == nil && c.EndsAt == nil && e.Pow == nil && c.WaitingRoom == nil {
+		return e, missing("add_stock", "add_stock, ends_at, proof_of_work or waiting_room is required")
+	}
+	if c.AddStock != nil {
+		if *c.AddStock < 1 || *c.AddStock > sale.MaxStock {
+			return e, invalid("add_stock", "add_stock must be between 1 and "+itoa(sale.MaxStock))
+		}
+		e.AddStock = *c.AddStock
+	}
+	if e.EndsAt, err = ParseTime("ends_at", c.EndsAt); err != nil {
+		return e, err
+	}
+	if e.EndsAt != nil && !e.EndsAt.After(now) {
+		return e, invalid("ends_at", "ends_at must be in the future")
+	}
+	return e, nil
+}
+
+// Against checks edit e, from Edit, against voucher v as it is now, and
+// sets its room, whose rules depend on v.
+func (c Change) Against(v db.Voucher, e *db.Edit, now time.Time) error {
+	switch {
+	case e.EndsAt != nil && v.StartsAt != nil && !e.EndsAt.After(*v.StartsAt):
+		return invalid("ends_at", "ends_at must be after starts_at")
+	case v.IsDraw() && (v.DrawState != draw.StateOpen || (v.EndsAt != nil && !now.Before(*v.EndsAt))):
+		return ErrDrawClosed
+	case v.StockTotal+e.AddStock > sale.MaxStock:
+		return invalid("add_stock", "stock_total would exceed "+itoa(sale.MaxStock))
+	}
+	var err error
+	e.Room, err = c.room(v)
+	return err
+}
+
+// room reads the change's waiting_room for voucher v: nil when absent,
+// "0" for null, else the room as stored.
+func (c Change) room(v db.Voucher) (*string, error) {
+	if c.WaitingRoom == nil {
+		return nil, nil
+	}
+	off := "0"
+	if string(bytes.TrimSpace(c.WaitingRoom)) == "null" {
+		return &off, nil
+	}
+	var rc room.Config
+	dec := json.NewDecoder(bytes.NewReader(c.WaitingRoom))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&rc); err != nil {
+		return nil, invalid("waiting_room", "waiting_room must be null or {\"admit_per_second\": N, \"prequeue_seconds\": S, \"pass_seconds\": P}")
+	}
+	enc, err := waitingRoom(v, &rc)
+	return &enc, err
+}
+
+// gate reads the change's proof_of_work: nil when absent, 0 for null.
+func (c Change) gate() (*int64, error) {
+	if c.ProofOfWork == nil {
+		return nil, nil
+	}
+	var off int64
+	if string(bytes.TrimSpace(c.ProofOfWork)) == "null" {
+		return &off, nil
+	}
+	var g Gate
+	dec := json.NewDecoder(bytes.NewReader(c.ProofOfWork))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&g); err != nil {
+		return nil, invalid("proof_of_work", "proof_of_work must be null or {\"max_number\": N}")
+	}
+	n, err := g.difficulty()
+	if err != nil {
+		return nil, err
+	}
+	return &n, nil
+}
