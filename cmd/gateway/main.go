@@ -30,8 +30,12 @@ type config struct {
 
 func (c *config) Base() app.Common { return c.Common }
 
-// SetDefaults fills the role's defaults (see app.Main).
-func (c *config) SetDefaults() { c.Config.SetDefaults() }
+// SetDefaults fills the role's defaults (see app.Main); a variable's 0
+// that means off becomes the Config's off.
+func (c *config) SetDefaults() {
+	c.Config.ZeroIsOff()
+	c.Config.SetDefaults()
+}
 
 // Validate refuses wrong values before anything is dialled (see app.Main).
 func (c *config) Validate() error {

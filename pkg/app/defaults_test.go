@@ -4,7 +4,6 @@ import (
 	"os"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/kelseyhightower/envconfig"
 	"github.com/stretchr/testify/require"
@@ -47,14 +46,26 @@ func TestEnvDefaultsAreTheConstants(t *testing.T) {
 	t.Setenv("FLASHSALE_JWT_SECRET", "s")
 	var g gateway.Config
 	require.NoError(t, envconfig.Process("", &g))
+	g.ZeroIsOff()
 	g.SetDefaults() // the IP burst follows the IP rate
-	// 0 is a choice for these (no pipelining, no user rate limit, no
-	// sold-out pruning), so a zero Config keeps it; the binaries default
-	// to on.
-	gz := gateway.Config{AdminToken: "a", JWTSecret: "s", PipelineWorkers: g.PipelineWorkers, UserRate: g.UserRate, SoldOutRefresh: g.SoldOutRefresh}
+	gz := gateway.Config{AdminToken: "a", JWTSecret: "s"}
 	gz.SetDefaults()
 	require.Equal(t, gz, g, "gateway")
-	require.Equal(t, 4, g.PipelineWorkers)
-	require.Equal(t, 10.0, g.UserRate)
-	require.Equal(t, 200*time.Millisecond, g.SoldOutRefresh)
+	require.Equal(t, gateway.PipelineWorkersDefault, g.PipelineWorkers)
+	require.Equal(t, gateway.UserRateDefault, g.UserRate)
+	require.Equal(t, gateway.SoldOutRefreshDefault, g.SoldOutRefresh)
+
+	// In the environment 0 turns these off; in a Config, a negative value.
+	t.Setenv("FLASHSALE_REDIS_PIPELINE_WORKERS", "0")
+	t.Setenv("FLASHSALE_USER_RATE", "0")
+	t.Setenv("FLASHSALE_SOLD_OUT_REFRESH", "0")
+	var off gateway.Config
+	require.NoError(t, envconfig.Process("", &off))
+	off.ZeroIsOff()
+	off.SetDefaults()
+	off.AdminToken, off.JWTSecret = strings.Repeat("a", 32), strings.Repeat("s", 32)
+	require.Negative(t, off.PipelineWorkers)
+	require.Negative(t, off.UserRate)
+	require.Negative(t, off.SoldOutRefresh)
+	require.NoError(t, off.Validate())
 }

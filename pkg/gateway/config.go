@@ -69,7 +69,8 @@ type Config struct {
 	// PipelineWorkers is the number of pipelines in flight to Redis at
 	// once: concurrent claims are coalesced into them (auto-pipelining).
 	// The claims of one voucher bucket in a pipeline share one call of
-	// the admission script. 0 sends each claim alone. Default 4.
+	// the admission script. Off (FLASHSALE_…=0; in a Config, negative)
+	// sends each claim alone. Default 4.
 	PipelineWorkers int `envconfig:"FLASHSALE_REDIS_PIPELINE_WORKERS" default:"4"`
 	// PipelineMaxBatch bounds the claims in one pipeline. Default 128.
 	PipelineMaxBatch int `envconfig:"FLASHSALE_REDIS_PIPELINE_MAX_BATCH" default:"128"`
@@ -81,8 +82,8 @@ type Config struct {
 	// more answers 503 at once instead of queueing. Default 64.
 	MySQLMaxInflight int `envconfig:"FLASHSALE_MYSQL_MAX_INFLIGHT" default:"64"`
 	// UserRate limits each user (the token's sub) on the user API, in
-	// requests per second, before the admission script runs; 0 = off.
-	// Default 10.
+	// requests per second, before the admission script runs. Off:
+	// FLASHSALE_USER_RATE=0; in a Config, negative. Default 10.
 	UserRate float64 `envconfig:"FLASHSALE_USER_RATE" default:"10"`
 	// UserBurst is the requests a user may make at once. Default 20.
 	UserBurst int `envconfig:"FLASHSALE_USER_BURST" default:"20"`
@@ -100,8 +101,9 @@ type Config struct {
 	MaxInflight int `envconfig:"FLASHSALE_MAX_INFLIGHT" default:"4096"`
 	// SoldOutRefresh is how long the gateway answers sold_out itself, for a
 	// voucher Redis said is sold out, before asking Redis again: a unit
-	// given back is sold again within it. 0 turns pruning off (every claim
-	// runs the script). Default 200ms.
+	// given back is sold again within it. Off (every claim runs the
+	// script): FLASHSALE_SOLD_OUT_REFRESH=0; in a Config, negative.
+	// Default 200ms.
 	SoldOutRefresh time.Duration `envconfig:"FLASHSALE_SOLD_OUT_REFRESH" default:"200ms"`
 	// RedisDurability is what an admission, and an operator's write of
 	// stock or pause, must reach before it is answered: "none" (the
@@ -133,8 +135,13 @@ type Config struct {
 	valid *validConfig
 }
 
-// Defaults of Config: one constant per field, used when the field is zero.
+// Defaults of Config: one constant per field, used when the field is
+// zero, by a library's Config and the binary's alike (the envconfig tags
+// say the same, as a test checks).
 const (
+	PipelineWorkersDefault  = 4
+	UserRateDefault         = 10.0
+	SoldOutRefreshDefault   = 200 * time.Millisecond
 	HTTPAddrDefault         = ":8080"
 	TimeZoneDefault         = "UTC"
 	ClaimTimeoutDefault     = 300 * time.Millisecond
@@ -154,10 +161,13 @@ const (
 	minAdminToken           = 32
 )
 
-// SetDefaults fills the zero fields with the defaults. PipelineWorkers
-// and SoldOutRefresh stay as set: 0 is a choice (no pipelining, no
-// pruning).
+// SetDefaults fills the zero fields with the defaults. A negative
+// PipelineWorkers, UserRate or SoldOutRefresh stays: it turns the feature
+// off.
 func (c *Config) SetDefaults() {
+	c.PipelineWorkers = cmp.Or(c.PipelineWorkers, PipelineWorkersDefault)
+	c.UserRate = cmp.Or(c.UserRate, UserRateDefault)
+	c.SoldOutRefresh = cmp.Or(c.SoldOutRefresh, SoldOutRefreshDefault)
 	c.HTTPAddr = cmp.Or(c.HTTPAddr, HTTPAddrDefault)
 	c.TimeZone = cmp.Or(c.TimeZone, TimeZoneDefault)
 	c.ClaimTimeout = cmp.Or(c.ClaimTimeout, ClaimTimeoutDefault)
@@ -177,6 +187,22 @@ func (c *Config) SetDefaults() {
 	c.RedisDurability = cmp.Or(c.RedisDurability, rdb.DurabilityNone)
 	c.RedisMinReplicas = cmp.Or(c.RedisMinReplicas, 1)
 	c.RedisWaitTimeout = cmp.Or(c.RedisWaitTimeout, RedisWaitTimeoutDefault)
+}
+
+// ZeroIsOff reads c as the environment says it: there 0 turns pipelining,
+// the user rate and sold-out pruning off, which a Config says with a
+// negative value (its 0 is the default). The binary calls it on what it
+// read, before SetDefaults.
+func (c *Config) ZeroIsOff() {
+	if c.PipelineWorkers == 0 {
+		c.PipelineWorkers = -1
+	}
+	if c.UserRate == 0 {
+		c.UserRate = -1
+	}
+	if c.SoldOutRefresh == 0 {
+		c.SoldOutRefresh = -1
+	}
 }
 
 // durability is the rdb form of the Redis durability settings.
@@ -222,15 +248,15 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("FLASHSALE_IDEMPOTENCY_TTL must be at least 1s, got %s", c.IdempotencyTTL)
 	case c.ShutdownTimeout < 0:
 		return fmt.Errorf("FLASHSALE_SHUTDOWN_TIMEOUT must be positive, got %s", c.ShutdownTimeout)
-	case c.PipelineWorkers < 0 || c.PipelineWorkers > 1024:
-		return fmt.Errorf("FLASHSALE_REDIS_PIPELINE_WORKERS must be 0..1024, got %d", c.PipelineWorkers)
+	case c.PipelineWorkers > 1024:
+		return fmt.Errorf("FLASHSALE_REDIS_PIPELINE_WORKERS must be 0 (off) to 1024, got %d", c.PipelineWorkers)
 	case c.PipelineMaxBatch < 1 || c.PipelineMaxBatch > 10_000:
 		return fmt.Errorf("FLASHSALE_REDIS_PIPELINE_MAX_BATCH must be 1..10000, got %d", c.PipelineMaxBatch)
 	case c.MySQLTimeout < 0:
 		return fmt.Errorf("FLASHSALE_MYSQL_REQUEST_TIMEOUT must be positive, got %s", c.MySQLTimeout)
 	case c.MySQLMaxInflight < 1:
 		return fmt.Errorf("FLASHSALE_MYSQL_MAX_INFLIGHT must be at least 1, got %d", c.MySQLMaxInflight)
-	case c.UserRate < 0 || math.IsNaN(c.UserRate) || math.IsInf(c.UserRate, 0):
+	case math.IsNaN(c.UserRate) || math.IsInf(c.UserRate, 0):
 		return fmt.Errorf("FLASHSALE_USER_RATE must be 0 (off) or a positive rate, got %v", c.UserRate)
 	case c.UserBurst < 1:
 		return fmt.Errorf("FLASHSALE_USER_BURST must be at least 1, got %d", c.UserBurst)
@@ -240,7 +266,7 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("FLASHSALE_IP_BURST must be at least 1, got %d", c.IPBurst)
 	case c.MaxInflight < 1:
 		return fmt.Errorf("FLASHSALE_MAX_INFLIGHT must be at least 1, got %d", c.MaxInflight)
-	case c.SoldOutRefresh < 0 || c.SoldOutRefresh > time.Minute:
+	case c.SoldOutRefresh > time.Minute:
 		return fmt.Errorf("FLASHSALE_SOLD_OUT_REFRESH must be 0 (off) to 1m, got %s", c.SoldOutRefresh)
 	case c.RedisDurability != rdb.DurabilityNone && c.RedisWaitTimeout >= c.ClaimTimeout:
 		return fmt.Errorf("FLASHSALE_REDIS_WAIT_TIMEOUT (%s) must be shorter than FLASHSALE_CLAIM_TIMEOUT (%s): a claim waits for its replicas within its own time", c.RedisWaitTimeout, c.ClaimTimeout)

@@ -1,6 +1,7 @@
 package gateway_test
 
 import (
+	"cmp"
 	"context"
 	"crypto/ed25519"
 	"encoding/json"
@@ -62,6 +63,11 @@ func newFixtureOn(t *testing.T, env *testenv.Env, cfg gateway.Config, opts ...ga
 	if cfg.ClaimTimeout == 0 {
 		cfg.ClaimTimeout = 500 * time.Millisecond
 	}
+	// The user rate and sold-out pruning answer before the script; the
+	// fixture's tests read the script's answers, so both are off unless
+	// a test sets them (limit_test.go and prune_test.go do).
+	cfg.UserRate = cmp.Or(cfg.UserRate, -1)
+	cfg.SoldOutRefresh = cmp.Or(cfg.SoldOutRefresh, -1)
 	gw, err := gateway.New(cfg, env.RDB, env.DB, zaptest.NewLogger(t), append([]gateway.Option{gateway.WithClock(clk.Now)}, opts...)...)
 	require.NoError(t, err)
 	srv := httptest.NewServer(gw.Handler())

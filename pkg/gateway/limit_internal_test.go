@@ -17,14 +17,15 @@ import (
 func TestAdminFailuresAreSweptWithEveryOtherLimitOff(t *testing.T) {
 	var now atomic.Int64
 	now.Store(time.Now().UnixNano())
-	cfg := Config{AdminToken: "admin-token-admin-token-admin-token", JWTSecret: "jwt-secret-jwt-secret-jwt-secret!!"}
+	cfg := Config{AdminToken: "admin-token-admin-token-admin-token", JWTSecret: "jwt-secret-jwt-secret-jwt-secret!!",
+		UserRate: -1, SoldOutRefresh: -1} // off; the IP rate is off by default
 	g, err := New(cfg, nil, nil, nil, WithClock(func() time.Time { return time.Unix(0, now.Load()) }))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer g.Close()
 	if g.users != nil || g.addrs != nil || g.soldOut.Refresh() != 0 {
-		t.Fatalf("a zero Config has a limit on: users %v, addrs %v, sold-out refresh %d", g.users != nil, g.addrs != nil, g.soldOut.Refresh())
+		t.Fatalf("a limit is on: users %v, addrs %v, sold-out refresh %d", g.users != nil, g.addrs != nil, g.soldOut.Refresh())
 	}
 	for i := range 100 {
 		r := httptest.NewRequest("GET", "/admin/v1/stats", nil)

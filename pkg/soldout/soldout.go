@@ -44,10 +44,10 @@ func Monotonic() func() int64 {
 	return func() int64 { return int64(time.Since(start)) }
 }
 
-// New returns a Cache whose flags last refresh (0: pruning off), on the
+// New returns a Cache whose flags last refresh (0 or less: pruning off), on the
 // clock now (nanoseconds, Monotonic outside tests).
 func New(refresh time.Duration, now func() int64) *Cache {
-	return &Cache{refresh: int64(refresh), now: now}
+	return &Cache{refresh: max(int64(refresh), 0), now: now}
 }
 
 // Prune reports whether a claim of qty units of voucher v is answered
