@@ -9,6 +9,7 @@ import (
 	"runtime/debug"
 	"slices"
 	"text/tabwriter"
+	"text/template"
 
 	"github.com/kelseyhightower/envconfig"
 	"github.com/prometheus/client_golang/prometheus"
@@ -102,10 +103,11 @@ func PrintHelp[C Config](w io.Writer, cfg C, commands []Command[C]) {
 	ctw.Flush()
 	fmt.Fprintf(w, "\n%s COMMAND -h shows a command's usage and flags. Exit status of a command: 0 done, 2 failed or misused (and 1 where a command says what it means); the role itself exits 1 on a failure, with one JSON log line.\n\nConfiguration, all from the environment (docs/CONFIGURATION.md describes each):\n\n", bin)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "VARIABLE\tTYPE\tDEFAULT\tREQUIRED")
-	tmpl := `{{range .}}{{usage_key .}}	{{usage_type .}}	{{usage_default .}}	{{usage_required .}}
+	fmt.Fprintln(tw, "VARIABLE\tDEFAULT\tMEANING")
+	tmpl := `{{range .}}{{.Key}}	{{with .Tags.Get "default"}}{{.}}{{else}}-{{end}}	{{meaning .Key}}
 {{end}}`
-	if err := envconfig.Usagef("", cfg, tw, tmpl); err != nil {
+	funcs := template.FuncMap{"meaning": func(v string) string { return variableMeanings[v] }}
+	if err := envconfig.Usaget("", cfg, tw, template.Must(template.New("help").Funcs(funcs).Parse(tmpl))); err != nil {
 		fmt.Fprintln(tw, "(cannot list the variables:", err, ")")
 	}
 	tw.Flush()

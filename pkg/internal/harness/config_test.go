@@ -392,21 +392,21 @@ func TestTokenAndWaitingSayWhatTheyDo(t *testing.T) {
 	require.NotContains(t, line, "load script")
 }
 
-// helpVariables reads the variable table of a binary's help: name ->
-// default.
-func helpVariables(help string) map[string]string {
+// helpVariables reads the variable table of a binary's help (VARIABLE,
+// DEFAULT or "-", MEANING): name -> default. A row without a meaning fails
+// t: help reads it from docs/CONFIGURATION.md.
+func helpVariables(t *testing.T, help string) map[string]string {
 	out := map[string]string{}
 	_, table, _ := strings.Cut(help, "\nVARIABLE")
 	for _, l := range strings.Split(table, "\n")[1:] {
-		f := regexp.MustCompile(`\s{2,}`).Split(strings.TrimSpace(l), -1)
+		f := regexp.MustCompile(`\s{2,}`).Split(strings.TrimSpace(l), 3)
 		if len(f) < 2 || !strings.HasPrefix(f[0], "FLASHSALE_") {
 			continue
 		}
-		def := "" // VARIABLE, TYPE, DEFAULT (no variable is REQUIRED: Validate says what is)
-		if len(f) >= 3 {
-			def = f[2]
+		if len(f) < 3 || f[2] == "" {
+			t.Errorf("help gives %s no meaning", f[0])
 		}
-		out[f[0]] = def
+		out[f[0]] = strings.TrimPrefix(f[1], "-")
 	}
 	return out
 }
@@ -428,7 +428,7 @@ func TestTheConfigurationTableIsTheBinariesConfiguration(t *testing.T) {
 		cmd.Env = []string{"PATH=" + os.Getenv("PATH")}
 		out, err := cmd.Output()
 		require.NoError(t, err)
-		read[bin] = helpVariables(string(out))
+		read[bin] = helpVariables(t, string(out))
 		require.NotEmpty(t, read[bin], bin)
 	}
 	root, err := harness.ModuleRoot()
