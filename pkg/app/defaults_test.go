@@ -68,4 +68,13 @@ func TestEnvDefaultsAreTheConstants(t *testing.T) {
 	require.Negative(t, off.UserRate)
 	require.Negative(t, off.SoldOutRefresh)
 	require.NoError(t, off.Validate())
+
+	// A negative value is refused at start, the variable named.
+	t.Setenv("FLASHSALE_USER_RATE", "-1")
+	var neg gateway.Config
+	require.NoError(t, envconfig.Process("", &neg))
+	neg.ZeroIsOff()
+	neg.SetDefaults()
+	neg.AdminToken, neg.JWTSecret = off.AdminToken, off.JWTSecret
+	require.ErrorContains(t, neg.Validate(), "FLASHSALE_USER_RATE must be 0 (off) or a positive rate, got -1")
 }

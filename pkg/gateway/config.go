@@ -133,6 +133,9 @@ type Config struct {
 	// set's keys), kept so New neither checks nor reads anything twice;
 	// nil until Validate succeeds.
 	valid *validConfig
+	// envRefused is a negative value ZeroIsOff read from the environment,
+	// for Validate to refuse.
+	envRefused error
 }
 
 // Defaults of Config: one constant per field, used when the field is
@@ -193,7 +196,18 @@ func (c *Config) SetDefaults() {
 // the user rate and sold-out pruning off, which a Config says with a
 // negative value (its 0 is the default). The binary calls it on what it
 // read, before SetDefaults.
+//
+// A negative value is no word of the environment's: Validate refuses it,
+// naming the variable.
 func (c *Config) ZeroIsOff() {
+	switch {
+	case c.PipelineWorkers < 0:
+		c.envRefused = fmt.Errorf("FLASHSALE_REDIS_PIPELINE_WORKERS must be 0 (off) to 1024, got %d", c.PipelineWorkers)
+	case c.UserRate < 0:
+		c.envRefused = fmt.Errorf("FLASHSALE_USER_RATE must be 0 (off) or a positive rate, got %v", c.UserRate)
+	case c.SoldOutRefresh < 0:
+		c.envRefused = fmt.Errorf("FLASHSALE_SOLD_OUT_REFRESH must be 0 (off) to 1m, got %s", c.SoldOutRefresh)
+	}
 	if c.PipelineWorkers == 0 {
 		c.PipelineWorkers = -1
 	}
@@ -213,6 +227,9 @@ func (c *Config) durability() rdb.Durability {
 // Validate reports the first wrong value, naming its variable, and keeps
 // what it parsed for New. Call it after SetDefaults.
 func (c *Config) Validate() error {
+	if c.envRefused != nil {
+		return c.envRefused
+	}
 	switch {
 	case c.AdminToken == "":
 		return errors.New("FLASHSALE_ADMIN_TOKEN is required")
