@@ -39,6 +39,9 @@ type Config struct {
 	ProfileDir string
 	// CPUOnly runs only the CPU-per-claim rows and the scale-out run.
 	CPUOnly bool
+	// AdmittedOnly runs only the admitted claims end to end (the CPU
+	// rows with workers running).
+	AdmittedOnly bool
 	// DurabilityOnly runs only the durability rows (none vs replica).
 	DurabilityOnly bool
 	// DrawOnly runs only the draw rows; DrawEntries and DrawStock size the
@@ -189,6 +192,10 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 	defer func() { _ = trivial.Process.Kill(); _ = trivial.Wait() }()
 	time.Sleep(300 * time.Millisecond)
+	if cfg.AdmittedOnly {
+		rep.CPU, err = admittedEndToEnd(ctx, s, cfg, tokens, host, trivialAddr, trivial.Process.Pid)
+		return rep, err
+	}
 	if cfg.RoomOnly {
 		return rep, roomRuns(ctx, s, cfg, tokens, host, trivialAddr, trivial.Process.Pid, rep)
 	}
@@ -204,6 +211,11 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if rep.CPU, err = cpuPerClaim(ctx, s, cfg, tokens, host, trivialAddr, trivial.Process.Pid); err != nil {
 		return nil, err
 	}
+	e2e, err := admittedEndToEnd(ctx, s, cfg, tokens, host, trivialAddr, trivial.Process.Pid)
+	if err != nil {
+		return nil, err
+	}
+	rep.CPU = append(rep.CPU, e2e...)
 	_ = trivial.Process.Kill()
 	if cfg.CPUOnly {
 		if err := hotDrain(ctx, s, cfg, "one Redis", rep); err != nil {

@@ -66,6 +66,8 @@ func Compare(base, run *Report) []Change {
 		add(m.Name, "server µs/req", b.ProcessUs, m.ProcessUs, true)
 		add(m.Name, "× bare handler", b.VsBare, m.VsBare, true)
 		add(m.Name, "redis µs/req", b.RedisUs, m.RedisUs, true)
+		add(m.Name, "p99 µs", b.P99us, m.P99us, true)
+		add(m.Name, "redis µs/order persisted", b.RedisPersistUs, m.RedisPersistUs, true)
 	}
 	measures := func(ms []Measure) map[string]Measure {
 		out := map[string]Measure{}

@@ -7,14 +7,17 @@ package bench
 // handler's in the same run, and redis-server's (INFO cpu, every thread).
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -35,7 +38,53 @@ type CPUMeasure struct {
 	// VsBare is ProcessUs over the bare handler's, measured in the same run.
 	VsBare  float64 `json:"vs_bare_handler,omitempty"`
 	RedisUs float64 `json:"redis_us_per_request"`
-	Status  map[string]int64
+	// Conns and P99us: the load's concurrency and its 99th percentile
+	// latency, on the rows that record them.
+	Conns  int     `json:"conns,omitempty"`
+	P99us  float64 `json:"p99_us,omitempty"`
+	Status map[string]int64
+	// RedisPersistUs is, on the split row, redis-server's CPU per order
+	// while the workers persisted the claims' orders (RedisUs then being
+	// the admissions' part alone).
+	RedisPersistUs float64 `json:"redis_persist_us_per_order,omitempty"`
+	// RedisCommands splits RedisUs by command, from Redis's own
+	// accounting (INFO commandstats), on the end-to-end rows; what the
+	// commands do not account for is the network and the event loop.
+	RedisCommands []CommandCost `json:"redis_commands,omitempty"`
+}
+
+// CommandCost is one Redis command's part of an admitted claim.
+type CommandCost struct {
+	Command string  `json:"command"`
+	Calls   float64 `json:"calls_per_claim"`
+	Us      float64 `json:"us_per_claim"`
+}
+
+// commandStats reads INFO commandstats: calls and microseconds per command.
+func commandStats(ctx context.Context, c *redis.Client) (map[string][2]float64, error) {
+	info, err := c.Info(ctx, "commandstats").Result()
+	if err != nil {
+		return nil, err
+	}
+	out := map[string][2]float64{}
+	for _, l := range strings.Split(info, "\r\n") {
+		name, rest, ok := strings.Cut(strings.TrimPrefix(l, "cmdstat_"), ":")
+		if !ok || !strings.HasPrefix(l, "cmdstat_") {
+			continue
+		}
+		var calls, usec float64
+		for _, kv := range strings.Split(rest, ",") {
+			k, v, _ := strings.Cut(kv, "=")
+			switch k {
+			case "calls":
+				calls, _ = strconv.ParseFloat(v, 64)
+			case "usec":
+				usec, _ = strconv.ParseFloat(v, 64)
+			}
+		}
+		out[name] = [2]float64{calls, usec}
+	}
+	return out, nil
 }
 
 // procCPU is the CPU time process pid has used (user and system).
@@ -297,6 +346,208 @@ func cpuPerClaim(ctx context.Context, s *harness.Stack, cfg Config, tokens []str
 		}
 	}
 	return out, nil
+}
+
+// endToEndWorkers is how many workers persist beside the end-to-end rows.
+const endToEndWorkers = 2
+
+// admittedEndToEnd measures what an admitted claim costs the processes users run,
+// at every concurrency level, with endToEndWorkers workers persisting the
+// orders beside the claims: the gateway's CPU per claim against the bare
+// handler's at the same concurrency (measured just before), redis-server's
+// process CPU (every thread, user and system: INFO cpu is getrusage of the
+// process) from the first claim until the last order is persisted and
+// acknowledged, so the workers' reads and acknowledgements and the
+// kernel's socket work are in it, and the claims' p99.
+func admittedEndToEnd(ctx context.Context, s *harness.Stack, cfg Config, tokens []string, host, trivialAddr string, trivialPid int) ([]CPUMeasure, error) {
+	rc, _ := s.RDB.Client().(*redis.Client)
+	if rc == nil {
+		return nil, fmt.Errorf("end-to-end CPU needs a single redis-server")
+	}
+	var workers []*harness.Proc
+	defer func() {
+		for _, w := range workers {
+			_ = w.Stop(30 * time.Second)
+		}
+	}()
+	for i := range endToEndWorkers {
+		w, err := s.StartWorkerWith(fmt.Sprintf("e2e-cpu-%d", i))
+		if err != nil {
+			return nil, err
+		}
+		workers = append(workers, w)
+		if err := waitReady(w); err != nil {
+			return nil, err
+		}
+	}
+	var out []CPUMeasure
+	var offset int64
+	for _, conns := range cfg.Conns {
+		bareReq := Request(trivialAddr, "/", "x")
+		bare, err := cpuOf(ctx, fmt.Sprintf("bare net/http handler, %d conns", conns), trivialPid, nil, func() *Result {
+			return Drive(Load{Addr: trivialAddr, Conns: conns, Duration: cfg.Duration, Next: func(int64) []byte { return bareReq }})
+		})
+		if err != nil {
+			return nil, err
+		}
+		bare.Conns = conns
+		out = append(out, bare)
+		v, err := s.CreateVoucher(ctx, harness.VoucherSpec{Name: "end to end cpu", Stock: 10_000_000, PerUserLimit: 1})
+		if err != nil {
+			return nil, err
+		}
+		path := "/v1/vouchers/" + strconv.FormatInt(v, 10) + "/orders"
+		base := offset
+		next := func(i int64) []byte { return Request(host, path, tokens[(base+i)%int64(len(tokens))]) }
+		g0, err := procCPU(s.Gateway.Pid())
+		if err != nil {
+			return nil, err
+		}
+		r0, err := redisCPU(ctx, rc)
+		if err != nil {
+			return nil, err
+		}
+		c0, err := commandStats(ctx, rc)
+		if err != nil {
+			return nil, err
+		}
+		var prof <-chan error
+		if cfg.ProfileDir != "" && conns == cfg.Conns[0] {
+			prof = profile(s.Gateway.PprofURL, cfg.Duration/2, filepath.Join(cfg.ProfileDir, "gateway-admitted-e2e.cpu.pprof"))
+		}
+		r := Drive(Load{Addr: host, Conns: conns, Duration: cfg.Duration, Next: next})
+		if prof != nil {
+			if err := <-prof; err != nil {
+				return nil, err
+			}
+		}
+		g1, err := procCPU(s.Gateway.Pid())
+		if err != nil {
+			return nil, err
+		}
+		offset += r.Requests
+		if err := waitDrained(ctx, s, 2*time.Minute); err != nil {
+			return nil, fmt.Errorf("end to end, %d conns: %w", conns, err)
+		}
+		r1, err := redisCPU(ctx, rc)
+		if err != nil {
+			return nil, err
+		}
+		c1, err := commandStats(ctx, rc)
+		if err != nil {
+			return nil, err
+		}
+		admitted := r.Status[202]
+		m := CPUMeasure{Name: fmt.Sprintf("admitted claims end to end, %d conns, %d workers", conns, endToEndWorkers),
+			Requests: r.Requests, PerSecond: r.RPS(), Conns: conns, P99us: float64(r.Latency.ValueAtQuantile(99)), Status: map[string]int64{}}
+		for st, n := range r.Status {
+			m.Status[strconv.Itoa(st)] = n
+		}
+		if admitted == 0 {
+			return nil, fmt.Errorf("%s: nothing admitted: %v", m.Name, r.Status)
+		}
+		m.ProcessUs = float64((g1 - g0).Microseconds()) / float64(r.Requests)
+		m.VsBare = m.ProcessUs / bare.ProcessUs
+		m.RedisUs = float64((r1 - r0).Microseconds()) / float64(admitted)
+		for name, after := range c1 {
+			calls, usec := after[0]-c0[name][0], after[1]-c0[name][1]
+			if usec/float64(admitted) >= 0.05 {
+				m.RedisCommands = append(m.RedisCommands, CommandCost{Command: name, Calls: calls / float64(admitted), Us: usec / float64(admitted)})
+			}
+		}
+		slices.SortFunc(m.RedisCommands, func(a, b CommandCost) int { return cmp.Compare(b.Us, a.Us) })
+		for _, c := range m.RedisCommands {
+			cfg.logf("  redis %s: %.3f calls, %.2f µs per admitted claim", c.Command, c.Calls, c.Us)
+		}
+		cfg.logf("CPU: %s: gateway %.1f µs/claim (%.2f × bare %.1f), redis %.1f µs/admitted claim, %.0f claims/s, p99 %s, status %v",
+			m.Name, m.ProcessUs, m.VsBare, bare.ProcessUs, m.RedisUs, m.PerSecond, us(int64(m.P99us)), m.Status)
+		out = append(out, m)
+	}
+	split, err := admissionThenPersistence(ctx, s, cfg, rc, workers, tokens[offset%int64(len(tokens)):], host)
+	if err != nil {
+		return nil, err
+	}
+	return append(out, split), nil
+}
+
+// admissionThenPersistence splits redis-server's CPU per admitted claim
+// into its two parts, at the first concurrency level: the claims with
+// the workers stopped (the admission script and the gateway's round
+// trips), then the workers persisting what they admitted (the reads and
+// acknowledgements). The workers then read full batches of a backlog,
+// which costs less per order than keeping up with a live sale.
+func admissionThenPersistence(ctx context.Context, s *harness.Stack, cfg Config, rc *redis.Client, workers []*harness.Proc, tokens []string, host string) (CPUMeasure, error) {
+	conns := cfg.Conns[0]
+	m := CPUMeasure{Name: fmt.Sprintf("admitted claims, then persisted, %d conns, %d workers", conns, len(workers)), Conns: conns, Status: map[string]int64{}}
+	v, err := s.CreateVoucher(ctx, harness.VoucherSpec{Name: "split cpu", Stock: 10_000_000, PerUserLimit: 1})
+	if err != nil {
+		return m, err
+	}
+	for _, w := range workers {
+		if err := w.Signal(syscall.SIGSTOP); err != nil {
+			return m, err
+		}
+	}
+	stopped := true
+	defer func() {
+		if stopped {
+			for _, w := range workers {
+				_ = w.Signal(syscall.SIGCONT)
+			}
+		}
+	}()
+	path := "/v1/vouchers/" + strconv.FormatInt(v, 10) + "/orders"
+	next := func(i int64) []byte { return Request(host, path, tokens[i%int64(len(tokens))]) }
+	r0, err := redisCPU(ctx, rc)
+	if err != nil {
+		return m, err
+	}
+	r := Drive(Load{Addr: host, Conns: conns, Duration: cfg.Duration, Next: next})
+	r1, err := redisCPU(ctx, rc)
+	if err != nil {
+		return m, err
+	}
+	for _, w := range workers {
+		if err := w.Signal(syscall.SIGCONT); err != nil {
+			return m, err
+		}
+	}
+	stopped = false
+	if err := waitDrained(ctx, s, 2*time.Minute); err != nil {
+		return m, err
+	}
+	r2, err := redisCPU(ctx, rc)
+	if err != nil {
+		return m, err
+	}
+	admitted := r.Status[202]
+	if admitted == 0 {
+		return m, fmt.Errorf("%s: nothing admitted: %v", m.Name, r.Status)
+	}
+	for st, n := range r.Status {
+		m.Status[strconv.Itoa(st)] = n
+	}
+	m.Requests, m.PerSecond, m.P99us = r.Requests, r.RPS(), float64(r.Latency.ValueAtQuantile(99))
+	m.RedisUs = float64((r1 - r0).Microseconds()) / float64(admitted)
+	m.RedisPersistUs = float64((r2 - r1).Microseconds()) / float64(admitted)
+	cfg.logf("CPU: %s: redis %.1f µs per admission + %.1f µs per persisted order", m.Name, m.RedisUs, m.RedisPersistUs)
+	return m, nil
+}
+
+// waitDrained waits until every order admitted is persisted and
+// acknowledged (every stream empty, nothing pending).
+func waitDrained(ctx context.Context, s *harness.Stack, limit time.Duration) error {
+	deadline := time.Now().Add(limit)
+	for {
+		ok, why := s.Drained(ctx)
+		if ok {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("not drained after %s: %s", limit, why)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
 
 // scaleOutRuns starts a stack on a 3-master Redis Cluster and measures a

@@ -87,9 +87,12 @@ func (r *Report) printCPU(w io.Writer) {
 	if len(r.CPU) > 0 {
 		fmt.Fprintln(w)
 		tw := tabwriter.NewWriter(w, 0, 0, 1, ' ', tabwriter.Debug)
-		fmt.Fprintln(tw, "CPU per request	per second	server µs/req	vs bare handler	redis µs/req	answers	")
+		fmt.Fprintln(tw, "CPU per request	per second	server µs/req	vs bare handler	redis µs/req	p99	answers	")
 		for _, m := range r.CPU {
-			vs, redis, server := "-", "-", "-"
+			vs, redis, server, p99 := "-", "-", "-", "-"
+			if m.P99us > 0 {
+				p99 = us(int64(m.P99us))
+			}
 			if m.ProcessUs > 0 {
 				server = fmt.Sprintf("%.1f", m.ProcessUs)
 			}
@@ -99,7 +102,10 @@ func (r *Report) printCPU(w io.Writer) {
 			if m.RedisUs > 0 || m.VsBare > 0 || m.ProcessUs == 0 {
 				redis = fmt.Sprintf("%.1f", m.RedisUs)
 			}
-			fmt.Fprintf(tw, "%s\t%.0f\t%s\t%s\t%s\t%s\t\n", m.Name, m.PerSecond, server, vs, redis, answers(Measure{Status: m.Status}))
+			if m.RedisPersistUs > 0 {
+				redis = fmt.Sprintf("%.1f admitting + %.1f persisting", m.RedisUs, m.RedisPersistUs)
+			}
+			fmt.Fprintf(tw, "%s\t%.0f\t%s\t%s\t%s\t%s\t%s\t\n", m.Name, m.PerSecond, server, vs, redis, p99, answers(Measure{Status: m.Status}))
 		}
 		tw.Flush()
 	}
