@@ -110,10 +110,8 @@ func (g *Gateway) admitClaim(r *http.Request, c rdb.Claim) (rdb.Admission, error
 	return a, err
 }
 
-// admitNow is one admission of c, bounded by ClaimTimeout.
+// admitNow is one admission of c, bounded by ClaimTimeout (g.admit is).
 func (g *Gateway) admitNow(ctx context.Context, c rdb.Claim) (rdb.Admission, error) {
-	ctx, cancel := context.WithTimeout(ctx, g.cfg.ClaimTimeout)
-	defer cancel()
 	t0 := time.Now()
 	a, err := g.admit(ctx, c)
 	g.metrics.scriptSeconds.Observe(time.Since(t0).Seconds())

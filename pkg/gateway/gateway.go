@@ -125,8 +125,12 @@ func New(cfg Config, r *rdb.Store, d *db.Store, log *zap.Logger, opts ...Option)
 			return nil, err
 		}
 	}
-	g.admit = r.Admit
-	if cfg.PipelineWorkers > 0 {
+	g.admit = func(ctx context.Context, c rdb.Claim) (rdb.Admission, error) {
+		ctx, cancel := context.WithTimeout(ctx, cfg.ClaimTimeout)
+		defer cancel()
+		return r.Admit(ctx, c)
+	}
+	if cfg.PipelineWorkers > 0 { // the batcher bounds each claim by ClaimTimeout
 		g.batcher = r.NewBatcher(cfg.PipelineWorkers, cfg.PipelineMaxBatch, cfg.ClaimTimeout)
 		g.admit = g.batcher.Admit
 	}

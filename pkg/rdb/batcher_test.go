@@ -78,6 +78,41 @@ func TestBatcherDoesNotSendWhatTheCallerGaveUpOn(t *testing.T) {
 	requireStock(t, s, 4, 5)
 }
 
+// A claim is answered within the batcher's timeout even when Redis does
+// not answer: the claim sent is bounded by its round trip's deadline, and
+// one still waiting behind it at its deadline is not sent at all.
+func TestBatcherAnswersEachClaimWithinItsTimeout(t *testing.T) {
+	srv, err := testsrv.StartRedis(t.TempDir())
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = srv.Resume(); _ = srv.Kill() })
+	c := srv.Client()
+	t.Cleanup(func() { _ = c.Close() })
+	s, err := rdb.New(c, 1, "")
+	require.NoError(t, err)
+	require.NoError(t, s.Load(context.Background()))
+	seedVoucher(t, s, rdb.Voucher{ID: 5, Stock: 5, PerUserLimit: 5})
+	b := s.NewBatcher(1, 1, 300*time.Millisecond)
+	defer b.Close()
+	require.NoError(t, srv.Pause()) // a hung host: connections open, no answer
+	start := time.Now()
+	var wg sync.WaitGroup
+	errs := make([]error, 3)
+	for i := range errs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, errs[i] = b.Admit(context.Background(), rdb.Claim{VoucherID: 5, UserID: fmt.Sprintf("paused%d", i), Now: t0, Day: d0})
+		}()
+	}
+	wg.Wait()
+	// However loaded the machine, nobody waited for Redis to come back.
+	require.Less(t, time.Since(start), 15*time.Second)
+	for _, err := range errs {
+		require.Error(t, err)
+	}
+	require.NoError(t, srv.Resume())
+}
+
 // On a cluster, a master that does not answer (SIGSTOP: a host hung, or a
 // master being failed over) holds up only the claims it decides: the
 // batcher sends each master's claims in a pipeline of their own.
