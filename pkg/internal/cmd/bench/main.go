@@ -49,7 +49,7 @@ func run() error {
 		memOnly  = flag.Bool("memory-only", false, "measure only a fresh gateway's peak RSS after -e2e-users distinct users' claims")
 		drainOn  = flag.Bool("drain-only", false, "measure only the worker drain rows")
 		admOnly  = flag.Bool("admitted-only", false, "measure only the admitted claims end to end: gateway and redis-server process CPU per claim with workers persisting, against the bare handler, at each -conns")
-		compare  = flag.String("compare", "", "a committed run to compare with (default: docs/bench-run.json, docs/bench-cpu-batch-run.json with -cpu-only, docs/bench-durability-run.json with -durability-only, docs/bench-draw-run.json with -draw-only, docs/bench-room-run.json with -room-only, docs/bench-drain-run.json with -drain-only); rows over 10 % worse are flagged")
+		compare  = flag.String("compare", "", "a committed run to compare with (default: docs/bench-run.json, docs/bench-cpu-batch-run.json with -cpu-only, docs/bench-run.json with -admitted-only, docs/bench-durability-run.json with -durability-only, docs/bench-draw-run.json with -draw-only, docs/bench-room-run.json with -room-only, docs/bench-drain-run.json with -drain-only); rows over 10 % worse are flagged")
 	)
 	flag.Parse()
 	if *trivial != "" {
@@ -95,8 +95,10 @@ func run() error {
 	base := *compare
 	switch {
 	case base != "":
-	case *cpuOnly, *admOnly:
+	case *cpuOnly:
 		base = "docs/bench-cpu-batch-run.json"
+	case *admOnly:
+		base = "docs/bench-run.json"
 	case *durOnly:
 		base = "docs/bench-durability-run.json"
 	case *drawOnly:
