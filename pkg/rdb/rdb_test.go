@@ -397,3 +397,21 @@ func TestPartitionsSpreadOverTheMasters(t *testing.T) {
 	require.Equal(t, 8, total)
 	require.GreaterOrEqual(t, spread, 2, "%v", perMaster)
 }
+
+// A Redis that lost its data lost the consumer group: reading says so in a
+// way the workers recognise (IsNoGroup) through the store's wrapping, so
+// they create the groups again rather than retry a read that cannot work.
+func TestReadingAStreamWithoutItsGroupIsNoGroup(t *testing.T) {
+	s := newStore(t, 2)
+	ctx := context.Background()
+	for p := range 2 {
+		require.NoError(t, s.Client().Del(ctx, rdb.StreamKey(p)).Err())
+	}
+	_, err := s.ReadGroup(ctx, 1, "w", ">", 10, time.Millisecond)
+	require.Error(t, err)
+	require.True(t, rdb.IsNoGroup(err), "%v", err)
+	require.False(t, rdb.IsNoGroup(fmt.Errorf("read: %w", context.DeadlineExceeded)))
+	require.NoError(t, s.EnsureGroups(ctx))
+	_, err = s.ReadGroup(ctx, 1, "w", ">", 10, time.Millisecond)
+	require.NoError(t, err)
+}

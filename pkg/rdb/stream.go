@@ -40,8 +40,11 @@ func (s *Store) EnsureGroups(ctx context.Context) error {
 }
 
 // IsNoGroup reports the error of reading a stream or group that does not
-// exist (e.g. Redis restarted without its data).
-func IsNoGroup(err error) bool { return err != nil && strings.HasPrefix(err.Error(), "NOGROUP") }
+// exist (e.g. Redis restarted without its data), however wrapped.
+func IsNoGroup(err error) bool {
+	var re redis.Error
+	return errors.As(err, &re) && strings.HasPrefix(re.Error(), "NOGROUP")
+}
 
 // ReadGroup reads up to count entries of partition p for consumer. start ">"
 // reads new entries, blocking up to block; any other id re-reads the
