@@ -14,10 +14,12 @@
 --                                          passes of room.lua's segment ending at EXP that bought)
 -- KEYS[2] -> flashsale:{pP}:orders         the partition's order stream
 -- KEYS[3] -> flashsale:{pP}:v:V:pool       list of the items left (pooled kinds: envelopes, codes)
+-- KEYS[4] -> flashsale:{pP}:loaded         set once the reaper found every voucher MySQL has on sale
+--                                          in the partition (read only when the voucher is missing)
 -- and for claim i (1-based):
--- KEYS[1+3i] -> flashsale:{pP}:v:V:day:D   hash user -> units taken on day D of claim i
--- KEYS[2+3i] -> flashsale:{pP}:v:V:idem:U:K  claim i's idempotency record (ignored when its TTL is 0)
--- KEYS[3+3i] -> flashsale:{pP}:v:V:proof:S  claim i's proof of work, S its challenge's signature (set
+-- KEYS[2+3i] -> flashsale:{pP}:v:V:day:D   hash user -> units taken on day D of claim i
+-- KEYS[3+3i] -> flashsale:{pP}:v:V:idem:U:K  claim i's idempotency record (ignored when its TTL is 0)
+-- KEYS[4+3i] -> flashsale:{pP}:v:V:proof:S  claim i's proof of work, S its challenge's signature (set
 --                                          once, for its TTL; ignored when the voucher has no gate)
 --
 -- ARGV[1] -> voucher id (written into the entries)
@@ -57,7 +59,7 @@
 --
 -- A voucher with a proof-of-work gate (pow = its difficulty, > 0) takes a
 -- claim only with a proof (the gateway verified its signature, user and
--- expiry) of at least that difficulty, once: KEYS[3+3i] is set NX.
+-- expiry) of at least that difficulty, once: KEYS[4+3i] is set NX.
 --
 -- A voucher with a waiting room (room > 0, pkg/room) takes a claim only
 -- with a pass that has not lapsed; the proof of work, if any, was asked
@@ -81,7 +83,10 @@
 -- buckets, not ARGV[2] (route again), 11 the user entered this draw already,
 -- 12 the voucher needs a proof of work and the claim has none, 13 its proof
 -- is too easy or was used before, 14 the voucher has a waiting room and
--- the claim no pass that holds.
+-- the claim no pass that holds, 15 the voucher is missing from a
+-- partition the reaper has not marked loaded: Redis lost its data (it
+-- restarted empty) or was never loaded, an outage until the reaper
+-- rebuilds it from MySQL, not an unknown voucher.
 -- Only admissions are remembered under the idempotency key: a rejection
 -- changed nothing, so its retry is simply decided again.
 
@@ -94,7 +99,7 @@ local keyed, idem_keys = {}, {}
 for i = 1, n do
   if tonumber(arg(i, 3)) > 0 then
     keyed[#keyed + 1] = i
-    idem_keys[#idem_keys + 1] = KEYS[2 + 3 * i]
+    idem_keys[#idem_keys + 1] = KEYS[3 + 3 * i]
   end
 end
 if #keyed > 0 then
@@ -129,6 +134,9 @@ local function all(reply)
   return out
 end
 if not v[1] then
+  if redis.call('EXISTS', KEYS[4]) == 0 then
+    return all({15})
+  end
   return all({1})
 end
 local buckets = tonumber(v[8]) or 1
@@ -181,7 +189,7 @@ local replay = {} -- idempotency key -> the admission made under it in this batc
 for i = 1, n do
   if not out[i] then
     local user, now, qty, idem_ttl = arg(i, 0), tonumber(arg(i, 1)), tonumber(arg(i, 4)), tonumber(arg(i, 3))
-    local idem, day_key, pass = KEYS[2 + 3 * i], KEYS[1 + 3 * i], arg(i, 7)
+    local idem, day_key, pass = KEYS[3 + 3 * i], KEYS[2 + 3 * i], arg(i, 7)
     local pass_exp = room > 0 and tonumber(string.match(pass, ':(%d+)$'))
     if idem_ttl > 0 and replay[idem] then
       out[i] = {0, replay[idem][2], 1, replay[idem][4], replay[idem][5]}
@@ -194,7 +202,7 @@ for i = 1, n do
     elseif room == 0 and pow > 0 and tonumber(arg(i, 5)) == 0 then
       out[i] = {12}
     elseif room == 0 and pow > 0 and (tonumber(arg(i, 5)) < pow or
-        not redis.call('SET', KEYS[3 + 3 * i], '1', 'NX', 'EX', arg(i, 6))) then
+        not redis.call('SET', KEYS[4 + 3 * i], '1', 'NX', 'EX', arg(i, 6))) then
       out[i] = {13}
     elseif draw then
       if qty ~= 1 then

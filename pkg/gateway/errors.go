@@ -48,6 +48,7 @@ var errorTable = []struct {
 	{rdb.ErrUserLimit, &apiError{http.StatusConflict, "user_limit", "you hold as many of these as a user may"}},
 	{rdb.ErrDailyLimit, &apiError{http.StatusConflict, "daily_limit", "you took as many of these today as a user may"}},
 	{rdb.ErrOverloaded, errUnavailable},
+	{rdb.ErrNotLoaded, errUnavailable},
 	{rdb.ErrQuantityAboveLimit, errBadQuantity},
 	{db.ErrNotPayable, errNotPayable},
 	{db.ErrNotCancellable, errNotCancellable},

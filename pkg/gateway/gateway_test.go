@@ -380,9 +380,11 @@ func TestClaimFailsFastWhenRedisIsDown(t *testing.T) {
 	require.Equal(t, "1", res.Header.Get("Retry-After"))
 	require.Less(t, time.Since(start), 10*time.Second, "bounded by the claim timeout, not a hang (loose: a loaded machine is slow, a hang is for ever)")
 	// Back up, the gateway answers again. This Redis keeps nothing on disk, so
-	// the voucher is gone with it: refused, never admitted blind.
+	// the voucher is gone with it, and so is the partition's loaded mark:
+	// an outage until the reaper rebuilds it, never admitted blind, and
+	// not a voucher that does not exist.
 	require.NoError(t, f.env.Redis.Start())
-	requireError(t, f.do("POST", "/v1/vouchers/"+id+"/orders", f.token("u"), ""), http.StatusNotFound, "voucher_not_found")
+	requireError(t, f.do("POST", "/v1/vouchers/"+id+"/orders", f.token("u"), ""), http.StatusServiceUnavailable, "unavailable")
 }
 
 func parseID(t *testing.T, s string) int64 {

@@ -310,11 +310,11 @@ func (s *Store) admitCalls(claims []Claim, pending []int) []admitCall {
 			k = len(calls)
 			key := b.key()
 			room := min(len(pending), maxClaimsPerCall) // most batches are one call
-			keys := make([]string, 0, 3+3*room)
+			keys := make([]string, 0, 4+3*room)
 			args := make([]any, 0, 3+8*room)
 			calls = append(calls, admitCall{b: b, key: key, noIdem: key + ":idem:-", noProof: ProofKey(key, ""),
 				claims: make([]int, 0, room),
-				keys:   append(keys, key, b.stream(), poolKey(key)),
+				keys:   append(keys, key, s.streams[b.p], poolKey(key), s.loaded[b.p]),
 				args:   append(args, c.VoucherID, n, int64(DayKeyTTL/time.Second))})
 		}
 		call := &calls[k]

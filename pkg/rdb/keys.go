@@ -13,6 +13,7 @@ import (
 //	flashsale:{pP}:orders              stream of admitted orders
 //	flashsale:{pP}:dead                dead-letter stream
 //	flashsale:{pP}:wait                a write the durability check waits on (FLASHSALE_REDIS_DURABILITY), for an hour
+//	flashsale:{pP}:loaded              set by the reaper once the partition holds every voucher MySQL has on sale in it
 //	flashsale:{pP}:v:V                 voucher hash: stock, limit, daily, start_ms, end_ms, buckets, ...
 //	                                   and u:USER -> units user USER holds (read with the voucher, one HMGET)
 //	                                   and o:USER -> entry ids of USER's admissions not yet seen persisted
@@ -46,6 +47,12 @@ func StreamKey(p int) string { return partitionPrefix(p) + "orders" }
 
 // DeadKey is the dead-letter stream of partition p.
 func DeadKey(p int) string { return partitionPrefix(p) + "dead" }
+
+// LoadedKey marks partition p as loaded: the reaper set it after checking
+// that Redis holds every voucher MySQL has on sale in p. A Redis that lost
+// its data lost it too, so a voucher missing there is an outage, not an
+// unknown voucher (admit.lua).
+func LoadedKey(p int) string { return partitionPrefix(p) + "loaded" }
 
 // waitKey is the key a durability check of partition p writes and waits on.
 func waitKey(p int) string { return partitionPrefix(p) + "wait" }

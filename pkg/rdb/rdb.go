@@ -42,12 +42,17 @@ var (
 	// ErrNotAdmitted: the voucher has a waiting room (pkg/room) and the
 	// claim no pass that holds.
 	ErrNotAdmitted = errors.New("not admitted by the waiting room")
+	// ErrNotLoaded: the voucher is missing from a partition the reaper has
+	// not marked loaded (LoadedKey): Redis lost its data, or was never
+	// loaded. An outage of the voucher until the reaper rebuilds it from
+	// MySQL, not an unknown voucher.
+	ErrNotLoaded = errors.New("redis does not hold the voucher's partition (restarted empty?)")
 )
 
 var admitErrors = map[int64]error{
 	1: ErrVoucherNotFound, 2: ErrNotStarted, 3: ErrEnded, 4: ErrSoldOut,
 	5: ErrUserLimit, 6: ErrDailyLimit, 7: ErrOverloaded, 8: ErrQuantityAboveLimit, 9: ErrPaused,
-	11: ErrAlreadyEntered, 12: ErrProofRequired, 13: ErrProofInvalid, 14: ErrNotAdmitted,
+	11: ErrAlreadyEntered, 12: ErrProofRequired, 13: ErrProofInvalid, 14: ErrNotAdmitted, 15: ErrNotLoaded,
 }
 
 // DayKeyTTL is how long a per-day counter outlives its day.
@@ -63,6 +68,9 @@ type Store struct {
 	group      string
 	buckets    sync.Map // voucher id -> its number of buckets, once seen
 	durability Durability
+	// streams and loaded are each partition's StreamKey and LoadedKey,
+	// built once: an admission call names both.
+	streams, loaded []string
 }
 
 // New returns a Store over client with the given number of stream partitions
@@ -74,7 +82,11 @@ func New(client redis.UniversalClient, partitions int, group string) (*Store, er
 	if group == "" {
 		group = DefaultGroup
 	}
-	return &Store{c: client, partitions: partitions, group: group}, nil
+	s := &Store{c: client, partitions: partitions, group: group, streams: make([]string, partitions), loaded: make([]string, partitions)}
+	for p := range partitions {
+		s.streams[p], s.loaded[p] = StreamKey(p), LoadedKey(p)
+	}
+	return s, nil
 }
 
 // Partitions is the number of stream partitions.

@@ -290,3 +290,55 @@ func flatten(m map[string]int64) []any {
 	}
 	return out
 }
+
+// Unloaded lists the partitions whose LoadedKey is missing: Redis lost
+// its data since the reaper last found every voucher on sale there, or
+// was never loaded.
+func (s *Store) Unloaded(ctx context.Context) ([]int, error) {
+	pipe := s.c.Pipeline()
+	cmds := make([]*redis.IntCmd, s.partitions)
+	for p := range s.partitions {
+		cmds[p] = pipe.Exists(ctx, LoadedKey(p))
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return nil, fmt.Errorf("read the partitions' loaded marks: %w", err)
+	}
+	var out []int
+	for p, c := range cmds {
+		if c.Val() == 0 {
+			out = append(out, p)
+		}
+	}
+	return out, nil
+}
+
+// MarkLoaded marks partitions as holding every voucher MySQL has on sale
+// in them (the reaper's restorer, after checking; reconcile's repair).
+func (s *Store) MarkLoaded(ctx context.Context, partitions ...int) error {
+	pipe := s.c.Pipeline()
+	for _, p := range partitions {
+		pipe.Set(ctx, LoadedKey(p), "1", 0)
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return fmt.Errorf("mark partitions loaded: %w", err)
+	}
+	return nil
+}
+
+// PresentBuckets counts the buckets of voucher v (which has buckets
+// buckets) that Redis holds.
+func (s *Store) PresentBuckets(ctx context.Context, v int64, buckets int) (int, error) {
+	pipe := s.c.Pipeline()
+	var cmds []*redis.IntCmd
+	for b := range max(buckets, 1) {
+		cmds = append(cmds, pipe.Exists(ctx, s.bucketOf(v, b).key()))
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return 0, fmt.Errorf("voucher %d in redis: %w", v, err)
+	}
+	n := 0
+	for _, c := range cmds {
+		n += int(c.Val())
+	}
+	return n, nil
+}

@@ -187,6 +187,7 @@ type Pass struct {
 	Drawn            int // draw sales drawn
 	DrawsWaiting     int // ended draw sales waiting for entries in flight
 	MarkedLost       int // entries of drawn sales marked lost
+	Restored         int // vouchers on sale rebuilt in a Redis that had lost them
 }
 
 func (p Pass) idle() bool { return p == Pass{} }
@@ -205,6 +206,7 @@ func (p *Pass) Add(q Pass) {
 	p.Drawn += q.Drawn
 	p.DrawsWaiting += q.DrawsWaiting
 	p.MarkedLost += q.MarkedLost
+	p.Restored += q.Restored
 }
 
 // service is one maintenance job of the reaper, in a file of its own, with
@@ -228,6 +230,7 @@ func (r *Reaper) services() []service {
 		{"refunder", r.cfg.RefundInterval, r.refundEnded},
 		{"drawer", r.cfg.RefundInterval, r.drawEnded},
 		{"mover", r.cfg.ReleaseInterval, r.finishMoves},
+		{"restorer", r.cfg.ReleaseInterval, r.restore},
 		{"checker", r.cfg.CheckInterval, r.check},
 	}
 }
@@ -283,7 +286,7 @@ func (r *Reaper) record(name string, pass Pass, err error) {
 			zap.Int("cancelled", pass.Cancelled), zap.Int("released_to_redis", pass.ReleasedToRedis),
 			zap.Int("refunded", pass.Refunded), zap.Int("refunds_waiting", pass.RefundsWaiting),
 			zap.Int("moves_finished", pass.MovesFinished), zap.Int("drawn", pass.Drawn), zap.Int("draws_waiting", pass.DrawsWaiting),
-			zap.Int("marked_lost", pass.MarkedLost))
+			zap.Int("marked_lost", pass.MarkedLost), zap.Int("restored", pass.Restored))
 	}
 	if err != nil {
 		r.log.Warn("reaper pass incomplete", zap.String("service", name), zap.Error(err))

@@ -42,7 +42,8 @@ type VoucherCheck struct {
 // minus the orders still in flight in the streams, and per-user and per-day
 // counts of the live (created, paid) and in-flight orders. Releases owed to
 // Redis are settled first. With repair, a voucher that differs is rewritten
-// from that truth, and every release of it is marked done on both sides.
+// from that truth, and every release of it is marked done on both sides;
+// then every partition is marked loaded (rdb.LoadedKey).
 // Run repair while no claims are being admitted (gateways scaled to zero or
 // the sale over): a claim admitted between the read and the rewrite would
 // be overwritten.
@@ -75,6 +76,15 @@ func Reconcile(ctx context.Context, r *rdb.Store, d *db.Store, now time.Time, re
 			return out, fmt.Errorf("voucher %d: %w", v.ID, err)
 		}
 		out = append(out, check)
+	}
+	if repair { // every voucher on sale is in Redis now (the restorer's mark)
+		all := make([]int, r.Partitions())
+		for p := range all {
+			all[p] = p
+		}
+		if err := r.MarkLoaded(ctx, all...); err != nil {
+			return out, err
+		}
 	}
 	return out, nil
 }

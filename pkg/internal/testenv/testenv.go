@@ -54,6 +54,13 @@ func NewOn(t testing.TB, partitions int, dsn string) *Env {
 	_, err = schema.Apply(ctx, sqlDB)
 	require.NoError(t, err)
 	require.NoError(t, rs.EnsureGroups(ctx))
+	// Loaded, as the reaper's restorer marks a fresh Redis on its first
+	// pass: an unknown voucher is then not found (404), not an outage.
+	all := make([]int, partitions)
+	for p := range all {
+		all[p] = p
+	}
+	require.NoError(t, rs.MarkLoaded(ctx, all...))
 	return &Env{Common: c, Redis: r, RDB: rs, DB: ds}
 }
 

@@ -1,0 +1,84 @@
+package reaper
+
+// The restorer: a Redis that comes back empty (restarted without
+// persistence, or a master whose replicas resynced from it after it
+// restarted empty) has lost every voucher, and with them every
+// partition's loaded mark (rdb.LoadedKey). A claim of a voucher missing
+// from an unloaded partition answers 503, not 404 (admit.lua). Each pass
+// reads the marks, one EXISTS per partition; where one is missing, every
+// voucher MySQL has on sale there that Redis no longer holds is rebuilt
+// by reconcile's repair (stock: MySQL's remaining less the orders still in
+// the streams; each user's units from MySQL's live orders and the
+// streams), and the partition is marked loaded again.
+//
+// A voucher Redis still holds is not touched: claims may be admitting
+// it, and a rewrite would overwrite them. A hot voucher of which only
+// some buckets are gone (one master of a cluster lost its data) is not
+// rebuilt either, for the same reason: it is logged, its partitions stay
+// unmarked (its missing buckets answer 503), and an operator runs
+// `reaper reconcile --repair` with its sale paused.
+
+import (
+	"context"
+	"fmt"
+	"slices"
+
+	"go.uber.org/zap"
+
+	"github.com/flashsale/flashsale/pkg/rdb"
+)
+
+func (r *Reaper) restore(ctx context.Context, pass *Pass) error {
+	unloaded, err := r.redis.Unloaded(ctx)
+	if err != nil || len(unloaded) == 0 {
+		return err
+	}
+	now := r.now()
+	vouchers, err := r.db.ActiveVouchers(ctx, now, rdb.KeysOutliveSale)
+	if err != nil {
+		return err
+	}
+	streams := map[int][]rdb.Entry{}
+	held := map[int]bool{} // partitions left unmarked: a voucher there needs an operator
+	for _, v := range vouchers {
+		parts := r.redis.VoucherPartitions(v.ID, v.StockBuckets)
+		if !slices.ContainsFunc(parts, func(p int) bool { return slices.Contains(unloaded, p) }) {
+			continue
+		}
+		present, err := r.redis.PresentBuckets(ctx, v.ID, v.StockBuckets)
+		if err != nil {
+			return err
+		}
+		switch {
+		case present == max(v.StockBuckets, 1):
+			continue
+		case present > 0:
+			r.log.Error("redis lost some buckets of a voucher, not all: pause its sale and run reaper reconcile --repair",
+				zap.Int64("voucher_id", v.ID), zap.Int("buckets", v.StockBuckets), zap.Int("present", present))
+			for _, p := range parts {
+				held[p] = true
+			}
+			continue
+		}
+		var entries []rdb.Entry
+		for _, p := range parts {
+			if _, ok := streams[p]; !ok {
+				if streams[p], err = r.redis.StreamOrders(ctx, p); err != nil {
+					return err
+				}
+			}
+			entries = append(entries, streams[p]...)
+		}
+		check, err := reconcileVoucher(ctx, r.redis, r.db, v, entries, now, true)
+		if err != nil {
+			return fmt.Errorf("rebuild voucher %d: %w", v.ID, err)
+		}
+		if check.Repaired {
+			pass.Restored++
+			r.log.Warn("redis had lost a voucher on sale: rebuilt from mysql and the streams",
+				zap.Int64("voucher_id", v.ID), zap.Int("in_flight", check.InFlight))
+		}
+	}
+	marked := slices.DeleteFunc(unloaded, func(p int) bool { return held[p] })
+	return r.redis.MarkLoaded(ctx, marked...)
+}
