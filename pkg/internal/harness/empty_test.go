@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
 	"github.com/flashsale/flashsale/pkg/internal/harness"
@@ -20,12 +21,35 @@ import (
 // (an outage), not 404; the reaper rebuilds it on its own from MySQL, and
 // the sale goes on with the units and the per-user limits MySQL accounts
 // for: no oversell, nobody twice.
+//
+// With Sentinel, the master is restarted before Sentinel notices (its
+// down-after-milliseconds is a minute): it stays master, and its replica
+// resyncs from it and drops what it had.
 func TestARedisThatComesBackEmptyIsRebuiltByTheReaper(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs the binaries")
 	}
 	ctx := context.Background()
-	s := startStack(t, ctx, "FLASHSALE_REAPER_RELEASE_INTERVAL=300ms")
+	t.Run("single", func(t *testing.T) {
+		comeBackEmpty(t, startStack(t, ctx, "FLASHSALE_REAPER_RELEASE_INTERVAL=300ms"))
+	})
+	t.Run("sentinel", func(t *testing.T) {
+		s, err := harness.StartStack(ctx, harness.Options{Dir: t.TempDir(), Workers: 1, Partitions: 2, Reaper: true, Sentinel: true,
+			Env: []string{"FLASHSALE_REAPER_RELEASE_INTERVAL=300ms"}})
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = s.Close() })
+		sc := redis.NewSentinelClient(&redis.Options{Addr: s.Sentinel.Addr})
+		defer sc.Close()
+		require.NoError(t, sc.Set(ctx, harness.SentinelMaster, "down-after-milliseconds", "60000").Err())
+		comeBackEmpty(t, s)
+		master, err := sc.GetMasterAddrByName(ctx, harness.SentinelMaster).Result()
+		require.NoError(t, err)
+		require.Equal(t, s.Redis.Addr, master[0]+":"+master[1], "no failover: the empty master stayed master")
+	})
+}
+
+func comeBackEmpty(t *testing.T, s *harness.Stack) {
+	ctx := context.Background()
 	const stock, before = 40, 20
 	v, err := s.CreateVoucher(ctx, harness.VoucherSpec{Name: "empty", Stock: stock, PerUserLimit: 1})
 	require.NoError(t, err)
