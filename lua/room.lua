@@ -20,6 +20,7 @@
 -- KEYS[3] -> flashsale:{pP}:v:V:room:w     waiters: user -> place, "pK" for the K-th join of the pre-queue (its
 --                                          place is pkg/room's shuffle of K among pre, once frozen), else "T"
 -- KEYS[4] -> flashsale:{pP}:v:V:proof:S    a join's proof of work (set NX for its TTL), or any key of the slot
+-- KEYS[5] -> flashsale:{pP}:loaded         the partition's loaded mark (read only when the voucher is missing)
 --
 -- ARGV[1] -> now, unix ms (the caller's clock)
 -- ARGV[2] -> "tick", "join" or "get"
@@ -38,7 +39,9 @@
 -- 2 join before the queue opens (start - room_pre_ms), 3 join after the
 -- sale ended, 12 the voucher wants a proof of work to join and there is
 -- none, 13 the proof is too easy or used before, 16 get: the user never
--- joined, 17 join: the room has given ARGV[8] places. place is '' unless
+-- joined, 17 join: the room has given ARGV[8] places, 18 no such voucher
+-- in a partition the reaper has not marked loaded (Redis lost its data:
+-- an outage, not an unknown voucher; admit.lua's 15). place is '' unless
 -- the user has one.
 --
 -- Passes outstanding (admitted, not lapsed, not used to buy) are the
@@ -54,6 +57,9 @@ local now, op, user = tonumber(ARGV[1]), ARGV[2], ARGV[3]
 local v = redis.call('HMGET', KEYS[1], 'stock', 'start_ms', 'end_ms', 'paused', 'room', 'room_pre_ms', 'room_pass_ms',
   'pow', 'expire_s', 'limit')
 if not v[1] then
+  if redis.call('EXISTS', KEYS[5]) == 0 then
+    return {18}
+  end
   return {1}
 end
 local rate = tonumber(v[5]) or 0

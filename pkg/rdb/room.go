@@ -29,7 +29,7 @@ func (s *Store) RunRoom(ctx context.Context, v int64, proof Proof, now int64, op
 	state, waiters := s.RoomKeys(v)
 	proofKey, proofMax, proofTTL := proof.Args(vkey)
 	args := append([]any{now, op, user, seed, proofMax, proofTTL}, rest...)
-	res, err := lua.Room.Run(ctx, s.c, []string{vkey, state, waiters, proofKey}, args...).Slice()
+	res, err := lua.Room.Run(ctx, s.c, []string{vkey, state, waiters, proofKey, s.loaded[s.PartitionOf(v)]}, args...).Slice()
 	if err != nil {
 		return nil, fmt.Errorf("room %d: %w", v, err)
 	}

@@ -27,7 +27,7 @@ var (
 )
 
 var codes = map[int64]error{
-	1: rdb.ErrVoucherNotFound, 2: ErrNotOpen, 3: ErrEnded, 12: rdb.ErrProofRequired, 13: rdb.ErrProofInvalid,
+	1: rdb.ErrVoucherNotFound, 18: rdb.ErrNotLoaded, 2: ErrNotOpen, 3: ErrEnded, 12: rdb.ErrProofRequired, 13: rdb.ErrProofInvalid,
 	15: ErrNoRoom, 16: ErrNotInQueue, 17: ErrFull,
 }
 

@@ -39,6 +39,7 @@ func newStores(t *testing.T) (*rdb.Store, *room.Store) {
 	s, err := rdb.New(c, 4, "")
 	require.NoError(t, err)
 	require.NoError(t, s.EnsureGroups(context.Background()))
+	require.NoError(t, s.MarkLoaded(context.Background(), 0, 1, 2, 3)) // as the reaper marks a fresh Redis
 	return s, room.NewStore(s, 0)
 }
 
@@ -221,6 +222,12 @@ func TestNoRoomPausedEndedAndTheGate(t *testing.T) {
 	require.ErrorIs(t, err, room.ErrNoRoom)
 	_, err = rs.Tick(ctx, 99, time.Now())
 	require.ErrorIs(t, err, rdb.ErrVoucherNotFound)
+	// A Redis that lost its data lost the partition's loaded mark: a room
+	// of a voucher missing there is an outage, not an unknown voucher.
+	require.NoError(t, s.Client().Del(ctx, rdb.LoadedKey(s.PartitionOf(99))).Err())
+	_, err = rs.Tick(ctx, 99, time.Now())
+	require.ErrorIs(t, err, rdb.ErrNotLoaded)
+	require.NoError(t, s.MarkLoaded(ctx, s.PartitionOf(99)))
 	require.NoError(t, claim(s, 3, "x", "", time.Now()))
 
 	require.NoError(t, s.PutVoucher(ctx, rdb.Voucher{ID: 4, Stock: 5, PerUserLimit: 1, StartsAt: start, EndsAt: start.Add(time.Hour),
