@@ -4,7 +4,9 @@
 # redis-server and mariadb-server), chromium for the browser tests
 # (Debian package chromium), and npm, which fetches the ALTCHA widget the
 # proof-of-work browser test runs (Debian package npm; any npm will do),
-# and curl, which runs the README's examples as written.
+# curl, which runs the README's examples as written, and ip and iptables
+# (Debian packages iproute2 and iptables), which the partition tests use to
+# put a server in a network namespace of its own and cut it off.
 # Installs them when run as root;
 # otherwise prints the command and fails.
 set -euo pipefail
@@ -16,7 +18,7 @@ have() {
 }
 
 missing=()
-for bin in redis-server mariadbd mariadb-install-db chromium npm curl; do
+for bin in redis-server mariadbd mariadb-install-db chromium npm curl ip iptables; do
   have "$bin" || missing+=("$bin")
 done
 if ! command -v go >/dev/null 2>&1; then
@@ -33,6 +35,7 @@ for bin in "${missing[@]}"; do
   case "$bin" in
     redis-server) pkg=redis-server ;;
     mariadbd | mariadb-install-db) pkg=mariadb-server ;;
+    ip) pkg=iproute2 ;;
     *) pkg=$bin ;;
   esac
   [[ " ${pkgs[*]} " == *" $pkg "* ]] || pkgs+=("$pkg")

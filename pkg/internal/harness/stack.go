@@ -35,6 +35,10 @@ type Options struct {
 	Workers int
 	// Reaper starts a reaper process too.
 	Reaper bool
+	// RedisNetns runs the single redis-server in a network namespace of
+	// its own (Stack.RedisNet), so a test can partition it from the
+	// stack's processes. Needs root (testsrv.NetnsUnavailable).
+	RedisNetns bool
 	// Partitions is FLASHSALE_STREAM_PARTITIONS (default 8).
 	Partitions int
 	// Race builds the binaries with the race detector.
@@ -74,6 +78,7 @@ type Stack struct {
 	JWTSecret  string
 	Redis      *testsrv.Redis // nil when RedisAddr was given, or on a cluster
 	Replica    *testsrv.Redis // Options.RedisReplica or Sentinel: Redis's replica, in sync at start
+	RedisNet   *testsrv.Netns // Options.RedisNetns: the namespace Redis runs in
 	Sentinel   *testsrv.Sentinel
 	Cluster    *testsrv.Cluster // Options.Cluster
 	MariaDB    *testsrv.MariaDB // nil when MySQLDSN was given
@@ -119,6 +124,15 @@ func StartStack(ctx context.Context, o Options) (s *Stack, err error) {
 		}
 		redisAddr = strings.Join(s.Cluster.Addrs(), ",")
 		redisEnv = []string{"FLASHSALE_REDIS_CLUSTER=true"}
+	}
+	if redisAddr == "" && o.RedisNetns {
+		if s.RedisNet, err = testsrv.NewNetns("redis"); err != nil {
+			return nil, err
+		}
+		if s.Redis, err = testsrv.StartRedisIn(s.RedisNet, filepath.Join(o.Dir, "redis"), o.RedisArgs...); err != nil {
+			return nil, err
+		}
+		redisAddr = s.Redis.Addr
 	}
 	if redisAddr == "" {
 		if s.Redis, err = testsrv.StartRedis(filepath.Join(o.Dir, "redis"), o.RedisArgs...); err != nil {
@@ -443,6 +457,9 @@ func (s *Stack) WaitBusy(ctx context.Context, i int, timeout time.Duration) bool
 // throwaway servers.
 func (s *Stack) Close() error {
 	var errs []error
+	if s.RedisNet != nil { // a test may leave Redis cut off
+		errs = append(errs, s.RedisNet.Heal())
+	}
 	for _, w := range s.Workers {
 		if !w.Exited() {
 			errs = append(errs, w.Stop(15*time.Second))
@@ -473,6 +490,9 @@ func (s *Stack) Close() error {
 	}
 	if s.Redis != nil {
 		errs = append(errs, s.Redis.Stop())
+	}
+	if s.RedisNet != nil {
+		errs = append(errs, s.RedisNet.Close())
 	}
 	if s.MariaDB != nil {
 		errs = append(errs, s.MariaDB.Stop())

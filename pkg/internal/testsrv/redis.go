@@ -21,6 +21,17 @@ type Redis struct {
 // extra are additional configuration arguments, e.g. "--appendonly", "yes".
 // By default nothing is persisted.
 func StartRedis(dir string, extra ...string) (*Redis, error) {
+	return startRedis(nil, dir, extra...)
+}
+
+// StartRedisIn starts redis-server as StartRedis does, inside network
+// namespace n, listening on n's address: n.Cut partitions it from
+// everything outside.
+func StartRedisIn(n *Netns, dir string, extra ...string) (*Redis, error) {
+	return startRedis(n, dir, extra...)
+}
+
+func startRedis(n *Netns, dir string, extra ...string) (*Redis, error) {
 	bin, err := LookPath("redis-server")
 	if err != nil {
 		return nil, err
@@ -30,13 +41,21 @@ func StartRedis(dir string, extra ...string) (*Redis, error) {
 	}
 	r := &Redis{srv: server{name: "redis-server", bin: bin, logPath: filepath.Join(dir, "redis.log")}}
 	r.srv.ready = r.ping
+	host := "127.0.0.1"
+	if n != nil {
+		host, r.srv.bin = n.IP, n.ipPath
+	}
 	err = onPort(&r.srv, func(port int) {
-		r.Addr = net.JoinHostPort("127.0.0.1", itoa(port))
+		r.Addr = net.JoinHostPort(host, itoa(port))
 		r.srv.args = append([]string{
-			"--port", itoa(port), "--bind", "127.0.0.1", "--dir", dir,
+			"--port", itoa(port), "--bind", host, "--dir", dir,
 			"--save", "", "--appendonly", "no", "--daemonize", "no",
 			"--logfile", "",
 		}, extra...)
+		if n != nil {
+			// Clients come from outside the namespace, not from loopback.
+			r.srv.args = n.wrap(bin, append(r.srv.args, "--protected-mode", "no"))
+		}
 	})
 	if err != nil {
 		return nil, err

@@ -1,0 +1,120 @@
+package testsrv
+
+// Network namespaces: a host of its own on this machine, with its own
+// address, joined to the test's namespace by a veth pair, so a test can cut
+// a server off the network the way a partition does (packets dropped both
+// ways, connections left open, nobody told) and heal it. Linux only, and
+// root only: tests skip where they cannot make one, and say why.
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"sync/atomic"
+)
+
+// Netns is a network namespace holding one host: IP is its address,
+// reached from the test's namespace through a veth pair (Gateway on this
+// side).
+type Netns struct {
+	Name    string
+	IP      string
+	Gateway string
+	ipPath  string
+	outside string // the veth's end in the test's namespace
+	inside  string
+}
+
+var netnsSeq atomic.Int32
+
+// NetnsUnavailable says why this process cannot make network namespaces
+// and cut them (not root, no ip or iptables), or is "" when it can.
+func NetnsUnavailable() string {
+	if os.Geteuid() != 0 {
+		return "network namespaces need root (CI runs as root)"
+	}
+	for _, bin := range []string{"ip", "iptables"} {
+		if _, err := LookPath(bin); err != nil {
+			return bin + " not found; install it with: apt-get install -y iproute2 iptables"
+		}
+	}
+	return ""
+}
+
+// NewNetns makes a network namespace with one host. Close removes it.
+func NewNetns(name string) (*Netns, error) {
+	if why := NetnsUnavailable(); why != "" {
+		return nil, fmt.Errorf("netns: %s", why)
+	}
+	ipPath, _ := LookPath("ip")
+	// Names and subnets unique on the machine: test processes run side by side.
+	seq := int(netnsSeq.Add(1))
+	id := os.Getpid()%4000*16 + seq%16
+	n := &Netns{
+		Name: fmt.Sprintf("fs%d-%s", id, name), ipPath: ipPath,
+		outside: fmt.Sprintf("fso%d", id), inside: fmt.Sprintf("fsi%d", id),
+	}
+	// A /30 per pair inside the /24: .4k+1 this side, .4k+2 the host.
+	base := seq % 16 * 4
+	n.Gateway = fmt.Sprintf("10.%d.%d.%d", 100+id/4096, id/16%256, base+1)
+	n.IP = fmt.Sprintf("10.%d.%d.%d", 100+id/4096, id/16%256, base+2)
+	steps := [][]string{
+		{"netns", "add", n.Name},
+		{"link", "add", n.outside, "type", "veth", "peer", "name", n.inside},
+		{"link", "set", n.inside, "netns", n.Name},
+		{"addr", "add", n.Gateway + "/30", "dev", n.outside},
+		{"link", "set", n.outside, "up"},
+		{"netns", "exec", n.Name, ipPath, "addr", "add", n.IP + "/30", "dev", n.inside},
+		{"netns", "exec", n.Name, ipPath, "link", "set", n.inside, "up"},
+		{"netns", "exec", n.Name, ipPath, "link", "set", "lo", "up"},
+	}
+	for _, args := range steps {
+		if err := n.ip(args...); err != nil {
+			_ = n.Close()
+			return nil, err
+		}
+	}
+	return n, nil
+}
+
+func (n *Netns) ip(args ...string) error {
+	if out, err := exec.Command(n.ipPath, args...).CombinedOutput(); err != nil {
+		return fmt.Errorf("ip %s: %v: %s", strings.Join(args, " "), err, out)
+	}
+	return nil
+}
+
+// wrap is the arguments of ip that run bin with args inside n (ip execs
+// it: the process keeps its pid).
+func (n *Netns) wrap(bin string, args []string) []string {
+	return append([]string{"netns", "exec", n.Name, bin}, args...)
+}
+
+// Cut drops every packet between the host and the rest, both ways, as a
+// partition does: connections stay open and nobody is told.
+func (n *Netns) Cut() error {
+	for _, chain := range [][]string{{"INPUT", "-i"}, {"OUTPUT", "-o"}} {
+		if err := n.ip("netns", "exec", n.Name, "iptables", "-A", chain[0], chain[1], n.inside, "-j", "DROP"); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Heal lets packets through again.
+func (n *Netns) Heal() error {
+	for _, chain := range []string{"INPUT", "OUTPUT"} {
+		if err := n.ip("netns", "exec", n.Name, "iptables", "-F", chain); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Close removes the namespace and its veth pair (processes still in it
+// keep running: stop them first).
+func (n *Netns) Close() error {
+	_ = n.ip("link", "del", n.outside)
+	return n.ip("netns", "del", n.Name)
+}
