@@ -3,9 +3,11 @@ package harness_test
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -14,6 +16,8 @@ import (
 	"github.com/flashsale/flashsale/pkg/internal/harness"
 	"github.com/flashsale/flashsale/pkg/internal/testenv"
 	"github.com/flashsale/flashsale/pkg/internal/testsrv"
+	"github.com/flashsale/flashsale/pkg/order"
+	"github.com/flashsale/flashsale/pkg/reaper"
 )
 
 // skipWithoutNetns skips a partition test where network namespaces cannot
@@ -118,4 +122,146 @@ func TestAGatewayCutFromRedisMidPipeline(t *testing.T) {
 	bad := s.CheckHistory(ctx, &h, v, stock)
 	require.Empty(t, bad, "violations:\n%s", strings.Join(bad, "\n"))
 	t.Logf("%d claims, %d answers of unknown outcome during the cut, all decided on retry", users, unknown)
+}
+
+// A transaction whose COMMIT reaches MySQL and whose answer never comes
+// back: mariadbd runs in a network namespace of its own, and from the
+// first packet carrying "COMMIT" on, every packet it sends back to the
+// stack is dropped (iptables' string and recent matches), so that COMMIT
+// is done and its sender waits for an answer that never comes, until its
+// read times out (MySQLIOTimeout). Then the cut heals.
+//
+// First a worker's batch in a live sale: the batch is retried (its entries
+// were not acknowledged) and written once; the history checker holds
+// every 202 to exactly one order. Then the reaper's expiry: with the
+// worker stopped, the reaper's transaction cancelling orders left unpaid
+// commits unheard; it is retried, and every order is cancelled once, its
+// unit given back to Redis once.
+func TestACommitWhoseAnswerNeverComes(t *testing.T) {
+	skipWithoutNetns(t)
+	ctx := context.Background()
+	s, err := harness.StartStack(ctx, harness.Options{Dir: t.TempDir(), Workers: 1, Partitions: 2, Reaper: true, MySQLNetns: true,
+		MySQLIOTimeout: 1500 * time.Millisecond,
+		Env:            []string{"FLASHSALE_WORKER_BATCH_SIZE=20", "FLASHSALE_USER_RATE=0", "FLASHSALE_REAPER_INTERVAL=300ms"}})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = s.Close() })
+	// cutAfterCommit cuts after the COMMIT of a transaction whose
+	// connection carried text (a worker's batch insert, the expirer's
+	// cancellation), holds the cut past MySQLIOTimeout, and heals.
+	cutAfterCommit := func(text string) {
+		t.Helper()
+		require.NoError(t, s.MySQLNet.CutAnswersAfter(testsrv.MySQLCommit, text))
+		testenv.Eventually(t, 60*time.Second, "a COMMIT sent, its answer dropped", func() bool {
+			seen, err := s.MySQLNet.Seen()
+			require.NoError(t, err)
+			return seen
+		})
+		// Longer than MySQLIOTimeout: its sender gives up on the answer.
+		time.Sleep(3 * time.Second)
+		require.NoError(t, s.MySQLNet.Heal())
+	}
+
+	t.Run("worker", func(t *testing.T) {
+		const stock, users = 400, 600
+		v, err := s.CreateVoucher(ctx, harness.VoucherSpec{Name: "commit", Stock: stock, PerUserLimit: 1})
+		require.NoError(t, err)
+		client := harness.NewClient(s.URL, 4)
+		var h harness.History
+		var answered atomic.Int64
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			testenv.Eventually(t, 60*time.Second, "100 answers", func() bool { return answered.Load() >= 100 })
+			// Only the worker commits now: the COMMIT caught is its.
+			require.NoError(t, s.Reaper.Signal(syscall.SIGSTOP))
+			defer func() { require.NoError(t, s.Reaper.Signal(syscall.SIGCONT)) }()
+			cutAfterCommit("INSERT INTO orders (")
+		}()
+		next := atomic.Int64{}
+		var wg sync.WaitGroup
+		for range 4 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := next.Add(1); i <= users; i = next.Add(1) {
+					user := fmt.Sprintf("w%d", i)
+					var body struct {
+						Code    string `json:"error"`
+						OrderID string `json:"order_id"`
+					}
+					status, err := client.Do(ctx, "POST", "/v1/vouchers/"+itoa(v)+"/orders", s.Token(user), nil, &body, "Idempotency-Key", "k-"+user)
+					a := harness.Attempt{User: user, Key: "k-" + user, Status: status, Code: body.Code, OrderID: body.OrderID, At: time.Now()}
+					if err != nil {
+						a.Status, a.Err = 0, err.Error()
+					}
+					h.Add(a)
+					answered.Add(1)
+					time.Sleep(5 * time.Millisecond) // the sale outlasts the cut
+				}
+			}()
+		}
+		wg.Wait()
+		<-done
+		testenv.Eventually(t, 90*time.Second, "drained", func() bool { ok, _ := s.Drained(ctx); return ok })
+		bad := s.CheckHistory(ctx, &h, v, stock)
+		require.Empty(t, bad, "violations:\n%s", strings.Join(bad, "\n"))
+		// The power: a batch MySQL had committed unheard came back, and
+		// nothing of it was written again.
+		require.Positive(t, metric(t, s.Workers[0].OpsURL, `flashsale_worker_orders_total{outcome="redelivered"}`),
+			"no batch committed unheard was redelivered: the cut caught no worker's COMMIT")
+	})
+
+	t.Run("reaper expiry", func(t *testing.T) {
+		const n = 30
+		v, err := s.CreateVoucher(ctx, harness.VoucherSpec{Name: "expiry", Stock: n, PerUserLimit: 1, PaymentTimeoutSeconds: 2})
+		require.NoError(t, err)
+		client := harness.NewClient(s.URL, 4)
+		for i := range n {
+			status, err := client.Do(ctx, "POST", "/v1/vouchers/"+itoa(v)+"/orders", s.Token(fmt.Sprintf("e%d", i)), nil, nil)
+			require.NoError(t, err)
+			require.Equal(t, 202, status)
+		}
+		testenv.Eventually(t, 60*time.Second, "persisted", func() bool {
+			c, err := s.DB.OrderCounts(ctx, v)
+			return err == nil && c[order.StatusCreated] == n
+		})
+		// Only the reaper commits now; its expirer cancels the orders once
+		// they are two seconds old.
+		require.NoError(t, s.Workers[0].Signal(syscall.SIGSTOP))
+		defer func() { _ = s.Workers[0].Signal(syscall.SIGCONT) }()
+		cutAfterCommit("UPDATE orders SET status") // the expirer's cancellation
+		testenv.Eventually(t, 60*time.Second, "every order cancelled", func() bool {
+			c, err := s.DB.OrderCounts(ctx, v)
+			return err == nil && c[order.StatusCancelled] == n
+		})
+		testenv.Eventually(t, 60*time.Second, "every unit back in Redis, once", func() bool {
+			left, _, err := s.RDB.RemainingStock(ctx, v)
+			return err == nil && left == n
+		})
+		left, _, err := s.RDB.RemainingStock(ctx, v)
+		require.NoError(t, err)
+		require.EqualValues(t, n, left, "a unit given back twice")
+		require.Positive(t, metric(t, s.Reaper.OpsURL, `flashsale_reaper_passes_total{outcome="error",service="expirer"}`),
+			"no expiry pass failed: the cut caught no reaper's COMMIT")
+		checks, err := reaper.Reconcile(ctx, s.RDB, s.DB, time.Now(), false)
+		require.NoError(t, err)
+		for _, c := range checks {
+			require.Empty(t, c.Differences, "voucher %d", c.VoucherID)
+		}
+	})
+}
+
+// metric reads one sample of a process's /metrics (name with its labels,
+// as exposed), 0 when absent.
+func metric(t *testing.T, opsURL, sample string) float64 {
+	t.Helper()
+	_, body := get(t, opsURL+"/metrics")
+	for _, l := range strings.Split(body, "\n") {
+		if rest, ok := strings.CutPrefix(l, sample+" "); ok {
+			v, err := strconv.ParseFloat(strings.TrimSpace(rest), 64)
+			require.NoError(t, err)
+			return v
+		}
+	}
+	return 0
 }

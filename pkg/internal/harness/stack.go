@@ -39,6 +39,14 @@ type Options struct {
 	// its own (Stack.RedisNet), so a test can partition it from the
 	// stack's processes. Needs root (testsrv.NetnsUnavailable).
 	RedisNetns bool
+	// MySQLNetns runs the stack's mariadbd in a network namespace of its
+	// own (Stack.MySQLNet). Needs root.
+	MySQLNetns bool
+	// MySQLIOTimeout, when set, bounds each read and write of the
+	// processes' MySQL connections (the DSN's readTimeout and
+	// writeTimeout; pkg/db's default is 15 s): how long a statement whose
+	// answer never comes is waited for.
+	MySQLIOTimeout time.Duration
 	// Partitions is FLASHSALE_STREAM_PARTITIONS (default 8).
 	Partitions int
 	// Race builds the binaries with the race detector.
@@ -79,6 +87,7 @@ type Stack struct {
 	Redis      *testsrv.Redis // nil when RedisAddr was given, or on a cluster
 	Replica    *testsrv.Redis // Options.RedisReplica or Sentinel: Redis's replica, in sync at start
 	RedisNet   *testsrv.Netns // Options.RedisNetns: the namespace Redis runs in
+	MySQLNet   *testsrv.Netns // Options.MySQLNetns: the namespace mariadbd runs in
 	Sentinel   *testsrv.Sentinel
 	Cluster    *testsrv.Cluster // Options.Cluster
 	MariaDB    *testsrv.MariaDB // nil when MySQLDSN was given
@@ -158,6 +167,12 @@ func StartStack(ctx context.Context, o Options) (s *Stack, err error) {
 		if o.RestrictedUser || o.LeastPrivilege {
 			start = testsrv.StartMariaDBWithGrants
 		}
+		if o.MySQLNetns {
+			if s.MySQLNet, err = testsrv.NewNetns("mysql"); err != nil {
+				return nil, err
+			}
+			start = func(dir string) (*testsrv.MariaDB, error) { return testsrv.StartMariaDBIn(s.MySQLNet, dir) }
+		}
 		if s.MariaDB, err = start(filepath.Join(o.Dir, "mariadb")); err != nil {
 			return nil, err
 		}
@@ -166,6 +181,9 @@ func StartStack(ctx context.Context, o Options) (s *Stack, err error) {
 		}
 	}
 	s.RootDSN = dsn
+	if o.MySQLIOTimeout > 0 {
+		dsn += "&readTimeout=" + o.MySQLIOTimeout.String() + "&writeTimeout=" + o.MySQLIOTimeout.String()
+	}
 	if o.RestrictedUser {
 		if o.MySQLDSN != "" {
 			return nil, errors.New("RestrictedUser needs a throwaway mariadbd")
@@ -457,8 +475,10 @@ func (s *Stack) WaitBusy(ctx context.Context, i int, timeout time.Duration) bool
 // throwaway servers.
 func (s *Stack) Close() error {
 	var errs []error
-	if s.RedisNet != nil { // a test may leave Redis cut off
-		errs = append(errs, s.RedisNet.Heal())
+	for _, n := range []*testsrv.Netns{s.RedisNet, s.MySQLNet} {
+		if n != nil { // a test may leave a server cut off
+			errs = append(errs, n.Heal())
+		}
 	}
 	for _, w := range s.Workers {
 		if !w.Exited() {
@@ -496,6 +516,9 @@ func (s *Stack) Close() error {
 	}
 	if s.MariaDB != nil {
 		errs = append(errs, s.MariaDB.Stop())
+	}
+	if s.MySQLNet != nil {
+		errs = append(errs, s.MySQLNet.Close())
 	}
 	return errors.Join(errs...)
 }

@@ -25,14 +25,19 @@ type MariaDB struct {
 var dbSeq atomic.Int64
 
 // StartMariaDB initialises a data directory in dir and starts mariadbd on it.
-func StartMariaDB(dir string) (*MariaDB, error) { return startMariaDB(dir, false) }
+func StartMariaDB(dir string) (*MariaDB, error) { return startMariaDB(nil, dir, false) }
+
+// StartMariaDBIn is StartMariaDB inside network namespace n, listening on
+// n's address (its socket, on the shared file system, still answers the
+// readiness check).
+func StartMariaDBIn(n *Netns, dir string) (*MariaDB, error) { return startMariaDB(n, dir, false) }
 
 // StartMariaDBWithGrants is StartMariaDB with the grant tables in force:
 // root (no password) may do anything, and RestrictedUser makes users that
 // may not, so read_only and missing privileges behave as in production.
-func StartMariaDBWithGrants(dir string) (*MariaDB, error) { return startMariaDB(dir, true) }
+func StartMariaDBWithGrants(dir string) (*MariaDB, error) { return startMariaDB(nil, dir, true) }
 
-func startMariaDB(dir string, grants bool) (*MariaDB, error) {
+func startMariaDB(n *Netns, dir string, grants bool) (*MariaDB, error) {
 	bin, err := LookPath("mariadbd")
 	if err != nil {
 		return nil, err
@@ -63,15 +68,22 @@ func startMariaDB(dir string, grants bool) (*MariaDB, error) {
 		grantArgs = nil
 	}
 	m.srv.ready = m.ping
+	host := "127.0.0.1"
+	if n != nil {
+		host, m.srv.bin = n.IP, n.ipPath
+	}
 	err = onPort(&m.srv, func(port int) {
-		m.Addr = fmt.Sprintf("127.0.0.1:%d", port)
+		m.Addr = fmt.Sprintf("%s:%d", host, port)
 		m.srv.args = append([]string{
 			"--no-defaults", "--datadir=" + data, "--tmpdir=" + tmp, "--port=" + itoa(port),
-			"--bind-address=127.0.0.1", "--socket=" + m.socket,
+			"--bind-address=" + host, "--socket=" + m.socket,
 			"--pid-file=" + filepath.Join(dir, "mysqld.pid"), "--skip-name-resolve",
 			"--innodb-buffer-pool-size=256M", "--innodb-log-file-size=128M",
 			"--max-connections=500", "--log-error=" + filepath.Join(dir, "mariadbd.err"),
 		}, append(grantArgs, userArgs...)...)
+		if n != nil {
+			m.srv.args = n.wrap(bin, m.srv.args)
+		}
 	})
 	if err != nil {
 		return nil, err

@@ -102,6 +102,54 @@ func (n *Netns) Cut() error {
 	return nil
 }
 
+// CutAnswers drops every packet leaving the host and lets those coming in
+// through: a request sent to a server inside is received and done, and its
+// answer never arrives (a COMMIT committed whose client never hears).
+func (n *Netns) CutAnswers() error {
+	return n.ip("netns", "exec", n.Name, "iptables", "-A", "OUTPUT", "-o", n.inside, "-j", "DROP")
+}
+
+// MySQLCommit is the bytes of a MySQL client's COMMIT: a packet of
+// length 7, sequence 0, COM_QUERY, "COMMIT" (not a "READ COMMITTED"
+// inside another statement).
+var MySQLCommit = append([]byte{7, 0, 0, 0, 3}, "COMMIT"...)
+
+// CutAnswersAfter lets packets through until one coming in holds request
+// (e.g. MySQLCommit) on a connection that carried the text onConnectionOf
+// before ("": any connection), then drops every packet leaving for its
+// sender: that request is received and done, and neither its answer nor
+// any later one arrives. Seen reports whether it has come.
+func (n *Netns) CutAnswersAfter(request []byte, onConnectionOf string) error {
+	hex := fmt.Sprintf("|%x|", request)
+	trigger := []string{"-A", "INPUT", "-i", n.inside, "-p", "tcp", "-m", "string", "--hex-string", hex, "--algo", "bm"}
+	var rules [][]string
+	if onConnectionOf != "" {
+		rules = append(rules, []string{"-A", "INPUT", "-i", n.inside, "-p", "tcp", "-m", "string", "--string", onConnectionOf, "--algo", "bm",
+			"-j", "CONNMARK", "--set-mark", "1"})
+		trigger = append(trigger, "-m", "connmark", "--mark", "1")
+	}
+	// The drop first: a trigger in place before it would let the answer
+	// of the request that set it through.
+	rules = append([][]string{{"-A", "OUTPUT", "-o", n.inside, "-m", "recent", "--rcheck", "--rdest", "--name", "cut", "-j", "DROP"}},
+		append(rules, append(trigger, "-m", "recent", "--set", "--name", "cut"))...)
+	for _, r := range rules {
+		if err := n.ip(append([]string{"netns", "exec", n.Name, "iptables"}, r...)...); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Seen reports whether CutAnswersAfter's text has come in (and the cut
+// begun).
+func (n *Netns) Seen() (bool, error) {
+	out, err := exec.Command(n.ipPath, "netns", "exec", n.Name, "cat", "/proc/net/xt_recent/cut").CombinedOutput()
+	if err != nil {
+		return false, nil // no list: no CutAnswersAfter yet
+	}
+	return strings.TrimSpace(string(out)) != "", nil
+}
+
 // Heal lets packets through again.
 func (n *Netns) Heal() error {
 	for _, chain := range []string{"INPUT", "OUTPUT"} {
