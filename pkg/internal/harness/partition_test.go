@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
 	"github.com/flashsale/flashsale/pkg/internal/harness"
@@ -264,4 +265,121 @@ func metric(t *testing.T, opsURL, sample string) float64 {
 		}
 	}
 	return 0
+}
+
+// Split brain: the Sentinel master is cut off from its sentinel and its
+// replica, while one gateway (in the master's namespace, with MySQL, and
+// given the master's address) still reaches it and the stack's gateway
+// follows the sentinel to the replica it promotes. Then the partition heals
+// and the old master rejoins as a replica of the new one, dropping what
+// it took alone.
+//
+// With FLASHSALE_REDIS_DURABILITY=none the cut-off gateway answers 202s
+// that are lost with the old master's data (the test requires some: its
+// power). With replica, a 202 needs a replica's acknowledgement the
+// cut-off master cannot get: that gateway answers 503, and no 202 is lost.
+func TestSplitBrainOfASentinelMaster(t *testing.T) {
+	skipWithoutNetns(t)
+	for _, mode := range []string{"none", "replica"} {
+		t.Run(mode, func(t *testing.T) { splitBrain(t, mode) })
+	}
+}
+
+func splitBrain(t *testing.T, mode string) {
+	ctx := context.Background()
+	s, err := harness.StartStack(ctx, harness.Options{Dir: t.TempDir(), Workers: 1, Partitions: 2, Reaper: true, Sentinel: true,
+		RedisNetns: true, MySQLNetns: true, SharedNetns: true,
+		Env: []string{"FLASHSALE_REDIS_DURABILITY=" + mode, "FLASHSALE_CLAIM_TIMEOUT=1s", "FLASHSALE_USER_RATE=0"}})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = s.Close() })
+	const stock = 2000
+	v, err := s.CreateVoucher(ctx, harness.VoucherSpec{Name: "split", Stock: stock, PerUserLimit: 1})
+	require.NoError(t, err)
+	// The cut-off gateway talks to the master by its address, no sentinel.
+	g1, g1URL, err := s.StartGatewayIn(s.RedisNet, "FLASHSALE_REDIS_ADDR="+s.Redis.Addr, "FLASHSALE_REDIS_SENTINEL_MASTER=")
+	require.NoError(t, err)
+	sc := redis.NewSentinelClient(&redis.Options{Addr: s.Sentinel.Addr})
+	defer sc.Close()
+
+	var h harness.History
+	claim := func(url, user string) harness.Attempt {
+		c := harness.NewClient(url, 1)
+		var body struct {
+			Code    string `json:"error"`
+			OrderID string `json:"order_id"`
+		}
+		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		status, err := c.Do(cctx, "POST", "/v1/vouchers/"+itoa(v)+"/orders", s.Token(user), nil, &body, "Idempotency-Key", "k-"+user)
+		a := harness.Attempt{User: user, Key: "k-" + user, Status: status, Code: body.Code, OrderID: body.OrderID, At: time.Now()}
+		if err != nil {
+			a.Status, a.Err = 0, err.Error()
+		}
+		h.Add(a)
+		return a
+	}
+	for i := range 5 { // both sides admit before the partition
+		require.Equal(t, 202, claim(s.URL, fmt.Sprintf("before-a%d", i)).Status)
+		require.Equal(t, 202, claim(g1URL, fmt.Sprintf("before-b%d", i)).Status)
+	}
+
+	_, portStr, _ := strings.Cut(strings.TrimPrefix(g1URL, "http://"), ":")
+	port, _ := strconv.Atoi(portStr)
+	require.NoError(t, s.RedisNet.CutExceptPort(port))
+	oldMaster := s.Redis.Addr
+	testenv.Eventually(t, 60*time.Second, "the sentinel promotes the replica", func() bool {
+		m, err := sc.GetMasterAddrByName(ctx, harness.SentinelMaster).Result()
+		return err == nil && m[0]+":"+m[1] != oldMaster
+	})
+	// Two masters now: each gateway claims for a while on its side.
+	cutOff := map[string]harness.Attempt{} // the cut-off gateway's answers
+	for i := range 40 {
+		u1, u2 := fmt.Sprintf("cut-%d", i), fmt.Sprintf("main-%d", i)
+		cutOff[u1] = claim(g1URL, u1)
+		claim(s.URL, u2)
+	}
+	require.NoError(t, s.RedisNet.Heal())
+	testenv.Eventually(t, 60*time.Second, "the old master rejoins as a replica", func() bool {
+		info, err := redis.NewClient(&redis.Options{Addr: oldMaster}).Info(ctx, "replication").Result()
+		return err == nil && strings.Contains(info, "role:slave") && strings.Contains(info, "master_link_status:up")
+	})
+	require.NoError(t, g1.Stop(20*time.Second))
+
+	// Claims of unknown outcome are retried, with their keys, through the
+	// stack's gateway, which follows the sentinel.
+	testenv.Eventually(t, 90*time.Second, "every key decided", func() bool {
+		undecided := 0
+		for _, a := range h.Last() {
+			if a.Unknown() {
+				undecided++
+				claim(s.URL, a.User)
+			}
+		}
+		return undecided == 0
+	})
+	testenv.Eventually(t, 90*time.Second, "drained", func() bool { ok, _ := s.Drained(ctx); return ok })
+	lost, answered := 0, 0
+	for _, a := range cutOff {
+		if a.Status != 202 {
+			continue
+		}
+		answered++
+		n, err := strconv.ParseInt(a.OrderID, 10, 64)
+		require.NoError(t, err)
+		// Its id may have been given again on the other side: the order
+		// must be its user's.
+		if o, err := s.DB.Order(ctx, n); err != nil || o.UserID != a.User {
+			lost++
+		}
+	}
+	t.Logf("%s: the cut-off gateway answered %d 202s, %d of them lost", mode, answered, lost)
+	if mode == "none" {
+		require.Positive(t, lost, "with none, the cut-off master's 202s are lost: the test has no power if none is")
+		return
+	}
+	for _, a := range cutOff {
+		require.True(t, a.Status == 503 || a.Status == 0, "with replica, the cut-off gateway answers 503 (or nothing): %s", a)
+	}
+	bad := s.CheckHistory(ctx, &h, v, stock)
+	require.Empty(t, bad, "violations:\n%s", strings.Join(bad, "\n"))
 }

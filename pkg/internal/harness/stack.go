@@ -47,6 +47,10 @@ type Options struct {
 	// writeTimeout; pkg/db's default is 15 s): how long a statement whose
 	// answer never comes is waited for.
 	MySQLIOTimeout time.Duration
+	// SharedNetns, with RedisNetns and MySQLNetns, runs Redis (the master,
+	// with Sentinel) and mariadbd in one namespace; the replica and the
+	// sentinel stay outside it.
+	SharedNetns bool
 	// Partitions is FLASHSALE_STREAM_PARTITIONS (default 8).
 	Partitions int
 	// Race builds the binaries with the race detector.
@@ -87,10 +91,12 @@ type Stack struct {
 	Redis      *testsrv.Redis // nil when RedisAddr was given, or on a cluster
 	Replica    *testsrv.Redis // Options.RedisReplica or Sentinel: Redis's replica, in sync at start
 	RedisNet   *testsrv.Netns // Options.RedisNetns: the namespace Redis runs in
-	MySQLNet   *testsrv.Netns // Options.MySQLNetns: the namespace mariadbd runs in
-	Sentinel   *testsrv.Sentinel
-	Cluster    *testsrv.Cluster // Options.Cluster
-	MariaDB    *testsrv.MariaDB // nil when MySQLDSN was given
+	// extraGateways are gateways started beside the stack's (StartGatewayIn).
+	extraGateways []*Proc
+	MySQLNet      *testsrv.Netns // Options.MySQLNetns: the namespace mariadbd runs in
+	Sentinel      *testsrv.Sentinel
+	Cluster       *testsrv.Cluster // Options.Cluster
+	MariaDB       *testsrv.MariaDB // nil when MySQLDSN was given
 	// RootDSN is the database as root (the harness's checks, read_only);
 	// the binaries use the restricted user's DSN when RestrictedUser.
 	RootDSN string
@@ -134,22 +140,25 @@ func StartStack(ctx context.Context, o Options) (s *Stack, err error) {
 		redisAddr = strings.Join(s.Cluster.Addrs(), ",")
 		redisEnv = []string{"FLASHSALE_REDIS_CLUSTER=true"}
 	}
-	if redisAddr == "" && o.RedisNetns {
-		if s.RedisNet, err = testsrv.NewNetns("redis"); err != nil {
-			return nil, err
-		}
-		if s.Redis, err = testsrv.StartRedisIn(s.RedisNet, filepath.Join(o.Dir, "redis"), o.RedisArgs...); err != nil {
-			return nil, err
-		}
-		redisAddr = s.Redis.Addr
-	}
 	if redisAddr == "" {
-		if s.Redis, err = testsrv.StartRedis(filepath.Join(o.Dir, "redis"), o.RedisArgs...); err != nil {
+		if o.RedisNetns {
+			if s.RedisNet, err = testsrv.NewNetns("redis"); err != nil {
+				return nil, err
+			}
+			s.Redis, err = testsrv.StartRedisIn(s.RedisNet, filepath.Join(o.Dir, "redis"), o.RedisArgs...)
+		} else {
+			s.Redis, err = testsrv.StartRedis(filepath.Join(o.Dir, "redis"), o.RedisArgs...)
+		}
+		if err != nil {
 			return nil, err
 		}
 		redisAddr = s.Redis.Addr
 		if o.RedisReplica || o.Sentinel {
-			if s.Replica, err = startReplica(filepath.Join(o.Dir, "redis-replica"), s.Redis.Addr); err != nil {
+			var extra []string
+			if s.RedisNet != nil { // reached by the master, in its namespace, at this side's address
+				extra = []string{"--bind", "127.0.0.1", s.RedisNet.Gateway, "--replica-announce-ip", s.RedisNet.Gateway, "--protected-mode", "no"}
+			}
+			if s.Replica, err = startReplica(filepath.Join(o.Dir, "redis-replica"), s.Redis.Addr, extra...); err != nil {
 				return nil, err
 			}
 		}
@@ -167,10 +176,14 @@ func StartStack(ctx context.Context, o Options) (s *Stack, err error) {
 		if o.RestrictedUser || o.LeastPrivilege {
 			start = testsrv.StartMariaDBWithGrants
 		}
-		if o.MySQLNetns {
+		if o.MySQLNetns && o.SharedNetns && s.RedisNet != nil {
+			s.MySQLNet = s.RedisNet
+		} else if o.MySQLNetns {
 			if s.MySQLNet, err = testsrv.NewNetns("mysql"); err != nil {
 				return nil, err
 			}
+		}
+		if s.MySQLNet != nil {
 			start = func(dir string) (*testsrv.MariaDB, error) { return testsrv.StartMariaDBIn(s.MySQLNet, dir) }
 		}
 		if s.MariaDB, err = start(filepath.Join(o.Dir, "mariadb")); err != nil {
@@ -388,6 +401,45 @@ func (s *Stack) StartGateway(ctx context.Context) error {
 	}
 }
 
+// StartGatewayIn starts one more gateway, inside network namespace n and
+// listening on its address, with env added (e.g. a Redis address of its
+// own), and returns it and its base URL.
+func (s *Stack) StartGatewayIn(n *testsrv.Netns, env ...string) (*Proc, string, error) {
+	var ports [3]int
+	for i := range ports {
+		p, err := testsrv.FreePort()
+		if err != nil {
+			return nil, "", err
+		}
+		ports[i] = p
+	}
+	addr := func(i int) string { return n.IP + ":" + strconv.Itoa(ports[i]) }
+	env = append(append(append(append([]string{}, s.env...), s.roleEnv["gateway"]...), env...),
+		"FLASHSALE_HTTP_ADDR="+addr(0), "FLASHSALE_OPS_ADDR="+addr(1), "FLASHSALE_PPROF_ADDR="+addr(2))
+	ip, args := n.Command(s.binary("gateway"))
+	p, err := Start("gateway-"+n.Name, ip, env, s.LogDir(), args...)
+	if err != nil {
+		return nil, "", err
+	}
+	s.extraGateways = append(s.extraGateways, p)
+	p.OpsURL = "http://" + addr(1)
+	url := "http://" + addr(0)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		res, err := http.Get(p.OpsURL + "/readyz")
+		if err == nil {
+			res.Body.Close()
+			if res.StatusCode == http.StatusOK {
+				return p, url, nil
+			}
+		}
+		if p.Exited() || time.Now().After(deadline) {
+			return nil, "", fmt.Errorf("gateway in %s did not come up: %v\n%s", n.Name, err, p.Log())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
 // StartWorker starts worker i under the consumer name worker-i, so a
 // restarted worker re-reads what its predecessor left pending.
 func (s *Stack) StartWorker(i int) (*Proc, error) {
@@ -475,6 +527,11 @@ func (s *Stack) WaitBusy(ctx context.Context, i int, timeout time.Duration) bool
 // throwaway servers.
 func (s *Stack) Close() error {
 	var errs []error
+	for _, g := range s.extraGateways {
+		if !g.Exited() {
+			errs = append(errs, g.Stop(20*time.Second))
+		}
+	}
 	for _, n := range []*testsrv.Netns{s.RedisNet, s.MySQLNet} {
 		if n != nil { // a test may leave a server cut off
 			errs = append(errs, n.Heal())
@@ -517,7 +574,7 @@ func (s *Stack) Close() error {
 	if s.MariaDB != nil {
 		errs = append(errs, s.MariaDB.Stop())
 	}
-	if s.MySQLNet != nil {
+	if s.MySQLNet != nil && s.MySQLNet != s.RedisNet {
 		errs = append(errs, s.MySQLNet.Close())
 	}
 	return errors.Join(errs...)
@@ -589,12 +646,12 @@ func (s *Stack) killVoucherMaster(ctx context.Context, voucher int64, lag time.D
 
 // startReplica starts a replica of master (host:port) in dir and waits
 // until it is in sync.
-func startReplica(dir, master string) (*testsrv.Redis, error) {
+func startReplica(dir, master string, extra ...string) (*testsrv.Redis, error) {
 	host, port, err := net.SplitHostPort(master)
 	if err != nil {
 		return nil, err
 	}
-	r, err := testsrv.StartRedis(dir, "--replicaof", host, port)
+	r, err := testsrv.StartRedis(dir, append([]string{"--replicaof", host, port}, extra...)...)
 	if err != nil {
 		return nil, err
 	}

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"sync/atomic"
 )
@@ -89,6 +90,26 @@ func (n *Netns) ip(args ...string) error {
 // it: the process keeps its pid).
 func (n *Netns) wrap(bin string, args []string) []string {
 	return append([]string{"netns", "exec", n.Name, bin}, args...)
+}
+
+// Command is the program and arguments that run bin with args inside n.
+func (n *Netns) Command(bin string, args ...string) (string, []string) {
+	return n.ipPath, n.wrap(bin, args)
+}
+
+// CutExceptPort is Cut but for TCP connections to port inside (a server
+// the test still talks to on the cut-off side).
+func (n *Netns) CutExceptPort(port int) error {
+	p := strconv.Itoa(port)
+	for _, r := range [][]string{
+		{"-A", "INPUT", "-i", n.inside, "-p", "tcp", "--dport", p, "-j", "ACCEPT"},
+		{"-A", "OUTPUT", "-o", n.inside, "-p", "tcp", "--sport", p, "-j", "ACCEPT"},
+	} {
+		if err := n.ip(append([]string{"netns", "exec", n.Name, "iptables"}, r...)...); err != nil {
+			return err
+		}
+	}
+	return n.Cut()
 }
 
 // Cut drops every packet between the host and the rest, both ways, as a
