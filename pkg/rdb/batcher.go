@@ -18,11 +18,13 @@ var ErrBatcherClosed = errors.New("admission batcher closed")
 // in flight; under load, claims share round trips and Redis's per-command
 // network cost, and the claims of one bucket share one call of admit.lua.
 //
-// Each claim is answered within the batcher's timeout of its Admit call:
-// a claim still waiting at its deadline is not sent, and a round trip
-// ends at the earliest deadline of its claims. The deadline is a time
-// carried with the claim, not a context with a timer per claim: a timer
-// started and stopped per claim was 4 % of the gateway's CPU.
+// Each claim has a deadline: its context's, or the batcher's timeout from
+// its Admit call when the context has none (the gateway's case). A claim
+// still waiting at its deadline is not sent, and a round trip ends at the
+// earliest deadline of its claims, or the timeout from when it is sent.
+// The deadline is a time carried with the claim, not a context with a
+// timer per claim: a timer started and stopped per claim was 4 % of the
+// gateway's CPU.
 type Batcher struct {
 	s        *Store
 	reqs     chan *admitReq
@@ -60,13 +62,18 @@ func (s *Store) NewBatcher(workers, maxBatch int, timeout time.Duration) *Batche
 // caller gave up is never reused, as its answer may still arrive.
 var reqPool = sync.Pool{New: func() any { return &admitReq{done: make(chan admitResult, 1)} }}
 
-// Admit is Store.Admit through the batcher, answered within the batcher's
-// timeout (context.DeadlineExceeded when it ran out before the claim was
-// sent). If ctx ends or the timeout runs out after the claim was sent, it
-// may still have been admitted (as with any timeout).
+// Admit is Store.Admit through the batcher, answered by ctx's deadline,
+// or within the batcher's timeout when ctx has none
+// (context.DeadlineExceeded when it ran out before the claim was sent).
+// If ctx ends or the deadline passes after the claim was sent, it may
+// still have been admitted (as with any timeout).
 func (b *Batcher) Admit(ctx context.Context, c Claim) (Admission, error) {
 	r := reqPool.Get().(*admitReq)
-	r.ctx, r.claim, r.deadline = ctx, c, time.Now().Add(b.timeout)
+	deadline, ok := ctx.Deadline()
+	if !ok {
+		deadline = time.Now().Add(b.timeout)
+	}
+	r.ctx, r.claim, r.deadline = ctx, c, deadline
 	select {
 	case b.reqs <- r:
 	case <-ctx.Done():
@@ -156,10 +163,10 @@ func (b *Batcher) loop() {
 }
 
 // admit sends claims (of reqs) in one round trip, which ends at the
-// earliest of their deadlines, and answers each.
+// earliest of their deadlines or the timeout, and answers each.
 func (b *Batcher) admit(reqs []*admitReq, claims []Claim) {
-	deadline := reqs[0].deadline
-	for _, r := range reqs[1:] {
+	deadline := time.Now().Add(b.timeout)
+	for _, r := range reqs {
 		if r.deadline.Before(deadline) {
 			deadline = r.deadline
 		}
