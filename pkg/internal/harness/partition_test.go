@@ -148,17 +148,20 @@ func TestACommitWhoseAnswerNeverComes(t *testing.T) {
 	t.Cleanup(func() { _ = s.Close() })
 	// cutAfterCommit cuts after the COMMIT of a transaction whose
 	// connection carried text (a worker's batch insert, the expirer's
-	// cancellation), holds the cut past MySQLIOTimeout, and heals.
-	cutAfterCommit := func(text string) {
+	// cancellation, the draw's winners), holds the cut until the process
+	// that sent it has given up on the answer (sample, one of its
+	// failure counters, has grown), and heals.
+	// (Called from a goroutine, a failure ends that goroutine and fails t.)
+	cutAfterCommit := func(t *testing.T, text string, p *harness.Proc, sample string) {
 		t.Helper()
+		before := metric(t, p.OpsURL, sample)
 		require.NoError(t, s.MySQLNet.CutAnswersAfter(testsrv.MySQLCommit, text))
 		testenv.Eventually(t, 60*time.Second, "a COMMIT sent, its answer dropped", func() bool {
 			seen, err := s.MySQLNet.Seen()
 			require.NoError(t, err)
 			return seen
 		})
-		// Longer than MySQLIOTimeout: its sender gives up on the answer.
-		time.Sleep(3 * time.Second)
+		testenv.Eventually(t, 60*time.Second, "its sender gave up on the answer", func() bool { return metric(t, p.OpsURL, sample) > before })
 		require.NoError(t, s.MySQLNet.Heal())
 	}
 
@@ -176,7 +179,7 @@ func TestACommitWhoseAnswerNeverComes(t *testing.T) {
 			// Only the worker commits now: the COMMIT caught is its.
 			require.NoError(t, s.Reaper.Signal(syscall.SIGSTOP))
 			defer func() { require.NoError(t, s.Reaper.Signal(syscall.SIGCONT)) }()
-			cutAfterCommit("INSERT INTO orders (")
+			cutAfterCommit(t, "INSERT INTO orders (", s.Workers[0], "flashsale_worker_batch_retries_total")
 		}()
 		next := atomic.Int64{}
 		var wg sync.WaitGroup
@@ -230,7 +233,7 @@ func TestACommitWhoseAnswerNeverComes(t *testing.T) {
 		// they are two seconds old.
 		require.NoError(t, s.Workers[0].Signal(syscall.SIGSTOP))
 		defer func() { _ = s.Workers[0].Signal(syscall.SIGCONT) }()
-		cutAfterCommit("UPDATE orders SET status") // the expirer's cancellation
+		cutAfterCommit(t, "UPDATE orders SET status", s.Reaper, expirerFailed) // the expirer's cancellation
 		testenv.Eventually(t, 60*time.Second, "every order cancelled", func() bool {
 			c, err := s.DB.OrderCounts(ctx, v)
 			return err == nil && c[order.StatusCancelled] == n
@@ -242,15 +245,39 @@ func TestACommitWhoseAnswerNeverComes(t *testing.T) {
 		left, _, err := s.RDB.RemainingStock(ctx, v)
 		require.NoError(t, err)
 		require.EqualValues(t, n, left, "a unit given back twice")
-		require.Positive(t, metric(t, s.Reaper.OpsURL, `flashsale_reaper_passes_total{outcome="error",service="expirer"}`),
-			"no expiry pass failed: the cut caught no reaper's COMMIT")
+
 		checks, err := reaper.Reconcile(ctx, s.RDB, s.DB, time.Now(), false)
 		require.NoError(t, err)
 		for _, c := range checks {
 			require.Empty(t, c.Differences, "voucher %d", c.VoucherID)
 		}
 	})
+
+	t.Run("reaper draw", func(t *testing.T) {
+		// The cut waits for the draw's COMMIT (its transaction marks the
+		// winners drawn) while the sale runs, is drawn and is verified.
+		cut := make(chan struct{})
+		go func() {
+			defer close(cut)
+			cutAfterCommit(t, "drawn = 1", s.Reaper, drawerFailed)
+		}()
+		rep, err := s.RunDraw(ctx, harness.DrawConfig{Stock: 10, Users: 60, Requests: 60, Concurrency: 4, Window: 4 * time.Second, Seed: 7})
+		require.NoError(t, err)
+		<-cut
+		require.Zero(t, rep.Missing+rep.Unexpected+rep.UsersTwice, "%+v", rep)
+		require.Equal(t, rep.WinnersWanted, rep.Winners, "%+v", rep)
+		require.Zero(t, rep.Undecided, "%+v", rep)
+		require.True(t, rep.CommitmentHolds, "%+v", rep)
+		require.Zero(t, rep.VerifyExit, rep.Verify)
+
+	})
 }
+
+// The reaper's passes that failed, by service.
+const (
+	expirerFailed = `flashsale_reaper_passes_total{outcome="error",service="expirer"}`
+	drawerFailed  = `flashsale_reaper_passes_total{outcome="error",service="drawer"}`
+)
 
 // metric reads one sample of a process's /metrics (name with its labels,
 // as exposed), 0 when absent.

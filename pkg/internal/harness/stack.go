@@ -568,11 +568,11 @@ func (s *Stack) Close() error {
 	if s.Redis != nil {
 		errs = append(errs, s.Redis.Stop())
 	}
-	if s.RedisNet != nil {
-		errs = append(errs, s.RedisNet.Close())
-	}
 	if s.MariaDB != nil {
 		errs = append(errs, s.MariaDB.Stop())
+	}
+	if s.RedisNet != nil { // once its servers are gone
+		errs = append(errs, s.RedisNet.Close())
 	}
 	if s.MySQLNet != nil && s.MySQLNet != s.RedisNet {
 		errs = append(errs, s.MySQLNet.Close())

@@ -60,6 +60,8 @@ func NewNetns(name string) (*Netns, error) {
 	base := seq % 16 * 4
 	n.Gateway = fmt.Sprintf("10.%d.%d.%d", 100+id/4096, id/16%256, base+1)
 	n.IP = fmt.Sprintf("10.%d.%d.%d", 100+id/4096, id/16%256, base+2)
+	// One left by a process that died with the same id is removed first.
+	_ = n.Close()
 	steps := [][]string{
 		{"netns", "add", n.Name},
 		{"link", "add", n.outside, "type", "veth", "peer", "name", n.inside},
