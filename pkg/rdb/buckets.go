@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -207,8 +208,16 @@ func (s *Store) moveUnits(ctx context.Context, from, to bucket, want int64) (int
 		}
 		return 0, err
 	}
-	return n, s.give(ctx, move{id: id, from: from, to: to, units: n})
+	// The units are taken: give them even if the claim's deadline passes
+	// meanwhile, or they wait, unseen by claims (a false sold_out), for
+	// the next dry claim or the reaper's mover.
+	gctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), giveTimeout)
+	defer cancel()
+	return n, s.give(gctx, move{id: id, from: from, to: to, units: n})
 }
+
+// giveTimeout bounds giving units taken by a move.
+const giveTimeout = 5 * time.Second
 
 // FinishMoves gives every move of voucher v taken and not yet given (its
 // mover crashed half way); the reaper calls it, and so does a claim that
