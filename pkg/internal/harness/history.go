@@ -41,6 +41,26 @@ func (a Attempt) String() string {
 	}
 }
 
+// ClaimRecorded sends user's claim of voucher v through c, under the
+// Idempotency-Key "k-" + user and within 5 s, records what came back in h
+// and returns it.
+func (s *Stack) ClaimRecorded(ctx context.Context, c *Client, h *History, v int64, user string) Attempt {
+	var body struct {
+		Code    string `json:"error"`
+		OrderID string `json:"order_id"`
+	}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	key := "k-" + user
+	status, err := c.Do(ctx, "POST", "/v1/vouchers/"+strconv.FormatInt(v, 10)+"/orders", s.Token(user), nil, &body, "Idempotency-Key", key)
+	a := Attempt{User: user, Key: key, Status: status, Code: body.Code, OrderID: body.OrderID, At: time.Now()}
+	if err != nil {
+		a.Status, a.Err = 0, err.Error()
+	}
+	h.Add(a)
+	return a
+}
+
 // History is every attempt of every client, safe for concurrent use.
 // Each key belongs to one user, and each user claims under one key.
 type History struct {

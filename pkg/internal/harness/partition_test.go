@@ -54,22 +54,7 @@ func TestAGatewayCutFromRedisMidPipeline(t *testing.T) {
 
 	client := harness.NewClient(s.URL, conns)
 	var h harness.History
-	claim := func(user string) harness.Attempt {
-		key := "k-" + user
-		var body struct {
-			Code    string `json:"error"`
-			OrderID string `json:"order_id"`
-		}
-		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		defer cancel()
-		status, err := client.Do(cctx, "POST", "/v1/vouchers/"+itoa(v)+"/orders", s.Token(user), nil, &body, "Idempotency-Key", key)
-		a := harness.Attempt{User: user, Key: key, Status: status, Code: body.Code, OrderID: body.OrderID, At: time.Now()}
-		if err != nil {
-			a.Status, a.Err = 0, err.Error()
-		}
-		h.Add(a)
-		return a
-	}
+	claim := func(user string) harness.Attempt { return s.ClaimRecorded(ctx, client, &h, v, user) }
 
 	// The cut starts after 100 answers and heals after 40 more, or 10 s.
 	var answered atomic.Int64
@@ -188,17 +173,7 @@ func TestACommitWhoseAnswerNeverComes(t *testing.T) {
 			go func() {
 				defer wg.Done()
 				for i := next.Add(1); i <= users; i = next.Add(1) {
-					user := fmt.Sprintf("w%d", i)
-					var body struct {
-						Code    string `json:"error"`
-						OrderID string `json:"order_id"`
-					}
-					status, err := client.Do(ctx, "POST", "/v1/vouchers/"+itoa(v)+"/orders", s.Token(user), nil, &body, "Idempotency-Key", "k-"+user)
-					a := harness.Attempt{User: user, Key: "k-" + user, Status: status, Code: body.Code, OrderID: body.OrderID, At: time.Now()}
-					if err != nil {
-						a.Status, a.Err = 0, err.Error()
-					}
-					h.Add(a)
+					s.ClaimRecorded(ctx, client, &h, v, fmt.Sprintf("w%d", i))
 					answered.Add(1)
 					time.Sleep(5 * time.Millisecond) // the sale outlasts the cut
 				}
@@ -330,20 +305,7 @@ func splitBrain(t *testing.T, mode string) {
 
 	var h harness.History
 	claim := func(url, user string) harness.Attempt {
-		c := harness.NewClient(url, 1)
-		var body struct {
-			Code    string `json:"error"`
-			OrderID string `json:"order_id"`
-		}
-		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		defer cancel()
-		status, err := c.Do(cctx, "POST", "/v1/vouchers/"+itoa(v)+"/orders", s.Token(user), nil, &body, "Idempotency-Key", "k-"+user)
-		a := harness.Attempt{User: user, Key: "k-" + user, Status: status, Code: body.Code, OrderID: body.OrderID, At: time.Now()}
-		if err != nil {
-			a.Status, a.Err = 0, err.Error()
-		}
-		h.Add(a)
-		return a
+		return s.ClaimRecorded(ctx, harness.NewClient(url, 1), &h, v, user)
 	}
 	for i := range 5 { // both sides admit before the partition
 		require.Equal(t, 202, claim(s.URL, fmt.Sprintf("before-a%d", i)).Status)
