@@ -56,16 +56,8 @@ func newStore(t *testing.T, partitions int) *rdb.Store {
 	require.NoError(t, s.EnsureGroups(context.Background()))
 	// Loaded, as the reaper's restorer marks a partition once it found
 	// every voucher on sale there: an unknown voucher is then not found.
-	require.NoError(t, s.MarkLoaded(context.Background(), allPartitions(s)...))
+	require.NoError(t, s.MarkAllLoaded(context.Background()))
 	return s
-}
-
-func allPartitions(s *rdb.Store) []int {
-	out := make([]int, s.Partitions())
-	for p := range out {
-		out[p] = p
-	}
-	return out
 }
 
 // A Redis that lost its data (restarted empty) lost the partitions' loaded

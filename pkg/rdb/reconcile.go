@@ -298,7 +298,7 @@ func (s *Store) Unloaded(ctx context.Context) ([]int, error) {
 	pipe := s.c.Pipeline()
 	cmds := make([]*redis.IntCmd, s.partitions)
 	for p := range s.partitions {
-		cmds[p] = pipe.Exists(ctx, LoadedKey(p))
+		cmds[p] = pipe.Exists(ctx, s.loaded[p])
 	}
 	if _, err := pipe.Exec(ctx); err != nil {
 		return nil, fmt.Errorf("read the partitions' loaded marks: %w", err)
@@ -317,12 +317,22 @@ func (s *Store) Unloaded(ctx context.Context) ([]int, error) {
 func (s *Store) MarkLoaded(ctx context.Context, partitions ...int) error {
 	pipe := s.c.Pipeline()
 	for _, p := range partitions {
-		pipe.Set(ctx, LoadedKey(p), "1", 0)
+		pipe.Set(ctx, s.loaded[p], "1", 0)
 	}
 	if _, err := pipe.Exec(ctx); err != nil {
 		return fmt.Errorf("mark partitions loaded: %w", err)
 	}
 	return nil
+}
+
+// MarkAllLoaded marks every partition loaded (after a full rebuild, or,
+// in tests, a fresh Redis, as the restorer's first pass over one does).
+func (s *Store) MarkAllLoaded(ctx context.Context) error {
+	all := make([]int, s.partitions)
+	for p := range all {
+		all[p] = p
+	}
+	return s.MarkLoaded(ctx, all...)
 }
 
 // PresentBuckets counts the buckets of voucher v (which has buckets

@@ -58,18 +58,12 @@ func Reconcile(ctx context.Context, r *rdb.Store, d *db.Store, now time.Time, re
 	if err != nil {
 		return nil, err
 	}
-	streams := map[int][]rdb.Entry{}
+	streams := streamCache{}
 	var out []VoucherCheck
 	for _, v := range vouchers {
-		// A hot voucher's buckets admit into several partitions' streams.
-		var entries []rdb.Entry
-		for _, p := range r.VoucherPartitions(v.ID, v.StockBuckets) {
-			if _, ok := streams[p]; !ok {
-				if streams[p], err = r.StreamOrders(ctx, p); err != nil {
-					return out, err
-				}
-			}
-			entries = append(entries, streams[p]...)
+		entries, err := streams.of(ctx, r, r.VoucherPartitions(v.ID, v.StockBuckets))
+		if err != nil {
+			return out, err
 		}
 		check, err := reconcileVoucher(ctx, r, d, v, entries, now, repair)
 		if err != nil {
@@ -78,15 +72,32 @@ func Reconcile(ctx context.Context, r *rdb.Store, d *db.Store, now time.Time, re
 		out = append(out, check)
 	}
 	if repair { // every voucher on sale is in Redis now (the restorer's mark)
-		all := make([]int, r.Partitions())
-		for p := range all {
-			all[p] = p
-		}
-		if err := r.MarkLoaded(ctx, all...); err != nil {
+		if err := r.MarkAllLoaded(ctx); err != nil {
 			return out, err
 		}
 	}
 	return out, nil
+}
+
+// streamCache holds the partitions' stream entries read so far in one
+// pass, each stream read once however many vouchers it carries.
+type streamCache map[int][]rdb.Entry
+
+// of is the entries of partitions ps (a hot voucher's buckets admit into
+// several partitions' streams).
+func (c streamCache) of(ctx context.Context, r *rdb.Store, ps []int) ([]rdb.Entry, error) {
+	var entries []rdb.Entry
+	for _, p := range ps {
+		if _, ok := c[p]; !ok {
+			es, err := r.StreamOrders(ctx, p)
+			if err != nil {
+				return nil, err
+			}
+			c[p] = es
+		}
+		entries = append(entries, c[p]...)
+	}
+	return entries, nil
 }
 
 func reconcileVoucher(ctx context.Context, r *rdb.Store, d *db.Store, v db.Voucher, stream []rdb.Entry, now time.Time, repair bool) (VoucherCheck, error) {

@@ -38,7 +38,7 @@ func (r *Reaper) restore(ctx context.Context, pass *Pass) error {
 	if err != nil {
 		return err
 	}
-	streams := map[int][]rdb.Entry{}
+	streams := streamCache{}
 	held := map[int]bool{} // partitions left unmarked: a voucher there needs an operator
 	for _, v := range vouchers {
 		parts := r.redis.VoucherPartitions(v.ID, v.StockBuckets)
@@ -60,14 +60,9 @@ func (r *Reaper) restore(ctx context.Context, pass *Pass) error {
 			}
 			continue
 		}
-		var entries []rdb.Entry
-		for _, p := range parts {
-			if _, ok := streams[p]; !ok {
-				if streams[p], err = r.redis.StreamOrders(ctx, p); err != nil {
-					return err
-				}
-			}
-			entries = append(entries, streams[p]...)
+		entries, err := streams.of(ctx, r.redis, parts)
+		if err != nil {
+			return err
 		}
 		check, err := reconcileVoucher(ctx, r.redis, r.db, v, entries, now, true)
 		if err != nil {

@@ -39,7 +39,7 @@ func newStores(t *testing.T) (*rdb.Store, *room.Store) {
 	s, err := rdb.New(c, 4, "")
 	require.NoError(t, err)
 	require.NoError(t, s.EnsureGroups(context.Background()))
-	require.NoError(t, s.MarkLoaded(context.Background(), 0, 1, 2, 3)) // as the reaper marks a fresh Redis
+	require.NoError(t, s.MarkAllLoaded(context.Background())) // as the reaper marks a fresh Redis
 	return s, room.NewStore(s, 0)
 }
 

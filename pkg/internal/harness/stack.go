@@ -259,21 +259,10 @@ func StartStack(ctx context.Context, o Options) (s *Stack, err error) {
 		if s.Reaper, err = s.StartReaper(); err != nil {
 			return nil, err
 		}
-	} else if err := s.markLoaded(ctx); err != nil {
+	} else if err := s.RDB.MarkAllLoaded(ctx); err != nil { // as a reaper's first pass would: unknown vouchers answer 404
 		return nil, err
 	}
 	return s, nil
-}
-
-// markLoaded marks every partition loaded, as a reaper's restorer does on
-// its first pass over a Redis holding every voucher on sale (a fresh one
-// holds none): a stack without a reaper answers an unknown voucher 404.
-func (s *Stack) markLoaded(ctx context.Context) error {
-	all := make([]int, s.RDB.Partitions())
-	for p := range all {
-		all[p] = p
-	}
-	return s.RDB.MarkLoaded(ctx, all...)
 }
 
 // StartReaper starts a reaper process, with env added to its environment.

@@ -56,11 +56,7 @@ func NewOn(t testing.TB, partitions int, dsn string) *Env {
 	require.NoError(t, rs.EnsureGroups(ctx))
 	// Loaded, as the reaper's restorer marks a fresh Redis on its first
 	// pass: an unknown voucher is then not found (404), not an outage.
-	all := make([]int, partitions)
-	for p := range all {
-		all[p] = p
-	}
-	require.NoError(t, rs.MarkLoaded(ctx, all...))
+	require.NoError(t, rs.MarkAllLoaded(ctx))
 	return &Env{Common: c, Redis: r, RDB: rs, DB: ds}
 }
 
