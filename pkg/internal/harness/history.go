@@ -108,6 +108,35 @@ func (h *History) Count(f func(Attempt) bool) int {
 	return n
 }
 
+// Summary counts the attempts by answer: "202", "503 unavailable",
+// "no answer", ..., in that order of first appearance.
+func (h *History) Summary() string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	counts := map[string]int{}
+	var seen []string
+	for _, k := range h.order {
+		for _, a := range h.byKey[k] {
+			what := strconv.Itoa(a.Status)
+			switch {
+			case a.Status == 0:
+				what = "no answer"
+			case a.Code != "":
+				what += " " + a.Code
+			}
+			if counts[what] == 0 {
+				seen = append(seen, what)
+			}
+			counts[what]++
+		}
+	}
+	out := make([]string, len(seen))
+	for i, w := range seen {
+		out[i] = fmt.Sprintf("%s: %d", w, counts[w])
+	}
+	return strings.Join(out, ", ")
+}
+
 // CheckHistory compares the history of claims of voucher v (per-user limit 1)
 // with MySQL once every order is persisted: every key answered 202 is
 // exactly one order, its user's, with the id every 202 of it named; a key

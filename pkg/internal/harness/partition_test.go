@@ -18,6 +18,7 @@ import (
 	"github.com/flashsale/flashsale/pkg/internal/testenv"
 	"github.com/flashsale/flashsale/pkg/internal/testsrv"
 	"github.com/flashsale/flashsale/pkg/order"
+	"github.com/flashsale/flashsale/pkg/rdb"
 	"github.com/flashsale/flashsale/pkg/reaper"
 )
 
@@ -41,35 +42,110 @@ func skipWithoutNetns(t *testing.T) {
 // Idempotency-Key until it is decided, and the history checker holds every
 // key to MySQL: each 202 exactly one order, each retried unknown exactly
 // one answer, no oversell, reconcile clean.
+//
+// single: one redis-server, durability none; the cut heals after 40 more
+// answers (or 10 s). sentinel: the master is cut from everyone (gateway,
+// workers, reaper, its replica and the sentinel) with durability replica;
+// the cut lasts until the sentinel has promoted the replica, then heals,
+// the old master rejoins as a replica, and the gateway admits again: what
+// the old master admitted that its replica never acknowledged was never
+// answered 202. cluster: the same on a Redis Cluster of three masters
+// with a replica each, the voucher's master cut off until the cluster
+// has promoted its replica.
 func TestAGatewayCutFromRedisMidPipeline(t *testing.T) {
 	skipWithoutNetns(t)
+	for _, mode := range []string{"single", "sentinel", "cluster"} {
+		t.Run(mode, func(t *testing.T) { gatewayCut(t, mode) })
+	}
+}
+
+func gatewayCut(t *testing.T, mode string) {
 	ctx := context.Background()
-	s, err := harness.StartStack(ctx, harness.Options{Dir: t.TempDir(), Workers: 1, Partitions: 2, Reaper: true, RedisNetns: true,
-		Env: []string{"FLASHSALE_CLAIM_TIMEOUT=500ms", "FLASHSALE_USER_RATE=0"}})
+	env := []string{"FLASHSALE_CLAIM_TIMEOUT=500ms", "FLASHSALE_USER_RATE=0"}
+	o := harness.Options{Dir: t.TempDir(), Workers: 1, Partitions: 2, Reaper: true}
+	switch mode {
+	case "single":
+		o.RedisNetns = true
+	case "sentinel":
+		o.RedisNetns, o.Sentinel = true, true
+		env = append(env, "FLASHSALE_REDIS_DURABILITY=replica")
+	case "cluster":
+		// Four partitions: p0 and p1 share a master's slots, p2 and p3
+		// are on the other two.
+		o.Cluster, o.ClusterReplicas, o.ClusterNetns, o.Partitions = true, 1, true, 4
+		env = append(env, "FLASHSALE_REDIS_DURABILITY=replica")
+	}
+	o.Env = env
+	s, err := harness.StartStack(ctx, o)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = s.Close() })
-	const stock, users, conns = 150, 400, 8
+	const users, conns = 400, 8
+	stock := int64(150)
+	if mode != "single" { // left for claims after the heal
+		stock = 3000
+	}
 	v, err := s.CreateVoucher(ctx, harness.VoucherSpec{Name: "partition", Stock: stock, PerUserLimit: 1})
 	require.NoError(t, err)
+	// The master cut off: the one in the namespace. On the cluster, a
+	// voucher whose partition that node serves.
+	oldMaster := ""
+	if mode == "cluster" {
+		oldMaster = s.Cluster.Nodes[0].Addr
+		for {
+			m, err := s.Cluster.MasterOf(ctx, rdb.StreamKey(s.RDB.PartitionOf(v)))
+			require.NoError(t, err)
+			if m.Addr == oldMaster {
+				break
+			}
+			require.Less(t, v, int64(20), "no voucher on the cut-off master")
+			v, err = s.CreateVoucher(ctx, harness.VoucherSpec{Name: "partition", Stock: stock, PerUserLimit: 1})
+			require.NoError(t, err)
+		}
+	} else {
+		oldMaster = s.Redis.Addr
+	}
 
 	client := harness.NewClient(s.URL, conns)
 	var h harness.History
 	claim := func(user string) harness.Attempt { return s.ClaimRecorded(ctx, client, &h, v, user) }
 
-	// The cut starts after 100 answers and heals after 40 more, or 10 s.
-	var answered atomic.Int64
-	cut, healed := make(chan struct{}), make(chan struct{})
+	// The cut starts after 100 answers; claims go on until it has healed
+	// (and, with a replica, the gateway admits again).
+	var answered, admitted atomic.Int64
+	cut, done := make(chan struct{}), make(chan struct{})
+	t.Cleanup(func() { t.Logf("answers: %s", h.Summary()) })
 	go func() {
-		defer close(healed)
+		defer close(done)
 		testenv.Eventually(t, 60*time.Second, "100 answers", func() bool { return answered.Load() >= 100 })
 		require.NoError(t, s.RedisNet.Cut())
+		defer func() { require.NoError(t, s.RedisNet.Heal()) }()
 		close(cut)
-		at := answered.Load()
-		deadline := time.Now().Add(10 * time.Second)
-		for answered.Load() < at+40 && time.Now().Before(deadline) {
-			time.Sleep(20 * time.Millisecond)
+		switch mode {
+		case "single":
+			at := answered.Load()
+			deadline := time.Now().Add(10 * time.Second)
+			for answered.Load() < at+40 && time.Now().Before(deadline) {
+				time.Sleep(20 * time.Millisecond)
+			}
+			return
+		case "sentinel":
+			sc := redis.NewSentinelClient(&redis.Options{Addr: s.Sentinel.Addr})
+			defer sc.Close()
+			testenv.Eventually(t, 60*time.Second, "the sentinel promotes the replica", func() bool {
+				m, err := sc.GetMasterAddrByName(ctx, harness.SentinelMaster).Result()
+				return err == nil && m[0]+":"+m[1] != oldMaster
+			})
+		case "cluster":
+			wctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+			defer cancel()
+			require.NoError(t, s.Cluster.WaitServed(wctx, rdb.StreamKey(s.RDB.PartitionOf(v)), oldMaster))
 		}
+		// The promoted replica has no replica of its own while the cut
+		// lasts: with durability replica it admits nothing until the old
+		// master has rejoined it.
 		require.NoError(t, s.RedisNet.Heal())
+		at := admitted.Load()
+		testenv.Eventually(t, 60*time.Second, "a 202 from the promoted replica", func() bool { return admitted.Load() > at })
 	}()
 	next := atomic.Int64{}
 	var wg sync.WaitGroup
@@ -77,18 +153,39 @@ func TestAGatewayCutFromRedisMidPipeline(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for i := next.Add(1); i <= users; i = next.Add(1) {
-				claim(fmt.Sprintf("u%d", i))
+			// Until the heal, and at least users claims.
+			for i := next.Add(1); ; i = next.Add(1) {
+				if i > users {
+					select {
+					case <-done:
+						return
+					default:
+					}
+				}
+				switch a := claim(fmt.Sprintf("u%d", i)); {
+				case a.Status == 202:
+					admitted.Add(1)
+				case a.Unknown(): // paces the clients while Redis is away
+					time.Sleep(10 * time.Millisecond)
+				}
 				answered.Add(1)
 			}
 		}()
 	}
 	wg.Wait()
-	<-healed
+	<-done
 	select {
 	case <-cut:
 	default:
 		t.Fatal("the sale ended before the cut")
+	}
+	if mode != "single" {
+		testenv.Eventually(t, 60*time.Second, "the old master rejoins as a replica", func() bool {
+			c := redis.NewClient(&redis.Options{Addr: oldMaster})
+			defer c.Close()
+			info, err := c.Info(ctx, "replication").Result()
+			return err == nil && strings.Contains(info, "role:slave") && strings.Contains(info, "master_link_status:up")
+		})
 	}
 
 	// Every unknown outcome is retried with its key until decided.
@@ -107,7 +204,7 @@ func TestAGatewayCutFromRedisMidPipeline(t *testing.T) {
 	testenv.Eventually(t, 60*time.Second, "drained", func() bool { ok, _ := s.Drained(ctx); return ok })
 	bad := s.CheckHistory(ctx, &h, v, stock)
 	require.Empty(t, bad, "violations:\n%s", strings.Join(bad, "\n"))
-	t.Logf("%d claims, %d answers of unknown outcome during the cut, all decided on retry", users, unknown)
+	t.Logf("%d users, %d answers of unknown outcome during the cut, all decided on retry; answers: %s", next.Load()-conns, unknown, h.Summary())
 }
 
 // A transaction whose COMMIT reaches MySQL and whose answer never comes

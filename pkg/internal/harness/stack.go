@@ -67,6 +67,10 @@ type Options struct {
 	Cluster bool
 	// ClusterReplicas gives each of the cluster's masters replicas.
 	ClusterReplicas int
+	// ClusterNetns, with Cluster, runs the cluster's first node, a master,
+	// in a network namespace of its own (Stack.RedisNet;
+	// testsrv.StartClusterIn). Needs root.
+	ClusterNetns bool
 	// RedisReplica gives the single redis-server a replica (ReplicaOf),
 	// for FLASHSALE_REDIS_DURABILITY=replica.
 	RedisReplica bool
@@ -134,7 +138,15 @@ func StartStack(ctx context.Context, o Options) (s *Stack, err error) {
 	redisAddr := o.RedisAddr
 	var redisEnv []string
 	if o.Cluster {
-		if s.Cluster, err = testsrv.StartClusterWithReplicas(filepath.Join(o.Dir, "cluster"), 3, o.ClusterReplicas); err != nil {
+		if o.ClusterNetns {
+			if s.RedisNet, err = testsrv.NewNetns("redis"); err != nil {
+				return nil, err
+			}
+			s.Cluster, err = testsrv.StartClusterIn(s.RedisNet, filepath.Join(o.Dir, "cluster"), 3, o.ClusterReplicas)
+		} else {
+			s.Cluster, err = testsrv.StartClusterWithReplicas(filepath.Join(o.Dir, "cluster"), 3, o.ClusterReplicas)
+		}
+		if err != nil {
 			return nil, err
 		}
 		redisAddr = strings.Join(s.Cluster.Addrs(), ",")

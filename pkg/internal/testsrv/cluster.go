@@ -78,10 +78,59 @@ func StartCluster(dir string, masters int) (*Cluster, error) {
 // master (asynchronous replication, as Redis Cluster has it): a killed
 // master's replica is promoted once the others see it fail.
 func StartClusterWithReplicas(dir string, masters, replicas int) (*Cluster, error) {
+	return startCluster(dir, masters, replicas, nil)
+}
+
+// StartClusterIn is StartClusterWithReplicas with the first node, a
+// master, in network namespace ns: cutting ns cuts that master off from
+// the clients, the other nodes and its replica. The other nodes listen
+// and announce themselves at ns.Gateway, which both sides reach.
+func StartClusterIn(ns *Netns, dir string, masters, replicas int) (*Cluster, error) {
+	c, err := startCluster(dir, masters, replicas, ns)
+	if err != nil {
+		return nil, err
+	}
+	// redis-cli spreads masters over addresses, so the lone node at its
+	// own address is a master; if not, it takes over from its master.
+	rc := c.Nodes[0].Client()
+	defer rc.Close()
+	ctx := context.Background()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		role, err := rc.Do(ctx, "ROLE").Slice()
+		if err == nil && len(role) > 0 && role[0] == "master" {
+			return c, c.WaitOK(ctx)
+		}
+		if time.Now().After(deadline) {
+			c.Kill()
+			return nil, fmt.Errorf("node %s not a master after 30s: %v", c.Nodes[0].Addr, err)
+		}
+		_ = rc.Do(ctx, "CLUSTER", "FAILOVER").Err()
+		time.Sleep(500 * time.Millisecond)
+	}
+}
+
+func startCluster(dir string, masters, replicas int, ns *Netns) (*Cluster, error) {
 	c := &Cluster{}
 	for i := range masters * (1 + replicas) {
-		n, err := StartRedis(filepath.Join(dir, fmt.Sprintf("node%d", i)),
-			"--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "2000")
+		args := []string{"--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "2000"}
+		var (
+			n   *Redis
+			err error
+		)
+		switch {
+		case ns != nil && i == 0:
+			n, err = StartRedisIn(ns, filepath.Join(dir, fmt.Sprintf("node%d", i)), append(args, "--cluster-announce-ip", ns.IP)...)
+		case ns != nil:
+			n, err = StartRedis(filepath.Join(dir, fmt.Sprintf("node%d", i)),
+				append(args, "--bind", "127.0.0.1", ns.Gateway, "--cluster-announce-ip", ns.Gateway, "--protected-mode", "no")...)
+			if n != nil { // the address the cluster gives for it
+				_, port, _ := net.SplitHostPort(n.Addr)
+				n.Addr = net.JoinHostPort(ns.Gateway, port)
+			}
+		default:
+			n, err = StartRedis(filepath.Join(dir, fmt.Sprintf("node%d", i)), args...)
+		}
 		if err != nil {
 			c.Kill()
 			return nil, err
