@@ -7,7 +7,7 @@
 -- runs unchanged on Redis Cluster. The stream of partition P carries the same tag.
 --
 -- KEYS[1] -> flashsale:{pP}:v:V            voucher hash, whose fields it reads: stock, limit, daily, start_ms, end_ms, pool, paused,
---                                          buckets, draw, pow, room, u:USER -> units user USER holds (all time), and
+--                                          buckets, draw, pow, room, access, u:USER -> units user USER holds (all time), and
 --                                          o:USER -> the stream entry ids of USER's admissions, space-separated
 --                                          (the index pending.lua reads a user's pending orders by); with a
 --                                          waiting room it writes rx:PLACE (PLACE's pass bought) and ru:EXP (the
@@ -25,7 +25,7 @@
 -- ARGV[1] -> voucher id (written into the entries)
 -- ARGV[2] -> the voucher's number of buckets the caller routed the batch by
 -- ARGV[3] -> TTL in seconds of the day hashes
--- and for claim i, from b = 4 + 8(i-1):
+-- and for claim i, from b = 4 + 9(i-1):
 -- ARGV[b]   -> user id
 -- ARGV[b+1] -> now, unix milliseconds (the caller's clock, so tests can move it)
 -- ARGV[b+2] -> day D as yyyymmdd in the sale's time zone (written into the entry)
@@ -35,6 +35,7 @@
 -- ARGV[b+6] -> seconds the proof's challenge has left (how long its single use is kept)
 -- ARGV[b+7] -> the claim's waiting-room pass, "PLACE:EXP_MS" (the gateway verified it is the user's,
 --              admitted and not lapsed at EXP_MS), or "0": none
+-- ARGV[b+8] -> 1: the claim carries the user's access code for the voucher (the gateway verified it), 0: not
 --
 -- Cost: every redis.call is a few microseconds of Redis's one thread, and
 -- so is the script call itself; a batch shares them. The common batch
@@ -61,6 +62,10 @@
 -- claim only with a proof (the gateway verified its signature, user and
 -- expiry) of at least that difficulty, once: KEYS[4+3i] is set NX.
 --
+-- A voucher with access codes (access: -1 for the whole sale, else until
+-- that unix ms; pkg/access) takes a claim only with its user's code while
+-- they hold.
+--
 -- A voucher with a waiting room (room > 0, pkg/room) takes a claim only
 -- with a pass that has not lapsed; the proof of work, if any, was asked
 -- at the room's door instead.
@@ -86,13 +91,14 @@
 -- the claim no pass that holds, 15 the voucher is missing from a
 -- partition the reaper has not marked loaded: Redis lost its data (it
 -- restarted empty) or was never loaded, an outage until the reaper
--- rebuilds it from MySQL, not an unknown voucher.
+-- rebuilds it from MySQL, not an unknown voucher, 16 the voucher needs
+-- an access code now and the claim has none.
 -- Only admissions are remembered under the idempotency key: a rejection
 -- changed nothing, so its retry is simply decided again.
 
-local n = (#ARGV - 3) / 8
+local n = (#ARGV - 3) / 9
 local out = {}
-local function arg(i, k) return ARGV[4 + 8 * (i - 1) + k] end
+local function arg(i, k) return ARGV[4 + 9 * (i - 1) + k] end
 
 -- Replays of earlier admissions under the same key: one MGET.
 local keyed, idem_keys = {}, {}
@@ -114,7 +120,8 @@ if #keyed > 0 then
 end
 
 -- The voucher and every user's count and index: one HMGET.
-local fields = {'stock', 'limit', 'daily', 'start_ms', 'end_ms', 'pool', 'paused', 'buckets', 'draw', 'pow', 'room'}
+local fields = {'stock', 'limit', 'daily', 'start_ms', 'end_ms', 'pool', 'paused', 'buckets', 'draw', 'pow', 'room',
+  'access'}
 local slot = {} -- user -> position of its u: field (its o: field follows)
 for i = 1, n do
   local user = arg(i, 0)
@@ -156,6 +163,7 @@ local pooled = v[6] == '1'
 local draw = v[9] == '1'
 local pow = tonumber(v[10]) or 0
 local room = tonumber(v[11]) or 0
+local access = tonumber(v[12]) or 0
 if draw then
   for i = 1, n do
     if out[i] then -- a replayed entry
@@ -197,6 +205,8 @@ for i = 1, n do
       out[i] = {2}
     elseif end_ms > 0 and now >= end_ms then
       out[i] = {3}
+    elseif access ~= 0 and (access < 0 or now < access) and arg(i, 8) ~= '1' then
+      out[i] = {16}
     elseif room > 0 and not (pass_exp and now < pass_exp) then
       out[i] = {14}
     elseif room == 0 and pow > 0 and tonumber(arg(i, 5)) == 0 then

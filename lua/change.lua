@@ -1,12 +1,14 @@
 -- change.lua: apply an operator's change of a voucher (more stock, a new
 -- end of sale, a pause or a resume, a proof-of-work gate put on or taken
--- off, a waiting room put on, changed or taken away) to Redis, exactly once. MySQL recorded
+-- off, a waiting room put on, changed or taken away, access codes asked
+-- for or not) to Redis, exactly once. MySQL recorded
 -- the change first (voucher_changes, pkg/settle); the set of applied
 -- changes makes a second call for the same change a no-op, so a caller may
 -- retry until it gets an answer.
 --
 -- KEYS[1] -> flashsale:{pP}:v:V            voucher hash (stock, end_ms, expire_s, end_change, paused, pause_change,
---                                          pow, pow_change, room, room_pre_ms, room_pass_ms, room_change)
+--                                          pow, pow_change, room, room_pre_ms, room_pass_ms, room_change,
+--                                          access, access_change)
 -- KEYS[2] -> flashsale:{pP}:v:V:changes    set of change ids applied
 -- KEYS[3] -> flashsale:{pP}:v:V:released   the released set (its expiry follows the voucher's)
 -- KEYS[4] -> flashsale:{pP}:v:V:pool       the pool (likewise)
@@ -18,6 +20,8 @@
 -- ARGV[5] -> 1 pause, 0 resume, -1 neither
 -- ARGV[6] -> the proof-of-work gate's new difficulty (0: off), -1 unchanged
 -- ARGV[7] -> the waiting room's new settings "N:PRE_MS:PASS_MS" (pkg/room), "0" off, "" unchanged
+-- ARGV[8] -> the access codes' new setting (admit.lua's access field: 0 none, -1 the whole sale, else
+--            until unix ms), "" unchanged
 --
 -- Returns 1 when applied now, 0 when it had been already, -1 when Redis
 -- does not hold the voucher (nothing is written: its creation is still
@@ -62,6 +66,10 @@ if ARGV[7] ~= '' and id > (tonumber(redis.call('HGET', KEYS[1], 'room_change')) 
   local rate, pre_ms, pass_ms = string.match(ARGV[7], '^(%d+):(%d+):(%d+)$')
   redis.call('HSET', KEYS[1], 'room', rate or 0, 'room_pre_ms', pre_ms or 0, 'room_pass_ms', pass_ms or 0,
     'room_change', id)
+end
+-- And new access codes.
+if ARGV[8] ~= '' and id > (tonumber(redis.call('HGET', KEYS[1], 'access_change')) or 0) then
+  redis.call('HSET', KEYS[1], 'access', ARGV[8], 'access_change', id)
 end
 local expire_s = tonumber(redis.call('HGET', KEYS[1], 'expire_s')) or 0
 if expire_s > 0 then

@@ -7,7 +7,7 @@
 -- Every key carries the voucher's hash tag {pP}: one slot, so the script
 -- runs unchanged on Redis Cluster.
 --
--- KEYS[1] -> flashsale:{pP}:v:V            voucher hash, read: stock, limit, start_ms, end_ms, paused, pow,
+-- KEYS[1] -> flashsale:{pP}:v:V            voucher hash, read: stock, limit, start_ms, end_ms, paused, pow, access,
 --                                          expire_s, room (admissions per second; 0 or absent: no room),
 --                                          room_pre_ms, room_pass_ms, and ru:EXP -> passes of the segment ending
 --                                          at EXP that bought (admit.lua counts them; deleted here when it lapses)
@@ -32,6 +32,8 @@
 -- ARGV[8] -> the most places the room gives (FLASHSALE_ROOM_MAX_WAITERS): a join past them is refused
 -- ARGV[9] -> seconds a room of a voucher without an expiry (no ends_at) is kept after its last change:
 --            its keys then expire, as a voucher's with ends_at do at its expire_s
+-- ARGV[10] -> 1: the join carries the user's access code for the voucher (pkg/access; verified by the
+--             gateway), 0: not
 --
 -- Returns {code, place, front, tail, pre, frozen, stock, live, segs, seed,
 -- start_ms, end_ms, paused, rate, pass_ms, limit, gone}; code 0, or
@@ -41,7 +43,8 @@
 -- none, 13 the proof is too easy or used before, 16 get: the user never
 -- joined, 17 join: the room has given ARGV[8] places, 18 no such voucher
 -- in a partition the reaper has not marked loaded (Redis lost its data:
--- an outage, not an unknown voucher; admit.lua's 15). place is '' unless
+-- an outage, not an unknown voucher; admit.lua's 15), 19 join: the
+-- voucher needs an access code now and there is none. place is '' unless
 -- the user has one.
 --
 -- Passes outstanding (admitted, not lapsed, not used to buy) are the
@@ -55,7 +58,7 @@
 
 local now, op, user = tonumber(ARGV[1]), ARGV[2], ARGV[3]
 local v = redis.call('HMGET', KEYS[1], 'stock', 'start_ms', 'end_ms', 'paused', 'room', 'room_pre_ms', 'room_pass_ms',
-  'pow', 'expire_s', 'limit')
+  'pow', 'expire_s', 'limit', 'access')
 if not v[1] then
   if redis.call('EXISTS', KEYS[5]) == 0 then
     return {18}
@@ -69,6 +72,7 @@ end
 local stock, start_ms, end_ms = tonumber(v[1]), tonumber(v[2]) or 0, tonumber(v[3]) or 0
 local paused, pre_ms, pass_ms = v[4] == '1', tonumber(v[6]) or 0, tonumber(v[7]) or 120000
 local pow, expire_s, limit = tonumber(v[8]) or 0, tonumber(v[9]) or 0, tonumber(v[10]) or 1
+local access = tonumber(v[11]) or 0
 
 local s = redis.call('HMGET', KEYS[2], 'seed', 'pre', 'frozen', 'tail', 'front', 'last_ms', 'segs', 'gone')
 local seed = s[1] or ARGV[4]
@@ -171,6 +175,8 @@ if op ~= 'tick' then
       code = 3
     elseif now < start_ms - pre_ms then
       code = 2
+    elseif access ~= 0 and (access < 0 or now < access) and ARGV[10] ~= '1' then
+      code = 19
     elseif (frozen == 1 and tail or pre) >= tonumber(ARGV[8]) then
       code = 17
     elseif pow > 0 and tonumber(ARGV[5]) == 0 then

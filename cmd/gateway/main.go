@@ -7,6 +7,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"time"
 
@@ -58,7 +59,52 @@ func main() {
 			"FLASHSALE_ADMIN_TOKEN, FLASHSALE_JWT_SECRET, FLASHSALE_JWT_ISSUER and FLASHSALE_JWT_AUDIENCE are the release's. " +
 			"Without FLASHSALE_JWT_SECRET (users' tokens from an identity provider's key set) it cannot sign a user's token: " +
 			"it says so and exits 0 without checking. It cleans up: the test order is cancelled and the test voucher paused."},
-		tokenCommand())
+		tokenCommand(), accessCodesCommand())
+}
+
+// accessCodesCommand is "gateway access-codes --voucher V [--in FILE]":
+// the access codes of the users read from FILE (or stdin), one a line, as
+// "user,code" lines on stdout.
+func accessCodesCommand() app.Command[*config] {
+	var voucher int64
+	in := "-"
+	return app.Command[*config]{Name: "access-codes", Task: "Checks", NArgs: 0,
+		Summary: "print the access codes of a voucher for the users read one a line from --in (default stdin), as user,code lines; " +
+			"made with FLASHSALE_ACCESS_KEY, or the key derived from FLASHSALE_ADMIN_TOKEN: the gateways' key. Nothing is stored, " +
+			"and the voucher is not looked up: check its id",
+		Flags: func(fs *flag.FlagSet) {
+			fs.Int64Var(&voucher, "voucher", 0, "the `VOUCHER_ID` the codes are for (required)")
+			fs.StringVar(&in, "in", "-", "the `FILE` of user ids, one a line; - for stdin")
+		},
+		Check: func(c *config) error {
+			if c.AccessKey == "" && c.AdminToken == "" {
+				return errors.New("FLASHSALE_ACCESS_KEY or FLASHSALE_ADMIN_TOKEN is required: the codes are made with the gateways' key")
+			}
+			if c.AccessKey != "" && len(c.AccessKey) < 32 {
+				return errors.New("FLASHSALE_ACCESS_KEY must be at least 32 bytes")
+			}
+			return nil
+		},
+		Run: func(_ context.Context, cfg *config, _ *app.Runtime, _ []string) error {
+			if voucher < 1 {
+				return errors.New("--voucher is required: the id of the voucher the codes are for")
+			}
+			r := io.Reader(os.Stdin)
+			if in != "-" {
+				f, err := os.Open(in)
+				if err != nil {
+					return err
+				}
+				defer f.Close()
+				r = f
+			}
+			n, err := gateway.WriteAccessCodes(&cfg.Config, voucher, r, os.Stdout)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(os.Stderr, "%d codes for voucher %d\n", n, voucher)
+			return nil
+		}}
 }
 
 // tokenCommand is "gateway token --user U [--ttl D]": a user's bearer

@@ -60,7 +60,15 @@ type Voucher struct {
 	// WaitingRoom: the voucher's waiting room, room.Config.Encode's form;
 	// "": none.
 	WaitingRoom string
+	// Access: its claims and room joins need an access code (pkg/access)
+	// while it holds: 0 never, AccessWholeSale for the whole sale, else
+	// until this unix millisecond.
+	Access int64
 }
+
+// AccessWholeSale is Voucher.Access when codes are needed for the whole
+// sale.
+const AccessWholeSale = -1
 
 // IsDraw reports a draw sale.
 func (v Voucher) IsDraw() bool { return v.Allocation == draw.Draw }

@@ -191,7 +191,9 @@ type VoucherChange struct {
 	Pow *int64
 	// Room: the waiting room's new settings (room.Config.Encode), "0"
 	// off; nil: unchanged.
-	Room           *string
+	Room *string
+	// Access: the access codes' new Voucher.Access; nil: unchanged.
+	Access         *int64
 	CreatedAt      time.Time
 	RedisAppliedAt *time.Time
 	// PaymentTimeoutSeconds is the voucher's, read with the change (the
@@ -201,7 +203,7 @@ type VoucherChange struct {
 
 // Edit is an operator's change of a voucher: units to add (0: none), a new
 // end (nil: unchanged), a new proof-of-work difficulty (nil: unchanged; 0
-// turns the gate off).
+// turns the gate off), a new room, new access codes.
 type Edit struct {
 	AddStock int64
 	EndsAt   *time.Time
@@ -209,6 +211,9 @@ type Edit struct {
 	// Room: the waiting room's new settings (room.Config.Encode; "0"
 	// turns it off); nil: unchanged.
 	Room *string
+	// Access: the access codes' new Voucher.Access (0 turns them off);
+	// nil: unchanged.
+	Access *int64
 }
 
 // ChangeVoucher applies e to voucher id in one transaction that also
@@ -216,7 +221,7 @@ type Edit struct {
 // the change.
 func (s *Store) ChangeVoucher(ctx context.Context, id int64, e Edit, now time.Time) (Voucher, VoucherChange, error) {
 	addStock, endsAt := e.AddStock, e.EndsAt
-	ch := VoucherChange{VoucherID: id, AddStock: addStock, EndsAt: endsAt, Pow: e.Pow, Room: e.Room, CreatedAt: now}
+	ch := VoucherChange{VoucherID: id, AddStock: addStock, EndsAt: endsAt, Pow: e.Pow, Room: e.Room, Access: e.Access, CreatedAt: now}
 	return s.change(ctx, id, ch, func(_ *gorm.DB, v *Voucher, updates map[string]any) error {
 		if addStock > 0 && !v.Traits().ToppedUp {
 			return ErrNotToppable
@@ -241,6 +246,10 @@ func (s *Store) ChangeVoucher(ctx context.Context, id int64, e Edit, now time.Ti
 				v.WaitingRoom = ""
 			}
 			updates["waiting_room"] = v.WaitingRoom
+		}
+		if e.Access != nil {
+			updates["access"] = *e.Access
+			v.Access = *e.Access
 		}
 		return nil
 	})

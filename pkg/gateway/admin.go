@@ -48,6 +48,8 @@ type voucherJSON struct {
 	ProofOfWork *voucher.Gate `json:"proof_of_work"`
 	// WaitingRoom: the room in front of the claims; null: none.
 	WaitingRoom *room.Config `json:"waiting_room"`
+	// Access: the access codes its claims need; null: none.
+	Access *voucher.Access `json:"access"`
 }
 
 func voucherOut(v db.Voucher) voucherJSON {
@@ -56,7 +58,7 @@ func voucherOut(v db.Voucher) voucherJSON {
 		PerUserLimit: v.PerUserLimit, PerUserDailyLimit: v.PerUserDailyLimit, StartsAt: v.StartsAt,
 		EndsAt: v.EndsAt, PaymentTimeoutSeconds: v.PaymentTimeoutSeconds, Paused: v.Paused, CreatedAt: v.CreatedAt,
 		Allocation: voucher.Allocation(v), SeedCommitment: v.SeedCommitment, Seed: voucher.Revealed(v), ProofOfWork: voucher.GateOf(v),
-		WaitingRoom: voucher.RoomOf(v)}
+		WaitingRoom: voucher.RoomOf(v), Access: voucher.AccessOf(v)}
 }
 
 // ruleError is the API's answer to a refusal of pkg/voucher or pkg/sale:

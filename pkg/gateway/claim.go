@@ -25,7 +25,8 @@ var errBadIdempotencyKey = badRequest("invalid_idempotency_key", "Idempotency-Ke
 //  3. the Idempotency-Key's form (400);
 //  4. claimQuantity: the body, read within its deadline, {"quantity": N} (400, 408, 413, 415);
 //  5. claimProof (proof.go): a proof of work's signature, user, voucher
-//     and expiry (403 proof_invalid), before Redis;
+//     and expiry (403 proof_invalid), and claimAccess (access.go): an
+//     access code's user and voucher (403 access_invalid), before Redis;
 //  6. soldOut.Prune (pkg/soldout): a voucher Redis said is sold out, for
 //     FLASHSALE_SOLD_OUT_REFRESH, answered 409 without Redis;
 //  7. roomPass (room.go): a voucher with a waiting room wants a pass that
@@ -33,7 +34,8 @@ var errBadIdempotencyKey = badRequest("invalid_idempotency_key", "Idempotency-Ke
 //     (pkg/room's Cache);
 //  8. admitClaim: admit.lua, through the batcher (rdb/batcher.go,
 //     rdb/admit.go), decides the rest in Redis, atomically: the sale
-//     window, pause, the proof's difficulty and single use, the pass,
+//     window, pause, an access code where the voucher needs one now, the
+//     proof's difficulty and single use, the pass,
 //     stock, per-user and per-day limits, an idempotent replay, the
 //     deduction and the order's XADD; a hot voucher's dry bucket is
 //     refilled from the others (rdb/buckets.go) and asked again;
@@ -59,8 +61,12 @@ func (g *Gateway) claim(w http.ResponseWriter, r *http.Request) {
 		g.countClaim(resultInvalid, "", start)
 		return
 	}
-	proof, proofErr := g.claimProof(r, user, voucher)
-	if proofErr == nil && key == "" && g.soldOut.Prune(voucher, qty) {
+	proof, checkErr := g.claimProof(r, user, voucher)
+	var hasAccess bool
+	if checkErr == nil {
+		hasAccess, checkErr = g.claimAccess(r, user, voucher)
+	}
+	if checkErr == nil && key == "" && g.soldOut.Prune(voucher, qty) {
 		g.metrics.pruned.Inc()
 		g.refused.add(voucher, errSoldOut.Code)
 		writeError(w, errSoldOut)
@@ -69,9 +75,9 @@ func (g *Gateway) claim(w http.ResponseWriter, r *http.Request) {
 	}
 	now := g.now()
 	c := rdb.Claim{VoucherID: voucher, UserID: user, IdempotencyKey: key, IdempotencyTTL: g.cfg.IdempotencyTTL,
-		Now: now, Day: order.Day(now, g.loc), Quantity: qty, Proof: proof}
-	if proofErr != nil {
-		g.refuseUnlessReplayed(w, r, c, proofErr, start)
+		Now: now, Day: order.Day(now, g.loc), Quantity: qty, Proof: proof, Access: hasAccess}
+	if checkErr != nil {
+		g.refuseUnlessReplayed(w, r, c, checkErr, start)
 		return
 	}
 	if c.Pass, err = g.roomPass(r, voucher, user, now); err != nil {
@@ -136,7 +142,7 @@ func (g *Gateway) refuseUnlessReplayed(w http.ResponseWriter, r *http.Request, c
 			return
 		}
 	}
-	if err == errProofInvalid {
+	if err == errProofInvalid || err == errAccessInvalid {
 		g.fail(w, r, err)
 		g.countClaim(resultInvalid, "", start)
 		return

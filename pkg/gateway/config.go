@@ -125,6 +125,11 @@ type Config struct {
 	// PowMaxNumber is the difficulty of a challenge for a voucher without
 	// a gate (one with a gate takes the gate's). Default 20000.
 	PowMaxNumber int64 `envconfig:"FLASHSALE_POW_MAX_NUMBER" default:"20000"`
+	// AccessKey keys the HMAC of access codes (pkg/access); at least 32
+	// bytes, the same on every replica and wherever codes are issued
+	// (gateway access-codes). Default: derived from FLASHSALE_ADMIN_TOKEN
+	// (one-way). Changing it voids every code issued.
+	AccessKey string `envconfig:"FLASHSALE_ACCESS_KEY"`
 	// RoomMaxWaiters is the most places one waiting room gives; a join
 	// past them is answered 409 queue_full. Default 1000000 (about 56 MB
 	// of Redis).
@@ -251,6 +256,8 @@ func (c *Config) Validate() error {
 		return errors.New("FLASHSALE_BUYER_PAY must not be true while FLASHSALE_PAYMENT_WEBHOOK_SECRET is set: buyers would pay without paying")
 	case c.PowKey != "" && len(c.PowKey) < 32:
 		return errors.New("FLASHSALE_POW_KEY must be at least 32 bytes")
+	case c.AccessKey != "" && len(c.AccessKey) < 32:
+		return errors.New("FLASHSALE_ACCESS_KEY must be at least 32 bytes")
 	case c.RoomMaxWaiters < 1:
 		return fmt.Errorf("FLASHSALE_ROOM_MAX_WAITERS must be at least 1, got %d", c.RoomMaxWaiters)
 	case c.PowTTL < time.Second || c.PowTTL > time.Hour:

@@ -57,6 +57,7 @@ var errorTable = []struct {
 	{rdb.ErrProofInvalid, errProofInvalid},
 	{rdb.ErrAlreadyEntered, &apiError{http.StatusConflict, "already_entered", "you have entered this draw already: one entry per user"}},
 	{rdb.ErrNotAdmitted, errNotAdmitted},
+	{rdb.ErrAccessRequired, errAccessRequired},
 	{room.ErrNotInQueue, errNotInQueue},
 	{room.ErrNoRoom, errNoRoom},
 	{room.ErrEnded, errQueueClosed},

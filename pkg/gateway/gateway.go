@@ -20,6 +20,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 
+	"github.com/flashsale/flashsale/pkg/access"
 	"github.com/flashsale/flashsale/pkg/app"
 	"github.com/flashsale/flashsale/pkg/db"
 	"github.com/flashsale/flashsale/pkg/history"
@@ -41,6 +42,8 @@ type Gateway struct {
 	db    *db.Store
 	auth  *auth
 	pow   *proof.Issuer // proof-of-work challenges and their verification
+	// access makes and checks access codes (pkg/access).
+	access *access.Codes
 	// rooms are the waiting rooms served, each one's last state
 	// (pkg/room's Cache, refreshed by roomTick); queueTokens signs their
 	// waiters' tokens.
@@ -138,6 +141,7 @@ func New(cfg Config, r *rdb.Store, d *db.Store, log *zap.Logger, opts ...Option)
 		PreviousSecret: cfg.JWTPreviousSecret, Issuer: cfg.JWTIssuer, Audience: cfg.JWTAudience,
 		MaxLifetime: cfg.JWTMaxLifetime, Keys: cfg.valid.jwks, Now: func() time.Time { return g.now() }})}
 	g.pow = proof.New(cfg.powKey(), cfg.PowTTL, func() time.Time { return g.now() })
+	g.access = access.New(cfg.accessKey())
 	g.queueTokens = room.NewTokens(cfg.powKey())
 	var roomStore *room.Store
 	if r != nil {
@@ -246,6 +250,7 @@ func (g *Gateway) routes() []route {
 		{http.MethodGet, "/admin/v1/vouchers/{id}", true, g.mysqlBound(g.getVoucher)},
 		{http.MethodGet, "/admin/v1/vouchers/{id}/report", true, g.mysqlBoundFor(max(reportTimeout, g.cfg.MySQLTimeout), g.voucherReport)},
 		{http.MethodPatch, "/admin/v1/vouchers/{id}", true, g.mysqlBound(g.changeVoucher)},
+		{http.MethodPost, "/admin/v1/vouchers/{id}/access-codes", true, g.mysqlBound(g.issueAccessCodes)},
 		{http.MethodPost, "/admin/v1/vouchers/{id}/pause", true, g.mysqlBound(g.setPaused(true))},
 		{http.MethodPost, "/admin/v1/vouchers/{id}/resume", true, g.mysqlBound(g.setPaused(false))},
 		{http.MethodGet, "/admin/v1/stats", true, g.stats},

@@ -13,12 +13,17 @@ import (
 )
 
 // powKey is FLASHSALE_POW_KEY, or one derived from the admin token.
-func (c *Config) powKey() []byte {
-	if c.PowKey != "" {
-		return []byte(c.PowKey)
+func (c *Config) powKey() []byte { return c.keyOr(c.PowKey, "flashsale proof-of-work key") }
+
+// keyOr is key, or, when it is unset, one derived one-way from the admin
+// token for purpose: a key the operator need not make, which tells
+// nothing of the token.
+func (c *Config) keyOr(key, purpose string) []byte {
+	if key != "" {
+		return []byte(key)
 	}
 	mac := hmac.New(sha256.New, []byte(c.AdminToken))
-	mac.Write([]byte("flashsale proof-of-work key"))
+	mac.Write([]byte(purpose))
 	return mac.Sum(nil)
 }
 

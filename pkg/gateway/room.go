@@ -116,7 +116,8 @@ func (g *Gateway) roomPlace(r *http.Request, v int64, user string, s *room.Snaps
 
 // joinQueue: POST /v1/vouchers/{id}/queue. A place in the room, the same
 // one to a user who has one; a voucher with a proof-of-work gate asks for
-// a solved challenge here (X-Flashsale-Proof), not at its claims.
+// a solved challenge here (X-Flashsale-Proof), not at its claims, and one
+// with access codes asks for the user's code here and at the claim.
 func (g *Gateway) joinQueue(w http.ResponseWriter, r *http.Request) {
 	user, v, ok := g.userAndID(w, r)
 	if !ok {
@@ -127,8 +128,13 @@ func (g *Gateway) joinQueue(w http.ResponseWriter, r *http.Request) {
 		g.fail(w, r, err)
 		return
 	}
+	hasAccess, err := g.claimAccess(r, user, v)
+	if err != nil {
+		g.fail(w, r, err)
+		return
+	}
 	now := g.now()
-	s, p, err := g.rooms.Store().Join(r.Context(), v, user, pr, now)
+	s, p, err := g.rooms.Store().Join(r.Context(), v, user, pr, hasAccess, now)
 	if err != nil {
 		g.fail(w, r, err)
 		return

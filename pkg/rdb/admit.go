@@ -36,6 +36,9 @@ type Claim struct {
 	// Pass is the claim's waiting-room pass as the gateway verified it
 	// (pkg/room): "PLACE:EXP_MS"; "": none.
 	Pass string
+	// Access: the claim carries its user's access code for the voucher
+	// (pkg/access), verified by the caller.
+	Access bool
 }
 
 // Proof is a verified proof of work as the admission script takes it: a
@@ -311,7 +314,7 @@ func (s *Store) admitCalls(claims []Claim, pending []int) []admitCall {
 			key := b.key()
 			room := min(len(pending), maxClaimsPerCall) // most batches are one call
 			keys := make([]string, 0, 4+3*room)
-			args := make([]any, 0, 3+8*room)
+			args := make([]any, 0, 3+9*room)
 			calls = append(calls, admitCall{b: b, key: key, noIdem: key + ":idem:-", noProof: ProofKey(key, ""),
 				claims: make([]int, 0, room),
 				keys:   append(keys, key, s.streams[b.p], poolKey(key), s.loaded[b.p]),
@@ -336,7 +339,8 @@ func (s *Store) admitCalls(claims []Claim, pending []int) []admitCall {
 		if c.Pass != "" {
 			pass = c.Pass
 		}
-		call.args = append(call.args, c.UserID, c.Now.UnixMilli(), call.dayArg, ttl, max(c.Quantity, 1), proofMax, proofTTL, pass)
+		call.args = append(call.args, c.UserID, c.Now.UnixMilli(), call.dayArg, ttl, max(c.Quantity, 1), proofMax, proofTTL, pass,
+			bit(c.Access))
 	}
 	return calls
 }

@@ -47,12 +47,16 @@ var (
 	// loaded. An outage of the voucher until the reaper rebuilds it from
 	// MySQL, not an unknown voucher.
 	ErrNotLoaded = errors.New("redis does not hold the voucher's partition (restarted empty?)")
+	// ErrAccessRequired: the voucher needs an access code (pkg/access)
+	// now, and the claim or join carried none.
+	ErrAccessRequired = errors.New("access code required")
 )
 
 var admitErrors = map[int64]error{
 	1: ErrVoucherNotFound, 2: ErrNotStarted, 3: ErrEnded, 4: ErrSoldOut,
 	5: ErrUserLimit, 6: ErrDailyLimit, 7: ErrOverloaded, 8: ErrQuantityAboveLimit, 9: ErrPaused,
 	11: ErrAlreadyEntered, 12: ErrProofRequired, 13: ErrProofInvalid, 14: ErrNotAdmitted, 15: ErrNotLoaded,
+	16: ErrAccessRequired,
 }
 
 // DayKeyTTL is how long a per-day counter outlives its day.

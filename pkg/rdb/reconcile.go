@@ -49,7 +49,7 @@ func (s *Store) ReadVoucherState(ctx context.Context, v int64, days []string) (V
 			st.Voucher.ExpireAt = time.Unix(sec, 0).UTC()
 		}
 		st.Voucher.Pooled, st.Voucher.Closed, st.Voucher.Paused = num("pool") == 1, num("closed") == 1, num("paused") == 1
-		st.Voucher.Draw, st.Voucher.ProofOfWork = num("draw") == 1, num("pow")
+		st.Voucher.Draw, st.Voucher.ProofOfWork, st.Voucher.Access = num("draw") == 1, num("pow"), num("access")
 		if num("room") > 0 {
 			st.Voucher.Room = h["room"] + ":" + h["room_pre_ms"] + ":" + h["room_pass_ms"]
 		}

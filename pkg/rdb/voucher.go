@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -46,6 +47,9 @@ type Voucher struct {
 	// Room: the voucher's waiting room (pkg/room's Config.Encode form,
 	// "N:PRE_MS:PASS_MS"); "" or "0": none.
 	Room string
+	// Access: claims and room joins need an access code (pkg/access): 0
+	// never, -1 for the whole sale, else until this unix millisecond.
+	Access int64
 }
 
 // KeysOutliveSale is how long a voucher's keys outlive the end of its sale
@@ -120,7 +124,7 @@ func putBucketHash(ctx context.Context, pipe redis.Pipeliner, b bucket, v Vouche
 	pipe.HSet(ctx, key, "stock", v.Stock, "limit", v.PerUserLimit, "daily", v.PerUserDailyLimit,
 		"start_ms", unixMs(v.StartsAt), "end_ms", unixMs(v.EndsAt), "expire_s", unixS(v.ExpireAt),
 		"pool", bit(v.Pooled), "closed", bit(v.Closed), "paused", bit(v.Paused), "buckets", max(v.Buckets, 1), "draw", bit(v.Draw),
-		"pow", v.ProofOfWork)
+		"pow", v.ProofOfWork, "access", v.Access)
 	if rate, pre, pass, ok := roomFields(v.Room); ok {
 		pipe.HSet(ctx, key, "room", rate, "room_pre_ms", pre, "room_pass_ms", pass)
 	} else {
@@ -205,6 +209,7 @@ type Change struct {
 	Paused    *bool     // nil: unchanged
 	Pow       *int64    // the gate's new difficulty (0: off); nil: unchanged
 	Room      *string   // the waiting room's new settings ("0": off); nil: unchanged
+	Access    *int64    // the access codes' new setting (Voucher.Access); nil: unchanged
 }
 
 // ApplyChange applies c to Redis exactly once (change.lua) in each of the
@@ -225,9 +230,12 @@ func (s *Store) ApplyChange(ctx context.Context, c Change) (applied, found bool,
 	if c.Pow != nil {
 		pow = *c.Pow
 	}
-	room := ""
+	room, access := "", ""
 	if c.Room != nil {
 		room = *c.Room
+	}
+	if c.Access != nil {
+		access = strconv.FormatInt(*c.Access, 10)
 	}
 	for _, b := range buckets {
 		add := c.AddStock
@@ -235,7 +243,7 @@ func (s *Store) ApplyChange(ctx context.Context, c Change) (applied, found bool,
 			add = 0
 		}
 		keys := []string{b.key(), b.changes(), b.released(), b.pool()}
-		n, err := lua.Change.Run(ctx, s.c, keys, c.ID, add, unixMs(c.EndsAt), unixS(c.ExpireAt), paused, pow, room).Int64()
+		n, err := lua.Change.Run(ctx, s.c, keys, c.ID, add, unixMs(c.EndsAt), unixS(c.ExpireAt), paused, pow, room, access).Int64()
 		if err != nil {
 			return applied, found, fmt.Errorf("apply change %d of voucher %d: %w", c.ID, c.VoucherID, err)
 		}

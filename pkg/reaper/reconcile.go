@@ -185,6 +185,7 @@ func reconcileVoucher(ctx context.Context, r *rdb.Store, d *db.Store, v db.Vouch
 	diff("keys expire at (s)", unixOf(have.Voucher.ExpireAt), unixOf(want.Voucher.ExpireAt))
 	diff("paused", int64(bit(have.Voucher.Paused)), int64(bit(want.Voucher.Paused)))
 	diff("proof_of_work", have.Voucher.ProofOfWork, want.Voucher.ProofOfWork)
+	diff("access (until ms; -1 the whole sale)", have.Voucher.Access, want.Voucher.Access)
 	hr, _ := room.Decode(have.Voucher.Room)
 	wr, _ := room.Decode(want.Voucher.Room)
 	diff("waiting_room.admit_per_second", hr.Rate(), wr.Rate())

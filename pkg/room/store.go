@@ -16,7 +16,8 @@ import (
 )
 
 // Errors of Store's calls; a join's proof of work errs with rdb's
-// ErrProofRequired and ErrProofInvalid, a missing voucher with
+// ErrProofRequired and ErrProofInvalid, a join without the access code a
+// voucher needs with rdb.ErrAccessRequired, a missing voucher with
 // rdb.ErrVoucherNotFound.
 var (
 	ErrNoRoom     = errors.New("room: the voucher has no waiting room")
@@ -28,7 +29,7 @@ var (
 
 var codes = map[int64]error{
 	1: rdb.ErrVoucherNotFound, 18: rdb.ErrNotLoaded, 2: ErrNotOpen, 3: ErrEnded, 12: rdb.ErrProofRequired, 13: rdb.ErrProofInvalid,
-	15: ErrNoRoom, 16: ErrNotInQueue, 17: ErrFull,
+	15: ErrNoRoom, 16: ErrNotInQueue, 17: ErrFull, 19: rdb.ErrAccessRequired,
 }
 
 // DefaultMaxWaiters bounds the places a room gives unless the operator
@@ -57,29 +58,30 @@ func NewStore(r *rdb.Store, maxWaiters int64) *Store {
 
 // Tick runs voucher v's room's clock at now and returns its state.
 func (s *Store) Tick(ctx context.Context, v int64, now time.Time) (*Snapshot, error) {
-	snap, _, err := s.run(ctx, v, now, "tick", "", rdb.Proof{})
+	snap, _, err := s.run(ctx, v, now, "tick", "", rdb.Proof{}, false)
 	return snap, err
 }
 
 // Join gives user a place in v's room (the same place again to one who
-// has one); proof is the join's verified proof of work, if any.
-func (s *Store) Join(ctx context.Context, v int64, user string, proof rdb.Proof, now time.Time) (*Snapshot, Place, error) {
-	return s.run(ctx, v, now, "join", user, proof)
+// has one); proof is the join's verified proof of work, if any, and access
+// whether it carries the user's access code (pkg/access), verified.
+func (s *Store) Join(ctx context.Context, v int64, user string, proof rdb.Proof, access bool, now time.Time) (*Snapshot, Place, error) {
+	return s.run(ctx, v, now, "join", user, proof, access)
 }
 
 // Find returns user's place in v's room (ErrNotInQueue: none).
 func (s *Store) Find(ctx context.Context, v int64, user string, now time.Time) (*Snapshot, Place, error) {
-	return s.run(ctx, v, now, "get", user, rdb.Proof{})
+	return s.run(ctx, v, now, "get", user, rdb.Proof{}, false)
 }
 
 // Keys are the room's keys of voucher v: its state and its waiters.
 func (s *Store) Keys(v int64) (state, waiters string) { return s.r.RoomKeys(v) }
 
-func (s *Store) run(ctx context.Context, v int64, now time.Time, op, user string, proof rdb.Proof) (*Snapshot, Place, error) {
+func (s *Store) run(ctx context.Context, v int64, now time.Time, op, user string, proof rdb.Proof, access bool) (*Snapshot, Place, error) {
 	var seed [8]byte
 	_, _ = rand.Read(seed[:])
 	res, err := s.r.RunRoom(ctx, v, proof, now.UnixMilli(), op, user, hex.EncodeToString(seed[:]),
-		PassFactor, s.maxWaiters, int64(IdleTTL/time.Second))
+		PassFactor, s.maxWaiters, int64(IdleTTL/time.Second), accessArg(access))
 	if err != nil {
 		return nil, Place{}, err
 	}
@@ -143,4 +145,12 @@ func parseSnapshot(res []any, now time.Time) (*Snapshot, error) {
 // Redis uses for them (MEMORY USAGE of the waiters' hash, sampled).
 func (s *Store) Waiters(ctx context.Context, v int64) (n, bytes int64, err error) {
 	return s.r.RoomWaiters(ctx, v)
+}
+
+// accessArg is room.lua's ARGV[10].
+func accessArg(access bool) int {
+	if access {
+		return 1
+	}
+	return 0
 }

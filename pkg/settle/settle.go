@@ -37,7 +37,7 @@ import (
 func Admission(v db.Voucher, stock int64) rdb.Voucher {
 	a := rdb.Voucher{ID: v.ID, Stock: stock, PerUserLimit: v.PerUserLimit, PerUserDailyLimit: v.PerUserDailyLimit,
 		Pooled: v.Traits().Pooled, Paused: v.Paused, Buckets: max(v.StockBuckets, 1), Draw: v.IsDraw(),
-		ProofOfWork: v.PowMaxNumber, Room: v.WaitingRoom}
+		ProofOfWork: v.PowMaxNumber, Room: v.WaitingRoom, Access: v.Access}
 	if v.StartsAt != nil {
 		a.StartsAt = *v.StartsAt
 	}
@@ -51,7 +51,7 @@ func Admission(v db.Voucher, stock int64) rdb.Voucher {
 // change is MySQL's change c as change.lua applies it: the keys' new
 // expiry follows a new end.
 func change(c db.VoucherChange) rdb.Change {
-	out := rdb.Change{ID: c.ID, VoucherID: c.VoucherID, AddStock: c.AddStock, Paused: c.Paused, Pow: c.Pow, Room: c.Room}
+	out := rdb.Change{ID: c.ID, VoucherID: c.VoucherID, AddStock: c.AddStock, Paused: c.Paused, Pow: c.Pow, Room: c.Room, Access: c.Access}
 	if c.EndsAt != nil {
 		out.EndsAt = *c.EndsAt
 		out.ExpireAt = rdb.KeysExpireAt(*c.EndsAt, time.Duration(c.PaymentTimeoutSeconds)*time.Second)

@@ -19,6 +19,8 @@ type Change struct {
 	ProofOfWork json.RawMessage `json:"proof_of_work"`
 	// WaitingRoom: a new room, or null to take it away (absent: unchanged).
 	WaitingRoom json.RawMessage `json:"waiting_room"`
+	// Access: new access codes, or null to need none (absent: unchanged).
+	Access json.RawMessage `json:"access"`
 }
 
 // Edit checks what can be checked of the change without the voucher, and
@@ -29,8 +31,8 @@ func (c Change) Edit(now time.Time) (db.Edit, error) {
 	if e.Pow, err = c.gate(); err != nil {
 		return e, err
 	}
-	if c.AddStock == nil && c.EndsAt == nil && e.Pow == nil && c.WaitingRoom == nil {
-		return e, missing("add_stock", "add_stock, ends_at, proof_of_work or waiting_room is required")
+	if c.AddStock == nil && c.EndsAt == nil && e.Pow == nil && c.WaitingRoom == nil && c.Access == nil {
+		return e, missing("add_stock", "add_stock, ends_at, proof_of_work, waiting_room or access is required")
 	}
 	if c.AddStock != nil {
 		if *c.AddStock < 1 || *c.AddStock > sale.MaxStock {
@@ -48,7 +50,7 @@ func (c Change) Edit(now time.Time) (db.Edit, error) {
 }
 
 // Against checks edit e, from Edit, against voucher v as it is now, and
-// sets its room, whose rules depend on v.
+// sets its room and its access codes, whose rules depend on v.
 func (c Change) Against(v db.Voucher, e *db.Edit, now time.Time) error {
 	switch {
 	case e.EndsAt != nil && v.StartsAt != nil && !e.EndsAt.After(*v.StartsAt):
@@ -59,48 +61,75 @@ func (c Change) Against(v db.Voucher, e *db.Edit, now time.Time) error {
 		return invalid("add_stock", "stock_total would exceed "+itoa(sale.MaxStock))
 	}
 	var err error
-	e.Room, err = c.room(v)
+	if e.Room, err = c.room(v); err != nil {
+		return err
+	}
+	e.Access, err = c.access(v, now)
 	return err
+}
+
+// setting reads a change's field raw, an object or null: absent (nil)
+// is (nil, false), null is (nil, true), an object is decoded exactly into
+// a new T; anything else is field's invalid_field with msg.
+func setting[T any](raw json.RawMessage, field, msg string) (val *T, null bool, err error) {
+	if raw == nil {
+		return nil, false, nil
+	}
+	if string(bytes.TrimSpace(raw)) == "null" {
+		return nil, true, nil
+	}
+	val = new(T)
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(val); err != nil {
+		return nil, false, invalid(field, msg)
+	}
+	return val, false, nil
 }
 
 // room reads the change's waiting_room for voucher v: nil when absent,
 // "0" for null, else the room as stored.
 func (c Change) room(v db.Voucher) (*string, error) {
-	if c.WaitingRoom == nil {
-		return nil, nil
+	rc, null, err := setting[room.Config](c.WaitingRoom, "waiting_room",
+		"waiting_room must be null or {\"admit_per_second\": N, \"prequeue_seconds\": S, \"pass_seconds\": P}")
+	if rc == nil {
+		return ptrIf(null, "0"), err
 	}
-	off := "0"
-	if string(bytes.TrimSpace(c.WaitingRoom)) == "null" {
-		return &off, nil
-	}
-	var rc room.Config
-	dec := json.NewDecoder(bytes.NewReader(c.WaitingRoom))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&rc); err != nil {
-		return nil, invalid("waiting_room", "waiting_room must be null or {\"admit_per_second\": N, \"prequeue_seconds\": S, \"pass_seconds\": P}")
-	}
-	enc, err := waitingRoom(v, &rc)
+	enc, err := waitingRoom(v, rc)
 	return &enc, err
 }
 
 // gate reads the change's proof_of_work: nil when absent, 0 for null.
 func (c Change) gate() (*int64, error) {
-	if c.ProofOfWork == nil {
-		return nil, nil
-	}
-	var off int64
-	if string(bytes.TrimSpace(c.ProofOfWork)) == "null" {
-		return &off, nil
-	}
-	var g Gate
-	dec := json.NewDecoder(bytes.NewReader(c.ProofOfWork))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&g); err != nil {
-		return nil, invalid("proof_of_work", "proof_of_work must be null or {\"max_number\": N}")
+	g, null, err := setting[Gate](c.ProofOfWork, "proof_of_work", "proof_of_work must be null or {\"max_number\": N}")
+	if g == nil {
+		return ptrIf(null, int64(0)), err
 	}
 	n, err := g.difficulty()
 	if err != nil {
 		return nil, err
 	}
 	return &n, nil
+}
+
+// access reads the change's access for voucher v: nil when absent, 0 for
+// null, else the new db.Voucher.Access.
+func (c Change) access(v db.Voucher, now time.Time) (*int64, error) {
+	a, null, err := setting[Access](c.Access, "access", "access must be null or {\"until\": \"<RFC 3339>\"} ({} for the whole sale)")
+	if a == nil {
+		return ptrIf(null, int64(0)), err
+	}
+	n, err := a.value(now, v.StartsAt)
+	if err != nil {
+		return nil, err
+	}
+	return &n, nil
+}
+
+// ptrIf is &x when ok, else nil.
+func ptrIf[T any](ok bool, x T) *T {
+	if !ok {
+		return nil
+	}
+	return &x
 }

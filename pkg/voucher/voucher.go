@@ -3,7 +3,7 @@
 // it is, into the db.Voucher or db.Edit that MySQL records. What a kind of
 // sale puts on sale is pkg/sale's (Prepare); this package adds what every
 // kind shares: names, limits, the sale window, stock buckets, a draw, a
-// proof-of-work gate, a waiting room.
+// proof-of-work gate, a waiting room, access codes.
 //
 // Every refusal is a *sale.FieldError (the field, whether it was missing,
 // a message for the person who sent it), except ErrDrawClosed. It does no
@@ -62,6 +62,8 @@ type Request struct {
 	ProofOfWork *Gate `json:"proof_of_work"`
 	// WaitingRoom puts a waiting room in front of its claims (pkg/room).
 	WaitingRoom *room.Config `json:"waiting_room"`
+	// Access asks for access codes (pkg/access); null: none.
+	Access *Access `json:"access"`
 }
 
 // Gate is a proof-of-work gate: its difficulty, ALTCHA's max number.
@@ -128,6 +130,11 @@ func (req Request) Create(now time.Time, rnd *rand.Rand) (db.Voucher, []order.It
 	}
 	if req.WaitingRoom != nil {
 		if v.WaitingRoom, err = waitingRoom(v, req.WaitingRoom); err != nil {
+			return v, nil, err
+		}
+	}
+	if req.Access != nil {
+		if v.Access, err = req.Access.value(now, v.StartsAt); err != nil {
 			return v, nil, err
 		}
 	}

@@ -40,6 +40,8 @@ func (e DrawState) Valid() bool {
 
 // Defines values for ErrorCode.
 const (
+	ErrorCodeAccessInvalid         ErrorCode = "access_invalid"
+	ErrorCodeAccessRequired        ErrorCode = "access_required"
 	ErrorCodeAlreadyEntered        ErrorCode = "already_entered"
 	ErrorCodeBodyTimeout           ErrorCode = "body_timeout"
 	ErrorCodeBodyTooLarge          ErrorCode = "body_too_large"
@@ -84,6 +86,10 @@ const (
 // Valid indicates whether the value is a known member of the ErrorCode enum.
 func (e ErrorCode) Valid() bool {
 	switch e {
+	case ErrorCodeAccessInvalid:
+		return true
+	case ErrorCodeAccessRequired:
+		return true
 	case ErrorCodeAlreadyEntered:
 		return true
 	case ErrorCodeBodyTimeout:
@@ -482,6 +488,12 @@ func (e PostV1VouchersIdOrders202JSONResponseBodyStatus) Valid() bool {
 	}
 }
 
+// Access defines model for Access.
+type Access struct {
+	// Until codes are needed until this time; absent or null, for the whole sale
+	Until *time.Time `json:"until,omitempty"`
+}
+
 // Backlog defines model for Backlog.
 type Backlog struct {
 	DeadLetters int `json:"dead_letters"`
@@ -650,6 +662,7 @@ type ReportKind string
 
 // Voucher defines model for Voucher.
 type Voucher struct {
+	Access                *Access           `json:"access,omitempty"`
 	Allocation            VoucherAllocation `json:"allocation"`
 	CreatedAt             time.Time         `json:"created_at"`
 	EndsAt                *time.Time        `json:"ends_at,omitempty"`
@@ -707,6 +720,9 @@ type GetAdminV1VouchersParams struct {
 
 // PostAdminV1VouchersJSONBody defines parameters for PostAdminV1Vouchers.
 type PostAdminV1VouchersJSONBody struct {
+	// Access access codes (X-Flashsale-Access) on its claims and room joins: until a time (a presale: anyone may claim after it, the limits unchanged), or {} for the whole sale; absent or null, none
+	Access *Access `json:"access,omitempty"`
+
 	// Allocation draw (units or codes): entries until ends_at (required), one per user (per_user_limit 1), then winners drawn from a committed seed
 	Allocation *PostAdminV1VouchersJSONBodyAllocation `json:"allocation,omitempty"`
 	Codes      *[]string                              `json:"codes,omitempty"`
@@ -757,6 +773,9 @@ type GetAdminV1VouchersId200JSONResponseBodyKind string
 
 // PatchAdminV1VouchersIdJSONBody defines parameters for PatchAdminV1VouchersId.
 type PatchAdminV1VouchersIdJSONBody struct {
+	// Access new access codes ({} for the whole sale); null asks for none
+	Access *Access `json:"access,omitempty"`
+
 	// AddStock units only
 	AddStock *int       `json:"add_stock,omitempty"`
 	EndsAt   *time.Time `json:"ends_at,omitempty"`
@@ -768,6 +787,11 @@ type PatchAdminV1VouchersIdJSONBody struct {
 
 	// WaitingRoom a new waiting room; null takes it away
 	WaitingRoom *WaitingRoom `json:"waiting_room,omitempty"`
+}
+
+// PostAdminV1VouchersIdAccessCodesJSONBody defines parameters for PostAdminV1VouchersIdAccessCodes.
+type PostAdminV1VouchersIdAccessCodesJSONBody struct {
+	Users []string `json:"users"`
 }
 
 // GetV1ChallengeParams defines parameters for GetV1Challenge.
@@ -815,6 +839,9 @@ type PostV1VouchersIdOrdersParams struct {
 	// XFlashsaleProof a solved challenge of GET /v1/challenge (ALTCHA's payload: base64 of its JSON); required by a voucher with proof_of_work, 403 proof_required without, 403 proof_invalid if wrong, expired, another user's, too easy or used before
 	XFlashsaleProof *string `json:"X-Flashsale-Proof,omitempty"`
 
+	// XFlashsaleAccess the caller's access code for this voucher (POST /admin/v1/vouchers/{id}/access-codes); required while the voucher's access codes hold, 403 access_required without, 403 access_invalid if it is not the caller's for this voucher
+	XFlashsaleAccess *string `json:"X-Flashsale-Access,omitempty"`
+
 	// XFlashsaleQueue a voucher with a waiting room: the queue_token of POST …/queue; without it the gateway looks the caller's place up. 403 not_admitted unless the caller holds a pass that has not lapsed
 	XFlashsaleQueue *string `json:"X-Flashsale-Queue,omitempty"`
 }
@@ -832,6 +859,9 @@ type GetV1VouchersIdQueueParams struct {
 type PostV1VouchersIdQueueParams struct {
 	// XFlashsaleProof a solved challenge of GET /v1/challenge, if the voucher has proof_of_work
 	XFlashsaleProof *string `json:"X-Flashsale-Proof,omitempty"`
+
+	// XFlashsaleAccess the caller's access code for this voucher (POST /admin/v1/vouchers/{id}/access-codes); required while the voucher's access codes hold, 403 access_required without, 403 access_invalid if it is not the caller's for this voucher
+	XFlashsaleAccess *string `json:"X-Flashsale-Access,omitempty"`
 }
 
 // PostAdminV1VouchersJSONRequestBody defines body for PostAdminV1Vouchers for application/json ContentType.
@@ -839,6 +869,9 @@ type PostAdminV1VouchersJSONRequestBody PostAdminV1VouchersJSONBody
 
 // PatchAdminV1VouchersIdJSONRequestBody defines body for PatchAdminV1VouchersId for application/json ContentType.
 type PatchAdminV1VouchersIdJSONRequestBody PatchAdminV1VouchersIdJSONBody
+
+// PostAdminV1VouchersIdAccessCodesJSONRequestBody defines body for PostAdminV1VouchersIdAccessCodes for application/json ContentType.
+type PostAdminV1VouchersIdAccessCodesJSONRequestBody PostAdminV1VouchersIdAccessCodesJSONBody
 
 // PostV1PaymentsWebhookJSONRequestBody defines body for PostV1PaymentsWebhook for application/json ContentType.
 type PostV1PaymentsWebhookJSONRequestBody PostV1PaymentsWebhookJSONBody
@@ -975,19 +1008,43 @@ type ClientInterface interface {
 	// Corresponds with GET /admin/v1/vouchers/{id} (the `GetAdminV1VouchersId` operationId).
 	GetAdminV1VouchersId(ctx context.Context, id ID, reqEditors ...RequestEditorFn) (*http.Response, error)
 
-	// PatchAdminV1VouchersIdWithBody Add stock, move the end of a sale and/or change its proof-of-work gate or waiting room, in MySQL and Redis alike (a crash between them loses nothing)
+	// PatchAdminV1VouchersIdWithBody Add stock, move the end of a sale and/or change its proof-of-work gate, waiting room or access codes, in MySQL and Redis alike (a crash between them loses nothing)
 	//
 	// Takes any type of body and a specified content type.
 	//
 	// Corresponds with PATCH /admin/v1/vouchers/{id} (the `PatchAdminV1VouchersId` operationId).
 	PatchAdminV1VouchersIdWithBody(ctx context.Context, id ID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
 
-	// PatchAdminV1VouchersId Add stock, move the end of a sale and/or change its proof-of-work gate or waiting room, in MySQL and Redis alike (a crash between them loses nothing)
+	// PatchAdminV1VouchersId Add stock, move the end of a sale and/or change its proof-of-work gate, waiting room or access codes, in MySQL and Redis alike (a crash between them loses nothing)
 	//
 	// Takes a body of the `application/json` content type.
 	//
 	// Corresponds with PATCH /admin/v1/vouchers/{id} (the `PatchAdminV1VouchersId` operationId).
 	PatchAdminV1VouchersId(ctx context.Context, id ID, body PatchAdminV1VouchersIdJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// PostAdminV1VouchersIdAccessCodesWithBody Issue access codes of a voucher for users (nothing is stored; the same user gets the same code again)
+	//
+	// A code names one voucher and one user: an HMAC of the two under
+	// FLASHSALE_ACCESS_KEY (default derived from the admin token), checked
+	// by the gateway without Redis. At most 10,000 users a request; for
+	// more, `gateway access-codes --voucher ID` streams them from a file.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /admin/v1/vouchers/{id}/access-codes (the `PostAdminV1VouchersIdAccessCodes` operationId).
+	PostAdminV1VouchersIdAccessCodesWithBody(ctx context.Context, id ID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// PostAdminV1VouchersIdAccessCodes Issue access codes of a voucher for users (nothing is stored; the same user gets the same code again)
+	//
+	// A code names one voucher and one user: an HMAC of the two under
+	// FLASHSALE_ACCESS_KEY (default derived from the admin token), checked
+	// by the gateway without Redis. At most 10,000 users a request; for
+	// more, `gateway access-codes --voucher ID` streams them from a file.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /admin/v1/vouchers/{id}/access-codes (the `PostAdminV1VouchersIdAccessCodes` operationId).
+	PostAdminV1VouchersIdAccessCodes(ctx context.Context, id ID, body PostAdminV1VouchersIdAccessCodesJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// PostAdminV1VouchersIdPause Pause a sale (claims answer 409 paused)
 	//
@@ -1097,7 +1154,9 @@ type ClientInterface interface {
 	// Joins from starts_at − prequeue_seconds until starts_at are placed
 	// at random when the sale starts; later ones queue in arrival order.
 	// A voucher with proof_of_work asks for a solved challenge here
-	// (X-Flashsale-Proof), not at its claims. Poll with GET, sending the
+	// (X-Flashsale-Proof), not at its claims; one with access codes asks
+	// for the caller's code (X-Flashsale-Access) here and at its claims.
+	// Poll with GET, sending the
 	// queue_token back in X-Flashsale-Queue, after retry_after_ms.
 	//
 	// Corresponds with POST /v1/vouchers/{id}/queue (the `PostV1VouchersIdQueue` operationId).
@@ -1229,7 +1288,7 @@ func (c *Client) GetAdminV1VouchersId(ctx context.Context, id ID, reqEditors ...
 	return c.Client.Do(req)
 }
 
-// PatchAdminV1VouchersIdWithBody Add stock, move the end of a sale and/or change its proof-of-work gate or waiting room, in MySQL and Redis alike (a crash between them loses nothing)
+// PatchAdminV1VouchersIdWithBody Add stock, move the end of a sale and/or change its proof-of-work gate, waiting room or access codes, in MySQL and Redis alike (a crash between them loses nothing)
 //
 // Takes any type of body and a specified content type.
 //
@@ -1246,13 +1305,57 @@ func (c *Client) PatchAdminV1VouchersIdWithBody(ctx context.Context, id ID, cont
 	return c.Client.Do(req)
 }
 
-// PatchAdminV1VouchersId Add stock, move the end of a sale and/or change its proof-of-work gate or waiting room, in MySQL and Redis alike (a crash between them loses nothing)
+// PatchAdminV1VouchersId Add stock, move the end of a sale and/or change its proof-of-work gate, waiting room or access codes, in MySQL and Redis alike (a crash between them loses nothing)
 //
 // Takes a body of the `application/json` content type.
 //
 // Corresponds with PATCH /admin/v1/vouchers/{id} (the `PatchAdminV1VouchersId` operationId).
 func (c *Client) PatchAdminV1VouchersId(ctx context.Context, id ID, body PatchAdminV1VouchersIdJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewPatchAdminV1VouchersIdRequest(c.Server, id, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// PostAdminV1VouchersIdAccessCodesWithBody Issue access codes of a voucher for users (nothing is stored; the same user gets the same code again)
+//
+// A code names one voucher and one user: an HMAC of the two under
+// FLASHSALE_ACCESS_KEY (default derived from the admin token), checked
+// by the gateway without Redis. At most 10,000 users a request; for
+// more, `gateway access-codes --voucher ID` streams them from a file.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /admin/v1/vouchers/{id}/access-codes (the `PostAdminV1VouchersIdAccessCodes` operationId).
+func (c *Client) PostAdminV1VouchersIdAccessCodesWithBody(ctx context.Context, id ID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewPostAdminV1VouchersIdAccessCodesRequestWithBody(c.Server, id, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// PostAdminV1VouchersIdAccessCodes Issue access codes of a voucher for users (nothing is stored; the same user gets the same code again)
+//
+// A code names one voucher and one user: an HMAC of the two under
+// FLASHSALE_ACCESS_KEY (default derived from the admin token), checked
+// by the gateway without Redis. At most 10,000 users a request; for
+// more, `gateway access-codes --voucher ID` streams them from a file.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /admin/v1/vouchers/{id}/access-codes (the `PostAdminV1VouchersIdAccessCodes` operationId).
+func (c *Client) PostAdminV1VouchersIdAccessCodes(ctx context.Context, id ID, body PostAdminV1VouchersIdAccessCodesJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewPostAdminV1VouchersIdAccessCodesRequest(c.Server, id, body)
 	if err != nil {
 		return nil, err
 	}
@@ -1511,7 +1614,9 @@ func (c *Client) GetV1VouchersIdQueue(ctx context.Context, id ID, params *GetV1V
 // Joins from starts_at − prequeue_seconds until starts_at are placed
 // at random when the sale starts; later ones queue in arrival order.
 // A voucher with proof_of_work asks for a solved challenge here
-// (X-Flashsale-Proof), not at its claims. Poll with GET, sending the
+// (X-Flashsale-Proof), not at its claims; one with access codes asks
+// for the caller's code (X-Flashsale-Access) here and at its claims.
+// Poll with GET, sending the
 // queue_token back in X-Flashsale-Queue, after retry_after_ms.
 //
 // Corresponds with POST /v1/vouchers/{id}/queue (the `PostV1VouchersIdQueue` operationId).
@@ -1786,6 +1891,53 @@ func NewPatchAdminV1VouchersIdRequestWithBody(server string, id ID, contentType 
 	}
 
 	req, err := http.NewRequest(http.MethodPatch, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
+// NewPostAdminV1VouchersIdAccessCodesRequest calls the generic PostAdminV1VouchersIdAccessCodes builder with application/json body
+func NewPostAdminV1VouchersIdAccessCodesRequest(server string, id ID, body PostAdminV1VouchersIdAccessCodesJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewPostAdminV1VouchersIdAccessCodesRequestWithBody(server, id, "application/json", bodyReader)
+}
+
+// NewPostAdminV1VouchersIdAccessCodesRequestWithBody constructs an http.Request for the PostAdminV1VouchersIdAccessCodes method, with any body, and a specified content type
+func NewPostAdminV1VouchersIdAccessCodesRequestWithBody(server string, id ID, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/admin/v1/vouchers/%s/access-codes", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
 	if err != nil {
 		return nil, err
 	}
@@ -2254,15 +2406,26 @@ func NewPostV1VouchersIdOrdersRequestWithBody(server string, id ID, params *Post
 			req.Header.Set("X-Flashsale-Proof", headerParam1)
 		}
 
-		if params.XFlashsaleQueue != nil {
+		if params.XFlashsaleAccess != nil {
 			var headerParam2 string
 
-			headerParam2, err = runtime.StyleParamWithOptions("simple", false, "X-Flashsale-Queue", *params.XFlashsaleQueue, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			headerParam2, err = runtime.StyleParamWithOptions("simple", false, "X-Flashsale-Access", *params.XFlashsaleAccess, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
 			if err != nil {
 				return nil, err
 			}
 
-			req.Header.Set("X-Flashsale-Queue", headerParam2)
+			req.Header.Set("X-Flashsale-Access", headerParam2)
+		}
+
+		if params.XFlashsaleQueue != nil {
+			var headerParam3 string
+
+			headerParam3, err = runtime.StyleParamWithOptions("simple", false, "X-Flashsale-Queue", *params.XFlashsaleQueue, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("X-Flashsale-Queue", headerParam3)
 		}
 
 	}
@@ -2361,6 +2524,17 @@ func NewPostV1VouchersIdQueueRequest(server string, id ID, params *PostV1Voucher
 			}
 
 			req.Header.Set("X-Flashsale-Proof", headerParam0)
+		}
+
+		if params.XFlashsaleAccess != nil {
+			var headerParam1 string
+
+			headerParam1, err = runtime.StyleParamWithOptions("simple", false, "X-Flashsale-Access", *params.XFlashsaleAccess, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("X-Flashsale-Access", headerParam1)
 		}
 
 	}
@@ -2477,19 +2651,43 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with GET /admin/v1/vouchers/{id} (the `GetAdminV1VouchersId` operationId).
 	GetAdminV1VouchersIdWithResponse(ctx context.Context, id ID, reqEditors ...RequestEditorFn) (*GetAdminV1VouchersIdResponse, error)
 
-	// PatchAdminV1VouchersIdWithBodyWithResponse Add stock, move the end of a sale and/or change its proof-of-work gate or waiting room, in MySQL and Redis alike (a crash between them loses nothing)
+	// PatchAdminV1VouchersIdWithBodyWithResponse Add stock, move the end of a sale and/or change its proof-of-work gate, waiting room or access codes, in MySQL and Redis alike (a crash between them loses nothing)
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with PATCH /admin/v1/vouchers/{id} (the `PatchAdminV1VouchersId` operationId).
 	PatchAdminV1VouchersIdWithBodyWithResponse(ctx context.Context, id ID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PatchAdminV1VouchersIdResponse, error)
 
-	// PatchAdminV1VouchersIdWithResponse Add stock, move the end of a sale and/or change its proof-of-work gate or waiting room, in MySQL and Redis alike (a crash between them loses nothing)
+	// PatchAdminV1VouchersIdWithResponse Add stock, move the end of a sale and/or change its proof-of-work gate, waiting room or access codes, in MySQL and Redis alike (a crash between them loses nothing)
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with PATCH /admin/v1/vouchers/{id} (the `PatchAdminV1VouchersId` operationId).
 	PatchAdminV1VouchersIdWithResponse(ctx context.Context, id ID, body PatchAdminV1VouchersIdJSONRequestBody, reqEditors ...RequestEditorFn) (*PatchAdminV1VouchersIdResponse, error)
+
+	// PostAdminV1VouchersIdAccessCodesWithBodyWithResponse Issue access codes of a voucher for users (nothing is stored; the same user gets the same code again)
+	//
+	// A code names one voucher and one user: an HMAC of the two under
+	// FLASHSALE_ACCESS_KEY (default derived from the admin token), checked
+	// by the gateway without Redis. At most 10,000 users a request; for
+	// more, `gateway access-codes --voucher ID` streams them from a file.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /admin/v1/vouchers/{id}/access-codes (the `PostAdminV1VouchersIdAccessCodes` operationId).
+	PostAdminV1VouchersIdAccessCodesWithBodyWithResponse(ctx context.Context, id ID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PostAdminV1VouchersIdAccessCodesResponse, error)
+
+	// PostAdminV1VouchersIdAccessCodesWithResponse Issue access codes of a voucher for users (nothing is stored; the same user gets the same code again)
+	//
+	// A code names one voucher and one user: an HMAC of the two under
+	// FLASHSALE_ACCESS_KEY (default derived from the admin token), checked
+	// by the gateway without Redis. At most 10,000 users a request; for
+	// more, `gateway access-codes --voucher ID` streams them from a file.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /admin/v1/vouchers/{id}/access-codes (the `PostAdminV1VouchersIdAccessCodes` operationId).
+	PostAdminV1VouchersIdAccessCodesWithResponse(ctx context.Context, id ID, body PostAdminV1VouchersIdAccessCodesJSONRequestBody, reqEditors ...RequestEditorFn) (*PostAdminV1VouchersIdAccessCodesResponse, error)
 
 	// PostAdminV1VouchersIdPauseWithResponse Pause a sale (claims answer 409 paused)
 	//
@@ -2619,7 +2817,9 @@ type ClientWithResponsesInterface interface {
 	// Joins from starts_at − prequeue_seconds until starts_at are placed
 	// at random when the sale starts; later ones queue in arrival order.
 	// A voucher with proof_of_work asks for a solved challenge here
-	// (X-Flashsale-Proof), not at its claims. Poll with GET, sending the
+	// (X-Flashsale-Proof), not at its claims; one with access codes asks
+	// for the caller's code (X-Flashsale-Access) here and at its claims.
+	// Poll with GET, sending the
 	// queue_token back in X-Flashsale-Queue, after retry_after_ms.
 	//
 	// Returns a wrapper object for the known response body format(s).
@@ -2899,6 +3099,7 @@ type GetAdminV1VouchersIdResponse struct {
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *struct {
+		Access                *Access                                           `json:"access,omitempty"`
 		Allocation            GetAdminV1VouchersId200JSONResponseBodyAllocation `json:"allocation"`
 		CreatedAt             time.Time                                         `json:"created_at"`
 		Draw                  *Draw                                             `json:"draw,omitempty"`
@@ -2956,6 +3157,7 @@ type GetAdminV1VouchersIdResponse struct {
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
 func (r GetAdminV1VouchersIdResponse) GetJSON200() *struct {
+	Access                *Access                                           `json:"access,omitempty"`
 	Allocation            GetAdminV1VouchersId200JSONResponseBodyAllocation `json:"allocation"`
 	CreatedAt             time.Time                                         `json:"created_at"`
 	Draw                  *Draw                                             `json:"draw,omitempty"`
@@ -3086,6 +3288,64 @@ func (r PatchAdminV1VouchersIdResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r PatchAdminV1VouchersIdResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type PostAdminV1VouchersIdAccessCodesResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *struct {
+		Codes []struct {
+			Code string `json:"code"`
+			User string `json:"user"`
+		} `json:"codes"`
+	}
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *Error
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r PostAdminV1VouchersIdAccessCodesResponse) GetJSON200() *struct {
+	Codes []struct {
+		Code string `json:"code"`
+		User string `json:"user"`
+	} `json:"codes"`
+} {
+	return r.JSON200
+}
+
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r PostAdminV1VouchersIdAccessCodesResponse) GetJSONDefault() *Error {
+	return r.JSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r PostAdminV1VouchersIdAccessCodesResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r PostAdminV1VouchersIdAccessCodesResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r PostAdminV1VouchersIdAccessCodesResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r PostAdminV1VouchersIdAccessCodesResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -3899,7 +4159,7 @@ func (c *ClientWithResponses) GetAdminV1VouchersIdWithResponse(ctx context.Conte
 	return ParseGetAdminV1VouchersIdResponse(rsp)
 }
 
-// PatchAdminV1VouchersIdWithBodyWithResponse Add stock, move the end of a sale and/or change its proof-of-work gate or waiting room, in MySQL and Redis alike (a crash between them loses nothing)
+// PatchAdminV1VouchersIdWithBodyWithResponse Add stock, move the end of a sale and/or change its proof-of-work gate, waiting room or access codes, in MySQL and Redis alike (a crash between them loses nothing)
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -3912,7 +4172,7 @@ func (c *ClientWithResponses) PatchAdminV1VouchersIdWithBodyWithResponse(ctx con
 	return ParsePatchAdminV1VouchersIdResponse(rsp)
 }
 
-// PatchAdminV1VouchersIdWithResponse Add stock, move the end of a sale and/or change its proof-of-work gate or waiting room, in MySQL and Redis alike (a crash between them loses nothing)
+// PatchAdminV1VouchersIdWithResponse Add stock, move the end of a sale and/or change its proof-of-work gate, waiting room or access codes, in MySQL and Redis alike (a crash between them loses nothing)
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
@@ -3923,6 +4183,42 @@ func (c *ClientWithResponses) PatchAdminV1VouchersIdWithResponse(ctx context.Con
 		return nil, err
 	}
 	return ParsePatchAdminV1VouchersIdResponse(rsp)
+}
+
+// PostAdminV1VouchersIdAccessCodesWithBodyWithResponse Issue access codes of a voucher for users (nothing is stored; the same user gets the same code again)
+//
+// A code names one voucher and one user: an HMAC of the two under
+// FLASHSALE_ACCESS_KEY (default derived from the admin token), checked
+// by the gateway without Redis. At most 10,000 users a request; for
+// more, `gateway access-codes --voucher ID` streams them from a file.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /admin/v1/vouchers/{id}/access-codes (the `PostAdminV1VouchersIdAccessCodes` operationId).
+func (c *ClientWithResponses) PostAdminV1VouchersIdAccessCodesWithBodyWithResponse(ctx context.Context, id ID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PostAdminV1VouchersIdAccessCodesResponse, error) {
+	rsp, err := c.PostAdminV1VouchersIdAccessCodesWithBody(ctx, id, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParsePostAdminV1VouchersIdAccessCodesResponse(rsp)
+}
+
+// PostAdminV1VouchersIdAccessCodesWithResponse Issue access codes of a voucher for users (nothing is stored; the same user gets the same code again)
+//
+// A code names one voucher and one user: an HMAC of the two under
+// FLASHSALE_ACCESS_KEY (default derived from the admin token), checked
+// by the gateway without Redis. At most 10,000 users a request; for
+// more, `gateway access-codes --voucher ID` streams them from a file.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /admin/v1/vouchers/{id}/access-codes (the `PostAdminV1VouchersIdAccessCodes` operationId).
+func (c *ClientWithResponses) PostAdminV1VouchersIdAccessCodesWithResponse(ctx context.Context, id ID, body PostAdminV1VouchersIdAccessCodesJSONRequestBody, reqEditors ...RequestEditorFn) (*PostAdminV1VouchersIdAccessCodesResponse, error) {
+	rsp, err := c.PostAdminV1VouchersIdAccessCodes(ctx, id, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParsePostAdminV1VouchersIdAccessCodesResponse(rsp)
 }
 
 // PostAdminV1VouchersIdPauseWithResponse Pause a sale (claims answer 409 paused)
@@ -4137,7 +4433,9 @@ func (c *ClientWithResponses) GetV1VouchersIdQueueWithResponse(ctx context.Conte
 // Joins from starts_at − prequeue_seconds until starts_at are placed
 // at random when the sale starts; later ones queue in arrival order.
 // A voucher with proof_of_work asks for a solved challenge here
-// (X-Flashsale-Proof), not at its claims. Poll with GET, sending the
+// (X-Flashsale-Proof), not at its claims; one with access codes asks
+// for the caller's code (X-Flashsale-Access) here and at its claims.
+// Poll with GET, sending the
 // queue_token back in X-Flashsale-Queue, after retry_after_ms.
 //
 // Returns a wrapper object for the known response body format(s).
@@ -4335,6 +4633,7 @@ func ParseGetAdminV1VouchersIdResponse(rsp *http.Response) (*GetAdminV1VouchersI
 	switch {
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
 		var dest struct {
+			Access                *Access                                           `json:"access,omitempty"`
 			Allocation            GetAdminV1VouchersId200JSONResponseBodyAllocation `json:"allocation"`
 			CreatedAt             time.Time                                         `json:"created_at"`
 			Draw                  *Draw                                             `json:"draw,omitempty"`
@@ -4419,6 +4718,44 @@ func ParsePatchAdminV1VouchersIdResponse(rsp *http.Response) (*PatchAdminV1Vouch
 	switch {
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
 		var dest Voucher
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParsePostAdminV1VouchersIdAccessCodesResponse parses an HTTP response from a PostAdminV1VouchersIdAccessCodesWithResponse call
+func ParsePostAdminV1VouchersIdAccessCodesResponse(rsp *http.Response) (*PostAdminV1VouchersIdAccessCodesResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &PostAdminV1VouchersIdAccessCodesResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest struct {
+			Codes []struct {
+				Code string `json:"code"`
+				User string `json:"user"`
+			} `json:"codes"`
+		}
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}

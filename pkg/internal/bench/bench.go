@@ -133,6 +133,7 @@ type Report struct {
 	Room         *RoomRun        `json:"room,omitempty"`
 	Memory       *MemoryRun      `json:"memory,omitempty"`
 	Proof        *ProofCheck     `json:"proof_of_work,omitempty"`
+	Access       *AccessCheck    `json:"access_code,omitempty"`
 	GatewayRSS   int64           `json:"gateway_peak_rss_bytes"`
 	WorkerRSS    int64           `json:"worker_peak_rss_bytes"`
 }
@@ -149,6 +150,9 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	pc := proofCheck(20_000) // before any server runs: the process has the machine to itself
 	rep.Proof = &pc
 	cfg.logf("proof-of-work check: %.1f µs CPU per check", pc.CPUMicros)
+	ac := accessCheck(500_000)
+	rep.Access = &ac
+	cfg.logf("access-code check: %.2f µs CPU per check", ac.CPUMicros)
 	s, err := harness.StartStack(ctx, harness.Options{Dir: cfg.Dir, Workers: 0, Partitions: 8,
 		Env: append([]string{"FLASHSALE_AUDIT_LOG=false", "FLASHSALE_LOG_LEVEL=warn", "FLASHSALE_CLAIM_TIMEOUT=2s", "FLASHSALE_PPROF=true"}, cfg.Env...)})
 	if err != nil {

@@ -49,6 +49,7 @@ func (r *Report) Print(w io.Writer) {
 	r.printRoom(w)
 	r.printMemory(w)
 	r.printProof(w)
+	r.printAccess(w)
 	if len(r.HTTPCeiling) == 0 { // -cpu-only, -durability-only
 		if len(r.Drain) > 0 {
 			r.printDrain(w)

@@ -1,0 +1,131 @@
+package gateway
+
+// Access codes' HTTP side (pkg/access): a claim's or a room join's code,
+// verified here without Redis, and the admin API that issues them.
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+
+	"github.com/flashsale/flashsale/pkg/access"
+	"github.com/flashsale/flashsale/pkg/db"
+)
+
+// accessKey is FLASHSALE_ACCESS_KEY, or one derived from the admin token.
+func (c *Config) accessKey() []byte { return c.keyOr(c.AccessKey, "flashsale access-code key") }
+
+// MaxAccessUsers bounds the users of one POST .../access-codes; more are
+// issued by the command line (gateway access-codes), which streams.
+const MaxAccessUsers = 10_000
+
+var (
+	errAccessRequired = &apiError{http.StatusForbidden, "access_required",
+		"this voucher is open to invited users only for now: send your access code in " + access.Header}
+	errAccessInvalid = &apiError{http.StatusForbidden, "access_invalid",
+		"the access code is not yours for this voucher: a code names one user and one voucher"}
+	errAccessUsers = badRequest("invalid_field",
+		"users must be 1 to 10000 user ids, each 1-64 characters of A-Z a-z 0-9 _ . @ -")
+)
+
+// claimAccess verifies the access code of user's claim (or join) of
+// voucher, if it carries one: true when it is the user's.
+func (g *Gateway) claimAccess(r *http.Request, user string, voucher int64) (bool, error) {
+	code := r.Header.Get(access.Header)
+	if code == "" {
+		return false, nil
+	}
+	if !g.access.Valid(code, voucher, user) {
+		return false, errAccessInvalid
+	}
+	return true, nil
+}
+
+type accessCodesRequest struct {
+	Users []string `json:"users"`
+}
+
+type accessCodeJSON struct {
+	User string `json:"user"`
+	Code string `json:"code"`
+}
+
+// issueAccessCodes: POST /admin/v1/vouchers/{id}/access-codes
+// {"users": [...]} → {"codes": [{"user", "code"}]}, in the users' order:
+// each user's code for the voucher. Nothing is stored; a code is made
+// again the same from the same key.
+func (g *Gateway) issueAccessCodes(w http.ResponseWriter, r *http.Request) {
+	id, ok := g.adminAndID(w, r)
+	if !ok {
+		return
+	}
+	var req accessCodesRequest
+	if err := decodeJSONUpTo(w, r, &req, maxAccessBytes); err != nil {
+		g.fail(w, r, err)
+		return
+	}
+	if len(req.Users) == 0 || len(req.Users) > MaxAccessUsers {
+		g.fail(w, r, errAccessUsers)
+		return
+	}
+	for _, u := range req.Users {
+		if !validToken(u) {
+			g.fail(w, r, errAccessUsers)
+			return
+		}
+	}
+	if _, err := g.db.Voucher(r.Context(), id); err != nil {
+		if errors.Is(err, db.ErrNotFound) {
+			err = errVoucherMissing
+		}
+		g.fail(w, r, err)
+		return
+	}
+	out := struct {
+		Codes []accessCodeJSON `json:"codes"`
+	}{Codes: make([]accessCodeJSON, len(req.Users))}
+	for i, u := range req.Users {
+		out.Codes[i] = accessCodeJSON{User: u, Code: g.access.Code(id, u)}
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// maxAccessBytes bounds the body of POST .../access-codes: MaxAccessUsers
+// ids of 64 characters, quoted, with room to spare.
+const maxAccessBytes = MaxAccessUsers * 80
+
+// WriteAccessCodes reads user ids from in, one a line (blank lines
+// skipped), and writes "user,code" lines of their codes for voucher to
+// out, under cfg's access key (FLASHSALE_ACCESS_KEY, or the admin
+// token's): the command line's way to issue a million codes, streamed. It
+// stops at the first line that is not a user id, and returns how many it
+// wrote.
+func WriteAccessCodes(cfg *Config, voucher int64, in io.Reader, out io.Writer) (int, error) {
+	codes := access.New(cfg.accessKey())
+	sc := bufio.NewScanner(in)
+	bw := bufio.NewWriterSize(out, 64<<10)
+	var line []byte
+	n := 0
+	for no := 1; sc.Scan(); no++ {
+		user := strings.TrimSpace(sc.Text())
+		if user == "" {
+			continue
+		}
+		if !validToken(user) {
+			return n, fmt.Errorf("line %d: %q is not a user id (1-64 characters of A-Z a-z 0-9 _ . @ -)", no, user)
+		}
+		line = append(append(line[:0], user...), ',')
+		line = append(codes.AppendCode(line, voucher, user), '\n')
+		if _, err := bw.Write(line); err != nil {
+			return n, err
+		}
+		n++
+	}
+	if err := sc.Err(); err != nil {
+		return n, err
+	}
+	return n, bw.Flush()
+}
