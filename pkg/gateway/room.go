@@ -241,6 +241,14 @@ func (g *Gateway) answerQueue(w http.ResponseWriter, op string, a room.Answer, t
 	b = append(b, `,"queue_token":"`...)
 	b = append(b, tok...)
 	b = append(b, '"')
+	if a.State == room.Waiting {
+		b = append(b, `,"eta_ms":`...)
+		if a.ETA < 0 {
+			b = append(b, "null"...)
+		} else {
+			b = strconv.AppendInt(b, a.ETA.Milliseconds(), 10)
+		}
+	}
 	if !a.Expires.IsZero() {
 		b = append(b, `,"pass_expires_at":"`...)
 		b = a.Expires.UTC().AppendFormat(b, time.RFC3339Nano)

@@ -54,6 +54,8 @@ func TestAWaitingRoom(t *testing.T) {
 		require.Equal(t, "waiting", res.Body["state"])
 		require.EqualValues(t, 0, res.Body["position"])
 		require.EqualValues(t, 10_000, res.Body["retry_after_ms"], "come back at the start")
+		require.Contains(t, res.Body, "eta_ms")
+		require.Nil(t, res.Body["eta_ms"], "not placed yet: no estimate")
 		tokens[i] = res.Body["queue_token"].(string)
 	}
 	again := f.do("POST", queue, f.token("u3"), "")
@@ -126,6 +128,13 @@ func TestAWaitingRoom(t *testing.T) {
 	f.clock.Add(time.Second)
 	testenv.Eventually(t, 10*time.Second, "a third admitted", func() bool { return len(states()["admitted"]) == 3 })
 	require.Len(t, states()["waiting"], 3, "one unit: one more admitted, not two")
+	// One admitted in the last second (not the configured two): each
+	// waiter's estimate is its position at one a second.
+	for _, i := range states()["waiting"] {
+		res := poll(i)
+		require.Equal(t, res.Body["position"].(float64)*1000, res.Body["eta_ms"], res.Raw)
+	}
+	require.NotContains(t, poll(a1).Body, "eta_ms", "admitted: no estimate")
 	third := -1
 	for _, i := range states()["admitted"] {
 		if i != a0 && i != a1 {

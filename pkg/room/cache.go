@@ -38,6 +38,45 @@ type Entry struct {
 	// answered that from here, and each tick asks Redis again.
 	gone atomic.Pointer[error]
 	seen atomic.Int64 // unix ns of the last request about it
+	// mu guards samples: the admitted count of the states set in the
+	// last ObserveWindow, oldest first, from which each new state's
+	// Admitting is computed.
+	mu      sync.Mutex
+	samples []sample
+}
+
+type sample struct {
+	at    time.Time
+	front int64
+}
+
+// ObserveWindow is how far back a room's admission rate is observed:
+// long enough to span a few of the room's admissions at a low rate, short
+// enough to follow a room that slows down as its passes go unused.
+const ObserveWindow = 5 * time.Second
+
+// observe sets s.Admitting from the states set before it (the rate at
+// which places were really admitted over the last ObserveWindow, as this
+// gateway saw it), and records s.
+func (e *Entry) observe(s *Snapshot) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	keep := e.samples[:0]
+	for _, x := range e.samples {
+		if s.At.Sub(x.at) <= ObserveWindow && !x.at.After(s.At) && x.front <= s.Front {
+			keep = append(keep, x)
+		}
+	}
+	if n := len(keep); n > 0 && !keep[n-1].at.Before(s.At) { // a state of the same instant: the latest counts
+		keep[n-1].front = s.Front
+	} else {
+		keep = append(keep, sample{at: s.At, front: s.Front})
+	}
+	e.samples = keep
+	s.Admitting = -1
+	if first := e.samples[0]; s.At.Sub(first.at) >= time.Second {
+		s.Admitting = float64(s.Front-first.front) / s.At.Sub(first.at).Seconds()
+	}
 }
 
 // Known is the entry's state (nil: not read yet), or why it has none.
@@ -55,6 +94,9 @@ func (e *Entry) Set(s *Snapshot, err error) {
 		e.gone.Store(&err)
 		e.snap.Store(nil)
 		return
+	}
+	if s != nil {
+		e.observe(s)
 	}
 	e.snap.Store(s)
 	e.gone.Store(nil)
@@ -111,6 +153,7 @@ func (c *Cache) Learn(v int64, s *Snapshot) *Entry {
 	}
 	e.seen.Store(c.now().UnixNano())
 	if s != nil {
+		e.observe(s)
 		e.snap.Store(s)
 	}
 	return e

@@ -180,6 +180,12 @@ type Snapshot struct {
 	Rate     int64 // admissions per second
 	Pass     time.Duration
 	Limit    int64 // the voucher's per-user limit
+	// Admitting is the rate at which places were really admitted, per
+	// second, over the last ObserveWindow as one gateway's Cache saw
+	// them (passes lapsing or used to buy let the room admit; a room
+	// capped by its passes outstanding admits slower than Rate); < 0:
+	// unknown (fewer than a second of states seen).
+	Admitting float64
 }
 
 // Waiting is how many places are given and not yet admitted (the
@@ -234,6 +240,10 @@ type Answer struct {
 	Retry    time.Duration
 	Ticket   int64     // 0 until placed
 	Expires  time.Time // the pass's end, when admitted
+	// ETA is how long a waiter has left to wait at the rate the room
+	// really admitted lately (Snapshot.Admitting); < 0: unknown (not
+	// waiting, not yet placed, nothing observed, or nobody admitted).
+	ETA time.Duration
 }
 
 // Bounds of retry_after_ms: often enough to hear sold_out within a
@@ -248,26 +258,35 @@ const (
 func (s *Snapshot) Answer(p Place, now time.Time) Answer {
 	switch {
 	case !s.EndsAt.IsZero() && !now.Before(s.EndsAt):
-		return Answer{State: Closed}
+		return Answer{State: Closed, ETA: -1}
 	case s.Paused:
-		return Answer{State: Paused, Retry: 2 * time.Second}
+		return Answer{State: Paused, Retry: 2 * time.Second, ETA: -1}
 	}
 	t, err := s.Ticket(p)
 	if err != nil { // in the pre-queue: placed at the start
-		return Answer{State: Waiting, Retry: clamp(s.StartsAt.Sub(now), RetryMin, RetryMax)}
+		return Answer{State: Waiting, Retry: clamp(s.StartsAt.Sub(now), RetryMin, RetryMax), ETA: -1}
 	}
 	if s.Stock <= 0 {
-		return Answer{State: SoldOut, Ticket: t, Retry: RetryMax}
+		return Answer{State: SoldOut, Ticket: t, Retry: RetryMax, ETA: -1}
 	}
 	if t <= s.Front {
 		exp := s.PassExpires(t)
 		if exp.IsZero() || !now.Before(exp) {
-			return Answer{State: Lapsed, Ticket: t}
+			return Answer{State: Lapsed, Ticket: t, ETA: -1}
 		}
-		return Answer{State: Admitted, Ticket: t, Expires: exp, Retry: clamp(exp.Sub(now), RetryMin, RetryMax)}
+		return Answer{State: Admitted, Ticket: t, Expires: exp, Retry: clamp(exp.Sub(now), RetryMin, RetryMax), ETA: -1}
 	}
 	pos := t - s.Front
-	return Answer{State: Waiting, Position: pos, Ticket: t, Retry: s.retry(pos)}
+	return Answer{State: Waiting, Position: pos, Ticket: t, Retry: s.retry(pos), ETA: s.eta(pos)}
+}
+
+// eta is the wait of the waiter at position pos at the observed rate;
+// -1 when none was observed.
+func (s *Snapshot) eta(pos int64) time.Duration {
+	if s.Admitting <= 0 {
+		return -1
+	}
+	return time.Duration(float64(pos) / s.Admitting * float64(time.Second))
 }
 
 // retry is how long the waiter at position pos may wait before asking

@@ -98,7 +98,7 @@ func TestAnswers(t *testing.T) {
 	require.Equal(t, room.Admitted, a.State)
 	require.Equal(t, t0.Add(time.Minute), a.Expires)
 	near, far := s.Answer(room.Place{N: 11}, t0), s.Answer(room.Place{N: 900}, t0)
-	require.Equal(t, room.Answer{State: room.Waiting, Position: 1, Ticket: 11, Retry: room.RetryMin}, near)
+	require.Equal(t, room.Answer{State: room.Waiting, Position: 1, Ticket: 11, Retry: room.RetryMin, ETA: -1}, near, "nothing observed: no estimate")
 	require.Equal(t, int64(890), far.Position)
 	require.Equal(t, room.RetryMax, far.Retry, "89 s from their turn: asks again in the longest interval")
 	// 15 units left and 10 passes out: the stock may be gone in half a
@@ -112,7 +112,7 @@ func TestAnswers(t *testing.T) {
 	require.Equal(t, room.Paused, s.Answer(room.Place{N: 900}, t0).State)
 	pre := &room.Snapshot{Pre: 3, StartsAt: t0.Add(2 * time.Second), Rate: 1}
 	w := pre.Answer(room.Place{Pre: true, N: 2}, t0)
-	require.Equal(t, room.Answer{State: room.Waiting, Retry: 2 * time.Second}, w, "placed at the start")
+	require.Equal(t, room.Answer{State: room.Waiting, Retry: 2 * time.Second, ETA: -1}, w, "placed at the start")
 }
 
 func TestConfig(t *testing.T) {
@@ -129,4 +129,31 @@ func TestConfig(t *testing.T) {
 	none, err := room.Decode("0")
 	require.NoError(t, err)
 	require.Nil(t, none)
+}
+
+// The wait estimate is the position over the rate the room really
+// admitted lately, as the states a gateway saw tell it, not the
+// configured rate: unknown before a second of states, and while nobody is
+// admitted.
+func TestTheEstimateFollowsTheObservedRate(t *testing.T) {
+	t0 := time.Now()
+	c := room.NewCache(nil, func() time.Time { return t0 })
+	state := func(after time.Duration, front int64) *room.Snapshot {
+		s := &room.Snapshot{At: t0.Add(after), Front: front, Tail: 1000, Frozen: true, Stock: 1000, Rate: 50, Limit: 1,
+			StartsAt: t0.Add(-time.Hour)}
+		c.Learn(1, s)
+		return s
+	}
+	eta := func(s *room.Snapshot, ticket int64) time.Duration { return s.Answer(room.Place{N: ticket}, s.At).ETA }
+	require.Equal(t, time.Duration(-1), eta(state(0, 0), 100), "nothing seen yet")
+	require.Equal(t, time.Duration(-1), eta(state(500*time.Millisecond, 2), 100), "half a second seen")
+	s := state(2*time.Second, 10) // 5 a second, not the configured 50
+	require.InDelta(t, 5.0, s.Admitting, 1e-9)
+	require.Equal(t, 18*time.Second, eta(s, 100), "90 places ahead at 5 a second")
+	require.Equal(t, time.Duration(-1), s.Answer(room.Place{N: 5}, s.At).ETA, "admitted: no estimate")
+	// Nobody admitted for the whole window: the room does not know.
+	require.Equal(t, time.Duration(-1), eta(state(8*time.Second, 10), 100))
+	s = state(9*time.Second, 10)
+	require.Zero(t, s.Admitting)
+	require.Equal(t, time.Duration(-1), eta(s, 100))
 }

@@ -574,6 +574,9 @@ type OrderStatus string
 
 // Queue defines model for Queue.
 type Queue struct {
+	// EtaMs waiting only: the position over the rate at which the room really admitted in the last seconds (not the configured rate); null when the room does not know (not yet placed, under a second observed, nobody admitted lately)
+	EtaMs *int `json:"eta_ms,omitempty"`
+
 	// PassExpiresAt admitted only
 	PassExpiresAt *time.Time `json:"pass_expires_at,omitempty"`
 
