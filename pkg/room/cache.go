@@ -56,16 +56,24 @@ type sample struct {
 const ObserveWindow = 5 * time.Second
 
 // observe sets s.Admitting from the states set before it (the rate at
-// which places were really admitted over the last ObserveWindow, as this
-// gateway saw it), and records s.
+// which places were really admitted over the last ObserveWindow since the
+// start, as this gateway saw it), and records s.
 func (e *Entry) observe(s *Snapshot) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	keep := e.samples[:0]
 	for _, x := range e.samples {
-		if s.At.Sub(x.at) <= ObserveWindow && !x.at.After(s.At) && x.front <= s.Front {
+		if s.At.Sub(x.at) <= ObserveWindow && !x.at.After(s.At) && x.front <= s.Front && !x.at.Before(s.StartsAt) {
 			keep = append(keep, x)
 		}
+	}
+	// States before the start are not kept: nobody is admitted then, and
+	// the first state after it holds the start's admissions (a second's
+	// worth at once), not a rate.
+	if s.At.Before(s.StartsAt) {
+		e.samples = keep[:0]
+		s.Admitting = -1
+		return
 	}
 	if n := len(keep); n > 0 && !keep[n-1].at.Before(s.At) { // a state of the same instant: the latest counts
 		keep[n-1].front = s.Front
@@ -74,7 +82,7 @@ func (e *Entry) observe(s *Snapshot) {
 	}
 	e.samples = keep
 	s.Admitting = -1
-	if first := e.samples[0]; s.At.Sub(first.at) >= time.Second {
+	if first := keep[0]; s.At.Sub(first.at) >= time.Second {
 		s.Admitting = float64(s.Front-first.front) / s.At.Sub(first.at).Seconds()
 	}
 }

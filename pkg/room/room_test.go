@@ -156,4 +156,18 @@ func TestTheEstimateFollowsTheObservedRate(t *testing.T) {
 	s = state(9*time.Second, 10)
 	require.Zero(t, s.Admitting)
 	require.Equal(t, time.Duration(-1), eta(s, 100))
+
+	// Before the start nothing is counted, and the start's admissions (a
+	// second's worth at once) are where the rate is counted from.
+	start := t0.Add(time.Minute)
+	at := func(after time.Duration, front int64) *room.Snapshot {
+		s := &room.Snapshot{At: start.Add(after), Front: front, Tail: 1000, Frozen: after >= 0, Stock: 1000, Rate: 50, Limit: 1,
+			StartsAt: start}
+		c.Learn(2, s)
+		return s
+	}
+	at(-3*time.Second, 0)
+	require.Equal(t, time.Duration(-1), eta(at(0, 50), 100), "the start's burst is no rate")
+	s = at(time.Second, 70)
+	require.InDelta(t, 20.0, s.Admitting, 1e-9, "20 in the second after the start, not 70 over four")
 }

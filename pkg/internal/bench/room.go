@@ -48,7 +48,13 @@ type RoomSale struct {
 	SoldOutMaxms          int64
 	Tau, Inversions       float64
 	FastShare, FastNoRoom float64
-	Violations            []string
+	// ETA: in a slower room, the first wait estimate each admitted person
+	// was told against the wait that followed (harness.ETAError), in ms.
+	ETAs                                   int
+	ETAAbsP50ms, ETAAbsP90ms, ETABiasP50ms int64
+	ETARelP50                              float64
+	ETAWaitP50ms                           int64
+	Violations                             []string
 }
 
 // roomRuns measures the room's rows on s (the bare handler at trivialAddr).
@@ -139,10 +145,21 @@ func roomRuns(ctx context.Context, s *harness.Stack, cfg Config, tokens []string
 	if err != nil {
 		return err
 	}
+	// The wait estimate, where waits are long: a slower room, and a crowd
+	// arriving over seconds (in the sale above most people admitted were
+	// admitted in its first second, before any estimate).
+	slowCfg := harness.RoomConfig{Stock: 300, Users: 1500, Fast: 1, AdmitPerSecond: 20, Prequeue: 2 * time.Second,
+		Pass: 10 * time.Second, Arrivals: 10 * time.Second, NoShow: 0.1, Conns: 64, Seed: rcfg.Seed}
+	slow, err := s.RunRoom(ctx, slowCfg)
+	if err != nil {
+		return err
+	}
 	rr.Sale = &RoomSale{Users: rcfg.Users, Fast: rcfg.Fast, Stock: int(rcfg.Stock), Waiters: on.Waiters,
 		SoldOutP50ms: on.SoldOut.ValueAtQuantile(50), SoldOutP99ms: on.SoldOut.ValueAtQuantile(99), SoldOutMaxms: on.SoldOut.Max(),
 		Tau: on.Tau, Inversions: on.Inversions, FastShare: on.FastShare, FastNoRoom: off.FastShare,
-		Violations: append(on.Violations(), off.Violations()...)}
+		ETAs: slow.ETA.N, ETAAbsP50ms: slow.ETA.AbsP50.Milliseconds(), ETAAbsP90ms: slow.ETA.AbsP90.Milliseconds(),
+		ETABiasP50ms: slow.ETA.BiasP50.Milliseconds(), ETARelP50: slow.ETA.RelP50, ETAWaitP50ms: slow.ETA.WaitP50.Milliseconds(),
+		Violations: append(append(on.Violations(), off.Violations()...), slow.Violations()...)}
 	cfg.logf("room sale: sold_out p99 %d ms over %d waiters; fast clients %.2f %% with the room, %.2f %% without",
 		rr.Sale.SoldOutP99ms, rr.Sale.Waiters, 100*rr.Sale.FastShare, 100*rr.Sale.FastNoRoom)
 	return nil
@@ -182,7 +199,7 @@ func millionWaiters(ctx context.Context, s *harness.Stack, rc *redis.Client, cfg
 				now := time.Now().UnixMilli()
 				for i := from; i < min(from+batch, n); i++ {
 					lua.Room.EvalSha(ctx, pipe, keys, now, "join", "w"+strconv.FormatInt(i, 10), "0000000000000000", 0, 0, room.PassFactor,
-						n+1, int64(room.IdleTTL/time.Second))
+						n+1, int64(room.IdleTTL/time.Second), 0)
 				}
 				if _, err := pipe.Exec(ctx); err != nil {
 					errs <- err
@@ -248,6 +265,10 @@ func (r *Report) printRoom(w io.Writer) {
 			s.Users, s.Fast, s.Stock, s.SoldOutP50ms, s.SoldOutP99ms, s.SoldOutMaxms, s.Waiters)
 		fmt.Fprintf(w, "  admission vs queue order: tau-b %.4f, pairs out of order %.4f %%; fast clients won %.2f %% of the stock (%.2f %% without a room)\n",
 			s.Tau, 100*s.Inversions, 100*s.FastShare, 100*s.FastNoRoom)
+		if s.ETAs > 0 {
+			fmt.Fprintf(w, "  eta_ms in a slower room (1500 people, 300 units, 20 admitted/s): the first estimate vs the wait until the room admitted them: error p50 %d ms (%.0f %% of the wait), p90 %d ms, bias p50 %+d ms; median wait %d ms (%d admitted)\n",
+				s.ETAAbsP50ms, 100*s.ETARelP50, s.ETAAbsP90ms, s.ETABiasP50ms, s.ETAWaitP50ms, s.ETAs)
+		}
 		if len(s.Violations) > 0 {
 			fmt.Fprintf(w, "  invariants VIOLATED: %s\n", strings.Join(s.Violations, "; "))
 		} else {

@@ -76,6 +76,10 @@ type RoomReport struct {
 	// still in the queue was told sold_out, ms; Waiters how many there were.
 	SoldOut *hdrhistogram.Histogram
 	Waiters int64
+	// ETA: the first wait estimate (eta_ms) each admitted person was told,
+	// against the wait they had from then until the room admitted their
+	// place (read from the room's state every 20 ms while the sale runs).
+	ETA ETAError
 	// Requests by kind; Refused: claims answered not_admitted; Limited
 	// and Unavailable: answers 429 and 503 to any request (joins, polls,
 	// claims); Errors: transport errors and other 5xx.
@@ -120,6 +124,50 @@ type personal struct {
 	bought    int64     // order id
 	boughtAt  time.Time
 	soldOutAt time.Time // first told sold_out
+	// etaAt is when the person was first told an estimate of their wait
+	// (eta_ms), and eta that estimate.
+	etaAt time.Time
+	eta   time.Duration
+	// ticket is the person's place in the queue (roomFairness reads it).
+	ticket int64
+}
+
+// frontWatch records when the room admitted each place: its state's
+// front (places admitted so far), read every 20 ms.
+type frontWatch struct {
+	mu    sync.Mutex
+	at    []time.Time
+	front []int64
+}
+
+func (s *Stack) watchFront(ctx context.Context, v int64) *frontWatch {
+	fw := &frontWatch{}
+	state, _ := room.NewStore(s.RDB, 0).Keys(v)
+	go func() {
+		for backoff.Sleep(ctx, 20*time.Millisecond) == nil {
+			n, err := s.RDB.Client().HGet(ctx, state, "front").Int64()
+			if err != nil {
+				continue
+			}
+			fw.mu.Lock()
+			if len(fw.front) == 0 || n > fw.front[len(fw.front)-1] {
+				fw.at, fw.front = append(fw.at, time.Now()), append(fw.front, n)
+			}
+			fw.mu.Unlock()
+		}
+	}()
+	return fw
+}
+
+// admittedAt is when place t was first seen admitted (zero: never).
+func (fw *frontWatch) admittedAt(t int64) time.Time {
+	fw.mu.Lock()
+	defer fw.mu.Unlock()
+	i, _ := slices.BinarySearch(fw.front, t)
+	if i == len(fw.front) {
+		return time.Time{}
+	}
+	return fw.at[i]
 }
 
 // RunRoom runs cfg's sale on s and checks it.
@@ -172,6 +220,10 @@ func (s *Stack) RunRoom(ctx context.Context, cfg RoomConfig) (*RoomReport, error
 	runCtx, cancel := context.WithDeadline(ctx, deadline)
 	defer cancel()
 	began := time.Now()
+	var fw *frontWatch
+	if !cfg.NoRoom {
+		fw = s.watchFront(runCtx, v)
+	}
 	var wg sync.WaitGroup
 	for _, p := range people {
 		wg.Add(1)
@@ -220,6 +272,7 @@ func (s *Stack) RunRoom(ctx context.Context, cfg RoomConfig) (*RoomReport, error
 		if err := s.roomFairness(ctx, v, people, rep); err != nil {
 			return rep, err
 		}
+		rep.ETA = etaError(people, fw)
 	}
 	persisted, err := watch.Wait(ctx, sale.Admitted, 2*time.Minute)
 	if err != nil {
@@ -254,6 +307,9 @@ func (s *Stack) shopInRoom(ctx context.Context, c *Client, vid string, p *person
 	p.joinedSeq = seq.Add(1)
 	p.queueTok = a.QueueToken
 	for ctx.Err() == nil {
+		if a.State == room.Waiting && a.EtaMs != nil && p.etaAt.IsZero() {
+			p.etaAt, p.eta = time.Now(), time.Duration(*a.EtaMs)*time.Millisecond
+		}
 		switch a.State {
 		case room.Admitted:
 			if p.admitted.IsZero() {
@@ -377,6 +433,51 @@ type queueAnswer struct {
 	RetryAfterMs int64  `json:"retry_after_ms"`
 	QueueToken   string `json:"queue_token"`
 	PassExpires  string `json:"pass_expires_at"`
+	EtaMs        *int64 `json:"eta_ms"`
+}
+
+// ETAError is how far wait estimates were from the waits that followed.
+type ETAError struct {
+	N int // people admitted who had been told an estimate
+	// AbsP50, AbsP90: the estimate's error either way; BiasP50: the
+	// median of estimate less wait (above 0: it said longer).
+	AbsP50, AbsP90, BiasP50 time.Duration
+	// RelP50: the median of the error over the wait.
+	RelP50 float64
+	// WaitP50: the median wait estimated.
+	WaitP50 time.Duration
+}
+
+// etaError compares each person's first estimate with the wait that
+// followed it, until the room admitted their place.
+func etaError(people []*personal, fw *frontWatch) ETAError {
+	var abs, bias, wait []time.Duration
+	var rel []float64
+	for _, p := range people {
+		if p.etaAt.IsZero() || p.ticket == 0 {
+			continue
+		}
+		at := fw.admittedAt(p.ticket)
+		if at.IsZero() {
+			continue
+		}
+		w := max(at.Sub(p.etaAt), 0)
+		d := p.eta - w
+		abs, bias, wait = append(abs, max(d, -d)), append(bias, d), append(wait, w)
+		rel = append(rel, float64(max(d, -d))/float64(max(w, time.Second)))
+	}
+	out := ETAError{N: len(abs)}
+	if out.N == 0 {
+		return out
+	}
+	for _, xs := range [][]time.Duration{abs, bias, wait} {
+		slices.Sort(xs)
+	}
+	slices.Sort(rel)
+	q := func(n int, f float64) int { return min(int(f*float64(n)), n-1) }
+	out.AbsP50, out.AbsP90, out.BiasP50 = abs[q(len(abs), .5)], abs[q(len(abs), .9)], bias[q(len(bias), .5)]
+	out.RelP50, out.WaitP50 = rel[q(len(rel), .5)], wait[q(len(wait), .5)]
+	return out
 }
 
 // roomFairness reads everyone's queue place from Redis (the room's state
@@ -395,6 +496,10 @@ func (s *Stack) roomFairness(ctx context.Context, v int64, people []*personal, r
 	}
 	rep.Joined, rep.Prequeued = int64(len(places)), snap.Pre
 	ticket := map[string]int64{}
+	byUser := make(map[string]*personal, len(people))
+	for _, p := range people {
+		byUser[p.user] = p
+	}
 	var preArrival, prePlace []float64
 	for u, raw := range places {
 		pl, err := room.ParsePlace(raw)
@@ -406,6 +511,9 @@ func (s *Stack) roomFairness(ctx context.Context, v int64, people []*personal, r
 			return err
 		}
 		ticket[u] = t
+		if p := byUser[u]; p != nil {
+			p.ticket = t
+		}
 		if pl.Pre {
 			preArrival, prePlace = append(preArrival, float64(pl.N)), append(prePlace, float64(t))
 		}
@@ -491,6 +599,11 @@ func (r *RoomReport) Print(w io.Writer) {
 		if r.Waiters > 0 {
 			row("room: told sold_out after the last unit", fmt.Sprintf("p50 %d ms, p99 %d ms, max %d ms (%d waiters)",
 				r.SoldOut.ValueAtQuantile(50), r.SoldOut.ValueAtQuantile(99), r.SoldOut.Max(), r.Waiters))
+		}
+		if e := r.ETA; e.N > 0 {
+			row("room: first wait estimate vs the wait", fmt.Sprintf("error p50 %s (%.0f %% of the wait), p90 %s; bias p50 %s; median wait %s (%d admitted)",
+				e.AbsP50.Round(time.Millisecond), 100*e.RelP50, e.AbsP90.Round(time.Millisecond), e.BiasP50.Round(time.Millisecond),
+				e.WaitP50.Round(time.Millisecond), e.N))
 		}
 		row("room: joins / polls", fmt.Sprintf("%d / %d", r.Joins, r.Polls))
 		row("room: claims refused not_admitted", r.Refused)

@@ -43,6 +43,7 @@ func runRoom(t *testing.T, opts harness.Options, cfg harness.RoomConfig, compare
 	require.EqualValues(t, cfg.Stock, on.Bought)
 	require.Zero(t, on.Inversions, "the room admits in queue order")
 	require.Positive(t, on.Refused, "the fast clients' claims without a pass were refused")
+	require.Positive(t, on.ETA.N, "people waiting were told an estimate of their wait")
 	return on, off
 }
 
