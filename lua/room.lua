@@ -16,7 +16,10 @@
 --                                          admitted), last_ms (the rate's clock), segs (the unlapsed admissions,
 --                                          "upto:exp_ms:passes ...", oldest first: the places after the previous
 --                                          segment's up to upto hold a pass until exp_ms, passes of them), gone
---                                          (places up to it lapsed, the last lapsed segment's upto)
+--                                          (places up to it lapsed, the last lapsed segment's upto), and the
+--                                          room's story, for the sale's report: j:SEC -> tail after the joins of
+--                                          unix second SEC, a:SEC -> front after its admissions (two fields a
+--                                          second of a room's life at the most)
 -- KEYS[3] -> flashsale:{pP}:v:V:room:w     waiters: user -> place, "pK" for the K-th join of the pre-queue (its
 --                                          place is pkg/room's shuffle of K among pre, once frozen), else "T"
 -- KEYS[4] -> flashsale:{pP}:v:V:proof:S    a join's proof of work (set NX for its TTL), or any key of the slot
@@ -51,8 +54,9 @@
 -- unlapsed segments' passes less their ru: counts.
 --
 -- Cost: a tick is three HMGETs, and an HSET and two EXPIREs when it
--- changed anything (plus an HDEL per lapsing segment); a join adds an
--- HGET, two HSETs, two EXPIREs (and a SET of the proof). Ticks come from
+-- changed anything (plus an HDEL per lapsing segment, and an HSET of the
+-- second's a: field when it admitted); a join adds an HGET, two HSETs,
+-- two EXPIREs (and a SET of the proof). Ticks come from
 -- each gateway a few times a second per room it serves, not per waiter: a waiter's poll is answered by the
 -- gateway from the last tick's state.
 
@@ -82,6 +86,8 @@ local front, last_ms, gone = tonumber(s[5]) or 0, tonumber(s[6]) or 0, tonumber(
 -- dirty: the state changed and is written back (a room nobody is
 -- admitted from, before its start say, is only read).
 local dirty = not s[1]
+local sec = math.floor(now / 1000)
+local admitted_now = false
 
 -- Passes lapse: a segment past its end is gone, with its unused passes.
 local segs, used = {}, {}
@@ -126,7 +132,7 @@ if frozen == 1 and not paused and (end_ms == 0 or now < end_ms) then
       last_ms = last_ms + math.floor(credit * 1000 / rate)
     end
     if k > 0 then
-      front, live = front + k, live + k
+      front, live, admitted_now = front + k, live + k, true
       -- Admissions less than a hundredth of a pass apart share a segment
       -- (and its end: the earlier), so a room holds at most ~100.
       local exp, last = now + pass_ms, segs[#segs]
@@ -148,6 +154,9 @@ if dirty then
   segstr = table.concat(parts, ' ')
   redis.call('HSET', KEYS[2], 'seed', seed, 'pre', pre, 'frozen', frozen, 'tail', tail, 'front', front,
     'last_ms', last_ms, 'segs', segstr, 'gone', gone)
+  if admitted_now then
+    redis.call('HSET', KEYS[2], 'a:' .. sec, front)
+  end
 end
 
 -- The room's keys go with the voucher's (expire_s); a room of a voucher
@@ -192,7 +201,7 @@ if op ~= 'tick' then
       else
         tail = tail + 1
         place = tostring(tail)
-        redis.call('HSET', KEYS[2], 'tail', tail)
+        redis.call('HSET', KEYS[2], 'tail', tail, 'j:' .. sec, tail)
       end
       redis.call('HSET', KEYS[3], user, place)
       keep(KEYS[2])

@@ -107,8 +107,8 @@ func TestConsoleInABrowser(t *testing.T) {
 	require.Equal(t, "on sale", text(row+" td.state"))
 	drawRow := `tr[data-voucher="` + drawID + `"]`
 	require.Regexp(t, `^draw: [01] entries$`, text(drawRow+" td.state"), "a draw shows its entries")
-	require.Regexp(t, `^on sale · room: [0-3] waiting, [0-3] admitted, [0-3] passes out$`,
-		text(`tr[data-voucher="`+roomID+`"] td.state`), "a room shows its waiters")
+	require.Regexp(t, `^on sale · room: [0-3] waiting, [0-3] admitted, [0-3] passes out queue$`,
+		text(`tr[data-voucher="`+roomID+`"] td.state`), "a room shows its waiters, and a link to its story")
 	require.Contains(t, text(`#backlog`), "waiting")
 
 	// The charts have data, a line per series with several points each
@@ -197,6 +197,10 @@ func TestConsoleInABrowser(t *testing.T) {
 	clickUntil(t, bctx, row+" button.resume", row+" button.pause")
 	require.Equal(t, http.StatusAccepted, f.do("POST", "/v1/vouchers/"+id+"/orders", f.token("after"), "").Status)
 	require.Empty(t, text("#error"))
+
+	// The room's link opens its sale's report, with the room's story.
+	clickUntil(t, bctx, `tr[data-voucher="`+roomID+`"] button.queue-report`, `#report dd[data-field="queue"]`)
+	require.Contains(t, text(`#report dd[data-field="queue"]`), "joined")
 }
 
 // clickUntil clicks sel until want is visible. The page redraws its table

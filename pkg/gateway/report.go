@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/flashsale/flashsale/pkg/db"
+	"github.com/flashsale/flashsale/pkg/room"
+	"go.uber.org/zap"
 )
 
 // refusals counts this replica's refused claims per voucher and reason
@@ -62,6 +64,9 @@ type reportJSON struct {
 	db.Report
 	// RefusedClaims: the answering replica's own count (see replicaRefusals).
 	RefusedClaims replicaRefusals `json:"refused_claims"`
+	// Queue: a voucher's waiting room's story, from Redis (absent without
+	// a room, or while Redis cannot be read).
+	Queue *room.Story `json:"queue,omitempty"`
 }
 
 // replicaName names this gateway replica: its host name (the pod's name
@@ -79,7 +84,8 @@ func replicaName() string {
 const reportTimeout = 30 * time.Second
 
 // voucherReport: GET /admin/v1/vouchers/{id}/report, the account of one
-// sale from MySQL, and the refused claims this replica answered.
+// sale from MySQL, the refused claims this replica answered, and a
+// waiting room's story from Redis.
 func (g *Gateway) voucherReport(w http.ResponseWriter, r *http.Request) {
 	id, ok := g.adminAndID(w, r)
 	if !ok {
@@ -89,8 +95,15 @@ func (g *Gateway) voucherReport(w http.ResponseWriter, r *http.Request) {
 	if err == nil {
 		var rep db.Report
 		if rep, err = g.db.Report(r.Context(), id); err == nil {
-			writeJSON(w, http.StatusOK, reportJSON{VoucherID: idString(id), Name: v.Name, Kind: v.Kind, Report: rep,
-				RefusedClaims: replicaRefusals{Replica: g.replica, Since: g.refused.since.UTC(), ByReason: g.refused.of(id)}})
+			out := reportJSON{VoucherID: idString(id), Name: v.Name, Kind: v.Kind, Report: rep,
+				RefusedClaims: replicaRefusals{Replica: g.replica, Since: g.refused.since.UTC(), ByReason: g.refused.of(id)}}
+			if store := g.rooms.Store(); store != nil {
+				var qerr error
+				if out.Queue, qerr = store.Story(r.Context(), id); qerr != nil {
+					g.log.Warn("report: the room's story could not be read from Redis", zap.Int64("voucher_id", id), zap.Error(qerr))
+				}
+			}
+			writeJSON(w, http.StatusOK, out)
 			return
 		}
 	}

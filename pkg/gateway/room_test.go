@@ -152,6 +152,15 @@ func TestAWaitingRoom(t *testing.T) {
 	f.clock.Add(time.Second)
 	testenv.Eventually(t, 10*time.Second, "a fourth admitted", func() bool { return len(states()["admitted"]) == 4 })
 
+	// The report tells the room's story: six in the pre-queue, four
+	// admitted (at the start, a second and two seconds after), three
+	// bought with their pass (one cancelled since), two still waiting.
+	report := f.do("GET", "/admin/v1/vouchers/"+id+"/report", admin, "")
+	require.Equal(t, http.StatusOK, report.Status, report.Raw)
+	require.Equal(t, map[string]any{"joined": 6.0, "prequeued": 6.0, "admitted": 4.0, "bought": 3.0, "lapsed": 0.0, "waiting": 2.0,
+		"time_in_queue_seconds": map[string]any{"p50": 0.0, "p99": 2.0, "max": 2.0}}, report.Body["queue"], report.Raw)
+	require.NotContains(t, f.do("GET", "/admin/v1/vouchers/"+plain+"/report", admin, "").Body, "queue", "no room, no story")
+
 	// The operator takes the room away: claims need no pass.
 	off := f.do("PATCH", "/admin/v1/vouchers/"+id, admin, `{"waiting_room":null}`)
 	require.Equal(t, http.StatusOK, off.Status, off.Raw)

@@ -7,6 +7,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 
 	"github.com/redis/go-redis/v9"
 
@@ -48,4 +50,37 @@ func (s *Store) RoomWaiters(ctx context.Context, v int64) (n, bytes int64, err e
 		err = nil
 	}
 	return n, bytes, err
+}
+
+// RoomStory reads what voucher v's room keeps for the sale's report: its
+// state hash (with its j: and a: series; empty when it never had a
+// room), the voucher's start (unix ms, 0 none), and the places whose pass
+// bought (the voucher hash's rx: fields, scanned).
+func (s *Store) RoomStory(ctx context.Context, v int64) (state map[string]string, startMs int64, bought []int64, err error) {
+	vkey := s.VoucherKey(v)
+	st, _ := s.RoomKeys(v)
+	if state, err = s.c.HGetAll(ctx, st).Result(); err != nil || len(state) == 0 {
+		return state, 0, nil, err
+	}
+	if startMs, err = s.c.HGet(ctx, vkey, "start_ms").Int64(); errors.Is(err, redis.Nil) {
+		err = nil
+	}
+	if err != nil {
+		return nil, 0, nil, err
+	}
+	var cursor uint64
+	for {
+		var kv []string
+		if kv, cursor, err = s.c.HScan(ctx, vkey, cursor, "rx:*", 1000).Result(); err != nil {
+			return nil, 0, nil, err
+		}
+		for i := 0; i+1 < len(kv); i += 2 {
+			if n, perr := strconv.ParseInt(strings.TrimPrefix(kv[i], "rx:"), 10, 64); perr == nil {
+				bought = append(bought, n)
+			}
+		}
+		if cursor == 0 {
+			return state, startMs, bought, nil
+		}
+	}
 }

@@ -635,6 +635,21 @@ type Report struct {
 		Unknown int `json:"unknown"`
 	} `json:"persistence"`
 
+	// Queue only in the HTTP answer, for a voucher with a waiting room: its story, from Redis (docs/RUNBOOK.md, "The report of a sale")
+	Queue *struct {
+		Admitted           int `json:"admitted"`
+		Bought             int `json:"bought"`
+		Joined             int `json:"joined"`
+		Lapsed             int `json:"lapsed"`
+		Prequeued          int `json:"prequeued"`
+		TimeInQueueSeconds *struct {
+			Max int `json:"max"`
+			P50 int `json:"p50"`
+			P99 int `json:"p99"`
+		} `json:"time_in_queue_seconds"`
+		Waiting int `json:"waiting"`
+	} `json:"queue,omitempty"`
+
 	// RefundedAmount envelopes, in minor units
 	RefundedAmount *int       `json:"refunded_amount,omitempty"`
 	RefundedAt     *time.Time `json:"refunded_at,omitempty"`
@@ -1060,10 +1075,11 @@ type ClientInterface interface {
 
 	// GetAdminV1VouchersIdReport The account of one sale (reaper report VOUCHER_ID gives the same from MySQL, without refused_claims)
 	//
-	// Every figure but refused_claims is read from MySQL, so any replica
-	// (and `reaper report`) gives the same. refused_claims is what the
-	// answering gateway replica refused since it started: the others'
-	// refusals are not in it. docs/RUNBOOK.md ("The report of a sale") defines each figure.
+	// Every figure but refused_claims and queue is read from MySQL, so any
+	// replica (and `reaper report`) gives the same. refused_claims is what
+	// the answering gateway replica refused since it started: the others'
+	// refusals are not in it. queue, for a voucher with a waiting room, is
+	// the room's story from Redis. docs/RUNBOOK.md ("The report of a sale") defines each figure.
 	//
 	// Corresponds with GET /admin/v1/vouchers/{id}/report (the `GetAdminV1VouchersIdReport` operationId).
 	GetAdminV1VouchersIdReport(ctx context.Context, id ID, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -1390,10 +1406,11 @@ func (c *Client) PostAdminV1VouchersIdPause(ctx context.Context, id ID, reqEdito
 
 // GetAdminV1VouchersIdReport The account of one sale (reaper report VOUCHER_ID gives the same from MySQL, without refused_claims)
 //
-// Every figure but refused_claims is read from MySQL, so any replica
-// (and `reaper report`) gives the same. refused_claims is what the
-// answering gateway replica refused since it started: the others'
-// refusals are not in it. docs/RUNBOOK.md ("The report of a sale") defines each figure.
+// Every figure but refused_claims and queue is read from MySQL, so any
+// replica (and `reaper report`) gives the same. refused_claims is what
+// the answering gateway replica refused since it started: the others'
+// refusals are not in it. queue, for a voucher with a waiting room, is
+// the room's story from Redis. docs/RUNBOOK.md ("The report of a sale") defines each figure.
 //
 // Corresponds with GET /admin/v1/vouchers/{id}/report (the `GetAdminV1VouchersIdReport` operationId).
 func (c *Client) GetAdminV1VouchersIdReport(ctx context.Context, id ID, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -2705,10 +2722,11 @@ type ClientWithResponsesInterface interface {
 
 	// GetAdminV1VouchersIdReportWithResponse The account of one sale (reaper report VOUCHER_ID gives the same from MySQL, without refused_claims)
 	//
-	// Every figure but refused_claims is read from MySQL, so any replica
-	// (and `reaper report`) gives the same. refused_claims is what the
-	// answering gateway replica refused since it started: the others'
-	// refusals are not in it. docs/RUNBOOK.md ("The report of a sale") defines each figure.
+	// Every figure but refused_claims and queue is read from MySQL, so any
+	// replica (and `reaper report`) gives the same. refused_claims is what
+	// the answering gateway replica refused since it started: the others'
+	// refusals are not in it. queue, for a voucher with a waiting room, is
+	// the room's story from Redis. docs/RUNBOOK.md ("The report of a sale") defines each figure.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -4243,10 +4261,11 @@ func (c *ClientWithResponses) PostAdminV1VouchersIdPauseWithResponse(ctx context
 
 // GetAdminV1VouchersIdReportWithResponse The account of one sale (reaper report VOUCHER_ID gives the same from MySQL, without refused_claims)
 //
-// Every figure but refused_claims is read from MySQL, so any replica
-// (and `reaper report`) gives the same. refused_claims is what the
-// answering gateway replica refused since it started: the others'
-// refusals are not in it. docs/RUNBOOK.md ("The report of a sale") defines each figure.
+// Every figure but refused_claims and queue is read from MySQL, so any
+// replica (and `reaper report`) gives the same. refused_claims is what
+// the answering gateway replica refused since it started: the others'
+// refusals are not in it. queue, for a voucher with a waiting room, is
+// the room's story from Redis. docs/RUNBOOK.md ("The report of a sale") defines each figure.
 //
 // Returns a wrapper object for the known response body format(s).
 //

@@ -76,6 +76,9 @@ type RoomReport struct {
 	// still in the queue was told sold_out, ms; Waiters how many there were.
 	SoldOut *hdrhistogram.Histogram
 	Waiters int64
+	// Story: the room's story in the sale's report (GET …/report's
+	// queue), read once the sale is over.
+	Story *room.Story
 	// ETA: the first wait estimate (eta_ms) each admitted person was told,
 	// against the wait they had from then until the room admitted their
 	// place (read from the room's state every 20 ms while the sale runs).
@@ -273,6 +276,14 @@ func (s *Stack) RunRoom(ctx context.Context, cfg RoomConfig) (*RoomReport, error
 			return rep, err
 		}
 		rep.ETA = etaError(people, fw)
+		var report struct {
+			Queue *room.Story `json:"queue"`
+		}
+		status, err := client.Do(ctx, "GET", "/admin/v1/vouchers/"+vid+"/report", s.AdminToken, nil, &report)
+		if err != nil || status != http.StatusOK {
+			return rep, fmt.Errorf("the sale's report: %d %v", status, err)
+		}
+		rep.Story = report.Queue
 	}
 	persisted, err := watch.Wait(ctx, sale.Admitted, 2*time.Minute)
 	if err != nil {
@@ -604,6 +615,10 @@ func (r *RoomReport) Print(w io.Writer) {
 			row("room: first wait estimate vs the wait", fmt.Sprintf("error p50 %s (%.0f %% of the wait), p90 %s; bias p50 %s; median wait %s (%d admitted)",
 				e.AbsP50.Round(time.Millisecond), 100*e.RelP50, e.AbsP90.Round(time.Millisecond), e.BiasP50.Round(time.Millisecond),
 				e.WaitP50.Round(time.Millisecond), e.N))
+		}
+		if q := r.Story; q != nil && q.TimeInQueue != nil {
+			row("report: joined / admitted / bought / lapsed / waiting", fmt.Sprintf("%d / %d / %d / %d / %d", q.Joined, q.Admitted, q.Bought, q.Lapsed, q.Waiting))
+			row("report: time in the queue of the admitted", fmt.Sprintf("p50 %d s, p99 %d s, max %d s", q.TimeInQueue.P50, q.TimeInQueue.P99, q.TimeInQueue.Max))
 		}
 		row("room: joins / polls", fmt.Sprintf("%d / %d", r.Joins, r.Polls))
 		row("room: claims refused not_admitted", r.Refused)

@@ -44,6 +44,15 @@ func runRoom(t *testing.T, opts harness.Options, cfg harness.RoomConfig, compare
 	require.Zero(t, on.Inversions, "the room admits in queue order")
 	require.Positive(t, on.Refused, "the fast clients' claims without a pass were refused")
 	require.Positive(t, on.ETA.N, "people waiting were told an estimate of their wait")
+	// The report's story of the room against what the crowd saw.
+	q := on.Story
+	require.NotNil(t, q)
+	require.Equal(t, on.Joined, q.Joined, "every place given")
+	require.Equal(t, cfg.Stock, q.Bought, "every unit bought with a pass")
+	require.GreaterOrEqual(t, q.Admitted, on.AdmittedSeen, "everyone told admitted was admitted")
+	require.Equal(t, q.Joined-q.Admitted, q.Waiting)
+	require.LessOrEqual(t, q.Bought+q.Lapsed, q.Admitted)
+	require.NotNil(t, q.TimeInQueue)
 	return on, off
 }
 
