@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"math"
 	"net/netip"
+	"net/url"
+	"strings"
 	"time"
 
 	"github.com/flashsale/flashsale/pkg/ratelimit"
@@ -93,6 +95,11 @@ type Config struct {
 	// IPBurst is the requests an address may make at once. Default: twice
 	// IPRate, at least 1.
 	IPBurst int `envconfig:"FLASHSALE_IP_BURST" default:"0"`
+	// QueueEmbedOrigins are the origins ("https://shop.example") that may
+	// embed the queue page (GET /queue/{id}) in a frame and give it the
+	// buyer's token by postMessage; none by default: the page is opened
+	// on its own, the token in its URL's fragment.
+	QueueEmbedOrigins []string `envconfig:"FLASHSALE_QUEUE_EMBED_ORIGINS"`
 	// TrustedProxies are the CIDRs (or addresses) of the proxies whose
 	// X-Forwarded-For is believed; from anyone else it is ignored.
 	TrustedProxies []string `envconfig:"FLASHSALE_TRUSTED_PROXIES"`
@@ -258,6 +265,8 @@ func (c *Config) Validate() error {
 		return errors.New("FLASHSALE_POW_KEY must be at least 32 bytes")
 	case c.AccessKey != "" && len(c.AccessKey) < 32:
 		return errors.New("FLASHSALE_ACCESS_KEY must be at least 32 bytes")
+	case badOrigin(c.QueueEmbedOrigins) != "":
+		return fmt.Errorf("FLASHSALE_QUEUE_EMBED_ORIGINS: %q is not an origin (scheme://host[:port], no path)", badOrigin(c.QueueEmbedOrigins))
 	case c.RoomMaxWaiters < 1:
 		return fmt.Errorf("FLASHSALE_ROOM_MAX_WAITERS must be at least 1, got %d", c.RoomMaxWaiters)
 	case c.PowTTL < time.Second || c.PowTTL > time.Hour:
@@ -320,4 +329,17 @@ type validConfig struct {
 	loc     *time.Location
 	trusted []netip.Prefix
 	jwks    token.KeySet
+}
+
+// badOrigin is the first of origins that is not one (http or https,
+// a host, an optional port, nothing more), or "".
+func badOrigin(origins []string) string {
+	for _, o := range origins {
+		u, err := url.Parse(o)
+		if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" || u.Path != "" || u.RawQuery != "" ||
+			u.Fragment != "" || u.User != nil || strings.ContainsAny(o, " '\";<>") {
+			return o
+		}
+	}
+	return ""
 }

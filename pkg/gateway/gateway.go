@@ -245,6 +245,8 @@ func (g *Gateway) routes() []route {
 		{http.MethodPost, "/v1/orders/{id}/pay", false, g.buyerPay(g.mysqlBound(g.payOrder))},
 		{http.MethodPost, "/v1/orders/{id}/cancel", false, g.mysqlBound(g.cancelOrder)},
 		{http.MethodPost, "/v1/payments/webhook", false, g.paymentWebhook}, // takes its slot once verified
+		{http.MethodGet, "/queue/{id}", false, g.serveQueuePage},
+		{http.MethodGet, "/queue/assets/{name}", false, g.serveQueueAsset},
 		{http.MethodGet, "/admin/v1/vouchers", true, g.mysqlBound(g.listVouchers)},
 		{http.MethodPost, "/admin/v1/vouchers", true, g.mysqlBoundFor(max(createTimeout, g.cfg.MySQLTimeout), g.createVoucher)},
 		{http.MethodGet, "/admin/v1/vouchers/{id}", true, g.mysqlBound(g.getVoucher)},

@@ -398,6 +398,27 @@ func (e GetAdminV1VouchersId200JSONResponseBodyKind) Valid() bool {
 	}
 }
 
+// Defines values for GetQueueAssetsNameParamsName.
+const (
+	PageCss GetQueueAssetsNameParamsName = "page.css"
+	PageJs  GetQueueAssetsNameParamsName = "page.js"
+	TextsJs GetQueueAssetsNameParamsName = "texts.js"
+)
+
+// Valid indicates whether the value is a known member of the GetQueueAssetsNameParamsName enum.
+func (e GetQueueAssetsNameParamsName) Valid() bool {
+	switch e {
+	case PageCss:
+		return true
+	case PageJs:
+		return true
+	case TextsJs:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for GetV1Challenge200JSONResponseBodyAlgorithm.
 const (
 	SHA256 GetV1Challenge200JSONResponseBodyAlgorithm = "SHA-256"
@@ -812,6 +833,9 @@ type PostAdminV1VouchersIdAccessCodesJSONBody struct {
 	Users []string `json:"users"`
 }
 
+// GetQueueAssetsNameParamsName defines parameters for GetQueueAssetsName.
+type GetQueueAssetsNameParamsName string
+
 // GetV1ChallengeParams defines parameters for GetV1Challenge.
 type GetV1ChallengeParams struct {
 	// VoucherId the voucher to claim (or whose room to join); the challenge is spent on it alone, once, and has its difficulty (else FLASHSALE_POW_MAX_NUMBER)
@@ -1088,6 +1112,20 @@ type ClientInterface interface {
 	//
 	// Corresponds with POST /admin/v1/vouchers/{id}/resume (the `PostAdminV1VouchersIdResume` operationId).
 	PostAdminV1VouchersIdResume(ctx context.Context, id ID, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// GetQueueAssetsName The queue page's script, texts and style
+	//
+	// Corresponds with GET /queue/assets/{name} (the `GetQueueAssetsName` operationId).
+	GetQueueAssetsName(ctx context.Context, name GetQueueAssetsNameParamsName, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// GetQueueId The queue page of a voucher's waiting room, one HTML page a buyer opens (docs/API.md, "The queue page")
+	//
+	// It reads the buyer's token from the URL's fragment (#token=…&access=…)
+	// or from a postMessage of an origin in FLASHSALE_QUEUE_EMBED_ORIGINS,
+	// and talks only to this gateway's API. The voucher is not looked up.
+	//
+	// Corresponds with GET /queue/{id} (the `GetQueueId` operationId).
+	GetQueueId(ctx context.Context, id ID, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// GetV1Challenge A proof-of-work challenge for the caller (ALTCHA's format), valid FLASHSALE_POW_TTL
 	//
@@ -1430,6 +1468,40 @@ func (c *Client) GetAdminV1VouchersIdReport(ctx context.Context, id ID, reqEdito
 // Corresponds with POST /admin/v1/vouchers/{id}/resume (the `PostAdminV1VouchersIdResume` operationId).
 func (c *Client) PostAdminV1VouchersIdResume(ctx context.Context, id ID, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewPostAdminV1VouchersIdResumeRequest(c.Server, id)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// GetQueueAssetsName The queue page's script, texts and style
+//
+// Corresponds with GET /queue/assets/{name} (the `GetQueueAssetsName` operationId).
+func (c *Client) GetQueueAssetsName(ctx context.Context, name GetQueueAssetsNameParamsName, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetQueueAssetsNameRequest(c.Server, name)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// GetQueueId The queue page of a voucher's waiting room, one HTML page a buyer opens (docs/API.md, "The queue page")
+//
+// It reads the buyer's token from the URL's fragment (#token=…&access=…)
+// or from a postMessage of an origin in FLASHSALE_QUEUE_EMBED_ORIGINS,
+// and talks only to this gateway's API. The voucher is not looked up.
+//
+// Corresponds with GET /queue/{id} (the `GetQueueId` operationId).
+func (c *Client) GetQueueId(ctx context.Context, id ID, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetQueueIdRequest(c.Server, id)
 	if err != nil {
 		return nil, err
 	}
@@ -2062,6 +2134,74 @@ func NewPostAdminV1VouchersIdResumeRequest(server string, id ID) (*http.Request,
 	}
 
 	req, err := http.NewRequest(http.MethodPost, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewGetQueueAssetsNameRequest constructs an http.Request for the GetQueueAssetsName method
+func NewGetQueueAssetsNameRequest(server string, name GetQueueAssetsNameParamsName) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "name", name, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/queue/assets/%s", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewGetQueueIdRequest constructs an http.Request for the GetQueueId method
+func NewGetQueueIdRequest(server string, id ID) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/queue/%s", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
 	if err != nil {
 		return nil, err
 	}
@@ -2739,6 +2879,24 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with POST /admin/v1/vouchers/{id}/resume (the `PostAdminV1VouchersIdResume` operationId).
 	PostAdminV1VouchersIdResumeWithResponse(ctx context.Context, id ID, reqEditors ...RequestEditorFn) (*PostAdminV1VouchersIdResumeResponse, error)
+
+	// GetQueueAssetsNameWithResponse The queue page's script, texts and style
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /queue/assets/{name} (the `GetQueueAssetsName` operationId).
+	GetQueueAssetsNameWithResponse(ctx context.Context, name GetQueueAssetsNameParamsName, reqEditors ...RequestEditorFn) (*GetQueueAssetsNameResponse, error)
+
+	// GetQueueIdWithResponse The queue page of a voucher's waiting room, one HTML page a buyer opens (docs/API.md, "The queue page")
+	//
+	// It reads the buyer's token from the URL's fragment (#token=…&access=…)
+	// or from a postMessage of an origin in FLASHSALE_QUEUE_EMBED_ORIGINS,
+	// and talks only to this gateway's API. The voucher is not looked up.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /queue/{id} (the `GetQueueId` operationId).
+	GetQueueIdWithResponse(ctx context.Context, id ID, reqEditors ...RequestEditorFn) (*GetQueueIdResponse, error)
 
 	// GetV1ChallengeWithResponse A proof-of-work challenge for the caller (ALTCHA's format), valid FLASHSALE_POW_TTL
 	//
@@ -3511,6 +3669,88 @@ func (r PostAdminV1VouchersIdResumeResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r PostAdminV1VouchersIdResumeResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type GetQueueAssetsNameResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *Error
+}
+
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r GetQueueAssetsNameResponse) GetJSONDefault() *Error {
+	return r.JSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r GetQueueAssetsNameResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetQueueAssetsNameResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetQueueAssetsNameResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetQueueAssetsNameResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type GetQueueIdResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *Error
+}
+
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r GetQueueIdResponse) GetJSONDefault() *Error {
+	return r.JSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r GetQueueIdResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetQueueIdResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetQueueIdResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetQueueIdResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -4291,6 +4531,36 @@ func (c *ClientWithResponses) PostAdminV1VouchersIdResumeWithResponse(ctx contex
 	return ParsePostAdminV1VouchersIdResumeResponse(rsp)
 }
 
+// GetQueueAssetsNameWithResponse The queue page's script, texts and style
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /queue/assets/{name} (the `GetQueueAssetsName` operationId).
+func (c *ClientWithResponses) GetQueueAssetsNameWithResponse(ctx context.Context, name GetQueueAssetsNameParamsName, reqEditors ...RequestEditorFn) (*GetQueueAssetsNameResponse, error) {
+	rsp, err := c.GetQueueAssetsName(ctx, name, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetQueueAssetsNameResponse(rsp)
+}
+
+// GetQueueIdWithResponse The queue page of a voucher's waiting room, one HTML page a buyer opens (docs/API.md, "The queue page")
+//
+// It reads the buyer's token from the URL's fragment (#token=…&access=…)
+// or from a postMessage of an origin in FLASHSALE_QUEUE_EMBED_ORIGINS,
+// and talks only to this gateway's API. The voucher is not looked up.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /queue/{id} (the `GetQueueId` operationId).
+func (c *ClientWithResponses) GetQueueIdWithResponse(ctx context.Context, id ID, reqEditors ...RequestEditorFn) (*GetQueueIdResponse, error) {
+	rsp, err := c.GetQueueId(ctx, id, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetQueueIdResponse(rsp)
+}
+
 // GetV1ChallengeWithResponse A proof-of-work challenge for the caller (ALTCHA's format), valid FLASHSALE_POW_TTL
 //
 // Returns a wrapper object for the known response body format(s).
@@ -4882,6 +5152,58 @@ func ParsePostAdminV1VouchersIdResumeResponse(rsp *http.Response) (*PostAdminV1V
 		}
 		response.JSON200 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseGetQueueAssetsNameResponse parses an HTTP response from a GetQueueAssetsNameWithResponse call
+func ParseGetQueueAssetsNameResponse(rsp *http.Response) (*GetQueueAssetsNameResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetQueueAssetsNameResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseGetQueueIdResponse parses an HTTP response from a GetQueueIdWithResponse call
+func ParseGetQueueIdResponse(rsp *http.Response) (*GetQueueIdResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetQueueIdResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
 		var dest Error
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {

@@ -65,6 +65,9 @@ func TestBinariesRefuseBadConfigInOneLine(t *testing.T) {
 		{"bad time zone", "gateway", []string{secret, admin, "FLASHSALE_TIMEZONE=Mars/Olympus"}, nil, "FLASHSALE_TIMEZONE"},
 		{"negative claim timeout", "gateway", []string{secret, admin, "FLASHSALE_CLAIM_TIMEOUT=-1s"}, nil, "FLASHSALE_CLAIM_TIMEOUT"},
 		{"zero mysql inflight", "gateway", []string{secret, admin, "FLASHSALE_MYSQL_MAX_INFLIGHT=-2"}, nil, "FLASHSALE_MYSQL_MAX_INFLIGHT"},
+		{"short access key", "gateway", []string{secret, admin, "FLASHSALE_ACCESS_KEY=short"}, nil, "FLASHSALE_ACCESS_KEY"},
+		{"an embedding origin with a path", "gateway", []string{secret, admin, "FLASHSALE_QUEUE_EMBED_ORIGINS=https://shop.example/buy"}, nil, "FLASHSALE_QUEUE_EMBED_ORIGINS"},
+		{"an embedding origin without a scheme", "gateway", []string{secret, admin, "FLASHSALE_QUEUE_EMBED_ORIGINS=shop.example"}, nil, "FLASHSALE_QUEUE_EMBED_ORIGINS"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

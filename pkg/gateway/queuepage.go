@@ -1,0 +1,70 @@
+package gateway
+
+// The queue page (queuepage/): one page a buyer opens to wait in a
+// voucher's room and buy, served from the binary with its script and
+// style, no CDN. It holds no data and costs no store: it reads the API of
+// the gateway that served it, with the buyer's token.
+
+import (
+	"bytes"
+	"embed"
+	"html"
+	"net/http"
+	"strconv"
+	"strings"
+)
+
+//go:embed queuepage/page.html queuepage/page.js queuepage/texts.js queuepage/page.css
+var queueFiles embed.FS
+
+// queueAssets are the page's script and style, by name, with their type.
+var queueAssets = map[string]string{
+	"page.js": "text/javascript; charset=utf-8", "texts.js": "text/javascript; charset=utf-8", "page.css": "text/css; charset=utf-8",
+}
+
+// queuePageHeaders sets what every answer of the page's sets: nothing
+// runs but its own files, nothing is fetched but this gateway, and only
+// the origins of FLASHSALE_QUEUE_EMBED_ORIGINS may frame it.
+func (g *Gateway) queuePageHeaders(h http.Header) {
+	ancestors := "'none'"
+	if len(g.cfg.QueueEmbedOrigins) > 0 {
+		ancestors = strings.Join(g.cfg.QueueEmbedOrigins, " ")
+	} else {
+		h.Set("X-Frame-Options", "DENY")
+	}
+	h.Set("Content-Security-Policy", "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; "+
+		"base-uri 'none'; form-action 'none'; frame-ancestors "+ancestors)
+	h.Set("Referrer-Policy", "no-referrer")
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("Cache-Control", "no-store")
+}
+
+// serveQueuePage: GET /queue/{id}, the page of voucher id's queue. The
+// voucher is not looked up: the page's join says whether it exists.
+func (g *Gateway) serveQueuePage(w http.ResponseWriter, r *http.Request) {
+	id, err := pathID(r)
+	if err != nil {
+		g.fail(w, r, err)
+		return
+	}
+	page, _ := queueFiles.ReadFile("queuepage/page.html")
+	page = bytes.ReplaceAll(page, []byte("{{VOUCHER_ID}}"), []byte(strconv.FormatInt(id, 10)))
+	page = bytes.ReplaceAll(page, []byte("{{EMBED_ORIGINS}}"), []byte(html.EscapeString(strings.Join(g.cfg.QueueEmbedOrigins, " "))))
+	g.queuePageHeaders(w.Header())
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	_, _ = w.Write(page)
+}
+
+// serveQueueAsset: GET /queue/assets/{name}, the page's script and style.
+func (g *Gateway) serveQueueAsset(w http.ResponseWriter, r *http.Request) {
+	name := r.PathValue("name")
+	typ, ok := queueAssets[name]
+	if !ok {
+		writeError(w, &apiError{http.StatusNotFound, "not_found", "no such endpoint"})
+		return
+	}
+	b, _ := queueFiles.ReadFile("queuepage/" + name)
+	g.queuePageHeaders(w.Header())
+	w.Header().Set("Content-Type", typ)
+	_, _ = w.Write(b)
+}

@@ -1,0 +1,139 @@
+package gateway_test
+
+import (
+	"context"
+	"net/http"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/cdproto/emulation"
+	"github.com/chromedp/chromedp"
+	"github.com/chromedp/chromedp/kb"
+	"github.com/stretchr/testify/require"
+
+	"github.com/flashsale/flashsale/pkg/gateway"
+)
+
+// The queue page in headless Chromium, two buyers of a one-unit sale
+// behind a gated room: the first opens the page with its token in the
+// URL's fragment, solves the voucher's proof of work in the page, is
+// admitted, buys with the keyboard and sees its order persisted; the
+// second, on a phone-sized screen, waits at position 1 and is told sold
+// out. QUEUE_SCREENSHOT=path keeps a screenshot of the second (docs/queue.png
+// is one).
+func TestTheQueuePageInABrowser(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs a browser")
+	}
+	bin := chromium(t)
+	f := newFixture(t)
+	id := f.createVoucher(`{"name":"Sneaker drop","stock":1,"waiting_room":{"admit_per_second":1},"proof_of_work":{"max_number":3000}}`)
+	// The gateway's clock follows time: the room admits one a second.
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	go func() {
+		for ctx.Err() == nil {
+			f.clock.Set(time.Now().UTC())
+			time.Sleep(20 * time.Millisecond)
+		}
+	}()
+	bctx := browser(t, bin)
+	bctx, cancel := context.WithTimeout(bctx, 90*time.Second)
+	defer cancel()
+	text := func(tab context.Context, sel string) string {
+		var s string
+		require.NoError(t, chromedp.Run(tab, chromedp.Evaluate(`(() => { const n = document.querySelector(`+"`"+sel+"`"+`);
+			return n && !n.hidden ? n.textContent : "" })()`, &s)))
+		return strings.TrimSpace(s)
+	}
+	waitText := func(tab context.Context, sel, want string) {
+		t.Helper()
+		deadline := time.Now().Add(30 * time.Second)
+		for !strings.Contains(text(tab, sel), want) {
+			require.True(t, time.Now().Before(deadline), "%s never said %q; it says %q (status %q)", sel, want, text(tab, sel), text(tab, "#status"))
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+
+	// The first buyer: admitted (the first to join; then one pass is out
+	// for the one unit, and the room admits nobody more while it holds),
+	// the buy button focused.
+	a, cancelA := chromedp.NewContext(bctx)
+	defer cancelA()
+	var url string
+	require.NoError(t, chromedp.Run(a, chromedp.Navigate(f.srv.URL+"/queue/"+id+"#token="+f.token("alice")), chromedp.Location(&url)))
+	waitText(a, "#status", "It is your turn")
+	require.Equal(t, f.srv.URL+"/queue/"+id, strings.TrimSuffix(mustLocation(t, a), "#"), "the token left the address bar")
+	var focused string
+	require.NoError(t, chromedp.Run(a, chromedp.Evaluate(`document.activeElement.id`, &focused)))
+	require.Equal(t, "buy", focused, "the buy button has the focus: Enter buys")
+
+	// The second buyer, on a phone: in the queue behind the first.
+	b, cancelB := chromedp.NewContext(bctx)
+	defer cancelB()
+	require.NoError(t, chromedp.Run(b, chromedp.EmulateViewport(390, 844, chromedp.EmulateScale(2), chromedp.EmulateMobile),
+		emulation.SetTouchEmulationEnabled(true),
+		chromedp.Navigate(f.srv.URL+"/queue/"+id+"#token="+f.token("bob"))))
+	waitText(b, "#position", "1")
+	require.Equal(t, "You are in the queue.", text(b, "#status"))
+	var fits bool
+	require.NoError(t, chromedp.Run(b, chromedp.Evaluate(`document.documentElement.scrollWidth <= document.documentElement.clientWidth`, &fits)))
+	require.True(t, fits, "the page fits a phone's width")
+	if path := os.Getenv("QUEUE_SCREENSHOT"); path != "" {
+		var png []byte
+		require.NoError(t, chromedp.Run(b, chromedp.FullScreenshot(&png, 100)))
+		require.NoError(t, os.WriteFile(path, png, 0o644))
+	}
+
+	// The first buys with the keyboard, and sees the order persisted.
+	require.NoError(t, chromedp.Run(a, chromedp.KeyEvent(kb.Enter)))
+	waitText(a, "#order", "is placed")
+	f.persist(id)
+	waitText(a, "#order", "(created)")
+	orders := f.do("GET", "/v1/orders?voucher_id="+id, f.token("alice"), "")
+	require.Equal(t, http.StatusOK, orders.Status, orders.Raw)
+	require.Len(t, orders.Body["orders"], 1)
+	require.Contains(t, text(a, "#order"), orders.Body["orders"].([]any)[0].(map[string]any)["order_id"].(string))
+
+	// The second is told.
+	waitText(b, "#status", "Sold out")
+}
+
+func mustLocation(t *testing.T, tab context.Context) string {
+	var url string
+	require.NoError(t, chromedp.Run(tab, chromedp.Location(&url)))
+	return url
+}
+
+// The page's answers: its own files only, under a strict policy; framed
+// only by the origins configured; a bad id is a JSON 400.
+func TestTheQueuePagesHeaders(t *testing.T) {
+	f := newFixture(t)
+	res, err := http.Get(f.srv.URL + "/queue/7")
+	require.NoError(t, err)
+	res.Body.Close()
+	require.Equal(t, http.StatusOK, res.StatusCode)
+	csp := res.Header.Get("Content-Security-Policy")
+	require.Contains(t, csp, "script-src 'self';")
+	require.Contains(t, csp, "connect-src 'self';")
+	require.NotContains(t, csp, "unsafe-inline")
+	require.Contains(t, csp, "frame-ancestors 'none'")
+	require.Equal(t, "DENY", res.Header.Get("X-Frame-Options"))
+	for _, asset := range []string{"page.js", "texts.js", "page.css"} {
+		r, err := http.Get(f.srv.URL + "/queue/assets/" + asset)
+		require.NoError(t, err)
+		r.Body.Close()
+		require.Equal(t, http.StatusOK, r.StatusCode, asset)
+	}
+	requireError(t, f.do("GET", "/queue/assets/other.js", "", ""), http.StatusNotFound, "not_found")
+	requireError(t, f.do("GET", "/queue/x", "", ""), http.StatusBadRequest, "invalid_id")
+
+	embed := newFixtureOn(t, f.env, gateway.Config{QueueEmbedOrigins: []string{"https://shop.example"}})
+	res, err = http.Get(embed.srv.URL + "/queue/7")
+	require.NoError(t, err)
+	res.Body.Close()
+	require.Contains(t, res.Header.Get("Content-Security-Policy"), "frame-ancestors https://shop.example")
+	require.Empty(t, res.Header.Get("X-Frame-Options"))
+}
