@@ -89,15 +89,8 @@ func TestConsoleInABrowser(t *testing.T) {
 	defer cancelTimeout()
 
 	row := `tr[data-voucher="` + id + `"]`
-	// text reads sel's text in one step of the page (the table is rebuilt
-	// every second: a node found, then read in a second step, may have
-	// been replaced in between and read empty).
-	text := func(sel string) string {
-		var s string
-		require.NoError(t, chromedp.Run(bctx, chromedp.Evaluate(`(() => { const n = document.querySelector(`+strconv.Quote(sel)+`);
-			return n ? n.textContent : "" })()`, &s)))
-		return strings.TrimSpace(s)
-	}
+	// The table is rebuilt every second: text reads in one step.
+	text := func(sel string) string { return pageText(t, bctx, sel) }
 	require.NoError(t, chromedp.Run(bctx,
 		chromedp.Navigate(f.srv.URL+"/admin/console"),
 		chromedp.SendKeys("#token", admin, chromedp.ByID),
@@ -201,6 +194,17 @@ func TestConsoleInABrowser(t *testing.T) {
 	// The room's link opens its sale's report, with the room's story.
 	clickUntil(t, bctx, `tr[data-voucher="`+roomID+`"] button.queue-report`, `#report dd[data-field="queue"]`)
 	require.Contains(t, text(`#report dd[data-field="queue"]`), "joined")
+}
+
+// pageText reads the text of sel in tab in one step of the page ("" when
+// it is missing or hidden): a node found, then read in a second step, may
+// have been replaced in between and read empty.
+func pageText(t *testing.T, tab context.Context, sel string) string {
+	t.Helper()
+	var s string
+	require.NoError(t, chromedp.Run(tab, chromedp.Evaluate(`(() => { const n = document.querySelector(`+strconv.Quote(sel)+`);
+		return n && !n.hidden ? n.textContent : "" })()`, &s)))
+	return strings.TrimSpace(s)
 }
 
 // clickUntil clicks sel until want is visible. The page redraws its table

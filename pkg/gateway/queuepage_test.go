@@ -42,12 +42,7 @@ func TestTheQueuePageInABrowser(t *testing.T) {
 	bctx := browser(t, bin)
 	bctx, cancel := context.WithTimeout(bctx, 90*time.Second)
 	defer cancel()
-	text := func(tab context.Context, sel string) string {
-		var s string
-		require.NoError(t, chromedp.Run(tab, chromedp.Evaluate(`(() => { const n = document.querySelector(`+"`"+sel+"`"+`);
-			return n && !n.hidden ? n.textContent : "" })()`, &s)))
-		return strings.TrimSpace(s)
-	}
+	text := func(tab context.Context, sel string) string { return pageText(t, tab, sel) }
 	waitText := func(tab context.Context, sel, want string) {
 		t.Helper()
 		deadline := time.Now().Add(30 * time.Second)
@@ -62,8 +57,7 @@ func TestTheQueuePageInABrowser(t *testing.T) {
 	// the buy button focused.
 	a, cancelA := chromedp.NewContext(bctx)
 	defer cancelA()
-	var url string
-	require.NoError(t, chromedp.Run(a, chromedp.Navigate(f.srv.URL+"/queue/"+id+"#token="+f.token("alice")), chromedp.Location(&url)))
+	require.NoError(t, chromedp.Run(a, chromedp.Navigate(f.srv.URL+"/queue/"+id+"#token="+f.token("alice"))))
 	waitText(a, "#status", "It is your turn")
 	require.Equal(t, f.srv.URL+"/queue/"+id, strings.TrimSuffix(mustLocation(t, a), "#"), "the token left the address bar")
 	var focused string

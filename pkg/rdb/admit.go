@@ -340,7 +340,7 @@ func (s *Store) admitCalls(claims []Claim, pending []int) []admitCall {
 			pass = c.Pass
 		}
 		call.args = append(call.args, c.UserID, c.Now.UnixMilli(), call.dayArg, ttl, max(c.Quantity, 1), proofMax, proofTTL, pass,
-			bit(c.Access))
+			c.Access) // go-redis sends a bool as 1 or 0
 	}
 	return calls
 }

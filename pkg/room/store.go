@@ -81,7 +81,7 @@ func (s *Store) run(ctx context.Context, v int64, now time.Time, op, user string
 	var seed [8]byte
 	_, _ = rand.Read(seed[:])
 	res, err := s.r.RunRoom(ctx, v, proof, now.UnixMilli(), op, user, hex.EncodeToString(seed[:]),
-		PassFactor, s.maxWaiters, int64(IdleTTL/time.Second), accessArg(access))
+		PassFactor, s.maxWaiters, int64(IdleTTL/time.Second), access) // go-redis sends a bool as 1 or 0
 	if err != nil {
 		return nil, Place{}, err
 	}
@@ -145,12 +145,4 @@ func parseSnapshot(res []any, now time.Time) (*Snapshot, error) {
 // Redis uses for them (MEMORY USAGE of the waiters' hash, sampled).
 func (s *Store) Waiters(ctx context.Context, v int64) (n, bytes int64, err error) {
 	return s.r.RoomWaiters(ctx, v)
-}
-
-// accessArg is room.lua's ARGV[10].
-func accessArg(access bool) int {
-	if access {
-		return 1
-	}
-	return 0
 }
