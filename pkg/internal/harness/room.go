@@ -83,6 +83,9 @@ type RoomReport struct {
 	// against the wait they had from then until the room admitted their
 	// place (read from the room's state every 20 ms while the sale runs).
 	ETA ETAError
+	// ETATold: people told an estimate (eta_ms) at least once while they
+	// waited, admitted or not.
+	ETATold int64
 	// Requests by kind; Refused: claims answered not_admitted; Limited
 	// and Unavailable: answers 429 and 503 to any request (joins, polls,
 	// claims); Errors: transport errors and other 5xx.
@@ -267,6 +270,9 @@ func (s *Stack) RunRoom(ctx context.Context, cfg RoomConfig) (*RoomReport, error
 		}
 		if !p.admitted.IsZero() {
 			rep.AdmittedSeen++
+		}
+		if !p.etaAt.IsZero() {
+			rep.ETATold++
 		}
 	}
 	sale.Requests, sale.Errors, sale.LastAdmit, sale.Duration = rep.Claims, rep.Errors, lastUnit, rep.Duration
@@ -626,6 +632,7 @@ func (r *RoomReport) Print(w io.Writer) {
 			row("report: joined / admitted / bought / lapsed / waiting", fmt.Sprintf("%d / %d / %d / %d / %d", q.Joined, q.Admitted, q.Bought, q.Lapsed, q.Waiting))
 			row("report: time in the queue of the admitted", fmt.Sprintf("p50 %d s, p99 %d s, max %d s", q.TimeInQueue.P50, q.TimeInQueue.P99, q.TimeInQueue.Max))
 		}
+		row("room: told a wait estimate", fmt.Sprintf("%d people", r.ETATold))
 		row("room: joins / polls", fmt.Sprintf("%d / %d", r.Joins, r.Polls))
 		row("room: claims refused not_admitted", r.Refused)
 	}
