@@ -24,6 +24,8 @@
 --                                          place is pkg/room's shuffle of K among pre, once frozen), else "T"
 -- KEYS[4] -> flashsale:{pP}:v:V:proof:S    a join's proof of work (set NX for its TTL), or any key of the slot
 -- KEYS[5] -> flashsale:{pP}:loaded         the partition's loaded mark (read only when the voucher is missing)
+-- KEYS[6] -> flashsale:{pP}:v:V:room:told  the places told how the sale ended, for the report: bit 2T set once
+--                                          ticket T heard sold_out, bit 2T+1 once it heard closed
 --
 -- ARGV[1] -> now, unix ms (the caller's clock)
 -- ARGV[2] -> "tick", "join" or "get"
@@ -37,6 +39,8 @@
 --            its keys then expire, as a voucher's with ends_at do at its expire_s
 -- ARGV[10] -> 1: the join carries the user's access code for the voucher (pkg/access; verified by the
 --             gateway), 0: not
+-- ARGV[11] -> tick: bits of KEYS[6] to set, space-separated (the answers the gateway gave since its last
+--             tick); '' none
 --
 -- Returns {code, place, front, tail, pre, frozen, stock, live, segs, seed,
 -- start_ms, end_ms, paused, rate, pass_ms, limit, gone}; code 0, or
@@ -55,10 +59,11 @@
 --
 -- Cost: a tick is three HMGETs, and an HSET and two EXPIREs when it
 -- changed anything (plus an HDEL per lapsing segment, and an HSET of the
--- second's a: field when it admitted); a join adds an HGET, two HSETs,
--- two EXPIREs (and a SET of the proof). Ticks come from
--- each gateway a few times a second per room it serves, not per waiter: a waiter's poll is answered by the
--- gateway from the last tick's state.
+-- second's a: field when it admitted, and a SETBIT per waiter told the
+-- sale's end since the gateway's last tick); a join adds an HGET, two
+-- HSETs, two EXPIREs (and a SET of the proof). Ticks come from each
+-- gateway a few times a second per room it serves, not per waiter: a
+-- waiter's poll is answered by the gateway from the last tick's state.
 
 local now, op, user = tonumber(ARGV[1]), ARGV[2], ARGV[3]
 local v = redis.call('HMGET', KEYS[1], 'stock', 'start_ms', 'end_ms', 'paused', 'room', 'room_pre_ms', 'room_pass_ms',
@@ -171,6 +176,12 @@ end
 if dirty then
   keep(KEYS[2])
   keep(KEYS[3])
+end
+if ARGV[11] and ARGV[11] ~= '' then
+  for bit in string.gmatch(ARGV[11], '%d+') do
+    redis.call('SETBIT', KEYS[6], bit, 1)
+  end
+  keep(KEYS[6])
 end
 
 local code, place = 0, ''

@@ -99,7 +99,7 @@ func (g *Gateway) voucherReport(w http.ResponseWriter, r *http.Request) {
 				RefusedClaims: replicaRefusals{Replica: g.replica, Since: g.refused.since.UTC(), ByReason: g.refused.of(id)}}
 			if store := g.rooms.Store(); store != nil {
 				var qerr error
-				if out.Queue, qerr = store.Story(r.Context(), id); qerr != nil {
+				if out.Queue, qerr = store.Story(r.Context(), id, g.now()); qerr != nil {
 					g.log.Warn("report: the room's story could not be read from Redis", zap.Int64("voucher_id", id), zap.Error(qerr))
 				}
 			}

@@ -140,7 +140,7 @@ func (g *Gateway) joinQueue(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	g.rooms.Learn(v, s)
-	g.answerQueue(w, "join", s.Answer(p, now), g.queueTokens.Sign(v, user, p))
+	g.answerQueue(w, v, "join", s.Answer(p, now), g.queueTokens.Sign(v, user, p))
 }
 
 // getQueue: GET /v1/vouchers/{id}/queue. Where the caller stands: from
@@ -181,7 +181,7 @@ func (g *Gateway) getQueue(w http.ResponseWriter, r *http.Request) {
 	if tok == "" {
 		tok = g.queueTokens.Sign(v, user, p)
 	}
-	g.answerQueue(w, "poll", s.Answer(p, g.now()), tok)
+	g.answerQueue(w, v, "poll", s.Answer(p, g.now()), tok)
 }
 
 // pollsFirst answers polls that carry only their queue token before the
@@ -224,13 +224,14 @@ func (g *Gateway) pollByToken(w http.ResponseWriter, r *http.Request, v int64) {
 		g.fail(w, r, err)
 		return
 	}
-	g.answerQueue(w, "poll", s.Answer(p, now), tok)
+	g.answerQueue(w, v, "poll", s.Answer(p, now), tok)
 }
 
-// answerQueue writes a queue answer, by hand: polls are the room's hot
-// path.
-func (g *Gateway) answerQueue(w http.ResponseWriter, op string, a room.Answer, tok string) {
+// answerQueue writes a queue answer of voucher v's room, by hand: polls
+// are the room's hot path.
+func (g *Gateway) answerQueue(w http.ResponseWriter, v int64, op string, a room.Answer, tok string) {
 	g.metrics.roomAnswer(op, a.State)
+	g.rooms.Told(v, a)
 	b := make([]byte, 0, 160)
 	b = append(b, `{"state":"`...)
 	b = append(b, a.State...)

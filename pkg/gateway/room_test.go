@@ -154,10 +154,13 @@ func TestAWaitingRoom(t *testing.T) {
 
 	// The report tells the room's story: six in the pre-queue, four
 	// admitted (at the start, a second and two seconds after), three
-	// bought with their pass (one cancelled since), two still waiting.
+	// bought with their pass (one cancelled since), two still waiting,
+	// both told sold_out before the unit came back; nobody is known gone
+	// while a unit is on sale.
 	report := f.do("GET", "/admin/v1/vouchers/"+id+"/report", admin, "")
 	require.Equal(t, http.StatusOK, report.Status, report.Raw)
 	require.Equal(t, map[string]any{"joined": 6.0, "prequeued": 6.0, "admitted": 4.0, "bought": 3.0, "lapsed": 0.0, "waiting": 2.0,
+		"told_sold_out": 2.0, "told_closed": 0.0, "gone_before_turn": nil,
 		"time_in_queue_seconds": map[string]any{"p50": 0.0, "p99": 2.0, "max": 2.0}}, report.Body["queue"], report.Raw)
 	require.NotContains(t, f.do("GET", "/admin/v1/vouchers/"+plain+"/report", admin, "").Body, "queue", "no room, no story")
 

@@ -26,6 +26,7 @@ import (
 //	flashsale:{pP}:v:V:moves:in        set of move ids whose units were given here
 //	flashsale:{pP}:v:V:room            a waiting room's state (pkg/room, room.lua)
 //	flashsale:{pP}:v:V:room:w          a waiting room's waiters: user -> place
+//	flashsale:{pP}:v:V:room:told       bitmap of the places told how the sale ended: bit 2T ticket T heard sold_out, 2T+1 closed
 //	flashsale:{pP}:v:V:proof:S         a proof of work spent on V (S its challenge's signature), for its TTL
 //
 // and, in no partition:
@@ -128,6 +129,10 @@ func RoomKey(key string) string { return key + ":room" }
 
 // RoomWaitersKey is the waiters' hash of the room whose state is state.
 func RoomWaitersKey(state string) string { return state + ":w" }
+
+// RoomToldKey is the bitmap of the places told how the sale ended, of the
+// room whose state is state.
+func RoomToldKey(state string) string { return state + ":told" }
 
 // VoucherKey is voucher v's hash (its bucket 0): where a waiting room
 // lives, since a voucher with a room has one bucket.

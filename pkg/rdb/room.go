@@ -1,7 +1,8 @@
 package rdb
 
 // A waiting room's Redis calls (pkg/room decides what they mean): the
-// room's script, and the size of its waiters' hash.
+// room's script, the size of its waiters' hash, and what it keeps for the
+// report.
 
 import (
 	"context"
@@ -31,7 +32,8 @@ func (s *Store) RunRoom(ctx context.Context, v int64, proof Proof, now int64, op
 	state, waiters := s.RoomKeys(v)
 	proofKey, proofMax, proofTTL := proof.Args(vkey)
 	args := append([]any{now, op, user, seed, proofMax, proofTTL}, rest...)
-	res, err := lua.Room.Run(ctx, s.c, []string{vkey, state, waiters, proofKey, s.loaded[s.PartitionOf(v)]}, args...).Slice()
+	keys := []string{vkey, state, waiters, proofKey, s.loaded[s.PartitionOf(v)], RoomToldKey(state)}
+	res, err := lua.Room.Run(ctx, s.c, keys, args...).Slice()
 	if err != nil {
 		return nil, fmt.Errorf("room %d: %w", v, err)
 	}
@@ -52,35 +54,53 @@ func (s *Store) RoomWaiters(ctx context.Context, v int64) (n, bytes int64, err e
 	return n, bytes, err
 }
 
-// RoomStory reads what voucher v's room keeps for the sale's report: its
-// state hash (with its j: and a: series; empty when it never had a
-// room), the voucher's start (unix ms, 0 none), and the places whose pass
-// bought (the voucher hash's rx: fields, scanned).
-func (s *Store) RoomStory(ctx context.Context, v int64) (state map[string]string, startMs int64, bought []int64, err error) {
+// RoomRecord is what a voucher's room keeps for the sale's report.
+type RoomRecord struct {
+	State   map[string]string // the room's state hash, with its j: and a: series; empty: it never had a room
+	StartMs int64             // the voucher's start, unix ms (0: none)
+	EndMs   int64             // its end, unix ms (0: none)
+	Stock   int64             // units left in Redis
+	Bought  []int64           // the places whose pass bought (the voucher hash's rx: fields)
+	Told    []byte            // the bitmap of places told how the sale ended (RoomToldKey)
+}
+
+// RoomStory reads what voucher v's room keeps for the sale's report.
+func (s *Store) RoomStory(ctx context.Context, v int64) (*RoomRecord, error) {
 	vkey := s.VoucherKey(v)
 	st, _ := s.RoomKeys(v)
-	if state, err = s.c.HGetAll(ctx, st).Result(); err != nil || len(state) == 0 {
-		return state, 0, nil, err
+	rec := &RoomRecord{}
+	var err error
+	if rec.State, err = s.c.HGetAll(ctx, st).Result(); err != nil || len(rec.State) == 0 {
+		return rec, err
 	}
-	if startMs, err = s.c.HGet(ctx, vkey, "start_ms").Int64(); errors.Is(err, redis.Nil) {
+	vals, err := s.c.HMGet(ctx, vkey, "start_ms", "end_ms", "stock").Result()
+	if err != nil {
+		return nil, err
+	}
+	for i, p := range []*int64{&rec.StartMs, &rec.EndMs, &rec.Stock} {
+		if str, ok := vals[i].(string); ok {
+			*p, _ = strconv.ParseInt(str, 10, 64)
+		}
+	}
+	if rec.Told, err = s.c.Get(ctx, RoomToldKey(st)).Bytes(); errors.Is(err, redis.Nil) {
 		err = nil
 	}
 	if err != nil {
-		return nil, 0, nil, err
+		return nil, err
 	}
 	var cursor uint64
 	for {
 		var kv []string
 		if kv, cursor, err = s.c.HScan(ctx, vkey, cursor, "rx:*", 1000).Result(); err != nil {
-			return nil, 0, nil, err
+			return nil, err
 		}
 		for i := 0; i+1 < len(kv); i += 2 {
 			if n, perr := strconv.ParseInt(strings.TrimPrefix(kv[i], "rx:"), 10, 64); perr == nil {
-				bought = append(bought, n)
+				rec.Bought = append(rec.Bought, n)
 			}
 		}
 		if cursor == 0 {
-			return state, startMs, bought, nil
+			return rec, nil
 		}
 	}
 }

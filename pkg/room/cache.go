@@ -43,6 +43,75 @@ type Entry struct {
 	// Admitting is computed.
 	mu      sync.Mutex
 	samples []sample
+	// told: the tickets told how the sale ended since the last tick
+	// (guarded by mu), sent to Redis with the next.
+	told map[Told]struct{}
+}
+
+// Told is a ticket told how the sale ended: sold out, or closed.
+type Told struct {
+	Ticket int64
+	Closed bool
+}
+
+// bit is its bit in the room's told bitmap (room.lua's KEYS[6]).
+func (t Told) bit() int64 {
+	if t.Closed {
+		return 2*t.Ticket + 1
+	}
+	return 2 * t.Ticket
+}
+
+// MaxToldPerTick bounds the tickets one tick records (a tick's argument);
+// the rest wait for the next ticks.
+const MaxToldPerTick = 20_000
+
+// Told records that this gateway gave answer a from voucher v's room: a
+// ticket told sold_out or closed is recorded in Redis with the room's next
+// tick, for the sale's report. Other answers cost nothing.
+func (c *Cache) Told(v int64, a Answer) {
+	if a.Ticket <= 0 || (a.State != SoldOut && a.State != Closed) {
+		return
+	}
+	if e := c.entries()[v]; e != nil {
+		e.tell(Told{Ticket: a.Ticket, Closed: a.State == Closed})
+	}
+}
+
+func (e *Entry) tell(t Told) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.told == nil {
+		e.told = map[Told]struct{}{}
+	}
+	e.told[t] = struct{}{}
+}
+
+// takeTold takes up to MaxToldPerTick of the tickets told.
+func (e *Entry) takeTold() []Told {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	var out []Told
+	for t := range e.told {
+		if len(out) == MaxToldPerTick {
+			break
+		}
+		out = append(out, t)
+		delete(e.told, t)
+	}
+	return out
+}
+
+// giveBackTold returns tickets a failed tick did not record.
+func (e *Entry) giveBackTold(ts []Told) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for _, t := range ts {
+		if e.told == nil {
+			e.told = map[Told]struct{}{}
+		}
+		e.told[t] = struct{}{}
+	}
 }
 
 type sample struct {
@@ -201,12 +270,15 @@ func (c *Cache) Tick(ctx context.Context, idle time.Duration, ticked func(v int6
 			forgot(v)
 			continue
 		}
-		s, err := c.store.Tick(ctx, v, now)
+		told := e.takeTold()
+		s, err := c.store.Tick(ctx, v, now, told...)
 		switch {
 		case Gone(err):
 			e.Set(nil, err)
 		case err == nil:
 			e.Set(s, nil)
+		default:
+			e.giveBackTold(told)
 		}
 		ticked(v, s, err)
 	}

@@ -258,7 +258,8 @@ const (
 func (s *Snapshot) Answer(p Place, now time.Time) Answer {
 	switch {
 	case !s.EndsAt.IsZero() && !now.Before(s.EndsAt):
-		return Answer{State: Closed, ETA: -1}
+		t, _ := s.Ticket(p) // 0 for a pre-queue join never placed
+		return Answer{State: Closed, Ticket: t, ETA: -1}
 	case s.Paused:
 		return Answer{State: Paused, Retry: 2 * time.Second, ETA: -1}
 	}

@@ -56,9 +56,11 @@ func NewStore(r *rdb.Store, maxWaiters int64) *Store {
 	return &Store{r: r, maxWaiters: cmp.Or(maxWaiters, DefaultMaxWaiters)}
 }
 
-// Tick runs voucher v's room's clock at now and returns its state.
-func (s *Store) Tick(ctx context.Context, v int64, now time.Time) (*Snapshot, error) {
-	snap, _, err := s.run(ctx, v, now, "tick", "", rdb.Proof{}, false)
+// Tick runs voucher v's room's clock at now and returns its state,
+// recording the tickets told how the sale ended since the last tick (told;
+// see Cache.Told).
+func (s *Store) Tick(ctx context.Context, v int64, now time.Time, told ...Told) (*Snapshot, error) {
+	snap, _, err := s.run(ctx, v, now, "tick", "", rdb.Proof{}, false, told...)
 	return snap, err
 }
 
@@ -77,11 +79,18 @@ func (s *Store) Find(ctx context.Context, v int64, user string, now time.Time) (
 // Keys are the room's keys of voucher v: its state and its waiters.
 func (s *Store) Keys(v int64) (state, waiters string) { return s.r.RoomKeys(v) }
 
-func (s *Store) run(ctx context.Context, v int64, now time.Time, op, user string, proof rdb.Proof, access bool) (*Snapshot, Place, error) {
+func (s *Store) run(ctx context.Context, v int64, now time.Time, op, user string, proof rdb.Proof, access bool, told ...Told) (*Snapshot, Place, error) {
 	var seed [8]byte
 	_, _ = rand.Read(seed[:])
+	var bits []byte
+	for i, t := range told {
+		if i > 0 {
+			bits = append(bits, ' ')
+		}
+		bits = strconv.AppendInt(bits, t.bit(), 10)
+	}
 	res, err := s.r.RunRoom(ctx, v, proof, now.UnixMilli(), op, user, hex.EncodeToString(seed[:]),
-		PassFactor, s.maxWaiters, int64(IdleTTL/time.Second), access) // go-redis sends a bool as 1 or 0
+		PassFactor, s.maxWaiters, int64(IdleTTL/time.Second), access, bits) // go-redis sends a bool as 1 or 0
 	if err != nil {
 		return nil, Place{}, err
 	}

@@ -192,9 +192,23 @@ func TestTheRoomKnowsTheStock(t *testing.T) {
 	require.NoError(t, err)
 	require.EqualValues(t, 6, snap.Front, "nothing left: nobody more admitted")
 	require.EqualValues(t, 2, snap.Live)
+	// Each waiter is told so; a gateway's cache records it with the
+	// room's next tick, for the sale's report.
+	cache := room.NewCache(rs, func() time.Time { return now.Add(time.Second) })
+	cache.Learn(2, snap)
 	for i, p := range places {
-		require.Equal(t, room.SoldOut, snap.Answer(p, snap.At).State, "waiter %d", i)
+		a := snap.Answer(p, snap.At)
+		require.Equal(t, room.SoldOut, a.State, "waiter %d", i)
+		cache.Told(2, a)
+		cache.Told(2, a) // told twice, counted once
 	}
+	cache.Tick(ctx, time.Minute, func(int64, *room.Snapshot, error) {}, func(int64) {})
+	story, err := rs.Story(ctx, 2, now.Add(time.Second))
+	require.NoError(t, err)
+	require.EqualValues(t, n-6, story.Waiting)
+	require.EqualValues(t, n-6, story.ToldSoldOut, "the admitted told sold_out are not counted")
+	require.NotNil(t, story.GoneBeforeTurn)
+	require.Zero(t, *story.GoneBeforeTurn, "sold out, and everyone waiting heard it")
 	// Two units come back (an operator's top-up here; a cancelled order's
 	// release is the same to the room): 2 x 1.5 = 3 passes may be out, 2
 	// are, so one more is admitted.
@@ -207,6 +221,17 @@ func TestTheRoomKnowsTheStock(t *testing.T) {
 	require.Equal(t, room.Admitted, snap.Answer(places[6], snap.At).State)
 	require.Equal(t, room.Waiting, snap.Answer(places[7], snap.At).State)
 	require.LessOrEqual(t, snap.Live, int64(float64(snap.Stock)*room.PassFactor))
+	// On sale again: nobody is known gone. A place told closed (the bit
+	// after its sold_out one) counts apart.
+	_, late, err := rs.Join(ctx, 2, "late", rdb.Proof{}, false, now.Add(2*time.Second))
+	require.NoError(t, err)
+	_, err = rs.Tick(ctx, 2, now.Add(2*time.Second), room.Told{Ticket: late.N, Closed: true})
+	require.NoError(t, err)
+	story, err = rs.Story(ctx, 2, now.Add(2*time.Second))
+	require.NoError(t, err)
+	require.EqualValues(t, n-7, story.ToldSoldOut, "one more admitted")
+	require.EqualValues(t, 1, story.ToldClosed)
+	require.Nil(t, story.GoneBeforeTurn)
 }
 
 // A voucher without a room has none to tick or join, and its claims need

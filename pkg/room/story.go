@@ -1,9 +1,11 @@
 package room
 
 // A room's story, for the sale's report: who joined, was admitted, bought
-// with their pass, let it lapse, or is still waiting, and how long the
-// admitted waited, from what the room keeps (its state, the j: and a:
-// series room.lua writes, the voucher's rx: marks of passes that bought).
+// with their pass, let it lapse, was told sold out or closed, left before
+// their turn or is still waiting, and how long the admitted waited, from
+// what the room keeps (its state, the j: and a: series room.lua writes,
+// the voucher's rx: marks of passes that bought, the bitmap of places told
+// how the sale ended).
 
 import (
 	"context"
@@ -11,6 +13,9 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
+
+	"github.com/flashsale/flashsale/pkg/rdb"
 )
 
 // Story is a room's account.
@@ -20,7 +25,17 @@ type Story struct {
 	Admitted  int64 `json:"admitted"`  // places admitted
 	Bought    int64 `json:"bought"`    // admitted places whose pass bought
 	Lapsed    int64 `json:"lapsed"`    // admitted places whose pass ran out unused
-	Waiting   int64 `json:"waiting"`   // places never admitted (yet): told sold_out, closed, or still waiting
+	Waiting   int64 `json:"waiting"`   // places never admitted (yet): told sold_out, closed, gone, or still waiting
+	// ToldSoldOut and ToldClosed: of the places never admitted, those
+	// that polled after the stock ran out (or the sale closed) and were
+	// told so.
+	ToldSoldOut int64 `json:"told_sold_out"`
+	ToldClosed  int64 `json:"told_closed"`
+	// GoneBeforeTurn: once the sale is over (sold out or closed), the
+	// places never admitted that never asked again to hear it: they left
+	// the queue before their turn. Nil while the sale is on (a waiter who
+	// stopped asking cannot be told from one who asks rarely yet).
+	GoneBeforeTurn *int64 `json:"gone_before_turn"`
 	// TimeInQueue: from the join (the start, for the pre-queue) until the
 	// room admitted the place, over the admitted places, to the second;
 	// nil when none was admitted.
@@ -34,22 +49,30 @@ type QueueTimes struct {
 	Max int64 `json:"max"`
 }
 
-// Story reads voucher v's room's story; nil when it never had a room.
-func (s *Store) Story(ctx context.Context, v int64) (*Story, error) {
-	state, startMs, bought, err := s.r.RoomStory(ctx, v)
-	if err != nil || len(state) == 0 {
+// Story reads voucher v's room's story at now; nil when it never had a
+// room.
+func (s *Store) Story(ctx context.Context, v int64, now time.Time) (*Story, error) {
+	rec, err := s.r.RoomStory(ctx, v)
+	if err != nil || len(rec.State) == 0 {
 		return nil, err
 	}
-	return story(state, startMs, bought), nil
+	return story(rec, now.UnixMilli()), nil
 }
 
-// story computes a Story from a room's state hash, its voucher's start
-// (unix ms) and the places whose pass bought.
-func story(state map[string]string, startMs int64, bought []int64) *Story {
+// told reports whether bit b of a room's told bitmap is set (Redis
+// numbers a bitmap's bits from each byte's most significant).
+func told(bits []byte, b int64) bool {
+	return b/8 < int64(len(bits)) && bits[b/8]&(0x80>>(b%8)) != 0
+}
+
+// story computes a Story from what a room keeps, at nowMs.
+func story(rec *rdb.RoomRecord, nowMs int64) *Story {
+	state, startMs, bought := rec.State, rec.StartMs, rec.Bought
 	num := func(k string) int64 { n, _ := strconv.ParseInt(state[k], 10, 64); return n }
 	pre, tail, front, gone := num("pre"), num("tail"), num("front"), num("gone")
 	st := &Story{Prequeued: pre, Joined: pre, Admitted: front}
-	if num("frozen") == 1 {
+	frozen := num("frozen") == 1
+	if frozen {
 		st.Joined = tail
 	}
 	st.Waiting = st.Joined - front
@@ -63,6 +86,20 @@ func story(state map[string]string, startMs int64, bought []int64) *Story {
 		}
 	}
 	st.Lapsed = max(gone-boughtGone, 0)
+	if frozen { // placed: the pre-queue's tickets are known
+		for t := front + 1; t <= tail; t++ {
+			switch {
+			case told(rec.Told, 2*t):
+				st.ToldSoldOut++
+			case told(rec.Told, 2*t+1):
+				st.ToldClosed++
+			}
+		}
+	}
+	if rec.Stock <= 0 || (rec.EndMs > 0 && nowMs >= rec.EndMs) {
+		g := st.Waiting - st.ToldSoldOut - st.ToldClosed
+		st.GoneBeforeTurn = &g
+	}
 	st.TimeInQueue = queueTimes(series(state, "j:"), series(state, "a:"), pre, front, startMs/1000)
 	return st
 }

@@ -658,17 +658,26 @@ type Report struct {
 
 	// Queue only in the HTTP answer, for a voucher with a waiting room: its story, from Redis (docs/RUNBOOK.md, "The report of a sale")
 	Queue *struct {
-		Admitted           int `json:"admitted"`
-		Bought             int `json:"bought"`
-		Joined             int `json:"joined"`
-		Lapsed             int `json:"lapsed"`
-		Prequeued          int `json:"prequeued"`
+		Admitted int `json:"admitted"`
+		Bought   int `json:"bought"`
+
+		// GoneBeforeTurn once the sale is over (sold out or closed), the places never admitted that never asked again; null while it is on
+		GoneBeforeTurn     *int `json:"gone_before_turn"`
+		Joined             int  `json:"joined"`
+		Lapsed             int  `json:"lapsed"`
+		Prequeued          int  `json:"prequeued"`
 		TimeInQueueSeconds *struct {
 			Max int `json:"max"`
 			P50 int `json:"p50"`
 			P99 int `json:"p99"`
 		} `json:"time_in_queue_seconds"`
-		Waiting int `json:"waiting"`
+
+		// ToldClosed of the places never admitted, those told closed
+		ToldClosed int `json:"told_closed"`
+
+		// ToldSoldOut of the places never admitted, those told sold_out
+		ToldSoldOut int `json:"told_sold_out"`
+		Waiting     int `json:"waiting"`
 	} `json:"queue,omitempty"`
 
 	// RefundedAmount envelopes, in minor units

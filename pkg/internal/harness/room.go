@@ -46,6 +46,9 @@ type RoomConfig struct {
 	Arrivals time.Duration
 	// NoShow is the share of admitted people who never buy.
 	NoShow float64
+	// Leave is the share of people who leave the queue once they joined
+	// (never ask again).
+	Leave float64
 	// Conns bounds the clients' connections to the gateway.
 	Conns int
 	Seed  uint64
@@ -77,8 +80,12 @@ type RoomReport struct {
 	SoldOut *hdrhistogram.Histogram
 	Waiters int64
 	// Story: the room's story in the sale's report (GET …/report's
-	// queue), read once the sale is over.
+	// queue), read once the sale is over (and once it counts ToldSoldOut).
 	Story *room.Story
+	// Of the people whose place the room never admitted, ToldSoldOut:
+	// those told sold_out; Gone: those who left the queue
+	// (RoomConfig.Leave).
+	ToldSoldOut, Gone int64
 	// ETA: the first wait estimate (eta_ms) each admitted person was told,
 	// against the wait they had from then until the room admitted their
 	// place (read from the room's state every 20 ms while the sale runs).
@@ -122,6 +129,7 @@ type personal struct {
 	joinAt    time.Time
 	reaction  time.Duration
 	noShow    bool
+	leaves    bool // leaves once joined
 	token     string
 	queueTok  string
 	joinedSeq int64     // the order the join was answered in
@@ -206,6 +214,7 @@ func (s *Stack) RunRoom(ctx context.Context, cfg RoomConfig) (*RoomReport, error
 			p.joinAt = open.Add(time.Duration(rng.Int64N(int64(span))))
 			p.reaction = 150*time.Millisecond + time.Duration(rng.Int64N(int64(time.Second)))
 			p.noShow = rng.Float64() < cfg.NoShow
+			p.leaves = rng.Float64() < cfg.Leave
 		}
 		p.token = s.Token(p.user)
 		people[i] = p
@@ -288,14 +297,9 @@ func (s *Stack) RunRoom(ctx context.Context, cfg RoomConfig) (*RoomReport, error
 			return rep, err
 		}
 		rep.ETA = etaError(people, fw)
-		var report struct {
-			Queue *room.Story `json:"queue"`
+		if rep.Story, err = s.roomStory(ctx, client, vid, people, rep); err != nil {
+			return rep, err
 		}
-		status, err := client.Do(ctx, "GET", "/admin/v1/vouchers/"+vid+"/report", s.AdminToken, nil, &report)
-		if err != nil || status != http.StatusOK {
-			return rep, fmt.Errorf("the sale's report: %d %v", status, err)
-		}
-		rep.Story = report.Queue
 	}
 	persisted, err := watch.Wait(ctx, sale.Admitted, 2*time.Minute)
 	if err != nil {
@@ -306,6 +310,42 @@ func (s *Stack) RunRoom(ctx context.Context, cfg RoomConfig) (*RoomReport, error
 	}
 	rep.Check.PersistedAt = persisted
 	return rep, nil
+}
+
+// roomStory reads the sale's report's story of the room, once it counts
+// every person told sold_out (the gateway records them with its next tick
+// of the room), and counts what the crowd saw of it.
+func (s *Stack) roomStory(ctx context.Context, client *Client, vid string, people []*personal, rep *RoomReport) (*room.Story, error) {
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var report struct {
+			Queue *room.Story `json:"queue"`
+		}
+		status, err := client.Do(ctx, "GET", "/admin/v1/vouchers/"+vid+"/report", s.AdminToken, nil, &report)
+		if err != nil || status != http.StatusOK {
+			return nil, fmt.Errorf("the sale's report: %d %v", status, err)
+		}
+		q := report.Queue
+		if q == nil {
+			return nil, nil
+		}
+		rep.ToldSoldOut, rep.Gone = 0, 0
+		for _, p := range people {
+			switch {
+			case p.ticket <= q.Admitted:
+			case !p.soldOutAt.IsZero():
+				rep.ToldSoldOut++
+			case p.leaves:
+				rep.Gone++
+			}
+		}
+		if q.ToldSoldOut >= rep.ToldSoldOut || time.Now().After(deadline) {
+			return q, nil
+		}
+		if err := backoff.Sleep(ctx, 50*time.Millisecond); err != nil {
+			return nil, err
+		}
+	}
 }
 
 // shopInRoom is one person at a sale with a room: join, poll as told (a
@@ -329,6 +369,9 @@ func (s *Stack) shopInRoom(ctx context.Context, c, buys *Client, vid string, p *
 	}
 	p.joinedSeq = seq.Add(1)
 	p.queueTok = a.QueueToken
+	if p.leaves {
+		return
+	}
 	for ctx.Err() == nil {
 		if a.State == room.Waiting && a.EtaMs != nil && p.etaAt.IsZero() {
 			p.etaAt, p.eta = time.Now(), time.Duration(*a.EtaMs)*time.Millisecond
@@ -630,6 +673,12 @@ func (r *RoomReport) Print(w io.Writer) {
 		}
 		if q := r.Story; q != nil && q.TimeInQueue != nil {
 			row("report: joined / admitted / bought / lapsed / waiting", fmt.Sprintf("%d / %d / %d / %d / %d", q.Joined, q.Admitted, q.Bought, q.Lapsed, q.Waiting))
+			gone := "-"
+			if q.GoneBeforeTurn != nil {
+				gone = strconv.FormatInt(*q.GoneBeforeTurn, 10)
+			}
+			row("report: of the waiting, told sold_out / closed / gone", fmt.Sprintf("%d / %d / %s (the crowd: %d told sold_out, %d gone)",
+				q.ToldSoldOut, q.ToldClosed, gone, r.ToldSoldOut, r.Gone))
 			row("report: time in the queue of the admitted", fmt.Sprintf("p50 %d s, p99 %d s, max %d s", q.TimeInQueue.P50, q.TimeInQueue.P99, q.TimeInQueue.Max))
 		}
 		row("room: told a wait estimate", fmt.Sprintf("%d people", r.ETATold))

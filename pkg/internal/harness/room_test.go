@@ -55,6 +55,15 @@ func runRoom(t *testing.T, opts harness.Options, cfg harness.RoomConfig, compare
 	require.Equal(t, q.Joined-q.Admitted, q.Waiting)
 	require.LessOrEqual(t, q.Bought+q.Lapsed, q.Admitted)
 	require.NotNil(t, q.TimeInQueue)
+	// Of the places never admitted: those told sold_out, counted by the
+	// gateways' ticks, are the people who heard it; the rest left before
+	// their turn (the crowd's leavers), now that the sale is over.
+	require.Positive(t, on.ToldSoldOut)
+	require.Equal(t, on.ToldSoldOut, q.ToldSoldOut, "told sold_out")
+	require.Zero(t, q.ToldClosed)
+	require.NotNil(t, q.GoneBeforeTurn, "sold out: who never asked again is gone")
+	require.Positive(t, on.Gone)
+	require.Equal(t, on.Gone, *q.GoneBeforeTurn, "gone before their turn")
 	return on, off
 }
 
@@ -66,7 +75,7 @@ func runRoom(t *testing.T, opts harness.Options, cfg harness.RoomConfig, compare
 // the crowd with it.
 func TestAWaitingRoomEndToEnd(t *testing.T) {
 	cfg := harness.RoomConfig{Stock: 500, Users: 20000, Fast: 50, AdmitPerSecond: 100, Prequeue: 5 * time.Second,
-		Pass: 10 * time.Second, Arrivals: 3 * time.Second, NoShow: 0.1, Conns: 256, Seed: 1}
+		Pass: 10 * time.Second, Arrivals: 3 * time.Second, NoShow: 0.1, Leave: 0.05, Conns: 256, Seed: 1}
 	on, off := runRoom(t, harness.Options{Partitions: 4}, cfg, true)
 	require.Greater(t, on.Prequeued, int64(1000))
 	require.Less(t, on.PrequeueArrivalTau, 0.1, "the pre-queue is not served in arrival order")
@@ -78,6 +87,6 @@ func TestAWaitingRoomEndToEnd(t *testing.T) {
 // slot, its script unchanged.
 func TestAWaitingRoomOnACluster(t *testing.T) {
 	cfg := harness.RoomConfig{Stock: 150, Users: 3000, Fast: 20, AdmitPerSecond: 60, Prequeue: 3 * time.Second,
-		Pass: 10 * time.Second, Arrivals: 2 * time.Second, NoShow: 0.1, Conns: 128, Seed: 2}
+		Pass: 10 * time.Second, Arrivals: 2 * time.Second, NoShow: 0.1, Leave: 0.05, Conns: 128, Seed: 2}
 	runRoom(t, harness.Options{Partitions: 4, Cluster: true}, cfg, false)
 }
