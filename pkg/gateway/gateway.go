@@ -306,8 +306,12 @@ func refuseChunked(w http.ResponseWriter) {
 	writeError(w, errLengthRequired)
 }
 
-// sweepEvery is how often the limiters forget their full buckets.
-const sweepEvery = 5 * time.Second
+// sweepEvery is how often the limiters forget their full buckets: a
+// user's bucket is full again a second or two after a claim
+// (FLASHSALE_USER_RATE and _BURST's defaults), so a sale's burst of
+// distinct users is held about as long (a sweep of 20,000 buckets takes
+// about a millisecond).
+const sweepEvery = time.Second
 
 // sweepLimiters forgets full buckets every sweepEvery until the returned
 // stop is called. It always runs: the failed admin authentications are

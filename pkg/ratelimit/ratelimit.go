@@ -24,7 +24,10 @@ import (
 // script's per-user limit stays the exact guard, the rate limit only keeps
 // bots from costing everyone a script run. Memory is bounded by the keys
 // seen recently: a bucket that has filled up again is forgotten (which
-// loses nothing: a new one starts full), by Sweep.
+// loses nothing: a new one starts full), by Sweep, and a shard whose map
+// the sweep left at a quarter of its peak is copied into a map of its
+// size (a Go map keeps its largest size's memory: a sale's burst of
+// distinct users would otherwise hold it after the burst).
 //
 // A bucket is 16 bytes, filed under the key's 64-bit hash rather than the
 // key itself: a sale's burst brings every buyer at once, and a
@@ -44,7 +47,12 @@ type Keyed struct {
 type limiterShard struct {
 	mu      sync.Mutex
 	buckets map[uint64]tokenBucket
+	peak    int // the most buckets held since the map was made
 }
+
+// shrinkFrom is the smallest peak for which a shard's map is copied into a
+// smaller one: below it the map is small whatever it holds.
+const shrinkFrom = 1024
 
 // tokenBucket holds tokens as of at (unix nanoseconds).
 type tokenBucket struct {
@@ -101,6 +109,7 @@ func (l *Keyed) Allow(key string, now time.Time) (bool, time.Duration) {
 		tokens = l.refill(b, t)
 	} else {
 		l.size.Add(1)
+		sh.peak = max(sh.peak, len(sh.buckets)+1)
 	}
 	if tokens >= 1 {
 		sh.buckets[h] = tokenBucket{tokens: tokens - 1, at: t}
@@ -143,6 +152,13 @@ func (l *Keyed) Sweep(now time.Time) {
 				delete(sh.buckets, k)
 				l.size.Add(-1)
 			}
+		}
+		if sh.peak >= shrinkFrom && len(sh.buckets) < sh.peak/4 {
+			m := make(map[uint64]tokenBucket, len(sh.buckets)) // not maps.Clone: it may copy the old size
+			for k, b := range sh.buckets {
+				m[k] = b
+			}
+			sh.buckets, sh.peak = m, len(m)
 		}
 		sh.mu.Unlock()
 	}

@@ -71,6 +71,38 @@ func TestLimiterForgetsFullBuckets(t *testing.T) {
 	}
 }
 
+// A sale's burst of distinct users leaves no memory behind: once their
+// buckets are full again and swept, the maps that held them are given up.
+func TestLimiterGivesUpTheMemoryOfABurst(t *testing.T) {
+	heap := func() int64 {
+		var m runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&m)
+		return int64(m.HeapAlloc)
+	}
+	l := New(10, 20)
+	now := time.Now()
+	base := heap()
+	for i := range 200_000 {
+		l.Allow("user"+strconv.Itoa(i), now)
+	}
+	full := heap() - base
+	l.Sweep(now.Add(time.Hour))
+	left := heap() - base
+	if l.Keys() != 0 {
+		t.Fatalf("%d buckets kept", l.Keys())
+	}
+	if full < 1<<20 || left > full/10 {
+		t.Fatalf("the burst held %d bytes, %d after the sweep: want under a tenth", full, left)
+	}
+	// A shard with a few keys keeps its map.
+	l.Allow("one", now)
+	if ok, _ := l.Allow("one", now); !ok {
+		t.Fatal("the second request of a new user refused")
+	}
+	runtime.KeepAlive(l)
+}
+
 // BenchmarkUserLimiter is what the in-process limit costs a claim: one
 // bucket lookup and update among 200,000 users, from all cores at once.
 // (A shared limiter in Redis would cost a network round trip instead.)
@@ -102,4 +134,18 @@ func BenchmarkUserLimiter(b *testing.B) {
 			i += 7919
 		}
 	})
+}
+
+// BenchmarkSweep is what the gateway's sweeper costs each second in a
+// sale: 20,000 users' buckets, of claims spread over the last second.
+func BenchmarkSweep(b *testing.B) {
+	l := New(10, 20)
+	now := time.Now()
+	for i := range 20_000 {
+		l.Allow("user"+strconv.Itoa(i), now.Add(time.Duration(i)*50*time.Microsecond))
+	}
+	b.ResetTimer()
+	for range b.N {
+		l.Sweep(now.Add(time.Second)) // the first forgets those full again, the rest walk what is left
+	}
 }
