@@ -453,7 +453,13 @@ func (s *Stack) claimOnce(ctx context.Context, c *Client, vid string, p *persona
 		OrderID string `json:"order_id"`
 		Error   string `json:"error"`
 	}
-	status, err := c.Do(ctx, "POST", "/v1/vouchers/"+vid+"/orders", p.token, nil, &body, room.Header, p.queueTok)
+	// One key for all of a person's claims, as a real client keeps one
+	// per purchase: a refusal is not remembered under it, an admission is
+	// answered again. With it Go's client also sends a claim again on a
+	// fresh connection when the server had closed the one it was written
+	// on (a request with an Idempotency-Key is replayable).
+	status, err := c.Do(ctx, "POST", "/v1/vouchers/"+vid+"/orders", p.token, nil, &body, room.Header, p.queueTok,
+		"Idempotency-Key", "buy-"+p.user)
 	atomic.AddInt64(&rep.Claims, 1)
 	if !countStatus(rep, status, err) {
 		return false

@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"sync"
 	"syscall"
 	"time"
 )
@@ -33,14 +34,33 @@ func LookPath(name string) (string, error) {
 	return "", fmt.Errorf("%s not found; install it with: %s", name, InstallHint)
 }
 
-// FreePort returns a loopback TCP port that was free a moment ago.
+// handedOut are the ports FreePort returned in this process: the kernel
+// may give a port it just gave again once its listener is closed, and two
+// listeners of one stack (a gateway's API and ops ports, picked a moment
+// apart) must not be given the same one.
+var handedOut = struct {
+	sync.Mutex
+	ports map[int]bool
+}{ports: map[int]bool{}}
+
+// FreePort returns a loopback TCP port that was free a moment ago and
+// that it never returned before in this process.
 func FreePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
+	handedOut.Lock()
+	defer handedOut.Unlock()
+	for range 1000 {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return 0, err
+		}
+		port := l.Addr().(*net.TCPAddr).Port
+		l.Close()
+		if !handedOut.ports[port] {
+			handedOut.ports[port] = true
+			return port, nil
+		}
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
+	return 0, errors.New("no loopback port left that was not handed out already")
 }
 
 // server is one supervised server process that can be stopped, killed and
