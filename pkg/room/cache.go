@@ -78,13 +78,16 @@ func (c *Cache) Told(v int64, a Answer) {
 	}
 }
 
-func (e *Entry) tell(t Told) {
+// tell adds tickets to those to record with the next tick.
+func (e *Entry) tell(ts ...Told) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.told == nil {
 		e.told = map[Told]struct{}{}
 	}
-	e.told[t] = struct{}{}
+	for _, t := range ts {
+		e.told[t] = struct{}{}
+	}
 }
 
 // takeTold takes up to MaxToldPerTick of the tickets told.
@@ -100,18 +103,6 @@ func (e *Entry) takeTold() []Told {
 		delete(e.told, t)
 	}
 	return out
-}
-
-// giveBackTold returns tickets a failed tick did not record.
-func (e *Entry) giveBackTold(ts []Told) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	for _, t := range ts {
-		if e.told == nil {
-			e.told = map[Told]struct{}{}
-		}
-		e.told[t] = struct{}{}
-	}
 }
 
 type sample struct {
@@ -277,8 +268,8 @@ func (c *Cache) Tick(ctx context.Context, idle time.Duration, ticked func(v int6
 			e.Set(nil, err)
 		case err == nil:
 			e.Set(s, nil)
-		default:
-			e.giveBackTold(told)
+		default: // not recorded: with the next tick
+			e.tell(told...)
 		}
 		ticked(v, s, err)
 	}
