@@ -95,7 +95,7 @@ func TestLimiterGivesUpTheMemoryOfABurst(t *testing.T) {
 	if full < 1<<20 || left > full/10 {
 		t.Fatalf("the burst held %d bytes, %d after the sweep: want under a tenth", full, left)
 	}
-	// A shard with a few keys keeps its map.
+	// The shrunk maps take new users as before.
 	l.Allow("one", now)
 	if ok, _ := l.Allow("one", now); !ok {
 		t.Fatal("the second request of a new user refused")

@@ -45,8 +45,8 @@ func TestAStoryCountsWhoWasToldTheEnd(t *testing.T) {
 	}
 	set(2 * 1)   // ticket 1, admitted, told sold out: not counted
 	set(2 * 3)   // 3 told sold out
-	set(2 * 4)   // 4 told sold out, and later closed: counted once
-	set(2*4 + 1) //
+	set(2 * 4)   // 4 told sold out,
+	set(2*4 + 1) // and later closed: counted once
 	set(2*5 + 1) // 5 told closed; 6 never asked again
 	st := story(&rdb.RoomRecord{State: state, Stock: 0, Told: bits}, 1)
 	require.Equal(t, int64(4), st.Waiting)

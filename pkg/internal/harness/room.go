@@ -369,7 +369,7 @@ func (s *Stack) shopInRoom(ctx context.Context, c, buys *Client, vid string, p *
 	}
 	p.joinedSeq = seq.Add(1)
 	p.queueTok = a.QueueToken
-	if p.leaves {
+	if p.leaves && a.State != room.SoldOut { // one told sold_out at the door heard it: the loop records it
 		return
 	}
 	for ctx.Err() == nil {
