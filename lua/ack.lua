@@ -1,29 +1,46 @@
--- ack.lua: acknowledge entries and remove them from the stream in one step,
--- so the stream holds exactly the entries not yet persisted (its length is
--- the backlog) and never grows without bound. Called only after the MySQL
--- commit.
+-- ack.lua: acknowledge stream entries and remove them from the stream in
+-- one step, and take their orders off the partition's backlog count, so
+-- the stream holds exactly the entries not yet persisted, the count their
+-- orders, and the stream never grows without bound. Called only after the
+-- MySQL commit of every order of the entries.
 --
 -- KEYS[1] -> flashsale:{pP}:orders   the partition's order stream
+-- KEYS[2] -> flashsale:{pP}:backlog  the partition's orders not yet acknowledged (admit.lua adds them)
 --
 -- ARGV[1] -> consumer group
--- ARGV[2..n] -> entry ids (the caller sends at most one batch: bounded)
+-- ARGV[2k], ARGV[2k+1] -> an entry id and the number of orders it carries
+--                          (the caller sends at most one batch: bounded)
 --
 -- Returns the number of entries acknowledged.
 --
+-- Each entry is acknowledged alone, so that only the orders of entries
+-- this call acknowledged (not one acknowledged before, e.g. by a worker
+-- and then by the reaper) leave the count.
+--
 -- XDEL finds each id by walking its listpack node from the node's first
--- entry: 4-5 µs an entry in nodes of 100 (docs/BENCHMARKS.md), the
--- largest Redis cost of a persisted order. XTRIM MINID drops whole nodes below an id and walks at
--- most one. Workers acknowledge batches mostly in the order they read them,
--- so after the XACK every entry below the oldest one still pending is
--- acknowledged (the group is the stream's only reader, reads it from 0, and
--- a consumer is deleted only once nothing is pending for it: the entries
--- below were all delivered, and none is pending): trimming to that entry
--- removes them. Only ids at or above it (acknowledged while an older batch
--- is still in a worker's hands) are deleted one by one. With nothing
--- pending, every entry up to the last one delivered is acknowledged.
+-- entry: 4-5 µs an entry in nodes of 100 (docs/BENCHMARKS.md). XTRIM MINID
+-- drops whole nodes below an id and walks at most one. Workers acknowledge
+-- batches mostly in the order they read them, so after the XACK every
+-- entry below the oldest one still pending is acknowledged (the group is
+-- the stream's only reader, reads it from 0, and a consumer is deleted only
+-- once nothing is pending for it: the entries below were all delivered,
+-- and none is pending): trimming to that entry removes them. Only ids at or
+-- above it (acknowledged while an older batch is still in a worker's
+-- hands) are deleted one by one. With nothing pending, every entry up to
+-- the last one delivered is acknowledged.
 
 local key, group = KEYS[1], ARGV[1]
-local acked = redis.call('XACK', key, group, unpack(ARGV, 2))
+local ids, acked, orders = {}, 0, 0
+for i = 2, #ARGV, 2 do
+  ids[#ids + 1] = ARGV[i]
+  if redis.call('XACK', key, group, ARGV[i]) == 1 then
+    acked = acked + 1
+    orders = orders + tonumber(ARGV[i + 1])
+  end
+end
+if orders > 0 then
+  redis.call('DECRBY', KEYS[2], orders)
+end
 
 local function parse(id)
   local ms, seq = string.match(id, '^(%d+)-(%d+)$')
@@ -33,13 +50,13 @@ end
 -- A few ids (a quiet stream, where batches are small) are deleted one by
 -- one: cheaper than finding the trim point. So are ids whose stream or
 -- group is gone (XPENDING's error; XACK then acknowledged nothing).
-if #ARGV <= 5 then
-  redis.call('XDEL', key, unpack(ARGV, 2))
+if #ids <= 4 then
+  redis.call('XDEL', key, unpack(ids))
   return acked
 end
 local first = redis.pcall('XPENDING', key, group, '-', '+', 1)
 if first.err then
-  redis.call('XDEL', key, unpack(ARGV, 2))
+  redis.call('XDEL', key, unpack(ids))
   return acked
 end
 
@@ -68,10 +85,10 @@ redis.call('XTRIM', key, 'MINID', floor)
 
 local fms, fseq = parse(floor)
 local rest = {}
-for i = 2, #ARGV do
-  local ms, seq = parse(ARGV[i])
+for _, id in ipairs(ids) do
+  local ms, seq = parse(id)
   if ms > fms or (ms == fms and seq >= fseq) then
-    rest[#rest + 1] = ARGV[i]
+    rest[#rest + 1] = id
   end
 end
 if #rest > 0 then

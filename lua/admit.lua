@@ -8,7 +8,7 @@
 --
 -- KEYS[1] -> flashsale:{pP}:v:V            voucher hash, whose fields it reads: stock, limit, daily, start_ms, end_ms, pool, paused,
 --                                          buckets, draw, pow, room, access, u:USER -> units user USER holds (all time), and
---                                          o:USER -> the stream entry ids of USER's admissions, space-separated
+--                                          o:USER -> the positions of USER's admissions, space-separated
 --                                          (the index pending.lua reads a user's pending orders by); with a
 --                                          waiting room it writes rx:PLACE (PLACE's pass bought) and ru:EXP (the
 --                                          passes of room.lua's segment ending at EXP that bought)
@@ -16,10 +16,12 @@
 -- KEYS[3] -> flashsale:{pP}:v:V:pool       list of the items left (pooled kinds: envelopes, codes)
 -- KEYS[4] -> flashsale:{pP}:loaded         set once the reaper found every voucher MySQL has on sale
 --                                          in the partition (read only when the voucher is missing)
+-- KEYS[5] -> flashsale:{pP}:backlog        the partition's orders in stream entries not yet
+--                                          acknowledged (ack.lua takes them off)
 -- and for claim i (1-based):
--- KEYS[2+3i] -> flashsale:{pP}:v:V:day:D   hash user -> units taken on day D of claim i
--- KEYS[3+3i] -> flashsale:{pP}:v:V:idem:U:K  claim i's idempotency record (ignored when its TTL is 0)
--- KEYS[4+3i] -> flashsale:{pP}:v:V:proof:S  claim i's proof of work, S its challenge's signature (set
+-- KEYS[3+3i] -> flashsale:{pP}:v:V:day:D   hash user -> units taken on day D of claim i
+-- KEYS[4+3i] -> flashsale:{pP}:v:V:idem:U:K  claim i's idempotency record (ignored when its TTL is 0)
+-- KEYS[5+3i] -> flashsale:{pP}:v:V:proof:S  claim i's proof of work, S its challenge's signature (set
 --                                          once, for its TTL; ignored when the voucher has no gate)
 --
 -- ARGV[1] -> voucher id (written into the entries)
@@ -28,20 +30,30 @@
 -- and for claim i, from b = 4 + 9(i-1):
 -- ARGV[b]   -> user id
 -- ARGV[b+1] -> now, unix milliseconds (the caller's clock, so tests can move it)
--- ARGV[b+2] -> day D as yyyymmdd in the sale's time zone (written into the entry)
+-- ARGV[b+2] -> day D as yyyymmdd in the sale's time zone (written into the order)
 -- ARGV[b+3] -> idempotency TTL in seconds; 0 = the claim carries no key
--- ARGV[b+4] -> quantity: units taken, all or nothing (1..1000; written into the entry)
+-- ARGV[b+4] -> quantity: units taken, all or nothing (1..1000; written into the order)
 -- ARGV[b+5] -> the difficulty (max number) of the claim's verified proof of work; 0 = none
 -- ARGV[b+6] -> seconds the proof's challenge has left (how long its single use is kept)
 -- ARGV[b+7] -> the claim's waiting-room pass, "PLACE:EXP_MS" (the gateway verified it is the user's,
 --              admitted and not lapsed at EXP_MS), or "0": none
 -- ARGV[b+8] -> 1: the claim carries the user's access code for the voucher (the gateway verified it), 0: not
 --
+-- The stream: the admissions of a call travel in one stream entry, up to
+-- 32 (order.MaxPerEntry) an entry, in the order they were decided:
+--   voucher_id V  o0 ORDER  o1 ORDER ...
+-- each ORDER "user_id created_ms day quantity[ item]", item being the
+-- pooled item "no|amount|code", or "entry" for an entry of a draw sale,
+-- and absent for units. An order's position is "ms-P", ms and seq those
+-- of its entry's id and P = seq * 32 + its index (k in oK): the order id is
+-- made from it (pkg/order), so an entry's sequence must stay below 128
+-- (order.MaxEntrySeq).
+--
 -- Cost: every redis.call is a few microseconds of Redis's one thread, and
 -- so is the script call itself; a batch shares them. The common batch
 -- (units, no daily limit, no idempotency keys) makes one HMGET of the
--- voucher and every user's count and index, one XADD per admission, and
--- one HSET of the new stock, counts and indexes. A daily limit adds one
+-- voucher and every user's count and index, one XADD and one INCRBY per 32
+-- admissions, and one HSET of the new stock, counts and indexes. A daily limit adds one
 -- HMGET and one HSET (and EXPIRE) per day; keys add one MGET and a SET per
 -- keyed admission; a pool adds an LPOP per admission; a proof-of-work
 -- gate a SET per claim; a waiting room an HSETNX per admission (and an
@@ -72,12 +84,12 @@
 --
 -- A draw sale (draw = 1, pkg/draw) takes entries instead: an admission is
 -- an entry, of one unit's claim, one per user (u:USER counts entries); it
--- touches neither stock nor pool, and its stream entry carries entry = 1.
+-- touches neither stock nor pool, and its order in the stream is marked entry.
 --
 -- Returns one reply per claim, in order:
--- {0, entry_id, replayed, item} when admitted ({0, entry_id, replayed, '', 1}
--- for an entry of a draw sale), entry_id being the stream
--- entry "ms-seq" from which the caller derives the order id, replayed 1 when
+-- {0, position, replayed, item} when admitted ({0, position, replayed, '', 1}
+-- for an entry of a draw sale), position being the order's "ms-P" (above)
+-- from which the caller derives the order id, replayed 1 when
 -- an earlier admission under the same idempotency key is returned again
 -- (also one earlier in this batch), item the item taken ('' for units).
 -- {code} when rejected: 1 voucher not found, 2 not started, 3 ended, 4 sold
@@ -85,7 +97,9 @@
 -- count units), 7 stream sequence overflow (retry), 8 quantity above the
 -- voucher's per-user limit, or above 1 for a pool (a bad request: it can
 -- never be admitted), 9 paused by an operator, {10, n}: the voucher has n
--- buckets, not ARGV[2] (route again), 11 the user entered this draw already,
+-- buckets, not ARGV[2] (route again); a call whose entry cannot be
+-- numbered (sequence 128 or more) changes nothing from the claim that
+-- began that entry's orders on, and those claims are all answered 7, 11 the user entered this draw already,
 -- 12 the voucher needs a proof of work and the claim has none, 13 its proof
 -- is too easy or was used before, 14 the voucher has a waiting room and
 -- the claim no pass that holds, 15 the voucher is missing from a
@@ -105,16 +119,16 @@ local keyed, idem_keys = {}, {}
 for i = 1, n do
   if tonumber(arg(i, 3)) > 0 then
     keyed[#keyed + 1] = i
-    idem_keys[#idem_keys + 1] = KEYS[3 + 3 * i]
+    idem_keys[#idem_keys + 1] = KEYS[4 + 3 * i]
   end
 end
 if #keyed > 0 then
   local prev = redis.call('MGET', unpack(idem_keys))
   for j, i in ipairs(keyed) do
     if prev[j] then
-      -- "entry_id item" (item '' for units)
-      local id, item = string.match(prev[j], '^(%S+) ?(.*)$')
-      out[i] = {0, id, 1, item}
+      -- "position item" (item '' for units)
+      local pos, item = string.match(prev[j], '^(%S+) ?(.*)$')
+      out[i] = {0, pos, 1, item}
     end
   end
 end
@@ -192,15 +206,124 @@ local function day_count(key, user)
   end
   return days[key][user]
 end
+
+-- The admissions decided since the last stream entry was written, and the
+-- first claim decided after that entry.
+local pending, pending_from = {}, 1
 local replay = {} -- idempotency key -> the admission made under it in this batch
+local overflow = false
+
+-- admit counts an admission of claim i and queues its order for the next
+-- stream entry.
+local function admit(i, user, qty, item, day_key, idem, idem_ttl, pass, pass_exp)
+  held[user] = held[user] + qty
+  dirty[user] = true
+  if not draw then
+    stock = stock - qty
+    if daily > 0 then
+      days[day_key][user] = days[day_key][user] + qty
+      day_dirty[day_key] = day_dirty[day_key] or {}
+      day_dirty[day_key][user] = true
+    end
+  end
+  local a = {i = i, user = user, qty = qty, item = item, day_key = day_key, idem = idem, idem_ttl = idem_ttl,
+    pass = pass, pass_exp = pass_exp, replays = {}}
+  local value = user .. ' ' .. arg(i, 1) .. ' ' .. arg(i, 2) .. ' ' .. qty
+  if draw then
+    value = value .. ' entry'
+  elseif item ~= '' then
+    value = value .. ' ' .. item
+  end
+  a.value = value
+  pending[#pending + 1] = a
+  if idem_ttl > 0 then
+    replay[idem] = a
+  end
+end
+
+-- flush writes the queued orders as one stream entry and answers their
+-- claims. An entry that cannot be numbered undoes them: every claim from
+-- the first one decided after the previous entry is answered 7.
+local function flush()
+  if #pending == 0 then
+    return
+  end
+  local w = {'voucher_id', ARGV[1]}
+  for k, a in ipairs(pending) do
+    w[#w + 1] = 'o' .. (k - 1)
+    w[#w + 1] = a.value
+  end
+  local id = redis.call('XADD', KEYS[2], '*', unpack(w))
+  local ms, seq = string.match(id, '^(%d+)-(%d+)$')
+  seq = tonumber(seq)
+  if seq >= 128 then
+    redis.call('XDEL', KEYS[2], id)
+    local items = {}
+    for k = #pending, 1, -1 do
+      local a = pending[k]
+      held[a.user] = held[a.user] - a.qty
+      if not draw then
+        stock = stock + a.qty
+        if daily > 0 then
+          days[a.day_key][a.user] = days[a.day_key][a.user] - a.qty
+        end
+      end
+      if a.item ~= '' then
+        items[#items + 1] = a.item
+      end
+    end
+    if #items > 0 then
+      redis.call('LPUSH', KEYS[3], unpack(items))
+    end
+    for i = pending_from, n do
+      out[i] = {7}
+    end
+    pending, overflow = {}, true
+    return
+  end
+  redis.call('INCRBY', KEYS[5], #pending)
+  for k, a in ipairs(pending) do
+    local pos = ms .. '-' .. string.format('%d', seq * 32 + k - 1)
+    a.pos = pos
+    if draw then
+      out[a.i] = {0, pos, 0, '', 1}
+    else
+      out[a.i] = {0, pos, 0, a.item}
+    end
+    for _, r in ipairs(a.replays) do
+      out[r] = {0, pos, 1, a.item, out[a.i][5]}
+    end
+    ids[a.user] = ids[a.user] and (ids[a.user] .. ' ' .. pos) or pos
+    if room > 0 and redis.call('HSETNX', KEYS[1], 'rx:' .. string.match(a.pass, '^(%d+)'), 1) == 1 then
+      -- The pass bought: no longer outstanding (room.lua).
+      redis.call('HINCRBY', KEYS[1], 'ru:' .. a.pass_exp, 1)
+    end
+    if a.idem_ttl > 0 then
+      redis.call('SET', a.idem, pos .. ' ' .. a.item, 'EX', a.idem_ttl)
+    end
+  end
+  pending = {}
+end
 
 for i = 1, n do
+  if overflow then
+    break
+  end
+  if #pending == 0 then
+    pending_from = i
+  end
   if not out[i] then
     local user, now, qty, idem_ttl = arg(i, 0), tonumber(arg(i, 1)), tonumber(arg(i, 4)), tonumber(arg(i, 3))
-    local idem, day_key, pass = KEYS[3 + 3 * i], KEYS[2 + 3 * i], arg(i, 7)
+    local idem, day_key, pass = KEYS[4 + 3 * i], KEYS[3 + 3 * i], arg(i, 7)
     local pass_exp = room > 0 and tonumber(string.match(pass, ':(%d+)$'))
     if idem_ttl > 0 and replay[idem] then
-      out[i] = {0, replay[idem][2], 1, replay[idem][4], replay[idem][5]}
+      local a = replay[idem]
+      if a.pos then
+        out[i] = {0, a.pos, 1, a.item, draw and 1 or nil}
+      else
+        a.replays[#a.replays + 1] = i
+        out[i] = {} -- answered when a's entry is written
+      end
     elseif start_ms > 0 and now < start_ms then
       out[i] = {2}
     elseif end_ms > 0 and now >= end_ms then
@@ -212,7 +335,7 @@ for i = 1, n do
     elseif room == 0 and pow > 0 and tonumber(arg(i, 5)) == 0 then
       out[i] = {12}
     elseif room == 0 and pow > 0 and (tonumber(arg(i, 5)) < pow or
-        not redis.call('SET', KEYS[4 + 3 * i], '1', 'NX', 'EX', arg(i, 6))) then
+        not redis.call('SET', KEYS[5 + 3 * i], '1', 'NX', 'EX', arg(i, 6))) then
       out[i] = {13}
     elseif draw then
       if qty ~= 1 then
@@ -220,21 +343,8 @@ for i = 1, n do
       elseif held[user] >= 1 then
         out[i] = {11}
       else
-        local id = redis.call('XADD', KEYS[2], '*', 'voucher_id', ARGV[1], 'user_id', user,
-          'created_ms', arg(i, 1), 'day', arg(i, 2), 'quantity', 1, 'entry', 1)
-        if tonumber(string.match(id, '-(%d+)$')) >= 4096 then
-          redis.call('XDEL', KEYS[2], id)
-          out[i] = {7}
-        else
-          held[user] = 1
-          ids[user] = ids[user] and (ids[user] .. ' ' .. id) or id
-          dirty[user] = true
-          out[i] = {0, id, 0, '', 1}
-          if idem_ttl > 0 then
-            replay[idem] = out[i]
-            redis.call('SET', idem, id .. ' ', 'EX', idem_ttl)
-          end
-        end
+        out[i] = {}
+        admit(i, user, 1, '', day_key, idem, idem_ttl, pass, pass_exp)
       end
     elseif qty > limit or (pooled and qty ~= 1) then
       out[i] = {8}
@@ -252,51 +362,29 @@ for i = 1, n do
       if not item then
         out[i] = {4}
       else
-        local id = redis.call('XADD', KEYS[2], '*', 'voucher_id', ARGV[1], 'user_id', user,
-          'created_ms', arg(i, 1), 'day', arg(i, 2), 'quantity', arg(i, 4), 'item', item)
-        -- The order id keeps 12 bits of the entry's per-millisecond sequence. More
-        -- than 4096 entries in one millisecond in one partition cannot be numbered: undo.
-        if tonumber(string.match(id, '-(%d+)$')) >= 4096 then
-          redis.call('XDEL', KEYS[2], id)
-          if pooled then
-            redis.call('LPUSH', KEYS[3], item)
-          end
-          out[i] = {7}
-        else
-          stock = stock - qty
-          held[user] = held[user] + qty
-          ids[user] = ids[user] and (ids[user] .. ' ' .. id) or id
-          dirty[user] = true
-          if daily > 0 then
-            days[day_key][user] = days[day_key][user] + qty
-            day_dirty[day_key] = day_dirty[day_key] or {}
-            day_dirty[day_key][user] = true
-          end
-          out[i] = {0, id, 0, item}
-          if room > 0 and redis.call('HSETNX', KEYS[1], 'rx:' .. string.match(pass, '^(%d+)'), 1) == 1 then
-            -- The pass bought: no longer outstanding (room.lua).
-            redis.call('HINCRBY', KEYS[1], 'ru:' .. pass_exp, 1)
-          end
-          if idem_ttl > 0 then
-            replay[idem] = out[i]
-            redis.call('SET', idem, id .. ' ' .. item, 'EX', idem_ttl)
-          end
-        end
+        out[i] = {}
+        admit(i, user, qty, item, day_key, idem, idem_ttl, pass, pass_exp)
       end
     end
   end
+  if #pending == 32 then
+    flush()
+  end
 end
+flush()
 
 -- Read above in this same script: nothing changed them since. One HSET
--- writes the stock, the counts and the users' indexes (the ids
+-- writes the stock, the counts and the users' indexes (the positions
 -- pending.lua has not yet found persisted).
 if next(dirty) then
   local w = {'stock', stock}
   for user in pairs(dirty) do
     w[#w + 1] = 'u:' .. user
     w[#w + 1] = held[user]
-    w[#w + 1] = 'o:' .. user
-    w[#w + 1] = ids[user]
+    if ids[user] then
+      w[#w + 1] = 'o:' .. user
+      w[#w + 1] = ids[user]
+    end
   end
   redis.call('HSET', KEYS[1], unpack(w))
 end

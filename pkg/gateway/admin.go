@@ -198,6 +198,7 @@ func (g *Gateway) getVoucher(w http.ResponseWriter, r *http.Request) {
 	out.Stream.Partition = g.redis.PartitionOf(id)
 	for _, b := range out.Streams {
 		out.Stream.Length += b.Length
+		out.Stream.Orders += b.Orders
 		out.Stream.Pending += b.Pending
 		out.Stream.DeadLetters += b.DeadLetters
 	}

@@ -158,7 +158,7 @@ func (s *Sampler) sampleStores(p *Point) {
 	p.Backlog = make(map[string]int64, s.src.Redis.Partitions())
 	for part := range s.src.Redis.Partitions() {
 		if b, err := s.src.Redis.PartitionBacklog(ctx, part); err == nil {
-			p.Backlog[strconv.Itoa(part)] = b.Length
+			p.Backlog[strconv.Itoa(part)] = b.Orders
 		}
 	}
 	s.mu.Lock()

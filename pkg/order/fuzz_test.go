@@ -5,14 +5,15 @@ import (
 	"testing"
 )
 
-// FuzzOrderID: any stream entry id either makes an order id that leads
-// back to it, or is refused with ErrBadEntryID; never a panic.
+// FuzzOrderID: any stream entry id and index either make an order id
+// that leads back to them, or are refused with ErrBadEntryID; never a
+// panic.
 func FuzzOrderID(f *testing.F) {
-	for _, s := range []string{"1704067200000-0", "1763727924123-4095", "1763727924123-4096", "-", "1-", "x-1", "99999999999999999999-1", "1763727924123-17-3"} {
-		f.Add(s, 3)
+	for _, s := range []string{"1704067200000-0", "1763727924123-127", "1763727924123-128", "-", "1-", "x-1", "99999999999999999999-1", "1763727924123-17-3"} {
+		f.Add(s, 5, 3)
 	}
-	f.Fuzz(func(t *testing.T, entry string, p int) {
-		id, err := IDFromEntry(entry, p)
+	f.Fuzz(func(t *testing.T, entry string, index, p int) {
+		id, err := IDOf(entry, index, p)
 		if err != nil {
 			if !errors.Is(err, ErrBadEntryID) {
 				t.Fatalf("%q: %v", entry, err)
@@ -22,10 +23,10 @@ func FuzzOrderID(f *testing.F) {
 		if id < 0 {
 			t.Fatalf("%q: negative id %d", entry, id)
 		}
-		gotP, gotEntry := EntryOf(id)
-		again, err := IDFromEntry(gotEntry, gotP)
-		if err != nil || again != id || gotP != p {
-			t.Fatalf("%q in %d: id %d leads to %q in %d (%v)", entry, p, id, gotEntry, gotP, err)
+		gotP, gotEntry, gotIndex := EntryOf(id)
+		again, err := IDOf(gotEntry, gotIndex, gotP)
+		if err != nil || again != id || gotP != p || gotIndex != index {
+			t.Fatalf("%q/%d in %d: id %d leads to %q/%d in %d (%v)", entry, index, p, id, gotEntry, gotIndex, gotP, err)
 		}
 	})
 }

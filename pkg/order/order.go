@@ -130,20 +130,33 @@ func (o Order) Units() int64 { return max(o.Quantity, 1) }
 
 // Layout of an order id (63 bits, always positive):
 //
-//	41 bits  milliseconds since Epoch of the stream entry id
-//	12 bits  sequence of the stream entry id within that millisecond
+//	41 bits  milliseconds since Epoch of its stream entry's id
+//	 7 bits  sequence of its stream entry's id within that millisecond
+//	 5 bits  the order's index among the orders of its stream entry
 //	10 bits  stream partition
 //
-// The stream entry id is unique within its partition, so the order id is
-// unique across gateway replicas and partitions, and it leads back to the
-// stream entry while the order is still pending.
+// One stream entry carries the orders of one admission call (see
+// admit.lua), up to MaxPerEntry of them. The middle 12 bits, entry
+// sequence and index together, are the order's position within its
+// millisecond: admit.lua answers, and the idempotency records and the
+// users' indexes hold, an order as "ms-position". The stream entry id is
+// unique within its partition, so the order id is unique across gateway
+// replicas and partitions, and it leads back to the stream entry (and the
+// order within it) while the order is still pending.
 const (
 	partitionBits = 10
-	seqBits       = 12
+	indexBits     = 5
+	entrySeqBits  = 7
+	positionBits  = entrySeqBits + indexBits
 	// MaxPartitions is the number of partitions an order id can name.
 	MaxPartitions = 1 << partitionBits
-	// MaxSeq bounds the per-millisecond sequence an order id can hold.
-	MaxSeq = 1 << seqBits
+	// MaxPerEntry bounds the orders one stream entry carries.
+	MaxPerEntry = 1 << indexBits
+	// MaxEntrySeq bounds the per-millisecond sequence of a stream entry an
+	// order id can name.
+	MaxEntrySeq = 1 << entrySeqBits
+	// MaxPosition bounds an order's position within its millisecond.
+	MaxPosition = 1 << positionBits
 )
 
 // Epoch is the zero of the order id's time part: 2024-01-01T00:00:00Z.
@@ -151,29 +164,49 @@ var Epoch = time.Date(2024, 1, 1, 0, 0, 0, 0, time.UTC)
 
 var epochMs = Epoch.UnixMilli()
 
-// ErrBadEntryID reports a stream entry id an order id cannot be made from.
+// ErrBadEntryID reports a stream entry id (or position) an order id cannot
+// be made from.
 var ErrBadEntryID = errors.New("order: stream entry id cannot be an order id")
 
-// IDFromEntry makes the order id of stream entry entryID ("ms-seq") in partition p.
-func IDFromEntry(entryID string, p int) (int64, error) {
-	msPart, seqPart, ok := strings.Cut(entryID, "-")
-	if !ok {
-		return 0, fmt.Errorf("%w: %q", ErrBadEntryID, entryID)
+// IDFromPosition makes the order id of position pos ("ms-position", as
+// admit.lua answers) in partition p. A stream entry written before entries
+// carried several orders holds one order, whose position is the entry's id.
+func IDFromPosition(pos string, p int) (int64, error) {
+	ms, seq, err := splitID(pos)
+	if err != nil || seq >= MaxPosition || p < 0 || p >= MaxPartitions {
+		return 0, fmt.Errorf("%w: %q in partition %d", ErrBadEntryID, pos, p)
 	}
-	ms, err1 := strconv.ParseInt(msPart, 10, 64)
-	seq, err2 := strconv.ParseInt(seqPart, 10, 64)
-	if err1 != nil || err2 != nil || ms < epochMs || ms-epochMs >= 1<<41 || seq < 0 || seq >= MaxSeq || p < 0 || p >= MaxPartitions {
-		return 0, fmt.Errorf("%w: %q in partition %d", ErrBadEntryID, entryID, p)
-	}
-	return (ms-epochMs)<<(seqBits+partitionBits) | seq<<partitionBits | int64(p), nil
+	return (ms-epochMs)<<(positionBits+partitionBits) | seq<<partitionBits | int64(p), nil
 }
 
-// EntryOf returns the partition and stream entry id order id id was made from.
-func EntryOf(id int64) (partition int, entryID string) {
+// IDOf makes the order id of the index-th order (from 0) of stream entry
+// entryID ("ms-seq") in partition p.
+func IDOf(entryID string, index, p int) (int64, error) {
+	ms, seq, err := splitID(entryID)
+	if err != nil || seq >= MaxEntrySeq || index < 0 || index >= MaxPerEntry || p < 0 || p >= MaxPartitions {
+		return 0, fmt.Errorf("%w: %q index %d in partition %d", ErrBadEntryID, entryID, index, p)
+	}
+	return (ms-epochMs)<<(positionBits+partitionBits) | (seq<<indexBits|int64(index))<<partitionBits | int64(p), nil
+}
+
+// splitID reads "ms-seq" with ms in the order id's range.
+func splitID(id string) (ms, seq int64, err error) {
+	msPart, seqPart, ok := strings.Cut(id, "-")
+	ms, err1 := strconv.ParseInt(msPart, 10, 64)
+	seq, err2 := strconv.ParseInt(seqPart, 10, 64)
+	if !ok || err1 != nil || err2 != nil || ms < epochMs || ms-epochMs >= 1<<41 || seq < 0 {
+		return 0, 0, ErrBadEntryID
+	}
+	return ms, seq, nil
+}
+
+// EntryOf returns the partition and stream entry id order id id was made
+// from, and the order's index in that entry.
+func EntryOf(id int64) (partition int, entryID string, index int) {
 	p := int(id & (MaxPartitions - 1))
-	seq := (id >> partitionBits) & (MaxSeq - 1)
-	ms := id>>(seqBits+partitionBits) + epochMs
-	return p, strconv.FormatInt(ms, 10) + "-" + strconv.FormatInt(seq, 10)
+	pos := (id >> partitionBits) & (MaxPosition - 1)
+	ms := id>>(positionBits+partitionBits) + epochMs
+	return p, strconv.FormatInt(ms, 10) + "-" + strconv.FormatInt(pos>>indexBits, 10), int(pos & (MaxPerEntry - 1))
 }
 
 // Day formats t as the yyyymmdd day in loc, the unit of per-day limits.

@@ -22,10 +22,12 @@ const (
 // Config tunes a worker. Zero values take the defaults; Validate refuses
 // values that are set but wrong.
 type Config struct {
-	// BatchSize is the most entries read, and persisted in one transaction,
-	// at a time per partition (XREADGROUP COUNT). Default 500: a commit
-	// per 500 orders drains about half as fast again as one per 100 (the
-	// benchmark's drain rows).
+	// BatchSize is about the most orders read, and persisted in one
+	// transaction, at a time per partition. A read takes whole stream
+	// entries (XREADGROUP COUNT), each the orders of one admission call: a
+	// worker reads as many as held BatchSize orders at its last read.
+	// Default 500: a commit per 500 orders drains about half as fast again
+	// as one per 100 (the benchmark's drain rows).
 	BatchSize int `envconfig:"FLASHSALE_WORKER_BATCH_SIZE" default:"500"`
 	// Block is how long a read waits for new entries (XREADGROUP BLOCK); it
 	// also bounds how long shutdown waits for a read. Default 1s.

@@ -45,16 +45,19 @@ func NewOrders(cfg Config, r *rdb.Store, d *db.Store, log, audit *zap.Logger, re
 	return &Orders{cfg: cfg, redis: r, db: d, log: log, audit: audit.With(zap.String("consumer", cfg.Consumer)), metrics: newOrdersMetrics(reg)}
 }
 
-// Handle makes one attempt at a batch of entries of one partition, holding
-// their lease meanwhile, and acknowledges what it settled. An error leaves
-// the entries pending, to be tried again; nothing was failed or released
-// for it. Malformed entries go to the dead-letter stream; orders MySQL
-// refuses for want of stock or by the per-user limit are recorded failed and
-// their units given back; a batch MySQL refuses for the values of its rows
-// is tried order by order (see handleOneByOne). The reaper calls Handle for
-// the entries it claims.
-// A panic (a bug) is recovered: the batch is retried entry by entry and
-// only an entry that panics on its own is dead-lettered.
+// Handle makes one attempt at the orders of some stream entries of one
+// partition (every order of each of those stream entries), holding their
+// lease meanwhile, and acknowledges the stream entries once every order
+// they carry is settled. An error leaves them pending, to be tried again;
+// orders settled before it stay settled (a retry finds them persisted).
+// Malformed orders go to the dead-letter stream; orders MySQL refuses for
+// want of stock or by the per-user limit are recorded failed and their
+// units given back; a batch MySQL refuses for the values of its rows is
+// tried order by order (see handleOneByOne), so one bad order never takes
+// its stream entry's other orders with it. The reaper calls Handle for the
+// stream entries it claims.
+// A panic (a bug) is recovered: the batch is retried order by order and
+// only an order that panics on its own is dead-lettered.
 func (w *Orders) Handle(ctx context.Context, entries []rdb.Entry) error {
 	if len(entries) == 0 {
 		return nil
@@ -65,13 +68,27 @@ func (w *Orders) Handle(ctx context.Context, entries []rdb.Entry) error {
 
 // Try is Handle without the lease (for a caller that holds it).
 func (w *Orders) Try(ctx context.Context, entries []rdb.Entry) error {
-	panicked, err := guard(func() error { return w.handle(ctx, entries) })
+	if err := w.Settle(ctx, entries); err != nil {
+		return err
+	}
+	return w.Ack(ctx, entries)
+}
+
+// Settle is Try without the acknowledgement: every order of entries is
+// persisted, failed or dead-lettered when it returns nil. The caller
+// acknowledges their stream entries (Ack) once all their orders are
+// settled.
+func (w *Orders) Settle(ctx context.Context, entries []rdb.Entry) error {
+	if len(entries) == 0 {
+		return nil
+	}
+	panicked, err := guard(func() error { return w.settle(ctx, entries) })
 	if panicked == nil {
 		return err
 	}
-	w.log.Error("panic while handling a batch; retrying entry by entry", zap.Any("panic", panicked), zap.Stack("stack"))
+	w.log.Error("panic while handling a batch; retrying order by order", zap.Any("panic", panicked), zap.Stack("stack"))
 	for _, e := range entries {
-		panicked, err := guard(func() error { return w.handle(ctx, []rdb.Entry{e}) })
+		panicked, err := guard(func() error { return w.settle(ctx, []rdb.Entry{e}) })
 		if panicked != nil {
 			err = w.DeadLetter(ctx, e, fmt.Sprintf("panic: %v", panicked))
 		}
@@ -82,13 +99,26 @@ func (w *Orders) Try(ctx context.Context, entries []rdb.Entry) error {
 	return nil
 }
 
+// Ack acknowledges the stream entries of entries (of one partition), whose
+// orders are all settled, and counts the batch.
+func (w *Orders) Ack(ctx context.Context, entries []rdb.Entry) error {
+	if len(entries) == 0 {
+		return nil
+	}
+	if err := w.redis.Ack(ctx, entries[0].Partition, entries); err != nil {
+		return err
+	}
+	w.metrics.batches.Inc()
+	return nil
+}
+
 // guard runs f and turns a panic into a value.
 func guard(f func() error) (panicked any, err error) {
 	defer func() { panicked = recover() }()
 	return nil, f()
 }
 
-func (w *Orders) handle(ctx context.Context, entries []rdb.Entry) error {
+func (w *Orders) settle(ctx context.Context, entries []rdb.Entry) error {
 	valid := make([]rdb.Entry, 0, len(entries))
 	for _, e := range entries {
 		if e.Err != nil {
@@ -108,7 +138,7 @@ func (w *Orders) handle(ctx context.Context, entries []rdb.Entry) error {
 	w.metrics.batchSize.Observe(float64(len(valid)))
 	switch {
 	case err == nil:
-		return w.settleBatch(ctx, valid, outcomes)
+		return w.record(ctx, valid, outcomes)
 	case db.IsRowError(err):
 		return w.handleOneByOne(ctx, valid, err)
 	default:
@@ -154,7 +184,7 @@ func (w *Orders) handleOneByOne(ctx context.Context, entries []rdb.Entry, batchE
 		if errs[i] != nil {
 			err = w.DeadLetter(ctx, e, "rejected by mysql: "+errs[i].Error())
 		} else {
-			err = w.settleBatch(ctx, []rdb.Entry{e}, outs[i])
+			err = w.record(ctx, []rdb.Entry{e}, outs[i])
 		}
 		if err != nil {
 			return err
@@ -163,13 +193,10 @@ func (w *Orders) handleOneByOne(ctx context.Context, entries []rdb.Entry, batchE
 	return nil
 }
 
-// HoldLease renews this consumer's hold on entries every third of
-// ClaimMinIdle until the returned stop is called.
+// HoldLease renews this consumer's hold on the stream entries of entries
+// every third of ClaimMinIdle until the returned stop is called.
 func (w *Orders) HoldLease(ctx context.Context, entries []rdb.Entry) (stop func()) {
-	ids := make([]string, len(entries))
-	for i, e := range entries {
-		ids[i] = e.StreamID
-	}
+	ids := rdb.StreamIDs(entries)
 	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() {
@@ -190,10 +217,9 @@ func (w *Orders) HoldLease(ctx context.Context, entries []rdb.Entry) (stop func(
 	return func() { cancel(); <-done }
 }
 
-// settleBatch gives back the units of the orders MySQL recorded failed,
-// then acknowledges.
-func (w *Orders) settleBatch(ctx context.Context, entries []rdb.Entry, outcomes []db.Outcome) error {
-	ack := make([]string, 0, len(entries))
+// record gives back the units of the orders MySQL recorded failed, and
+// dead-letters the orders whose id MySQL holds for another order.
+func (w *Orders) record(ctx context.Context, entries []rdb.Entry, outcomes []db.Outcome) error {
 	var releases []db.Release
 	var created, failed, redelivered int64
 	for i, out := range outcomes {
@@ -220,15 +246,10 @@ func (w *Orders) settleBatch(ctx context.Context, entries []rdb.Entry, outcomes 
 			created++
 			w.audit.Info("order created", orderFields(e, zap.String("status", string(out.Status)))...)
 		}
-		ack = append(ack, e.StreamID)
 	}
 	if _, err := settle.Releases(ctx, w.redis, w.db, releases, time.Now()); err != nil {
 		return err
 	}
-	if err := w.redis.Ack(ctx, entries[0].Partition, ack); err != nil {
-		return err
-	}
-	w.metrics.batches.Inc()
 	w.metrics.created.Add(float64(created))
 	w.metrics.failed.Add(float64(failed))
 	w.metrics.redelivered.Add(float64(redelivered))
@@ -239,10 +260,11 @@ func (w *Orders) settleBatch(ctx context.Context, entries []rdb.Entry, outcomes 
 }
 
 // DeadLetter fails a well-formed order that cannot be persisted: it records
-// it as failed in MySQL, gives its unit back and moves the entry to its
-// partition's dead-letter stream, acknowledged; an order that turns out to
-// be persisted already is only acknowledged. It makes one attempt: an error
-// leaves the entry pending and nothing released. If MySQL refuses even the
+// it as failed in MySQL, gives its unit back and copies the order to its
+// partition's dead-letter stream; an order that turns out to be persisted
+// already is left as it is. The caller acknowledges its stream entry
+// (Ack). It makes one attempt: an error leaves the order unsettled and
+// nothing released. If MySQL refuses even the
 // record of the failure (for the row's values, or while it takes other
 // writes, such as a packet too large), the entry is dead-lettered
 // with both reasons and its unit is NOT given back (no unit goes back for
@@ -266,14 +288,14 @@ func (w *Orders) DeadLetter(ctx context.Context, e rdb.Entry, reason string) err
 			zap.Int64("order_id", e.Order.ID), zap.Error(err))
 		return w.deadLetter(ctx, e, reason+"; failure not recorded: "+err.Error(), nil)
 	case rel == nil:
-		w.log.Info("dead-letter candidate is persisted already; acknowledged", zap.Int64("order_id", e.Order.ID), zap.String("status", string(status)))
-		return w.redis.Ack(ctx, e.Partition, []string{e.StreamID})
+		w.log.Info("dead-letter candidate is persisted already", zap.Int64("order_id", e.Order.ID), zap.String("status", string(status)))
+		return nil
 	}
 	return w.deadLetter(ctx, e, reason, rel)
 }
 
-// deadLetter gives back rel (when MySQL recorded one), then moves e to the
-// dead-letter stream and acknowledges it.
+// deadLetter gives back rel (when MySQL recorded one), then copies e to the
+// dead-letter stream.
 func (w *Orders) deadLetter(ctx context.Context, e rdb.Entry, reason string, rel *db.Release) error {
 	if rel != nil {
 		if _, err := settle.Releases(ctx, w.redis, w.db, []db.Release{*rel}, time.Now()); err != nil {

@@ -78,7 +78,7 @@ func TestAckLeavesExactlyTheUnacknowledgedEntries(t *testing.T) {
 			if n > 1 && rng.IntN(4) == 0 {
 				n /= 2
 			}
-			require.NoError(t, s.Ack(ctx, 0, batch[:n]))
+			require.NoError(t, s.Ack(ctx, 0, entriesOf(batch[:n])))
 			for _, id := range batch[:n] {
 				delete(live, id)
 			}
@@ -95,7 +95,7 @@ func TestAckLeavesExactlyTheUnacknowledgedEntries(t *testing.T) {
 	// Everything delivered acknowledged: only what no worker read is left.
 	for _, who := range consumers {
 		for _, batch := range held[who] {
-			require.NoError(t, s.Ack(ctx, 0, batch))
+			require.NoError(t, s.Ack(ctx, 0, entriesOf(batch)))
 			for _, id := range batch {
 				delete(live, id)
 			}
@@ -127,8 +127,8 @@ func TestAckInReadOrderTrimsWithoutDeletingOneByOne(t *testing.T) {
 	}
 	a, b, c := read("a"), read("b"), read("a")
 	xdel := commandCalls(t, s, "xdel")
-	require.NoError(t, s.Ack(ctx, 0, a))
-	require.NoError(t, s.Ack(ctx, 0, b))
+	require.NoError(t, s.Ack(ctx, 0, entriesOf(a)))
+	require.NoError(t, s.Ack(ctx, 0, entriesOf(b)))
 	require.Equal(t, int64(0), commandCalls(t, s, "xdel")-xdel, "in read order: trimmed")
 	backlog, err := s.PartitionBacklog(ctx, 0)
 	require.NoError(t, err)
@@ -138,10 +138,20 @@ func TestAckInReadOrderTrimsWithoutDeletingOneByOne(t *testing.T) {
 	require.NoError(t, s.Client().XAdd(ctx, &redis.XAddArgs{Stream: rdb.StreamKey(0), Values: []any{"voucher_id", "1"}}).Err())
 	late := read("b")
 	require.Len(t, late, 1)
-	require.NoError(t, s.Ack(ctx, 0, late))
+	require.NoError(t, s.Ack(ctx, 0, entriesOf(late)))
 	require.Equal(t, int64(1), commandCalls(t, s, "xdel")-xdel, "acknowledged ahead of c's batch")
-	require.NoError(t, s.Ack(ctx, 0, c))
+	require.NoError(t, s.Ack(ctx, 0, entriesOf(c)))
 	backlog, err = s.PartitionBacklog(ctx, 0)
 	require.NoError(t, err)
 	require.Equal(t, rdb.Backlog{Partition: 0}, backlog)
+}
+
+// entriesOf are stream entries ids as a consumer read them, holding no
+// order (the entries these tests add by hand).
+func entriesOf(ids []string) []rdb.Entry {
+	es := make([]rdb.Entry, len(ids))
+	for i, id := range ids {
+		es[i] = rdb.Entry{StreamID: id, Index: -1}
+	}
+	return es
 }

@@ -18,14 +18,14 @@ var roleCommands = map[string][]string{
 	// between a hot voucher's buckets (take.lua, give.lua, the moves read
 	// and forgotten).
 	"gateway": {
-		"evalsha", "eval", "script|load", "get", "mget", "set", "hmget", "hget", "hgetall", "hset", "hdel", "hincrby", "lpop", "lpush", "rpush",
+		"evalsha", "eval", "script|load", "get", "mget", "set", "hmget", "hget", "hgetall", "hset", "hdel", "hincrby", "incrby", "lpop", "lpush", "rpush",
 		"xadd", "xdel", "xrange", "xlen", "xpending", "xgroup|create", "expire", "expireat", "persist", "del", "exists", "sadd", "sismember", "watch", "unwatch", "multi", "exec",
 	},
 	// Reading and acknowledging (ack.lua), renewing its lease (lease.lua),
 	// releasing (release.lua) and dead-lettering.
 	"worker": {
 		"evalsha", "eval", "script|load", "xreadgroup", "xack", "xdel", "xclaim", "xadd", "xgroup|create", "xrange",
-		"exists", "sadd", "hmget", "hget", "hincrby", "lpush", "expireat", "multi", "exec",
+		"xpending", "xinfo|groups", "xtrim", "decrby", "exists", "sadd", "hmget", "hget", "hincrby", "lpush", "expireat", "multi", "exec",
 	},
 	// The worker's, and taking over (XAUTOCLAIM), removing consumers
 	// (delconsumer.lua), closing pools, the stream gauges, dead-letter
@@ -34,12 +34,12 @@ var roleCommands = map[string][]string{
 	"reaper": {
 		"evalsha", "eval", "script|load", "xreadgroup", "xack", "xdel", "xclaim", "xautoclaim", "xadd", "xgroup|create",
 		"xgroup|delconsumer", "xpending", "xinfo|groups", "xinfo|consumers", "xlen", "xrange", "xtrim",
-		"exists", "sadd", "scard", "smembers", "sismember", "hmget", "hget", "hgetall", "hset", "hdel", "hincrby", "lpush", "rpush", "lrange",
+		"decrby", "exists", "sadd", "scard", "smembers", "sismember", "hmget", "hget", "hgetall", "hset", "hdel", "hincrby", "lpush", "rpush", "lrange",
 		"expire", "expireat", "persist", "del", "get", "set", "watch", "unwatch", "multi", "exec",
 	},
 	// Read-only: the stream gauges and looking at state (a metrics
 	// exporter, an operator's redis-cli).
-	"metrics": {"xlen", "xinfo|groups", "xinfo|consumers", "xinfo|stream", "xpending", "xrange", "hmget", "hget", "hgetall", "lrange", "scard", "smembers", "sismember", "exists", "ttl"},
+	"metrics": {"get", "xlen", "xinfo|groups", "xinfo|consumers", "xinfo|stream", "xpending", "xrange", "hmget", "hget", "hgetall", "lrange", "scard", "smembers", "sismember", "exists", "ttl"},
 }
 
 // aclConnection is what every client needs besides its role's commands:

@@ -313,11 +313,11 @@ func (s *Store) admitCalls(claims []Claim, pending []int) []admitCall {
 			k = len(calls)
 			key := b.key()
 			room := min(len(pending), maxClaimsPerCall) // most batches are one call
-			keys := make([]string, 0, 4+3*room)
+			keys := make([]string, 0, 5+3*room)
 			args := make([]any, 0, 3+9*room)
 			calls = append(calls, admitCall{b: b, key: key, noIdem: key + ":idem:-", noProof: ProofKey(key, ""),
 				claims: make([]int, 0, room),
-				keys:   append(keys, key, s.streams[b.p], poolKey(key), s.loaded[b.p]),
+				keys:   append(keys, key, s.streams[b.p], poolKey(key), s.loaded[b.p], s.backlogs[b.p]),
 				args:   append(args, c.VoucherID, n, int64(DayKeyTTL/time.Second))})
 		}
 		call := &calls[k]
@@ -375,8 +375,8 @@ func admission(res []any, p int) (Admission, error) {
 	if len(res) != 4 && len(res) != 5 {
 		return Admission{}, fmt.Errorf("admit: unexpected reply %v", res)
 	}
-	entry, _ := res[1].(string)
-	id, err := order.IDFromEntry(entry, p)
+	pos, _ := res[1].(string)
+	id, err := order.IDFromPosition(pos, p)
 	if err != nil {
 		return Admission{}, fmt.Errorf("admit: %w", err)
 	}

@@ -57,7 +57,42 @@ func decide(t *testing.T, s *rdb.Store, v int64, claims []rdb.Claim, batch bool)
 		}
 		first[as[i].OrderID] = i
 	}
+	requireStreamHolds(t, s, v, claims, as, first)
 	return out
+}
+
+// requireStreamHolds checks what the streams hold of voucher v: exactly
+// one order per new admission (first: order id -> its claim), under the
+// admission's order id, with the claim's user, day, units and item; and
+// the backlog count of each partition is its stream's orders.
+func requireStreamHolds(t *testing.T, s *rdb.Store, v int64, claims []rdb.Claim, as []rdb.Admission, first map[int64]int) {
+	t.Helper()
+	ctx := context.Background()
+	seen := map[int64]bool{}
+	for p := range s.Partitions() {
+		es, err := s.StreamOrders(ctx, p)
+		require.NoError(t, err)
+		b, err := s.PartitionBacklog(ctx, p)
+		require.NoError(t, err)
+		require.EqualValues(t, len(es), b.Orders, "partition %d: the backlog counts the stream's orders", p)
+		for _, e := range es {
+			require.NoError(t, e.Err)
+			if e.Order.VoucherID != v {
+				continue
+			}
+			i, ok := first[e.Order.ID]
+			require.True(t, ok, "order %d in the stream was not admitted", e.Order.ID)
+			require.False(t, seen[e.Order.ID], "order %d twice in the stream", e.Order.ID)
+			seen[e.Order.ID] = true
+			c := claims[i]
+			require.Equal(t, c.UserID, e.Order.UserID)
+			require.Equal(t, c.Day, e.Order.Day)
+			require.Equal(t, max(c.Quantity, 1), e.Order.Units())
+			require.Equal(t, as[i].Item, e.Order.Item)
+			require.Equal(t, as[i].Entry, e.Order.Entry)
+		}
+	}
+	require.Len(t, seen, len(first), "every admission is one order in the stream")
 }
 
 // randomSale is a voucher and claims against it, drawn from r: stock,
@@ -202,14 +237,22 @@ func TestALargeBatchIsSplitIntoCalls(t *testing.T) {
 	for i := range claims {
 		claims[i] = rdb.Claim{VoucherID: 77, UserID: fmt.Sprintf("big-%d", i), Now: t0, Day: d0}
 	}
-	_, errs, err := s.AdmitMany(context.Background(), claims)
+	as, errs, err := s.AdmitMany(context.Background(), claims)
 	require.NoError(t, err)
+	first := map[int64]int{}
 	for i, e := range errs {
 		if i < 600 {
 			require.NoError(t, e, "claim %d", i)
+			first[as[i].OrderID] = i
 		} else {
 			require.ErrorIs(t, e, rdb.ErrSoldOut, "claim %d", i)
 		}
 	}
 	requireStock(t, s, 77, 0)
+	requireStreamHolds(t, s, 77, claims, as, first)
+	// Three calls (256, 256 and 188 claims) wrote their admissions 32
+	// (order.MaxPerEntry) to a stream entry: 8 + 8 + 3 entries.
+	b, err := s.PartitionBacklog(context.Background(), s.PartitionOf(77))
+	require.NoError(t, err)
+	require.Equal(t, rdb.Backlog{Partition: s.PartitionOf(77), Length: 19, Orders: 600}, b)
 }

@@ -60,7 +60,7 @@ func TestAdmitManyReloadsAFlushedScript(t *testing.T) {
 	out, errs, err := s.AdmitMany(ctx, claims)
 	require.NoError(t, err)
 	require.NoError(t, errs[0])
-	p, _ := order.EntryOf(out[0].OrderID)
+	p, _, _ := order.EntryOf(out[0].OrderID)
 	require.Equal(t, 0, p)
 	require.ErrorIs(t, errs[1], rdb.ErrVoucherNotFound)
 	requireStock(t, s, 3, 4)

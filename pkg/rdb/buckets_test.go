@@ -226,7 +226,7 @@ func TestHotVoucherOperations(t *testing.T) {
 	users := usersIn(3, 4, 3)
 	a, err := claim(s, 11, users[0], t0)
 	require.NoError(t, err)
-	p, _ := order.EntryOf(a.OrderID)
+	p, _, _ := order.EntryOf(a.OrderID)
 	require.Equal(t, (s.PartitionOf(11)+3)%8, p, "the order is admitted in its bucket's partition")
 
 	// A release gives the unit back to the user's bucket, once; the user
@@ -298,7 +298,7 @@ func TestClaimRoutedByTheWrongNumberOfBucketsIsRoutedAgain(t *testing.T) {
 	u := usersIn(2, 4, 1)[0]
 	a, err := claim(fresh, 12, u, t0)
 	require.NoError(t, err)
-	p, _ := order.EntryOf(a.OrderID)
+	p, _, _ := order.EntryOf(a.OrderID)
 	require.Equal(t, (s.PartitionOf(12)+2)%8, p)
 }
 

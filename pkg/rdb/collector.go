@@ -9,18 +9,19 @@ import (
 )
 
 // StreamCollector reports every partition's stream at scrape time: its
-// length (entries not yet persisted), entries delivered but not yet
-// acknowledged, the lag (entries not yet delivered) and the dead-letter
-// stream's length.
+// length (entries not yet persisted, one per admission call), the orders
+// they carry (the backlog to scale workers on), entries delivered but not
+// yet acknowledged, the lag (entries not yet delivered) and the
+// dead-letter stream's length (one entry per order).
 //
 // The lag is length minus pending, not the group's lag from XINFO GROUPS:
 // acknowledged entries are deleted, and once two consumers acknowledge out
 // of order Redis can no longer compute the group's lag (it reports none),
 // exactly when the backlog is largest.
 type StreamCollector struct {
-	s                          *Store
-	length, pending, lag, dead *prometheus.Desc
-	up, exporting              *prometheus.Desc
+	s                                  *Store
+	length, orders, pending, lag, dead *prometheus.Desc
+	up, exporting                      *prometheus.Desc
 	// who, when set, makes the collector export the stream gauges only
 	// while it holds the exporter lease (one reaper of several), so that
 	// a sum over reapers counts each stream once.
@@ -60,10 +61,11 @@ func NewStreamCollector(s *Store) *StreamCollector {
 		return prometheus.NewDesc(name, help, []string{"partition"}, nil)
 	}
 	return &StreamCollector{s: s,
-		length:  d("flashsale_stream_length", "Entries in the order stream: admitted, not yet persisted."),
+		length:  d("flashsale_stream_length", "Entries in the order stream (one per admission call): admitted, not yet persisted."),
+		orders:  d("flashsale_stream_orders", "Orders in the order stream's entries: admitted, not yet persisted."),
 		pending: d("flashsale_stream_pending", "Entries delivered to a consumer and not yet acknowledged."),
 		lag:     d("flashsale_stream_lag", "Entries not yet delivered to the consumer group."),
-		dead:    d("flashsale_stream_dead_letters", "Entries in the partition's dead-letter stream."),
+		dead:    d("flashsale_stream_dead_letters", "Orders in the partition's dead-letter stream."),
 		up:      prometheus.NewDesc("flashsale_stream_scrape_ok", "1 if the streams could be read at this scrape.", nil, nil),
 		exporting: prometheus.NewDesc("flashsale_stream_gauges_exporter",
 			"1 if this process exports the stream gauges (one reaper of several does, so a sum counts each stream once).", nil, nil),
@@ -73,6 +75,7 @@ func NewStreamCollector(s *Store) *StreamCollector {
 // Describe implements prometheus.Collector.
 func (c *StreamCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.length
+	ch <- c.orders
 	ch <- c.pending
 	ch <- c.lag
 	ch <- c.dead
@@ -104,6 +107,7 @@ func (c *StreamCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		label := strconv.Itoa(p)
 		ch <- prometheus.MustNewConstMetric(c.length, prometheus.GaugeValue, float64(b.Length), label)
+		ch <- prometheus.MustNewConstMetric(c.orders, prometheus.GaugeValue, float64(b.Orders), label)
 		ch <- prometheus.MustNewConstMetric(c.pending, prometheus.GaugeValue, float64(b.Pending), label)
 		ch <- prometheus.MustNewConstMetric(c.dead, prometheus.GaugeValue, float64(b.DeadLetters), label)
 		ch <- prometheus.MustNewConstMetric(c.lag, prometheus.GaugeValue, float64(max(0, b.Length-b.Pending)), label)

@@ -27,11 +27,7 @@ func TestStreamGaugesWhileWorkersAcknowledgeOutOfOrder(t *testing.T) {
 	b, err := s.ReadGroup(ctx, 0, "b", ">", 5, 0)
 	require.NoError(t, err)
 	// b acknowledges its later entries; a still holds the earlier ones.
-	ids := make([]string, len(b))
-	for i, e := range b {
-		ids[i] = e.StreamID
-	}
-	require.NoError(t, s.Ack(ctx, 0, ids))
+	require.NoError(t, s.Ack(ctx, 0, b))
 	for i := range 3 {
 		_, err := claim(s, 1, "late"+strconv.Itoa(i), t0)
 		require.NoError(t, err)
@@ -51,6 +47,7 @@ func TestStreamGaugesWhileWorkersAcknowledgeOutOfOrder(t *testing.T) {
 	}
 	require.Len(t, a, 5)
 	require.EqualValues(t, 8, gauge("flashsale_stream_length"), "a's 5 and 3 new")
+	require.EqualValues(t, 8, gauge("flashsale_stream_orders"), "one order each: every claim was a call of its own")
 	require.EqualValues(t, 5, gauge("flashsale_stream_pending"))
 	require.EqualValues(t, 3, gauge("flashsale_stream_lag"), "the 3 new ones, not yet delivered")
 }

@@ -11,22 +11,25 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/flashsale/flashsale/pkg/order"
 )
 
-// DeadLetter copies e with reason to the partition's dead-letter stream and
-// acknowledges it, in one transaction.
+// DeadLetter copies order e with reason to the partition's dead-letter
+// stream. It does not acknowledge e's stream entry, which may carry other
+// orders: the caller acknowledges it (Ack) once every order it carries is
+// settled. A crash between the two may dead-letter an order twice (the
+// entry is delivered again); requeueing it persists it once.
 func (s *Store) DeadLetter(ctx context.Context, e Entry, reason string) error {
-	_, err := s.c.TxPipelined(ctx, func(pipe redis.Pipeliner) error {
-		pipe.XAdd(ctx, &redis.XAddArgs{Stream: DeadKey(e.Partition), Values: []any{
-			"stream_id", e.StreamID, "order_id", formatID(e.Order.ID), "voucher_id", formatID(e.Order.VoucherID),
-			"user_id", e.Order.UserID, "day", e.Order.Day, "quantity", e.Order.Units(), "reason", reason,
-			"created_ms", e.Order.CreatedAt.UnixMilli(), "item", e.Order.Item.Encode(),
-		}})
-		pipe.XAck(ctx, StreamKey(e.Partition), s.group, e.StreamID)
-		pipe.XDel(ctx, StreamKey(e.Partition), e.StreamID)
-		return nil
-	})
-	if err != nil {
+	values := []any{
+		"stream_id", e.StreamID, "order_id", formatID(e.Order.ID), "voucher_id", formatID(e.Order.VoucherID),
+		"user_id", e.Order.UserID, "day", e.Order.Day, "quantity", e.Order.Units(), "reason", reason,
+		"created_ms", e.Order.CreatedAt.UnixMilli(), "item", e.Order.Item.Encode(),
+	}
+	if e.Order.Entry {
+		values = append(values, "entry", "1")
+	}
+	if err := s.c.XAdd(ctx, &redis.XAddArgs{Stream: DeadKey(e.Partition), Values: values}).Err(); err != nil {
 		return fmt.Errorf("dead-letter %s: %w", e.StreamID, err)
 	}
 	return nil
@@ -99,15 +102,34 @@ func (s *Store) DeadLetters(ctx context.Context, p int) ([]DeadEntry, error) {
 			if ms, err := strconv.ParseInt(strings.SplitN(m.ID, "-", 2)[0], 10, 64); err == nil {
 				d.DeadAt = time.UnixMilli(ms).UTC()
 			}
-			d.Entry = parseEntry(p, redis.XMessage{ID: d.StreamID, Values: m.Values})
-			if d.Entry.Err == nil && (field("created_ms") == "" || formatID(d.Entry.Order.ID) != d.OrderID) {
-				d.Entry.Err = fmt.Errorf("dead letter %s does not hold its whole order", m.ID)
-			}
+			d.Entry = deadEntry(p, m.ID, field)
 			out = append(out, d)
 		}
 		return false
 	})
 	return out, err
+}
+
+// deadEntry is the order dead letter deadID (of partition p, its fields
+// read by field) holds, to be processed again: its id is the one it was
+// dead-lettered with, and it must lead back to the stream entry it came
+// from.
+func deadEntry(p int, deadID string, field func(string) string) Entry {
+	e := Entry{Partition: p, StreamID: field("stream_id"), Index: -1}
+	id, err := strconv.ParseInt(field("order_id"), 10, 64)
+	if err != nil || field("created_ms") == "" {
+		e.Err = fmt.Errorf("dead letter %s does not hold its whole order", deadID)
+		return e
+	}
+	if _, entry, index := order.EntryOf(id); entry == e.StreamID {
+		e.Index = index // an order of a stream entry of several
+	} else if old, err := order.IDFromPosition(e.StreamID, p); err != nil || old != id {
+		e.Err = fmt.Errorf("dead letter %s: order %d is not of stream entry %q", deadID, id, e.StreamID)
+		return e
+	}
+	e.Order, e.Err = parseOrder(e.StreamID, id, field("voucher_id"), field("user_id"), field("created_ms"), field("day"),
+		field("quantity"), field("item"), field("entry") == "1")
+	return e
 }
 
 // DeleteDeadLetters deletes dead letters ids of partition p.

@@ -18,7 +18,7 @@ import (
 // PendingOrder finds order id while it is still in its stream (admitted, not
 // yet persisted).
 func (s *Store) PendingOrder(ctx context.Context, id int64) (order.Order, bool, error) {
-	p, entry := order.EntryOf(id)
+	p, entry, _ := order.EntryOf(id)
 	if p >= s.partitions {
 		return order.Order{}, false, nil
 	}
@@ -26,19 +26,24 @@ func (s *Store) PendingOrder(ctx context.Context, id int64) (order.Order, bool, 
 	if err != nil {
 		return order.Order{}, false, fmt.Errorf("xrange %s: %w", StreamKey(p), err)
 	}
-	if len(msgs) == 0 {
-		return order.Order{}, false, nil
+	for _, m := range msgs {
+		for _, e := range parseEntries(p, m) {
+			if e.Err == nil && e.Order.ID == id {
+				return e.Order, true, nil
+			}
+		}
 	}
-	e := parseEntry(p, msgs[0])
-	return e.Order, e.Err == nil, nil
+	return order.Order{}, false, nil
 }
 
 // Backlog is the state of one partition's stream.
 type Backlog struct {
-	Partition   int   `json:"partition"`
-	Length      int64 `json:"length"`       // entries not yet persisted
-	Pending     int64 `json:"pending"`      // delivered to a worker, not yet acknowledged
-	DeadLetters int64 `json:"dead_letters"` // entries in the dead-letter stream
+	Partition int   `json:"partition"`
+	Length    int64 `json:"length"`  // stream entries not yet persisted (one per admission call)
+	Orders    int64 `json:"orders"`  // their orders (BacklogKey)
+	Pending   int64 `json:"pending"` // stream entries delivered to a worker, not yet acknowledged
+	// DeadLetters are the orders in the dead-letter stream.
+	DeadLetters int64 `json:"dead_letters"`
 }
 
 // PartitionBacklog reads the backlog of partition p.
@@ -46,6 +51,7 @@ func (s *Store) PartitionBacklog(ctx context.Context, p int) (Backlog, error) {
 	b := Backlog{Partition: p}
 	pipe := s.c.Pipeline()
 	xlen := pipe.XLen(ctx, StreamKey(p))
+	orders := pipe.Get(ctx, BacklogKey(p))
 	pend := pipe.XPending(ctx, StreamKey(p), s.group)
 	dead := pipe.XLen(ctx, DeadKey(p))
 	_, err := pipe.Exec(ctx)
@@ -53,6 +59,7 @@ func (s *Store) PartitionBacklog(ctx context.Context, p int) (Backlog, error) {
 		return b, fmt.Errorf("backlog of %s: %w", StreamKey(p), err)
 	}
 	b.Length, b.DeadLetters = xlen.Val(), dead.Val()
+	b.Orders, _ = orders.Int64() // none yet: 0
 	if pend.Err() == nil {
 		b.Pending = pend.Val().Count
 	}
@@ -81,8 +88,10 @@ func (s *Store) UserPending(ctx context.Context, v int64, user string) ([]order.
 		if err != nil {
 			return nil, fmt.Errorf("pending orders in %s: %w", b.stream(), err)
 		}
-		if e := parseEntry(b.p, m); e.Err == nil && e.Order.VoucherID == v && e.Order.UserID == user {
-			out = append(out, e.Order)
+		for _, e := range parseEntries(b.p, m) {
+			if e.Err == nil && e.Order.VoucherID == v && e.Order.UserID == user {
+				out = append(out, e.Order)
+			}
 		}
 	}
 	return out, nil

@@ -10,13 +10,14 @@ import (
 // Redis Cluster slot. Changing the number of partitions moves vouchers to
 // other keys: do it only between sales.
 //
-//	flashsale:{pP}:orders              stream of admitted orders
-//	flashsale:{pP}:dead                dead-letter stream
+//	flashsale:{pP}:orders              stream of admitted orders, one entry per admission call (up to 32 orders)
+//	flashsale:{pP}:backlog             orders in stream entries not yet acknowledged
+//	flashsale:{pP}:dead                dead-letter stream, one entry per order
 //	flashsale:{pP}:wait                a write the durability check waits on (FLASHSALE_REDIS_DURABILITY), for an hour
 //	flashsale:{pP}:loaded              set by the reaper once the partition holds every voucher MySQL has on sale in it
 //	flashsale:{pP}:v:V                 voucher hash: stock, limit, daily, start_ms, end_ms, buckets, ...
 //	                                   and u:USER -> units user USER holds (read with the voucher, one HMGET)
-//	                                   and o:USER -> entry ids of USER's admissions not yet seen persisted
+//	                                   and o:USER -> positions of USER's admissions not yet seen persisted
 //	flashsale:{pP}:v:V:day:YYYYMMDD    hash user -> orders taken that day
 //	flashsale:{pP}:v:V:idem:U:K        idempotency record of user U, key K
 //	flashsale:{pP}:v:V:released        set of order ids whose reservation was given back
@@ -45,6 +46,12 @@ func partitionPrefix(p int) string { return "flashsale:{p" + strconv.Itoa(p) + "
 
 // StreamKey is the order stream of partition p.
 func StreamKey(p int) string { return partitionPrefix(p) + "orders" }
+
+// BacklogKey counts partition p's orders whose stream entries are not yet
+// acknowledged: admit.lua adds an entry's orders, ack.lua takes them off.
+// One stream entry carries up to order.MaxPerEntry orders, so the stream's
+// length counts admission calls, and this counts orders.
+func BacklogKey(p int) string { return partitionPrefix(p) + "backlog" }
 
 // DeadKey is the dead-letter stream of partition p.
 func DeadKey(p int) string { return partitionPrefix(p) + "dead" }

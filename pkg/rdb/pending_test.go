@@ -76,8 +76,8 @@ func TestUserPendingReadsOnlyTheUsersOwnEntries(t *testing.T) {
 
 	// Persisted (acknowledged and deleted): no longer pending, and the
 	// index forgets it.
-	_, entry := order.EntryOf(mine.OrderID)
-	require.NoError(t, s.Ack(ctx, 0, []string{entry}))
+	_, entry, index := order.EntryOf(mine.OrderID)
+	require.NoError(t, s.Ack(ctx, 0, []rdb.Entry{{StreamID: entry, Index: index}}))
 	got, err = s.UserPending(ctx, 1, "alice")
 	require.NoError(t, err)
 	require.Equal(t, []int64{second.OrderID}, orderIDs(got))
@@ -130,11 +130,7 @@ func TestUserPendingFindsOrdersInEveryBucket(t *testing.T) {
 	for i, p := range parts { // the home partition first
 		es, err := s.ReadGroup(ctx, p, "w", ">", 100, 0)
 		require.NoError(t, err)
-		ids := make([]string, len(es))
-		for i, e := range es {
-			ids[i] = e.StreamID
-		}
-		require.NoError(t, s.Ack(ctx, p, ids))
+		require.NoError(t, s.Ack(ctx, p, es))
 		if i == 0 {
 			busy, err = s.InFlight(ctx, 9)
 			require.NoError(t, err)

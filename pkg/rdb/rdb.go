@@ -23,7 +23,7 @@ var (
 	ErrSoldOut         = errors.New("sold out")
 	ErrUserLimit       = errors.New("user limit reached")
 	ErrDailyLimit      = errors.New("daily limit reached")
-	// ErrOverloaded: the partition took more than order.MaxSeq orders in one
+	// ErrOverloaded: the partition took more than order.MaxEntrySeq stream entries in one
 	// millisecond; nothing was changed and the claim may be retried.
 	ErrOverloaded = errors.New("partition overloaded")
 	// ErrQuantityAboveLimit: the claim asks for more units than the
@@ -72,9 +72,9 @@ type Store struct {
 	group      string
 	buckets    sync.Map // voucher id -> its number of buckets, once seen
 	durability Durability
-	// streams and loaded are each partition's StreamKey and LoadedKey,
+	// streams, loaded and backlogs are each partition's StreamKey, LoadedKey and BacklogKey,
 	// built once: an admission call names both.
-	streams, loaded []string
+	streams, loaded, backlogs []string
 }
 
 // New returns a Store over client with the given number of stream partitions
@@ -86,9 +86,10 @@ func New(client redis.UniversalClient, partitions int, group string) (*Store, er
 	if group == "" {
 		group = DefaultGroup
 	}
-	s := &Store{c: client, partitions: partitions, group: group, streams: make([]string, partitions), loaded: make([]string, partitions)}
+	s := &Store{c: client, partitions: partitions, group: group, streams: make([]string, partitions), loaded: make([]string, partitions),
+		backlogs: make([]string, partitions)}
 	for p := range partitions {
-		s.streams[p], s.loaded[p] = StreamKey(p), LoadedKey(p)
+		s.streams[p], s.loaded[p], s.backlogs[p] = StreamKey(p), LoadedKey(p), BacklogKey(p)
 	}
 	return s, nil
 }

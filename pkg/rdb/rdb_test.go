@@ -161,7 +161,7 @@ func TestAdmitWritesTheOrderToItsPartition(t *testing.T) {
 	seedVoucher(t, s, rdb.Voucher{ID: 7, Stock: 3})
 	a, err := claim(s, 7, "alice", t0)
 	require.NoError(t, err)
-	p, _ := order.EntryOf(a.OrderID)
+	p, _, _ := order.EntryOf(a.OrderID)
 	require.Equal(t, s.PartitionOf(7), p)
 
 	o, found, err := s.PendingOrder(context.Background(), a.OrderID)
@@ -308,15 +308,20 @@ func TestAckDeletesAndReadGroupRedelivers(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, got, again)
 
-	require.NoError(t, s.Ack(ctx, 0, []string{got[0].StreamID, got[1].StreamID}))
+	require.NoError(t, s.Ack(ctx, 0, got[:2]))
 	b, err := s.PartitionBacklog(ctx, 0)
 	require.NoError(t, err)
-	require.Equal(t, rdb.Backlog{Partition: 0, Length: 1, Pending: 1}, b)
+	require.Equal(t, rdb.Backlog{Partition: 0, Length: 1, Orders: 1, Pending: 1}, b)
 	_, found, err := s.PendingOrder(ctx, got[0].Order.ID)
 	require.NoError(t, err)
 	require.False(t, found, "an acknowledged order is no longer pending")
 
+	// Dead-lettering copies the order; its stream entry goes with the ack.
 	require.NoError(t, s.DeadLetter(ctx, got[2], "test"))
+	b, err = s.PartitionBacklog(ctx, 0)
+	require.NoError(t, err)
+	require.Equal(t, rdb.Backlog{Partition: 0, Length: 1, Orders: 1, Pending: 1, DeadLetters: 1}, b)
+	require.NoError(t, s.Ack(ctx, 0, got[2:]))
 	b, err = s.PartitionBacklog(ctx, 0)
 	require.NoError(t, err)
 	require.Equal(t, rdb.Backlog{Partition: 0, Length: 0, Pending: 0, DeadLetters: 1}, b)
@@ -337,9 +342,9 @@ func TestSequenceOverflowChangesNothing(t *testing.T) {
 	ctx := context.Background()
 	seedVoucher(t, s, rdb.Voucher{ID: 1, Stock: 5})
 	// An entry at a future millisecond with the last sequence an order id can
-	// hold: the next auto id lands on sequence 4096 of that millisecond.
+	// name: the next auto id lands on sequence 128 of that millisecond.
 	future := time.Now().Add(time.Hour).UnixMilli()
-	require.NoError(t, s.Client().XAdd(ctx, &redis.XAddArgs{Stream: rdb.StreamKey(0), ID: fmt.Sprintf("%d-4095", future), Values: []any{"x", "y"}}).Err())
+	require.NoError(t, s.Client().XAdd(ctx, &redis.XAddArgs{Stream: rdb.StreamKey(0), ID: fmt.Sprintf("%d-127", future), Values: []any{"x", "y"}}).Err())
 	_, err := claim(s, 1, "hank", t0)
 	require.ErrorIs(t, err, rdb.ErrOverloaded)
 	requireStock(t, s, 1, 5)
@@ -349,6 +354,108 @@ func TestSequenceOverflowChangesNothing(t *testing.T) {
 	length, err := s.Client().XLen(ctx, rdb.StreamKey(0)).Result()
 	require.NoError(t, err)
 	require.EqualValues(t, 1, length)
+}
+
+// A call whose second stream entry cannot be numbered keeps its first
+// entry's 32 admissions and undoes the rest: their items back in the pool
+// in their order, no idempotency record, no count, no order in the stream.
+func TestSequenceOverflowUndoesOnlyTheEntryThatOverflowed(t *testing.T) {
+	s := newStore(t, 1)
+	ctx := context.Background()
+	items := make([]order.Item, 40)
+	for i := range items {
+		items[i] = order.Item{No: int64(i + 1), Amount: 100}
+	}
+	seedVoucher(t, s, rdb.Voucher{ID: 1, Stock: 40, PerUserLimit: 1, Pooled: true, Items: items})
+	future := time.Now().Add(time.Hour).UnixMilli()
+	require.NoError(t, s.Client().XAdd(ctx, &redis.XAddArgs{Stream: rdb.StreamKey(0), ID: fmt.Sprintf("%d-126", future), Values: []any{"x", "y"}}).Err())
+	claims := make([]rdb.Claim, 40)
+	for i := range claims {
+		claims[i] = rdb.Claim{VoucherID: 1, UserID: fmt.Sprint("u", i), Now: t0, Day: d0, IdempotencyKey: "k", IdempotencyTTL: time.Hour}
+	}
+	as, errs, err := s.AdmitMany(ctx, claims)
+	require.NoError(t, err)
+	for i := range claims {
+		if i < 32 {
+			require.NoError(t, errs[i], "claim %d", i)
+			require.Equal(t, items[i], as[i].Item)
+		} else {
+			require.ErrorIs(t, errs[i], rdb.ErrOverloaded, "claim %d", i)
+		}
+	}
+	requireStock(t, s, 1, 8)
+	left, err := s.Client().LRange(ctx, "flashsale:{p0}:v:1:pool", 0, -1).Result()
+	require.NoError(t, err)
+	want := make([]string, 0, 8)
+	for _, it := range items[32:] {
+		want = append(want, it.Encode())
+	}
+	require.Equal(t, want, left, "the undone items are back, in their order")
+	for u, want := range map[string]int64{"u0": 1, "u31": 1, "u32": 0, "u39": 0} {
+		n, err := s.UserCount(ctx, 1, u)
+		require.NoError(t, err)
+		require.Equal(t, want, n, u)
+	}
+	idem, err := s.Client().Exists(ctx, "flashsale:{p0}:v:1:idem:u32:k").Result()
+	require.NoError(t, err)
+	require.Zero(t, idem, "no idempotency record for an undone admission")
+	b, err := s.PartitionBacklog(ctx, 0)
+	require.NoError(t, err)
+	require.Equal(t, int64(2), b.Length, "the entry written by hand and the call's first")
+	require.Equal(t, int64(32), b.Orders)
+}
+
+// A call's admissions travel in one stream entry that a person can read
+// (XRANGE: voucher_id, then o0, o1, ... each "user created_ms day
+// quantity[ item]"); a consumer reads them as one order each; the backlog
+// counts orders, and acknowledging an entry twice takes its orders off
+// once.
+func TestOneStreamEntryCarriesACallsOrders(t *testing.T) {
+	s := newStore(t, 1)
+	ctx := context.Background()
+	seedVoucher(t, s, rdb.Voucher{ID: 1, Stock: 10, PerUserLimit: 5})
+	claims := []rdb.Claim{{UserID: "ann", Quantity: 2}, {UserID: "bob"}, {UserID: "ann"}}
+	for i := range claims {
+		claims[i].VoucherID, claims[i].Now, claims[i].Day = 1, t0, d0
+	}
+	as, errs, err := s.AdmitMany(ctx, claims)
+	require.NoError(t, err)
+	for _, e := range errs {
+		require.NoError(t, e)
+	}
+	msgs, err := s.Client().XRange(ctx, rdb.StreamKey(0), "-", "+").Result()
+	require.NoError(t, err)
+	require.Len(t, msgs, 1)
+	ms := strconv.FormatInt(t0.UnixMilli(), 10)
+	require.Equal(t, map[string]any{"voucher_id": "1", "o0": "ann " + ms + " " + d0 + " 2", "o1": "bob " + ms + " " + d0 + " 1",
+		"o2": "ann " + ms + " " + d0 + " 1"}, msgs[0].Values)
+
+	got, err := s.ReadGroup(ctx, 0, "c1", ">", 10, 0)
+	require.NoError(t, err)
+	require.Len(t, got, 3)
+	for i, e := range got {
+		require.NoError(t, e.Err)
+		require.Equal(t, msgs[0].ID, e.StreamID)
+		require.Equal(t, i, e.Index)
+		require.Equal(t, as[i].OrderID, e.Order.ID)
+		require.Equal(t, claims[i].UserID, e.Order.UserID)
+		o, found, err := s.PendingOrder(ctx, as[i].OrderID)
+		require.NoError(t, err)
+		require.True(t, found)
+		require.Equal(t, e.Order, o)
+	}
+	pending, err := s.UserPending(ctx, 1, "ann")
+	require.NoError(t, err)
+	require.Equal(t, []int64{as[0].OrderID, as[2].OrderID}, orderIDs(pending), "one order each, not the entry twice")
+
+	b, err := s.PartitionBacklog(ctx, 0)
+	require.NoError(t, err)
+	require.Equal(t, rdb.Backlog{Partition: 0, Length: 1, Orders: 3, Pending: 1}, b)
+	require.NoError(t, s.Ack(ctx, 0, got))
+	require.NoError(t, s.Ack(ctx, 0, got), "a second ack (the reaper's, after a worker's)")
+	b, err = s.PartitionBacklog(ctx, 0)
+	require.NoError(t, err)
+	require.Equal(t, rdb.Backlog{Partition: 0}, b)
 }
 
 func TestLeaseRenewsOnlyWhatTheConsumerOwns(t *testing.T) {

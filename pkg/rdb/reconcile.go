@@ -144,12 +144,12 @@ func (s *Store) intHash(ctx context.Context, key string) (map[string]int64, erro
 	return out, nil
 }
 
-// StreamOrders returns every entry of partition p's stream, oldest first.
+// StreamOrders returns every order of partition p's stream, oldest first.
 func (s *Store) StreamOrders(ctx context.Context, p int) ([]Entry, error) {
 	var out []Entry
 	err := s.scanStream(ctx, StreamKey(p), func(msgs []redis.XMessage) bool {
 		for _, m := range msgs {
-			out = append(out, parseEntry(p, m))
+			out = append(out, parseEntries(p, m)...)
 		}
 		return false
 	})

@@ -12,9 +12,11 @@ import (
 
 // Claimed is one page of XAUTOCLAIM.
 type Claimed struct {
+	// Entries are the orders of the stream entries claimed, each stream
+	// entry's orders together.
 	Entries []Entry
-	// Deliveries maps each claimed entry to its delivery count, this claim
-	// included.
+	// Deliveries maps each claimed stream entry to its delivery count, this
+	// claim included.
 	Deliveries map[string]int64
 	// Deleted are pending entries that no longer exist in the stream; they
 	// were acknowledged (there is nothing left to process).
@@ -35,17 +37,17 @@ func (s *Store) AutoClaim(ctx context.Context, p int, consumer string, minIdle t
 	}
 	c := Claimed{Next: next, Deleted: deleted, Deliveries: map[string]int64{}}
 	for _, m := range msgs {
-		c.Entries = append(c.Entries, parseEntry(p, m))
+		c.Entries = append(c.Entries, parseEntries(p, m)...)
 	}
 	if len(deleted) > 0 {
 		if err := s.c.XAck(ctx, StreamKey(p), s.group, deleted...).Err(); err != nil {
 			return c, fmt.Errorf("ack deleted entries of %s: %w", StreamKey(p), err)
 		}
 	}
-	if len(c.Entries) > 0 {
+	if len(msgs) > 0 {
 		pend, err := s.c.XPendingExt(ctx, &redis.XPendingExtArgs{
-			Stream: StreamKey(p), Group: s.group, Start: c.Entries[0].StreamID,
-			End: c.Entries[len(c.Entries)-1].StreamID, Count: int64(len(c.Entries)), Consumer: consumer,
+			Stream: StreamKey(p), Group: s.group, Start: msgs[0].ID,
+			End: msgs[len(msgs)-1].ID, Count: int64(len(msgs)), Consumer: consumer,
 		}).Result()
 		if err != nil {
 			return c, fmt.Errorf("xpending %s: %w", StreamKey(p), err)

@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -17,11 +18,17 @@ import (
 	"github.com/flashsale/flashsale/pkg/order"
 )
 
-// Entry is one stream entry read by a consumer.
+// Entry is one order read from a stream by a consumer. A stream entry
+// carries the orders of one admission call (admit.lua), each read as an
+// Entry of its own; they are acknowledged together, by their StreamID.
 type Entry struct {
 	Partition int
 	StreamID  string
-	Order     order.Order
+	// Index is the order's place in its stream entry (its oK field), from
+	// 0; -1 for a stream entry that holds a single order in the fields of
+	// the version before (user_id, created_ms, ...) or no order at all.
+	Index int
+	Order order.Order
 	// Err is set when the entry is not a valid order (a poison message).
 	Err error
 }
@@ -66,7 +73,7 @@ func (s *Store) ReadGroup(ctx context.Context, p int, consumer, start string, co
 	var out []Entry
 	for _, st := range res {
 		for _, m := range st.Messages {
-			out = append(out, parseEntry(p, m))
+			out = append(out, parseEntries(p, m)...)
 		}
 	}
 	return out, nil
@@ -76,57 +83,134 @@ func (s *Store) ReadGroup(ctx context.Context, p int, consumer, start string, co
 // (and MySQL's DATETIME would refuse it).
 var maxCreatedMs = time.Date(9000, 1, 1, 0, 0, 0, 0, time.UTC).UnixMilli()
 
-func parseEntry(p int, m redis.XMessage) Entry {
-	e := Entry{Partition: p, StreamID: m.ID}
+// parseEntries reads the orders of stream entry m of partition p, in their
+// order: one Entry each, one Entry with Err for an order field that cannot
+// be read, and a single Entry with Err when m holds no order at all.
+func parseEntries(p int, m redis.XMessage) []Entry {
 	field := func(k string) string { s, _ := m.Values[k].(string); return s }
-	id, err := order.IDFromEntry(m.ID, p)
-	if err != nil {
-		e.Err = err
-		return e
+	if _, old := m.Values["user_id"]; old {
+		e := Entry{Partition: p, StreamID: m.ID, Index: -1}
+		id, err := order.IDFromPosition(m.ID, p)
+		if err != nil {
+			e.Err = err
+			return []Entry{e}
+		}
+		e.Order, e.Err = parseOrder(m.ID, id, field("voucher_id"), field("user_id"), field("created_ms"), field("day"),
+			field("quantity"), field("item"), field("entry") == "1")
+		return []Entry{e}
 	}
-	v, errV := strconv.ParseInt(field("voucher_id"), 10, 64)
-	ms, errT := strconv.ParseInt(field("created_ms"), 10, 64)
-	user, day := field("user_id"), field("day")
-	// Entries admitted before quantities existed carry none: one unit.
-	qty, errQ := int64(1), error(nil)
-	if q := field("quantity"); q != "" {
-		qty, errQ = strconv.ParseInt(q, 10, 64)
+	var out []Entry
+	for k, raw := range m.Values {
+		i, ok := orderField(k)
+		if !ok {
+			continue
+		}
+		e := Entry{Partition: p, StreamID: m.ID, Index: i}
+		id, err := order.IDOf(m.ID, i, p)
+		value, _ := raw.(string)
+		parts := strings.Split(value, " ")
+		switch {
+		case err != nil:
+			e.Err = err
+		case len(parts) != 4 && len(parts) != 5:
+			e.Err = fmt.Errorf("entry %s: %s is not an order: %q", m.ID, k, value)
+		default:
+			item, entry := "", false
+			if len(parts) == 5 {
+				item, entry = parts[4], parts[4] == "entry"
+				if entry {
+					item = ""
+				}
+			}
+			e.Order, e.Err = parseOrder(m.ID, id, field("voucher_id"), parts[0], parts[1], parts[2], parts[3], item, entry)
+		}
+		out = append(out, e)
 	}
-	item, errI := order.ParseItem(field("item"))
-	switch {
-	case errI != nil:
-		e.Err = fmt.Errorf("entry %s: %w", m.ID, errI)
-	case errV != nil || v <= 0:
-		e.Err = fmt.Errorf("entry %s: bad voucher_id %q", m.ID, field("voucher_id"))
-	case errT != nil || ms < order.Epoch.UnixMilli() || ms >= maxCreatedMs:
-		e.Err = fmt.Errorf("entry %s: bad created_ms %q", m.ID, field("created_ms"))
-	case user == "" || len(user) > 64:
-		e.Err = fmt.Errorf("entry %s: bad user_id %q", m.ID, user)
-	case len(day) != 8:
-		e.Err = fmt.Errorf("entry %s: bad day %q", m.ID, day)
-	case errQ != nil || qty < 1 || qty > order.MaxQuantity:
-		e.Err = fmt.Errorf("entry %s: bad quantity %q", m.ID, field("quantity"))
+	if len(out) == 0 {
+		return []Entry{{Partition: p, StreamID: m.ID, Index: -1, Err: fmt.Errorf("entry %s holds no order", m.ID)}}
 	}
-	e.Order = order.Order{ID: id, VoucherID: v, UserID: user, CreatedAt: time.UnixMilli(ms).UTC(), Day: day, Quantity: qty, Item: item,
-		Entry: field("entry") == "1"}
-	return e
+	slices.SortFunc(out, func(a, b Entry) int { return a.Index - b.Index })
+	return out
 }
 
-// Ack acknowledges persisted entries of partition p and deletes them from the
-// stream (ack.lua). Call it only after the MySQL commit.
-func (s *Store) Ack(ctx context.Context, p int, ids []string) error {
-	if len(ids) == 0 {
+// orderField reads the index K of an order field "oK" (0 <= K <
+// order.MaxPerEntry, no leading zeros).
+func orderField(k string) (int, bool) {
+	if len(k) < 2 || len(k) > 3 || k[0] != 'o' || (len(k) == 3 && k[1] == '0') {
+		return 0, false
+	}
+	i, err := strconv.Atoi(k[1:])
+	return i, err == nil && i >= 0 && i < order.MaxPerEntry
+}
+
+// parseOrder checks and builds order id from its fields as a stream entry
+// (or a dead letter) holds them; the error names stream entry sid.
+func parseOrder(sid string, id int64, voucher, user, created, day, quantity, rawItem string, entry bool) (order.Order, error) {
+	v, errV := strconv.ParseInt(voucher, 10, 64)
+	ms, errT := strconv.ParseInt(created, 10, 64)
+	// Orders admitted before quantities existed carry none: one unit.
+	qty, errQ := int64(1), error(nil)
+	if quantity != "" {
+		qty, errQ = strconv.ParseInt(quantity, 10, 64)
+	}
+	item, errI := order.ParseItem(rawItem)
+	var err error
+	switch {
+	case errI != nil:
+		err = fmt.Errorf("entry %s: %w", sid, errI)
+	case errV != nil || v <= 0:
+		err = fmt.Errorf("entry %s: bad voucher_id %q", sid, voucher)
+	case errT != nil || ms < order.Epoch.UnixMilli() || ms >= maxCreatedMs:
+		err = fmt.Errorf("entry %s: bad created_ms %q", sid, created)
+	case user == "" || len(user) > 64:
+		err = fmt.Errorf("entry %s: bad user_id %q", sid, user)
+	case len(day) != 8:
+		err = fmt.Errorf("entry %s: bad day %q", sid, day)
+	case errQ != nil || qty < 1 || qty > order.MaxQuantity:
+		err = fmt.Errorf("entry %s: bad quantity %q", sid, quantity)
+	}
+	return order.Order{ID: id, VoucherID: v, UserID: user, CreatedAt: time.UnixMilli(ms).UTC(), Day: day, Quantity: qty, Item: item,
+		Entry: entry}, err
+}
+
+// Ack acknowledges the stream entries of entries (of partition p), deletes
+// them from the stream and takes their orders off the partition's backlog
+// count (ack.lua). Call it only after the MySQL commit of every order of
+// those stream entries, entries holding them all.
+func (s *Store) Ack(ctx context.Context, p int, entries []Entry) error {
+	if len(entries) == 0 {
 		return nil
 	}
-	args := make([]any, 0, len(ids)+1)
+	args := make([]any, 0, 2*len(entries)+1)
 	args = append(args, s.group)
-	for _, id := range ids {
-		args = append(args, id)
+	at := make(map[string]int, len(entries)) // stream id -> its count's place in args
+	for _, e := range entries {
+		k, ok := at[e.StreamID]
+		if !ok {
+			k = len(args) + 1
+			at[e.StreamID] = k
+			args = append(args, e.StreamID, 0)
+		}
+		if e.Index >= 0 {
+			args[k] = args[k].(int) + 1
+		}
 	}
-	if err := lua.Ack.Run(ctx, s.c, []string{StreamKey(p)}, args...).Err(); err != nil {
-		return fmt.Errorf("ack %d entries on %s: %w", len(ids), StreamKey(p), err)
+	if err := lua.Ack.Run(ctx, s.c, []string{StreamKey(p), BacklogKey(p)}, args...).Err(); err != nil {
+		return fmt.Errorf("ack %d entries on %s: %w", len(args)/2, StreamKey(p), err)
 	}
 	return nil
+}
+
+// StreamIDs are the distinct stream entries of entries, in their order.
+func StreamIDs(entries []Entry) []string {
+	ids := make([]string, 0, len(entries))
+	for _, e := range entries {
+		// An entry's orders are adjacent: the last id is nearly always the one.
+		if len(ids) == 0 || ids[len(ids)-1] != e.StreamID && !slices.Contains(ids, e.StreamID) {
+			ids = append(ids, e.StreamID)
+		}
+	}
+	return ids
 }
 
 // RenewLease resets the idle time of the entries of partition p that

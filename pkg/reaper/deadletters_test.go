@@ -27,6 +27,7 @@ func TestRequeueDeadLetters(t *testing.T) {
 	for _, en := range entries {
 		require.NoError(t, e.RDB.DeadLetter(ctx, en, "test: rejected"))
 	}
+	require.NoError(t, e.RDB.Ack(ctx, 0, entries))
 	_, err := e.DB.PersistBatch(ctx, []order.Order{entries[1].Order})
 	require.NoError(t, err)
 

@@ -175,8 +175,8 @@ func New(cfg Config, r *rdb.Store, d *db.Store, log *zap.Logger, opts ...Option)
 
 // Pass is what one pass did.
 type Pass struct {
-	Claimed          int // stale entries taken over and processed
-	DeadLettered     int // entries delivered more than MaxDeliveries times
+	Claimed          int // orders of stale stream entries taken over and processed
+	DeadLettered     int // orders of stream entries delivered more than MaxDeliveries times that failed alone
 	DeletedAcked     int // pending entries no longer in the stream
 	ConsumersRemoved int
 	Cancelled        int // orders not paid in time

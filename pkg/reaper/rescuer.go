@@ -42,12 +42,16 @@ func (r *Reaper) reclaim(ctx context.Context, p int, pass *Pass) error {
 		if len(c.Deleted) > 0 {
 			r.log.Error("pending entries were deleted from the stream before being persisted", zap.Int("partition", p), zap.Strings("stream_ids", c.Deleted))
 		}
-		var fresh, worn []rdb.Entry
+		var fresh []rdb.Entry
+		var worn [][]rdb.Entry // each a stream entry's orders
 		for _, e := range c.Entries {
-			if c.Deliveries[e.StreamID] > r.cfg.MaxDeliveries {
-				worn = append(worn, e)
-			} else {
+			switch {
+			case c.Deliveries[e.StreamID] <= r.cfg.MaxDeliveries:
 				fresh = append(fresh, e)
+			case len(worn) > 0 && worn[len(worn)-1][0].StreamID == e.StreamID:
+				worn[len(worn)-1] = append(worn[len(worn)-1], e)
+			default:
+				worn = append(worn, []rdb.Entry{e})
 			}
 		}
 		// The same code as a worker's batch: idempotent, ack after commit.
@@ -55,16 +59,13 @@ func (r *Reaper) reclaim(ctx context.Context, p int, pass *Pass) error {
 			return fmt.Errorf("partition %d: %w", p, err)
 		}
 		pass.Claimed += len(fresh)
-		for _, e := range worn {
-			dead, err := r.retire(ctx, e, c.Deliveries[e.StreamID])
+		for _, orders := range worn {
+			dead, err := r.retire(ctx, orders, c.Deliveries[orders[0].StreamID])
 			if err != nil {
 				return fmt.Errorf("partition %d: %w", p, err)
 			}
-			if dead {
-				pass.DeadLettered++
-			} else {
-				pass.Claimed++
-			}
+			pass.DeadLettered += dead
+			pass.Claimed += len(orders) - dead
 		}
 		if c.Next == "0-0" || c.Next == "" {
 			return nil
@@ -73,20 +74,33 @@ func (r *Reaper) reclaim(ctx context.Context, p int, pass *Pass) error {
 	}
 }
 
-// retire decides an entry delivered n > MaxDeliveries times: one last
-// ordinary attempt, and the dead-letter stream (with a recorded failure and
-// its unit given back) only if that fails while MySQL accepts writes.
-func (r *Reaper) retire(ctx context.Context, e rdb.Entry, n int64) (deadLettered bool, err error) {
-	lastErr := r.orders.Handle(ctx, []rdb.Entry{e})
+// retire decides the orders of a stream entry delivered n > MaxDeliveries
+// times: one last ordinary attempt; if that fails while MySQL accepts
+// writes, each order once on its own, and the dead-letter stream (with a
+// recorded failure and its unit given back) only for an order that fails
+// alone, so that one bad order does not take its entry-mates with it.
+func (r *Reaper) retire(ctx context.Context, orders []rdb.Entry, n int64) (deadLettered int, err error) {
+	lastErr := r.orders.Handle(ctx, orders)
 	if lastErr == nil {
-		return false, nil
+		return 0, nil
 	}
 	if err := r.db.Writable(ctx, r.cfg.Consumer); err != nil {
-		return false, fmt.Errorf("entry %s delivered %d times waits: mysql refuses writes: %w", e.StreamID, n, err)
+		return 0, fmt.Errorf("entry %s delivered %d times waits: mysql refuses writes: %w", orders[0].StreamID, n, err)
 	}
-	reason := fmt.Sprintf("delivered %d times; last error: %v", n, lastErr)
-	if err := r.orders.DeadLetter(ctx, e, reason); err != nil {
-		return false, err
+	defer r.orders.HoldLease(ctx, orders)()
+	for _, e := range orders {
+		err := r.orders.Settle(ctx, []rdb.Entry{e})
+		if err == nil {
+			continue
+		}
+		if len(orders) == 1 {
+			err = lastErr
+		}
+		reason := fmt.Sprintf("delivered %d times; last error: %v", n, err)
+		if err := r.orders.DeadLetter(ctx, e, reason); err != nil {
+			return deadLettered, err
+		}
+		deadLettered++
 	}
-	return true, nil
+	return deadLettered, r.orders.Ack(ctx, orders)
 }

@@ -2,6 +2,7 @@ package worker_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -125,10 +126,11 @@ func TestReadOnlyMySQLLosesNothing(t *testing.T) {
 // are no outage while MySQL takes other writes: here the driver's packet
 // too large (for a whole batch) and a CHECK constraint someone added that
 // refuses one user. The batch is not retried for ever: after MaxAttempts it
-// is tried entry by entry, which persists all that can be, and the one
-// entry that can never be written is left to the reaper, which
-// dead-letters it at MaxDeliveries. MySQL cannot record its failure (the
-// same CHECK), so its unit is not given back.
+// is tried order by order, which persists all that can be, and the stream
+// entry holding the one order that can never be written is left to the
+// reaper, which dead-letters that order alone at MaxDeliveries: the 30
+// orders that shared its stream entry are persisted. MySQL cannot record
+// its failure (the same CHECK), so its unit is not given back.
 func TestABatchThatCannotSucceedDoesNotStallItsPartition(t *testing.T) {
 	e := testenv.New(t, 1)
 	ctx := context.Background()
@@ -139,9 +141,14 @@ func TestABatchThatCannotSucceedDoesNotStallItsPartition(t *testing.T) {
 	store := storeAs(t, e, cfg.FormatDSN())
 
 	require.NoError(t, e.DB.DB().Exec("ALTER TABLE orders ADD CONSTRAINT no_evil CHECK (user_id <> 'evil0')").Error)
-	admit(t, e, v.ID, 15, "a")
-	admit(t, e, v.ID, 1, "evil")
-	admit(t, e, v.ID, 15, "b")
+	users := []string{"evil0"}
+	for i := range 15 {
+		users = append(users, fmt.Sprint("a", i), fmt.Sprint("b", i))
+	}
+	admitTogether(t, e, v.ID, users...)
+	b, err := e.RDB.PartitionBacklog(ctx, 0)
+	require.NoError(t, err)
+	require.Equal(t, rdb.Backlog{Length: 1, Orders: 31}, b, "one stream entry")
 
 	reg := prometheus.NewRegistry()
 	w, err := worker.New(worker.Config{Consumer: "w1", BatchSize: 40, Block: 20 * time.Millisecond, RetryBackoff: 5 * time.Millisecond,
@@ -168,9 +175,10 @@ func TestABatchThatCannotSucceedDoesNotStallItsPartition(t *testing.T) {
 	})
 	dead := deadLetters(t, e, 0)
 	require.Contains(t, dead[0].Values["reason"], "failure not recorded")
-	b, err := e.RDB.PartitionBacklog(ctx, 0)
+	require.Equal(t, "evil0", dead[0].Values["user_id"], "the bad order alone")
+	b, err = e.RDB.PartitionBacklog(ctx, 0)
 	require.NoError(t, err)
-	require.Zero(t, b.Length+b.Pending)
+	require.Zero(t, b.Length+b.Orders+b.Pending)
 	require.Zero(t, e.Count(t, "SELECT COUNT(*) FROM orders WHERE status = 'failed'"))
 	require.Zero(t, e.Count(t, "SELECT COUNT(*) FROM releases"))
 	require.EqualValues(t, 64, redisStock(t, e, v.ID), "the unrecorded order keeps its unit")

@@ -6,6 +6,7 @@ package worker
 import (
 	"context"
 	"errors"
+	"slices"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -100,8 +101,12 @@ func (w *Worker) consume(ctx, work context.Context, p int) error {
 	log := w.log.With(zap.Int("partition", p))
 	cursor := "0" // own pending entries after cursor; ">" for new ones
 	bo := backoff.New(w.cfg.RetryBackoff, backoff.MaxDefault)
+	// A stream entry carries the orders of one admission call (1 to 32):
+	// read as many entries as make about BatchSize orders at the last
+	// read's orders per entry.
+	count := w.cfg.BatchSize
 	for ctx.Err() == nil {
-		entries, err := w.redis.ReadGroup(work, p, w.cfg.Consumer, cursor, w.cfg.BatchSize, w.cfg.Block)
+		entries, err := w.redis.ReadGroup(work, p, w.cfg.Consumer, cursor, count, w.cfg.Block)
 		if err != nil {
 			if rdb.IsNoGroup(err) {
 				err = errors.Join(err, w.redis.EnsureGroups(work))
@@ -118,6 +123,7 @@ func (w *Worker) consume(ctx, work context.Context, p int) error {
 			cursor = ">" // own pending entries done (or none): read new ones
 			continue
 		}
+		count = max(1, w.cfg.BatchSize*len(rdb.StreamIDs(entries))/len(entries))
 		w.process(work, entries)
 		if cursor != ">" {
 			cursor = entries[len(entries)-1].StreamID
@@ -160,16 +166,24 @@ func (w *Worker) process(ctx context.Context, entries []rdb.Entry) {
 	}
 }
 
-// oneLastTry tries each entry of a batch that cannot succeed as a whole once
-// on its own. An entry that still fails is left pending without a lease, so
-// the reaper takes it over and counts its deliveries.
+// oneLastTry tries each order of a batch that cannot succeed as a whole
+// once on its own, and acknowledges the stream entries whose orders all
+// succeeded. A stream entry with an order that still fails is left pending
+// without a lease, so the reaper takes it over and counts its deliveries
+// (its orders persisted here are found persisted then).
 func (w *Worker) oneLastTry(ctx context.Context, entries []rdb.Entry) {
+	failed := map[string]bool{}
 	for _, e := range entries {
-		if err := w.orders.Try(ctx, []rdb.Entry{e}); err != nil {
+		if err := w.orders.Settle(ctx, []rdb.Entry{e}); err != nil {
+			failed[e.StreamID] = true
 			w.metrics.abandoned.Inc()
-			w.log.Error("entry cannot be persisted; left to the reaper", zap.Int("partition", e.Partition),
+			w.log.Error("order cannot be persisted; its stream entry is left to the reaper", zap.Int("partition", e.Partition),
 				zap.String("stream_id", e.StreamID), zap.Int64("order_id", e.Order.ID), zap.Error(err))
 		}
+	}
+	done := slices.DeleteFunc(slices.Clone(entries), func(e rdb.Entry) bool { return failed[e.StreamID] })
+	if err := w.orders.Ack(ctx, done); err != nil {
+		w.log.Error("acknowledging the settled entries failed; they are left to the reaper", zap.Error(err))
 	}
 }
 

@@ -42,6 +42,25 @@ func admit(t *testing.T, e *testenv.Env, voucher int64, n int, userPrefix string
 	return ids
 }
 
+// admitTogether admits one claim of each user of voucher in one call of
+// the admission script: their orders share stream entries (32 an entry).
+func admitTogether(t *testing.T, e *testenv.Env, voucher int64, users ...string) []int64 {
+	t.Helper()
+	now := time.Now()
+	claims := make([]rdb.Claim, len(users))
+	for i, u := range users {
+		claims[i] = rdb.Claim{VoucherID: voucher, UserID: u, Now: now, Day: order.Day(now, time.UTC)}
+	}
+	as, errs, err := e.RDB.AdmitMany(context.Background(), claims)
+	require.NoError(t, err)
+	ids := make([]int64, len(users))
+	for i := range users {
+		require.NoError(t, errs[i])
+		ids[i] = as[i].OrderID
+	}
+	return ids
+}
+
 // runWorker runs w until the test ends.
 func runWorker(t *testing.T, w *worker.Worker) {
 	ctx, cancel := context.WithCancel(context.Background())
@@ -107,7 +126,7 @@ func TestRedeliveryInsertsAndDeductsNothingTwice(t *testing.T) {
 	}
 	_, err = e.DB.PersistBatch(ctx, orders)
 	require.NoError(t, err)
-	requireBacklog(t, e, v.ID, rdb.Backlog{Length: 10, Pending: 10})
+	requireBacklog(t, e, v.ID, rdb.Backlog{Length: 10, Orders: 10, Pending: 10})
 
 	// Restarted under the same name, it re-reads its pending entries first.
 	runWorker(t, newWorker(t, e, "w1", 3))
@@ -184,7 +203,7 @@ func TestNothingIsAckedUntilMySQLCommits(t *testing.T) {
 	short, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
 	defer cancel()
 	require.Error(t, w.Handle(short, entries), "no commit possible")
-	requireBacklog(t, e, v.ID, rdb.Backlog{Length: 4, Pending: 4})
+	requireBacklog(t, e, v.ID, rdb.Backlog{Length: 4, Orders: 4, Pending: 4})
 
 	// MySQL comes back: the worker, restarted, re-reads and finishes them.
 	require.NoError(t, m.Start())

@@ -440,6 +440,20 @@ func TestKEDAScalesWorkersOnEveryPartitionsBacklog(t *testing.T) {
 	require.Empty(t, r.secrets, "existingSecret: the chart makes no Secret")
 }
 
+// With a Prometheus address, the workers scale on the orders waiting (the
+// streams' entries each carry up to 32): one prometheus trigger over the
+// release's namespace.
+func TestKEDAScalesWorkersOnOrdersThroughPrometheus(t *testing.T) {
+	r := render(t, "-f", filepath.Join(chartDir, "ci", "production-values.yaml"),
+		"--set", "worker.keda.prometheusAddress=http://prometheus:9090", "--set", "worker.keda.ordersPerReplica=5000")
+	require.Len(t, r.scaledObjects, 1)
+	tr := r.scaledObjects[0].Spec.Triggers
+	require.Len(t, tr, 1, "one trigger over every partition")
+	require.Equal(t, "prometheus", tr[0].Type)
+	require.Equal(t, map[string]string{"serverAddress": "http://prometheus:9090", "threshold": "5000",
+		"query": `sum(max by (partition) (flashsale_stream_orders{namespace="shop"}))`}, tr[0].Metadata)
+}
+
 // The chart points every role at each kind of Redis deployment: a cluster
 // over TLS with a private CA mounted, and sentinels; KEDA's triggers
 // follow.

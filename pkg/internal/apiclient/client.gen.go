@@ -517,13 +517,17 @@ type Access struct {
 
 // Backlog defines model for Backlog.
 type Backlog struct {
+	// DeadLetters orders in the dead-letter stream
 	DeadLetters int `json:"dead_letters"`
 
-	// Length entries not yet persisted
-	Length    int `json:"length"`
+	// Length stream entries not yet persisted (one per admission call, of up to 32 orders)
+	Length int `json:"length"`
+
+	// Orders orders in those entries
+	Orders    int `json:"orders"`
 	Partition int `json:"partition"`
 
-	// Pending delivered to a worker, not yet acknowledged
+	// Pending entries delivered to a worker, not yet acknowledged
 	Pending int `json:"pending"`
 }
 

@@ -228,7 +228,7 @@ func scaleOut(ctx context.Context, s *harness.Stack, buckets, conns int, d time.
 	}
 	perPartition := make([]atomic.Int64, s.RDB.Partitions())
 	n, rate := driveAdmissions(ctx, store, v, conns, 32, d, func(a rdb.Admission) {
-		p, _ := order.EntryOf(a.OrderID)
+		p, _, _ := order.EntryOf(a.OrderID)
 		perPartition[p].Add(1)
 	})
 	after := map[string]time.Duration{}

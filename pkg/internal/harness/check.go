@@ -22,7 +22,7 @@ import (
 func (s *Stack) Drained(ctx context.Context) (bool, string) {
 	for p := range s.RDB.Partitions() {
 		b, err := s.RDB.PartitionBacklog(ctx, p)
-		if err != nil || b.Length > 0 || b.Pending > 0 {
+		if err != nil || b.Length > 0 || b.Orders != 0 || b.Pending > 0 {
 			return false, fmt.Sprintf("partition %d: %+v %v", p, b, err)
 		}
 	}
@@ -83,7 +83,7 @@ func (w *PersistWatch) Wait(ctx context.Context, n int64, timeout time.Duration)
 	}
 	drained := func() bool {
 		for _, p := range ps {
-			if b, err := w.s.RDB.PartitionBacklog(ctx, p); err != nil || b.Length != 0 || b.Pending != 0 {
+			if b, err := w.s.RDB.PartitionBacklog(ctx, p); err != nil || b.Length != 0 || b.Orders != 0 || b.Pending != 0 {
 				return false
 			}
 		}
