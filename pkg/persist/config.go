@@ -22,10 +22,10 @@ const (
 // Config tunes a worker. Zero values take the defaults; Validate refuses
 // values that are set but wrong.
 type Config struct {
-	// BatchSize is about the most orders read, and persisted in one
-	// transaction, at a time per partition. A read takes whole stream
-	// entries (XREADGROUP COUNT), each the orders of one admission call: a
-	// worker reads as many as held BatchSize orders at its last read.
+	// BatchSize is the most orders persisted in one transaction, and about
+	// the most read at a time per partition: a read takes whole stream
+	// entries (XREADGROUP COUNT), each the orders of one admission call,
+	// as many as held BatchSize orders at the worker's last read.
 	// Default 500: a commit per 500 orders drains about half as fast again
 	// as one per 100 (the benchmark's drain rows).
 	BatchSize int `envconfig:"FLASHSALE_WORKER_BATCH_SIZE" default:"500"`

@@ -29,7 +29,7 @@ func newOrdersMetrics(reg prometheus.Registerer) *ordersMetrics {
 			Name: "flashsale_worker_orders_total", Help: "Orders handled, by outcome.",
 		}, []string{"outcome"}),
 		batchSize: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name: "flashsale_worker_batch_size", Help: "Entries per batch.", Buckets: []float64{1, 2, 5, 10, 20, 50, 100, 200, 500, 1000},
+			Name: "flashsale_worker_batch_size", Help: "Orders per transaction.", Buckets: []float64{1, 2, 5, 10, 20, 50, 100, 200, 500, 1000},
 		}),
 		commitSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "flashsale_worker_commit_duration_seconds", Help: "Time to persist one batch in MySQL (one transaction).",

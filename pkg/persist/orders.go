@@ -129,9 +129,24 @@ func (w *Orders) settle(ctx context.Context, entries []rdb.Entry) error {
 		}
 		valid = append(valid, e)
 	}
-	if len(valid) == 0 {
-		return nil
+	// A read holds whole stream entries, so it may hold more orders than
+	// a transaction takes: BatchSize orders a transaction.
+	for len(valid) > 0 {
+		n := len(valid)
+		if w.cfg.BatchSize > 0 {
+			n = min(n, w.cfg.BatchSize)
+		}
+		if err := w.persist(ctx, valid[:n]); err != nil {
+			return err
+		}
+		valid = valid[n:]
 	}
+	return nil
+}
+
+// persist writes valid orders in one transaction and records what became
+// of each.
+func (w *Orders) persist(ctx context.Context, valid []rdb.Entry) error {
 	t0 := time.Now()
 	outcomes, err := w.db.PersistBatch(ctx, ordersOf(valid))
 	w.metrics.commitSeconds.Observe(time.Since(t0).Seconds())

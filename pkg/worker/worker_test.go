@@ -109,6 +109,31 @@ func TestWorkerPersistsBatchesAndAcks(t *testing.T) {
 	})
 }
 
+// A read takes whole stream entries, which may carry more orders than
+// BatchSize: they are persisted BatchSize orders a transaction, and the
+// entry acknowledged once all are.
+func TestAnEntryLargerThanABatchIsPersistedInBatches(t *testing.T) {
+	e := testenv.New(t, 1)
+	v := e.SeedVoucher(t, db.Voucher{Stock: 100}, -1)
+	users := make([]string, 20)
+	for i := range users {
+		users[i] = fmt.Sprint("u", i)
+	}
+	admitTogether(t, e, v.ID, users...)
+	requireBacklog(t, e, v.ID, rdb.Backlog{Length: 1, Orders: 20})
+	reg := prometheus.NewRegistry()
+	w, err := worker.New(worker.Config{Consumer: "w1", BatchSize: 6, Block: 50 * time.Millisecond, RetryBackoff: 10 * time.Millisecond},
+		e.RDB, e.DB, zaptest.NewLogger(t), worker.WithRegistry(reg))
+	require.NoError(t, err)
+	runWorker(t, w)
+	testenv.Eventually(t, 10*time.Second, "the entry persisted and acknowledged", func() bool {
+		b, err := e.RDB.PartitionBacklog(context.Background(), 0)
+		return err == nil && b == rdb.Backlog{}
+	})
+	requireStatus(t, e, v.ID, order.StatusCreated, 20)
+	require.EqualValues(t, 4, testenv.Metric(t, reg, "flashsale_worker_batch_size"), "transactions of 6, 6, 6 and 2 orders")
+}
+
 func TestRedeliveryInsertsAndDeductsNothingTwice(t *testing.T) {
 	e := testenv.New(t, 2)
 	ctx := context.Background()
