@@ -192,7 +192,8 @@ func (s *Store) admitBatch(ctx context.Context, claims []Claim) ([]Admission, []
 		unreplicated := make([]error, len(calls))
 		for _, g := range groups {
 			for _, j := range g.js {
-				cmds[j] = lua.Admit.EvalSha(ctx, g.pipe, calls[j].keys, calls[j].args...)
+				cmds[j] = calls[j].cmd(ctx)
+				_ = g.pipe.Process(ctx, cmds[j]) // queues it: the error is Exec's
 			}
 			wait := s.queueWait(ctx, g.pipe)
 			_, err := g.pipe.Exec(ctx)
@@ -274,21 +275,41 @@ func (s *Store) admitBatch(ctx context.Context, claims []Claim) ([]Admission, []
 }
 
 // admitCall is one call of admit.lua: the claims (their indexes, in the
-// batch's order) of one bucket.
+// batch's order) of one bucket. Its keys and arguments are kept as the
+// interface values go-redis sends, so that a value the call's claims share
+// (the partition's keys, the unkeyed claims' idempotency and proof keys,
+// the day, the time) is boxed once, not once per claim: each string or
+// large integer made into an interface is an allocation.
 type admitCall struct {
 	b      bucket
 	key    string // b.key()
 	claims []int
-	keys   []string
+	keys   []any
 	args   []any
 	// Made once per call, not per claim: the key an unkeyed claim names
-	// for its idempotency record, and the last day's key and argument
-	// (a batch's claims nearly always share their day).
-	noIdem      string
-	noProof     string
-	day, dayKey string
-	dayArg      any
+	// for its idempotency record and its proof, and the last day's key
+	// and argument and the last time argument (a batch's claims nearly
+	// always share their day, often their millisecond).
+	noIdem, noProof any
+	day             string
+	dayKey, dayArg  any
+	nowMs           int64
+	nowArg          any
 }
+
+// cmd is the call as the EVALSHA command go-redis sends (as
+// redis.Script.EvalSha makes it, without boxing the keys one by one).
+func (c *admitCall) cmd(ctx context.Context) *redis.Cmd {
+	a := make([]any, 0, 3+len(c.keys)+len(c.args))
+	a = append(a, "evalsha", admitSha, len(c.keys))
+	a = append(a, c.keys...)
+	cmd := redis.NewCmd(ctx, append(a, c.args...)...)
+	cmd.SetFirstKeyPos(3)
+	return cmd
+}
+
+// admitSha is admit.lua's SHA1, boxed once.
+var admitSha any = lua.Admit.Hash()
 
 // noPass is the pass argument of a claim without one, boxed once.
 var noPass any = "0"
@@ -313,11 +334,12 @@ func (s *Store) admitCalls(claims []Claim, pending []int) []admitCall {
 			k = len(calls)
 			key := b.key()
 			room := min(len(pending), maxClaimsPerCall) // most batches are one call
-			keys := make([]string, 0, 5+3*room)
+			keys := make([]any, 0, 5+3*room)
 			args := make([]any, 0, 3+9*room)
+			part := s.admitKeys[b.p]
 			calls = append(calls, admitCall{b: b, key: key, noIdem: key + ":idem:-", noProof: ProofKey(key, ""),
 				claims: make([]int, 0, room),
-				keys:   append(keys, key, s.streams[b.p], poolKey(key), s.loaded[b.p], s.backlogs[b.p]),
+				keys:   append(keys, key, part[0], poolKey(key), part[1], part[2]),
 				args:   append(args, c.VoucherID, n, int64(DayKeyTTL/time.Second))})
 		}
 		call := &calls[k]
@@ -329,6 +351,9 @@ func (s *Store) admitCalls(claims []Claim, pending []int) []admitCall {
 		if call.dayArg == nil || c.Day != call.day {
 			call.day, call.dayKey, call.dayArg = c.Day, dayKey(call.key, c.Day), c.Day
 		}
+		if ms := c.Now.UnixMilli(); call.nowArg == nil || ms != call.nowMs {
+			call.nowMs, call.nowArg = ms, ms
+		}
 		call.claims = append(call.claims, i)
 		proofKey, proofMax, proofTTL := call.noProof, int64(0), int64(0)
 		if c.Proof.ID != "" {
@@ -339,7 +364,7 @@ func (s *Store) admitCalls(claims []Claim, pending []int) []admitCall {
 		if c.Pass != "" {
 			pass = c.Pass
 		}
-		call.args = append(call.args, c.UserID, c.Now.UnixMilli(), call.dayArg, ttl, max(c.Quantity, 1), proofMax, proofTTL, pass,
+		call.args = append(call.args, c.UserID, call.nowArg, call.dayArg, ttl, max(c.Quantity, 1), proofMax, proofTTL, pass,
 			c.Access) // go-redis sends a bool as 1 or 0
 	}
 	return calls

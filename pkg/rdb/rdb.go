@@ -72,9 +72,11 @@ type Store struct {
 	group      string
 	buckets    sync.Map // voucher id -> its number of buckets, once seen
 	durability Durability
-	// streams, loaded and backlogs are each partition's StreamKey, LoadedKey and BacklogKey,
-	// built once: an admission call names both.
-	streams, loaded, backlogs []string
+	// loaded is each partition's LoadedKey, built once; admitKeys each
+	// partition's StreamKey, LoadedKey and BacklogKey, boxed once as
+	// every admission call sends them.
+	loaded    []string
+	admitKeys [][3]any
 }
 
 // New returns a Store over client with the given number of stream partitions
@@ -86,10 +88,10 @@ func New(client redis.UniversalClient, partitions int, group string) (*Store, er
 	if group == "" {
 		group = DefaultGroup
 	}
-	s := &Store{c: client, partitions: partitions, group: group, streams: make([]string, partitions), loaded: make([]string, partitions),
-		backlogs: make([]string, partitions)}
+	s := &Store{c: client, partitions: partitions, group: group, loaded: make([]string, partitions), admitKeys: make([][3]any, partitions)}
 	for p := range partitions {
-		s.streams[p], s.loaded[p], s.backlogs[p] = StreamKey(p), LoadedKey(p), BacklogKey(p)
+		s.loaded[p] = LoadedKey(p)
+		s.admitKeys[p] = [3]any{StreamKey(p), s.loaded[p], BacklogKey(p)}
 	}
 	return s, nil
 }
