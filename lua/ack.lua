@@ -15,7 +15,10 @@
 --
 -- Each entry is acknowledged alone, so that only the orders of entries
 -- this call acknowledged (not one acknowledged before, e.g. by a worker
--- and then by the reaper) leave the count.
+-- and then by the reaper) leave the count. An empty stream holds no order:
+-- the count is then dropped, whatever it says, so an entry deleted
+-- unacknowledged (an operator's XDEL or DEL) leaves it wrong only until
+-- the workers catch up.
 --
 -- XDEL finds each id by walking its listpack node from the node's first
 -- entry: 4-5 µs an entry in nodes of 100 (docs/BENCHMARKS.md). XTRIM MINID
@@ -30,6 +33,13 @@
 -- the last one delivered is acknowledged.
 
 local key, group = KEYS[1], ARGV[1]
+
+-- forget drops the count of an empty stream (see above).
+local function forget()
+  if redis.call('XLEN', key) == 0 and redis.call('GET', KEYS[2]) then
+    redis.call('DEL', KEYS[2])
+  end
+end
 local ids, acked, orders = {}, 0, 0
 for i = 2, #ARGV, 2 do
   ids[#ids + 1] = ARGV[i]
@@ -52,11 +62,13 @@ end
 -- group is gone (XPENDING's error; XACK then acknowledged nothing).
 if #ids <= 4 then
   redis.call('XDEL', key, unpack(ids))
+  forget()
   return acked
 end
 local first = redis.pcall('XPENDING', key, group, '-', '+', 1)
 if first.err then
   redis.call('XDEL', key, unpack(ids))
+  forget()
   return acked
 end
 
@@ -94,4 +106,5 @@ end
 if #rest > 0 then
   redis.call('XDEL', key, unpack(rest))
 end
+forget()
 return acked

@@ -25,7 +25,7 @@ var roleCommands = map[string][]string{
 	// releasing (release.lua) and dead-lettering.
 	"worker": {
 		"evalsha", "eval", "script|load", "xreadgroup", "xack", "xdel", "xclaim", "xadd", "xgroup|create", "xrange",
-		"xpending", "xinfo|groups", "xtrim", "decrby", "exists", "sadd", "hmget", "hget", "hincrby", "lpush", "expireat", "multi", "exec",
+		"xpending", "xinfo|groups", "xtrim", "xlen", "decrby", "get", "del", "exists", "sadd", "hmget", "hget", "hincrby", "lpush", "expireat", "multi", "exec",
 	},
 	// The worker's, and taking over (XAUTOCLAIM), removing consumers
 	// (delconsumer.lua), closing pools, the stream gauges, dead-letter

@@ -458,6 +458,31 @@ func TestOneStreamEntryCarriesACallsOrders(t *testing.T) {
 	require.Equal(t, rdb.Backlog{Partition: 0}, b)
 }
 
+// An entry deleted unacknowledged (an operator's XDEL) leaves the backlog
+// count too high only until the stream is empty: the acknowledgement that
+// empties it drops the count.
+func TestTheBacklogCountHealsWhenTheStreamEmpties(t *testing.T) {
+	s := newStore(t, 1)
+	ctx := context.Background()
+	seedVoucher(t, s, rdb.Voucher{ID: 1, Stock: 10})
+	for _, u := range []string{"a", "b", "c"} {
+		_, err := claim(s, 1, u, t0)
+		require.NoError(t, err)
+	}
+	got, err := s.ReadGroup(ctx, 0, "c1", ">", 10, 0)
+	require.NoError(t, err)
+	require.Len(t, got, 3)
+	require.NoError(t, s.Client().XDel(ctx, rdb.StreamKey(0), got[0].StreamID).Err())
+	require.NoError(t, s.Ack(ctx, 0, got[1:2]))
+	b, err := s.PartitionBacklog(ctx, 0)
+	require.NoError(t, err)
+	require.Equal(t, int64(2), b.Orders, "the deleted entry's order still counted while the stream holds one")
+	require.NoError(t, s.Ack(ctx, 0, got[2:]))
+	b, err = s.PartitionBacklog(ctx, 0)
+	require.NoError(t, err)
+	require.Equal(t, rdb.Backlog{Partition: 0, Pending: 1}, b, "empty: no order counted (the deleted one stays pending until the reaper acknowledges it)")
+}
+
 func TestLeaseRenewsOnlyWhatTheConsumerOwns(t *testing.T) {
 	s := newStore(t, 1)
 	ctx := context.Background()

@@ -458,10 +458,10 @@ func redisCeiling(ctx context.Context, s *harness.Stack, v int64, conns, pipe in
 }
 
 // resetStreams empties every partition's stream (entries no worker will
-// read) and makes the groups again.
+// read) and its backlog count, and makes the groups again.
 func resetStreams(ctx context.Context, s *harness.Stack) error {
 	for p := range s.RDB.Partitions() {
-		if err := s.RDB.Client().Del(ctx, rdb.StreamKey(p)).Err(); err != nil {
+		if err := s.RDB.Client().Del(ctx, rdb.StreamKey(p), rdb.BacklogKey(p)).Err(); err != nil {
 			return err
 		}
 	}

@@ -615,7 +615,7 @@ func scriptRun(ctx context.Context, rc *redis.Client, partitions int, v int64, c
 	return drive(ctx, conns, d, func(user func() string) int64 {
 		p := client.Pipeline()
 		for range pipe {
-			emptyScript.EvalSha(ctx, p, []string{"a", "b", "c", "d", "e", "f", "g"}, user(), time.Now().UnixMilli(), day, 0, 172800, v, 1, 1)
+			emptyScript.EvalSha(ctx, p, []string{"a", "b", "c", "d", "e", "f", "g", "h"}, user(), time.Now().UnixMilli(), day, 0, 172800, v, 1, 1)
 		}
 		if _, err := p.Exec(ctx); err != nil {
 			return 0
