@@ -32,7 +32,7 @@ var cluster *testsrv.Cluster
 
 func TestMain(m *testing.M) { testsrv.MainMaybeOnCluster(m, &cluster) }
 
-func newStore(t *testing.T, partitions int) *rdb.Store {
+func newStore(t testing.TB, partitions int) *rdb.Store {
 	t.Helper()
 	var c redis.UniversalClient
 	if cluster != nil {
@@ -93,7 +93,7 @@ func TestAVoucherMissingFromAnUnloadedPartitionIsNotLoaded(t *testing.T) {
 	require.ErrorIs(t, err, rdb.ErrNotLoaded, "partition 1 is still not loaded")
 }
 
-func seedVoucher(t *testing.T, s *rdb.Store, v rdb.Voucher) rdb.Voucher {
+func seedVoucher(t testing.TB, s *rdb.Store, v rdb.Voucher) rdb.Voucher {
 	t.Helper()
 	if v.PerUserLimit == 0 {
 		v.PerUserLimit = 1
