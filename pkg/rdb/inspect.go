@@ -69,10 +69,10 @@ func (s *Store) PartitionBacklog(ctx context.Context, p int) (Backlog, error) {
 // UserPending returns user's orders of voucher v still in the stream
 // (admitted, not yet persisted), oldest first. They are found by the
 // user's index in the bucket that decides the user's claims (admit.lua
-// appends every admission's entry id to it; pending.lua reads those
-// entries and forgets the ones persisted), so the cost is bounded by the
-// user's own orders, however long the stream is, and
-// a hot voucher's orders are found in whichever bucket's stream they are.
+// appends every admission's position to it; pending.lua reads those
+// orders from their entries and forgets the ones persisted), so the cost
+// is bounded by the user's own orders, however long the stream is, and a
+// hot voucher's orders are found in whichever bucket's stream they are.
 func (s *Store) UserPending(ctx context.Context, v int64, user string) ([]order.Order, error) {
 	b, err := s.userBucket(ctx, v, user)
 	if err != nil {

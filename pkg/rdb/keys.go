@@ -151,8 +151,8 @@ const userPrefix = "u:"
 func userField(user string) string { return userPrefix + user }
 
 // pendingPrefix starts the voucher hash's field of a user's index of
-// admissions: the stream entry ids admit.lua appended, space-separated,
-// which pending.lua reads and prunes.
+// admissions: the positions ("ms-P", pkg/order) admit.lua appended,
+// space-separated, which pending.lua reads and prunes.
 const pendingPrefix = "o:"
 
 // MaxBuckets bounds a voucher's stock_buckets.
