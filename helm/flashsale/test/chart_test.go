@@ -445,7 +445,7 @@ func TestKEDAScalesWorkersOnEveryPartitionsBacklog(t *testing.T) {
 // release's namespace.
 func TestKEDAScalesWorkersOnOrdersThroughPrometheus(t *testing.T) {
 	r := render(t, "-f", filepath.Join(chartDir, "ci", "production-values.yaml"),
-		"--set", "worker.keda.prometheusAddress=http://prometheus:9090", "--set", "worker.keda.ordersPerReplica=5000")
+		"--set", "worker.keda.prometheusAddress=http://prometheus:9090", "--set-string", "worker.keda.ordersPerReplica=5000")
 	require.Len(t, r.scaledObjects, 1)
 	tr := r.scaledObjects[0].Spec.Triggers
 	require.Len(t, tr, 1, "one trigger over every partition")
