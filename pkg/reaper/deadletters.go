@@ -55,7 +55,10 @@ func (r *Reaper) RequeueDeadLetters(ctx context.Context, p int, ids ...string) (
 		if !errors.Is(err, db.ErrNotFound) {
 			return out, err
 		}
-		if err := r.orders.Handle(ctx, []rdb.Entry{d.Entry}); err != nil {
+		// Settled, not acknowledged: the stream entry it came from was
+		// acknowledged with it, or is still pending with other orders,
+		// which its own processing settles (finding this one persisted).
+		if err := r.orders.Settle(ctx, []rdb.Entry{d.Entry}); err != nil {
 			return out, fmt.Errorf("requeue %s: %w", d.DeadID, err)
 		}
 		if o, err = r.db.Order(ctx, d.Entry.Order.ID); err != nil {

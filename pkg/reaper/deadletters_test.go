@@ -2,6 +2,7 @@ package reaper_test
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -65,4 +66,43 @@ func TestRequeueDeadLetters(t *testing.T) {
 	b, err := e.RDB.PartitionBacklog(ctx, 0)
 	require.NoError(t, err)
 	require.Equal(t, rdb.Backlog{Partition: 0}, b)
+}
+
+// Requeueing an order whose stream entry is still pending with another
+// order (a worker dead-lettered one, then failed before acknowledging the
+// entry) persists that order and leaves the entry alone: acknowledging it
+// would lose its other order.
+func TestRequeueLeavesAPendingEntryToItsConsumer(t *testing.T) {
+	e := testenv.New(t, 1)
+	ctx := context.Background()
+	v := e.SeedVoucher(t, db.Voucher{Stock: 10, PerUserLimit: 1}, -1)
+	now := time.Now()
+	_, errs, err := e.RDB.AdmitMany(ctx, []rdb.Claim{{VoucherID: v.ID, UserID: "dead", Now: now, Day: order.Day(now, time.UTC)},
+		{VoucherID: v.ID, UserID: "mate", Now: now, Day: order.Day(now, time.UTC)}})
+	require.NoError(t, err)
+	require.NoError(t, errors.Join(errs...))
+	entries := readAndDie(t, e, v.ID, "w")
+	require.Len(t, entries, 2)
+	require.Equal(t, entries[0].StreamID, entries[1].StreamID, "one stream entry")
+	require.NoError(t, e.RDB.DeadLetter(ctx, entries[0], "test: rejected"))
+
+	res, err := newReaper(t, e, "reaper-1", time.Now).RequeueDeadLetters(ctx, 0)
+	require.NoError(t, err)
+	require.Len(t, res, 1)
+	require.Equal(t, "persisted", res[0].Result)
+	b, err := e.RDB.PartitionBacklog(ctx, 0)
+	require.NoError(t, err)
+	require.Equal(t, rdb.Backlog{Length: 1, Orders: 2, Pending: 1}, b, "the entry still waits for its consumer")
+
+	// Its consumer (or the reaper) settles it: the requeued order found
+	// persisted, its mate persisted now.
+	rescuer := newReaper(t, e, "reaper-2", time.Now)
+	testenv.Eventually(t, 10*time.Second, "the entry taken over and persisted", func() bool {
+		_, err := rescuer.RunOnce(ctx)
+		require.NoError(t, err)
+		return e.Count(t, "SELECT COUNT(*) FROM orders WHERE voucher_id = ? AND status = 'created'", v.ID) == 2
+	})
+	b, err = e.RDB.PartitionBacklog(ctx, 0)
+	require.NoError(t, err)
+	require.Equal(t, rdb.Backlog{}, b)
 }
