@@ -181,36 +181,41 @@ func (s *Store) Ack(ctx context.Context, p int, entries []Entry) error {
 	if len(entries) == 0 {
 		return nil
 	}
-	args := make([]any, 0, 2*len(entries)+1)
+	ids, orders := streamEntries(entries)
+	args := make([]any, 0, 2*len(ids)+1)
 	args = append(args, s.group)
-	at := make(map[string]int, len(entries)) // stream id -> its count's place in args
-	for _, e := range entries {
-		k, ok := at[e.StreamID]
-		if !ok {
-			k = len(args) + 1
-			at[e.StreamID] = k
-			args = append(args, e.StreamID, 0)
-		}
-		if e.Index >= 0 {
-			args[k] = args[k].(int) + 1
-		}
+	for i, id := range ids {
+		args = append(args, id, orders[i])
 	}
 	if err := lua.Ack.Run(ctx, s.c, []string{StreamKey(p), BacklogKey(p)}, args...).Err(); err != nil {
-		return fmt.Errorf("ack %d entries on %s: %w", len(args)/2, StreamKey(p), err)
+		return fmt.Errorf("ack %d entries on %s: %w", len(ids), StreamKey(p), err)
 	}
 	return nil
 }
 
 // StreamIDs are the distinct stream entries of entries, in their order.
 func StreamIDs(entries []Entry) []string {
-	ids := make([]string, 0, len(entries))
+	ids, _ := streamEntries(entries)
+	return ids
+}
+
+// streamEntries are the distinct stream entries of entries, in their
+// order, and the orders (Index >= 0) each carries among entries.
+func streamEntries(entries []Entry) (ids []string, orders []int) {
 	for _, e := range entries {
 		// An entry's orders are adjacent: the last id is nearly always the one.
-		if len(ids) == 0 || ids[len(ids)-1] != e.StreamID && !slices.Contains(ids, e.StreamID) {
-			ids = append(ids, e.StreamID)
+		k := len(ids) - 1
+		if k < 0 || ids[k] != e.StreamID {
+			if k = slices.Index(ids, e.StreamID); k < 0 {
+				k = len(ids)
+				ids, orders = append(ids, e.StreamID), append(orders, 0)
+			}
+		}
+		if e.Index >= 0 {
+			orders[k]++
 		}
 	}
-	return ids
+	return ids, orders
 }
 
 // RenewLease resets the idle time of the entries of partition p that
