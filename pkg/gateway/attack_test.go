@@ -252,3 +252,83 @@ func TestARoomIsBoundedInPlacesAndTime(t *testing.T) {
 	require.NoError(t, err)
 	require.EqualValues(t, 3, n)
 }
+
+// Every voucher id is a valid question: asking about ids without a room
+// (here, without a voucher) made each gateway tick every one of them
+// every 100 ms for 30 s after the last ask, one after another, so a real
+// room's refresh (its pause, its admissions) waited behind hundreds of
+// script calls. An id without a room now costs Redis one read, shared by
+// its askers, and no tick: a real room's pause reaches its waiters within
+// a few of its own ticks while the asking goes on, and once it stops the
+// gateway runs only the real room's ticks.
+func TestUnknownVoucherIDsCostTheRoomsNothing(t *testing.T) {
+	f := newFixture(t)
+	start := f.clock.Now().Add(time.Minute).UTC()
+	id := f.createVoucher(`{"name":"room","stock":100,"starts_at":"` + start.Format(time.RFC3339Nano) +
+		`","waiting_room":{"admit_per_second":1,"prequeue_seconds":120}}`)
+	queue := "/v1/vouchers/" + id + "/queue"
+	joined := f.do("POST", queue, f.token("waiter"), "")
+	require.Equal(t, http.StatusOK, joined.Status, joined.Raw)
+	tok := joined.Body["queue_token"].(string)
+	f.clock.Set(start)
+	state := func() string { return f.do("GET", queue, "", "", room.Header, tok).Body["state"].(string) }
+	testenv.Eventually(t, 10*time.Second, "the room open", func() bool { return state() != "" })
+	calls := func() int64 { return scriptCalls(t, f.env) }
+
+	// 20 users ask about 10 ids each, then each asks again about all 200.
+	const users, each = 20, 10
+	ask := func(user, i int) {
+		res := f.do("GET", "/v1/vouchers/"+strconv.Itoa(1_000_000+i)+"/queue", f.token("asker"+strconv.Itoa(user)), "")
+		requireError(t, res, http.StatusNotFound, "voucher_not_found")
+	}
+	before := calls()
+	t0 := time.Now()
+	for u := range users {
+		for k := range each {
+			ask(u, u*each+k)
+		}
+	}
+	for u := range users {
+		for i := range users * each {
+			ask(u, i)
+		}
+	}
+	ticks := int64(time.Since(t0)/(100*time.Millisecond)) + 2
+	require.LessOrEqual(t, calls()-before, int64(users*each)+ticks,
+		"one read an unknown id, whoever asks, and the real room's ticks")
+
+	// While the asking goes on, the room is paused: its waiter hears it
+	// within a few of the room's own ticks (before, a tick pass ran a
+	// script for each of the 200 ids first).
+	stop := make(chan struct{})
+	asking := make(chan struct{})
+	go func() {
+		defer close(asking)
+		client := &http.Client{}
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			req, _ := http.NewRequest("GET", f.srv.URL+"/v1/vouchers/"+strconv.Itoa(1_000_000+i%(users*each))+"/queue", nil)
+			req.Header.Set("Authorization", "Bearer "+f.token("asker0"))
+			if res, err := client.Do(req); err == nil {
+				_, _ = io.Copy(io.Discard, res.Body)
+				res.Body.Close()
+			}
+		}
+	}()
+	before = calls()
+	require.Equal(t, http.StatusOK, f.do("POST", "/admin/v1/vouchers/"+id+"/pause", admin, "").Status)
+	testenv.Eventually(t, 10*time.Second, "the pause heard", func() bool { return state() == room.Paused })
+	require.LessOrEqual(t, calls()-before, int64(20), "the room's pause reached its waiter within a few script calls")
+	close(stop)
+	<-asking
+
+	// Once the asking stops, only the real room is ticked.
+	before, t0 = calls(), time.Now()
+	time.Sleep(time.Second) // a window to count in, not a wait for a condition
+	ticks = int64(time.Since(t0)/(100*time.Millisecond)) + 2
+	require.LessOrEqual(t, calls()-before, ticks, "only the real room's ticks after the asking stopped")
+}

@@ -150,11 +150,12 @@ func New(cfg Config, r *rdb.Store, d *db.Store, log *zap.Logger, opts ...Option)
 	g.rooms = room.NewCache(roomStore, func() time.Time { return g.now() })
 	g.stopRooms = func() {}
 	if r != nil {
-		g.stopRooms = every(roomTick, func() {
-			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		stop := every(roomTick, func() {
+			ctx, cancel := context.WithTimeout(context.Background(), roomTick)
 			defer cancel()
 			g.tickRooms(ctx)
 		})
+		g.stopRooms = func() { stop(); g.rooms.Wait() }
 	}
 	g.stopSweep = g.sweepLimiters()
 	g.history = history.New(history.Source{

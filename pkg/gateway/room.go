@@ -37,7 +37,8 @@ const (
 )
 
 // tickRooms refreshes every room asked about lately, forgets the others,
-// and publishes their figures.
+// and publishes their figures; it returns by ctx's end, leaving a slow
+// room's tick to finish on its own.
 func (g *Gateway) tickRooms(ctx context.Context) {
 	g.rooms.Tick(ctx, roomIdle, func(v int64, s *room.Snapshot, err error) {
 		switch {
@@ -105,7 +106,7 @@ func (g *Gateway) roomPlace(r *http.Request, v int64, user string, s *room.Snaps
 	}
 	s, p, err := g.rooms.Store().Find(r.Context(), v, user, g.now())
 	if room.Gone(err) {
-		g.rooms.Learn(v, nil).Set(nil, err)
+		g.rooms.NoRoom(v, err)
 	}
 	if err != nil {
 		return nil, room.Place{}, err
@@ -164,13 +165,10 @@ func (g *Gateway) getQueue(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	var s *room.Snapshot
-	var err error
-	if e := g.rooms.Of(v); e != nil {
-		if s, err = e.Known(); err != nil {
-			g.fail(w, r, err)
-			return
-		}
+	s, err := g.rooms.Known(v)
+	if err != nil {
+		g.fail(w, r, err)
+		return
 	}
 	s, p, err := g.roomPlace(r, v, user, s)
 	if err != nil {

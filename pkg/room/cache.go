@@ -6,26 +6,66 @@ package room
 import (
 	"context"
 	"errors"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"golang.org/x/sync/singleflight"
+
 	"github.com/flashsale/flashsale/pkg/rdb"
 )
 
-// Cache holds the last state of each room asked about. A claim reads the
-// map without a lock and without allocating (a sync.Map would box the
-// voucher id); rooms come and go rarely, so a change copies it.
+// Cache holds the last state of each room asked about, and which
+// vouchers were found to have none. A claim reads the rooms' map without
+// a lock and without allocating (a sync.Map would box the voucher id);
+// rooms come and go rarely, so a change copies it.
+//
+// What it costs Redis is bounded by the rooms that exist, not by the ids
+// asked about: every voucher id is a valid question, so a voucher without
+// a room (or no voucher at all) is not a room. It is remembered apart, in
+// a map of at most MaxNoRoom ids, for NoRoomFor; it is read from Redis at
+// most once per NoRoomFor, shared by every asker, and never ticked.
 type Cache struct {
 	m     atomic.Pointer[map[int64]*Entry]
 	mu    sync.Mutex // serializes changes of m
 	store *Store
 	now   func() time.Time
+
+	noneMu sync.Mutex
+	none   map[int64]noRoom // guarded by noneMu
+	reads  singleflight.Group
+	ticks  sync.WaitGroup // rooms' ticks under way
 }
+
+// noRoom is why a voucher had no room to answer from, and when Redis
+// said so.
+type noRoom struct {
+	err error
+	at  time.Time
+}
+
+const (
+	// NoRoomFor is how long a voucher found without a room (or missing)
+	// is answered so without asking Redis again: a room put on it shows
+	// to polls after at most this long (claims ask the admission script,
+	// which always knows).
+	NoRoomFor = 2 * time.Second
+	// MaxNoRoom bounds the ids remembered without a room; past it an
+	// unknown id costs each ask one read, as any other request does.
+	MaxNoRoom = 10_000
+	// TickDeadline bounds one room's tick: a slow one is given up on
+	// without holding back any other room's.
+	TickDeadline = time.Second
+	// maxTicking bounds the rooms' ticks under way at once.
+	maxTicking = 16
+)
 
 // NewCache returns a Cache over store (nil: none, nothing is read) on the
 // clock now.
-func NewCache(store *Store, now func() time.Time) *Cache { return &Cache{store: store, now: now} }
+func NewCache(store *Store, now func() time.Time) *Cache {
+	return &Cache{store: store, now: now, none: map[int64]noRoom{}}
+}
 
 // Store is the rooms' store the cache reads.
 func (c *Cache) Store() *Store { return c.store }
@@ -33,11 +73,12 @@ func (c *Cache) Store() *Store { return c.store }
 // Entry is one room's last state, or why it has none.
 type Entry struct {
 	snap atomic.Pointer[Snapshot]
-	// gone, when set, is why the voucher has no room to answer from
-	// (ErrNoRoom: taken away; rdb.ErrVoucherNotFound): polls are
-	// answered that from here, and each tick asks Redis again.
-	gone atomic.Pointer[error]
-	seen atomic.Int64 // unix ns of the last request about it
+	// gone, when set, is why the voucher no longer has a room to answer
+	// from (ErrNoRoom: taken away; rdb.ErrVoucherNotFound), as a request
+	// learnt it: the room's next tick confirms it and drops the entry.
+	gone    atomic.Pointer[error]
+	seen    atomic.Int64 // unix ns of the last request about it
+	ticking atomic.Bool  // a tick of the room is under way
 	// mu guards samples: the admitted count of the states set in the
 	// last ObserveWindow, oldest first, from which each new state's
 	// Admitting is computed.
@@ -207,8 +248,8 @@ func (c *Cache) Of(v int64) *Entry {
 	return e
 }
 
-// Learn records s (if not nil) as voucher v's room's state, and returns
-// its entry.
+// Learn records that voucher v has a room, with s (if not nil) as its
+// state, and returns its entry.
 func (c *Cache) Learn(v int64, s *Snapshot) *Entry {
 	e := c.entries()[v]
 	if e == nil {
@@ -218,59 +259,164 @@ func (c *Cache) Learn(v int64, s *Snapshot) *Entry {
 				m[v] = e
 			}
 		})
+		c.noneMu.Lock()
+		delete(c.none, v)
+		c.noneMu.Unlock()
 	}
 	e.seen.Store(c.now().UnixNano())
 	if s != nil {
-		e.observe(s)
-		e.snap.Store(s)
+		e.Set(s, nil)
 	}
 	return e
+}
+
+// NoRoom records that voucher v has no room to answer from, err saying
+// why (Gone(err)): a room this cache serves is answered so until its next
+// tick drops it; any other id is remembered for NoRoomFor, if there is
+// room for it.
+func (c *Cache) NoRoom(v int64, err error) {
+	if e := c.entries()[v]; e != nil {
+		e.Set(nil, err)
+		return
+	}
+	now := c.now()
+	c.noneMu.Lock()
+	defer c.noneMu.Unlock()
+	if len(c.none) >= MaxNoRoom {
+		c.pruneNoRoom(now)
+	}
+	if len(c.none) < MaxNoRoom {
+		c.none[v] = noRoom{err: err, at: now}
+	}
+}
+
+// pruneNoRoom forgets the ids remembered longer than NoRoomFor (noneMu held).
+func (c *Cache) pruneNoRoom(now time.Time) {
+	for v, n := range c.none {
+		if now.Sub(n.at) >= NoRoomFor {
+			delete(c.none, v)
+		}
+	}
+}
+
+// noRoomOf is why voucher v has no room, as Redis said within NoRoomFor;
+// nil when not known.
+func (c *Cache) noRoomOf(v int64) error {
+	c.noneMu.Lock()
+	defer c.noneMu.Unlock()
+	n, ok := c.none[v]
+	if !ok {
+		return nil
+	}
+	if c.now().Sub(n.at) >= NoRoomFor {
+		delete(c.none, v)
+		return nil
+	}
+	return n.err
+}
+
+// NoRooms is how many ids are remembered without a room.
+func (c *Cache) NoRooms() int {
+	c.noneMu.Lock()
+	defer c.noneMu.Unlock()
+	return len(c.none)
 }
 
 // Forget drops voucher v's entry.
 func (c *Cache) Forget(v int64) { c.change(func(m map[int64]*Entry) { delete(m, v) }) }
 
-// State returns v's room's state: the last one, or one read now. A room
-// taken away (or a voucher gone) is remembered as such, like a state, so
-// that its polls cost Redis nothing until the next tick.
-func (c *Cache) State(ctx context.Context, v int64) (*Snapshot, error) {
+// Known is v's room's last state (nil: it has a room not read yet, or
+// the cache knows nothing of it), or why it has none.
+func (c *Cache) Known(v int64) (*Snapshot, error) {
 	if e := c.Of(v); e != nil {
-		if s, err := e.Known(); s != nil || err != nil {
-			return s, err
+		return e.Known()
+	}
+	return nil, c.noRoomOf(v)
+}
+
+// State returns v's room's state: the last one, or one read now. A
+// voucher without a room (or a voucher gone) is remembered as such, like
+// a state, so that its polls cost Redis at most one read per NoRoomFor,
+// whoever asks; the askers of an id not known share one read.
+func (c *Cache) State(ctx context.Context, v int64) (*Snapshot, error) {
+	if s, err := c.Known(v); s != nil || err != nil {
+		return s, err
+	}
+	res, err, _ := c.reads.Do(strconv.FormatInt(v, 10), func() (any, error) {
+		s, err := c.store.Tick(ctx, v, c.now())
+		switch {
+		case Gone(err):
+			c.NoRoom(v, err)
+		case err == nil:
+			c.Learn(v, s)
 		}
-	}
-	s, err := c.store.Tick(ctx, v, c.now())
-	if Gone(err) {
-		c.Learn(v, nil).Set(nil, err)
-	}
+		return s, err
+	})
 	if err != nil {
 		return nil, err
 	}
-	c.Learn(v, s)
-	return s, nil
+	return res.(*Snapshot), nil
 }
 
 // Tick refreshes every room asked about within idle and forgets the
 // others, calling forgot for each room forgotten and ticked with each
-// refresh's answer (a state, or why there is none, or a failure).
+// refresh's answer (a state, or why there is none, or a failure); a room
+// found to have none is forgotten after ticked. Each room's tick runs on
+// its own, within TickDeadline, and a room whose last tick is still under
+// way is left for the next pass: a slow room delays no other. Tick
+// returns when every tick it began is done, or when ctx ends, whichever
+// comes first; Wait waits for the rest.
 func (c *Cache) Tick(ctx context.Context, idle time.Duration, ticked func(v int64, s *Snapshot, err error), forgot func(v int64)) {
 	now := c.now()
+	c.noneMu.Lock()
+	c.pruneNoRoom(now)
+	c.noneMu.Unlock()
+	done := make(chan struct{}, maxTicking)
+	begun := 0
 	for v, e := range c.entries() {
 		if now.Sub(time.Unix(0, e.seen.Load())) > idle {
 			c.Forget(v)
 			forgot(v)
 			continue
 		}
-		told := e.takeTold()
-		s, err := c.store.Tick(ctx, v, now, told...)
-		switch {
-		case Gone(err):
-			e.Set(nil, err)
-		case err == nil:
-			e.Set(s, nil)
-		default: // not recorded: with the next tick
-			e.tell(told...)
+		if begun == maxTicking || !e.ticking.CompareAndSwap(false, true) {
+			continue
 		}
-		ticked(v, s, err)
+		begun++
+		c.ticks.Add(1)
+		go func() {
+			defer c.ticks.Done()
+			defer func() { done <- struct{}{} }()
+			defer e.ticking.Store(false)
+			tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), TickDeadline)
+			defer cancel()
+			c.tick(tctx, v, e, now, ticked)
+		}()
+	}
+	for range begun {
+		select {
+		case <-done:
+		case <-ctx.Done():
+			return
+		}
 	}
 }
+
+// tick refreshes voucher v's room, entry e.
+func (c *Cache) tick(ctx context.Context, v int64, e *Entry, now time.Time, ticked func(v int64, s *Snapshot, err error)) {
+	told := e.takeTold()
+	s, err := c.store.Tick(ctx, v, now, told...)
+	switch {
+	case Gone(err):
+		c.Forget(v)
+		c.NoRoom(v, err)
+	case err == nil:
+		e.Set(s, nil)
+	default: // not recorded: with the next tick
+		e.tell(told...)
+	}
+	ticked(v, s, err)
+}
+
+// Wait waits for the rooms' ticks under way to end.
+func (c *Cache) Wait() { c.ticks.Wait() }

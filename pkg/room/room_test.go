@@ -171,3 +171,36 @@ func TestTheEstimateFollowsTheObservedRate(t *testing.T) {
 	s = at(time.Second, 70)
 	require.InDelta(t, 20.0, s.Admitting, 1e-9, "20 in the second after the start, not 70 over four")
 }
+
+// Ids found without a room are remembered apart from rooms, at most
+// MaxNoRoom of them, for NoRoomFor; a room learnt of replaces its id's
+// "no room" at once.
+func TestTheNoRoomMemoryIsBounded(t *testing.T) {
+	now := time.Now()
+	c := room.NewCache(nil, func() time.Time { return now })
+	for v := range int64(room.MaxNoRoom + 100) {
+		c.NoRoom(v, room.ErrNoRoom)
+	}
+	require.Equal(t, room.MaxNoRoom, c.NoRooms(), "bounded")
+	_, err := c.Known(1)
+	require.ErrorIs(t, err, room.ErrNoRoom)
+	require.Nil(t, c.Of(1), "not a room: never ticked")
+	_, err = c.Known(room.MaxNoRoom + 50)
+	require.NoError(t, err, "past the bound: not remembered, asked again")
+
+	s := &room.Snapshot{At: now, Tail: 1, Stock: 1, Rate: 1, Limit: 1, StartsAt: now}
+	c.Learn(2, s)
+	got, err := c.Known(2)
+	require.NoError(t, err)
+	require.Same(t, s, got, "a room learnt of replaces its no-room")
+
+	now = now.Add(room.NoRoomFor)
+	_, err = c.Known(1)
+	require.NoError(t, err, "asked again after NoRoomFor")
+	for k := range int64(3) { // the places ids 1 and 2 left, then one past the bound
+		c.NoRoom(room.MaxNoRoom+50+k, room.ErrNoRoom)
+	}
+	require.LessOrEqual(t, c.NoRooms(), 3, "full: the stale ones were pruned to make room")
+	_, err = c.Known(room.MaxNoRoom + 52)
+	require.ErrorIs(t, err, room.ErrNoRoom, "and the new one kept")
+}
