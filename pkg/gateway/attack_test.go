@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"go.uber.org/zap/zaptest"
 
 	"github.com/flashsale/flashsale/pkg/gateway"
 	"github.com/flashsale/flashsale/pkg/internal/testenv"
@@ -53,6 +54,98 @@ func TestAChunkedBodyIsRefusedAndItsConnectionClosed(t *testing.T) {
 			require.Empty(t, string(rest), "no answer to the bytes after the body")
 		})
 	}
+}
+
+// Go's server drops an HTTP/1.0 request's Transfer-Encoding before a
+// handler sees it, and reads its body by Content-Length (or not at all):
+// such a claim was admitted and its connection kept, the chunks then
+// served as the next request. Now a Transfer-Encoding refuses any request
+// and closes its connection, HTTP/1.0 included, and an HTTP/1.0 request
+// is its connection's last (or, after an HTTP/1.1 one, refused).
+func TestAnHTTP10ChunkedBodyIsRefusedAndItsConnectionClosed(t *testing.T) {
+	f := newFixture(t)
+	id := f.createVoucher(`{"name":"x","stock":10,"per_user_limit":10}`)
+	addr := serveGateway(t, f)
+	claim := "POST /v1/vouchers/" + id + "/orders HTTP/1.0\r\nHost: x\r\nConnection: keep-alive\r\nAuthorization: Bearer " + f.token("eve") + "\r\n"
+	smuggled := "GET /v1/orders/1 HTTP/1.0\r\nHost: x\r\nConnection: keep-alive\r\n\r\n"
+	send := func(t *testing.T, raw string) (*http.Response, string, string) {
+		c, err := net.Dial("tcp", addr)
+		require.NoError(t, err)
+		defer c.Close()
+		require.NoError(t, c.SetDeadline(time.Now().Add(10*time.Second)))
+		for i := 0; i < len(raw); i += 7 { // in pieces: a header split across reads is still read
+			_, err = io.WriteString(c, raw[i:min(i+7, len(raw))])
+			require.NoError(t, err)
+		}
+		rd := bufio.NewReader(c)
+		res, err := http.ReadResponse(rd, nil)
+		require.NoError(t, err)
+		body, _ := io.ReadAll(res.Body)
+		rest, _ := io.ReadAll(rd) // until the gateway closes, or the deadline
+		return res, string(body), string(rest)
+	}
+	for name, framing := range map[string]string{
+		"TE alone":  "Transfer-Encoding: chunked\r\n",
+		"CL and TE": "Content-Length: 5\r\nTransfer-Encoding: chunked\r\n",
+		"odd case":  "tRaNsFeR-eNcOdInG: chunked\r\n",
+		"identity":  "Transfer-Encoding: identity\r\nContent-Length: 0\r\n",
+	} {
+		t.Run(name, func(t *testing.T) {
+			res, body, rest := send(t, claim+framing+"\r\n0\r\n\r\n"+smuggled)
+			require.Equal(t, http.StatusLengthRequired, res.StatusCode, body)
+			require.Contains(t, body, `"error":"length_required"`)
+			require.True(t, res.Close, "the connection is closed after the answer")
+			require.Empty(t, rest, "no answer to the bytes after the body")
+		})
+	}
+	require.EqualValues(t, 10, f.do("GET", "/admin/v1/vouchers/"+id, admin, "").Body["stock"], "nothing refused was admitted")
+
+	t.Run("HTTP/1.0 with a length is served, once a connection", func(t *testing.T) {
+		res, body, rest := send(t, claim+"Content-Length: 0\r\n\r\n"+smuggled)
+		require.Equal(t, http.StatusAccepted, res.StatusCode, body)
+		require.True(t, res.Close, "an HTTP/1.0 request is its connection's last")
+		require.Empty(t, rest)
+	})
+	t.Run("HTTP/1.0 after HTTP/1.1 on one connection", func(t *testing.T) {
+		first := "GET /v1/vouchers/" + id + "/queue HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + f.token("eve") + "\r\n\r\n"
+		c, err := net.Dial("tcp", addr)
+		require.NoError(t, err)
+		defer c.Close()
+		require.NoError(t, c.SetDeadline(time.Now().Add(10*time.Second)))
+		_, err = io.WriteString(c, first)
+		require.NoError(t, err)
+		rd := bufio.NewReader(c)
+		res, err := http.ReadResponse(rd, nil)
+		require.NoError(t, err)
+		_, _ = io.Copy(io.Discard, res.Body)
+		require.Equal(t, http.StatusNotFound, res.StatusCode, "no room: the first request is served")
+		_, err = io.WriteString(c, claim+"Transfer-Encoding: chunked\r\n\r\n0\r\n\r\n"+smuggled)
+		require.NoError(t, err)
+		res, err = http.ReadResponse(rd, nil)
+		require.NoError(t, err)
+		body, _ := io.ReadAll(res.Body)
+		require.Equal(t, http.StatusHTTPVersionNotSupported, res.StatusCode, string(body))
+		require.Contains(t, string(body), `"error":"http_version"`)
+		rest, _ := io.ReadAll(rd)
+		require.Empty(t, string(rest))
+	})
+}
+
+// serveGateway serves a second gateway over f's stores as the binary
+// does (Gateway.Serve, its listener's connections read for their
+// framing), and returns its address.
+func serveGateway(t *testing.T, f *fixture) string {
+	t.Helper()
+	gw, err := gateway.New(gateway.Config{AdminToken: admin, JWTSecret: secret, ClaimTimeout: 500 * time.Millisecond, UserRate: -1,
+		SoldOutRefresh: -1, ShutdownTimeout: time.Second}, f.env.RDB, f.env.DB, zaptest.NewLogger(t), gateway.WithClock(f.clock.Now))
+	require.NoError(t, err)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- gw.Serve(ctx, l) }()
+	t.Cleanup(func() { cancel(); require.NoError(t, <-done) })
+	return l.Addr().String()
 }
 
 // Names are shown in the console, reports and terminals: control and

@@ -263,7 +263,8 @@ func (g *Gateway) routes() []route {
 }
 
 // shed answers 411 length_required, closing the connection, to a body
-// sent with Transfer-Encoding; then 503 overloaded at once when
+// sent with Transfer-Encoding (an HTTP/1.0 request's too: framing.go);
+// then 503 overloaded at once when
 // MaxInflight requests are being served, then 429 rate_limited to an
 // address over FLASHSALE_IP_RATE; all before any work (authentication,
 // Redis) is done.
@@ -271,8 +272,15 @@ func (g *Gateway) shed(next http.Handler) http.Handler {
 	limit := int64(g.cfg.MaxInflight)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.TransferEncoding != nil {
-			refuseChunked(w)
+			refuseFraming(w, errLengthRequired)
 			return
+		}
+		if r.ProtoMajor == 1 && r.ProtoMinor == 0 { // its Transfer-Encoding was dropped: framing.go
+			if e := http10Framing(r); e != nil {
+				refuseFraming(w, e)
+				return
+			}
+			w.Header().Set("Connection", "close")
 		}
 		if g.inflight.Add(1) > limit {
 			g.inflight.Add(-1)
@@ -302,9 +310,11 @@ func (g *Gateway) shed(next http.Handler) http.Handler {
 var errLengthRequired = &apiError{http.StatusLengthRequired, "length_required",
 	"send the body with a Content-Length, not Transfer-Encoding"}
 
-func refuseChunked(w http.ResponseWriter) {
+// refuseFraming answers e to a request whose framing is refused, and
+// closes its connection: the bytes after it are never read as a request.
+func refuseFraming(w http.ResponseWriter, e *apiError) {
 	w.Header().Set("Connection", "close")
-	writeError(w, errLengthRequired)
+	writeError(w, e)
 }
 
 // sweepEvery is how often the limiters forget their full buckets: a
@@ -447,9 +457,9 @@ func (g *Gateway) serve(ctx context.Context, ls ...listener) error {
 		servers[i] = &http.Server{
 			Handler: l.h, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second,
 			WriteTimeout: createTimeout + 10*time.Second, IdleTimeout: 120 * time.Second, MaxHeaderBytes: ops.MaxHeaderBytes,
-			ErrorLog: zap.NewStdLog(g.log.Named("http")),
+			ErrorLog: zap.NewStdLog(g.log.Named("http")), ConnContext: framedContext,
 		}
-		go func() { errc <- servers[i].Serve(l.l) }()
+		go func() { errc <- servers[i].Serve(framedListener{l.l}) }()
 		g.log.Info("gateway listening", zap.String("api", l.name), zap.String("addr", l.l.Addr().String()), zap.Int("partitions", g.redis.Partitions()))
 	}
 	select {

@@ -48,6 +48,7 @@ const (
 	ErrorCodeDailyLimit            ErrorCode = "daily_limit"
 	ErrorCodeDrawClosed            ErrorCode = "draw_closed"
 	ErrorCodeEnded                 ErrorCode = "ended"
+	ErrorCodeHttpVersion           ErrorCode = "http_version"
 	ErrorCodeInternal              ErrorCode = "internal"
 	ErrorCodeInvalidField          ErrorCode = "invalid_field"
 	ErrorCodeInvalidId             ErrorCode = "invalid_id"
@@ -101,6 +102,8 @@ func (e ErrorCode) Valid() bool {
 	case ErrorCodeDrawClosed:
 		return true
 	case ErrorCodeEnded:
+		return true
+	case ErrorCodeHttpVersion:
 		return true
 	case ErrorCodeInternal:
 		return true
