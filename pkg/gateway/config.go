@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"net"
 	"net/netip"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
@@ -266,7 +268,7 @@ func (c *Config) Validate() error {
 	case c.AccessKey != "" && len(c.AccessKey) < 32:
 		return errors.New("FLASHSALE_ACCESS_KEY must be at least 32 bytes")
 	case badOrigin(c.QueueEmbedOrigins) != "":
-		return fmt.Errorf("FLASHSALE_QUEUE_EMBED_ORIGINS: %q is not an origin (scheme://host[:port], no path)", badOrigin(c.QueueEmbedOrigins))
+		return fmt.Errorf("FLASHSALE_QUEUE_EMBED_ORIGINS: %q is not an exact origin (scheme://host[:port]: no wildcard, no path)", badOrigin(c.QueueEmbedOrigins))
 	case c.RoomMaxWaiters < 1:
 		return fmt.Errorf("FLASHSALE_ROOM_MAX_WAITERS must be at least 1, got %d", c.RoomMaxWaiters)
 	case c.PowTTL < time.Second || c.PowTTL > time.Hour:
@@ -331,15 +333,49 @@ type validConfig struct {
 	jwks    token.KeySet
 }
 
-// badOrigin is the first of origins that is not one (http or https,
-// a host, an optional port, nothing more), or "".
+// badOrigin is the first of origins that is not exactly one origin
+// (http or https, a host name or IP address, an optional port, nothing
+// more: no wildcard, which a CSP's frame-ancestors would read as any
+// subdomain), or "".
 func badOrigin(origins []string) string {
 	for _, o := range origins {
 		u, err := url.Parse(o)
-		if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" || u.Path != "" || u.RawQuery != "" ||
-			u.Fragment != "" || u.User != nil || strings.ContainsAny(o, " '\";<>") {
+		if err != nil || (u.Scheme != "https" && u.Scheme != "http") || o != u.Scheme+"://"+u.Host || !validHost(u.Hostname()) ||
+			!validPort(u.Port(), strings.HasSuffix(u.Host, ":")) {
 			return o
 		}
 	}
 	return ""
+}
+
+// validHost reports whether h is a DNS name (labels of letters, digits
+// and hyphens) or an IP address.
+func validHost(h string) bool {
+	if net.ParseIP(h) != nil {
+		return true
+	}
+	if h == "" || len(h) > 253 {
+		return false
+	}
+	for label := range strings.SplitSeq(h, ".") {
+		if label == "" || len(label) > 63 || label[0] == '-' || label[len(label)-1] == '-' {
+			return false
+		}
+		for _, c := range label {
+			if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-') {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// validPort reports whether p is empty (and no colon stood before it) or
+// a port, 1-65535.
+func validPort(p string, colon bool) bool {
+	if p == "" {
+		return !colon
+	}
+	n, err := strconv.Atoi(p)
+	return err == nil && n >= 1 && n <= 65535 && p[0] != '0'
 }

@@ -42,3 +42,18 @@ func TestConfigIsValidatedOnceAndTheKeySetReadOnce(t *testing.T) {
 	_, err = New(Config{AdminToken: cfg.AdminToken, JWTJWKSFile: path}, nil, nil, nil)
 	require.ErrorContains(t, err, "FLASHSALE_JWT_JWKS_FILE", "not validated before: New validates, and reads the file")
 }
+
+// FLASHSALE_QUEUE_EMBED_ORIGINS takes exact origins only: a wildcard
+// would be written into the page's frame-ancestors, where it means any
+// subdomain.
+func TestEmbedOriginsAreExactOrigins(t *testing.T) {
+	good := []string{"https://shop.example", "http://localhost:8080", "https://127.0.0.1", "https://[::1]:8443", "https://xn--bcher-kva.example"}
+	require.Empty(t, badOrigin(good))
+	for _, bad := range []string{"https://*.example", "*", "https://shop.example/", "https://shop.example/buy", "shop.example",
+		"https://shop.example:", "https://shop.example:0", "https://shop.example:99999", "https://shop.example:08080",
+		"https://user@shop.example", "https://shop.example?x", "https://shop.example#x", "https://shop..example",
+		"https://-shop.example", "https://shop_example.com", "ftp://shop.example", "'self'", "https://shop.example 'unsafe-inline'",
+		"https://shop.example;", "HTTPS://shop.example", ""} {
+		require.Equal(t, bad, badOrigin([]string{"https://shop.example", bad}), "%q", bad)
+	}
+}

@@ -68,6 +68,7 @@ func TestBinariesRefuseBadConfigInOneLine(t *testing.T) {
 		{"short access key", "gateway", []string{secret, admin, "FLASHSALE_ACCESS_KEY=short"}, nil, "FLASHSALE_ACCESS_KEY"},
 		{"an embedding origin with a path", "gateway", []string{secret, admin, "FLASHSALE_QUEUE_EMBED_ORIGINS=https://shop.example/buy"}, nil, "FLASHSALE_QUEUE_EMBED_ORIGINS"},
 		{"an embedding origin without a scheme", "gateway", []string{secret, admin, "FLASHSALE_QUEUE_EMBED_ORIGINS=shop.example"}, nil, "FLASHSALE_QUEUE_EMBED_ORIGINS"},
+		{"a wildcard embedding origin", "gateway", []string{secret, admin, "FLASHSALE_QUEUE_EMBED_ORIGINS=https://shop.example,https://*.example"}, nil, "FLASHSALE_QUEUE_EMBED_ORIGINS"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
