@@ -101,31 +101,58 @@ const maxAccessBytes = MaxAccessUsers * 80
 // skipped), and writes "user,code" lines of their codes for voucher to
 // out, under cfg's access key (FLASHSALE_ACCESS_KEY, or the admin
 // token's): the command line's way to issue a million codes, streamed. It
-// stops at the first line that is not a user id, and returns how many it
-// wrote.
+// stops at the first line that is not a user id (one over 64 KiB
+// included), naming its number, and returns how many codes it wrote: out
+// holds only whole lines, those of the ids before it.
 func WriteAccessCodes(cfg *Config, voucher int64, in io.Reader, out io.Writer) (int, error) {
+	const flushAt = 64 << 10
 	codes := access.New(cfg.accessKey())
 	sc := bufio.NewScanner(in)
-	bw := bufio.NewWriterSize(out, 64<<10)
-	var line []byte
-	n := 0
-	for no := 1; sc.Scan(); no++ {
+	sc.Buffer(make([]byte, 4096), maxAccessLine)
+	buf := make([]byte, 0, flushAt+256)
+	n, written, no := 0, 0, 0
+	flush := func() error {
+		_, err := out.Write(buf)
+		buf, written = buf[:0], n
+		return err
+	}
+	for sc.Scan() {
+		no++
 		user := strings.TrimSpace(sc.Text())
 		if user == "" {
 			continue
 		}
 		if !validToken(user) {
-			return n, fmt.Errorf("line %d: %q is not a user id (1-64 characters of A-Z a-z 0-9 _ . @ -)", no, user)
+			err := fmt.Errorf("line %d: %q is not a user id (1-64 characters of A-Z a-z 0-9 _ . @ -)", no, cut(user, 80))
+			ferr := flush()
+			return written, errors.Join(err, ferr)
 		}
-		line = append(append(line[:0], user...), ',')
-		line = append(codes.AppendCode(line, voucher, user), '\n')
-		if _, err := bw.Write(line); err != nil {
-			return n, err
-		}
+		buf = append(append(buf, user...), ',')
+		buf = append(codes.AppendCode(buf, voucher, user), '\n')
 		n++
+		if len(buf) >= flushAt {
+			if err := flush(); err != nil {
+				return written, err
+			}
+		}
 	}
 	if err := sc.Err(); err != nil {
-		return n, err
+		if errors.Is(err, bufio.ErrTooLong) {
+			err = fmt.Errorf("line %d: over %d KiB, not a user id", no+1, maxAccessLine>>10)
+		}
+		ferr := flush()
+		return written, errors.Join(err, ferr)
 	}
-	return n, bw.Flush()
+	return n, flush()
+}
+
+// maxAccessLine bounds a line of WriteAccessCodes' input.
+const maxAccessLine = 64 << 10
+
+// cut is s cut to at most n bytes, for an error message.
+func cut(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
 }

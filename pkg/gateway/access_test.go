@@ -5,6 +5,7 @@ import (
 	"encoding/csv"
 	"fmt"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -193,7 +194,43 @@ func TestARoomJoinNeedsTheCode(t *testing.T) {
 	}
 	requireError(t, join("alice", ""), http.StatusForbidden, "access_required")
 	requireError(t, join("alice", codes["bob"]), http.StatusForbidden, "access_invalid")
+	requireError(t, join("alice", "not-a-code"), http.StatusForbidden, "access_invalid")
 	res := join("alice", codes["alice"])
 	require.Equal(t, http.StatusOK, res.Status, res.Raw)
 	require.NotEmpty(t, res.Body["queue_token"])
+	// A room in front of a sale without codes does not look at one.
+	open := f.createVoucher(`{"name":"open room","stock":5,"waiting_room":{"admit_per_second":5}}`)
+	res = f.do("POST", "/v1/vouchers/"+open+"/queue", f.token("carol"), "", access.Header, codes["alice"])
+	require.Equal(t, http.StatusOK, res.Status, res.Raw)
+}
+
+// The command line's codes stop at the first bad line, naming it, and
+// leave only whole lines behind: those of the ids before it (a bad line
+// after 3,000 good ones left 2,048 lines and a code cut in half; one over
+// 64 KiB was "token too long", without its number).
+func TestAccessCodesStopAtABadLineWithWholeLines(t *testing.T) {
+	for name, bad := range map[string]string{
+		"not an id": "fan 3000\n",
+		"too long":  strings.Repeat("x", 70_000) + "\n",
+	} {
+		t.Run(name, func(t *testing.T) {
+			var in bytes.Buffer
+			for i := range 3000 {
+				fmt.Fprintf(&in, "fan%d\n", i)
+			}
+			in.WriteString(bad + "after\n")
+			var out bytes.Buffer
+			n, err := gateway.WriteAccessCodes(&gateway.Config{AdminToken: admin}, 7, &in, &out)
+			require.ErrorContains(t, err, "line 3001:")
+			require.Equal(t, 3000, n)
+			require.True(t, strings.HasSuffix(out.String(), "\n"), "whole lines only")
+			rows, err := csv.NewReader(&out).ReadAll()
+			require.NoError(t, err)
+			require.Len(t, rows, 3000, "the codes of the ids before the bad line")
+			for i, row := range rows {
+				require.Equal(t, "fan"+strconv.Itoa(i), row[0])
+				require.Len(t, row[1], len(rows[0][1]), "a whole code")
+			}
+		})
+	}
 }
