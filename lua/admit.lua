@@ -37,7 +37,8 @@
 -- ARGV[b+6] -> seconds the proof's challenge has left (how long its single use is kept)
 -- ARGV[b+7] -> the claim's waiting-room pass, "PLACE:EXP_MS" (the gateway verified it is the user's,
 --              admitted and not lapsed at EXP_MS), or "0": none
--- ARGV[b+8] -> 1: the claim carries the user's access code for the voucher (the gateway verified it), 0: not
+-- ARGV[b+8] -> the claim's access code, as the gateway verified it: 1 the user's for the voucher, 2 one
+--              that is not (refused only where the voucher needs a code now), 0 none
 --
 -- The stream: the admissions of a call travel in one stream entry, up to
 -- 32 (order.MaxPerEntry) an entry, in the order they were decided:
@@ -76,7 +77,7 @@
 --
 -- A voucher with access codes (access: -1 for the whole sale, else until
 -- that unix ms; pkg/access) takes a claim only with its user's code while
--- they hold.
+-- they hold; any other time a code is not looked at, right or wrong.
 --
 -- A voucher with a waiting room (room > 0, pkg/room) takes a claim only
 -- with a pass that has not lapsed; the proof of work, if any, was asked
@@ -106,7 +107,8 @@
 -- partition the reaper has not marked loaded: Redis lost its data (it
 -- restarted empty) or was never loaded, an outage until the reaper
 -- rebuilds it from MySQL, not an unknown voucher, 16 the voucher needs
--- an access code now and the claim has none.
+-- an access code now and the claim has none, 17 it needs one now and the
+-- claim's is not the user's.
 -- Only admissions are remembered under the idempotency key: a rejection
 -- changed nothing, so its retry is simply decided again.
 
@@ -329,7 +331,7 @@ for i = 1, n do
     elseif end_ms > 0 and now >= end_ms then
       out[i] = {3}
     elseif access ~= 0 and (access < 0 or now < access) and arg(i, 8) ~= '1' then
-      out[i] = {16}
+      out[i] = {arg(i, 8) == '2' and 17 or 16}
     elseif room > 0 and not (pass_exp and now < pass_exp) then
       out[i] = {14}
     elseif room == 0 and pow > 0 and tonumber(arg(i, 5)) == 0 then

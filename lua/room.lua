@@ -37,8 +37,8 @@
 -- ARGV[8] -> the most places the room gives (FLASHSALE_ROOM_MAX_WAITERS): a join past them is refused
 -- ARGV[9] -> seconds a room of a voucher without an expiry (no ends_at) is kept after its last change:
 --            its keys then expire, as a voucher's with ends_at do at its expire_s
--- ARGV[10] -> 1: the join carries the user's access code for the voucher (pkg/access; verified by the
---             gateway), 0: not
+-- ARGV[10] -> the join's access code (pkg/access), as the gateway verified it: 1 the user's for the
+--             voucher, 2 one that is not (refused only where the voucher needs a code now), 0 none
 -- ARGV[11] -> tick: bits of KEYS[6] to set, space-separated (the answers the gateway gave since its last
 --             tick); '' none
 --
@@ -51,7 +51,8 @@
 -- joined, 17 join: the room has given ARGV[8] places, 18 no such voucher
 -- in a partition the reaper has not marked loaded (Redis lost its data:
 -- an outage, not an unknown voucher; admit.lua's 15), 19 join: the
--- voucher needs an access code now and there is none. place is '' unless
+-- voucher needs an access code now and there is none, 20 join: it needs
+-- one now and the join's is not the user's. place is '' unless
 -- the user has one.
 --
 -- Passes outstanding (admitted, not lapsed, not used to buy) are the
@@ -196,7 +197,7 @@ if op ~= 'tick' then
     elseif now < start_ms - pre_ms then
       code = 2
     elseif access ~= 0 and (access < 0 or now < access) and ARGV[10] ~= '1' then
-      code = 19
+      code = ARGV[10] == '2' and 20 or 19
     elseif (frozen == 1 and tail or pre) >= tonumber(ARGV[8]) then
       code = 17
     elseif pow > 0 and tonumber(ARGV[5]) == 0 then

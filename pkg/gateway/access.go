@@ -13,6 +13,7 @@ import (
 
 	"github.com/flashsale/flashsale/pkg/access"
 	"github.com/flashsale/flashsale/pkg/db"
+	"github.com/flashsale/flashsale/pkg/rdb"
 )
 
 // accessKey is FLASHSALE_ACCESS_KEY, or one derived from the admin token.
@@ -32,16 +33,19 @@ var (
 )
 
 // claimAccess verifies the access code of user's claim (or join) of
-// voucher, if it carries one: true when it is the user's.
-func (g *Gateway) claimAccess(r *http.Request, user string, voucher int64) (bool, error) {
+// voucher, if it carries one. A code that is not the user's is refused
+// only where the voucher needs one now, which the script decides: an
+// open sale, or one past its codes' until, takes the claim whatever its
+// code says.
+func (g *Gateway) claimAccess(r *http.Request, user string, voucher int64) rdb.AccessCode {
 	code := r.Header.Get(access.Header)
-	if code == "" {
-		return false, nil
+	switch {
+	case code == "":
+		return rdb.NoAccessCode
+	case g.access.Valid(code, voucher, user):
+		return rdb.AccessCodeValid
 	}
-	if !g.access.Valid(code, voucher, user) {
-		return false, errAccessInvalid
-	}
-	return true, nil
+	return rdb.AccessCodeInvalid
 }
 
 type accessCodesRequest struct {

@@ -25,8 +25,10 @@ var errBadIdempotencyKey = badRequest("invalid_idempotency_key", "Idempotency-Ke
 //  3. the Idempotency-Key's form (400);
 //  4. claimQuantity: the body, read within its deadline, {"quantity": N} (400, 408, 413, 415);
 //  5. claimProof (proof.go): a proof of work's signature, user, voucher
-//     and expiry (403 proof_invalid), and claimAccess (access.go): an
-//     access code's user and voucher (403 access_invalid), before Redis;
+//     and expiry (403 proof_invalid), before Redis; claimAccess
+//     (access.go) verifies an access code's user and voucher for the
+//     script, which refuses a wrong one only where the voucher needs a
+//     code now (403 access_invalid);
 //  6. soldOut.Prune (pkg/soldout): a voucher Redis said is sold out, for
 //     FLASHSALE_SOLD_OUT_REFRESH, answered 409 without Redis;
 //  7. roomPass (room.go): a voucher with a waiting room wants a pass that
@@ -62,10 +64,6 @@ func (g *Gateway) claim(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	proof, checkErr := g.claimProof(r, user, voucher)
-	var hasAccess bool
-	if checkErr == nil {
-		hasAccess, checkErr = g.claimAccess(r, user, voucher)
-	}
 	if checkErr == nil && key == "" && g.soldOut.Prune(voucher, qty) {
 		g.metrics.pruned.Inc()
 		g.refused.add(voucher, errSoldOut.Code)
@@ -75,7 +73,7 @@ func (g *Gateway) claim(w http.ResponseWriter, r *http.Request) {
 	}
 	now := g.now()
 	c := rdb.Claim{VoucherID: voucher, UserID: user, IdempotencyKey: key, IdempotencyTTL: g.cfg.IdempotencyTTL,
-		Now: now, Day: order.Day(now, g.loc), Quantity: qty, Proof: proof, Access: hasAccess}
+		Now: now, Day: order.Day(now, g.loc), Quantity: qty, Proof: proof, Access: g.claimAccess(r, user, voucher)}
 	if checkErr != nil {
 		g.refuseUnlessReplayed(w, r, c, checkErr, start)
 		return
@@ -142,7 +140,7 @@ func (g *Gateway) refuseUnlessReplayed(w http.ResponseWriter, r *http.Request, c
 			return
 		}
 	}
-	if err == errProofInvalid || err == errAccessInvalid {
+	if err == errProofInvalid {
 		g.fail(w, r, err)
 		g.countClaim(resultInvalid, "", start)
 		return

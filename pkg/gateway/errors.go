@@ -58,6 +58,7 @@ var errorTable = []struct {
 	{rdb.ErrAlreadyEntered, &apiError{http.StatusConflict, "already_entered", "you have entered this draw already: one entry per user"}},
 	{rdb.ErrNotAdmitted, errNotAdmitted},
 	{rdb.ErrAccessRequired, errAccessRequired},
+	{rdb.ErrAccessInvalid, errAccessInvalid},
 	{room.ErrNotInQueue, errNotInQueue},
 	{room.ErrNoRoom, errNoRoom},
 	{room.ErrEnded, errQueueClosed},

@@ -129,13 +129,8 @@ func (g *Gateway) joinQueue(w http.ResponseWriter, r *http.Request) {
 		g.fail(w, r, err)
 		return
 	}
-	hasAccess, err := g.claimAccess(r, user, v)
-	if err != nil {
-		g.fail(w, r, err)
-		return
-	}
 	now := g.now()
-	s, p, err := g.rooms.Store().Join(r.Context(), v, user, pr, hasAccess, now)
+	s, p, err := g.rooms.Store().Join(r.Context(), v, user, pr, g.claimAccess(r, user, v), now)
 	if err != nil {
 		g.fail(w, r, err)
 		return

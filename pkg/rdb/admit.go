@@ -36,10 +36,22 @@ type Claim struct {
 	// Pass is the claim's waiting-room pass as the gateway verified it
 	// (pkg/room): "PLACE:EXP_MS"; "": none.
 	Pass string
-	// Access: the claim carries its user's access code for the voucher
-	// (pkg/access), verified by the caller.
-	Access bool
+	// Access is the claim's access code (pkg/access) as the caller
+	// verified it.
+	Access AccessCode
 }
+
+// AccessCode is what a claim (or a room join) carries of an access code,
+// as the gateway verified it: a code is looked at only where the voucher
+// needs one now (the sale's access codes, before their until), so one
+// sent to an open sale is no reason to refuse.
+type AccessCode int64
+
+const (
+	NoAccessCode      AccessCode = iota // none sent
+	AccessCodeValid                     // the user's code for the voucher
+	AccessCodeInvalid                   // a code, not the user's for the voucher
+)
 
 // Proof is a verified proof of work as the admission script takes it: a
 // voucher with a gate admits a claim with a proof of at least its
@@ -365,7 +377,7 @@ func (s *Store) admitCalls(claims []Claim, pending []int) []admitCall {
 			pass = c.Pass
 		}
 		call.args = append(call.args, c.UserID, call.nowArg, call.dayArg, ttl, max(c.Quantity, 1), proofMax, proofTTL, pass,
-			c.Access) // go-redis sends a bool as 1 or 0
+			int64(c.Access)) // 0..2: boxed without allocating
 	}
 	return calls
 }

@@ -50,13 +50,16 @@ var (
 	// ErrAccessRequired: the voucher needs an access code (pkg/access)
 	// now, and the claim or join carried none.
 	ErrAccessRequired = errors.New("access code required")
+	// ErrAccessInvalid: the voucher needs an access code now, and the
+	// claim's or join's is not the user's for it.
+	ErrAccessInvalid = errors.New("access code not the user's for the voucher")
 )
 
 var admitErrors = map[int64]error{
 	1: ErrVoucherNotFound, 2: ErrNotStarted, 3: ErrEnded, 4: ErrSoldOut,
 	5: ErrUserLimit, 6: ErrDailyLimit, 7: ErrOverloaded, 8: ErrQuantityAboveLimit, 9: ErrPaused,
 	11: ErrAlreadyEntered, 12: ErrProofRequired, 13: ErrProofInvalid, 14: ErrNotAdmitted, 15: ErrNotLoaded,
-	16: ErrAccessRequired,
+	16: ErrAccessRequired, 17: ErrAccessInvalid,
 }
 
 // DayKeyTTL is how long a per-day counter outlives its day.

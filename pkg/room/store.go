@@ -17,7 +17,8 @@ import (
 
 // Errors of Store's calls; a join's proof of work errs with rdb's
 // ErrProofRequired and ErrProofInvalid, a join without the access code a
-// voucher needs with rdb.ErrAccessRequired, a missing voucher with
+// voucher needs with rdb.ErrAccessRequired (rdb.ErrAccessInvalid: with
+// another's), a missing voucher with
 // rdb.ErrVoucherNotFound.
 var (
 	ErrNoRoom     = errors.New("room: the voucher has no waiting room")
@@ -29,7 +30,7 @@ var (
 
 var codes = map[int64]error{
 	1: rdb.ErrVoucherNotFound, 18: rdb.ErrNotLoaded, 2: ErrNotOpen, 3: ErrEnded, 12: rdb.ErrProofRequired, 13: rdb.ErrProofInvalid,
-	15: ErrNoRoom, 16: ErrNotInQueue, 17: ErrFull, 19: rdb.ErrAccessRequired,
+	15: ErrNoRoom, 16: ErrNotInQueue, 17: ErrFull, 19: rdb.ErrAccessRequired, 20: rdb.ErrAccessInvalid,
 }
 
 // DefaultMaxWaiters bounds the places a room gives unless the operator
@@ -60,26 +61,26 @@ func NewStore(r *rdb.Store, maxWaiters int64) *Store {
 // recording the tickets told how the sale ended since the last tick (told;
 // see Cache.Told).
 func (s *Store) Tick(ctx context.Context, v int64, now time.Time, told ...Told) (*Snapshot, error) {
-	snap, _, err := s.run(ctx, v, now, "tick", "", rdb.Proof{}, false, told...)
+	snap, _, err := s.run(ctx, v, now, "tick", "", rdb.Proof{}, rdb.NoAccessCode, told...)
 	return snap, err
 }
 
 // Join gives user a place in v's room (the same place again to one who
 // has one); proof is the join's verified proof of work, if any, and access
-// whether it carries the user's access code (pkg/access), verified.
-func (s *Store) Join(ctx context.Context, v int64, user string, proof rdb.Proof, access bool, now time.Time) (*Snapshot, Place, error) {
+// its access code (pkg/access), verified.
+func (s *Store) Join(ctx context.Context, v int64, user string, proof rdb.Proof, access rdb.AccessCode, now time.Time) (*Snapshot, Place, error) {
 	return s.run(ctx, v, now, "join", user, proof, access)
 }
 
 // Find returns user's place in v's room (ErrNotInQueue: none).
 func (s *Store) Find(ctx context.Context, v int64, user string, now time.Time) (*Snapshot, Place, error) {
-	return s.run(ctx, v, now, "get", user, rdb.Proof{}, false)
+	return s.run(ctx, v, now, "get", user, rdb.Proof{}, rdb.NoAccessCode)
 }
 
 // Keys are the room's keys of voucher v: its state and its waiters.
 func (s *Store) Keys(v int64) (state, waiters string) { return s.r.RoomKeys(v) }
 
-func (s *Store) run(ctx context.Context, v int64, now time.Time, op, user string, proof rdb.Proof, access bool, told ...Told) (*Snapshot, Place, error) {
+func (s *Store) run(ctx context.Context, v int64, now time.Time, op, user string, proof rdb.Proof, access rdb.AccessCode, told ...Told) (*Snapshot, Place, error) {
 	var seed [8]byte
 	_, _ = rand.Read(seed[:])
 	var bits []byte
@@ -90,7 +91,7 @@ func (s *Store) run(ctx context.Context, v int64, now time.Time, op, user string
 		bits = strconv.AppendInt(bits, t.bit(), 10)
 	}
 	res, err := s.r.RunRoom(ctx, v, proof, now.UnixMilli(), op, user, hex.EncodeToString(seed[:]),
-		PassFactor, s.maxWaiters, int64(IdleTTL/time.Second), access, bits) // go-redis sends a bool as 1 or 0
+		PassFactor, s.maxWaiters, int64(IdleTTL/time.Second), int64(access), bits)
 	if err != nil {
 		return nil, Place{}, err
 	}

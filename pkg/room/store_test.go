@@ -72,7 +72,7 @@ func TestPrequeueRateOrderAndPasses(t *testing.T) {
 	start := testclock.Start().Add(time.Hour) // the joins come before it
 	sale(t, s, 1, 100, start, room.Config{AdmitPerSecond: 10, PrequeueSeconds: 60, PassSeconds: 5})
 
-	_, _, err := rs.Join(ctx, 1, "early", rdb.Proof{}, false, start.Add(-61*time.Second))
+	_, _, err := rs.Join(ctx, 1, "early", rdb.Proof{}, rdb.NoAccessCode, start.Add(-61*time.Second))
 	require.ErrorIs(t, err, room.ErrNotOpen)
 	_, _, err = rs.Find(ctx, 1, "u1", start.Add(-time.Minute))
 	require.ErrorIs(t, err, room.ErrNotInQueue)
@@ -80,13 +80,13 @@ func TestPrequeueRateOrderAndPasses(t *testing.T) {
 	const n = 50
 	places := make([]room.Place, n)
 	for i := range places {
-		snap, p, err := rs.Join(ctx, 1, "u"+strconv.Itoa(i), rdb.Proof{}, false, start.Add(-30*time.Second+time.Duration(i)*time.Millisecond))
+		snap, p, err := rs.Join(ctx, 1, "u"+strconv.Itoa(i), rdb.Proof{}, rdb.NoAccessCode, start.Add(-30*time.Second+time.Duration(i)*time.Millisecond))
 		require.NoError(t, err)
 		require.Equal(t, room.Place{Pre: true, N: int64(i + 1)}, p)
 		require.Equal(t, room.Answer{State: room.Waiting, Retry: room.RetryMax, ETA: -1}, snap.Answer(p, snap.At), "no place before the start")
 		places[i] = p
 	}
-	_, again, err := rs.Join(ctx, 1, "u7", rdb.Proof{}, false, start.Add(-time.Second))
+	_, again, err := rs.Join(ctx, 1, "u7", rdb.Proof{}, rdb.NoAccessCode, start.Add(-time.Second))
 	require.NoError(t, err)
 	require.Equal(t, places[7], again, "one place per user")
 	require.ErrorIs(t, claim(s, 1, "u0", "", start), rdb.ErrNotAdmitted, "no pass, no claim")
@@ -106,7 +106,7 @@ func TestPrequeueRateOrderAndPasses(t *testing.T) {
 		require.EqualValues(t, i+1, sorted[i], "the pre-queue's places are a permutation of 1..%d", n)
 	}
 	require.NotEqual(t, sorted, tickets, "and not the arrival order")
-	_, late, err := rs.Join(ctx, 1, "late", rdb.Proof{}, false, start.Add(10*time.Millisecond))
+	_, late, err := rs.Join(ctx, 1, "late", rdb.Proof{}, rdb.NoAccessCode, start.Add(10*time.Millisecond))
 	require.NoError(t, err)
 	require.Equal(t, room.Place{N: n + 1}, late, "after the start: behind the pre-queue")
 
@@ -175,7 +175,7 @@ func TestTheRoomKnowsTheStock(t *testing.T) {
 	places := make([]room.Place, n)
 	for i := range places {
 		var err error
-		_, places[i], err = rs.Join(ctx, 2, "w"+strconv.Itoa(i), rdb.Proof{}, false, now)
+		_, places[i], err = rs.Join(ctx, 2, "w"+strconv.Itoa(i), rdb.Proof{}, rdb.NoAccessCode, now)
 		require.NoError(t, err)
 		require.Equal(t, room.Place{N: int64(i + 1)}, places[i], "after the start: arrival order")
 	}
@@ -223,7 +223,7 @@ func TestTheRoomKnowsTheStock(t *testing.T) {
 	require.LessOrEqual(t, snap.Live, int64(float64(snap.Stock)*room.PassFactor))
 	// On sale again: nobody is known gone. A place told closed (the bit
 	// after its sold_out one) counts apart.
-	_, late, err := rs.Join(ctx, 2, "late", rdb.Proof{}, false, now.Add(2*time.Second))
+	_, late, err := rs.Join(ctx, 2, "late", rdb.Proof{}, rdb.NoAccessCode, now.Add(2*time.Second))
 	require.NoError(t, err)
 	_, err = rs.Tick(ctx, 2, now.Add(2*time.Second), room.Told{Ticket: late.N, Closed: true})
 	require.NoError(t, err)
@@ -258,19 +258,19 @@ func TestNoRoomPausedEndedAndTheGate(t *testing.T) {
 	require.NoError(t, s.PutVoucher(ctx, rdb.Voucher{ID: 4, Stock: 5, PerUserLimit: 1, StartsAt: start, EndsAt: start.Add(time.Hour),
 		ExpireAt: start.Add(2 * time.Hour), Paused: true, ProofOfWork: 100, Room: (&room.Config{AdmitPerSecond: 100, PassSeconds: 60}).Encode()}))
 	now := time.Now()
-	_, _, err = rs.Join(ctx, 4, "y", rdb.Proof{}, false, now)
+	_, _, err = rs.Join(ctx, 4, "y", rdb.Proof{}, rdb.NoAccessCode, now)
 	require.ErrorIs(t, err, rdb.ErrProofRequired)
-	_, _, err = rs.Join(ctx, 4, "y", rdb.Proof{ID: "sig1", Max: 50, TTL: time.Minute}, false, now)
+	_, _, err = rs.Join(ctx, 4, "y", rdb.Proof{ID: "sig1", Max: 50, TTL: time.Minute}, rdb.NoAccessCode, now)
 	require.ErrorIs(t, err, rdb.ErrProofInvalid, "too easy")
-	snap, p, err := rs.Join(ctx, 4, "y", rdb.Proof{ID: "sig1", Max: 100, TTL: time.Minute}, false, now)
+	snap, p, err := rs.Join(ctx, 4, "y", rdb.Proof{ID: "sig1", Max: 100, TTL: time.Minute}, rdb.NoAccessCode, now)
 	require.NoError(t, err)
 	require.Equal(t, room.Paused, snap.Answer(p, now).State)
-	_, _, err = rs.Join(ctx, 4, "z", rdb.Proof{ID: "sig1", Max: 100, TTL: time.Minute}, false, now)
+	_, _, err = rs.Join(ctx, 4, "z", rdb.Proof{ID: "sig1", Max: 100, TTL: time.Minute}, rdb.NoAccessCode, now)
 	require.ErrorIs(t, err, rdb.ErrProofInvalid, "used before")
 	snap, err = rs.Tick(ctx, 4, now.Add(time.Second))
 	require.NoError(t, err)
 	require.Zero(t, snap.Front, "paused: nobody admitted")
-	_, _, err = rs.Join(ctx, 4, "late", rdb.Proof{ID: "sig2", Max: 100, TTL: time.Minute}, false, start.Add(time.Hour))
+	_, _, err = rs.Join(ctx, 4, "late", rdb.Proof{ID: "sig2", Max: 100, TTL: time.Minute}, rdb.NoAccessCode, start.Add(time.Hour))
 	require.ErrorIs(t, err, room.ErrEnded)
 	require.Equal(t, room.Closed, snap.Answer(p, start.Add(time.Hour)).State)
 }
