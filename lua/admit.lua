@@ -73,7 +73,7 @@
 --
 -- A voucher with a proof-of-work gate (pow = its difficulty, > 0) takes a
 -- claim only with a proof (the gateway verified its signature, user and
--- expiry) of at least that difficulty, once: KEYS[4+3i] is set NX.
+-- expiry) of at least that difficulty, once: KEYS[5+3i] is set NX.
 --
 -- A voucher with access codes (access: -1 for the whole sale, else until
 -- that unix ms; pkg/access) takes a claim only with its user's code while
