@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"regexp"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -73,9 +74,12 @@ func TestAnHTTP10ChunkedBodyIsRefusedAndItsConnectionClosed(t *testing.T) {
 		require.NoError(t, err)
 		defer c.Close()
 		require.NoError(t, c.SetDeadline(time.Now().Add(10*time.Second)))
+		head := strings.Index(raw, "\r\n\r\n") + 4
 		for i := 0; i < len(raw); i += 7 { // in pieces: a header split across reads is still read
 			_, err = io.WriteString(c, raw[i:min(i+7, len(raw))])
-			require.NoError(t, err)
+			if i < head { // after the head the gateway may have answered and closed
+				require.NoError(t, err)
+			}
 		}
 		rd := bufio.NewReader(c)
 		res, err := http.ReadResponse(rd, nil)
