@@ -181,6 +181,9 @@ func (s *Store) Draw(ctx context.Context, v int64, now time.Time) (DrawResult, e
 		if err := giveWinnersItems(tx, v); err != nil {
 			return err
 		}
+		if err := recordEventsWhere(tx, "voucher_id = ? AND drawn = 1 AND status = ?", v, order.StatusCreated); err != nil {
+			return err
+		}
 		res.Drew = true
 		return tx.Exec("UPDATE vouchers SET stock = stock - ?, draw_state = ?, drawn_at = ?, draw_winners = ? WHERE id = ?",
 			res.Winners, draw.StateDrawn, now, res.Winners, v).Error
@@ -248,15 +251,34 @@ func giveWinnersItems(tx *gorm.DB, v int64) error {
 }
 
 // MarkLost marks up to limit entries of drawn voucher v that did not win
-// as lost, and returns how many it marked (0 when none is left).
+// as lost, with their events, and returns how many it marked (0 when none
+// is left). Entries another transaction holds are left for later.
 func (s *Store) MarkLost(ctx context.Context, v int64, now time.Time, limit int) (int64, error) {
-	q := s.db.WithContext(ctx).Exec(`UPDATE orders SET status = ?, updated_at = ?
-		WHERE voucher_id = ? AND status = ? AND EXISTS (SELECT 1 FROM vouchers WHERE id = ? AND draw_state = ?) LIMIT ?`,
-		order.StatusLost, now, v, order.StatusEntered, v, draw.StateDrawn, limit)
-	if q.Error != nil {
-		return 0, fmt.Errorf("mark the entries of voucher %d lost: %w", v, q.Error)
+	var n int64
+	err := s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		var ids []int64
+		if err := tx.Raw(`SELECT id FROM orders WHERE voucher_id = ? AND status = ?
+			AND EXISTS (SELECT 1 FROM vouchers WHERE id = ? AND draw_state = ?) ORDER BY id LIMIT ? FOR UPDATE SKIP LOCKED`,
+			v, order.StatusEntered, v, draw.StateDrawn, limit).Scan(&ids).Error; err != nil {
+			return fmt.Errorf("find the lost entries of voucher %d: %w", v, err)
+		}
+		if len(ids) == 0 {
+			return nil
+		}
+		q := tx.Exec("UPDATE orders SET status = ?, updated_at = ? WHERE id IN ? AND status = ?", order.StatusLost, now, ids, order.StatusEntered)
+		if q.Error != nil {
+			return fmt.Errorf("mark the entries of voucher %d lost: %w", v, q.Error)
+		}
+		if q.RowsAffected != int64(len(ids)) {
+			return fmt.Errorf("mark lost: %d of %d locked entries changed", q.RowsAffected, len(ids))
+		}
+		n = q.RowsAffected
+		return recordEvents(tx, ids, "")
+	}, readCommitted)
+	if err != nil {
+		return 0, err
 	}
-	return q.RowsAffected, nil
+	return n, nil
 }
 
 // passOn gives the units of draw voucher v's winners gone (cancelled in
@@ -294,6 +316,9 @@ func passOn(tx *gorm.DB, v int64, gone []Order, now time.Time) error {
 		if err := tx.Exec(`UPDATE orders SET status = ?, drawn = 2, expires_at = ?, updated_at = ?, item = ?, amount = ?, code = ?
 			WHERE id = ? AND status IN ?`, order.StatusCreated, expires, now, o.Item, o.Amount, o.Code, n.ID, notDrawn).Error; err != nil {
 			return fmt.Errorf("pass order %d's unit to entry %d: %w", o.ID, n.ID, err)
+		}
+		if err := recordEvents(tx, []int64{n.ID}, ""); err != nil {
+			return err
 		}
 		if o.Item > 0 {
 			if err := tx.Exec("UPDATE items SET order_id = ?, user_id = ? WHERE voucher_id = ? AND item = ?", n.ID, n.UserID, v, o.Item).Error; err != nil {

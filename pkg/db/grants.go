@@ -14,8 +14,10 @@ var roleGrants = map[string]map[string]string{
 	// Creates vouchers and their items, pauses and changes them (each
 	// with its row of voucher_changes), reads orders, marks them paid, cancels them
 	// for their owners (the release, the item back), records late
-	// payments; reads them all for a sale's report.
+	// payments; reads them all for a sale's report; writes the events of
+	// the orders it changes, and reads them for the events API.
 	"gateway": {
+		"events":          "SELECT, INSERT",
 		"vouchers":        "SELECT, INSERT, UPDATE",
 		"items":           "SELECT, INSERT, UPDATE",
 		"orders":          "SELECT, UPDATE",
@@ -23,8 +25,10 @@ var roleGrants = map[string]map[string]string{
 		"voucher_changes": "SELECT, INSERT, UPDATE",
 		"late_payments":   "SELECT, INSERT",
 	},
-	// Persists batches: orders, the stock, items, releases; the probe.
+	// Persists batches: orders, the stock, items, releases, their events;
+	// the probe.
 	"worker": {
+		"events":       "INSERT",
 		"vouchers":     "SELECT, UPDATE",
 		"items":        "SELECT, UPDATE",
 		"orders":       "SELECT, INSERT, UPDATE",
@@ -32,8 +36,11 @@ var roleGrants = map[string]map[string]string{
 		"store_probes": "SELECT, INSERT, UPDATE",
 	},
 	// The worker's (it processes what it takes over), and cancelling,
-	// refunding, applying owed changes and reconciling; a sale's report.
+	// refunding, applying owed changes and reconciling; a sale's report;
+	// sequencing the events and deleting them past their retention.
 	"reaper": {
+		"events":          "SELECT, INSERT, UPDATE, DELETE",
+		"event_sequence":  "SELECT, UPDATE",
 		"vouchers":        "SELECT, UPDATE",
 		"items":           "SELECT, UPDATE",
 		"orders":          "SELECT, INSERT, UPDATE",

@@ -87,6 +87,9 @@ func (s *Store) CancelExpired(ctx context.Context, now time.Time, limit int) ([]
 		if res.RowsAffected != int64(len(ids)) {
 			return fmt.Errorf("cancel: %d of %d locked orders changed", res.RowsAffected, len(ids))
 		}
+		if err := recordEvents(tx, ids, ReasonExpired); err != nil {
+			return err
+		}
 		perVoucher, vouchers := map[int64][]Order{}, []int64{}
 		for _, o := range due {
 			if perVoucher[o.VoucherID] == nil {
@@ -177,6 +180,8 @@ func (s *Store) RecordFailed(ctx context.Context, o order.Order, reason string) 
 			if status != order.StatusFailed {
 				return nil
 			}
+		} else if err := recordEvents(tx, []int64{o.ID}, ""); err != nil {
+			return err
 		}
 		status = order.StatusFailed
 		return insertReleases(tx, []Release{releaseOf(o, reason)})

@@ -101,6 +101,9 @@ func (s *Store) CancelOrder(ctx context.Context, id int64, user string, now time
 			return fmt.Errorf("cancel order %d: %w", id, err)
 		}
 		o.Status, o.Reason, o.UpdatedAt = string(order.StatusCancelled), ReasonCancelled, now
+		if err := recordEvents(tx, []int64{id}, ""); err != nil {
+			return err
+		}
 		meta, _, err := s.voucherMeta(tx, o.VoucherID)
 		if err != nil {
 			return err
@@ -158,7 +161,7 @@ func (s *Store) RecordPayment(ctx context.Context, id int64, paymentID string, n
 				return fmt.Errorf("pay order %d: %w", id, err)
 			}
 			o.Status, o.PaidAt, o.PaymentID, o.UpdatedAt = string(order.StatusPaid), &now, &paymentID, now
-			return nil
+			return recordEvents(tx, []int64{id}, "")
 		case o.Status == string(order.StatusPaid) && o.PaymentID != nil && *o.PaymentID == paymentID:
 			return nil // the same confirmation again
 		}

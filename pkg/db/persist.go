@@ -102,6 +102,13 @@ func (s *Store) persist(ctx context.Context, orders []order.Order, lookup bool) 
 		if err != nil {
 			return err
 		}
+		ids := make([]int64, len(rows))
+		for k, r := range rows {
+			ids[k] = r.ID
+		}
+		if err := recordEvents(tx, ids, ""); err != nil {
+			return err
+		}
 		for k, r := range rows {
 			out[where[k]].Status, out[where[k]].Reason = order.Status(r.Status), r.Reason
 		}

@@ -110,11 +110,20 @@ func (s *Store) Order(ctx context.Context, id int64) (Order, error) {
 // payment deadline. Paying a paid order again returns it unchanged.
 // Another user's order is ErrNotFound; a late payment is ErrPaymentExpired.
 func (s *Store) PayOrder(ctx context.Context, id int64, user string, now time.Time) (Order, error) {
-	res := s.db.WithContext(ctx).Model(&Order{}).
-		Where("id = ? AND user_id = ? AND status = ? AND expires_at > ?", id, user, order.StatusCreated, now).
-		Updates(map[string]any{"status": order.StatusPaid, "paid_at": now, "updated_at": now})
-	if res.Error != nil {
-		return Order{}, fmt.Errorf("pay order %d: %w", id, res.Error)
+	err := s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		res := tx.Model(&Order{}).
+			Where("id = ? AND user_id = ? AND status = ? AND expires_at > ?", id, user, order.StatusCreated, now).
+			Updates(map[string]any{"status": order.StatusPaid, "paid_at": now, "updated_at": now})
+		if res.Error != nil {
+			return fmt.Errorf("pay order %d: %w", id, res.Error)
+		}
+		if res.RowsAffected == 0 {
+			return nil
+		}
+		return recordEvents(tx, []int64{id}, "")
+	}, readCommitted)
+	if err != nil {
+		return Order{}, err
 	}
 	o, err := s.Order(ctx, id)
 	if err != nil {

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/flashsale/flashsale/pkg/event"
 	"github.com/flashsale/flashsale/pkg/ratelimit"
 	"github.com/flashsale/flashsale/pkg/rdb"
 	"github.com/flashsale/flashsale/pkg/room"
@@ -102,6 +103,9 @@ type Config struct {
 	// buyer's token by postMessage; none by default: the page is opened
 	// on its own, the token in its URL's fragment.
 	QueueEmbedOrigins []string `envconfig:"FLASHSALE_QUEUE_EMBED_ORIGINS"`
+	// EventsSource is the source of the order events the events API
+	// answers (CloudEvents' source, a URI-reference). Default "flashsale".
+	EventsSource string `envconfig:"FLASHSALE_EVENTS_SOURCE" default:"flashsale"`
 	// TrustedProxies are the CIDRs (or addresses) of the proxies whose
 	// X-Forwarded-For is believed; from anyone else it is ignored.
 	TrustedProxies []string `envconfig:"FLASHSALE_TRUSTED_PROXIES"`
@@ -188,6 +192,7 @@ func (c *Config) SetDefaults() {
 	c.HTTPAddr = cmp.Or(c.HTTPAddr, HTTPAddrDefault)
 	c.TimeZone = cmp.Or(c.TimeZone, TimeZoneDefault)
 	c.ClaimTimeout = cmp.Or(c.ClaimTimeout, ClaimTimeoutDefault)
+	c.EventsSource = cmp.Or(c.EventsSource, event.DefaultSource)
 	c.IdempotencyTTL = cmp.Or(c.IdempotencyTTL, IdempotencyTTLDefault)
 	c.ShutdownTimeout = cmp.Or(c.ShutdownTimeout, ShutdownTimeoutDefault)
 	c.PipelineMaxBatch = cmp.Or(c.PipelineMaxBatch, PipelineMaxBatchDefault)
@@ -267,6 +272,8 @@ func (c *Config) Validate() error {
 		return errors.New("FLASHSALE_POW_KEY must be at least 32 bytes")
 	case c.AccessKey != "" && len(c.AccessKey) < 32:
 		return errors.New("FLASHSALE_ACCESS_KEY must be at least 32 bytes")
+	case !event.ValidSource(c.EventsSource):
+		return fmt.Errorf("FLASHSALE_EVENTS_SOURCE must be 1-255 printable characters without spaces (a URI-reference), got %q", c.EventsSource)
 	case badOrigin(c.QueueEmbedOrigins) != "":
 		return fmt.Errorf("FLASHSALE_QUEUE_EMBED_ORIGINS: %q is not an exact origin (scheme://host[:port]: no wildcard, no path)", badOrigin(c.QueueEmbedOrigins))
 	case c.RoomMaxWaiters < 1:

@@ -258,6 +258,7 @@ func (g *Gateway) routes() []route {
 		{http.MethodPost, "/admin/v1/vouchers/{id}/resume", true, g.mysqlBound(g.setPaused(false))},
 		{http.MethodGet, "/admin/v1/stats", true, g.stats},
 		{http.MethodGet, "/admin/v1/history", true, g.getHistory},
+		{http.MethodGet, "/admin/v1/events", true, g.mysqlBound(g.listEvents)},
 		{http.MethodGet, "/admin/console", true, serveConsole},
 	}
 }

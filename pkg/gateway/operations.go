@@ -59,25 +59,34 @@ const (
 	pageMax     = 500
 )
 
+// pageOf reads a page's query, ?limit=N&after=K: limit 1 to most (def
+// when absent), after a whole number (0 when absent); a bad one is 400
+// invalid_field, afterMsg saying what after must be.
+func pageOf(r *http.Request, def, most int64, afterMsg string) (limit, after int64, err error) {
+	q := r.URL.Query()
+	limit = def
+	if s := q.Get("limit"); s != "" {
+		if limit, err = strconv.ParseInt(s, 10, 64); err != nil || limit < 1 || limit > most {
+			return 0, 0, badRequest("invalid_field", "limit must be 1 to "+strconv.FormatInt(most, 10))
+		}
+	}
+	if s := q.Get("after"); s != "" {
+		if after, err = strconv.ParseInt(s, 10, 64); err != nil || after < 0 {
+			return 0, 0, badRequest("invalid_field", afterMsg)
+		}
+	}
+	return limit, after, nil
+}
+
 // listVouchers: GET /admin/v1/vouchers?limit=N&after=ID, by id.
 func (g *Gateway) listVouchers(w http.ResponseWriter, r *http.Request) {
 	if !g.admin(w, r) {
 		return
 	}
-	q := r.URL.Query()
-	limit, after := int64(pageDefault), int64(0)
-	var err error
-	if s := q.Get("limit"); s != "" {
-		if limit, err = strconv.ParseInt(s, 10, 64); err != nil || limit < 1 || limit > pageMax {
-			g.fail(w, r, badRequest("invalid_field", "limit must be 1 to "+strconv.Itoa(pageMax)))
-			return
-		}
-	}
-	if s := q.Get("after"); s != "" {
-		if after, err = strconv.ParseInt(s, 10, 64); err != nil || after < 0 {
-			g.fail(w, r, badRequest("invalid_field", "after must be a voucher id"))
-			return
-		}
+	limit, after, err := pageOf(r, pageDefault, pageMax, "after must be a voucher id")
+	if err != nil {
+		g.fail(w, r, err)
+		return
 	}
 	vs, err := g.db.Vouchers(r.Context(), after, int(limit)+1)
 	if err != nil {

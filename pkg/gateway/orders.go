@@ -3,64 +3,19 @@ package gateway
 import (
 	"errors"
 	"net/http"
-	"time"
 
 	"github.com/flashsale/flashsale/pkg/db"
 	"github.com/flashsale/flashsale/pkg/order"
+	"github.com/flashsale/flashsale/pkg/orderview"
 )
 
-// orderJSON is an order as the API shows it; ids are strings because they
-// exceed what JavaScript numbers hold exactly.
-type orderJSON struct {
-	OrderID   string     `json:"order_id"`
-	VoucherID string     `json:"voucher_id"`
-	UserID    string     `json:"user_id"`
-	Quantity  int64      `json:"quantity"`
-	Amount    int64      `json:"amount,omitempty"` // an envelope's amount, in minor units
-	Code      string     `json:"code,omitempty"`   // a code, once paid (see fromRow)
-	Status    string     `json:"status"`
-	CreatedAt time.Time  `json:"created_at"`
-	ExpiresAt *time.Time `json:"expires_at,omitempty"`
-	PaidAt    *time.Time `json:"paid_at,omitempty"`
-	// Draw is set for an entry of a draw sale: entered (before the draw),
-	// won (it is an order: see status) or lost.
-	Draw string `json:"draw,omitempty"`
-}
+// orderJSON is an order as the API shows it (pkg/orderview: the events
+// carry the same).
+type orderJSON = orderview.Order
 
-// Words of orderJSON.Draw.
-const (
-	drawEntered = "entered"
-	drawWon     = "won"
-	drawLost    = "lost"
-)
+func fromRow(o db.Order) orderJSON { return orderview.Of(o) }
 
-// drawWord is what order row o is in its draw ("" if it is no entry).
-func drawWord(o db.Order) string {
-	switch {
-	case o.Drawn > 0:
-		return drawWon
-	case o.Status == string(order.StatusEntered):
-		return drawEntered
-	case o.Status == string(order.StatusLost):
-		return drawLost
-	}
-	return ""
-}
-
-func fromRow(o db.Order) orderJSON {
-	j := orderJSON{OrderID: idString(o.ID), VoucherID: idString(o.VoucherID), UserID: o.UserID, Quantity: max(o.Quantity, 1),
-		Amount: o.Amount, Status: o.Status, CreatedAt: o.CreatedAt, PaidAt: o.PaidAt, Draw: drawWord(o)}
-	// A code is shown to its owner (only an owner sees an order) once the
-	// order is paid: an unpaid order may be cancelled and its code sold to
-	// somebody else, who must be the only one to have seen it.
-	if o.Status == string(order.StatusPaid) {
-		j.Code = o.Code
-	}
-	if o.Status == string(order.StatusCreated) || o.Status == string(order.StatusPaid) {
-		j.ExpiresAt = &o.ExpiresAt
-	}
-	return j
-}
+const drawEntered = orderview.DrawEntered
 
 // findOrder returns user's order id: from MySQL, or from its stream while it
 // is pending. Someone else's order is not found.

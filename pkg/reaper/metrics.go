@@ -5,7 +5,8 @@ import "github.com/prometheus/client_golang/prometheus"
 type metrics struct {
 	passes                                                      *prometheus.CounterVec // service, outcome
 	claimed, deadLetters, cancelled, released, consumersRemoved prometheus.Counter
-	refunded, drawn                                             prometheus.Counter
+	refunded, drawn, eventsSequenced, eventsDeleted             prometheus.Counter
+	eventsUnsequenced, eventsOldestAge                          prometheus.Gauge
 	drawSeconds                                                 prometheus.Histogram
 	storeDifferences, vouchersDiffering, lastCheck              prometheus.Gauge
 }
@@ -16,7 +17,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	}
 	m := &metrics{
 		passes: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "flashsale_reaper_passes_total",
-			Help: "Passes run, by service (rescuer, consumers, expirer, releaser, refunder, drawer, mover, checker) and outcome (ok, error)."}, []string{"service", "outcome"}),
+			Help: "Passes run, by service (rescuer, consumers, expirer, releaser, refunder, drawer, mover, restorer, checker, sequencer) and outcome (ok, error)."}, []string{"service", "outcome"}),
 		claimed:          c("flashsale_reaper_claimed_total", "Stale pending entries taken over (XAUTOCLAIM) and processed."),
 		deadLetters:      c("flashsale_reaper_dead_letters_total", "Entries dead-lettered for being delivered too often."),
 		cancelled:        c("flashsale_reaper_cancelled_total", "Orders cancelled for not being paid in time."),
@@ -24,6 +25,8 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		consumersRemoved: c("flashsale_reaper_consumers_removed_total", "Gone consumers removed from the group."),
 		refunded:         c("flashsale_reaper_refunds_total", "Ended envelope sales whose ungrabbed amount was refunded to the sender."),
 		drawn:            c("flashsale_reaper_draws_total", "Draw sales drawn (winners chosen, seed revealed)."),
+		eventsSequenced:  c("flashsale_events_sequenced_total", "Order events given their sequence (published to the events API)."),
+		eventsDeleted:    c("flashsale_events_deleted_total", "Order events deleted past FLASHSALE_EVENTS_RETENTION."),
 		drawSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "flashsale_reaper_draw_seconds",
 			Help: "Time to draw one sale: keying its entries and making its winners' orders.", Buckets: prometheus.ExponentialBuckets(0.01, 4, 8)}),
 	}
@@ -32,8 +35,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	}
 	m.storeDifferences = g("flashsale_reconcile_differences", "Values Redis holds that MySQL and the streams say it should not, over vouchers not admitting, at the last check.")
 	m.vouchersDiffering = g("flashsale_reconcile_vouchers_differing", "Vouchers not admitting whose Redis state differs from MySQL's, at the last check.")
+	m.eventsUnsequenced = g("flashsale_events_unsequenced", "Order events committed and not yet given their sequence, at the sequencer's last pass.")
+	m.eventsOldestAge = g("flashsale_events_oldest_unsequenced_age_seconds", "Age of the oldest order event not yet given its sequence, at the sequencer's last pass (0: none).")
 	m.lastCheck = g("flashsale_reconcile_last_check_timestamp_seconds", "When the checker last compared the stores.")
 	reg.MustRegister(m.passes, m.claimed, m.deadLetters, m.cancelled, m.released, m.consumersRemoved, m.refunded, m.drawn, m.drawSeconds,
-		m.storeDifferences, m.vouchersDiffering, m.lastCheck)
+		m.storeDifferences, m.vouchersDiffering, m.lastCheck, m.eventsSequenced, m.eventsDeleted, m.eventsUnsequenced, m.eventsOldestAge)
 	return m
 }

@@ -59,6 +59,12 @@ type Config struct {
 	// ConsumerGoneAfter: a consumer idle this long with nothing pending is
 	// removed from the group. Default 5m.
 	ConsumerGoneAfter time.Duration `envconfig:"FLASHSALE_CONSUMER_GONE_AFTER" default:"5m"`
+	// EventsInterval: giving committed order events their sequence.
+	// Default 1s.
+	EventsInterval time.Duration `envconfig:"FLASHSALE_REAPER_EVENTS_INTERVAL" default:"1s"`
+	// EventsRetention: how long a sequenced event is kept (for the events
+	// API's catch-up) before it is deleted. Default 168h.
+	EventsRetention time.Duration `envconfig:"FLASHSALE_EVENTS_RETENTION" default:"168h"`
 }
 
 // Defaults of Config: one constant per field, used when the field is zero.
@@ -69,6 +75,8 @@ const (
 	MaxPerPassDefault        = 10000
 	ConsumerGoneAfterDefault = 5 * time.Minute
 	CheckIntervalDefault     = 5 * time.Minute
+	EventsIntervalDefault    = time.Second
+	EventsRetentionDefault   = 7 * 24 * time.Hour
 )
 
 // SetDefaults fills the zero fields with the defaults.
@@ -84,6 +92,8 @@ func (c *Config) SetDefaults() {
 	c.ReleaseInterval = cmp.Or(c.ReleaseInterval, c.Interval)
 	c.RefundInterval = cmp.Or(c.RefundInterval, c.Interval)
 	c.CheckInterval = cmp.Or(c.CheckInterval, CheckIntervalDefault)
+	c.EventsInterval = cmp.Or(c.EventsInterval, EventsIntervalDefault)
+	c.EventsRetention = cmp.Or(c.EventsRetention, EventsRetentionDefault)
 	c.Config.SetDefaults()
 }
 
@@ -107,6 +117,10 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("FLASHSALE_REAPER_CHECK_INTERVAL must be at least 1ms, got %s", c.CheckInterval)
 	case c.RefundInterval < time.Millisecond:
 		return fmt.Errorf("FLASHSALE_REAPER_REFUND_INTERVAL must be at least 1ms, got %s", c.RefundInterval)
+	case c.EventsInterval < time.Millisecond:
+		return fmt.Errorf("FLASHSALE_REAPER_EVENTS_INTERVAL must be at least 1ms, got %s", c.EventsInterval)
+	case c.EventsRetention < time.Minute:
+		return fmt.Errorf("FLASHSALE_EVENTS_RETENTION must be at least 1m, got %s", c.EventsRetention)
 	case c.PassTimeout <= 0:
 		return fmt.Errorf("FLASHSALE_REAPER_PASS_TIMEOUT must be positive, got %s", c.PassTimeout)
 	case c.MaxPerPass < 1:
@@ -188,6 +202,8 @@ type Pass struct {
 	DrawsWaiting     int // ended draw sales waiting for entries in flight
 	MarkedLost       int // entries of drawn sales marked lost
 	Restored         int // vouchers on sale rebuilt in a Redis that had lost them
+	EventsSequenced  int // order events given their sequence
+	EventsDeleted    int // order events deleted past their retention
 }
 
 func (p Pass) idle() bool { return p == Pass{} }
@@ -207,6 +223,8 @@ func (p *Pass) Add(q Pass) {
 	p.DrawsWaiting += q.DrawsWaiting
 	p.MarkedLost += q.MarkedLost
 	p.Restored += q.Restored
+	p.EventsSequenced += q.EventsSequenced
+	p.EventsDeleted += q.EventsDeleted
 }
 
 // service is one maintenance job of the reaper, in a file of its own, with
@@ -232,6 +250,7 @@ func (r *Reaper) services() []service {
 		{"mover", r.cfg.ReleaseInterval, r.finishMoves},
 		{"restorer", r.cfg.ReleaseInterval, r.restore},
 		{"checker", r.cfg.CheckInterval, r.check},
+		{"sequencer", r.cfg.EventsInterval, r.sequenceEvents},
 	}
 }
 
@@ -280,13 +299,15 @@ func (r *Reaper) loop(ctx context.Context, s service) {
 
 // record logs and counts what a service's pass did.
 func (r *Reaper) record(name string, pass Pass, err error) {
-	if !pass.idle() {
+	quiet := pass
+	quiet.EventsSequenced = 0 // every second of a sale: counted, not logged
+	if !quiet.idle() {
 		r.log.Info("reaper pass", zap.String("service", name), zap.Int("claimed", pass.Claimed), zap.Int("dead_lettered", pass.DeadLettered),
 			zap.Int("deleted_acked", pass.DeletedAcked), zap.Int("consumers_removed", pass.ConsumersRemoved),
 			zap.Int("cancelled", pass.Cancelled), zap.Int("released_to_redis", pass.ReleasedToRedis),
 			zap.Int("refunded", pass.Refunded), zap.Int("refunds_waiting", pass.RefundsWaiting),
 			zap.Int("moves_finished", pass.MovesFinished), zap.Int("drawn", pass.Drawn), zap.Int("draws_waiting", pass.DrawsWaiting),
-			zap.Int("marked_lost", pass.MarkedLost), zap.Int("restored", pass.Restored))
+			zap.Int("marked_lost", pass.MarkedLost), zap.Int("restored", pass.Restored), zap.Int("events_deleted", pass.EventsDeleted))
 	}
 	if err != nil {
 		r.log.Warn("reaper pass incomplete", zap.String("service", name), zap.Error(err))
@@ -303,6 +324,8 @@ func (r *Reaper) record(name string, pass Pass, err error) {
 	r.metrics.consumersRemoved.Add(float64(pass.ConsumersRemoved))
 	r.metrics.refunded.Add(float64(pass.Refunded))
 	r.metrics.drawn.Add(float64(pass.Drawn))
+	r.metrics.eventsSequenced.Add(float64(pass.EventsSequenced))
+	r.metrics.eventsDeleted.Add(float64(pass.EventsDeleted))
 }
 
 // RunOnce runs one pass of every service, in order: rescue stale entries,

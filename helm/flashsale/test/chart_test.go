@@ -731,7 +731,7 @@ func TestDashboardAndAlerts(t *testing.T) {
 			require.Positive(t, rule.For, "%s: a for: duration, so one scrape's blip does not page", rule.Alert)
 		}
 	}
-	require.Equal(t, 9, alerts)
+	require.Equal(t, 10, alerts)
 
 	var dash *corev1.ConfigMap
 	for _, c := range r.configMaps {

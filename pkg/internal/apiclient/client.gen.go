@@ -176,6 +176,126 @@ func (e ErrorCode) Valid() bool {
 	}
 }
 
+// Defines values for EventDataDraw.
+const (
+	EventDataDrawEntered EventDataDraw = "entered"
+	EventDataDrawLost    EventDataDraw = "lost"
+	EventDataDrawWon     EventDataDraw = "won"
+)
+
+// Valid indicates whether the value is a known member of the EventDataDraw enum.
+func (e EventDataDraw) Valid() bool {
+	switch e {
+	case EventDataDrawEntered:
+		return true
+	case EventDataDrawLost:
+		return true
+	case EventDataDrawWon:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for EventDataStatus.
+const (
+	EventDataStatusCancelled EventDataStatus = "cancelled"
+	EventDataStatusCompleted EventDataStatus = "completed"
+	EventDataStatusCreated   EventDataStatus = "created"
+	EventDataStatusEntered   EventDataStatus = "entered"
+	EventDataStatusFailed    EventDataStatus = "failed"
+	EventDataStatusLost      EventDataStatus = "lost"
+	EventDataStatusPaid      EventDataStatus = "paid"
+	EventDataStatusPending   EventDataStatus = "pending"
+)
+
+// Valid indicates whether the value is a known member of the EventDataStatus enum.
+func (e EventDataStatus) Valid() bool {
+	switch e {
+	case EventDataStatusCancelled:
+		return true
+	case EventDataStatusCompleted:
+		return true
+	case EventDataStatusCreated:
+		return true
+	case EventDataStatusEntered:
+		return true
+	case EventDataStatusFailed:
+		return true
+	case EventDataStatusLost:
+		return true
+	case EventDataStatusPaid:
+		return true
+	case EventDataStatusPending:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for EventDatacontenttype.
+const (
+	Applicationjson EventDatacontenttype = "application/json"
+)
+
+// Valid indicates whether the value is a known member of the EventDatacontenttype enum.
+func (e EventDatacontenttype) Valid() bool {
+	switch e {
+	case Applicationjson:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for EventSpecversion.
+const (
+	N10 EventSpecversion = "1.0"
+)
+
+// Valid indicates whether the value is a known member of the EventSpecversion enum.
+func (e EventSpecversion) Valid() bool {
+	switch e {
+	case N10:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for EventType.
+const (
+	OrderCancelled EventType = "order.cancelled"
+	OrderCompleted EventType = "order.completed"
+	OrderCreated   EventType = "order.created"
+	OrderEntered   EventType = "order.entered"
+	OrderFailed    EventType = "order.failed"
+	OrderLost      EventType = "order.lost"
+	OrderPaid      EventType = "order.paid"
+)
+
+// Valid indicates whether the value is a known member of the EventType enum.
+func (e EventType) Valid() bool {
+	switch e {
+	case OrderCancelled:
+		return true
+	case OrderCompleted:
+		return true
+	case OrderCreated:
+		return true
+	case OrderEntered:
+		return true
+	case OrderFailed:
+		return true
+	case OrderLost:
+		return true
+	case OrderPaid:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for OrderDraw.
 const (
 	OrderDrawEntered OrderDraw = "entered"
@@ -574,6 +694,64 @@ type Error struct {
 // ErrorCode defines model for ErrorCode.
 type ErrorCode string
 
+// Event An order event (CloudEvents 1.0, JSON); the same body for every delivery of the event.
+type Event struct {
+	Data struct {
+		// Amount a red envelope's amount
+		Amount *int `json:"amount,omitempty"`
+
+		// Code a code, shown once the order is paid
+		Code      *string   `json:"code,omitempty"`
+		CreatedAt time.Time `json:"created_at"`
+
+		// Draw an entry of a draw sale: entered before the draw, then won (an order: see status) or lost (on the waitlist)
+		Draw      *EventDataDraw `json:"draw,omitempty"`
+		ExpiresAt *time.Time     `json:"expires_at,omitempty"`
+		OrderId   string         `json:"order_id"`
+		PaidAt    *time.Time     `json:"paid_at,omitempty"`
+		Quantity  int            `json:"quantity"`
+
+		// Reason why a cancelled order was cancelled (payment_expired, cancelled_by_user) or a failed one failed
+		Reason    *string         `json:"reason,omitempty"`
+		Status    EventDataStatus `json:"status"`
+		UserId    string          `json:"user_id"`
+		VoucherId string          `json:"voucher_id"`
+	} `json:"data"`
+	Datacontenttype EventDatacontenttype `json:"datacontenttype"`
+
+	// Id the event's id, stable across redeliveries
+	Id string `json:"id"`
+
+	// Sequence a decimal integer, one more than the event published before it
+	Sequence string `json:"sequence"`
+
+	// Source FLASHSALE_EVENTS_SOURCE
+	Source      string           `json:"source"`
+	Specversion EventSpecversion `json:"specversion"`
+
+	// Subject the order id
+	Subject string `json:"subject"`
+
+	// Time when the change was written
+	Time time.Time `json:"time"`
+	Type EventType `json:"type"`
+}
+
+// EventDataDraw an entry of a draw sale: entered before the draw, then won (an order: see status) or lost (on the waitlist)
+type EventDataDraw string
+
+// EventDataStatus defines model for Event.Data.Status.
+type EventDataStatus string
+
+// EventDatacontenttype defines model for Event.Datacontenttype.
+type EventDatacontenttype string
+
+// EventSpecversion defines model for Event.Specversion.
+type EventSpecversion string
+
+// EventType defines model for Event.Type.
+type EventType string
+
 // Order defines model for Order.
 type Order struct {
 	// Amount a red envelope's amount
@@ -766,6 +944,15 @@ type WaitingRoom struct {
 
 // ID defines model for ID.
 type ID = string
+
+// GetAdminV1EventsParams defines parameters for GetAdminV1Events.
+type GetAdminV1EventsParams struct {
+	// After the sequence after which to start; 0 (the default) for the first kept
+	After *int `form:"after,omitempty" json:"after,omitempty"`
+
+	// Limit at most this many events (default 100)
+	Limit *int `form:"limit,omitempty" json:"limit,omitempty"`
+}
 
 // GetAdminV1VouchersParams defines parameters for GetAdminV1Vouchers.
 type GetAdminV1VouchersParams struct {
@@ -1016,6 +1203,16 @@ type ClientInterface interface {
 	// Corresponds with GET /admin/console (the `GetAdminConsole` operationId).
 	GetAdminConsole(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// GetAdminV1Events Order events in their sequence, for catch-up, backfill and replay (docs/EVENTS.md)
+	//
+	// Every status an order reaches in MySQL is one event, a CloudEvents
+	// 1.0 object; events are published (given their sequence, one more
+	// than the event before) by the reaper shortly after their change
+	// commits, and kept for FLASHSALE_EVENTS_RETENTION.
+	//
+	// Corresponds with GET /admin/v1/events (the `GetAdminV1Events` operationId).
+	GetAdminV1Events(ctx context.Context, params *GetAdminV1EventsParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// GetAdminV1History The console's charts, the last ten minutes sampled every second by the answering replica
 	//
 	// claims_per_second (by outcome) and p99_ms are the answering gateway
@@ -1241,6 +1438,26 @@ type ClientInterface interface {
 // Corresponds with GET /admin/console (the `GetAdminConsole` operationId).
 func (c *Client) GetAdminConsole(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewGetAdminConsoleRequest(c.Server)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// GetAdminV1Events Order events in their sequence, for catch-up, backfill and replay (docs/EVENTS.md)
+//
+// Every status an order reaches in MySQL is one event, a CloudEvents
+// 1.0 object; events are published (given their sequence, one more
+// than the event before) by the reaper shortly after their change
+// commits, and kept for FLASHSALE_EVENTS_RETENTION.
+//
+// Corresponds with GET /admin/v1/events (the `GetAdminV1Events` operationId).
+func (c *Client) GetAdminV1Events(ctx context.Context, params *GetAdminV1EventsParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetAdminV1EventsRequest(c.Server, params)
 	if err != nil {
 		return nil, err
 	}
@@ -1757,6 +1974,72 @@ func NewGetAdminConsoleRequest(server string) (*http.Request, error) {
 	queryURL, err := serverURL.Parse(operationPath)
 	if err != nil {
 		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewGetAdminV1EventsRequest constructs an http.Request for the GetAdminV1Events method
+func NewGetAdminV1EventsRequest(server string, params *GetAdminV1EventsParams) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/admin/v1/events")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.After != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "after", *params.After, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Limit != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "limit", *params.Limit, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
 	}
 
 	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
@@ -2769,6 +3052,18 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with GET /admin/console (the `GetAdminConsole` operationId).
 	GetAdminConsoleWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*GetAdminConsoleResponse, error)
 
+	// GetAdminV1EventsWithResponse Order events in their sequence, for catch-up, backfill and replay (docs/EVENTS.md)
+	//
+	// Every status an order reaches in MySQL is one event, a CloudEvents
+	// 1.0 object; events are published (given their sequence, one more
+	// than the event before) by the reaper shortly after their change
+	// commits, and kept for FLASHSALE_EVENTS_RETENTION.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /admin/v1/events (the `GetAdminV1Events` operationId).
+	GetAdminV1EventsWithResponse(ctx context.Context, params *GetAdminV1EventsParams, reqEditors ...RequestEditorFn) (*GetAdminV1EventsResponse, error)
+
 	// GetAdminV1HistoryWithResponse The console's charts, the last ten minutes sampled every second by the answering replica
 	//
 	// claims_per_second (by outcome) and p99_ms are the answering gateway
@@ -3051,6 +3346,64 @@ func (r GetAdminConsoleResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r GetAdminConsoleResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type GetAdminV1EventsResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *struct {
+		Events []Event `json:"events"`
+
+		// Next the last event's sequence (after itself when there is none): pass it as after for the page that follows
+		Next string `json:"next"`
+	}
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *Error
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r GetAdminV1EventsResponse) GetJSON200() *struct {
+	Events []Event `json:"events"`
+
+	// Next the last event's sequence (after itself when there is none): pass it as after for the page that follows
+	Next string `json:"next"`
+} {
+	return r.JSON200
+}
+
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r GetAdminV1EventsResponse) GetJSONDefault() *Error {
+	return r.JSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r GetAdminV1EventsResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetAdminV1EventsResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetAdminV1EventsResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetAdminV1EventsResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -4342,6 +4695,24 @@ func (c *ClientWithResponses) GetAdminConsoleWithResponse(ctx context.Context, r
 	return ParseGetAdminConsoleResponse(rsp)
 }
 
+// GetAdminV1EventsWithResponse Order events in their sequence, for catch-up, backfill and replay (docs/EVENTS.md)
+//
+// Every status an order reaches in MySQL is one event, a CloudEvents
+// 1.0 object; events are published (given their sequence, one more
+// than the event before) by the reaper shortly after their change
+// commits, and kept for FLASHSALE_EVENTS_RETENTION.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /admin/v1/events (the `GetAdminV1Events` operationId).
+func (c *ClientWithResponses) GetAdminV1EventsWithResponse(ctx context.Context, params *GetAdminV1EventsParams, reqEditors ...RequestEditorFn) (*GetAdminV1EventsResponse, error) {
+	rsp, err := c.GetAdminV1Events(ctx, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetAdminV1EventsResponse(rsp)
+}
+
 // GetAdminV1HistoryWithResponse The console's charts, the last ten minutes sampled every second by the answering replica
 //
 // claims_per_second (by outcome) and p99_ms are the answering gateway
@@ -4768,6 +5139,44 @@ func ParseGetAdminConsoleResponse(rsp *http.Response) (*GetAdminConsoleResponse,
 	response := &GetAdminConsoleResponse{
 		Body:         bodyBytes,
 		HTTPResponse: rsp,
+	}
+
+	return response, nil
+}
+
+// ParseGetAdminV1EventsResponse parses an HTTP response from a GetAdminV1EventsWithResponse call
+func ParseGetAdminV1EventsResponse(rsp *http.Response) (*GetAdminV1EventsResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetAdminV1EventsResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest struct {
+			Events []Event `json:"events"`
+
+			// Next the last event's sequence (after itself when there is none): pass it as after for the page that follows
+			Next string `json:"next"`
+		}
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSONDefault = &dest
+
 	}
 
 	return response, nil

@@ -116,7 +116,11 @@ type ChaosReport struct {
 	// refused by read_only: evidence the read-only spell hit the pipeline.
 	ReadOnlyRefusals int64
 	ReconcileDiffs   int
-	Quiescence       time.Duration
+	// The outbox: as Report's, over every voucher, and what is wrong
+	// with the sequence the reapers gave ("": nothing).
+	EventsMissing, EventsDuplicated, EventsNotLast int64
+	EventSequence                                  string
+	Quiescence                                     time.Duration
 	// Side are the side sales' reports (envelopes, codes), Draw the draw's.
 	Side []*Report
 	Draw *DrawReport
@@ -590,6 +594,12 @@ func (r *ChaosReport) check(ctx context.Context, s *Stack, v int64, paid map[int
 	for _, c := range checks {
 		r.ReconcileDiffs += len(c.Differences)
 	}
+	if r.EventsMissing, r.EventsDuplicated, r.EventsNotLast, err = s.EventProblems(ctx, 0); err != nil {
+		return err
+	}
+	if err := s.EventSequence(ctx, time.Minute); err != nil {
+		r.EventSequence = err.Error()
+	}
 	return nil
 }
 
@@ -614,6 +624,10 @@ func (r *ChaosReport) Violations() []string {
 	add(r.DeadUnexplained > 0, "%d dead letters without a failed order and a done release", r.DeadUnexplained)
 	add(r.FailedByFault > 0, "%d orders failed by a fault (dead-lettered), not for stock or the limit", r.FailedByFault)
 	add(r.ReconcileDiffs > 0, "reconcile finds %d differences between Redis and MySQL", r.ReconcileDiffs)
+	add(r.EventsMissing > 0, "%d orders' status has no event", r.EventsMissing)
+	add(r.EventsDuplicated > 0, "%d statuses of an order have more than one event", r.EventsDuplicated)
+	add(r.EventsNotLast > 0, "%d orders' last event is not their status", r.EventsNotLast)
+	add(r.EventSequence != "", "%s", r.EventSequence)
 	for _, side := range r.Side {
 		for _, s := range side.ViolationsUnderFaults() {
 			v = append(v, side.Kind+" sale: "+s)

@@ -145,6 +145,10 @@ type Report struct {
 	Amounts          db.Amounts
 	LiveAmount       int64 // the amounts of the live orders
 	AmountMismatches int64
+	// The outbox (docs/EVENTS.md): orders whose status has no event,
+	// statuses of an order with more than one event, and orders whose
+	// last event is not their status.
+	EventsMissing, EventsDuplicated, EventsNotLast int64
 }
 
 // Check reads MySQL, Redis and the API and builds the Report of voucher.
@@ -215,6 +219,9 @@ func (s *Stack) Check(ctx context.Context, voucher int64, sale *SaleResult) (*Re
 	if r.RedisRemaining, _, err = s.RDB.RemainingStock(ctx, voucher); err != nil {
 		return nil, err
 	}
+	if r.EventsMissing, r.EventsDuplicated, r.EventsNotLast, err = s.EventProblems(ctx, voucher); err != nil {
+		return nil, err
+	}
 
 	// Read orders back through the API as their owners, up to 2000 of them.
 	client := NewClient(s.URL, 8)
@@ -238,6 +245,78 @@ func (s *Stack) Check(ctx context.Context, voucher int64, sale *SaleResult) (*Re
 		}
 	}
 	return r, nil
+}
+
+// EventProblems holds the outbox to the orders of voucher (0: every
+// voucher): it counts the orders whose status has no event, the statuses
+// of an order with more than one event, and the orders whose last event
+// is not their status.
+func (s *Stack) EventProblems(ctx context.Context, voucher int64) (missing, duplicated, notLast int64, err error) {
+	where, args := "1 = 1", []any{}
+	if voucher != 0 {
+		where, args = "voucher_id = ?", []any{voucher}
+	}
+	var orders, events []struct {
+		ID, OrderID int64
+		Status      string
+	}
+	db := s.DB.DB().WithContext(ctx)
+	if err := db.Raw("SELECT id, status FROM orders WHERE "+where, args...).Scan(&orders).Error; err != nil {
+		return 0, 0, 0, err
+	}
+	if err := db.Raw("SELECT order_id, status FROM events WHERE "+where+" ORDER BY id", args...).Scan(&events).Error; err != nil {
+		return 0, 0, 0, err
+	}
+	type key struct {
+		id     int64
+		status string
+	}
+	seen := map[key]bool{}
+	last := map[int64]string{}
+	for _, e := range events {
+		if seen[key{e.OrderID, e.Status}] {
+			duplicated++
+		}
+		seen[key{e.OrderID, e.Status}] = true
+		last[e.OrderID] = e.Status
+	}
+	for _, o := range orders {
+		switch {
+		case !seen[key{o.ID, o.Status}]:
+			missing++
+		case last[o.ID] != o.Status:
+			notLast++
+		}
+	}
+	return missing, duplicated, notLast, nil
+}
+
+// EventSequence waits, up to timeout, until the reapers have sequenced
+// every event, and then checks the sequence: 1 to the last one given,
+// each once, no gap (when nothing was deleted for its age).
+func (s *Stack) EventSequence(ctx context.Context, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		n, _, err := s.DB.EventBacklog(ctx)
+		if err == nil && n == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("events: %d still unsequenced after %s (%v)", n, timeout, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	var row struct {
+		N, Lo, Hi, Last int64
+	}
+	if err := s.DB.DB().WithContext(ctx).Raw(`SELECT COUNT(*) AS n, COALESCE(MIN(sequence), 0) AS lo, COALESCE(MAX(sequence), 0) AS hi,
+		(SELECT last FROM event_sequence WHERE id = 1) AS last FROM events`).Scan(&row).Error; err != nil {
+		return err
+	}
+	if row.Hi != row.Last || (row.N > 0 && (row.Lo != 1 || row.Hi != row.N)) {
+		return fmt.Errorf("events: %d sequenced from %d to %d, the last given %d: a gap or a sequence given twice", row.N, row.Lo, row.Hi, row.Last)
+	}
+	return nil
 }
 
 // refundedCount is how many of voucher's envelopes were refunded.
@@ -279,6 +358,9 @@ func (r *Report) violations(faults bool) []string {
 		add(a.Grabbed != r.LiveAmount, "money: envelopes held %d != amounts of live orders %d", a.Grabbed, r.LiveAmount)
 	}
 	add(r.AmountMismatches > 0, "%d grabs' 202 amount differs from MySQL", r.AmountMismatches)
+	add(r.EventsMissing > 0, "%d orders' status has no event", r.EventsMissing)
+	add(r.EventsDuplicated > 0, "%d statuses of an order have more than one event", r.EventsDuplicated)
+	add(r.EventsNotLast > 0, "%d orders' last event is not their status", r.EventsNotLast)
 	add(r.APIDisagreements > 0, "GET /v1/orders disagrees with MySQL on %d of %d orders", r.APIDisagreements, r.APIChecked)
 	add(!faults && r.Sale.Errors > 0, "%d claims failed with a transport error or 5xx", r.Sale.Errors)
 	add(!faults && r.Sale.Unavailable > 0, "%d claims answered 503 with nothing broken", r.Sale.Unavailable)

@@ -230,6 +230,9 @@ func TestEndToEndSaleUnderLeastPrivilege(t *testing.T) {
 	n, _, err := s.RDB.RemainingStock(ctx, units)
 	require.NoError(t, err)
 	require.EqualValues(t, 310, n, "every unit back after the cancellations, and the top-up")
+	// Every change is one event, written under the roles' own grants, and
+	// the reaper sequenced them all: 1, 2, 3, ... with no gap.
+	require.NoError(t, s.EventSequence(ctx, 30*time.Second))
 
 	// Each sale's report, from the gateway and from the reaper, each under
 	// its own grants: they agree, and they account for every order, unit

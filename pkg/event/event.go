@@ -1,0 +1,85 @@
+// Package event is an order event as it leaves flashsale: a CloudEvents
+// 1.0 JSON object (docs/EVENTS.md) made from a row of the events outbox
+// (pkg/db events.go). The same row makes the same bytes every time, so a
+// redelivered event is the same event.
+package event
+
+import (
+	"encoding/json"
+	"strconv"
+	"time"
+
+	"github.com/flashsale/flashsale/pkg/db"
+	"github.com/flashsale/flashsale/pkg/order"
+	"github.com/flashsale/flashsale/pkg/orderview"
+)
+
+// DefaultSource is the events' source unless FLASHSALE_EVENTS_SOURCE says
+// another.
+const DefaultSource = "flashsale"
+
+// TypePrefix begins every event's type: the type is TypePrefix + the
+// status the order reached (order.created, order.paid, ...).
+const TypePrefix = "order."
+
+// Event is a CloudEvents 1.0 event in its JSON form.
+type Event struct {
+	SpecVersion     string `json:"specversion"`
+	ID              string `json:"id"`
+	Source          string `json:"source"`
+	Type            string `json:"type"`
+	Subject         string `json:"subject"`
+	Time            string `json:"time"`
+	DataContentType string `json:"datacontenttype"`
+	// Sequence (the CloudEvents sequence extension): a decimal integer,
+	// one more than the event published before it.
+	Sequence string `json:"sequence"`
+	Data     Data   `json:"data"`
+}
+
+// Data is the order as GET /v1/orders/{id} shows it, as the change left
+// it, and why, for a cancellation or a failure.
+type Data struct {
+	orderview.Order
+	// Reason: why the order was cancelled (payment_expired,
+	// cancelled_by_user) or failed (out_of_stock, ...); absent otherwise.
+	Reason string `json:"reason,omitempty"`
+}
+
+// Of is row e of the outbox, sequenced, as an event from source.
+func Of(source string, e db.Event) Event {
+	var seq string
+	if e.Sequence != nil {
+		seq = strconv.FormatInt(*e.Sequence, 10)
+	}
+	d := Data{Order: orderview.Of(e.Order())}
+	if s := order.Status(e.Status); s == order.StatusCancelled || s == order.StatusFailed {
+		d.Reason = e.Reason
+	}
+	return Event{SpecVersion: "1.0", ID: strconv.FormatInt(e.ID, 10), Source: source, Type: TypePrefix + e.Status,
+		Subject: strconv.FormatInt(e.OrderID, 10), Time: e.OccurredAt.UTC().Format(time.RFC3339Nano),
+		DataContentType: "application/json", Sequence: seq, Data: d}
+}
+
+// ValidSource reports whether s may be the events' source: 1-255
+// printable ASCII characters without spaces, as a URI-reference is.
+func ValidSource(s string) bool {
+	if s == "" || len(s) > 255 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] <= ' ' || s[i] >= 0x7f {
+			return false
+		}
+	}
+	return true
+}
+
+// JSON is the event's body.
+func (e Event) JSON() []byte {
+	b, err := json.Marshal(e)
+	if err != nil { // every field is a string, a number or a time
+		panic("event: " + err.Error())
+	}
+	return b
+}

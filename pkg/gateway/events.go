@@ -1,0 +1,48 @@
+package gateway
+
+// The events API: the order events (pkg/event) in their sequence, for a
+// consumer to catch up, backfill or replay (docs/EVENTS.md).
+
+import (
+	"net/http"
+	"strconv"
+
+	"github.com/flashsale/flashsale/pkg/event"
+)
+
+// Bounds of a page of events.
+const (
+	eventsPageDefault = 100
+	eventsPageMax     = 1000
+)
+
+// listEvents: GET /admin/v1/events?after=SEQUENCE&limit=N → {"events":
+// [...], "next": "SEQUENCE"}: the events sequenced after after (0: from
+// the first kept), in sequence order; next is the last one's sequence
+// (after itself when there is none yet), to pass as after for the page
+// that follows.
+func (g *Gateway) listEvents(w http.ResponseWriter, r *http.Request) {
+	if !g.admin(w, r) {
+		return
+	}
+	limit, after, err := pageOf(r, eventsPageDefault, eventsPageMax, "after must be an event's sequence (a whole number, 0 for the first kept)")
+	if err != nil {
+		g.fail(w, r, err)
+		return
+	}
+	rows, err := g.db.Events(r.Context(), after, int(limit))
+	if err != nil {
+		g.fail(w, r, err)
+		return
+	}
+	out := struct {
+		Events []event.Event `json:"events"`
+		Next   string        `json:"next"`
+	}{Events: make([]event.Event, 0, len(rows)), Next: strconv.FormatInt(after, 10)}
+	for _, e := range rows {
+		ev := event.Of(g.cfg.EventsSource, e)
+		out.Events = append(out.Events, ev)
+		out.Next = ev.Sequence
+	}
+	writeJSON(w, http.StatusOK, out)
+}

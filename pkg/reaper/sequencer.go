@@ -1,0 +1,45 @@
+package reaper
+
+// The sequencer: the events each change wrote in its transaction (the
+// outbox, pkg/db events.go) get their sequence here, once committed, in
+// the order they were written: 1, 2, 3, ... with no gap, whichever reaper
+// gives them (event_sequence's row lock takes them in turn). Events older
+// than FLASHSALE_EVENTS_RETENTION are deleted, oldest sequence first.
+
+import (
+	"context"
+	"time"
+)
+
+// sequenceEvents sequences every committed event without a sequence, and
+// deletes those past their retention.
+func (r *Reaper) sequenceEvents(ctx context.Context, pass *Pass) error {
+	for {
+		n, err := r.db.SequenceEvents(ctx, r.cfg.BatchSize*10)
+		pass.EventsSequenced += n
+		if err != nil {
+			return err
+		}
+		if n < r.cfg.BatchSize*10 {
+			break
+		}
+	}
+	waiting, oldest, err := r.db.EventBacklog(ctx)
+	if err != nil {
+		return err
+	}
+	r.metrics.eventsUnsequenced.Set(float64(waiting))
+	age := 0.0
+	if !oldest.IsZero() {
+		age = max(time.Since(oldest).Seconds(), 0) // MySQL's clock wrote it: a real clock's age
+	}
+	r.metrics.eventsOldestAge.Set(age)
+	for pass.EventsDeleted < r.cfg.MaxPerPass {
+		n, err := r.db.DeleteEventsBefore(ctx, time.Now().Add(-r.cfg.EventsRetention), min(1000, r.cfg.MaxPerPass-pass.EventsDeleted))
+		pass.EventsDeleted += n
+		if err != nil || n == 0 {
+			return err
+		}
+	}
+	return nil
+}
