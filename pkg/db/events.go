@@ -2,47 +2,197 @@ package db
 
 // The outbox of order events (sql/0015_events.sql, docs/EVENTS.md): each
 // transaction that takes orders to a status writes their events with the
-// change (recordEvents), so an event exists if and only if its change
-// committed. The reaper gives committed events their sequence
-// (SequenceEvents), which the sinks publish in.
+// change, one row of up to MaxEventsPerRow, so an event exists if and
+// only if its change committed and a worker's batch costs one row. The
+// reaper gives committed rows their sequences (SequenceEvents), which the
+// sinks publish in.
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
 	"gorm.io/gorm"
 )
 
-// Event is a row of events: an order's change, with the order as the
-// change left it.
+// MaxEventsPerRow bounds the events of one outbox row: a reader finds
+// the row holding a sequence among the rows whose first sequence is at
+// most this much below it.
+const MaxEventsPerRow = 1000
+
+// Snapshot is an order as a change left it, and why (a cancellation's,
+// a failure's reason): what an event says. A row holds its events'
+// snapshots as a JSON array of arrays, one per event, in the order of
+// snapshotFields (encodeSnapshots): a worker's batch writes hundreds.
+type Snapshot struct {
+	OrderID   int64
+	VoucherID int64
+	UserID    string
+	Status    string
+	Reason    string
+	Quantity  int64
+	Amount    int64
+	Code      string
+	Drawn     int
+	CreatedAt time.Time
+	ExpiresAt time.Time
+	PaidAt    *time.Time
+}
+
+// snapshotFields is a snapshot's layout in a row: times in unix
+// milliseconds, paid_at 0 when unpaid.
+const snapshotFields = 12 // order, voucher, user, status, reason, quantity, amount, code, drawn, created, expires, paid
+
+// encodeSnapshots is snaps as a row holds them, written by hand: a
+// worker's batch encodes hundreds, and reflection cost more than the
+// INSERT.
+func encodeSnapshots(snaps []Snapshot) []byte {
+	b := make([]byte, 0, 16+96*len(snaps))
+	b = append(b, '[')
+	for i, s := range snaps {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, '[')
+		b = strconv.AppendInt(b, s.OrderID, 10)
+		b = append(b, ',')
+		b = strconv.AppendInt(b, s.VoucherID, 10)
+		for _, str := range []string{s.UserID, s.Status, s.Reason} {
+			b = appendJSONString(append(b, ','), str)
+		}
+		b = strconv.AppendInt(append(b, ','), s.Quantity, 10)
+		b = strconv.AppendInt(append(b, ','), s.Amount, 10)
+		b = appendJSONString(append(b, ','), s.Code)
+		b = strconv.AppendInt(append(b, ','), int64(s.Drawn), 10)
+		b = strconv.AppendInt(append(b, ','), s.CreatedAt.UnixMilli(), 10)
+		b = strconv.AppendInt(append(b, ','), s.ExpiresAt.UnixMilli(), 10)
+		var paid int64
+		if s.PaidAt != nil {
+			paid = s.PaidAt.UnixMilli()
+		}
+		b = strconv.AppendInt(append(b, ','), paid, 10)
+		b = append(b, ']')
+	}
+	return append(b, ']')
+}
+
+// appendJSONString appends str as a JSON string: as it is when it needs
+// no escape (user ids, statuses, reasons), else as encoding/json writes it.
+func appendJSONString(b []byte, str string) []byte {
+	for i := 0; i < len(str); i++ {
+		if c := str[i]; c < 0x20 || c >= 0x7f || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			q, _ := json.Marshal(str)
+			return append(b, q...)
+		}
+	}
+	b = append(b, '"')
+	b = append(b, str...)
+	return append(b, '"')
+}
+
+// decodeSnapshots reads a row's snapshots.
+func decodeSnapshots(raw []byte) ([]Snapshot, error) {
+	var rows [][]json.RawMessage
+	if err := json.Unmarshal(raw, &rows); err != nil {
+		return nil, err
+	}
+	out := make([]Snapshot, len(rows))
+	for i, f := range rows {
+		if len(f) != snapshotFields {
+			return nil, fmt.Errorf("event %d: %d fields, not %d", i, len(f), snapshotFields)
+		}
+		var n [7]int64 // order, voucher, quantity, amount, drawn, created, expires; then paid
+		var paid int64
+		s := &out[i]
+		for k, dst := range []any{&n[0], &n[1], &s.UserID, &s.Status, &s.Reason, &n[2], &n[3], &s.Code, &n[4], &n[5], &n[6], &paid} {
+			if err := json.Unmarshal(f[k], dst); err != nil {
+				return nil, fmt.Errorf("event %d, field %d: %w", i, k, err)
+			}
+		}
+		s.OrderID, s.VoucherID, s.Quantity, s.Amount, s.Drawn = n[0], n[1], n[2], n[3], int(n[4])
+		s.CreatedAt, s.ExpiresAt = time.UnixMilli(n[5]).UTC(), time.UnixMilli(n[6]).UTC()
+		if paid != 0 {
+			t := time.UnixMilli(paid).UTC()
+			s.PaidAt = &t
+		}
+	}
+	return out, nil
+}
+
+// Order is the order as the snapshot's change left it.
+func (s Snapshot) Order() Order {
+	return Order{ID: s.OrderID, VoucherID: s.VoucherID, UserID: s.UserID, Quantity: s.Quantity, Amount: s.Amount, Code: s.Code,
+		Status: s.Status, Reason: s.Reason, CreatedAt: s.CreatedAt, ExpiresAt: s.ExpiresAt, PaidAt: s.PaidAt, Drawn: s.Drawn}
+}
+
+func snapshotOf(o Order, reason string) Snapshot {
+	if reason == "" {
+		reason = o.Reason
+	}
+	return Snapshot{OrderID: o.ID, VoucherID: o.VoucherID, UserID: o.UserID, Status: o.Status, Reason: reason, Quantity: o.Quantity,
+		Amount: o.Amount, Code: o.Code, Drawn: o.Drawn, CreatedAt: o.CreatedAt, ExpiresAt: o.ExpiresAt, PaidAt: o.PaidAt}
+}
+
+// Event is one event of the outbox: its order's snapshot, where it
+// stands (its row, its place in it) and, once sequenced, its sequence.
 type Event struct {
-	ID         int64 `gorm:"primaryKey"`
-	Sequence   *int64
-	OrderID    int64
-	VoucherID  int64
-	UserID     string
-	Status     string
-	Reason     string
-	Quantity   int64
-	Amount     int64
-	Code       string
-	Drawn      int
-	CreatedAt  time.Time
-	ExpiresAt  time.Time
-	PaidAt     *time.Time
+	Snapshot
+	Row        int64
+	K          int
+	Sequence   int64 // 0: not sequenced yet
 	OccurredAt time.Time
 }
 
-// Order is the order as the event's change left it.
-func (e Event) Order() Order {
-	return Order{ID: e.OrderID, VoucherID: e.VoucherID, UserID: e.UserID, Quantity: e.Quantity, Amount: e.Amount, Code: e.Code,
-		Status: e.Status, Reason: e.Reason, CreatedAt: e.CreatedAt, ExpiresAt: e.ExpiresAt, PaidAt: e.PaidAt, Drawn: e.Drawn}
+// ID is the event's id, the same every time it is read.
+func (e Event) ID() string { return strconv.FormatInt(e.Row, 10) + "." + strconv.Itoa(e.K) }
+
+// eventRow is a row of events.
+type eventRow struct {
+	ID         int64
+	Sequence   *int64
+	N          int
+	Events     []byte
+	OccurredAt time.Time
 }
 
-// eventColumns are the columns recordEvents copies from orders.
-const eventColumns = "order_id, voucher_id, user_id, status, reason, quantity, amount, code, drawn, created_at, expires_at, paid_at, occurred_at"
+// expand is the row's events.
+func (r eventRow) expand() ([]Event, error) {
+	snaps, err := decodeSnapshots(r.Events)
+	if err != nil {
+		return nil, fmt.Errorf("events row %d: %w", r.ID, err)
+	}
+	if len(snaps) != r.N {
+		return nil, fmt.Errorf("events row %d: %d events, n says %d", r.ID, len(snaps), r.N)
+	}
+	out := make([]Event, len(snaps))
+	for k, s := range snaps {
+		out[k] = Event{Snapshot: s, Row: r.ID, K: k, OccurredAt: r.OccurredAt}
+		if r.Sequence != nil {
+			out[k].Sequence = *r.Sequence + int64(k)
+		}
+	}
+	return out, nil
+}
+
+// insertEvents writes, in tx, the events of orders as they are in
+// memory, the change's new state: rows of up to MaxEventsPerRow.
+func insertEvents(tx *gorm.DB, orders []Order, reason string) error {
+	for i := 0; i < len(orders); i += MaxEventsPerRow {
+		chunk := orders[i:min(i+MaxEventsPerRow, len(orders))]
+		snaps := make([]Snapshot, len(chunk))
+		for k, o := range chunk {
+			snaps[k] = snapshotOf(o, reason)
+		}
+		b := encodeSnapshots(snaps)
+		if err := tx.Exec("INSERT INTO events (n, events, occurred_at) VALUES (?, ?, UTC_TIMESTAMP(3))", len(chunk), b).Error; err != nil {
+			return fmt.Errorf("record %d events: %w", len(chunk), err)
+		}
+	}
+	return nil
+}
 
 // recordEvents writes, in tx, the events of the orders ids as they are
 // now in tx (their new status), with reason (""; the orders' own). Call
@@ -51,43 +201,32 @@ func recordEvents(tx *gorm.DB, ids []int64, reason string) error {
 	if len(ids) == 0 {
 		return nil
 	}
-	reasonSQL := "reason"
-	args := []any{}
-	if reason != "" {
-		reasonSQL = "?"
-		args = append(args, reason)
+	var rows []Order
+	if err := tx.Where("id IN ?", ids).Order("id").Find(&rows).Error; err != nil {
+		return fmt.Errorf("read %d changed orders: %w", len(ids), err)
 	}
-	for i := 0; i < len(ids); i += 1000 {
-		chunk := ids[i:min(i+1000, len(ids))]
-		q := "INSERT INTO events (" + eventColumns + ") SELECT id, voucher_id, user_id, status, " + reasonSQL +
-			", quantity, amount, code, drawn, created_at, expires_at, paid_at, UTC_TIMESTAMP(3) FROM orders WHERE id IN ? ORDER BY id"
-		res := tx.Exec(q, append(args, chunk)...)
-		if res.Error != nil {
-			return fmt.Errorf("record %d events: %w", len(chunk), res.Error)
-		}
-		if res.RowsAffected != int64(len(chunk)) {
-			return fmt.Errorf("record events: %d of %d orders found", res.RowsAffected, len(chunk))
-		}
+	if len(rows) != len(ids) {
+		return fmt.Errorf("record events: %d of %d orders found", len(rows), len(ids))
 	}
-	return nil
+	return insertEvents(tx, rows, reason)
 }
 
 // recordEventsWhere is recordEvents of the orders a condition selects
 // (those the change just made, in tx).
 func recordEventsWhere(tx *gorm.DB, where string, args ...any) error {
-	var ids []int64
-	if err := tx.Raw("SELECT id FROM orders WHERE "+where+" ORDER BY id", args...).Scan(&ids).Error; err != nil {
-		return fmt.Errorf("find changed orders: %w", err)
+	var rows []Order
+	if err := tx.Where(where, args...).Order("id").Find(&rows).Error; err != nil {
+		return fmt.Errorf("read changed orders: %w", err)
 	}
-	return recordEvents(tx, ids, "")
+	return insertEvents(tx, rows, "")
 }
 
-// SequenceEvents gives up to limit committed events without a sequence
-// the next sequences, in the order they were written, and returns how
-// many it gave. event_sequence's row lock makes several reapers sequence
-// one after another: the sequences given are 1, 2, 3, ... with no gap and
-// none twice. An event written by a transaction still open is sequenced
-// by a later call.
+// SequenceEvents gives up to limit committed rows of events without a
+// sequence the next sequences, in the order they were written, and
+// returns how many events it sequenced. event_sequence's row lock makes
+// several reapers sequence one after another: the sequences given are
+// 1, 2, 3, ... with no gap and none twice. Events written by a
+// transaction still open are sequenced by a later call.
 func (s *Store) SequenceEvents(ctx context.Context, limit int) (int, error) {
 	n := 0
 	err := s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
@@ -95,30 +234,34 @@ func (s *Store) SequenceEvents(ctx context.Context, limit int) (int, error) {
 		if err := tx.Raw("SELECT last FROM event_sequence WHERE id = 1 FOR UPDATE").Scan(&last).Error; err != nil {
 			return fmt.Errorf("lock the event sequence: %w", err)
 		}
-		var ids []int64
-		if err := tx.Raw("SELECT id FROM events WHERE sequence IS NULL ORDER BY id LIMIT ?", limit).Scan(&ids).Error; err != nil {
+		var rows []struct{ ID, N int64 }
+		if err := tx.Raw("SELECT id, n FROM events WHERE sequence IS NULL ORDER BY id LIMIT ?", limit).Scan(&rows).Error; err != nil {
 			return fmt.Errorf("find unsequenced events: %w", err)
 		}
-		if len(ids) == 0 {
+		if len(rows) == 0 {
 			return nil
 		}
 		var b strings.Builder
-		args := make([]any, 0, 2*len(ids)+1)
+		args := make([]any, 0, 2*len(rows)+1)
+		ids := make([]int64, len(rows))
 		b.WriteString("UPDATE events SET sequence = CASE id")
-		for i, id := range ids {
+		next := last + 1
+		for i, r := range rows {
 			b.WriteString(" WHEN ? THEN ?")
-			args = append(args, id, last+int64(i)+1)
+			args = append(args, r.ID, next)
+			next += r.N
+			ids[i] = r.ID
 		}
 		b.WriteString(" END WHERE id IN ? AND sequence IS NULL")
 		res := tx.Exec(b.String(), append(args, ids)...)
 		if res.Error != nil {
-			return fmt.Errorf("sequence %d events: %w", len(ids), res.Error)
+			return fmt.Errorf("sequence %d rows of events: %w", len(rows), res.Error)
 		}
-		if res.RowsAffected != int64(len(ids)) {
-			return fmt.Errorf("sequence events: %d of %d changed", res.RowsAffected, len(ids))
+		if res.RowsAffected != int64(len(rows)) {
+			return fmt.Errorf("sequence events: %d of %d rows changed", res.RowsAffected, len(rows))
 		}
-		n = len(ids)
-		return tx.Exec("UPDATE event_sequence SET last = ? WHERE id = 1", last+int64(n)).Error
+		n = int(next - last - 1)
+		return tx.Exec("UPDATE event_sequence SET last = ? WHERE id = 1", next-1).Error
 	}, readCommitted)
 	if err != nil {
 		return 0, err
@@ -129,9 +272,43 @@ func (s *Store) SequenceEvents(ctx context.Context, limit int) (int, error) {
 // Events returns up to limit sequenced events after sequence after, in
 // sequence order.
 func (s *Store) Events(ctx context.Context, after int64, limit int) ([]Event, error) {
+	var rows []eventRow
+	if err := s.db.WithContext(ctx).Raw(`SELECT id, sequence, n, events, occurred_at FROM events
+		WHERE sequence IS NOT NULL AND sequence > ? AND sequence + n > ? ORDER BY sequence LIMIT ?`,
+		after-MaxEventsPerRow, after, limit).Scan(&rows).Error; err != nil {
+		return nil, fmt.Errorf("read events after %d: %w", after, err)
+	}
+	out := make([]Event, 0, limit)
+	for _, r := range rows {
+		es, err := r.expand()
+		if err != nil {
+			return nil, err
+		}
+		for _, e := range es {
+			if e.Sequence > after && len(out) < limit {
+				out = append(out, e)
+			}
+		}
+	}
+	return out, nil
+}
+
+// OutboxEvents returns every event the outbox holds, sequenced or not,
+// in the order written: for checks and tests.
+func (s *Store) OutboxEvents(ctx context.Context) ([]Event, error) {
+	var rows []eventRow
+	if err := s.db.WithContext(ctx).Raw("SELECT id, sequence, n, events, occurred_at FROM events ORDER BY id").Scan(&rows).Error; err != nil {
+		return nil, err
+	}
 	var out []Event
-	err := s.db.WithContext(ctx).Where("sequence > ?", after).Order("sequence").Limit(limit).Find(&out).Error
-	return out, err
+	for _, r := range rows {
+		es, err := r.expand()
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, es...)
+	}
+	return out, nil
 }
 
 // EventBacklog is how many events wait for their sequence, and when the
@@ -141,39 +318,39 @@ func (s *Store) EventBacklog(ctx context.Context) (int64, time.Time, error) {
 		N      int64
 		Oldest *time.Time
 	}
-	err := s.db.WithContext(ctx).Raw("SELECT COUNT(*) AS n, MIN(occurred_at) AS oldest FROM events WHERE sequence IS NULL").Scan(&row).Error
+	err := s.db.WithContext(ctx).Raw("SELECT COALESCE(SUM(n), 0) AS n, MIN(occurred_at) AS oldest FROM events WHERE sequence IS NULL").Scan(&row).Error
 	if err != nil || row.Oldest == nil {
 		return row.N, time.Time{}, err
 	}
 	return row.N, *row.Oldest, nil
 }
 
-// DeleteEventsBefore deletes sequenced events that occurred before cutoff,
-// oldest sequence first and never past a younger one (what is kept is a
-// run of sequences with no hole), at most limit; it returns how many.
+// DeleteEventsBefore deletes sequenced events written before cutoff, a
+// row at a time, oldest sequence first and never past a younger one
+// (what is kept is a run of sequences with no hole), at most limit rows;
+// it returns how many events it deleted.
 func (s *Store) DeleteEventsBefore(ctx context.Context, cutoff time.Time, limit int) (int, error) {
 	var page []struct {
-		Sequence   int64
-		OccurredAt time.Time
+		Sequence, N int64
+		OccurredAt  time.Time
 	}
 	db := s.db.WithContext(ctx)
-	if err := db.Raw("SELECT sequence, occurred_at FROM events WHERE sequence IS NOT NULL ORDER BY sequence LIMIT ?", limit).
+	if err := db.Raw("SELECT sequence, n, occurred_at FROM events WHERE sequence IS NOT NULL ORDER BY sequence LIMIT ?", limit).
 		Scan(&page).Error; err != nil {
 		return 0, fmt.Errorf("find old events: %w", err)
 	}
-	upto := int64(-1)
+	upto, events := int64(-1), int64(0)
 	for _, e := range page {
 		if !e.OccurredAt.Before(cutoff) {
 			break
 		}
-		upto = e.Sequence
+		upto, events = e.Sequence, events+e.N
 	}
 	if upto < 0 {
 		return 0, nil
 	}
-	res := db.Exec("DELETE FROM events WHERE sequence IS NOT NULL AND sequence <= ?", upto)
-	if res.Error != nil {
-		return 0, fmt.Errorf("delete old events: %w", res.Error)
+	if err := db.Exec("DELETE FROM events WHERE sequence IS NOT NULL AND sequence <= ?", upto).Error; err != nil {
+		return 0, fmt.Errorf("delete old events: %w", err)
 	}
-	return int(res.RowsAffected), nil
+	return int(events), nil
 }

@@ -19,10 +19,10 @@ import (
 // "order status reason".
 func eventsOf(t *testing.T, e *testenv.Env) []string {
 	t.Helper()
-	var rows []db.Event
-	require.NoError(t, e.DB.DB().Order("id").Find(&rows).Error)
-	out := make([]string, len(rows))
-	for i, r := range rows {
+	events, err := e.DB.OutboxEvents(context.Background())
+	require.NoError(t, err)
+	out := make([]string, len(events))
+	for i, r := range events {
 		out[i] = fmt.Sprintf("%d %s %s", r.OrderID-1_000_000, r.Status, r.Reason)
 	}
 	return out
@@ -67,32 +67,37 @@ func TestEveryStatusChangeWritesOneEvent(t *testing.T) {
 		"0 paid ", "1 cancelled cancelled_by_user", "2 paid ", "3 cancelled payment_expired", "9 failed dead_letter",
 	}, eventsOf(t, e))
 
-	// Sequenced in the order written, 1 to 10, then nothing more to do;
-	// read in pages.
-	n, err := e.DB.SequenceEvents(ctx, 4)
+	// Sequenced in the order written, 1 to 10 (the batch's five events
+	// are one row), then nothing more to do; read in pages.
+	n, err := e.DB.SequenceEvents(ctx, 2)
 	require.NoError(t, err)
-	require.Equal(t, 4, n)
+	require.Equal(t, 6, n, "the batch's row and the payment's")
 	n, err = e.DB.SequenceEvents(ctx, 100)
 	require.NoError(t, err)
-	require.Equal(t, 6, n)
+	require.Equal(t, 4, n)
 	n, err = e.DB.SequenceEvents(ctx, 100)
 	require.NoError(t, err)
 	require.Zero(t, n)
 	page, err := e.DB.Events(ctx, 3, 2)
 	require.NoError(t, err)
-	require.Len(t, page, 2)
-	require.EqualValues(t, 4, *page[0].Sequence)
-	require.EqualValues(t, 5, *page[1].Sequence)
+	require.Len(t, page, 2, "from the middle of a row")
+	require.EqualValues(t, 4, page[0].Sequence)
+	require.EqualValues(t, 5, page[1].Sequence)
 	require.Equal(t, "failed", page[1].Status)
-
-	// Retention deletes the oldest sequences first, at most the limit.
-	deleted, err := e.DB.DeleteEventsBefore(ctx, time.Now().Add(time.Hour), 3)
+	page, err = e.DB.Events(ctx, 4, 3)
 	require.NoError(t, err)
-	require.Equal(t, 3, deleted)
+	require.Len(t, page, 3, "across rows")
+	require.Equal(t, []int64{5, 6, 7}, []int64{page[0].Sequence, page[1].Sequence, page[2].Sequence})
+	require.NotEqual(t, page[0].ID(), page[1].ID())
+
+	// Retention deletes the oldest rows first, at most the limit.
+	deleted, err := e.DB.DeleteEventsBefore(ctx, time.Now().Add(time.Hour), 2)
+	require.NoError(t, err)
+	require.Equal(t, 6, deleted, "the batch's five and the payment")
 	kept, err := e.DB.Events(ctx, 0, 100)
 	require.NoError(t, err)
-	require.Len(t, kept, 7)
-	require.EqualValues(t, 4, *kept[0].Sequence, "what is kept starts where the deleted end")
+	require.Len(t, kept, 4)
+	require.EqualValues(t, 7, kept[0].Sequence, "what is kept starts where the deleted end")
 	deleted, err = e.DB.DeleteEventsBefore(ctx, time.Now().Add(-time.Hour), 100)
 	require.NoError(t, err)
 	require.Zero(t, deleted, "nothing younger than the cutoff")
@@ -179,15 +184,20 @@ func TestSequencesHaveNoGapsUnderConcurrentWriters(t *testing.T) {
 	require.Len(t, all, want)
 	created := map[int64]int64{}
 	for i, ev := range all {
-		require.EqualValues(t, i+1, *ev.Sequence, "no gap, none twice")
+		require.EqualValues(t, i+1, ev.Sequence, "no gap, none twice")
 		switch ev.Status {
 		case "created":
-			created[ev.OrderID] = *ev.Sequence
+			created[ev.OrderID] = ev.Sequence
 		case "paid":
 			c, ok := created[ev.OrderID]
-			require.True(t, ok && c < *ev.Sequence, "order %d: paid before created", ev.OrderID)
+			require.True(t, ok && c < ev.Sequence, "order %d: paid before created", ev.OrderID)
 		}
 	}
 	require.EqualValues(t, want, e.Count(t, "SELECT last FROM event_sequence"))
 	require.Zero(t, e.Count(t, "SELECT COUNT(*) FROM events WHERE sequence IS NULL"))
+	ids := map[string]bool{}
+	for _, ev := range all {
+		require.False(t, ids[ev.ID()], "event ids are unique")
+		ids[ev.ID()] = true
+	}
 }

@@ -102,11 +102,7 @@ func (s *Store) persist(ctx context.Context, orders []order.Order, lookup bool) 
 		if err != nil {
 			return err
 		}
-		ids := make([]int64, len(rows))
-		for k, r := range rows {
-			ids[k] = r.ID
-		}
-		if err := recordEvents(tx, ids, ""); err != nil {
+		if err := insertEvents(tx, rows, ""); err != nil {
 			return err
 		}
 		for k, r := range rows {

@@ -1,7 +1,7 @@
 // Package event is an order event as it leaves flashsale: a CloudEvents
 // 1.0 JSON object (docs/EVENTS.md) made from a row of the events outbox
-// (pkg/db events.go). The same row makes the same bytes every time, so a
-// redelivered event is the same event.
+// (pkg/db events.go). The same event makes the same bytes every time, so
+// a redelivered event is the same event.
 package event
 
 import (
@@ -46,17 +46,17 @@ type Data struct {
 	Reason string `json:"reason,omitempty"`
 }
 
-// Of is row e of the outbox, sequenced, as an event from source.
+// Of is event e of the outbox, sequenced, as an event from source.
 func Of(source string, e db.Event) Event {
 	var seq string
-	if e.Sequence != nil {
-		seq = strconv.FormatInt(*e.Sequence, 10)
+	if e.Sequence > 0 {
+		seq = strconv.FormatInt(e.Sequence, 10)
 	}
 	d := Data{Order: orderview.Of(e.Order())}
 	if s := order.Status(e.Status); s == order.StatusCancelled || s == order.StatusFailed {
 		d.Reason = e.Reason
 	}
-	return Event{SpecVersion: "1.0", ID: strconv.FormatInt(e.ID, 10), Source: source, Type: TypePrefix + e.Status,
+	return Event{SpecVersion: "1.0", ID: e.ID(), Source: source, Type: TypePrefix + e.Status,
 		Subject: strconv.FormatInt(e.OrderID, 10), Time: e.OccurredAt.UTC().Format(time.RFC3339Nano),
 		DataContentType: "application/json", Sequence: seq, Data: d}
 }

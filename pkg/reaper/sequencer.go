@@ -14,13 +14,13 @@ import (
 // sequenceEvents sequences every committed event without a sequence, and
 // deletes those past their retention.
 func (r *Reaper) sequenceEvents(ctx context.Context, pass *Pass) error {
-	for {
-		n, err := r.db.SequenceEvents(ctx, r.cfg.BatchSize*10)
+	for pass.EventsSequenced < r.cfg.MaxPerPass {
+		n, err := r.db.SequenceEvents(ctx, 100)
 		pass.EventsSequenced += n
 		if err != nil {
 			return err
 		}
-		if n < r.cfg.BatchSize*10 {
+		if n == 0 {
 			break
 		}
 	}
@@ -35,7 +35,7 @@ func (r *Reaper) sequenceEvents(ctx context.Context, pass *Pass) error {
 	}
 	r.metrics.eventsOldestAge.Set(age)
 	for pass.EventsDeleted < r.cfg.MaxPerPass {
-		n, err := r.db.DeleteEventsBefore(ctx, time.Now().Add(-r.cfg.EventsRetention), min(1000, r.cfg.MaxPerPass-pass.EventsDeleted))
+		n, err := r.db.DeleteEventsBefore(ctx, time.Now().Add(-r.cfg.EventsRetention), 100)
 		pass.EventsDeleted += n
 		if err != nil || n == 0 {
 			return err

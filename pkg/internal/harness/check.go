@@ -256,15 +256,15 @@ func (s *Stack) EventProblems(ctx context.Context, voucher int64) (missing, dupl
 	if voucher != 0 {
 		where, args = "voucher_id = ?", []any{voucher}
 	}
-	var orders, events []struct {
-		ID, OrderID int64
-		Status      string
+	var orders []struct {
+		ID     int64
+		Status string
 	}
-	db := s.DB.DB().WithContext(ctx)
-	if err := db.Raw("SELECT id, status FROM orders WHERE "+where, args...).Scan(&orders).Error; err != nil {
+	if err := s.DB.DB().WithContext(ctx).Raw("SELECT id, status FROM orders WHERE "+where, args...).Scan(&orders).Error; err != nil {
 		return 0, 0, 0, err
 	}
-	if err := db.Raw("SELECT order_id, status FROM events WHERE "+where+" ORDER BY id", args...).Scan(&events).Error; err != nil {
+	events, err := s.DB.OutboxEvents(ctx)
+	if err != nil {
 		return 0, 0, 0, err
 	}
 	type key struct {
@@ -274,6 +274,9 @@ func (s *Stack) EventProblems(ctx context.Context, voucher int64) (missing, dupl
 	seen := map[key]bool{}
 	last := map[int64]string{}
 	for _, e := range events {
+		if voucher != 0 && e.VoucherID != voucher {
+			continue
+		}
 		if seen[key{e.OrderID, e.Status}] {
 			duplicated++
 		}
@@ -306,15 +309,21 @@ func (s *Stack) EventSequence(ctx context.Context, timeout time.Duration) error 
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	var row struct {
-		N, Lo, Hi, Last int64
-	}
-	if err := s.DB.DB().WithContext(ctx).Raw(`SELECT COUNT(*) AS n, COALESCE(MIN(sequence), 0) AS lo, COALESCE(MAX(sequence), 0) AS hi,
-		(SELECT last FROM event_sequence WHERE id = 1) AS last FROM events`).Scan(&row).Error; err != nil {
+	var last int64
+	if err := s.DB.DB().WithContext(ctx).Raw("SELECT last FROM event_sequence WHERE id = 1").Scan(&last).Error; err != nil {
 		return err
 	}
-	if row.Hi != row.Last || (row.N > 0 && (row.Lo != 1 || row.Hi != row.N)) {
-		return fmt.Errorf("events: %d sequenced from %d to %d, the last given %d: a gap or a sequence given twice", row.N, row.Lo, row.Hi, row.Last)
+	events, err := s.DB.Events(ctx, 0, int(last)+1)
+	if err != nil {
+		return err
+	}
+	for i, e := range events {
+		if e.Sequence != int64(i)+1 {
+			return fmt.Errorf("events: the %d-th event published has sequence %d: a gap or a sequence given twice", i+1, e.Sequence)
+		}
+	}
+	if int64(len(events)) != last {
+		return fmt.Errorf("events: %d published, the last sequence given is %d", len(events), last)
 	}
 	return nil
 }
