@@ -15,6 +15,7 @@ import (
 //	flashsale:{pP}:dead                dead-letter stream, one entry per order
 //	flashsale:{pP}:wait                a write the durability check waits on (FLASHSALE_REDIS_DURABILITY), for an hour
 //	flashsale:{pP}:loaded              set by the reaper once the partition holds every voucher MySQL has on sale in it
+//	flashsale:{pP}:alive:C             set by consumer C while it reads the partition, for ConsumerAliveTTL
 //	flashsale:{pP}:v:V                 voucher hash: stock, limit, daily, start_ms, end_ms, buckets, ...
 //	                                   and u:USER -> units user USER holds (read with the voucher, one HMGET)
 //	                                   and o:USER -> positions of USER's admissions not yet seen persisted
@@ -61,6 +62,13 @@ func DeadKey(p int) string { return partitionPrefix(p) + "dead" }
 // its data lost it too, so a voucher missing there is an outage, not an
 // unknown voucher (admit.lua).
 func LoadedKey(p int) string { return partitionPrefix(p) + "loaded" }
+
+// AliveKey says consumer c reads partition p: each worker renews it
+// while it runs (Alive), and the reaper never removes a consumer whose
+// key is there (delconsumer.lua). Redis 7.0 does not reset a consumer's
+// idle time on a read that returns nothing, so idle alone cannot tell a
+// live worker on a quiet partition from a gone one.
+func AliveKey(p int, c string) string { return partitionPrefix(p) + "alive:" + c }
 
 // waitKey is the key a durability check of partition p writes and waits on.
 func waitKey(p int) string { return partitionPrefix(p) + "wait" }

@@ -59,9 +59,23 @@ func (s *Store) AutoClaim(ctx context.Context, p int, consumer string, minIdle t
 	return c, nil
 }
 
+// ConsumerAliveTTL is how long a consumer's liveness key (AliveKey)
+// outlives its last renewal; a running worker renews it every third of
+// that.
+const ConsumerAliveTTL = time.Minute
+
+// Alive renews consumer c's liveness key of partition p.
+func (s *Store) Alive(ctx context.Context, p int, c string) error {
+	if err := s.c.Set(ctx, AliveKey(p, c), 1, ConsumerAliveTTL).Err(); err != nil {
+		return fmt.Errorf("renew the liveness of %s: %w", c, err)
+	}
+	return nil
+}
+
 // RemoveGoneConsumers removes from partition p's group every consumer other
-// than keep that has been idle for at least idle and has nothing pending
-// (checked atomically with the removal). It returns the names removed.
+// than keep that has been idle for at least idle, has nothing pending and
+// no liveness key (checked atomically with the removal). It returns the
+// names removed.
 func (s *Store) RemoveGoneConsumers(ctx context.Context, p int, idle time.Duration, keep string) ([]string, error) {
 	consumers, err := s.c.XInfoConsumers(ctx, StreamKey(p), s.group).Result()
 	if err != nil {
@@ -75,7 +89,7 @@ func (s *Store) RemoveGoneConsumers(ctx context.Context, p int, idle time.Durati
 		if c.Name == keep || c.Pending > 0 || c.Idle < idle {
 			continue
 		}
-		n, err := lua.DelConsumer.Run(ctx, s.c, []string{StreamKey(p)}, s.group, c.Name).Int()
+		n, err := lua.DelConsumer.Run(ctx, s.c, []string{StreamKey(p), AliveKey(p, c.Name)}, s.group, c.Name).Int()
 		if err != nil {
 			return removed, fmt.Errorf("remove consumer %s: %w", c.Name, err)
 		}

@@ -443,3 +443,54 @@ func TestReconcileCountsUnits(t *testing.T) {
 	_, err = e.RDB.Admit(ctx, rdb.Claim{VoucherID: v.ID, UserID: "u1", Now: now, Day: order.Day(now, time.UTC), Quantity: 1})
 	require.ErrorIs(t, err, rdb.ErrDailyLimit, "u1's 5 units today are rebuilt")
 }
+
+// A live worker on a quiet partition is never removed from the group. On
+// Redis 7.0 a read that returns nothing does not reset a consumer's idle
+// time, so a running worker looked gone after FLASHSALE_CONSUMER_GONE_AFTER
+// and was removed ("consumer removed ... worker-1" while it ran). Its
+// liveness key keeps it now; once it stops and the key lapses, it goes.
+func TestALiveWorkerIdlePastTheThresholdIsNotRemoved(t *testing.T) {
+	e := testenv.New(t, 1)
+	ctx := context.Background()
+	w, err := worker.New(worker.Config{Consumer: "worker-1", Block: 50 * time.Millisecond}, e.RDB, e.DB, zaptest.NewLogger(t))
+	require.NoError(t, err)
+	wctx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- w.Run(wctx) }()
+	idleOf := func() (time.Duration, bool) {
+		consumers, err := e.RDB.Client().XInfoConsumers(ctx, rdb.StreamKey(0), rdb.DefaultGroup).Result()
+		require.NoError(t, err)
+		for _, c := range consumers {
+			if c.Name == "worker-1" {
+				return c.Idle, true
+			}
+		}
+		return 0, false
+	}
+	const goneAfter = 300 * time.Millisecond
+	// Reading all the while, it looks idle past the threshold (Redis 7.0;
+	// on 7.2 and later a read resets the idle time, and this waits in vain
+	// only if the worker stopped reading).
+	testenv.Eventually(t, 10*time.Second, "the worker read and looks idle", func() bool {
+		idle, ok := idleOf()
+		return ok && idle >= goneAfter
+	})
+	r := newReaper(t, e, "reaper-1", time.Now, func(c *reaper.Config) { c.ConsumerGoneAfter = goneAfter; c.ClaimMinIdle = 100 * time.Millisecond })
+	pass, err := r.RunOnce(ctx)
+	require.NoError(t, err)
+	require.Zero(t, pass.ConsumersRemoved)
+	_, ok := idleOf()
+	require.True(t, ok, "the live worker is still in the group")
+
+	// Stopped, and its liveness key lapsed (deleted here rather than
+	// waited for): it is gone, and removed.
+	stop()
+	require.NoError(t, <-done)
+	require.NoError(t, e.RDB.Client().Del(ctx, rdb.AliveKey(0, "worker-1")).Err())
+	testenv.Eventually(t, 10*time.Second, "the stopped worker removed", func() bool {
+		_, err := r.RunOnce(ctx)
+		require.NoError(t, err)
+		_, ok := idleOf()
+		return !ok
+	})
+}

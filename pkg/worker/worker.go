@@ -105,7 +105,15 @@ func (w *Worker) consume(ctx, work context.Context, p int) error {
 	// read as many entries as make about BatchSize orders at the last
 	// read's orders per entry.
 	count := w.cfg.BatchSize
+	var alive time.Time // when the liveness key was last renewed
 	for ctx.Err() == nil {
+		if now := time.Now(); now.Sub(alive) >= rdb.ConsumerAliveTTL/3 {
+			if err := w.redis.Alive(work, p, w.cfg.Consumer); err != nil {
+				log.Warn("liveness not renewed", zap.Error(err))
+			} else {
+				alive = now
+			}
+		}
 		entries, err := w.redis.ReadGroup(work, p, w.cfg.Consumer, cursor, count, w.cfg.Block)
 		if err != nil {
 			if rdb.IsNoGroup(err) {
