@@ -24,3 +24,17 @@ func TestHelpReadsTheMeaningsFromTheConfigurationDoc(t *testing.T) {
 		require.NotContains(t, s, "`", v)
 	}
 }
+
+// Each variable has a meaning of its own in help: a row naming several
+// variables gave each the whole row's sentence (the sentinel's password
+// was "the master's name at the sentinels").
+func TestEachVariableHasItsOwnMeaning(t *testing.T) {
+	byMeaning := map[string][]string{}
+	for v, m := range variableMeanings {
+		byMeaning[m] = append(byMeaning[m], v)
+	}
+	for m, vs := range byMeaning {
+		require.Len(t, vs, 1, "%v share the meaning %q: give each a row of its own in docs/CONFIGURATION.md", vs, m)
+	}
+	require.Contains(t, variableMeanings["FLASHSALE_REDIS_SENTINEL_PASSWORD"], "password")
+}

@@ -117,7 +117,7 @@ func requireKeysDocumented(t *testing.T, ctx context.Context, s *harness.Stack, 
 		}
 		p := regexp.QuoteMeta(f[0])
 		for from, to := range map[string]string{`\{pP\}`: `\{p\d+\}`, `:v:V`: `:v:\d+(:b\d+)?`, `YYYYMMDD`: `\d{8}`,
-			`:idem:U:K`: `:idem:[^:]+:.+`, `:proof:S`: `:proof:.+`} {
+			`:idem:U:K`: `:idem:[^:]+:.+`, `:proof:S`: `:proof:.+`, `:alive:C`: `:alive:.+`} {
 			p = strings.ReplaceAll(p, from, to)
 		}
 		layout = append(layout, regexp.MustCompile("^"+p+"$"))
