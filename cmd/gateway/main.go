@@ -107,16 +107,19 @@ func accessCodesCommand() app.Command[*config] {
 		}}
 }
 
-// tokenCommand is "gateway token --user U [--ttl D]": a user's bearer
-// token signed with FLASHSALE_JWT_SECRET (and its issuer and audience),
-// for trying the API by hand.
+// tokenCommand is "gateway token (--user U | --users FILE) [--ttl D]": a
+// user's bearer token signed with FLASHSALE_JWT_SECRET (and its issuer
+// and audience), for trying the API by hand; or one "user,token" line for
+// each user of FILE, streamed, for a load test's many users.
 func tokenCommand() app.Command[*config] {
-	var user string
+	var user, users string
 	ttl := app.Duration(time.Hour)
 	return app.Command[*config]{Name: "token", Task: "Checks", NArgs: 0,
-		Summary: "print a user's bearer token, signed with FLASHSALE_JWT_SECRET (with FLASHSALE_JWT_ISSUER and _AUDIENCE when set), to try the API by hand",
+		Summary: "print a user's bearer token, signed with FLASHSALE_JWT_SECRET (with FLASHSALE_JWT_ISSUER and _AUDIENCE when set), to try the API by hand; " +
+			"with --users, a user,token line for each user read one a line from FILE",
 		Flags: func(fs *flag.FlagSet) {
-			fs.StringVar(&user, "user", "", "the `USER` id (sub): 1-64 characters of A-Z a-z 0-9 _ . @ - (required)")
+			fs.StringVar(&user, "user", "", "the `USER` id (sub): 1-64 characters of A-Z a-z 0-9 _ . @ - (this or --users)")
+			fs.StringVar(&users, "users", "", "the `FILE` of user ids, one a line (- for stdin): a user,token line each")
 			fs.Var(&ttl, "ttl", "how long the token lives, a `DURATION` (at most FLASHSALE_JWT_MAX_LIFETIME)")
 		},
 		Check: func(c *config) error {
@@ -126,13 +129,34 @@ func tokenCommand() app.Command[*config] {
 			return nil
 		},
 		Run: func(_ context.Context, cfg *config, _ *app.Runtime, _ []string) error {
-			if user == "" {
-				return errors.New("--user is required")
+			if (user == "") == (users == "") {
+				return errors.New("one of --user and --users is required")
 			}
 			if time.Duration(ttl) <= 0 || time.Duration(ttl) > cfg.JWTMaxLifetime {
 				return fmt.Errorf("--ttl must be positive and at most FLASHSALE_JWT_MAX_LIFETIME (%s)", cfg.JWTMaxLifetime)
 			}
-			tok, err := gateway.SignUserTokenFor(cfg.JWTSecret, user, cfg.JWTIssuer, cfg.JWTAudience, time.Now().Add(time.Duration(ttl)))
+			exp := time.Now().Add(time.Duration(ttl))
+			if users != "" {
+				r := io.Reader(os.Stdin)
+				if users != "-" {
+					f, err := os.Open(users)
+					if err != nil {
+						return err
+					}
+					defer f.Close()
+					r = f
+				}
+				n, err := gateway.WriteUserLines(r, os.Stdout, func(b []byte, u string) ([]byte, error) {
+					tok, err := gateway.SignUserTokenFor(cfg.JWTSecret, u, cfg.JWTIssuer, cfg.JWTAudience, exp)
+					return append(b, tok...), err
+				})
+				if err != nil {
+					return err
+				}
+				fmt.Fprintf(os.Stderr, "%d tokens\n", n)
+				return nil
+			}
+			tok, err := gateway.SignUserTokenFor(cfg.JWTSecret, user, cfg.JWTIssuer, cfg.JWTAudience, exp)
 			if err != nil {
 				return err
 			}

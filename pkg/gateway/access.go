@@ -104,21 +104,35 @@ const maxAccessBytes = MaxAccessUsers * 80
 // WriteAccessCodes reads user ids from in, one a line (blank lines
 // skipped), and writes "user,code" lines of their codes for voucher to
 // out, under cfg's access key (FLASHSALE_ACCESS_KEY, or the admin
-// token's): the command line's way to issue a million codes, streamed. It
-// stops at the first line that is not a user id (one over 64 KiB
-// included), naming its number, and returns how many codes it wrote: out
-// holds only whole lines, those of the ids before it.
+// token's): the command line's way to issue a million codes, streamed
+// (WriteUserLines says how a bad line ends it).
 func WriteAccessCodes(cfg *Config, voucher int64, in io.Reader, out io.Writer) (int, error) {
-	const flushAt = 64 << 10
 	codes := access.New(cfg.accessKey())
+	return WriteUserLines(in, out, func(b []byte, user string) ([]byte, error) {
+		return codes.AppendCode(b, voucher, user), nil
+	})
+}
+
+// WriteUserLines reads user ids from in, one a line (blank lines
+// skipped), and writes a "user,VALUE" line for each to out, VALUE what
+// value appends. It stops at the first line that is not a user id (one
+// over 64 KiB included), naming its number, or at value's first error,
+// and returns how many lines it wrote: out holds only whole lines, those
+// of the ids before it.
+func WriteUserLines(in io.Reader, out io.Writer, value func(b []byte, user string) ([]byte, error)) (int, error) {
+	const flushAt = 64 << 10
 	sc := bufio.NewScanner(in)
 	sc.Buffer(make([]byte, 4096), maxAccessLine)
-	buf := make([]byte, 0, flushAt+256)
+	buf := make([]byte, 0, flushAt+1024)
 	n, written, no := 0, 0, 0
 	flush := func() error {
 		_, err := out.Write(buf)
 		buf, written = buf[:0], n
 		return err
+	}
+	stop := func(err error) (int, error) {
+		ferr := flush()
+		return written, errors.Join(err, ferr)
 	}
 	for sc.Scan() {
 		no++
@@ -127,12 +141,14 @@ func WriteAccessCodes(cfg *Config, voucher int64, in io.Reader, out io.Writer) (
 			continue
 		}
 		if !validToken(user) {
-			err := fmt.Errorf("line %d: %q is not a user id (1-64 characters of A-Z a-z 0-9 _ . @ -)", no, cut(user, 80))
-			ferr := flush()
-			return written, errors.Join(err, ferr)
+			return stop(fmt.Errorf("line %d: %q is not a user id (1-64 characters of A-Z a-z 0-9 _ . @ -)", no, cut(user, 80)))
 		}
-		buf = append(append(buf, user...), ',')
-		buf = append(codes.AppendCode(buf, voucher, user), '\n')
+		line := append(append(buf, user...), ',')
+		line, err := value(line, user)
+		if err != nil {
+			return stop(fmt.Errorf("line %d: %w", no, err))
+		}
+		buf = append(line, '\n')
 		n++
 		if len(buf) >= flushAt {
 			if err := flush(); err != nil {
@@ -144,8 +160,7 @@ func WriteAccessCodes(cfg *Config, voucher int64, in io.Reader, out io.Writer) (
 		if errors.Is(err, bufio.ErrTooLong) {
 			err = fmt.Errorf("line %d: over %d KiB, not a user id", no+1, maxAccessLine>>10)
 		}
-		ferr := flush()
-		return written, errors.Join(err, ferr)
+		return stop(err)
 	}
 	return n, flush()
 }

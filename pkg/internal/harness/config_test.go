@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -383,6 +384,37 @@ func TestTokenAndWaitingSayWhatTheyDo(t *testing.T) {
 	user, err := token.New(token.Config{Secret: secret, MaxLifetime: time.Hour}).Verify(strings.TrimSpace(string(out)))
 	require.NoError(t, err, "the token verifies with the secret: %s", out)
 	require.Equal(t, "alice", user)
+
+	// Many users' tokens in one run, streamed: a user,token line each.
+	var in strings.Builder
+	for i := range 5000 {
+		fmt.Fprintf(&in, "user%d\n", i)
+	}
+	cmd = exec.Command(filepath.Join(dir, "gateway"), "token", "--users", "-", "--ttl", "10m")
+	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "FLASHSALE_JWT_SECRET=" + secret}
+	cmd.Stdin = strings.NewReader(in.String())
+	out, err = cmd.Output()
+	require.NoError(t, err)
+	lines := strings.Split(strings.TrimSuffix(string(out), "\n"), "\n")
+	require.Len(t, lines, 5000)
+	for _, i := range []int{0, 4999} {
+		u, tok, ok := strings.Cut(lines[i], ",")
+		require.True(t, ok, lines[i])
+		require.Equal(t, fmt.Sprintf("user%d", i), u)
+		got, err := token.New(token.Config{Secret: secret, MaxLifetime: time.Hour}).Verify(tok)
+		require.NoError(t, err)
+		require.Equal(t, u, got)
+	}
+	cmd = exec.Command(filepath.Join(dir, "gateway"), "token", "--users", "-")
+	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "FLASHSALE_JWT_SECRET=" + secret}
+	cmd.Stdin = strings.NewReader("ann\nnot a user\n")
+	var stderrBuf strings.Builder
+	cmd.Stderr = &stderrBuf
+	out, err = cmd.Output()
+	require.Error(t, err)
+	require.Equal(t, 2, cmd.ProcessState.ExitCode())
+	require.Contains(t, stderrBuf.String(), "line 2:")
+	require.True(t, strings.HasPrefix(string(out), "ann,") && strings.Count(string(out), "\n") == 1, "the whole line before the bad one: %q", out)
 
 	cmd = exec.Command(filepath.Join(dir, "reaper"), "reconcile")
 	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "FLASHSALE_REDIS_ADDR=127.0.0.1:1", "FLASHSALE_MYSQL_DSN=root@tcp(127.0.0.1:1)/x"}
