@@ -4,6 +4,7 @@
 package gateway
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -47,6 +48,7 @@ type Gateway struct {
 	// rooms are the waiting rooms served, each one's last state
 	// (pkg/room's Cache, refreshed by roomTick); queueTokens signs their
 	// waiters' tokens.
+	countsEvery time.Duration // how often the claims' counts are logged
 	rooms       *room.Cache
 	queueTokens *room.Tokens
 	stopRooms   func()
@@ -87,6 +89,10 @@ type Option func(*Gateway)
 func withPruneClock(now func() int64) Option {
 	return func(g *Gateway) { g.soldOut.SetClock(now) }
 }
+
+// WithCountsEvery logs the claims' counts every d instead of
+// app.CountsEvery, for tests.
+func WithCountsEvery(d time.Duration) Option { return func(g *Gateway) { g.countsEvery = d } }
 
 // WithClock replaces time.Now, for tests.
 func WithClock(now func() time.Time) Option { return func(g *Gateway) { g.now = now } }
@@ -452,6 +458,7 @@ func (g *Gateway) serve(ctx context.Context, ls ...listener) error {
 		}
 		return err
 	}
+	defer app.StartCounts(ctx, g.log, cmp.Or(g.countsEvery, app.CountsEvery), "claims", g.claimTotals)()
 	errc := make(chan error, len(ls))
 	servers := make([]*http.Server, len(ls))
 	for i, l := range ls {

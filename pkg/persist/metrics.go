@@ -1,6 +1,10 @@
 package persist
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/flashsale/flashsale/pkg/app"
+)
 
 // Order outcomes, the "outcome" label of flashsale_worker_orders_total.
 const (
@@ -18,6 +22,14 @@ type ordersMetrics struct {
 	batchSize                                  prometheus.Histogram
 	commitSeconds                              prometheus.Histogram
 	created, failed, redelivered, deadLettered prometheus.Counter
+}
+
+// Counts are the orders handled so far by outcome, and the batches.
+func (o *Orders) Counts() map[string]int64 {
+	m := o.metrics
+	return map[string]int64{outcomeCreated: app.CounterValue(m.created), outcomeFailed: app.CounterValue(m.failed),
+		outcomeRedelivered: app.CounterValue(m.redelivered), outcomeDeadLettered: app.CounterValue(m.deadLettered),
+		"batches": app.CounterValue(m.batches)}
 }
 
 func newOrdersMetrics(reg prometheus.Registerer) *ordersMetrics {

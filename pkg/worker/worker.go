@@ -27,17 +27,23 @@ type Worker struct {
 	db    *db.Store
 	log   *zap.Logger
 
-	orders  *persist.Orders
-	metrics *metrics
+	orders      *persist.Orders
+	metrics     *metrics
+	countsEvery time.Duration
 }
 
 // Option changes a Worker.
 type Option func(*options)
 
 type options struct {
-	reg   prometheus.Registerer
-	audit *zap.Logger
+	reg         prometheus.Registerer
+	audit       *zap.Logger
+	countsEvery time.Duration
 }
+
+// WithCountsEvery logs the worker's counts every d instead of
+// app.CountsEvery, for tests.
+func WithCountsEvery(d time.Duration) Option { return func(o *options) { o.countsEvery = d } }
 
 // WithRegistry registers the worker's metrics with reg (default: a registry
 // of its own, unexposed).
@@ -59,13 +65,13 @@ func New(cfg Config, r *rdb.Store, d *db.Store, log *zap.Logger, opts ...Option)
 	if log == nil {
 		log = zap.NewNop()
 	}
-	o := options{reg: prometheus.NewRegistry(), audit: zap.NewNop()}
+	o := options{reg: prometheus.NewRegistry(), audit: zap.NewNop(), countsEvery: app.CountsEvery}
 	for _, opt := range opts {
 		opt(&o)
 	}
 	log = log.Named("worker").With(zap.String("consumer", cfg.Consumer))
 	return &Worker{
-		cfg: cfg, redis: r, db: d, metrics: newMetrics(o.reg), log: log,
+		cfg: cfg, redis: r, db: d, metrics: newMetrics(o.reg), log: log, countsEvery: o.countsEvery,
 		orders: persist.NewOrders(cfg, r, d, log, o.audit, o.reg),
 	}, nil
 }
@@ -86,6 +92,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	defer stopDrain()
 
 	w.log.Info("worker started", zap.Int("partitions", w.redis.Partitions()), zap.Int("batch_size", w.cfg.BatchSize))
+	defer app.StartCounts(ctx, w.log, w.countsEvery, "worker counts", w.counts)()
 	g := new(errgroup.Group)
 	for p := range w.redis.Partitions() {
 		g.Go(func() error { return w.consume(ctx, work, p) })
@@ -93,6 +100,14 @@ func (w *Worker) Run(ctx context.Context) error {
 	err := g.Wait()
 	w.log.Info("worker stopped")
 	return err
+}
+
+// counts are the worker's counts for its log: orders by outcome,
+// batches, and failed attempts at a batch (each retried).
+func (w *Worker) counts() map[string]int64 {
+	c := w.orders.Counts()
+	c["batch_retries"] = app.CounterValue(w.metrics.retries)
+	return c
 }
 
 // consume reads partition p: first this consumer's own pending entries (left

@@ -10,7 +10,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/flashsale/flashsale/pkg/db"
 	"github.com/flashsale/flashsale/pkg/internal/testenv"
@@ -270,4 +273,30 @@ func TestPoisonAndRejectedOrdersAreDeadLettered(t *testing.T) {
 	require.Contains(t, dead[1].Values["reason"], "bad created_ms")
 	require.Contains(t, dead[2].Values["reason"], "rejected by mysql")
 	require.Equal(t, "bad\xff\xfe", dead[2].Values["user_id"])
+}
+
+// A worker logs what it persisted, at Info, as the README says each role
+// does: the orders by outcome and the batches.
+func TestAWorkerLogsItsCounts(t *testing.T) {
+	e := testenv.New(t, 1)
+	v := e.SeedVoucher(t, db.Voucher{Stock: 3}, -1)
+	core, logs := observer.New(zapcore.InfoLevel)
+	w, err := worker.New(worker.Config{Consumer: "w", Block: 50 * time.Millisecond}, e.RDB, e.DB, zap.New(core), worker.WithCountsEvery(20*time.Millisecond))
+	require.NoError(t, err)
+	runWorker(t, w)
+	admit(t, e, v.ID, 3, "u")
+	sum := func() map[string]int64 {
+		got := map[string]int64{}
+		for _, l := range logs.FilterMessage("worker counts").All() {
+			for k, x := range l.ContextMap() {
+				if n, ok := x.(int64); ok {
+					got[k] += n
+				}
+			}
+		}
+		return got
+	}
+	testenv.Eventually(t, 10*time.Second, "three created in the lines", func() bool { return sum()["created"] == 3 })
+	require.Positive(t, sum()["batches"])
+	require.Zero(t, sum()["failed"])
 }
