@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
 
 	"github.com/flashsale/flashsale/pkg/gateway"
@@ -66,7 +67,7 @@ func TestAChunkedBodyIsRefusedAndItsConnectionClosed(t *testing.T) {
 func TestAnHTTP10ChunkedBodyIsRefusedAndItsConnectionClosed(t *testing.T) {
 	f := newFixture(t)
 	id := f.createVoucher(`{"name":"x","stock":10,"per_user_limit":10}`)
-	addr := serveGateway(t, f)
+	addr := serveGateway(t, f, nil)
 	claim := "POST /v1/vouchers/" + id + "/orders HTTP/1.0\r\nHost: x\r\nConnection: keep-alive\r\nAuthorization: Bearer " + f.token("eve") + "\r\n"
 	smuggled := "GET /v1/orders/1 HTTP/1.0\r\nHost: x\r\nConnection: keep-alive\r\n\r\n"
 	send := func(t *testing.T, raw string) (*http.Response, string, string) {
@@ -137,11 +138,14 @@ func TestAnHTTP10ChunkedBodyIsRefusedAndItsConnectionClosed(t *testing.T) {
 
 // serveGateway serves a second gateway over f's stores as the binary
 // does (Gateway.Serve, its listener's connections read for their
-// framing), and returns its address.
-func serveGateway(t *testing.T, f *fixture) string {
+// framing), and returns its address; log is its logger (nil: the test's).
+func serveGateway(t *testing.T, f *fixture, log *zap.Logger, opts ...gateway.Option) string {
 	t.Helper()
+	if log == nil {
+		log = zaptest.NewLogger(t)
+	}
 	gw, err := gateway.New(gateway.Config{AdminToken: admin, JWTSecret: secret, ClaimTimeout: 500 * time.Millisecond, UserRate: -1,
-		SoldOutRefresh: -1, ShutdownTimeout: time.Second}, f.env.RDB, f.env.DB, zaptest.NewLogger(t), gateway.WithClock(f.clock.Now))
+		SoldOutRefresh: -1, ShutdownTimeout: time.Second}, f.env.RDB, f.env.DB, log, append([]gateway.Option{gateway.WithClock(f.clock.Now)}, opts...)...)
 	require.NoError(t, err)
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)

@@ -1,8 +1,6 @@
 package gateway_test
 
 import (
-	"context"
-	"net"
 	"net/http"
 	"strings"
 	"testing"
@@ -23,18 +21,9 @@ func TestAGatewayLogsItsClaimCounts(t *testing.T) {
 	f := newFixture(t)
 	id := f.createVoucher(`{"name":"x","stock":1}`)
 	core, logs := observer.New(zapcore.InfoLevel)
-	gw, err := gateway.New(gateway.Config{AdminToken: admin, JWTSecret: secret, ClaimTimeout: 500 * time.Millisecond, UserRate: -1,
-		SoldOutRefresh: -1, ShutdownTimeout: time.Second}, f.env.RDB, f.env.DB, zap.New(core), gateway.WithClock(f.clock.Now),
-		gateway.WithCountsEvery(20*time.Millisecond))
-	require.NoError(t, err)
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- gw.Serve(ctx, l) }()
-	defer func() { cancel(); require.NoError(t, <-done) }()
+	addr := serveGateway(t, f, zap.New(core), gateway.WithCountsEvery(20*time.Millisecond))
 	for _, u := range []string{"ann", "ben"} {
-		req, err := http.NewRequest("POST", "http://"+l.Addr().String()+"/v1/vouchers/"+id+"/orders", strings.NewReader(""))
+		req, err := http.NewRequest("POST", "http://"+addr+"/v1/vouchers/"+id+"/orders", strings.NewReader(""))
 		require.NoError(t, err)
 		req.Header.Set("Authorization", "Bearer "+f.token(u))
 		res, err := http.DefaultClient.Do(req)
