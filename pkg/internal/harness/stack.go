@@ -342,6 +342,17 @@ func (s *Stack) leastPrivilege(ctx context.Context) error {
 // own users under LeastPrivilege; nothing otherwise).
 func (s *Stack) RoleEnv(role string) []string { return s.roleEnv[role] }
 
+// Var is the value the stack's processes are given for the variable
+// name ("" when none).
+func (s *Stack) Var(name string) string {
+	for _, kv := range s.env {
+		if k, v, ok := strings.Cut(kv, "="); ok && k == name {
+			return v
+		}
+	}
+	return ""
+}
+
 // grant gives each role's MySQL user its grants (the tables exist now).
 func (s *Stack) grant() error {
 	cfg, err := mysql.ParseDSN(s.RootDSN)

@@ -2,7 +2,6 @@ package main
 
 import (
 	"bufio"
-	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -14,6 +13,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/flashsale/flashsale/pkg/internal/testenv"
 )
 
 // make dev comes up: servers, roles and console keep running, and what it
@@ -46,7 +47,7 @@ func TestDevStackComesUpAndStops(t *testing.T) {
 	}()
 	var printed strings.Builder
 	deadline := time.After(3 * time.Minute)
-	for !strings.Contains(printed.String(), "try:") {
+	for !strings.Contains(printed.String(), "bin/reaper report") {
 		select {
 		case l, ok := <-lines:
 			require.True(t, ok, "the demo ended before it was up:\n%s", printed.String())
@@ -56,20 +57,38 @@ func TestDevStackComesUpAndStops(t *testing.T) {
 		}
 	}
 	text := printed.String()
-	m := regexp.MustCompile(`curl -X POST -H "Authorization: Bearer (\S+)" (\S+)`).FindStringSubmatch(text)
-	require.NotNil(t, m, text)
-	req, err := http.NewRequest("POST", m[2], nil)
-	require.NoError(t, err)
-	req.Header.Set("Authorization", "Bearer "+m[1])
-	res, err := http.DefaultClient.Do(req)
-	require.NoError(t, err)
-	body, _ := io.ReadAll(res.Body)
-	res.Body.Close()
-	require.Equal(t, http.StatusAccepted, res.StatusCode, "the printed curl claims: %s", body)
+	// The export block and the commands after it, pasted into a shell as
+	// printed.
+	var exports, claim, events string
+	for _, l := range strings.Split(text, "\n") {
+		l, _, _ = strings.Cut(l, "  #") // the comment after a command
+		l = strings.TrimSpace(l)
+		switch {
+		case strings.HasPrefix(l, "export "):
+			exports += l + "\n"
+		case strings.HasPrefix(l, "curl -X POST"):
+			claim = l
+		case strings.HasPrefix(l, "curl ") && strings.Contains(l, "/admin/v1/events"):
+			events = l
+		}
+	}
+	for _, v := range []string{"GATEWAY", "ADMIN", "TOKEN", "FLASHSALE_ADMIN_TOKEN", "FLASHSALE_JWT_SECRET", "FLASHSALE_REDIS_ADDR", "FLASHSALE_MYSQL_DSN"} {
+		require.Contains(t, exports, "export "+v+"=", text)
+	}
+	paste := func(command string) string {
+		out, err := exec.Command("bash", "-c", exports+command+" -s -w ' %{http_code}'").Output()
+		require.NoError(t, err, "%s", command)
+		t.Logf("%s\n-> %s", command, out)
+		return string(out)
+	}
+	require.True(t, strings.HasSuffix(paste(claim), " 202"), "the printed claim is admitted")
+	testenv.Eventually(t, time.Minute, "the claim's order.created in the events API", func() bool {
+		return strings.Contains(paste(events), `"type":"order.created"`)
+	})
 
 	console := regexp.MustCompile(`console\s+(\S+)#token=(\S+)`).FindStringSubmatch(text)
 	require.NotNil(t, console, text)
-	res, err = http.Get(console[1])
+	res, err := http.Get(console[1])
 	require.NoError(t, err)
 	res.Body.Close()
 	require.Equal(t, http.StatusOK, res.StatusCode)

@@ -85,7 +85,7 @@ func run() error {
 		}
 	}()
 	if *serve {
-		return serveDev(ctx, s, *stock, dir)
+		return serveDev(ctx, s, *stock, *workers, dir)
 	}
 	if *waitingRoom {
 		if !isSet("stock") {
@@ -198,23 +198,35 @@ func demoRoom(ctx context.Context, s *harness.Stack, cfg harness.RoomConfig, dir
 
 // serveDev keeps stack s up until ctx ends, with a voucher of stock units
 // on sale, and prints how to reach it.
-func serveDev(ctx context.Context, s *harness.Stack, stock int64, dir string) error {
+func serveDev(ctx context.Context, s *harness.Stack, stock int64, workers int, dir string) error {
 	v, err := s.CreateVoucher(ctx, harness.VoucherSpec{Name: "dev", Stock: stock, PerUserLimit: 1})
 	if err != nil {
 		return err
 	}
 	user := s.Token("alice")
 	fmt.Printf(`
-flashsale is up; Ctrl-C stops everything and removes %s
+flashsale is up (the gateway, %d workers, the reaper); Ctrl-C stops everything and removes %s
   gateway      %s
   console      %s/admin/console#token=%s
-  admin token  %s
   voucher      %d (%d units, 1 per user)
-  user token   %s  (alice)
-  more users   FLASHSALE_JWT_SECRET=%s bin/gateway token --user bob
   logs         %s
-  try:         curl -X POST -H "Authorization: Bearer %s" %s/v1/vouchers/%d/orders
-`, dir, s.URL, s.URL, s.AdminToken, s.AdminToken, v, stock, user, s.JWTSecret, s.LogDir(), user, s.URL, v)
+
+Paste into another shell to use this stack (the README's commands, bin/ and curl):
+  export GATEWAY=%s
+  export ADMIN=%s
+  export TOKEN=%s
+  export FLASHSALE_ADMIN_TOKEN=%s
+  export FLASHSALE_JWT_SECRET=%s
+  export FLASHSALE_REDIS_ADDR=%s
+  export FLASHSALE_MYSQL_DSN='%s'
+
+then:
+  curl -X POST -H "Authorization: Bearer $TOKEN" $GATEWAY/v1/vouchers/%d/orders      # alice claims
+  bin/gateway token --user bob                                                       # another user's token
+  curl -H "Authorization: Bearer $ADMIN" "$GATEWAY/admin/v1/events?after=0"          # the order events (docs/EVENTS.md)
+  bin/reaper report %d                                                               # the sale's report
+`, workers, dir, s.URL, s.URL, s.AdminToken, v, stock, s.LogDir(),
+		s.URL, s.AdminToken, user, s.AdminToken, s.JWTSecret, s.Var("FLASHSALE_REDIS_ADDR"), s.Var("FLASHSALE_MYSQL_DSN"), v, v)
 	<-ctx.Done()
 	say("stopping")
 	return nil
