@@ -280,6 +280,10 @@ func listDeadLetters(ctx context.Context, redis *rdb.Store, asJSON bool) error {
 	if asJSON {
 		return writeJSON(map[string]any{"dead_letters": nonNil(dead)})
 	}
+	if len(dead) == 0 {
+		fmt.Println("no dead letters")
+		return nil
+	}
 	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "partition\tdead id\tdead-lettered at\torder\tvoucher\tuser\treason\t")
 	for _, d := range dead {
