@@ -10,12 +10,14 @@ import (
 
 	"github.com/flashsale/flashsale/pkg/db"
 	"github.com/flashsale/flashsale/pkg/order"
+	"github.com/flashsale/flashsale/pkg/room"
 )
 
 // PrintReport writes voucher v's sale report for a person: one figure a
-// line. Refused claims are not in it: only each gateway replica knows
-// its own (GET /admin/v1/vouchers/{id}/report on a replica).
-func PrintReport(w io.Writer, v db.Voucher, r db.Report) error {
+// line, and its waiting room's story (queue, nil: none). Refused claims
+// are not in it: only each gateway replica knows its own
+// (GET /admin/v1/vouchers/{id}/report on a replica).
+func PrintReport(w io.Writer, v db.Voucher, r db.Report, queue *room.Story) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	line := func(k, f string, a ...any) { fmt.Fprintf(tw, "%s\t"+f+"\n", append([]any{k}, a...)...) }
 	at := func(t *time.Time) string {
@@ -57,6 +59,17 @@ func PrintReport(w io.Writer, v db.Voucher, r db.Report) error {
 	line("persistence lag", "max %d ms, p99 %d ms, mean %d ms over %d orders (%d persisted before it was recorded)",
 		p.MaxLagMS, p.P99LagMS, p.MeanLagMS, p.Orders, p.Unknown)
 	line("largest backlog", "%d orders at %s", p.LargestBacklog, at(p.LargestBacklogAt))
+	if q := queue; q != nil {
+		line("queue", "%d joined (%d in the pre-queue), %d admitted, %d bought with a pass, %d lapsed", q.Joined, q.Prequeued, q.Admitted, q.Bought, q.Lapsed)
+		gone := "not known while the sale is on"
+		if q.GoneBeforeTurn != nil {
+			gone = fmt.Sprint(*q.GoneBeforeTurn)
+		}
+		line("never admitted", "%d: %d told sold out, %d told closed, gone before their turn %s", q.Waiting, q.ToldSoldOut, q.ToldClosed, gone)
+		if t := q.TimeInQueue; t != nil {
+			line("time in queue", "p50 %d s, p99 %d s, max %d s", t.P50, t.P99, t.Max)
+		}
+	}
 	line("refused claims", "known only to each gateway replica: GET /admin/v1/vouchers/%d/report", v.ID)
 	return tw.Flush()
 }

@@ -82,6 +82,8 @@ type RoomReport struct {
 	// Story: the room's story in the sale's report (GET …/report's
 	// queue), read once the sale is over (and once it counts ToldSoldOut).
 	Story *room.Story
+	// VoucherID is the sale's voucher.
+	VoucherID string
 	// Of the people whose place the room never admitted, ToldSoldOut:
 	// those told sold_out; Gone: those who left the queue
 	// (RoomConfig.Leave).
@@ -235,6 +237,7 @@ func (s *Stack) RunRoom(ctx context.Context, cfg RoomConfig) (*RoomReport, error
 	buys := NewClient(s.URL, max(cfg.Conns/4, 16))
 	buys.HTTP.Timeout = time.Minute
 	vid := strconv.FormatInt(v, 10)
+	rep.VoucherID = vid
 	watch := s.WatchPersisted(ctx, v)
 	var seq atomic.Int64
 	deadline := start.Add(cfg.Arrivals + 3*time.Minute)

@@ -2,6 +2,8 @@ package harness_test
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -9,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/flashsale/flashsale/pkg/internal/harness"
+	"github.com/flashsale/flashsale/pkg/room"
 )
 
 // runRoom runs cfg's room sale, then (unless only) the same crowd without
@@ -64,6 +67,21 @@ func runRoom(t *testing.T, opts harness.Options, cfg harness.RoomConfig, compare
 	require.NotNil(t, q.GoneBeforeTurn, "sold out: who never asked again is gone")
 	require.Positive(t, on.Gone)
 	require.Equal(t, on.Gone, *q.GoneBeforeTurn, "gone before their turn")
+	// reaper report tells the same story, read from Redis beside MySQL's
+	// figures (it printed none of it).
+	js, err := s.RunOutput(ctx, "reaper", "report", on.VoucherID, "--json")
+	require.NoError(t, err, js)
+	var fromReaper struct {
+		Queue *room.Story `json:"queue"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(js), &fromReaper), js)
+	require.NotNil(t, fromReaper.Queue, js)
+	require.Equal(t, [4]int64{q.Joined, q.Prequeued, q.Admitted, q.Bought},
+		[4]int64{fromReaper.Queue.Joined, fromReaper.Queue.Prequeued, fromReaper.Queue.Admitted, fromReaper.Queue.Bought})
+	text, err := s.RunOutput(ctx, "reaper", "report", on.VoucherID)
+	require.NoError(t, err, text)
+	require.Contains(t, text, fmt.Sprintf("%d joined", q.Joined))
+	require.Contains(t, text, "never admitted")
 	return on, off
 }
 

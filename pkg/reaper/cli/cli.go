@@ -26,6 +26,7 @@ import (
 	"github.com/flashsale/flashsale/pkg/draw"
 	"github.com/flashsale/flashsale/pkg/rdb"
 	"github.com/flashsale/flashsale/pkg/reaper"
+	"github.com/flashsale/flashsale/pkg/room"
 )
 
 type config struct {
@@ -101,15 +102,28 @@ func report(ctx context.Context, cfg *config, arg string, asJSON bool) error {
 	if err != nil {
 		return err
 	}
+	// A waiting room's story is kept in Redis, beside the room.
+	var queue *room.Story
+	if v.WaitingRoom != "" {
+		redis, err := cfg.Redis(cctx, 2)
+		if err != nil {
+			return err
+		}
+		defer redis.Client().Close()
+		if queue, err = room.NewStore(redis, 0).Story(cctx, id, time.Now()); err != nil {
+			return err
+		}
+	}
 	if asJSON {
 		return writeJSON(struct {
 			VoucherID string `json:"voucher_id"`
 			Name      string `json:"name"`
 			Kind      string `json:"kind"`
 			db.Report
-		}{strconv.FormatInt(id, 10), v.Name, v.Kind, rep})
+			Queue *room.Story `json:"queue,omitempty"`
+		}{strconv.FormatInt(id, 10), v.Name, v.Kind, rep, queue})
 	}
-	return reaper.PrintReport(os.Stdout, v, rep)
+	return reaper.PrintReport(os.Stdout, v, rep, queue)
 }
 
 // consumerName defaults the reaper's name in the group to reaper-<host>.
