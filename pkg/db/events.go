@@ -354,3 +354,28 @@ func (s *Store) DeleteEventsBefore(ctx context.Context, cutoff time.Time, limit 
 	}
 	return int(events), nil
 }
+
+// EventsState is where the outbox stands: the last sequence given, the
+// sequences kept (first to last, none when First is 0), and the events
+// not sequenced yet with when the oldest was written.
+type EventsState struct {
+	Last, First, Kept int64
+	Unsequenced       int64
+	OldestUnsequenced time.Time
+}
+
+// EventsState reads where the outbox stands.
+func (s *Store) EventsState(ctx context.Context) (EventsState, error) {
+	var st EventsState
+	db := s.db.WithContext(ctx)
+	if err := db.Raw("SELECT last FROM event_sequence WHERE id = 1").Scan(&st.Last).Error; err != nil {
+		return st, fmt.Errorf("read the event sequence: %w", err)
+	}
+	if err := db.Raw("SELECT COALESCE(MIN(sequence), 0) AS first, COALESCE(SUM(n), 0) AS kept FROM events WHERE sequence IS NOT NULL").
+		Row().Scan(&st.First, &st.Kept); err != nil {
+		return st, fmt.Errorf("read the events kept: %w", err)
+	}
+	var err error
+	st.Unsequenced, st.OldestUnsequenced, err = s.EventBacklog(ctx)
+	return st, err
+}

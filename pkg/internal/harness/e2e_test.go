@@ -233,6 +233,17 @@ func TestEndToEndSaleUnderLeastPrivilege(t *testing.T) {
 	// Every change is one event, written under the roles' own grants, and
 	// the reaper sequenced them all: 1, 2, 3, ... with no gap.
 	require.NoError(t, s.EventSequence(ctx, 30*time.Second))
+	out, err := s.RunOutputEnv(ctx, s.RoleEnv("reaper"), "reaper", "events", "--json")
+	require.NoError(t, err, out)
+	var events struct {
+		Published   int64 `json:"published_up_to"`
+		First       int64 `json:"first_kept"`
+		Kept        int64 `json:"kept"`
+		Unpublished int64 `json:"unpublished"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(out), &events), out)
+	require.Positive(t, events.Published)
+	require.Equal(t, [3]int64{1, events.Published, 0}, [3]int64{events.First, events.Kept, events.Unpublished}, out)
 
 	// Each sale's report, from the gateway and from the reaper, each under
 	// its own grants: they agree, and they account for every order, unit

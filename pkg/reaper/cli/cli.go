@@ -50,7 +50,7 @@ func (c *config) Validate() error {
 // Main runs the reaper binary: the role, or the command its first
 // argument names.
 func Main() {
-	app.Main(&config{}, run, reportCommand(), drawCommand(), deadLettersCommand(), reconcileCommand())
+	app.Main(&config{}, run, reportCommand(), drawCommand(), deadLettersCommand(), reconcileCommand(), eventsCommand())
 }
 
 // voucherID reads a VOUCHER_ID argument.
@@ -427,6 +427,53 @@ func deadLetterSummary(ctx context.Context, redis *rdb.Store, asJSON bool) error
 		fmt.Fprintf(tw, "%d\t%d\t%s\t\n", st.Partition, st.Count, oldest)
 	}
 	return tw.Flush()
+}
+
+// eventsCommand is "reaper events [--json]": where the order events
+// stand (docs/EVENTS.md).
+func eventsCommand() app.Command[*config] {
+	var asJSON bool
+	return app.Command[*config]{Name: "events", Task: "Reports", NArgs: 0,
+		Summary: "where the order events stand: the last sequence published, the sequences kept for the events API, and those not published yet",
+		Flags:   func(fs *flag.FlagSet) { fs.BoolVar(&asJSON, "json", false, "write JSON") },
+		Run: func(ctx context.Context, cfg *config, _ *app.Runtime, _ []string) error {
+			cctx, cancel := context.WithTimeout(ctx, time.Minute)
+			defer cancel()
+			mysql, err := cfg.MySQL(cctx)
+			if err != nil {
+				return err
+			}
+			st, err := mysql.EventsState(cctx)
+			if err != nil {
+				return err
+			}
+			var oldest *time.Time
+			if !st.OldestUnsequenced.IsZero() {
+				oldest = &st.OldestUnsequenced
+			}
+			if asJSON {
+				return writeJSON(struct {
+					Published         int64      `json:"published_up_to"`
+					First             int64      `json:"first_kept"`
+					Kept              int64      `json:"kept"`
+					Unpublished       int64      `json:"unpublished"`
+					OldestUnpublished *time.Time `json:"oldest_unpublished,omitempty"`
+				}{st.Last, st.First, st.Kept, st.Unsequenced, oldest})
+			}
+			tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
+			fmt.Fprintf(tw, "published up to\t%d\n", st.Last)
+			if st.Kept > 0 {
+				fmt.Fprintf(tw, "kept\t%d events, %d to %d (GET /admin/v1/events)\n", st.Kept, st.First, st.First+st.Kept-1)
+			} else {
+				fmt.Fprintf(tw, "kept\tnone\n")
+			}
+			if oldest != nil {
+				fmt.Fprintf(tw, "not published yet\t%d, the oldest written %s ago\n", st.Unsequenced, time.Since(*oldest).Round(time.Second))
+			} else {
+				fmt.Fprintf(tw, "not published yet\tnone\n")
+			}
+			return tw.Flush()
+		}}
 }
 
 func writeJSON(v any) error {
