@@ -35,7 +35,7 @@ var readCommitted = &sql.TxOptions{Isolation: sql.LevelReadCommitted}
 // Outcome is what persisting one order came to.
 type Outcome struct {
 	Order  order.Order
-	Status order.Status // created, failed, or the status a re-delivered order already had
+	Status order.Status // created, completed (no payment), entered (a draw), failed, or the status a re-delivered order already had
 	Reason string
 	// Redelivered: the order was persisted before; nothing was written now.
 	Redelivered bool
