@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"maps"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -85,4 +86,33 @@ func TestOpenAPISpecIsValid(t *testing.T) {
 	doc, err := loader.LoadFromFile("../../api/openapi.yaml")
 	require.NoError(t, err)
 	require.NoError(t, doc.Validate(loader.Context, openapi3.EnableSchemaFormatValidation()))
+}
+
+// docs/API.md's route tables name every route the gateway serves, and
+// only those (a row's "…/x" is its first route's path with its last
+// segment replaced).
+func TestTheAPIDocListsEveryRoute(t *testing.T) {
+	raw, err := os.ReadFile("../../docs/API.md")
+	require.NoError(t, err)
+	route := regexp.MustCompile("`(GET|POST|PATCH|PUT|DELETE) (/[^` ?]*)[^`]*`(, `…(/[^`]+)`)?")
+	documented := map[string]bool{}
+	for _, row := range strings.Split(string(raw), "\n") {
+		if !strings.HasPrefix(row, "| `") {
+			continue
+		}
+		cell, _, _ := strings.Cut(row[2:], " | ")
+		m := route.FindStringSubmatch(cell)
+		if m == nil {
+			continue
+		}
+		documented[m[1]+" "+m[2]] = true
+		if m[4] != "" {
+			documented[m[1]+" "+m[2][:strings.LastIndex(m[2], "/")]+m[4]] = true
+		}
+	}
+	served := map[string]bool{}
+	for _, rt := range (&Gateway{}).routes() {
+		served[rt.method+" "+rt.pattern] = true
+	}
+	require.Equal(t, slices.Sorted(maps.Keys(served)), slices.Sorted(maps.Keys(documented)), "docs/API.md's routes against the router")
 }
