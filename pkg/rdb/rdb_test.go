@@ -14,6 +14,7 @@ import (
 	"github.com/flashsale/flashsale/pkg/internal/testclock"
 	"github.com/flashsale/flashsale/pkg/internal/testsrv"
 	"github.com/flashsale/flashsale/pkg/order"
+	"github.com/flashsale/flashsale/pkg/internal/wait"
 	"github.com/flashsale/flashsale/pkg/rdb"
 )
 
@@ -494,15 +495,25 @@ func TestLeaseRenewsOnlyWhatTheConsumerOwns(t *testing.T) {
 	got, err := s.ReadGroup(ctx, 0, "w1", ">", 10, 10*time.Millisecond)
 	require.NoError(t, err)
 	ids := []string{got[0].StreamID, got[1].StreamID}
-	time.Sleep(30 * time.Millisecond) // let the entries age, to see the idle time reset
+	pending := func() []redis.XPendingExt {
+		pend, err := s.Client().XPendingExt(ctx, &redis.XPendingExtArgs{Stream: rdb.StreamKey(0), Group: rdb.DefaultGroup, Start: "-", End: "+", Count: 10}).Result()
+		require.NoError(t, err)
+		return pend
+	}
+	aged := time.Duration(0)
+	wait.For(t, 10*time.Second, "the entries aged, to see the idle time reset", func() bool {
+		aged = time.Hour
+		for _, p := range pending() {
+			aged = min(aged, p.Idle)
+		}
+		return aged >= 30*time.Millisecond
+	})
 
 	n, err := s.RenewLease(ctx, 0, "w1", ids)
 	require.NoError(t, err)
 	require.Equal(t, 2, n)
-	pend, err := s.Client().XPendingExt(ctx, &redis.XPendingExtArgs{Stream: rdb.StreamKey(0), Group: rdb.DefaultGroup, Start: "-", End: "+", Count: 10}).Result()
-	require.NoError(t, err)
-	for _, p := range pend {
-		require.Less(t, p.Idle, 30*time.Millisecond, "idle time reset")
+	for _, p := range pending() {
+		require.Less(t, p.Idle, aged, "idle time reset")
 		require.EqualValues(t, 1, p.RetryCount, "a renewal is not a delivery")
 	}
 	// Another consumer (a reaper) takes one over; the first cannot take it back.

@@ -48,7 +48,7 @@ func remaining(t *testing.T, env *testenv.Env, v int64) (int64, bool) {
 // to Redis once, marked applied; when Redis misses it (a crash between the
 // stores, Redis down), the reaper's pass applies it, and applies nothing
 // twice. One case per operation.
-func TestRedisMissedIt(t *testing.T) {
+func TestAWriteRedisMissedIsAppliedOnceByTheReaper(t *testing.T) {
 	ctx := context.Background()
 	now := time.Now().UTC().Truncate(time.Millisecond)
 	newVoucher := func(t *testing.T, env *testenv.Env, stock int64) (db.Voucher, db.VoucherChange) {

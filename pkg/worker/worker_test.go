@@ -9,6 +9,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
@@ -71,7 +72,7 @@ func runWorker(t *testing.T, w *worker.Worker) {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		require.NoError(t, w.Run(ctx))
+		assert.NoError(t, w.Run(ctx)) // assert, not require: FailNow belongs to the test's goroutine
 	}()
 	t.Cleanup(func() { cancel(); wg.Wait() })
 }
