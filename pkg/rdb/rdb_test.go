@@ -13,8 +13,8 @@ import (
 
 	"github.com/flashsale/flashsale/pkg/internal/testclock"
 	"github.com/flashsale/flashsale/pkg/internal/testsrv"
-	"github.com/flashsale/flashsale/pkg/order"
 	"github.com/flashsale/flashsale/pkg/internal/wait"
+	"github.com/flashsale/flashsale/pkg/order"
 	"github.com/flashsale/flashsale/pkg/rdb"
 )
 
