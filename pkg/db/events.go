@@ -60,9 +60,9 @@ func encodeSnapshots(snaps []Snapshot) []byte {
 		b = strconv.AppendInt(b, s.OrderID, 10)
 		b = append(b, ',')
 		b = strconv.AppendInt(b, s.VoucherID, 10)
-		for _, str := range []string{s.UserID, s.Status, s.Reason} {
-			b = appendJSONString(append(b, ','), str)
-		}
+		b = appendJSONString(append(b, ','), s.UserID)
+		b = appendJSONString(append(b, ','), s.Status)
+		b = appendJSONString(append(b, ','), s.Reason)
 		b = strconv.AppendInt(append(b, ','), s.Quantity, 10)
 		b = strconv.AppendInt(append(b, ','), s.Amount, 10)
 		b = appendJSONString(append(b, ','), s.Code)

@@ -88,7 +88,7 @@ func (h *headScan) scan(b []byte) bool {
 			copy(h.tail[:], h.tail[1:])
 			h.tail[len(h.tail)-1] = c
 		case h.match >= 0 && h.match < len(teName):
-			if c|0x20 == teName[h.match] || c == teName[h.match] {
+			if c|0x20 == teName[h.match] { // every byte of teName has 0x20 set: this folds case alone
 				h.match++
 				h.te = h.te || h.match == len(teName)
 			} else {

@@ -91,7 +91,7 @@ func withPruneClock(now func() int64) Option {
 }
 
 // WithCountsEvery logs the claims' counts every d instead of
-// app.CountsEvery, for tests.
+// ops.CountsEvery, for tests.
 func WithCountsEvery(d time.Duration) Option { return func(g *Gateway) { g.countsEvery = d } }
 
 // WithClock replaces time.Now, for tests.
@@ -458,7 +458,7 @@ func (g *Gateway) serve(ctx context.Context, ls ...listener) error {
 		}
 		return err
 	}
-	defer app.StartCounts(ctx, g.log, cmp.Or(g.countsEvery, app.CountsEvery), "claims", g.claimTotals)()
+	defer ops.StartCounts(ctx, g.log, cmp.Or(g.countsEvery, ops.CountsEvery), "claims", g.claimTotals)()
 	errc := make(chan error, len(ls))
 	servers := make([]*http.Server, len(ls))
 	for i, l := range ls {

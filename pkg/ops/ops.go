@@ -1,6 +1,7 @@
 // Package ops serves what operators and Kubernetes ask a process: /livez,
 // /readyz, /metrics and, when enabled, /debug/pprof. It listens apart from
-// the gateway's API so probes and scrapes never queue behind claims.
+// the gateway's API so probes and scrapes never queue behind claims. It
+// also logs a role's counts every CountsEvery (counts.go).
 package ops
 
 import (

@@ -3,7 +3,7 @@ package persist
 import (
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/flashsale/flashsale/pkg/app"
+	"github.com/flashsale/flashsale/pkg/ops"
 )
 
 // Order outcomes, the "outcome" label of flashsale_worker_orders_total.
@@ -27,9 +27,9 @@ type ordersMetrics struct {
 // Counts are the orders handled so far by outcome, and the batches.
 func (o *Orders) Counts() map[string]int64 {
 	m := o.metrics
-	return map[string]int64{outcomeCreated: app.CounterValue(m.created), outcomeFailed: app.CounterValue(m.failed),
-		outcomeRedelivered: app.CounterValue(m.redelivered), outcomeDeadLettered: app.CounterValue(m.deadLettered),
-		"batches": app.CounterValue(m.batches)}
+	return map[string]int64{outcomeCreated: ops.CounterValue(m.created), outcomeFailed: ops.CounterValue(m.failed),
+		outcomeRedelivered: ops.CounterValue(m.redelivered), outcomeDeadLettered: ops.CounterValue(m.deadLettered),
+		"batches": ops.CounterValue(m.batches)}
 }
 
 func newOrdersMetrics(reg prometheus.Registerer) *ordersMetrics {

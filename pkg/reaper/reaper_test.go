@@ -467,15 +467,15 @@ func TestALiveWorkerIdlePastTheThresholdIsNotRemoved(t *testing.T) {
 		}
 		return 0, false
 	}
-	const goneAfter = 300 * time.Millisecond
-	// Reading all the while, it looks idle past the threshold (Redis 7.0;
-	// on 7.2 and later a read resets the idle time, and this waits in vain
-	// only if the worker stopped reading).
+	// A threshold shorter than the worker's 50 ms blocking read: it looks
+	// idle past it on every Redis (on 7.0 its idle time only grows while
+	// it reads; on 7.2 and later it is the time since its read began).
+	const goneAfter = 10 * time.Millisecond
 	testenv.Eventually(t, 10*time.Second, "the worker read and looks idle", func() bool {
 		idle, ok := idleOf()
 		return ok && idle >= goneAfter
 	})
-	r := newReaper(t, e, "reaper-1", time.Now, func(c *reaper.Config) { c.ConsumerGoneAfter = goneAfter; c.ClaimMinIdle = 100 * time.Millisecond })
+	r := newReaper(t, e, "reaper-1", time.Now, func(c *reaper.Config) { c.ConsumerGoneAfter = goneAfter; c.ClaimMinIdle = 4 * time.Millisecond })
 	pass, err := r.RunOnce(ctx)
 	require.NoError(t, err)
 	require.Zero(t, pass.ConsumersRemoved)

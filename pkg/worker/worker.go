@@ -16,6 +16,7 @@ import (
 	"github.com/flashsale/flashsale/pkg/app"
 	"github.com/flashsale/flashsale/pkg/backoff"
 	"github.com/flashsale/flashsale/pkg/db"
+	"github.com/flashsale/flashsale/pkg/ops"
 	"github.com/flashsale/flashsale/pkg/persist"
 	"github.com/flashsale/flashsale/pkg/rdb"
 )
@@ -42,7 +43,7 @@ type options struct {
 }
 
 // WithCountsEvery logs the worker's counts every d instead of
-// app.CountsEvery, for tests.
+// ops.CountsEvery, for tests.
 func WithCountsEvery(d time.Duration) Option { return func(o *options) { o.countsEvery = d } }
 
 // WithRegistry registers the worker's metrics with reg (default: a registry
@@ -65,7 +66,7 @@ func New(cfg Config, r *rdb.Store, d *db.Store, log *zap.Logger, opts ...Option)
 	if log == nil {
 		log = zap.NewNop()
 	}
-	o := options{reg: prometheus.NewRegistry(), audit: zap.NewNop(), countsEvery: app.CountsEvery}
+	o := options{reg: prometheus.NewRegistry(), audit: zap.NewNop(), countsEvery: ops.CountsEvery}
 	for _, opt := range opts {
 		opt(&o)
 	}
@@ -92,7 +93,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	defer stopDrain()
 
 	w.log.Info("worker started", zap.Int("partitions", w.redis.Partitions()), zap.Int("batch_size", w.cfg.BatchSize))
-	defer app.StartCounts(ctx, w.log, w.countsEvery, "worker counts", w.counts)()
+	defer ops.StartCounts(ctx, w.log, w.countsEvery, "worker counts", w.counts)()
 	g := new(errgroup.Group)
 	for p := range w.redis.Partitions() {
 		g.Go(func() error { return w.consume(ctx, work, p) })
@@ -106,7 +107,7 @@ func (w *Worker) Run(ctx context.Context) error {
 // batches, and failed attempts at a batch (each retried).
 func (w *Worker) counts() map[string]int64 {
 	c := w.orders.Counts()
-	c["batch_retries"] = app.CounterValue(w.metrics.retries)
+	c["batch_retries"] = ops.CounterValue(w.metrics.retries)
 	return c
 }
 

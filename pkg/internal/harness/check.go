@@ -13,6 +13,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/flashsale/flashsale/pkg/backoff"
 	"github.com/flashsale/flashsale/pkg/db"
 	"github.com/flashsale/flashsale/pkg/order"
 )
@@ -307,7 +308,9 @@ func (s *Stack) EventSequence(ctx context.Context, timeout time.Duration) error 
 		if time.Now().After(deadline) {
 			return fmt.Errorf("events: %d still unsequenced after %s (%v)", n, timeout, err)
 		}
-		time.Sleep(50 * time.Millisecond)
+		if err := backoff.Sleep(ctx, 50*time.Millisecond); err != nil {
+			return err
+		}
 	}
 	var last int64
 	if err := s.DB.DB().WithContext(ctx).Raw("SELECT last FROM event_sequence WHERE id = 1").Scan(&last).Error; err != nil {

@@ -1,4 +1,4 @@
-package app
+package ops
 
 // Each role's counts in its log: one line every CountsEvery of what it did
 // since the last line, nothing when it did nothing.
