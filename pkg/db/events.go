@@ -327,21 +327,26 @@ func (s *Store) EventBacklog(ctx context.Context) (int64, time.Time, error) {
 
 // DeleteEventsBefore deletes sequenced events written before cutoff, a
 // row at a time, oldest sequence first and never past a younger one
-// (what is kept is a run of sequences with no hole), at most limit rows;
-// it returns how many events it deleted.
+// (what is kept is a run of sequences with no hole), nor past an event a
+// sink relayed since cutoff has yet to deliver, at most limit rows; it
+// returns how many events it deleted.
 func (s *Store) DeleteEventsBefore(ctx context.Context, cutoff time.Time, limit int) (int, error) {
 	var page []struct {
 		Sequence, N int64
 		OccurredAt  time.Time
 	}
 	db := s.db.WithContext(ctx)
+	keep, err := sinksKeep(db, cutoff)
+	if err != nil {
+		return 0, fmt.Errorf("find what the sinks need: %w", err)
+	}
 	if err := db.Raw("SELECT sequence, n, occurred_at FROM events WHERE sequence IS NOT NULL ORDER BY sequence LIMIT ?", limit).
 		Scan(&page).Error; err != nil {
 		return 0, fmt.Errorf("find old events: %w", err)
 	}
 	upto, events := int64(-1), int64(0)
 	for _, e := range page {
-		if !e.OccurredAt.Before(cutoff) {
+		if !e.OccurredAt.Before(cutoff) || (keep > 0 && e.Sequence+e.N > keep) {
 			break
 		}
 		upto, events = e.Sequence, events+e.N

@@ -37,10 +37,13 @@ var roleGrants = map[string]map[string]string{
 	},
 	// The worker's (it processes what it takes over), and cancelling,
 	// refunding, applying owed changes and reconciling; a sale's report;
-	// sequencing the events and deleting them past their retention.
+	// sequencing the events, relaying them to the sinks and deleting them
+	// past their retention.
 	"reaper": {
 		"events":          "SELECT, INSERT, UPDATE, DELETE",
 		"event_sequence":  "SELECT, UPDATE",
+		"event_sinks":     "SELECT, INSERT, UPDATE",
+		"event_failures":  "SELECT, INSERT, UPDATE, DELETE",
 		"vouchers":        "SELECT, UPDATE",
 		"items":           "SELECT, UPDATE",
 		"orders":          "SELECT, INSERT, UPDATE",

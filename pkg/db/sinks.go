@@ -1,0 +1,232 @@
+package db
+
+// Where each sink of the order events stands (sql/0016_event_sinks.sql):
+// the reaper's relay holds a sink's lease, sends the events after
+// delivered_upto and moves it on; an event a webhook endpoint did not
+// take in time is recorded in event_failures and the sink moves past it.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"gorm.io/gorm"
+)
+
+// SinkState is where a sink stands.
+type SinkState struct {
+	Name          string
+	DeliveredUpto int64
+	Owner         string
+	LeaseUntil    *time.Time
+	FailingSince  *time.Time
+	Attempts      int
+	LastError     string
+	Disabled      string
+	SeenAt        time.Time
+	// Failed: events recorded failed, of which Redeliver asked again.
+	Failed, Redeliver int64
+	// Oldest: when the oldest event not delivered was written (nil: none).
+	Oldest *time.Time
+}
+
+// HoldSink takes, or renews, owner's lease on the sink name for ttl and
+// returns the sink and whether owner holds it. A sink seen for the first
+// time starts at the last sequence given: it gets the events to come
+// ("reaper events redeliver --after" backfills).
+func (s *Store) HoldSink(ctx context.Context, name, owner string, ttl time.Duration) (SinkState, bool, error) {
+	var st SinkState
+	held := false
+	err := s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		if err := tx.Exec(`INSERT IGNORE INTO event_sinks (name, delivered_upto, seen_at)
+			SELECT ?, last, UTC_TIMESTAMP(3) FROM event_sequence WHERE id = 1`, name).Error; err != nil {
+			return fmt.Errorf("add sink %s: %w", name, err)
+		}
+		var row struct {
+			SinkState
+			Free bool
+		}
+		if err := tx.Raw(`SELECT name, delivered_upto, owner, lease_until, failing_since, attempts, last_error, disabled, seen_at,
+			(owner IS NULL OR owner = ? OR lease_until < UTC_TIMESTAMP(3)) AS free
+			FROM event_sinks WHERE name = ? FOR UPDATE`, owner, name).Scan(&row).Error; err != nil {
+			return fmt.Errorf("read sink %s: %w", name, err)
+		}
+		st = row.SinkState
+		if !row.Free {
+			return nil
+		}
+		held = true
+		st.Owner = owner
+		return tx.Exec(`UPDATE event_sinks SET owner = ?, lease_until = UTC_TIMESTAMP(3) + INTERVAL ? MICROSECOND, seen_at = UTC_TIMESTAMP(3)
+			WHERE name = ?`, owner, ttl.Microseconds(), name).Error
+	}, readCommitted)
+	return st, held, err
+}
+
+// ReleaseSink gives up owner's lease on name (a reaper shutting down).
+func (s *Store) ReleaseSink(ctx context.Context, name, owner string) error {
+	return s.db.WithContext(ctx).Exec("UPDATE event_sinks SET owner = NULL, lease_until = NULL WHERE name = ? AND owner = ?", name, owner).Error
+}
+
+// AdvanceSink records that owner delivered name's events up to upto.
+func (s *Store) AdvanceSink(ctx context.Context, name, owner string, upto int64) error {
+	return s.db.WithContext(ctx).Exec(`UPDATE event_sinks SET delivered_upto = ?, failing_since = NULL, attempts = 0, last_error = ''
+		WHERE name = ? AND owner = ? AND delivered_upto < ?`, upto, name, owner, upto).Error
+}
+
+// SinkFailing records a failed attempt at the event after name's
+// delivered_upto and returns how long that event has been failing.
+func (s *Store) SinkFailing(ctx context.Context, name, owner, cause string) (time.Duration, error) {
+	var failing time.Duration
+	err := s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		if err := tx.Exec(`UPDATE event_sinks SET failing_since = COALESCE(failing_since, UTC_TIMESTAMP(3)), attempts = attempts + 1,
+			last_error = LEFT(?, 255) WHERE name = ? AND owner = ?`, cause, name, owner).Error; err != nil {
+			return err
+		}
+		var us *int64
+		if err := tx.Raw("SELECT TIMESTAMPDIFF(MICROSECOND, failing_since, UTC_TIMESTAMP(3)) FROM event_sinks WHERE name = ?", name).
+			Scan(&us).Error; err != nil {
+			return err
+		}
+		if us != nil {
+			failing = time.Duration(*us) * time.Microsecond
+		}
+		return nil
+	}, readCommitted)
+	return failing, err
+}
+
+// GiveUpSinkEvent records event seq failed for name (after attempts, the
+// last failing with cause) and moves the sink past it.
+func (s *Store) GiveUpSinkEvent(ctx context.Context, name, owner string, seq int64, cause string) error {
+	return s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		res := tx.Exec(`UPDATE event_sinks SET delivered_upto = ?, failing_since = NULL, attempts = 0, last_error = ''
+			WHERE name = ? AND owner = ? AND delivered_upto = ?`, seq, name, owner, seq-1)
+		if res.Error != nil || res.RowsAffected == 0 {
+			return res.Error // another reaper moved it on
+		}
+		return tx.Exec(`INSERT INTO event_failures (sink, sequence, failed_at, attempts, error, redeliver)
+			SELECT name, ?, UTC_TIMESTAMP(3), 1, LEFT(?, 255), 0 FROM event_sinks WHERE name = ?
+			ON DUPLICATE KEY UPDATE failed_at = VALUES(failed_at), attempts = event_failures.attempts + 1, error = VALUES(error), redeliver = 0`,
+			seq, cause, name).Error
+	}, readCommitted)
+}
+
+// DisableSink stops name (the endpoint answered 410 Gone) until
+// RedeliverSink starts it again.
+func (s *Store) DisableSink(ctx context.Context, name, owner, why string) error {
+	return s.db.WithContext(ctx).Exec("UPDATE event_sinks SET disabled = LEFT(?, 255) WHERE name = ? AND owner = ?", why, name, owner).Error
+}
+
+// FailedToRedeliver is up to limit sequences recorded failed for name
+// that an operator asked to redeliver, lowest first.
+func (s *Store) FailedToRedeliver(ctx context.Context, name string, limit int) ([]int64, error) {
+	var seqs []int64
+	err := s.db.WithContext(ctx).Raw("SELECT sequence FROM event_failures WHERE sink = ? AND redeliver = 1 ORDER BY sequence LIMIT ?", name, limit).
+		Scan(&seqs).Error
+	return seqs, err
+}
+
+// Redelivered ends the failure of seq for name: delivered at last (ok),
+// or failed again with cause.
+func (s *Store) Redelivered(ctx context.Context, name string, seq int64, ok bool, cause string) error {
+	db := s.db.WithContext(ctx)
+	if ok {
+		return db.Exec("DELETE FROM event_failures WHERE sink = ? AND sequence = ?", name, seq).Error
+	}
+	return db.Exec(`UPDATE event_failures SET redeliver = 0, attempts = attempts + 1, failed_at = UTC_TIMESTAMP(3), error = LEFT(?, 255)
+		WHERE sink = ? AND sequence = ?`, cause, name, seq).Error
+}
+
+// ErrNoSink is RedeliverSink's error for a sink no reaper has relayed.
+var ErrNoSink = errors.New("no such sink")
+
+// RedeliverSink sends name's events after after again (or for the first
+// time: a backfill), and starts it again if it was disabled.
+func (s *Store) RedeliverSink(ctx context.Context, name string, after int64) error {
+	res := s.db.WithContext(ctx).Exec(`UPDATE event_sinks SET delivered_upto = LEAST(?, (SELECT last FROM event_sequence WHERE id = 1)),
+		failing_since = NULL, attempts = 0, last_error = '', disabled = '' WHERE name = ?`, after, name)
+	if res.Error != nil {
+		return res.Error
+	}
+	if res.RowsAffected == 0 {
+		if n, err := s.sinkCount(ctx, name); err != nil || n == 0 {
+			return errors.Join(fmt.Errorf("%w %q", ErrNoSink, name), err)
+		}
+	}
+	return nil
+}
+
+// RedeliverFailed asks for the events recorded failed for name to be
+// sent again, and returns how many.
+func (s *Store) RedeliverFailed(ctx context.Context, name string) (int64, error) {
+	if n, err := s.sinkCount(ctx, name); err != nil || n == 0 {
+		return 0, errors.Join(fmt.Errorf("%w %q", ErrNoSink, name), err)
+	}
+	res := s.db.WithContext(ctx).Exec("UPDATE event_failures SET redeliver = 1 WHERE sink = ? AND redeliver = 0", name)
+	return res.RowsAffected, res.Error
+}
+
+func (s *Store) sinkCount(ctx context.Context, name string) (int64, error) {
+	var n int64
+	err := s.db.WithContext(ctx).Raw("SELECT COUNT(*) FROM event_sinks WHERE name = ?", name).Scan(&n).Error
+	return n, err
+}
+
+// SinkStates is every sink a reaper has relayed, by name, with its
+// failures and its oldest undelivered event.
+func (s *Store) SinkStates(ctx context.Context) ([]SinkState, error) {
+	db := s.db.WithContext(ctx)
+	var out []SinkState
+	if err := db.Raw(`SELECT name, delivered_upto, owner, lease_until, failing_since, attempts, last_error, disabled, seen_at
+		FROM event_sinks ORDER BY name`).Scan(&out).Error; err != nil {
+		return nil, fmt.Errorf("read the sinks: %w", err)
+	}
+	for i := range out {
+		st := &out[i]
+		if err := db.Raw("SELECT COUNT(*) AS failed, COALESCE(SUM(redeliver), 0) AS redeliver FROM event_failures WHERE sink = ?", st.Name).
+			Row().Scan(&st.Failed, &st.Redeliver); err != nil {
+			return nil, fmt.Errorf("read sink %s's failures: %w", st.Name, err)
+		}
+		oldest, err := s.eventWrittenAt(ctx, st.DeliveredUpto+1)
+		if err != nil {
+			return nil, err
+		}
+		st.Oldest = oldest
+	}
+	return out, nil
+}
+
+// eventWrittenAt is when the event of sequence seq was written (nil: no
+// such event, yet or any more).
+func (s *Store) eventWrittenAt(ctx context.Context, seq int64) (*time.Time, error) {
+	var at []time.Time
+	if err := s.db.WithContext(ctx).Raw(`SELECT occurred_at FROM events WHERE sequence IS NOT NULL AND sequence <= ? AND sequence > ?
+		ORDER BY sequence DESC LIMIT 1`, seq, seq-MaxEventsPerRow).Scan(&at).Error; err != nil {
+		return nil, fmt.Errorf("read event %d: %w", seq, err)
+	}
+	last, err := s.LastSequence(ctx)
+	if err != nil || len(at) == 0 || seq > last {
+		return nil, err
+	}
+	return &at[0], nil
+}
+
+// LastSequence is the last sequence given.
+func (s *Store) LastSequence(ctx context.Context) (int64, error) {
+	var last int64
+	err := s.db.WithContext(ctx).Raw("SELECT last FROM event_sequence WHERE id = 1").Scan(&last).Error
+	return last, err
+}
+
+// sinksKeep is the lowest sequence a sink still needs (delivered_upto +
+// 1) among the sinks relayed since seenSince and not disabled; 0: none.
+func sinksKeep(tx *gorm.DB, seenSince time.Time) (int64, error) {
+	var keep *int64
+	err := tx.Raw("SELECT MIN(delivered_upto) + 1 FROM event_sinks WHERE disabled = '' AND seen_at >= ?", seenSince).Scan(&keep).Error
+	if err != nil || keep == nil {
+		return 0, err
+	}
+	return *keep, nil
+}

@@ -1,0 +1,156 @@
+package event
+
+import (
+	"cmp"
+	"encoding/base64"
+	"fmt"
+	"net/url"
+	"os"
+	"strings"
+	"time"
+)
+
+// Config of the sinks the reaper relays order events to (docs/EVENTS.md,
+// "Sinks"), each optional: webhook endpoints, Kafka. The events API needs
+// none of it.
+type Config struct {
+	// Source is the events' source. Default "flashsale".
+	Source string `envconfig:"FLASHSALE_EVENTS_SOURCE" default:"flashsale"`
+	// WebhookURLs: the endpoints each event is POSTed to, each a sink of
+	// its own.
+	WebhookURLs []string `envconfig:"FLASHSALE_EVENTS_WEBHOOK_URLS"`
+	// WebhookSecret signs the deliveries (Standard Webhooks): "whsec_" and
+	// the base64 of 24 to 64 random bytes.
+	WebhookSecret string `envconfig:"FLASHSALE_EVENTS_WEBHOOK_SECRET"`
+	// WebhookTimeout bounds one delivery. Default 10s.
+	WebhookTimeout time.Duration `envconfig:"FLASHSALE_EVENTS_WEBHOOK_TIMEOUT" default:"10s"`
+	// WebhookRetryFor: an event an endpoint has not taken this long after
+	// its first attempt is recorded failed for it. Default 72h.
+	WebhookRetryFor time.Duration `envconfig:"FLASHSALE_EVENTS_WEBHOOK_RETRY_FOR" default:"72h"`
+	// KafkaBrokers: the seed brokers; none, no Kafka sink.
+	KafkaBrokers []string `envconfig:"FLASHSALE_EVENTS_KAFKA_BROKERS"`
+	// KafkaTopic: the topic events are produced to. Default
+	// "flashsale.events" when brokers are set.
+	KafkaTopic string `envconfig:"FLASHSALE_EVENTS_KAFKA_TOPIC"`
+	// KafkaTLS: connect to the brokers with TLS; KafkaTLSCAFile: the CA
+	// bundle that signs their certificates (default: the system's).
+	KafkaTLS       bool   `envconfig:"FLASHSALE_EVENTS_KAFKA_TLS"`
+	KafkaTLSCAFile string `envconfig:"FLASHSALE_EVENTS_KAFKA_TLS_CA_FILE"`
+	// KafkaSASLMechanism: PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512 (empty:
+	// no SASL), with KafkaSASLUser and KafkaSASLPassword.
+	KafkaSASLMechanism string `envconfig:"FLASHSALE_EVENTS_KAFKA_SASL_MECHANISM"`
+	KafkaSASLUser      string `envconfig:"FLASHSALE_EVENTS_KAFKA_SASL_USER"`
+	KafkaSASLPassword  string `envconfig:"FLASHSALE_EVENTS_KAFKA_SASL_PASSWORD"`
+}
+
+// Defaults of Config.
+const (
+	WebhookTimeoutDefault  = 10 * time.Second
+	WebhookRetryForDefault = 72 * time.Hour
+	KafkaTopicDefault      = "flashsale.events"
+)
+
+// SetDefaults fills the zero fields with the defaults.
+func (c *Config) SetDefaults() {
+	c.Source = cmp.Or(c.Source, DefaultSource)
+	c.WebhookTimeout = cmp.Or(c.WebhookTimeout, WebhookTimeoutDefault)
+	c.WebhookRetryFor = cmp.Or(c.WebhookRetryFor, WebhookRetryForDefault)
+	if len(c.KafkaBrokers) > 0 {
+		c.KafkaTopic = cmp.Or(c.KafkaTopic, KafkaTopicDefault)
+	}
+}
+
+// Validate reports the first wrong value, naming its variable. Call it
+// after SetDefaults.
+func (c *Config) Validate() error {
+	if !ValidSource(c.Source) {
+		return fmt.Errorf("FLASHSALE_EVENTS_SOURCE must be 1-255 printable characters without spaces (a URI-reference), got %q", c.Source)
+	}
+	seen := map[string]bool{}
+	for _, u := range c.WebhookURLs {
+		name, err := WebhookName(u)
+		if err != nil {
+			return fmt.Errorf("FLASHSALE_EVENTS_WEBHOOK_URLS: %w", err)
+		}
+		if seen[name] {
+			return fmt.Errorf("FLASHSALE_EVENTS_WEBHOOK_URLS names %s twice", name)
+		}
+		seen[name] = true
+	}
+	if len(c.WebhookURLs) > 0 || c.WebhookSecret != "" {
+		if _, err := SecretKey(c.WebhookSecret); err != nil {
+			return fmt.Errorf("FLASHSALE_EVENTS_WEBHOOK_SECRET %w", err)
+		}
+	}
+	switch {
+	case c.WebhookTimeout < time.Millisecond:
+		return fmt.Errorf("FLASHSALE_EVENTS_WEBHOOK_TIMEOUT must be at least 1ms, got %s", c.WebhookTimeout)
+	case c.WebhookRetryFor < 0:
+		return fmt.Errorf("FLASHSALE_EVENTS_WEBHOOK_RETRY_FOR must not be negative, got %s", c.WebhookRetryFor)
+	}
+	for _, b := range c.KafkaBrokers {
+		if b == "" || strings.ContainsAny(b, " /") {
+			return fmt.Errorf("FLASHSALE_EVENTS_KAFKA_BROKERS: %q is not host:port", b)
+		}
+	}
+	kafka := len(c.KafkaBrokers) > 0
+	switch {
+	case !kafka && c.KafkaTopic != "":
+		return fmt.Errorf("FLASHSALE_EVENTS_KAFKA_TOPIC is %q but FLASHSALE_EVENTS_KAFKA_BROKERS is empty", c.KafkaTopic)
+	case !kafka && (c.KafkaTLS || c.KafkaTLSCAFile != "" || c.KafkaSASLMechanism != ""):
+		return fmt.Errorf("FLASHSALE_EVENTS_KAFKA_TLS, _TLS_CA_FILE and _SASL_MECHANISM need FLASHSALE_EVENTS_KAFKA_BROKERS")
+	case strings.ContainsAny(c.KafkaTopic, " /,"):
+		return fmt.Errorf("FLASHSALE_EVENTS_KAFKA_TOPIC %q is not a topic name", c.KafkaTopic)
+	}
+	if c.KafkaTLSCAFile != "" {
+		if _, err := os.ReadFile(c.KafkaTLSCAFile); err != nil {
+			return fmt.Errorf("FLASHSALE_EVENTS_KAFKA_TLS_CA_FILE: %w", err)
+		}
+	}
+	switch c.KafkaSASLMechanism {
+	case "":
+	case "PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512":
+		if c.KafkaSASLUser == "" || c.KafkaSASLPassword == "" {
+			return fmt.Errorf("FLASHSALE_EVENTS_KAFKA_SASL_MECHANISM %s needs FLASHSALE_EVENTS_KAFKA_SASL_USER and FLASHSALE_EVENTS_KAFKA_SASL_PASSWORD", c.KafkaSASLMechanism)
+		}
+	default:
+		return fmt.Errorf("FLASHSALE_EVENTS_KAFKA_SASL_MECHANISM must be PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512, got %q", c.KafkaSASLMechanism)
+	}
+	return nil
+}
+
+// WebhookName is the sink name of a webhook endpoint: "webhook:" and its
+// URL without credentials, query or fragment (what an operator passes to
+// "reaper events redeliver --sink"). An URL that is not http(s) with a
+// host is an error.
+func WebhookName(raw string) (string, error) {
+	u, err := url.Parse(strings.TrimSpace(raw))
+	if err != nil {
+		return "", fmt.Errorf("%q is not a URL", raw)
+	}
+	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return "", fmt.Errorf("%q is not an http(s) URL with a host", raw)
+	}
+	name := "webhook:" + u.Scheme + "://" + u.Host + u.EscapedPath()
+	if len(name) > 255 {
+		return "", fmt.Errorf("%q is longer than 240 characters", raw)
+	}
+	return name, nil
+}
+
+// SecretKey is the signing key of a Standard Webhooks secret: "whsec_"
+// and the base64 of 24 to 64 bytes.
+func SecretKey(secret string) ([]byte, error) {
+	b64, ok := strings.CutPrefix(secret, "whsec_")
+	if !ok {
+		return nil, fmt.Errorf("must begin with whsec_ (Standard Webhooks)")
+	}
+	key, err := base64.StdEncoding.DecodeString(b64)
+	if err != nil {
+		return nil, fmt.Errorf("must be whsec_ and base64: %v", err)
+	}
+	if len(key) < 24 || len(key) > 64 {
+		return nil, fmt.Errorf("must hold 24 to 64 bytes after whsec_, holds %d", len(key))
+	}
+	return key, nil
+}

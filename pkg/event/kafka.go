@@ -1,0 +1,123 @@
+package event
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/sasl/plain"
+	"github.com/twmb/franz-go/pkg/sasl/scram"
+)
+
+// Kafka is the Kafka sink: a record per event, keyed by its order id (one
+// order's events land in one partition, in order), the event's JSON its
+// value, the CloudEvents attributes beside it as ce_ headers. franz-go's
+// producer is idempotent: a retry inside the client is not a duplicate.
+type Kafka struct {
+	client *kgo.Client
+	topic  string
+}
+
+// NewKafka is the Kafka sink of cfg (KafkaBrokers set). It does not dial:
+// the first Send does, and waits for brokers that are not there yet.
+func NewKafka(cfg Config) (*Kafka, error) {
+	opts := []kgo.Opt{
+		kgo.SeedBrokers(cfg.KafkaBrokers...),
+		kgo.DefaultProduceTopic(cfg.KafkaTopic),
+		kgo.ProducerLinger(time.Millisecond),
+		kgo.ClientID("flashsale-reaper"),
+	}
+	if cfg.KafkaTLS || cfg.KafkaTLSCAFile != "" {
+		tc := &tls.Config{MinVersion: tls.VersionTLS12}
+		if cfg.KafkaTLSCAFile != "" {
+			pem, err := os.ReadFile(cfg.KafkaTLSCAFile)
+			if err != nil {
+				return nil, fmt.Errorf("FLASHSALE_EVENTS_KAFKA_TLS_CA_FILE: %w", err)
+			}
+			tc.RootCAs = x509.NewCertPool()
+			if !tc.RootCAs.AppendCertsFromPEM(pem) {
+				return nil, fmt.Errorf("FLASHSALE_EVENTS_KAFKA_TLS_CA_FILE %s holds no PEM certificate", cfg.KafkaTLSCAFile)
+			}
+		}
+		opts = append(opts, kgo.DialTLSConfig(tc))
+	}
+	switch cfg.KafkaSASLMechanism {
+	case "PLAIN":
+		opts = append(opts, kgo.SASL(plain.Auth{User: cfg.KafkaSASLUser, Pass: cfg.KafkaSASLPassword}.AsMechanism()))
+	case "SCRAM-SHA-256":
+		opts = append(opts, kgo.SASL(scram.Auth{User: cfg.KafkaSASLUser, Pass: cfg.KafkaSASLPassword}.AsSha256Mechanism()))
+	case "SCRAM-SHA-512":
+		opts = append(opts, kgo.SASL(scram.Auth{User: cfg.KafkaSASLUser, Pass: cfg.KafkaSASLPassword}.AsSha512Mechanism()))
+	}
+	client, err := kgo.NewClient(opts...)
+	if err != nil {
+		return nil, fmt.Errorf("FLASHSALE_EVENTS_KAFKA_BROKERS: %w", err)
+	}
+	return &Kafka{client: client, topic: cfg.KafkaTopic}, nil
+}
+
+// Name is "kafka".
+func (k *Kafka) Name() string { return "kafka" }
+
+// Close closes the client, waiting at most 5 s for it: records already
+// sent to a broker that went away cannot be failed by an idempotent
+// producer, and a reaper shutting down does not wait for the broker.
+func (k *Kafka) Close() {
+	done := make(chan struct{})
+	go func() { k.client.Close(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+	}
+}
+
+// Send produces msgs and waits until each is acknowledged or failed, or
+// until ctx ends: then the records not acknowledged count as not
+// delivered (the client may still deliver them: a duplicate, never a
+// loss).
+func (k *Kafka) Send(ctx context.Context, msgs []Message) (int, error) {
+	errs := make([]error, len(msgs))
+	var wg sync.WaitGroup
+	wg.Add(len(msgs))
+	for i, m := range msgs {
+		k.client.Produce(ctx, Record(m), func(_ *kgo.Record, err error) {
+			errs[i] = err
+			wg.Done()
+		})
+	}
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		return 0, &Failure{Cause: "timeout", Err: fmt.Errorf("kafka: no acknowledgement: %w", ctx.Err())}
+	}
+	for i, err := range errs {
+		if err != nil {
+			cause := "kafka"
+			if errors.Is(err, context.DeadlineExceeded) {
+				cause = "timeout"
+			}
+			return i, &Failure{Cause: cause, Err: err}
+		}
+	}
+	return len(msgs), nil
+}
+
+// Record is m as a Kafka record: key the order id, value the event, the
+// CloudEvents attributes as ce_ headers (the Kafka binding's names) and
+// content-type.
+func Record(m Message) *kgo.Record {
+	h := func(k, v string) kgo.RecordHeader { return kgo.RecordHeader{Key: k, Value: []byte(v)} }
+	return &kgo.Record{Key: []byte(m.Subject), Value: m.Body, Headers: []kgo.RecordHeader{
+		h("content-type", ContentType),
+		h("ce_specversion", m.SpecVersion), h("ce_id", m.ID), h("ce_source", m.Source), h("ce_type", m.Type),
+		h("ce_subject", m.Subject), h("ce_time", m.Time), h("ce_sequence", m.Sequence),
+	}}
+}

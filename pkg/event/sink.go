@@ -1,0 +1,59 @@
+package event
+
+import (
+	"context"
+	"errors"
+	"strconv"
+)
+
+// Message is an event as the sinks send it: its body made once, and what
+// a sink puts beside it.
+type Message struct {
+	Event
+	Seq  int64
+	Body []byte
+}
+
+// NewMessage is e as a sink sends it.
+func NewMessage(e Event) Message {
+	seq, _ := strconv.ParseInt(e.Sequence, 10, 64)
+	return Message{Event: e, Seq: seq, Body: e.JSON()}
+}
+
+// Sink delivers events somewhere: Kafka, one webhook endpoint.
+type Sink interface {
+	// Name names the sink in metrics, the events CLI and event_sinks:
+	// "kafka", "webhook:https://host/path".
+	Name() string
+	// Send delivers msgs (in sequence order) and returns how many of
+	// them, from the first, were delivered; when that is not all, the
+	// error (a *Failure) is msgs[n]'s. Events after msgs[n] may have been
+	// delivered too: they are delivered again (at least once).
+	Send(ctx context.Context, msgs []Message) (int, error)
+	// Close releases the sink's connections.
+	Close()
+}
+
+// Failure is why a delivery failed: Cause is a metric's label (http_4xx,
+// http_5xx, gone, timeout, refused, connection, kafka).
+type Failure struct {
+	Cause string
+	// Gone: the endpoint answered 410 Gone; it takes nothing more until
+	// an operator starts it again.
+	Gone bool
+	Err  error
+}
+
+func (f *Failure) Error() string { return f.Cause + ": " + f.Err.Error() }
+func (f *Failure) Unwrap() error { return f.Err }
+
+// CauseOf is err's cause label ("other" when it is not a *Failure).
+func CauseOf(err error) string {
+	if f, ok := errors.AsType[*Failure](err); ok {
+		return f.Cause
+	}
+	return "other"
+}
+
+// Causes are every cause a failure may give, for the metrics to start at 0.
+var Causes = []string{"http_3xx", "http_4xx", "http_5xx", "gone", "timeout", "refused", "connection", "kafka", "other"}
