@@ -9,6 +9,10 @@ type metrics struct {
 	eventsUnsequenced, eventsOldestAge                          prometheus.Gauge
 	drawSeconds                                                 prometheus.Histogram
 	storeDifferences, vouchersDiffering, lastCheck              prometheus.Gauge
+	// Per sink of the order events (the relay).
+	sinkDelivered, sinkGivenUp     *prometheus.CounterVec // sink
+	sinkFailures                   *prometheus.CounterVec // sink, cause
+	sinkUndelivered, sinkOldestAge *prometheus.GaugeVec   // sink
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -37,8 +41,21 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	m.vouchersDiffering = g("flashsale_reconcile_vouchers_differing", "Vouchers not admitting whose Redis state differs from MySQL's, at the last check.")
 	m.eventsUnsequenced = g("flashsale_events_unsequenced", "Order events committed and not yet given their sequence, at the sequencer's last pass.")
 	m.eventsOldestAge = g("flashsale_events_oldest_unsequenced_age_seconds", "Age of the oldest order event not yet given its sequence, at the sequencer's last pass (0: none).")
+	sink := []string{"sink"}
+	m.sinkDelivered = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "flashsale_events_delivered_total",
+		Help: "Order events delivered, by sink (kafka, webhook:URL); a redelivery counts again."}, sink)
+	m.sinkGivenUp = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "flashsale_events_failed_total",
+		Help: "Order events a webhook endpoint did not take within FLASHSALE_EVENTS_WEBHOOK_RETRY_FOR, recorded failed, by sink."}, sink)
+	m.sinkFailures = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "flashsale_events_delivery_failures_total",
+		Help: "Failed attempts to deliver order events, by sink and cause (http_3xx, http_4xx, http_5xx, gone, timeout, refused, connection, kafka, other)."},
+		[]string{"sink", "cause"})
+	m.sinkUndelivered = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "flashsale_events_undelivered",
+		Help: "Order events sequenced and not yet delivered to the sink, as the reaper relaying it last saw (0 on the other reapers)."}, sink)
+	m.sinkOldestAge = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "flashsale_events_oldest_undelivered_age_seconds",
+		Help: "Age of the oldest order event not yet delivered to the sink, as the reaper relaying it last saw (0: none, or another reaper relays it)."}, sink)
 	m.lastCheck = g("flashsale_reconcile_last_check_timestamp_seconds", "When the checker last compared the stores.")
 	reg.MustRegister(m.passes, m.claimed, m.deadLetters, m.cancelled, m.released, m.consumersRemoved, m.refunded, m.drawn, m.drawSeconds,
-		m.storeDifferences, m.vouchersDiffering, m.lastCheck, m.eventsSequenced, m.eventsDeleted, m.eventsUnsequenced, m.eventsOldestAge)
+		m.storeDifferences, m.vouchersDiffering, m.lastCheck, m.eventsSequenced, m.eventsDeleted, m.eventsUnsequenced, m.eventsOldestAge,
+		m.sinkDelivered, m.sinkGivenUp, m.sinkFailures, m.sinkUndelivered, m.sinkOldestAge)
 	return m
 }

@@ -21,6 +21,7 @@ import (
 
 	"github.com/flashsale/flashsale/pkg/backoff"
 	"github.com/flashsale/flashsale/pkg/db"
+	"github.com/flashsale/flashsale/pkg/event"
 	"github.com/flashsale/flashsale/pkg/persist"
 	"github.com/flashsale/flashsale/pkg/rdb"
 )
@@ -65,7 +66,13 @@ type Config struct {
 	// EventsRetention: how long a sequenced event is kept (for the events
 	// API's catch-up) before it is deleted. Default 168h.
 	EventsRetention time.Duration `envconfig:"FLASHSALE_EVENTS_RETENTION" default:"168h"`
+	// EventsConfig configures the sinks the relay sends the events to.
+	EventsConfig
 }
+
+// EventsConfig is the events' sinks' configuration, embedded in Config so
+// its variables keep their names.
+type EventsConfig = event.Config
 
 // Defaults of Config: one constant per field, used when the field is zero.
 const (
@@ -94,6 +101,7 @@ func (c *Config) SetDefaults() {
 	c.CheckInterval = cmp.Or(c.CheckInterval, CheckIntervalDefault)
 	c.EventsInterval = cmp.Or(c.EventsInterval, EventsIntervalDefault)
 	c.EventsRetention = cmp.Or(c.EventsRetention, EventsRetentionDefault)
+	c.EventsConfig.SetDefaults()
 	c.Config.SetDefaults()
 }
 
@@ -130,6 +138,9 @@ func (c *Config) Validate() error {
 		// less than the claim min-idle may still be working on a batch.
 		return fmt.Errorf("FLASHSALE_CONSUMER_GONE_AFTER (%s) must be longer than FLASHSALE_CLAIM_MIN_IDLE (%s)", c.ConsumerGoneAfter, c.ClaimMinIdle)
 	}
+	if err := c.EventsConfig.Validate(); err != nil {
+		return err
+	}
 	return c.Config.Validate()
 }
 
@@ -143,6 +154,7 @@ type Reaper struct {
 	now     func() time.Time
 	audit   *zap.Logger
 	metrics *metrics
+	sinks   []event.Sink
 }
 
 // Option changes a Reaper.
@@ -183,8 +195,12 @@ func New(cfg Config, r *rdb.Store, d *db.Store, log *zap.Logger, opts ...Option)
 	}
 	o.reg.MustRegister(rdb.NewStreamCollector(r).ExportedBy(cfg.Consumer))
 	log = log.Named("reaper").With(zap.String("consumer", cfg.Consumer))
+	sk, err := sinks(cfg.EventsConfig)
+	if err != nil {
+		return nil, err
+	}
 	return &Reaper{cfg: cfg, redis: r, db: d, orders: persist.NewOrders(cfg.Config, r, d, log, o.audit, o.reg),
-		now: o.now, audit: o.audit, metrics: newMetrics(o.reg), log: log}, nil
+		now: o.now, audit: o.audit, metrics: newMetrics(o.reg), log: log, sinks: sk}, nil
 }
 
 // Pass is what one pass did.
@@ -277,7 +293,14 @@ func (r *Reaper) Run(ctx context.Context) error {
 			r.loop(ctx, s)
 		}()
 	}
+	for _, s := range r.sinks {
+		rl := r.newRelay(s)
+		wg.Go(func() { rl.run(ctx) })
+	}
 	wg.Wait()
+	for _, s := range r.sinks {
+		s.Close()
+	}
 	r.log.Info("reaper stopped")
 	return nil
 }

@@ -1,0 +1,389 @@
+// Package testsink holds the real receivers the events' sinks are tested
+// against: a webhook endpoint that verifies every delivery by Standard
+// Webhooks' rules, written here from the spec and not with the sender's
+// code; a Kafka broker (franz-go's kfake, the Kafka protocol in process)
+// read back with franz-go's consumer; and Check, which holds what a sink
+// received to the outbox.
+package testsink
+
+import (
+	"bytes"
+	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/flashsale/flashsale/pkg/db"
+)
+
+// Delivery is an event as a sink received it.
+type Delivery struct {
+	ID, Type, Subject, Sequence string
+	Body                        []byte
+}
+
+// Secret is a Standard Webhooks secret for tests.
+var Secret = "whsec_" + base64.StdEncoding.EncodeToString([]byte("flashsale-test-signing-key-32byt"))
+
+// Answer is how a Receiver answers a delivery.
+type Answer int
+
+const (
+	OK    Answer = iota // 204
+	Fail                // 500
+	Hang                // no answer until the client gives up
+	Close               // the connection closed without an answer
+	Gone                // 410
+)
+
+// Receiver is a webhook endpoint over real HTTP.
+type Receiver struct {
+	URL      string
+	srv      *httptest.Server
+	key      []byte
+	mu       sync.Mutex
+	got      []Delivery
+	bad      []string
+	requests int
+	answer   func(request int) Answer
+	hung     chan struct{}
+}
+
+// NewReceiver starts an endpoint that verifies deliveries signed with
+// Secret and answers OK until Answer says otherwise.
+func NewReceiver(t testing.TB) *Receiver {
+	key, err := base64.StdEncoding.DecodeString(strings.TrimPrefix(Secret, "whsec_"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &Receiver{key: key, answer: func(int) Answer { return OK }, hung: make(chan struct{})}
+	r.srv = httptest.NewServer(http.HandlerFunc(r.serve))
+	r.URL = r.srv.URL + "/hooks/flashsale"
+	t.Cleanup(func() {
+		close(r.hung)
+		r.srv.CloseClientConnections()
+		r.srv.Close()
+	})
+	return r
+}
+
+// Answer sets how the endpoint answers its n-th request (from 1) from now on.
+func (r *Receiver) Answer(f func(request int) Answer) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.answer = f
+}
+
+// Always answers a every request from now on.
+func (r *Receiver) Always(a Answer) { r.Answer(func(int) Answer { return a }) }
+
+func (r *Receiver) serve(w http.ResponseWriter, req *http.Request) {
+	body, err := io.ReadAll(req.Body)
+	r.mu.Lock()
+	r.requests++
+	answer := r.answer(r.requests)
+	if err == nil {
+		if problem := r.verify(req, body); problem != "" {
+			r.bad = append(r.bad, problem)
+			answer = Fail
+		}
+	}
+	if answer == OK && err == nil {
+		var ev struct {
+			ID, Type, Subject, Sequence string
+		}
+		if jerr := json.Unmarshal(body, &ev); jerr != nil {
+			r.bad = append(r.bad, "body is not JSON: "+jerr.Error())
+		}
+		r.got = append(r.got, Delivery{ID: ev.ID, Type: ev.Type, Subject: ev.Subject, Sequence: ev.Sequence, Body: body})
+	}
+	r.mu.Unlock()
+	switch answer {
+	case OK:
+		w.WriteHeader(http.StatusNoContent)
+	case Fail:
+		http.Error(w, "down for maintenance", http.StatusInternalServerError)
+	case Gone:
+		w.WriteHeader(http.StatusGone)
+	case Hang:
+		select {
+		case <-req.Context().Done():
+		case <-r.hung:
+		}
+	case Close:
+		if c, _, herr := http.NewResponseController(w).Hijack(); herr == nil {
+			c.Close()
+		}
+	}
+}
+
+// verify checks a delivery by the Standard Webhooks rules: the three
+// headers, a timestamp within five minutes, a v1 signature that is the
+// HMAC-SHA256 of "id.timestamp.body" under the secret's key; and the
+// CloudEvents content type. It returns what is wrong ("" nothing).
+func (r *Receiver) verify(req *http.Request, body []byte) string {
+	id, ts, sigs := req.Header.Get("webhook-id"), req.Header.Get("webhook-timestamp"), req.Header.Get("webhook-signature")
+	if id == "" || ts == "" || sigs == "" {
+		return "missing a webhook- header"
+	}
+	if ct := req.Header.Get("Content-Type"); ct != "application/cloudevents+json" {
+		return "content type " + ct
+	}
+	sec, err := strconv.ParseInt(ts, 10, 64)
+	if err != nil || time.Since(time.Unix(sec, 0)).Abs() > 5*time.Minute {
+		return "timestamp " + ts + " not within 5 minutes"
+	}
+	mac := hmac.New(sha256.New, r.key)
+	fmt.Fprintf(mac, "%s.%s.", id, ts)
+	mac.Write(body)
+	want := mac.Sum(nil)
+	for _, s := range strings.Fields(sigs) {
+		v, b64, _ := strings.Cut(s, ",")
+		got, err := base64.StdEncoding.DecodeString(b64)
+		if v == "v1" && err == nil && hmac.Equal(got, want) {
+			var ev struct{ ID string }
+			if json.Unmarshal(body, &ev) == nil && ev.ID != id {
+				return "webhook-id " + id + " is not the event's id " + ev.ID
+			}
+			return ""
+		}
+	}
+	return "no valid v1 signature in " + sigs
+}
+
+// Deliveries is what the endpoint took (answered 2xx), in arrival order.
+func (r *Receiver) Deliveries() []Delivery {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.got)
+}
+
+// Requests is how many requests reached the endpoint.
+func (r *Receiver) Requests() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.requests
+}
+
+// Unverified is every delivery that failed verification, and why.
+func (r *Receiver) Unverified() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.bad)
+}
+
+// Kafka is an in-process Kafka broker that can be stopped and started
+// again on its port with what it held.
+type Kafka struct {
+	Topic string
+	dir   string
+	port  int
+	mu    sync.Mutex
+	c     *kfake.Cluster
+}
+
+// NewKafka starts a broker with topic (3 partitions).
+func NewKafka(t testing.TB, topic string) *Kafka {
+	k := &Kafka{Topic: topic, dir: t.TempDir()}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	k.port = l.Addr().(*net.TCPAddr).Port
+	l.Close()
+	if err := k.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(k.Stop)
+	return k
+}
+
+// Addr is the broker's host:port.
+func (k *Kafka) Addr() string { return "127.0.0.1:" + strconv.Itoa(k.port) }
+
+// Start starts the broker (again), with what it held when stopped.
+func (k *Kafka) Start() error {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.c != nil {
+		return nil
+	}
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.Ports(k.port), kfake.DataDir(k.dir), kfake.SyncWrites(),
+		kfake.SeedTopics(3, k.Topic))
+	if err != nil {
+		return err
+	}
+	k.c = c
+	return nil
+}
+
+// Stop stops the broker: connections refused until Start.
+func (k *Kafka) Stop() {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.c != nil {
+		k.c.Close()
+		k.c = nil
+	}
+}
+
+// Deliveries reads every record of the topic, partition by partition in
+// offset order, and checks each record's headers agree with its value.
+func (k *Kafka) Deliveries(ctx context.Context) ([]Delivery, []string, error) {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(k.Addr()), kgo.ConsumeTopics(k.Topic),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	if err != nil {
+		return nil, nil, err
+	}
+	defer cl.Close()
+	ends, err := kadm.NewClient(cl).ListEndOffsets(ctx, k.Topic)
+	if err != nil {
+		return nil, nil, err
+	}
+	want := map[int32]int64{}
+	ends.Each(func(o kadm.ListedOffset) {
+		if o.Offset > 0 {
+			want[o.Partition] = o.Offset
+		}
+	})
+	byPart := map[int32][]Delivery{}
+	var bad []string
+	for len(want) > 0 {
+		fs := cl.PollFetches(ctx)
+		if err := ctx.Err(); err != nil {
+			return nil, nil, fmt.Errorf("reading the topic: %w", err)
+		}
+		fs.EachRecord(func(rec *kgo.Record) {
+			d, problem := fromRecord(rec)
+			if problem != "" {
+				bad = append(bad, problem)
+			}
+			byPart[rec.Partition] = append(byPart[rec.Partition], d)
+			if rec.Offset+1 >= want[rec.Partition] {
+				delete(want, rec.Partition)
+			}
+		})
+	}
+	var out []Delivery
+	for _, p := range slices.Sorted(func(yield func(int32) bool) {
+		for p := range byPart {
+			if !yield(p) {
+				return
+			}
+		}
+	}) {
+		out = append(out, byPart[p]...)
+	}
+	return out, bad, nil
+}
+
+// fromRecord is the record's event, and what is wrong with the record.
+func fromRecord(rec *kgo.Record) (Delivery, string) {
+	var ev struct {
+		SpecVersion, ID, Source, Type, Subject, Time, Sequence string
+	}
+	if err := json.Unmarshal(rec.Value, &ev); err != nil {
+		return Delivery{}, "record value is not JSON"
+	}
+	d := Delivery{ID: ev.ID, Type: ev.Type, Subject: ev.Subject, Sequence: ev.Sequence, Body: rec.Value}
+	h := map[string]string{}
+	for _, x := range rec.Headers {
+		h[x.Key] = string(x.Value)
+	}
+	want := map[string]string{"content-type": "application/cloudevents+json", "ce_specversion": ev.SpecVersion, "ce_id": ev.ID,
+		"ce_source": ev.Source, "ce_type": ev.Type, "ce_subject": ev.Subject, "ce_time": ev.Time, "ce_sequence": ev.Sequence}
+	for k, v := range want {
+		if h[k] != v {
+			return d, fmt.Sprintf("record %s: header %s is %q, the event says %q", ev.ID, k, h[k], v)
+		}
+	}
+	if string(rec.Key) != ev.Subject {
+		return d, fmt.Sprintf("record %s: key %q is not the order id %s", ev.ID, rec.Key, ev.Subject)
+	}
+	return d, ""
+}
+
+// Check holds what a sink received to want, the events it should have
+// (sequenced, in sequence order): every one received at least once, the
+// sequence with no gap, a duplicate the same bytes as the first, nothing
+// that is not an event of want, and each order's events in the order of
+// their sequences. It returns what is wrong.
+func Check(want []db.Event, got []Delivery) []string {
+	var problems []string
+	add := func(format string, args ...any) {
+		if len(problems) < 20 {
+			problems = append(problems, fmt.Sprintf(format, args...))
+		}
+	}
+	byID := map[string]db.Event{}
+	for i, e := range want {
+		if e.Sequence != want[0].Sequence+int64(i) {
+			add("the outbox's sequences have a gap at %d", e.Sequence)
+		}
+		byID[e.ID()] = e
+	}
+	first := map[string][]byte{}
+	lastSeq := map[string]int64{}
+	for _, d := range got {
+		e, ok := byID[d.ID]
+		if !ok {
+			add("received %s (sequence %s), not an event of the outbox", d.ID, d.Sequence)
+			continue
+		}
+		if d.Sequence != strconv.FormatInt(e.Sequence, 10) || d.Type != "order."+e.Status || d.Subject != strconv.FormatInt(e.OrderID, 10) {
+			add("received %s as sequence %s type %s subject %s; the outbox says %d order.%s %d", d.ID, d.Sequence, d.Type, d.Subject, e.Sequence, e.Status, e.OrderID)
+		}
+		if b, seen := first[d.ID]; seen {
+			if !bytes.Equal(b, d.Body) {
+				add("event %s received twice with different bodies", d.ID)
+			}
+			continue
+		}
+		first[d.ID] = d.Body
+		if e.Sequence < lastSeq[d.Subject] {
+			add("order %s: event %d received after %d", d.Subject, e.Sequence, lastSeq[d.Subject])
+		}
+		lastSeq[d.Subject] = max(lastSeq[d.Subject], e.Sequence)
+	}
+	missing := 0
+	for _, e := range want {
+		if _, ok := first[e.ID()]; !ok {
+			if missing++; missing <= 5 {
+				add("event %s (sequence %d, order %d %s) never received", e.ID(), e.Sequence, e.OrderID, e.Status)
+			}
+		}
+	}
+	if missing > 5 {
+		add("%d events never received in all", missing)
+	}
+	return problems
+}
+
+// Duplicates is how many deliveries repeated an event already received.
+func Duplicates(got []Delivery) int {
+	seen := map[string]bool{}
+	n := 0
+	for _, d := range got {
+		if seen[d.ID] {
+			n++
+		}
+		seen[d.ID] = true
+	}
+	return n
+}

@@ -1,0 +1,260 @@
+package reaper
+
+// The relay: each sink of the order events (a webhook endpoint, Kafka;
+// FLASHSALE_EVENTS_*) has a loop of its own, so a slow or dead one holds
+// back no other. The reaper that holds a sink's lease in event_sinks
+// sends the sequenced events after the sink's delivered_upto, in sequence
+// order, and moves delivered_upto on once they are delivered: while
+// reapers live each event goes out once per sink; after a crash the next
+// holder sends again what was not recorded (at least once, the same id,
+// sequence and body). A failing event is retried with exponential backoff
+// and jitter; a webhook endpoint that has not taken it within
+// FLASHSALE_EVENTS_WEBHOOK_RETRY_FOR has it recorded failed, and one that
+// answers 410 Gone is stopped until an operator starts it again.
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/flashsale/flashsale/pkg/backoff"
+	"github.com/flashsale/flashsale/pkg/db"
+	"github.com/flashsale/flashsale/pkg/event"
+)
+
+// Relay timings: the lease on a sink (at least three webhook timeouts),
+// the pause of a relay with nothing to send, the first retry's pause.
+const (
+	relayLeaseMin   = 30 * time.Second
+	relayPoll       = 200 * time.Millisecond
+	relayRetryFirst = time.Second
+	// A webhook endpoint's retries back off up to an hour; Kafka's (the
+	// client retries within a send besides) up to 5 s.
+	webhookRetryMax = time.Hour
+	kafkaRetryMax   = 5 * time.Second
+	// Events per send: Kafka's batch; a webhook endpoint's, over its lanes.
+	kafkaBatch   = 1000
+	webhookBatch = 8 * event.WebhookLanes
+)
+
+// relay is one sink's loop.
+type relay struct {
+	r        *Reaper
+	sink     event.Sink
+	batch    int
+	retryFor time.Duration // 0: retried until delivered
+	retry    *backoff.Backoff
+	lease    time.Duration
+	log      *zap.Logger
+}
+
+// sinks builds the sinks FLASHSALE_EVENTS_* configure.
+func sinks(cfg event.Config) ([]event.Sink, error) {
+	var out []event.Sink
+	for _, u := range cfg.WebhookURLs {
+		w, err := event.NewWebhook(u, cfg.WebhookSecret, cfg.WebhookTimeout)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, w)
+	}
+	if len(cfg.KafkaBrokers) > 0 {
+		k, err := event.NewKafka(cfg)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, k)
+	}
+	return out, nil
+}
+
+func (r *Reaper) newRelay(s event.Sink) *relay {
+	rl := &relay{r: r, sink: s, batch: kafkaBatch, retry: backoff.New(relayRetryFirst, kafkaRetryMax),
+		lease: max(relayLeaseMin, 3*r.cfg.EventsConfig.WebhookTimeout), log: r.log.With(zap.String("sink", s.Name()))}
+	if _, ok := s.(*event.Webhook); ok {
+		rl.batch, rl.retryFor, rl.retry = webhookBatch, r.cfg.EventsConfig.WebhookRetryFor, backoff.New(relayRetryFirst, webhookRetryMax)
+	}
+	for _, c := range event.Causes {
+		r.metrics.sinkFailures.WithLabelValues(s.Name(), c)
+	}
+	r.metrics.sinkDelivered.WithLabelValues(s.Name())
+	r.metrics.sinkGivenUp.WithLabelValues(s.Name())
+	return rl
+}
+
+// run relays until ctx ends, then gives the lease up.
+func (rl *relay) run(ctx context.Context) {
+	name := rl.sink.Name()
+	rl.log.Info("relaying order events")
+	for ctx.Err() == nil {
+		wait := rl.step(ctx)
+		if rl.sleep(ctx, wait) != nil {
+			break
+		}
+	}
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if err := rl.r.db.ReleaseSink(rctx, name, rl.r.cfg.Consumer); err != nil {
+		rl.log.Warn("could not give up the sink's lease", zap.Error(err))
+	}
+}
+
+// sleep waits d, renewing the lease meanwhile so a backoff is not taken
+// over by another reaper retrying at once.
+func (rl *relay) sleep(ctx context.Context, d time.Duration) error {
+	for d > 0 {
+		step := min(d, rl.lease/3)
+		if err := backoff.Sleep(ctx, step); err != nil {
+			return err
+		}
+		d -= step
+		if d > 0 {
+			if _, _, err := rl.r.db.HoldSink(ctx, rl.sink.Name(), rl.r.cfg.Consumer, rl.lease); err != nil {
+				return nil // the next step says what failed
+			}
+		}
+	}
+	return nil
+}
+
+// step is one turn of the loop: hold the lease, redeliver what an
+// operator asked for, send the next events; it returns the pause before
+// the next turn.
+func (rl *relay) step(ctx context.Context) time.Duration {
+	name, owner, m := rl.sink.Name(), rl.r.cfg.Consumer, rl.r.metrics
+	st, held, err := rl.r.db.HoldSink(ctx, name, owner, rl.lease)
+	if err != nil {
+		rl.log.Warn("could not hold the sink's lease", zap.Error(err))
+		return rl.retry.Next()
+	}
+	if !held { // another reaper relays it; its gauges say how it goes
+		m.sinkUndelivered.WithLabelValues(name).Set(0)
+		m.sinkOldestAge.WithLabelValues(name).Set(0)
+		return rl.lease / 3
+	}
+	if err := rl.redeliverFailed(ctx); err != nil {
+		rl.log.Warn("could not redeliver failed events", zap.Error(err))
+	}
+	var events []db.Event
+	if st.Disabled == "" {
+		if events, err = rl.r.db.Events(ctx, st.DeliveredUpto, rl.batch); err != nil {
+			rl.log.Warn("could not read events", zap.Error(err))
+			return rl.retry.Next()
+		}
+	}
+	rl.gauges(ctx, st, events)
+	if len(events) == 0 {
+		return relayPoll
+	}
+	msgs := make([]event.Message, len(events))
+	for i, e := range events {
+		msgs[i] = event.NewMessage(event.Of(rl.r.cfg.EventsConfig.Source, e))
+	}
+	sctx, cancel := context.WithTimeout(ctx, rl.lease/2)
+	n, sendErr := rl.sink.Send(sctx, msgs)
+	cancel()
+	if n > 0 {
+		m.sinkDelivered.WithLabelValues(name).Add(float64(n))
+		if err := rl.r.db.AdvanceSink(ctx, name, owner, msgs[n-1].Seq); err != nil {
+			rl.log.Warn("could not record the events delivered", zap.Int64("upto", msgs[n-1].Seq), zap.Error(err))
+			return rl.retry.Next()
+		}
+	}
+	if sendErr == nil {
+		rl.retry.Reset()
+		return 0
+	}
+	return rl.failed(ctx, msgs[n], sendErr)
+}
+
+// failed handles a failed delivery of msg and returns the pause before
+// the next attempt.
+func (rl *relay) failed(ctx context.Context, msg event.Message, sendErr error) time.Duration {
+	name, owner := rl.sink.Name(), rl.r.cfg.Consumer
+	cause := event.CauseOf(sendErr)
+	rl.r.metrics.sinkFailures.WithLabelValues(name, cause).Inc()
+	log := rl.log.With(zap.String("event_id", msg.ID), zap.Int64("sequence", msg.Seq), zap.String("cause", cause), zap.Error(sendErr))
+	if f, ok := errors.AsType[*event.Failure](sendErr); ok && f.Gone {
+		log.Error("the endpoint is gone (410): no more events go to it until reaper events redeliver")
+		if err := rl.r.db.DisableSink(ctx, name, owner, sendErr.Error()); err != nil {
+			log.Warn("could not stop the sink", zap.Error(err))
+		}
+		return relayPoll
+	}
+	failing, err := rl.r.db.SinkFailing(ctx, name, owner, sendErr.Error())
+	if err != nil {
+		log.Warn("could not record the failure", zap.NamedError("record_error", err))
+		return rl.retry.Next()
+	}
+	if rl.retryFor > 0 && failing >= rl.retryFor {
+		log.Error("event failed for this endpoint: not delivered within FLASHSALE_EVENTS_WEBHOOK_RETRY_FOR", zap.Duration("failing_for", failing))
+		if err := rl.r.db.GiveUpSinkEvent(ctx, name, owner, msg.Seq, sendErr.Error()); err != nil {
+			log.Warn("could not record the event failed", zap.NamedError("record_error", err))
+			return rl.retry.Next()
+		}
+		rl.r.metrics.sinkGivenUp.WithLabelValues(name).Inc()
+		rl.retry.Reset()
+		return 0
+	}
+	wait := rl.retry.Next()
+	log.Warn("event not delivered: retrying", zap.Duration("failing_for", failing), zap.Duration("retry_in", wait))
+	return wait
+}
+
+// redeliverFailed sends again the events recorded failed that an
+// operator asked for ("reaper events redeliver --failed").
+func (rl *relay) redeliverFailed(ctx context.Context) error {
+	name := rl.sink.Name()
+	seqs, err := rl.r.db.FailedToRedeliver(ctx, name, rl.batch)
+	if err != nil || len(seqs) == 0 {
+		return err
+	}
+	for _, seq := range seqs {
+		events, err := rl.r.db.Events(ctx, seq-1, 1)
+		if err != nil {
+			return err
+		}
+		if len(events) == 0 || events[0].Sequence != seq {
+			if err := rl.r.db.Redelivered(ctx, name, seq, false, "deleted past FLASHSALE_EVENTS_RETENTION"); err != nil {
+				return err
+			}
+			continue
+		}
+		sctx, cancel := context.WithTimeout(ctx, rl.lease/2)
+		_, sendErr := rl.sink.Send(sctx, []event.Message{event.NewMessage(event.Of(rl.r.cfg.EventsConfig.Source, events[0]))})
+		cancel()
+		cause := ""
+		if sendErr != nil {
+			cause = sendErr.Error()
+			rl.r.metrics.sinkFailures.WithLabelValues(name, event.CauseOf(sendErr)).Inc()
+		} else {
+			rl.r.metrics.sinkDelivered.WithLabelValues(name).Inc()
+		}
+		if err := rl.r.db.Redelivered(ctx, name, seq, sendErr == nil, cause); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// gauges sets the sink's backlog gauges: the events after delivered_upto
+// and the age of the first of them.
+func (rl *relay) gauges(ctx context.Context, st db.SinkState, next []db.Event) {
+	name := rl.sink.Name()
+	last, err := rl.r.db.LastSequence(ctx)
+	if err != nil {
+		return
+	}
+	rl.r.metrics.sinkUndelivered.WithLabelValues(name).Set(float64(max(last-st.DeliveredUpto, 0)))
+	age := 0.0
+	if len(next) > 0 {
+		age = max(time.Since(next[0].OccurredAt).Seconds(), 0)
+	} else if st.Disabled != "" && last > st.DeliveredUpto {
+		if e, err := rl.r.db.Events(ctx, st.DeliveredUpto, 1); err == nil && len(e) == 1 {
+			age = max(time.Since(e[0].OccurredAt).Seconds(), 0)
+		}
+	}
+	rl.r.metrics.sinkOldestAge.WithLabelValues(name).Set(age)
+}
