@@ -17,8 +17,10 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/flashsale/flashsale/pkg/backoff"
 	"github.com/flashsale/flashsale/pkg/db"
 	"github.com/flashsale/flashsale/pkg/draw"
+	"github.com/flashsale/flashsale/pkg/internal/testsink"
 	"github.com/flashsale/flashsale/pkg/internal/testsrv"
 	"github.com/flashsale/flashsale/pkg/order"
 	"github.com/flashsale/flashsale/pkg/rdb"
@@ -69,6 +71,57 @@ type ChaosConfig struct {
 	// second of the sale before the master is killed and that replica
 	// promoted, and no 202 may be lost: ReplicationLost must stay 0.
 	Durability string
+	// Sinks, when set, are the events' sinks the reapers relay to: every
+	// event must reach each at least once, the sequence whole, duplicates
+	// the same bytes, one order's events in order.
+	Sinks *Sinks
+}
+
+// Sinks are the events' receivers of a run: a webhook endpoint and a
+// Kafka broker, in the test's process.
+type Sinks struct {
+	Webhook *testsink.Receiver
+	Kafka   *testsink.Kafka
+}
+
+// env is the reapers' environment for the sinks.
+func (k *Sinks) env() []string {
+	return []string{"FLASHSALE_EVENTS_WEBHOOK_URLS=" + k.Webhook.URL, "FLASHSALE_EVENTS_WEBHOOK_SECRET=" + testsink.Secret,
+		"FLASHSALE_EVENTS_KAFKA_BROKERS=" + k.Kafka.Addr(), "FLASHSALE_EVENTS_KAFKA_TOPIC=" + k.Kafka.Topic}
+}
+
+// check waits, up to timeout, until each sink has every event of the
+// outbox, and returns what is wrong and how many duplicates each got.
+func (k *Sinks) check(ctx context.Context, s *Stack, timeout time.Duration) (problems []string, dupWebhook, dupKafka int, err error) {
+	last, err := s.DB.LastSequence(ctx)
+	if err != nil {
+		return nil, 0, 0, err
+	}
+	want, err := s.DB.Events(ctx, 0, int(last)+1)
+	if err != nil {
+		return nil, 0, 0, err
+	}
+	deadline := time.Now().Add(timeout)
+	for {
+		hooks := k.Webhook.Deliveries()
+		kafka, bad, kerr := k.Kafka.Deliveries(ctx)
+		problems = append(testsink.Check(want, hooks), bad...)
+		for _, p := range testsink.Check(want, kafka) {
+			problems = append(problems, "kafka: "+p)
+		}
+		if kerr != nil {
+			problems = append(problems, "kafka: "+kerr.Error())
+		}
+		for _, u := range k.Webhook.Unverified() {
+			problems = append(problems, "webhook: a delivery failed verification: "+u)
+		}
+		if len(problems) == 0 || time.Now().After(deadline) {
+			return problems, testsink.Duplicates(hooks), testsink.Duplicates(kafka), nil
+		}
+		if err := backoff.Sleep(ctx, 200*time.Millisecond); err != nil {
+			return nil, 0, 0, err
+		}
+	}
 }
 
 // Faults counts the faults injected.
@@ -120,7 +173,12 @@ type ChaosReport struct {
 	// with the sequence the reapers gave ("": nothing).
 	EventsMissing, EventsDuplicated, EventsNotLast int64
 	EventSequence                                  string
-	Quiescence                                     time.Duration
+	// The sinks (ChaosConfig.Sinks): what is wrong, and the duplicates
+	// each received (after the reaper's kills).
+	SinkProblems                       []string
+	WebhookDuplicates, KafkaDuplicates int
+	sinks                              bool
+	Quiescence                         time.Duration
 	// Side are the side sales' reports (envelopes, codes), Draw the draw's.
 	Side []*Report
 	Draw *DrawReport
@@ -140,8 +198,13 @@ func RunChaos(ctx context.Context, cfg ChaosConfig) (*ChaosReport, error) {
 	if cfg.Cluster {
 		replicas = 1
 	}
+	var sinkEnv []string
+	if cfg.Sinks != nil {
+		sinkEnv = cfg.Sinks.env()
+	}
 	s, err := StartStack(ctx, Options{
 		Dir: cfg.Dir, Workers: 2, Partitions: 4, Reaper: true, RestrictedUser: true, Cluster: cfg.Cluster, ClusterReplicas: replicas,
+		ReaperEnv: sinkEnv,
 		RedisArgs: []string{"--appendonly", "yes", "--appendfsync", "always"},
 		Env: []string{
 			"FLASHSALE_CLAIM_MIN_IDLE=" + cfg.ClaimMinIdle.String(),
@@ -325,7 +388,7 @@ func RunChaos(ctx context.Context, cfg ChaosConfig) (*ChaosReport, error) {
 		}
 		rep.Side = append(rep.Side, side)
 	}
-	if err := rep.check(ctx, s, v, paid); err != nil || !cfg.Cluster {
+	if err := rep.check(ctx, s, v, paid, cfg.Sinks); err != nil || !cfg.Cluster {
 		return rep, err
 	}
 	// On a cluster the stores may disagree by what replication lost:
@@ -340,7 +403,7 @@ func RunChaos(ctx context.Context, cfg ChaosConfig) (*ChaosReport, error) {
 	}
 	rep.Repaired = true
 	fresh := &ChaosReport{StockTotal: rep.StockTotal, PerUser: rep.PerUser, Final: map[order.Status]int64{}, Sale: rep.Sale}
-	if err := fresh.check(ctx, s, v, paid); err != nil {
+	if err := fresh.check(ctx, s, v, paid, cfg.Sinks); err != nil {
 		return rep, err
 	}
 	rep.RedisRemaining, rep.ReconcileDiffs = fresh.RedisRemaining, fresh.ReconcileDiffs
@@ -494,7 +557,7 @@ func waitQuiescent(ctx context.Context, s *Stack, timeout time.Duration) error {
 	return fmt.Errorf("not quiescent after %s: %s (logs in %s)", timeout, why, filepath.Dir(s.Gateway.LogPath))
 }
 
-func (r *ChaosReport) check(ctx context.Context, s *Stack, v int64, paid map[int64]bool) error {
+func (r *ChaosReport) check(ctx context.Context, s *Stack, v int64, paid map[int64]bool, cfgSinks *Sinks) error {
 	var rows []struct {
 		ID       int64
 		UserID   string
@@ -600,6 +663,11 @@ func (r *ChaosReport) check(ctx context.Context, s *Stack, v int64, paid map[int
 	if err := s.EventSequence(ctx, time.Minute); err != nil {
 		r.EventSequence = err.Error()
 	}
+	if r.sinks = cfgSinks != nil; r.sinks {
+		if r.SinkProblems, r.WebhookDuplicates, r.KafkaDuplicates, err = cfgSinks.check(ctx, s, time.Minute); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 
@@ -628,6 +696,9 @@ func (r *ChaosReport) Violations() []string {
 	add(r.EventsDuplicated > 0, "%d statuses of an order have more than one event", r.EventsDuplicated)
 	add(r.EventsNotLast > 0, "%d orders' last event is not their status", r.EventsNotLast)
 	add(r.EventSequence != "", "%s", r.EventSequence)
+	for _, p := range r.SinkProblems {
+		v = append(v, "events' sinks: "+p)
+	}
 	for _, side := range r.Side {
 		for _, s := range side.ViolationsUnderFaults() {
 			v = append(v, side.Kind+" sale: "+s)
@@ -669,6 +740,9 @@ func (r *ChaosReport) Print(w io.Writer) {
 	row("reaper: claimed / cancelled / dead-lettered / consumers removed", fmt.Sprintf("%d / %d / %d / %d",
 		r.ReaperClaimed, r.ReaperCancelled, r.ReaperDeadLettered, r.ReaperConsumersRemoved))
 	row("reconcile differences", r.ReconcileDiffs)
+	if r.sinks {
+		row("events: sinks' problems / duplicates webhook, kafka", fmt.Sprintf("%d / %d, %d", len(r.SinkProblems), r.WebhookDuplicates, r.KafkaDuplicates))
+	}
 	row("quiescent after sale", r.Quiescence.Round(time.Millisecond))
 	for _, side := range r.Side {
 		row(side.Kind+" sale: claims / admitted / 503 or errors", fmt.Sprintf("%d / %d / %d", side.Sale.Requests, side.Sale.Admitted, side.Sale.Unavailable+side.Sale.Errors))

@@ -7,6 +7,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/flashsale/flashsale/pkg/internal/harness"
+	"github.com/flashsale/flashsale/pkg/internal/testsink"
 )
 
 // chaosSale is the sale both chaos runs make: 20,000 users at 1,500
@@ -26,8 +27,17 @@ func chaosSale() harness.ChaosConfig {
 // MySQL turning read-only and mariadbd freezing.
 // CHAOS_DURATION lengthens the sale (make chaos); the default is the short
 // run make test includes.
+//
+// The reapers relay the events to a webhook endpoint and a Kafka broker
+// all along: every event reaches each at least once across the reaper's
+// kills, duplicates the same bytes, the sequence without a gap, each
+// order's events in order (the run's invariants).
 func TestChaos(t *testing.T) {
-	report := runChaos(t, chaosSale())
+	cfg := chaosSale()
+	if !testing.Short() {
+		cfg.Sinks = &harness.Sinks{Webhook: testsink.NewReceiver(t), Kafka: testsink.NewKafka(t, "flashsale.events")}
+	}
+	report := runChaos(t, cfg)
 	require.Positive(t, report.Final["cancelled"], "some orders were never paid and were cancelled")
 	f := report.Faults
 	require.True(t, f.WorkerKills > 0 && f.WorkerStops > 0 && f.ReaperKills > 0 && f.MariaDBKills > 0 && f.RedisKills > 0 &&

@@ -53,6 +53,13 @@ func TestBinariesRefuseBadConfigInOneLine(t *testing.T) {
 		// as "waiting for redis and mysql" or replaced by a default.
 		{"zero partitions", "worker", []string{"FLASHSALE_STREAM_PARTITIONS=0"}, nil, "FLASHSALE_STREAM_PARTITIONS"},
 		{"too many partitions", "reaper", []string{"FLASHSALE_STREAM_PARTITIONS=5000"}, nil, "FLASHSALE_STREAM_PARTITIONS"},
+		// The events' sinks.
+		{"webhook url not http", "reaper", []string{"FLASHSALE_EVENTS_WEBHOOK_URLS=ftp://hooks.example/x"}, nil, "FLASHSALE_EVENTS_WEBHOOK_URLS"},
+		{"webhook secret without whsec_", "reaper", []string{"FLASHSALE_EVENTS_WEBHOOK_URLS=https://hooks.example/x",
+			"FLASHSALE_EVENTS_WEBHOOK_SECRET=c2VjcmV0LXNlY3JldC1zZWNyZXQtc2VjcmV0"}, nil, "FLASHSALE_EVENTS_WEBHOOK_SECRET"},
+		{"webhook without a secret", "reaper", []string{"FLASHSALE_EVENTS_WEBHOOK_URLS=https://hooks.example/x"}, nil, "FLASHSALE_EVENTS_WEBHOOK_SECRET"},
+		{"kafka topic without brokers", "reaper", []string{"FLASHSALE_EVENTS_KAFKA_TOPIC=orders"}, nil, "FLASHSALE_EVENTS_KAFKA_BROKERS"},
+		{"kafka sasl unknown", "reaper", []string{"FLASHSALE_EVENTS_KAFKA_BROKERS=k:9092", "FLASHSALE_EVENTS_KAFKA_SASL_MECHANISM=GSSAPI"}, nil, "FLASHSALE_EVENTS_KAFKA_SASL_MECHANISM"},
 		{"malformed dsn", "worker", []string{"FLASHSALE_MYSQL_DSN=root:secret@tcp(db:3306"}, nil, "FLASHSALE_MYSQL_DSN"},
 		{"bad redis addr", "reaper", []string{"FLASHSALE_REDIS_ADDR=redis"}, nil, "FLASHSALE_REDIS_ADDR"},
 		{"negative batch", "worker", []string{"FLASHSALE_WORKER_BATCH_SIZE=-5"}, nil, "FLASHSALE_WORKER_BATCH_SIZE"},

@@ -15,8 +15,10 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/flashsale/flashsale/pkg/db"
+	"github.com/flashsale/flashsale/pkg/event"
 	"github.com/flashsale/flashsale/pkg/internal/harness"
 	"github.com/flashsale/flashsale/pkg/internal/testenv"
+	"github.com/flashsale/flashsale/pkg/internal/testsink"
 )
 
 func TestEndToEndSaleSurvivesAWorkerKill(t *testing.T) {
@@ -149,8 +151,10 @@ func TestEndToEndSaleUnderLeastPrivilege(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
+	hook := testsink.NewReceiver(t) // the relay, under the reaper's grants
 	s, err := harness.StartStack(ctx, harness.Options{Dir: t.TempDir(), Workers: 2, Partitions: 4, Reaper: true, LeastPrivilege: true,
-		Env: []string{"FLASHSALE_CLAIM_MIN_IDLE=1500ms", "FLASHSALE_WORKER_BLOCK=300ms", "FLASHSALE_REAPER_INTERVAL=200ms"}})
+		Env:       []string{"FLASHSALE_CLAIM_MIN_IDLE=1500ms", "FLASHSALE_WORKER_BLOCK=300ms", "FLASHSALE_REAPER_INTERVAL=200ms"},
+		ReaperEnv: []string{"FLASHSALE_EVENTS_WEBHOOK_URLS=" + hook.URL, "FLASHSALE_EVENTS_WEBHOOK_SECRET=" + testsink.Secret}})
 	require.NoError(t, err)
 	defer s.Close()
 
@@ -244,6 +248,41 @@ func TestEndToEndSaleUnderLeastPrivilege(t *testing.T) {
 	require.NoError(t, json.Unmarshal([]byte(out), &events), out)
 	require.Positive(t, events.Published)
 	require.Equal(t, [3]int64{1, events.Published, 0}, [3]int64{events.First, events.Kept, events.Unpublished}, out)
+	// The webhook endpoint got them all; "events" says so per sink, and
+	// "redeliver --after 0" sends them all again.
+	all, err := s.DB.Events(ctx, 0, int(events.Published))
+	require.NoError(t, err)
+	testenv.Eventually(t, 30*time.Second, "the webhook endpoint has every event", func() bool {
+		return len(testsink.Check(all, hook.Deliveries())) == 0
+	})
+	require.Empty(t, hook.Unverified())
+	sink, err := event.WebhookName(hook.URL)
+	require.NoError(t, err)
+	testenv.Eventually(t, 10*time.Second, "reaper events: the sink delivered up to the last", func() bool {
+		out, err := s.RunOutputEnv(ctx, s.RoleEnv("reaper"), "reaper", "events", "--json")
+		require.NoError(t, err, out)
+		var st struct {
+			Sinks []struct {
+				Name          string `json:"name"`
+				DeliveredUpTo int64  `json:"delivered_up_to"`
+				Undelivered   int64  `json:"undelivered"`
+			} `json:"sinks"`
+		}
+		require.NoError(t, json.Unmarshal([]byte(out), &st), out)
+		require.Len(t, st.Sinks, 1, out)
+		require.Equal(t, sink, st.Sinks[0].Name)
+		return st.Sinks[0].DeliveredUpTo == events.Published && st.Sinks[0].Undelivered == 0
+	})
+	before := len(hook.Deliveries())
+	out, err = s.RunOutputEnv(ctx, s.RoleEnv("reaper"), "reaper", "events", "redeliver", "--sink", sink, "--after", "0")
+	require.NoError(t, err, out)
+	testenv.Eventually(t, 30*time.Second, "the events redelivered", func() bool {
+		return len(hook.Deliveries()) >= before+int(events.Published)
+	})
+	_, err = s.RunOutputEnv(ctx, s.RoleEnv("reaper"), "reaper", "events", "redeliver", "--sink", "webhook:https://nobody.example/")
+	require.Error(t, err, "redeliver needs --after or --failed")
+	out, err = s.RunOutputEnv(ctx, s.RoleEnv("reaper"), "reaper", "events", "redeliver", "--sink", "webhook:https://nobody.example/", "--failed")
+	require.Error(t, err, "no such sink: %s", out)
 
 	// Each sale's report, from the gateway and from the reaper, each under
 	// its own grants: they agree, and they account for every order, unit

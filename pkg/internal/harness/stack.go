@@ -57,6 +57,8 @@ type Options struct {
 	Race bool
 	// Env is added to every process's environment.
 	Env []string
+	// ReaperEnv is added to the reapers' environment.
+	ReaperEnv []string
 	// RestrictedUser runs the binaries as a MySQL user with every privilege
 	// on the database and none global (no SUPER), as in production, on a
 	// throwaway mariadbd with its grant tables in force: read_only then
@@ -279,7 +281,7 @@ func StartStack(ctx context.Context, o Options) (s *Stack, err error) {
 
 // StartReaper starts a reaper process, with env added to its environment.
 func (s *Stack) StartReaper(env ...string) (*Proc, error) {
-	return s.start("reaper", append([]string{"FLASHSALE_CONSUMER_NAME=reaper"}, env...))
+	return s.start("reaper", append(append([]string{"FLASHSALE_CONSUMER_NAME=reaper"}, s.opts.ReaperEnv...), env...))
 }
 
 // RestartReaper kills the reaper with SIGKILL and starts it again.

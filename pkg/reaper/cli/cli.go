@@ -429,51 +429,143 @@ func deadLetterSummary(ctx context.Context, redis *rdb.Store, asJSON bool) error
 	return tw.Flush()
 }
 
-// eventsCommand is "reaper events [--json]": where the order events
-// stand (docs/EVENTS.md).
+// eventsCommand is "reaper events [--json]": where the order events and
+// each sink stand; "reaper events redeliver": send a sink's events again
+// (docs/EVENTS.md).
 func eventsCommand() app.Command[*config] {
-	var asJSON bool
+	var asJSON, failed bool
+	var sink string
+	var after int64 = -1
 	return app.Command[*config]{Name: "events", Task: "Reports", NArgs: 0,
-		Summary: "where the order events stand: the last sequence published, the sequences kept for the events API, and those not published yet",
+		Summary: "where the order events stand: the last sequence published, the sequences kept for the events API, those not published yet, and each sink",
 		Flags:   func(fs *flag.FlagSet) { fs.BoolVar(&asJSON, "json", false, "write JSON") },
 		Run: func(ctx context.Context, cfg *config, _ *app.Runtime, _ []string) error {
-			cctx, cancel := context.WithTimeout(ctx, time.Minute)
-			defer cancel()
-			mysql, err := cfg.MySQL(cctx)
-			if err != nil {
-				return err
+			return eventsState(ctx, cfg, asJSON)
+		},
+		Sub: []app.Command[*config]{{Name: "redeliver", NArgs: 0, ExitNo: "",
+			Summary: "send a sink's events again: those after --after SEQUENCE (a backfill; a sink stopped by 410 Gone starts again), or those recorded --failed",
+			Flags: func(fs *flag.FlagSet) {
+				fs.StringVar(&sink, "sink", "", "the sink, as reaper events names it (kafka, webhook:URL)")
+				fs.Int64Var(&after, "after", -1, "send the events after `SEQUENCE` (0: every event kept)")
+				fs.BoolVar(&failed, "failed", false, "send the events recorded failed for the sink")
+			},
+			Run: func(ctx context.Context, cfg *config, _ *app.Runtime, _ []string) error {
+				switch {
+				case sink == "":
+					return errors.New("redeliver needs --sink NAME (reaper events lists them)")
+				case (after >= 0) == failed:
+					return errors.New("redeliver needs one of --after SEQUENCE and --failed")
+				}
+				cctx, cancel := context.WithTimeout(ctx, time.Minute)
+				defer cancel()
+				mysql, err := cfg.MySQL(cctx)
+				if err != nil {
+					return err
+				}
+				if failed {
+					n, err := mysql.RedeliverFailed(cctx, sink)
+					if err != nil {
+						return err
+					}
+					fmt.Printf("%s: %d failed events to send again\n", sink, n)
+					return nil
+				}
+				if err := mysql.RedeliverSink(cctx, sink, after); err != nil {
+					return err
+				}
+				fmt.Printf("%s: sending the events after %d again\n", sink, after)
+				return nil
+			}}},
+	}
+}
+
+// sinkJSON is a sink as "reaper events --json" shows it.
+type sinkJSON struct {
+	Name              string     `json:"name"`
+	DeliveredUpTo     int64      `json:"delivered_up_to"`
+	Undelivered       int64      `json:"undelivered"`
+	OldestUndelivered *time.Time `json:"oldest_undelivered,omitempty"`
+	Failed            int64      `json:"failed"`
+	Retrying          string     `json:"retrying,omitempty"`
+	Attempts          int        `json:"attempts,omitempty"`
+	Stopped           string     `json:"stopped,omitempty"`
+	RelayedBy         string     `json:"relayed_by,omitempty"`
+}
+
+// eventsState prints where the outbox and each sink stand.
+func eventsState(ctx context.Context, cfg *config, asJSON bool) error {
+	cctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	mysql, err := cfg.MySQL(cctx)
+	if err != nil {
+		return err
+	}
+	st, err := mysql.EventsState(cctx)
+	if err != nil {
+		return err
+	}
+	states, err := mysql.SinkStates(cctx)
+	if err != nil {
+		return err
+	}
+	sinks := make([]sinkJSON, len(states))
+	for i, s := range states {
+		sinks[i] = sinkJSON{Name: s.Name, DeliveredUpTo: s.DeliveredUpto, Undelivered: max(st.Last-s.DeliveredUpto, 0),
+			OldestUndelivered: s.Oldest, Failed: s.Failed, Attempts: s.Attempts, Stopped: s.Disabled}
+		if s.FailingSince != nil {
+			sinks[i].Retrying = s.LastError
+		}
+		if s.LeaseUntil != nil && s.LeaseUntil.After(time.Now()) {
+			sinks[i].RelayedBy = s.Owner
+		}
+	}
+	var oldest *time.Time
+	if !st.OldestUnsequenced.IsZero() {
+		oldest = &st.OldestUnsequenced
+	}
+	if asJSON {
+		return writeJSON(struct {
+			Published         int64      `json:"published_up_to"`
+			First             int64      `json:"first_kept"`
+			Kept              int64      `json:"kept"`
+			Unpublished       int64      `json:"unpublished"`
+			OldestUnpublished *time.Time `json:"oldest_unpublished,omitempty"`
+			Sinks             []sinkJSON `json:"sinks"`
+		}{st.Last, st.First, st.Kept, st.Unsequenced, oldest, sinks})
+	}
+	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(tw, "published up to\t%d\n", st.Last)
+	if st.Kept > 0 {
+		fmt.Fprintf(tw, "kept\t%d events, %d to %d (GET /admin/v1/events)\n", st.Kept, st.First, st.First+st.Kept-1)
+	} else {
+		fmt.Fprintf(tw, "kept\tnone\n")
+	}
+	if oldest != nil {
+		fmt.Fprintf(tw, "not published yet\t%d, the oldest written %s ago\n", st.Unsequenced, time.Since(*oldest).Round(time.Second))
+	} else {
+		fmt.Fprintf(tw, "not published yet\tnone\n")
+	}
+	if len(sinks) == 0 {
+		fmt.Fprintf(tw, "sinks\tnone relayed (FLASHSALE_EVENTS_WEBHOOK_URLS, FLASHSALE_EVENTS_KAFKA_BROKERS)\n")
+	}
+	for _, s := range sinks {
+		line := fmt.Sprintf("delivered up to %d", s.DeliveredUpTo)
+		if s.Undelivered > 0 {
+			line += fmt.Sprintf(", %d undelivered", s.Undelivered)
+			if s.OldestUndelivered != nil {
+				line += fmt.Sprintf(" (the oldest written %s ago)", time.Since(*s.OldestUndelivered).Round(time.Second))
 			}
-			st, err := mysql.EventsState(cctx)
-			if err != nil {
-				return err
-			}
-			var oldest *time.Time
-			if !st.OldestUnsequenced.IsZero() {
-				oldest = &st.OldestUnsequenced
-			}
-			if asJSON {
-				return writeJSON(struct {
-					Published         int64      `json:"published_up_to"`
-					First             int64      `json:"first_kept"`
-					Kept              int64      `json:"kept"`
-					Unpublished       int64      `json:"unpublished"`
-					OldestUnpublished *time.Time `json:"oldest_unpublished,omitempty"`
-				}{st.Last, st.First, st.Kept, st.Unsequenced, oldest})
-			}
-			tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
-			fmt.Fprintf(tw, "published up to\t%d\n", st.Last)
-			if st.Kept > 0 {
-				fmt.Fprintf(tw, "kept\t%d events, %d to %d (GET /admin/v1/events)\n", st.Kept, st.First, st.First+st.Kept-1)
-			} else {
-				fmt.Fprintf(tw, "kept\tnone\n")
-			}
-			if oldest != nil {
-				fmt.Fprintf(tw, "not published yet\t%d, the oldest written %s ago\n", st.Unsequenced, time.Since(*oldest).Round(time.Second))
-			} else {
-				fmt.Fprintf(tw, "not published yet\tnone\n")
-			}
-			return tw.Flush()
-		}}
+		}
+		line += fmt.Sprintf(", %d failed", s.Failed)
+		if s.Retrying != "" {
+			line += fmt.Sprintf("; retrying (%d attempts): %s", s.Attempts, s.Retrying)
+		}
+		if s.Stopped != "" {
+			line += "; STOPPED: " + s.Stopped + " (reaper events redeliver --sink NAME --after SEQUENCE starts it again)"
+		}
+		fmt.Fprintf(tw, "sink %s\t%s\n", s.Name, line)
+	}
+	return tw.Flush()
 }
 
 func writeJSON(v any) error {
