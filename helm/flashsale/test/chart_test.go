@@ -731,7 +731,7 @@ func TestDashboardAndAlerts(t *testing.T) {
 			require.Positive(t, rule.For, "%s: a for: duration, so one scrape's blip does not page", rule.Alert)
 		}
 	}
-	require.Equal(t, 10, alerts)
+	require.Equal(t, 11, alerts)
 
 	var dash *corev1.ConfigMap
 	for _, c := range r.configMaps {
@@ -816,4 +816,39 @@ flashsale:
 
 	r := render(t, append([]string{"--set", "nameOverride=promo"}, testSecrets...)...)
 	require.Contains(t, r.deployments, "rel-promo-gateway", "nameOverride names the objects")
+}
+
+// The events' sinks are values: the reaper alone gets them, the webhook
+// secret and the SASL password from the Secret, and nothing when unset.
+func TestEventSinksReachTheReaper(t *testing.T) {
+	envOf := func(r *rendered, role string) map[string]corev1.EnvVar {
+		out := map[string]corev1.EnvVar{}
+		for _, e := range r.deployments["rel-flashsale-"+role].Spec.Template.Spec.Containers[0].Env {
+			out[e.Name] = e
+		}
+		return out
+	}
+	none := render(t, testSecrets...)
+	require.NotContains(t, envOf(none, "reaper"), "FLASHSALE_EVENTS_WEBHOOK_URLS")
+	require.NotContains(t, envOf(none, "reaper"), "FLASHSALE_EVENTS_KAFKA_BROKERS")
+
+	r := render(t, append(testSecrets, "--set", "events.webhook.urls[0]=https://orders.example/hooks", "--set", "events.webhook.urls[1]=https://notify.example/in",
+		"--set", "secrets.eventsWebhookSecret=whsec_c2VjcmV0LXNlY3JldC1zZWNyZXQtc2VjcmV0",
+		"--set", "events.kafka.brokers[0]=kafka-0:9092", "--set", "events.kafka.saslMechanism=SCRAM-SHA-512",
+		"--set", "events.kafka.saslUser=flashsale", "--set", "secrets.eventsKafkaSASLPassword=pw", "--set", "events.source=shop-eu")...)
+	env := envOf(r, "reaper")
+	require.Equal(t, "https://orders.example/hooks,https://notify.example/in", env["FLASHSALE_EVENTS_WEBHOOK_URLS"].Value)
+	require.Equal(t, "events-webhook-secret", env["FLASHSALE_EVENTS_WEBHOOK_SECRET"].ValueFrom.SecretKeyRef.Key)
+	require.Equal(t, "kafka-0:9092", env["FLASHSALE_EVENTS_KAFKA_BROKERS"].Value)
+	require.Equal(t, "flashsale.events", env["FLASHSALE_EVENTS_KAFKA_TOPIC"].Value)
+	require.Equal(t, "SCRAM-SHA-512", env["FLASHSALE_EVENTS_KAFKA_SASL_MECHANISM"].Value)
+	require.Equal(t, "events-kafka-sasl-password", env["FLASHSALE_EVENTS_KAFKA_SASL_PASSWORD"].ValueFrom.SecretKeyRef.Key)
+	require.Equal(t, "shop-eu", env["FLASHSALE_EVENTS_SOURCE"].Value)
+	require.Contains(t, r.secrets[0].Data, "events-webhook-secret")
+	require.Contains(t, r.secrets[0].Data, "events-kafka-sasl-password")
+	for _, role := range []string{"gateway", "worker"} {
+		require.NotContains(t, envOf(r, role), "FLASHSALE_EVENTS_WEBHOOK_URLS", role)
+	}
+	_, err := helm(t, append([]string{"template", "rel", chartDir, "--set", "events.webhook.urls[0]=ftp://x"}, testSecrets...)...)
+	require.Error(t, err, "a webhook URL that is not http(s) is refused by the schema")
 }
