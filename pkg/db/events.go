@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"gorm.io/gorm"
@@ -270,27 +271,90 @@ func (s *Store) SequenceEvents(ctx context.Context, limit int) (int, error) {
 }
 
 // Events returns up to limit sequenced events after sequence after, in
-// sequence order.
+// sequence order. A sequenced row never changes, so the rows read last
+// are kept decoded (rowCache): the relay reads a worker's row of
+// hundreds of events a batch at a time.
 func (s *Store) Events(ctx context.Context, after int64, limit int) ([]Event, error) {
-	var rows []eventRow
-	if err := s.db.WithContext(ctx).Raw(`SELECT id, sequence, n, events, occurred_at FROM events
-		WHERE sequence IS NOT NULL AND sequence > ? AND sequence + n > ? ORDER BY sequence LIMIT ?`,
-		after-MaxEventsPerRow, after, limit).Scan(&rows).Error; err != nil {
+	var heads []eventRow
+	db := s.db.WithContext(ctx)
+	if err := db.Raw(`SELECT id, sequence, n, occurred_at FROM events
+		WHERE sequence IS NOT NULL AND sequence > ? AND sequence + n > ? AND sequence <= ? ORDER BY sequence LIMIT ?`,
+		after-MaxEventsPerRow, after, after+int64(limit), limit).Scan(&heads).Error; err != nil {
 		return nil, fmt.Errorf("read events after %d: %w", after, err)
 	}
-	out := make([]Event, 0, limit)
-	for _, r := range rows {
-		es, err := r.expand()
-		if err != nil {
-			return nil, err
+	snaps := make(map[int64][]Snapshot, len(heads))
+	var missing []int64
+	for _, h := range heads {
+		if ss, ok := s.rows.get(h.ID); ok {
+			snaps[h.ID] = ss
+		} else {
+			missing = append(missing, h.ID)
 		}
-		for _, e := range es {
-			if e.Sequence > after && len(out) < limit {
-				out = append(out, e)
+	}
+	if len(missing) > 0 {
+		var bodies []struct {
+			ID     int64
+			Events []byte
+		}
+		if err := db.Raw("SELECT id, events FROM events WHERE id IN ?", missing).Scan(&bodies).Error; err != nil {
+			return nil, fmt.Errorf("read events after %d: %w", after, err)
+		}
+		for _, b := range bodies {
+			ss, err := decodeSnapshots(b.Events)
+			if err != nil {
+				return nil, fmt.Errorf("events row %d: %w", b.ID, err)
+			}
+			snaps[b.ID] = ss
+			s.rows.put(b.ID, ss)
+		}
+	}
+	out := make([]Event, 0, limit)
+	for _, h := range heads {
+		ss, ok := snaps[h.ID]
+		if !ok || len(ss) != h.N {
+			return nil, fmt.Errorf("events row %d: %d events, n says %d", h.ID, len(ss), h.N)
+		}
+		for k, snap := range ss {
+			if seq := *h.Sequence + int64(k); seq > after && len(out) < limit {
+				out = append(out, Event{Snapshot: snap, Row: h.ID, K: k, Sequence: seq, OccurredAt: h.OccurredAt})
 			}
 		}
 	}
 	return out, nil
+}
+
+// rowCache keeps the last rows of events decoded, by row id.
+type rowCache struct {
+	mu    sync.Mutex
+	rows  map[int64][]Snapshot
+	order []int64
+}
+
+// rowCacheSize: rows kept decoded (a worker's row holds up to 500 events).
+const rowCacheSize = 16
+
+func (c *rowCache) get(id int64) ([]Snapshot, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	ss, ok := c.rows[id]
+	return ss, ok
+}
+
+func (c *rowCache) put(id int64, ss []Snapshot) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.rows == nil {
+		c.rows = map[int64][]Snapshot{}
+	}
+	if _, ok := c.rows[id]; ok {
+		return
+	}
+	c.rows[id] = ss
+	c.order = append(c.order, id)
+	if len(c.order) > rowCacheSize {
+		delete(c.rows, c.order[0])
+		c.order = c.order[1:]
+	}
 }
 
 // OutboxEvents returns every event the outbox holds, sequenced or not,

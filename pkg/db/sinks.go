@@ -69,10 +69,14 @@ func (s *Store) ReleaseSink(ctx context.Context, name, owner string) error {
 	return s.db.WithContext(ctx).Exec("UPDATE event_sinks SET owner = NULL, lease_until = NULL WHERE name = ? AND owner = ?", name, owner).Error
 }
 
-// AdvanceSink records that owner delivered name's events up to upto.
-func (s *Store) AdvanceSink(ctx context.Context, name, owner string, upto int64) error {
-	return s.db.WithContext(ctx).Exec(`UPDATE event_sinks SET delivered_upto = ?, failing_since = NULL, attempts = 0, last_error = ''
-		WHERE name = ? AND owner = ? AND delivered_upto < ?`, upto, name, owner, upto).Error
+// AdvanceSink records that owner delivered name's events after from up
+// to upto. It reports false when the sink is no longer at from, or no
+// longer owner's (an operator's redeliver, a lease taken over): the
+// caller reads the sink again.
+func (s *Store) AdvanceSink(ctx context.Context, name, owner string, from, upto int64) (bool, error) {
+	res := s.db.WithContext(ctx).Exec(`UPDATE event_sinks SET delivered_upto = ?, failing_since = NULL, attempts = 0, last_error = ''
+		WHERE name = ? AND owner = ? AND delivered_upto = ?`, upto, name, owner, from)
+	return res.RowsAffected == 1, res.Error
 }
 
 // SinkFailing records a failed attempt at the event after name's

@@ -20,6 +20,8 @@ type Store struct {
 	db *gorm.DB
 	// meta caches what never changes of a voucher.
 	meta sync.Map // int64 -> voucherMeta
+	// rows keeps the last sequenced rows of events read, decoded.
+	rows rowCache
 }
 
 // New returns a Store over db.

@@ -36,7 +36,7 @@ const (
 	kafkaRetryMax   = 5 * time.Second
 	// Events per send: Kafka's batch; a webhook endpoint's, over its lanes.
 	kafkaBatch   = 1000
-	webhookBatch = 8 * event.WebhookLanes
+	webhookBatch = 16 * event.WebhookLanes
 )
 
 // relay is one sink's loop.
@@ -48,6 +48,14 @@ type relay struct {
 	retry    *backoff.Backoff
 	lease    time.Duration
 	log      *zap.Logger
+	// The sink as last read, held or not; read again (and the lease
+	// renewed) at renewAt, a third into the lease, or at once after
+	// anything but a delivery changed it.
+	st      db.SinkState
+	held    bool
+	renewAt time.Time
+	// gaugesAt: when the backlog gauges are set next.
+	gaugesAt time.Time
 }
 
 // sinks builds the sinks FLASHSALE_EVENTS_* configure.
@@ -124,28 +132,39 @@ func (rl *relay) sleep(ctx context.Context, d time.Duration) error {
 // the next turn.
 func (rl *relay) step(ctx context.Context) time.Duration {
 	name, owner, m := rl.sink.Name(), rl.r.cfg.Consumer, rl.r.metrics
-	st, held, err := rl.r.db.HoldSink(ctx, name, owner, rl.lease)
-	if err != nil {
-		rl.log.Warn("could not hold the sink's lease", zap.Error(err))
-		return rl.retry.Next()
+	if !time.Now().Before(rl.renewAt) {
+		st, held, err := rl.r.db.HoldSink(ctx, name, owner, rl.lease)
+		if err != nil {
+			rl.log.Warn("could not hold the sink's lease", zap.Error(err))
+			return rl.retry.Next()
+		}
+		rl.st, rl.held, rl.renewAt = st, held, time.Now().Add(rl.lease/3)
+		if err := rl.redeliverFailed(ctx); err != nil {
+			rl.log.Warn("could not redeliver failed events", zap.Error(err))
+		}
 	}
-	if !held { // another reaper relays it; its gauges say how it goes
+	if !rl.held { // another reaper relays it; its gauges say how it goes
 		m.sinkUndelivered.WithLabelValues(name).Set(0)
 		m.sinkOldestAge.WithLabelValues(name).Set(0)
-		return rl.lease / 3
+		return time.Until(rl.renewAt)
 	}
-	if err := rl.redeliverFailed(ctx); err != nil {
-		rl.log.Warn("could not redeliver failed events", zap.Error(err))
-	}
+	st := rl.st
 	var events []db.Event
 	if st.Disabled == "" {
+		var err error
 		if events, err = rl.r.db.Events(ctx, st.DeliveredUpto, rl.batch); err != nil {
 			rl.log.Warn("could not read events", zap.Error(err))
 			return rl.retry.Next()
 		}
 	}
-	rl.gauges(ctx, st, events)
+	if len(events) == 0 || !time.Now().Before(rl.gaugesAt) {
+		rl.gauges(ctx, st, events)
+		rl.gaugesAt = time.Now().Add(time.Second)
+	}
 	if len(events) == 0 {
+		if soon := time.Now().Add(relayPoll); soon.Before(rl.renewAt) { // nothing to send: see what changed
+			rl.renewAt = soon
+		}
 		return relayPoll
 	}
 	msgs := make([]event.Message, len(events))
@@ -157,10 +176,17 @@ func (rl *relay) step(ctx context.Context) time.Duration {
 	cancel()
 	if n > 0 {
 		m.sinkDelivered.WithLabelValues(name).Add(float64(n))
-		if err := rl.r.db.AdvanceSink(ctx, name, owner, msgs[n-1].Seq); err != nil {
+		moved, err := rl.r.db.AdvanceSink(ctx, name, owner, st.DeliveredUpto, msgs[n-1].Seq)
+		if err != nil {
 			rl.log.Warn("could not record the events delivered", zap.Int64("upto", msgs[n-1].Seq), zap.Error(err))
+			rl.renewAt = time.Time{}
 			return rl.retry.Next()
 		}
+		if !moved { // redelivered by an operator, or taken over: read it again
+			rl.renewAt = time.Time{}
+			return 0
+		}
+		rl.st.DeliveredUpto, rl.st.FailingSince, rl.st.Attempts = msgs[n-1].Seq, nil, 0
 	}
 	if sendErr == nil {
 		rl.retry.Reset()
@@ -173,6 +199,7 @@ func (rl *relay) step(ctx context.Context) time.Duration {
 // the next attempt.
 func (rl *relay) failed(ctx context.Context, msg event.Message, sendErr error) time.Duration {
 	name, owner := rl.sink.Name(), rl.r.cfg.Consumer
+	rl.renewAt = time.Time{} // what follows changes the sink: read it again
 	cause := event.CauseOf(sendErr)
 	rl.r.metrics.sinkFailures.WithLabelValues(name, cause).Inc()
 	log := rl.log.With(zap.String("event_id", msg.ID), zap.Int64("sequence", msg.Seq), zap.String("cause", cause), zap.Error(sendErr))

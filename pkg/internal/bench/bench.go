@@ -132,6 +132,7 @@ type Report struct {
 	Draw         *DrawRun        `json:"draw,omitempty"`
 	Room         *RoomRun        `json:"room,omitempty"`
 	Memory       *MemoryRun      `json:"memory,omitempty"`
+	Relay        *RelayRun       `json:"relay,omitempty"`
 	Proof        *ProofCheck     `json:"proof_of_work,omitempty"`
 	Access       *AccessCheck    `json:"access_code,omitempty"`
 	GatewayRSS   int64           `json:"gateway_peak_rss_bytes"`
@@ -496,5 +497,7 @@ func drainRuns(ctx context.Context, s *harness.Stack, cfg Config, rep *Report) e
 		rep.WorkerRSS = max(rep.WorkerRSS, rss)
 		cfg.logf("drain, %d workers, batch %d: %d orders in %.2fs = %.0f orders/s", d.workers, d.batch, d.orders, res.Seconds, res.PerSecond)
 	}
-	return nil
+	var err error
+	rep.Relay, err = relayRun(ctx, s, cfg)
+	return err
 }

@@ -132,6 +132,7 @@ func (r *Report) printCPU(w io.Writer) {
 }
 
 func (r *Report) printDrain(w io.Writer) {
+	defer r.printRelay(w)
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 0, 1, ' ', tabwriter.Debug)
 	fmt.Fprintln(tw, "worker drain\tworkers\tbatch\torders\tseconds\torders/s\tredis µs/order\t")

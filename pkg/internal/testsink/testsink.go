@@ -66,21 +66,31 @@ type Receiver struct {
 }
 
 // NewReceiver starts an endpoint that verifies deliveries signed with
-// Secret and answers OK until Answer says otherwise.
+// Secret and answers OK until Answer says otherwise, closed when the
+// test ends.
 func NewReceiver(t testing.TB) *Receiver {
+	r := StartReceiver()
+	t.Cleanup(r.Close)
+	return r
+}
+
+// StartReceiver is NewReceiver outside a test (the benchmark): Close it.
+func StartReceiver() *Receiver {
 	key, err := base64.StdEncoding.DecodeString(strings.TrimPrefix(Secret, "whsec_"))
 	if err != nil {
-		t.Fatal(err)
+		panic(err) // Secret is a constant
 	}
 	r := &Receiver{key: key, answer: func(int) Answer { return OK }, hung: make(chan struct{})}
 	r.srv = httptest.NewServer(http.HandlerFunc(r.serve))
 	r.URL = r.srv.URL + "/hooks/flashsale"
-	t.Cleanup(func() {
-		close(r.hung)
-		r.srv.CloseClientConnections()
-		r.srv.Close()
-	})
 	return r
+}
+
+// Close stops the endpoint.
+func (r *Receiver) Close() {
+	close(r.hung)
+	r.srv.CloseClientConnections()
+	r.srv.Close()
 }
 
 // Answer sets how the endpoint answers its n-th request (from 1) from now on.
@@ -174,6 +184,13 @@ func (r *Receiver) Deliveries() []Delivery {
 	return slices.Clone(r.got)
 }
 
+// Delivered is how many deliveries the endpoint took.
+func (r *Receiver) Delivered() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.got)
+}
+
 // Requests is how many requests reached the endpoint.
 func (r *Receiver) Requests() int {
 	r.mu.Lock()
@@ -198,20 +215,28 @@ type Kafka struct {
 	c     *kfake.Cluster
 }
 
-// NewKafka starts a broker with topic (3 partitions).
+// NewKafka starts a broker with topic (3 partitions), stopped when the
+// test ends.
 func NewKafka(t testing.TB, topic string) *Kafka {
-	k := &Kafka{Topic: topic, dir: t.TempDir()}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	k, err := StartKafka(t.TempDir(), topic)
 	if err != nil {
-		t.Fatal(err)
-	}
-	k.port = l.Addr().(*net.TCPAddr).Port
-	l.Close()
-	if err := k.Start(); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(k.Stop)
 	return k
+}
+
+// StartKafka is NewKafka outside a test, keeping its data in dir ("": in
+// memory, lost at Stop): Stop it.
+func StartKafka(dir, topic string) (*Kafka, error) {
+	k := &Kafka{Topic: topic, dir: dir}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	k.port = l.Addr().(*net.TCPAddr).Port
+	l.Close()
+	return k, k.Start()
 }
 
 // Addr is the broker's host:port.
@@ -224,8 +249,11 @@ func (k *Kafka) Start() error {
 	if k.c != nil {
 		return nil
 	}
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.Ports(k.port), kfake.DataDir(k.dir), kfake.SyncWrites(),
-		kfake.SeedTopics(3, k.Topic))
+	opts := []kfake.Opt{kfake.NumBrokers(1), kfake.Ports(k.port), kfake.SeedTopics(3, k.Topic)}
+	if k.dir != "" { // kept across a stop, each batch synced as it lands
+		opts = append(opts, kfake.DataDir(k.dir), kfake.SyncWrites())
+	}
+	c, err := kfake.NewCluster(opts...)
 	if err != nil {
 		return err
 	}
@@ -241,6 +269,22 @@ func (k *Kafka) Stop() {
 		k.c.Close()
 		k.c = nil
 	}
+}
+
+// Records is how many records the topic holds.
+func (k *Kafka) Records(ctx context.Context) (int64, error) {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(k.Addr()))
+	if err != nil {
+		return 0, err
+	}
+	defer cl.Close()
+	ends, err := kadm.NewClient(cl).ListEndOffsets(ctx, k.Topic)
+	if err != nil {
+		return 0, err
+	}
+	var n int64
+	ends.Each(func(o kadm.ListedOffset) { n += o.Offset })
+	return n, nil
 }
 
 // Deliveries reads every record of the topic, partition by partition in

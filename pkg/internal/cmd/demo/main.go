@@ -15,9 +15,11 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
+	"github.com/flashsale/flashsale/pkg/backoff"
 	"github.com/flashsale/flashsale/pkg/internal/harness"
 )
 
@@ -72,8 +74,9 @@ func run() error {
 	if !*keep {
 		defer os.RemoveAll(dir)
 	}
+	sinks := sinkEnv()
 	opts := harness.Options{Dir: dir, Workers: *workers, RedisAddr: os.Getenv("FLASHSALE_REDIS_ADDR"), MySQLDSN: os.Getenv("FLASHSALE_MYSQL_DSN"),
-		Reaper: *serve}
+		Reaper: *serve || len(sinks) > 0, ReaperEnv: sinks}
 	say("starting redis-server, mariadbd, the gateway and %d workers (in %s)", *workers, dir)
 	s, err := harness.StartStack(ctx, opts)
 	if err != nil {
@@ -138,7 +141,59 @@ func run() error {
 	if v := report.Violations(); len(v) > 0 {
 		return fmt.Errorf("%d invariants violated (logs in %s, kept)", len(v), dir)
 	}
+	if len(sinks) > 0 {
+		return sayDelivered(ctx, s)
+	}
 	return nil
+}
+
+// sinkEnv is the FLASHSALE_EVENTS_* variables of the demo's environment
+// when they set a sink (a webhook endpoint, Kafka): the reaper relays the
+// sale's events to it.
+func sinkEnv() []string {
+	if os.Getenv("FLASHSALE_EVENTS_WEBHOOK_URLS") == "" && os.Getenv("FLASHSALE_EVENTS_KAFKA_BROKERS") == "" {
+		return nil
+	}
+	var env []string
+	for _, kv := range os.Environ() {
+		if strings.HasPrefix(kv, "FLASHSALE_EVENTS_") {
+			env = append(env, kv)
+		}
+	}
+	return env
+}
+
+// sayDelivered waits until every sink has every event (up to a minute)
+// and says how many each delivered.
+func sayDelivered(ctx context.Context, s *harness.Stack) error {
+	deadline := time.Now().Add(time.Minute)
+	for {
+		if err := s.EventSequence(ctx, time.Minute); err != nil {
+			return err
+		}
+		last, err := s.DB.LastSequence(ctx)
+		if err != nil {
+			return err
+		}
+		states, err := s.DB.SinkStates(ctx)
+		if err != nil {
+			return err
+		}
+		done := len(states) > 0
+		for _, st := range states {
+			done = done && st.DeliveredUpto >= last
+		}
+		if done || time.Now().After(deadline) {
+			say("events: %d published", last)
+			for _, st := range states {
+				say("  %s delivered %d, failed %d%s", st.Name, st.DeliveredUpto-st.Failed, st.Failed, map[bool]string{true: "", false: " (still behind after a minute: bin/reaper events)"}[st.DeliveredUpto >= last])
+			}
+			return nil
+		}
+		if err := backoff.Sleep(ctx, 100*time.Millisecond); err != nil {
+			return err
+		}
+	}
 }
 
 // demoDraw runs a draw sale and prints its report.
