@@ -15,9 +15,13 @@ var roleGrants = map[string]map[string]string{
 	// with its row of voucher_changes), reads orders, marks them paid, cancels them
 	// for their owners (the release, the item back), records late
 	// payments; reads them all for a sale's report; writes the events of
-	// the orders it changes, and reads them for the events API.
+	// the orders it changes, and reads them for the events API; reads
+	// where the events' sinks stand.
 	"gateway": {
 		"events":          "SELECT, INSERT",
+		"event_sequence":  "SELECT",
+		"event_sinks":     "SELECT",
+		"event_failures":  "SELECT",
 		"vouchers":        "SELECT, INSERT, UPDATE",
 		"items":           "SELECT, INSERT, UPDATE",
 		"orders":          "SELECT, UPDATE",

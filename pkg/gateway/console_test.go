@@ -103,6 +103,14 @@ func TestConsoleInABrowser(t *testing.T) {
 	require.Regexp(t, `^on sale · room: [0-3] waiting, [0-3] admitted, [0-3] passes out queue$`,
 		text(`tr[data-voucher="`+roomID+`"] td.state`), "a room shows its waiters, and a link to its story")
 	require.Contains(t, text(`#backlog`), "waiting")
+	testenv.Eventually(t, 30*time.Second, "the console says no sink is relayed", func() bool {
+		return strings.Contains(text(`#sinks`), "no sink relayed")
+	})
+	_, held, err := f.env.DB.HoldSink(ctx, "kafka", "reaper-a", time.Minute)
+	require.NoError(t, err)
+	require.True(t, held)
+	require.NoError(t, chromedp.Run(bctx, chromedp.WaitVisible(`#sinks span.sink`, chromedp.ByQuery)))
+	require.Regexp(t, `^kafka: delivered up to \d+ of \d+`, text(`#sinks`), "each sink and how far it got")
 
 	// The charts have data, a line per series with several points each
 	// (the gateway samples every second): admitted claims per second, the

@@ -6,6 +6,7 @@ package gateway
 import (
 	"net/http"
 	"strconv"
+	"time"
 
 	"github.com/flashsale/flashsale/pkg/event"
 )
@@ -43,6 +44,33 @@ func (g *Gateway) listEvents(w http.ResponseWriter, r *http.Request) {
 		ev := event.Of(g.cfg.EventsSource, e)
 		out.Events = append(out.Events, ev)
 		out.Next = ev.Sequence
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// listSinks: GET /admin/v1/events/sinks → {"published_up_to": N,
+// "sinks": [...]}: where each sink the reapers relay to stands (the
+// console's sinks row; "reaper events" says the same).
+func (g *Gateway) listSinks(w http.ResponseWriter, r *http.Request) {
+	if !g.admin(w, r) {
+		return
+	}
+	last, err := g.db.LastSequence(r.Context())
+	if err != nil {
+		g.fail(w, r, err)
+		return
+	}
+	states, err := g.db.SinkStates(r.Context())
+	if err != nil {
+		g.fail(w, r, err)
+		return
+	}
+	out := struct {
+		Published int64              `json:"published_up_to"`
+		Sinks     []event.SinkStatus `json:"sinks"`
+	}{last, make([]event.SinkStatus, 0, len(states))}
+	for _, st := range states {
+		out.Sinks = append(out.Sinks, event.StatusOf(st, last, time.Now()))
 	}
 	writeJSON(w, http.StatusOK, out)
 }

@@ -77,3 +77,40 @@ func TestTheEventsAPI(t *testing.T) {
 	}
 	requireError(t, f.do("GET", "/admin/v1/events", f.token("ann"), ""), http.StatusUnauthorized, "unauthorized")
 }
+
+// GET /admin/v1/events/sinks: where each sink stands, as the relay left
+// it; none before a reaper relays; only for the admin.
+func TestTheSinksAPI(t *testing.T) {
+	f := newFixture(t)
+	res := f.do("GET", "/admin/v1/events/sinks", admin, "")
+	require.Equal(t, http.StatusOK, res.Status, res.Raw)
+	require.Equal(t, []any{}, res.Body["sinks"])
+	id := f.createVoucher(`{"name":"phone","stock":5}`)
+	for _, u := range []string{"ann", "ben", "cat"} {
+		require.Equal(t, http.StatusAccepted, f.do("POST", "/v1/vouchers/"+id+"/orders", f.token(u), "").Status)
+	}
+	f.persist(id)
+	ctx := context.Background()
+	_, held, err := f.env.DB.HoldSink(ctx, "kafka", "reaper-a", time.Minute) // starts at the last sequence: 0
+	require.NoError(t, err)
+	require.True(t, held)
+	n, err := f.env.DB.SequenceEvents(ctx, 100)
+	require.NoError(t, err)
+	require.Equal(t, 3, n)
+	moved, err := f.env.DB.AdvanceSink(ctx, "kafka", "reaper-a", 0, 1)
+	require.NoError(t, err)
+	require.True(t, moved)
+
+	res = f.do("GET", "/admin/v1/events/sinks", admin, "")
+	require.Equal(t, http.StatusOK, res.Status, res.Raw)
+	require.Equal(t, 3.0, res.Body["published_up_to"])
+	sinks := res.Body["sinks"].([]any)
+	require.Len(t, sinks, 1)
+	s := sinks[0].(map[string]any)
+	require.Equal(t, "kafka", s["name"])
+	require.Equal(t, 1.0, s["delivered_up_to"])
+	require.Equal(t, 2.0, s["undelivered"])
+	require.NotEmpty(t, s["oldest_undelivered"])
+	require.Equal(t, "reaper-a", s["relayed_by"])
+	requireError(t, f.do("GET", "/admin/v1/events/sinks", f.token("ann"), ""), http.StatusUnauthorized, "unauthorized")
+}

@@ -265,6 +265,7 @@ func (g *Gateway) routes() []route {
 		{http.MethodGet, "/admin/v1/stats", true, g.stats},
 		{http.MethodGet, "/admin/v1/history", true, g.getHistory},
 		{http.MethodGet, "/admin/v1/events", true, g.mysqlBound(g.listEvents)},
+		{http.MethodGet, "/admin/v1/events/sinks", true, g.mysqlBound(g.listSinks)},
 		{http.MethodGet, "/admin/console", true, serveConsole},
 	}
 }

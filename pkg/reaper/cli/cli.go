@@ -24,6 +24,7 @@ import (
 	"github.com/flashsale/flashsale/pkg/app"
 	"github.com/flashsale/flashsale/pkg/db"
 	"github.com/flashsale/flashsale/pkg/draw"
+	"github.com/flashsale/flashsale/pkg/event"
 	"github.com/flashsale/flashsale/pkg/rdb"
 	"github.com/flashsale/flashsale/pkg/reaper"
 	"github.com/flashsale/flashsale/pkg/room"
@@ -479,19 +480,6 @@ func eventsCommand() app.Command[*config] {
 	}
 }
 
-// sinkJSON is a sink as "reaper events --json" shows it.
-type sinkJSON struct {
-	Name              string     `json:"name"`
-	DeliveredUpTo     int64      `json:"delivered_up_to"`
-	Undelivered       int64      `json:"undelivered"`
-	OldestUndelivered *time.Time `json:"oldest_undelivered,omitempty"`
-	Failed            int64      `json:"failed"`
-	Retrying          string     `json:"retrying,omitempty"`
-	Attempts          int        `json:"attempts,omitempty"`
-	Stopped           string     `json:"stopped,omitempty"`
-	RelayedBy         string     `json:"relayed_by,omitempty"`
-}
-
 // eventsState prints where the outbox and each sink stand.
 func eventsState(ctx context.Context, cfg *config, asJSON bool) error {
 	cctx, cancel := context.WithTimeout(ctx, time.Minute)
@@ -508,16 +496,9 @@ func eventsState(ctx context.Context, cfg *config, asJSON bool) error {
 	if err != nil {
 		return err
 	}
-	sinks := make([]sinkJSON, len(states))
+	sinks := make([]event.SinkStatus, len(states))
 	for i, s := range states {
-		sinks[i] = sinkJSON{Name: s.Name, DeliveredUpTo: s.DeliveredUpto, Undelivered: max(st.Last-s.DeliveredUpto, 0),
-			OldestUndelivered: s.Oldest, Failed: s.Failed, Attempts: s.Attempts, Stopped: s.Disabled}
-		if s.FailingSince != nil {
-			sinks[i].Retrying = s.LastError
-		}
-		if s.LeaseUntil != nil && s.LeaseUntil.After(time.Now()) {
-			sinks[i].RelayedBy = s.Owner
-		}
+		sinks[i] = event.StatusOf(s, st.Last, time.Now())
 	}
 	var oldest *time.Time
 	if !st.OldestUnsequenced.IsZero() {
@@ -525,12 +506,12 @@ func eventsState(ctx context.Context, cfg *config, asJSON bool) error {
 	}
 	if asJSON {
 		return writeJSON(struct {
-			Published         int64      `json:"published_up_to"`
-			First             int64      `json:"first_kept"`
-			Kept              int64      `json:"kept"`
-			Unpublished       int64      `json:"unpublished"`
-			OldestUnpublished *time.Time `json:"oldest_unpublished,omitempty"`
-			Sinks             []sinkJSON `json:"sinks"`
+			Published         int64              `json:"published_up_to"`
+			First             int64              `json:"first_kept"`
+			Kept              int64              `json:"kept"`
+			Unpublished       int64              `json:"unpublished"`
+			OldestUnpublished *time.Time         `json:"oldest_unpublished,omitempty"`
+			Sinks             []event.SinkStatus `json:"sinks"`
 		}{st.Last, st.First, st.Kept, st.Unsequenced, oldest, sinks})
 	}
 	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
