@@ -39,8 +39,9 @@ type ChaosConfig struct {
 	Rate int
 	// PaymentTimeout of the voucher; orders not paid by then are cancelled.
 	PaymentTimeout time.Duration
-	// PayShare of admitted orders is paid; the rest expire.
-	PayShare float64
+	// PayShare of admitted orders is paid; CancelShare more are cancelled
+	// by their buyers; the rest expire.
+	PayShare, CancelShare float64
 	// MaxQuantity, above 1, makes claims ask for 1 to MaxQuantity units.
 	MaxQuantity int
 	// SideRate, when set, runs three more sales beside the main one, at
@@ -157,14 +158,17 @@ type ChaosReport struct {
 	PaidAcked       int64 // payments answered 200
 	PaidAckedLost   int64 // of those, not paid in MySQL
 	PayTooLate      int64 // payments answered payment_expired
-	Live            int64 // units of the paid and created orders in MySQL
-	UsersOverLimit  int64
-	MySQLRemaining  int64
-	RedisRemaining  int64
-	PendingEntries  int64
-	DeadLetters     int64
-	DeadUnexplained int64 // dead letters without a failed order and a done release
-	FailedByFault   int64 // failed orders whose reason is no verdict on the order (dead-lettered)
+	// Buyers' cancels answered 200; of those, orders not cancelled in
+	// MySQL, and those cancelled by their buyer (not expired first).
+	CancelAcked, CancelAckedLost, CancelledByBuyer int64
+	Live                                           int64 // units of the paid and created orders in MySQL
+	UsersOverLimit                                 int64
+	MySQLRemaining                                 int64
+	RedisRemaining                                 int64
+	PendingEntries                                 int64
+	DeadLetters                                    int64
+	DeadUnexplained                                int64 // dead letters without a failed order and a done release
+	FailedByFault                                  int64 // failed orders whose reason is no verdict on the order (dead-lettered)
 	// ReadOnlyRefusals counts log lines of the binaries reporting a write
 	// refused by read_only: evidence the read-only spell hit the pipeline.
 	ReadOnlyRefusals int64
@@ -264,10 +268,12 @@ func RunChaos(ctx context.Context, cfg ChaosConfig) (*ChaosReport, error) {
 
 	// Payers pay a share of the admitted orders, retrying through faults.
 	type admitted struct {
-		id   int64
-		user string
-		at   time.Time
+		id     int64
+		user   string
+		at     time.Time
+		cancel bool // the buyer cancels it instead
 	}
+	var cancelled []int64
 	toPay := make(chan admitted, 1<<20)
 	var payMu sync.Mutex
 	paid := map[int64]bool{}
@@ -280,7 +286,21 @@ func RunChaos(ctx context.Context, cfg ChaosConfig) (*ChaosReport, error) {
 			for a := range toPay {
 				deadline := a.at.Add(cfg.PaymentTimeout + 2*time.Second)
 				tok := s.Token(a.user)
-				for time.Now().Before(deadline) && ctx.Err() == nil {
+				for time.Now().Before(deadline) && ctx.Err() == nil && a.cancel {
+					var body struct{ Error string }
+					status, err := client.Do(ctx, "POST", "/v1/orders/"+strconv.FormatInt(a.id, 10)+"/cancel", tok, nil, &body)
+					if err == nil && status == 200 {
+						payMu.Lock()
+						cancelled = append(cancelled, a.id)
+						payMu.Unlock()
+						break
+					}
+					if body.Error == "order_not_cancellable" || body.Error == "payment_expired" { // the reaper was first
+						break
+					}
+					time.Sleep(50 * time.Millisecond) // order_pending, 503, a lost connection: retry
+				}
+				for time.Now().Before(deadline) && ctx.Err() == nil && !a.cancel {
 					status, code, err := client.Pay(ctx, a.id, tok)
 					if err == nil && status == 200 {
 						payMu.Lock()
@@ -312,8 +332,8 @@ func RunChaos(ctx context.Context, cfg ChaosConfig) (*ChaosReport, error) {
 		sc := sd.sale
 		if sd.paid {
 			sc.OnAdmit = func(id int64, user string) {
-				if share(id) < cfg.PayShare {
-					toPay <- admitted{id, user, time.Now()}
+				if x := share(id); x < cfg.PayShare+cfg.CancelShare {
+					toPay <- admitted{id, user, time.Now(), x >= cfg.PayShare}
 				}
 			}
 		}
@@ -328,8 +348,8 @@ func RunChaos(ctx context.Context, cfg ChaosConfig) (*ChaosReport, error) {
 		VoucherID: v, Users: cfg.Users, Duration: cfg.Duration, Rate: cfg.Rate, Concurrency: cfg.Concurrency, Seed: uint64(time.Now().UnixNano()),
 		MaxQuantity: cfg.MaxQuantity,
 		OnAdmit: func(id int64, user string) {
-			if share(id) < cfg.PayShare {
-				toPay <- admitted{id, user, time.Now()}
+			if x := share(id); x < cfg.PayShare+cfg.CancelShare {
+				toPay <- admitted{id, user, time.Now(), x >= cfg.PayShare}
 			}
 		},
 	})
@@ -387,6 +407,20 @@ func RunChaos(ctx context.Context, cfg ChaosConfig) (*ChaosReport, error) {
 			return rep, err
 		}
 		rep.Side = append(rep.Side, side)
+	}
+	// The buyers' acknowledged cancels are cancelled in MySQL: by their
+	// buyer, or by the reaper first when the order reached MySQL after its
+	// payment window (a cancel of a cancelled order answers 200).
+	rep.CancelAcked = int64(len(cancelled))
+	for i := 0; i < len(cancelled); i += 1000 {
+		part := cancelled[i:min(i+1000, len(cancelled))]
+		var n, byBuyer int64
+		if err := s.DB.DB().WithContext(ctx).Raw("SELECT COUNT(*), COALESCE(SUM(reason = ?), 0) FROM orders WHERE id IN ? AND status = 'cancelled'",
+			db.ReasonCancelled, part).Row().Scan(&n, &byBuyer); err != nil {
+			return rep, err
+		}
+		rep.CancelAckedLost += int64(len(part)) - n
+		rep.CancelledByBuyer += byBuyer
 	}
 	if err := rep.check(ctx, s, v, paid, cfg.Sinks); err != nil || !cfg.Cluster {
 		return rep, err
@@ -684,6 +718,7 @@ func (r *ChaosReport) Violations() []string {
 	add(r.Final[order.StatusCreated] > 0, "%d orders still awaiting payment after quiescence", r.Final[order.StatusCreated])
 	add(r.Unannounced > r.Sale.Unavailable+r.Sale.Errors, "%d orders without a 202, more than the %d ambiguous answers", r.Unannounced, r.Sale.Unavailable+r.Sale.Errors)
 	add(r.PaidAckedLost > 0, "%d acknowledged payments not in MySQL", r.PaidAckedLost)
+	add(r.CancelAckedLost > 0, "%d acknowledged buyer cancels not cancelled in MySQL", r.CancelAckedLost)
 	add(r.Live > r.StockTotal, "oversold: %d live units for %d in stock", r.Live, r.StockTotal)
 	add(r.UsersOverLimit > 0, "%d users above the limit", r.UsersOverLimit)
 	add(r.MySQLRemaining+r.Live != r.StockTotal, "MySQL remaining %d + live %d != total %d", r.MySQLRemaining, r.Live, r.StockTotal)
@@ -730,6 +765,7 @@ func (r *ChaosReport) Print(w io.Writer) {
 	}
 	row("orders without a 202 (reply lost)", r.Unannounced)
 	row("payments acknowledged / lost / too late", fmt.Sprintf("%d / %d / %d", r.PaidAcked, r.PaidAckedLost, r.PayTooLate))
+	row("buyer cancels acknowledged / lost / by the buyer (not expired first)", fmt.Sprintf("%d / %d / %d", r.CancelAcked, r.CancelAckedLost, r.CancelledByBuyer))
 	row("live units / stock total", fmt.Sprintf("%d / %d", r.Live, r.StockTotal))
 	row("users over limit", r.UsersOverLimit)
 	row("remaining MySQL / Redis", fmt.Sprintf("%d / %d", r.MySQLRemaining, r.RedisRemaining))
