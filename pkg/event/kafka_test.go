@@ -1,0 +1,92 @@
+package event_test
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"math/big"
+	"net"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/sasl/scram"
+
+	"github.com/flashsale/flashsale/pkg/db"
+	"github.com/flashsale/flashsale/pkg/event"
+)
+
+// selfSigned is a TLS certificate for 127.0.0.1 and the PEM of its CA
+// (itself).
+func selfSigned(t *testing.T) (tls.Certificate, []byte) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	require.NoError(t, err)
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "kfake"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), IPAddresses: []net.IP{net.ParseIP("127.0.0.1")},
+		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	require.NoError(t, err)
+	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
+}
+
+// The Kafka sink speaks TLS (verifying the broker against
+// FLASHSALE_EVENTS_KAFKA_TLS_CA_FILE) and SASL SCRAM to a broker that
+// demands both, and its records carry the event.
+func TestKafkaOverTLSWithSCRAM(t *testing.T) {
+	cert, caPEM := selfSigned(t)
+	ca := filepath.Join(t.TempDir(), "ca.pem")
+	require.NoError(t, os.WriteFile(ca, caPEM, 0o600))
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "orders"), kfake.EnableSASL(),
+		kfake.Superuser("SCRAM-SHA-512", "flashsale", "s3cret"), kfake.TLS(&tls.Config{Certificates: []tls.Certificate{cert}}))
+	require.NoError(t, err)
+	defer c.Close()
+
+	cfg := event.Config{KafkaBrokers: c.ListenAddrs(), KafkaTopic: "orders", KafkaTLSCAFile: ca,
+		KafkaSASLMechanism: "SCRAM-SHA-512", KafkaSASLUser: "flashsale", KafkaSASLPassword: "s3cret"}
+	cfg.SetDefaults()
+	require.NoError(t, cfg.Validate())
+	k, err := event.NewKafka(cfg)
+	require.NoError(t, err)
+	defer k.Close()
+	now := time.Now().UTC()
+	m := event.NewMessage(event.Of("shop", db.Event{Snapshot: db.Snapshot{OrderID: 42, VoucherID: 7, UserID: "ann", Status: "paid",
+		Quantity: 1, CreatedAt: now, ExpiresAt: now, PaidAt: &now}, Row: 3, K: 0, Sequence: 9, OccurredAt: now}))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	n, err := k.Send(ctx, []event.Message{m})
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+
+	pool := x509.NewCertPool()
+	require.True(t, pool.AppendCertsFromPEM(caPEM))
+	r, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.ConsumeTopics("orders"), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		kgo.DialTLSConfig(&tls.Config{RootCAs: pool}), kgo.SASL(scram.Auth{User: "flashsale", Pass: "s3cret"}.AsSha512Mechanism()))
+	require.NoError(t, err)
+	defer r.Close()
+	fs := r.PollFetches(ctx)
+	require.NoError(t, fs.Err())
+	recs := fs.Records()
+	require.Len(t, recs, 1)
+	require.Equal(t, "42", string(recs[0].Key))
+	require.Equal(t, m.Body, recs[0].Value)
+
+	// A wrong password is refused: the sink fails, it does not hang.
+	cfg.KafkaSASLPassword = "wrong"
+	bad, err := event.NewKafka(cfg)
+	require.NoError(t, err)
+	defer bad.Close()
+	sctx, scancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer scancel()
+	_, err = bad.Send(sctx, []event.Message{m})
+	require.Error(t, err)
+}
