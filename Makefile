@@ -66,8 +66,9 @@ demo: servers
 
 ## dev: throwaway servers, the roles and the console kept running, with
 ## their addresses, tokens and a ready curl printed; Ctrl-C stops them
+DEV_PORT ?= 8080
 dev: servers
-	$(GO) run ./pkg/internal/cmd/demo -serve $(DEMO_FLAGS)
+	$(GO) run ./pkg/internal/cmd/demo -serve -port $(DEV_PORT) $(DEMO_FLAGS)
 
 ## helm-test: lint and render the chart, decode every document strictly into
 ## the Kubernetes API types and check its policies (no cluster needed)

@@ -59,6 +59,8 @@ type Options struct {
 	Env []string
 	// ReaperEnv is added to the reapers' environment.
 	ReaperEnv []string
+	// GatewayPort: the gateway's port on 127.0.0.1 (0: a free one).
+	GatewayPort int
 	// RestrictedUser runs the binaries as a MySQL user with every privilege
 	// on the database and none global (no SUPER), as in production, on a
 	// throwaway mariadbd with its grant tables in force: read_only then
@@ -219,9 +221,11 @@ func StartStack(ctx context.Context, o Options) (s *Stack, err error) {
 			return nil, err
 		}
 	}
-	port, err := testsrv.FreePort()
-	if err != nil {
-		return nil, err
+	port := o.GatewayPort
+	if port == 0 {
+		if port, err = testsrv.FreePort(); err != nil {
+			return nil, err
+		}
 	}
 	s.URL = "http://127.0.0.1:" + strconv.Itoa(port)
 	s.env = append([]string{

@@ -32,7 +32,7 @@ func TestDevStackComesUpAndStops(t *testing.T) {
 	out, err := build.CombinedOutput()
 	require.NoError(t, err, "%s", out)
 
-	cmd := exec.Command(bin, "-serve", "-workers", "1", "-stock", "10")
+	cmd := exec.Command(bin, "-serve", "-workers", "1", "-stock", "10", "-port", "0") // 8080 may be another run's
 	cmd.Env = os.Environ()
 	stdout, err := cmd.StdoutPipe()
 	require.NoError(t, err)

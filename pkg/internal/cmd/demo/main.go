@@ -13,8 +13,10 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"net"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -49,6 +51,7 @@ func run() error {
 		perUser     = fs.Int64("per-user", 1, "units one user may hold")
 		concurrency = fs.Int("concurrency", 64, "claims in flight at once")
 		workers     = fs.Int("workers", 2, "worker processes")
+		port        = fs.Int("port", 8080, "with -serve: the gateway's port on 127.0.0.1 when it is free (0: any free port)")
 		keep        = fs.Bool("keep", false, "keep the temporary directory (logs, data)")
 		allocation  = fs.String("allocation", "first_come", "first_come, or draw: entries until -window, then winners drawn by the reaper and verified")
 		window      = fs.Duration("window", 20*time.Second, "a draw's entry window, from its creation (the entries must be over by then)")
@@ -74,9 +77,18 @@ func run() error {
 	if !*keep {
 		defer os.RemoveAll(dir)
 	}
+	gatewayPort := 0
+	if *serve && *port != 0 {
+		if l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(*port)); err == nil {
+			l.Close()
+			gatewayPort = *port
+		} else {
+			say("127.0.0.1:%d is taken: the gateway takes a free port (make dev DEV_PORT=N picks one)", *port)
+		}
+	}
 	sinks := sinkEnv()
 	opts := harness.Options{Dir: dir, Workers: *workers, RedisAddr: os.Getenv("FLASHSALE_REDIS_ADDR"), MySQLDSN: os.Getenv("FLASHSALE_MYSQL_DSN"),
-		Reaper: *serve || len(sinks) > 0, ReaperEnv: sinks}
+		Reaper: *serve || len(sinks) > 0, ReaperEnv: sinks, GatewayPort: gatewayPort}
 	say("starting redis-server, mariadbd, the gateway and %d workers (in %s)", *workers, dir)
 	s, err := harness.StartStack(ctx, opts)
 	if err != nil {
