@@ -63,6 +63,11 @@ func TestTheQueuePageInABrowser(t *testing.T) {
 	var focused string
 	require.NoError(t, chromedp.Run(a, chromedp.Evaluate(`document.activeElement.id`, &focused)))
 	require.Equal(t, "buy", focused, "the buy button has the focus: Enter buys")
+	waitText(a, "#pass", "Your turn holds for")
+	require.Regexp(t, `^Your turn holds for [0-9]+:[0-5][0-9] more\.$`, text(a, "#pass"), "a countdown to the pass's end")
+	var figures string
+	require.NoError(t, chromedp.Run(a, chromedp.Evaluate(`getComputedStyle(document.getElementById("figures")).display`, &figures)))
+	require.Equal(t, "none", figures, "no stale position or estimate beside the turn")
 
 	// The second buyer, on a phone: in the queue behind the first.
 	b, cancelB := chromedp.NewContext(bctx)
@@ -90,9 +95,22 @@ func TestTheQueuePageInABrowser(t *testing.T) {
 	require.Equal(t, http.StatusOK, orders.Status, orders.Raw)
 	require.Len(t, orders.Body["orders"], 1)
 	require.Contains(t, text(a, "#order"), orders.Body["orders"].([]any)[0].(map[string]any)["order_id"].(string))
+	require.Equal(t, "Thank you.", text(a, "#status"), "the order is said once, in its own line")
+	var passShown bool
+	require.NoError(t, chromedp.Run(a, chromedp.Evaluate(`!document.getElementById("pass").hidden`, &passShown)))
+	require.False(t, passShown, "no countdown once bought")
 
 	// The second is told.
 	waitText(b, "#status", "Sold out")
+
+	// A voucher without a room: the page says so and lets the buyer claim.
+	plain := f.createVoucher(`{"name":"Socks","stock":3}`)
+	c, cancelC := chromedp.NewContext(bctx)
+	defer cancelC()
+	require.NoError(t, chromedp.Run(c, chromedp.Navigate(f.srv.URL+"/queue/"+plain+"#token="+f.token("carol"))))
+	waitText(c, "#status", "This sale has no queue")
+	require.NoError(t, chromedp.Run(c, chromedp.KeyEvent(kb.Enter)))
+	waitText(c, "#order", "is placed")
 }
 
 func mustLocation(t *testing.T, tab context.Context) string {

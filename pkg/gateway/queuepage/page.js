@@ -84,6 +84,7 @@ async function join() {
     if (r.status === 200) return r.body;
     if (code === "proof_required" || code === "proof_invalid") { proof = await solve(); continue; }
     if (code === "access_required" || code === "access_invalid") { await askAccess(code === "access_invalid"); continue; }
+    if (code === "no_waiting_room") return null;
     if (r.status === 429 || r.status === 503) { say(T.retrying); await sleep(1000 * r.retry); continue; }
     throw new Error(r.body.message || "HTTP " + r.status);
   }
@@ -103,7 +104,7 @@ async function buy() {
   const b = $("buy");
   b.disabled = true;
   say(T.buying);
-  const r = await call("POST", "/v1/vouchers/" + encodeURIComponent(voucher) + "/orders", {"X-Flashsale-Queue": queueToken});
+  const r = await call("POST", "/v1/vouchers/" + encodeURIComponent(voucher) + "/orders", queueToken ? {"X-Flashsale-Queue": queueToken} : {});
   if (r.status !== 202) {
     b.disabled = false;
     if (r.body.error === "sold_out") { b.hidden = true; say(T.soldOut); return; }
@@ -111,17 +112,38 @@ async function buy() {
     return;
   }
   b.hidden = true;
+  stopPass();
   const id = r.body.order_id;
   const o = $("order");
   o.hidden = false;
+  say(T.thanks); // the order line says the rest, once
   for (let status = r.body.status; ; ) {
     o.textContent = fill(T.bought, {id, status});
-    say(o.textContent);
     if (status !== "pending") return;
     await sleep(1000);
     const s = await call("GET", "/v1/orders/" + encodeURIComponent(id));
     if (s.status === 200) status = s.body.status;
   }
+}
+
+// The admitted buyer's pass: a countdown to pass_expires_at.
+let passTimer = 0;
+function showPass(expiresAt) {
+  const p = $("pass");
+  const end = Date.parse(expiresAt || "");
+  if (!end || passTimer) return;
+  const tick = () => {
+    const left = Math.max(0, Math.round((end - Date.now()) / 1000));
+    p.textContent = fill(T.passLeft, {s: Math.floor(left / 60) + ":" + String(left % 60).padStart(2, "0")});
+    p.hidden = false;
+  };
+  tick();
+  passTimer = setInterval(tick, 1000);
+}
+function stopPass() {
+  clearInterval(passTimer);
+  passTimer = 0;
+  $("pass").hidden = true;
 }
 
 // wait polls the room as its answers say, until the buyer's turn or the end.
@@ -130,14 +152,15 @@ async function wait(a) {
     showWait(a);
     switch (a.state) {
       case "admitted": {
-        say(T.admitted);
+        if ($("order").hidden) say(T.admitted);
+        showPass(a.pass_expires_at);
         const b = $("buy");
-        if (b.hidden) { b.hidden = false; b.focus(); }
+        if (b.hidden && $("order").hidden) { b.hidden = false; b.focus(); }
         break;
       }
-      case "sold_out": say(T.soldOut); $("buy").hidden = true; break;
-      case "closed": say(T.closed); $("buy").hidden = true; return;
-      case "lapsed": say(T.lapsed); $("buy").hidden = true; return;
+      case "sold_out": say(T.soldOut); $("buy").hidden = true; stopPass(); break;
+      case "closed": say(T.closed); $("buy").hidden = true; stopPass(); return;
+      case "lapsed": say(T.lapsed); $("buy").hidden = true; stopPass(); return;
       case "paused": say(T.paused); break;
       default: say(a.position > 0 ? T.waiting : T.waitingStart);
     }
@@ -173,6 +196,12 @@ async function start() {
     });
   }
   const a = await join();
+  if (!a) { // no room: the buyer claims directly
+    say(T.noRoom);
+    $("buy").hidden = false;
+    $("buy").focus();
+    return;
+  }
   queueToken = a.queue_token;
   await wait(a);
 }
