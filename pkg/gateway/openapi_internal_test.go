@@ -116,3 +116,47 @@ func TestTheAPIDocListsEveryRoute(t *testing.T) {
 	}
 	require.Equal(t, slices.Sorted(maps.Keys(served)), slices.Sorted(maps.Keys(documented)), "docs/API.md's routes against the router")
 }
+
+// docs/API.md's rows that list a request's fields ({"name", "kind", ...})
+// list the spec's fields of that request, all of them and no other.
+func TestTheAPIDocListsEveryRequestField(t *testing.T) {
+	raw, err := os.ReadFile("../../docs/API.md")
+	require.NoError(t, err)
+	spec, err := os.ReadFile("../../api/openapi.yaml")
+	require.NoError(t, err)
+	var doc struct {
+		Paths      map[string]map[string]map[string]any `yaml:"paths"`
+		Components struct {
+			Schemas map[string]struct {
+				Properties map[string]any `yaml:"properties"`
+			} `yaml:"schemas"`
+		} `yaml:"components"`
+	}
+	require.NoError(t, yaml.Unmarshal(spec, &doc))
+	fields := func(method, path string) []string {
+		op := doc.Paths[path][strings.ToLower(method)]
+		schema := op["requestBody"].(map[string]any)["content"].(map[string]any)["application/json"].(map[string]any)["schema"].(map[string]any)
+		props, _ := schema["properties"].(map[string]any)
+		if ref, ok := schema["$ref"].(string); ok {
+			props = doc.Components.Schemas[ref[strings.LastIndex(ref, "/")+1:]].Properties
+		}
+		return slices.Sorted(maps.Keys(props))
+	}
+	row := regexp.MustCompile("^\\| `(POST|PATCH) (/[^` ]+)` with `\\{(\"[a-z_]+\"(?:, \"[a-z_]+\")*)\\}`")
+	name := regexp.MustCompile(`"([a-z_]+)"`)
+	checked := 0
+	for _, l := range strings.Split(string(raw), "\n") {
+		m := row.FindStringSubmatch(l)
+		if m == nil {
+			continue
+		}
+		var listed []string
+		for _, n := range name.FindAllStringSubmatch(m[3], -1) {
+			listed = append(listed, n[1])
+		}
+		slices.Sort(listed)
+		require.Equal(t, fields(m[1], m[2]), listed, "docs/API.md's fields of %s %s against the spec", m[1], m[2])
+		checked++
+	}
+	require.GreaterOrEqual(t, checked, 2, "the voucher's create and change rows")
+}
