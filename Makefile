@@ -68,7 +68,10 @@ demo: servers
 ## their addresses, tokens and a ready curl printed; Ctrl-C stops them
 DEV_PORT ?= 8080
 dev: servers
-	$(GO) run ./pkg/internal/cmd/demo -serve -port $(DEV_PORT) $(DEMO_FLAGS)
+	@# Ctrl-C is the way out: the demo stops everything and exits 0, and
+	@# make, whose shell ignores it, exits 0 with it ("go run" would exit 1).
+	$(GO) build -o $(BIN)/demo ./pkg/internal/cmd/demo
+	@trap '' INT; $(BIN)/demo -serve -port $(DEV_PORT) $(DEMO_FLAGS)
 
 ## helm-test: lint and render the chart, decode every document strictly into
 ## the Kubernetes API types and check its policies (no cluster needed)
