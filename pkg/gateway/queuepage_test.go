@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -21,8 +22,8 @@ import (
 // URL's fragment, solves the voucher's proof of work in the page, is
 // admitted, buys with the keyboard and sees its order persisted; the
 // second, on a phone-sized screen, waits at position 1 and is told sold
-// out. QUEUE_SCREENSHOT=path keeps a screenshot of the second (docs/queue.png
-// is one).
+// out. QUEUE_SCREENSHOTS=dir keeps a screenshot of each state a buyer
+// meets (docs/queue/*.png are those; docs/queue.png is waiting.png).
 func TestTheQueuePageInABrowser(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs a browser")
@@ -80,11 +81,16 @@ func TestTheQueuePageInABrowser(t *testing.T) {
 	var fits bool
 	require.NoError(t, chromedp.Run(b, chromedp.Evaluate(`document.documentElement.scrollWidth <= document.documentElement.clientWidth`, &fits)))
 	require.True(t, fits, "the page fits a phone's width")
-	if path := os.Getenv("QUEUE_SCREENSHOT"); path != "" {
-		var png []byte
-		require.NoError(t, chromedp.Run(b, chromedp.FullScreenshot(&png, 100)))
-		require.NoError(t, os.WriteFile(path, png, 0o644))
+	shot := func(tab context.Context, name string) {
+		t.Helper()
+		if dir := os.Getenv("QUEUE_SCREENSHOTS"); dir != "" {
+			var png []byte
+			require.NoError(t, chromedp.Run(tab, chromedp.FullScreenshot(&png, 100)))
+			require.NoError(t, os.WriteFile(filepath.Join(dir, name+".png"), png, 0o644))
+		}
 	}
+	shot(b, "waiting")
+	shot(a, "admitted")
 
 	// The first buys with the keyboard, and sees the order persisted.
 	require.NoError(t, chromedp.Run(a, chromedp.KeyEvent(kb.Enter)))
@@ -99,9 +105,11 @@ func TestTheQueuePageInABrowser(t *testing.T) {
 	var passShown bool
 	require.NoError(t, chromedp.Run(a, chromedp.Evaluate(`!document.getElementById("pass").hidden`, &passShown)))
 	require.False(t, passShown, "no countdown once bought")
+	shot(a, "bought")
 
 	// The second is told.
 	waitText(b, "#status", "Sold out")
+	shot(b, "sold-out")
 
 	// A voucher without a room: the page says so and lets the buyer claim.
 	plain := f.createVoucher(`{"name":"Socks","stock":3}`)
@@ -109,6 +117,7 @@ func TestTheQueuePageInABrowser(t *testing.T) {
 	defer cancelC()
 	require.NoError(t, chromedp.Run(c, chromedp.Navigate(f.srv.URL+"/queue/"+plain+"#token="+f.token("carol"))))
 	waitText(c, "#status", "This sale has no queue")
+	shot(c, "no-room")
 	require.NoError(t, chromedp.Run(c, chromedp.KeyEvent(kb.Enter)))
 	waitText(c, "#order", "is placed")
 }
