@@ -5,12 +5,12 @@ import (
 	"fmt"
 	"os"
 	"strconv"
-	"sync/atomic"
 	"time"
 
-	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
+
+	"github.com/flashsale/flashsale/pkg/ops"
 )
 
 // NewLoggers returns the process logger (zap production settings, JSON on
@@ -30,7 +30,7 @@ func newLoggers(sink zapcore.WriteSyncer, level, format string, audit bool) (log
 	if err != nil {
 		return nil, nil, err
 	}
-	logFormat.Store(format)
+	ops.SetLogFormat(format)
 	build := func(l zapcore.LevelEnabler, sampled bool) *zap.Logger {
 		var core zapcore.Core = formatCore{Core: zapcore.NewCore(zapcore.NewJSONEncoder(enc), sink, l), format: format}
 		if sampled { // zap's production sampling
@@ -48,10 +48,6 @@ func newLoggers(sink zapcore.WriteSyncer, level, format string, audit bool) (log
 	}
 	return log, build(zapcore.InfoLevel, false).Named("audit"), nil
 }
-
-// logFormat is the format of the loggers NewLoggers made last, for
-// TraceFields.
-var logFormat atomic.Value
 
 func encoderConfig(format string) (zapcore.EncoderConfig, map[string]any, error) {
 	enc := zap.NewProductionEncoderConfig()
@@ -145,27 +141,6 @@ func (l sourceLocation) MarshalLogObject(e zapcore.ObjectEncoder) error {
 	e.AddString("line", strconv.Itoa(l.Line)) // Cloud Logging's LogEntrySourceLocation.line is an int64 in JSON: a string
 	e.AddString("function", l.Function)
 	return nil
-}
-
-// TraceFields are the fields that tie a log line to the span active in ctx
-// (none without one), named as the last loggers' format wants them: json
-// trace_id and span_id; gcp logging.googleapis.com/trace and spanId; ecs
-// trace.id and span.id.
-func TraceFields(ctx context.Context) []zap.Field {
-	sc := trace.SpanContextFromContext(ctx)
-	if !sc.IsValid() {
-		return nil
-	}
-	tid, sid := sc.TraceID().String(), sc.SpanID().String()
-	switch f, _ := logFormat.Load().(string); f {
-	case "gcp":
-		return []zap.Field{zap.String("logging.googleapis.com/trace", tid), zap.String("logging.googleapis.com/spanId", sid),
-			zap.Bool("logging.googleapis.com/trace_sampled", sc.IsSampled())}
-	case "ecs":
-		return []zap.Field{zap.String("trace.id", tid), zap.String("span.id", sid)}
-	default:
-		return []zap.Field{zap.String("trace_id", tid), zap.String("span_id", sid)}
-	}
 }
 
 // gcpSeverity writes the severity names Cloud Logging knows.

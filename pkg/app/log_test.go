@@ -13,6 +13,8 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
+
+	"github.com/flashsale/flashsale/pkg/ops"
 )
 
 func TestLogFormats(t *testing.T) {
@@ -104,9 +106,9 @@ func TestLogFieldTypes(t *testing.T) {
 		"ecs":  {"trace.id", "span.id"},
 		"gcp":  {"logging.googleapis.com/trace", "logging.googleapis.com/spanId"},
 	} {
-		got := line(format, func(l *zap.Logger) { l.Info("traced", TraceFields(ctx)...) })
+		got := line(format, func(l *zap.Logger) { l.Info("traced", ops.TraceFields(ctx)...) })
 		require.Equal(t, sc.TraceID().String(), got[keys[0]], format)
 		require.Equal(t, sc.SpanID().String(), got[keys[1]], format)
 	}
-	require.Empty(t, TraceFields(context.Background()), "no span, no fields")
+	require.Empty(t, ops.TraceFields(context.Background()), "no span, no fields")
 }

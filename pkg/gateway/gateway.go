@@ -22,7 +22,6 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/flashsale/flashsale/pkg/access"
-	"github.com/flashsale/flashsale/pkg/app"
 	"github.com/flashsale/flashsale/pkg/db"
 	"github.com/flashsale/flashsale/pkg/history"
 	"github.com/flashsale/flashsale/pkg/ops"
@@ -540,7 +539,7 @@ func writeError(w http.ResponseWriter, e *apiError) {
 func (g *Gateway) fail(w http.ResponseWriter, r *http.Request, err error) {
 	e := toAPIError(err)
 	if e.Status >= 500 {
-		g.log.Warn("request failed", append(app.TraceFields(r.Context()),
+		g.log.Warn("request failed", append(ops.TraceFields(r.Context()),
 			zap.String("method", r.Method), zap.String("path", r.URL.Path), zap.Error(err))...)
 	}
 	writeError(w, e)

@@ -13,7 +13,6 @@ import (
 	"go.uber.org/zap"
 	"golang.org/x/sync/errgroup"
 
-	"github.com/flashsale/flashsale/pkg/app"
 	"github.com/flashsale/flashsale/pkg/backoff"
 	"github.com/flashsale/flashsale/pkg/db"
 	"github.com/flashsale/flashsale/pkg/ops"
@@ -172,7 +171,7 @@ func (w *Worker) process(ctx context.Context, entries []rdb.Entry) {
 			return
 		}
 		w.metrics.retries.Inc()
-		log := w.log.With(append(app.TraceFields(ctx), zap.Int("partition", entries[0].Partition), zap.Int("batch_size", len(entries)), zap.Int("attempt", attempt))...)
+		log := w.log.With(append(ops.TraceFields(ctx), zap.Int("partition", entries[0].Partition), zap.Int("batch_size", len(entries)), zap.Int("attempt", attempt))...)
 		if attempt >= w.cfg.MaxAttempts {
 			if perr := w.db.Writable(ctx, w.cfg.Consumer); perr == nil {
 				log.Error("batch keeps failing while mysql accepts writes; trying entry by entry", zap.Error(err))

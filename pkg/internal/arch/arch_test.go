@@ -74,6 +74,18 @@ func TestStoresAreSiblings(t *testing.T) {
 	}
 }
 
+// The roles are libraries the binaries wire: none depends on the
+// wiring (pkg/app: configuration, loggers, the CLI); what they share of it
+// (trace fields in log lines, the counts, the ops endpoints) is pkg/ops.
+func TestTheRolesDoNotImportTheWiring(t *testing.T) {
+	pkgs := list(t)
+	for _, role := range []string{"pkg/gateway", "pkg/worker", "pkg/persist", "pkg/reaper"} {
+		p := pkgs[module+role]
+		require.NotNil(t, p, role)
+		require.NotContains(t, p.Deps, module+"pkg/app", "%s must not depend on pkg/app", role)
+	}
+}
+
 // Every write that follows MySQL into Redis is a function of pkg/settle:
 // outside it, no shipped package calls the Redis writes that apply what
 // MySQL recorded, nor marks them applied in MySQL. (Test helpers under
