@@ -20,12 +20,12 @@ import (
 	"github.com/flashsale/flashsale/pkg/order"
 )
 
-// settleEntries takes draw voucher v's row lock and decides which of its
+// allotEntries takes draw voucher v's row lock and decides which of its
 // just inserted entries idx stay: none once the draw has begun (the draw
 // counts the entries it found), and one per user (any entry the user has
 // that did not fail counts). They take no stock. It returns the ones that
 // must fail, with status and reason set.
-func settleEntries(tx *gorm.DB, v int64, _ voucherMeta, rows []Order, idx []int) ([]Order, error) {
+func allotEntries(tx *gorm.DB, v int64, _ voucherMeta, rows []Order, idx []int) ([]Order, error) {
 	var state string
 	if err := tx.Raw("SELECT draw_state FROM vouchers WHERE id = ? FOR UPDATE", v).Scan(&state).Error; err != nil {
 		return nil, fmt.Errorf("lock voucher %d: %w", v, err)

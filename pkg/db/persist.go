@@ -98,7 +98,7 @@ func (s *Store) persist(ctx context.Context, orders []order.Order, lookup bool) 
 			fresh = append(fresh, o)
 			where = append(where, i)
 		}
-		rows, err := s.insertAndSettle(tx, fresh)
+		rows, err := s.insertAndAllot(tx, fresh)
 		if err != nil {
 			return err
 		}
@@ -139,11 +139,11 @@ func persistedOrders(tx *gorm.DB, orders []order.Order) (map[int64]Order, error)
 	return byID, nil
 }
 
-// insertAndSettle inserts new orders as created, all in one statement, and
+// insertAndAllot inserts new orders as created, all in one statement, and
 // only then takes each voucher's row lock (so two workers' inserts overlap)
 // to decide which keep their unit; the others become failed, with their
 // release rows. It returns the rows as they end, aligned with orders.
-func (s *Store) insertAndSettle(tx *gorm.DB, orders []order.Order) ([]Order, error) {
+func (s *Store) insertAndAllot(tx *gorm.DB, orders []order.Order) ([]Order, error) {
 	if len(orders) == 0 {
 		return nil, nil
 	}
@@ -180,11 +180,11 @@ func (s *Store) insertAndSettle(tx *gorm.DB, orders []order.Order) ([]Order, err
 			failed = append(failed, pick(rows, perVoucher[v])...) // voucher gone: nothing to lock
 			continue
 		}
-		settle := settleVoucher
+		allot := allotVoucher
 		if metas[v].draw {
-			settle = settleEntries
+			allot = allotEntries
 		}
-		refused, err := settle(tx, v, metas[v], rows, perVoucher[v])
+		refused, err := allot(tx, v, metas[v], rows, perVoucher[v])
 		if err != nil {
 			return nil, err
 		}
@@ -200,7 +200,7 @@ func rowOf(o order.Order, timeout time.Duration) Order {
 		CreatedAt: o.CreatedAt, ExpiresAt: o.CreatedAt.Add(timeout), UpdatedAt: o.CreatedAt}
 }
 
-// settleVoucher takes voucher v's row lock and decides which of its just
+// allotVoucher takes voucher v's row lock and decides which of its just
 // inserted orders idx keep their units: the per-user limit counts the units
 // of every live order (this batch's included, so a user's orders beyond it
 // fail, last first), no more units than the stock left are taken, an order
@@ -208,7 +208,7 @@ func rowOf(o order.Order, timeout time.Duration) Order {
 // no other order holds it (each item is one row of items, given to its
 // order by a conditional update). It takes the units of those that stay
 // and returns the ones that must fail, with status and reason set.
-func settleVoucher(tx *gorm.DB, v int64, meta voucherMeta, rows []Order, idx []int) ([]Order, error) {
+func allotVoucher(tx *gorm.DB, v int64, meta voucherMeta, rows []Order, idx []int) ([]Order, error) {
 	var stock int64
 	if err := tx.Raw("SELECT stock FROM vouchers WHERE id = ? FOR UPDATE", v).Scan(&stock).Error; err != nil {
 		return nil, fmt.Errorf("lock voucher %d: %w", v, err)

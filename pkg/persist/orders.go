@@ -48,8 +48,9 @@ func NewOrders(cfg Config, r *rdb.Store, d *db.Store, log, audit *zap.Logger, re
 // Handle makes one attempt at the orders of some stream entries of one
 // partition (every order of each of those stream entries), holding their
 // lease meanwhile, and acknowledges the stream entries once every order
-// they carry is settled. An error leaves them pending, to be tried again;
-// orders settled before it stay settled (a retry finds them persisted).
+// they carry is done: persisted (created, or recorded failed) or
+// dead-lettered. An error leaves them pending, to be tried again; orders
+// done before it stay done (a retry finds them persisted).
 // Malformed orders go to the dead-letter stream; orders MySQL refuses for
 // want of stock or by the per-user limit are recorded failed and their
 // units given back; a batch MySQL refuses for the values of its rows is
@@ -58,7 +59,7 @@ func NewOrders(cfg Config, r *rdb.Store, d *db.Store, log, audit *zap.Logger, re
 // stream entries it claims.
 // A panic (a bug) is recovered: the batch is retried order by order and
 // only an order that panics on its own is dead-lettered.
-func (w *Orders) Handle(ctx context.Context, entries []rdb.Entry) error {
+func (w *Orders) Handle(ctx context.Context, entries []rdb.StreamOrder) error {
 	if len(entries) == 0 {
 		return nil
 	}
@@ -67,28 +68,28 @@ func (w *Orders) Handle(ctx context.Context, entries []rdb.Entry) error {
 }
 
 // Try is Handle without the lease (for a caller that holds it).
-func (w *Orders) Try(ctx context.Context, entries []rdb.Entry) error {
-	if err := w.Settle(ctx, entries); err != nil {
+func (w *Orders) Try(ctx context.Context, entries []rdb.StreamOrder) error {
+	if err := w.Persist(ctx, entries); err != nil {
 		return err
 	}
 	return w.Ack(ctx, entries)
 }
 
-// Settle is Try without the acknowledgement: every order of entries is
+// Persist is Try without the acknowledgement: every order of entries is
 // persisted, failed or dead-lettered when it returns nil. The caller
 // acknowledges their stream entries (Ack) once all their orders are
-// settled.
-func (w *Orders) Settle(ctx context.Context, entries []rdb.Entry) error {
+// done.
+func (w *Orders) Persist(ctx context.Context, entries []rdb.StreamOrder) error {
 	if len(entries) == 0 {
 		return nil
 	}
-	panicked, err := guard(func() error { return w.settle(ctx, entries) })
+	panicked, err := guard(func() error { return w.persistOnce(ctx, entries) })
 	if panicked == nil {
 		return err
 	}
 	w.log.Error("panic while handling a batch; retrying order by order", zap.Any("panic", panicked), zap.Stack("stack"))
 	for _, e := range entries {
-		panicked, err := guard(func() error { return w.settle(ctx, []rdb.Entry{e}) })
+		panicked, err := guard(func() error { return w.persistOnce(ctx, []rdb.StreamOrder{e}) })
 		if panicked != nil {
 			err = w.DeadLetter(ctx, e, fmt.Sprintf("panic: %v", panicked))
 		}
@@ -100,8 +101,8 @@ func (w *Orders) Settle(ctx context.Context, entries []rdb.Entry) error {
 }
 
 // Ack acknowledges the stream entries of entries (of one partition), whose
-// orders are all settled, and counts the batch.
-func (w *Orders) Ack(ctx context.Context, entries []rdb.Entry) error {
+// orders are all done, and counts the batch.
+func (w *Orders) Ack(ctx context.Context, entries []rdb.StreamOrder) error {
 	if len(entries) == 0 {
 		return nil
 	}
@@ -118,8 +119,8 @@ func guard(f func() error) (panicked any, err error) {
 	return nil, f()
 }
 
-func (w *Orders) settle(ctx context.Context, entries []rdb.Entry) error {
-	valid := make([]rdb.Entry, 0, len(entries))
+func (w *Orders) persistOnce(ctx context.Context, entries []rdb.StreamOrder) error {
+	valid := make([]rdb.StreamOrder, 0, len(entries))
 	for _, e := range entries {
 		if e.Err != nil {
 			if err := w.deadLetter(ctx, e, "malformed: "+e.Err.Error(), nil); err != nil {
@@ -146,7 +147,7 @@ func (w *Orders) settle(ctx context.Context, entries []rdb.Entry) error {
 
 // persist writes valid orders in one transaction and records what became
 // of each.
-func (w *Orders) persist(ctx context.Context, valid []rdb.Entry) error {
+func (w *Orders) persist(ctx context.Context, valid []rdb.StreamOrder) error {
 	t0 := time.Now()
 	outcomes, err := w.db.PersistBatch(ctx, ordersOf(valid))
 	w.metrics.commitSeconds.Observe(time.Since(t0).Seconds())
@@ -161,7 +162,7 @@ func (w *Orders) persist(ctx context.Context, valid []rdb.Entry) error {
 	}
 }
 
-func ordersOf(entries []rdb.Entry) []order.Order {
+func ordersOf(entries []rdb.StreamOrder) []order.Order {
 	orders := make([]order.Order, len(entries))
 	for i, e := range entries {
 		orders[i] = e.Order
@@ -174,7 +175,7 @@ func ordersOf(entries []rdb.Entry) []order.Order {
 // own. If every order of a batch of several is refused with the same error,
 // no row is at fault but the store (a column shortened, a CHECK added): that
 // is an outage, and nothing is failed.
-func (w *Orders) handleOneByOne(ctx context.Context, entries []rdb.Entry, batchErr error) error {
+func (w *Orders) handleOneByOne(ctx context.Context, entries []rdb.StreamOrder, batchErr error) error {
 	w.log.Warn("batch refused for its values; trying order by order", zap.Int("partition", entries[0].Partition),
 		zap.Int("batch_size", len(entries)), zap.Error(batchErr))
 	outs := make([][]db.Outcome, len(entries))
@@ -199,7 +200,7 @@ func (w *Orders) handleOneByOne(ctx context.Context, entries []rdb.Entry, batchE
 		if errs[i] != nil {
 			err = w.DeadLetter(ctx, e, "rejected by mysql: "+errs[i].Error())
 		} else {
-			err = w.record(ctx, []rdb.Entry{e}, outs[i])
+			err = w.record(ctx, []rdb.StreamOrder{e}, outs[i])
 		}
 		if err != nil {
 			return err
@@ -210,7 +211,7 @@ func (w *Orders) handleOneByOne(ctx context.Context, entries []rdb.Entry, batchE
 
 // HoldLease renews this consumer's hold on the stream entries of entries
 // every third of ClaimMinIdle until the returned stop is called.
-func (w *Orders) HoldLease(ctx context.Context, entries []rdb.Entry) (stop func()) {
+func (w *Orders) HoldLease(ctx context.Context, entries []rdb.StreamOrder) (stop func()) {
 	ids := rdb.StreamIDs(entries)
 	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
@@ -234,7 +235,7 @@ func (w *Orders) HoldLease(ctx context.Context, entries []rdb.Entry) (stop func(
 
 // record gives back the units of the orders MySQL recorded failed, and
 // dead-letters the orders whose id MySQL holds for another order.
-func (w *Orders) record(ctx context.Context, entries []rdb.Entry, outcomes []db.Outcome) error {
+func (w *Orders) record(ctx context.Context, entries []rdb.StreamOrder, outcomes []db.Outcome) error {
 	var releases []db.Release
 	var created, failed, redelivered int64
 	for i, out := range outcomes {
@@ -278,7 +279,7 @@ func (w *Orders) record(ctx context.Context, entries []rdb.Entry, outcomes []db.
 // it as failed in MySQL, gives its unit back and copies the order to its
 // partition's dead-letter stream; an order that turns out to be persisted
 // already is left as it is. The caller acknowledges its stream entry
-// (Ack). It makes one attempt: an error leaves the order unsettled and
+// (Ack). It makes one attempt: an error leaves the order not done and
 // nothing released. If MySQL refuses even the
 // record of the failure (for the row's values, or while it takes other
 // writes, such as a packet too large), the entry is dead-lettered
@@ -286,7 +287,7 @@ func (w *Orders) record(ctx context.Context, entries []rdb.Entry, outcomes []db.
 // an order MySQL has not recorded): it stays held until an operator runs
 // reconcile --repair. The reaper calls DeadLetter for entries delivered
 // too often.
-func (w *Orders) DeadLetter(ctx context.Context, e rdb.Entry, reason string) error {
+func (w *Orders) DeadLetter(ctx context.Context, e rdb.StreamOrder, reason string) error {
 	if e.Err != nil {
 		return w.deadLetter(ctx, e, reason, nil)
 	}
@@ -311,7 +312,7 @@ func (w *Orders) DeadLetter(ctx context.Context, e rdb.Entry, reason string) err
 
 // deadLetter gives back rel (when MySQL recorded one), then copies e to the
 // dead-letter stream.
-func (w *Orders) deadLetter(ctx context.Context, e rdb.Entry, reason string, rel *db.Release) error {
+func (w *Orders) deadLetter(ctx context.Context, e rdb.StreamOrder, reason string, rel *db.Release) error {
 	if rel != nil {
 		if _, err := settle.Releases(ctx, w.redis, w.db, []db.Release{*rel}, time.Now()); err != nil {
 			return err
@@ -326,7 +327,7 @@ func (w *Orders) deadLetter(ctx context.Context, e rdb.Entry, reason string, rel
 }
 
 // orderFields are the fields of an order's audit line.
-func orderFields(e rdb.Entry, more ...zap.Field) []zap.Field {
+func orderFields(e rdb.StreamOrder, more ...zap.Field) []zap.Field {
 	return append([]zap.Field{zap.Int64("order_id", e.Order.ID), zap.Int64("voucher_id", e.Order.VoucherID),
 		zap.String("user_id", e.Order.UserID), zap.Int("partition", e.Partition)}, more...)
 }

@@ -148,10 +148,10 @@ func TestAckInReadOrderTrimsWithoutDeletingOneByOne(t *testing.T) {
 
 // entriesOf are stream entries ids as a consumer read them, holding no
 // order (the entries these tests add by hand).
-func entriesOf(ids []string) []rdb.Entry {
-	es := make([]rdb.Entry, len(ids))
+func entriesOf(ids []string) []rdb.StreamOrder {
+	es := make([]rdb.StreamOrder, len(ids))
 	for i, id := range ids {
-		es[i] = rdb.Entry{StreamID: id, Index: -1}
+		es[i] = rdb.StreamOrder{StreamID: id, Index: -1}
 	}
 	return es
 }

@@ -18,9 +18,9 @@ import (
 // DeadLetter copies order e with reason to the partition's dead-letter
 // stream. It does not acknowledge e's stream entry, which may carry other
 // orders: the caller acknowledges it (Ack) once every order it carries is
-// settled. A crash between the two may dead-letter an order twice (the
+// done. A crash between the two may dead-letter an order twice (the
 // entry is delivered again); requeueing it persists it once.
-func (s *Store) DeadLetter(ctx context.Context, e Entry, reason string) error {
+func (s *Store) DeadLetter(ctx context.Context, e StreamOrder, reason string) error {
 	values := []any{
 		"stream_id", e.StreamID, "order_id", formatID(e.Order.ID), "voucher_id", formatID(e.Order.VoucherID),
 		"user_id", e.Order.UserID, "day", e.Order.Day, "quantity", e.Order.Units(), "reason", reason,
@@ -85,10 +85,10 @@ type DeadEntry struct {
 	Quantity  string    `json:"quantity"`
 	Reason    string    `json:"reason"`
 	DeadAt    time.Time `json:"dead_lettered_at"`
-	// Entry is the stream entry it was, to be processed again (requeued);
-	// Entry.Err says why it cannot be (not an order, or dead-lettered by
+	// Order is the stream entry it was, to be processed again (requeued);
+	// Order.Err says why it cannot be (not an order, or dead-lettered by
 	// a version that did not keep the whole order).
-	Entry Entry `json:"-"`
+	Order StreamOrder `json:"-"`
 }
 
 // DeadLetters returns partition p's dead letters, oldest first.
@@ -102,7 +102,7 @@ func (s *Store) DeadLetters(ctx context.Context, p int) ([]DeadEntry, error) {
 			if ms, err := strconv.ParseInt(strings.SplitN(m.ID, "-", 2)[0], 10, 64); err == nil {
 				d.DeadAt = time.UnixMilli(ms).UTC()
 			}
-			d.Entry = deadEntry(p, m.ID, field)
+			d.Order = deadEntry(p, m.ID, field)
 			out = append(out, d)
 		}
 		return false
@@ -114,8 +114,8 @@ func (s *Store) DeadLetters(ctx context.Context, p int) ([]DeadEntry, error) {
 // read by field) holds, to be processed again: its id is the one it was
 // dead-lettered with, and it must lead back to the stream entry it came
 // from.
-func deadEntry(p int, deadID string, field func(string) string) Entry {
-	e := Entry{Partition: p, StreamID: field("stream_id"), Index: -1}
+func deadEntry(p int, deadID string, field func(string) string) StreamOrder {
+	e := StreamOrder{Partition: p, StreamID: field("stream_id"), Index: -1}
 	id, err := strconv.ParseInt(field("order_id"), 10, 64)
 	if err != nil || field("created_ms") == "" {
 		e.Err = fmt.Errorf("dead letter %s does not hold its whole order", deadID)

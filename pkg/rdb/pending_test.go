@@ -77,7 +77,7 @@ func TestUserPendingReadsOnlyTheUsersOwnEntries(t *testing.T) {
 	// Persisted (acknowledged and deleted): no longer pending, and the
 	// index forgets it.
 	_, entry, index := order.EntryOf(mine.OrderID)
-	require.NoError(t, s.Ack(ctx, 0, []rdb.Entry{{StreamID: entry, Index: index}}))
+	require.NoError(t, s.Ack(ctx, 0, []rdb.StreamOrder{{StreamID: entry, Index: index}}))
 	got, err = s.UserPending(ctx, 1, "alice")
 	require.NoError(t, err)
 	require.Equal(t, []int64{second.OrderID}, orderIDs(got))

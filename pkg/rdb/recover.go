@@ -14,7 +14,7 @@ import (
 type Claimed struct {
 	// Entries are the orders of the stream entries claimed, each stream
 	// entry's orders together.
-	Entries []Entry
+	Entries []StreamOrder
 	// Deliveries maps each claimed stream entry to its delivery count, this
 	// claim included.
 	Deliveries map[string]int64

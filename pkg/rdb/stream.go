@@ -18,10 +18,10 @@ import (
 	"github.com/flashsale/flashsale/pkg/order"
 )
 
-// Entry is one order read from a stream by a consumer. A stream entry
-// carries the orders of one admission call (admit.lua), each read as an
-// Entry of its own; they are acknowledged together, by their StreamID.
-type Entry struct {
+// StreamOrder is one order read from a stream by a consumer. A stream entry
+// carries the orders of one admission call (admit.lua), each read as a
+// StreamOrder of its own; they are acknowledged together, by their StreamID.
+type StreamOrder struct {
 	Partition int
 	StreamID  string
 	// Index is the order's place in its stream entry (its oK field), from
@@ -56,7 +56,7 @@ func IsNoGroup(err error) bool {
 // ReadGroup reads up to count entries of partition p for consumer. start ">"
 // reads new entries, blocking up to block; any other id re-reads the
 // consumer's own pending entries after it, without blocking.
-func (s *Store) ReadGroup(ctx context.Context, p int, consumer, start string, count int, block time.Duration) ([]Entry, error) {
+func (s *Store) ReadGroup(ctx context.Context, p int, consumer, start string, count int, block time.Duration) ([]StreamOrder, error) {
 	if start != ">" {
 		block = -1
 	}
@@ -70,7 +70,7 @@ func (s *Store) ReadGroup(ctx context.Context, p int, consumer, start string, co
 	if err != nil {
 		return nil, fmt.Errorf("xreadgroup %s: %w", StreamKey(p), err)
 	}
-	var out []Entry
+	var out []StreamOrder
 	for _, st := range res {
 		for _, m := range st.Messages {
 			out = append(out, parseEntries(p, m)...)
@@ -84,28 +84,28 @@ func (s *Store) ReadGroup(ctx context.Context, p int, consumer, start string, co
 var maxCreatedMs = time.Date(9000, 1, 1, 0, 0, 0, 0, time.UTC).UnixMilli()
 
 // parseEntries reads the orders of stream entry m of partition p, in their
-// order: one Entry each, one Entry with Err for an order field that cannot
-// be read, and a single Entry with Err when m holds no order at all.
-func parseEntries(p int, m redis.XMessage) []Entry {
+// order: one StreamOrder each, one with Err for an order field that cannot
+// be read, and a single one with Err when m holds no order at all.
+func parseEntries(p int, m redis.XMessage) []StreamOrder {
 	field := func(k string) string { s, _ := m.Values[k].(string); return s }
 	if _, old := m.Values["user_id"]; old {
-		e := Entry{Partition: p, StreamID: m.ID, Index: -1}
+		e := StreamOrder{Partition: p, StreamID: m.ID, Index: -1}
 		id, err := order.IDFromPosition(m.ID, p)
 		if err != nil {
 			e.Err = err
-			return []Entry{e}
+			return []StreamOrder{e}
 		}
 		e.Order, e.Err = parseOrder(m.ID, id, field("voucher_id"), field("user_id"), field("created_ms"), field("day"),
 			field("quantity"), field("item"), field("entry") == "1")
-		return []Entry{e}
+		return []StreamOrder{e}
 	}
-	var out []Entry
+	var out []StreamOrder
 	for k, raw := range m.Values {
 		i, ok := orderField(k)
 		if !ok {
 			continue
 		}
-		e := Entry{Partition: p, StreamID: m.ID, Index: i}
+		e := StreamOrder{Partition: p, StreamID: m.ID, Index: i}
 		id, err := order.IDOf(m.ID, i, p)
 		value, _ := raw.(string)
 		parts := strings.Split(value, " ")
@@ -127,9 +127,9 @@ func parseEntries(p int, m redis.XMessage) []Entry {
 		out = append(out, e)
 	}
 	if len(out) == 0 {
-		return []Entry{{Partition: p, StreamID: m.ID, Index: -1, Err: fmt.Errorf("entry %s holds no order", m.ID)}}
+		return []StreamOrder{{Partition: p, StreamID: m.ID, Index: -1, Err: fmt.Errorf("entry %s holds no order", m.ID)}}
 	}
-	slices.SortFunc(out, func(a, b Entry) int { return a.Index - b.Index })
+	slices.SortFunc(out, func(a, b StreamOrder) int { return a.Index - b.Index })
 	return out
 }
 
@@ -177,7 +177,7 @@ func parseOrder(sid string, id int64, voucher, user, created, day, quantity, raw
 // them from the stream and takes their orders off the partition's backlog
 // count (ack.lua). Call it only after the MySQL commit of every order of
 // those stream entries, entries holding them all.
-func (s *Store) Ack(ctx context.Context, p int, entries []Entry) error {
+func (s *Store) Ack(ctx context.Context, p int, entries []StreamOrder) error {
 	if len(entries) == 0 {
 		return nil
 	}
@@ -194,14 +194,14 @@ func (s *Store) Ack(ctx context.Context, p int, entries []Entry) error {
 }
 
 // StreamIDs are the distinct stream entries of entries, in their order.
-func StreamIDs(entries []Entry) []string {
+func StreamIDs(entries []StreamOrder) []string {
 	ids, _ := streamEntries(entries)
 	return ids
 }
 
 // streamEntries are the distinct stream entries of entries, in their
 // order, and the orders (Index >= 0) each carries among entries.
-func streamEntries(entries []Entry) (ids []string, orders []int) {
+func streamEntries(entries []StreamOrder) (ids []string, orders []int) {
 	for _, e := range entries {
 		// An entry's orders are adjacent: the last id is nearly always the one.
 		k := len(ids) - 1

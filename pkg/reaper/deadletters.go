@@ -41,12 +41,12 @@ func (r *Reaper) RequeueDeadLetters(ctx context.Context, p int, ids ...string) (
 			continue
 		}
 		res := Requeued{DeadID: d.DeadID, Result: "skipped"}
-		if d.Entry.Err != nil {
-			res.Why = d.Entry.Err.Error()
+		if d.Order.Err != nil {
+			res.Why = d.Order.Err.Error()
 			out = append(out, res)
 			continue
 		}
-		o, err := r.db.Order(ctx, d.Entry.Order.ID)
+		o, err := r.db.Order(ctx, d.Order.Order.ID)
 		if err == nil {
 			res.Status, res.Why = o.Status, "already in MySQL: final"
 			out = append(out, res)
@@ -55,13 +55,13 @@ func (r *Reaper) RequeueDeadLetters(ctx context.Context, p int, ids ...string) (
 		if !errors.Is(err, db.ErrNotFound) {
 			return out, err
 		}
-		// Settled, not acknowledged: the stream entry it came from was
+		// Persisted, not acknowledged: the stream entry it came from was
 		// acknowledged with it, or is still pending with other orders,
-		// which its own processing settles (finding this one persisted).
-		if err := r.orders.Settle(ctx, []rdb.Entry{d.Entry}); err != nil {
+		// which its own processing persists (finding this one persisted).
+		if err := r.orders.Persist(ctx, []rdb.StreamOrder{d.Order}); err != nil {
 			return out, fmt.Errorf("requeue %s: %w", d.DeadID, err)
 		}
-		if o, err = r.db.Order(ctx, d.Entry.Order.ID); err != nil {
+		if o, err = r.db.Order(ctx, d.Order.Order.ID); err != nil {
 			return out, fmt.Errorf("requeued %s: %w", d.DeadID, err)
 		}
 		if err := r.redis.DeleteDeadLetters(ctx, p, d.DeadID); err != nil {

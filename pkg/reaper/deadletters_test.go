@@ -36,7 +36,7 @@ func TestRequeueDeadLetters(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, dead, 2)
 	require.Equal(t, "test: rejected", dead[0].Reason)
-	require.NoError(t, dead[0].Entry.Err)
+	require.NoError(t, dead[0].Order.Err)
 
 	r := newReaper(t, e, "reaper-1", time.Now)
 	res, err := r.RequeueDeadLetters(ctx, 0)
@@ -53,7 +53,7 @@ func TestRequeueDeadLetters(t *testing.T) {
 	dead, err = e.RDB.DeadLetters(ctx, 0)
 	require.NoError(t, err)
 	require.Len(t, dead, 1, "the final one stays for purge")
-	require.Equal(t, ids[1], dead[0].Entry.Order.ID)
+	require.Equal(t, ids[1], dead[0].Order.Order.ID)
 	require.EqualValues(t, 8, redisStock(t, e, v.ID), "nothing given back or taken twice")
 	require.EqualValues(t, 8, e.Count(t, "SELECT stock FROM vouchers WHERE id = ?", v.ID))
 
@@ -94,7 +94,7 @@ func TestRequeueLeavesAPendingEntryToItsConsumer(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, rdb.Backlog{Length: 1, Orders: 2, Pending: 1}, b, "the entry still waits for its consumer")
 
-	// Its consumer (or the reaper) settles it: the requeued order found
+	// Its consumer (or the reaper) persists it: the requeued order found
 	// persisted, its mate persisted now.
 	rescuer := newReaper(t, e, "reaper-2", time.Now)
 	testenv.Eventually(t, 10*time.Second, "the entry taken over and persisted", func() bool {

@@ -80,7 +80,7 @@ func users(prefix string, n int) []string {
 
 // readAndDie reads entries as consumer and never acknowledges them: a
 // worker killed right after XREADGROUP.
-func readAndDie(t *testing.T, e *testenv.Env, voucher int64, consumer string) []rdb.Entry {
+func readAndDie(t *testing.T, e *testenv.Env, voucher int64, consumer string) []rdb.StreamOrder {
 	t.Helper()
 	entries, err := e.RDB.ReadGroup(context.Background(), e.RDB.PartitionOf(voucher), consumer, ">", 1000, 10*time.Millisecond)
 	require.NoError(t, err)

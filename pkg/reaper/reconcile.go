@@ -81,12 +81,12 @@ func Reconcile(ctx context.Context, r *rdb.Store, d *db.Store, now time.Time, re
 
 // streamCache holds the partitions' stream entries read so far in one
 // pass, each stream read once however many vouchers it carries.
-type streamCache map[int][]rdb.Entry
+type streamCache map[int][]rdb.StreamOrder
 
 // of is the entries of partitions ps (a hot voucher's buckets admit into
 // several partitions' streams).
-func (c streamCache) of(ctx context.Context, r *rdb.Store, ps []int) ([]rdb.Entry, error) {
-	var entries []rdb.Entry
+func (c streamCache) of(ctx context.Context, r *rdb.Store, ps []int) ([]rdb.StreamOrder, error) {
+	var entries []rdb.StreamOrder
 	for _, p := range ps {
 		if _, ok := c[p]; !ok {
 			es, err := r.StreamOrders(ctx, p)
@@ -100,7 +100,7 @@ func (c streamCache) of(ctx context.Context, r *rdb.Store, ps []int) ([]rdb.Entr
 	return entries, nil
 }
 
-func reconcileVoucher(ctx context.Context, r *rdb.Store, d *db.Store, v db.Voucher, stream []rdb.Entry, now time.Time, repair bool) (VoucherCheck, error) {
+func reconcileVoucher(ctx context.Context, r *rdb.Store, d *db.Store, v db.Voucher, stream []rdb.StreamOrder, now time.Time, repair bool) (VoucherCheck, error) {
 	check := VoucherCheck{VoucherID: v.ID, Quiet: v.Paused || (v.EndsAt != nil && !now.Before(*v.EndsAt))}
 	var candidates []order.Order
 	for _, e := range stream {
@@ -128,7 +128,7 @@ func reconcileVoucher(ctx context.Context, r *rdb.Store, d *db.Store, v db.Vouch
 	}
 
 	want := rdb.VoucherState{Found: true, Users: map[string]int64{}, Days: map[string]map[string]int64{}}
-	want.Voucher = settle.Admission(v, v.Stock)
+	want.Voucher = settle.RedisVoucher(v, v.Stock)
 	// Per-day counts exist only for vouchers with a daily limit (admit.lua).
 	daily := v.PerUserDailyLimit > 0
 	// Counts are of units: an order of quantity n counts n.

@@ -42,8 +42,8 @@ func (r *Reaper) reclaim(ctx context.Context, p int, pass *Pass) error {
 		if len(c.Deleted) > 0 {
 			r.log.Error("pending entries were deleted from the stream before being persisted", zap.Int("partition", p), zap.Strings("stream_ids", c.Deleted))
 		}
-		var fresh []rdb.Entry
-		var worn [][]rdb.Entry // each a stream entry's orders
+		var fresh []rdb.StreamOrder
+		var worn [][]rdb.StreamOrder // each a stream entry's orders
 		for _, e := range c.Entries {
 			switch {
 			case c.Deliveries[e.StreamID] <= r.cfg.MaxDeliveries:
@@ -51,7 +51,7 @@ func (r *Reaper) reclaim(ctx context.Context, p int, pass *Pass) error {
 			case len(worn) > 0 && worn[len(worn)-1][0].StreamID == e.StreamID:
 				worn[len(worn)-1] = append(worn[len(worn)-1], e)
 			default:
-				worn = append(worn, []rdb.Entry{e})
+				worn = append(worn, []rdb.StreamOrder{e})
 			}
 		}
 		// The same code as a worker's batch: idempotent, ack after commit.
@@ -79,7 +79,7 @@ func (r *Reaper) reclaim(ctx context.Context, p int, pass *Pass) error {
 // writes, each order once on its own, and the dead-letter stream (with a
 // recorded failure and its unit given back) only for an order that fails
 // alone, so that one bad order does not take its entry-mates with it.
-func (r *Reaper) retire(ctx context.Context, orders []rdb.Entry, n int64) (deadLettered int, err error) {
+func (r *Reaper) retire(ctx context.Context, orders []rdb.StreamOrder, n int64) (deadLettered int, err error) {
 	lastErr := r.orders.Handle(ctx, orders)
 	if lastErr == nil {
 		return 0, nil
@@ -89,7 +89,7 @@ func (r *Reaper) retire(ctx context.Context, orders []rdb.Entry, n int64) (deadL
 	}
 	defer r.orders.HoldLease(ctx, orders)()
 	for _, e := range orders {
-		err := r.orders.Settle(ctx, []rdb.Entry{e})
+		err := r.orders.Persist(ctx, []rdb.StreamOrder{e})
 		if err == nil {
 			continue
 		}

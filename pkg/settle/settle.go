@@ -30,11 +30,11 @@ import (
 	"github.com/flashsale/flashsale/pkg/rdb"
 )
 
-// Admission is MySQL's voucher v as Redis admits it, with stock units
+// RedisVoucher is MySQL's voucher v as Redis admits it, with stock units
 // left to admit: the one conversion between the stores' vouchers (the
 // creation, reconcile's rebuild, tests). A pool's Items are the caller's
 // to fill.
-func Admission(v db.Voucher, stock int64) rdb.Voucher {
+func RedisVoucher(v db.Voucher, stock int64) rdb.Voucher {
 	a := rdb.Voucher{ID: v.ID, Stock: stock, PerUserLimit: v.PerUserLimit, PerUserDailyLimit: v.PerUserDailyLimit,
 		Pooled: v.Traits().Pooled, Paused: v.Paused, Buckets: max(v.StockBuckets, 1), Draw: v.IsDraw(),
 		ProofOfWork: v.PowMaxNumber, Room: v.WaitingRoom, Access: v.Access}
@@ -149,7 +149,7 @@ func create(ctx context.Context, r *rdb.Store, d *db.Store, v int64) (bool, erro
 	if err != nil {
 		return false, fmt.Errorf("read voucher %d to create it in redis: %w", v, err)
 	}
-	a := Admission(vo, vo.Stock)
+	a := RedisVoucher(vo, vo.Stock)
 	a.Items = items
 	return r.CreateVoucher(ctx, a, changes)
 }

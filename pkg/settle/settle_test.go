@@ -78,7 +78,7 @@ func TestAWriteRedisMissedIsAppliedOnceByTheReaper(t *testing.T) {
 	t.Run("create, Redis had it, the mark was lost", func(t *testing.T) {
 		env := testenv.New(t, 4)
 		v, ch := newVoucher(t, env, 10)
-		a := settle.Admission(v, v.Stock)
+		a := settle.RedisVoucher(v, v.Stock)
 		created, err := env.RDB.CreateVoucher(ctx, a, []int64{ch.ID})
 		require.NoError(t, err)
 		require.True(t, created)

@@ -162,7 +162,7 @@ func (w *Worker) consume(ctx, work context.Context, p int) error {
 // nor released; if it does, the batch is what cannot succeed, and it is
 // tried entry by entry, an entry failing alone being left to the reaper.
 // process returns when every entry is acknowledged or left, or ctx ends.
-func (w *Worker) process(ctx context.Context, entries []rdb.Entry) {
+func (w *Worker) process(ctx context.Context, entries []rdb.StreamOrder) {
 	defer w.orders.HoldLease(ctx, entries)()
 	bo := backoff.New(w.cfg.RetryBackoff, backoff.MaxDefault)
 	for attempt := 1; ; attempt++ {
@@ -194,24 +194,24 @@ func (w *Worker) process(ctx context.Context, entries []rdb.Entry) {
 // succeeded. A stream entry with an order that still fails is left pending
 // without a lease, so the reaper takes it over and counts its deliveries
 // (its orders persisted here are found persisted then).
-func (w *Worker) oneLastTry(ctx context.Context, entries []rdb.Entry) {
+func (w *Worker) oneLastTry(ctx context.Context, entries []rdb.StreamOrder) {
 	failed := map[string]bool{}
 	for _, e := range entries {
-		if err := w.orders.Settle(ctx, []rdb.Entry{e}); err != nil {
+		if err := w.orders.Persist(ctx, []rdb.StreamOrder{e}); err != nil {
 			failed[e.StreamID] = true
 			w.metrics.abandoned.Inc()
 			w.log.Error("order cannot be persisted; its stream entry is left to the reaper", zap.Int("partition", e.Partition),
 				zap.String("stream_id", e.StreamID), zap.Int64("order_id", e.Order.ID), zap.Error(err))
 		}
 	}
-	done := slices.DeleteFunc(slices.Clone(entries), func(e rdb.Entry) bool { return failed[e.StreamID] })
+	done := slices.DeleteFunc(slices.Clone(entries), func(e rdb.StreamOrder) bool { return failed[e.StreamID] })
 	if err := w.orders.Ack(ctx, done); err != nil {
-		w.log.Error("acknowledging the settled entries failed; they are left to the reaper", zap.Error(err))
+		w.log.Error("acknowledging the persisted entries failed; they are left to the reaper", zap.Error(err))
 	}
 }
 
 // Handle makes one attempt at a batch of entries of one partition (see
 // persist.Orders.Handle).
-func (w *Worker) Handle(ctx context.Context, entries []rdb.Entry) error {
+func (w *Worker) Handle(ctx context.Context, entries []rdb.StreamOrder) error {
 	return w.orders.Handle(ctx, entries)
 }

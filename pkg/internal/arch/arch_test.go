@@ -137,3 +137,40 @@ func TestOnlySettleWritesWhatMySQLRecorded(t *testing.T) {
 	}
 	require.Greater(t, checked, 5, "the roles' packages were checked")
 }
+
+// One word, one meaning: "settle" is pkg/settle's (a write MySQL recorded
+// applied to Redis once), so no function, method or type elsewhere is
+// named after it; an order read from a stream is a StreamOrder, never an
+// "Entry" on the path of an order (a stream entry carries up to 32
+// orders).
+func TestSettleAndEntryNameOneThingEach(t *testing.T) {
+	for _, p := range list(t) {
+		rel, ok := strings.CutPrefix(p.ImportPath, module)
+		if !ok || rel == "pkg/settle" {
+			continue
+		}
+		for _, f := range p.GoFiles {
+			file, err := parser.ParseFile(token.NewFileSet(), filepath.Join(p.Dir, f), nil, parser.SkipObjectResolution)
+			require.NoError(t, err)
+			for _, d := range file.Decls {
+				var names []string
+				switch d := d.(type) {
+				case *ast.FuncDecl:
+					names = append(names, d.Name.Name)
+				case *ast.GenDecl:
+					for _, s := range d.Specs {
+						if ts, ok := s.(*ast.TypeSpec); ok {
+							names = append(names, ts.Name.Name)
+						}
+					}
+				}
+				for _, n := range names {
+					require.NotContains(t, strings.ToLower(n), "settle", "%s/%s: %s is named after pkg/settle's word", rel, f, n)
+					if slices.Contains([]string{"pkg/rdb", "pkg/persist", "pkg/worker", "pkg/reaper", "pkg/db"}, rel) { // the path of an order
+						require.NotEqual(t, "Entry", n, "%s/%s: an order read from a stream is a StreamOrder", rel, f)
+					}
+				}
+			}
+		}
+	}
+}

@@ -100,7 +100,7 @@ func (e *Env) seed(t testing.TB, v db.Voucher, redisStock int64, items []order.I
 	if redisStock < 0 {
 		redisStock = v.Stock
 	}
-	a := settle.Admission(v, redisStock)
+	a := settle.RedisVoucher(v, redisStock)
 	a.Items = items
 	require.NoError(t, e.RDB.PutVoucher(ctx, a))
 	require.NoError(t, e.DB.MarkChangesApplied(ctx, []int64{ch.ID}, v.CreatedAt), "the creation reached Redis")
