@@ -1,6 +1,9 @@
-// Package worker persists admitted orders: it reads the order streams as one
-// consumer of the workers' group, writes each batch to MySQL in one
-// transaction and acknowledges the entries only after the commit.
+// Package worker is the worker role: it reads the order streams as one
+// consumer of the workers' group (a reader per partition) and hands each
+// batch to pkg/persist, which owns persisting orders (one transaction,
+// then the acknowledgement); the worker retries a batch that fails, waits
+// out a MySQL that takes no writes, and tries order by order what cannot
+// succeed as a whole.
 package worker
 
 import (
