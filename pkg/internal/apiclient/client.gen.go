@@ -1213,6 +1213,11 @@ type ClientInterface interface {
 	// Corresponds with GET /admin/v1/events (the `GetAdminV1Events` operationId).
 	GetAdminV1Events(ctx context.Context, params *GetAdminV1EventsParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// GetAdminV1EventsSinks Where each sink of the order events stands (webhook endpoints, Kafka; docs/EVENTS.md)
+	//
+	// Corresponds with GET /admin/v1/events/sinks (the `GetAdminV1EventsSinks` operationId).
+	GetAdminV1EventsSinks(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// GetAdminV1History The console's charts, the last ten minutes sampled every second by the answering replica
 	//
 	// claims_per_second (by outcome) and p99_ms are the answering gateway
@@ -1458,6 +1463,21 @@ func (c *Client) GetAdminConsole(ctx context.Context, reqEditors ...RequestEdito
 // Corresponds with GET /admin/v1/events (the `GetAdminV1Events` operationId).
 func (c *Client) GetAdminV1Events(ctx context.Context, params *GetAdminV1EventsParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewGetAdminV1EventsRequest(c.Server, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// GetAdminV1EventsSinks Where each sink of the order events stands (webhook endpoints, Kafka; docs/EVENTS.md)
+//
+// Corresponds with GET /admin/v1/events/sinks (the `GetAdminV1EventsSinks` operationId).
+func (c *Client) GetAdminV1EventsSinks(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetAdminV1EventsSinksRequest(c.Server)
 	if err != nil {
 		return nil, err
 	}
@@ -2040,6 +2060,33 @@ func NewGetAdminV1EventsRequest(server string, params *GetAdminV1EventsParams) (
 			rawQueryFragments = append(rawQueryFragments, encoded)
 		}
 		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewGetAdminV1EventsSinksRequest constructs an http.Request for the GetAdminV1EventsSinks method
+func NewGetAdminV1EventsSinksRequest(server string) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/admin/v1/events/sinks")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
 	}
 
 	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
@@ -3064,6 +3111,13 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with GET /admin/v1/events (the `GetAdminV1Events` operationId).
 	GetAdminV1EventsWithResponse(ctx context.Context, params *GetAdminV1EventsParams, reqEditors ...RequestEditorFn) (*GetAdminV1EventsResponse, error)
 
+	// GetAdminV1EventsSinksWithResponse Where each sink of the order events stands (webhook endpoints, Kafka; docs/EVENTS.md)
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /admin/v1/events/sinks (the `GetAdminV1EventsSinks` operationId).
+	GetAdminV1EventsSinksWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*GetAdminV1EventsSinksResponse, error)
+
 	// GetAdminV1HistoryWithResponse The console's charts, the last ten minutes sampled every second by the answering replica
 	//
 	// claims_per_second (by outcome) and p99_ms are the answering gateway
@@ -3404,6 +3458,104 @@ func (r GetAdminV1EventsResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r GetAdminV1EventsResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type GetAdminV1EventsSinksResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *struct {
+		PublishedUpTo int `json:"published_up_to"`
+		Sinks         []struct {
+			Attempts *int `json:"attempts,omitempty"`
+
+			// DeliveredUpTo every event up to this sequence was delivered (or recorded failed)
+			DeliveredUpTo int `json:"delivered_up_to"`
+
+			// Failed events recorded failed for the endpoint
+			Failed int `json:"failed"`
+
+			// Name kafka, or webhook: and the endpoint's URL
+			Name              string     `json:"name"`
+			OldestUndelivered *time.Time `json:"oldest_undelivered,omitempty"`
+
+			// RelayedBy the reaper holding the sink's lease
+			RelayedBy *string `json:"relayed_by,omitempty"`
+
+			// Retrying the last error of the event being retried
+			Retrying *string `json:"retrying,omitempty"`
+
+			// Stopped why the endpoint takes nothing more (410 Gone)
+			Stopped     *string `json:"stopped,omitempty"`
+			Undelivered int     `json:"undelivered"`
+		} `json:"sinks"`
+	}
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *Error
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r GetAdminV1EventsSinksResponse) GetJSON200() *struct {
+	PublishedUpTo int `json:"published_up_to"`
+	Sinks         []struct {
+		Attempts *int `json:"attempts,omitempty"`
+
+		// DeliveredUpTo every event up to this sequence was delivered (or recorded failed)
+		DeliveredUpTo int `json:"delivered_up_to"`
+
+		// Failed events recorded failed for the endpoint
+		Failed int `json:"failed"`
+
+		// Name kafka, or webhook: and the endpoint's URL
+		Name              string     `json:"name"`
+		OldestUndelivered *time.Time `json:"oldest_undelivered,omitempty"`
+
+		// RelayedBy the reaper holding the sink's lease
+		RelayedBy *string `json:"relayed_by,omitempty"`
+
+		// Retrying the last error of the event being retried
+		Retrying *string `json:"retrying,omitempty"`
+
+		// Stopped why the endpoint takes nothing more (410 Gone)
+		Stopped     *string `json:"stopped,omitempty"`
+		Undelivered int     `json:"undelivered"`
+	} `json:"sinks"`
+} {
+	return r.JSON200
+}
+
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r GetAdminV1EventsSinksResponse) GetJSONDefault() *Error {
+	return r.JSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r GetAdminV1EventsSinksResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetAdminV1EventsSinksResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetAdminV1EventsSinksResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetAdminV1EventsSinksResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -4713,6 +4865,19 @@ func (c *ClientWithResponses) GetAdminV1EventsWithResponse(ctx context.Context, 
 	return ParseGetAdminV1EventsResponse(rsp)
 }
 
+// GetAdminV1EventsSinksWithResponse Where each sink of the order events stands (webhook endpoints, Kafka; docs/EVENTS.md)
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /admin/v1/events/sinks (the `GetAdminV1EventsSinks` operationId).
+func (c *ClientWithResponses) GetAdminV1EventsSinksWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*GetAdminV1EventsSinksResponse, error) {
+	rsp, err := c.GetAdminV1EventsSinks(ctx, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetAdminV1EventsSinksResponse(rsp)
+}
+
 // GetAdminV1HistoryWithResponse The console's charts, the last ten minutes sampled every second by the answering replica
 //
 // claims_per_second (by outcome) and p99_ms are the answering gateway
@@ -5164,6 +5329,64 @@ func ParseGetAdminV1EventsResponse(rsp *http.Response) (*GetAdminV1EventsRespons
 
 			// Next the last event's sequence (after itself when there is none): pass it as after for the page that follows
 			Next string `json:"next"`
+		}
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseGetAdminV1EventsSinksResponse parses an HTTP response from a GetAdminV1EventsSinksWithResponse call
+func ParseGetAdminV1EventsSinksResponse(rsp *http.Response) (*GetAdminV1EventsSinksResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetAdminV1EventsSinksResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest struct {
+			PublishedUpTo int `json:"published_up_to"`
+			Sinks         []struct {
+				Attempts *int `json:"attempts,omitempty"`
+
+				// DeliveredUpTo every event up to this sequence was delivered (or recorded failed)
+				DeliveredUpTo int `json:"delivered_up_to"`
+
+				// Failed events recorded failed for the endpoint
+				Failed int `json:"failed"`
+
+				// Name kafka, or webhook: and the endpoint's URL
+				Name              string     `json:"name"`
+				OldestUndelivered *time.Time `json:"oldest_undelivered,omitempty"`
+
+				// RelayedBy the reaper holding the sink's lease
+				RelayedBy *string `json:"relayed_by,omitempty"`
+
+				// Retrying the last error of the event being retried
+				Retrying *string `json:"retrying,omitempty"`
+
+				// Stopped why the endpoint takes nothing more (410 Gone)
+				Stopped     *string `json:"stopped,omitempty"`
+				Undelivered int     `json:"undelivered"`
+			} `json:"sinks"`
 		}
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err

@@ -18,7 +18,7 @@ import (
 func chaosSale() harness.ChaosConfig {
 	return harness.ChaosConfig{
 		Users: 20000, Stock: 3000, PerUser: 2, Concurrency: 16, Rate: 1500,
-		PaymentTimeout: 2 * time.Second, PayShare: 0.5, CancelShare: 0.1, ClaimMinIdle: 1500 * time.Millisecond,
+		PaymentTimeout: 4 * time.Second, PayShare: 0.5, CancelShare: 0.1, ClaimMinIdle: 1500 * time.Millisecond,
 		MaxQuantity: 2, SideRate: 100, Envelopes: 2000, Codes: 400,
 	}
 }

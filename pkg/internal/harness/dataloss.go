@@ -53,7 +53,25 @@ func RunDataLoss(ctx context.Context, dir string, cutBytes int64, log io.Writer)
 	rep := &DataLossReport{StockTotal: stock, FailedOrders: map[string]int64{}}
 	crashed := make(chan error, 1)
 	go func() {
-		time.Sleep(1500 * time.Millisecond)
+		// Redis dies mid-sale once the workers persist orders as they come
+		// (some persisted, few waiting): the AOF tail not yet fsynced then
+		// holds admissions MySQL has, whatever the machine's load.
+		deadline := time.Now().Add(20 * time.Second)
+		for time.Now().Before(deadline) && ctx.Err() == nil {
+			var persisted int64
+			_ = s.DB.DB().WithContext(ctx).Raw("SELECT COUNT(*) FROM orders WHERE voucher_id = ?", v).Scan(&persisted).Error
+			waiting := int64(-1)
+			if bs, err := s.RDB.VoucherBacklog(ctx, v); err == nil {
+				waiting = 0
+				for _, b := range bs {
+					waiting += b.Orders
+				}
+			}
+			if persisted >= 300 && waiting >= 0 && waiting <= 100 {
+				break
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
 		crashed <- func() error {
 			if err := s.Redis.Kill(); err != nil {
 				return err
