@@ -222,8 +222,14 @@ func TestAFailingEndpointIsRetriedAndHoldsBackNoOther(t *testing.T) {
 
 	received(t, "the endpoint that answered 500", want, flaky.Deliveries)
 	received(t, "the endpoint that closed the connection", want, closing.Deliveries)
-	require.Positive(t, testenv.Metric(t, reg, "flashsale_events_delivery_failures_total", "sink", name(flaky), "cause", "http_5xx"))
-	require.Positive(t, testenv.Metric(t, reg, "flashsale_events_delivery_failures_total", "sink", name(closing), "cause", "connection"))
+	// A failed turn counts its first failure's cause; under load that may
+	// be another lane's 200 ms timeout.
+	failures := func(r *testsink.Receiver, cause string) float64 {
+		return testenv.Metric(t, reg, "flashsale_events_delivery_failures_total", "sink", name(r), "cause", cause) +
+			testenv.Metric(t, reg, "flashsale_events_delivery_failures_total", "sink", name(r), "cause", "timeout")
+	}
+	require.Positive(t, failures(flaky, "http_5xx"))
+	require.Positive(t, failures(closing, "connection"))
 
 	// The hanging endpoint: each event recorded failed after its retries.
 	testenv.Eventually(t, 60*time.Second, "the hanging endpoint's first events recorded failed", func() bool {
