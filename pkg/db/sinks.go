@@ -25,8 +25,8 @@ type SinkState struct {
 	LastError     string
 	Disabled      string
 	SeenAt        time.Time
-	// Failed: events recorded failed, of which Redeliver asked again.
-	Failed, Redeliver int64
+	// Failed: events recorded failed for the sink.
+	Failed int64
 	// Oldest: when the oldest event not delivered was written (nil: none).
 	Oldest *time.Time
 }
@@ -187,13 +187,16 @@ func (s *Store) SinkStates(ctx context.Context) ([]SinkState, error) {
 		FROM event_sinks ORDER BY name`).Scan(&out).Error; err != nil {
 		return nil, fmt.Errorf("read the sinks: %w", err)
 	}
+	last, err := s.LastSequence(ctx)
+	if err != nil {
+		return nil, err
+	}
 	for i := range out {
 		st := &out[i]
-		if err := db.Raw("SELECT COUNT(*) AS failed, COALESCE(SUM(redeliver), 0) AS redeliver FROM event_failures WHERE sink = ?", st.Name).
-			Row().Scan(&st.Failed, &st.Redeliver); err != nil {
+		if err := db.Raw("SELECT COUNT(*) FROM event_failures WHERE sink = ?", st.Name).Scan(&st.Failed).Error; err != nil {
 			return nil, fmt.Errorf("read sink %s's failures: %w", st.Name, err)
 		}
-		oldest, err := s.eventWrittenAt(ctx, st.DeliveredUpto+1)
+		oldest, err := s.eventWrittenAt(ctx, st.DeliveredUpto+1, last)
 		if err != nil {
 			return nil, err
 		}
@@ -203,16 +206,18 @@ func (s *Store) SinkStates(ctx context.Context) ([]SinkState, error) {
 }
 
 // eventWrittenAt is when the event of sequence seq was written (nil: no
-// such event, yet or any more).
-func (s *Store) eventWrittenAt(ctx context.Context, seq int64) (*time.Time, error) {
+// such event, yet or any more), last the last sequence given.
+func (s *Store) eventWrittenAt(ctx context.Context, seq, last int64) (*time.Time, error) {
+	if seq > last {
+		return nil, nil
+	}
 	var at []time.Time
 	if err := s.db.WithContext(ctx).Raw(`SELECT occurred_at FROM events WHERE sequence IS NOT NULL AND sequence <= ? AND sequence > ?
 		ORDER BY sequence DESC LIMIT 1`, seq, seq-MaxEventsPerRow).Scan(&at).Error; err != nil {
 		return nil, fmt.Errorf("read event %d: %w", seq, err)
 	}
-	last, err := s.LastSequence(ctx)
-	if err != nil || len(at) == 0 || seq > last {
-		return nil, err
+	if len(at) == 0 {
+		return nil, nil
 	}
 	return &at[0], nil
 }
