@@ -8,6 +8,7 @@ package db
 // sinks publish in.
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -15,8 +16,11 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"gorm.io/gorm"
+
+	"github.com/flashsale/flashsale/pkg/internal/jsonstr"
 )
 
 // MaxEventsPerRow bounds the events of one outbox row: a reader finds
@@ -61,12 +65,12 @@ func encodeSnapshots(snaps []Snapshot) []byte {
 		b = strconv.AppendInt(b, s.OrderID, 10)
 		b = append(b, ',')
 		b = strconv.AppendInt(b, s.VoucherID, 10)
-		b = appendJSONString(append(b, ','), s.UserID)
-		b = appendJSONString(append(b, ','), s.Status)
-		b = appendJSONString(append(b, ','), s.Reason)
+		b = jsonstr.Append(append(b, ','), s.UserID)
+		b = jsonstr.Append(append(b, ','), s.Status)
+		b = jsonstr.Append(append(b, ','), s.Reason)
 		b = strconv.AppendInt(append(b, ','), s.Quantity, 10)
 		b = strconv.AppendInt(append(b, ','), s.Amount, 10)
-		b = appendJSONString(append(b, ','), s.Code)
+		b = jsonstr.Append(append(b, ','), s.Code)
 		b = strconv.AppendInt(append(b, ','), int64(s.Drawn), 10)
 		b = strconv.AppendInt(append(b, ','), s.CreatedAt.UnixMilli(), 10)
 		b = strconv.AppendInt(append(b, ','), s.ExpiresAt.UnixMilli(), 10)
@@ -80,47 +84,157 @@ func encodeSnapshots(snaps []Snapshot) []byte {
 	return append(b, ']')
 }
 
-// appendJSONString appends str as a JSON string: as it is when it needs
-// no escape (user ids, statuses, reasons), else as encoding/json writes it.
-func appendJSONString(b []byte, str string) []byte {
-	for i := 0; i < len(str); i++ {
-		if c := str[i]; c < 0x20 || c >= 0x7f || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
-			q, _ := json.Marshal(str)
-			return append(b, q...)
+// decodeSnapshots reads a row's snapshots, by hand like
+// encodeSnapshots: the relay reads every event of every row, and
+// encoding/json cost it more than sending them.
+func decodeSnapshots(raw []byte) ([]Snapshot, error) {
+	d := snapshotDecoder{b: raw}
+	if !d.byte('[') {
+		return nil, d.fail(-1, "not an array")
+	}
+	out := make([]Snapshot, 0, bytes.Count(raw, []byte{'['})-1)
+	if d.byte(']') {
+		return out, d.end()
+	}
+	for {
+		s, err := d.snapshot(len(out))
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, s)
+		if d.byte(']') {
+			return out, d.end()
+		}
+		if !d.byte(',') {
+			return nil, d.fail(len(out), "no comma between events")
 		}
 	}
-	b = append(b, '"')
-	b = append(b, str...)
-	return append(b, '"')
 }
 
-// decodeSnapshots reads a row's snapshots.
-func decodeSnapshots(raw []byte) ([]Snapshot, error) {
-	var rows [][]json.RawMessage
-	if err := json.Unmarshal(raw, &rows); err != nil {
-		return nil, err
+// snapshotDecoder reads a row's JSON as encodeSnapshots writes it (and
+// any JSON of the same shape).
+type snapshotDecoder struct {
+	b []byte
+	i int
+}
+
+func (d *snapshotDecoder) fail(event int, what string) error {
+	if event < 0 {
+		return fmt.Errorf("events: %s at byte %d", what, d.i)
 	}
-	out := make([]Snapshot, len(rows))
-	for i, f := range rows {
-		if len(f) != snapshotFields {
-			return nil, fmt.Errorf("event %d: %d fields, not %d", i, len(f), snapshotFields)
-		}
-		var n [7]int64 // order, voucher, quantity, amount, drawn, created, expires; then paid
-		var paid int64
-		s := &out[i]
-		for k, dst := range []any{&n[0], &n[1], &s.UserID, &s.Status, &s.Reason, &n[2], &n[3], &s.Code, &n[4], &n[5], &n[6], &paid} {
-			if err := json.Unmarshal(f[k], dst); err != nil {
-				return nil, fmt.Errorf("event %d, field %d: %w", i, k, err)
+	return fmt.Errorf("event %d: %s at byte %d", event, what, d.i)
+}
+
+func (d *snapshotDecoder) space() {
+	for d.i < len(d.b) && (d.b[d.i] == ' ' || d.b[d.i] == '\n' || d.b[d.i] == '\t' || d.b[d.i] == '\r') {
+		d.i++
+	}
+}
+
+// byte consumes c, after any space, if it is next.
+func (d *snapshotDecoder) byte(c byte) bool {
+	d.space()
+	if d.i < len(d.b) && d.b[d.i] == c {
+		d.i++
+		return true
+	}
+	return false
+}
+
+func (d *snapshotDecoder) end() error {
+	d.space()
+	if d.i != len(d.b) {
+		return d.fail(-1, "data after the array")
+	}
+	return nil
+}
+
+func (d *snapshotDecoder) int() (int64, bool) {
+	d.space()
+	j := d.i
+	if j < len(d.b) && d.b[j] == '-' {
+		j++
+	}
+	digits := j
+	for j < len(d.b) && d.b[j] >= '0' && d.b[j] <= '9' {
+		j++
+	}
+	if j-digits > 1 && d.b[digits] == '0' { // JSON has no leading zero
+		return 0, false
+	}
+	n, err := strconv.ParseInt(string(d.b[d.i:j]), 10, 64)
+	if err != nil {
+		return 0, false
+	}
+	d.i = j
+	return n, true
+}
+
+// string reads a JSON string: as it is when it has no escape (what
+// encodeSnapshots writes for ids, statuses and reasons), else by
+// encoding/json.
+func (d *snapshotDecoder) string() (string, bool) {
+	d.space()
+	if d.i >= len(d.b) || d.b[d.i] != '"' {
+		return "", false
+	}
+	escaped := false
+	for j := d.i + 1; j < len(d.b); j++ {
+		switch c := d.b[j]; {
+		case c == '\\':
+			escaped = true
+			j++
+		case c < 0x20:
+			return "", false
+		case c == '"':
+			tok := d.b[d.i : j+1]
+			d.i = j + 1
+			if !escaped && utf8.Valid(tok) {
+				return string(tok[1 : len(tok)-1]), true
 			}
-		}
-		s.OrderID, s.VoucherID, s.Quantity, s.Amount, s.Drawn = n[0], n[1], n[2], n[3], int(n[4])
-		s.CreatedAt, s.ExpiresAt = time.UnixMilli(n[5]).UTC(), time.UnixMilli(n[6]).UTC()
-		if paid != 0 {
-			t := time.UnixMilli(paid).UTC()
-			s.PaidAt = &t
+			var str string // encoding/json unescapes, and replaces invalid UTF-8
+			if json.Unmarshal(tok, &str) != nil {
+				return "", false
+			}
+			return str, true
 		}
 	}
-	return out, nil
+	return "", false
+}
+
+// snapshot reads one event's array of snapshotFields fields.
+func (d *snapshotDecoder) snapshot(k int) (Snapshot, error) {
+	var s Snapshot
+	if !d.byte('[') {
+		return s, d.fail(k, "not an array")
+	}
+	var n [8]int64 // order, voucher, quantity, amount, drawn, created, expires, paid
+	ints := [snapshotFields]*int64{0: &n[0], 1: &n[1], 5: &n[2], 6: &n[3], 8: &n[4], 9: &n[5], 10: &n[6], 11: &n[7]}
+	strs := [snapshotFields]*string{2: &s.UserID, 3: &s.Status, 4: &s.Reason, 7: &s.Code}
+	for f := range snapshotFields {
+		if f > 0 && !d.byte(',') {
+			return s, d.fail(k, fmt.Sprintf("%d fields, not %d", f, snapshotFields))
+		}
+		ok := false
+		if p := ints[f]; p != nil {
+			*p, ok = d.int()
+		} else {
+			*strs[f], ok = d.string()
+		}
+		if !ok {
+			return s, d.fail(k, fmt.Sprintf("field %d is not what it should be", f))
+		}
+	}
+	if !d.byte(']') {
+		return s, d.fail(k, fmt.Sprintf("more than %d fields", snapshotFields))
+	}
+	s.OrderID, s.VoucherID, s.Quantity, s.Amount, s.Drawn = n[0], n[1], n[2], n[3], int(n[4])
+	s.CreatedAt, s.ExpiresAt = time.UnixMilli(n[5]).UTC(), time.UnixMilli(n[6]).UTC()
+	if n[7] != 0 {
+		t := time.UnixMilli(n[7]).UTC()
+		s.PaidAt = &t
+	}
+	return s, nil
 }
 
 // Order is the order as the snapshot's change left it.

@@ -2,8 +2,11 @@ package db
 
 import (
 	"encoding/json"
+	"fmt"
+	"reflect"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/stretchr/testify/require"
 )
@@ -29,4 +32,75 @@ func TestSnapshotsRoundTrip(t *testing.T) {
 	empty, err := decodeSnapshots(encodeSnapshots(nil))
 	require.NoError(t, err)
 	require.Empty(t, empty)
+}
+
+// decodeSnapshotsJSON is decodeSnapshots by encoding/json: the oracle
+// the hand-written decoder is held to.
+func decodeSnapshotsJSON(raw []byte) ([]Snapshot, error) {
+	var rows [][]json.RawMessage
+	if err := json.Unmarshal(raw, &rows); err != nil {
+		return nil, err
+	}
+	out := make([]Snapshot, len(rows))
+	for i, f := range rows {
+		if len(f) != snapshotFields {
+			return nil, fmt.Errorf("event %d: %d fields, not %d", i, len(f), snapshotFields)
+		}
+		var n [8]int64
+		s := &out[i]
+		for k, dst := range []any{&n[0], &n[1], &s.UserID, &s.Status, &s.Reason, &n[2], &n[3], &s.Code, &n[4], &n[5], &n[6], &n[7]} {
+			if err := json.Unmarshal(f[k], dst); err != nil {
+				return nil, fmt.Errorf("event %d, field %d: %w", i, k, err)
+			}
+		}
+		s.OrderID, s.VoucherID, s.Quantity, s.Amount, s.Drawn = n[0], n[1], n[2], n[3], int(n[4])
+		s.CreatedAt, s.ExpiresAt = time.UnixMilli(n[5]).UTC(), time.UnixMilli(n[6]).UTC()
+		if n[7] != 0 {
+			t := time.UnixMilli(n[7]).UTC()
+			s.PaidAt = &t
+		}
+	}
+	return out, nil
+}
+
+// The hand-written decoder reads back whatever the encoder writes, and
+// reads nothing encoding/json would read otherwise: on any input it
+// accepts, encoding/json gives the same snapshots.
+func FuzzSnapshots(f *testing.F) {
+	f.Add(int64(384427387514814466), int64(7), "alice@x.y", "paid", "", "", int64(1700000000123), []byte(`[[1,2,"u","s","r",1,2,"c",0,3,4,0]]`))
+	f.Add(int64(-1), int64(1<<53+1), "q\"uo\\te <&> \u00e9\n\u2028", "failed", "out_of_stock", "\xff\xfe", int64(0), []byte(`[ [ 1 ,2,"\u0041","s","r",1,2,"c",0,3,4,5] ]`))
+	f.Add(int64(0), int64(0), "", "", "", "", int64(0), []byte(`[[01,2,"u","s","r",1,2,"c",0,3,4,0]]`))
+	f.Fuzz(func(t *testing.T, order, voucher int64, user, status, reason, code string, paid int64, raw []byte) {
+		now := time.UnixMilli(paid / 7).UTC()
+		in := []Snapshot{{OrderID: order, VoucherID: voucher, UserID: user, Status: status, Reason: reason, Code: code,
+			Quantity: voucher % 100, Amount: order % 1000, Drawn: int(paid % 3), CreatedAt: now, ExpiresAt: now}}
+		if paid != 0 {
+			p := time.UnixMilli(paid).UTC()
+			in[0].PaidAt = &p
+		}
+		enc := encodeSnapshots(in)
+		got, err := decodeSnapshots(enc)
+		if err != nil {
+			t.Fatalf("%s: %v", enc, err)
+		}
+		want, err := decodeSnapshotsJSON(enc)
+		if err != nil {
+			t.Fatalf("encoding/json cannot read %s: %v", enc, err)
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Fatalf("%s: read %v, encoding/json reads %v", enc, got, want)
+		}
+		if utf8.ValidString(user+status+reason+code) && !reflect.DeepEqual(got, in) {
+			t.Fatalf("%s: read %v, wrote %v", enc, got, in)
+		}
+		if hand, err := decodeSnapshots(raw); err == nil {
+			want, err := decodeSnapshotsJSON(raw)
+			if err != nil {
+				t.Fatalf("%q: read %v, encoding/json refuses it: %v", raw, hand, err)
+			}
+			if !reflect.DeepEqual(hand, want) {
+				t.Fatalf("%q: read %v, encoding/json reads %v", raw, hand, want)
+			}
+		}
+	})
 }

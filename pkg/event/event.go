@@ -5,11 +5,11 @@
 package event
 
 import (
-	"encoding/json"
 	"strconv"
 	"time"
 
 	"github.com/flashsale/flashsale/pkg/db"
+	"github.com/flashsale/flashsale/pkg/internal/jsonstr"
 	"github.com/flashsale/flashsale/pkg/order"
 	"github.com/flashsale/flashsale/pkg/orderview"
 )
@@ -75,11 +75,61 @@ func ValidSource(s string) bool {
 	return true
 }
 
-// JSON is the event's body.
-func (e Event) JSON() []byte {
-	b, err := json.Marshal(e)
-	if err != nil { // every field is a string, a number or a time
-		panic("event: " + err.Error())
+// JSON is the event's body: what encoding/json makes of e, byte for
+// byte, written by hand (AppendJSON).
+func (e Event) JSON() []byte { return e.AppendJSON(make([]byte, 0, 512)) }
+
+// AppendJSON appends the event's body to b. The relay makes one for
+// every event it sends, and encoding/json's reflection cost more than
+// signing it; FuzzEventJSON holds the two to the same bytes.
+func (e Event) AppendJSON(b []byte) []byte {
+	str := func(b []byte, name, v string) []byte {
+		return jsonstr.Append(append(append(b, ',', '"'), name...), v)
 	}
-	return b
+	b = jsonstr.Append(append(b, `{"specversion":`...), e.SpecVersion)
+	b = str(b, `id":`, e.ID)
+	b = str(b, `source":`, e.Source)
+	b = str(b, `type":`, e.Type)
+	b = str(b, `subject":`, e.Subject)
+	b = str(b, `time":`, e.Time)
+	b = str(b, `datacontenttype":`, e.DataContentType)
+	b = str(b, `sequence":`, e.Sequence)
+	d := &e.Data
+	b = jsonstr.Append(append(b, `,"data":{"order_id":`...), d.OrderID)
+	b = str(b, `voucher_id":`, d.VoucherID)
+	b = str(b, `user_id":`, d.UserID)
+	b = strconv.AppendInt(append(b, `,"quantity":`...), d.Quantity, 10)
+	if d.Amount != 0 {
+		b = strconv.AppendInt(append(b, `,"amount":`...), d.Amount, 10)
+	}
+	if d.Code != "" {
+		b = str(b, `code":`, d.Code)
+	}
+	b = str(b, `status":`, d.Status)
+	b = appendTime(append(b, `,"created_at":`...), d.CreatedAt)
+	if d.ExpiresAt != nil {
+		b = appendTime(append(b, `,"expires_at":`...), *d.ExpiresAt)
+	}
+	if d.PaidAt != nil {
+		b = appendTime(append(b, `,"paid_at":`...), *d.PaidAt)
+	}
+	if d.Draw != "" {
+		b = str(b, `draw":`, d.Draw)
+	}
+	if d.Reason != "" {
+		b = str(b, `reason":`, d.Reason)
+	}
+	return append(b, '}', '}')
+}
+
+// appendTime appends t as encoding/json writes a time.Time (RFC 3339,
+// nanoseconds without trailing zeros); a time outside years 0-9999,
+// which encoding/json refuses and no order has, as null.
+func appendTime(b []byte, t time.Time) []byte {
+	if y := t.Year(); y < 0 || y > 9999 {
+		return append(b, "null"...)
+	}
+	b = append(b, '"')
+	b = t.AppendFormat(b, time.RFC3339Nano)
+	return append(b, '"')
 }

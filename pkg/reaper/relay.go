@@ -34,9 +34,14 @@ const (
 	// client retries within a send besides) up to 5 s.
 	webhookRetryMax = time.Hour
 	kafkaRetryMax   = 5 * time.Second
-	// Events per send: Kafka's batch; a webhook endpoint's, over its lanes.
+	// Events per send: Kafka's batch; a webhook endpoint's, over its
+	// lanes (a turn waits for its longest lane: at 64 a lane, about 80 %
+	// of the lanes' time is spent sending).
 	kafkaBatch   = 1000
-	webhookBatch = 16 * event.WebhookLanes
+	webhookBatch = 64 * event.WebhookLanes
+	// sequenceRows: the rows of events a relay with nothing to send
+	// sequences at a time.
+	sequenceRows = 100
 )
 
 // relay is one sink's loop.
@@ -152,7 +157,7 @@ func (rl *relay) step(ctx context.Context) time.Duration {
 	var events []db.Event
 	if st.Disabled == "" {
 		var err error
-		if events, err = rl.r.db.Events(ctx, st.DeliveredUpto, rl.batch); err != nil {
+		if events, err = rl.next(ctx, st.DeliveredUpto); err != nil {
 			rl.log.Warn("could not read events", zap.Error(err))
 			return rl.retry.Next()
 		}
@@ -193,6 +198,23 @@ func (rl *relay) step(ctx context.Context) time.Duration {
 		return 0
 	}
 	return rl.failed(ctx, msgs[n], sendErr)
+}
+
+// next reads the events to send after sequence after. With none, it
+// sequences what has committed since the sequencer's last pass (every
+// FLASHSALE_REAPER_EVENTS_INTERVAL) and reads again: an event leaves
+// within a poll of its commit, not within a pass.
+func (rl *relay) next(ctx context.Context, after int64) ([]db.Event, error) {
+	events, err := rl.r.db.Events(ctx, after, rl.batch)
+	if err != nil || len(events) > 0 {
+		return events, err
+	}
+	n, err := rl.r.db.SequenceEvents(ctx, sequenceRows)
+	if err != nil || n == 0 {
+		return nil, err
+	}
+	rl.r.metrics.eventsSequenced.Add(float64(n))
+	return rl.r.db.Events(ctx, after, rl.batch)
 }
 
 // failed handles a failed delivery of msg and returns the pause before

@@ -105,22 +105,25 @@ func (r *Receiver) Always(a Answer) { r.Answer(func(int) Answer { return a }) }
 
 func (r *Receiver) serve(w http.ResponseWriter, req *http.Request) {
 	body, err := io.ReadAll(req.Body)
+	var ev struct {
+		ID, Type, Subject, Sequence string
+	}
+	problem := ""
+	if err == nil {
+		if jerr := json.Unmarshal(body, &ev); jerr != nil {
+			problem = "body is not JSON: " + jerr.Error()
+		} else {
+			problem = r.verify(req, body, ev.ID)
+		}
+	}
 	r.mu.Lock()
 	r.requests++
 	answer := r.answer(r.requests)
-	if err == nil {
-		if problem := r.verify(req, body); problem != "" {
-			r.bad = append(r.bad, problem)
-			answer = Fail
-		}
+	if problem != "" {
+		r.bad = append(r.bad, problem)
+		answer = Fail
 	}
 	if answer == OK && err == nil {
-		var ev struct {
-			ID, Type, Subject, Sequence string
-		}
-		if jerr := json.Unmarshal(body, &ev); jerr != nil {
-			r.bad = append(r.bad, "body is not JSON: "+jerr.Error())
-		}
 		r.got = append(r.got, Delivery{ID: ev.ID, Type: ev.Type, Subject: ev.Subject, Sequence: ev.Sequence, Body: body})
 	}
 	r.mu.Unlock()
@@ -146,8 +149,9 @@ func (r *Receiver) serve(w http.ResponseWriter, req *http.Request) {
 // verify checks a delivery by the Standard Webhooks rules: the three
 // headers, a timestamp within five minutes, a v1 signature that is the
 // HMAC-SHA256 of "id.timestamp.body" under the secret's key; and the
-// CloudEvents content type. It returns what is wrong ("" nothing).
-func (r *Receiver) verify(req *http.Request, body []byte) string {
+// CloudEvents content type; and that webhook-id is the body's id. It
+// returns what is wrong ("" nothing).
+func (r *Receiver) verify(req *http.Request, body []byte, bodyID string) string {
 	id, ts, sigs := req.Header.Get("webhook-id"), req.Header.Get("webhook-timestamp"), req.Header.Get("webhook-signature")
 	if id == "" || ts == "" || sigs == "" {
 		return "missing a webhook- header"
@@ -160,16 +164,15 @@ func (r *Receiver) verify(req *http.Request, body []byte) string {
 		return "timestamp " + ts + " not within 5 minutes"
 	}
 	mac := hmac.New(sha256.New, r.key)
-	fmt.Fprintf(mac, "%s.%s.", id, ts)
+	mac.Write([]byte(id + "." + ts + "."))
 	mac.Write(body)
 	want := mac.Sum(nil)
 	for _, s := range strings.Fields(sigs) {
 		v, b64, _ := strings.Cut(s, ",")
 		got, err := base64.StdEncoding.DecodeString(b64)
 		if v == "v1" && err == nil && hmac.Equal(got, want) {
-			var ev struct{ ID string }
-			if json.Unmarshal(body, &ev) == nil && ev.ID != id {
-				return "webhook-id " + id + " is not the event's id " + ev.ID
+			if bodyID != id {
+				return "webhook-id " + id + " is not the event's id " + bodyID
 			}
 			return ""
 		}
