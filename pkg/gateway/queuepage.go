@@ -12,6 +12,8 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+
+	"go.uber.org/zap"
 )
 
 //go:embed queuepage/page.html queuepage/page.js queuepage/texts.js queuepage/page.css
@@ -39,8 +41,9 @@ func (g *Gateway) queuePageHeaders(h http.Header) {
 	h.Set("Cache-Control", "no-store")
 }
 
-// serveQueuePage: GET /queue/{id}, the page of voucher id's queue. The
-// voucher is not looked up: the page's join says whether it exists.
+// serveQueuePage: GET /queue/{id}, the page of voucher id's queue, with
+// the voucher's name (one read of Redis a page; none a poll). Whether the
+// voucher exists, and has a room, the page's join says.
 func (g *Gateway) serveQueuePage(w http.ResponseWriter, r *http.Request) {
 	id, err := pathID(r)
 	if err != nil {
@@ -48,7 +51,12 @@ func (g *Gateway) serveQueuePage(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	page, _ := queueFiles.ReadFile("queuepage/page.html")
+	name, err := g.redis.VoucherName(r.Context(), id)
+	if err != nil { // the page says "voucher N" instead
+		g.log.Warn("queue page: could not read the voucher's name", zap.Int64("voucher_id", id), zap.Error(err))
+	}
 	page = bytes.ReplaceAll(page, []byte("{{VOUCHER_ID}}"), []byte(strconv.FormatInt(id, 10)))
+	page = bytes.ReplaceAll(page, []byte("{{VOUCHER_NAME}}"), []byte(html.EscapeString(name)))
 	page = bytes.ReplaceAll(page, []byte("{{EMBED_ORIGINS}}"), []byte(html.EscapeString(strings.Join(g.cfg.QueueEmbedOrigins, " "))))
 	g.queuePageHeaders(w.Header())
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")

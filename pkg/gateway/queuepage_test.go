@@ -60,6 +60,7 @@ func TestTheQueuePageInABrowser(t *testing.T) {
 	defer cancelA()
 	require.NoError(t, chromedp.Run(a, chromedp.Navigate(f.srv.URL+"/queue/"+id+"#token="+f.token("alice"))))
 	waitText(a, "#status", "It is your turn")
+	require.Equal(t, "Queue for Sneaker drop", text(a, "#title"), "the product's name, not its id")
 	require.Equal(t, f.srv.URL+"/queue/"+id, strings.TrimSuffix(mustLocation(t, a), "#"), "the token left the address bar")
 	var focused string
 	require.NoError(t, chromedp.Run(a, chromedp.Evaluate(`document.activeElement.id`, &focused)))
@@ -112,11 +113,12 @@ func TestTheQueuePageInABrowser(t *testing.T) {
 	shot(b, "sold-out")
 
 	// A voucher without a room: the page says so and lets the buyer claim.
-	plain := f.createVoucher(`{"name":"Socks","stock":3}`)
+	plain := f.createVoucher(`{"name":"Socks & \"Co\" <3","stock":3}`)
 	c, cancelC := chromedp.NewContext(bctx)
 	defer cancelC()
 	require.NoError(t, chromedp.Run(c, chromedp.Navigate(f.srv.URL+"/queue/"+plain+"#token="+f.token("carol"))))
 	waitText(c, "#status", "This sale has no queue")
+	require.Equal(t, `Queue for Socks & "Co" <3`, text(c, "#title"), "the name as text, never as markup")
 	shot(c, "no-room")
 	require.NoError(t, chromedp.Run(c, chromedp.KeyEvent(kb.Enter)))
 	waitText(c, "#order", "is placed")

@@ -16,7 +16,7 @@ import (
 //	flashsale:{pP}:wait                a write the durability check waits on (FLASHSALE_REDIS_DURABILITY), for an hour
 //	flashsale:{pP}:loaded              set by the reaper once the partition holds every voucher MySQL has on sale in it
 //	flashsale:{pP}:alive:C             set by consumer C while it reads the partition, for ConsumerAliveTTL
-//	flashsale:{pP}:v:V                 voucher hash: stock, limit, daily, start_ms, end_ms, buckets, ...
+//	flashsale:{pP}:v:V                 voucher hash: stock, limit, daily, start_ms, end_ms, buckets, ..., name (bucket 0)
 //	                                   and u:USER -> units user USER holds (read with the voucher, one HMGET)
 //	                                   and o:USER -> positions of USER's admissions not yet seen persisted
 //	flashsale:{pP}:v:V:day:YYYYMMDD    hash user -> orders taken that day

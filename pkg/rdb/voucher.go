@@ -17,10 +17,12 @@ import (
 	"github.com/flashsale/flashsale/pkg/order"
 )
 
-// Voucher is the part of a voucher the admission script needs.
+// Voucher is the part of a voucher the admission script needs, and its
+// name, which the queue page shows.
 type Voucher struct {
 	ID                int64
-	Stock             int64 // units left to admit
+	Name              string // bucket 0 holds it; no script reads it
+	Stock             int64  // units left to admit
 	PerUserLimit      int64
 	PerUserDailyLimit int64     // 0 = none
 	StartsAt, EndsAt  time.Time // zero = unbounded
@@ -125,6 +127,9 @@ func putBucketHash(ctx context.Context, pipe redis.Pipeliner, b bucket, v Vouche
 		"start_ms", unixMs(v.StartsAt), "end_ms", unixMs(v.EndsAt), "expire_s", unixS(v.ExpireAt),
 		"pool", bit(v.Pooled), "closed", bit(v.Closed), "paused", bit(v.Paused), "buckets", max(v.Buckets, 1), "draw", bit(v.Draw),
 		"pow", v.ProofOfWork, "access", v.Access)
+	if b.n == 0 && v.Name != "" {
+		pipe.HSet(ctx, key, "name", v.Name)
+	}
 	if rate, pre, pass, ok := roomFields(v.Room); ok {
 		pipe.HSet(ctx, key, "room", rate, "room_pre_ms", pre, "room_pass_ms", pass)
 	} else {
@@ -302,4 +307,14 @@ func (s *Store) CreateVoucher(ctx context.Context, v Voucher, changes []int64) (
 	}
 	s.buckets.Store(v.ID, n)
 	return created, s.waitWritten(ctx, s.VoucherPartitions(v.ID, n)...)
+}
+
+// VoucherName is voucher v's name, as its hash holds it ("" when the
+// voucher is not in Redis, or was written before names were).
+func (s *Store) VoucherName(ctx context.Context, v int64) (string, error) {
+	name, err := s.c.HGet(ctx, s.VoucherKey(v), "name").Result()
+	if errors.Is(err, redis.Nil) {
+		return "", nil
+	}
+	return name, err
 }

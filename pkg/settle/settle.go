@@ -35,7 +35,7 @@ import (
 // creation, reconcile's rebuild, tests). A pool's Items are the caller's
 // to fill.
 func RedisVoucher(v db.Voucher, stock int64) rdb.Voucher {
-	a := rdb.Voucher{ID: v.ID, Stock: stock, PerUserLimit: v.PerUserLimit, PerUserDailyLimit: v.PerUserDailyLimit,
+	a := rdb.Voucher{ID: v.ID, Name: v.Name, Stock: stock, PerUserLimit: v.PerUserLimit, PerUserDailyLimit: v.PerUserDailyLimit,
 		Pooled: v.Traits().Pooled, Paused: v.Paused, Buckets: max(v.StockBuckets, 1), Draw: v.IsDraw(),
 		ProofOfWork: v.PowMaxNumber, Room: v.WaitingRoom, Access: v.Access}
 	if v.StartsAt != nil {

@@ -174,7 +174,8 @@ async function wait(a) {
 }
 
 async function start() {
-  $("title").textContent = fill(T.title, {id: voucher});
+  const name = card.dataset.name;
+  $("title").textContent = name ? fill(T.titleNamed, {name}) : fill(T.title, {id: voucher});
   document.title = $("title").textContent;
   $("position-label").textContent = T.positionLabel;
   $("eta-label").textContent = T.etaLabel;

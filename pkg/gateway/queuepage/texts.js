@@ -1,6 +1,7 @@
 // Every text the queue page shows, in one place: translate this file.
-// {n}, {s}, {id} and {status} are filled in by page.js.
+// {n}, {s}, {id}, {name} and {status} are filled in by page.js.
 window.QUEUE_TEXTS = {
+  titleNamed: "Queue for {name}",
   title: "Queue for voucher {id}",
   noToken: "Open this page with your sign-in token (…/queue/{id}#token=…), or from the shop that embeds it.",
   joining: "Joining the queue…",
