@@ -68,7 +68,7 @@ demo: servers
 ## dev: throwaway servers, the roles and the console kept running, with
 ## their addresses, tokens and a ready curl printed; Ctrl-C stops them
 DEV_PORT ?= 8080
-dev: servers
+dev: servers build
 	@# Ctrl-C is the way out: the demo stops everything and exits 0, and
 	@# make, whose shell ignores it, exits 0 with it ("go run" would exit 1).
 	$(GO) build -o $(BIN)/demo ./pkg/internal/cmd/demo

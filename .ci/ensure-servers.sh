@@ -4,7 +4,7 @@
 # redis-server and mariadb-server), chromium for the browser tests
 # (Debian package chromium), and npm, which fetches the ALTCHA widget the
 # proof-of-work browser test runs (Debian package npm; any npm will do),
-# curl, which runs the README's examples as written, and ip and iptables
+# curl and jq, which run the README's examples as written, and ip and iptables
 # (Debian packages iproute2 and iptables), which the partition tests use to
 # put a server in a network namespace of its own and cut it off.
 # Installs them when run as root;
@@ -18,7 +18,7 @@ have() {
 }
 
 missing=()
-for bin in redis-server mariadbd mariadb-install-db chromium npm curl ip iptables; do
+for bin in redis-server mariadbd mariadb-install-db chromium npm curl jq ip iptables; do
   have "$bin" || missing+=("$bin")
 done
 if ! command -v go >/dev/null 2>&1; then

@@ -547,3 +547,55 @@ func runIn(t *testing.T, dir string, env []string, bin string, args ...string) (
 	}
 	return out.String(), errOut.String(), code
 }
+
+// Every flag of every command of every binary is in the docs: in README.md
+// or docs/*.md, a paragraph (or table, or code block) names the command
+// ("deadletters purge", "gateway token") and the flag ("--older-than").
+// The commands and flags are read from the binaries' own help, at every
+// depth.
+func TestEveryFlagOfEveryCommandIsDocumented(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the binaries")
+	}
+	dir := t.TempDir()
+	bins := []string{"gateway", "worker", "reaper"}
+	require.NoError(t, harness.Build(dir, false, bins...))
+	root, err := harness.ModuleRoot()
+	require.NoError(t, err)
+	files, err := filepath.Glob(filepath.Join(root, "docs", "*.md"))
+	require.NoError(t, err)
+	var paragraphs []string
+	for _, f := range append(files, filepath.Join(root, "README.md")) {
+		b, err := os.ReadFile(f)
+		require.NoError(t, err)
+		paragraphs = append(paragraphs, regexp.MustCompile(`\n\s*\n`).Split(string(b), -1)...)
+	}
+	help := func(args ...string) string {
+		cmd := exec.Command(filepath.Join(dir, args[0]), args[1:]...)
+		cmd.Env = []string{"PATH=" + os.Getenv("PATH")}
+		out, err := cmd.Output()
+		require.NoError(t, err, "%v", args)
+		return string(out)
+	}
+	command := regexp.MustCompile(`^  ([a-z][a-z-]*(?: [a-z][a-z-]*)*)(?: [A-Z_.\[\]]+)*\s{2,}`)
+	flagLine := regexp.MustCompile(`(?m)^  (--[a-z-]+)`)
+	flags := 0
+	for _, bin := range bins {
+		text, _, _ := strings.Cut(help(bin, "help"), "This text and the build")
+		for _, l := range strings.Split(text, "\n") {
+			m := command.FindStringSubmatch(l)
+			if m == nil {
+				continue
+			}
+			usage := help(append(append([]string{bin}, strings.Fields(m[1])...), "-h")...)
+			for _, f := range flagLine.FindAllStringSubmatch(usage, -1) {
+				flags++
+				flag := regexp.MustCompile(regexp.QuoteMeta(f[1]) + `\b`)
+				if !slices.ContainsFunc(paragraphs, func(p string) bool { return strings.Contains(p, m[1]) && flag.MatchString(p) }) {
+					t.Errorf("%s %s %s: no paragraph of the docs names the command and the flag", bin, m[1], f[1])
+				}
+			}
+		}
+	}
+	require.Greater(t, flags, 15, "the flags read from the binaries' help")
+}

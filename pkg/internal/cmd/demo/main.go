@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"os/exec"
 	"os/signal"
 	"strconv"
 	"strings"
@@ -100,7 +101,7 @@ func run() error {
 		}
 	}()
 	if *serve {
-		return serveDev(ctx, s, *stock, *workers, dir)
+		return serveDev(ctx, s, *workers, dir)
 	}
 	if *waitingRoom {
 		if !isSet("stock") {
@@ -263,22 +264,17 @@ func demoRoom(ctx context.Context, s *harness.Stack, cfg harness.RoomConfig, dir
 	return nil
 }
 
-// serveDev keeps stack s up until ctx ends, with a voucher of stock units
-// on sale, and prints how to reach it.
-func serveDev(ctx context.Context, s *harness.Stack, stock int64, workers int, dir string) error {
-	v, err := s.CreateVoucher(ctx, harness.VoucherSpec{Name: "dev", Stock: stock, PerUserLimit: 1})
-	if err != nil {
-		return err
-	}
+// serveDev keeps stack s up until ctx ends, without a voucher (README's
+// first sale makes one), and prints how to reach it.
+func serveDev(ctx context.Context, s *harness.Stack, workers int, dir string) error {
 	user := s.Token("alice")
 	fmt.Printf(`
 flashsale is up (the gateway, %d workers, the reaper); Ctrl-C stops everything and removes %s
   gateway      %s
   console      %s/admin/console#token=%s
-  voucher      %d (%d units, 1 per user)
   logs         %s
 
-Paste into another shell to use this stack (the README's commands, bin/ and curl):
+Paste into another shell to use this stack (README.md's commands, bin/ and curl):
   export GATEWAY=%s
   export ADMIN=%s
   export TOKEN=%s
@@ -287,13 +283,18 @@ Paste into another shell to use this stack (the README's commands, bin/ and curl
   export FLASHSALE_REDIS_ADDR=%s
   export FLASHSALE_MYSQL_DSN='%s'
 
-then:
-  curl -X POST -H "Authorization: Bearer $TOKEN" $GATEWAY/v1/vouchers/%d/orders      # alice claims
-  bin/gateway token --user bob                                                       # another user's token
-  curl -H "Authorization: Bearer $ADMIN" "$GATEWAY/admin/v1/events?after=0"          # the order events (docs/EVENTS.md)
-  bin/reaper report %d                                                               # the sale's report
-`, workers, dir, s.URL, s.URL, s.AdminToken, v, stock, s.LogDir(),
-		s.URL, s.AdminToken, user, s.AdminToken, s.JWTSecret, s.Var("FLASHSALE_REDIS_ADDR"), s.Var("FLASHSALE_MYSQL_DSN"), v, v)
+then, as README.md's "A first sale" goes on:
+  V=$(curl -s -X POST -H "Authorization: Bearer $ADMIN" -H 'Content-Type: application/json' \
+    -d '{"name":"phone","stock":3,"per_user_limit":1}' $GATEWAY/admin/v1/vouchers | jq -r .id)   # a voucher
+  curl -X POST -H "Authorization: Bearer $TOKEN" $GATEWAY/v1/vouchers/$V/orders     # alice claims
+  bin/gateway token --user bob                                                      # another user's token
+  curl -H "Authorization: Bearer $ADMIN" "$GATEWAY/admin/v1/events?after=0"         # the order events (docs/EVENTS.md)
+  bin/reaper report $V                                                              # the sale's report
+`, workers, dir, s.URL, s.URL, s.AdminToken, s.LogDir(),
+		s.URL, s.AdminToken, user, s.AdminToken, s.JWTSecret, s.Var("FLASHSALE_REDIS_ADDR"), s.Var("FLASHSALE_MYSQL_DSN"))
+	if _, err := exec.LookPath("jq"); err != nil {
+		say("jq is not installed; the first sale reads ids with it: apt-get install -y jq")
+	}
 	<-ctx.Done()
 	say("stopping")
 	return nil
