@@ -122,6 +122,34 @@ func TestTheQueuePageInABrowser(t *testing.T) {
 	shot(c, "no-room")
 	require.NoError(t, chromedp.Run(c, chromedp.KeyEvent(kb.Enter)))
 	waitText(c, "#order", "is placed")
+
+	// A turn not taken lapses: the page says so and offers no buy.
+	lapsing := f.createVoucher(`{"name":"Hoodie","stock":5,"waiting_room":{"admit_per_second":5,"pass_seconds":1}}`)
+	d, cancelD := chromedp.NewContext(bctx)
+	defer cancelD()
+	require.NoError(t, chromedp.Run(d, chromedp.Navigate(f.srv.URL+"/queue/"+lapsing+"#token="+f.token("dave"))))
+	waitText(d, "#status", "It is your turn")
+	waitText(d, "#status", "Your turn has passed")
+	var buyShown bool
+	require.NoError(t, chromedp.Run(d, chromedp.Evaluate(`!document.getElementById("buy").hidden`, &buyShown)))
+	require.False(t, buyShown, "no buy once the turn has passed")
+	shot(d, "lapsed")
+
+	// A sale that ends while the buyer waits: the page says it has ended.
+	ends := time.Now().Add(3 * time.Second).UTC().Format(time.RFC3339)
+	closing := f.createVoucher(`{"name":"Cap","stock":5,"ends_at":"` + ends + `","waiting_room":{"admit_per_second":5}}`)
+	e, cancelE := chromedp.NewContext(bctx)
+	defer cancelE()
+	require.NoError(t, chromedp.Run(e, chromedp.Navigate(f.srv.URL+"/queue/"+closing+"#token="+f.token("erin"))))
+	waitText(e, "#status", "The sale has ended")
+	shot(e, "closed")
+
+	// A voucher that does not exist: the gateway's answer, said plainly.
+	g, cancelG := chromedp.NewContext(bctx)
+	defer cancelG()
+	require.NoError(t, chromedp.Run(g, chromedp.Navigate(f.srv.URL+"/queue/999999#token="+f.token("frank"))))
+	waitText(g, "#status", "Something went wrong")
+	shot(g, "error")
 }
 
 func mustLocation(t *testing.T, tab context.Context) string {
