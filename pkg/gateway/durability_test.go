@@ -17,8 +17,8 @@ import (
 	"github.com/flashsale/flashsale/pkg/gateway"
 	"github.com/flashsale/flashsale/pkg/internal/testenv"
 	"github.com/flashsale/flashsale/pkg/internal/testsrv"
+	"github.com/flashsale/flashsale/pkg/persist"
 	"github.com/flashsale/flashsale/pkg/rdb"
-	"github.com/flashsale/flashsale/pkg/worker"
 )
 
 // failoverResult is what a sale through a failover to a lagging replica
@@ -160,8 +160,7 @@ func saleThroughLaggingFailover(t *testing.T, durability string, topo laggingTop
 
 	// The workers persist what the new master holds (the client follows
 	// the failover; its first commands may meet a closed connection).
-	w, err := worker.New(worker.Config{Consumer: "w"}, rs, mysql.DB, zaptest.NewLogger(t))
-	require.NoError(t, err)
+	w := persist.NewOrders(persist.Config{Consumer: "w"}, rs, mysql.DB, zaptest.NewLogger(t), nil, nil)
 	testenv.Eventually(t, 30*time.Second, "the new master's stream persisted", func() bool {
 		for p := range 2 {
 			entries, err := rs.ReadGroup(ctx, p, "w", "0", 100, 0)

@@ -21,7 +21,7 @@ import (
 	"github.com/flashsale/flashsale/pkg/internal/testclock"
 	"github.com/flashsale/flashsale/pkg/internal/testenv"
 	"github.com/flashsale/flashsale/pkg/internal/testsrv"
-	"github.com/flashsale/flashsale/pkg/worker"
+	"github.com/flashsale/flashsale/pkg/persist"
 )
 
 func TestMain(m *testing.M) { testsrv.Main(m) }
@@ -121,8 +121,7 @@ func (f *fixture) createVoucher(body string) string {
 // buckets') hold.
 func (f *fixture) persist(id string) {
 	f.t.Helper()
-	w, err := worker.New(worker.Config{Consumer: "w"}, f.env.RDB, f.env.DB, zaptest.NewLogger(f.t))
-	require.NoError(f.t, err)
+	w := persist.NewOrders(persist.Config{Consumer: "w"}, f.env.RDB, f.env.DB, zaptest.NewLogger(f.t), nil, nil)
 	ps, err := f.env.RDB.PartitionsOfVoucher(context.Background(), parseID(f.t, id))
 	require.NoError(f.t, err)
 	for _, p := range ps {

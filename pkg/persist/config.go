@@ -77,8 +77,10 @@ func (c *Config) Validate() error {
 	case c.ClaimMinIdle < 3*time.Millisecond:
 		return fmt.Errorf("FLASHSALE_CLAIM_MIN_IDLE must be at least 3ms, got %s", c.ClaimMinIdle)
 	case c.Block >= c.ClaimMinIdle/3:
-		// A read blocking longer than a lease renewal period would let
-		// the reaper take over entries a live worker holds.
+		// A read blocks the loop that renews the worker's liveness key
+		// (rdb.ConsumerAliveTTL, a minute), and shutdown waits for it:
+		// a third of ClaimMinIdle (10 s by default) keeps it well within
+		// both. (A batch in hand is held by its lease, not by reads.)
 		return fmt.Errorf("FLASHSALE_WORKER_BLOCK (%s) must be below a third of FLASHSALE_CLAIM_MIN_IDLE (%s)", c.Block, c.ClaimMinIdle)
 	case c.MaxAttempts < 1:
 		return fmt.Errorf("FLASHSALE_WORKER_MAX_ATTEMPTS must be at least 1, got %d", c.MaxAttempts)

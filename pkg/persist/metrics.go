@@ -22,6 +22,9 @@ type ordersMetrics struct {
 	batchSize                                  prometheus.Histogram
 	commitSeconds                              prometheus.Histogram
 	created, failed, redelivered, deadLettered prometheus.Counter
+	// retries counts failed attempts at a batch; abandoned, the stream
+	// entries left to the reaper after MaxAttempts while MySQL took writes.
+	retries, abandoned prometheus.Counter
 }
 
 // Counts are the orders handled so far by outcome, and the batches.
@@ -29,7 +32,7 @@ func (o *Orders) Counts() map[string]int64 {
 	m := o.metrics
 	return map[string]int64{outcomeCreated: ops.CounterValue(m.created), outcomeFailed: ops.CounterValue(m.failed),
 		outcomeRedelivered: ops.CounterValue(m.redelivered), outcomeDeadLettered: ops.CounterValue(m.deadLettered),
-		"batches": ops.CounterValue(m.batches)}
+		"batches": ops.CounterValue(m.batches), "batch_retries": ops.CounterValue(m.retries)}
 }
 
 func newOrdersMetrics(reg prometheus.Registerer) *ordersMetrics {
@@ -47,11 +50,17 @@ func newOrdersMetrics(reg prometheus.Registerer) *ordersMetrics {
 			Name: "flashsale_worker_commit_duration_seconds", Help: "Time to persist one batch in MySQL (one transaction).",
 			Buckets: []float64{.0005, .001, .002, .005, .01, .025, .05, .1, .25, .5, 1, 2.5},
 		}),
+		retries: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "flashsale_worker_batch_retries_total", Help: "Failed attempts at a batch (each is retried; none fails an order).",
+		}),
+		abandoned: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "flashsale_worker_entries_abandoned_total", Help: "Entries left to the reaper after FLASHSALE_WORKER_MAX_ATTEMPTS while MySQL accepted writes.",
+		}),
 	}
 	if reg == nil {
 		reg = prometheus.NewRegistry()
 	}
-	reg.MustRegister(m.batches, m.orders, m.batchSize, m.commitSeconds)
+	reg.MustRegister(m.batches, m.orders, m.batchSize, m.commitSeconds, m.retries, m.abandoned)
 	m.created = m.orders.WithLabelValues(outcomeCreated)
 	m.failed = m.orders.WithLabelValues(outcomeFailed)
 	m.redelivered = m.orders.WithLabelValues(outcomeRedelivered)

@@ -26,7 +26,7 @@ func TestReconcileRebuildsAPool(t *testing.T) {
 	items := []order.Item{{No: 1, Code: "A"}, {No: 2, Code: "B"}, {No: 3, Code: "C"}, {No: 4, Code: "D"}, {No: 5, Code: "E"}}
 	v := e.SeedPool(t, db.Voucher{Kind: "codes", PaymentTimeoutSeconds: 60}, items)
 	admit(t, e, v.ID, "u0", "u1")
-	persist(t, e, v.ID)
+	persistVoucher(t, e, v.ID)
 	_, err := e.DB.CancelExpired(ctx, time.Now().Add(time.Hour), 1) // u0's code is free again, owed to Redis
 	require.NoError(t, err)
 	admit(t, e, v.ID, "u2") // in flight: takes C

@@ -16,6 +16,7 @@ import (
 	"github.com/flashsale/flashsale/pkg/internal/testenv"
 	"github.com/flashsale/flashsale/pkg/internal/testsrv"
 	"github.com/flashsale/flashsale/pkg/order"
+	"github.com/flashsale/flashsale/pkg/persist"
 	"github.com/flashsale/flashsale/pkg/rdb"
 	"github.com/flashsale/flashsale/pkg/reaper"
 	"github.com/flashsale/flashsale/pkg/worker"
@@ -87,10 +88,9 @@ func readAndDie(t *testing.T, e *testenv.Env, voucher int64, consumer string) []
 	return entries
 }
 
-func persist(t *testing.T, e *testenv.Env, voucher int64) {
+func persistVoucher(t *testing.T, e *testenv.Env, voucher int64) {
 	t.Helper()
-	w, err := worker.New(worker.Config{Consumer: "helper"}, e.RDB, e.DB, zaptest.NewLogger(t))
-	require.NoError(t, err)
+	w := persist.NewOrders(persist.Config{Consumer: "helper"}, e.RDB, e.DB, zaptest.NewLogger(t), nil, nil)
 	require.NoError(t, w.Handle(context.Background(), readAndDie(t, e, voucher, "helper")))
 }
 
@@ -199,7 +199,7 @@ func TestUnpaidOrdersAreCancelledAndReleasedExactlyOnce(t *testing.T) {
 	ctx := context.Background()
 	v := e.SeedVoucher(t, db.Voucher{Stock: 10, PerUserLimit: 1, PerUserDailyLimit: 1, PaymentTimeoutSeconds: 60}, -1)
 	ids := admit(t, e, v.ID, users("u", 6)...)
-	persist(t, e, v.ID)
+	persistVoucher(t, e, v.ID)
 	now := time.Now().UTC()
 	for _, i := range []int{0, 1} {
 		_, err := e.DB.PayOrder(ctx, ids[i], fmt.Sprintf("u%d", i), now)
@@ -247,7 +247,7 @@ func TestConcurrentReapersCancelEachOrderOnce(t *testing.T) {
 	e := testenv.New(t, 4)
 	v := e.SeedVoucher(t, db.Voucher{Stock: 400, PaymentTimeoutSeconds: 1}, -1)
 	admit(t, e, v.ID, users("u", 300)...)
-	persist(t, e, v.ID)
+	persistVoucher(t, e, v.ID)
 	total := raceReapers(t, e, 3, time.Now().Add(time.Minute), func(c *reaper.Config) { c.BatchSize = 25 }).Cancelled
 	require.Equal(t, 300, total)
 	require.Equal(t, int64(400), e.Count(t, "SELECT stock FROM vouchers WHERE id = ?", v.ID))
@@ -259,7 +259,7 @@ func TestReconcileRepairsRedisFromMySQLAndTheStreams(t *testing.T) {
 	ctx := context.Background()
 	v := e.SeedVoucher(t, db.Voucher{Stock: 20, PerUserLimit: 2, PerUserDailyLimit: 1}, -1)
 	admit(t, e, v.ID, users("p", 5)...)
-	persist(t, e, v.ID)
+	persistVoucher(t, e, v.ID)
 	admit(t, e, v.ID, users("f", 3)...) // in flight: admitted, not yet persisted
 
 	checks, err := reaper.Reconcile(ctx, e.RDB, e.DB, time.Now(), false)
@@ -295,7 +295,7 @@ func TestReconcileRebuildsAFlushedRedis(t *testing.T) {
 	ctx := context.Background()
 	v := e.SeedVoucher(t, db.Voucher{Stock: 5, PerUserLimit: 1, PaymentTimeoutSeconds: 60}, -1)
 	admit(t, e, v.ID, users("u", 4)...)
-	persist(t, e, v.ID)
+	persistVoucher(t, e, v.ID)
 	// One order is cancelled; its release is still owed to Redis.
 	_, err := e.DB.CancelExpired(ctx, time.Now().Add(time.Hour), 1)
 	require.NoError(t, err)
@@ -338,7 +338,7 @@ func TestServicesRunOnTheirOwnIntervals(t *testing.T) {
 	ctx := context.Background()
 	v := e.SeedVoucher(t, db.Voucher{Stock: 5}, -1)
 	admit(t, e, v.ID, users("u", 3)...)
-	persist(t, e, v.ID)
+	persistVoucher(t, e, v.ID)
 	var clock sync.Mutex
 	now := time.Now()
 	r := newReaper(t, e, "reaper-1", func() time.Time { clock.Lock(); defer clock.Unlock(); return now }, func(c *reaper.Config) {
@@ -380,7 +380,7 @@ func TestOrdersOfSeveralUnitsAreTakenAndReleasedWhole(t *testing.T) {
 		_, err := e.RDB.Admit(ctx, rdb.Claim{VoucherID: v.ID, UserID: c.user, Now: now, Day: order.Day(now, time.UTC), Quantity: c.n})
 		require.NoError(t, err)
 	}
-	persist(t, e, v.ID)
+	persistVoucher(t, e, v.ID)
 	// 3 + 4 fit, u3's 4 do not (7 + 4 > 10), u4's 3 do.
 	require.EqualValues(t, 3, e.Count(t, "SELECT COUNT(*) FROM orders WHERE status = 'created'"))
 	require.EqualValues(t, 10, e.Count(t, "SELECT SUM(quantity) FROM orders WHERE status = 'created'"))
@@ -421,7 +421,7 @@ func TestReconcileCountsUnits(t *testing.T) {
 	}
 	claim("u1", 3)
 	claim("u2", 2)
-	persist(t, e, v.ID)
+	persistVoucher(t, e, v.ID)
 	claim("u1", 2) // in flight
 	checks, err := reaper.Reconcile(ctx, e.RDB, e.DB, now, false)
 	require.NoError(t, err)

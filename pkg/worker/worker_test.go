@@ -20,6 +20,7 @@ import (
 	"github.com/flashsale/flashsale/pkg/internal/testenv"
 	"github.com/flashsale/flashsale/pkg/internal/testsrv"
 	"github.com/flashsale/flashsale/pkg/order"
+	"github.com/flashsale/flashsale/pkg/persist"
 	"github.com/flashsale/flashsale/pkg/rdb"
 	"github.com/flashsale/flashsale/pkg/worker"
 )
@@ -168,8 +169,7 @@ func TestRedeliveryInsertsAndDeductsNothingTwice(t *testing.T) {
 
 	// Handing the same entries in again (another delivery) changes nothing.
 	reg := prometheus.NewRegistry()
-	w2, err := worker.New(worker.Config{Consumer: "w2"}, e.RDB, e.DB, zaptest.NewLogger(t), worker.WithRegistry(reg))
-	require.NoError(t, err)
+	w2 := persist.NewOrders(persist.Config{Consumer: "w2"}, e.RDB, e.DB, zaptest.NewLogger(t), nil, reg)
 	require.NoError(t, w2.Handle(ctx, entries))
 	require.Equal(t, int64(10), e.Count(t, "SELECT COUNT(*) FROM orders WHERE voucher_id = ?", v.ID))
 	require.Equal(t, int64(10), e.Count(t, "SELECT stock FROM vouchers WHERE id = ?", v.ID))
@@ -185,7 +185,7 @@ func TestOrdersMySQLCannotAcceptFailAndAreReleased(t *testing.T) {
 	ids := admit(t, e, v.ID, 8, "u")
 	entries, err := e.RDB.ReadGroup(ctx, e.RDB.PartitionOf(v.ID), "w1", ">", 100, 10*time.Millisecond)
 	require.NoError(t, err)
-	w := newWorker(t, e, "w1", 100)
+	w := persist.NewOrders(persist.Config{Consumer: "w1"}, e.RDB, e.DB, zaptest.NewLogger(t), nil, nil)
 	require.NoError(t, w.Handle(ctx, entries))
 
 	requireStatus(t, e, v.ID, order.StatusCreated, 5)
@@ -231,7 +231,7 @@ func TestNothingIsAckedUntilMySQLCommits(t *testing.T) {
 	require.NoError(t, err)
 	short, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
 	defer cancel()
-	require.Error(t, w.Handle(short, entries), "no commit possible")
+	require.Error(t, persist.NewOrders(persist.Config{Consumer: "w1"}, e.RDB, e.DB, zaptest.NewLogger(t), nil, nil).Handle(short, entries), "no commit possible")
 	requireBacklog(t, e, v.ID, rdb.Backlog{Length: 4, Orders: 4, Pending: 4})
 
 	// MySQL comes back: the worker, restarted, re-reads and finishes them.

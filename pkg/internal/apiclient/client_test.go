@@ -24,7 +24,7 @@ import (
 	"github.com/flashsale/flashsale/pkg/internal/apiclient"
 	"github.com/flashsale/flashsale/pkg/internal/testenv"
 	"github.com/flashsale/flashsale/pkg/internal/testsrv"
-	"github.com/flashsale/flashsale/pkg/worker"
+	"github.com/flashsale/flashsale/pkg/persist"
 )
 
 func TestMain(m *testing.M) { testsrv.Main(m) }
@@ -189,7 +189,7 @@ func TestASaleThroughTheGeneratedClient(t *testing.T) {
 	require.Equal(t, http.StatusOK, pending.StatusCode(), "%s", pending.Body)
 	require.EqualValues(t, "pending", pending.JSON200.Status)
 
-	persist(t, env)
+	persistAll(t, env)
 	paid, err := c.PostV1OrdersIdPayWithResponse(ctx, aliceOrder, alice)
 	require.NoError(t, err)
 	require.Equal(t, http.StatusOK, paid.StatusCode(), "%s", paid.Body)
@@ -207,7 +207,7 @@ func TestASaleThroughTheGeneratedClient(t *testing.T) {
 	require.EqualValues(t, "cancelled", cancelled.JSON200.Status)
 	resold := claim(carol)
 	require.Equal(t, http.StatusAccepted, resold.StatusCode(), "the cancelled unit is sold again: %s", resold.Body)
-	persist(t, env)
+	persistAll(t, env)
 
 	vouchers, err := c.GetAdminV1VouchersWithResponse(ctx, &apiclient.GetAdminV1VouchersParams{Limit: ptr(10)}, asAdmin)
 	require.NoError(t, err)
@@ -302,11 +302,10 @@ func TestASaleThroughTheGeneratedClient(t *testing.T) {
 	require.GreaterOrEqual(t, len(checker.seen), 15, "%v", checker.seen)
 }
 
-// persist has a worker persist what every partition holds.
-func persist(t *testing.T, env *testenv.Env) {
+// persistAll persists what every partition holds.
+func persistAll(t *testing.T, env *testenv.Env) {
 	t.Helper()
-	w, err := worker.New(worker.Config{Consumer: "w"}, env.RDB, env.DB, zaptest.NewLogger(t))
-	require.NoError(t, err)
+	w := persist.NewOrders(persist.Config{Consumer: "w"}, env.RDB, env.DB, zaptest.NewLogger(t), nil, nil)
 	ctx := context.Background()
 	for p := range env.RDB.Partitions() {
 		entries, err := env.RDB.ReadGroup(ctx, p, "w", ">", 100, 10*time.Millisecond)

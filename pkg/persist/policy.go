@@ -1,0 +1,277 @@
+package persist
+
+// What happens when a batch fails, in one place. A batch of stream
+// entries a worker read goes through Process; the steps, in the order a
+// failing batch meets them:
+//
+//  1. The lease (HoldLease): while a batch is in hand its entries' idle
+//     time is renewed every third of FLASHSALE_CLAIM_MIN_IDLE, so the
+//     reaper never takes over the entries of a live consumer.
+//  2. Retry (Process): a failed attempt (Try: Persist, then Ack) is
+//     tried again with backoff; no order is failed for it.
+//  3. An outage waits (Process): after FLASHSALE_WORKER_MAX_ATTEMPTS the
+//     worker asks MySQL whether it takes writes at all; while it does
+//     not, the batch waits, neither failed nor released, however long.
+//  4. The last try, order by order (lastTry): MySQL takes writes and the
+//     batch still fails; each order is tried alone, the stream entries
+//     whose orders all succeed are acknowledged, and an entry with an
+//     order that fails alone is left pending without a lease: the reaper
+//     takes it over and counts its deliveries.
+//  5. Rows refused (oneByOne, within an attempt): a batch MySQL refuses
+//     for the values of its rows is persisted order by order, and an
+//     order refused on its own is dead-lettered; every order refused the
+//     same way is the store's fault, an outage, and fails nothing.
+//  6. A panic (Persist, within an attempt): a bug is recovered, the
+//     batch is tried order by order, and only an order that panics on
+//     its own is dead-lettered.
+//  7. Dead letters (DeadLetter): an order that cannot be persisted is
+//     recorded failed in MySQL, its units given back, and copied to its
+//     partition's dead-letter stream.
+//
+// The reaper makes one attempt at the entries it takes over (Handle:
+// steps 1, 5 and 6) and dead-letters (7) an entry delivered
+// FLASHSALE_REAPER_MAX_DELIVERIES times.
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/flashsale/flashsale/pkg/backoff"
+	"github.com/flashsale/flashsale/pkg/db"
+	"github.com/flashsale/flashsale/pkg/ops"
+	"github.com/flashsale/flashsale/pkg/order"
+	"github.com/flashsale/flashsale/pkg/rdb"
+	"github.com/flashsale/flashsale/pkg/settle"
+)
+
+// Process persists a batch a consumer read, holding its lease all the
+// while (1), until every stream entry is acknowledged or left to the
+// reaper, or ctx ends: a failure is retried with backoff (2); after
+// MaxAttempts failures, a MySQL that takes no writes is waited for (3),
+// and one that does gets the batch order by order (4).
+func (w *Orders) Process(ctx context.Context, entries []rdb.StreamOrder) {
+	defer w.HoldLease(ctx, entries)()
+	bo := backoff.New(w.cfg.RetryBackoff, backoff.MaxDefault)
+	for attempt := 1; ; attempt++ {
+		err := w.Try(ctx, entries)
+		if err == nil || ctx.Err() != nil {
+			return
+		}
+		w.metrics.retries.Inc()
+		log := w.log.With(append(ops.TraceFields(ctx), zap.Int("partition", entries[0].Partition), zap.Int("batch_size", len(entries)), zap.Int("attempt", attempt))...)
+		if attempt >= w.cfg.MaxAttempts {
+			if perr := w.db.Writable(ctx, w.cfg.Consumer); perr == nil {
+				log.Error("batch keeps failing while mysql accepts writes; trying entry by entry", zap.Error(err))
+				w.lastTry(ctx, entries)
+				return
+			} else if attempt == w.cfg.MaxAttempts || attempt%10 == 0 {
+				log.Warn("mysql does not accept writes; the batch waits", zap.Error(err), zap.NamedError("probe", perr))
+			}
+		} else if attempt == 1 || attempt%10 == 0 {
+			log.Warn("batch failed; retrying", zap.Error(err), zap.String("class", db.Classify(err).String()))
+		}
+		if bo.Wait(ctx) != nil {
+			return
+		}
+	}
+}
+
+// lastTry tries each order of a batch that cannot succeed as a whole
+// once on its own, and acknowledges the stream entries whose orders all
+// succeeded (4). A stream entry with an order that still fails is left
+// pending without a lease, so the reaper takes it over and counts its
+// deliveries (its orders persisted here are found persisted then).
+func (w *Orders) lastTry(ctx context.Context, entries []rdb.StreamOrder) {
+	failed := map[string]bool{}
+	for _, e := range entries {
+		if err := w.Persist(ctx, []rdb.StreamOrder{e}); err != nil {
+			failed[e.StreamID] = true
+			w.metrics.abandoned.Inc()
+			w.log.Error("order cannot be persisted; its stream entry is left to the reaper", zap.Int("partition", e.Partition),
+				zap.String("stream_id", e.StreamID), zap.Int64("order_id", e.Order.ID), zap.Error(err))
+		}
+	}
+	done := slices.DeleteFunc(slices.Clone(entries), func(e rdb.StreamOrder) bool { return failed[e.StreamID] })
+	if err := w.Ack(ctx, done); err != nil {
+		w.log.Error("acknowledging the persisted entries failed; they are left to the reaper", zap.Error(err))
+	}
+}
+
+// Handle makes one attempt at the orders of some stream entries of one
+// partition (every order of each of those stream entries), holding their
+// lease meanwhile, and acknowledges the stream entries once every order
+// they carry is done: persisted (created, or recorded failed) or
+// dead-lettered. An error leaves them pending, to be tried again; orders
+// done before it stay done (a retry finds them persisted).
+// Malformed orders go to the dead-letter stream; orders MySQL refuses for
+// want of stock or by the per-user limit are recorded failed and their
+// units given back; a batch MySQL refuses for the values of its rows is
+// tried order by order (oneByOne), so one bad order never takes
+// its stream entry's other orders with it. The reaper calls Handle for the
+// stream entries it claims.
+// A panic (a bug) is recovered: the batch is retried order by order and
+// only an order that panics on its own is dead-lettered.
+func (w *Orders) Handle(ctx context.Context, entries []rdb.StreamOrder) error {
+	if len(entries) == 0 {
+		return nil
+	}
+	defer w.HoldLease(ctx, entries)()
+	return w.Try(ctx, entries)
+}
+
+// Try is Handle without the lease (for a caller that holds it).
+func (w *Orders) Try(ctx context.Context, entries []rdb.StreamOrder) error {
+	if err := w.Persist(ctx, entries); err != nil {
+		return err
+	}
+	return w.Ack(ctx, entries)
+}
+
+// HoldLease renews this consumer's hold on the stream entries of entries
+// every third of ClaimMinIdle until the returned stop is called.
+func (w *Orders) HoldLease(ctx context.Context, entries []rdb.StreamOrder) (stop func()) {
+	ids := rdb.StreamIDs(entries)
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(w.cfg.ClaimMinIdle / 3)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+				if _, err := w.redis.RenewLease(ctx, entries[0].Partition, w.cfg.Consumer, ids); err != nil && ctx.Err() == nil {
+					w.log.Warn("renew lease failed", zap.Error(err))
+				}
+			}
+		}
+	}()
+	return func() { cancel(); <-done }
+}
+
+// Persist is Try without the acknowledgement: every order of entries is
+// persisted, failed or dead-lettered when it returns nil. The caller
+// acknowledges their stream entries (Ack) once all their orders are
+// done.
+func (w *Orders) Persist(ctx context.Context, entries []rdb.StreamOrder) error {
+	if len(entries) == 0 {
+		return nil
+	}
+	panicked, err := guard(func() error { return w.attempt(ctx, entries) })
+	if panicked == nil {
+		return err
+	}
+	w.log.Error("panic while handling a batch; retrying order by order", zap.Any("panic", panicked), zap.Stack("stack"))
+	for _, e := range entries {
+		panicked, err := guard(func() error { return w.attempt(ctx, []rdb.StreamOrder{e}) })
+		if panicked != nil {
+			err = w.DeadLetter(ctx, e, fmt.Sprintf("panic: %v", panicked))
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// guard runs f and turns a panic into a value.
+func guard(f func() error) (panicked any, err error) {
+	defer func() { panicked = recover() }()
+	return nil, f()
+}
+
+// oneByOne persists a batch MySQL refused for the values of its rows
+// one order at a time, and fails (dead-letters) the orders refused on their
+// own. If every order of a batch of several is refused with the same error,
+// no row is at fault but the store (a column shortened, a CHECK added): that
+// is an outage, and nothing is failed.
+func (w *Orders) oneByOne(ctx context.Context, entries []rdb.StreamOrder, batchErr error) error {
+	w.log.Warn("batch refused for its values; trying order by order", zap.Int("partition", entries[0].Partition),
+		zap.Int("batch_size", len(entries)), zap.Error(batchErr))
+	outs := make([][]db.Outcome, len(entries))
+	errs := make([]error, len(entries))
+	refused, same := 0, true
+	for i, e := range entries {
+		outs[i], errs[i] = w.db.PersistBatch(ctx, []order.Order{e.Order})
+		switch {
+		case errs[i] == nil:
+		case !db.IsRowError(errs[i]):
+			return fmt.Errorf("persist order %d: %w", e.Order.ID, errs[i])
+		default:
+			refused++
+			same = same && db.ErrorNumber(errs[i]) == db.ErrorNumber(errs[0])
+		}
+	}
+	if len(entries) > 1 && refused == len(entries) && same {
+		return fmt.Errorf("every order of the batch refused the same way, taken as an outage: %w", errs[0])
+	}
+	for i, e := range entries {
+		var err error
+		if errs[i] != nil {
+			err = w.DeadLetter(ctx, e, "rejected by mysql: "+errs[i].Error())
+		} else {
+			err = w.record(ctx, []rdb.StreamOrder{e}, outs[i])
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// DeadLetter fails a well-formed order that cannot be persisted: it records
+// it as failed in MySQL, gives its unit back and copies the order to its
+// partition's dead-letter stream; an order that turns out to be persisted
+// already is left as it is. The caller acknowledges its stream entry
+// (Ack). It makes one attempt: an error leaves the order not done and
+// nothing released. If MySQL refuses even the
+// record of the failure (for the row's values, or while it takes other
+// writes, such as a packet too large), the entry is dead-lettered
+// with both reasons and its unit is NOT given back (no unit goes back for
+// an order MySQL has not recorded): it stays held until an operator runs
+// reconcile --repair. The reaper calls DeadLetter for entries delivered
+// too often.
+func (w *Orders) DeadLetter(ctx context.Context, e rdb.StreamOrder, reason string) error {
+	if e.Err != nil {
+		return w.deadLetter(ctx, e, reason, nil)
+	}
+	status, rel, err := w.db.RecordFailed(ctx, e.Order, db.ReasonDeadLetter)
+	if err != nil && !db.IsRowError(err) {
+		// Not about the row: an outage, unless MySQL takes other writes.
+		if perr := w.db.Writable(ctx, w.cfg.Consumer); perr != nil {
+			return fmt.Errorf("record order %d failed: %w", e.Order.ID, err)
+		}
+	}
+	switch {
+	case err != nil:
+		w.log.Error("mysql refuses to record the failed order; dead-lettered without giving its unit back",
+			zap.Int64("order_id", e.Order.ID), zap.Error(err))
+		return w.deadLetter(ctx, e, reason+"; failure not recorded: "+err.Error(), nil)
+	case rel == nil:
+		w.log.Info("dead-letter candidate is persisted already", zap.Int64("order_id", e.Order.ID), zap.String("status", string(status)))
+		return nil
+	}
+	return w.deadLetter(ctx, e, reason, rel)
+}
+
+// deadLetter gives back rel (when MySQL recorded one), then copies e to the
+// dead-letter stream.
+func (w *Orders) deadLetter(ctx context.Context, e rdb.StreamOrder, reason string, rel *db.Release) error {
+	if rel != nil {
+		if _, err := settle.Releases(ctx, w.redis, w.db, []db.Release{*rel}, time.Now()); err != nil {
+			return err
+		}
+	}
+	if err := w.redis.DeadLetter(ctx, e, reason); err != nil {
+		return err
+	}
+	w.metrics.deadLettered.Inc()
+	w.audit.Warn("order dead-lettered", orderFields(e, zap.String("stream_id", e.StreamID), zap.String("reason", reason))...)
+	return nil
+}
