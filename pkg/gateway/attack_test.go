@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
@@ -264,11 +265,15 @@ func TestAPassHoldsOnAGatewayThatDidNotKnowTheRoom(t *testing.T) {
 			a.do("GET", queue, "", "", room.Header, toks["ben"]).Body["state"] == "admitted"
 	})
 
-	// A second gateway, as one just restarted: it has never heard of the room.
-	b := newFixtureOn(t, env, gateway.Config{})
+	// A second gateway, as one just restarted: it has never heard of the
+	// room. The claim's queue token says there is one: it reads the room
+	// and runs the admission script once.
+	reg := prometheus.NewRegistry()
+	b := newFixtureOn(t, env, gateway.Config{}, gateway.WithRegistry(reg))
 	b.clock.Set(a.clock.Now())
 	got := b.do("POST", "/v1/vouchers/"+id+"/orders", b.token("ann"), "", room.Header, toks["ann"])
 	require.Equal(t, http.StatusAccepted, got.Status, got.Raw)
+	require.EqualValues(t, 1, testenv.Metric(t, reg, "flashsale_redis_script_duration_seconds"), "one admission script run")
 	c := newFixtureOn(t, env, gateway.Config{})
 	c.clock.Set(a.clock.Now())
 	got = c.do("POST", "/v1/vouchers/"+id+"/orders", c.token("ben"), "")

@@ -96,11 +96,13 @@ func (g *Gateway) claim(w http.ResponseWriter, r *http.Request) {
 	g.answerAdmitted(w, a, start)
 }
 
-// admitClaim runs c's admission. A voucher whose room this gateway did not
-// know (it restarted, or nobody asked it about the room lately) was sent
-// without a pass; when the script says it has a room, the room is asked
-// for the user's pass now and the claim runs once more with it: an
-// unknown room means "ask Redis", never "no pass".
+// admitClaim runs c's admission. One case runs the script twice: a
+// claim without a queue token on a voucher whose room this gateway did
+// not know (it restarted, or nobody asked it about the room lately) went
+// without a pass; when the script says the voucher has a room, the room
+// is asked for the user's place now and the claim runs once more with its
+// pass. An unknown room means "ask Redis", never "no pass"; knowing it up
+// front would cost every room-less voucher's claims a read (roomPass).
 func (g *Gateway) admitClaim(r *http.Request, c rdb.Claim) (rdb.Admission, error) {
 	a, err := g.admitNow(r.Context(), c)
 	if c.Pass != "" || !errors.Is(err, rdb.ErrNotAdmitted) {

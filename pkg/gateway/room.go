@@ -52,14 +52,29 @@ func (g *Gateway) tickRooms(ctx context.Context) {
 	}, g.metrics.forgetRoom)
 }
 
-// roomPass is the pass of user's claim on voucher v: "" when this gateway
-// knows no room for v (the admission script then decides: a voucher with
-// a room refuses a claim without a pass, and this gateway learns of the
-// room), else the pass as the script takes it, or errNotAdmitted.
+// roomPass is the pass of user's claim on voucher v as the script takes
+// it, or errNotAdmitted; "" when v has no room as this gateway knows (the
+// admission script then decides). A room this gateway does not know is
+// read now when the claim carries a queue token for v, which only a room
+// gives: the claim then runs the script once, with its pass. Without a
+// token, a room-less voucher's claim costs nothing here, and the script's
+// answer says whether there is a room (admitClaim).
 func (g *Gateway) roomPass(r *http.Request, v int64, user string, now time.Time) (string, error) {
 	e := g.rooms.Of(v)
 	if e == nil {
-		return "", nil
+		tok := r.Header.Get(room.Header)
+		if tok == "" {
+			return "", nil
+		}
+		if _, err := g.queueTokens.Verify(v, user, tok); err != nil {
+			return "", nil // not v's room's token: as if none was sent
+		}
+		if _, err := g.rooms.State(r.Context(), v); err != nil {
+			return "", nil // no room after all, or not read: the script decides
+		}
+		if e = g.rooms.Of(v); e == nil {
+			return "", nil
+		}
 	}
 	s, err := e.Known()
 	if err != nil { // no room (as of the last tick): the script decides

@@ -103,14 +103,11 @@ func (s *Store) Replay(ctx context.Context, c Claim) (a Admission, ok bool, err 
 	case err != nil && !errors.Is(err, redis.Nil):
 		return Admission{}, false, fmt.Errorf("replay: %w", err)
 	}
-	entry, item, _ := strings.Cut(rec, " ")
-	res := []any{int64(0), entry, int64(1), item}
-	if draw.Val() == "1" {
-		res = append(res, int64(1))
-	}
-	if a, err = admission(res, b.p); err != nil {
+	pos, item, _ := strings.Cut(rec, " ") // the record: "POSITION[ ITEM]"
+	if a, err = admissionAt(pos, b.p, item); err != nil {
 		return Admission{}, false, err
 	}
+	a.Replayed, a.Entry = true, draw.Val() == "1"
 	if err := s.waitWritten(ctx, b.p); err != nil { // as a replay by the script waits
 		return Admission{}, false, err
 	}
@@ -128,6 +125,14 @@ func (s *Store) AdmitMany(ctx context.Context, claims []Claim) ([]Admission, []e
 	if err != nil {
 		return out, errs, err
 	}
+	s.admitDry(ctx, claims, out, errs)
+	return out, errs, nil
+}
+
+// admitDry answers again, in out and errs, the claims of hot vouchers
+// (more than one bucket) that found their own bucket dry: each is
+// admitted from the others' units (admitFromDry), or sold out for good.
+func (s *Store) admitDry(ctx context.Context, claims []Claim, out []Admission, errs []error) {
 	// soldOut: the least quantity each hot voucher was found sold out
 	// for, in this batch: a larger claim need not look again.
 	var soldOut map[int64]int64
@@ -147,7 +152,6 @@ func (s *Store) AdmitMany(ctx context.Context, claims []Claim) ([]Admission, []e
 			soldOut[c.VoucherID] = need
 		}
 	}
-	return out, errs, nil
 }
 
 // dryAttempts bounds how many times a claim refills its dry bucket and
@@ -413,14 +417,25 @@ func admission(res []any, p int) (Admission, error) {
 		return Admission{}, fmt.Errorf("admit: unexpected reply %v", res)
 	}
 	pos, _ := res[1].(string)
+	raw, _ := res[3].(string)
+	a, err := admissionAt(pos, p, raw)
+	if err != nil {
+		return Admission{}, err
+	}
+	a.Replayed, a.Entry = res[2] == int64(1), len(res) == 5 && res[4] == int64(1)
+	return a, nil
+}
+
+// admissionAt is the admission of the order at stream position pos of
+// partition p, with the item it took (raw, "" for units).
+func admissionAt(pos string, p int, raw string) (Admission, error) {
 	id, err := order.IDFromPosition(pos, p)
 	if err != nil {
 		return Admission{}, fmt.Errorf("admit: %w", err)
 	}
-	raw, _ := res[3].(string)
 	item, err := order.ParseItem(raw)
 	if err != nil {
 		return Admission{}, fmt.Errorf("admit: %w", err)
 	}
-	return Admission{OrderID: id, Replayed: res[2] == int64(1), Item: item, Entry: len(res) == 5 && res[4] == int64(1)}, nil
+	return Admission{OrderID: id, Item: item}, nil
 }
