@@ -51,6 +51,11 @@ type CPUMeasure struct {
 	// accounting (INFO commandstats), on the end-to-end rows; what the
 	// commands do not account for is the network and the event loop.
 	RedisCommands []CommandCost `json:"redis_commands,omitempty"`
+	// ClaimsPerCall, on the end-to-end rows: the admitted claims over
+	// Redis's EVALSHA calls, how full the batcher's calls of admit.lua
+	// ran (the workers' few acknowledgements, a script call per batch of
+	// hundreds of orders, are among the calls).
+	ClaimsPerCall float64 `json:"claims_per_call,omitempty"`
 }
 
 // CommandCost is one Redis command's part of an admitted claim.
@@ -455,12 +460,15 @@ func admittedEndToEnd(ctx context.Context, s *harness.Stack, cfg Config, tokens 
 				m.RedisCommands = append(m.RedisCommands, CommandCost{Command: name, Calls: calls / float64(admitted), Us: usec / float64(admitted)})
 			}
 		}
+		if calls := c1["evalsha"][0] - c0["evalsha"][0]; calls > 0 {
+			m.ClaimsPerCall = float64(admitted) / calls
+		}
 		slices.SortFunc(m.RedisCommands, func(a, b CommandCost) int { return cmp.Compare(b.Us, a.Us) })
 		for _, c := range m.RedisCommands {
 			cfg.logf("  redis %s: %.3f calls, %.2f µs per admitted claim", c.Command, c.Calls, c.Us)
 		}
-		cfg.logf("CPU: %s: gateway %.1f µs/claim (%.2f × bare %.1f), redis %.1f µs/admitted claim, %.0f claims/s, p99 %s, status %v",
-			m.Name, m.ProcessUs, m.VsBare, bare.ProcessUs, m.RedisUs, m.PerSecond, us(int64(m.P99us)), m.Status)
+		cfg.logf("CPU: %s: gateway %.1f µs/claim (%.2f × bare %.1f), redis %.1f µs/admitted claim, %.1f claims a call, %.0f claims/s, p99 %s, status %v",
+			m.Name, m.ProcessUs, m.VsBare, bare.ProcessUs, m.RedisUs, m.ClaimsPerCall, m.PerSecond, us(int64(m.P99us)), m.Status)
 		out = append(out, m)
 	}
 	split, err := admissionThenPersistence(ctx, s, cfg, rc, workers, tokens[offset%int64(len(tokens)):], host)

@@ -88,9 +88,12 @@ func (r *Report) printCPU(w io.Writer) {
 	if len(r.CPU) > 0 {
 		fmt.Fprintln(w)
 		tw := tabwriter.NewWriter(w, 0, 0, 1, ' ', tabwriter.Debug)
-		fmt.Fprintln(tw, "CPU per request	per second	server µs/req	vs bare handler	redis µs/req	p99	answers	")
+		fmt.Fprintln(tw, "CPU per request	per second	server µs/req	vs bare handler	redis µs/req	claims a call	p99	answers	")
 		for _, m := range r.CPU {
-			vs, redis, server, p99 := "-", "-", "-", "-"
+			vs, redis, server, p99, perCall := "-", "-", "-", "-", "-"
+			if m.ClaimsPerCall > 0 {
+				perCall = fmt.Sprintf("%.1f", m.ClaimsPerCall)
+			}
 			if m.P99us > 0 {
 				p99 = us(int64(m.P99us))
 			}
@@ -106,7 +109,7 @@ func (r *Report) printCPU(w io.Writer) {
 			if m.RedisPersistUs > 0 {
 				redis = fmt.Sprintf("%.1f admitting + %.1f persisting", m.RedisUs, m.RedisPersistUs)
 			}
-			fmt.Fprintf(tw, "%s\t%.0f\t%s\t%s\t%s\t%s\t%s\t\n", m.Name, m.PerSecond, server, vs, redis, p99, answers(Measure{Status: m.Status}))
+			fmt.Fprintf(tw, "%s\t%.0f\t%s\t%s\t%s\t%s\t%s\t%s\t\n", m.Name, m.PerSecond, server, vs, redis, perCall, p99, answers(Measure{Status: m.Status}))
 		}
 		tw.Flush()
 	}
