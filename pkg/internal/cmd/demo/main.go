@@ -43,11 +43,11 @@ func run() error {
 		fs.PrintDefaults()
 	}
 	var (
-		serve       = fs.Bool("serve", false, "keep the servers, the gateway, a worker, the reaper and the console running (make dev), print their addresses, tokens and a ready curl, and stop on Ctrl-C")
+		serve       = fs.Bool("serve", false, "keep the servers, the gateway, the workers, the reaper and the console running, with no voucher (make dev), print their addresses, the exports that reach them and the first sale's first commands, and stop on Ctrl-C")
 		users       = fs.Int("users", 20000, "distinct users")
 		requests    = fs.Int("requests", 50000, "claims in all (beyond -users, repeats by the same users)")
 		kind        = fs.String("kind", "units", "kind of sale: units, envelope (red envelopes) or codes")
-		stock       = fs.Int64("stock", 1000, "units on sale (envelopes: how many; codes: how many)")
+		stock       = fs.Int64("stock", 1000, "units on sale (envelopes: how many; codes: how many); not with -serve")
 		amount      = fs.Int64("amount", 0, "envelopes: the total amount split, in cents (default 100 per envelope)")
 		perUser     = fs.Int64("per-user", 1, "units one user may hold")
 		concurrency = fs.Int("concurrency", 64, "claims in flight at once")
