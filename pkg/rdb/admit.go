@@ -155,9 +155,12 @@ func (s *Store) admitDry(ctx context.Context, claims []Claim, out []Admission, e
 }
 
 // dryAttempts bounds how many times a claim refills its dry bucket and
-// runs again before it is answered ErrOverloaded (other claims kept taking
-// the units it brought).
-const dryAttempts = 4
+// runs again, within its deadline, before it is answered ErrOverloaded
+// (other claims kept taking the units it brought). At the end of a hot
+// sale, with a few units spread over the buckets and dozens of claims on
+// each, four attempts were lost in a row on a busy machine: a 503 while
+// units were left.
+const dryAttempts = 16
 
 // admitFromDry admits claim c of a hot voucher, whose bucket was dry,
 // after bringing units from the other buckets; ErrSoldOut when the voucher
@@ -166,6 +169,9 @@ func (s *Store) admitFromDry(ctx context.Context, c Claim) (Admission, error) {
 	n := s.knownBuckets(c.VoucherID)
 	home, need := UserBucket(c.UserID, n), max(c.Quantity, 1)
 	for range dryAttempts {
+		if err := ctx.Err(); err != nil {
+			return Admission{}, err
+		}
 		ok, err := s.refill(ctx, c, n, home, need)
 		if err != nil {
 			return Admission{}, err
