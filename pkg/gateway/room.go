@@ -60,29 +60,21 @@ func (g *Gateway) tickRooms(ctx context.Context) {
 // token, a room-less voucher's claim costs nothing here, and the script's
 // answer says whether there is a room (admitClaim).
 func (g *Gateway) roomPass(r *http.Request, v int64, user string, now time.Time) (string, error) {
+	var s *room.Snapshot
 	e := g.rooms.Of(v)
-	if e == nil {
-		tok := r.Header.Get(room.Header)
-		if tok == "" {
+	if e != nil {
+		var err error
+		if s, err = e.Known(); err != nil { // no room (as of the last tick): the script decides
 			return "", nil
 		}
-		if _, err := g.queueTokens.Verify(v, user, tok); err != nil {
-			return "", nil // not v's room's token: as if none was sent
-		}
-		if _, err := g.rooms.State(r.Context(), v); err != nil {
-			return "", nil // no room after all, or not read: the script decides
-		}
-		if e = g.rooms.Of(v); e == nil {
-			return "", nil
-		}
-	}
-	s, err := e.Known()
-	if err != nil { // no room (as of the last tick): the script decides
+	} else if r.Header.Get(room.Header) == "" {
 		return "", nil
 	}
 	s, p, err := g.roomPlace(r, v, user, s)
 	switch {
-	case room.Gone(err): // taken away: the script decides
+	case room.Gone(err): // taken away, or none after all: the script decides
+		return "", nil
+	case e == nil && err != nil: // a room this gateway did not know: a token not for it, or a failed read, leaves it to the script
 		return "", nil
 	case errors.Is(err, room.ErrNotInQueue):
 		return "", errNotAdmitted

@@ -39,9 +39,6 @@ const (
 	// of the lanes' time is spent sending).
 	kafkaBatch   = 1000
 	webhookBatch = 64 * event.WebhookLanes
-	// sequenceRows: the rows of events a relay with nothing to send
-	// sequences at a time.
-	sequenceRows = 100
 )
 
 // relay is one sink's loop.

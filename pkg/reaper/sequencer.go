@@ -11,11 +11,15 @@ import (
 	"time"
 )
 
+// sequenceRows: the rows of events sequenced in one transaction, by the
+// sequencer and by a relay with nothing to send.
+const sequenceRows = 100
+
 // sequenceEvents sequences every committed event without a sequence, and
 // deletes those past their retention.
 func (r *Reaper) sequenceEvents(ctx context.Context, pass *Pass) error {
 	for pass.EventsSequenced < r.cfg.MaxPerPass {
-		n, err := r.db.SequenceEvents(ctx, 100)
+		n, err := r.db.SequenceEvents(ctx, sequenceRows)
 		pass.EventsSequenced += n
 		if err != nil {
 			return err

@@ -129,7 +129,8 @@ func relayPair(ctx context.Context, s *harness.Stack, cfg Config, i int) (RelayP
 	if err := s.DB.RedeliverSink(ctx, "kafka", last); err != nil && !errors.Is(err, db.ErrNoSink) { // the last pair's
 		return p, err
 	}
-	reaper, err := s.StartReaper(fmt.Sprintf("FLASHSALE_CONSUMER_NAME=bench-relay-%d", i), "FLASHSALE_EVENTS_WEBHOOK_URLS="+hook.URL,
+	relayer := fmt.Sprintf("bench-relay-%d", i)
+	reaper, err := s.StartReaper("FLASHSALE_CONSUMER_NAME="+relayer, "FLASHSALE_EVENTS_WEBHOOK_URLS="+hook.URL,
 		"FLASHSALE_EVENTS_WEBHOOK_SECRET="+testsink.Secret, "FLASHSALE_EVENTS_KAFKA_BROKERS="+kafka.Addr())
 	if err != nil {
 		return p, err
@@ -146,7 +147,7 @@ func relayPair(ctx context.Context, s *harness.Stack, cfg Config, i int) (RelayP
 		}
 		held := 0
 		for _, st := range states {
-			if st.Owner == fmt.Sprintf("bench-relay-%d", i) && (st.Name == "kafka" || strings.HasSuffix(st.Name, hook.URL)) {
+			if st.Owner == relayer && (st.Name == "kafka" || strings.HasSuffix(st.Name, hook.URL)) {
 				held++
 			}
 		}

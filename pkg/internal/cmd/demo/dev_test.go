@@ -31,6 +31,7 @@ import (
 // TestDevStackComesUpAndStops, after the docs' examples, stops it with
 // Ctrl-C (a test after it would start another).
 type dev struct {
+	dir     string // the built demo binary's, removed after the tests
 	cmd     *exec.Cmd
 	lines   chan string
 	text    string // what it printed until it was up
@@ -52,6 +53,9 @@ func startDev(t *testing.T) *dev {
 	devMu.Lock()
 	defer devMu.Unlock()
 	if devStack == nil || devStack.cmd.ProcessState != nil {
+		if devStack != nil { // stopped by an earlier test
+			_ = os.RemoveAll(devStack.dir)
+		}
 		var err error
 		devStack, err = newDev()
 		require.NoError(t, err)
@@ -68,7 +72,7 @@ func newDev() (*dev, error) {
 	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
 		return nil, fmt.Errorf("go build: %v\n%s", err, out)
 	}
-	d := &dev{cmd: exec.Command(bin, "-serve", "-workers", "1", "-port", "0"), lines: make(chan string, 100)}
+	d := &dev{dir: dir, cmd: exec.Command(bin, "-serve", "-workers", "1", "-port", "0"), lines: make(chan string, 100)}
 	d.cmd.Env = os.Environ()
 	stdout, err := d.cmd.StdoutPipe()
 	if err != nil {
@@ -119,9 +123,12 @@ func (d *dev) exported(t *testing.T, name string) string {
 
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if devStack != nil && devStack.cmd.ProcessState == nil {
-		_ = devStack.cmd.Process.Kill()
-		_ = devStack.cmd.Wait()
+	if devStack != nil {
+		if devStack.cmd.ProcessState == nil {
+			_ = devStack.cmd.Process.Kill()
+			_ = devStack.cmd.Wait()
+		}
+		_ = os.RemoveAll(devStack.dir)
 	}
 	os.Exit(code)
 }
