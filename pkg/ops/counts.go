@@ -17,11 +17,11 @@ import (
 // CountsEvery is how often a role logs its counts.
 const CountsEvery = 10 * time.Second
 
-// LogCounts logs msg at Info every interval until ctx ends, with the
-// growth of each of counts' values since the last line as its fields (a
-// key that did not grow is left out), and no line when nothing grew.
-func LogCounts(ctx context.Context, log *zap.Logger, interval time.Duration, msg string, counts func() map[string]int64) {
-	last := counts()
+// logCounts logs msg at Info every interval until ctx ends, with the
+// growth of each of counts' values since last (then since the last line)
+// as its fields (a key that did not grow is left out), and no line when
+// nothing grew.
+func logCounts(ctx context.Context, log *zap.Logger, interval time.Duration, msg string, counts func() map[string]int64, last map[string]int64) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
@@ -44,14 +44,19 @@ func LogCounts(ctx context.Context, log *zap.Logger, interval time.Duration, msg
 	}
 }
 
-// StartCounts runs LogCounts until the returned stop is called (or ctx
-// ends); stop waits for its last line.
+// StartCounts logs msg at Info every interval, until the returned stop
+// is called (or ctx ends), with the growth of each of counts' values
+// since the last line as its fields (a key that did not grow is left
+// out), and no line when nothing grew. What grows once it has returned is
+// counted: the first reading is taken before it returns, not when its
+// goroutine first runs. stop waits for its last line.
 func StartCounts(ctx context.Context, log *zap.Logger, interval time.Duration, msg string, counts func() map[string]int64) (stop func()) {
 	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
+	last := counts()
 	go func() {
 		defer close(done)
-		LogCounts(ctx, log, interval, msg, counts)
+		logCounts(ctx, log, interval, msg, counts, last)
 	}()
 	return func() { cancel(); <-done }
 }

@@ -39,3 +39,17 @@ func TestCountsLogWhatGrewAndNothingElse(t *testing.T) {
 	wait.For(t, 10*time.Second, "more quiet ticks", func() bool { return reads.Load() >= n+5 })
 	require.Equal(t, 1, logs.Len(), "one line for one growth")
 }
+
+// What grows as soon as StartCounts has returned is in a line: its first
+// reading is taken before it returns (a gateway's first claims, served
+// right after, were lost when its goroutine took it later).
+func TestCountsCountWhatGrowsRightAfterTheStart(t *testing.T) {
+	core, logs := observer.New(zapcore.InfoLevel)
+	var admitted atomic.Int64
+	stop := StartCounts(context.Background(), zap.New(core), 5*time.Millisecond, "claims",
+		func() map[string]int64 { return map[string]int64{"admitted": admitted.Load()} })
+	defer stop()
+	admitted.Add(2)
+	wait.For(t, 10*time.Second, "a line", func() bool { return logs.Len() > 0 })
+	require.Equal(t, int64(2), logs.All()[0].ContextMap()["admitted"])
+}
