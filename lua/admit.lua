@@ -18,27 +18,36 @@
 --                                          in the partition (read only when the voucher is missing)
 -- KEYS[5] -> flashsale:{pP}:backlog        the partition's orders in stream entries not yet
 --                                          acknowledged (ack.lua takes them off)
--- and for claim i (1-based):
--- KEYS[3+3i] -> flashsale:{pP}:v:V:day:D   hash user -> units taken on day D of claim i
--- KEYS[4+3i] -> flashsale:{pP}:v:V:idem:U:K  claim i's idempotency record (ignored when its TTL is 0)
--- KEYS[5+3i] -> flashsale:{pP}:v:V:proof:S  claim i's proof of work, S its challenge's signature (set
---                                          once, for its TTL; ignored when the voucher has no gate)
+-- and then, nd being #ARGV - 5, the number of days the call's claims fall on (nearly always 1):
+-- KEYS[5+j] -> flashsale:{pP}:v:V:day:D   hash user -> units taken on day D, the call's j-th day
+-- KEYS[5+nd+k] -> the call's k-th named key: an idempotency record, flashsale:{pP}:v:V:idem:U:K, or a
+--                                          proof of work's single use, flashsale:{pP}:v:V:proof:S (S its
+--                                          challenge's signature), each named by the claim that has one
 --
 -- ARGV[1] -> voucher id (written into the entries)
 -- ARGV[2] -> the voucher's number of buckets the caller routed the batch by
 -- ARGV[3] -> TTL in seconds of the day hashes
--- and for claim i, from b = 4 + 9(i-1):
--- ARGV[b]   -> user id
--- ARGV[b+1] -> now, unix milliseconds (the caller's clock, so tests can move it)
--- ARGV[b+2] -> day D as yyyymmdd in the sale's time zone (written into the order)
--- ARGV[b+3] -> idempotency TTL in seconds; 0 = the claim carries no key
--- ARGV[b+4] -> quantity: units taken, all or nothing (1..1000; written into the order)
--- ARGV[b+5] -> the difficulty (max number) of the claim's verified proof of work; 0 = none
--- ARGV[b+6] -> seconds the proof's challenge has left (how long its single use is kept)
--- ARGV[b+7] -> the claim's waiting-room pass, "PLACE:EXP_MS" (the gateway verified it is the user's,
---              admitted and not lapsed at EXP_MS), or "0": none
--- ARGV[b+8] -> the claim's access code, as the gateway verified it: 1 the user's for the voucher, 2 one
---              that is not (refused only where the voucher needs a code now), 0 none
+-- ARGV[4] -> the call's time, unix milliseconds (the caller's clock, so tests can move it)
+-- ARGV[5] -> the claims, one line each, in order (below)
+-- ARGV[5+j] -> the call's j-th day D as yyyymmdd in the sale's time zone (written into the orders)
+--
+-- A claim is one line of ARGV[5], its fields separated by one space, ended by a newline; the
+-- fields after the last one that differs from its default are left out, so a common claim is
+-- its user alone (pkg/rdb admit.go writes them; a test holds this line to its list):
+-- claim line: USER DT QTY DAY ACCESS PASS IDEM IDEM_TTL PROOF PROOF_MAX PROOF_TTL
+--   USER      user id
+--   DT        its time minus ARGV[4], in milliseconds (default 0)
+--   QTY       quantity: units taken, all or nothing (1..1000; written into the order; default 1)
+--   DAY       j: its day is the call's j-th (default 1)
+--   ACCESS    its access code, as the gateway verified it: 1 the user's for the voucher, 2 one that
+--             is not (refused only where the voucher needs a code now), 0 none (default)
+--   PASS      its waiting-room pass, "PLACE:EXP_MS" (the gateway verified it is the user's, admitted
+--             and not lapsed at EXP_MS), or 0: none (default)
+--   IDEM      k: its idempotency record is the k-th named key; 0 (default): the claim has no key
+--   IDEM_TTL  the record's TTL in seconds
+--   PROOF     k: the single use of its verified proof of work is the k-th named key; 0 (default): none
+--   PROOF_MAX the proof's difficulty (max number)
+--   PROOF_TTL seconds the proof's challenge has left (how long its single use is kept)
 --
 -- The stream: the admissions of a call travel in one stream entry, up to
 -- 32 (order.MaxPerEntry) an entry, in the order they were decided:
@@ -73,7 +82,7 @@
 --
 -- A voucher with a proof-of-work gate (pow = its difficulty, > 0) takes a
 -- claim only with a proof (the gateway verified its signature, user and
--- expiry) of at least that difficulty, once: KEYS[5+3i] is set NX.
+-- expiry) of at least that difficulty, once: its PROOF key is set NX.
 --
 -- A voucher with access codes (access: -1 for the whole sale, else until
 -- that unix ms; pkg/access) takes a claim only with its user's code while
@@ -112,18 +121,39 @@
 -- Only admissions are remembered under the idempotency key: a rejection
 -- changed nothing, so its retry is simply decided again.
 
-local n = (#ARGV - 3) / 9
-local out = {}
-local function arg(i, k) return ARGV[4 + 9 * (i - 1) + k] end
-
--- Replays of earlier admissions under the same key: one MGET.
+-- The claims, field by field: users[i] is claim i's USER, and so on; a
+-- field left out of the line is its default. idems and proofs hold only
+-- the claims that have one.
+local nd = #ARGV - 5
+local base = tonumber(ARGV[4])
+local n = 0
+local users, nows, qtys, day_keys, day_args, codes, passes = {}, {}, {}, {}, {}, {}, {}
+local idems, idem_ttls, proofs, proof_maxes, proof_ttls = {}, {}, {}, {}, {}
 local keyed, idem_keys = {}, {}
-for i = 1, n do
-  if tonumber(arg(i, 3)) > 0 then
-    keyed[#keyed + 1] = i
-    idem_keys[#idem_keys + 1] = KEYS[4 + 3 * i]
+for user, dt, qty, day, code, pass, idem, idem_ttl, proof, proof_max, proof_ttl in
+    string.gmatch(ARGV[5], '(%S+) ?(%-?%d*) ?(%d*) ?(%d*) ?(%d*) ?([%d:]*) ?(%d*) ?(%d*) ?(%d*) ?(%d*) ?(%d*)\n') do
+  n = n + 1
+  users[n] = user
+  nows[n] = base + (tonumber(dt) or 0)
+  qtys[n] = tonumber(qty) or 1
+  local d = tonumber(day) or 1
+  day_keys[n], day_args[n] = KEYS[5 + d], ARGV[5 + d]
+  codes[n] = code
+  passes[n] = pass ~= '' and pass ~= '0' and pass or nil
+  idem = tonumber(idem) or 0
+  if idem > 0 then
+    idems[n], idem_ttls[n] = KEYS[5 + nd + idem], idem_ttl
+    keyed[#keyed + 1] = n
+    idem_keys[#idem_keys + 1] = idems[n]
+  end
+  proof = tonumber(proof) or 0
+  if proof > 0 then
+    proofs[n], proof_maxes[n], proof_ttls[n] = KEYS[5 + nd + proof], tonumber(proof_max), proof_ttl
   end
 end
+local out = {}
+
+-- Replays of earlier admissions under the same key: one MGET.
 if #keyed > 0 then
   local prev = redis.call('MGET', unpack(idem_keys))
   for j, i in ipairs(keyed) do
@@ -140,7 +170,7 @@ local fields = {'stock', 'limit', 'daily', 'start_ms', 'end_ms', 'pool', 'paused
   'access'}
 local slot = {} -- user -> position of its u: field (its o: field follows)
 for i = 1, n do
-  local user = arg(i, 0)
+  local user = users[i]
   if not out[i] and not slot[user] then
     slot[user] = #fields + 1
     fields[#fields + 1] = 'u:' .. user
@@ -217,7 +247,8 @@ local overflow = false
 
 -- admit counts an admission of claim i and queues its order for the next
 -- stream entry.
-local function admit(i, user, qty, item, day_key, idem, idem_ttl, pass, pass_exp)
+local function admit(i, qty, item)
+  local user, day_key = users[i], day_keys[i]
   held[user] = held[user] + qty
   dirty[user] = true
   if not draw then
@@ -228,18 +259,16 @@ local function admit(i, user, qty, item, day_key, idem, idem_ttl, pass, pass_exp
       day_dirty[day_key][user] = true
     end
   end
-  local a = {i = i, user = user, qty = qty, item = item, day_key = day_key, idem = idem, idem_ttl = idem_ttl,
-    pass = pass, pass_exp = pass_exp, replays = {}}
-  local value = user .. ' ' .. arg(i, 1) .. ' ' .. arg(i, 2) .. ' ' .. qty
+  local value = user .. ' ' .. nows[i] .. ' ' .. day_args[i] .. ' ' .. qty
   if draw then
     value = value .. ' entry'
   elseif item ~= '' then
     value = value .. ' ' .. item
   end
-  a.value = value
+  local a = {i = i, user = user, qty = qty, item = item, day_key = day_key, value = value}
   pending[#pending + 1] = a
-  if idem_ttl > 0 then
-    replay[idem] = a
+  if idems[i] then
+    replay[idems[i]] = a
   end
 end
 
@@ -292,16 +321,21 @@ local function flush()
     else
       out[a.i] = {0, pos, 0, a.item}
     end
-    for _, r in ipairs(a.replays) do
-      out[r] = {0, pos, 1, a.item, out[a.i][5]}
+    if a.replays then
+      for _, r in ipairs(a.replays) do
+        out[r] = {0, pos, 1, a.item, out[a.i][5]}
+      end
     end
     ids[a.user] = ids[a.user] and (ids[a.user] .. ' ' .. pos) or pos
-    if room > 0 and redis.call('HSETNX', KEYS[1], 'rx:' .. string.match(a.pass, '^(%d+)'), 1) == 1 then
-      -- The pass bought: no longer outstanding (room.lua).
-      redis.call('HINCRBY', KEYS[1], 'ru:' .. a.pass_exp, 1)
+    if room > 0 then
+      local place, exp = string.match(passes[a.i], '^(%d+):(%d+)$')
+      if redis.call('HSETNX', KEYS[1], 'rx:' .. place, 1) == 1 then
+        -- The pass bought: no longer outstanding (room.lua).
+        redis.call('HINCRBY', KEYS[1], 'ru:' .. exp, 1)
+      end
     end
-    if a.idem_ttl > 0 then
-      redis.call('SET', a.idem, pos .. ' ' .. a.item, 'EX', a.idem_ttl)
+    if idems[a.i] then
+      redis.call('SET', idems[a.i], pos .. ' ' .. a.item, 'EX', idem_ttls[a.i])
     end
   end
   pending = {}
@@ -315,14 +349,14 @@ for i = 1, n do
     pending_from = i
   end
   if not out[i] then
-    local user, now, qty, idem_ttl = arg(i, 0), tonumber(arg(i, 1)), tonumber(arg(i, 4)), tonumber(arg(i, 3))
-    local idem, day_key, pass = KEYS[4 + 3 * i], KEYS[3 + 3 * i], arg(i, 7)
-    local pass_exp = room > 0 and tonumber(string.match(pass, ':(%d+)$'))
-    if idem_ttl > 0 and replay[idem] then
+    local user, now, qty, idem = users[i], nows[i], qtys[i], idems[i]
+    local pass_exp = room > 0 and passes[i] and tonumber(string.match(passes[i], ':(%d+)$'))
+    if idem and replay[idem] then
       local a = replay[idem]
       if a.pos then
         out[i] = {0, a.pos, 1, a.item, draw and 1 or nil}
       else
+        a.replays = a.replays or {}
         a.replays[#a.replays + 1] = i
         out[i] = {} -- answered when a's entry is written
       end
@@ -330,14 +364,14 @@ for i = 1, n do
       out[i] = {2}
     elseif end_ms > 0 and now >= end_ms then
       out[i] = {3}
-    elseif access ~= 0 and (access < 0 or now < access) and arg(i, 8) ~= '1' then
-      out[i] = {arg(i, 8) == '2' and 17 or 16}
+    elseif access ~= 0 and (access < 0 or now < access) and codes[i] ~= '1' then
+      out[i] = {codes[i] == '2' and 17 or 16}
     elseif room > 0 and not (pass_exp and now < pass_exp) then
       out[i] = {14}
-    elseif room == 0 and pow > 0 and tonumber(arg(i, 5)) == 0 then
+    elseif room == 0 and pow > 0 and (not proofs[i] or proof_maxes[i] == 0) then
       out[i] = {12}
-    elseif room == 0 and pow > 0 and (tonumber(arg(i, 5)) < pow or
-        not redis.call('SET', KEYS[5 + 3 * i], '1', 'NX', 'EX', arg(i, 6))) then
+    elseif room == 0 and pow > 0 and (proof_maxes[i] < pow or
+        not redis.call('SET', proofs[i], '1', 'NX', 'EX', proof_ttls[i])) then
       out[i] = {13}
     elseif draw then
       if qty ~= 1 then
@@ -346,7 +380,7 @@ for i = 1, n do
         out[i] = {11}
       else
         out[i] = {}
-        admit(i, user, 1, '', day_key, idem, idem_ttl, pass, pass_exp)
+        admit(i, 1, '')
       end
     elseif qty > limit or (pooled and qty ~= 1) then
       out[i] = {8}
@@ -354,7 +388,7 @@ for i = 1, n do
       out[i] = {4}
     elseif held[user] + qty > limit then
       out[i] = {5}
-    elseif daily > 0 and day_count(day_key, user) + qty > daily then
+    elseif daily > 0 and day_count(day_keys[i], user) + qty > daily then
       out[i] = {6}
     else
       local item = ''
@@ -365,7 +399,7 @@ for i = 1, n do
         out[i] = {4}
       else
         out[i] = {}
-        admit(i, user, qty, item, day_key, idem, idem_ttl, pass, pass_exp)
+        admit(i, qty, item)
       end
     end
   end

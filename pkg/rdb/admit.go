@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -214,7 +215,7 @@ func (s *Store) admitBatch(ctx context.Context, claims []Claim) ([]Admission, []
 		unreplicated := make([]error, len(calls))
 		for _, g := range groups {
 			for _, j := range g.js {
-				cmds[j] = calls[j].cmd(ctx)
+				cmds[j] = calls[j].cmd(ctx, s)
 				_ = g.pipe.Process(ctx, cmds[j]) // queues it: the error is Exec's
 			}
 			wait := s.queueWait(ctx, g.pipe)
@@ -297,44 +298,74 @@ func (s *Store) admitBatch(ctx context.Context, claims []Claim) ([]Admission, []
 }
 
 // admitCall is one call of admit.lua: the claims (their indexes, in the
-// batch's order) of one bucket. Its keys and arguments are kept as the
-// interface values go-redis sends, so that a value the call's claims share
-// (the partition's keys, the unkeyed claims' idempotency and proof keys,
-// the day, the time) is boxed once, not once per claim: each string or
-// large integer made into an interface is an allocation.
+// batch's order) of one bucket, in the script's wire form (admit.lua's
+// header): what the call's claims share is sent once, and each claim is
+// one line of one argument, its fields after the last that differs from
+// its default left out, so a common claim is its user alone. A claim
+// names a key of its own only for an idempotency record or a proof.
 type admitCall struct {
 	b      bucket
 	key    string // b.key()
+	part   int    // the partition's admitKeys
+	n      int    // the voucher's buckets, as the call was routed
+	vid    int64
 	claims []int
-	keys   []any
-	args   []any
-	// Made once per call, not per claim: the key an unkeyed claim names
-	// for its idempotency record and its proof, and the last day's key
-	// and argument and the last time argument (a batch's claims nearly
-	// always share their day, often their millisecond).
-	noIdem, noProof any
-	day             string
-	dayKey, dayArg  any
-	nowMs           int64
-	nowArg          any
+	base   int64    // the call's time, unix ms: ARGV[4]
+	lines  []byte   // ARGV[5]: a line per claim
+	days   []string // the days of the claims, in order of first use
+	named  []any    // the keys claims name (idempotency records, proofs)
 }
+
+// claimLine is a claim's line in admit.lua's ARGV[5], field by field;
+// admit.lua's header lists the same names in the same order (a test holds
+// the two together).
+var claimLine = [...]string{"USER", "DT", "QTY", "DAY", "ACCESS", "PASS", "IDEM", "IDEM_TTL", "PROOF", "PROOF_MAX", "PROOF_TTL"}
 
 // cmd is the call as the EVALSHA command go-redis sends (as
 // redis.Script.EvalSha makes it, without boxing the keys one by one).
-func (c *admitCall) cmd(ctx context.Context) *redis.Cmd {
-	a := make([]any, 0, 3+len(c.keys)+len(c.args))
-	a = append(a, "evalsha", admitSha, len(c.keys))
-	a = append(a, c.keys...)
-	cmd := redis.NewCmd(ctx, append(a, c.args...)...)
+func (c *admitCall) cmd(ctx context.Context, s *Store) *redis.Cmd {
+	cmd := redis.NewCmd(ctx, c.evalsha(s)...)
 	cmd.SetFirstKeyPos(3)
 	return cmd
 }
 
-// admitSha is admit.lua's SHA1, boxed once.
-var admitSha any = lua.Admit.Hash()
+// evalsha is the call's EVALSHA command: the script's SHA, the number of
+// keys, the keys and the arguments.
+func (c *admitCall) evalsha(s *Store) []any {
+	part := s.admitKeys[c.part]
+	nkeys := 5 + len(c.days) + len(c.named)
+	a := make([]any, 0, 3+nkeys+5+len(c.days))
+	a = append(a, "evalsha", admitSha, nkeys, c.key, part[0], poolKey(c.key), part[1], part[2])
+	for _, d := range c.days {
+		a = append(a, dayKey(c.key, d))
+	}
+	a = append(a, c.named...)
+	a = append(a, c.vid, c.n, dayTTLArg, c.base, c.lines)
+	for _, d := range c.days {
+		a = append(a, d)
+	}
+	return a
+}
 
-// noPass is the pass argument of a claim without one, boxed once.
-var noPass any = "0"
+// AdmissionCall is what one call of admit.lua deciding claims (of one
+// voucher bucket, as routed now) sends after the script's SHA: the number
+// of keys, the keys and the arguments. make bench sends it to a script
+// that does nothing, for the floor of a call.
+func (s *Store) AdmissionCall(claims []Claim) []any {
+	pending := make([]int, len(claims))
+	for i := range pending {
+		pending[i] = i
+	}
+	calls := s.admitCalls(claims, pending)
+	return calls[0].evalsha(s)[2:]
+}
+
+// admitSha is admit.lua's SHA1, and dayTTLArg DayKeyTTL in seconds, each
+// boxed once.
+var (
+	admitSha  any = lua.Admit.Hash()
+	dayTTLArg any = int64(DayKeyTTL / time.Second)
+)
 
 // maxClaimsPerCall bounds the claims of one admit.lua call: its HMGET
 // unpacks two fields per claim, and Lua's unpack has a limit (a few
@@ -354,42 +385,77 @@ func (s *Store) admitCalls(claims []Claim, pending []int) []admitCall {
 		k := slices.IndexFunc(calls, func(a admitCall) bool { return a.b == b && len(a.claims) < maxClaimsPerCall })
 		if k < 0 {
 			k = len(calls)
-			key := b.key()
 			room := min(len(pending), maxClaimsPerCall) // most batches are one call
-			keys := make([]any, 0, 5+3*room)
-			args := make([]any, 0, 3+9*room)
-			part := s.admitKeys[b.p]
-			calls = append(calls, admitCall{b: b, key: key, noIdem: key + ":idem:-", noProof: ProofKey(key, ""),
-				claims: make([]int, 0, room),
-				keys:   append(keys, key, part[0], poolKey(key), part[1], part[2]),
-				args:   append(args, c.VoucherID, n, int64(DayKeyTTL/time.Second))})
+			calls = append(calls, admitCall{b: b, key: b.key(), part: b.p, n: n, vid: c.VoucherID,
+				claims: make([]int, 0, room), base: c.Now.UnixMilli(), lines: make([]byte, 0, 16*room)})
 		}
 		call := &calls[k]
-		idem, ttl := call.noIdem, int64(0)
-		if c.IdempotencyKey != "" {
-			idem = idemKey(call.key, c.UserID, c.IdempotencyKey)
-			ttl = max(int64(c.IdempotencyTTL/time.Second), 1)
-		}
-		if call.dayArg == nil || c.Day != call.day {
-			call.day, call.dayKey, call.dayArg = c.Day, dayKey(call.key, c.Day), c.Day
-		}
-		if ms := c.Now.UnixMilli(); call.nowArg == nil || ms != call.nowMs {
-			call.nowMs, call.nowArg = ms, ms
-		}
 		call.claims = append(call.claims, i)
-		proofKey, proofMax, proofTTL := call.noProof, int64(0), int64(0)
-		if c.Proof.ID != "" {
-			proofKey, proofMax, proofTTL = c.Proof.Args(call.key)
-		}
-		call.keys = append(call.keys, call.dayKey, idem, proofKey)
-		var pass any = noPass
-		if c.Pass != "" {
-			pass = c.Pass
-		}
-		call.args = append(call.args, c.UserID, call.nowArg, call.dayArg, ttl, max(c.Quantity, 1), proofMax, proofTTL, pass,
-			int64(c.Access)) // 0..2: boxed without allocating
+		call.lines = call.line(call.lines, c)
 	}
 	return calls
+}
+
+// line appends claim c's line (admit.lua's claim line) to buf, naming its
+// day and keys in the call.
+func (call *admitCall) line(buf []byte, c Claim) []byte {
+	var f [len(claimLine)]int64 // the numeric fields; 0 is each one's default but QTY's and DAY's
+	const (
+		dt = 1 + iota
+		qty
+		day
+		access
+		pass
+		idem
+		idemTTL
+		proof
+		proofMax
+		proofTTL
+	)
+	f[dt] = c.Now.UnixMilli() - call.base
+	f[qty] = max(c.Quantity, 1)
+	d := slices.Index(call.days, c.Day)
+	if d < 0 {
+		d = len(call.days)
+		call.days = append(call.days, c.Day)
+	}
+	f[day] = int64(d + 1)
+	f[access] = int64(c.Access)
+	if c.IdempotencyKey != "" {
+		call.named = append(call.named, idemKey(call.key, c.UserID, c.IdempotencyKey))
+		f[idem], f[idemTTL] = int64(len(call.named)), max(int64(c.IdempotencyTTL/time.Second), 1)
+	}
+	if c.Proof.ID != "" {
+		key, m, ttl := c.Proof.Args(call.key)
+		call.named = append(call.named, key)
+		f[proof], f[proofMax], f[proofTTL] = int64(len(call.named)), m, ttl
+	}
+	def := func(k int) bool { // field k is its default
+		switch k {
+		case qty, day:
+			return f[k] == 1
+		case pass:
+			return c.Pass == ""
+		}
+		return f[k] == 0
+	}
+	last := len(f) - 1 // the fields after the last written are their defaults
+	for last > 0 && def(last) {
+		last--
+	}
+	buf = append(buf, c.UserID...)
+	for k := 1; k <= last; k++ {
+		buf = append(buf, ' ')
+		switch {
+		case k != pass:
+			buf = strconv.AppendInt(buf, f[k], 10)
+		case c.Pass != "":
+			buf = append(buf, c.Pass...)
+		default:
+			buf = append(buf, '0')
+		}
+	}
+	return append(buf, '\n')
 }
 
 // isReplyError reports whether a pipeline failed only because some command

@@ -454,7 +454,7 @@ func lookup(name string) string {
 // redisCeiling runs the admission script directly from conns clients, in
 // pipelines of pipe (1: unpipelined), for d, and returns admissions/s.
 func redisCeiling(ctx context.Context, s *harness.Stack, v int64, conns, pipe int, d time.Duration) float64 {
-	_, rate := scriptRun(ctx, s.RDB.Client().(*redis.Client), s.RDB.Partitions(), v, conns, pipe, d, false)
+	_, rate := scriptRun(ctx, s.RDB.Client().(*redis.Client), s.RDB.Partitions(), v, conns, pipe, 0, d)
 	return rate
 }
 

@@ -1,0 +1,61 @@
+package rdb
+
+import (
+	"os"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// admit.lua's header lists the fields of a claim's line, and its parser
+// captures them, in the order admitCall.line writes them: the wire
+// contract is held in one place on each side, and this test holds the two
+// sides together.
+func TestTheClaimLineIsTheOneAdmitLuaReads(t *testing.T) {
+	raw, err := os.ReadFile("../../lua/admit.lua")
+	require.NoError(t, err)
+	src := string(raw)
+	require.Contains(t, src, "-- claim line: "+strings.Join(claimLine[:], " ")+"\n",
+		"admit.lua's header lists the claim line's fields as admit.go's claimLine does")
+	for _, f := range claimLine {
+		require.Regexp(t, `(?m)^--   `+f+` +\S`, src, "admit.lua's header says what %s is", f)
+	}
+	parser := regexp.MustCompile(`string\.gmatch\(ARGV\[5\], '([^']*)'\)`).FindStringSubmatch(src)
+	require.NotNil(t, parser, "admit.lua parses the claims with one string.gmatch over ARGV[5]")
+	require.Equal(t, len(claimLine), strings.Count(parser[1], "("), "the parser captures one value per field")
+	vars := regexp.MustCompile(`for ([\w, ]+) in\s+string\.gmatch\(ARGV\[5\]`).FindStringSubmatch(src)
+	require.NotNil(t, vars)
+	names := strings.Split(vars[1], ", ")
+	require.Len(t, names, len(claimLine))
+	for k, f := range claimLine {
+		lua := strings.ReplaceAll(strings.ToLower(f), "access", "code")
+		require.Equal(t, lua, names[k], "field %d: admit.lua's loop variable names %s", k+1, f)
+	}
+}
+
+// A claim's line leaves out the fields after the last that is not its
+// default: the common claim is its user alone.
+func TestAClaimLineCarriesOnlyWhatDiffersFromTheDefaults(t *testing.T) {
+	now := time.UnixMilli(1_790_000_000_000)
+	for _, tc := range []struct {
+		c    Claim
+		want string
+	}{
+		{Claim{UserID: "ann", Now: now, Day: "20261127"}, "ann\n"},
+		{Claim{UserID: "ann", Now: now, Day: "20261127", Quantity: 1}, "ann\n"},
+		{Claim{UserID: "bob", Now: now.Add(-3 * time.Millisecond), Day: "20261127"}, "bob -3\n"},
+		{Claim{UserID: "cid", Now: now, Day: "20261127", Quantity: 4}, "cid 0 4\n"},
+		{Claim{UserID: "dee", Now: now, Day: "20261128"}, "dee 0 1 2\n"},
+		{Claim{UserID: "eve", Now: now, Day: "20261127", Access: AccessCodeInvalid}, "eve 0 1 1 2\n"},
+		{Claim{UserID: "fay", Now: now, Day: "20261127", Pass: "17:1790000060000"}, "fay 0 1 1 0 17:1790000060000\n"},
+		{Claim{UserID: "gus", Now: now, Day: "20261127", IdempotencyKey: "k", IdempotencyTTL: time.Hour}, "gus 0 1 1 0 0 1 3600\n"},
+		{Claim{UserID: "hal", Now: now, Day: "20261127", Proof: Proof{ID: "sig", Max: 500, TTL: 1500 * time.Millisecond}},
+			"hal 0 1 1 0 0 0 0 1 500 2\n"},
+	} {
+		call := &admitCall{key: "flashsale:{p0}:v:1", base: now.UnixMilli(), days: []string{"20261127"}}
+		require.Equal(t, tc.want, string(call.line(nil, tc.c)), "%+v", tc.c)
+	}
+}
