@@ -71,10 +71,10 @@ type Config struct {
 	IdempotencyTTL time.Duration `envconfig:"FLASHSALE_IDEMPOTENCY_TTL" default:"24h"`
 	// ShutdownTimeout bounds finishing in-flight requests. Default 15s.
 	ShutdownTimeout time.Duration `envconfig:"FLASHSALE_SHUTDOWN_TIMEOUT" default:"15s"`
-	// PipelineWorkers is the number of pipelines in flight to Redis at
-	// once: concurrent claims are coalesced into them (auto-pipelining).
-	// The claims of one voucher bucket in a pipeline share one call of
-	// the admission script. Off (FLASHSALE_…=0; in a Config, negative)
+	// PipelineWorkers is the most pipelines in flight to Redis at once:
+	// concurrent claims are coalesced into them (auto-pipelining; the
+	// batcher's policy is in pkg/rdb/batcher.go). The claims of one
+	// voucher bucket in a pipeline share one call of the admission script. Off (FLASHSALE_…=0; in a Config, negative)
 	// sends each claim alone. Default 4.
 	PipelineWorkers int `envconfig:"FLASHSALE_REDIS_PIPELINE_WORKERS" default:"4"`
 	// PipelineMaxBatch bounds the claims in one pipeline. Default 128.

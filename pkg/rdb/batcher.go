@@ -11,12 +11,17 @@ import (
 // ErrBatcherClosed is returned by a Batcher that was closed.
 var ErrBatcherClosed = errors.New("admission batcher closed")
 
-// Batcher coalesces concurrent admissions into pipelines (auto-pipelining):
-// each of its pipeline workers takes every claim waiting at the moment it
-// is free, up to maxBatch, and sends them in one round trip. It never waits
-// to fill a batch, so the latency it adds is at most one round trip already
-// in flight; under load, claims share round trips and Redis's per-command
-// network cost, and the claims of one bucket share one call of admit.lua.
+// Batcher coalesces concurrent admissions into pipelines (auto-pipelining),
+// and the claims of one bucket in a pipeline into one call of admit.lua.
+// A claim is sent at once when no pipeline is in flight; while one is, the
+// claims arriving wait for it to return and go together in the next, unless
+// a full call's worth (fillClaims) is waiting, which goes at once beside it,
+// up to its workers pipelines in flight. So at a light load every claim
+// goes alone, and under load the calls carry as many claims as arrive
+// in one round trip: Redis pays a call's cost (the script's set-up, its
+// reads and writes of the voucher, the stream entry, the network's reads
+// and writes) once for all of them. What a claim waits for is at most the
+// round trip in flight.
 //
 // Each claim has a deadline: its context's, or the batcher's timeout from
 // its Admit call when the context has none (the gateway's case). A claim
@@ -29,11 +34,20 @@ type Batcher struct {
 	s        *Store
 	reqs     chan *admitReq
 	maxBatch int
+	workers  int
 	timeout  time.Duration
+	sends    chan []*admitReq // batches, from the dispatcher to the workers
+	returned chan []*admitReq // a worker's batch, answered: its slice to reuse
 	wg       sync.WaitGroup
 	stop     chan struct{}
 	once     sync.Once
 }
+
+// fillClaims is a full call's worth of waiting claims: that many go in a
+// pipeline of their own beside the one in flight. It is a stream entry's
+// orders (order.MaxPerEntry), from which on the script's cost per
+// admission hardly falls.
+const fillClaims = 32
 
 type admitReq struct {
 	ctx      context.Context
@@ -47,14 +61,17 @@ type admitResult struct {
 	err error
 }
 
-// NewBatcher starts workers pipeline workers sending at most maxBatch
-// claims per round trip, each round trip bounded by timeout.
+// NewBatcher starts a batcher of at most workers pipelines in flight, each
+// of at most maxBatch claims and bounded by timeout.
 func (s *Store) NewBatcher(workers, maxBatch int, timeout time.Duration) *Batcher {
-	b := &Batcher{s: s, reqs: make(chan *admitReq, workers*maxBatch), maxBatch: maxBatch, timeout: timeout, stop: make(chan struct{})}
+	b := &Batcher{s: s, reqs: make(chan *admitReq, workers*maxBatch), maxBatch: maxBatch, workers: workers, timeout: timeout,
+		sends: make(chan []*admitReq), returned: make(chan []*admitReq, workers), stop: make(chan struct{})}
 	for range workers {
 		b.wg.Add(1)
-		go b.loop()
+		go b.work()
 	}
+	b.wg.Add(1)
+	go b.dispatch()
 	return b
 }
 
@@ -93,33 +110,70 @@ func (b *Batcher) Admit(ctx context.Context, c Claim) (Admission, error) {
 	}
 }
 
-// Close stops the pipeline workers after the batches in flight.
+// Close stops the batcher after the pipelines in flight; the claims it
+// held, never sent, are answered ErrBatcherClosed.
 func (b *Batcher) Close() {
 	b.once.Do(func() { close(b.stop) })
 	b.wg.Wait()
 }
 
-func (b *Batcher) loop() {
+// dispatch gathers the waiting claims into batches and hands each to a
+// free worker: at once when none is in flight or fillClaims wait, else
+// when a pipeline returns.
+func (b *Batcher) dispatch() {
 	defer b.wg.Done()
-	batch := make([]*admitReq, 0, b.maxBatch)
-	claims := make([]Claim, 0, b.maxBatch)
+	defer close(b.sends)
+	free := make([][]*admitReq, 0, b.workers+1) // one a pipeline in flight, one gathering
+	for range b.workers + 1 {
+		free = append(free, make([]*admitReq, 0, b.maxBatch))
+	}
+	inFlight := 0
+	batch := free[len(free)-1]
+	free = free[:len(free)-1]
 	for {
-		batch, claims = batch[:0], claims[:0]
+		reqs := b.reqs
+		if len(batch) == b.maxBatch {
+			reqs = nil // full: it waits for a pipeline to return
+		}
+		if len(batch) > 0 && inFlight < b.workers && (inFlight == 0 || len(batch) >= fillClaims) {
+			b.sends <- batch
+			inFlight++
+			batch = free[len(free)-1]
+			free = free[:len(free)-1]
+			continue
+		}
 		select {
-		case r := <-b.reqs:
+		case r := <-reqs:
 			batch = append(batch, r)
+			// Take what else is waiting without blocking.
+			for len(batch) < b.maxBatch {
+				select {
+				case r := <-b.reqs:
+					batch = append(batch, r)
+					continue
+				default:
+				}
+				break
+			}
+		case done := <-b.returned:
+			inFlight--
+			free = append(free, done[:0])
 		case <-b.stop:
+			for _, r := range batch {
+				r.done <- admitResult{err: ErrBatcherClosed}
+			}
 			return
 		}
-	fill:
-		for len(batch) < b.maxBatch {
-			select {
-			case r := <-b.reqs:
-				batch = append(batch, r)
-			default:
-				break fill
-			}
-		}
+	}
+}
+
+// work sends the batches it is handed, one at a time, each in one round
+// trip per Redis master.
+func (b *Batcher) work() {
+	defer b.wg.Done()
+	claims := make([]Claim, 0, b.maxBatch)
+	for batch := range b.sends {
+		claims = claims[:0]
 		// Claims whose caller gave up, or whose deadline passed, before
 		// sending are not sent: they were never admitted.
 		live := batch[:0]
@@ -132,33 +186,42 @@ func (b *Batcher) loop() {
 			live = append(live, r)
 			claims = append(claims, r.claim)
 		}
-		if len(live) == 0 {
-			continue
+		b.send(live, claims)
+		clear(batch)
+		b.returned <- batch
+	}
+}
+
+// send sends claims (of live) in one round trip per master, the largest
+// group from here and the others beside it, and answers each; it returns
+// when the largest group is answered.
+func (b *Batcher) send(live []*admitReq, claims []Claim) {
+	if len(live) == 0 {
+		return
+	}
+	groups := b.s.byMaster(claims)
+	if groups == nil {
+		b.admit(live, claims)
+		return
+	}
+	// Each master's claims go in a pipeline of their own: a cluster
+	// pipeline returns when its slowest node does, so a master being
+	// failed over would hold up every other master's claims. The worker
+	// is free again when the largest group returns.
+	for k := len(groups) - 1; k >= 0; k-- {
+		rs, cs := make([]*admitReq, len(groups[k])), make([]Claim, len(groups[k]))
+		for j, i := range groups[k] {
+			rs[j], cs[j] = live[i], claims[i]
 		}
-		groups := b.s.byMaster(claims)
-		if groups == nil {
-			b.admit(live, claims)
-			continue
+		if k == 0 {
+			b.admit(rs, cs)
+			break
 		}
-		// Each master's claims go in a pipeline of their own: a cluster
-		// pipeline returns when its slowest node does, so a master being
-		// failed over would hold up every other master's claims. The
-		// largest group is sent from here, the others beside it.
-		for k := len(groups) - 1; k >= 0; k-- {
-			rs, cs := make([]*admitReq, len(groups[k])), make([]Claim, len(groups[k]))
-			for j, i := range groups[k] {
-				rs[j], cs[j] = live[i], claims[i]
-			}
-			if k == 0 {
-				b.admit(rs, cs)
-				break
-			}
-			b.wg.Add(1)
-			go func() {
-				defer b.wg.Done()
-				b.admit(rs, cs)
-			}()
-		}
+		b.wg.Add(1)
+		go func() {
+			defer b.wg.Done()
+			b.admit(rs, cs)
+		}()
 	}
 }
 

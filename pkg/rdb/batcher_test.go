@@ -3,7 +3,10 @@ package rdb_test
 import (
 	"context"
 	"fmt"
+	"strconv"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -12,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/flashsale/flashsale/pkg/internal/testsrv"
+	"github.com/flashsale/flashsale/pkg/internal/wait"
 	"github.com/flashsale/flashsale/pkg/order"
 	"github.com/flashsale/flashsale/pkg/rdb"
 )
@@ -185,4 +189,59 @@ func TestBatcherKeepsAHungMasterToItsOwnClaims(t *testing.T) {
 	for i := 1; i < len(errs); i += 2 {
 		require.NoError(t, errs[i], "claim %d of the healthy master's voucher, beside a hung master", i)
 	}
+}
+
+// While a call is in flight, the claims that arrive wait for it and go
+// together in the next one, unless a full call's worth waits, which goes
+// at once beside it. Redis's writes are paused (CLIENT PAUSE WRITE) so
+// that a call stays in flight; a call held by the pause is a client
+// Redis counts as blocked.
+func TestBatcherGathersTheClaimsThatArriveDuringACall(t *testing.T) {
+	if cluster != nil {
+		t.Skip("pauses a single redis-server")
+	}
+	s := newStore(t, 1)
+	ctx := context.Background()
+	seedVoucher(t, s, rdb.Voucher{ID: 31, Stock: 1000, PerUserLimit: 1})
+	c := s.Client()
+	require.NoError(t, c.ConfigResetStat(ctx).Err())
+	b := s.NewBatcher(4, 128, time.Minute)
+	defer b.Close()
+	require.NoError(t, c.Do(ctx, "CLIENT", "PAUSE", 60000, "WRITE").Err())
+	t.Cleanup(func() { c.Do(context.Background(), "CLIENT", "UNPAUSE") })
+	blocked := func() int64 {
+		info, err := c.Info(ctx, "clients").Result()
+		require.NoError(t, err)
+		for _, l := range strings.Split(info, "\r\n") {
+			if v, ok := strings.CutPrefix(l, "blocked_clients:"); ok {
+				n, _ := strconv.ParseInt(v, 10, 64)
+				return n
+			}
+		}
+		return -1
+	}
+	var wg sync.WaitGroup
+	var admitted atomic.Int64
+	admit := func(user string) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, err := b.Admit(ctx, rdb.Claim{VoucherID: 31, UserID: user, Now: t0, Day: d0})
+			if assert.NoError(t, err) {
+				admitted.Add(1)
+			}
+		}()
+	}
+	admit("first") // nothing in flight: it goes at once
+	wait.For(t, 10*time.Second, "the first claim's call in flight", func() bool { return blocked() == 1 })
+	for i := range rdb.FillClaims {
+		admit(fmt.Sprint("u", i))
+	}
+	wait.For(t, 10*time.Second, "a full call's worth sent beside it", func() bool { return blocked() == 2 })
+	require.NoError(t, c.Do(ctx, "CLIENT", "UNPAUSE").Err())
+	wg.Wait()
+	require.EqualValues(t, 1+rdb.FillClaims, admitted.Load())
+	stats, err := c.Info(ctx, "commandstats").Result()
+	require.NoError(t, err)
+	require.Contains(t, stats, "cmdstat_evalsha:calls=2,", "the claims went in two calls: the first alone, the others together")
 }

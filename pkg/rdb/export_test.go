@@ -34,3 +34,6 @@ func (s *Store) GiveOnly(ctx context.Context, v int64, to int, units int64, id s
 	b := s.bucketOf(v, to)
 	return lua.Give.Run(ctx, s.c, []string{b.key(), b.movesIn()}, id, units).Err()
 }
+
+// FillClaims is the waiting claims that go beside a call in flight.
+const FillClaims = fillClaims
