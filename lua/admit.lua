@@ -97,16 +97,17 @@
 -- touches neither stock nor pool, and its order in the stream is marked entry.
 --
 -- Returns one reply per claim, in order:
--- {0, position, replayed, item} when admitted ({0, position, replayed, '', 1}
--- for an entry of a draw sale), position being the order's "ms-P" (above)
--- from which the caller derives the order id, replayed 1 when
--- an earlier admission under the same idempotency key is returned again
--- (also one earlier in this batch), item the item taken ('' for units).
--- {code} when rejected: 1 voucher not found, 2 not started, 3 ended, 4 sold
+-- "POSITION FLAGS[ ITEM]" when admitted, position being the order's "ms-P"
+-- (above) from which the caller derives the order id, FLAGS 1 when an
+-- earlier admission under the same idempotency key is returned again
+-- (also one earlier in this batch), plus 2 for an entry of a draw sale,
+-- and ITEM the item taken (absent for units): one string, the cheapest
+-- reply to make and to read.
+-- code, an integer, when rejected: 1 voucher not found, 2 not started, 3 ended, 4 sold
 -- out (fewer than quantity units left), 5 user limit, 6 daily limit (limits
 -- count units), 7 stream sequence overflow (retry), 8 quantity above the
 -- voucher's per-user limit, or above 1 for a pool (a bad request: it can
--- never be admitted), 9 paused by an operator, {10, n}: the voucher has n
+-- never be admitted), 9 paused by an operator, {10, n} (a pair): the voucher has n
 -- buckets, not ARGV[2] (route again); a call whose entry cannot be
 -- numbered (sequence 128 or more) changes nothing from the claim that
 -- began that entry's orders on, and those claims are all answered 7, 11 the user entered this draw already,
@@ -153,6 +154,18 @@ for user, dt, qty, day, code, pass, idem, idem_ttl, proof, proof_max, proof_ttl 
 end
 local out = {}
 
+-- The fields of an entry's orders, o0 to o31.
+local ORDER_FIELDS = {'o0', 'o1', 'o2', 'o3', 'o4', 'o5', 'o6', 'o7', 'o8', 'o9', 'o10', 'o11', 'o12', 'o13', 'o14', 'o15',
+  'o16', 'o17', 'o18', 'o19', 'o20', 'o21', 'o22', 'o23', 'o24', 'o25', 'o26', 'o27', 'o28', 'o29', 'o30', 'o31'}
+
+-- answer is an admission's reply.
+local function answer(pos, flags, item)
+  if item == '' then
+    return pos .. ' ' .. flags
+  end
+  return pos .. ' ' .. flags .. ' ' .. item
+end
+
 -- Replays of earlier admissions under the same key: one MGET.
 if #keyed > 0 then
   local prev = redis.call('MGET', unpack(idem_keys))
@@ -160,7 +173,7 @@ if #keyed > 0 then
     if prev[j] then
       -- "position item" (item '' for units)
       local pos, item = string.match(prev[j], '^(%S+) ?(.*)$')
-      out[i] = {0, pos, 1, item}
+      out[i] = answer(pos, 1, item)
     end
   end
 end
@@ -188,16 +201,16 @@ local function all(reply)
 end
 if not v[1] then
   if redis.call('EXISTS', KEYS[4]) == 0 then
-    return all({15})
+    return all(15)
   end
-  return all({1})
+  return all(1)
 end
 local buckets = tonumber(v[8]) or 1
 if buckets ~= tonumber(ARGV[2]) then
   return all({10, buckets})
 end
 if v[7] == '1' then
-  return all({9})
+  return all(9)
 end
 
 local stock = tonumber(v[1])
@@ -213,7 +226,8 @@ local access = tonumber(v[12]) or 0
 if draw then
   for i = 1, n do
     if out[i] then -- a replayed entry
-      out[i][5] = 1
+      local pos, flags, item = string.match(out[i], '^(%S+) (%d) ?(.*)$')
+      out[i] = answer(pos, 3, item)
     end
   end
 end
@@ -281,8 +295,8 @@ local function flush()
   end
   local w = {'voucher_id', ARGV[1]}
   for k, a in ipairs(pending) do
-    w[#w + 1] = 'o' .. (k - 1)
-    w[#w + 1] = a.value
+    w[2 * k + 1] = ORDER_FIELDS[k]
+    w[2 * k + 2] = a.value
   end
   local id = redis.call('XADD', KEYS[2], '*', unpack(w))
   local ms, seq = string.match(id, '^(%d+)-(%d+)$')
@@ -307,23 +321,19 @@ local function flush()
       redis.call('LPUSH', KEYS[3], unpack(items))
     end
     for i = pending_from, n do
-      out[i] = {7}
+      out[i] = 7
     end
     pending, overflow = {}, true
     return
   end
   redis.call('INCRBY', KEYS[5], #pending)
   for k, a in ipairs(pending) do
-    local pos = ms .. '-' .. string.format('%d', seq * 32 + k - 1)
+    local pos = ms .. '-' .. (seq * 32 + k - 1)
     a.pos = pos
-    if draw then
-      out[a.i] = {0, pos, 0, '', 1}
-    else
-      out[a.i] = {0, pos, 0, a.item}
-    end
+    out[a.i] = answer(pos, draw and 2 or 0, a.item)
     if a.replays then
       for _, r in ipairs(a.replays) do
-        out[r] = {0, pos, 1, a.item, out[a.i][5]}
+        out[r] = answer(pos, draw and 3 or 1, a.item)
       end
     end
     ids[a.user] = ids[a.user] and (ids[a.user] .. ' ' .. pos) or pos
@@ -354,51 +364,51 @@ for i = 1, n do
     if idem and replay[idem] then
       local a = replay[idem]
       if a.pos then
-        out[i] = {0, a.pos, 1, a.item, draw and 1 or nil}
+        out[i] = answer(a.pos, draw and 3 or 1, a.item)
       else
         a.replays = a.replays or {}
         a.replays[#a.replays + 1] = i
-        out[i] = {} -- answered when a's entry is written
+        out[i] = true -- answered when a's entry is written
       end
     elseif start_ms > 0 and now < start_ms then
-      out[i] = {2}
+      out[i] = 2
     elseif end_ms > 0 and now >= end_ms then
-      out[i] = {3}
+      out[i] = 3
     elseif access ~= 0 and (access < 0 or now < access) and codes[i] ~= '1' then
-      out[i] = {codes[i] == '2' and 17 or 16}
+      out[i] = codes[i] == '2' and 17 or 16
     elseif room > 0 and not (pass_exp and now < pass_exp) then
-      out[i] = {14}
+      out[i] = 14
     elseif room == 0 and pow > 0 and (not proofs[i] or proof_maxes[i] == 0) then
-      out[i] = {12}
+      out[i] = 12
     elseif room == 0 and pow > 0 and (proof_maxes[i] < pow or
         not redis.call('SET', proofs[i], '1', 'NX', 'EX', proof_ttls[i])) then
-      out[i] = {13}
+      out[i] = 13
     elseif draw then
       if qty ~= 1 then
-        out[i] = {8}
+        out[i] = 8
       elseif held[user] >= 1 then
-        out[i] = {11}
+        out[i] = 11
       else
-        out[i] = {}
+        out[i] = true
         admit(i, 1, '')
       end
     elseif qty > limit or (pooled and qty ~= 1) then
-      out[i] = {8}
+      out[i] = 8
     elseif stock < qty then
-      out[i] = {4}
+      out[i] = 4
     elseif held[user] + qty > limit then
-      out[i] = {5}
+      out[i] = 5
     elseif daily > 0 and day_count(day_keys[i], user) + qty > daily then
-      out[i] = {6}
+      out[i] = 6
     else
       local item = ''
       if pooled then
         item = redis.call('LPOP', KEYS[3])
       end
       if not item then
-        out[i] = {4}
+        out[i] = 4
       else
-        out[i] = {}
+        out[i] = true
         admit(i, qty, item)
       end
     end
@@ -415,10 +425,11 @@ flush()
 if next(dirty) then
   local w = {'stock', stock}
   for user in pairs(dirty) do
-    w[#w + 1] = 'u:' .. user
+    local k = slot[user]
+    w[#w + 1] = fields[k] -- u:USER
     w[#w + 1] = held[user]
     if ids[user] then
-      w[#w + 1] = 'o:' .. user
+      w[#w + 1] = fields[k + 1] -- o:USER
       w[#w + 1] = ids[user]
     end
   end

@@ -251,8 +251,7 @@ func (s *Store) admitBatch(ctx context.Context, claims []Claim) ([]Admission, []
 				continue
 			}
 			for k, i := range c.claims {
-				res, _ := replies[k].([]any)
-				switch {
+				switch res, _ := replies[k].([]any); {
 				case len(res) == 2 && res[0] == int64(10):
 					// Routed by the wrong number of buckets: now known.
 					n, _ := res[1].(int64)
@@ -263,7 +262,7 @@ func (s *Store) admitBatch(ctx context.Context, claims []Claim) ([]Admission, []
 					s.buckets.Store(claims[i].VoucherID, int(n))
 					again = append(again, i)
 				default:
-					out[i], errs[i] = admission(res, c.b.p)
+					out[i], errs[i] = admission(replies[k], c.b.p)
 					if errs[i] == nil && unreplicated[j] != nil {
 						errs[i] = unreplicated[j] // admitted on the master, not known to survive it
 					}
@@ -473,29 +472,29 @@ func isReplyError(cmds []*redis.Cmd, js []int) bool {
 	return true
 }
 
-// admission reads admit.lua's reply.
-func admission(res []any, p int) (Admission, error) {
-	code, ok := res[0].(int64)
-	if !ok {
-		return Admission{}, fmt.Errorf("admit: unexpected reply %v", res)
-	}
-	if code != 0 {
-		if e, known := admitErrors[code]; known {
+// admission reads admit.lua's reply to one claim: a refusal's code, or
+// an admission's "POSITION FLAGS[ ITEM]".
+func admission(res any, p int) (Admission, error) {
+	switch r := res.(type) {
+	case int64:
+		if e, known := admitErrors[r]; known {
 			return Admission{}, e
 		}
-		return Admission{}, fmt.Errorf("admit: unknown code %d", code)
+		return Admission{}, fmt.Errorf("admit: unknown code %d", r)
+	case string:
+		pos, rest, _ := strings.Cut(r, " ")
+		flags, raw, _ := strings.Cut(rest, " ")
+		if len(flags) != 1 || flags[0] < '0' || flags[0] > '3' {
+			break
+		}
+		a, err := admissionAt(pos, p, raw)
+		if err != nil {
+			return Admission{}, err
+		}
+		a.Replayed, a.Entry = flags[0]&1 != 0, flags[0]&2 != 0
+		return a, nil
 	}
-	if len(res) != 4 && len(res) != 5 {
-		return Admission{}, fmt.Errorf("admit: unexpected reply %v", res)
-	}
-	pos, _ := res[1].(string)
-	raw, _ := res[3].(string)
-	a, err := admissionAt(pos, p, raw)
-	if err != nil {
-		return Admission{}, err
-	}
-	a.Replayed, a.Entry = res[2] == int64(1), len(res) == 5 && res[4] == int64(1)
-	return a, nil
+	return Admission{}, fmt.Errorf("admit: unexpected reply %v", res)
 }
 
 // admissionAt is the admission of the order at stream position pos of
