@@ -31,6 +31,9 @@ func drain(ctx context.Context, s *harness.Stack, kind string, buckets, workers,
 	if err != nil {
 		return d, 0, err
 	}
+	if err := inRedis(ctx, s, v); err != nil {
+		return d, 0, err
+	}
 	var procs []*harness.Proc
 	defer func() {
 		for _, p := range procs {
@@ -100,6 +103,23 @@ func drain(ctx context.Context, s *harness.Stack, kind string, buckets, workers,
 		rss = max(rss, r)
 	}
 	return d, rss, nil
+}
+
+// inRedis waits until voucher v, just created, is in Redis: a gateway
+// that could not write it there at once (MySQL or Redis slow after the
+// run before) answers 201 and leaves its creation to the reaper.
+func inRedis(ctx context.Context, s *harness.Stack, v int64) error {
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		_, found, err := s.RDB.RemainingStock(ctx, v)
+		if err == nil && found {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("voucher %d not in Redis 30 s after its creation (%v)", v, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 // spec is a voucher of kind with n units or envelopes, one per user.
