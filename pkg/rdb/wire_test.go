@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/flashsale/flashsale/pkg/order"
 )
 
 // admit.lua's header lists the fields of a claim's line, and its parser
@@ -39,23 +41,24 @@ func TestTheClaimLineIsTheOneAdmitLuaReads(t *testing.T) {
 // A claim's line leaves out the fields after the last that is not its
 // default: the common claim is its user alone.
 func TestAClaimLineCarriesOnlyWhatDiffersFromTheDefaults(t *testing.T) {
-	now := time.UnixMilli(1_790_000_000_000)
+	now := time.Now()
+	today, tomorrow := order.Day(now, time.UTC), order.Day(now.Add(24*time.Hour), time.UTC)
 	for _, tc := range []struct {
 		c    Claim
 		want string
 	}{
-		{Claim{UserID: "ann", Now: now, Day: "20261127"}, "ann\n"},
-		{Claim{UserID: "ann", Now: now, Day: "20261127", Quantity: 1}, "ann\n"},
-		{Claim{UserID: "bob", Now: now.Add(-3 * time.Millisecond), Day: "20261127"}, "bob -3\n"},
-		{Claim{UserID: "cid", Now: now, Day: "20261127", Quantity: 4}, "cid 0 4\n"},
-		{Claim{UserID: "dee", Now: now, Day: "20261128"}, "dee 0 1 2\n"},
-		{Claim{UserID: "eve", Now: now, Day: "20261127", Access: AccessCodeInvalid}, "eve 0 1 1 2\n"},
-		{Claim{UserID: "fay", Now: now, Day: "20261127", Pass: "17:1790000060000"}, "fay 0 1 1 0 17:1790000060000\n"},
-		{Claim{UserID: "gus", Now: now, Day: "20261127", IdempotencyKey: "k", IdempotencyTTL: time.Hour}, "gus 0 1 1 0 0 1 3600\n"},
-		{Claim{UserID: "hal", Now: now, Day: "20261127", Proof: Proof{ID: "sig", Max: 500, TTL: 1500 * time.Millisecond}},
+		{Claim{UserID: "ann", Now: now, Day: today}, "ann\n"},
+		{Claim{UserID: "ann", Now: now, Day: today, Quantity: 1}, "ann\n"},
+		{Claim{UserID: "bob", Now: now.Add(-3 * time.Millisecond), Day: today}, "bob -3\n"},
+		{Claim{UserID: "cid", Now: now, Day: today, Quantity: 4}, "cid 0 4\n"},
+		{Claim{UserID: "dee", Now: now, Day: tomorrow}, "dee 0 1 2\n"},
+		{Claim{UserID: "eve", Now: now, Day: today, Access: AccessCodeInvalid}, "eve 0 1 1 2\n"},
+		{Claim{UserID: "fay", Now: now, Day: today, Pass: "17:1790000060000"}, "fay 0 1 1 0 17:1790000060000\n"},
+		{Claim{UserID: "gus", Now: now, Day: today, IdempotencyKey: "k", IdempotencyTTL: time.Hour}, "gus 0 1 1 0 0 1 3600\n"},
+		{Claim{UserID: "hal", Now: now, Day: today, Proof: Proof{ID: "sig", Max: 500, TTL: 1500 * time.Millisecond}},
 			"hal 0 1 1 0 0 0 0 1 500 2\n"},
 	} {
-		call := &admitCall{key: "flashsale:{p0}:v:1", base: now.UnixMilli(), days: []string{"20261127"}}
+		call := &admitCall{key: "flashsale:{p0}:v:1", base: now.UnixMilli(), days: []string{today}}
 		require.Equal(t, tc.want, string(call.line(nil, tc.c)), "%+v", tc.c)
 	}
 }
