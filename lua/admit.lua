@@ -128,7 +128,8 @@
 local nd = #ARGV - 5
 local base = tonumber(ARGV[4])
 local n = 0
-local users, nows, qtys, day_keys, day_args, codes, passes = {}, {}, {}, {}, {}, {}, {}
+local users, nows, qtys, day_keys, day_args, codes = {}, {}, {}, {}, {}, {}
+local pass_places, pass_exps = {}, {} -- a pass "PLACE:EXP_MS", read once
 local idems, idem_ttls, proofs, proof_maxes, proof_ttls = {}, {}, {}, {}, {}
 local keyed, idem_keys = {}, {}
 for user, dt, qty, day, code, pass, idem, idem_ttl, proof, proof_max, proof_ttl in
@@ -140,7 +141,9 @@ for user, dt, qty, day, code, pass, idem, idem_ttl, proof, proof_max, proof_ttl 
   local d = tonumber(day) or 1
   day_keys[n], day_args[n] = KEYS[5 + d], ARGV[5 + d]
   codes[n] = code
-  passes[n] = pass ~= '' and pass ~= '0' and pass or nil
+  if pass ~= '' and pass ~= '0' then
+    pass_places[n], pass_exps[n] = string.match(pass, '^(%d+):(%d+)$')
+  end
   idem = tonumber(idem) or 0
   if idem > 0 then
     idems[n], idem_ttls[n] = KEYS[5 + nd + idem], idem_ttl
@@ -226,7 +229,7 @@ local access = tonumber(v[12]) or 0
 if draw then
   for i = 1, n do
     if out[i] then -- a replayed entry
-      local pos, flags, item = string.match(out[i], '^(%S+) (%d) ?(.*)$')
+      local pos, item = string.match(out[i], '^(%S+) %d ?(.*)$')
       out[i] = answer(pos, 3, item)
     end
   end
@@ -337,12 +340,9 @@ local function flush()
       end
     end
     ids[a.user] = ids[a.user] and (ids[a.user] .. ' ' .. pos) or pos
-    if room > 0 then
-      local place, exp = string.match(passes[a.i], '^(%d+):(%d+)$')
-      if redis.call('HSETNX', KEYS[1], 'rx:' .. place, 1) == 1 then
-        -- The pass bought: no longer outstanding (room.lua).
-        redis.call('HINCRBY', KEYS[1], 'ru:' .. exp, 1)
-      end
+    if room > 0 and redis.call('HSETNX', KEYS[1], 'rx:' .. pass_places[a.i], 1) == 1 then
+      -- The pass bought: no longer outstanding (room.lua).
+      redis.call('HINCRBY', KEYS[1], 'ru:' .. pass_exps[a.i], 1)
     end
     if idems[a.i] then
       redis.call('SET', idems[a.i], pos .. ' ' .. a.item, 'EX', idem_ttls[a.i])
@@ -360,7 +360,7 @@ for i = 1, n do
   end
   if not out[i] then
     local user, now, qty, idem = users[i], nows[i], qtys[i], idems[i]
-    local pass_exp = room > 0 and passes[i] and tonumber(string.match(passes[i], ':(%d+)$'))
+    local pass_exp = room > 0 and tonumber(pass_exps[i])
     if idem and replay[idem] then
       local a = replay[idem]
       if a.pos then

@@ -305,7 +305,6 @@ func (s *Store) admitBatch(ctx context.Context, claims []Claim) ([]Admission, []
 type admitCall struct {
 	b      bucket
 	key    string // b.key()
-	part   int    // the partition's admitKeys
 	n      int    // the voucher's buckets, as the call was routed
 	vid    int64
 	claims []int
@@ -331,7 +330,7 @@ func (c *admitCall) cmd(ctx context.Context, s *Store) *redis.Cmd {
 // evalsha is the call's EVALSHA command: the script's SHA, the number of
 // keys, the keys and the arguments.
 func (c *admitCall) evalsha(s *Store) []any {
-	part := s.admitKeys[c.part]
+	part := s.admitKeys[c.b.p]
 	nkeys := 5 + len(c.days) + len(c.named)
 	a := make([]any, 0, 3+nkeys+5+len(c.days))
 	a = append(a, "evalsha", admitSha, nkeys, c.key, part[0], poolKey(c.key), part[1], part[2])
@@ -385,7 +384,7 @@ func (s *Store) admitCalls(claims []Claim, pending []int) []admitCall {
 		if k < 0 {
 			k = len(calls)
 			room := min(len(pending), maxClaimsPerCall) // most batches are one call
-			calls = append(calls, admitCall{b: b, key: b.key(), part: b.p, n: n, vid: c.VoucherID,
+			calls = append(calls, admitCall{b: b, key: b.key(), n: n, vid: c.VoucherID,
 				claims: make([]int, 0, room), base: c.Now.UnixMilli(), lines: make([]byte, 0, 16*room)})
 		}
 		call := &calls[k]

@@ -111,7 +111,8 @@ func (b *Batcher) Admit(ctx context.Context, c Claim) (Admission, error) {
 }
 
 // Close stops the batcher after the pipelines in flight; the claims it
-// held, never sent, are answered ErrBatcherClosed.
+// held or that wait in its queue, never sent, are answered
+// ErrBatcherClosed.
 func (b *Batcher) Close() {
 	b.once.Do(func() { close(b.stop) })
 	b.wg.Wait()
@@ -162,7 +163,14 @@ func (b *Batcher) dispatch() {
 			for _, r := range batch {
 				r.done <- admitResult{err: ErrBatcherClosed}
 			}
-			return
+			for {
+				select {
+				case r := <-b.reqs:
+					r.done <- admitResult{err: ErrBatcherClosed}
+				default:
+					return
+				}
+			}
 		}
 	}
 }
