@@ -39,7 +39,7 @@ lint:
 ## test: lint, then every test with the race detector (starts its own servers)
 test: servers lint
 	$(GO) test -race -count=1 -timeout 15m $(PKGS)
-	$(GO) test -race -count=1 ./pkg/rdb ./pkg/room -args -redis-cluster
+	$(GO) test -race -count=1 ./pkg/rdb ./pkg/rdb/upkeep ./pkg/room -args -redis-cluster
 
 ## fuzz: every fuzz target for FUZZTIME each (CI: 5000 inputs); their
 ## seed corpora are the f.Add calls, and what a run finds stays in testdata/fuzz.

@@ -14,6 +14,7 @@ import (
 	"github.com/flashsale/flashsale/pkg/internal/testsrv"
 	"github.com/flashsale/flashsale/pkg/order"
 	"github.com/flashsale/flashsale/pkg/rdb"
+	"github.com/flashsale/flashsale/pkg/rdb/upkeep"
 )
 
 func TestMain(m *testing.M) { testsrv.Main(m) }
@@ -60,7 +61,7 @@ func TestAPanicDeadLettersOnlyTheOrderThatPanicsAlone(t *testing.T) {
 			require.Equal(t, string(order.StatusCreated), got.Status)
 		}
 	}
-	dead, err := e.RDB.DeadLetters(ctx, 0)
+	dead, err := upkeep.New(e.RDB).DeadLetters(ctx, 0)
 	require.NoError(t, err)
 	require.Len(t, dead, 1)
 	require.Equal(t, fmt.Sprint(ids[1]), dead[0].OrderID)

@@ -1,7 +1,8 @@
 package rdb
 
-// Dead letters: entries that could not be persisted, moved aside with
-// their reason, and what an operator does with them.
+// Dead letters: orders that could not be persisted, moved aside with
+// their reason. Their format is here, written and read; what an operator
+// does with them is pkg/rdb/upkeep's.
 
 import (
 	"context"
@@ -35,44 +36,6 @@ func (s *Store) DeadLetter(ctx context.Context, e StreamOrder, reason string) er
 	return nil
 }
 
-// DeadLetterStats describes one partition's dead-letter stream.
-type DeadLetterStats struct {
-	Partition int       `json:"partition"`
-	Count     int64     `json:"count"`
-	Oldest    time.Time `json:"oldest,omitzero"` // when the oldest entry was dead-lettered; zero (and absent from JSON) if none
-}
-
-// DeadLetterStats reads partition p's dead-letter stream's length and age.
-func (s *Store) DeadLetterStats(ctx context.Context, p int) (DeadLetterStats, error) {
-	st := DeadLetterStats{Partition: p}
-	var err error
-	if st.Count, err = s.c.XLen(ctx, DeadKey(p)).Result(); err != nil {
-		return st, fmt.Errorf("xlen %s: %w", DeadKey(p), err)
-	}
-	first, err := s.c.XRangeN(ctx, DeadKey(p), "-", "+", 1).Result()
-	if err != nil {
-		return st, fmt.Errorf("xrange %s: %w", DeadKey(p), err)
-	}
-	if len(first) == 1 {
-		if ms, err := strconv.ParseInt(strings.SplitN(first[0].ID, "-", 2)[0], 10, 64); err == nil {
-			st.Oldest = time.UnixMilli(ms).UTC()
-		}
-	}
-	return st, nil
-}
-
-// TrimDeadLetters deletes partition p's dead letters dead-lettered before
-// before (XTRIM MINID) and returns how many went. Dead letters are never
-// trimmed on their own: this is the operator's explicit action, after
-// reading them (see docs/RUNBOOK.md).
-func (s *Store) TrimDeadLetters(ctx context.Context, p int, before time.Time) (int64, error) {
-	n, err := s.c.XTrimMinID(ctx, DeadKey(p), strconv.FormatInt(before.UnixMilli(), 10)+"-0").Result()
-	if err != nil {
-		return 0, fmt.Errorf("xtrim %s: %w", DeadKey(p), err)
-	}
-	return n, nil
-}
-
 // DeadEntry is one dead letter: the order it carried, as far as it could be
 // read, and why it was dead-lettered.
 type DeadEntry struct {
@@ -91,23 +54,17 @@ type DeadEntry struct {
 	Order StreamOrder `json:"-"`
 }
 
-// DeadLetters returns partition p's dead letters, oldest first.
-func (s *Store) DeadLetters(ctx context.Context, p int) ([]DeadEntry, error) {
-	var out []DeadEntry
-	err := s.scanStream(ctx, DeadKey(p), func(msgs []redis.XMessage) bool {
-		for _, m := range msgs {
-			field := func(k string) string { v, _ := m.Values[k].(string); return v }
-			d := DeadEntry{DeadID: m.ID, Partition: p, StreamID: field("stream_id"), OrderID: field("order_id"),
-				VoucherID: field("voucher_id"), UserID: field("user_id"), Quantity: field("quantity"), Reason: field("reason")}
-			if ms, err := strconv.ParseInt(strings.SplitN(m.ID, "-", 2)[0], 10, 64); err == nil {
-				d.DeadAt = time.UnixMilli(ms).UTC()
-			}
-			d.Order = deadEntry(p, m.ID, field)
-			out = append(out, d)
-		}
-		return false
-	})
-	return out, err
+// ParseDeadLetter reads dead letter m of partition p, as DeadLetter
+// wrote it.
+func ParseDeadLetter(p int, m redis.XMessage) DeadEntry {
+	field := func(k string) string { v, _ := m.Values[k].(string); return v }
+	d := DeadEntry{DeadID: m.ID, Partition: p, StreamID: field("stream_id"), OrderID: field("order_id"),
+		VoucherID: field("voucher_id"), UserID: field("user_id"), Quantity: field("quantity"), Reason: field("reason")}
+	if ms, err := strconv.ParseInt(strings.SplitN(m.ID, "-", 2)[0], 10, 64); err == nil {
+		d.DeadAt = time.UnixMilli(ms).UTC()
+	}
+	d.Order = deadEntry(p, m.ID, field)
+	return d
 }
 
 // deadEntry is the order dead letter deadID (of partition p, its fields
@@ -130,12 +87,4 @@ func deadEntry(p int, deadID string, field func(string) string) StreamOrder {
 	e.Order, e.Err = parseOrder(e.StreamID, id, field("voucher_id"), field("user_id"), field("created_ms"), field("day"),
 		field("quantity"), field("item"), field("entry") == "1")
 	return e
-}
-
-// DeleteDeadLetters deletes dead letters ids of partition p.
-func (s *Store) DeleteDeadLetters(ctx context.Context, p int, ids ...string) error {
-	if len(ids) == 0 {
-		return nil
-	}
-	return s.c.XDel(ctx, DeadKey(p), ids...).Err()
 }

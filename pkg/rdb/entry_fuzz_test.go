@@ -24,7 +24,7 @@ func FuzzStreamEntry(f *testing.F) {
 		if old {
 			values["day"], values["quantity"] = "20261121", "1" // fixed date: parsed only.
 		}
-		entries := parseEntries(1, redis.XMessage{ID: id, Values: values})
+		entries := ParseEntries(1, redis.XMessage{ID: id, Values: values})
 		if len(entries) == 0 {
 			t.Fatal("no entry: the stream entry would be acknowledged unread")
 		}

@@ -27,7 +27,7 @@ func (s *Store) PendingOrder(ctx context.Context, id int64) (order.Order, bool, 
 		return order.Order{}, false, fmt.Errorf("xrange %s: %w", StreamKey(p), err)
 	}
 	for _, m := range msgs {
-		for _, e := range parseEntries(p, m) {
+		for _, e := range ParseEntries(p, m) {
 			if e.Err == nil && e.Order.ID == id {
 				return e.Order, true, nil
 			}
@@ -88,7 +88,7 @@ func (s *Store) UserPending(ctx context.Context, v int64, user string) ([]order.
 		if err != nil {
 			return nil, fmt.Errorf("pending orders in %s: %w", b.stream(), err)
 		}
-		for _, e := range parseEntries(b.p, m) {
+		for _, e := range ParseEntries(b.p, m) {
 			if e.Err == nil && e.Order.VoucherID == v && e.Order.UserID == user {
 				out = append(out, e.Order)
 			}
@@ -120,13 +120,13 @@ func xMessage(r any) (redis.XMessage, error) {
 	return m, nil
 }
 
-// streamPage is how many entries scanStream reads at a time.
+// streamPage is how many entries ScanStream reads at a time.
 const streamPage = 1000
 
-// scanStream reads stream key oldest first, streamPage entries at a time,
+// ScanStream reads stream key oldest first, streamPage entries at a time,
 // handing each page to page until it returns true (stop) or the stream
 // ends: the one pager of every full read of a stream.
-func (s *Store) scanStream(ctx context.Context, key string, page func([]redis.XMessage) (stop bool)) error {
+func (s *Store) ScanStream(ctx context.Context, key string, page func([]redis.XMessage) (stop bool)) error {
 	start := "-"
 	for {
 		msgs, err := s.c.XRangeN(ctx, key, start, "+", streamPage).Result()
@@ -171,7 +171,7 @@ func (s *Store) InFlight(ctx context.Context, v int64) (bool, error) {
 	want := formatID(v)
 	found := false
 	for _, p := range parts {
-		err := s.scanStream(ctx, StreamKey(p), func(msgs []redis.XMessage) bool {
+		err := s.ScanStream(ctx, StreamKey(p), func(msgs []redis.XMessage) bool {
 			found = slices.ContainsFunc(msgs, func(m redis.XMessage) bool { id, _ := m.Values["voucher_id"].(string); return id == want })
 			return found
 		})

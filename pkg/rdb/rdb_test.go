@@ -12,10 +12,12 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/flashsale/flashsale/pkg/internal/testclock"
+	"github.com/flashsale/flashsale/pkg/internal/testrdb"
 	"github.com/flashsale/flashsale/pkg/internal/testsrv"
 	"github.com/flashsale/flashsale/pkg/internal/wait"
 	"github.com/flashsale/flashsale/pkg/order"
 	"github.com/flashsale/flashsale/pkg/rdb"
+	"github.com/flashsale/flashsale/pkg/rdb/upkeep"
 )
 
 // t0 is the tests' sale start, from the clock: a voucher's keys expire a
@@ -34,31 +36,7 @@ var cluster *testsrv.Cluster
 func TestMain(m *testing.M) { testsrv.MainMaybeOnCluster(m, &cluster) }
 
 func newStore(t testing.TB, partitions int) *rdb.Store {
-	t.Helper()
-	var c redis.UniversalClient
-	if cluster != nil {
-		// A test that stopped a node (the hung-master one) may have left
-		// the cluster marking it failed for a moment: wait it out.
-		wctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		require.NoError(t, cluster.WaitOK(wctx))
-		cancel()
-		cc := cluster.Client()
-		require.NoError(t, cc.ForEachMaster(context.Background(), func(ctx context.Context, n *redis.Client) error {
-			return n.FlushAll(ctx).Err()
-		}))
-		c = cc
-	} else {
-		c = testsrv.NewRedis(t).Client()
-	}
-	t.Cleanup(func() { c.Close() })
-	s, err := rdb.New(c, partitions, "")
-	require.NoError(t, err)
-	require.NoError(t, s.Load(context.Background()))
-	require.NoError(t, s.EnsureGroups(context.Background()))
-	// Loaded, as the reaper's restorer marks a partition once it found
-	// every voucher on sale there: an unknown voucher is then not found.
-	require.NoError(t, s.MarkAllLoaded(context.Background()))
-	return s
+	return testrdb.NewStore(t, cluster, partitions)
 }
 
 // A Redis that lost its data (restarted empty) lost the partitions' loaded
@@ -95,16 +73,11 @@ func TestAVoucherMissingFromAnUnloadedPartitionIsNotLoaded(t *testing.T) {
 }
 
 func seedVoucher(t testing.TB, s *rdb.Store, v rdb.Voucher) rdb.Voucher {
-	t.Helper()
-	if v.PerUserLimit == 0 {
-		v.PerUserLimit = 1
-	}
-	require.NoError(t, s.PutVoucher(context.Background(), v))
-	return v
+	return testrdb.SeedVoucher(t, s, v)
 }
 
 func claim(s *rdb.Store, v int64, user string, now time.Time) (rdb.Admission, error) {
-	return s.Admit(context.Background(), rdb.Claim{VoucherID: v, UserID: user, Now: now, Day: order.Day(now, time.UTC)})
+	return testrdb.Claim(s, v, user, now)
 }
 
 func requireStock(t *testing.T, s *rdb.Store, v, want int64) {
@@ -517,7 +490,7 @@ func TestLeaseRenewsOnlyWhatTheConsumerOwns(t *testing.T) {
 		require.EqualValues(t, 1, p.RetryCount, "a renewal is not a delivery")
 	}
 	// Another consumer (a reaper) takes one over; the first cannot take it back.
-	c, err := s.AutoClaim(ctx, 0, "reaper", 0, "0-0", 1)
+	c, err := upkeep.New(s).AutoClaim(ctx, 0, "reaper", 0, "0-0", 1)
 	require.NoError(t, err)
 	require.Len(t, c.Entries, 1)
 	require.EqualValues(t, 2, c.Deliveries[c.Entries[0].StreamID])

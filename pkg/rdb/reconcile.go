@@ -147,9 +147,9 @@ func (s *Store) intHash(ctx context.Context, key string) (map[string]int64, erro
 // StreamOrders returns every order of partition p's stream, oldest first.
 func (s *Store) StreamOrders(ctx context.Context, p int) ([]StreamOrder, error) {
 	var out []StreamOrder
-	err := s.scanStream(ctx, StreamKey(p), func(msgs []redis.XMessage) bool {
+	err := s.ScanStream(ctx, StreamKey(p), func(msgs []redis.XMessage) bool {
 		for _, m := range msgs {
-			out = append(out, parseEntries(p, m)...)
+			out = append(out, ParseEntries(p, m)...)
 		}
 		return false
 	})

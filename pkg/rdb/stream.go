@@ -73,7 +73,7 @@ func (s *Store) ReadGroup(ctx context.Context, p int, consumer, start string, co
 	var out []StreamOrder
 	for _, st := range res {
 		for _, m := range st.Messages {
-			out = append(out, parseEntries(p, m)...)
+			out = append(out, ParseEntries(p, m)...)
 		}
 	}
 	return out, nil
@@ -83,10 +83,10 @@ func (s *Store) ReadGroup(ctx context.Context, p int, consumer, start string, co
 // (and MySQL's DATETIME would refuse it).
 var maxCreatedMs = time.Date(9000, 1, 1, 0, 0, 0, 0, time.UTC).UnixMilli()
 
-// parseEntries reads the orders of stream entry m of partition p, in their
+// ParseEntries reads the orders of stream entry m of partition p, in their
 // order: one StreamOrder each, one with Err for an order field that cannot
 // be read, and a single one with Err when m holds no order at all.
-func parseEntries(p int, m redis.XMessage) []StreamOrder {
+func ParseEntries(p int, m redis.XMessage) []StreamOrder {
 	field := func(k string) string { s, _ := m.Values[k].(string); return s }
 	if _, old := m.Values["user_id"]; old {
 		e := StreamOrder{Partition: p, StreamID: m.ID, Index: -1}

@@ -16,7 +16,7 @@ import (
 func (r *Reaper) removeGoneConsumers(ctx context.Context, pass *Pass) error {
 	var errs []error
 	for p := range r.redis.Partitions() {
-		removed, err := r.redis.RemoveGoneConsumers(ctx, p, r.cfg.ConsumerGoneAfter, r.cfg.Consumer)
+		removed, err := r.streams.RemoveGoneConsumers(ctx, p, r.cfg.ConsumerGoneAfter, r.cfg.Consumer)
 		for _, name := range removed {
 			r.log.Info("consumer removed", zap.Int("partition", p), zap.String("removed", name))
 		}

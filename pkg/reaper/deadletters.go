@@ -27,7 +27,7 @@ type Requeued struct {
 // back), and one that is not an order cannot be persisted. A requeued order
 // that fails again is dead-lettered again, under a new id.
 func (r *Reaper) RequeueDeadLetters(ctx context.Context, p int, ids ...string) ([]Requeued, error) {
-	dead, err := r.redis.DeadLetters(ctx, p)
+	dead, err := r.streams.DeadLetters(ctx, p)
 	if err != nil {
 		return nil, err
 	}
@@ -64,7 +64,7 @@ func (r *Reaper) RequeueDeadLetters(ctx context.Context, p int, ids ...string) (
 		if o, err = r.db.Order(ctx, d.Order.Order.ID); err != nil {
 			return out, fmt.Errorf("requeued %s: %w", d.DeadID, err)
 		}
-		if err := r.redis.DeleteDeadLetters(ctx, p, d.DeadID); err != nil {
+		if err := r.streams.DeleteDeadLetters(ctx, p, d.DeadID); err != nil {
 			return out, err
 		}
 		res.Result, res.Status = "persisted", o.Status

@@ -12,6 +12,7 @@ import (
 	"github.com/flashsale/flashsale/pkg/internal/testenv"
 	"github.com/flashsale/flashsale/pkg/order"
 	"github.com/flashsale/flashsale/pkg/rdb"
+	"github.com/flashsale/flashsale/pkg/rdb/upkeep"
 )
 
 // A dead letter whose order MySQL never recorded (its unit still held in
@@ -32,7 +33,7 @@ func TestRequeueDeadLetters(t *testing.T) {
 	_, err := e.DB.PersistBatch(ctx, []order.Order{entries[1].Order})
 	require.NoError(t, err)
 
-	dead, err := e.RDB.DeadLetters(ctx, 0)
+	dead, err := upkeep.New(e.RDB).DeadLetters(ctx, 0)
 	require.NoError(t, err)
 	require.Len(t, dead, 2)
 	require.Equal(t, "test: rejected", dead[0].Reason)
@@ -50,7 +51,7 @@ func TestRequeueDeadLetters(t *testing.T) {
 	o, err := e.DB.Order(ctx, ids[0])
 	require.NoError(t, err)
 	require.Equal(t, "created", o.Status)
-	dead, err = e.RDB.DeadLetters(ctx, 0)
+	dead, err = upkeep.New(e.RDB).DeadLetters(ctx, 0)
 	require.NoError(t, err)
 	require.Len(t, dead, 1, "the final one stays for purge")
 	require.Equal(t, ids[1], dead[0].Order.Order.ID)
@@ -62,7 +63,7 @@ func TestRequeueDeadLetters(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, res, 1)
 	require.Equal(t, "skipped", res[0].Result)
-	require.NoError(t, e.RDB.DeleteDeadLetters(ctx, 0, dead[0].DeadID))
+	require.NoError(t, upkeep.New(e.RDB).DeleteDeadLetters(ctx, 0, dead[0].DeadID))
 	b, err := e.RDB.PartitionBacklog(ctx, 0)
 	require.NoError(t, err)
 	require.Equal(t, rdb.Backlog{Partition: 0}, b)

@@ -24,6 +24,7 @@ import (
 	"github.com/flashsale/flashsale/pkg/event"
 	"github.com/flashsale/flashsale/pkg/persist"
 	"github.com/flashsale/flashsale/pkg/rdb"
+	"github.com/flashsale/flashsale/pkg/rdb/upkeep"
 )
 
 // Config of the reaper. Zero values take the defaults.
@@ -148,6 +149,7 @@ func (c *Config) Validate() error {
 type Reaper struct {
 	cfg     Config
 	redis   *rdb.Store
+	streams *upkeep.Streams // taking over, consumers, dead letters
 	db      *db.Store
 	orders  *persist.Orders
 	log     *zap.Logger
@@ -193,13 +195,13 @@ func New(cfg Config, r *rdb.Store, d *db.Store, log *zap.Logger, opts ...Option)
 	if cfg.Consumer == "" {
 		return nil, errors.New("reaper: consumer name is empty")
 	}
-	o.reg.MustRegister(rdb.NewStreamCollector(r).ExportedBy(cfg.Consumer))
+	o.reg.MustRegister(upkeep.NewStreamCollector(r).ExportedBy(cfg.Consumer))
 	log = log.Named("reaper").With(zap.String("consumer", cfg.Consumer))
 	sk, err := sinks(cfg.EventsConfig)
 	if err != nil {
 		return nil, err
 	}
-	return &Reaper{cfg: cfg, redis: r, db: d, orders: persist.NewOrders(cfg.Config, r, d, log, o.audit, o.reg),
+	return &Reaper{cfg: cfg, redis: r, streams: upkeep.New(r), db: d, orders: persist.NewOrders(cfg.Config, r, d, log, o.audit, o.reg),
 		now: o.now, audit: o.audit, metrics: newMetrics(o.reg), log: log, sinks: sk}, nil
 }
 

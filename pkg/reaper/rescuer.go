@@ -34,7 +34,7 @@ func (r *Reaper) reclaim(ctx context.Context, p int, pass *Pass) error {
 	}
 	cursor := "0-0"
 	for {
-		c, err := r.redis.AutoClaim(ctx, p, r.cfg.Consumer, r.cfg.ClaimMinIdle, cursor, r.cfg.BatchSize)
+		c, err := r.streams.AutoClaim(ctx, p, r.cfg.Consumer, r.cfg.ClaimMinIdle, cursor, r.cfg.BatchSize)
 		if err != nil {
 			return err
 		}

@@ -7,10 +7,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
 	"github.com/flashsale/flashsale/pkg/internal/testclock"
+	"github.com/flashsale/flashsale/pkg/internal/testrdb"
 	"github.com/flashsale/flashsale/pkg/internal/testsrv"
 	"github.com/flashsale/flashsale/pkg/order"
 	"github.com/flashsale/flashsale/pkg/rdb"
@@ -24,22 +24,7 @@ var cluster *testsrv.Cluster
 func TestMain(m *testing.M) { testsrv.MainMaybeOnCluster(m, &cluster) }
 
 func newStores(t *testing.T) (*rdb.Store, *room.Store) {
-	t.Helper()
-	var c redis.UniversalClient
-	if cluster != nil {
-		cc := cluster.Client()
-		require.NoError(t, cc.ForEachMaster(context.Background(), func(ctx context.Context, n *redis.Client) error {
-			return n.FlushAll(ctx).Err()
-		}))
-		c = cc
-	} else {
-		c = testsrv.NewRedis(t).Client()
-	}
-	t.Cleanup(func() { c.Close() })
-	s, err := rdb.New(c, 4, "")
-	require.NoError(t, err)
-	require.NoError(t, s.EnsureGroups(context.Background()))
-	require.NoError(t, s.MarkAllLoaded(context.Background())) // as the reaper marks a fresh Redis
+	s := testrdb.NewStore(t, cluster, 4)
 	return s, room.NewStore(s, 0)
 }
 

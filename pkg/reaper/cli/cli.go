@@ -26,6 +26,7 @@ import (
 	"github.com/flashsale/flashsale/pkg/draw"
 	"github.com/flashsale/flashsale/pkg/event"
 	"github.com/flashsale/flashsale/pkg/rdb"
+	"github.com/flashsale/flashsale/pkg/rdb/upkeep"
 	"github.com/flashsale/flashsale/pkg/reaper"
 	"github.com/flashsale/flashsale/pkg/room"
 )
@@ -286,7 +287,7 @@ func deadLettersCommand() app.Command[*config] {
 func listDeadLetters(ctx context.Context, redis *rdb.Store, asJSON bool) error {
 	var dead []rdb.DeadEntry
 	for p := range redis.Partitions() {
-		d, err := redis.DeadLetters(ctx, p)
+		d, err := upkeep.New(redis).DeadLetters(ctx, p)
 		if err != nil {
 			return err
 		}
@@ -384,7 +385,7 @@ func purgeDeadLetters(ctx context.Context, redis *rdb.Store, olderThan time.Dura
 	var out []purged
 	var total int64
 	for p := range redis.Partitions() {
-		n, err := redis.TrimDeadLetters(ctx, p, before)
+		n, err := upkeep.New(redis).TrimDeadLetters(ctx, p, before)
 		if err != nil {
 			return err
 		}
@@ -407,9 +408,9 @@ func isTerminal(f *os.File) bool {
 
 // deadLetterSummary prints each partition's dead letter count and oldest.
 func deadLetterSummary(ctx context.Context, redis *rdb.Store, asJSON bool) error {
-	var stats []rdb.DeadLetterStats
+	var stats []upkeep.DeadLetterStats
 	for p := range redis.Partitions() {
-		st, err := redis.DeadLetterStats(ctx, p)
+		st, err := upkeep.New(redis).DeadLetterStats(ctx, p)
 		if err != nil {
 			return err
 		}

@@ -1,4 +1,4 @@
-package rdb_test
+package upkeep_test
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/flashsale/flashsale/pkg/rdb"
+	"github.com/flashsale/flashsale/pkg/rdb/upkeep"
 )
 
 // Two workers acknowledge out of order (acknowledging deletes): Redis can
@@ -33,7 +34,7 @@ func TestStreamGaugesWhileWorkersAcknowledgeOutOfOrder(t *testing.T) {
 		require.NoError(t, err)
 	}
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(rdb.NewStreamCollector(s))
+	reg.MustRegister(upkeep.NewStreamCollector(s))
 	gauge := func(name string) float64 {
 		families, err := reg.Gather()
 		require.NoError(t, err)
@@ -57,7 +58,7 @@ func TestStreamGaugesWhileWorkersAcknowledgeOutOfOrder(t *testing.T) {
 // lapses.
 func TestOneReaperExportsTheStreamGauges(t *testing.T) {
 	s := newStore(t, 2)
-	count := func(c *rdb.StreamCollector) (lengths int, exporter float64) {
+	count := func(c *upkeep.StreamCollector) (lengths int, exporter float64) {
 		reg := prometheus.NewRegistry()
 		reg.MustRegister(c)
 		families, err := reg.Gather()
@@ -72,7 +73,7 @@ func TestOneReaperExportsTheStreamGauges(t *testing.T) {
 		}
 		return lengths, exporter
 	}
-	a, b := rdb.NewStreamCollector(s).ExportedBy("reaper-a"), rdb.NewStreamCollector(s).ExportedBy("reaper-b")
+	a, b := upkeep.NewStreamCollector(s).ExportedBy("reaper-a"), upkeep.NewStreamCollector(s).ExportedBy("reaper-b")
 	n, lead := count(a)
 	require.Equal(t, 2, n, "one gauge per partition")
 	require.EqualValues(t, 1, lead)

@@ -1,4 +1,4 @@
-package rdb
+package upkeep
 
 import (
 	"context"
@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/flashsale/flashsale/pkg/rdb"
 )
 
 // StreamCollector reports every partition's stream at scrape time: its
@@ -19,7 +21,7 @@ import (
 // of order Redis can no longer compute the group's lag (it reports none),
 // exactly when the backlog is largest.
 type StreamCollector struct {
-	s                                  *Store
+	s                                  *rdb.Store
 	length, orders, pending, lag, dead *prometheus.Desc
 	up, exporting                      *prometheus.Desc
 	// who, when set, makes the collector export the stream gauges only
@@ -46,17 +48,17 @@ func (c *StreamCollector) leading(ctx context.Context) (bool, error) {
 	if c.who == "" {
 		return true, nil
 	}
-	n, err := c.s.c.Eval(ctx, `local cur = redis.call('GET', KEYS[1])
+	n, err := c.s.Client().Eval(ctx, `local cur = redis.call('GET', KEYS[1])
 if cur == false or cur == ARGV[1] then
   redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
   return 1
 end
-return 0`, []string{gaugesKey()}, c.who, GaugeLease.Milliseconds()).Int()
+return 0`, []string{rdb.GaugesKey()}, c.who, GaugeLease.Milliseconds()).Int()
 	return n == 1, err
 }
 
 // NewStreamCollector returns a collector over s's partitions.
-func NewStreamCollector(s *Store) *StreamCollector {
+func NewStreamCollector(s *rdb.Store) *StreamCollector {
 	d := func(name, help string) *prometheus.Desc {
 		return prometheus.NewDesc(name, help, []string{"partition"}, nil)
 	}
@@ -99,7 +101,7 @@ func (c *StreamCollector) Collect(ch chan<- prometheus.Metric) {
 		return
 	}
 	ch <- prometheus.MustNewConstMetric(c.exporting, prometheus.GaugeValue, 1)
-	for p := range c.s.partitions {
+	for p := range c.s.Partitions() {
 		b, err := c.s.PartitionBacklog(ctx, p)
 		if err != nil {
 			ok = 0

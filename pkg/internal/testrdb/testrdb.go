@@ -1,0 +1,66 @@
+// Package testrdb starts the tests of the packages over pkg/rdb on a
+// fresh Store: one redis-server of the test's own, or a flushed Redis
+// Cluster when the package runs with -redis-cluster
+// (testsrv.MainMaybeOnCluster).
+package testrdb
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/flashsale/flashsale/pkg/internal/testsrv"
+	"github.com/flashsale/flashsale/pkg/order"
+	"github.com/flashsale/flashsale/pkg/rdb"
+)
+
+// NewStore is a Store of the given partitions, its scripts loaded, its
+// consumer groups made and every partition marked loaded, over a
+// redis-server of the test's own, or over cluster (flushed) when it is not
+// nil.
+func NewStore(t testing.TB, cluster *testsrv.Cluster, partitions int) *rdb.Store {
+	t.Helper()
+	var c redis.UniversalClient
+	if cluster != nil {
+		// A test that stopped a node (the hung-master one) may have left
+		// the cluster marking it failed for a moment: wait it out.
+		wctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		require.NoError(t, cluster.WaitOK(wctx))
+		cancel()
+		cc := cluster.Client()
+		require.NoError(t, cc.ForEachMaster(context.Background(), func(ctx context.Context, n *redis.Client) error {
+			return n.FlushAll(ctx).Err()
+		}))
+		c = cc
+	} else {
+		c = testsrv.NewRedis(t).Client()
+	}
+	t.Cleanup(func() { c.Close() })
+	s, err := rdb.New(c, partitions, "")
+	require.NoError(t, err)
+	require.NoError(t, s.Load(context.Background()))
+	require.NoError(t, s.EnsureGroups(context.Background()))
+	// Loaded, as the reaper's restorer marks a partition once it found
+	// every voucher on sale there: an unknown voucher is then not found.
+	require.NoError(t, s.MarkAllLoaded(context.Background()))
+	return s
+}
+
+// SeedVoucher puts v on sale in s, a per-user limit of one unless it
+// says otherwise, and returns it as put.
+func SeedVoucher(t testing.TB, s *rdb.Store, v rdb.Voucher) rdb.Voucher {
+	t.Helper()
+	if v.PerUserLimit == 0 {
+		v.PerUserLimit = 1
+	}
+	require.NoError(t, s.PutVoucher(context.Background(), v))
+	return v
+}
+
+// Claim claims one unit of voucher v for user at now (its day in UTC).
+func Claim(s *rdb.Store, v int64, user string, now time.Time) (rdb.Admission, error) {
+	return s.Admit(context.Background(), rdb.Claim{VoucherID: v, UserID: user, Now: now, Day: order.Day(now, time.UTC)})
+}

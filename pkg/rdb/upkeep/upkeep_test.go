@@ -1,0 +1,33 @@
+package upkeep_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/flashsale/flashsale/pkg/internal/testclock"
+	"github.com/flashsale/flashsale/pkg/internal/testrdb"
+	"github.com/flashsale/flashsale/pkg/internal/testsrv"
+	"github.com/flashsale/flashsale/pkg/rdb"
+)
+
+// t0 is the tests' sale start, from the clock.
+var t0 = testclock.Start()
+
+// cluster, with -redis-cluster, is the Redis Cluster every test of the
+// package runs against instead of one redis-server: make test runs the
+// package both ways.
+var cluster *testsrv.Cluster
+
+func TestMain(m *testing.M) { testsrv.MainMaybeOnCluster(m, &cluster) }
+
+func newStore(t testing.TB, partitions int) *rdb.Store {
+	return testrdb.NewStore(t, cluster, partitions)
+}
+
+func seedVoucher(t testing.TB, s *rdb.Store, v rdb.Voucher) rdb.Voucher {
+	return testrdb.SeedVoucher(t, s, v)
+}
+
+func claim(s *rdb.Store, v int64, user string, now time.Time) (rdb.Admission, error) {
+	return testrdb.Claim(s, v, user, now)
+}
