@@ -63,15 +63,15 @@ func ParseDeadLetter(p int, m redis.XMessage) DeadEntry {
 	if ms, err := strconv.ParseInt(strings.SplitN(m.ID, "-", 2)[0], 10, 64); err == nil {
 		d.DeadAt = time.UnixMilli(ms).UTC()
 	}
-	d.Order = deadEntry(p, m.ID, field)
+	d.Order = deadLetterOrder(p, m.ID, field)
 	return d
 }
 
-// deadEntry is the order dead letter deadID (of partition p, its fields
+// deadLetterOrder is the order dead letter deadID (of partition p, its fields
 // read by field) holds, to be processed again: its id is the one it was
 // dead-lettered with, and it must lead back to the stream entry it came
 // from.
-func deadEntry(p int, deadID string, field func(string) string) StreamOrder {
+func deadLetterOrder(p int, deadID string, field func(string) string) StreamOrder {
 	e := StreamOrder{Partition: p, StreamID: field("stream_id"), Index: -1}
 	id, err := strconv.ParseInt(field("order_id"), 10, 64)
 	if err != nil || field("created_ms") == "" {

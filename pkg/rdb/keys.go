@@ -73,8 +73,8 @@ func AliveKey(p int, c string) string { return partitionPrefix(p) + "alive:" + c
 // waitKey is the key a durability check of partition p writes and waits on.
 func waitKey(p int) string { return partitionPrefix(p) + "wait" }
 
-// GaugesKey is the lease of the reaper exporting the stream gauges.
-func GaugesKey() string { return "flashsale:gauges-exporter" }
+// gaugesKey is the lease of the reaper exporting the stream gauges.
+func gaugesKey() string { return "flashsale:gauges-exporter" }
 
 // bucket is where one bucket of a voucher lives.
 type bucket struct {

@@ -43,18 +43,12 @@ func (c *StreamCollector) ExportedBy(who string) *StreamCollector {
 }
 
 // leading reports whether this collector holds the exporter lease, taking
-// it when nobody does and renewing it when it does (one script: atomic).
+// it when nobody does and renewing it when it does.
 func (c *StreamCollector) leading(ctx context.Context) (bool, error) {
 	if c.who == "" {
 		return true, nil
 	}
-	n, err := c.s.Client().Eval(ctx, `local cur = redis.call('GET', KEYS[1])
-if cur == false or cur == ARGV[1] then
-  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-  return 1
-end
-return 0`, []string{rdb.GaugesKey()}, c.who, GaugeLease.Milliseconds()).Int()
-	return n == 1, err
+	return c.s.HoldGaugesLease(ctx, c.who, GaugeLease)
 }
 
 // NewStreamCollector returns a collector over s's partitions.
