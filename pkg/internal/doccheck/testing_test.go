@@ -34,3 +34,39 @@ func TestTheTestingPageNamesRealTests(t *testing.T) {
 		require.True(t, defined[string(m[1])], "docs/TESTING.md names %s, which no test file defines", m[1])
 	}
 }
+
+// The packages docs/TESTING.md says run on a Redis Cluster too are the
+// ones the Makefile's test target runs with -redis-cluster, and each of
+// them runs its tests through testsrv.MainMaybeOnCluster (without it the
+// flag would change nothing).
+func TestTheTestingPageNamesTheClusterRuns(t *testing.T) {
+	root := filepath.Join("..", "..", "..")
+	mk, err := os.ReadFile(filepath.Join(root, "Makefile"))
+	require.NoError(t, err)
+	line := regexp.MustCompile(`(?m)^\t\$\(GO\) test .*?((?: \./pkg/\S+)+) -args -redis-cluster$`).FindSubmatch(mk)
+	require.NotNil(t, line, "the Makefile runs packages with -redis-cluster")
+	var made []string
+	for _, p := range strings.Fields(string(line[1])) {
+		made = append(made, strings.TrimPrefix(p, "./"))
+	}
+	doc := read(t, "TESTING.md")
+	_, sentence, ok := strings.Cut(doc, "The\npackages that send Redis commands themselves (")
+	require.True(t, ok, "docs/TESTING.md says which packages run on a cluster")
+	sentence, _, _ = strings.Cut(sentence, ")")
+	var said []string
+	for _, m := range regexp.MustCompile("`(pkg/[^`]+)`").FindAllStringSubmatch(sentence, -1) {
+		said = append(said, m[1])
+	}
+	require.Equal(t, made, said, "docs/TESTING.md against the Makefile's -redis-cluster run")
+	for _, p := range made {
+		files, err := filepath.Glob(filepath.Join(root, p, "*_test.go"))
+		require.NoError(t, err)
+		found := false
+		for _, f := range files {
+			src, err := os.ReadFile(f)
+			require.NoError(t, err)
+			found = found || strings.Contains(string(src), "testsrv.MainMaybeOnCluster(")
+		}
+		require.True(t, found, "%s runs with -redis-cluster but its tests never start a cluster", p)
+	}
+}
