@@ -108,9 +108,7 @@
 -- count units), 7 stream sequence overflow (retry), 8 quantity above the
 -- voucher's per-user limit, or above 1 for a pool (a bad request: it can
 -- never be admitted), 9 paused by an operator, {10, n} (a pair): the voucher has n
--- buckets, not ARGV[2] (route again); a call whose entry cannot be
--- numbered (sequence 128 or more) changes nothing from the claim that
--- began that entry's orders on, and those claims are all answered 7, 11 the user entered this draw already,
+-- buckets, not ARGV[2] (route again), 11 the user entered this draw already,
 -- 12 the voucher needs a proof of work and the claim has none, 13 its proof
 -- is too easy or was used before, 14 the voucher has a waiting room and
 -- the claim no pass that holds, 15 the voucher is missing from a
@@ -119,6 +117,9 @@
 -- rebuilds it from MySQL, not an unknown voucher, 16 the voucher needs
 -- an access code now and the claim has none, 17 it needs one now and the
 -- claim's is not the user's.
+-- A call whose stream entry cannot be numbered (sequence 128 or more)
+-- changes nothing from the claim that began that entry's orders on, and
+-- those claims are all answered 7.
 -- Only admissions are remembered under the idempotency key: a rejection
 -- changed nothing, so its retry is simply decided again.
 

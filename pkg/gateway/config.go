@@ -74,8 +74,9 @@ type Config struct {
 	// PipelineWorkers is the most pipelines in flight to Redis at once:
 	// concurrent claims are coalesced into them (auto-pipelining; the
 	// batcher's policy is in pkg/rdb/batcher.go). The claims of one
-	// voucher bucket in a pipeline share one call of the admission script. Off (FLASHSALE_…=0; in a Config, negative)
-	// sends each claim alone. Default 4.
+	// voucher bucket in a pipeline share one call of the admission
+	// script. Off (FLASHSALE_…=0; in a Config, negative) sends each claim
+	// alone. Default 4.
 	PipelineWorkers int `envconfig:"FLASHSALE_REDIS_PIPELINE_WORKERS" default:"4"`
 	// PipelineMaxBatch bounds the claims in one pipeline. Default 128.
 	PipelineMaxBatch int `envconfig:"FLASHSALE_REDIS_PIPELINE_MAX_BATCH" default:"128"`

@@ -197,9 +197,13 @@ func (s *Store) admitFromDry(ctx context.Context, c Claim) (Admission, error) {
 // which decides them in order (admitCalls).
 func (s *Store) admitBatch(ctx context.Context, claims []Claim) ([]Admission, []error, error) {
 	out, errs := make([]Admission, len(claims)), make([]error, len(claims))
-	pending := make([]int, len(claims))
-	for i := range claims {
-		pending[i] = i
+	pending := make([]int, 0, len(claims))
+	for i, c := range claims {
+		if !sendable(c) {
+			errs[i] = fmt.Errorf("admit: user %q, pass %q: %w", c.UserID, c.Pass, ErrUnsendable)
+			continue
+		}
+		pending = append(pending, i)
 	}
 	for round := 0; round < 3 && len(pending) > 0; round++ {
 		calls := s.admitCalls(claims, pending)
@@ -314,10 +318,25 @@ type admitCall struct {
 	named  []any    // the keys claims name (idempotency records, proofs)
 }
 
-// claimLine is a claim's line in admit.lua's ARGV[5], field by field;
-// admit.lua's header lists the same names in the same order (a test holds
-// the two together).
-var claimLine = [...]string{"USER", "DT", "QTY", "DAY", "ACCESS", "PASS", "IDEM", "IDEM_TTL", "PROOF", "PROOF_MAX", "PROOF_TTL"}
+// The fields of a claim's line in admit.lua's ARGV[5], in order.
+const (
+	lineUser = iota
+	lineDT
+	lineQty
+	lineDay
+	lineAccess
+	linePass
+	lineIdem
+	lineIdemTTL
+	lineProof
+	lineProofMax
+	lineProofTTL
+)
+
+// claimLine names the fields of a claim's line; admit.lua's header lists
+// the same names in the same order (a test holds the two together).
+var claimLine = [...]string{lineUser: "USER", lineDT: "DT", lineQty: "QTY", lineDay: "DAY", lineAccess: "ACCESS",
+	linePass: "PASS", lineIdem: "IDEM", lineIdemTTL: "IDEM_TTL", lineProof: "PROOF", lineProofMax: "PROOF_MAX", lineProofTTL: "PROOF_TTL"}
 
 // cmd is the call as the EVALSHA command go-redis sends (as
 // redis.Script.EvalSha makes it, without boxing the keys one by one).
@@ -398,54 +417,42 @@ func (s *Store) admitCalls(claims []Claim, pending []int) []admitCall {
 // day and keys in the call.
 func (call *admitCall) line(buf []byte, c Claim) []byte {
 	var f [len(claimLine)]int64 // the numeric fields; 0 is each one's default but QTY's and DAY's
-	const (
-		dt = 1 + iota
-		qty
-		day
-		access
-		pass
-		idem
-		idemTTL
-		proof
-		proofMax
-		proofTTL
-	)
-	f[dt] = c.Now.UnixMilli() - call.base
-	f[qty] = max(c.Quantity, 1)
+	f[lineDT] = c.Now.UnixMilli() - call.base
+	f[lineQty] = max(c.Quantity, 1)
 	d := slices.Index(call.days, c.Day)
 	if d < 0 {
 		d = len(call.days)
 		call.days = append(call.days, c.Day)
 	}
-	f[day] = int64(d + 1)
-	f[access] = int64(c.Access)
+	f[lineDay] = int64(d + 1)
+	f[lineAccess] = int64(c.Access)
 	if c.IdempotencyKey != "" {
 		call.named = append(call.named, idemKey(call.key, c.UserID, c.IdempotencyKey))
-		f[idem], f[idemTTL] = int64(len(call.named)), max(int64(c.IdempotencyTTL/time.Second), 1)
+		f[lineIdem], f[lineIdemTTL] = int64(len(call.named)), max(int64(c.IdempotencyTTL/time.Second), 1)
 	}
 	if c.Proof.ID != "" {
 		key, m, ttl := c.Proof.Args(call.key)
 		call.named = append(call.named, key)
-		f[proof], f[proofMax], f[proofTTL] = int64(len(call.named)), m, ttl
+		f[lineProof], f[lineProofMax], f[lineProofTTL] = int64(len(call.named)), m, ttl
 	}
 	def := func(k int) bool { // field k is its default
 		switch k {
-		case qty, day:
+		case lineQty, lineDay:
 			return f[k] == 1
-		case pass:
+		case linePass:
 			return c.Pass == ""
 		}
 		return f[k] == 0
 	}
 	last := len(f) - 1 // the fields after the last written are their defaults
-	for last > 0 && def(last) {
+	for last > lineUser && def(last) {
 		last--
 	}
 	buf = append(buf, c.UserID...)
-	for k := 1; k <= last; k++ {
+	for k := lineUser + 1; k <= last; k++ {
 		buf = append(buf, ' ')
 		switch {
-		case k != pass:
+		case k != linePass:
 			buf = strconv.AppendInt(buf, f[k], 10)
 		case c.Pass != "":
 			buf = append(buf, c.Pass...)
@@ -454,6 +461,32 @@ func (call *admitCall) line(buf []byte, c Claim) []byte {
 		}
 	}
 	return append(buf, '\n')
+}
+
+// ErrUnsendable: a claim that cannot travel in a claim line, its user id
+// empty or holding a space or a control character, or its pass not
+// "PLACE:EXP_MS": it would read back as another claim, or break the
+// call's other claims. It is refused before the call; the gateway never
+// makes one (its user ids are 1-64 of A-Z a-z 0-9 _ . @ -).
+var ErrUnsendable = errors.New("claim cannot be sent to admit.lua")
+
+// sendable reports whether claim c's line reads back as c: the fields
+// admit.lua's parser splits on spaces and newlines are free of them.
+func sendable(c Claim) bool {
+	if c.UserID == "" {
+		return false
+	}
+	for i := 0; i < len(c.UserID); i++ {
+		if b := c.UserID[i]; b <= ' ' || b == 0x7f {
+			return false
+		}
+	}
+	for i := 0; i < len(c.Pass); i++ {
+		if b := c.Pass[i]; (b < '0' || b > '9') && b != ':' {
+			return false
+		}
+	}
+	return true
 }
 
 // isReplyError reports whether a pipeline failed only because some command

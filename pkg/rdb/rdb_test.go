@@ -567,3 +567,36 @@ func TestReadingAStreamWithoutItsGroupIsNoGroup(t *testing.T) {
 	_, err = s.ReadGroup(ctx, 1, "w", ">", 10, time.Millisecond)
 	require.NoError(t, err)
 }
+
+// A claim whose user id or pass would not read back from its line (a
+// space, a newline: another claim; empty) is refused before the call, and
+// the claims beside it in the call are decided as if it were not there:
+// nothing is taken for a user it might have read as.
+func TestAClaimThatCannotTravelInALineIsRefusedAlone(t *testing.T) {
+	s := newStore(t, 1)
+	seedVoucher(t, s, rdb.Voucher{ID: 41, Stock: 10})
+	claims := []rdb.Claim{
+		{VoucherID: 41, UserID: "amy", Now: t0, Day: d0},
+		{VoucherID: 41, UserID: "ben 0 1", Now: t0, Day: d0},
+		{VoucherID: 41, UserID: "cal\ndan", Now: t0, Day: d0},
+		{VoucherID: 41, UserID: "", Now: t0, Day: d0},
+		{VoucherID: 41, UserID: "eli", Now: t0, Day: d0, Pass: "1 2:3"},
+		{VoucherID: 41, UserID: "fay", Now: t0, Day: d0},
+	}
+	out, errs, err := s.AdmitMany(context.Background(), claims)
+	require.NoError(t, err)
+	for i, c := range claims {
+		if i == 0 || i == len(claims)-1 {
+			require.NoError(t, errs[i], c.UserID)
+			require.NotZero(t, out[i].OrderID)
+			continue
+		}
+		require.ErrorIs(t, errs[i], rdb.ErrUnsendable, "%q", c.UserID)
+	}
+	requireStock(t, s, 41, 8)
+	for _, u := range []string{"ben", "cal", "dan", "eli"} {
+		n, err := s.UserCount(context.Background(), 41, u)
+		require.NoError(t, err)
+		require.Zero(t, n, "nothing taken for %s", u)
+	}
+}

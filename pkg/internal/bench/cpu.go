@@ -548,17 +548,7 @@ func admissionThenPersistence(ctx context.Context, s *harness.Stack, cfg Config,
 // waitDrained waits until every order admitted is persisted and
 // acknowledged (every stream empty, nothing pending).
 func waitDrained(ctx context.Context, s *harness.Stack, limit time.Duration) error {
-	deadline := time.Now().Add(limit)
-	for {
-		ok, why := s.Drained(ctx)
-		if ok {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("not drained after %s: %s", limit, why)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	return until(ctx, limit, "drained", func() (bool, string) { return s.Drained(ctx) })
 }
 
 // scaleOutRuns starts a stack on a 3-master Redis Cluster and measures a

@@ -109,16 +109,30 @@ func drain(ctx context.Context, s *harness.Stack, kind string, buckets, workers,
 // that could not write it there at once (MySQL or Redis slow after the
 // run before) answers 201 and leaves its creation to the reaper.
 func inRedis(ctx context.Context, s *harness.Stack, v int64) error {
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	return until(ctx, 30*time.Second, fmt.Sprintf("voucher %d in Redis", v), func() (bool, string) {
 		_, found, err := s.RDB.RemainingStock(ctx, v)
-		if err == nil && found {
+		return err == nil && found, fmt.Sprint("found ", found, ", ", err)
+	})
+}
+
+// until polls cond every 20 ms until it holds, for at most limit: the
+// bench's one wait. what names the wait in its error, beside cond's last
+// reason.
+func until(ctx context.Context, limit time.Duration, what string, cond func() (ok bool, why string)) error {
+	deadline := time.Now().Add(limit)
+	for {
+		ok, why := cond()
+		if ok {
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("voucher %d not in Redis 30 s after its creation (%v)", v, err)
+			return fmt.Errorf("%s: not after %s: %s", what, limit, why)
 		}
-		time.Sleep(20 * time.Millisecond)
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
 	}
 }
 
@@ -132,17 +146,14 @@ func spec(name, kind string, n int64) harness.VoucherSpec {
 
 // waitReady waits until a process's /readyz answers 200.
 func waitReady(p *harness.Proc) error {
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) {
-		if res, err := http.Get(p.OpsURL + "/readyz"); err == nil {
-			res.Body.Close()
-			if res.StatusCode == http.StatusOK {
-				return nil
-			}
+	return until(context.Background(), 30*time.Second, p.Name+" ready", func() (bool, string) {
+		res, err := http.Get(p.OpsURL + "/readyz")
+		if err != nil {
+			return false, err.Error()
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	return fmt.Errorf("%s not ready after 30s", p.Name)
+		res.Body.Close()
+		return res.StatusCode == http.StatusOK, res.Status
+	})
 }
 
 // prefill admits n orders of voucher v by distinct users, pipelined.
