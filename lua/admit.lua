@@ -35,7 +35,7 @@
 -- fields after the last one that differs from its default are left out, so a common claim is
 -- its user alone (pkg/rdb admit.go writes them; a test holds this line to its list):
 -- claim line: USER DT QTY DAY ACCESS PASS IDEM IDEM_TTL PROOF PROOF_MAX PROOF_TTL
---   USER      user id
+--   USER      user id: never empty, no space or control character (pkg/rdb refuses such a claim)
 --   DT        its time minus ARGV[4], in milliseconds (default 0)
 --   QTY       quantity: units taken, all or nothing (1..1000; written into the order; default 1)
 --   DAY       j: its day is the call's j-th (default 1)
