@@ -134,7 +134,7 @@ local pass_places, pass_exps = {}, {} -- a pass "PLACE:EXP_MS", read once
 local idems, idem_ttls, proofs, proof_maxes, proof_ttls = {}, {}, {}, {}, {}
 local keyed, idem_keys = {}, {}
 for user, dt, qty, day, code, pass, idem, idem_ttl, proof, proof_max, proof_ttl in
-    string.gmatch(ARGV[5], '(%S+) ?(%-?%d*) ?(%d*) ?(%d*) ?(%d*) ?([%d:]*) ?(%d*) ?(%d*) ?(%d*) ?(%d*) ?(%d*)\n') do
+    string.gmatch(ARGV[5], '(%S+) ?(%-?%d*) ?(%d*) ?(%d*) ?(%d*) ?([%d:%-]*) ?(%d*) ?(%d*) ?(%d*) ?(%d*) ?(%d*)\n') do
   n = n + 1
   users[n] = user
   nows[n] = base + (tonumber(dt) or 0)
@@ -143,7 +143,7 @@ for user, dt, qty, day, code, pass, idem, idem_ttl, proof, proof_max, proof_ttl 
   day_keys[n], day_args[n] = KEYS[5 + d], ARGV[5 + d]
   codes[n] = code
   if pass ~= '' and pass ~= '0' then
-    pass_places[n], pass_exps[n] = string.match(pass, '^(%d+):(%d+)$')
+    pass_places[n], pass_exps[n] = string.match(pass, '^(%d+):(%-?%d+)$')
   end
   idem = tonumber(idem) or 0
   if idem > 0 then

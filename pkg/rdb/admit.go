@@ -464,10 +464,11 @@ func (call *admitCall) line(buf []byte, c Claim) []byte {
 }
 
 // ErrUnsendable: a claim that cannot travel in a claim line, its user id
-// empty or holding a space or a control character, or its pass not
-// "PLACE:EXP_MS": it would read back as another claim, or break the
-// call's other claims. It is refused before the call; the gateway never
-// makes one (its user ids are 1-64 of A-Z a-z 0-9 _ . @ -).
+// empty or holding a space or a control character, or its pass other
+// than digits, colons and minus signs ("PLACE:EXP_MS"): it would read
+// back as another claim, or break the call's other claims. It is refused
+// before the call; the gateway never makes one (its user ids are 1-64 of
+// A-Z a-z 0-9 _ . @ -).
 var ErrUnsendable = errors.New("claim cannot be sent to admit.lua")
 
 // sendable reports whether claim c's line reads back as c: the fields
@@ -482,7 +483,7 @@ func sendable(c Claim) bool {
 		}
 	}
 	for i := 0; i < len(c.Pass); i++ {
-		if b := c.Pass[i]; (b < '0' || b > '9') && b != ':' {
+		if b := c.Pass[i]; (b < '0' || b > '9') && b != ':' && b != '-' {
 			return false
 		}
 	}
