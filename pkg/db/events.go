@@ -393,17 +393,24 @@ func (s *Store) SequenceEvents(ctx context.Context, limit int) (int, error) {
 	return n, nil
 }
 
-// Events returns up to limit sequenced events after sequence after, in
-// sequence order. A sequenced row never changes, so the rows read last
-// are kept decoded (rowCache): the relay reads a worker's row of
-// hundreds of events a batch at a time.
+// Events returns the kept events after sequence after, in sequence
+// order, at most limit: whatever after is (before the first kept, inside
+// a row, at a row's end, past the last) and whatever the limit, the
+// events API, the relay, a redelivery and the backlog gauges read
+// through it. A row holding an event after after begins at most
+// MaxEventsPerRow-1 before after+1, so the rows read are found by the
+// sequence index from there, and limit rows hold at least limit such
+// events. A sequenced row never changes, so the rows read last are kept
+// decoded (rowCache): the relay reads a worker's row of hundreds of
+// events a batch at a time.
 func (s *Store) Events(ctx context.Context, after int64, limit int) ([]Event, error) {
-	var heads []eventRow
+	if limit < 1 {
+		return nil, nil
+	}
 	db := s.db.WithContext(ctx)
-	if err := db.Raw(`SELECT id, sequence, n, occurred_at FROM events
-		WHERE sequence IS NOT NULL AND sequence > ? AND sequence + n > ? AND sequence <= ? ORDER BY sequence LIMIT ?`,
-		after-MaxEventsPerRow, after, after+int64(limit), limit).Scan(&heads).Error; err != nil {
-		return nil, fmt.Errorf("read events after %d: %w", after, err)
+	heads, err := rowsAfter(db, after, limit)
+	if err != nil {
+		return nil, err
 	}
 	snaps := make(map[int64][]Snapshot, len(heads))
 	var missing []int64
@@ -431,10 +438,13 @@ func (s *Store) Events(ctx context.Context, after int64, limit int) ([]Event, er
 			s.rows.put(b.ID, ss)
 		}
 	}
-	out := make([]Event, 0, limit)
+	out := make([]Event, 0, min(limit, 1024))
 	for _, h := range heads {
 		ss, ok := snaps[h.ID]
-		if !ok || len(ss) != h.N {
+		if !ok { // deleted between the two reads: what follows it is read next time
+			break
+		}
+		if len(ss) != h.N {
 			return nil, fmt.Errorf("events row %d: %d events, n says %d", h.ID, len(ss), h.N)
 		}
 		for k, snap := range ss {
@@ -446,6 +456,29 @@ func (s *Store) Events(ctx context.Context, after int64, limit int) ([]Event, er
 	return out, nil
 }
 
+// rowsAfter is the heads of the first limit rows holding an event after
+// sequence after, in sequence order.
+func rowsAfter(db *gorm.DB, after int64, limit int) ([]eventRow, error) {
+	var heads []eventRow
+	if err := db.Raw(`SELECT id, sequence, n, occurred_at FROM events
+		WHERE sequence IS NOT NULL AND sequence > ? AND sequence + n > ? ORDER BY sequence LIMIT ?`,
+		max(after+1-MaxEventsPerRow, 0), after+1, limit).Scan(&heads).Error; err != nil {
+		return nil, fmt.Errorf("read events after %d: %w", after, err)
+	}
+	return heads, nil
+}
+
+// OldestAfter is when the first kept event after sequence after was
+// written (nil: none kept): a sink's oldest undelivered event, read as
+// Events reads it, without the row's body.
+func (s *Store) OldestAfter(ctx context.Context, after int64) (*time.Time, error) {
+	heads, err := rowsAfter(s.db.WithContext(ctx), after, 1)
+	if err != nil || len(heads) == 0 {
+		return nil, err
+	}
+	return &heads[0].OccurredAt, nil
+}
+
 // rowCache keeps the last rows of events decoded, by row id.
 type rowCache struct {
 	mu    sync.Mutex
@@ -453,7 +486,7 @@ type rowCache struct {
 	order []int64
 }
 
-// rowCacheSize: rows kept decoded (a worker's row holds up to 500 events).
+// rowCacheSize: rows kept decoded (a row holds up to MaxEventsPerRow events).
 const rowCacheSize = 16
 
 func (c *rowCache) get(id int64) ([]Snapshot, bool) {

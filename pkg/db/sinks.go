@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/go-sql-driver/mysql"
 	"gorm.io/gorm"
 )
 
@@ -32,36 +33,71 @@ type SinkState struct {
 }
 
 // HoldSink takes, or renews, owner's lease on the sink name for ttl and
-// returns the sink and whether owner holds it. A sink seen for the first
-// time starts at the last sequence given: it gets the events to come
-// ("reaper events redeliver --after" backfills).
+// returns the sink and whether owner holds it. owner is a lease token,
+// one per process: a lease is owner's alone, whatever the reapers are
+// named. A sink seen for the first time starts at the last sequence
+// given: it gets the events to come ("reaper events redeliver --after"
+// backfills).
+//
+// The row is locked for update before anything else: an INSERT IGNORE
+// first would take a shared lock on a row that exists, and two reapers
+// holding it shared and both asking to update it deadlock. A deadlock
+// left (two reapers adding the same new sink) is retried.
 func (s *Store) HoldSink(ctx context.Context, name, owner string, ttl time.Duration) (SinkState, bool, error) {
 	var st SinkState
 	held := false
-	err := s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
-		if err := tx.Exec(`INSERT IGNORE INTO event_sinks (name, delivered_upto, seen_at)
-			SELECT ?, last, UTC_TIMESTAMP(3) FROM event_sequence WHERE id = 1`, name).Error; err != nil {
-			return fmt.Errorf("add sink %s: %w", name, err)
-		}
-		var row struct {
-			SinkState
-			Free bool
-		}
-		if err := tx.Raw(`SELECT name, delivered_upto, owner, lease_until, failing_since, attempts, last_error, disabled, seen_at,
-			(owner IS NULL OR owner = ? OR lease_until < UTC_TIMESTAMP(3)) AS free
-			FROM event_sinks WHERE name = ? FOR UPDATE`, owner, name).Scan(&row).Error; err != nil {
-			return fmt.Errorf("read sink %s: %w", name, err)
-		}
-		st = row.SinkState
-		if !row.Free {
-			return nil
-		}
-		held = true
-		st.Owner = owner
-		return tx.Exec(`UPDATE event_sinks SET owner = ?, lease_until = UTC_TIMESTAMP(3) + INTERVAL ? MICROSECOND, seen_at = UTC_TIMESTAMP(3)
+	err := retryDeadlock(func() error {
+		held = false
+		return s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+			var row struct {
+				SinkState
+				Free bool
+			}
+			read := func() error {
+				return tx.Raw(`SELECT name, delivered_upto, owner, lease_until, failing_since, attempts, last_error, disabled, seen_at,
+				(owner IS NULL OR owner = ? OR lease_until < UTC_TIMESTAMP(3)) AS free
+				FROM event_sinks WHERE name = ? FOR UPDATE`, owner, name).Scan(&row).Error
+			}
+			if err := read(); err != nil {
+				return fmt.Errorf("read sink %s: %w", name, err)
+			}
+			if row.Name == "" {
+				if err := tx.Exec(`INSERT IGNORE INTO event_sinks (name, delivered_upto, seen_at)
+				SELECT ?, last, UTC_TIMESTAMP(3) FROM event_sequence WHERE id = 1`, name).Error; err != nil {
+					return fmt.Errorf("add sink %s: %w", name, err)
+				}
+				if err := read(); err != nil {
+					return fmt.Errorf("read sink %s: %w", name, err)
+				}
+			}
+			st = row.SinkState
+			if !row.Free {
+				return nil
+			}
+			held = true
+			st.Owner = owner
+			return tx.Exec(`UPDATE event_sinks SET owner = ?, lease_until = UTC_TIMESTAMP(3) + INTERVAL ? MICROSECOND, seen_at = UTC_TIMESTAMP(3)
 			WHERE name = ?`, owner, ttl.Microseconds(), name).Error
-	}, readCommitted)
+		}, readCommitted)
+	})
 	return st, held, err
+}
+
+// retryDeadlock runs f again, up to 3 times, while MySQL chose it as a
+// deadlock's victim (its transaction rolled back whole).
+func retryDeadlock(f func() error) error {
+	var err error
+	for range 3 {
+		if err = f(); !isDeadlock(err) {
+			return err
+		}
+	}
+	return err
+}
+
+func isDeadlock(err error) bool {
+	var me *mysql.MySQLError
+	return errors.As(err, &me) && me.Number == ErrNumDeadlock
 }
 
 // ReleaseSink gives up owner's lease on name (a reaper shutting down).
@@ -74,9 +110,14 @@ func (s *Store) ReleaseSink(ctx context.Context, name, owner string) error {
 // longer owner's (an operator's redeliver, a lease taken over): the
 // caller reads the sink again.
 func (s *Store) AdvanceSink(ctx context.Context, name, owner string, from, upto int64) (bool, error) {
-	res := s.db.WithContext(ctx).Exec(`UPDATE event_sinks SET delivered_upto = ?, failing_since = NULL, attempts = 0, last_error = ''
-		WHERE name = ? AND owner = ? AND delivered_upto = ?`, upto, name, owner, from)
-	return res.RowsAffected == 1, res.Error
+	moved := false
+	err := retryDeadlock(func() error { // a victim's retry: what was delivered is not sent again
+		res := s.db.WithContext(ctx).Exec(`UPDATE event_sinks SET delivered_upto = ?, failing_since = NULL, attempts = 0, last_error = ''
+			WHERE name = ? AND owner = ? AND delivered_upto = ?`, upto, name, owner, from)
+		moved = res.RowsAffected == 1
+		return res.Error
+	})
+	return moved, err
 }
 
 // SinkFailing records a failed attempt at the event after name's
@@ -187,39 +228,18 @@ func (s *Store) SinkStates(ctx context.Context) ([]SinkState, error) {
 		FROM event_sinks ORDER BY name`).Scan(&out).Error; err != nil {
 		return nil, fmt.Errorf("read the sinks: %w", err)
 	}
-	last, err := s.LastSequence(ctx)
-	if err != nil {
-		return nil, err
-	}
 	for i := range out {
 		st := &out[i]
 		if err := db.Raw("SELECT COUNT(*) FROM event_failures WHERE sink = ?", st.Name).Scan(&st.Failed).Error; err != nil {
 			return nil, fmt.Errorf("read sink %s's failures: %w", st.Name, err)
 		}
-		oldest, err := s.eventWrittenAt(ctx, st.DeliveredUpto+1, last)
+		oldest, err := s.OldestAfter(ctx, st.DeliveredUpto)
 		if err != nil {
 			return nil, err
 		}
 		st.Oldest = oldest
 	}
 	return out, nil
-}
-
-// eventWrittenAt is when the event of sequence seq was written (nil: no
-// such event, yet or any more), last the last sequence given.
-func (s *Store) eventWrittenAt(ctx context.Context, seq, last int64) (*time.Time, error) {
-	if seq > last {
-		return nil, nil
-	}
-	var at []time.Time
-	if err := s.db.WithContext(ctx).Raw(`SELECT occurred_at FROM events WHERE sequence IS NOT NULL AND sequence <= ? AND sequence > ?
-		ORDER BY sequence DESC LIMIT 1`, seq, seq-MaxEventsPerRow).Scan(&at).Error; err != nil {
-		return nil, fmt.Errorf("read event %d: %w", seq, err)
-	}
-	if len(at) == 0 {
-		return nil, nil
-	}
-	return &at[0], nil
 }
 
 // LastSequence is the last sequence given.

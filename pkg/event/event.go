@@ -32,7 +32,9 @@ type Event struct {
 	Time            string `json:"time"`
 	DataContentType string `json:"datacontenttype"`
 	// Sequence (the CloudEvents sequence extension): a decimal integer,
-	// one more than the event published before it.
+	// one more than the event published before it, written in
+	// SequenceWidth digits, zero-padded, so sequences sort as text in
+	// their numeric order as the extension asks (FormatSequence).
 	Sequence string `json:"sequence"`
 	Data     Data   `json:"data"`
 }
@@ -50,7 +52,7 @@ type Data struct {
 func Of(source string, e db.Event) Event {
 	var seq string
 	if e.Sequence > 0 {
-		seq = strconv.FormatInt(e.Sequence, 10)
+		seq = FormatSequence(e.Sequence)
 	}
 	d := Data{Order: orderview.Of(e.Order())}
 	if s := order.Status(e.Status); s == order.StatusCancelled || s == order.StatusFailed {
@@ -59,6 +61,26 @@ func Of(source string, e db.Event) Event {
 	return Event{SpecVersion: "1.0", ID: e.ID(), Source: source, Type: TypePrefix + e.Status,
 		Subject: strconv.FormatInt(e.OrderID, 10), Time: e.OccurredAt.UTC().Format(time.RFC3339Nano),
 		DataContentType: "application/json", Sequence: seq, Data: d}
+}
+
+// SequenceWidth is the digits of every sequence as the events carry it:
+// a BIGINT UNSIGNED's, so no sequence MySQL holds is wider.
+const SequenceWidth = 20
+
+// FormatSequence is seq (0 or more) as events, pages and Kafka headers
+// carry it: SequenceWidth decimal digits, zero-padded ("00000000000000000041").
+func FormatSequence(seq int64) string {
+	var b [SequenceWidth]byte
+	d := strconv.AppendInt(b[:0:SequenceWidth], seq, 10)
+	if len(d) >= SequenceWidth {
+		return string(d)
+	}
+	pad := SequenceWidth - len(d)
+	copy(b[pad:], d)
+	for i := range pad {
+		b[i] = '0'
+	}
+	return string(b[:])
 }
 
 // ValidSource reports whether s may be the events' source: 1-255

@@ -15,6 +15,9 @@ import (
 type auth struct {
 	users      *token.Verifier
 	adminToken []byte
+	// eventsToken (FLASHSALE_EVENTS_READ_TOKEN, optional) reads the
+	// order events and the sinks' state, and nothing else of /admin.
+	eventsToken []byte
 }
 
 func bearer(r *http.Request) (string, bool) {
@@ -41,11 +44,29 @@ func (a *auth) user(r *http.Request) (string, error) {
 	return sub, nil
 }
 
-// admin checks the admin bearer token.
+// errEventsOnly refuses the events read token a route it does not open.
+var errEventsOnly = &apiError{http.StatusForbidden, "forbidden", "this token reads the order events only (FLASHSALE_EVENTS_READ_TOKEN)"}
+
+// admin checks the admin bearer token; the events read token is known
+// and refused (errEventsOnly).
 func (a *auth) admin(r *http.Request) error {
 	raw, ok := bearer(r)
-	if !ok || subtle.ConstantTimeCompare([]byte(raw), a.adminToken) != 1 {
+	switch {
+	case !ok:
 		return errUnauthorized
+	case subtle.ConstantTimeCompare([]byte(raw), a.adminToken) == 1:
+		return nil
+	case len(a.eventsToken) > 0 && subtle.ConstantTimeCompare([]byte(raw), a.eventsToken) == 1:
+		return errEventsOnly
+	}
+	return errUnauthorized
+}
+
+// eventsReader checks a token that may read the order events: the admin
+// token or the events read token.
+func (a *auth) eventsReader(r *http.Request) error {
+	if err := a.admin(r); err != errEventsOnly {
+		return err
 	}
 	return nil
 }

@@ -47,6 +47,11 @@ type Config struct {
 	AdminAddr string `envconfig:"FLASHSALE_ADMIN_ADDR"`
 	// AdminToken guards /admin; at least 32 bytes (required).
 	AdminToken string `envconfig:"FLASHSALE_ADMIN_TOKEN"`
+	// EventsReadToken, when set, reads GET /admin/v1/events and
+	// /admin/v1/events/sinks and nothing else (403 elsewhere): for an
+	// events consumer that must not create or pause sales. At least 32
+	// bytes, not the admin token.
+	EventsReadToken string `envconfig:"FLASHSALE_EVENTS_READ_TOKEN"`
 	// JWTSecret verifies the users' HS256 tokens; at least 32 bytes.
 	// Required unless JWTJWKSFile is set.
 	JWTSecret string `envconfig:"FLASHSALE_JWT_SECRET"`
@@ -255,6 +260,10 @@ func (c *Config) Validate() error {
 		return errors.New("FLASHSALE_ADMIN_TOKEN is required")
 	case len(c.AdminToken) < minAdminToken:
 		return fmt.Errorf("FLASHSALE_ADMIN_TOKEN must be at least %d bytes (a random one: openssl rand -hex 32)", minAdminToken)
+	case c.EventsReadToken != "" && len(c.EventsReadToken) < minAdminToken:
+		return fmt.Errorf("FLASHSALE_EVENTS_READ_TOKEN must be at least %d bytes (a random one: openssl rand -hex 32)", minAdminToken)
+	case c.EventsReadToken != "" && c.EventsReadToken == c.AdminToken:
+		return errors.New("FLASHSALE_EVENTS_READ_TOKEN must not be FLASHSALE_ADMIN_TOKEN")
 	case c.JWTSecret == "" && c.JWTJWKSFile == "":
 		return errors.New("FLASHSALE_JWT_SECRET (or FLASHSALE_JWT_JWKS_FILE) is required")
 	case c.JWTSecret != "" && len(c.JWTSecret) < minJWTSecret:

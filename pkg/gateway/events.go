@@ -18,17 +18,30 @@ const (
 )
 
 // listEvents: GET /admin/v1/events?after=SEQUENCE&limit=N → {"events":
-// [...], "next": "SEQUENCE"}: the events sequenced after after (0: from
-// the first kept), in sequence order; next is the last one's sequence
-// (after itself when there is none yet), to pass as after for the page
-// that follows.
+// [...], "next": "SEQUENCE"}: the kept events after after, in sequence
+// order, at most limit; next is the last one's sequence (after itself
+// when there is none yet), to pass as after for the page that follows.
+// An after before the first kept event starts at it and the answer says
+// so ("first_kept": the events between were deleted past the
+// retention); an after past the last event published is refused
+// (after_past_last), not answered as if caught up.
 func (g *Gateway) listEvents(w http.ResponseWriter, r *http.Request) {
-	if !g.admin(w, r) {
+	if !g.eventsReader(w, r) {
 		return
 	}
 	limit, after, err := pageOf(r, eventsPageDefault, eventsPageMax, "after must be an event's sequence (a whole number, 0 for the first kept)")
 	if err != nil {
 		g.fail(w, r, err)
+		return
+	}
+	last, err := g.db.LastSequence(r.Context())
+	if err != nil {
+		g.fail(w, r, err)
+		return
+	}
+	if after > last {
+		g.fail(w, r, badRequest("after_past_last", "after "+strconv.FormatInt(after, 10)+" is past the last event published, "+
+			strconv.FormatInt(last, 10)+": pass the next of a page this gateway answered, or 0"))
 		return
 	}
 	rows, err := g.db.Events(r.Context(), after, int(limit))
@@ -37,9 +50,14 @@ func (g *Gateway) listEvents(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	out := struct {
-		Events []event.Event `json:"events"`
-		Next   string        `json:"next"`
-	}{Events: make([]event.Event, 0, len(rows)), Next: strconv.FormatInt(after, 10)}
+		Events    []event.Event `json:"events"`
+		Next      string        `json:"next"`
+		FirstKept string        `json:"first_kept,omitempty"`
+	}{Events: make([]event.Event, 0, len(rows)), Next: event.FormatSequence(after)}
+	if len(rows) > 0 && rows[0].Sequence > after+1 {
+		// The events between were deleted: say where the kept ones begin.
+		out.FirstKept = event.FormatSequence(rows[0].Sequence)
+	}
 	for _, e := range rows {
 		ev := event.Of(g.cfg.EventsSource, e)
 		out.Events = append(out.Events, ev)
@@ -52,7 +70,7 @@ func (g *Gateway) listEvents(w http.ResponseWriter, r *http.Request) {
 // "sinks": [...]}: where each sink the reapers relay to stands (the
 // console's sinks row; "reaper events" says the same).
 func (g *Gateway) listSinks(w http.ResponseWriter, r *http.Request) {
-	if !g.admin(w, r) {
+	if !g.eventsReader(w, r) {
 		return
 	}
 	last, err := g.db.LastSequence(r.Context())

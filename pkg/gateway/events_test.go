@@ -2,12 +2,20 @@ package gateway_test
 
 import (
 	"context"
+	"fmt"
 	"net/http"
+	"sort"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/flashsale/flashsale/pkg/gateway"
+	"github.com/flashsale/flashsale/pkg/internal/testenv"
 )
+
+// seq is a sequence as the events carry it: 20 digits, zero-padded.
+func seq(n int64) string { return fmt.Sprintf("%020d", n) }
 
 // The events API: each order's changes in their sequence, as CloudEvents
 // carrying the order as GET /v1/orders/{id} shows it, a page at a time;
@@ -31,7 +39,7 @@ func TestTheEventsAPI(t *testing.T) {
 		return res
 	}
 	require.Empty(t, list("").Body["events"], "not sequenced yet: not published")
-	require.Equal(t, "0", list("").Body["next"])
+	require.Equal(t, seq(0), list("").Body["next"])
 	n, err := f.env.DB.SequenceEvents(context.Background(), 100)
 	require.NoError(t, err)
 	require.Equal(t, 4, n)
@@ -44,7 +52,7 @@ func TestTheEventsAPI(t *testing.T) {
 		require.Equal(t, "1.0", ev["specversion"])
 		require.Equal(t, "flashsale", ev["source"])
 		require.Equal(t, "application/json", ev["datacontenttype"])
-		require.Equal(t, []string{"1", "2", "3", "4"}[i], ev["sequence"])
+		require.Equal(t, seq(int64(i+1)), ev["sequence"])
 		require.NotEmpty(t, ev["id"])
 		_, err := time.Parse(time.RFC3339Nano, ev["time"].(string))
 		require.NoError(t, err)
@@ -66,11 +74,12 @@ func TestTheEventsAPI(t *testing.T) {
 
 	page := list("?after=1&limit=2")
 	require.Len(t, page.Body["events"], 2)
-	require.Equal(t, "3", page.Body["next"])
+	require.Equal(t, seq(3), page.Body["next"])
 	require.Equal(t, all[1], page.Body["events"].([]any)[0], "the same event, the same body")
 	end := list("?after=4")
 	require.Empty(t, end.Body["events"])
-	require.Equal(t, "4", end.Body["next"], "nothing yet: ask again from the same place")
+	require.Equal(t, seq(4), end.Body["next"], "nothing yet: ask again from the same place")
+	require.Nil(t, end.Body["first_kept"], "nothing missed")
 
 	for _, bad := range []string{"?after=x", "?after=-1", "?limit=0", "?limit=5000", "?limit=1.5"} {
 		requireError(t, f.do("GET", "/admin/v1/events"+bad, admin, ""), http.StatusBadRequest, "invalid_field")
@@ -113,4 +122,92 @@ func TestTheSinksAPI(t *testing.T) {
 	require.NotEmpty(t, s["oldest_undelivered"])
 	require.Equal(t, "reaper-a", s["relayed_by"])
 	requireError(t, f.do("GET", "/admin/v1/events/sinks", f.token("ann"), ""), http.StatusUnauthorized, "unauthorized")
+}
+
+// The edges a consumer meets: paging a page an event at a time from 0
+// reaches every event; after the retention deleted the first rows, after
+// 0 and 1 answer the first kept event and say where the kept ones begin;
+// an after past the last published is refused, not answered as caught
+// up; sequences sort as text in their order.
+func TestTheEventsAPIAtItsEdges(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	id := f.createVoucher(`{"name":"phone","stock":20}`)
+	var ids []string
+	for i := range 12 { // a batch's row, then a row a payment
+		res := f.do("POST", "/v1/vouchers/"+id+"/orders", f.token(fmt.Sprintf("u%d", i)), "")
+		require.Equal(t, http.StatusAccepted, res.Status, res.Raw)
+		ids = append(ids, res.Body["order_id"].(string))
+	}
+	f.persist(id)
+	for i, o := range ids[:4] {
+		require.Equal(t, http.StatusOK, f.do("POST", "/v1/orders/"+o+"/pay", f.token(fmt.Sprintf("u%d", i)), "").Status)
+	}
+	_, err := f.env.DB.SequenceEvents(ctx, 100)
+	require.NoError(t, err)
+	list := func(query string) response {
+		t.Helper()
+		res := f.do("GET", "/admin/v1/events"+query, admin, "")
+		require.Equal(t, http.StatusOK, res.Status, res.Raw)
+		return res
+	}
+	page := func(after string, limit int) ([]string, string) {
+		t.Helper()
+		res := list(fmt.Sprintf("?after=%s&limit=%d", after, limit))
+		var got []string
+		for _, e := range res.Body["events"].([]any) {
+			got = append(got, e.(map[string]any)["sequence"].(string))
+		}
+		return got, res.Body["next"].(string)
+	}
+	var paged []string
+	for after := "0"; ; {
+		got, next := page(after, 1)
+		if len(got) == 0 {
+			require.Equal(t, after, next)
+			break
+		}
+		require.Equal(t, []string{next}, got)
+		paged, after = append(paged, got...), next
+	}
+	require.Len(t, paged, 16, "12 created, 4 paid: every event, one page each")
+	require.True(t, sort.StringsAreSorted(paged), "sequences sort as text: %v", paged)
+	for i, s := range paged {
+		require.Equal(t, seq(int64(i+1)), s)
+	}
+	requireError(t, f.do("GET", "/admin/v1/events?after=17", admin, ""), http.StatusBadRequest, "after_past_last")
+	requireError(t, f.do("GET", "/admin/v1/events?after=99999999", admin, ""), http.StatusBadRequest, "after_past_last")
+
+	// The retention deletes the batch's row (1-12) and the first payment (13).
+	deleted, err := f.env.DB.DeleteEventsBefore(ctx, time.Now().Add(time.Hour), 2)
+	require.NoError(t, err)
+	require.Equal(t, 13, deleted)
+	for _, after := range []string{"0", "1", "12"} {
+		res := list("?after=" + after + "&limit=1")
+		require.Len(t, res.Body["events"], 1, "after %s", after)
+		require.Equal(t, seq(14), res.Body["events"].([]any)[0].(map[string]any)["sequence"])
+		require.Equal(t, seq(14), res.Body["first_kept"], "after %s: the events before 14 are gone", after)
+	}
+	res := list("?after=13&limit=1")
+	require.Equal(t, seq(14), res.Body["next"])
+	require.Nil(t, res.Body["first_kept"], "after 13 misses nothing")
+	got, _ := page(seq(14), 1000)
+	require.Equal(t, []string{seq(15), seq(16)}, got, "a padded after reads as its number")
+}
+
+// FLASHSALE_EVENTS_READ_TOKEN reads the events and the sinks, and every
+// other admin route refuses it 403; the admin token still reads them.
+func TestTheEventsReadTokenReadsEventsOnly(t *testing.T) {
+	const reader = "events-reader-token-0123456789abcdef"
+	f := newFixtureOn(t, testenv.New(t, 4), gateway.Config{EventsReadToken: reader})
+	for _, path := range []string{"/admin/v1/events", "/admin/v1/events?after=0&limit=1", "/admin/v1/events/sinks"} {
+		require.Equal(t, http.StatusOK, f.do("GET", path, reader, "").Status, path)
+		require.Equal(t, http.StatusOK, f.do("GET", path, admin, "").Status, path)
+	}
+	for _, r := range [][2]string{{"GET", "/admin/v1/vouchers"}, {"POST", "/admin/v1/vouchers"}, {"GET", "/admin/v1/vouchers/1"},
+		{"GET", "/admin/v1/vouchers/1/report"}, {"PATCH", "/admin/v1/vouchers/1"}, {"POST", "/admin/v1/vouchers/1/access-codes"},
+		{"POST", "/admin/v1/vouchers/1/pause"}, {"POST", "/admin/v1/vouchers/1/resume"}, {"GET", "/admin/v1/stats"}, {"GET", "/admin/v1/history"}} {
+		requireError(t, f.do(r[0], r[1], reader, `{"name":"x","stock":1}`), http.StatusForbidden, "forbidden")
+	}
+	requireError(t, f.do("GET", "/admin/v1/events", "not-the-reader-token-0123456789abcdef", ""), http.StatusUnauthorized, "unauthorized")
 }

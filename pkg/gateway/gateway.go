@@ -142,7 +142,7 @@ func New(cfg Config, r *rdb.Store, d *db.Store, log *zap.Logger, opts ...Option)
 		g.batcher = r.NewBatcher(cfg.PipelineWorkers, cfg.PipelineMaxBatch, cfg.ClaimTimeout)
 		g.admit = g.batcher.Admit
 	}
-	g.auth = &auth{adminToken: []byte(cfg.AdminToken), users: token.New(token.Config{Secret: cfg.JWTSecret,
+	g.auth = &auth{adminToken: []byte(cfg.AdminToken), eventsToken: []byte(cfg.EventsReadToken), users: token.New(token.Config{Secret: cfg.JWTSecret,
 		PreviousSecret: cfg.JWTPreviousSecret, Issuer: cfg.JWTIssuer, Audience: cfg.JWTAudience,
 		MaxLifetime: cfg.JWTMaxLifetime, Keys: cfg.valid.jwks, Now: func() time.Time { return g.now() }})}
 	g.pow = proof.New(cfg.powKey(), cfg.PowTTL, func() time.Time { return g.now() })
@@ -596,9 +596,25 @@ const (
 // admin authenticates an admin request and answers it if it fails:
 // 401, or 429 with Retry-After to an address that failed too often.
 func (g *Gateway) admin(w http.ResponseWriter, r *http.Request) bool {
-	err := g.auth.admin(r)
+	return g.authorized(w, r, g.auth.admin(r))
+}
+
+// eventsReader is admin for the routes that read the order events: the
+// admin token or FLASHSALE_EVENTS_READ_TOKEN.
+func (g *Gateway) eventsReader(w http.ResponseWriter, r *http.Request) bool {
+	return g.authorized(w, r, g.auth.eventsReader(r))
+}
+
+// authorized answers a request to /admin whose token checked as err: on
+// with nil, a 403 for a known token on a route it does not open, and a
+// failure counted against the caller's address for any other.
+func (g *Gateway) authorized(w http.ResponseWriter, r *http.Request, err error) bool {
 	if err == nil {
 		return true
+	}
+	if err == errEventsOnly {
+		g.fail(w, r, err)
+		return false
 	}
 	addr := ratelimit.ClientAddr(r, g.trusted)
 	if wait := g.adminFails.Blocked(addr, g.now()); wait > 0 {

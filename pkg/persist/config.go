@@ -34,7 +34,7 @@ type Config struct {
 	Block time.Duration `envconfig:"FLASHSALE_WORKER_BLOCK" default:"1s"`
 	// Consumer names this process in the group. SetDefaults leaves it:
 	// the worker binary fills an empty one with the host name, the reaper
-	// with reaper-<host>; a caller of the library names its own.
+	// with reaper-<host>-<pid>-<random>; a caller of the library names its own.
 	Consumer string `envconfig:"FLASHSALE_CONSUMER_NAME"`
 	// DrainTimeout bounds finishing the batch in hand after shutdown begins.
 	DrainTimeout time.Duration `envconfig:"FLASHSALE_WORKER_DRAIN_TIMEOUT" default:"10s"`

@@ -14,6 +14,8 @@ package reaper
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"time"
 
@@ -43,8 +45,12 @@ const (
 
 // relay is one sink's loop.
 type relay struct {
-	r        *Reaper
-	sink     event.Sink
+	r    *Reaper
+	sink event.Sink
+	// owner is this loop's lease token: the reaper's name and a random
+	// suffix, so two reapers of one name (two on a host started alike)
+	// never both hold a sink.
+	owner    string
 	batch    int
 	retryFor time.Duration // 0: retried until delivered
 	retry    *backoff.Backoff
@@ -52,10 +58,13 @@ type relay struct {
 	log      *zap.Logger
 	// The sink as last read, held or not; read again (and the lease
 	// renewed) at renewAt, a third into the lease, or at once after
-	// anything but a delivery changed it.
-	st      db.SinkState
-	held    bool
-	renewAt time.Time
+	// anything but a delivery changed it. heldUntil: when the lease
+	// ends at the latest, by this process's clock (the time before the
+	// renewal was asked, plus the lease): every send ends before it.
+	st        db.SinkState
+	held      bool
+	renewAt   time.Time
+	heldUntil time.Time
 	// gaugesAt: when the backlog gauges are set next.
 	gaugesAt time.Time
 }
@@ -80,8 +89,16 @@ func sinks(cfg event.Config) ([]event.Sink, error) {
 	return out, nil
 }
 
+// leaseToken is a lease owner unique to this process: name and 8
+// random hex digits.
+func leaseToken(name string) string {
+	var b [4]byte
+	_, _ = rand.Read(b[:]) // crypto/rand never fails on Linux
+	return name + "/" + hex.EncodeToString(b[:])
+}
+
 func (r *Reaper) newRelay(s event.Sink) *relay {
-	rl := &relay{r: r, sink: s, batch: kafkaBatch, retry: backoff.New(relayRetryFirst, kafkaRetryMax),
+	rl := &relay{r: r, sink: s, owner: leaseToken(r.cfg.Consumer), batch: kafkaBatch, retry: backoff.New(relayRetryFirst, kafkaRetryMax),
 		lease: max(relayLeaseMin, 3*r.cfg.EventsConfig.WebhookTimeout), log: r.log.With(zap.String("sink", s.Name()))}
 	if _, ok := s.(*event.Webhook); ok {
 		rl.batch, rl.retryFor, rl.retry = webhookBatch, r.cfg.EventsConfig.WebhookRetryFor, backoff.New(relayRetryFirst, webhookRetryMax)
@@ -106,7 +123,7 @@ func (rl *relay) run(ctx context.Context) {
 	}
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
-	if err := rl.r.db.ReleaseSink(rctx, name, rl.r.cfg.Consumer); err != nil {
+	if err := rl.r.db.ReleaseSink(rctx, name, rl.owner); err != nil {
 		rl.log.Warn("could not give up the sink's lease", zap.Error(err))
 	}
 }
@@ -121,9 +138,13 @@ func (rl *relay) sleep(ctx context.Context, d time.Duration) error {
 		}
 		d -= step
 		if d > 0 {
-			if _, _, err := rl.r.db.HoldSink(ctx, rl.sink.Name(), rl.r.cfg.Consumer, rl.lease); err != nil {
-				return nil // the next step says what failed
+			asked := time.Now()
+			_, held, err := rl.r.db.HoldSink(ctx, rl.sink.Name(), rl.owner, rl.lease)
+			if err != nil || !held {
+				rl.renewAt = time.Time{}
+				return nil // the next step says what failed, or who holds it
 			}
+			rl.heldUntil = asked.Add(rl.lease)
 		}
 	}
 	return nil
@@ -133,14 +154,16 @@ func (rl *relay) sleep(ctx context.Context, d time.Duration) error {
 // operator asked for, send the next events; it returns the pause before
 // the next turn.
 func (rl *relay) step(ctx context.Context) time.Duration {
-	name, owner, m := rl.sink.Name(), rl.r.cfg.Consumer, rl.r.metrics
+	name, owner, m := rl.sink.Name(), rl.owner, rl.r.metrics
 	if !time.Now().Before(rl.renewAt) {
+		asked := time.Now()
 		st, held, err := rl.r.db.HoldSink(ctx, name, owner, rl.lease)
 		if err != nil {
+			rl.held = false
 			rl.log.Warn("could not hold the sink's lease", zap.Error(err))
 			return rl.retry.Next()
 		}
-		rl.st, rl.held, rl.renewAt = st, held, time.Now().Add(rl.lease/3)
+		rl.st, rl.held, rl.renewAt, rl.heldUntil = st, held, asked.Add(rl.lease/3), asked.Add(rl.lease)
 		if err := rl.redeliverFailed(ctx); err != nil {
 			rl.log.Warn("could not redeliver failed events", zap.Error(err))
 		}
@@ -173,7 +196,7 @@ func (rl *relay) step(ctx context.Context) time.Duration {
 	for i, e := range events {
 		msgs[i] = event.NewMessage(event.Of(rl.r.cfg.EventsConfig.Source, e))
 	}
-	sctx, cancel := context.WithTimeout(ctx, rl.lease/2)
+	sctx, cancel := rl.sendContext(ctx)
 	n, sendErr := rl.sink.Send(sctx, msgs)
 	cancel()
 	if n > 0 {
@@ -197,6 +220,18 @@ func (rl *relay) step(ctx context.Context) time.Duration {
 	return rl.failed(ctx, msgs[n], sendErr)
 }
 
+// sendContext bounds a send: half a lease, and never past the lease,
+// less a margin for the clocks, so a sender whose lease lapsed has
+// stopped before another reaper can take the sink (the Kafka client's
+// own retries end sooner still: event.KafkaDeliveryTimeout).
+func (rl *relay) sendContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	end := time.Now().Add(rl.lease / 2)
+	if fence := rl.heldUntil.Add(-rl.lease / 10); fence.Before(end) {
+		end = fence
+	}
+	return context.WithDeadline(ctx, end)
+}
+
 // next reads the events to send after sequence after. With none, it
 // sequences what has committed since the sequencer's last pass (every
 // FLASHSALE_REAPER_EVENTS_INTERVAL) and reads again: an event leaves
@@ -217,7 +252,7 @@ func (rl *relay) next(ctx context.Context, after int64) ([]db.Event, error) {
 // failed handles a failed delivery of msg and returns the pause before
 // the next attempt.
 func (rl *relay) failed(ctx context.Context, msg event.Message, sendErr error) time.Duration {
-	name, owner := rl.sink.Name(), rl.r.cfg.Consumer
+	name, owner := rl.sink.Name(), rl.owner
 	rl.renewAt = time.Time{} // what follows changes the sink: read it again
 	cause := event.CauseOf(sendErr)
 	rl.r.metrics.sinkFailures.WithLabelValues(name, cause).Inc()
@@ -258,6 +293,9 @@ func (rl *relay) redeliverFailed(ctx context.Context) error {
 		return err
 	}
 	for _, seq := range seqs {
+		if !time.Now().Before(rl.renewAt) {
+			return nil // the lease is renewed before the rest are sent
+		}
 		events, err := rl.r.db.Events(ctx, seq-1, 1)
 		if err != nil {
 			return err
@@ -268,7 +306,7 @@ func (rl *relay) redeliverFailed(ctx context.Context) error {
 			}
 			continue
 		}
-		sctx, cancel := context.WithTimeout(ctx, rl.lease/2)
+		sctx, cancel := rl.sendContext(ctx)
 		_, sendErr := rl.sink.Send(sctx, []event.Message{event.NewMessage(event.Of(rl.r.cfg.EventsConfig.Source, events[0]))})
 		cancel()
 		cause := ""
@@ -286,7 +324,9 @@ func (rl *relay) redeliverFailed(ctx context.Context) error {
 }
 
 // gauges sets the sink's backlog gauges: the events after delivered_upto
-// and the age of the first of them.
+// and the age of the first of them, whether the sink is sending,
+// retrying or stopped (410): "reaper events" and the console read the
+// same (db.SinkStates).
 func (rl *relay) gauges(ctx context.Context, st db.SinkState, next []db.Event) {
 	name := rl.sink.Name()
 	last, err := rl.r.db.LastSequence(ctx)
@@ -297,9 +337,13 @@ func (rl *relay) gauges(ctx context.Context, st db.SinkState, next []db.Event) {
 	age := 0.0
 	if len(next) > 0 {
 		age = max(time.Since(next[0].OccurredAt).Seconds(), 0)
-	} else if st.Disabled != "" && last > st.DeliveredUpto {
-		if e, err := rl.r.db.Events(ctx, st.DeliveredUpto, 1); err == nil && len(e) == 1 {
-			age = max(time.Since(e[0].OccurredAt).Seconds(), 0)
+	} else if last > st.DeliveredUpto {
+		oldest, err := rl.r.db.OldestAfter(ctx, st.DeliveredUpto)
+		if err != nil {
+			return
+		}
+		if oldest != nil {
+			age = max(time.Since(*oldest).Seconds(), 0)
 		}
 	}
 	rl.r.metrics.sinkOldestAge.WithLabelValues(name).Set(age)

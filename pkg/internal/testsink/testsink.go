@@ -30,6 +30,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/flashsale/flashsale/pkg/db"
+	"github.com/flashsale/flashsale/pkg/event"
 )
 
 // Delivery is an event as a sink received it.
@@ -400,7 +401,7 @@ func check(want []db.Event, got []Delivery, ordered bool) []string {
 			add("received %s (sequence %s), not an event of the outbox", d.ID, d.Sequence)
 			continue
 		}
-		if d.Sequence != strconv.FormatInt(e.Sequence, 10) || d.Type != "order."+e.Status || d.Subject != strconv.FormatInt(e.OrderID, 10) {
+		if d.Sequence != event.FormatSequence(e.Sequence) || d.Type != "order."+e.Status || d.Subject != strconv.FormatInt(e.OrderID, 10) {
 			add("received %s as sequence %s type %s subject %s; the outbox says %d order.%s %d", d.ID, d.Sequence, d.Type, d.Subject, e.Sequence, e.Status, e.OrderID)
 		}
 		if b, seen := first[d.ID]; seen {

@@ -7,6 +7,8 @@ package cli
 import (
 	"bufio"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -128,7 +130,10 @@ func report(ctx context.Context, cfg *config, arg string, asJSON bool) error {
 	return reaper.PrintReport(os.Stdout, v, rep, queue)
 }
 
-// consumerName defaults the reaper's name in the group to reaper-<host>.
+// consumerName defaults the reaper's name in the group to
+// reaper-<host>-<pid>-<4 random hex digits>: unique per process, so two
+// reapers started alike on one host (or in two containers sharing a
+// host name) are two consumers, each with its own pending entries.
 func consumerName(cfg *config) error {
 	if cfg.Consumer != "" {
 		return nil
@@ -137,7 +142,9 @@ func consumerName(cfg *config) error {
 	if err != nil {
 		return err
 	}
-	cfg.Consumer = "reaper-" + host
+	var b [2]byte
+	_, _ = rand.Read(b[:]) // crypto/rand never fails on Linux
+	cfg.Consumer = fmt.Sprintf("reaper-%s-%d-%s", host, os.Getpid(), hex.EncodeToString(b[:]))
 	return nil
 }
 

@@ -1,0 +1,111 @@
+package reaper_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/flashsale/flashsale/pkg/db"
+	"github.com/flashsale/flashsale/pkg/event"
+	"github.com/flashsale/flashsale/pkg/internal/testenv"
+	"github.com/flashsale/flashsale/pkg/internal/testsink"
+)
+
+// twice lists the event ids ds holds more than once.
+func twice(ds []testsink.Delivery) []string {
+	seen := map[string]int{}
+	var out []string
+	for _, d := range ds {
+		if seen[d.ID]++; seen[d.ID] == 2 {
+			out = append(out, d.ID+" (sequence "+d.Sequence+")")
+		}
+	}
+	return out
+}
+
+// Two reapers of one name (two started alike on a host) relay each sink
+// from one of them at a time: with no crash, no event arrives twice at
+// the webhook endpoint or in Kafka.
+func TestTwoReapersOfOneNameRelayEachEventOnce(t *testing.T) {
+	e := testenv.New(t, 1)
+	v := e.SeedVoucher(t, db.Voucher{Stock: 10000}, -1)
+	hook := testsink.NewReceiver(t)
+	k := testsink.NewKafka(t, "flashsale.events")
+	cfg := event.Config{WebhookURLs: []string{hook.URL}, WebhookSecret: testsink.Secret, KafkaBrokers: []string{k.Addr()}}
+	relaying(t, e, "reaper-samehost", cfg)
+	relaying(t, e, "reaper-samehost", cfg)
+	testenv.Eventually(t, 10*time.Second, "the sinks held", func() bool {
+		st, err := e.DB.SinkStates(context.Background())
+		return err == nil && len(st) == 2
+	})
+	for round := range 5 { // changes while both relay, so both are at the leases
+		changeOrders(t, e, v, round*60, 60)
+	}
+	want := sequenced(t, e)
+	hooked := received(t, "the webhook endpoint", want, hook.Deliveries)
+	kafka := received(t, "kafka", want, kafkaDeliveries(t, k))
+	require.Empty(t, twice(hooked), "webhook deliveries of one event twice")
+	require.Empty(t, twice(kafka), "kafka records of one event twice")
+	for _, st := range []db.SinkState{sinkState(t, e, "kafka")} {
+		require.Contains(t, st.Owner, "reaper-samehost/", "the lease is held by a token of the process")
+	}
+}
+
+// An endpoint answering 500 has every event recorded failed after
+// FLASHSALE_EVENTS_WEBHOOK_RETRY_FOR, the first of each outbox row
+// (a batch's, each payment's) among them; while stopped by 410 another
+// endpoint's backlog ages in the gauge. Once both answer, "redeliver
+// --failed" sends each failed event exactly once, none recorded
+// deleted, and "redeliver" restarts the stopped one.
+func TestFailedEventsAreRedeliveredOnceAndAStoppedSinkAges(t *testing.T) {
+	e := testenv.New(t, 1)
+	v := e.SeedVoucher(t, db.Voucher{Stock: 100}, -1)
+	failing, gone := testsink.NewReceiver(t), testsink.NewReceiver(t)
+	failing.Always(testsink.Fail)
+	gone.Always(testsink.Gone)
+	_, reg := relaying(t, e, "relay-1", event.Config{WebhookURLs: []string{failing.URL, gone.URL}, WebhookSecret: testsink.Secret,
+		WebhookTimeout: 200 * time.Millisecond, WebhookRetryFor: 300 * time.Millisecond})
+	name := func(r *testsink.Receiver) string {
+		n, err := event.WebhookName(r.URL)
+		require.NoError(t, err)
+		return n
+	}
+	testenv.Eventually(t, 10*time.Second, "the sinks held", func() bool {
+		st, err := e.DB.SinkStates(context.Background())
+		return err == nil && len(st) == 2
+	})
+	changeOrders(t, e, v, 0, 6) // a batch's row of 6, then a row each for 2 payments and 2 cancels
+	want := sequenced(t, e)
+	require.Len(t, want, 10)
+	testenv.Eventually(t, 90*time.Second, "every event recorded failed", func() bool {
+		st := sinkState(t, e, name(failing))
+		return st.Failed == int64(len(want)) && st.DeliveredUpto == want[len(want)-1].Sequence
+	})
+	testenv.Eventually(t, 30*time.Second, "the stopped endpoint's backlog ages", func() bool {
+		st := sinkState(t, e, name(gone))
+		return st.Disabled != "" && st.Oldest != nil &&
+			testenv.Metric(t, reg, "flashsale_events_oldest_undelivered_age_seconds", "sink", name(gone)) > 0 &&
+			testenv.Metric(t, reg, "flashsale_events_undelivered", "sink", name(gone)) == float64(len(want))
+	})
+
+	failing.Always(testsink.OK)
+	n, err := e.DB.RedeliverFailed(context.Background(), name(failing))
+	require.NoError(t, err)
+	require.EqualValues(t, len(want), n)
+	testenv.Eventually(t, 60*time.Second, "the failed events redelivered", func() bool {
+		return sinkState(t, e, name(failing)).Failed == 0
+	})
+	ds := receivedBy(t, "the endpoint that failed", want, failing.Deliveries, testsink.CheckRedelivered)
+	require.Len(t, ds, len(want), "each failed event once: %v", twice(ds))
+
+	gone.Always(testsink.OK)
+	require.NoError(t, e.DB.RedeliverSink(context.Background(), name(gone), 0))
+	received(t, "the endpoint that was gone", want, gone.Deliveries)
+	testenv.Eventually(t, 30*time.Second, "its backlog gauge back to 0", func() bool {
+		return testenv.Metric(t, reg, "flashsale_events_oldest_undelivered_age_seconds", "sink", name(gone)) == 0
+	})
+	_ = fmt.Sprint
+}
