@@ -135,3 +135,39 @@ func nonNilSeqs(s []int64) []int64 {
 	}
 	return s
 }
+
+// "reaper events redeliver --after": an after before the first kept
+// starts the sink at the first kept and says so; an after past the last
+// published is refused, the sink left where it was.
+func TestRedeliverSinkSaysWhatItSends(t *testing.T) {
+	e := testenv.New(t, 1)
+	ctx := context.Background()
+	for i, n := range []int{5, 1, 3} {
+		require.NoError(t, e.DB.WriteEventRow(ctx, int64(100*i+1), n))
+	}
+	_, err := e.DB.SequenceEvents(ctx, 10)
+	require.NoError(t, err)
+	_, held, err := e.DB.HoldSink(ctx, "kafka", "r/1", time.Minute)
+	require.NoError(t, err)
+	require.True(t, held)
+	deleted, err := e.DB.DeleteEventsBefore(ctx, time.Now().Add(time.Hour), 2)
+	require.NoError(t, err)
+	require.Equal(t, 6, deleted)
+
+	first, last, err := e.DB.RedeliverSink(ctx, "kafka", 0)
+	require.NoError(t, err)
+	require.Equal(t, [2]int64{7, 9}, [2]int64{first, last}, "1-6 deleted: it starts at 7")
+	first, _, err = e.DB.RedeliverSink(ctx, "kafka", 7)
+	require.NoError(t, err)
+	require.EqualValues(t, 8, first)
+	first, _, err = e.DB.RedeliverSink(ctx, "kafka", 9)
+	require.NoError(t, err)
+	require.Zero(t, first, "nothing after the last: the events to come")
+	_, _, err = e.DB.RedeliverSink(ctx, "kafka", 10)
+	require.ErrorIs(t, err, db.ErrAfterPastLast)
+	st, _, err := e.DB.HoldSink(ctx, "kafka", "r/1", time.Minute)
+	require.NoError(t, err)
+	require.EqualValues(t, 9, st.DeliveredUpto, "a refused redeliver leaves the sink where it was")
+	_, _, err = e.DB.RedeliverSink(ctx, "nosuch", 0)
+	require.ErrorIs(t, err, db.ErrNoSink)
+}

@@ -68,6 +68,26 @@ func TestEveryStatusChangeWritesOneEvent(t *testing.T) {
 		"0 paid ", "1 cancelled cancelled_by_user", "2 paid ", "3 cancelled payment_expired", "9 failed dead_letter",
 	}, eventsOf(t, e))
 
+	// Every cancelled or failed order says why in MySQL, the word its
+	// last event says.
+	outbox, err := e.DB.OutboxEvents(ctx)
+	require.NoError(t, err)
+	why := map[int64]string{}
+	for _, ev := range outbox {
+		why[ev.OrderID] = ev.Reason
+	}
+	var rows []struct {
+		ID     int64
+		Status string
+		Reason string
+	}
+	require.NoError(t, e.DB.DB().Raw("SELECT id, status, reason FROM orders WHERE status IN ('cancelled', 'failed')").Scan(&rows).Error)
+	require.Len(t, rows, 4)
+	for _, r := range rows {
+		require.NotEmpty(t, r.Reason, "order %d %s", r.ID, r.Status)
+		require.Equal(t, why[r.ID], r.Reason, "order %d: the row's reason is the event's", r.ID)
+	}
+
 	// Sequenced in the order written, 1 to 10 (the batch's five events
 	// are one row), then nothing more to do; read in pages.
 	n, err := e.DB.SequenceEvents(ctx, 2)

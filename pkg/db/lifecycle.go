@@ -80,7 +80,8 @@ func (s *Store) CancelExpired(ctx context.Context, now time.Time, limit int) ([]
 		for i, o := range due {
 			ids[i] = o.ID
 		}
-		res := tx.Exec("UPDATE orders SET status = ?, updated_at = ? WHERE id IN ? AND status = ?", order.StatusCancelled, now, ids, order.StatusCreated)
+		res := tx.Exec("UPDATE orders SET status = ?, reason = ?, updated_at = ? WHERE id IN ? AND status = ?",
+			order.StatusCancelled, ReasonExpired, now, ids, order.StatusCreated)
 		if res.Error != nil {
 			return fmt.Errorf("cancel %d orders: %w", len(ids), res.Error)
 		}

@@ -187,20 +187,42 @@ func (s *Store) Redelivered(ctx context.Context, name string, seq int64, ok bool
 // ErrNoSink is RedeliverSink's error for a sink no reaper has relayed.
 var ErrNoSink = errors.New("no such sink")
 
+// ErrAfterPastLast is RedeliverSink's error for an after past the last
+// sequence published.
+var ErrAfterPastLast = errors.New("past the last event published")
+
 // RedeliverSink sends name's events after after again (or for the first
-// time: a backfill), and starts it again if it was disabled.
-func (s *Store) RedeliverSink(ctx context.Context, name string, after int64) error {
-	res := s.db.WithContext(ctx).Exec(`UPDATE event_sinks SET delivered_upto = LEAST(?, (SELECT last FROM event_sequence WHERE id = 1)),
-		failing_since = NULL, attempts = 0, last_error = '', disabled = '' WHERE name = ?`, after, name)
-	if res.Error != nil {
-		return res.Error
-	}
-	if res.RowsAffected == 0 {
-		if n, err := s.sinkCount(ctx, name); err != nil || n == 0 {
-			return errors.Join(fmt.Errorf("%w %q", ErrNoSink, name), err)
+// time: a backfill), and starts it again if it was disabled. It returns
+// the first kept event it will send (0: none kept after after; the
+// events between after and it were deleted past the retention) and the
+// last published; an after past the last is ErrAfterPastLast.
+func (s *Store) RedeliverSink(ctx context.Context, name string, after int64) (first, last int64, err error) {
+	err = s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		if err := tx.Raw("SELECT last FROM event_sequence WHERE id = 1").Scan(&last).Error; err != nil {
+			return err
 		}
-	}
-	return nil
+		if after > last {
+			return fmt.Errorf("after %d: %w, %d", after, ErrAfterPastLast, last)
+		}
+		res := tx.Exec(`UPDATE event_sinks SET delivered_upto = ?, failing_since = NULL, attempts = 0, last_error = '', disabled = ''
+			WHERE name = ?`, after, name)
+		if res.Error != nil {
+			return res.Error
+		}
+		if res.RowsAffected == 0 {
+			var n int64
+			if err := tx.Raw("SELECT COUNT(*) FROM event_sinks WHERE name = ?", name).Scan(&n).Error; err != nil || n == 0 {
+				return errors.Join(fmt.Errorf("%w %q", ErrNoSink, name), err)
+			}
+		}
+		heads, err := rowsAfter(tx, after, 1)
+		if err != nil || len(heads) == 0 {
+			return err
+		}
+		first = max(*heads[0].Sequence, after+1)
+		return nil
+	}, readCommitted)
+	return first, last, err
 }
 
 // RedeliverFailed asks for the events recorded failed for name to be

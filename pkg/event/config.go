@@ -4,8 +4,11 @@ import (
 	"cmp"
 	"encoding/base64"
 	"fmt"
+	"net"
 	"net/url"
 	"os"
+	"slices"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -32,6 +35,11 @@ type Config struct {
 	// KafkaTopic: the topic events are produced to. Default
 	// "flashsale.events" when brokers are set.
 	KafkaTopic string `envconfig:"FLASHSALE_EVENTS_KAFKA_TOPIC"`
+	// KafkaCompression: the codec of the record batches: none (the
+	// default: every Kafka client reads it, and it costs the relay no
+	// CPU), gzip (every client reads it too), snappy, lz4 or zstd (some
+	// clients need a codec added: kafkajs reads only gzip without one).
+	KafkaCompression string `envconfig:"FLASHSALE_EVENTS_KAFKA_COMPRESSION" default:"none"`
 	// KafkaTLS: connect to the brokers with TLS; KafkaTLSCAFile: the CA
 	// bundle that signs their certificates (default: the system's).
 	KafkaTLS       bool   `envconfig:"FLASHSALE_EVENTS_KAFKA_TLS"`
@@ -48,13 +56,18 @@ const (
 	WebhookTimeoutDefault  = 10 * time.Second
 	WebhookRetryForDefault = 72 * time.Hour
 	KafkaTopicDefault      = "flashsale.events"
+	KafkaCompressionNone   = "none"
 )
+
+// KafkaCompressions are the values FLASHSALE_EVENTS_KAFKA_COMPRESSION takes.
+var KafkaCompressions = []string{"none", "gzip", "snappy", "lz4", "zstd"}
 
 // SetDefaults fills the zero fields with the defaults.
 func (c *Config) SetDefaults() {
 	c.Source = cmp.Or(c.Source, DefaultSource)
 	c.WebhookTimeout = cmp.Or(c.WebhookTimeout, WebhookTimeoutDefault)
 	c.WebhookRetryFor = cmp.Or(c.WebhookRetryFor, WebhookRetryForDefault)
+	c.KafkaCompression = cmp.Or(c.KafkaCompression, KafkaCompressionNone)
 	if len(c.KafkaBrokers) > 0 {
 		c.KafkaTopic = cmp.Or(c.KafkaTopic, KafkaTopicDefault)
 	}
@@ -89,9 +102,12 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("FLASHSALE_EVENTS_WEBHOOK_RETRY_FOR must not be negative, got %s", c.WebhookRetryFor)
 	}
 	for _, b := range c.KafkaBrokers {
-		if b == "" || strings.ContainsAny(b, " /") {
-			return fmt.Errorf("FLASHSALE_EVENTS_KAFKA_BROKERS: %q is not host:port", b)
+		if !hostPort(b) {
+			return fmt.Errorf("FLASHSALE_EVENTS_KAFKA_BROKERS: %q is not host:port (a port of 1-65535)", b)
 		}
+	}
+	if !slices.Contains(KafkaCompressions, c.KafkaCompression) {
+		return fmt.Errorf("FLASHSALE_EVENTS_KAFKA_COMPRESSION must be one of %s, got %q", strings.Join(KafkaCompressions, ", "), c.KafkaCompression)
 	}
 	kafka := len(c.KafkaBrokers) > 0
 	switch {
@@ -99,6 +115,8 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("FLASHSALE_EVENTS_KAFKA_TOPIC is %q but FLASHSALE_EVENTS_KAFKA_BROKERS is empty", c.KafkaTopic)
 	case !kafka && (c.KafkaTLS || c.KafkaTLSCAFile != "" || c.KafkaSASLMechanism != ""):
 		return fmt.Errorf("FLASHSALE_EVENTS_KAFKA_TLS, _TLS_CA_FILE and _SASL_MECHANISM need FLASHSALE_EVENTS_KAFKA_BROKERS")
+	case !kafka && c.KafkaCompression != KafkaCompressionNone:
+		return fmt.Errorf("FLASHSALE_EVENTS_KAFKA_COMPRESSION is %q but FLASHSALE_EVENTS_KAFKA_BROKERS is empty", c.KafkaCompression)
 	case strings.ContainsAny(c.KafkaTopic, " /,"):
 		return fmt.Errorf("FLASHSALE_EVENTS_KAFKA_TOPIC %q is not a topic name", c.KafkaTopic)
 	}
@@ -117,6 +135,16 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("FLASHSALE_EVENTS_KAFKA_SASL_MECHANISM must be PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512, got %q", c.KafkaSASLMechanism)
 	}
 	return nil
+}
+
+// hostPort reports whether s is host:port with a host and a port of 1-65535.
+func hostPort(s string) bool {
+	host, port, err := net.SplitHostPort(s)
+	if err != nil || host == "" || strings.ContainsAny(host, " /") {
+		return false
+	}
+	p, err := strconv.Atoi(port)
+	return err == nil && p >= 1 && p <= 65535
 }
 
 // WebhookName is the sink name of a webhook endpoint: "webhook:" and its

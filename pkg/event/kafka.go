@@ -32,6 +32,16 @@ func NewKafka(cfg Config) (*Kafka, error) {
 		kgo.DefaultProduceTopic(cfg.KafkaTopic),
 		kgo.ProducerLinger(time.Millisecond),
 		kgo.ClientID("flashsale-reaper"),
+		kgo.ProducerBatchCompression(compressionOf(cfg.KafkaCompression)),
+		// A record not acknowledged within this is failed by the client,
+		// not retried later: a relay whose lease lapsed sends nothing
+		// after it (the relay's lease is at least 30 s).
+		kgo.RecordDeliveryTimeout(KafkaDeliveryTimeout),
+		// The relay fetches nothing: a broker's answers (metadata,
+		// produce acknowledgements) are small, and a hostile or spoofed
+		// broker's frame is refused past this, not allocated.
+		kgo.BrokerMaxReadBytes(KafkaMaxReadBytes),
+		kgo.FetchMaxBytes(KafkaMaxReadBytes / 2), kgo.FetchMaxPartitionBytes(KafkaMaxReadBytes / 2), // the client's check; nothing is fetched
 	}
 	if cfg.KafkaTLS || cfg.KafkaTLSCAFile != "" {
 		tc := &tls.Config{MinVersion: tls.VersionTLS12}
@@ -60,6 +70,27 @@ func NewKafka(cfg Config) (*Kafka, error) {
 		return nil, fmt.Errorf("FLASHSALE_EVENTS_KAFKA_BROKERS: %w", err)
 	}
 	return &Kafka{client: client, topic: cfg.KafkaTopic}, nil
+}
+
+// KafkaDeliveryTimeout bounds a record's life in the client.
+const KafkaDeliveryTimeout = 10 * time.Second
+
+// KafkaMaxReadBytes bounds one answer read from a broker.
+const KafkaMaxReadBytes = 1 << 20
+
+// compressionOf is the codec FLASHSALE_EVENTS_KAFKA_COMPRESSION names.
+func compressionOf(name string) kgo.CompressionCodec {
+	switch name {
+	case "gzip":
+		return kgo.GzipCompression()
+	case "snappy":
+		return kgo.SnappyCompression()
+	case "lz4":
+		return kgo.Lz4Compression()
+	case "zstd":
+		return kgo.ZstdCompression()
+	}
+	return kgo.NoCompression()
 }
 
 // Name is "kafka".

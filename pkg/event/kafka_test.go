@@ -90,3 +90,77 @@ func TestKafkaOverTLSWithSCRAM(t *testing.T) {
 	_, err = bad.Send(sctx, []event.Message{m})
 	require.Error(t, err)
 }
+
+// FLASHSALE_EVENTS_KAFKA_COMPRESSION: each codec's batches are written
+// with it and read back whole by a consumer; none is the default.
+func TestKafkaCompressionIsTheOneConfigured(t *testing.T) {
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "orders"))
+	require.NoError(t, err)
+	defer c.Close()
+	codes := map[string]uint8{"none": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
+	require.Len(t, codes, len(event.KafkaCompressions))
+	now := time.Now().UTC()
+	var sent int64
+	for _, name := range append([]string{""}, event.KafkaCompressions...) {
+		cfg := event.Config{KafkaBrokers: c.ListenAddrs(), KafkaTopic: "orders", KafkaCompression: name}
+		cfg.SetDefaults()
+		require.NoError(t, cfg.Validate(), name)
+		want, ok := codes[cfg.KafkaCompression]
+		require.True(t, ok, "%q defaults to %q", name, cfg.KafkaCompression)
+		k, err := event.NewKafka(cfg)
+		require.NoError(t, err)
+		msgs := make([]event.Message, 20)
+		for i := range msgs {
+			sent++
+			msgs[i] = event.NewMessage(event.Of("shop", db.Event{Snapshot: db.Snapshot{OrderID: sent, VoucherID: 7, UserID: "ann", Status: "created",
+				Quantity: 1, CreatedAt: now, ExpiresAt: now}, Row: sent, Sequence: sent, OccurredAt: now}))
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		n, err := k.Send(ctx, msgs)
+		cancel()
+		k.Close()
+		require.NoError(t, err, name)
+		require.Equal(t, len(msgs), n)
+
+		r, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.ConsumeTopics("orders"),
+			kgo.ConsumeResetOffset(kgo.NewOffset().At(sent-int64(len(msgs)))))
+		require.NoError(t, err)
+		var got []*kgo.Record
+		ctx, cancel = context.WithTimeout(context.Background(), 30*time.Second)
+		for len(got) < len(msgs) && ctx.Err() == nil {
+			fs := r.PollFetches(ctx)
+			got = append(got, fs.Records()...)
+		}
+		cancel()
+		r.Close()
+		require.Len(t, got, len(msgs), name)
+		for i, rec := range got {
+			require.Equal(t, msgs[i].Body, rec.Value, "%s: record %d read back whole", name, i)
+			require.Equal(t, want, rec.Attrs.CompressionType(), "%s: record %d's batch codec", name, i)
+		}
+	}
+}
+
+// The brokers are host:port; the codec is one of the five, and needs
+// brokers.
+func TestKafkaConfigIsRefusedWithItsVariable(t *testing.T) {
+	for _, c := range []struct {
+		cfg  event.Config
+		want string
+	}{
+		{event.Config{KafkaBrokers: []string{"localhost"}}, "FLASHSALE_EVENTS_KAFKA_BROKERS"},
+		{event.Config{KafkaBrokers: []string{"localhost:0"}}, "FLASHSALE_EVENTS_KAFKA_BROKERS"},
+		{event.Config{KafkaBrokers: []string{"localhost:99999"}}, "FLASHSALE_EVENTS_KAFKA_BROKERS"},
+		{event.Config{KafkaBrokers: []string{":9092"}}, "FLASHSALE_EVENTS_KAFKA_BROKERS"},
+		{event.Config{KafkaBrokers: []string{"kafka:9092"}, KafkaCompression: "brotli"}, "FLASHSALE_EVENTS_KAFKA_COMPRESSION"},
+		{event.Config{KafkaCompression: "gzip"}, "FLASHSALE_EVENTS_KAFKA_COMPRESSION"},
+	} {
+		c.cfg.SetDefaults()
+		err := c.cfg.Validate()
+		require.Error(t, err, "%+v", c.cfg)
+		require.Contains(t, err.Error(), c.want)
+	}
+	ok := event.Config{KafkaBrokers: []string{"kafka-0.kafka:9092", "[::1]:9093", "10.0.0.1:9094"}, KafkaCompression: "zstd"}
+	ok.SetDefaults()
+	require.NoError(t, ok.Validate())
+}

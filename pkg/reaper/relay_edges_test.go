@@ -102,7 +102,8 @@ func TestFailedEventsAreRedeliveredOnceAndAStoppedSinkAges(t *testing.T) {
 	require.Len(t, ds, len(want), "each failed event once: %v", twice(ds))
 
 	gone.Always(testsink.OK)
-	require.NoError(t, e.DB.RedeliverSink(context.Background(), name(gone), 0))
+	_, _, err = e.DB.RedeliverSink(context.Background(), name(gone), 0)
+	require.NoError(t, err)
 	received(t, "the endpoint that was gone", want, gone.Deliveries)
 	testenv.Eventually(t, 30*time.Second, "its backlog gauge back to 0", func() bool {
 		return testenv.Metric(t, reg, "flashsale_events_oldest_undelivered_age_seconds", "sink", name(gone)) == 0

@@ -167,7 +167,8 @@ func TestTheRelayDeliversEveryEventToEverySink(t *testing.T) {
 	all := sequenced(t, e)
 	received(t, "the late webhook", all[500:], late.Deliveries)
 	require.Equal(t, 50, len(late.Deliveries()), "a new sink starts with the events to come")
-	require.NoError(t, e.DB.RedeliverSink(context.Background(), lateName, 0))
+	_, _, err = e.DB.RedeliverSink(context.Background(), lateName, 0)
+	require.NoError(t, err)
 	received(t, "the late webhook, backfilled", all, late.Deliveries)
 	testenv.Eventually(t, 30*time.Second, "the backfill resent the events after 0, the 50 it had among them", func() bool {
 		return len(late.Deliveries()) == 50+550
@@ -267,7 +268,8 @@ func TestAFailingEndpointIsRetriedAndHoldsBackNoOther(t *testing.T) {
 	want = more
 	require.Equal(t, 1.0, testenv.Metric(t, reg, "flashsale_events_delivery_failures_total", "sink", name(gone), "cause", "gone"))
 	gone.Always(testsink.OK)
-	require.NoError(t, e.DB.RedeliverSink(context.Background(), name(gone), 0))
+	_, _, err = e.DB.RedeliverSink(context.Background(), name(gone), 0)
+	require.NoError(t, err)
 	received(t, "the endpoint that was gone", want, gone.Deliveries)
 	for _, r := range []*testsink.Receiver{healthy, flaky, closing, hanging, gone} {
 		require.Empty(t, r.Unverified())

@@ -42,12 +42,14 @@ func (e DrawState) Valid() bool {
 const (
 	ErrorCodeAccessInvalid         ErrorCode = "access_invalid"
 	ErrorCodeAccessRequired        ErrorCode = "access_required"
+	ErrorCodeAfterPastLast         ErrorCode = "after_past_last"
 	ErrorCodeAlreadyEntered        ErrorCode = "already_entered"
 	ErrorCodeBodyTimeout           ErrorCode = "body_timeout"
 	ErrorCodeBodyTooLarge          ErrorCode = "body_too_large"
 	ErrorCodeDailyLimit            ErrorCode = "daily_limit"
 	ErrorCodeDrawClosed            ErrorCode = "draw_closed"
 	ErrorCodeEnded                 ErrorCode = "ended"
+	ErrorCodeForbidden             ErrorCode = "forbidden"
 	ErrorCodeHttpVersion           ErrorCode = "http_version"
 	ErrorCodeInternal              ErrorCode = "internal"
 	ErrorCodeInvalidField          ErrorCode = "invalid_field"
@@ -91,6 +93,8 @@ func (e ErrorCode) Valid() bool {
 		return true
 	case ErrorCodeAccessRequired:
 		return true
+	case ErrorCodeAfterPastLast:
+		return true
 	case ErrorCodeAlreadyEntered:
 		return true
 	case ErrorCodeBodyTimeout:
@@ -102,6 +106,8 @@ func (e ErrorCode) Valid() bool {
 	case ErrorCodeDrawClosed:
 		return true
 	case ErrorCodeEnded:
+		return true
+	case ErrorCodeForbidden:
 		return true
 	case ErrorCodeHttpVersion:
 		return true
@@ -722,7 +728,7 @@ type Event struct {
 	// Id the event's id, stable across redeliveries
 	Id string `json:"id"`
 
-	// Sequence a decimal integer, one more than the event published before it
+	// Sequence a decimal integer, one more than the event published before it, in 20 digits, zero-padded, so sequences sort as text in their numeric order (the CloudEvents sequence extension)
 	Sequence string `json:"sequence"`
 
 	// Source FLASHSALE_EVENTS_SOURCE
@@ -947,7 +953,7 @@ type ID = string
 
 // GetAdminV1EventsParams defines parameters for GetAdminV1Events.
 type GetAdminV1EventsParams struct {
-	// After the sequence after which to start; 0 (the default) for the first kept
+	// After the sequence after which to start (as a number: leading zeros allowed); 0 (the default) for the first kept. Past the last event published: 400 after_past_last
 	After *int `form:"after,omitempty" json:"after,omitempty"`
 
 	// Limit at most this many events (default 100)
@@ -3413,7 +3419,10 @@ type GetAdminV1EventsResponse struct {
 	JSON200 *struct {
 		Events []Event `json:"events"`
 
-		// Next the last event's sequence (after itself when there is none): pass it as after for the page that follows
+		// FirstKept present when the events after after and before this sequence were deleted past FLASHSALE_EVENTS_RETENTION: the page starts at the first kept event, and the consumer missed the ones before it
+		FirstKept *string `json:"first_kept,omitempty"`
+
+		// Next the last event's sequence (after itself when there is none), 20 digits: pass it as after for the page that follows
 		Next string `json:"next"`
 	}
 	// JSONDefault the response for an HTTP default `application/json` response
@@ -3424,7 +3433,10 @@ type GetAdminV1EventsResponse struct {
 func (r GetAdminV1EventsResponse) GetJSON200() *struct {
 	Events []Event `json:"events"`
 
-	// Next the last event's sequence (after itself when there is none): pass it as after for the page that follows
+	// FirstKept present when the events after after and before this sequence were deleted past FLASHSALE_EVENTS_RETENTION: the page starts at the first kept event, and the consumer missed the ones before it
+	FirstKept *string `json:"first_kept,omitempty"`
+
+	// Next the last event's sequence (after itself when there is none), 20 digits: pass it as after for the page that follows
 	Next string `json:"next"`
 } {
 	return r.JSON200
@@ -5327,7 +5339,10 @@ func ParseGetAdminV1EventsResponse(rsp *http.Response) (*GetAdminV1EventsRespons
 		var dest struct {
 			Events []Event `json:"events"`
 
-			// Next the last event's sequence (after itself when there is none): pass it as after for the page that follows
+			// FirstKept present when the events after after and before this sequence were deleted past FLASHSALE_EVENTS_RETENTION: the page starts at the first kept event, and the consumer missed the ones before it
+			FirstKept *string `json:"first_kept,omitempty"`
+
+			// Next the last event's sequence (after itself when there is none), 20 digits: pass it as after for the page that follows
 			Next string `json:"next"`
 		}
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {

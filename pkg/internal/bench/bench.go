@@ -57,6 +57,9 @@ type Config struct {
 	MemoryOnly bool
 	// DrainOnly runs only the worker drain rows.
 	DrainOnly bool
+	// EventsOnly runs only the events rows: the relay's cost an event to
+	// one sink alone, and an event's time from commit to sink in a sale.
+	EventsOnly bool
 	// Env is added to the environment of the stacks' processes (FLASHSALE_*
 	// settings to compare, e.g. FLASHSALE_REDIS_PIPELINE_WORKERS=2).
 	Env []string
@@ -133,6 +136,7 @@ type Report struct {
 	Room         *RoomRun        `json:"room,omitempty"`
 	Memory       *MemoryRun      `json:"memory,omitempty"`
 	Relay        *RelayRun       `json:"relay,omitempty"`
+	Events       *EventsRun      `json:"events,omitempty"`
 	Proof        *ProofCheck     `json:"proof_of_work,omitempty"`
 	Access       *AccessCheck    `json:"access_code,omitempty"`
 	GatewayRSS   int64           `json:"gateway_peak_rss_bytes"`
@@ -182,6 +186,10 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 	if cfg.DrainOnly {
 		return rep, drainRuns(ctx, s, cfg, rep)
+	}
+	if cfg.EventsOnly {
+		rep.Events, err = eventsRuns(ctx, s, cfg, tokens, host)
+		return rep, err
 	}
 
 	// 1. HTTP ceiling.
@@ -358,6 +366,9 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 
 	// 4. Worker drain.
 	if err := drainRuns(ctx, s, cfg, rep); err != nil {
+		return nil, err
+	}
+	if rep.Events, err = eventsRuns(ctx, s, cfg, tokens, host); err != nil {
 		return nil, err
 	}
 

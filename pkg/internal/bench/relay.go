@@ -126,7 +126,7 @@ func relayPair(ctx context.Context, s *harness.Stack, cfg Config, i int) (RelayP
 	if err != nil {
 		return p, err
 	}
-	if err := s.DB.RedeliverSink(ctx, "kafka", last); err != nil && !errors.Is(err, db.ErrNoSink) { // the last pair's
+	if _, _, err := s.DB.RedeliverSink(ctx, "kafka", last); err != nil && !errors.Is(err, db.ErrNoSink) { // the last pair's
 		return p, err
 	}
 	relayer := fmt.Sprintf("bench-relay-%d", i)

@@ -50,6 +50,7 @@ func (r *Report) Print(w io.Writer) {
 	r.printMemory(w)
 	r.printProof(w)
 	r.printAccess(w)
+	r.printEvents(w)
 	if len(r.HTTPCeiling) == 0 { // -cpu-only, -durability-only
 		if len(r.Drain) > 0 {
 			r.printDrain(w)

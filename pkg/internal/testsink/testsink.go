@@ -33,10 +33,12 @@ import (
 	"github.com/flashsale/flashsale/pkg/event"
 )
 
-// Delivery is an event as a sink received it.
+// Delivery is an event as a sink received it, and when (a webhook
+// endpoint's deliveries: when the request's body was read).
 type Delivery struct {
 	ID, Type, Subject, Sequence string
 	Body                        []byte
+	At                          time.Time
 }
 
 // Secret is a Standard Webhooks secret for tests.
@@ -106,6 +108,7 @@ func (r *Receiver) Always(a Answer) { r.Answer(func(int) Answer { return a }) }
 
 func (r *Receiver) serve(w http.ResponseWriter, req *http.Request) {
 	body, err := io.ReadAll(req.Body)
+	at := time.Now()
 	var ev struct {
 		ID, Type, Subject, Sequence string
 	}
@@ -125,7 +128,7 @@ func (r *Receiver) serve(w http.ResponseWriter, req *http.Request) {
 		answer = Fail
 	}
 	if answer == OK && err == nil {
-		r.got = append(r.got, Delivery{ID: ev.ID, Type: ev.Type, Subject: ev.Subject, Sequence: ev.Sequence, Body: body})
+		r.got = append(r.got, Delivery{ID: ev.ID, Type: ev.Type, Subject: ev.Subject, Sequence: ev.Sequence, Body: body, At: at})
 	}
 	r.mu.Unlock()
 	switch answer {

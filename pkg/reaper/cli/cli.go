@@ -479,10 +479,19 @@ func eventsCommand() app.Command[*config] {
 					fmt.Printf("%s: %d failed events to send again\n", sink, n)
 					return nil
 				}
-				if err := mysql.RedeliverSink(cctx, sink, after); err != nil {
+				first, last, err := mysql.RedeliverSink(cctx, sink, after)
+				if err != nil {
 					return err
 				}
-				fmt.Printf("%s: sending the events after %d again\n", sink, after)
+				switch {
+				case first == 0:
+					fmt.Printf("%s: no event kept after %d (the last published is %d): it gets the events to come\n", sink, after, last)
+				case first > after+1:
+					fmt.Printf("%s: sending the events %d to %d; those after %d and before %d were deleted past FLASHSALE_EVENTS_RETENTION\n",
+						sink, first, last, after, first)
+				default:
+					fmt.Printf("%s: sending the events %d to %d again\n", sink, first, last)
+				}
 				return nil
 			}}},
 	}
