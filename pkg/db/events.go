@@ -456,14 +456,40 @@ func (s *Store) Events(ctx context.Context, after int64, limit int) ([]Event, er
 	return out, nil
 }
 
-// rowsAfter is the heads of the first limit rows holding an event after
-// sequence after, in sequence order.
+// rowsAfter is the heads of the rows holding the first limit kept
+// events after sequence after, in sequence order. The kept sequences are
+// a run without holes (given 1, 2, 3, ... in one transaction at a time;
+// deleted oldest first), so those events are the run from start =
+// max(after+1, the first kept) and are held by the rows that begin
+// before start+limit and end after start. A row ending after start
+// begins at most MaxEventsPerRow-1 before it, so the index finds them
+// from there. Usually after+1 is kept: one query; when it is not (after
+// is before the first kept, or past the last), a second query finds the
+// first kept after it.
 func rowsAfter(db *gorm.DB, after int64, limit int) ([]eventRow, error) {
+	heads, err := rowsFrom(db, after+1, limit)
+	if err != nil || (len(heads) > 0 && *heads[0].Sequence <= after+1) {
+		return heads, err
+	}
+	var first []int64
+	if err := db.Raw(`SELECT sequence FROM events WHERE sequence IS NOT NULL AND sequence > ? AND sequence + n > ?
+		ORDER BY sequence LIMIT 1`, max(after+1-MaxEventsPerRow, 0), after+1).Scan(&first).Error; err != nil {
+		return nil, fmt.Errorf("read events after %d: %w", after, err)
+	}
+	if len(first) == 0 {
+		return nil, nil
+	}
+	return rowsFrom(db, max(first[0], after+1), limit)
+}
+
+// rowsFrom is the heads of the rows holding kept events start to
+// start+limit-1.
+func rowsFrom(db *gorm.DB, start int64, limit int) ([]eventRow, error) {
 	var heads []eventRow
 	if err := db.Raw(`SELECT id, sequence, n, occurred_at FROM events
-		WHERE sequence IS NOT NULL AND sequence > ? AND sequence + n > ? ORDER BY sequence LIMIT ?`,
-		max(after+1-MaxEventsPerRow, 0), after+1, limit).Scan(&heads).Error; err != nil {
-		return nil, fmt.Errorf("read events after %d: %w", after, err)
+		WHERE sequence IS NOT NULL AND sequence > ? AND sequence < ? AND sequence + n > ? ORDER BY sequence LIMIT ?`,
+		max(start-MaxEventsPerRow, 0), start+int64(limit), start, limit).Scan(&heads).Error; err != nil {
+		return nil, fmt.Errorf("read events from %d: %w", start, err)
 	}
 	return heads, nil
 }

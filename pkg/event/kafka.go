@@ -143,12 +143,27 @@ func (k *Kafka) Send(ctx context.Context, msgs []Message) (int, error) {
 
 // Record is m as a Kafka record: key the order id, value the event, the
 // CloudEvents attributes as ce_ headers (the Kafka binding's names) and
-// content-type.
+// content-type. The headers' values share one buffer: the relay makes a
+// record for every event it sends.
 func Record(m Message) *kgo.Record {
-	h := func(k, v string) kgo.RecordHeader { return kgo.RecordHeader{Key: k, Value: []byte(v)} }
-	return &kgo.Record{Key: []byte(m.Subject), Value: m.Body, Headers: []kgo.RecordHeader{
-		h("content-type", ContentType),
-		h("ce_specversion", m.SpecVersion), h("ce_id", m.ID), h("ce_source", m.Source), h("ce_type", m.Type),
-		h("ce_subject", m.Subject), h("ce_time", m.Time), h("ce_sequence", m.Sequence),
-	}}
+	vals := [len(recordHeaders)]string{ContentType, m.SpecVersion, m.ID, m.Source, m.Type, m.Subject, m.Time, m.Sequence}
+	n := 0
+	for _, v := range vals {
+		n += len(v)
+	}
+	buf := make([]byte, 0, n)
+	hs := make([]kgo.RecordHeader, len(vals))
+	var key []byte
+	for i, v := range vals {
+		start := len(buf)
+		buf = append(buf, v...)
+		hs[i] = kgo.RecordHeader{Key: recordHeaders[i], Value: buf[start:len(buf):len(buf)]}
+		if i == 5 { // ce_subject: the order id, the key
+			key = hs[i].Value
+		}
+	}
+	return &kgo.Record{Key: key, Value: m.Body, Headers: hs}
 }
+
+// recordHeaders are a record's headers, in Record's order.
+var recordHeaders = [...]string{"content-type", "ce_specversion", "ce_id", "ce_source", "ce_type", "ce_subject", "ce_time", "ce_sequence"}

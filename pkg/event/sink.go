@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"strconv"
+
+	"github.com/flashsale/flashsale/pkg/db"
 )
 
 // Message is an event as the sinks send it: its body made once, and what
@@ -18,6 +20,13 @@ type Message struct {
 func NewMessage(e Event) Message {
 	seq, _ := strconv.ParseInt(e.Sequence, 10, 64)
 	return Message{Event: e, Seq: seq, Body: e.JSON()}
+}
+
+// MessageOf is event e of the outbox as a sink sends it, from source:
+// NewMessage(Of(source, e)) without reading the sequence back.
+func MessageOf(source string, e db.Event) Message {
+	ev := Of(source, e)
+	return Message{Event: ev, Seq: e.Sequence, Body: ev.JSON()}
 }
 
 // Sink delivers events somewhere: Kafka, one webhook endpoint.

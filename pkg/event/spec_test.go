@@ -3,6 +3,10 @@ package event_test
 import (
 	"context"
 	"encoding/json"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
 	"testing"
 	"time"
 
@@ -37,5 +41,47 @@ func TestTheWebhookPayloadIsTheSpecsEvent(t *testing.T) {
 		var v any
 		require.NoError(t, json.Unmarshal(m.Body, &v))
 		require.NoError(t, schema.VisitJSON(v), "%s", m.Body)
+	}
+}
+
+// The envelope docs/EVENTS.md shows is the spec's Event (its sequence in
+// 20 digits), and the event the sinks send for the same order change
+// carries the same fields.
+func TestTheDocumentedEnvelopeIsTheSpecsEvent(t *testing.T) {
+	doc, err := os.ReadFile(filepath.Join("..", "..", "docs", "EVENTS.md"))
+	require.NoError(t, err)
+	m := regexp.MustCompile("(?s)## The envelope.*?```json\n(.*?)```").FindSubmatch(doc)
+	require.NotNil(t, m, "docs/EVENTS.md has a JSON envelope under \"The envelope\"")
+	spec, err := openapi3.NewLoader().LoadFromFile("../../api/openapi.yaml")
+	require.NoError(t, err)
+	var v map[string]any
+	require.NoError(t, json.Unmarshal(m[1], &v))
+	require.NoError(t, spec.Components.Schemas["Event"].Value.VisitJSON(any(v)), "%s", m[1])
+	seq, err := strconv.ParseInt(v["sequence"].(string), 10, 64)
+	require.NoError(t, err)
+	require.Equal(t, v["sequence"], event.FormatSequence(seq))
+	paid := time.Now().UTC().Truncate(time.Millisecond)
+	e := event.Of("flashsale", db.Event{Snapshot: db.Snapshot{OrderID: 384427387514814466, VoucherID: 7, UserID: "alice", Status: "paid", Quantity: 1,
+		CreatedAt: paid, ExpiresAt: paid, PaidAt: &paid}, Row: 1042, K: 3, Sequence: seq, OccurredAt: paid})
+	var ours map[string]any
+	require.NoError(t, json.Unmarshal(e.JSON(), &ours))
+	for k := range v {
+		require.Contains(t, ours, k)
+	}
+	require.Equal(t, v["id"], ours["id"])
+	require.Equal(t, v["sequence"], ours["sequence"])
+}
+
+// Sequences sort as text in their numeric order, across every width.
+func TestSequencesSortAsText(t *testing.T) {
+	prev := event.FormatSequence(0)
+	for _, n := range []int64{1, 9, 10, 99, 100, 20920, 20921, 1 << 40, 1<<63 - 1} {
+		s := event.FormatSequence(n)
+		require.Len(t, s, event.SequenceWidth)
+		require.Less(t, prev, s, "%d", n)
+		back, err := strconv.ParseInt(s, 10, 64)
+		require.NoError(t, err)
+		require.Equal(t, n, back)
+		prev = s
 	}
 }

@@ -29,7 +29,13 @@ import (
 // Relay timings: the lease on a sink (at least three webhook timeouts),
 // the pause of a relay with nothing to send, the first retry's pause.
 const (
-	relayLeaseMin   = 30 * time.Second
+	relayLeaseMin = 30 * time.Second
+	// A relay that finds nothing to send looks again after relayPollMin,
+	// the pause doubling up to relayPoll while nothing comes: during a
+	// sale, when the workers commit every few tens of milliseconds, an
+	// event waits about that long for its relay, and an idle relay costs
+	// a read every relayPoll.
+	relayPollMin    = 20 * time.Millisecond
 	relayPoll       = 200 * time.Millisecond
 	relayRetryFirst = time.Second
 	// A webhook endpoint's retries back off up to an hour; Kafka's (the
@@ -67,6 +73,9 @@ type relay struct {
 	heldUntil time.Time
 	// gaugesAt: when the backlog gauges are set next.
 	gaugesAt time.Time
+	// poll: the pause after a turn with nothing to send (relayPollMin to
+	// relayPoll).
+	poll time.Duration
 }
 
 // sinks builds the sinks FLASHSALE_EVENTS_* configure.
@@ -187,14 +196,17 @@ func (rl *relay) step(ctx context.Context) time.Duration {
 		rl.gaugesAt = time.Now().Add(time.Second)
 	}
 	if len(events) == 0 {
+		wait := max(rl.poll, relayPollMin)
+		rl.poll = min(2*wait, relayPoll)
 		if soon := time.Now().Add(relayPoll); soon.Before(rl.renewAt) { // nothing to send: see what changed
 			rl.renewAt = soon
 		}
-		return relayPoll
+		return wait
 	}
+	rl.poll = relayPollMin
 	msgs := make([]event.Message, len(events))
 	for i, e := range events {
-		msgs[i] = event.NewMessage(event.Of(rl.r.cfg.EventsConfig.Source, e))
+		msgs[i] = event.MessageOf(rl.r.cfg.EventsConfig.Source, e)
 	}
 	sctx, cancel := rl.sendContext(ctx)
 	n, sendErr := rl.sink.Send(sctx, msgs)
@@ -307,7 +319,7 @@ func (rl *relay) redeliverFailed(ctx context.Context) error {
 			continue
 		}
 		sctx, cancel := rl.sendContext(ctx)
-		_, sendErr := rl.sink.Send(sctx, []event.Message{event.NewMessage(event.Of(rl.r.cfg.EventsConfig.Source, events[0]))})
+		_, sendErr := rl.sink.Send(sctx, []event.Message{event.MessageOf(rl.r.cfg.EventsConfig.Source, events[0])})
 		cancel()
 		cause := ""
 		if sendErr != nil {

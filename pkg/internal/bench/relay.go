@@ -147,7 +147,7 @@ func relayPair(ctx context.Context, s *harness.Stack, cfg Config, i int) (RelayP
 		}
 		held := 0
 		for _, st := range states {
-			if st.Owner == relayer && (st.Name == "kafka" || strings.HasSuffix(st.Name, hook.URL)) {
+			if strings.HasPrefix(st.Owner, relayer+"/") && (st.Name == "kafka" || strings.HasSuffix(st.Name, hook.URL)) {
 				held++
 			}
 		}
