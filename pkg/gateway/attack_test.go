@@ -137,6 +137,60 @@ func TestAnHTTP10ChunkedBodyIsRefusedAndItsConnectionClosed(t *testing.T) {
 	})
 }
 
+// Go's server answered "OPTIONS *" itself, before the gateway's checks,
+// and kept an HTTP/1.0 connection open for it: its Transfer-Encoding was
+// never refused, so a chunked body carried a whole second request, a
+// claim on the public listener (answered 202) and an admin call on the
+// admin one, that a proxy framing by chunks never saw. Now "OPTIONS *"
+// meets the same checks as any request, on every listener: refused 411,
+// the connection closed, nothing after it served.
+func TestAnOptionsStarRequestCarriesNothingPastTheGuard(t *testing.T) {
+	f := newFixture(t)
+	id := f.createVoucher(`{"name":"x","stock":10,"per_user_limit":10}`)
+	gw, err := gateway.New(gateway.Config{AdminToken: admin, JWTSecret: secret, ClaimTimeout: 500 * time.Millisecond, UserRate: -1,
+		SoldOutRefresh: -1, ShutdownTimeout: time.Second, AdminAddr: "127.0.0.1:0"}, f.env.RDB, f.env.DB, zaptest.NewLogger(t), gateway.WithClock(f.clock.Now))
+	require.NoError(t, err)
+	pub, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	adm, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- gw.ServeWithAdmin(ctx, pub, adm) }()
+	t.Cleanup(func() { cancel(); require.NoError(t, <-done) })
+
+	hidden := map[string]string{
+		"public": "POST /v1/vouchers/" + id + "/orders HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + f.token("eve") + "\r\nContent-Length: 0\r\n\r\n",
+		"admin":  "POST /admin/v1/vouchers/" + id + "/pause HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + admin + "\r\nContent-Length: 0\r\n\r\n",
+	}
+	for name, addr := range map[string]string{"public": pub.Addr().String(), "admin": adm.Addr().String()} {
+		for _, version := range []string{"HTTP/1.0", "HTTP/1.1"} {
+			t.Run(name+" "+version, func(t *testing.T) {
+				c, err := net.Dial("tcp", addr)
+				require.NoError(t, err)
+				defer c.Close()
+				require.NoError(t, c.SetDeadline(time.Now().Add(10*time.Second)))
+				inner := hidden[name]
+				_, err = io.WriteString(c, "OPTIONS * "+version+"\r\nHost: x\r\nConnection: keep-alive\r\nTransfer-Encoding: chunked\r\nContent-Length: 4\r\n\r\n"+
+					strconv.FormatInt(int64(len(inner)), 16)+"\r\n"+inner+"\r\n0\r\n\r\n")
+				require.NoError(t, err)
+				rd := bufio.NewReader(c)
+				res, err := http.ReadResponse(rd, nil)
+				require.NoError(t, err)
+				body, _ := io.ReadAll(res.Body)
+				require.Equal(t, http.StatusLengthRequired, res.StatusCode, string(body))
+				require.Contains(t, string(body), `"error":"length_required"`)
+				require.True(t, res.Close, "the connection is closed after the answer")
+				rest, _ := io.ReadAll(rd)
+				require.Empty(t, string(rest), "no answer to the hidden request")
+			})
+		}
+	}
+	v := f.do("GET", "/admin/v1/vouchers/"+id, admin, "").Body
+	require.EqualValues(t, 10, v["stock"], "no hidden claim was admitted")
+	require.NotEqual(t, true, v["paused"], "no hidden admin call was served")
+}
+
 // serveGateway serves a second gateway over f's stores as the binary
 // does (Gateway.Serve, its listener's connections read for their
 // framing), and returns its address; log is its logger (nil: the test's).

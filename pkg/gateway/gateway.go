@@ -466,6 +466,10 @@ func (g *Gateway) serve(ctx context.Context, ls ...listener) error {
 			Handler: l.h, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second,
 			WriteTimeout: createTimeout + 10*time.Second, IdleTimeout: 120 * time.Second, MaxHeaderBytes: ops.MaxHeaderBytes,
 			ErrorLog: zap.NewStdLog(g.log.Named("http")), ConnContext: framedContext,
+			// "OPTIONS *" reaches the handlers and their framing checks: Go's
+			// own answer to it (200, the connection kept) skipped them, and
+			// an HTTP/1.0 OPTIONS carried a chunked request past the guard.
+			DisableGeneralOptionsHandler: true,
 		}
 		go func() { errc <- servers[i].Serve(framedListener{l.l}) }()
 		g.log.Info("gateway listening", zap.String("api", l.name), zap.String("addr", l.l.Addr().String()), zap.Int("partitions", g.redis.Partitions()))

@@ -171,12 +171,12 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 	listeners, l := s.listeners, s.listeners[0]
 	servers := []*http.Server{{Handler: s.Handler(), ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second,
-		WriteTimeout: 10 * time.Second, IdleTimeout: time.Minute, MaxHeaderBytes: MaxHeaderBytes}}
+		WriteTimeout: 10 * time.Second, IdleTimeout: time.Minute, MaxHeaderBytes: MaxHeaderBytes, DisableGeneralOptionsHandler: true}}
 	if len(listeners) > 1 {
 		// No write timeout: a CPU profile or trace streams for as long as
 		// it was asked to.
 		servers = append(servers, &http.Server{Handler: PprofHandler(), ReadHeaderTimeout: 5 * time.Second, IdleTimeout: time.Minute,
-			MaxHeaderBytes: MaxHeaderBytes})
+			MaxHeaderBytes: MaxHeaderBytes, DisableGeneralOptionsHandler: true})
 		s.log.Info("pprof listening", zap.String("addr", listeners[1].Addr().String()))
 	}
 	errc := make(chan error, len(servers))
