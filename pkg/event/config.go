@@ -150,20 +150,40 @@ func hostPort(s string) bool {
 // WebhookName is the sink name of a webhook endpoint: "webhook:" and its
 // URL without credentials, query or fragment (what an operator passes to
 // "reaper events redeliver --sink"). An URL that is not http(s) with a
-// host is an error.
+// host is an error, which names it as the sink would be named.
 func WebhookName(raw string) (string, error) {
 	u, err := url.Parse(strings.TrimSpace(raw))
 	if err != nil {
-		return "", fmt.Errorf("%q is not a URL", raw)
+		return "", fmt.Errorf("%q is not a URL", Redact(raw))
 	}
 	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return "", fmt.Errorf("%q is not an http(s) URL with a host", raw)
+		return "", fmt.Errorf("%q is not an http(s) URL with a host", Redact(raw))
 	}
 	name := "webhook:" + u.Scheme + "://" + u.Host + u.EscapedPath()
 	if len(name) > 255 {
-		return "", fmt.Errorf("%q is longer than 240 characters", raw)
+		return "", fmt.Errorf("%q is longer than 240 characters", Redact(raw))
 	}
 	return name, nil
+}
+
+// Redact is a URL as flashsale shows it: without credentials, query or
+// fragment (what cannot be parsed, as far as a scheme and host go).
+func Redact(raw string) string {
+	raw = strings.TrimSpace(raw)
+	if i := strings.IndexAny(raw, "?#"); i >= 0 {
+		raw = raw[:i]
+	}
+	if scheme, rest, ok := strings.Cut(raw, "://"); ok {
+		authority := rest
+		if slash := strings.IndexByte(rest, '/'); slash >= 0 {
+			authority = rest[:slash]
+		}
+		if at := strings.LastIndexByte(authority, '@'); at >= 0 {
+			rest = rest[at+1:]
+		}
+		return scheme + "://" + rest
+	}
+	return raw
 }
 
 // SecretKey is the signing key of a Standard Webhooks secret: "whsec_"

@@ -13,6 +13,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -23,6 +24,7 @@ import (
 
 	"github.com/flashsale/flashsale/pkg/db"
 	"github.com/flashsale/flashsale/pkg/event"
+	"github.com/flashsale/flashsale/pkg/internal/testsink"
 )
 
 // selfSigned is a TLS certificate for 127.0.0.1 and the PEM of its CA
@@ -163,4 +165,18 @@ func TestKafkaConfigIsRefusedWithItsVariable(t *testing.T) {
 	ok := event.Config{KafkaBrokers: []string{"kafka-0.kafka:9092", "[::1]:9093", "10.0.0.1:9094"}, KafkaCompression: "zstd"}
 	ok.SetDefaults()
 	require.NoError(t, ok.Validate())
+}
+
+// A refused webhook URL is named without its credentials or query.
+func TestARefusedWebhookURLIsNamedWithoutItsSecrets(t *testing.T) {
+	for _, raw := range []string{"ftp://u:PASS@host/x?k=SECRET", "http://u:PASS@/x?k=SECRET", "http://u:PASS@h/" + strings.Repeat("a", 300) + "?k=SECRET"} {
+		cfg := event.Config{WebhookURLs: []string{raw}, WebhookSecret: testsink.Secret}
+		cfg.SetDefaults()
+		err := cfg.Validate()
+		require.Error(t, err, raw)
+		require.Contains(t, err.Error(), "FLASHSALE_EVENTS_WEBHOOK_URLS")
+		require.NotContains(t, err.Error(), "PASS")
+		require.NotContains(t, err.Error(), "SECRET")
+	}
+	require.Equal(t, "https://host:8443/a@b/c", event.Redact(" https://u:p@host:8443/a@b/c?x=1#y "))
 }

@@ -12,7 +12,9 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -25,6 +27,9 @@ const ContentType = "application/cloudevents+json"
 // WebhookLanes is how many deliveries to one endpoint are in flight at
 // once; one order's events always take the same lane, in order.
 const WebhookLanes = 16
+
+// WebhookMaxHeaderBytes bounds an endpoint's answer headers.
+const WebhookMaxHeaderBytes = 64 << 10
 
 // Webhook is one endpoint as a sink: each event a POST signed by Standard
 // Webhooks' rules (webhook-id, webhook-timestamp, webhook-signature).
@@ -49,6 +54,11 @@ func NewWebhook(rawURL, secret string, timeout time.Duration) (*Webhook, error) 
 	}
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.MaxIdleConnsPerHost = WebhookLanes
+	// An endpoint's answer is bounded: its headers (Go's default is
+	// 10 MiB, 16 lanes at once), the wait for its first byte, and its body
+	// (read to 64 KiB, post).
+	tr.MaxResponseHeaderBytes = WebhookMaxHeaderBytes
+	tr.ResponseHeaderTimeout = timeout
 	client := &http.Client{Transport: tr, Timeout: timeout,
 		// A redirect is not a delivery: the endpoint's URL is wrong.
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
@@ -122,7 +132,7 @@ func (w *Webhook) post(ctx context.Context, m Message) error {
 	req.Header.Set("webhook-signature", "v1,"+Sign(w.key, m.ID, ts, m.Body))
 	resp, err := w.client.Do(req)
 	if err != nil {
-		return &Failure{Cause: transportCause(err), Err: err}
+		return &Failure{Cause: transportCause(err), Err: w.redact(err)}
 	}
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10)) // the connection is reused
 	resp.Body.Close()
@@ -135,6 +145,26 @@ func (w *Webhook) post(ctx context.Context, m Message) error {
 		return &Failure{Cause: "http_" + strconv.Itoa(c/100) + "xx", Err: fmt.Errorf("answered %s", resp.Status)}
 	}
 }
+
+// redact is a client's error with the endpoint named as the sink is
+// (no credentials, no query): the error is logged, stored in
+// event_sinks and shown by the API, the console and the CLI.
+func (w *Webhook) redact(err error) error {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		return &redacted{msg: ue.Op + " " + strings.TrimPrefix(w.name, "webhook:") + ": " + ue.Err.Error(), err: ue.Err}
+	}
+	return err
+}
+
+// redacted is an error whose text is msg, wrapping err (for its cause).
+type redacted struct {
+	msg string
+	err error
+}
+
+func (e *redacted) Error() string { return e.msg }
+func (e *redacted) Unwrap() error { return e.err }
 
 // transportCause is a failed request's cause label.
 func transportCause(err error) string {

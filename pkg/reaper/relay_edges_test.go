@@ -2,16 +2,24 @@ package reaper_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"net"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/flashsale/flashsale/pkg/db"
 	"github.com/flashsale/flashsale/pkg/event"
 	"github.com/flashsale/flashsale/pkg/internal/testenv"
 	"github.com/flashsale/flashsale/pkg/internal/testsink"
+	"github.com/flashsale/flashsale/pkg/reaper"
+	"github.com/flashsale/flashsale/pkg/worker"
 )
 
 // twice lists the event ids ds holds more than once.
@@ -108,5 +116,66 @@ func TestFailedEventsAreRedeliveredOnceAndAStoppedSinkAges(t *testing.T) {
 	testenv.Eventually(t, 30*time.Second, "its backlog gauge back to 0", func() bool {
 		return testenv.Metric(t, reg, "flashsale_events_oldest_undelivered_age_seconds", "sink", name(gone)) == 0
 	})
-	_ = fmt.Sprint
+}
+
+// A webhook URL's credentials and query never show: not in the sink's
+// name, its stored error, the sinks' state the API, the console and the
+// CLI read, nor the reaper's log, whatever the failure.
+func TestAWebhookURLsCredentialsNeverShow(t *testing.T) {
+	e := testenv.New(t, 1)
+	v := e.SeedVoucher(t, db.Voucher{Stock: 100}, -1)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	refusing := "http://" + l.Addr().String() + "/hooks" // a port that refuses connections
+	require.NoError(t, l.Close())
+	failing := testsink.NewReceiver(t)
+	failing.Always(testsink.Fail)
+	secretURL := func(u string) string {
+		return strings.Replace(u, "http://", "http://user:PASSWORD123@", 1) + "?api_key=QUERYSECRET456#frag"
+	}
+	core, logs := observer.New(zap.DebugLevel)
+	cfg := reaper.Config{Config: worker.Config{Consumer: "relay-1", ClaimMinIdle: time.Second, Block: time.Millisecond},
+		ConsumerGoneAfter: time.Hour, Interval: time.Hour, EventsInterval: 20 * time.Millisecond,
+		EventsConfig: event.Config{WebhookURLs: []string{secretURL(refusing), secretURL(failing.URL)}, WebhookSecret: testsink.Secret,
+			WebhookTimeout: 200 * time.Millisecond}}
+	r, err := reaper.New(cfg, e.RDB, e.DB, zap.New(core), reaper.WithRegistry(prometheus.NewRegistry()))
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = r.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	changeOrders(t, e, v, 0, 3)
+	testenv.Eventually(t, 30*time.Second, "both endpoints retrying, their errors stored", func() bool {
+		states, err := e.DB.SinkStates(context.Background())
+		if err != nil || len(states) != 2 {
+			return false
+		}
+		for _, st := range states {
+			if st.LastError == "" {
+				return false
+			}
+		}
+		return true
+	})
+	states, err := e.DB.SinkStates(context.Background())
+	require.NoError(t, err)
+	var shown []string
+	for _, st := range states {
+		s := event.StatusOf(st, 0, time.Now())
+		shown = append(shown, fmt.Sprintf("%+v", st), fmt.Sprintf("%+v", s))
+	}
+	for _, entry := range logs.All() {
+		b, err := json.Marshal(entry.ContextMap())
+		require.NoError(t, err)
+		shown = append(shown, entry.Message+" "+string(b))
+	}
+	require.NotEmpty(t, logs.FilterMessage("event not delivered: retrying").All(), "the failures were logged")
+	for _, s := range shown {
+		for _, secret := range []string{"PASSWORD123", "QUERYSECRET456", "frag", "user:"} {
+			require.NotContains(t, s, secret)
+		}
+	}
+	var stored int64
+	require.NoError(t, e.DB.DB().Raw("SELECT COUNT(*) FROM event_sinks WHERE CONCAT(name, last_error) LIKE '%SECRET%' OR CONCAT(name, last_error) LIKE '%PASSWORD%'").Scan(&stored).Error)
+	require.Zero(t, stored, "event_sinks holds no credential")
 }
