@@ -118,8 +118,9 @@
 -- an access code now and the claim has none, 17 it needs one now and the
 -- claim's is not the user's.
 -- A call whose stream entry cannot be numbered (sequence 128 or more)
--- changes nothing from the claim that began that entry's orders on, and
--- those claims are all answered 7.
+-- changes nothing from the claim that began that entry's orders on (the
+-- proofs of work those claims spent are unspent), and those claims are
+-- all answered 7.
 -- Only admissions are remembered under the idempotency key: a rejection
 -- changed nothing, so its retry is simply decided again.
 
@@ -262,6 +263,17 @@ end
 local pending, pending_from = {}, 1
 local replay = {} -- idempotency key -> the admission made under it in this batch
 local overflow = false
+local spent = {} -- claim i -> true: its proof of work was spent by this call
+
+-- spend spends claim i's proof of work, once: false when it was spent
+-- before.
+local function spend(i)
+  if redis.call('SET', proofs[i], '1', 'NX', 'EX', proof_ttls[i]) then
+    spent[i] = true
+    return true
+  end
+  return false
+end
 
 -- admit counts an admission of claim i and queues its order for the next
 -- stream entry.
@@ -324,8 +336,15 @@ local function flush()
     if #items > 0 then
       redis.call('LPUSH', KEYS[3], unpack(items))
     end
+    local unspend = {}
     for i = pending_from, n do
       out[i] = 7
+      if spent[i] then
+        unspend[#unspend + 1] = proofs[i]
+      end
+    end
+    if #unspend > 0 then
+      redis.call('DEL', unpack(unspend))
     end
     pending, overflow = {}, true
     return
@@ -381,8 +400,7 @@ for i = 1, n do
       out[i] = 14
     elseif room == 0 and pow > 0 and (not proofs[i] or proof_maxes[i] == 0) then
       out[i] = 12
-    elseif room == 0 and pow > 0 and (proof_maxes[i] < pow or
-        not redis.call('SET', proofs[i], '1', 'NX', 'EX', proof_ttls[i])) then
+    elseif room == 0 and pow > 0 and (proof_maxes[i] < pow or not spend(i)) then
       out[i] = 13
     elseif draw then
       if qty ~= 1 then

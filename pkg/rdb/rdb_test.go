@@ -330,6 +330,27 @@ func TestSequenceOverflowChangesNothing(t *testing.T) {
 	require.EqualValues(t, 1, length)
 }
 
+// A call whose stream entry cannot be numbered changed nothing, its
+// claims' proofs of work included: the retry finds its proof unspent
+// (it was answered proof_invalid).
+func TestSequenceOverflowLeavesTheProofUnspent(t *testing.T) {
+	s := newStore(t, 1)
+	ctx := context.Background()
+	seedVoucher(t, s, rdb.Voucher{ID: 1, Stock: 5, ProofOfWork: 10})
+	future := time.Now().Add(time.Hour).UnixMilli()
+	require.NoError(t, s.Client().XAdd(ctx, &redis.XAddArgs{Stream: rdb.StreamKey(0), ID: fmt.Sprintf("%d-127", future), Values: []any{"x", "y"}}).Err())
+	c := rdb.Claim{VoucherID: 1, UserID: "hank", Now: t0, Day: d0, Proof: rdb.Proof{ID: "sig-1", Max: 10, TTL: time.Minute}}
+	spent := "flashsale:{p0}:v:1:proof:sig-1"
+	for range 2 { // the retry meets the same overflow, not a spent proof
+		_, err := s.Admit(ctx, c)
+		require.ErrorIs(t, err, rdb.ErrOverloaded)
+		n, err := s.Client().Exists(ctx, spent).Result()
+		require.NoError(t, err)
+		require.Zero(t, n, "the proof is unspent")
+	}
+	requireStock(t, s, 1, 5)
+}
+
 // A call whose second stream entry cannot be numbered keeps its first
 // entry's 32 admissions and undoes the rest: their items back in the pool
 // in their order, no idempotency record, no count, no order in the stream.
