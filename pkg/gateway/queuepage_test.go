@@ -2,6 +2,7 @@ package gateway_test
 
 import (
 	"context"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -15,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/flashsale/flashsale/pkg/gateway"
+	"github.com/flashsale/flashsale/pkg/internal/testenv"
 )
 
 // The queue page in headless Chromium, two buyers of a one-unit sale
@@ -187,4 +189,21 @@ func TestTheQueuePagesHeaders(t *testing.T) {
 	res.Body.Close()
 	require.Contains(t, res.Header.Get("Content-Security-Policy"), "frame-ancestors https://shop.example")
 	require.Empty(t, res.Header.Get("X-Frame-Options"))
+}
+
+// The page's slots are filled in one pass: a voucher named as another
+// slot ("{{EMBED_ORIGINS}}") shows that name, and the embedding origins
+// stay the configured ones (the name had been rewritten to them).
+func TestTheQueuePagesSlotsAreFilledOnce(t *testing.T) {
+	f := newFixtureOn(t, testenv.New(t, 4), gateway.Config{QueueEmbedOrigins: []string{"https://shop.example"}})
+	id := f.createVoucher(`{"name":"{{EMBED_ORIGINS}} {{VOUCHER_ID}}","stock":1}`)
+	res, err := http.Get(f.srv.URL + "/queue/" + id)
+	require.NoError(t, err)
+	body, err := io.ReadAll(res.Body)
+	res.Body.Close()
+	require.NoError(t, err)
+	page := string(body)
+	require.Contains(t, page, `data-name="{{EMBED_ORIGINS}} {{VOUCHER_ID}}"`)
+	require.Contains(t, page, `data-embed-origins="https://shop.example"`)
+	require.Contains(t, page, `data-voucher="`+id+`"`)
 }
