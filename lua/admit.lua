@@ -126,7 +126,10 @@
 
 -- The claims, field by field: users[i] is claim i's USER, and so on; a
 -- field left out of the line is its default. idems and proofs hold only
--- the claims that have one.
+-- the claims that have one. Each line is read whole, from its start to
+-- its newline: a line that is not USER and numeric fields fails the
+-- call before anything is changed (a malformed field is never read as
+-- another claim from the middle of its line).
 local nd = #ARGV - 5
 local base = tonumber(ARGV[4])
 local n = 0
@@ -134,13 +137,20 @@ local users, nows, qtys, day_keys, day_args, codes = {}, {}, {}, {}, {}, {}
 local pass_places, pass_exps = {}, {} -- a pass "PLACE:EXP_MS", read once
 local idems, idem_ttls, proofs, proof_maxes, proof_ttls = {}, {}, {}, {}, {}
 local keyed, idem_keys = {}, {}
-for user, dt, qty, day, code, pass, idem, idem_ttl, proof, proof_max, proof_ttl in
-    string.gmatch(ARGV[5], '(%S+) ?(%-?%d*) ?(%d*) ?(%d*) ?(%d*) ?([%d:%-]*) ?(%d*) ?(%d*) ?(%d*) ?(%d*) ?(%d*)\n') do
+local CLAIM_LINE = '^(%S+) ?(%-?%d*) ?(%d*) ?(%d*) ?(%d*) ?([%d:%-]*) ?(%d*) ?(%d*) ?(%d*) ?(%d*) ?(%d*)\n'
+local lines, at = ARGV[5], 1
+while at <= #lines do
+  local _, stop, user, dt, qty, day, code, pass, idem, idem_ttl, proof, proof_max, proof_ttl =
+      string.find(lines, CLAIM_LINE, at)
+  local d = tonumber(day) or 1
+  if not stop or (tonumber(qty) or 1) < 1 or d < 1 or d > nd then -- a quantity of 1 or more, a day the call names
+    return redis.error_reply('ERR admit.lua: claim line ' .. (n + 1) .. ' is not a claim line')
+  end
+  at = stop + 1
   n = n + 1
   users[n] = user
   nows[n] = base + (tonumber(dt) or 0)
   qtys[n] = tonumber(qty) or 1
-  local d = tonumber(day) or 1
   day_keys[n], day_args[n] = KEYS[5 + d], ARGV[5 + d]
   codes[n] = code
   if pass ~= '' and pass ~= '0' then

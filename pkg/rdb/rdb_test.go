@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
+	"github.com/flashsale/flashsale/lua"
 	"github.com/flashsale/flashsale/pkg/internal/testclock"
 	"github.com/flashsale/flashsale/pkg/internal/testrdb"
 	"github.com/flashsale/flashsale/pkg/internal/testsrv"
@@ -620,4 +621,38 @@ func TestAClaimThatCannotTravelInALineIsRefusedAlone(t *testing.T) {
 		require.NoError(t, err)
 		require.Zero(t, n, "nothing taken for %s", u)
 	}
+}
+
+// admit.lua reads each claim line whole: a line it cannot parse fails
+// the call before anything changes, where an unanchored reading took a
+// malformed field for another claim from the middle of its line. (The
+// gateway never sends one: rdb refuses such a claim as unsendable.)
+func TestAdmitLuaRefusesALineItCannotParse(t *testing.T) {
+	s := newStore(t, 1)
+	ctx := context.Background()
+	seedVoucher(t, s, rdb.Voucher{ID: 1, Stock: 5, PerUserLimit: 5})
+	call := s.AdmissionCall([]rdb.Claim{{VoucherID: 1, UserID: "ann", Now: t0, Day: d0}})
+	nkeys := call[0].(int)
+	keys := make([]string, nkeys)
+	for i := range keys {
+		keys[i] = call[1+i].(string)
+	}
+	argv := call[1+nkeys:]
+	lines := argv[4].([]byte)
+	require.Equal(t, "ann\n", string(lines), "ARGV[5] is the claim lines")
+	for _, bad := range []string{"ann 5x\n", "ann 0 1 1 0 0 0 0 0 0 0 7\n", "ann\nbob 0 two\n", "ann", "ann\n\n", "ann 0 0\n", "ann 0 1 9\n"} {
+		args := append([]any{}, argv...)
+		args[4] = bad
+		err := lua.Admit.Run(ctx, s.Client(), keys, args...).Err()
+		require.Error(t, err, "%q", bad)
+		require.Contains(t, err.Error(), "is not a claim line", "%q", bad)
+	}
+	requireStock(t, s, 1, 5)
+	n, err := s.UserCount(ctx, 1, "ann")
+	require.NoError(t, err)
+	require.Zero(t, n, "nothing refused was admitted")
+	args := append([]any{}, argv...)
+	args[4] = "ann 0 2\n"
+	require.NoError(t, lua.Admit.Run(ctx, s.Client(), keys, args...).Err(), "a whole line is read")
+	requireStock(t, s, 1, 3)
 }

@@ -25,10 +25,10 @@ func TestTheClaimLineIsTheOneAdmitLuaReads(t *testing.T) {
 	for _, f := range claimLine {
 		require.Regexp(t, `(?m)^--   `+f+` +\S`, src, "admit.lua's header says what %s is", f)
 	}
-	parser := regexp.MustCompile(`string\.gmatch\(ARGV\[5\], '([^']*)'\)`).FindStringSubmatch(src)
-	require.NotNil(t, parser, "admit.lua parses the claims with one string.gmatch over ARGV[5]")
+	parser := regexp.MustCompile(`local CLAIM_LINE = '(\^[^']*\\n)'`).FindStringSubmatch(src)
+	require.NotNil(t, parser, "admit.lua reads each claim line with one anchored pattern, CLAIM_LINE, to its newline")
 	require.Equal(t, len(claimLine), strings.Count(parser[1], "("), "the parser captures one value per field")
-	vars := regexp.MustCompile(`for ([\w, ]+) in\s+string\.gmatch\(ARGV\[5\]`).FindStringSubmatch(src)
+	vars := regexp.MustCompile(`local _, stop, ([\w, ]+) =\s+string\.find\(lines, CLAIM_LINE, at\)`).FindStringSubmatch(src)
 	require.NotNil(t, vars)
 	names := strings.Split(vars[1], ", ")
 	require.Len(t, names, len(claimLine))
