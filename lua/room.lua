@@ -30,7 +30,7 @@
 -- ARGV[1] -> now, unix ms (the caller's clock)
 -- ARGV[2] -> "tick", "join" or "get"
 -- ARGV[3] -> user (join, get)
--- ARGV[4] -> a seed for a room that has none yet (16 hex digits)
+-- ARGV[4] -> a seed for a room that has none yet (pkg/room NewSeed: "2-" and 16 hex digits; a room seeded before keeps 16 hex digits)
 -- ARGV[5] -> the join's verified proof of work's difficulty; 0: none
 -- ARGV[6] -> seconds the proof's challenge has left
 -- ARGV[7] -> the pass factor: passes outstanding never exceed stock x factor

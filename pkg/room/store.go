@@ -4,8 +4,6 @@ import (
 	"cmp"
 	"context"
 	"crypto/rand"
-	"encoding/binary"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"strconv"
@@ -90,7 +88,7 @@ func (s *Store) run(ctx context.Context, v int64, now time.Time, op, user string
 		}
 		bits = strconv.AppendInt(bits, t.bit(), 10)
 	}
-	res, err := s.r.RunRoom(ctx, v, proof, now.UnixMilli(), op, user, hex.EncodeToString(seed[:]),
+	res, err := s.r.RunRoom(ctx, v, proof, now.UnixMilli(), op, user, NewSeed(seed),
 		PassFactor, s.maxWaiters, int64(IdleTTL/time.Second), int64(access), bits)
 	if err != nil {
 		return nil, Place{}, err
@@ -130,11 +128,10 @@ func parseSnapshot(res []any, now time.Time) (*Snapshot, error) {
 		s.EndsAt = time.UnixMilli(e)
 	}
 	seed, _ := res[9].(string)
-	b, err := hex.DecodeString(seed)
-	if err != nil || len(b) != 8 {
-		return nil, fmt.Errorf("bad seed %q", seed)
+	var err error
+	if s.Seed, s.ShuffleVersion, err = ParseSeed(seed); err != nil {
+		return nil, err
 	}
-	s.Seed = binary.BigEndian.Uint64(b)
 	segs, _ := res[8].(string)
 	for _, f := range strings.Fields(segs) {
 		parts := strings.Split(f, ":")
