@@ -100,10 +100,10 @@ func eventsRuns(ctx context.Context, s *harness.Stack, cfg Config, tokens []stri
 	return r, nil
 }
 
-// settle waits until process pid has spent under 5 % of a core for a
+// idleRate waits until process pid has spent under 5 % of a core for a
 // whole second (its start, its first passes, done), at most 60 s, and
 // returns its CPU a second over the 2 s after.
-func settle(ctx context.Context, pid int) (float64, error) {
+func idleRate(ctx context.Context, pid int) (float64, error) {
 	deadline := time.Now().Add(60 * time.Second)
 	for {
 		c0, err := procCPU(pid)
@@ -205,7 +205,7 @@ func sinkAlone(ctx context.Context, s *harness.Stack, cfg Config, kind string, f
 	if err := waitReady(p); err != nil {
 		return a, 0, err
 	}
-	idle, err := settle(ctx, p.Pid())
+	idle, err := idleRate(ctx, p.Pid())
 	if err != nil {
 		return a, 0, err
 	}
