@@ -45,10 +45,7 @@ func TestTwoReapersOfOneNameRelayEachEventOnce(t *testing.T) {
 	cfg := event.Config{WebhookURLs: []string{hook.URL}, WebhookSecret: testsink.Secret, KafkaBrokers: []string{k.Addr()}}
 	relaying(t, e, "reaper-samehost", cfg)
 	relaying(t, e, "reaper-samehost", cfg)
-	testenv.Eventually(t, 10*time.Second, "the sinks held", func() bool {
-		st, err := e.DB.SinkStates(context.Background())
-		return err == nil && len(st) == 2
-	})
+	sinksHeld(t, e, 2)
 	for round := range 5 { // changes while both relay, so both are at the leases
 		changeOrders(t, e, v, round*60, 60)
 	}
@@ -76,15 +73,7 @@ func TestFailedEventsAreRedeliveredOnceAndAStoppedSinkAges(t *testing.T) {
 	gone.Always(testsink.Gone)
 	_, reg := relaying(t, e, "relay-1", event.Config{WebhookURLs: []string{failing.URL, gone.URL}, WebhookSecret: testsink.Secret,
 		WebhookTimeout: 200 * time.Millisecond, WebhookRetryFor: 300 * time.Millisecond})
-	name := func(r *testsink.Receiver) string {
-		n, err := event.WebhookName(r.URL)
-		require.NoError(t, err)
-		return n
-	}
-	testenv.Eventually(t, 10*time.Second, "the sinks held", func() bool {
-		st, err := e.DB.SinkStates(context.Background())
-		return err == nil && len(st) == 2
-	})
+	name := sinksHeld(t, e, 2)
 	changeOrders(t, e, v, 0, 6) // a batch's row of 6, then a row each for 2 payments and 2 cancels
 	want := sequenced(t, e)
 	require.Len(t, want, 10)
@@ -178,4 +167,19 @@ func TestAWebhookURLsCredentialsNeverShow(t *testing.T) {
 	var stored int64
 	require.NoError(t, e.DB.DB().Raw("SELECT COUNT(*) FROM event_sinks WHERE CONCAT(name, last_error) LIKE '%SECRET%' OR CONCAT(name, last_error) LIKE '%PASSWORD%'").Scan(&stored).Error)
 	require.Zero(t, stored, "event_sinks holds no credential")
+}
+
+// sinksHeld waits until the reapers hold n sinks, and returns the sink
+// name of a webhook endpoint.
+func sinksHeld(t *testing.T, e *testenv.Env, n int) func(*testsink.Receiver) string {
+	t.Helper()
+	testenv.Eventually(t, 10*time.Second, "the sinks held", func() bool {
+		st, err := e.DB.SinkStates(context.Background())
+		return err == nil && len(st) == n
+	})
+	return func(r *testsink.Receiver) string {
+		name, err := event.WebhookName(r.URL)
+		require.NoError(t, err)
+		return name
+	}
 }

@@ -203,15 +203,7 @@ func TestAFailingEndpointIsRetriedAndHoldsBackNoOther(t *testing.T) {
 	urls := []string{healthy.URL, flaky.URL, closing.URL, hanging.URL, gone.URL}
 	_, reg := relaying(t, e, "relay-1", event.Config{WebhookURLs: urls, WebhookSecret: testsink.Secret,
 		WebhookTimeout: 200 * time.Millisecond, WebhookRetryFor: 3 * time.Second, KafkaBrokers: []string{k.Addr()}})
-	name := func(r *testsink.Receiver) string {
-		n, err := event.WebhookName(r.URL)
-		require.NoError(t, err)
-		return n
-	}
-	testenv.Eventually(t, 10*time.Second, "the sinks held", func() bool {
-		st, err := e.DB.SinkStates(context.Background())
-		return err == nil && len(st) == 6
-	})
+	name := sinksHeld(t, e, 6)
 	changeOrders(t, e, v, 0, 60)
 	want := sequenced(t, e)
 
