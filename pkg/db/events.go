@@ -397,10 +397,8 @@ func (s *Store) SequenceEvents(ctx context.Context, limit int) (int, error) {
 // order, at most limit: whatever after is (before the first kept, inside
 // a row, at a row's end, past the last) and whatever the limit, the
 // events API, the relay, a redelivery and the backlog gauges read
-// through it. A row holding an event after after begins at most
-// MaxEventsPerRow-1 before after+1, so the rows read are found by the
-// sequence index from there, and limit rows hold at least limit such
-// events. A sequenced row never changes, so the rows read last are kept
+// through it (rowsAfter finds the rows). A sequenced row never
+// changes, so the rows read last are kept
 // decoded (rowCache): the relay reads a worker's row of hundreds of
 // events a batch at a time.
 func (s *Store) Events(ctx context.Context, after int64, limit int) ([]Event, error) {

@@ -158,12 +158,15 @@ func Record(m Message) *kgo.Record {
 		start := len(buf)
 		buf = append(buf, v...)
 		hs[i] = kgo.RecordHeader{Key: recordHeaders[i], Value: buf[start:len(buf):len(buf)]}
-		if i == 5 { // ce_subject: the order id, the key
+		if i == subjectHeader { // the order id: the record's key too
 			key = hs[i].Value
 		}
 	}
 	return &kgo.Record{Key: key, Value: m.Body, Headers: hs}
 }
 
-// recordHeaders are a record's headers, in Record's order.
+// recordHeaders are a record's headers, in Record's order;
+// subjectHeader is ce_subject's place among them.
 var recordHeaders = [...]string{"content-type", "ce_specversion", "ce_id", "ce_source", "ce_type", "ce_subject", "ce_time", "ce_sequence"}
+
+const subjectHeader = 5

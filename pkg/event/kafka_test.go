@@ -61,8 +61,8 @@ func TestKafkaOverTLSWithSCRAM(t *testing.T) {
 	require.NoError(t, err)
 	defer k.Close()
 	now := time.Now().UTC()
-	m := event.NewMessage(event.Of("shop", db.Event{Snapshot: db.Snapshot{OrderID: 42, VoucherID: 7, UserID: "ann", Status: "paid",
-		Quantity: 1, CreatedAt: now, ExpiresAt: now, PaidAt: &now}, Row: 3, K: 0, Sequence: 9, OccurredAt: now}))
+	m := event.MessageOf("shop", db.Event{Snapshot: db.Snapshot{OrderID: 42, VoucherID: 7, UserID: "ann", Status: "paid",
+		Quantity: 1, CreatedAt: now, ExpiresAt: now, PaidAt: &now}, Row: 3, K: 0, Sequence: 9, OccurredAt: now})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	n, err := k.Send(ctx, []event.Message{m})
@@ -114,8 +114,8 @@ func TestKafkaCompressionIsTheOneConfigured(t *testing.T) {
 		msgs := make([]event.Message, 20)
 		for i := range msgs {
 			sent++
-			msgs[i] = event.NewMessage(event.Of("shop", db.Event{Snapshot: db.Snapshot{OrderID: sent, VoucherID: 7, UserID: "ann", Status: "created",
-				Quantity: 1, CreatedAt: now, ExpiresAt: now}, Row: sent, Sequence: sent, OccurredAt: now}))
+			msgs[i] = event.MessageOf("shop", db.Event{Snapshot: db.Snapshot{OrderID: sent, VoucherID: 7, UserID: "ann", Status: "created",
+				Quantity: 1, CreatedAt: now, ExpiresAt: now}, Row: sent, Sequence: sent, OccurredAt: now})
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		n, err := k.Send(ctx, msgs)

@@ -3,7 +3,6 @@ package event
 import (
 	"context"
 	"errors"
-	"strconv"
 
 	"github.com/flashsale/flashsale/pkg/db"
 )
@@ -16,14 +15,7 @@ type Message struct {
 	Body []byte
 }
 
-// NewMessage is e as a sink sends it.
-func NewMessage(e Event) Message {
-	seq, _ := strconv.ParseInt(e.Sequence, 10, 64)
-	return Message{Event: e, Seq: seq, Body: e.JSON()}
-}
-
-// MessageOf is event e of the outbox as a sink sends it, from source:
-// NewMessage(Of(source, e)) without reading the sequence back.
+// MessageOf is event e of the outbox as a sink sends it, from source.
 func MessageOf(source string, e db.Event) Message {
 	ev := Of(source, e)
 	return Message{Event: ev, Seq: e.Sequence, Body: ev.JSON()}

@@ -37,7 +37,7 @@ func TestTheWebhookPayloadIsTheSpecsEvent(t *testing.T) {
 		{OrderID: 10, VoucherID: 3, UserID: "bob", Status: "cancelled", Reason: "payment_expired", Quantity: 2, CreatedAt: paid, ExpiresAt: paid},
 		{OrderID: 11, VoucherID: 4, UserID: "carol", Status: "completed", Quantity: 1, Amount: 250, CreatedAt: paid},
 	} {
-		m := event.NewMessage(event.Of("shop", db.Event{Snapshot: snap, Row: 4, K: 1, Sequence: 41, OccurredAt: paid}))
+		m := event.MessageOf("shop", db.Event{Snapshot: snap, Row: 4, K: 1, Sequence: 41, OccurredAt: paid})
 		var v any
 		require.NoError(t, json.Unmarshal(m.Body, &v))
 		require.NoError(t, schema.VisitJSON(v), "%s", m.Body)

@@ -38,23 +38,9 @@ func TestAChunkedBodyIsRefusedAndItsConnectionClosed(t *testing.T) {
 		"TE alone":  "Transfer-Encoding: chunked\r\n",
 	} {
 		t.Run(name, func(t *testing.T) {
-			c, err := net.Dial("tcp", f.srv.Listener.Addr().String())
-			require.NoError(t, err)
-			defer c.Close()
-			require.NoError(t, c.SetDeadline(time.Now().Add(10*time.Second)))
 			smuggled := "GET /v1/orders/1 HTTP/1.1\r\nHost: x\r\n\r\n"
-			_, err = io.WriteString(c, "POST /v1/vouchers/1/orders HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"+
+			requireLengthRequiredAndClosed(t, f.srv.Listener.Addr().String(), "POST /v1/vouchers/1/orders HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"+
 				"Authorization: Bearer "+f.token("eve")+"\r\n"+framing+"\r\n0\r\n\r\n"+smuggled)
-			require.NoError(t, err)
-			rd := bufio.NewReader(c)
-			res, err := http.ReadResponse(rd, nil)
-			require.NoError(t, err)
-			body, _ := io.ReadAll(res.Body)
-			require.Equal(t, http.StatusLengthRequired, res.StatusCode, string(body))
-			require.Contains(t, string(body), `"error":"length_required"`)
-			require.True(t, res.Close, "the connection is closed after the answer")
-			rest, _ := io.ReadAll(rd) // until the gateway closes, or the deadline
-			require.Empty(t, string(rest), "no answer to the bytes after the body")
 		})
 	}
 }
@@ -137,6 +123,28 @@ func TestAnHTTP10ChunkedBodyIsRefusedAndItsConnectionClosed(t *testing.T) {
 	})
 }
 
+// requireLengthRequiredAndClosed sends raw on a connection of its own to
+// addr and requires the answer 411 length_required, the connection
+// closed after it, and nothing answered to the bytes after the body.
+func requireLengthRequiredAndClosed(t *testing.T, addr, raw string) {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	require.NoError(t, err)
+	defer c.Close()
+	require.NoError(t, c.SetDeadline(time.Now().Add(10*time.Second)))
+	_, err = io.WriteString(c, raw)
+	require.NoError(t, err)
+	rd := bufio.NewReader(c)
+	res, err := http.ReadResponse(rd, nil)
+	require.NoError(t, err)
+	body, _ := io.ReadAll(res.Body)
+	require.Equal(t, http.StatusLengthRequired, res.StatusCode, string(body))
+	require.Contains(t, string(body), `"error":"length_required"`)
+	require.True(t, res.Close, "the connection is closed after the answer")
+	rest, _ := io.ReadAll(rd) // until the gateway closes, or the deadline
+	require.Empty(t, string(rest), "no answer to the bytes after the body")
+}
+
 // Go's server answered "OPTIONS *" itself, before the gateway's checks,
 // and kept an HTTP/1.0 connection open for it: its Transfer-Encoding was
 // never refused, so a chunked body carried a whole second request, a
@@ -166,23 +174,9 @@ func TestAnOptionsStarRequestCarriesNothingPastTheGuard(t *testing.T) {
 	for name, addr := range map[string]string{"public": pub.Addr().String(), "admin": adm.Addr().String()} {
 		for _, version := range []string{"HTTP/1.0", "HTTP/1.1"} {
 			t.Run(name+" "+version, func(t *testing.T) {
-				c, err := net.Dial("tcp", addr)
-				require.NoError(t, err)
-				defer c.Close()
-				require.NoError(t, c.SetDeadline(time.Now().Add(10*time.Second)))
 				inner := hidden[name]
-				_, err = io.WriteString(c, "OPTIONS * "+version+"\r\nHost: x\r\nConnection: keep-alive\r\nTransfer-Encoding: chunked\r\nContent-Length: 4\r\n\r\n"+
+				requireLengthRequiredAndClosed(t, addr, "OPTIONS * "+version+"\r\nHost: x\r\nConnection: keep-alive\r\nTransfer-Encoding: chunked\r\nContent-Length: 4\r\n\r\n"+
 					strconv.FormatInt(int64(len(inner)), 16)+"\r\n"+inner+"\r\n0\r\n\r\n")
-				require.NoError(t, err)
-				rd := bufio.NewReader(c)
-				res, err := http.ReadResponse(rd, nil)
-				require.NoError(t, err)
-				body, _ := io.ReadAll(res.Body)
-				require.Equal(t, http.StatusLengthRequired, res.StatusCode, string(body))
-				require.Contains(t, string(body), `"error":"length_required"`)
-				require.True(t, res.Close, "the connection is closed after the answer")
-				rest, _ := io.ReadAll(rd)
-				require.Empty(t, string(rest), "no answer to the hidden request")
 			})
 		}
 	}

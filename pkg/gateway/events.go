@@ -34,20 +34,22 @@ func (g *Gateway) listEvents(w http.ResponseWriter, r *http.Request) {
 		g.fail(w, r, err)
 		return
 	}
-	last, err := g.db.LastSequence(r.Context())
-	if err != nil {
-		g.fail(w, r, err)
-		return
-	}
-	if after > last {
-		g.fail(w, r, badRequest("after_past_last", "after "+strconv.FormatInt(after, 10)+" is past the last event published, "+
-			strconv.FormatInt(last, 10)+": pass the next of a page this gateway answered, or 0"))
-		return
-	}
 	rows, err := g.db.Events(r.Context(), after, int(limit))
 	if err != nil {
 		g.fail(w, r, err)
 		return
+	}
+	if len(rows) == 0 { // caught up, or after is past the last: one read tells
+		last, err := g.db.LastSequence(r.Context())
+		if err != nil {
+			g.fail(w, r, err)
+			return
+		}
+		if after > last {
+			g.fail(w, r, badRequest("after_past_last", "after "+strconv.FormatInt(after, 10)+" is past the last event published, "+
+				strconv.FormatInt(last, 10)+": pass the next of a page this gateway answered, or 0"))
+			return
+		}
 	}
 	out := struct {
 		Events    []event.Event `json:"events"`

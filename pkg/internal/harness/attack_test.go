@@ -123,15 +123,17 @@ func TestAHostileWebhookEndpointDoesNotRunTheReaperOutOfMemory(t *testing.T) {
 		require.Equal(t, http.StatusAccepted, status)
 	}
 	// Each order's payment window is 2 s; the reaper looks every 250 ms.
-	// "On time": cancelled within 10 s of its deadline on a loaded machine.
+	// "On time": cancelled within 30 s of its deadline, a bound a loaded
+	// machine keeps; a reaper in an OOM-kill loop, or stalled behind the
+	// endpoint, does not.
 	testenv.Eventually(t, 60*time.Second, "the 20 orders cancelled", func() bool {
 		var n int64
 		require.NoError(t, s.DB.DB().Raw("SELECT COUNT(*) FROM orders WHERE voucher_id = ? AND status = 'cancelled'", v).Scan(&n).Error)
 		return n == 20
 	})
 	var late int64
-	require.NoError(t, s.DB.DB().Raw("SELECT COUNT(*) FROM orders WHERE voucher_id = ? AND updated_at > expires_at + INTERVAL 10 SECOND", v).Scan(&late).Error)
-	require.Zero(t, late, "orders cancelled more than 10 s after their deadline")
+	require.NoError(t, s.DB.DB().Raw("SELECT COUNT(*) FROM orders WHERE voucher_id = ? AND updated_at > expires_at + INTERVAL 30 SECOND", v).Scan(&late).Error)
+	require.Zero(t, late, "orders cancelled more than 30 s after their deadline")
 	testenv.Eventually(t, 30*time.Second, "the relay asking the hostile endpoint again and again", func() bool { return asked.Load() >= 5 })
 	peak, err := bench.PeakRSS(s.Reaper.Pid())
 	require.NoError(t, err)
