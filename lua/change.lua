@@ -12,6 +12,7 @@
 -- KEYS[2] -> flashsale:{pP}:v:V:changes    set of change ids applied
 -- KEYS[3] -> flashsale:{pP}:v:V:released   the released set (its expiry follows the voucher's)
 -- KEYS[4] -> flashsale:{pP}:v:V:pool       the pool (likewise)
+-- KEYS[5] -> flashsale:{pP}:rooms          the partition's index of waiting rooms (rdb.RoomsKey)
 --
 -- ARGV[1] -> change id
 -- ARGV[2] -> units to add to stock (0: none)
@@ -22,6 +23,7 @@
 -- ARGV[7] -> the waiting room's new settings "N:PRE_MS:PASS_MS" (pkg/room), "0" off, "" unchanged
 -- ARGV[8] -> the access codes' new setting (admit.lua's access field: 0 none, -1 the whole sale, else
 --            until unix ms), "" unchanged
+-- ARGV[9] -> the voucher's id, its field in KEYS[5], on bucket 0 ("" on the others: the index is bucket 0's)
 --
 -- Returns 1 when applied now, 0 when it had been already, -1 when Redis
 -- does not hold the voucher (nothing is written: its creation is still
@@ -66,6 +68,9 @@ if ARGV[7] ~= '' and id > (tonumber(redis.call('HGET', KEYS[1], 'room_change')) 
   local rate, pre_ms, pass_ms = string.match(ARGV[7], '^(%d+):(%d+):(%d+)$')
   redis.call('HSET', KEYS[1], 'room', rate or 0, 'room_pre_ms', pre_ms or 0, 'room_pass_ms', pass_ms or 0,
     'room_change', id)
+  if ARGV[9] ~= '' then
+    redis.call('HSET', KEYS[5], ARGV[9], (tonumber(rate) or 0) > 0 and 1 or 0)
+  end
 end
 -- And new access codes.
 if ARGV[8] ~= '' and id > (tonumber(redis.call('HGET', KEYS[1], 'access_change')) or 0) then

@@ -34,7 +34,7 @@ var roleCommands = map[string][]string{
 	"reaper": {
 		"evalsha", "eval", "script|load", "xreadgroup", "xack", "xdel", "xclaim", "xautoclaim", "xadd", "xgroup|create",
 		"xgroup|delconsumer", "xpending", "xinfo|groups", "xinfo|consumers", "xlen", "xrange", "xtrim",
-		"decrby", "exists", "sadd", "scard", "smembers", "sismember", "hmget", "hget", "hgetall", "hset", "hdel", "hincrby", "lpush", "rpush", "lrange",
+		"decrby", "exists", "sadd", "scard", "smembers", "sismember", "hmget", "hget", "hgetall", "hset", "hsetnx", "hdel", "hincrby", "lpush", "rpush", "lrange",
 		"expire", "expireat", "persist", "del", "get", "set", "watch", "unwatch", "multi", "exec",
 	},
 	// Read-only: the stream gauges and looking at state (a metrics

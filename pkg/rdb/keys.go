@@ -15,6 +15,8 @@ import (
 //	flashsale:{pP}:dead                dead-letter stream, one entry per order
 //	flashsale:{pP}:wait                a write the durability check waits on (FLASHSALE_REDIS_DURABILITY), for an hour
 //	flashsale:{pP}:loaded              set by the reaper once the partition holds every voucher MySQL has on sale in it
+//	flashsale:{pP}:rooms               hash voucher id -> 1 it has a waiting room, 0 it has none, of the partition's vouchers;
+//	                                   field * once it names every one Redis holds (RoomsKey)
 //	flashsale:{pP}:alive:C             set by consumer C while it reads the partition, for ConsumerAliveTTL
 //	flashsale:{pP}:v:V                 voucher hash: stock, limit, daily, start_ms, end_ms, buckets, ..., name (bucket 0)
 //	                                   and u:USER -> units user USER holds (read with the voucher, one HMGET)
@@ -62,6 +64,19 @@ func DeadKey(p int) string { return partitionPrefix(p) + "dead" }
 // its data lost it too, so a voucher missing there is an outage, not an
 // unknown voucher (admit.lua).
 func LoadedKey(p int) string { return partitionPrefix(p) + "loaded" }
+
+// RoomsKey is partition p's index of its vouchers' waiting rooms: field
+// V is 1 when voucher V has a room, 0 when it has none, written with the
+// voucher's hash (a voucher put in Redis, change.lua); field * says the
+// index names every voucher Redis holds in p (the reaper's restorer sets
+// it once it has indexed the vouchers written before the index existed).
+// A gateway reads it once a second (RoomIndex), so that a poll of an id
+// it names without a room, or of an id it does not name at all, costs
+// Redis nothing.
+func RoomsKey(p int) string { return partitionPrefix(p) + "rooms" }
+
+// roomsComplete is RoomsKey's field saying the index is complete.
+const roomsComplete = "*"
 
 // AliveKey says consumer c reads partition p: each worker renews it
 // while it runs (Alive), and the reaper never removes a consumer whose

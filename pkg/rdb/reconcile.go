@@ -325,14 +325,25 @@ func (s *Store) MarkLoaded(ctx context.Context, partitions ...int) error {
 	return nil
 }
 
-// MarkAllLoaded marks every partition loaded (after a full rebuild, or,
-// in tests, a fresh Redis, as the restorer's first pass over one does).
+// MarkAllLoaded marks every partition loaded, and its rooms' index
+// complete (after a full rebuild, which wrote every voucher and so indexed
+// it, or, in tests, a fresh Redis, as the restorer's first pass over one
+// does).
 func (s *Store) MarkAllLoaded(ctx context.Context) error {
+	all := s.AllPartitions()
+	if err := s.MarkLoaded(ctx, all...); err != nil {
+		return err
+	}
+	return s.IndexRooms(ctx, all, nil)
+}
+
+// AllPartitions lists every partition.
+func (s *Store) AllPartitions() []int {
 	all := make([]int, s.partitions)
 	for p := range all {
 		all[p] = p
 	}
-	return s.MarkLoaded(ctx, all...)
+	return all
 }
 
 // PresentBuckets counts the buckets of voucher v (which has buckets

@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -103,4 +104,115 @@ func (s *Store) RoomStory(ctx context.Context, v int64) (*RoomRecord, error) {
 			return rec, nil
 		}
 	}
+}
+
+// RoomIndex is what the partitions' rooms' indexes (RoomsKey) said when
+// read: which vouchers have a waiting room, which have none, and which
+// ids no voucher has, where a partition's index is complete.
+type RoomIndex struct {
+	partitions int
+	complete   []bool         // by partition
+	rooms      map[int64]bool // voucher id -> it has a room
+	max        int64          // the highest id it names
+}
+
+// RoomIndex reads every partition's rooms' index, one HGETALL each in
+// one pipeline.
+func (s *Store) RoomIndex(ctx context.Context) (*RoomIndex, error) {
+	pipe := s.c.Pipeline()
+	cmds := make([]*redis.MapStringStringCmd, s.partitions)
+	for p := range s.partitions {
+		cmds[p] = pipe.HGetAll(ctx, RoomsKey(p))
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return nil, fmt.Errorf("read the rooms' indexes: %w", err)
+	}
+	x := &RoomIndex{partitions: s.partitions, complete: make([]bool, s.partitions), rooms: map[int64]bool{}}
+	for p, c := range cmds {
+		for k, val := range c.Val() {
+			if k == roomsComplete {
+				x.complete[p] = true
+				continue
+			}
+			if v, err := strconv.ParseInt(k, 10, 64); err == nil {
+				x.rooms[v] = val == "1"
+				x.max = max(x.max, v)
+			}
+		}
+	}
+	return x, nil
+}
+
+// Of says what the index knows of voucher v: known is false when v's
+// partition's index is not complete (ask Redis); otherwise exists says
+// whether Redis holds voucher v and room whether it has a waiting room.
+// A nil index knows nothing.
+func (x *RoomIndex) Of(v int64) (room, exists, known bool) {
+	if x == nil || v < 0 || !x.complete[int(uint64(v)%uint64(x.partitions))] {
+		return false, false, false
+	}
+	room, exists = x.rooms[v]
+	return room, exists, true
+}
+
+// Above reports whether v is above every id the index names: a voucher
+// created since it was read, perhaps (vouchers' ids grow).
+func (x *RoomIndex) Above(v int64) bool { return x != nil && v > x.max }
+
+// UnindexedRooms lists the partitions whose rooms' index is not complete
+// (RoomsKey has no field *): Redis lost it, or it was written by a
+// version without it.
+func (s *Store) UnindexedRooms(ctx context.Context) ([]int, error) {
+	pipe := s.c.Pipeline()
+	cmds := make([]*redis.StringCmd, s.partitions)
+	for p := range s.partitions {
+		cmds[p] = pipe.HGet(ctx, RoomsKey(p), roomsComplete)
+	}
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return nil, fmt.Errorf("read the rooms' indexes' marks: %w", err)
+	}
+	var out []int
+	for p, c := range cmds {
+		if errors.Is(c.Err(), redis.Nil) {
+			out = append(out, p)
+		}
+	}
+	return out, nil
+}
+
+// IndexRooms completes the rooms' indexes of partitions: each voucher of
+// vouchers in one of them that Redis holds and its index does not name is
+// named with what its hash says (HSETNX: what change.lua or a voucher's
+// writing recorded meanwhile is newer, and kept), then each partition's
+// index is marked complete.
+func (s *Store) IndexRooms(ctx context.Context, partitions []int, vouchers []int64) error {
+	var mine []int64
+	for _, v := range vouchers {
+		if slices.Contains(partitions, s.PartitionOf(v)) {
+			mine = append(mine, v)
+		}
+	}
+	pipe := s.c.Pipeline()
+	rooms := make([]*redis.StringCmd, len(mine))
+	for i, v := range mine {
+		rooms[i] = pipe.HGet(ctx, s.bucketOf(v, 0).key(), "room")
+	}
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return fmt.Errorf("read the vouchers' rooms: %w", err)
+	}
+	pipe = s.c.Pipeline()
+	for i, v := range mine {
+		rate, err := rooms[i].Int64()
+		if errors.Is(err, redis.Nil) { // not in Redis: indexed when it is written
+			continue
+		}
+		pipe.HSetNX(ctx, RoomsKey(s.PartitionOf(v)), strconv.FormatInt(v, 10), bit(rate > 0))
+	}
+	for _, p := range partitions {
+		pipe.HSet(ctx, RoomsKey(p), roomsComplete, 1)
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return fmt.Errorf("index the vouchers' rooms: %w", err)
+	}
+	return nil
 }

@@ -130,10 +130,14 @@ func putBucketHash(ctx context.Context, pipe redis.Pipeliner, b bucket, v Vouche
 	if b.n == 0 && v.Name != "" {
 		pipe.HSet(ctx, key, "name", v.Name)
 	}
-	if rate, pre, pass, ok := roomFields(v.Room); ok {
+	rate, pre, pass, ok := roomFields(v.Room)
+	if ok {
 		pipe.HSet(ctx, key, "room", rate, "room_pre_ms", pre, "room_pass_ms", pass)
 	} else {
 		pipe.HSet(ctx, key, "room", 0)
+	}
+	if b.n == 0 { // in the voucher's slot: the same transaction
+		pipe.HSet(ctx, RoomsKey(b.p), strconv.FormatInt(b.v, 10), bit(ok && rate != "0"))
 	}
 	expire(ctx, pipe, key, v.ExpireAt)
 	if !v.Pooled {
@@ -247,8 +251,12 @@ func (s *Store) ApplyChange(ctx context.Context, c Change) (applied, found bool,
 		if b.n > 0 {
 			add = 0
 		}
-		keys := []string{b.key(), b.changes(), b.released(), b.pool()}
-		n, err := lua.Change.Run(ctx, s.c, keys, c.ID, add, unixMs(c.EndsAt), unixS(c.ExpireAt), paused, pow, room, access).Int64()
+		index := "" // the rooms' index is bucket 0's to write
+		if b.n == 0 {
+			index = strconv.FormatInt(b.v, 10)
+		}
+		keys := []string{b.key(), b.changes(), b.released(), b.pool(), RoomsKey(b.p)}
+		n, err := lua.Change.Run(ctx, s.c, keys, c.ID, add, unixMs(c.EndsAt), unixS(c.ExpireAt), paused, pow, room, access, index).Int64()
 		if err != nil {
 			return applied, found, fmt.Errorf("apply change %d of voucher %d: %w", c.ID, c.VoucherID, err)
 		}

@@ -494,3 +494,33 @@ func TestALiveWorkerIdlePastTheThresholdIsNotRemoved(t *testing.T) {
 		return !ok
 	})
 }
+
+// Vouchers written by a version without the rooms' index (or an index
+// Redis lost) are indexed by the restorer's next pass: until then the
+// gateways ask Redis about that partition's ids; after it, they answer
+// from the index.
+func TestTheRestorerCompletesTheRoomsIndex(t *testing.T) {
+	e := testenv.New(t, 2)
+	ctx := context.Background()
+	with := e.SeedVoucher(t, db.Voucher{Stock: 5, PerUserLimit: 1, WaitingRoom: "10:0:30000"}, -1)
+	without := e.SeedVoucher(t, db.Voucher{Stock: 5, PerUserLimit: 1}, -1)
+	for p := range 2 {
+		require.NoError(t, e.RDB.Client().Del(ctx, rdb.RoomsKey(p)).Err())
+	}
+	x, err := e.RDB.RoomIndex(ctx)
+	require.NoError(t, err)
+	_, _, known := x.Of(with.ID)
+	require.False(t, known)
+
+	r := newReaper(t, e, "reaper-1", time.Now)
+	_, err = r.RunOnce(ctx)
+	require.NoError(t, err)
+	x, err = e.RDB.RoomIndex(ctx)
+	require.NoError(t, err)
+	room, exists, known := x.Of(with.ID)
+	require.Equal(t, []bool{true, true, true}, []bool{room, exists, known}, "the voucher with a room")
+	room, exists, known = x.Of(without.ID)
+	require.Equal(t, []bool{false, true, true}, []bool{room, exists, known}, "the voucher without")
+	_, exists, known = x.Of(without.ID + 100)
+	require.Equal(t, []bool{false, true}, []bool{exists, known}, "no voucher")
+}

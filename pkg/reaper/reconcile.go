@@ -71,7 +71,14 @@ func Reconcile(ctx context.Context, r *rdb.Store, d *db.Store, now time.Time, re
 		}
 		out = append(out, check)
 	}
-	if repair { // every voucher on sale is in Redis now (the restorer's mark)
+	if repair { // every voucher on sale is in Redis now (the restorer's mark), each in its rooms' index
+		ids := make([]int64, len(vouchers))
+		for i, v := range vouchers {
+			ids[i] = v.ID
+		}
+		if err := r.IndexRooms(ctx, r.AllPartitions(), ids); err != nil {
+			return out, err
+		}
 		if err := r.MarkAllLoaded(ctx); err != nil {
 			return out, err
 		}

@@ -17,6 +17,12 @@ package reaper
 // rebuilt either, for the same reason: it is logged, its partitions stay
 // unmarked (its missing buckets answer 503), and an operator runs
 // `reaper reconcile --repair` with its sale paused.
+//
+// The same pass completes each partition's rooms' index (rdb.RoomsKey)
+// where it lacks its mark: Redis lost it, or the vouchers were written by
+// a version that kept none. Every voucher on sale there is indexed from
+// its hash, then the index is marked complete; until then the gateways
+// ask Redis about that partition's ids, as they did without an index.
 
 import (
 	"context"
@@ -25,12 +31,17 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/flashsale/flashsale/pkg/db"
 	"github.com/flashsale/flashsale/pkg/rdb"
 )
 
 func (r *Reaper) restore(ctx context.Context, pass *Pass) error {
 	unloaded, err := r.redis.Unloaded(ctx)
-	if err != nil || len(unloaded) == 0 {
+	if err != nil {
+		return err
+	}
+	unindexed, err := r.redis.UnindexedRooms(ctx)
+	if err != nil || len(unloaded)+len(unindexed) == 0 {
 		return err
 	}
 	now := r.now()
@@ -38,6 +49,25 @@ func (r *Reaper) restore(ctx context.Context, pass *Pass) error {
 	if err != nil {
 		return err
 	}
+	if len(unloaded) > 0 {
+		if err := r.reload(ctx, pass, unloaded, vouchers); err != nil {
+			return err
+		}
+	}
+	if len(unindexed) == 0 {
+		return nil
+	}
+	ids := make([]int64, len(vouchers))
+	for i, v := range vouchers {
+		ids[i] = v.ID
+	}
+	return r.redis.IndexRooms(ctx, unindexed, ids)
+}
+
+// reload rebuilds the vouchers of the unloaded partitions that Redis lost
+// whole, and marks those partitions loaded.
+func (r *Reaper) reload(ctx context.Context, pass *Pass, unloaded []int, vouchers []db.Voucher) error {
+	now := r.now()
 	streams := streamCache{}
 	held := map[int]bool{} // partitions left unmarked: a voucher there needs an operator
 	for _, v := range vouchers {
