@@ -108,6 +108,8 @@ func (g *Gateway) createVoucher(w http.ResponseWriter, r *http.Request) {
 	}
 	if _, err := settle.Changes(ctx, g.redis, g.db, []db.VoucherChange{ch}, now); err != nil {
 		g.log.Warn("voucher created in MySQL; its creation in Redis is left to the reaper", zap.Int64("voucher_id", v.ID), zap.Error(err))
+	} else {
+		g.readRoomIndex() // its polls here know it at once; elsewhere, within room.IndexAgain of the first
 	}
 	g.log.Info("voucher created", zap.Int64("voucher_id", v.ID), zap.String("kind", v.Kind), zap.Int64("stock", v.Stock))
 	writeJSON(w, http.StatusCreated, voucherOut(v))

@@ -104,6 +104,12 @@ type Config struct {
 	// IPBurst is the requests an address may make at once. Default: twice
 	// IPRate, at least 1.
 	IPBurst int `envconfig:"FLASHSALE_IP_BURST" default:"0"`
+	// QueuePageRate limits the queue page (GET /queue/{id}, which needs no
+	// login) per client address, pages per second, burst twice that. Off:
+	// FLASHSALE_QUEUE_PAGE_RATE=0; in a Config, negative. Behind a proxy,
+	// FLASHSALE_TRUSTED_PROXIES names it, or every buyer shares its
+	// address. Default 10.
+	QueuePageRate float64 `envconfig:"FLASHSALE_QUEUE_PAGE_RATE" default:"10"`
 	// QueueEmbedOrigins are the origins ("https://shop.example") that may
 	// embed the queue page (GET /queue/{id}) in a frame and give it the
 	// buyer's token by postMessage; none by default: the page is opened
@@ -168,6 +174,7 @@ type Config struct {
 const (
 	PipelineWorkersDefault  = 4
 	UserRateDefault         = 10.0
+	QueuePageRateDefault    = 10.0
 	SoldOutRefreshDefault   = 200 * time.Millisecond
 	HTTPAddrDefault         = ":8080"
 	TimeZoneDefault         = "UTC"
@@ -189,11 +196,12 @@ const (
 )
 
 // SetDefaults fills the zero fields with the defaults. A negative
-// PipelineWorkers, UserRate or SoldOutRefresh stays: it turns the feature
+// PipelineWorkers, UserRate, QueuePageRate or SoldOutRefresh stays: it turns the feature
 // off.
 func (c *Config) SetDefaults() {
 	c.PipelineWorkers = cmp.Or(c.PipelineWorkers, PipelineWorkersDefault)
 	c.UserRate = cmp.Or(c.UserRate, UserRateDefault)
+	c.QueuePageRate = cmp.Or(c.QueuePageRate, QueuePageRateDefault)
 	c.SoldOutRefresh = cmp.Or(c.SoldOutRefresh, SoldOutRefreshDefault)
 	c.HTTPAddr = cmp.Or(c.HTTPAddr, HTTPAddrDefault)
 	c.TimeZone = cmp.Or(c.TimeZone, TimeZoneDefault)
@@ -232,6 +240,8 @@ func (c *Config) ZeroIsOff() {
 		c.envRefused = fmt.Errorf("FLASHSALE_USER_RATE must be 0 (off) or a positive rate, got %v", c.UserRate)
 	case c.SoldOutRefresh < 0:
 		c.envRefused = fmt.Errorf("FLASHSALE_SOLD_OUT_REFRESH must be 0 (off) to 1m, got %s", c.SoldOutRefresh)
+	case c.QueuePageRate < 0:
+		c.envRefused = fmt.Errorf("FLASHSALE_QUEUE_PAGE_RATE must be 0 (off) or a positive rate, got %v", c.QueuePageRate)
 	}
 	if c.PipelineWorkers == 0 {
 		c.PipelineWorkers = -1
@@ -241,6 +251,9 @@ func (c *Config) ZeroIsOff() {
 	}
 	if c.SoldOutRefresh == 0 {
 		c.SoldOutRefresh = -1
+	}
+	if c.QueuePageRate == 0 {
+		c.QueuePageRate = -1
 	}
 }
 
@@ -316,6 +329,8 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("FLASHSALE_IP_RATE must be 0 (off) or a positive rate, got %v", c.IPRate)
 	case c.IPBurst < 1:
 		return fmt.Errorf("FLASHSALE_IP_BURST must be at least 1, got %d", c.IPBurst)
+	case math.IsNaN(c.QueuePageRate) || math.IsInf(c.QueuePageRate, 0):
+		return fmt.Errorf("FLASHSALE_QUEUE_PAGE_RATE must be 0 (off) or a positive rate, got %v", c.QueuePageRate)
 	case c.MaxInflight < 1:
 		return fmt.Errorf("FLASHSALE_MAX_INFLIGHT must be at least 1, got %d", c.MaxInflight)
 	case c.SoldOutRefresh > time.Minute:

@@ -8,6 +8,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 	"net"
 	"net/http"
 	"net/netip"
@@ -65,14 +66,16 @@ type Gateway struct {
 	replica string
 	// drawFigures are the draws' figures, a scan each, shared a while.
 	drawFigures *db.DrawFiguresCache
+	// pageNames are the names the queue page shows (queuepage.go).
+	pageNames pageNames
 	// history is what the console charts (pkg/history).
 	history     *history.Sampler
 	stopHistory func()
 	// mysqlSlots bounds the requests waiting on MySQL (MySQLMaxInflight).
 	mysqlSlots chan struct{}
-	// users and addrs are the rate limits (nil: off); inflight counts the
-	// requests being served (MaxInflight).
-	users, addrs *ratelimit.Keyed
+	// users, addrs and pages are the rate limits (nil: off); inflight
+	// counts the requests being served (MaxInflight).
+	users, addrs, pages *ratelimit.Keyed
 	// adminFails holds the failed admin authentications per address.
 	adminFails *ratelimit.Keyed
 	trusted    []netip.Prefix
@@ -118,6 +121,7 @@ func New(cfg Config, r *rdb.Store, d *db.Store, log *zap.Logger, opts ...Option)
 	g := &Gateway{cfg: cfg, loc: loc, now: time.Now, redis: r, db: d, log: log.Named("gateway"), reg: prometheus.NewRegistry(),
 		mysqlSlots: make(chan struct{}, cfg.MySQLMaxInflight), trusted: trusted,
 		users: ratelimit.New(cfg.UserRate, cfg.UserBurst), addrs: ratelimit.New(cfg.IPRate, cfg.IPBurst),
+		pages:      ratelimit.New(cfg.QueuePageRate, max(1, int(math.Ceil(2*cfg.QueuePageRate)))),
 		adminFails: ratelimit.New(float64(time.Second)/float64(adminFailEvery), adminFailBurst),
 		soldOut:    soldout.New(cfg.SoldOutRefresh, soldout.Monotonic()), replica: replicaName()}
 	g.refused.since = time.Now()
@@ -160,7 +164,9 @@ func New(cfg Config, r *rdb.Store, d *db.Store, log *zap.Logger, opts ...Option)
 			defer cancel()
 			g.tickRooms(ctx)
 		})
-		g.stopRooms = func() { stop(); g.rooms.Wait() }
+		g.readRoomIndex()
+		stopIndex := every(roomIndexEvery, g.readRoomIndex)
+		g.stopRooms = func() { stop(); stopIndex(); g.rooms.Wait() }
 	}
 	g.stopSweep = g.sweepLimiters()
 	g.history = history.New(history.Source{
@@ -339,6 +345,7 @@ func (g *Gateway) sweepLimiters() (stop func()) {
 		now := g.now()
 		g.users.Sweep(now)
 		g.addrs.Sweep(now)
+		g.pages.Sweep(now)
 		g.adminFails.Sweep(now)
 		g.soldOut.Sweep()
 		g.metrics.limiterKeys.WithLabelValues("user").Set(float64(g.users.Keys()))

@@ -355,8 +355,13 @@ func (g *Gateway) changeVoucher(w http.ResponseWriter, r *http.Request) {
 	}
 	if _, err := settle.Changes(ctx, g.redis, g.db, []db.VoucherChange{ch}, now); err != nil {
 		g.log.Warn("voucher change left to the reaper", zap.Int64("voucher_id", id), zap.Int64("change_id", ch.ID), zap.Error(err))
-	} else if edit.AddStock > 0 {
-		g.soldOut.Admitted(id) // units are back: this replica stops pruning now, not a refresh later
+	} else {
+		if edit.AddStock > 0 {
+			g.soldOut.Admitted(id) // units are back: this replica stops pruning now, not a refresh later
+		}
+		if ch.Room != nil {
+			g.readRoomIndex() // a room put on or taken away: this replica's polls know it now, others' within roomIndexEvery
+		}
 	}
 	g.log.Info("voucher changed", zap.Int64("voucher_id", id), zap.Int64("add_stock", edit.AddStock), zap.Bool("ends_at_changed", edit.EndsAt != nil))
 	writeJSON(w, http.StatusOK, voucherOut(v))

@@ -2,17 +2,25 @@ package gateway
 
 // The queue page (queuepage/): one page a buyer opens to wait in a
 // voucher's room and buy, served from the binary with its script and
-// style, no CDN. It holds no data and costs no store: it reads the API of
-// the gateway that served it, with the buyer's token.
+// style, no CDN. It holds no data: it reads the API of the gateway that
+// served it, with the buyer's token.
 
 import (
+	"context"
 	"embed"
+	"errors"
 	"html"
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
+	"time"
 
 	"go.uber.org/zap"
+	"golang.org/x/sync/singleflight"
+
+	"github.com/flashsale/flashsale/pkg/ratelimit"
+	"github.com/flashsale/flashsale/pkg/rdb"
 )
 
 //go:embed queuepage/page.html queuepage/page.js queuepage/texts.js queuepage/page.css
@@ -41,18 +49,32 @@ func (g *Gateway) queuePageHeaders(h http.Header) {
 }
 
 // serveQueuePage: GET /queue/{id}, the page of voucher id's queue, with
-// the voucher's name (one read of Redis a page; none a poll). Whether the
-// voucher exists, and has a room, the page's join says.
+// the voucher's name. It needs no login, so it is limited per client
+// address (FLASHSALE_QUEUE_PAGE_RATE), and costs Redis at most one read a
+// voucher every pageNameFor, whoever asks: an id the rooms' index does not
+// name (no voucher) costs none. Whether the voucher exists,
+// and has a room, the page's join says.
 func (g *Gateway) serveQueuePage(w http.ResponseWriter, r *http.Request) {
+	if ok, wait := g.pages.Allow(ratelimit.ClientAddr(r, g.trusted), g.now()); !ok {
+		g.metrics.shed.WithLabelValues("page_rate").Inc()
+		writeRateLimited(w, wait)
+		return
+	}
 	id, err := pathID(r)
 	if err != nil {
 		g.fail(w, r, err)
 		return
 	}
 	page, _ := queueFiles.ReadFile("queuepage/page.html")
-	name, err := g.redis.VoucherName(r.Context(), id)
-	if err != nil { // the page says "voucher N" instead
-		g.log.Warn("queue page: could not read the voucher's name", zap.Int64("voucher_id", id), zap.Error(err))
+	name := ""
+	if !errors.Is(g.rooms.Indexed(r.Context(), id), rdb.ErrVoucherNotFound) {
+		name = g.pageNames.of(r.Context(), id, g.now(), func(ctx context.Context) (string, error) {
+			name, err := g.redis.VoucherName(ctx, id)
+			if err != nil { // the page says "voucher N" instead
+				g.log.Warn("queue page: could not read the voucher's name", zap.Int64("voucher_id", id), zap.Error(err))
+			}
+			return name, err
+		})
 	}
 	// Every slot filled in one pass over the template: what a slot is
 	// filled with (a voucher named "{{EMBED_ORIGINS}}") is never read as
@@ -62,6 +84,51 @@ func (g *Gateway) serveQueuePage(w http.ResponseWriter, r *http.Request) {
 	g.queuePageHeaders(w.Header())
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	_, _ = fill.WriteString(w, string(page))
+}
+
+// pageNameFor is how long the queue page keeps a voucher's name, and
+// maxPageNames how many it keeps.
+const (
+	pageNameFor  = 10 * time.Second
+	maxPageNames = 10_000
+)
+
+// pageNames are the vouchers' names the queue page read lately: one read
+// a voucher per pageNameFor, shared by the pages asked meanwhile.
+type pageNames struct {
+	mu    sync.Mutex
+	names map[int64]pageName // guarded by mu
+	reads singleflight.Group
+}
+
+type pageName struct {
+	name string
+	at   time.Time
+}
+
+// of is voucher id's name, read by read when not known since pageNameFor
+// ("" when it cannot be read: not kept). A full map is emptied: each name
+// costs one read again, and a call O(1) in the mean.
+func (n *pageNames) of(ctx context.Context, id int64, now time.Time, read func(context.Context) (string, error)) string {
+	n.mu.Lock()
+	p, ok := n.names[id]
+	n.mu.Unlock()
+	if ok && now.Sub(p.at) < pageNameFor {
+		return p.name
+	}
+	res, _, _ := n.reads.Do(strconv.FormatInt(id, 10), func() (any, error) {
+		name, err := read(ctx)
+		if err == nil {
+			n.mu.Lock()
+			if n.names == nil || len(n.names) >= maxPageNames {
+				n.names = map[int64]pageName{}
+			}
+			n.names[id] = pageName{name: name, at: now}
+			n.mu.Unlock()
+		}
+		return name, nil
+	})
+	return res.(string)
 }
 
 // serveQueueAsset: GET /queue/assets/{name}, the page's script and style.

@@ -6,6 +6,9 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -206,4 +209,63 @@ func TestTheQueuePagesSlotsAreFilledOnce(t *testing.T) {
 	require.Contains(t, page, `data-name="{{EMBED_ORIGINS}} {{VOUCHER_ID}}"`)
 	require.Contains(t, page, `data-embed-origins="https://shop.example"`)
 	require.Contains(t, page, `data-voucher="`+id+`"`)
+}
+
+// The page needs no login: one client fetched 2,818 pages a second, each
+// a read of Redis. It is now limited per client address
+// (FLASHSALE_QUEUE_PAGE_RATE, burst twice the rate) and reads a voucher's
+// name once per a while whoever asks; an id no voucher has reads nothing.
+func TestTheQueuePageIsLimitedAndReadsRedisOnceAVoucher(t *testing.T) {
+	f := newFixtureOn(t, testenv.New(t, 4), gateway.Config{QueuePageRate: 5})
+	id := f.createVoucher(`{"name":"Lamp","stock":3,"waiting_room":{"admit_per_second":10}}`)
+	page := func(v string) int { // from the test's one address
+		res, err := http.Get(f.srv.URL + "/queue/" + v)
+		require.NoError(t, err)
+		_, _ = io.Copy(io.Discard, res.Body)
+		res.Body.Close()
+		return res.StatusCode
+	}
+	var codes []int
+	for range 11 {
+		codes = append(codes, page(id))
+	}
+	require.Equal(t, slices.Repeat([]int{http.StatusOK}, 10), codes[:10], "a burst of twice the rate")
+	require.Equal(t, http.StatusTooManyRequests, codes[10], "then 429")
+
+	// Many addresses (a gateway behind a trusted proxy): the pages of one
+	// voucher read its name once; those of ids no voucher has, never.
+	many := newFixtureOn(t, f.env, gateway.Config{TrustedProxies: []string{"127.0.0.1/32", "::1/128"}})
+	ctx := context.Background()
+	before := keyReads(t, f.env, ctx)
+	for i := range 200 {
+		req, err := http.NewRequest("GET", many.srv.URL+"/queue/"+id, nil)
+		require.NoError(t, err)
+		req.Header.Set("X-Forwarded-For", "203.0.113."+strconv.Itoa(i%250))
+		res, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		body, _ := io.ReadAll(res.Body)
+		res.Body.Close()
+		require.Equal(t, http.StatusOK, res.StatusCode)
+		require.Contains(t, string(body), `data-name="Lamp"`)
+		req.URL.Path = "/queue/" + strconv.Itoa(1_000_000+i)
+		res, err = http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		res.Body.Close()
+		require.Equal(t, http.StatusOK, res.StatusCode)
+	}
+	require.LessOrEqual(t, keyReads(t, f.env, ctx)-before, int64(3), "400 pages: the name read once (twice if its time ran out)")
+}
+
+// keyReads counts the reads of a voucher's hash fields Redis served
+// (HGET, HMGET) on env's own redis-server.
+func keyReads(t *testing.T, env *testenv.Env, ctx context.Context) int64 {
+	t.Helper()
+	info, err := env.RDB.Client().Info(ctx, "commandstats").Result()
+	require.NoError(t, err)
+	var n int64
+	for _, m := range regexp.MustCompile(`cmdstat_(?:hget|hmget):calls=(\d+)`).FindAllStringSubmatch(info, -1) {
+		c, _ := strconv.ParseInt(m[1], 10, 64)
+		n += c
+	}
+	return n
 }

@@ -36,6 +36,21 @@ const (
 	roomIdle = 30 * time.Second
 )
 
+// roomIndexEvery is how often a gateway reads the rooms' index
+// (rdb.RoomsKey): how long a room put on a voucher may go unseen by a
+// poll that holds no queue token for it, and by the queue page.
+const roomIndexEvery = time.Second
+
+// readRoomIndex reads the rooms' index for the polls and the page to
+// answer from; when it cannot be read, they ask Redis until it can.
+func (g *Gateway) readRoomIndex() {
+	ctx, cancel := context.WithTimeout(context.Background(), roomIndexEvery)
+	defer cancel()
+	if err := g.rooms.ReadIndex(ctx); err != nil {
+		g.log.Warn("could not read the rooms' index: polls ask redis", zap.Error(err))
+	}
+}
+
 // tickRooms refreshes every room asked about lately, forgets the others,
 // and publishes their figures; it returns by ctx's end, leaving a slow
 // room's tick to finish on its own.
@@ -168,6 +183,14 @@ func (g *Gateway) getQueue(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s, err := g.rooms.Known(v)
+	if s == nil && err == nil && r.Header.Get(room.Header) == "" {
+		// Nothing known of a room, and no token proving one: the index
+		// answers an id without a room, or without a voucher; else the
+		// room is read once for every asker.
+		if err = g.rooms.Indexed(r.Context(), v); err == nil {
+			s, err = g.rooms.State(r.Context(), v)
+		}
+	}
 	if err != nil {
 		g.fail(w, r, err)
 		return

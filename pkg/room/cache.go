@@ -23,17 +23,26 @@ import (
 //
 // What it costs Redis is bounded by the rooms that exist, not by the ids
 // asked about: every voucher id is a valid question, so a voucher without
-// a room (or no voucher at all) is not a room. It is remembered apart, in
-// a map of at most MaxNoRoom ids, for NoRoomFor; it is read from Redis at
-// most once per NoRoomFor, shared by every asker, and never ticked.
+// a room (or no voucher at all) is not a room. The rooms' index (SetIndex,
+// rdb.RoomIndex, read by the gateway once a second) answers an id it
+// names without a room, or does not name at all, from memory (Indexed).
+// An id it cannot answer (its partition not indexed yet) is remembered
+// apart once read, in a map of at most MaxNoRoom ids, for NoRoomFor: it
+// is read from Redis at most once per NoRoomFor, shared by every asker,
+// and never ticked; a new id in a full map takes the oldest one's place.
 type Cache struct {
 	m     atomic.Pointer[map[int64]*Entry]
 	mu    sync.Mutex // serializes changes of m
 	store *Store
 	now   func() time.Time
 
+	index   atomic.Pointer[rdb.RoomIndex]
+	indexAt atomic.Int64 // unix ns of its last read
+
 	noneMu sync.Mutex
 	none   map[int64]noRoom // guarded by noneMu
+	ring   []int64          // the ids of none by the slot they own, oldest at head (guarded by noneMu)
+	head   int
 	reads  singleflight.Group
 	ticks  sync.WaitGroup // rooms' ticks under way
 }
@@ -41,8 +50,9 @@ type Cache struct {
 // noRoom is why a voucher had no room to answer from, and when Redis
 // said so.
 type noRoom struct {
-	err error
-	at  time.Time
+	err  error
+	at   time.Time
+	slot int // its id's slot in the ring
 }
 
 const (
@@ -51,8 +61,8 @@ const (
 	// to polls after at most this long (claims ask the admission script,
 	// which always knows).
 	NoRoomFor = 2 * time.Second
-	// MaxNoRoom bounds the ids remembered without a room; past it an
-	// unknown id costs each ask one read, as any other request does.
+	// MaxNoRoom bounds the ids remembered without a room; past it a new
+	// one takes the place of the one remembered longest.
 	MaxNoRoom = 10_000
 	// TickDeadline bounds one room's tick: a slow one is given up on
 	// without holding back any other room's.
@@ -64,7 +74,7 @@ const (
 // NewCache returns a Cache over store (nil: none, nothing is read) on the
 // clock now.
 func NewCache(store *Store, now func() time.Time) *Cache {
-	return &Cache{store: store, now: now, none: map[int64]noRoom{}}
+	return &Cache{store: store, now: now, none: map[int64]noRoom{}, ring: make([]int64, MaxNoRoom)}
 }
 
 // Store is the rooms' store the cache reads.
@@ -282,12 +292,66 @@ func (c *Cache) NoRoom(v int64, err error) {
 	now := c.now()
 	c.noneMu.Lock()
 	defer c.noneMu.Unlock()
-	if len(c.none) >= MaxNoRoom {
-		c.pruneNoRoom(now)
+	if n, ok := c.none[v]; ok { // its slot stays
+		c.none[v] = noRoom{err: err, at: now, slot: n.slot}
+		return
 	}
-	if len(c.none) < MaxNoRoom {
-		c.none[v] = noRoom{err: err, at: now}
+	// The next slot's id (if it still owns it) is the one remembered
+	// longest: it goes, in O(1), however full the map.
+	slot := c.head
+	if old, ok := c.none[c.ring[slot]]; ok && old.slot == slot {
+		delete(c.none, c.ring[slot])
 	}
+	c.ring[slot] = v
+	c.head = (slot + 1) % len(c.ring)
+	c.none[v] = noRoom{err: err, at: now, slot: slot}
+}
+
+// IndexAgain is how soon after a read of the rooms' index an id above
+// every one it names reads it again: a voucher created in the meantime
+// shows to polls within this long; ids made up above it cost Redis at
+// most one read of the index per IndexAgain, whoever asks.
+const IndexAgain = 100 * time.Millisecond
+
+// ReadIndex reads the rooms' index (rdb.RoomIndex) for Indexed to answer
+// from; the caller reads it every so often (the gateway: every second).
+// When it cannot be read, Indexed answers nothing until it can.
+func (c *Cache) ReadIndex(ctx context.Context) error {
+	if c.store == nil {
+		return nil
+	}
+	x, err := c.store.r.RoomIndex(ctx)
+	c.index.Store(x)
+	c.indexAt.Store(c.now().UnixNano())
+	return err
+}
+
+// Indexed is what the rooms' index says of voucher v, which this cache
+// has no room of: ErrNoRoom (a voucher without one),
+// rdb.ErrVoucherNotFound (no voucher), or nil (it has a room, or the index
+// cannot say: ask Redis). An id above every one the index names reads it
+// again first, if it was read more than IndexAgain ago (one read for every
+// asker). A room put on an existing voucher shows once the index is read
+// again: a caller that holds proof of a room (a queue token) does not ask.
+func (c *Cache) Indexed(ctx context.Context, v int64) error {
+	x := c.index.Load()
+	hasRoom, exists, known := x.Of(v)
+	if known && !exists && x.Above(v) && c.now().Sub(time.Unix(0, c.indexAt.Load())) >= IndexAgain {
+		_, _, _ = c.reads.Do("index", func() (any, error) {
+			if c.now().Sub(time.Unix(0, c.indexAt.Load())) >= IndexAgain {
+				return nil, c.ReadIndex(ctx)
+			}
+			return nil, nil
+		})
+		hasRoom, exists, known = c.index.Load().Of(v)
+	}
+	switch {
+	case !known || hasRoom:
+		return nil
+	case !exists:
+		return rdb.ErrVoucherNotFound
+	}
+	return ErrNoRoom
 }
 
 // pruneNoRoom forgets the ids remembered longer than NoRoomFor (noneMu held).

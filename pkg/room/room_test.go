@@ -10,6 +10,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/flashsale/flashsale/pkg/rdb"
 	"github.com/flashsale/flashsale/pkg/room"
 )
 
@@ -177,8 +178,11 @@ func TestTheEstimateFollowsTheObservedRate(t *testing.T) {
 }
 
 // Ids found without a room are remembered apart from rooms, at most
-// MaxNoRoom of them, for NoRoomFor; a room learnt of replaces its id's
-// "no room" at once.
+// MaxNoRoom of them, for NoRoomFor; past the bound a new id takes the
+// place of the one remembered longest, in constant time however full
+// (the old memory scanned the whole map under its lock for each new id
+// once full, and then kept none); a room learnt of replaces its id's "no
+// room" at once.
 func TestTheNoRoomMemoryIsBounded(t *testing.T) {
 	now := time.Now()
 	c := room.NewCache(nil, func() time.Time { return now })
@@ -186,27 +190,34 @@ func TestTheNoRoomMemoryIsBounded(t *testing.T) {
 		c.NoRoom(v, room.ErrNoRoom)
 	}
 	require.Equal(t, room.MaxNoRoom, c.NoRooms(), "bounded")
-	_, err := c.Known(1)
+	_, err := c.Known(99)
+	require.NoError(t, err, "the first 100 gave their places to the last 100")
+	_, err = c.Known(100)
 	require.ErrorIs(t, err, room.ErrNoRoom)
-	require.Nil(t, c.Of(1), "not a room: never ticked")
+	require.Nil(t, c.Of(100), "not a room: never ticked")
 	_, err = c.Known(room.MaxNoRoom + 50)
-	require.NoError(t, err, "past the bound: not remembered, asked again")
+	require.ErrorIs(t, err, room.ErrNoRoom, "past the bound: the new ones kept")
 
 	s := &room.Snapshot{At: now, Tail: 1, Stock: 1, Rate: 1, Limit: 1, StartsAt: now}
-	c.Learn(2, s)
-	got, err := c.Known(2)
+	c.Learn(200, s)
+	got, err := c.Known(200)
 	require.NoError(t, err)
 	require.Same(t, s, got, "a room learnt of replaces its no-room")
 
+	c.NoRoom(101, rdb.ErrVoucherNotFound)
+	_, err = c.Known(101)
+	require.ErrorIs(t, err, rdb.ErrVoucherNotFound, "told again: the newer answer, in the same place")
+	require.LessOrEqual(t, c.NoRooms(), room.MaxNoRoom)
+
 	now = now.Add(room.NoRoomFor)
-	_, err = c.Known(1)
+	_, err = c.Known(100)
 	require.NoError(t, err, "asked again after NoRoomFor")
-	for k := range int64(3) { // the places ids 1 and 2 left, then one past the bound
-		c.NoRoom(room.MaxNoRoom+50+k, room.ErrNoRoom)
+	for k := range int64(2 * room.MaxNoRoom) { // twice round: each new id one step, whatever the map holds
+		c.NoRoom(1_000_000+k, room.ErrNoRoom)
 	}
-	require.LessOrEqual(t, c.NoRooms(), 3, "full: the stale ones were pruned to make room")
-	_, err = c.Known(room.MaxNoRoom + 52)
-	require.ErrorIs(t, err, room.ErrNoRoom, "and the new one kept")
+	require.Equal(t, room.MaxNoRoom, c.NoRooms())
+	_, err = c.Known(1_000_000 + 2*room.MaxNoRoom - 1)
+	require.ErrorIs(t, err, room.ErrNoRoom, "the newest kept")
 }
 
 // kendallTau is the rank correlation of the arrival order 1..n with the
