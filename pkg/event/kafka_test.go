@@ -8,7 +8,9 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/binary"
 	"encoding/pem"
+	"io"
 	"math/big"
 	"net"
 	"os"
@@ -179,4 +181,66 @@ func TestARefusedWebhookURLIsNamedWithoutItsSecrets(t *testing.T) {
 		require.NotContains(t, err.Error(), "SECRET")
 	}
 	require.Equal(t, "https://host:8443/a@b/c", event.Redact(" https://u:p@host:8443/a@b/c?x=1#y "))
+}
+
+// A hostile or spoofed broker answered the reaper's first request with a
+// 95 MB frame: franz-go's default (100 MiB) read it, and the reaper went
+// from 33 to 123 MiB on one connection. The relay fetches nothing, so an
+// answer is read to event.KafkaMaxReadBytes: the client gives the frame up
+// from its size alone and closes the connection, where the default kept it
+// open waiting for the 95 MB.
+func TestAHostileBrokersHugeAnswerIsRefusedFromItsSize(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer ln.Close()
+	closed := make(chan time.Duration, 16)
+	go func() {
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer conn.Close()
+				var size [4]byte
+				if _, err := io.ReadFull(conn, size[:]); err != nil {
+					return
+				}
+				req := make([]byte, binary.BigEndian.Uint32(size[:]))
+				if _, err := io.ReadFull(conn, req); err != nil || len(req) < 8 {
+					return
+				}
+				// A frame of 95 MB, the request's correlation id, then
+				// nothing more: a client that reads it waits.
+				head := binary.BigEndian.AppendUint32(nil, 95_000_000)
+				head = append(head, req[4:8]...)
+				if _, err := conn.Write(append(head, make([]byte, 1024)...)); err != nil {
+					return
+				}
+				sent := time.Now()
+				_ = conn.SetReadDeadline(time.Now().Add(time.Minute))
+				_, _ = io.Copy(io.Discard, conn) // until the client closes it
+				closed <- time.Since(sent)
+			}()
+		}
+	}()
+	cfg := event.Config{KafkaBrokers: []string{ln.Addr().String()}, KafkaTopic: "orders"}
+	cfg.SetDefaults()
+	require.NoError(t, cfg.Validate())
+	k, err := event.NewKafka(cfg)
+	require.NoError(t, err)
+	defer k.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	go func() {
+		now := time.Now().UTC()
+		_, _ = k.Send(ctx, []event.Message{event.MessageOf("shop", db.Event{Snapshot: db.Snapshot{OrderID: 1, VoucherID: 7, UserID: "ann",
+			Status: "created", Quantity: 1, CreatedAt: now, ExpiresAt: now}, Row: 1, Sequence: 1, OccurredAt: now})})
+	}()
+	select {
+	case took := <-closed:
+		t.Logf("the client closed the connection %s after the frame's size", took)
+	case <-time.After(5 * time.Second):
+		t.Fatal("the client kept the connection open, reading a 95 MB answer")
+	}
 }
