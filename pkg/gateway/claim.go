@@ -25,25 +25,29 @@ var errBadIdempotencyKey = badRequest("invalid_idempotency_key", "Idempotency-Ke
 //  3. the Idempotency-Key's form (400);
 //  4. claimQuantity: the body, read within its deadline, {"quantity": N} (400, 408, 413, 415);
 //  5. claimProof (proof.go): a proof of work's signature, user, voucher
-//     and expiry (403 proof_invalid), before Redis; claimAccess
-//     (access.go) verifies an access code's user and voucher for the
-//     script, which refuses a wrong one only where the voucher needs a
-//     code now (403 access_invalid);
+//     and expiry (403 proof_invalid), before Redis; its refusal is
+//     answered after step 6's;
 //  6. soldOut.Prune (pkg/soldout): a voucher Redis said is sold out, for
-//     FLASHSALE_SOLD_OUT_REFRESH, answered 409 without Redis;
-//  7. roomPass (room.go): a voucher with a waiting room wants a pass that
+//     FLASHSALE_SOLD_OUT_REFRESH, answered 409 without Redis (a claim
+//     with a good proof and without an Idempotency-Key);
+//  7. claimAccess (access.go) verifies an access code's user and voucher
+//     for the script, which refuses a wrong one only where the voucher
+//     needs a code now (403 access_invalid);
+//  8. roomPass (room.go): a voucher with a waiting room wants a pass that
 //     holds (403 not_admitted), from this gateway's last state of the room
 //     (pkg/room's Cache);
-//  8. admitClaim: admit.lua, through the batcher (rdb/batcher.go,
+//  9. admitClaim: admit.lua, through the batcher (rdb/batcher.go,
 //     rdb/admit.go), decides the rest in Redis, atomically: the sale
 //     window, pause, an access code where the voucher needs one now, the
 //     proof's difficulty and single use, the pass,
 //     stock, per-user and per-day limits, an idempotent replay, the
 //     deduction and the order's XADD; a hot voucher's dry bucket is
 //     refilled from the others (rdb/buckets.go) and asked again;
-//  9. the answer: 202 (admittedBody), or the script's refusal mapped to its
-//     status in one place (errors.go); a keyed retry the checks 5 and 7
+//  10. the answer: 202 (admittedBody), or the script's refusal mapped to its
+//     status in one place (errors.go); a keyed retry the checks 5 and 8
 //     refuse is answered from its first admission (refuseUnlessReplayed).
+//
+// The order is held by a test (doccheck's TestTheClaimsChecksRunInTheListedOrder).
 func (g *Gateway) claim(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	user, voucher, ok := g.userAndID(w, r)

@@ -30,7 +30,7 @@ package persist
 //
 // The reaper makes one attempt at the entries it takes over (Handle:
 // steps 1, 5 and 6) and dead-letters (7) an entry delivered
-// FLASHSALE_REAPER_MAX_DELIVERIES times.
+// FLASHSALE_MAX_DELIVERIES times.
 
 import (
 	"context"

@@ -155,13 +155,13 @@ func (s *Store) admitDry(ctx context.Context, claims []Claim, out []Admission, e
 	}
 }
 
-// dryAttempts bounds how many times a claim refills its dry bucket and
+// DryAttempts bounds how many times a claim refills its dry bucket and
 // runs again, within its deadline, before it is answered ErrOverloaded
 // (other claims kept taking the units it brought). At the end of a hot
 // sale, with a few units spread over the buckets and dozens of claims on
 // each, four attempts were lost in a row on a busy machine: a 503 while
 // units were left.
-const dryAttempts = 16
+const DryAttempts = 16
 
 // admitFromDry admits claim c of a hot voucher, whose bucket was dry,
 // after bringing units from the other buckets; ErrSoldOut when the voucher
@@ -169,7 +169,7 @@ const dryAttempts = 16
 func (s *Store) admitFromDry(ctx context.Context, c Claim) (Admission, error) {
 	n := s.knownBuckets(c.VoucherID)
 	home, need := UserBucket(c.UserID, n), max(c.Quantity, 1)
-	for range dryAttempts {
+	for range DryAttempts {
 		if err := ctx.Err(); err != nil {
 			return Admission{}, err
 		}

@@ -39,7 +39,7 @@ func (s *Store) PendingOrder(ctx context.Context, id int64) (order.Order, bool, 
 // Backlog is the state of one partition's stream.
 type Backlog struct {
 	Partition int   `json:"partition"`
-	Length    int64 `json:"length"`  // stream entries not yet persisted (one per admission call)
+	Length    int64 `json:"length"`  // stream entries not yet persisted (one per 32 orders of an admission call)
 	Orders    int64 `json:"orders"`  // their orders (BacklogKey)
 	Pending   int64 `json:"pending"` // stream entries delivered to a worker, not yet acknowledged
 	// DeadLetters are the orders in the dead-letter stream.

@@ -10,7 +10,7 @@ import (
 // Redis Cluster slot. Changing the number of partitions moves vouchers to
 // other keys: do it only between sales.
 //
-//	flashsale:{pP}:orders              stream of admitted orders, one entry per admission call (up to 32 orders)
+//	flashsale:{pP}:orders              stream of admitted orders, one entry per 32 orders of an admission call
 //	flashsale:{pP}:backlog             orders in stream entries not yet acknowledged
 //	flashsale:{pP}:dead                dead-letter stream, one entry per order
 //	flashsale:{pP}:wait                a write the durability check waits on (FLASHSALE_REDIS_DURABILITY), for an hour
@@ -21,7 +21,7 @@ import (
 //	flashsale:{pP}:v:V                 voucher hash: stock, limit, daily, start_ms, end_ms, buckets, ..., name (bucket 0)
 //	                                   and u:USER -> units user USER holds (read with the voucher, one HMGET)
 //	                                   and o:USER -> positions of USER's admissions not yet seen persisted
-//	flashsale:{pP}:v:V:day:YYYYMMDD    hash user -> orders taken that day
+//	flashsale:{pP}:v:V:day:YYYYMMDD    hash user -> units taken that day
 //	flashsale:{pP}:v:V:idem:U:K        idempotency record of user U, key K
 //	flashsale:{pP}:v:V:released        set of order ids whose reservation was given back
 //	flashsale:{pP}:v:V:pool            list of the items left of a pooled voucher ("no|amount|code")

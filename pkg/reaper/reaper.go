@@ -94,40 +94,48 @@ func (c *Config) SetDefaults() {
 	c.PassTimeout = cmp.Or(c.PassTimeout, PassTimeoutDefault)
 	c.MaxPerPass = cmp.Or(c.MaxPerPass, MaxPerPassDefault)
 	c.ConsumerGoneAfter = cmp.Or(c.ConsumerGoneAfter, ConsumerGoneAfterDefault)
-	c.RescueInterval = cmp.Or(c.RescueInterval, c.Interval)
-	c.ConsumersInterval = cmp.Or(c.ConsumersInterval, c.Interval)
-	c.ExpireInterval = cmp.Or(c.ExpireInterval, c.Interval)
-	c.ReleaseInterval = cmp.Or(c.ReleaseInterval, c.Interval)
-	c.RefundInterval = cmp.Or(c.RefundInterval, c.Interval)
-	c.CheckInterval = cmp.Or(c.CheckInterval, CheckIntervalDefault)
-	c.EventsInterval = cmp.Or(c.EventsInterval, EventsIntervalDefault)
+	for _, iv := range c.intervals()[1:] {
+		*iv.d = cmp.Or(*iv.d, iv.def, c.Interval)
+	}
 	c.EventsRetention = cmp.Or(c.EventsRetention, EventsRetentionDefault)
 	c.EventsConfig.SetDefaults()
 	c.Config.SetDefaults()
 }
 
+// interval is one of the reaper's intervals, its variable and its
+// default (zero: the reaper's interval).
+type interval struct {
+	env string
+	d   *time.Duration
+	def time.Duration
+}
+
+// intervals are the reaper's intervals: FLASHSALE_REAPER_INTERVAL first,
+// then each service's own, which defaults to it unless it says otherwise.
+func (c *Config) intervals() []interval {
+	return []interval{
+		{"FLASHSALE_REAPER_INTERVAL", &c.Interval, IntervalDefault},
+		{"FLASHSALE_REAPER_RESCUE_INTERVAL", &c.RescueInterval, 0},
+		{"FLASHSALE_REAPER_CONSUMERS_INTERVAL", &c.ConsumersInterval, 0},
+		{"FLASHSALE_REAPER_EXPIRE_INTERVAL", &c.ExpireInterval, 0},
+		{"FLASHSALE_REAPER_RELEASE_INTERVAL", &c.ReleaseInterval, 0},
+		{"FLASHSALE_REAPER_REFUND_INTERVAL", &c.RefundInterval, 0},
+		{"FLASHSALE_REAPER_CHECK_INTERVAL", &c.CheckInterval, CheckIntervalDefault},
+		{"FLASHSALE_REAPER_EVENTS_INTERVAL", &c.EventsInterval, EventsIntervalDefault},
+	}
+}
+
 // Validate reports the first wrong value, naming its variable. Call it
 // after SetDefaults.
 func (c *Config) Validate() error {
+	for _, iv := range c.intervals() {
+		if *iv.d < time.Millisecond {
+			return fmt.Errorf("%s must be at least 1ms, got %s", iv.env, *iv.d)
+		}
+	}
 	switch {
 	case c.MaxDeliveries < 1:
 		return fmt.Errorf("FLASHSALE_MAX_DELIVERIES must be at least 1, got %d", c.MaxDeliveries)
-	case c.Interval < time.Millisecond:
-		return fmt.Errorf("FLASHSALE_REAPER_INTERVAL must be at least 1ms, got %s", c.Interval)
-	case c.RescueInterval < time.Millisecond:
-		return fmt.Errorf("FLASHSALE_REAPER_RESCUE_INTERVAL must be at least 1ms, got %s", c.RescueInterval)
-	case c.ConsumersInterval < time.Millisecond:
-		return fmt.Errorf("FLASHSALE_REAPER_CONSUMERS_INTERVAL must be at least 1ms, got %s", c.ConsumersInterval)
-	case c.ExpireInterval < time.Millisecond:
-		return fmt.Errorf("FLASHSALE_REAPER_EXPIRE_INTERVAL must be at least 1ms, got %s", c.ExpireInterval)
-	case c.ReleaseInterval < time.Millisecond:
-		return fmt.Errorf("FLASHSALE_REAPER_RELEASE_INTERVAL must be at least 1ms, got %s", c.ReleaseInterval)
-	case c.CheckInterval < time.Millisecond:
-		return fmt.Errorf("FLASHSALE_REAPER_CHECK_INTERVAL must be at least 1ms, got %s", c.CheckInterval)
-	case c.RefundInterval < time.Millisecond:
-		return fmt.Errorf("FLASHSALE_REAPER_REFUND_INTERVAL must be at least 1ms, got %s", c.RefundInterval)
-	case c.EventsInterval < time.Millisecond:
-		return fmt.Errorf("FLASHSALE_REAPER_EVENTS_INTERVAL must be at least 1ms, got %s", c.EventsInterval)
 	case c.EventsRetention < time.Minute:
 		return fmt.Errorf("FLASHSALE_EVENTS_RETENTION must be at least 1m, got %s", c.EventsRetention)
 	case c.PassTimeout <= 0:
@@ -247,10 +255,9 @@ func (p *Pass) Add(q Pass) {
 
 // service is one maintenance job of the reaper, in a file of its own, with
 // its own interval and a bounded pass (as River's maintenance services and
-// asynq's recoverer and janitor): rescuing stale entries, removing gone
-// consumers, expiring unpaid orders, settling owed changes and releases,
-// refunding ended envelope sales, finishing moves between a hot voucher's
-// buckets left half way, and checking the stores agree.
+// asynq's recoverer and janitor). services lists them all, in the order a
+// pass runs them; docs/ARCHITECTURE.md's table says what each does (a
+// doccheck test holds the two together).
 type service struct {
 	name     string
 	interval time.Duration
@@ -353,10 +360,8 @@ func (r *Reaper) record(name string, pass Pass, err error) {
 	r.metrics.eventsDeleted.Add(float64(pass.EventsDeleted))
 }
 
-// RunOnce runs one pass of every service, in order: rescue stale entries,
-// remove gone consumers, cancel expired orders, settle owed changes and
-// releases, refund ended envelope sales, check the stores agree. Each is
-// bounded; a failing one does not stop the others. Tests and tools call
+// RunOnce runs one pass of every service, in the order services lists
+// them. Each is bounded; a failing one does not stop the others. Tests and tools call
 // it; Run runs the services on their own intervals instead.
 func (r *Reaper) RunOnce(ctx context.Context) (Pass, error) {
 	var total Pass

@@ -649,7 +649,7 @@ type Backlog struct {
 	// DeadLetters orders in the dead-letter stream
 	DeadLetters int `json:"dead_letters"`
 
-	// Length stream entries not yet persisted (one per admission call, of up to 32 orders)
+	// Length stream entries not yet persisted (an admission call writes one per 32 of its orders)
 	Length int `json:"length"`
 
 	// Orders orders in those entries

@@ -1,5 +1,5 @@
-// Package wait is the tests' one way to wait: for a condition, with a
-// deadline, never for a time. On two shared cores a sleep is too short one
+// Package wait waits for a condition, with a deadline, never for a
+// time. On two shared cores a sleep is too short one
 // day and the test fails; a condition waited on holds whenever it comes.
 // It imports nothing of the project, so any test package can use it.
 package wait

@@ -11,7 +11,7 @@ import (
 )
 
 // StreamCollector reports every partition's stream at scrape time: its
-// length (entries not yet persisted, one per admission call), the orders
+// length (entries not yet persisted, one per 32 orders of an admission call), the orders
 // they carry (the backlog to scale workers on), entries delivered but not
 // yet acknowledged, the lag (entries not yet delivered) and the
 // dead-letter stream's length (one entry per order).
@@ -57,7 +57,7 @@ func NewStreamCollector(s *rdb.Store) *StreamCollector {
 		return prometheus.NewDesc(name, help, []string{"partition"}, nil)
 	}
 	return &StreamCollector{s: s,
-		length:  d("flashsale_stream_length", "Entries in the order stream (one per admission call): admitted, not yet persisted."),
+		length:  d("flashsale_stream_length", "Entries in the order stream (one per 32 orders of an admission call): admitted, not yet persisted."),
 		orders:  d("flashsale_stream_orders", "Orders in the order stream's entries: admitted, not yet persisted."),
 		pending: d("flashsale_stream_pending", "Entries delivered to a consumer and not yet acknowledged."),
 		lag:     d("flashsale_stream_lag", "Entries not yet delivered to the consumer group."),
