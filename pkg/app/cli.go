@@ -203,8 +203,12 @@ func Main[C Config](cfg C, run func(ctx context.Context, cfg C, rt *Runtime) err
 		bootLog.Sync() //nolint:errcheck
 		os.Exit(1)
 	}
-	if err := Load(cfg); err != nil {
+	old, err := Load(cfg)
+	if err != nil {
 		fail(err)
+	}
+	for _, o := range old {
+		bootLog.Warn("a variable read under its old name, which the next release will not read: rename it", zap.String("variable", o))
 	}
 	cfg.SetDefaults()
 	check := cfg.Validate

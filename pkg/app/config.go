@@ -8,6 +8,8 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -166,7 +168,34 @@ func dsnProblem(err error) string {
 	return msg
 }
 
-// Load fills cfg from FLASHSALE_* variables.
+// Renamed are the variables still read under their old name for one
+// release, new name to old; the old one is read only when the new one is
+// not set, and Load says so (the binary logs a warning naming both).
+var Renamed = map[string]string{
+	"FLASHSALE_TAKEOVER_MIN_IDLE":    "FLASHSALE_CLAIM_MIN_IDLE",
+	"FLASHSALE_REAPER_ROUND_TIMEOUT": "FLASHSALE_REAPER_PASS_TIMEOUT",
+	"FLASHSALE_REAPER_MAX_PER_ROUND": "FLASHSALE_REAPER_MAX_PER_PASS",
+}
+
+// Load fills cfg from FLASHSALE_* variables, and returns the old names
+// read in place of their new ones (Renamed), as "OLD (now NEW)".
 // Every field names its full variable (FLASHSALE_...), so no unprefixed
 // variable of the environment is ever read.
-func Load(cfg any) error { return envconfig.Process("", cfg) }
+func Load(cfg any) (old []string, err error) {
+	for name, was := range Renamed {
+		if _, set := os.LookupEnv(name); set {
+			continue
+		}
+		if v, set := os.LookupEnv(was); set {
+			// Read under the new name for this call only: the
+			// environment is left as it was.
+			if err := os.Setenv(name, v); err != nil {
+				return nil, err
+			}
+			defer os.Unsetenv(name) //nolint:errcheck
+			old = append(old, was+" (now "+name+")")
+		}
+	}
+	slices.Sort(old)
+	return old, envconfig.Process("", cfg)
+}

@@ -2,7 +2,9 @@ package app
 
 import (
 	"math"
+	"os"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -25,9 +27,32 @@ func TestSoftMemoryLimit(t *testing.T) {
 
 func TestMemoryLimitTooSmallIsRefused(t *testing.T) {
 	var c Common
-	require.NoError(t, Load(&c))
+	_, err := Load(&c)
+	require.NoError(t, err)
 	c.MemoryLimit = 256 // 256 bytes: a unit left out
 	require.ErrorContains(t, c.Validate(), "FLASHSALE_MEMORY_LIMIT")
 	c.MemoryLimit = 256 << 20
 	require.NoError(t, c.Validate())
+}
+
+// A renamed variable is read under its old name for one release, when
+// the new one is not set, and Load says which old name it read.
+func TestARenamedVariableIsReadUnderItsOldName(t *testing.T) {
+	type cfg struct {
+		Idle time.Duration `envconfig:"FLASHSALE_TAKEOVER_MIN_IDLE" default:"30s"`
+	}
+	t.Setenv("FLASHSALE_CLAIM_MIN_IDLE", "7s")
+	var c cfg
+	old, err := Load(&c)
+	require.NoError(t, err)
+	require.Equal(t, 7*time.Second, c.Idle)
+	require.Equal(t, []string{"FLASHSALE_CLAIM_MIN_IDLE (now FLASHSALE_TAKEOVER_MIN_IDLE)"}, old)
+	_, set := os.LookupEnv("FLASHSALE_TAKEOVER_MIN_IDLE")
+	require.False(t, set, "the environment left as it was")
+
+	t.Setenv("FLASHSALE_TAKEOVER_MIN_IDLE", "9s") // the new name wins
+	old, err = Load(&c)
+	require.NoError(t, err)
+	require.Equal(t, 9*time.Second, c.Idle)
+	require.Empty(t, old)
 }

@@ -10,13 +10,13 @@ import (
 
 // Defaults of Config: one constant per field, used when the field is zero.
 const (
-	BatchSizeDefault    = 500
-	BlockDefault        = time.Second
-	DrainTimeoutDefault = 10 * time.Second
-	RetryBackoffDefault = 100 * time.Millisecond
-	ClaimMinIdleDefault = 30 * time.Second
-	MaxAttemptsDefault  = 10
-	maxBatchSize        = 10_000
+	BatchSizeDefault       = 500
+	BlockDefault           = time.Second
+	DrainTimeoutDefault    = 10 * time.Second
+	RetryBackoffDefault    = 100 * time.Millisecond
+	TakeoverMinIdleDefault = 30 * time.Second
+	MaxAttemptsDefault     = 10
+	maxBatchSize           = 10_000
 )
 
 // Config tunes a worker. Zero values take the defaults; Validate refuses
@@ -40,10 +40,10 @@ type Config struct {
 	DrainTimeout time.Duration `envconfig:"FLASHSALE_WORKER_DRAIN_TIMEOUT" default:"10s"`
 	// RetryBackoff is the first pause after a failure; it doubles up to 5s.
 	RetryBackoff time.Duration `envconfig:"FLASHSALE_WORKER_RETRY_BACKOFF" default:"100ms"`
-	// ClaimMinIdle is how long an entry may sit unacknowledged before the
+	// TakeoverMinIdle is how long an entry may sit unacknowledged before the
 	// reaper takes it over. A worker renews its hold on the batch in hand
 	// every third of it. Default 30s.
-	ClaimMinIdle time.Duration `envconfig:"FLASHSALE_CLAIM_MIN_IDLE" default:"30s"`
+	TakeoverMinIdle time.Duration `envconfig:"FLASHSALE_TAKEOVER_MIN_IDLE" default:"30s"`
 	// MaxAttempts bounds the attempts at one batch while MySQL accepts
 	// writes. A batch still failing then is tried entry by entry, and an
 	// entry failing alone is left to the reaper (its delivery count and
@@ -58,7 +58,7 @@ func (c *Config) SetDefaults() {
 	c.Block = cmp.Or(c.Block, BlockDefault)
 	c.DrainTimeout = cmp.Or(c.DrainTimeout, DrainTimeoutDefault)
 	c.RetryBackoff = cmp.Or(c.RetryBackoff, RetryBackoffDefault)
-	c.ClaimMinIdle = cmp.Or(c.ClaimMinIdle, ClaimMinIdleDefault)
+	c.TakeoverMinIdle = cmp.Or(c.TakeoverMinIdle, TakeoverMinIdleDefault)
 	c.MaxAttempts = cmp.Or(c.MaxAttempts, MaxAttemptsDefault)
 }
 
@@ -74,14 +74,14 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("FLASHSALE_WORKER_DRAIN_TIMEOUT must be positive, got %s", c.DrainTimeout)
 	case c.RetryBackoff <= 0 || c.RetryBackoff > backoff.MaxDefault:
 		return fmt.Errorf("FLASHSALE_WORKER_RETRY_BACKOFF must be in (0, %s], got %s", backoff.MaxDefault, c.RetryBackoff)
-	case c.ClaimMinIdle < 3*time.Millisecond:
-		return fmt.Errorf("FLASHSALE_CLAIM_MIN_IDLE must be at least 3ms, got %s", c.ClaimMinIdle)
-	case c.Block >= c.ClaimMinIdle/3:
+	case c.TakeoverMinIdle < 3*time.Millisecond:
+		return fmt.Errorf("FLASHSALE_TAKEOVER_MIN_IDLE must be at least 3ms, got %s", c.TakeoverMinIdle)
+	case c.Block >= c.TakeoverMinIdle/3:
 		// A read blocks the loop that renews the worker's liveness key
 		// (rdb.ConsumerAliveTTL, a minute), and shutdown waits for it:
-		// a third of ClaimMinIdle (10 s by default) keeps it well within
+		// a third of TakeoverMinIdle (10 s by default) keeps it well within
 		// both. (A batch in hand is held by its lease, not by reads.)
-		return fmt.Errorf("FLASHSALE_WORKER_BLOCK (%s) must be below a third of FLASHSALE_CLAIM_MIN_IDLE (%s)", c.Block, c.ClaimMinIdle)
+		return fmt.Errorf("FLASHSALE_WORKER_BLOCK (%s) must be below a third of FLASHSALE_TAKEOVER_MIN_IDLE (%s)", c.Block, c.TakeoverMinIdle)
 	case c.MaxAttempts < 1:
 		return fmt.Errorf("FLASHSALE_WORKER_MAX_ATTEMPTS must be at least 1, got %d", c.MaxAttempts)
 	}

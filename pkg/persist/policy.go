@@ -5,7 +5,7 @@ package persist
 // failing batch meets them:
 //
 //  1. The lease (HoldLease): while a batch is in hand its entries' idle
-//     time is renewed every third of FLASHSALE_CLAIM_MIN_IDLE, so the
+//     time is renewed every third of FLASHSALE_TAKEOVER_MIN_IDLE, so the
 //     reaper never takes over the entries of a live consumer.
 //  2. Retry (Process): a failed attempt (Try: Persist, then Ack) is
 //     tried again with backoff; no order is failed for it.
@@ -132,14 +132,14 @@ func (w *Orders) Try(ctx context.Context, entries []rdb.StreamOrder) error {
 }
 
 // HoldLease renews this consumer's hold on the stream entries of entries
-// every third of ClaimMinIdle until the returned stop is called.
+// every third of TakeoverMinIdle until the returned stop is called.
 func (w *Orders) HoldLease(ctx context.Context, entries []rdb.StreamOrder) (stop func()) {
 	ids := rdb.StreamIDs(entries)
 	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		tick := time.NewTicker(w.cfg.ClaimMinIdle / 3)
+		tick := time.NewTicker(w.cfg.TakeoverMinIdle / 3)
 		defer tick.Stop()
 		for {
 			select {

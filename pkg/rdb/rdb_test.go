@@ -512,7 +512,7 @@ func TestLeaseRenewsOnlyWhatTheConsumerOwns(t *testing.T) {
 		require.EqualValues(t, 1, p.RetryCount, "a renewal is not a delivery")
 	}
 	// Another consumer (a reaper) takes one over; the first cannot take it back.
-	c, err := upkeep.New(s).AutoClaim(ctx, 0, "reaper", 0, "0-0", 1)
+	c, err := upkeep.New(s).TakeOver(ctx, 0, "reaper", 0, "0-0", 1)
 	require.NoError(t, err)
 	require.Len(t, c.Entries, 1)
 	require.EqualValues(t, 2, c.Deliveries[c.Entries[0].StreamID])

@@ -90,15 +90,15 @@ func TestADrawPicksTheWinnersItsSeedGives(t *testing.T) {
 
 	// Before the end (and its grace) nothing is drawn.
 	early := newReaper(t, e, "reaper-early", func() time.Time { return ends.Add(reaper.DrawGrace / 2) })
-	pass, err := early.RunOnce(ctx)
+	round, err := early.RunOnce(ctx)
 	require.NoError(t, err)
-	require.Zero(t, pass.Drawn)
+	require.Zero(t, round.Drawn)
 
 	r := newReaper(t, e, "reaper-1", func() time.Time { return ends.Add(reaper.DrawGrace + time.Second) })
-	pass, err = r.RunOnce(ctx)
+	round, err = r.RunOnce(ctx)
 	require.NoError(t, err)
-	require.Equal(t, 1, pass.Drawn)
-	require.Equal(t, 7, pass.MarkedLost)
+	require.Equal(t, 1, round.Drawn)
+	require.Equal(t, 7, round.MarkedLost)
 
 	want := firstInDrawOrder(seed, ids, 5)
 	require.ElementsMatch(t, want, idsWhere(t, e, v.ID, "status = 'created' AND drawn = 1"))
@@ -143,9 +143,9 @@ func TestADrawWithFewerEntriesThanUnits(t *testing.T) {
 	enter(t, e, v.ID, users("u", 3)...)
 	persistVoucher(t, e, v.ID)
 	r := newReaper(t, e, "reaper-1", func() time.Time { return ends.Add(time.Minute) })
-	pass, err := r.RunOnce(ctx)
+	round, err := r.RunOnce(ctx)
 	require.NoError(t, err)
-	require.Equal(t, 1, pass.Drawn)
+	require.Equal(t, 1, round.Drawn)
 	require.Equal(t, int64(3), e.Count(t, "SELECT COUNT(*) FROM orders WHERE voucher_id = ? AND status = 'created'", v.ID))
 	require.Equal(t, int64(7), e.Count(t, "SELECT stock FROM vouchers WHERE id = ?", v.ID))
 	require.True(t, verify(t, e, v.ID).OK)
@@ -159,10 +159,10 @@ func TestTheDrawWaitsForEntriesInFlightAndRefusesLateOnes(t *testing.T) {
 	ctx := context.Background()
 	enter(t, e, v.ID, "a", "b", "c")
 	r := newReaper(t, e, "reaper-1", func() time.Time { return ends.Add(time.Minute) })
-	pass, err := r.RunOnce(ctx)
+	round, err := r.RunOnce(ctx)
 	require.NoError(t, err)
-	require.Zero(t, pass.Drawn)
-	require.Equal(t, 1, pass.DrawsWaiting, "three entries are in flight")
+	require.Zero(t, round.Drawn)
+	require.Equal(t, 1, round.DrawsWaiting, "three entries are in flight")
 	persistVoucher(t, e, v.ID)
 
 	late := enter(t, e, v.ID, "d") // a gateway whose clock is behind
@@ -174,9 +174,9 @@ func TestTheDrawWaitsForEntriesInFlightAndRefusesLateOnes(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, string(order.StatusFailed), row.Status)
 	require.Equal(t, db.ReasonDrawClosed, row.Reason)
-	pass, err = r.RunOnce(ctx) // draws, and settles the late entry's release
+	round, err = r.RunOnce(ctx) // draws, and settles the late entry's release
 	require.NoError(t, err)
-	require.Equal(t, 1, pass.Drawn)
+	require.Equal(t, 1, round.Drawn)
 	n, err := e.RDB.UserCount(ctx, v.ID, "d")
 	require.NoError(t, err)
 	require.Zero(t, n, "d's entry was given back")
@@ -199,7 +199,7 @@ func TestReapersRacingDrawOnce(t *testing.T) {
 }
 
 // A reaper killed after closing the entries, and another after the
-// winners but before the losers: the next pass finishes, same winners.
+// winners but before the losers: the next round finishes, same winners.
 func TestADrawCutShortFinishesWithTheSameWinners(t *testing.T) {
 	e, v, seed, ends := seedDraw(t, 1, 4, nil)
 	ctx := context.Background()
@@ -213,10 +213,10 @@ func TestADrawCutShortFinishesWithTheSameWinners(t *testing.T) {
 	// Died before marking the losers: they are still entered.
 	require.Equal(t, int64(26), e.Count(t, "SELECT COUNT(*) FROM orders WHERE voucher_id = ? AND status = 'entered'", v.ID))
 	r := newReaper(t, e, "reaper-2", func() time.Time { return ends.Add(time.Minute) })
-	pass, err := r.RunOnce(ctx)
+	round, err := r.RunOnce(ctx)
 	require.NoError(t, err)
-	require.Zero(t, pass.Drawn)
-	require.Equal(t, 26, pass.MarkedLost)
+	require.Zero(t, round.Drawn)
+	require.Equal(t, 26, round.MarkedLost)
 	require.ElementsMatch(t, firstInDrawOrder(seed, ids, 4), idsWhere(t, e, v.ID, "drawn = 1"))
 	require.True(t, verify(t, e, v.ID).OK)
 }
@@ -253,9 +253,9 @@ func TestTheWaitlistPassesUnpaidUnitsOnOnce(t *testing.T) {
 
 	// The third winner and the 4th do not pay: the 5th and 6th get theirs.
 	at = at.Add(2 * time.Minute)
-	pass, err := r.RunOnce(ctx)
+	round, err := r.RunOnce(ctx)
 	require.NoError(t, err)
-	require.Equal(t, 2, pass.Cancelled)
+	require.Equal(t, 2, round.Cancelled)
 	require.ElementsMatch(t, []int64{order6[3], order6[4], order6[5]}, idsWhere(t, e, v.ID, "drawn = 2"))
 	require.ElementsMatch(t, []int64{order6[4], order6[5]}, idsWhere(t, e, v.ID, "status = 'created'"))
 	row, err := e.DB.Order(ctx, order6[4])
@@ -267,9 +267,9 @@ func TestTheWaitlistPassesUnpaidUnitsOnOnce(t *testing.T) {
 
 	// Nobody is left: the two units go back to stock, unsold.
 	at = at.Add(2 * time.Minute)
-	pass, err = r.RunOnce(ctx)
+	round, err = r.RunOnce(ctx)
 	require.NoError(t, err)
-	require.Equal(t, 2, pass.Cancelled)
+	require.Equal(t, 2, round.Cancelled)
 	require.Equal(t, int64(2), e.Count(t, "SELECT stock FROM vouchers WHERE id = ?", v.ID))
 	require.Equal(t, int64(1), e.Count(t, "SELECT COUNT(*) FROM orders WHERE voucher_id = ? AND status = 'paid'", v.ID))
 	require.Zero(t, e.Count(t, "SELECT COUNT(*) FROM orders WHERE voucher_id = ? AND status IN ('created', 'lost', 'entered')", v.ID))

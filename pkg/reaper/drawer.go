@@ -13,7 +13,7 @@ package reaper
 //     reaper commits (drawing → drawn);
 //  4. the entries that did not win are marked lost, a chunk at a time.
 //
-// A reaper killed anywhere in between leaves a state the next pass
+// A reaper killed anywhere in between leaves a state the next round
 // finishes, with the same winners: the draw depends on the seed and the
 // entries only.
 
@@ -35,7 +35,7 @@ const DrawGrace = 2 * time.Second
 const lostChunk = 20000
 
 // drawEnded draws the draw sales whose window is over.
-func (r *Reaper) drawEnded(ctx context.Context, pass *Pass) error {
+func (r *Reaper) drawEnded(ctx context.Context, round *Round) error {
 	now := r.now().UTC()
 	due, err := r.db.DrawsDue(ctx, now.Add(-DrawGrace), r.cfg.BatchSize)
 	if err != nil {
@@ -48,7 +48,7 @@ func (r *Reaper) drawEnded(ctx context.Context, pass *Pass) error {
 				return err
 			}
 			if busy {
-				pass.DrawsWaiting++
+				round.DrawsWaiting++
 				continue
 			}
 			if _, err := r.db.BeginDraw(ctx, v.ID); err != nil {
@@ -61,7 +61,7 @@ func (r *Reaper) drawEnded(ctx context.Context, pass *Pass) error {
 			return err
 		}
 		if res.Drew {
-			pass.Drawn++
+			round.Drawn++
 			r.metrics.drawSeconds.Observe(time.Since(start).Seconds())
 			r.audit.Info("voucher drawn", zap.Int64("voucher_id", v.ID), zap.Int64("entries", res.Entries),
 				zap.Int64("winners", res.Winners), zap.Duration("took", time.Since(start)))
@@ -71,7 +71,7 @@ func (r *Reaper) drawEnded(ctx context.Context, pass *Pass) error {
 			if err != nil {
 				return err
 			}
-			pass.MarkedLost += int(n)
+			round.MarkedLost += int(n)
 			if n < lostChunk {
 				break
 			}

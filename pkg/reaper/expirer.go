@@ -11,8 +11,8 @@ import (
 )
 
 // cancelExpired cancels unpaid orders past their deadline in batches.
-func (r *Reaper) cancelExpired(ctx context.Context, pass *Pass) error {
-	for pass.Cancelled < r.cfg.MaxPerPass {
+func (r *Reaper) cancelExpired(ctx context.Context, round *Round) error {
+	for round.Cancelled < r.cfg.MaxPerRound {
 		rs, err := r.db.CancelExpired(ctx, r.now().UTC(), r.cfg.BatchSize)
 		if err != nil {
 			return err
@@ -21,7 +21,7 @@ func (r *Reaper) cancelExpired(ctx context.Context, pass *Pass) error {
 			r.audit.Info("order cancelled", zap.Int64("order_id", rel.OrderID), zap.Int64("voucher_id", rel.VoucherID),
 				zap.String("user_id", rel.UserID), zap.String("reason", rel.Reason))
 		}
-		pass.Cancelled += len(rs)
+		round.Cancelled += len(rs)
 		if len(rs) < r.cfg.BatchSize {
 			return nil
 		}

@@ -3,12 +3,12 @@ package reaper
 import "github.com/prometheus/client_golang/prometheus"
 
 type metrics struct {
-	passes                                                      *prometheus.CounterVec // service, outcome
-	claimed, deadLetters, cancelled, released, consumersRemoved prometheus.Counter
-	refunded, drawn, eventsSequenced, eventsDeleted             prometheus.Counter
-	eventsUnsequenced, eventsOldestAge                          prometheus.Gauge
-	drawSeconds                                                 prometheus.Histogram
-	storeDifferences, vouchersDiffering, lastCheck              prometheus.Gauge
+	rounds                                                        *prometheus.CounterVec // service, outcome
+	takenOver, deadLetters, cancelled, released, consumersRemoved prometheus.Counter
+	refunded, drawn, eventsSequenced, eventsDeleted               prometheus.Counter
+	eventsUnsequenced, eventsOldestAge                            prometheus.Gauge
+	drawSeconds                                                   prometheus.Histogram
+	storeDifferences, vouchersDiffering, lastCheck                prometheus.Gauge
 	// Per sink of the order events (the relay).
 	sinkDelivered, sinkGivenUp     *prometheus.CounterVec // sink
 	sinkFailures                   *prometheus.CounterVec // sink, cause
@@ -20,9 +20,9 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		return prometheus.NewCounter(prometheus.CounterOpts{Name: name, Help: help})
 	}
 	m := &metrics{
-		passes: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "flashsale_reaper_passes_total",
+		rounds: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "flashsale_reaper_passes_total",
 			Help: "Passes run, by service (rescuer, consumers, expirer, releaser, refunder, drawer, mover, restorer, checker, sequencer) and outcome (ok, error)."}, []string{"service", "outcome"}),
-		claimed:          c("flashsale_reaper_claimed_total", "Stale pending entries taken over (XAUTOCLAIM) and processed."),
+		takenOver:        c("flashsale_reaper_claimed_total", "Stale pending entries taken over (XAUTOCLAIM) and processed."),
 		deadLetters:      c("flashsale_reaper_dead_letters_total", "Entries dead-lettered for being delivered too often."),
 		cancelled:        c("flashsale_reaper_cancelled_total", "Orders cancelled for not being paid in time."),
 		released:         c("flashsale_reaper_stock_released_total", "Units given back to Redis (cancellations and failures)."),
@@ -39,8 +39,8 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	}
 	m.storeDifferences = g("flashsale_reconcile_differences", "Values Redis holds that MySQL and the streams say it should not, over vouchers not admitting, at the last check.")
 	m.vouchersDiffering = g("flashsale_reconcile_vouchers_differing", "Vouchers not admitting whose Redis state differs from MySQL's, at the last check.")
-	m.eventsUnsequenced = g("flashsale_events_unsequenced", "Order events committed and not yet given their sequence, at the sequencer's last pass.")
-	m.eventsOldestAge = g("flashsale_events_oldest_unsequenced_age_seconds", "Age of the oldest order event not yet given its sequence, at the sequencer's last pass (0: none).")
+	m.eventsUnsequenced = g("flashsale_events_unsequenced", "Order events committed and not yet given their sequence, at the sequencer's last round.")
+	m.eventsOldestAge = g("flashsale_events_oldest_unsequenced_age_seconds", "Age of the oldest order event not yet given its sequence, at the sequencer's last round (0: none).")
 	sink := []string{"sink"}
 	m.sinkDelivered = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "flashsale_events_delivered_total",
 		Help: "Order events delivered, by sink (kafka, webhook:URL); a redelivery counts again."}, sink)
@@ -54,7 +54,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	m.sinkOldestAge = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "flashsale_events_oldest_undelivered_age_seconds",
 		Help: "Age of the oldest order event not yet delivered to the sink, as the reaper relaying it last saw (0: none, or another reaper relays it)."}, sink)
 	m.lastCheck = g("flashsale_reconcile_last_check_timestamp_seconds", "When the checker last compared the stores.")
-	reg.MustRegister(m.passes, m.claimed, m.deadLetters, m.cancelled, m.released, m.consumersRemoved, m.refunded, m.drawn, m.drawSeconds,
+	reg.MustRegister(m.rounds, m.takenOver, m.deadLetters, m.cancelled, m.released, m.consumersRemoved, m.refunded, m.drawn, m.drawSeconds,
 		m.storeDifferences, m.vouchersDiffering, m.lastCheck, m.eventsSequenced, m.eventsDeleted, m.eventsUnsequenced, m.eventsOldestAge,
 		m.sinkDelivered, m.sinkGivenUp, m.sinkFailures, m.sinkUndelivered, m.sinkOldestAge)
 	return m

@@ -14,7 +14,7 @@ import (
 )
 
 // finishMoves gives the moves left half way of the hot vouchers on sale.
-func (r *Reaper) finishMoves(ctx context.Context, pass *Pass) error {
+func (r *Reaper) finishMoves(ctx context.Context, round *Round) error {
 	hot, err := r.db.HotVouchers(ctx, r.now().UTC(), rdb.KeysOutliveSale)
 	if err != nil {
 		return err
@@ -24,7 +24,7 @@ func (r *Reaper) finishMoves(ctx context.Context, pass *Pass) error {
 		if err != nil {
 			return err
 		}
-		pass.MovesFinished += n
+		round.MovesFinished += n
 	}
 	return nil
 }

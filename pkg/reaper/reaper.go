@@ -29,14 +29,14 @@ import (
 
 // Config of the reaper. Zero values take the defaults.
 type Config struct {
-	// Config configures how claimed entries are processed: the same code
+	// Config configures how entries taken over are processed: the same code
 	// (persist.Orders) and settings as a worker (batch size, claim
 	// min-idle, consumer name).
 	persist.Config
 	// MaxDeliveries: an entry delivered more often goes to the dead-letter
 	// stream, its order recorded as failed. Default 10.
 	MaxDeliveries int64 `envconfig:"FLASHSALE_MAX_DELIVERIES" default:"10"`
-	// Interval between passes of each service (jittered by ±20%), unless
+	// Interval between rounds of each service (jittered by ±20%), unless
 	// the service's own interval below is set. Default 5s.
 	Interval time.Duration `envconfig:"FLASHSALE_REAPER_INTERVAL" default:"5s"`
 	// RescueInterval: taking over stale entries (XAUTOCLAIM). Default Interval.
@@ -53,11 +53,11 @@ type Config struct {
 	// CheckInterval: comparing Redis with MySQL (reconcile without
 	// repair) for the flashsale_reconcile_* gauges. Default 5m.
 	CheckInterval time.Duration `envconfig:"FLASHSALE_REAPER_CHECK_INTERVAL" default:"5m"`
-	// PassTimeout bounds one pass. Default 1m.
-	PassTimeout time.Duration `envconfig:"FLASHSALE_REAPER_PASS_TIMEOUT" default:"1m"`
-	// MaxPerPass bounds the cancellations and releases of one pass, so a
-	// pass ends and starts over with fresh claims. Default 10000.
-	MaxPerPass int `envconfig:"FLASHSALE_REAPER_MAX_PER_PASS" default:"10000"`
+	// RoundTimeout bounds one round. Default 1m.
+	RoundTimeout time.Duration `envconfig:"FLASHSALE_REAPER_ROUND_TIMEOUT" default:"1m"`
+	// MaxPerRound bounds the cancellations and releases of one round, so a
+	// round ends and starts over with fresh claims. Default 10000.
+	MaxPerRound int `envconfig:"FLASHSALE_REAPER_MAX_PER_ROUND" default:"10000"`
 	// ConsumerGoneAfter: a consumer idle this long with nothing pending is
 	// removed from the group. Default 5m.
 	ConsumerGoneAfter time.Duration `envconfig:"FLASHSALE_CONSUMER_GONE_AFTER" default:"5m"`
@@ -79,8 +79,8 @@ type EventsConfig = event.Config
 const (
 	MaxDeliveriesDefault     = 10
 	IntervalDefault          = 5 * time.Second
-	PassTimeoutDefault       = time.Minute
-	MaxPerPassDefault        = 10000
+	RoundTimeoutDefault      = time.Minute
+	MaxPerRoundDefault       = 10000
 	ConsumerGoneAfterDefault = 5 * time.Minute
 	CheckIntervalDefault     = 5 * time.Minute
 	EventsIntervalDefault    = time.Second
@@ -91,8 +91,8 @@ const (
 func (c *Config) SetDefaults() {
 	c.MaxDeliveries = cmp.Or(c.MaxDeliveries, MaxDeliveriesDefault)
 	c.Interval = cmp.Or(c.Interval, IntervalDefault)
-	c.PassTimeout = cmp.Or(c.PassTimeout, PassTimeoutDefault)
-	c.MaxPerPass = cmp.Or(c.MaxPerPass, MaxPerPassDefault)
+	c.RoundTimeout = cmp.Or(c.RoundTimeout, RoundTimeoutDefault)
+	c.MaxPerRound = cmp.Or(c.MaxPerRound, MaxPerRoundDefault)
 	c.ConsumerGoneAfter = cmp.Or(c.ConsumerGoneAfter, ConsumerGoneAfterDefault)
 	for _, iv := range c.intervals()[1:] {
 		*iv.d = cmp.Or(*iv.d, iv.def, c.Interval)
@@ -138,14 +138,14 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("FLASHSALE_MAX_DELIVERIES must be at least 1, got %d", c.MaxDeliveries)
 	case c.EventsRetention < time.Minute:
 		return fmt.Errorf("FLASHSALE_EVENTS_RETENTION must be at least 1m, got %s", c.EventsRetention)
-	case c.PassTimeout <= 0:
-		return fmt.Errorf("FLASHSALE_REAPER_PASS_TIMEOUT must be positive, got %s", c.PassTimeout)
-	case c.MaxPerPass < 1:
-		return fmt.Errorf("FLASHSALE_REAPER_MAX_PER_PASS must be at least 1, got %d", c.MaxPerPass)
-	case c.ConsumerGoneAfter <= c.ClaimMinIdle:
+	case c.RoundTimeout <= 0:
+		return fmt.Errorf("FLASHSALE_REAPER_ROUND_TIMEOUT must be positive, got %s", c.RoundTimeout)
+	case c.MaxPerRound < 1:
+		return fmt.Errorf("FLASHSALE_REAPER_MAX_PER_ROUND must be at least 1, got %d", c.MaxPerRound)
+	case c.ConsumerGoneAfter <= c.TakeoverMinIdle:
 		// A consumer is removed only with nothing pending, but one idle for
 		// less than the claim min-idle may still be working on a batch.
-		return fmt.Errorf("FLASHSALE_CONSUMER_GONE_AFTER (%s) must be longer than FLASHSALE_CLAIM_MIN_IDLE (%s)", c.ConsumerGoneAfter, c.ClaimMinIdle)
+		return fmt.Errorf("FLASHSALE_CONSUMER_GONE_AFTER (%s) must be longer than FLASHSALE_TAKEOVER_MIN_IDLE (%s)", c.ConsumerGoneAfter, c.TakeoverMinIdle)
 	}
 	if err := c.EventsConfig.Validate(); err != nil {
 		return err
@@ -213,9 +213,9 @@ func New(cfg Config, r *rdb.Store, d *db.Store, log *zap.Logger, opts ...Option)
 		now: o.now, audit: o.audit, metrics: newMetrics(o.reg), log: log, sinks: sk}, nil
 }
 
-// Pass is what one pass did.
-type Pass struct {
-	Claimed          int // orders of stale stream entries taken over and processed
+// Round is what one round did.
+type Round struct {
+	TakenOver        int // orders of stale stream entries taken over and processed
 	DeadLettered     int // orders of stream entries delivered more than MaxDeliveries times that failed alone
 	DeletedAcked     int // pending entries no longer in the stream
 	ConsumersRemoved int
@@ -232,11 +232,11 @@ type Pass struct {
 	EventsDeleted    int // order events deleted past their retention
 }
 
-func (p Pass) idle() bool { return p == Pass{} }
+func (p Round) idle() bool { return p == Round{} }
 
 // Add adds q's counts to p's.
-func (p *Pass) Add(q Pass) {
-	p.Claimed += q.Claimed
+func (p *Round) Add(q Round) {
+	p.TakenOver += q.TakenOver
 	p.DeadLettered += q.DeadLettered
 	p.DeletedAcked += q.DeletedAcked
 	p.ConsumersRemoved += q.ConsumersRemoved
@@ -254,14 +254,14 @@ func (p *Pass) Add(q Pass) {
 }
 
 // service is one maintenance job of the reaper, in a file of its own, with
-// its own interval and a bounded pass (as River's maintenance services and
+// its own interval and a bounded round (as River's maintenance services and
 // asynq's recoverer and janitor). services lists them all, in the order a
-// pass runs them; docs/ARCHITECTURE.md's table says what each does (a
+// round runs them; docs/ARCHITECTURE.md's table says what each does (a
 // doccheck test holds the two together).
 type service struct {
 	name     string
 	interval time.Duration
-	runOnce  func(ctx context.Context, pass *Pass) error
+	runOnce  func(ctx context.Context, round *Round) error
 }
 
 func (r *Reaper) services() []service {
@@ -279,7 +279,7 @@ func (r *Reaper) services() []service {
 	}
 }
 
-// ServiceNames are the reaper's services, in the order a pass runs them
+// ServiceNames are the reaper's services, in the order a round runs them
 // (docs/ARCHITECTURE.md, "The reaper", describes each).
 func ServiceNames() []string {
 	var r Reaper
@@ -291,9 +291,9 @@ func ServiceNames() []string {
 }
 
 // Run runs every service, each on its own interval (jittered by ±20%),
-// until ctx ends; a pass in progress is finished first.
+// until ctx ends; a round in progress is finished first.
 func (r *Reaper) Run(ctx context.Context) error {
-	r.log.Info("reaper started", zap.Duration("claim_min_idle", r.cfg.ClaimMinIdle), zap.Int64("max_deliveries", r.cfg.MaxDeliveries))
+	r.log.Info("reaper started", zap.Duration("takeover_min_idle", r.cfg.TakeoverMinIdle), zap.Int64("max_deliveries", r.cfg.MaxDeliveries))
 	var wg sync.WaitGroup
 	for _, s := range r.services() {
 		wg.Add(1)
@@ -314,14 +314,14 @@ func (r *Reaper) Run(ctx context.Context) error {
 	return nil
 }
 
-// loop runs s's passes until ctx ends.
+// loop runs s's rounds until ctx ends.
 func (r *Reaper) loop(ctx context.Context, s service) {
 	for {
-		pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.PassTimeout)
-		var pass Pass
-		err := s.runOnce(pctx, &pass)
+		pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.RoundTimeout)
+		var round Round
+		err := s.runOnce(pctx, &round)
 		cancel()
-		r.record(s.name, pass, err)
+		r.record(s.name, round, err)
 		jitter := time.Duration((rand.Float64()*0.4 - 0.2) * float64(s.interval))
 		if backoff.Sleep(ctx, s.interval+jitter) != nil {
 			return
@@ -329,48 +329,48 @@ func (r *Reaper) loop(ctx context.Context, s service) {
 	}
 }
 
-// record logs and counts what a service's pass did.
-func (r *Reaper) record(name string, pass Pass, err error) {
-	quiet := pass
+// record logs and counts what a service's round did.
+func (r *Reaper) record(name string, round Round, err error) {
+	quiet := round
 	quiet.EventsSequenced = 0 // every second of a sale: counted, not logged
 	if !quiet.idle() {
-		r.log.Info("reaper pass", zap.String("service", name), zap.Int("claimed", pass.Claimed), zap.Int("dead_lettered", pass.DeadLettered),
-			zap.Int("deleted_acked", pass.DeletedAcked), zap.Int("consumers_removed", pass.ConsumersRemoved),
-			zap.Int("cancelled", pass.Cancelled), zap.Int("released_to_redis", pass.ReleasedToRedis),
-			zap.Int("refunded", pass.Refunded), zap.Int("refunds_waiting", pass.RefundsWaiting),
-			zap.Int("moves_finished", pass.MovesFinished), zap.Int("drawn", pass.Drawn), zap.Int("draws_waiting", pass.DrawsWaiting),
-			zap.Int("marked_lost", pass.MarkedLost), zap.Int("restored", pass.Restored), zap.Int("events_deleted", pass.EventsDeleted))
+		r.log.Info("reaper round", zap.String("service", name), zap.Int("taken_over", round.TakenOver), zap.Int("dead_lettered", round.DeadLettered),
+			zap.Int("deleted_acked", round.DeletedAcked), zap.Int("consumers_removed", round.ConsumersRemoved),
+			zap.Int("cancelled", round.Cancelled), zap.Int("released_to_redis", round.ReleasedToRedis),
+			zap.Int("refunded", round.Refunded), zap.Int("refunds_waiting", round.RefundsWaiting),
+			zap.Int("moves_finished", round.MovesFinished), zap.Int("drawn", round.Drawn), zap.Int("draws_waiting", round.DrawsWaiting),
+			zap.Int("marked_lost", round.MarkedLost), zap.Int("restored", round.Restored), zap.Int("events_deleted", round.EventsDeleted))
 	}
 	if err != nil {
-		r.log.Warn("reaper pass incomplete", zap.String("service", name), zap.Error(err))
+		r.log.Warn("reaper round incomplete", zap.String("service", name), zap.Error(err))
 	}
 	outcome := "ok"
 	if err != nil {
 		outcome = "error"
 	}
-	r.metrics.passes.WithLabelValues(name, outcome).Inc()
-	r.metrics.claimed.Add(float64(pass.Claimed))
-	r.metrics.deadLetters.Add(float64(pass.DeadLettered))
-	r.metrics.cancelled.Add(float64(pass.Cancelled))
-	r.metrics.released.Add(float64(pass.ReleasedToRedis))
-	r.metrics.consumersRemoved.Add(float64(pass.ConsumersRemoved))
-	r.metrics.refunded.Add(float64(pass.Refunded))
-	r.metrics.drawn.Add(float64(pass.Drawn))
-	r.metrics.eventsSequenced.Add(float64(pass.EventsSequenced))
-	r.metrics.eventsDeleted.Add(float64(pass.EventsDeleted))
+	r.metrics.rounds.WithLabelValues(name, outcome).Inc()
+	r.metrics.takenOver.Add(float64(round.TakenOver))
+	r.metrics.deadLetters.Add(float64(round.DeadLettered))
+	r.metrics.cancelled.Add(float64(round.Cancelled))
+	r.metrics.released.Add(float64(round.ReleasedToRedis))
+	r.metrics.consumersRemoved.Add(float64(round.ConsumersRemoved))
+	r.metrics.refunded.Add(float64(round.Refunded))
+	r.metrics.drawn.Add(float64(round.Drawn))
+	r.metrics.eventsSequenced.Add(float64(round.EventsSequenced))
+	r.metrics.eventsDeleted.Add(float64(round.EventsDeleted))
 }
 
-// RunOnce runs one pass of every service, in the order services lists
+// RunOnce runs one round of every service, in the order services lists
 // them. Each is bounded; a failing one does not stop the others. Tests and tools call
 // it; Run runs the services on their own intervals instead.
-func (r *Reaper) RunOnce(ctx context.Context) (Pass, error) {
-	var total Pass
+func (r *Reaper) RunOnce(ctx context.Context) (Round, error) {
+	var total Round
 	var errs []error
 	for _, s := range r.services() {
-		var pass Pass
-		err := s.runOnce(ctx, &pass)
-		r.record(s.name, pass, err)
-		total.Add(pass)
+		var round Round
+		err := s.runOnce(ctx, &round)
+		r.record(s.name, round, err)
+		total.Add(round)
 		errs = append(errs, err)
 	}
 	return total, errors.Join(errs...)

@@ -26,7 +26,7 @@ func TestMain(m *testing.M) { testsrv.Main(m) }
 
 func newReaper(t *testing.T, e *testenv.Env, name string, now func() time.Time, mut ...func(*reaper.Config)) *reaper.Reaper {
 	t.Helper()
-	cfg := reaper.Config{Config: worker.Config{Consumer: name, ClaimMinIdle: 5 * time.Millisecond, Block: time.Millisecond, RetryBackoff: 10 * time.Millisecond},
+	cfg := reaper.Config{Config: worker.Config{Consumer: name, TakeoverMinIdle: 5 * time.Millisecond, Block: time.Millisecond, RetryBackoff: 10 * time.Millisecond},
 		MaxDeliveries: 3, ConsumerGoneAfter: time.Hour}
 	for _, m := range mut {
 		m(&cfg)
@@ -48,13 +48,13 @@ func admit(t *testing.T, e *testenv.Env, voucher int64, users ...string) []int64
 	return ids
 }
 
-// raceReapers runs one pass of n reapers at once, their clocks at now, and
+// raceReapers runs one round of n reapers at once, their clocks at now, and
 // returns what they did together.
-func raceReapers(t *testing.T, e *testenv.Env, n int, now time.Time, mut ...func(*reaper.Config)) reaper.Pass {
+func raceReapers(t *testing.T, e *testenv.Env, n int, now time.Time, mut ...func(*reaper.Config)) reaper.Round {
 	t.Helper()
 	var wg sync.WaitGroup
 	var mu sync.Mutex
-	var total reaper.Pass
+	var total reaper.Round
 	for i := range n {
 		r := newReaper(t, e, fmt.Sprintf("reaper-%d", i), func() time.Time { return now }, mut...)
 		wg.Add(1)
@@ -116,13 +116,13 @@ func TestReclaimsWhatACrashedWorkerLeftAndRemovesIt(t *testing.T) {
 	require.Len(t, readAndDie(t, e, v.ID, "worker-gone"), 250)
 
 	r := newReaper(t, e, "reaper-1", time.Now, func(c *reaper.Config) { c.BatchSize = 100; c.ConsumerGoneAfter = 10 * time.Millisecond })
-	var pass reaper.Pass
+	var round reaper.Round
 	testenv.Eventually(t, 5*time.Second, "entries idle long enough to claim", func() bool {
 		p, err := r.RunOnce(ctx)
 		require.NoError(t, err)
-		pass.Claimed += p.Claimed
-		pass.ConsumersRemoved += p.ConsumersRemoved
-		return pass.Claimed == 250
+		round.TakenOver += p.TakenOver
+		round.ConsumersRemoved += p.ConsumersRemoved
+		return round.TakenOver == 250
 	})
 	require.Equal(t, int64(250), e.Count(t, "SELECT COUNT(*) FROM orders WHERE status = 'created'"))
 	require.Equal(t, int64(50), e.Count(t, "SELECT stock FROM vouchers WHERE id = ?", v.ID))
@@ -135,7 +135,7 @@ func TestReclaimsWhatACrashedWorkerLeftAndRemovesIt(t *testing.T) {
 	for _, c := range consumers {
 		require.NotEqual(t, "worker-gone", c.Name)
 	}
-	require.GreaterOrEqual(t, pass.ConsumersRemoved, 1)
+	require.GreaterOrEqual(t, round.ConsumersRemoved, 1)
 }
 
 func TestEntriesDeliveredTooOftenAreDeadLetteredOnce(t *testing.T) {
@@ -157,17 +157,17 @@ func TestEntriesDeliveredTooOftenAreDeadLetteredOnce(t *testing.T) {
 	}
 
 	r := newReaper(t, e, "reaper-1", time.Now)
-	var pass reaper.Pass
+	var round reaper.Round
 	testenv.Eventually(t, 5*time.Second, "dead letter", func() bool {
 		p, err := r.RunOnce(ctx)
 		require.NoError(t, err)
-		pass.DeadLettered += p.DeadLettered
-		pass.Claimed += p.Claimed
+		round.DeadLettered += p.DeadLettered
+		round.TakenOver += p.TakenOver
 		return backlog(t, e, v.ID).Pending == 0
 	})
 	// The persisted one's last attempt finds it persisted: only acknowledged.
-	require.Equal(t, 1, pass.DeadLettered)
-	require.Equal(t, 1, pass.Claimed)
+	require.Equal(t, 1, round.DeadLettered)
+	require.Equal(t, 1, round.TakenOver)
 
 	poisoned, err := e.DB.Order(ctx, ids[0])
 	require.NoError(t, err)
@@ -191,7 +191,7 @@ func TestEntriesDeliveredTooOftenAreDeadLetteredOnce(t *testing.T) {
 
 	_, err = r.RunOnce(ctx)
 	require.NoError(t, err)
-	require.EqualValues(t, 9, redisStock(t, e, v.ID), "a second pass releases nothing")
+	require.EqualValues(t, 9, redisStock(t, e, v.ID), "a second round releases nothing")
 }
 
 func TestUnpaidOrdersAreCancelledAndReleasedExactlyOnce(t *testing.T) {
@@ -219,10 +219,10 @@ func TestUnpaidOrdersAreCancelledAndReleasedExactlyOnce(t *testing.T) {
 	require.NoError(t, err)
 
 	r := newReaper(t, e, "reaper-1", func() time.Time { return later })
-	pass, err := r.RunOnce(ctx)
+	round, err := r.RunOnce(ctx)
 	require.NoError(t, err)
-	require.Equal(t, 2, pass.Cancelled)
-	require.Equal(t, 4, pass.ReleasedToRedis)
+	require.Equal(t, 2, round.Cancelled)
+	require.Equal(t, 4, round.ReleasedToRedis)
 
 	require.Equal(t, int64(4), e.Count(t, "SELECT COUNT(*) FROM orders WHERE status = 'cancelled'"))
 	require.Equal(t, int64(2), e.Count(t, "SELECT COUNT(*) FROM orders WHERE status = 'paid'"))
@@ -238,7 +238,7 @@ func TestUnpaidOrdersAreCancelledAndReleasedExactlyOnce(t *testing.T) {
 
 	again, err := r.RunOnce(ctx)
 	require.NoError(t, err)
-	require.Equal(t, reaper.Pass{}, again)
+	require.Equal(t, reaper.Round{}, again)
 	_, err = e.DB.PayOrder(ctx, ids[3], "u3", later)
 	require.ErrorIs(t, err, db.ErrPaymentExpired)
 }
@@ -325,9 +325,9 @@ func TestReconcileRebuildsAFlushedRedis(t *testing.T) {
 	require.ErrorIs(t, claim("another"), rdb.ErrSoldOut)
 	// The owed release was settled by the repair; the reaper releases nothing twice.
 	r := newReaper(t, e, "reaper-1", time.Now)
-	pass, err := r.RunOnce(ctx)
+	round, err := r.RunOnce(ctx)
 	require.NoError(t, err)
-	require.Zero(t, pass.ReleasedToRedis)
+	require.Zero(t, round.ReleasedToRedis)
 	require.EqualValues(t, 0, redisStock(t, e, v.ID))
 }
 
@@ -351,7 +351,7 @@ func TestServicesRunOnTheirOwnIntervals(t *testing.T) {
 	go func() { runErr = r.Run(runCtx); close(stopped) }()
 	t.Cleanup(func() { cancel(); <-stopped })
 
-	// The orders expire only now, after every service's first pass.
+	// The orders expire only now, after every service's first round.
 	clock.Lock()
 	now = now.Add(time.Hour)
 	clock.Unlock()
@@ -475,10 +475,10 @@ func TestALiveWorkerIdlePastTheThresholdIsNotRemoved(t *testing.T) {
 		idle, ok := idleOf()
 		return ok && idle >= goneAfter
 	})
-	r := newReaper(t, e, "reaper-1", time.Now, func(c *reaper.Config) { c.ConsumerGoneAfter = goneAfter; c.ClaimMinIdle = 4 * time.Millisecond })
-	pass, err := r.RunOnce(ctx)
+	r := newReaper(t, e, "reaper-1", time.Now, func(c *reaper.Config) { c.ConsumerGoneAfter = goneAfter; c.TakeoverMinIdle = 4 * time.Millisecond })
+	round, err := r.RunOnce(ctx)
 	require.NoError(t, err)
-	require.Zero(t, pass.ConsumersRemoved)
+	require.Zero(t, round.ConsumersRemoved)
 	_, ok := idleOf()
 	require.True(t, ok, "the live worker is still in the group")
 
@@ -496,7 +496,7 @@ func TestALiveWorkerIdlePastTheThresholdIsNotRemoved(t *testing.T) {
 }
 
 // Vouchers written by a version without the rooms' index (or an index
-// Redis lost) are indexed by the restorer's next pass: until then the
+// Redis lost) are indexed by the restorer's next round: until then the
 // gateways ask Redis about that partition's ids; after it, they answer
 // from the index.
 func TestTheRestorerCompletesTheRoomsIndex(t *testing.T) {

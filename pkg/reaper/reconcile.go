@@ -87,7 +87,7 @@ func Reconcile(ctx context.Context, r *rdb.Store, d *db.Store, now time.Time, re
 }
 
 // streamCache holds the partitions' stream entries read so far in one
-// pass, each stream read once however many vouchers it carries.
+// round, each stream read once however many vouchers it carries.
 type streamCache map[int][]rdb.StreamOrder
 
 // of is the entries of partitions ps (a hot voucher's buckets admit into

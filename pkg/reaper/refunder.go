@@ -24,7 +24,7 @@ import (
 var refunding = sale.With(func(t sale.Traits) bool { return t.RefundsAtEnd })
 
 // refundEnded refunds the vouchers whose sale is over.
-func (r *Reaper) refundEnded(ctx context.Context, pass *Pass) error {
+func (r *Reaper) refundEnded(ctx context.Context, round *Round) error {
 	now := r.now().UTC()
 	due, err := r.db.RefundDue(ctx, refunding, now, r.cfg.BatchSize)
 	if err != nil {
@@ -39,7 +39,7 @@ func (r *Reaper) refundEnded(ctx context.Context, pass *Pass) error {
 			return err
 		}
 		if busy {
-			pass.RefundsWaiting++
+			round.RefundsWaiting++
 			continue
 		}
 		amount, done, err := r.db.Refund(ctx, v.ID, now)
@@ -47,7 +47,7 @@ func (r *Reaper) refundEnded(ctx context.Context, pass *Pass) error {
 			return err
 		}
 		if done {
-			pass.Refunded++
+			round.Refunded++
 			r.audit.Info("voucher refunded", zap.Int64("voucher_id", v.ID), zap.Int64("refunded_amount", amount))
 		}
 	}

@@ -245,9 +245,9 @@ func (rl *relay) sendContext(ctx context.Context) (context.Context, context.Canc
 }
 
 // next reads the events to send after sequence after. With none, it
-// sequences what has committed since the sequencer's last pass (every
+// sequences what has committed since the sequencer's last round (every
 // FLASHSALE_REAPER_EVENTS_INTERVAL) and reads again: an event leaves
-// within a poll of its commit, not within a pass.
+// within a poll of its commit, not within a round.
 func (rl *relay) next(ctx context.Context, after int64) ([]db.Event, error) {
 	events, err := rl.r.db.Events(ctx, after, rl.batch)
 	if err != nil || len(events) > 0 {

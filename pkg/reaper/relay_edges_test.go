@@ -123,7 +123,7 @@ func TestAWebhookURLsCredentialsNeverShow(t *testing.T) {
 		return strings.Replace(u, "http://", "http://user:PASSWORD123@", 1) + "?api_key=QUERYSECRET456#frag"
 	}
 	core, logs := observer.New(zap.DebugLevel)
-	cfg := reaper.Config{Config: worker.Config{Consumer: "relay-1", ClaimMinIdle: time.Second, Block: time.Millisecond},
+	cfg := reaper.Config{Config: worker.Config{Consumer: "relay-1", TakeoverMinIdle: time.Second, Block: time.Millisecond},
 		ConsumerGoneAfter: time.Hour, Interval: time.Hour, EventsInterval: 20 * time.Millisecond,
 		EventsConfig: event.Config{WebhookURLs: []string{secretURL(refusing), secretURL(failing.URL)}, WebhookSecret: testsink.Secret,
 			WebhookTimeout: 200 * time.Millisecond}}

@@ -49,7 +49,7 @@ func changeOrders(t *testing.T, e *testenv.Env, v db.Voucher, from, n int) {
 func relaying(t *testing.T, e *testenv.Env, name string, events event.Config) (*reaper.Reaper, *prometheus.Registry) {
 	t.Helper()
 	reg := prometheus.NewRegistry()
-	cfg := reaper.Config{Config: worker.Config{Consumer: name, ClaimMinIdle: time.Second, Block: time.Millisecond},
+	cfg := reaper.Config{Config: worker.Config{Consumer: name, TakeoverMinIdle: time.Second, Block: time.Millisecond},
 		ConsumerGoneAfter: time.Hour, Interval: time.Hour, EventsInterval: 20 * time.Millisecond, EventsConfig: events}
 	r, err := reaper.New(cfg, e.RDB, e.DB, zaptest.NewLogger(t), reaper.WithRegistry(reg))
 	require.NoError(t, err)

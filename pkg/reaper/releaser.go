@@ -12,8 +12,8 @@ import (
 // releaseOwed gives Redis the units MySQL has taken back (cancellations,
 // and failures whose worker died before releasing), exactly once each (see
 // pkg/settle).
-func (r *Reaper) releaseOwed(ctx context.Context, pass *Pass) error {
-	n, err := settle.Owed(ctx, r.redis, r.db, r.cfg.BatchSize, r.cfg.MaxPerPass, r.now)
-	pass.ReleasedToRedis += n
+func (r *Reaper) releaseOwed(ctx context.Context, round *Round) error {
+	n, err := settle.Owed(ctx, r.redis, r.db, r.cfg.BatchSize, r.cfg.MaxPerRound, r.now)
+	round.ReleasedToRedis += n
 	return err
 }

@@ -13,32 +13,32 @@ import (
 	"github.com/flashsale/flashsale/pkg/rdb"
 )
 
-// rescue reclaims the stale entries of every partition.
-func (r *Reaper) rescue(ctx context.Context, pass *Pass) error {
+// rescue takes over the stale entries of every partition.
+func (r *Reaper) rescue(ctx context.Context, round *Round) error {
 	var errs []error
 	for p := range r.redis.Partitions() {
-		errs = append(errs, r.reclaim(ctx, p, pass))
+		errs = append(errs, r.takeOver(ctx, p, round))
 	}
 	return errors.Join(errs...)
 }
 
-// reclaim pages through partition p's stale pending entries with
-// XAUTOCLAIM until the cursor comes back to 0-0. It claims nothing while
-// MySQL refuses writes: each claim counts a delivery, and an outage must
+// takeOver pages through partition p's stale pending entries with
+// XAUTOCLAIM until the cursor comes back to 0-0. It takes over nothing
+// while MySQL refuses writes: each takeover counts a delivery, and an outage must
 // not push entries towards the dead-letter stream. An entry delivered more
 // than MaxDeliveries times gets one last ordinary attempt, and is
 // dead-lettered only if that fails while MySQL accepts writes.
-func (r *Reaper) reclaim(ctx context.Context, p int, pass *Pass) error {
+func (r *Reaper) takeOver(ctx context.Context, p int, round *Round) error {
 	if err := r.db.Writable(ctx, r.cfg.Consumer); err != nil {
-		return fmt.Errorf("partition %d: not reclaiming while mysql refuses writes: %w", p, err)
+		return fmt.Errorf("partition %d: not taking over while mysql refuses writes: %w", p, err)
 	}
 	cursor := "0-0"
 	for {
-		c, err := r.streams.AutoClaim(ctx, p, r.cfg.Consumer, r.cfg.ClaimMinIdle, cursor, r.cfg.BatchSize)
+		c, err := r.streams.TakeOver(ctx, p, r.cfg.Consumer, r.cfg.TakeoverMinIdle, cursor, r.cfg.BatchSize)
 		if err != nil {
 			return err
 		}
-		pass.DeletedAcked += len(c.Deleted)
+		round.DeletedAcked += len(c.Deleted)
 		if len(c.Deleted) > 0 {
 			r.log.Error("pending entries were deleted from the stream before being persisted", zap.Int("partition", p), zap.Strings("stream_ids", c.Deleted))
 		}
@@ -58,14 +58,14 @@ func (r *Reaper) reclaim(ctx context.Context, p int, pass *Pass) error {
 		if err := r.orders.Handle(ctx, fresh); err != nil {
 			return fmt.Errorf("partition %d: %w", p, err)
 		}
-		pass.Claimed += len(fresh)
+		round.TakenOver += len(fresh)
 		for _, orders := range worn {
 			dead, err := r.retire(ctx, orders, c.Deliveries[orders[0].StreamID])
 			if err != nil {
 				return fmt.Errorf("partition %d: %w", p, err)
 			}
-			pass.DeadLettered += dead
-			pass.Claimed += len(orders) - dead
+			round.DeadLettered += dead
+			round.TakenOver += len(orders) - dead
 		}
 		if c.Next == "0-0" || c.Next == "" {
 			return nil

@@ -4,7 +4,7 @@ package reaper
 // persistence, or a master whose replicas resynced from it after it
 // restarted empty) has lost every voucher, and with them every
 // partition's loaded mark (rdb.LoadedKey). A claim of a voucher missing
-// from an unloaded partition answers 503, not 404 (admit.lua). Each pass
+// from an unloaded partition answers 503, not 404 (admit.lua). Each round
 // reads the marks, one EXISTS per partition; where one is missing, every
 // voucher MySQL has on sale there that Redis no longer holds is rebuilt
 // by reconcile's repair (stock: MySQL's remaining less the orders still in
@@ -18,7 +18,7 @@ package reaper
 // unmarked (its missing buckets answer 503), and an operator runs
 // `reaper reconcile --repair` with its sale paused.
 //
-// The same pass completes each partition's rooms' index (rdb.RoomsKey)
+// The same round completes each partition's rooms' index (rdb.RoomsKey)
 // where it lacks its mark: Redis lost it, or the vouchers were written by
 // a version that kept none. Every voucher on sale there is indexed from
 // its hash, then the index is marked complete; until then the gateways
@@ -35,7 +35,7 @@ import (
 	"github.com/flashsale/flashsale/pkg/rdb"
 )
 
-func (r *Reaper) restore(ctx context.Context, pass *Pass) error {
+func (r *Reaper) restore(ctx context.Context, round *Round) error {
 	unloaded, err := r.redis.Unloaded(ctx)
 	if err != nil {
 		return err
@@ -50,7 +50,7 @@ func (r *Reaper) restore(ctx context.Context, pass *Pass) error {
 		return err
 	}
 	if len(unloaded) > 0 {
-		if err := r.reload(ctx, pass, unloaded, vouchers); err != nil {
+		if err := r.reload(ctx, round, unloaded, vouchers); err != nil {
 			return err
 		}
 	}
@@ -66,7 +66,7 @@ func (r *Reaper) restore(ctx context.Context, pass *Pass) error {
 
 // reload rebuilds the vouchers of the unloaded partitions that Redis lost
 // whole, and marks those partitions loaded.
-func (r *Reaper) reload(ctx context.Context, pass *Pass, unloaded []int, vouchers []db.Voucher) error {
+func (r *Reaper) reload(ctx context.Context, round *Round, unloaded []int, vouchers []db.Voucher) error {
 	now := r.now()
 	streams := streamCache{}
 	held := map[int]bool{} // partitions left unmarked: a voucher there needs an operator
@@ -99,7 +99,7 @@ func (r *Reaper) reload(ctx context.Context, pass *Pass, unloaded []int, voucher
 			return fmt.Errorf("rebuild voucher %d: %w", v.ID, err)
 		}
 		if check.Repaired {
-			pass.Restored++
+			round.Restored++
 			r.log.Warn("redis had lost a voucher on sale: rebuilt from mysql and the streams",
 				zap.Int64("voucher_id", v.ID), zap.Int("in_flight", check.InFlight))
 		}

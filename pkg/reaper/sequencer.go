@@ -17,10 +17,10 @@ const sequenceRows = 100
 
 // sequenceEvents sequences every committed event without a sequence, and
 // deletes those past their retention.
-func (r *Reaper) sequenceEvents(ctx context.Context, pass *Pass) error {
-	for pass.EventsSequenced < r.cfg.MaxPerPass {
+func (r *Reaper) sequenceEvents(ctx context.Context, round *Round) error {
+	for round.EventsSequenced < r.cfg.MaxPerRound {
 		n, err := r.db.SequenceEvents(ctx, sequenceRows)
-		pass.EventsSequenced += n
+		round.EventsSequenced += n
 		if err != nil {
 			return err
 		}
@@ -38,9 +38,9 @@ func (r *Reaper) sequenceEvents(ctx context.Context, pass *Pass) error {
 		age = max(time.Since(oldest).Seconds(), 0) // MySQL's clock wrote it: a real clock's age
 	}
 	r.metrics.eventsOldestAge.Set(age)
-	for pass.EventsDeleted < r.cfg.MaxPerPass {
+	for round.EventsDeleted < r.cfg.MaxPerRound {
 		n, err := r.db.DeleteEventsBefore(ctx, time.Now().Add(-r.cfg.EventsRetention), 100)
-		pass.EventsDeleted += n
+		round.EventsDeleted += n
 		if err != nil || n == 0 {
 			return err
 		}

@@ -47,7 +47,7 @@ func TestConnectionsThatResetOrStallMidBatchLoseNothing(t *testing.T) {
 
 	reg := prometheus.NewRegistry()
 	w, err := worker.New(worker.Config{Consumer: "w1", BatchSize: 10, Block: 20 * time.Millisecond, RetryBackoff: 5 * time.Millisecond,
-		ClaimMinIdle: 30 * time.Second}, rs, store, zaptest.NewLogger(t), worker.WithRegistry(reg))
+		TakeoverMinIdle: 30 * time.Second}, rs, store, zaptest.NewLogger(t), worker.WithRegistry(reg))
 	require.NoError(t, err)
 	runWorker(t, w)
 

@@ -72,10 +72,10 @@ func TestReadOnlyMySQLLosesNothing(t *testing.T) {
 
 	reg := prometheus.NewRegistry()
 	w, err := worker.New(worker.Config{Consumer: "w1", BatchSize: 25, Block: 20 * time.Millisecond, RetryBackoff: 5 * time.Millisecond,
-		MaxAttempts: 2, ClaimMinIdle: 300 * time.Millisecond}, e.RDB, store, zaptest.NewLogger(t), worker.WithRegistry(reg))
+		MaxAttempts: 2, TakeoverMinIdle: 300 * time.Millisecond}, e.RDB, store, zaptest.NewLogger(t), worker.WithRegistry(reg))
 	require.NoError(t, err)
 	runWorker(t, w)
-	rp, err := reaper.New(reaper.Config{Config: worker.Config{Consumer: "reaper", ClaimMinIdle: 300 * time.Millisecond, Block: 20 * time.Millisecond},
+	rp, err := reaper.New(reaper.Config{Config: worker.Config{Consumer: "reaper", TakeoverMinIdle: 300 * time.Millisecond, Block: 20 * time.Millisecond},
 		MaxDeliveries: 1, ConsumerGoneAfter: time.Hour}, e.RDB, store, zaptest.NewLogger(t))
 	require.NoError(t, err)
 
@@ -92,7 +92,7 @@ func TestReadOnlyMySQLLosesNothing(t *testing.T) {
 		})
 		pass, err := rp.RunOnce(ctx)
 		require.ErrorContains(t, err, "refuses writes")
-		require.Zero(t, pass.Claimed+pass.DeadLettered, "the reaper touched entries during the outage")
+		require.Zero(t, pass.TakenOver+pass.DeadLettered, "the reaper touched entries during the outage")
 	}
 	var roErr *mysql.MySQLError
 	require.ErrorAs(t, store.Writable(ctx, "check"), &roErr)
@@ -152,7 +152,7 @@ func TestABatchThatCannotSucceedDoesNotStallItsPartition(t *testing.T) {
 
 	reg := prometheus.NewRegistry()
 	w, err := worker.New(worker.Config{Consumer: "w1", BatchSize: 40, Block: 20 * time.Millisecond, RetryBackoff: 5 * time.Millisecond,
-		MaxAttempts: 3, ClaimMinIdle: 300 * time.Millisecond}, e.RDB, store, zaptest.NewLogger(t), worker.WithRegistry(reg))
+		MaxAttempts: 3, TakeoverMinIdle: 300 * time.Millisecond}, e.RDB, store, zaptest.NewLogger(t), worker.WithRegistry(reg))
 	require.NoError(t, err)
 	runWorker(t, w)
 	testenv.Eventually(t, 30*time.Second, "30 orders created", func() bool {
@@ -166,7 +166,7 @@ func TestABatchThatCannotSucceedDoesNotStallItsPartition(t *testing.T) {
 		return e.Count(t, "SELECT COUNT(*) FROM orders WHERE voucher_id = ? AND status = 'created'", v.ID) == 35
 	})
 
-	rp, err := reaper.New(reaper.Config{Config: worker.Config{Consumer: "reaper", ClaimMinIdle: 300 * time.Millisecond, Block: 20 * time.Millisecond},
+	rp, err := reaper.New(reaper.Config{Config: worker.Config{Consumer: "reaper", TakeoverMinIdle: 300 * time.Millisecond, Block: 20 * time.Millisecond},
 		MaxDeliveries: 2, ConsumerGoneAfter: time.Hour}, e.RDB, store, zaptest.NewLogger(t))
 	require.NoError(t, err)
 	testenv.Eventually(t, 60*time.Second, "the entry dead-lettered", func() bool {

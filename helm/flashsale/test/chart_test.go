@@ -541,7 +541,7 @@ func TestChartRefusesWhatCannotWork(t *testing.T) {
 		{"short JWT secret", "at least 32 bytes", []string{"--set", "secrets.mysqlDSN=x", "--set", "secrets.jwtSecret=short", "--set", "secrets.adminToken=admin-token-admin-token-admin-token"}},
 		{"short admin token", "secrets.adminToken must be at least 32 bytes", []string{"--set", "secrets.mysqlDSN=x", "--set", "secrets.jwtSecret=" + strings.Repeat("s", 32), "--set", "secrets.adminToken=t"}},
 		{"replicas not a number", "replicaCount", append([]string{"--set", "gateway.replicaCount=two"}, testSecrets...)},
-		{"bad duration", "claimMinIdle", append([]string{"--set", "config.claimMinIdle=soon"}, testSecrets...)},
+		{"bad duration", "takeoverMinIdle", append([]string{"--set", "config.takeoverMinIdle=soon"}, testSecrets...)},
 		{"unknown value (a typo)", "gatway", append([]string{"--set", "gatway.replicaCount=2"}, testSecrets...)},
 		{"unknown log format", "logFormat", append([]string{"--set", "config.logFormat=xml"}, testSecrets...)},
 		{"cluster and sentinels", "cannot both be set", append([]string{"--set", "config.redisCluster=true", "--set", "config.redisSentinelMaster=m"}, testSecrets...)},

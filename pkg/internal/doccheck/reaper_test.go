@@ -15,7 +15,7 @@ import (
 // it runs, in order.
 func TestTheReapersServicesAreDocumented(t *testing.T) {
 	want := reaper.ServiceNames()
-	_, table, ok := strings.Cut(read(t, "ARCHITECTURE.md"), "| service | file | interval | what a pass does |")
+	_, table, ok := strings.Cut(read(t, "ARCHITECTURE.md"), "| service | file | interval | what a round does |")
 	require.True(t, ok)
 	var inTable []string
 	row := regexp.MustCompile("^\\| `([a-z]+)` \\| `([a-z]+\\.go)` \\|")

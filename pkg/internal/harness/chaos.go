@@ -53,9 +53,9 @@ type ChaosConfig struct {
 	SideRate  int
 	Envelopes int64
 	Codes     int
-	// ClaimMinIdle is FLASHSALE_CLAIM_MIN_IDLE; a stopped worker stays
+	// TakeoverMinIdle is FLASHSALE_TAKEOVER_MIN_IDLE; a stopped worker stays
 	// stopped 2.5 times as long.
-	ClaimMinIdle time.Duration
+	TakeoverMinIdle time.Duration
 	// Log receives a line per fault as it happens (may be nil).
 	Log io.Writer
 	// Cluster runs the sale on a Redis Cluster of three masters with a
@@ -187,7 +187,7 @@ type ChaosReport struct {
 	Side []*Report
 	Draw *DrawReport
 	// What the reaper processes logged doing, summed over their restarts.
-	ReaperClaimed, ReaperCancelled, ReaperDeadLettered, ReaperConsumersRemoved int64
+	ReaperTookOver, ReaperCancelled, ReaperDeadLettered, ReaperConsumersRemoved int64
 }
 
 // RunChaos starts a stack with a reaper, sells under faults, waits for
@@ -211,7 +211,7 @@ func RunChaos(ctx context.Context, cfg ChaosConfig) (*ChaosReport, error) {
 		ReaperEnv: sinkEnv,
 		RedisArgs: []string{"--appendonly", "yes", "--appendfsync", "always"},
 		Env: []string{
-			"FLASHSALE_CLAIM_MIN_IDLE=" + cfg.ClaimMinIdle.String(),
+			"FLASHSALE_TAKEOVER_MIN_IDLE=" + cfg.TakeoverMinIdle.String(),
 			"FLASHSALE_REAPER_INTERVAL=300ms",
 			"FLASHSALE_CONSUMER_GONE_AFTER=10s",
 			"FLASHSALE_WORKER_BLOCK=300ms",
@@ -502,7 +502,7 @@ func injectFaults(ctx context.Context, s *Stack, cfg ChaosConfig, voucher int64,
 				return err
 			}
 			// A zombie: it wakes long after the reaper took its batch.
-			time.AfterFunc(cfg.ClaimMinIdle*5/2, func() { _ = w.Signal(syscall.SIGCONT) })
+			time.AfterFunc(cfg.TakeoverMinIdle*5/2, func() { _ = w.Signal(syscall.SIGCONT) })
 			if err := killWorker(0)(); err != nil {
 				return err
 			}
@@ -676,11 +676,11 @@ func (r *ChaosReport) check(ctx context.Context, s *Stack, v int64, paid map[int
 			}
 		}
 	}
-	passes, err := sumLogFields(filepath.Join(s.LogDir(), "reaper.log"), "reaper pass", "claimed", "cancelled", "dead_lettered", "consumers_removed")
+	rounds, err := sumLogFields(filepath.Join(s.LogDir(), "reaper.log"), "reaper round", "taken_over", "cancelled", "dead_lettered", "consumers_removed")
 	if err != nil {
 		return err
 	}
-	r.ReaperClaimed, r.ReaperCancelled, r.ReaperDeadLettered, r.ReaperConsumersRemoved = passes[0], passes[1], passes[2], passes[3]
+	r.ReaperTookOver, r.ReaperCancelled, r.ReaperDeadLettered, r.ReaperConsumersRemoved = rounds[0], rounds[1], rounds[2], rounds[3]
 	if r.ReadOnlyRefusals, err = countLogLines(s.LogDir(), "--read-only option"); err != nil {
 		return err
 	}
@@ -773,8 +773,8 @@ func (r *ChaosReport) Print(w io.Writer) {
 	row("dead letters (unexplained)", fmt.Sprintf("%d (%d)", r.DeadLetters, r.DeadUnexplained))
 	row("orders failed by a fault", r.FailedByFault)
 	row("log lines: writes refused by read_only", r.ReadOnlyRefusals)
-	row("reaper: claimed / cancelled / dead-lettered / consumers removed", fmt.Sprintf("%d / %d / %d / %d",
-		r.ReaperClaimed, r.ReaperCancelled, r.ReaperDeadLettered, r.ReaperConsumersRemoved))
+	row("reaper: taken over / cancelled / dead-lettered / consumers removed", fmt.Sprintf("%d / %d / %d / %d",
+		r.ReaperTookOver, r.ReaperCancelled, r.ReaperDeadLettered, r.ReaperConsumersRemoved))
 	row("reconcile differences", r.ReconcileDiffs)
 	if r.sinks {
 		row("events: sinks' problems / duplicates webhook, kafka", fmt.Sprintf("%d / %d, %d", len(r.SinkProblems), r.WebhookDuplicates, r.KafkaDuplicates))

@@ -18,7 +18,7 @@ import (
 func chaosSale() harness.ChaosConfig {
 	return harness.ChaosConfig{
 		Users: 20000, Stock: 3000, PerUser: 2, Concurrency: 16, Rate: 1500,
-		PaymentTimeout: 4 * time.Second, PayShare: 0.5, CancelShare: 0.1, ClaimMinIdle: 1500 * time.Millisecond,
+		PaymentTimeout: 4 * time.Second, PayShare: 0.5, CancelShare: 0.1, TakeoverMinIdle: 1500 * time.Millisecond,
 		MaxQuantity: 2, SideRate: 100, Envelopes: 2000, Codes: 400,
 	}
 }
@@ -44,7 +44,7 @@ func TestChaos(t *testing.T) {
 		f.MySQLReadOnly > 0 && f.MariaDBPauses > 0, "%+v", f)
 	require.Positive(t, f.MidBatch, "at least one worker died holding a batch")
 	require.Positive(t, report.ReadOnlyRefusals, "the read-only spell refused the binaries' writes")
-	require.Positive(t, report.ReaperClaimed, "the reaper took over what dead workers left")
+	require.Positive(t, report.ReaperTookOver, "the reaper took over what dead workers left")
 	require.Positive(t, report.CancelledByBuyer, "buyers cancelled orders during the sale")
 	for _, side := range report.Side {
 		require.Positive(t, side.Live, "%s sale", side.Kind)

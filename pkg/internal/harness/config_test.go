@@ -66,7 +66,7 @@ func TestBinariesRefuseBadConfigInOneLine(t *testing.T) {
 		{"negative backoff", "worker", []string{"FLASHSALE_WORKER_RETRY_BACKOFF=-1s"}, nil, "FLASHSALE_WORKER_RETRY_BACKOFF"},
 		{"negative redis timeout", "worker", []string{"FLASHSALE_REDIS_TIMEOUT=-1s"}, nil, "FLASHSALE_REDIS_TIMEOUT"},
 		{"zero max conns", "reaper", []string{"FLASHSALE_MYSQL_MAX_CONNS=-1"}, nil, "FLASHSALE_MYSQL_MAX_CONNS"},
-		{"block over a third of min idle", "worker", []string{"FLASHSALE_WORKER_BLOCK=5s", "FLASHSALE_CLAIM_MIN_IDLE=6s"}, nil, "FLASHSALE_WORKER_BLOCK"},
+		{"block over a third of min idle", "worker", []string{"FLASHSALE_WORKER_BLOCK=5s", "FLASHSALE_TAKEOVER_MIN_IDLE=6s"}, nil, "FLASHSALE_WORKER_BLOCK"},
 		{"zero max deliveries", "reaper", []string{"FLASHSALE_MAX_DELIVERIES=-1"}, nil, "FLASHSALE_MAX_DELIVERIES"},
 		{"negative reaper interval", "reaper", []string{"FLASHSALE_REAPER_INTERVAL=-5s"}, nil, "FLASHSALE_REAPER_INTERVAL"},
 		{"short jwt secret", "gateway", []string{admin, "FLASHSALE_JWT_SECRET=short"}, nil, "FLASHSALE_JWT_SECRET"},

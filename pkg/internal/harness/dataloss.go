@@ -40,7 +40,7 @@ type DataLossReport struct {
 func RunDataLoss(ctx context.Context, dir string, cutBytes int64, log io.Writer) (*DataLossReport, error) {
 	s, err := StartStack(ctx, Options{Dir: dir, Workers: 2, Partitions: 4, Reaper: true,
 		RedisArgs: []string{"--appendonly", "yes", "--appendfsync", "everysec"},
-		Env:       []string{"FLASHSALE_CLAIM_MIN_IDLE=1s", "FLASHSALE_WORKER_BLOCK=200ms", "FLASHSALE_REAPER_INTERVAL=300ms"}})
+		Env:       []string{"FLASHSALE_TAKEOVER_MIN_IDLE=1s", "FLASHSALE_WORKER_BLOCK=200ms", "FLASHSALE_REAPER_INTERVAL=300ms"}})
 	if err != nil {
 		return nil, err
 	}

@@ -95,7 +95,7 @@ func TestEndToEndEnvelopeSaleSurvivesKills(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	s, err := harness.StartStack(ctx, harness.Options{Dir: t.TempDir(), Workers: 2, Partitions: 4, Reaper: true,
-		Env: []string{"FLASHSALE_CLAIM_MIN_IDLE=1500ms", "FLASHSALE_WORKER_BLOCK=300ms", "FLASHSALE_REAPER_INTERVAL=200ms"}})
+		Env: []string{"FLASHSALE_TAKEOVER_MIN_IDLE=1500ms", "FLASHSALE_WORKER_BLOCK=300ms", "FLASHSALE_REAPER_INTERVAL=200ms"}})
 	require.NoError(t, err)
 	defer s.Close()
 
@@ -153,7 +153,7 @@ func TestEndToEndSaleUnderLeastPrivilege(t *testing.T) {
 	defer cancel()
 	hook := testsink.NewReceiver(t) // the relay, under the reaper's grants
 	s, err := harness.StartStack(ctx, harness.Options{Dir: t.TempDir(), Workers: 2, Partitions: 4, Reaper: true, LeastPrivilege: true,
-		Env:       []string{"FLASHSALE_CLAIM_MIN_IDLE=1500ms", "FLASHSALE_WORKER_BLOCK=300ms", "FLASHSALE_REAPER_INTERVAL=200ms"},
+		Env:       []string{"FLASHSALE_TAKEOVER_MIN_IDLE=1500ms", "FLASHSALE_WORKER_BLOCK=300ms", "FLASHSALE_REAPER_INTERVAL=200ms"},
 		ReaperEnv: []string{"FLASHSALE_EVENTS_WEBHOOK_URLS=" + hook.URL, "FLASHSALE_EVENTS_WEBHOOK_SECRET=" + testsink.Secret}})
 	require.NoError(t, err)
 	defer s.Close()
@@ -349,7 +349,7 @@ func TestEndToEndSaleOnARedisCluster(t *testing.T) {
 	// busy with other tests that can outlast 300 ms; the check counts
 	// any 503 as a violation.
 	s, err := harness.StartStack(ctx, harness.Options{Dir: t.TempDir(), Workers: 2, Partitions: 8, Reaper: true, Cluster: true,
-		Env: []string{"FLASHSALE_CLAIM_MIN_IDLE=1500ms", "FLASHSALE_WORKER_BLOCK=300ms", "FLASHSALE_REAPER_INTERVAL=200ms",
+		Env: []string{"FLASHSALE_TAKEOVER_MIN_IDLE=1500ms", "FLASHSALE_WORKER_BLOCK=300ms", "FLASHSALE_REAPER_INTERVAL=200ms",
 			"FLASHSALE_CLAIM_TIMEOUT=2s"}})
 	require.NoError(t, err)
 	defer s.Close()

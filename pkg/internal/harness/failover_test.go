@@ -46,7 +46,7 @@ func saleThroughClusterFailover(t *testing.T, durability string) {
 		dir = d + "/" + durability
 	}
 	s, err := harness.StartStack(ctx, harness.Options{Dir: dir, Workers: 2, Partitions: 8, Reaper: true, Cluster: true, ClusterReplicas: 1,
-		Env: []string{"FLASHSALE_CLAIM_MIN_IDLE=1500ms", "FLASHSALE_WORKER_BLOCK=300ms", "FLASHSALE_REAPER_INTERVAL=200ms",
+		Env: []string{"FLASHSALE_TAKEOVER_MIN_IDLE=1500ms", "FLASHSALE_WORKER_BLOCK=300ms", "FLASHSALE_REAPER_INTERVAL=200ms",
 			"FLASHSALE_REDIS_DURABILITY=" + durability}})
 	require.NoError(t, err)
 	defer s.Close()
@@ -147,7 +147,7 @@ func TestSaleSurvivesASentinelFailover(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	s, err := harness.StartStack(ctx, harness.Options{Dir: t.TempDir(), Workers: 2, Partitions: 8, Reaper: true, Sentinel: true,
-		Env: []string{"FLASHSALE_CLAIM_MIN_IDLE=1500ms", "FLASHSALE_WORKER_BLOCK=300ms", "FLASHSALE_REAPER_INTERVAL=200ms",
+		Env: []string{"FLASHSALE_TAKEOVER_MIN_IDLE=1500ms", "FLASHSALE_WORKER_BLOCK=300ms", "FLASHSALE_REAPER_INTERVAL=200ms",
 			"FLASHSALE_REDIS_DURABILITY=replica"}})
 	require.NoError(t, err)
 	defer s.Close()

@@ -206,7 +206,7 @@ func TestReaperSIGTERMExitsCleanly(t *testing.T) {
 		t.Skip("runs the binaries")
 	}
 	s := startStack(t, context.Background())
-	testenv.Eventually(t, 20*time.Second, "a reaper pass", func() bool {
+	testenv.Eventually(t, 20*time.Second, "a reaper round", func() bool {
 		_, m := get(t, s.Reaper.OpsURL+"/metrics")
 		return strings.Contains(m, "flashsale_reaper_passes_total") && !strings.Contains(m, "flashsale_reaper_passes_total 0")
 	})

@@ -11,13 +11,13 @@ import (
 	"github.com/flashsale/flashsale/pkg/rdb"
 )
 
-// Claimed is one page of XAUTOCLAIM.
-type Claimed struct {
-	// Entries are the orders of the stream entries claimed, each stream
+// TakenOver is one page of XAUTOCLAIM.
+type TakenOver struct {
+	// Entries are the orders of the stream entries taken over, each stream
 	// entry's orders together.
 	Entries []rdb.StreamOrder
-	// Deliveries maps each claimed stream entry to its delivery count, this
-	// claim included.
+	// Deliveries maps each stream entry taken over to its delivery count,
+	// this takeover included.
 	Deliveries map[string]int64
 	// Deleted are pending entries that no longer exist in the stream; they
 	// were acknowledged (there is nothing left to process).
@@ -26,18 +26,18 @@ type Claimed struct {
 	Next string
 }
 
-// AutoClaim takes over up to count entries of partition p that have been
+// TakeOver takes over up to count entries of partition p that have been
 // pending for at least minIdle, for consumer, starting at cursor start
 // ("0-0" for the beginning).
-func (u *Streams) AutoClaim(ctx context.Context, p int, consumer string, minIdle time.Duration, start string, count int) (Claimed, error) {
+func (u *Streams) TakeOver(ctx context.Context, p int, consumer string, minIdle time.Duration, start string, count int) (TakenOver, error) {
 	stream, group := rdb.StreamKey(p), u.s.Group()
 	msgs, next, deleted, err := u.client().XAutoClaimWithDeleted(ctx, &redis.XAutoClaimArgs{
 		Stream: stream, Group: group, Consumer: consumer, MinIdle: minIdle, Start: start, Count: int64(count),
 	}).Result()
 	if err != nil {
-		return Claimed{}, fmt.Errorf("xautoclaim %s: %w", stream, err)
+		return TakenOver{}, fmt.Errorf("xautoclaim %s: %w", stream, err)
 	}
-	c := Claimed{Next: next, Deleted: deleted, Deliveries: map[string]int64{}}
+	c := TakenOver{Next: next, Deleted: deleted, Deliveries: map[string]int64{}}
 	for _, m := range msgs {
 		c.Entries = append(c.Entries, rdb.ParseEntries(p, m)...)
 	}

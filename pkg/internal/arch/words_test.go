@@ -1,0 +1,74 @@
+package arch_test
+
+import (
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"path/filepath"
+	"reflect"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// declared calls f with every name a file declares: functions, methods,
+// types, struct fields, variables and constants, and every envconfig tag.
+func declared(t *testing.T, path string, f func(name string)) {
+	t.Helper()
+	file, err := parser.ParseFile(token.NewFileSet(), path, nil, parser.SkipObjectResolution)
+	require.NoError(t, err)
+	ast.Inspect(file, func(n ast.Node) bool {
+		switch n := n.(type) {
+		case *ast.FuncDecl:
+			f(n.Name.Name)
+		case *ast.TypeSpec:
+			f(n.Name.Name)
+		case *ast.ValueSpec:
+			for _, id := range n.Names {
+				f(id.Name)
+			}
+		case *ast.Field:
+			for _, id := range n.Names {
+				f(id.Name)
+			}
+			if n.Tag != nil {
+				f(reflect.StructTag(strings.Trim(n.Tag.Value, "`")).Get("envconfig"))
+			}
+		}
+		return true
+	})
+}
+
+// One word, one meaning. A claim is a buyer's: the reaper's taking over
+// of stale stream entries is a takeover (FLASHSALE_TAKEOVER_MIN_IDLE,
+// Round.TakenOver, upkeep's TakeOver), so nothing on the streams' side
+// (the reaper, upkeep, the persisting code, the worker) is named after a
+// claim. A pass is a waiting room's: one run of a reaper service is a
+// round (Round, FLASHSALE_REAPER_ROUND_TIMEOUT), so nothing in the reaper
+// is named after a pass.
+func TestTakeoverAndRoundNameOneThingEach(t *testing.T) {
+	words := map[string]*regexp.Regexp{
+		"pkg/reaper":     regexp.MustCompile(`(?i)claim|pass(?:es)?(?:$|[^we])|PASS(?:_|$)`),
+		"pkg/rdb/upkeep": regexp.MustCompile(`(?i)claim`),
+		"pkg/persist":    regexp.MustCompile(`(?i)claim`),
+		"pkg/worker":     regexp.MustCompile(`(?i)claim`),
+		"pkg/reaper/cli": regexp.MustCompile(`(?i)claim`),
+	}
+	checked := 0
+	for _, p := range list(t) {
+		rel, ok := strings.CutPrefix(p.ImportPath, module)
+		re := words[rel]
+		if !ok || re == nil {
+			continue
+		}
+		for _, f := range p.GoFiles {
+			declared(t, filepath.Join(p.Dir, f), func(name string) {
+				require.False(t, re.MatchString(name), "%s/%s: %q: a claim is a buyer's, a pass a waiting room's", rel, f, name)
+			})
+		}
+		checked++
+	}
+	require.Equal(t, len(words), checked, "the packages were checked")
+}
