@@ -103,20 +103,25 @@
 -- (also one earlier in this batch), plus 2 for an entry of a draw sale,
 -- and ITEM the item taken (absent for units): one string, the cheapest
 -- reply to make and to read.
--- code, an integer, when rejected: 1 voucher not found, 2 not started, 3 ended, 4 sold
--- out (fewer than quantity units left), 5 user limit, 6 daily limit (limits
--- count units), 7 stream sequence overflow (retry), 8 quantity above the
--- voucher's per-user limit, or above 1 for a pool (a bad request: it can
--- never be admitted), 9 paused by an operator, {10, n} (a pair): the voucher has n
--- buckets, not ARGV[2] (route again), 11 the user entered this draw already,
--- 12 the voucher needs a proof of work and the claim has none, 13 its proof
--- is too easy or was used before, 14 the voucher has a waiting room and
--- the claim no pass that holds, 15 the voucher is missing from a
--- partition the reaper has not marked loaded: Redis lost its data (it
--- restarted empty) or was never loaded, an outage until the reaper
--- rebuilds it from MySQL, not an unknown voucher, 16 the voucher needs
--- an access code now and the claim has none, 17 it needs one now and the
--- claim's is not the user's.
+-- code, an integer, when rejected, from the codes every script shares
+-- (pkg/rdb codes.go: a code means one thing in every script):
+-- 1 (voucher not found), 2 (not started), 3 (ended), 4 (sold out): fewer
+-- than quantity units left, 5 (user limit), 6 (daily limit): limits count
+-- units, 7 (overloaded): the stream sequence overflowed, retry,
+-- 8 (quantity above the limit): above the voucher's per-user limit, or
+-- above 1 for a pool (a bad request: it can never be admitted),
+-- 9 (paused) by an operator, 10 (route again) as the pair {10, n}: the
+-- voucher has n buckets, not ARGV[2], 11 (already entered): the user
+-- entered this draw already, 12 (proof required): the voucher needs a
+-- proof of work and the claim has none, 13 (proof invalid): its proof is
+-- too easy or was used before, 14 (not admitted): the voucher has a
+-- waiting room and the claim no pass that holds, 15 (not loaded): the
+-- voucher is missing from a partition the reaper has not marked loaded:
+-- Redis lost its data (it restarted empty) or was never loaded, an outage
+-- until the reaper rebuilds it from MySQL, not an unknown voucher,
+-- 16 (access required): the voucher needs an access code now and the
+-- claim has none, 17 (access invalid): it needs one now and the claim's
+-- is not the user's.
 -- A call whose stream entry cannot be numbered (sequence 128 or more)
 -- changes nothing from the claim that began that entry's orders on (the
 -- proofs of work those claims spent are unspent), and those claims are

@@ -43,17 +43,21 @@
 --             tick); '' none
 --
 -- Returns {code, place, front, tail, pre, frozen, stock, live, segs, seed,
--- start_ms, end_ms, paused, rate, pass_ms, limit, gone}; code 0, or
--- 1 no such voucher, 15 it has no waiting room (then only the code),
--- 2 join before the queue opens (start - room_pre_ms), 3 join after the
--- sale ended, 12 the voucher wants a proof of work to join and there is
--- none, 13 the proof is too easy or used before, 16 get: the user never
--- joined, 17 join: the room has given ARGV[8] places, 18 no such voucher
--- in a partition the reaper has not marked loaded (Redis lost its data:
--- an outage, not an unknown voucher; admit.lua's 15), 19 join: the
--- voucher needs an access code now and there is none, 20 join: it needs
--- one now and the join's is not the user's. place is '' unless
--- the user has one.
+-- start_ms, end_ms, paused, rate, pass_ms, limit, gone}; code 0, or one of
+-- the codes every script shares (pkg/rdb codes.go: a code means one thing
+-- in every script): 1 (voucher not found), 18 (no room): it has no
+-- waiting room (then only the code), 2 (not started): a join before the
+-- queue opens (start - room_pre_ms), 3 (ended): a join after the sale
+-- ended, 12 (proof required): the voucher wants a proof of work to join
+-- and there is none, 13 (proof invalid): the proof is too easy or used
+-- before, 19 (not in queue): get, the user never joined, 20 (room full):
+-- join, the room has given ARGV[8] places, 15 (not loaded): no such
+-- voucher in a partition the reaper has not marked loaded (Redis lost its
+-- data: an outage, not an unknown voucher), 16 (access required): join,
+-- the voucher needs an access code now and there is none,
+-- 17 (access invalid): join, it needs one now and the join's is not the
+-- user's.
+-- place is '' unless the user has one.
 --
 -- Passes outstanding (admitted, not lapsed, not used to buy) are the
 -- unlapsed segments' passes less their ru: counts.
@@ -71,13 +75,13 @@ local v = redis.call('HMGET', KEYS[1], 'stock', 'start_ms', 'end_ms', 'paused', 
   'pow', 'expire_s', 'limit', 'access')
 if not v[1] then
   if redis.call('EXISTS', KEYS[5]) == 0 then
-    return {18}
+    return {15}
   end
   return {1}
 end
 local rate = tonumber(v[5]) or 0
 if rate <= 0 then
-  return {15}
+  return {18}
 end
 local stock, start_ms, end_ms = tonumber(v[1]), tonumber(v[2]) or 0, tonumber(v[3]) or 0
 local paused, pre_ms, pass_ms = v[4] == '1', tonumber(v[6]) or 0, tonumber(v[7]) or 120000
@@ -191,15 +195,15 @@ if op ~= 'tick' then
   if not place then
     place = ''
     if op == 'get' then
-      code = 16
+      code = 19
     elseif end_ms > 0 and now >= end_ms then
       code = 3
     elseif now < start_ms - pre_ms then
       code = 2
     elseif access ~= 0 and (access < 0 or now < access) and ARGV[10] ~= '1' then
-      code = ARGV[10] == '2' and 20 or 19
+      code = ARGV[10] == '2' and 17 or 16
     elseif (frozen == 1 and tail or pre) >= tonumber(ARGV[8]) then
-      code = 17
+      code = 20
     elseif pow > 0 and tonumber(ARGV[5]) == 0 then
       code = 12
     elseif pow > 0 and (tonumber(ARGV[5]) < pow or

@@ -37,3 +37,6 @@ func (s *Store) GiveOnly(ctx context.Context, v int64, to int, units int64, id s
 
 // FillClaims is the waiting claims that go beside a call in flight.
 const FillClaims = fillClaims
+
+// AdmitErrors are admit.lua's codes as errors.
+func AdmitErrors() map[int64]error { return admitErrors }

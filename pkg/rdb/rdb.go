@@ -58,11 +58,12 @@ var (
 	ErrAccessInvalid = errors.New("access code not the user's for the voucher")
 )
 
+// admitErrors are admit.lua's refusals (codes.go), as errors.
 var admitErrors = map[int64]error{
-	1: ErrVoucherNotFound, 2: ErrNotStarted, 3: ErrEnded, 4: ErrSoldOut,
-	5: ErrUserLimit, 6: ErrDailyLimit, 7: ErrOverloaded, 8: ErrQuantityAboveLimit, 9: ErrPaused,
-	11: ErrAlreadyEntered, 12: ErrProofRequired, 13: ErrProofInvalid, 14: ErrNotAdmitted, 15: ErrNotLoaded,
-	16: ErrAccessRequired, 17: ErrAccessInvalid,
+	CodeVoucherNotFound: ErrVoucherNotFound, CodeNotStarted: ErrNotStarted, CodeEnded: ErrEnded, CodeSoldOut: ErrSoldOut,
+	CodeUserLimit: ErrUserLimit, CodeDailyLimit: ErrDailyLimit, CodeOverloaded: ErrOverloaded, CodeQuantityAbove: ErrQuantityAboveLimit,
+	CodePaused: ErrPaused, CodeAlreadyEntered: ErrAlreadyEntered, CodeProofRequired: ErrProofRequired, CodeProofInvalid: ErrProofInvalid,
+	CodeNotAdmitted: ErrNotAdmitted, CodeNotLoaded: ErrNotLoaded, CodeAccessRequired: ErrAccessRequired, CodeAccessInvalid: ErrAccessInvalid,
 }
 
 // DayKeyTTL is how long a per-day counter outlives its day.

@@ -26,9 +26,13 @@ var (
 	ErrFull       = errors.New("room: the room has given all the places it may")
 )
 
+// codes are room.lua's refusals (rdb's table of the scripts' codes), as
+// errors.
 var codes = map[int64]error{
-	1: rdb.ErrVoucherNotFound, 18: rdb.ErrNotLoaded, 2: ErrNotOpen, 3: ErrEnded, 12: rdb.ErrProofRequired, 13: rdb.ErrProofInvalid,
-	15: ErrNoRoom, 16: ErrNotInQueue, 17: ErrFull, 19: rdb.ErrAccessRequired, 20: rdb.ErrAccessInvalid,
+	rdb.CodeVoucherNotFound: rdb.ErrVoucherNotFound, rdb.CodeNotLoaded: rdb.ErrNotLoaded, rdb.CodeNotStarted: ErrNotOpen,
+	rdb.CodeEnded: ErrEnded, rdb.CodeProofRequired: rdb.ErrProofRequired, rdb.CodeProofInvalid: rdb.ErrProofInvalid,
+	rdb.CodeNoRoom: ErrNoRoom, rdb.CodeNotInQueue: ErrNotInQueue, rdb.CodeRoomFull: ErrFull,
+	rdb.CodeAccessRequired: rdb.ErrAccessRequired, rdb.CodeAccessInvalid: rdb.ErrAccessInvalid,
 }
 
 // DefaultMaxWaiters bounds the places a room gives unless the operator

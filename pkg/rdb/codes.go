@@ -1,0 +1,84 @@
+package rdb
+
+import (
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+// The reply codes of flashsale's scripts: one table, one meaning per code
+// in every script (admit.lua, room.lua, and any added). A script answers a
+// code from this table or none; each caller maps the codes it can get to
+// its errors through Code's constants, and TestEveryScriptsCodesAreTheTables
+// holds the scripts' bodies to the table.
+const (
+	CodeVoucherNotFound = 1  // no such voucher
+	CodeNotStarted      = 2  // too early: the sale (a room: its queue) has not opened
+	CodeEnded           = 3  // the sale has ended
+	CodeSoldOut         = 4  // fewer units left than asked
+	CodeUserLimit       = 5  // the user's limit reached
+	CodeDailyLimit      = 6  // the user's limit of the day reached
+	CodeOverloaded      = 7  // the stream entry could not be numbered: nothing changed, retry
+	CodeQuantityAbove   = 8  // more units asked than the per-user limit: never admitted
+	CodePaused          = 9  // an operator paused the sale
+	CodeRouteAgain      = 10 // the voucher has another number of buckets ({10, n})
+	CodeAlreadyEntered  = 11 // the user entered this draw already
+	CodeProofRequired   = 12 // a proof of work is wanted and there is none
+	CodeProofInvalid    = 13 // the proof is too easy, or used before
+	CodeNotAdmitted     = 14 // the voucher has a waiting room and no pass holds
+	CodeNotLoaded       = 15 // the voucher is missing from a partition not marked loaded: an outage
+	CodeAccessRequired  = 16 // the voucher needs an access code now and there is none
+	CodeAccessInvalid   = 17 // it needs one now and the one given is not the user's
+	CodeNoRoom          = 18 // the voucher has no waiting room
+	CodeNotInQueue      = 19 // the user never joined the room
+	CodeRoomFull        = 20 // the room has given all the places it may
+)
+
+// Codes names each code, for the tests that hold the scripts to the table
+// (ScriptCodes).
+var Codes = map[int64]string{
+	CodeVoucherNotFound: "voucher not found", CodeNotStarted: "not started", CodeEnded: "ended", CodeSoldOut: "sold out",
+	CodeUserLimit: "user limit", CodeDailyLimit: "daily limit", CodeOverloaded: "overloaded", CodeQuantityAbove: "quantity above the limit",
+	CodePaused: "paused", CodeRouteAgain: "route again", CodeAlreadyEntered: "already entered", CodeProofRequired: "proof required",
+	CodeProofInvalid: "proof invalid", CodeNotAdmitted: "not admitted", CodeNotLoaded: "not loaded", CodeAccessRequired: "access required",
+	CodeAccessInvalid: "access invalid", CodeNoRoom: "no room", CodeNotInQueue: "not in queue", CodeRoomFull: "room full",
+}
+
+// ScriptCodes lists the reply codes a script's source answers, from its
+// body (comments left out): what it assigns to out[...] or code (every
+// number of the assignment, unless it calls a function), and what it
+// passes to all(...) or returns as {N, ...}; in ascending order.
+func ScriptCodes(src string) []int64 {
+	seen := map[int64]bool{}
+	for _, line := range strings.Split(src, "\n") {
+		if i := strings.Index(line, "--"); i >= 0 {
+			line = line[:i]
+		}
+		var nums []string
+		if m := assigned.FindStringSubmatch(line); m != nil && !strings.Contains(m[1], "(") {
+			nums = number.FindAllString(strings.Join(quoted.Split(m[1], -1), " "), -1) // not in 'strings' nor [indexes]
+		}
+		for _, m := range returned.FindAllStringSubmatch(line, -1) {
+			nums = append(nums, m[1])
+		}
+		for _, s := range nums {
+			if n, err := strconv.ParseInt(s, 10, 64); err == nil && n > 0 {
+				seen[n] = true
+			}
+		}
+	}
+	out := make([]int64, 0, len(seen))
+	for n := range seen {
+		out = append(out, n)
+	}
+	slices.Sort(out)
+	return out
+}
+
+var (
+	assigned = regexp.MustCompile(`^\s*(?:out\[[a-z.]+\]|code) = (.*)$`)
+	returned = regexp.MustCompile(`(?:all\(\{?|return \{)(\d+)`)
+	quoted   = regexp.MustCompile(`'[^']*'|\[[^\]]*\]`)
+	number   = regexp.MustCompile(`\b\d+\b`)
+)
