@@ -9,9 +9,9 @@ import (
 
 	"github.com/flashsale/flashsale/pkg/db"
 	"github.com/flashsale/flashsale/pkg/order"
+	"github.com/flashsale/flashsale/pkg/payment"
 	"github.com/flashsale/flashsale/pkg/settle"
 	"github.com/flashsale/flashsale/pkg/voucher"
-	"github.com/flashsale/flashsale/pkg/webhook"
 )
 
 // Running a sale: the operator pauses and resumes it and lists vouchers;
@@ -226,7 +226,7 @@ func (g *Gateway) paymentWebhook(w http.ResponseWriter, r *http.Request) {
 		g.fail(w, r, err)
 		return
 	}
-	if err := g.verifyWebhook(r.Header.Get(webhook.Header), body); err != nil {
+	if err := g.verifyWebhook(r.Header.Get(payment.Header), body); err != nil {
 		g.fail(w, r, err)
 		return
 	}
@@ -273,15 +273,15 @@ func (g *Gateway) recordPayment(w http.ResponseWriter, r *http.Request, id int64
 	}{fromRow(p.Order), p.RefundDue})
 }
 
-// verifyWebhook checks a webhook's signature (pkg/webhook) under
+// verifyWebhook checks a webhook's signature (pkg/payment) under
 // FLASHSALE_PAYMENT_WEBHOOK_SECRET, its time within
 // FLASHSALE_PAYMENT_WEBHOOK_TOLERANCE; the old body-only form passes only
 // with FLASHSALE_PAYMENT_WEBHOOK_LEGACY, counted.
 func (g *Gateway) verifyWebhook(header string, body []byte) error {
-	v := webhook.Verifier{Secret: g.cfg.PaymentWebhookSecret, Tolerance: g.cfg.PaymentWebhookTolerance, Legacy: g.cfg.PaymentWebhookLegacy}
+	v := payment.Verifier{Secret: g.cfg.PaymentWebhookSecret, Tolerance: g.cfg.PaymentWebhookTolerance, Legacy: g.cfg.PaymentWebhookLegacy}
 	legacy, err := v.Verify(header, body, g.now())
 	switch {
-	case errors.Is(err, webhook.ErrStale):
+	case errors.Is(err, payment.ErrStale):
 		return errStaleSignature
 	case err != nil:
 		return errBadSignature

@@ -16,9 +16,9 @@ import (
 	"github.com/flashsale/flashsale/pkg/db"
 	"github.com/flashsale/flashsale/pkg/gateway"
 	"github.com/flashsale/flashsale/pkg/internal/testenv"
+	"github.com/flashsale/flashsale/pkg/payment"
 	"github.com/flashsale/flashsale/pkg/rdb"
 	"github.com/flashsale/flashsale/pkg/reaper"
-	"github.com/flashsale/flashsale/pkg/webhook"
 	"github.com/flashsale/flashsale/pkg/worker"
 )
 
@@ -119,12 +119,12 @@ func TestPaymentWebhook(t *testing.T) {
 	for _, u := range []string{"a", "b"} {
 		orders = append(orders, f.do("POST", "/v1/vouchers/"+id+"/orders", f.token(u), "").Body["order_id"].(string))
 	}
-	hook := func(order, payment, signature string) response {
-		body := `{"order_id":"` + order + `","payment_id":"` + payment + `"}`
+	hook := func(order, paymentID, signature string) response {
+		body := `{"order_id":"` + order + `","payment_id":"` + paymentID + `"}`
 		if signature == "" {
-			signature = webhook.Sign([]byte(body), webhookSecret, time.Now())
+			signature = payment.Sign([]byte(body), webhookSecret, time.Now())
 		}
-		return f.do("POST", "/v1/payments/webhook", "", body, webhook.Header, signature)
+		return f.do("POST", "/v1/payments/webhook", "", body, payment.Header, signature)
 	}
 	requireError(t, hook(orders[0], "pay-1", ""), http.StatusConflict, "order_pending")
 	f.persist(id)
@@ -271,21 +271,21 @@ func TestWebhookSignatureCarriesATime(t *testing.T) {
 		f.persist(id)
 		body := `{"order_id":"` + order + `","payment_id":"p-1"}`
 		hook := func(signature, b string) response {
-			return f.do("POST", "/v1/payments/webhook", "", b, webhook.Header, signature)
+			return f.do("POST", "/v1/payments/webhook", "", b, payment.Header, signature)
 		}
 		now := f.clock.Now()
-		sign := func(at time.Time) string { return webhook.Sign([]byte(body), webhookSecret, at) }
+		sign := func(at time.Time) string { return payment.Sign([]byte(body), webhookSecret, at) }
 		requireError(t, hook(sign(now.Add(-6*time.Minute)), body), http.StatusUnauthorized, "unauthorized")
 		requireError(t, hook(sign(now.Add(6*time.Minute)), body), http.StatusUnauthorized, "unauthorized")
 		requireError(t, hook(sign(now), strings.Replace(body, "p-1", "p-2", 1)), http.StatusUnauthorized, "unauthorized")
 		requireError(t, hook("t=abc,sha256=00", body), http.StatusUnauthorized, "unauthorized")
 		requireError(t, hook("t="+strconv.FormatInt(now.Unix(), 10), body), http.StatusUnauthorized, "unauthorized")
 		requireError(t, hook("garbage", body), http.StatusUnauthorized, "unauthorized")
-		old := webhook.SignLegacy([]byte(body), webhookSecret)
+		old := payment.SignLegacy([]byte(body), webhookSecret)
 		if !legacy {
 			requireError(t, hook(old, body), http.StatusUnauthorized, "unauthorized")
 			// A provider rolling its secret sends two signatures: one matches.
-			other := webhook.Sign([]byte(body), "another-secret-another-secret-12", now)
+			other := payment.Sign([]byte(body), "another-secret-another-secret-12", now)
 			_, otherSig, _ := strings.Cut(other, ",")
 			res := hook(sign(now.Add(-4*time.Minute))+","+otherSig, body)
 			require.Equal(t, http.StatusOK, res.Status, res.Raw)

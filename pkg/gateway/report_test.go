@@ -10,7 +10,7 @@ import (
 
 	"github.com/flashsale/flashsale/pkg/gateway"
 	"github.com/flashsale/flashsale/pkg/internal/testenv"
-	"github.com/flashsale/flashsale/pkg/webhook"
+	"github.com/flashsale/flashsale/pkg/payment"
 )
 
 // A sale with known outcomes: five units sold out to five buyers, two more
@@ -41,9 +41,9 @@ func TestSaleReport(t *testing.T) {
 	requireError(t, claim("u7"), http.StatusConflict, "sold_out")
 	f.persist(id) // the five wait in the stream together: the largest backlog
 
-	hook := func(order, payment string) response {
-		body := `{"order_id":"` + order + `","payment_id":"` + payment + `"}`
-		return f.do("POST", "/v1/payments/webhook", "", body, webhook.Header, webhook.Sign([]byte(body), webhookSecret, time.Now()))
+	hook := func(order, paymentID string) response {
+		body := `{"order_id":"` + order + `","payment_id":"` + paymentID + `"}`
+		return f.do("POST", "/v1/payments/webhook", "", body, payment.Header, payment.Sign([]byte(body), webhookSecret, time.Now()))
 	}
 	for _, u := range []string{"u1", "u2"} {
 		require.Equal(t, "paid", hook(orders[u], "pay-"+u).Body["status"])

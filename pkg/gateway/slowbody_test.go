@@ -13,7 +13,7 @@ import (
 
 	"github.com/flashsale/flashsale/pkg/gateway"
 	"github.com/flashsale/flashsale/pkg/internal/testenv"
-	"github.com/flashsale/flashsale/pkg/webhook"
+	"github.com/flashsale/flashsale/pkg/payment"
 )
 
 // slowBody opens a request that announces a body of length bytes, sends
@@ -74,7 +74,7 @@ func TestSlowWebhookBodiesHoldNoMySQLSlot(t *testing.T) {
 	require.Equal(t, http.StatusOK, res.Status, res.Raw)
 	require.Equal(t, http.StatusOK, f.do("GET", "/admin/v1/vouchers", admin, "").Status)
 	body := `{"order_id":"999999","payment_id":"p1"}`
-	requireError(t, f.do("POST", "/v1/payments/webhook", "", body, webhook.Header, webhook.Sign([]byte(body), webhookSecret, time.Now())),
+	requireError(t, f.do("POST", "/v1/payments/webhook", "", body, payment.Header, payment.Sign([]byte(body), webhookSecret, time.Now())),
 		http.StatusNotFound, "order_not_found")
 	requireTimesOut(t, slow[0])
 }

@@ -72,3 +72,15 @@ func TestTakeoverAndRoundNameOneThingEach(t *testing.T) {
 	}
 	require.Equal(t, len(words), checked, "the packages were checked")
 }
+
+// Two webhooks, named apart: the payment provider's, coming in, is
+// pkg/payment's; the order events', going out, are pkg/event's sinks. No
+// package is named after the word alone.
+func TestTheTwoWebhooksAreNamedApart(t *testing.T) {
+	for _, p := range list(t) {
+		rel, ok := strings.CutPrefix(p.ImportPath, module)
+		if ok {
+			require.NotEqual(t, "webhook", filepath.Base(rel), "%s: name the webhook's side (payment, event)", rel)
+		}
+	}
+}

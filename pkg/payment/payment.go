@@ -1,8 +1,8 @@
-// Package webhook is the payment webhook's signature: the sender signs the
+// Package payment is the payment webhook's signature: the sender signs the
 // body with a shared secret and the time it sent it (Stripe's convention),
 // and the receiver checks both, so a forged request fails and a captured
 // one stops being good within minutes. It does no I/O.
-package webhook
+package payment
 
 import (
 	"crypto/hmac"
@@ -20,8 +20,8 @@ const Header = "X-Flashsale-Signature"
 
 // Errors of Verify.
 var (
-	ErrBadSignature = errors.New("webhook: the signature is missing, malformed or wrong")
-	ErrStale        = errors.New("webhook: the signature's time is too far from now")
+	ErrBadSignature = errors.New("payment webhook: the signature is missing, malformed or wrong")
+	ErrStale        = errors.New("payment webhook: the signature's time is too far from now")
 )
 
 // Verifier checks signatures under Secret.
