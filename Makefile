@@ -50,7 +50,7 @@ FUZZTIME ?= 50000x
 FUZZ_TARGETS := ./pkg/order:FuzzOrderID ./pkg/order:FuzzItem ./pkg/rdb:FuzzStreamEntry \
 	./pkg/gateway:FuzzClaimBody ./pkg/gateway:FuzzCreateVoucher \
 	./pkg/token:FuzzFastPathAgreesWithGolangJWT ./pkg/token:FuzzTokenVerifier ./pkg/token:FuzzNumericDate ./pkg/token:FuzzDecodeClaims \
-	./pkg/db:FuzzSnapshots ./pkg/event:FuzzEventJSON ./pkg/internal/jsonstr:FuzzAppend
+	./pkg/db:FuzzSnapshots ./pkg/event:FuzzEventJSON ./pkg/jsonstr:FuzzAppend
 fuzz:
 	@for t in $(FUZZ_TARGETS); do \
 	  pkg=$${t%%:*}; name=$${t##*:}; echo "fuzz $$pkg $$name for $(FUZZTIME)"; \

@@ -20,7 +20,7 @@ import (
 
 	"gorm.io/gorm"
 
-	"github.com/flashsale/flashsale/pkg/internal/jsonstr"
+	"github.com/flashsale/flashsale/pkg/jsonstr"
 )
 
 // MaxEventsPerRow bounds the events of one outbox row: a reader finds

@@ -84,3 +84,21 @@ func TestTheTwoWebhooksAreNamedApart(t *testing.T) {
 		}
 	}
 }
+
+// pkg/internal is the tests' and tools' house: no shipped package imports
+// from it (the events' JSON strings were once appended by a package
+// there, an arrow running back up).
+func TestNoShippedPackageImportsTheTestsHouse(t *testing.T) {
+	checked := 0
+	for _, p := range list(t) {
+		rel, ok := strings.CutPrefix(p.ImportPath, module)
+		if !ok || strings.HasPrefix(rel, "pkg/internal/") {
+			continue
+		}
+		for _, imp := range p.Imports {
+			require.False(t, strings.HasPrefix(imp, module+"pkg/internal/"), "%s imports %s", rel, imp)
+		}
+		checked++
+	}
+	require.Greater(t, checked, 20)
+}
