@@ -20,17 +20,10 @@ const ReasonItemTaken = "item_taken"
 func insertItems(tx *gorm.DB, v int64, items []order.Item) error {
 	for i := 0; i < len(items); i += 1000 {
 		chunk := items[i:min(i+1000, len(items))]
-		var b strings.Builder
-		b.WriteString("INSERT INTO items (voucher_id, item, amount, code) VALUES ")
-		args := make([]any, 0, 4*len(chunk))
-		for j, it := range chunk {
-			if j > 0 {
-				b.WriteByte(',')
-			}
-			b.WriteString("(?,?,?,?)")
-			args = append(args, v, it.No, it.Amount, it.Code)
-		}
-		if err := tx.Exec(b.String(), args...).Error; err != nil {
+		err := insertRows(tx, "items", []string{"voucher_id", "item", "amount", "code"}, len(chunk), func(args []any, j int) []any {
+			return append(args, v, chunk[j].No, chunk[j].Amount, chunk[j].Code)
+		})
+		if err != nil {
 			return fmt.Errorf("insert %d items of voucher %d: %w", len(chunk), v, err)
 		}
 	}

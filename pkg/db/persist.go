@@ -308,27 +308,44 @@ func groupByVoucher(orders []order.Order) (map[int64][]int, []int64) {
 	return per, vouchers
 }
 
-// insertOrders inserts rows in one statement, built by hand: gorm's
-// reflection cost more than the statement's round trip.
+// insertOrders inserts rows in one statement.
 func insertOrders(tx *gorm.DB, rows []Order) error {
-	if len(rows) == 0 {
-		return nil
-	}
-	var b strings.Builder
-	b.Grow(120 + 22*len(rows))
-	b.WriteString("INSERT INTO orders (id, voucher_id, user_id, day, quantity, item, amount, code, status, reason, created_at, expires_at, updated_at) VALUES ")
-	args := make([]any, 0, 13*len(rows))
-	for i, r := range rows {
-		if i > 0 {
-			b.WriteByte(',')
-		}
-		b.WriteString("(?,?,?,?,?,?,?,?,?,?,?,?,?)")
-		args = append(args, r.ID, r.VoucherID, r.UserID, r.Day, r.Quantity, r.Item, r.Amount, r.Code, r.Status, r.Reason, r.CreatedAt, r.ExpiresAt, r.UpdatedAt)
-	}
-	if err := tx.Exec(b.String(), args...).Error; err != nil {
+	err := insertRows(tx, "orders", []string{"id", "voucher_id", "user_id", "day", "quantity", "item", "amount", "code", "status",
+		"reason", "created_at", "expires_at", "updated_at"}, len(rows), func(args []any, i int) []any {
+		r := &rows[i]
+		return append(args, r.ID, r.VoucherID, r.UserID, r.Day, r.Quantity, r.Item, r.Amount, r.Code, r.Status, r.Reason,
+			r.CreatedAt, r.ExpiresAt, r.UpdatedAt)
+	})
+	if err != nil {
 		return fmt.Errorf("insert %d orders: %w", len(rows), err)
 	}
 	return nil
+}
+
+// insertRows inserts n rows into table's columns in one statement built
+// by hand (gorm's reflection cost more than the statement's round trip):
+// values appends row i's values, one per column, to args.
+func insertRows(tx *gorm.DB, table string, columns []string, n int, values func(args []any, i int) []any) error {
+	if n == 0 {
+		return nil
+	}
+	row := "(" + strings.Repeat("?,", len(columns)-1) + "?)"
+	var b strings.Builder
+	b.Grow(32 + len(table) + 16*len(columns) + (len(row)+1)*n)
+	b.WriteString("INSERT INTO ")
+	b.WriteString(table)
+	b.WriteString(" (")
+	b.WriteString(strings.Join(columns, ", "))
+	b.WriteString(") VALUES ")
+	args := make([]any, 0, len(columns)*n)
+	for i := range n {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(row)
+		args = values(args, i)
+	}
+	return tx.Exec(b.String(), args...).Error
 }
 
 func isDuplicateKey(err error) bool { return ErrorNumber(err) == ErrNumDupEntry }
