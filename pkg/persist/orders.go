@@ -30,9 +30,9 @@ type Orders struct {
 	log     *zap.Logger
 	audit   *zap.Logger
 	metrics *ordersMetrics
-	// attempt is one attempt at entries' orders, persistOnce; a test
+	// attempt is one attempt at orders, persistOnce; a test
 	// replaces it to make one panic.
-	attempt func(ctx context.Context, entries []rdb.StreamOrder) error
+	attempt func(ctx context.Context, orders []rdb.StreamOrder) error
 }
 
 // NewOrders returns an Orders for consumer cfg.Consumer (which must be
@@ -52,22 +52,22 @@ func NewOrders(cfg Config, r *rdb.Store, d *db.Store, log, audit *zap.Logger, re
 	return o
 }
 
-// Ack acknowledges the stream entries of entries (of one partition), whose
+// Ack acknowledges the stream entries of orders (of one partition), whose
 // orders are all done, and counts the batch.
-func (w *Orders) Ack(ctx context.Context, entries []rdb.StreamOrder) error {
-	if len(entries) == 0 {
+func (w *Orders) Ack(ctx context.Context, orders []rdb.StreamOrder) error {
+	if len(orders) == 0 {
 		return nil
 	}
-	if err := w.redis.Ack(ctx, entries[0].Partition, entries); err != nil {
+	if err := w.redis.Ack(ctx, orders[0].Partition, orders); err != nil {
 		return err
 	}
 	w.metrics.batches.Inc()
 	return nil
 }
 
-func (w *Orders) persistOnce(ctx context.Context, entries []rdb.StreamOrder) error {
-	valid := make([]rdb.StreamOrder, 0, len(entries))
-	for _, e := range entries {
+func (w *Orders) persistOnce(ctx context.Context, orders []rdb.StreamOrder) error {
+	valid := make([]rdb.StreamOrder, 0, len(orders))
+	for _, e := range orders {
 		if e.Err != nil {
 			if err := w.deadLetter(ctx, e, "malformed: "+e.Err.Error(), nil); err != nil {
 				return err
@@ -108,9 +108,9 @@ func (w *Orders) persist(ctx context.Context, valid []rdb.StreamOrder) error {
 	}
 }
 
-func ordersOf(entries []rdb.StreamOrder) []order.Order {
-	orders := make([]order.Order, len(entries))
-	for i, e := range entries {
+func ordersOf(batch []rdb.StreamOrder) []order.Order {
+	orders := make([]order.Order, len(batch))
+	for i, e := range batch {
 		orders[i] = e.Order
 	}
 	return orders
@@ -118,11 +118,11 @@ func ordersOf(entries []rdb.StreamOrder) []order.Order {
 
 // record gives back the units of the orders MySQL recorded failed, and
 // dead-letters the orders whose id MySQL holds for another order.
-func (w *Orders) record(ctx context.Context, entries []rdb.StreamOrder, outcomes []db.Outcome) error {
+func (w *Orders) record(ctx context.Context, orders []rdb.StreamOrder, outcomes []db.Outcome) error {
 	var releases []db.Release
 	var created, failed, redelivered int64
 	for i, out := range outcomes {
-		e := entries[i]
+		e := orders[i]
 		if out.Conflict {
 			if err := w.deadLetter(ctx, e, "order id held by another order", nil); err != nil {
 				return err
@@ -153,7 +153,7 @@ func (w *Orders) record(ctx context.Context, entries []rdb.StreamOrder, outcomes
 	w.metrics.failed.Add(float64(failed))
 	w.metrics.redelivered.Add(float64(redelivered))
 	if ce := w.log.Check(zap.DebugLevel, "batch persisted"); ce != nil {
-		ce.Write(zap.Int("partition", entries[0].Partition), zap.Int("batch_size", len(entries)), zap.Int64("created", created), zap.Int64("failed", failed))
+		ce.Write(zap.Int("partition", orders[0].Partition), zap.Int("batch_size", len(orders)), zap.Int64("created", created), zap.Int64("failed", failed))
 	}
 	return nil
 }

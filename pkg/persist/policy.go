@@ -53,20 +53,20 @@ import (
 // reaper, or ctx ends: a failure is retried with backoff (2); after
 // MaxAttempts failures, a MySQL that takes no writes is waited for (3),
 // and one that does gets the batch order by order (4).
-func (w *Orders) Process(ctx context.Context, entries []rdb.StreamOrder) {
-	defer w.HoldLease(ctx, entries)()
+func (w *Orders) Process(ctx context.Context, orders []rdb.StreamOrder) {
+	defer w.HoldLease(ctx, orders)()
 	bo := backoff.New(w.cfg.RetryBackoff, backoff.MaxDefault)
 	for attempt := 1; ; attempt++ {
-		err := w.Try(ctx, entries)
+		err := w.Try(ctx, orders)
 		if err == nil || ctx.Err() != nil {
 			return
 		}
 		w.metrics.retries.Inc()
-		log := w.log.With(append(ops.TraceFields(ctx), zap.Int("partition", entries[0].Partition), zap.Int("batch_size", len(entries)), zap.Int("attempt", attempt))...)
+		log := w.log.With(append(ops.TraceFields(ctx), zap.Int("partition", orders[0].Partition), zap.Int("batch_size", len(orders)), zap.Int("attempt", attempt))...)
 		if attempt >= w.cfg.MaxAttempts {
 			if perr := w.db.Writable(ctx, w.cfg.Consumer); perr == nil {
 				log.Error("batch keeps failing while mysql accepts writes; trying entry by entry", zap.Error(err))
-				w.lastTry(ctx, entries)
+				w.lastTry(ctx, orders)
 				return
 			} else if attempt == w.cfg.MaxAttempts || attempt%10 == 0 {
 				log.Warn("mysql does not accept writes; the batch waits", zap.Error(err), zap.NamedError("probe", perr))
@@ -85,9 +85,9 @@ func (w *Orders) Process(ctx context.Context, entries []rdb.StreamOrder) {
 // succeeded (4). A stream entry with an order that still fails is left
 // pending without a lease, so the reaper takes it over and counts its
 // deliveries (its orders persisted here are found persisted then).
-func (w *Orders) lastTry(ctx context.Context, entries []rdb.StreamOrder) {
+func (w *Orders) lastTry(ctx context.Context, orders []rdb.StreamOrder) {
 	failed := map[string]bool{}
-	for _, e := range entries {
+	for _, e := range orders {
 		if err := w.Persist(ctx, []rdb.StreamOrder{e}); err != nil {
 			failed[e.StreamID] = true
 			w.metrics.abandoned.Inc()
@@ -95,7 +95,7 @@ func (w *Orders) lastTry(ctx context.Context, entries []rdb.StreamOrder) {
 				zap.String("stream_id", e.StreamID), zap.Int64("order_id", e.Order.ID), zap.Error(err))
 		}
 	}
-	done := slices.DeleteFunc(slices.Clone(entries), func(e rdb.StreamOrder) bool { return failed[e.StreamID] })
+	done := slices.DeleteFunc(slices.Clone(orders), func(e rdb.StreamOrder) bool { return failed[e.StreamID] })
 	if err := w.Ack(ctx, done); err != nil {
 		w.log.Error("acknowledging the persisted entries failed; they are left to the reaper", zap.Error(err))
 	}
@@ -115,26 +115,26 @@ func (w *Orders) lastTry(ctx context.Context, entries []rdb.StreamOrder) {
 // stream entries it claims.
 // A panic (a bug) is recovered: the batch is retried order by order and
 // only an order that panics on its own is dead-lettered.
-func (w *Orders) Handle(ctx context.Context, entries []rdb.StreamOrder) error {
-	if len(entries) == 0 {
+func (w *Orders) Handle(ctx context.Context, orders []rdb.StreamOrder) error {
+	if len(orders) == 0 {
 		return nil
 	}
-	defer w.HoldLease(ctx, entries)()
-	return w.Try(ctx, entries)
+	defer w.HoldLease(ctx, orders)()
+	return w.Try(ctx, orders)
 }
 
 // Try is Handle without the lease (for a caller that holds it).
-func (w *Orders) Try(ctx context.Context, entries []rdb.StreamOrder) error {
-	if err := w.Persist(ctx, entries); err != nil {
+func (w *Orders) Try(ctx context.Context, orders []rdb.StreamOrder) error {
+	if err := w.Persist(ctx, orders); err != nil {
 		return err
 	}
-	return w.Ack(ctx, entries)
+	return w.Ack(ctx, orders)
 }
 
 // HoldLease renews this consumer's hold on the stream entries of entries
 // every third of TakeoverMinIdle until the returned stop is called.
-func (w *Orders) HoldLease(ctx context.Context, entries []rdb.StreamOrder) (stop func()) {
-	ids := rdb.StreamIDs(entries)
+func (w *Orders) HoldLease(ctx context.Context, orders []rdb.StreamOrder) (stop func()) {
+	ids := rdb.StreamIDs(orders)
 	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() {
@@ -146,7 +146,7 @@ func (w *Orders) HoldLease(ctx context.Context, entries []rdb.StreamOrder) (stop
 			case <-ctx.Done():
 				return
 			case <-tick.C:
-				if _, err := w.redis.RenewLease(ctx, entries[0].Partition, w.cfg.Consumer, ids); err != nil && ctx.Err() == nil {
+				if _, err := w.redis.RenewLease(ctx, orders[0].Partition, w.cfg.Consumer, ids); err != nil && ctx.Err() == nil {
 					w.log.Warn("renew lease failed", zap.Error(err))
 				}
 			}
@@ -159,16 +159,16 @@ func (w *Orders) HoldLease(ctx context.Context, entries []rdb.StreamOrder) (stop
 // persisted, failed or dead-lettered when it returns nil. The caller
 // acknowledges their stream entries (Ack) once all their orders are
 // done.
-func (w *Orders) Persist(ctx context.Context, entries []rdb.StreamOrder) error {
-	if len(entries) == 0 {
+func (w *Orders) Persist(ctx context.Context, orders []rdb.StreamOrder) error {
+	if len(orders) == 0 {
 		return nil
 	}
-	panicked, err := guard(func() error { return w.attempt(ctx, entries) })
+	panicked, err := guard(func() error { return w.attempt(ctx, orders) })
 	if panicked == nil {
 		return err
 	}
 	w.log.Error("panic while handling a batch; retrying order by order", zap.Any("panic", panicked), zap.Stack("stack"))
-	for _, e := range entries {
+	for _, e := range orders {
 		panicked, err := guard(func() error { return w.attempt(ctx, []rdb.StreamOrder{e}) })
 		if panicked != nil {
 			err = w.DeadLetter(ctx, e, fmt.Sprintf("panic: %v", panicked))
@@ -191,13 +191,13 @@ func guard(f func() error) (panicked any, err error) {
 // own. If every order of a batch of several is refused with the same error,
 // no row is at fault but the store (a column shortened, a CHECK added): that
 // is an outage, and nothing is failed.
-func (w *Orders) oneByOne(ctx context.Context, entries []rdb.StreamOrder, batchErr error) error {
-	w.log.Warn("batch refused for its values; trying order by order", zap.Int("partition", entries[0].Partition),
-		zap.Int("batch_size", len(entries)), zap.Error(batchErr))
-	outs := make([][]db.Outcome, len(entries))
-	errs := make([]error, len(entries))
+func (w *Orders) oneByOne(ctx context.Context, orders []rdb.StreamOrder, batchErr error) error {
+	w.log.Warn("batch refused for its values; trying order by order", zap.Int("partition", orders[0].Partition),
+		zap.Int("batch_size", len(orders)), zap.Error(batchErr))
+	outs := make([][]db.Outcome, len(orders))
+	errs := make([]error, len(orders))
 	refused, same := 0, true
-	for i, e := range entries {
+	for i, e := range orders {
 		outs[i], errs[i] = w.db.PersistBatch(ctx, []order.Order{e.Order})
 		switch {
 		case errs[i] == nil:
@@ -208,10 +208,10 @@ func (w *Orders) oneByOne(ctx context.Context, entries []rdb.StreamOrder, batchE
 			same = same && db.ErrorNumber(errs[i]) == db.ErrorNumber(errs[0])
 		}
 	}
-	if len(entries) > 1 && refused == len(entries) && same {
+	if len(orders) > 1 && refused == len(orders) && same {
 		return fmt.Errorf("every order of the batch refused the same way, taken as an outage: %w", errs[0])
 	}
-	for i, e := range entries {
+	for i, e := range orders {
 		var err error
 		if errs[i] != nil {
 			err = w.DeadLetter(ctx, e, "rejected by mysql: "+errs[i].Error())

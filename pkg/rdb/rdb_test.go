@@ -514,8 +514,8 @@ func TestLeaseRenewsOnlyWhatTheConsumerOwns(t *testing.T) {
 	// Another consumer (a reaper) takes one over; the first cannot take it back.
 	c, err := upkeep.New(s).TakeOver(ctx, 0, "reaper", 0, "0-0", 1)
 	require.NoError(t, err)
-	require.Len(t, c.Entries, 1)
-	require.EqualValues(t, 2, c.Deliveries[c.Entries[0].StreamID])
+	require.Len(t, c.Orders, 1)
+	require.EqualValues(t, 2, c.Deliveries[c.Orders[0].StreamID])
 	n, err = s.RenewLease(ctx, 0, "w1", ids)
 	require.NoError(t, err)
 	require.Equal(t, 1, n)

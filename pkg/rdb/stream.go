@@ -173,15 +173,15 @@ func parseOrder(sid string, id int64, voucher, user, created, day, quantity, raw
 		Entry: entry}, err
 }
 
-// Ack acknowledges the stream entries of entries (of partition p), deletes
-// them from the stream and takes their orders off the partition's backlog
-// count (ack.lua). Call it only after the MySQL commit of every order of
-// those stream entries, entries holding them all.
-func (s *Store) Ack(ctx context.Context, p int, entries []StreamOrder) error {
-	if len(entries) == 0 {
+// Ack acknowledges the stream entries of batch's orders (of partition p),
+// deletes them from the stream and takes their orders off the partition's
+// backlog count (ack.lua). Call it only after the MySQL commit of every
+// order of those stream entries, batch holding them all.
+func (s *Store) Ack(ctx context.Context, p int, batch []StreamOrder) error {
+	if len(batch) == 0 {
 		return nil
 	}
-	ids, orders := streamEntries(entries)
+	ids, orders := streamEntries(batch)
 	args := make([]any, 0, 2*len(ids)+1)
 	args = append(args, s.group)
 	for i, id := range ids {
@@ -193,16 +193,16 @@ func (s *Store) Ack(ctx context.Context, p int, entries []StreamOrder) error {
 	return nil
 }
 
-// StreamIDs are the distinct stream entries of entries, in their order.
-func StreamIDs(entries []StreamOrder) []string {
-	ids, _ := streamEntries(entries)
+// StreamIDs are the distinct stream entries of orders, in their order.
+func StreamIDs(orders []StreamOrder) []string {
+	ids, _ := streamEntries(orders)
 	return ids
 }
 
-// streamEntries are the distinct stream entries of entries, in their
-// order, and the orders (Index >= 0) each carries among entries.
-func streamEntries(entries []StreamOrder) (ids []string, orders []int) {
-	for _, e := range entries {
+// streamEntries are the distinct stream entries of batch's orders, in
+// their order, and the orders (Index >= 0) each carries among batch.
+func streamEntries(batch []StreamOrder) (ids []string, orders []int) {
+	for _, e := range batch {
 		// An entry's orders are adjacent: the last id is nearly always the one.
 		k := len(ids) - 1
 		if k < 0 || ids[k] != e.StreamID {

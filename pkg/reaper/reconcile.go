@@ -93,7 +93,7 @@ type streamCache map[int][]rdb.StreamOrder
 // of is the entries of partitions ps (a hot voucher's buckets admit into
 // several partitions' streams).
 func (c streamCache) of(ctx context.Context, r *rdb.Store, ps []int) ([]rdb.StreamOrder, error) {
-	var entries []rdb.StreamOrder
+	var orders []rdb.StreamOrder
 	for _, p := range ps {
 		if _, ok := c[p]; !ok {
 			es, err := r.StreamOrders(ctx, p)
@@ -102,9 +102,9 @@ func (c streamCache) of(ctx context.Context, r *rdb.Store, ps []int) ([]rdb.Stre
 			}
 			c[p] = es
 		}
-		entries = append(entries, c[p]...)
+		orders = append(orders, c[p]...)
 	}
-	return entries, nil
+	return orders, nil
 }
 
 func reconcileVoucher(ctx context.Context, r *rdb.Store, d *db.Store, v db.Voucher, stream []rdb.StreamOrder, now time.Time, repair bool) (VoucherCheck, error) {

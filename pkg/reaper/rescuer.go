@@ -44,7 +44,7 @@ func (r *Reaper) takeOver(ctx context.Context, p int, round *Round) error {
 		}
 		var fresh []rdb.StreamOrder
 		var worn [][]rdb.StreamOrder // each a stream entry's orders
-		for _, e := range c.Entries {
+		for _, e := range c.Orders {
 			switch {
 			case c.Deliveries[e.StreamID] <= r.cfg.MaxDeliveries:
 				fresh = append(fresh, e)

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
@@ -101,4 +102,43 @@ func TestNoShippedPackageImportsTheTestsHouse(t *testing.T) {
 		checked++
 	}
 	require.Greater(t, checked, 20)
+}
+
+// The persisting side says orders for orders: a slice of StreamOrder
+// (the orders read from stream entries, up to 32 an entry) is never named
+// entries, whatever declares it (a parameter, a field, a variable).
+func TestOrdersAreNamedOrders(t *testing.T) {
+	for _, p := range list(t) {
+		rel, ok := strings.CutPrefix(p.ImportPath, module)
+		if !ok || !slices.Contains([]string{"pkg/rdb", "pkg/rdb/upkeep", "pkg/persist", "pkg/worker", "pkg/reaper", "pkg/reaper/cli"}, rel) {
+			continue
+		}
+		for _, f := range p.GoFiles {
+			file, err := parser.ParseFile(token.NewFileSet(), filepath.Join(p.Dir, f), nil, parser.SkipObjectResolution)
+			require.NoError(t, err)
+			ast.Inspect(file, func(n ast.Node) bool {
+				var names []*ast.Ident
+				var typ ast.Expr
+				switch n := n.(type) {
+				case *ast.Field:
+					names, typ = n.Names, n.Type
+				case *ast.ValueSpec:
+					names, typ = n.Names, n.Type
+				}
+				if at, ok := typ.(*ast.ArrayType); ok {
+					elem := ""
+					switch e := at.Elt.(type) {
+					case *ast.Ident:
+						elem = e.Name
+					case *ast.SelectorExpr:
+						elem = e.Sel.Name
+					}
+					for _, id := range names {
+						require.False(t, elem == "StreamOrder" && strings.EqualFold(id.Name, "entries"), "%s/%s: %s holds orders: name it so", rel, f, id.Name)
+					}
+				}
+				return true
+			})
+		}
+	}
 }

@@ -286,7 +286,9 @@ func TestEndToEndSaleUnderLeastPrivilege(t *testing.T) {
 
 	// Each sale's report, from the gateway and from the reaper, each under
 	// its own grants: they agree, and they account for every order, unit
-	// and (envelopes) amount.
+	// and (envelopes) amount. The commands close their connections (each
+	// had left one for mariadbd to log as aborted).
+	aborted := abortedClients(t, s)
 	for _, v := range []int64{units, envelopes} {
 		vid := strconv.FormatInt(v, 10)
 		var fromGateway map[string]any
@@ -324,6 +326,9 @@ func TestEndToEndSaleUnderLeastPrivilege(t *testing.T) {
 			require.Equal(t, fromReaper["released_units"], fromReaper["admitted_units"], "every unit taken came back")
 		}
 	}
+	_, err = s.RunOutputEnv(ctx, s.RoleEnv("reaper"), "reaper", "draw", "verify", strconv.FormatInt(units, 10))
+	require.Error(t, err, "not a draw")
+	require.Equal(t, aborted, abortedClients(t, s), "the commands closed their MySQL connections")
 	logs, err := filepath.Glob(filepath.Join(s.LogDir(), "*.log"))
 	require.NoError(t, err)
 	require.NotEmpty(t, logs)
@@ -419,4 +424,16 @@ func TestEndToEndSaleOnARedisCluster(t *testing.T) {
 	for _, v := range rec {
 		require.Empty(t, v.Differences)
 	}
+}
+
+// abortedClients is mariadbd's count of connections a client left without
+// closing them.
+func abortedClients(t *testing.T, s *harness.Stack) int64 {
+	t.Helper()
+	var row struct {
+		Name  string `gorm:"column:Variable_name"`
+		Value int64  `gorm:"column:Value"`
+	}
+	require.NoError(t, s.DB.DB().Raw("SHOW GLOBAL STATUS LIKE 'Aborted_clients'").Scan(&row).Error)
+	return row.Value
 }

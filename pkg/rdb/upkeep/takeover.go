@@ -13,9 +13,9 @@ import (
 
 // TakenOver is one page of XAUTOCLAIM.
 type TakenOver struct {
-	// Entries are the orders of the stream entries taken over, each stream
+	// Orders are the orders of the stream entries taken over, each stream
 	// entry's orders together.
-	Entries []rdb.StreamOrder
+	Orders []rdb.StreamOrder
 	// Deliveries maps each stream entry taken over to its delivery count,
 	// this takeover included.
 	Deliveries map[string]int64
@@ -39,7 +39,7 @@ func (u *Streams) TakeOver(ctx context.Context, p int, consumer string, minIdle 
 	}
 	c := TakenOver{Next: next, Deleted: deleted, Deliveries: map[string]int64{}}
 	for _, m := range msgs {
-		c.Entries = append(c.Entries, rdb.ParseEntries(p, m)...)
+		c.Orders = append(c.Orders, rdb.ParseEntries(p, m)...)
 	}
 	if len(deleted) > 0 {
 		if err := u.client().XAck(ctx, stream, group, deleted...).Err(); err != nil {

@@ -66,6 +66,39 @@ func voucherID(s string) (int64, error) {
 	return id, nil
 }
 
+// withMySQL runs f with MySQL, within timeout, and closes the connections
+// after: a command leaves none open (mariadbd logged an "Aborted
+// connection" for each one a command left).
+func withMySQL(ctx context.Context, cfg *config, timeout time.Duration, f func(ctx context.Context, mysql *db.Store) error) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	mysql, err := cfg.MySQL(ctx)
+	if err != nil {
+		return err
+	}
+	defer mysql.Close() //nolint:errcheck
+	return f(ctx, mysql)
+}
+
+// withVoucher runs f with MySQL and the voucher whose id is arg, as
+// withMySQL; an id MySQL does not have is noVoucher.
+func withVoucher(ctx context.Context, cfg *config, arg string, timeout time.Duration, f func(ctx context.Context, mysql *db.Store, v db.Voucher) error) error {
+	id, err := voucherID(arg)
+	if err != nil {
+		return err
+	}
+	return withMySQL(ctx, cfg, timeout, func(ctx context.Context, mysql *db.Store) error {
+		v, err := mysql.Voucher(ctx, id)
+		if errors.Is(err, db.ErrNotFound) {
+			return noVoucher(id)
+		}
+		if err != nil {
+			return err
+		}
+		return f(ctx, mysql, v)
+	})
+}
+
 // noVoucher is the one answer every command gives for a voucher MySQL
 // does not have.
 func noVoucher(id int64) error { return fmt.Errorf("no voucher %d", id) }
@@ -85,23 +118,14 @@ func reportCommand() app.Command[*config] {
 // report is "reaper report VOUCHER_ID [--json]": the sale's account from
 // MySQL alone (refused claims are known only to each gateway replica).
 func report(ctx context.Context, cfg *config, arg string, asJSON bool) error {
-	id, err := voucherID(arg)
-	if err != nil {
-		return err
-	}
-	cctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
-	defer cancel()
-	mysql, err := cfg.MySQL(cctx)
-	if err != nil {
-		return err
-	}
-	v, err := mysql.Voucher(cctx, id)
-	if errors.Is(err, db.ErrNotFound) {
-		return noVoucher(id)
-	}
-	if err != nil {
-		return err
-	}
+	return withVoucher(ctx, cfg, arg, 5*time.Minute, func(cctx context.Context, mysql *db.Store, v db.Voucher) error {
+		return writeReport(cctx, cfg, mysql, v, asJSON)
+	})
+}
+
+// writeReport writes voucher v's report.
+func writeReport(cctx context.Context, cfg *config, mysql *db.Store, v db.Voucher, asJSON bool) error {
+	id := v.ID
 	rep, err := mysql.Report(cctx, id)
 	if err != nil {
 		return err
@@ -465,46 +489,49 @@ func eventsCommand() app.Command[*config] {
 				case (after >= 0) == failed:
 					return errors.New("redeliver needs one of --after SEQUENCE and --failed")
 				}
-				cctx, cancel := context.WithTimeout(ctx, time.Minute)
-				defer cancel()
-				mysql, err := cfg.MySQL(cctx)
-				if err != nil {
-					return err
-				}
-				if failed {
-					n, err := mysql.RedeliverFailed(cctx, sink)
-					if err != nil {
-						return err
-					}
-					fmt.Printf("%s: %d failed events to send again\n", sink, n)
-					return nil
-				}
-				first, last, err := mysql.RedeliverSink(cctx, sink, after)
-				if err != nil {
-					return err
-				}
-				switch {
-				case first == 0:
-					fmt.Printf("%s: no event kept after %d (the last published is %d): it gets the events to come\n", sink, after, last)
-				case first > after+1:
-					fmt.Printf("%s: sending the events %d to %d; those after %d and before %d were deleted past FLASHSALE_EVENTS_RETENTION\n",
-						sink, first, last, after, first)
-				default:
-					fmt.Printf("%s: sending the events %d to %d again\n", sink, first, last)
-				}
-				return nil
+				return withMySQL(ctx, cfg, time.Minute, func(cctx context.Context, mysql *db.Store) error {
+					return redeliver(cctx, mysql, sink, after, failed)
+				})
 			}}},
 	}
 }
 
-// eventsState prints where the outbox and each sink stand.
-func eventsState(ctx context.Context, cfg *config, asJSON bool) error {
-	cctx, cancel := context.WithTimeout(ctx, time.Minute)
-	defer cancel()
-	mysql, err := cfg.MySQL(cctx)
+// redeliver is "reaper events redeliver": sink's events after after, or
+// those recorded failed, sent again.
+func redeliver(cctx context.Context, mysql *db.Store, sink string, after int64, failed bool) error {
+	if failed {
+		n, err := mysql.RedeliverFailed(cctx, sink)
+		if err != nil {
+			return err
+		}
+		fmt.Printf("%s: %d failed events to send again\n", sink, n)
+		return nil
+	}
+	first, last, err := mysql.RedeliverSink(cctx, sink, after)
 	if err != nil {
 		return err
 	}
+	switch {
+	case first == 0:
+		fmt.Printf("%s: no event kept after %d (the last published is %d): it gets the events to come\n", sink, after, last)
+	case first > after+1:
+		fmt.Printf("%s: sending the events %d to %d; those after %d and before %d were deleted past FLASHSALE_EVENTS_RETENTION\n",
+			sink, first, last, after, first)
+	default:
+		fmt.Printf("%s: sending the events %d to %d again\n", sink, first, last)
+	}
+	return nil
+}
+
+// eventsState prints where the outbox and each sink stand.
+func eventsState(ctx context.Context, cfg *config, asJSON bool) error {
+	return withMySQL(ctx, cfg, time.Minute, func(cctx context.Context, mysql *db.Store) error {
+		return writeEventsState(cctx, mysql, asJSON)
+	})
+}
+
+// writeEventsState writes where the outbox and each sink stand.
+func writeEventsState(cctx context.Context, mysql *db.Store, asJSON bool) error {
 	st, err := mysql.EventsState(cctx)
 	if err != nil {
 		return err
@@ -591,22 +618,16 @@ func drawCommand() app.Command[*config] {
 // draw recomputed from the revealed seed and the entries in MySQL; exit 0
 // only when they give the recorded winners.
 func verifyDraw(ctx context.Context, cfg *config, arg string, asJSON, entries bool) error {
-	id, err := voucherID(arg)
-	if err != nil {
-		return err
-	}
-	cctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
-	defer cancel()
-	mysql, err := cfg.MySQL(cctx)
-	if err != nil {
-		return err
-	}
-	v, err := mysql.Voucher(cctx, id)
+	return withVoucher(ctx, cfg, arg, 10*time.Minute, func(cctx context.Context, mysql *db.Store, v db.Voucher) error {
+		return writeDrawCheck(cctx, mysql, v, asJSON, entries)
+	})
+}
+
+// writeDrawCheck writes draw voucher v's check; an error when the draw is
+// not the one recorded.
+func writeDrawCheck(cctx context.Context, mysql *db.Store, v db.Voucher, asJSON, entries bool) error {
+	id := v.ID
 	switch {
-	case errors.Is(err, db.ErrNotFound):
-		return noVoucher(id)
-	case err != nil:
-		return err
 	case !v.IsDraw():
 		return fmt.Errorf("voucher %d is not a draw sale (allocation %s)", id, v.Allocation)
 	case v.DrawState != draw.StateDrawn && v.EndsAt != nil:
