@@ -100,18 +100,41 @@ func TestTheQueuePageInABrowser(t *testing.T) {
 
 	// The first buys with the keyboard, and sees the order persisted.
 	require.NoError(t, chromedp.Run(a, chromedp.KeyEvent(kb.Enter)))
-	waitText(a, "#order", "is placed")
+	waitText(a, "#order", "is being placed")
 	f.persist(id)
-	waitText(a, "#order", "(created)")
+	waitText(a, "#order", "Pay before")
 	orders := f.do("GET", "/v1/orders?voucher_id="+id, f.token("alice"), "")
 	require.Equal(t, http.StatusOK, orders.Status, orders.Raw)
 	require.Len(t, orders.Body["orders"], 1)
-	require.Contains(t, text(a, "#order"), orders.Body["orders"].([]any)[0].(map[string]any)["order_id"].(string))
+	orderID := orders.Body["orders"].([]any)[0].(map[string]any)["order_id"].(string)
+	require.Contains(t, text(a, "#order"), orderID)
+	require.NotContains(t, text(a, "#order"), "created", "no status word a buyer cannot read")
 	require.Equal(t, "Thank you.", text(a, "#status"), "the order is said once, in its own line")
+	require.Equal(t, "Your order of Sneaker drop", text(a, "#title"), "the heading follows the state")
 	var passShown bool
 	require.NoError(t, chromedp.Run(a, chromedp.Evaluate(`!document.getElementById("pass").hidden`, &passShown)))
 	require.False(t, passShown, "no countdown once bought")
 	shot(a, "bought")
+
+	// The buyer comes back: the page shows the order, not a turn to buy
+	// (it had said "It is your turn: buy now", and Buy answered user_limit).
+	back, cancelBack := chromedp.NewContext(bctx)
+	defer cancelBack()
+	require.NoError(t, chromedp.Run(back, chromedp.Navigate(f.srv.URL+"/queue/"+id+"#token="+f.token("alice"))))
+	waitText(back, "#order", orderID)
+	require.Contains(t, text(back, "#order"), "Pay before")
+	require.Equal(t, "Your order of Sneaker drop", text(back, "#title"))
+	var buyBack bool
+	require.NoError(t, chromedp.Run(back, chromedp.Evaluate(`!document.getElementById("buy").hidden`, &buyBack)))
+	require.False(t, buyBack, "no buy button for a buyer who holds the order")
+	require.NotContains(t, text(back, "#status"), "your turn")
+	// Paid: the page says so.
+	require.Equal(t, http.StatusOK, f.do("POST", "/v1/orders/"+orderID+"/pay", f.token("alice"), "").Status)
+	paid, cancelPaid := chromedp.NewContext(bctx)
+	defer cancelPaid()
+	require.NoError(t, chromedp.Run(paid, chromedp.Navigate(f.srv.URL+"/queue/"+id+"#token="+f.token("alice"))))
+	waitText(paid, "#order", "is paid")
+	shot(paid, "paid")
 
 	// The second is told.
 	waitText(b, "#status", "Sold out")
@@ -126,7 +149,7 @@ func TestTheQueuePageInABrowser(t *testing.T) {
 	require.Equal(t, `Queue for Socks & "Co" <3`, text(c, "#title"), "the name as text, never as markup")
 	shot(c, "no-room")
 	require.NoError(t, chromedp.Run(c, chromedp.KeyEvent(kb.Enter)))
-	waitText(c, "#order", "is placed")
+	waitText(c, "#order", "is being placed")
 
 	// A turn not taken lapses: the page says so and offers no buy.
 	lapsing := f.createVoucher(`{"name":"Hoodie","stock":5,"waiting_room":{"admit_per_second":5,"pass_seconds":1}}`)
@@ -149,12 +172,20 @@ func TestTheQueuePageInABrowser(t *testing.T) {
 	waitText(e, "#status", "The sale has ended")
 	shot(e, "closed")
 
-	// A voucher that does not exist: the gateway's answer, said plainly.
+	// A voucher that does not exist: said in the page's words.
 	g, cancelG := chromedp.NewContext(bctx)
 	defer cancelG()
 	require.NoError(t, chromedp.Run(g, chromedp.Navigate(f.srv.URL+"/queue/999999#token="+f.token("frank"))))
-	waitText(g, "#status", "Something went wrong")
+	waitText(g, "#status", "This sale does not exist")
 	shot(g, "error")
+
+	// No token: how to get in, not a developer's URL.
+	h, cancelH := chromedp.NewContext(bctx)
+	defer cancelH()
+	require.NoError(t, chromedp.Run(h, chromedp.Navigate(f.srv.URL+"/queue/"+id)))
+	waitText(h, "#status", "Open this page from the shop")
+	require.NotContains(t, text(h, "#status"), "#token=")
+	shot(h, "no-token")
 }
 
 func mustLocation(t *testing.T, tab context.Context) string {
@@ -268,4 +299,20 @@ func keyReads(t *testing.T, env *testenv.Env, ctx context.Context) int64 {
 		n += c
 	}
 	return n
+}
+
+// Everything the buyer reads comes from texts.js: page.js never shows a
+// server's sentence (the answers' "message": untranslatable, and one named
+// an API field, "prequeue_seconds"), and texts.js names no field.
+func TestTheQueuePageShowsNoServerSentence(t *testing.T) {
+	page, err := os.ReadFile(filepath.Join("queuepage", "page.js"))
+	require.NoError(t, err)
+	require.NotRegexp(t, `\.message\b`, string(page), "page.js reads no answer's message")
+	texts, err := os.ReadFile(filepath.Join("queuepage", "texts.js"))
+	require.NoError(t, err)
+	for _, line := range strings.Split(string(texts), "\n") {
+		if _, text, ok := strings.Cut(line, `: "`); ok {
+			require.NotRegexp(t, `[a-z]+_[a-z]+`, text, "a text names no API field: %s", line)
+		}
+	}
 }

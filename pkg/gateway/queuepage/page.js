@@ -40,13 +40,71 @@ async function call(method, path, extra) {
 
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
+// said is what the buyer reads for an answer's error code: texts.js's
+// words, never the server's sentence (it cannot be translated, and may
+// name an API field).
+function said(r) {
+  return T.errors[r.body.error] || (r.status === 429 || r.status >= 500 ? T.retrying : T.errorUnknown);
+}
+
+// live are the statuses of an order the buyer holds.
+const live = ["pending", "created", "paid", "completed", "entered", "won"];
+
+// mine is the buyer's live orders of this voucher (pending ones
+// included), or null when they cannot be read now.
+async function mine() {
+  const r = await call("GET", "/v1/orders?voucher_id=" + encodeURIComponent(voucher));
+  if (r.status !== 200) return null;
+  return (r.body.orders || []).filter((o) => live.includes(o.status));
+}
+
+// orderLine is what the buyer reads of order o: its id, and what to do
+// next (pay before a time in the buyer's own time, or nothing).
+function orderLine(o) {
+  const id = o.order_id;
+  switch (o.status) {
+    case "pending": return fill(T.orderPending, {id});
+    case "created": {
+      const by = Date.parse(o.expires_at || "");
+      return by ? fill(T.orderPayBy, {id, time: new Date(by).toLocaleString([], {dateStyle: "medium", timeStyle: "short"})})
+        : fill(T.orderCreated, {id});
+    }
+    case "paid": case "completed": return fill(T.orderPaid, {id});
+    default: return fill(T.orderHeld, {id});
+  }
+}
+
+// showOrders shows the orders the buyer holds, and nothing to buy: the
+// page's state is "bought" from here on. It follows a pending order until
+// MySQL has it.
+async function showOrders(orders) {
+  $("buy").hidden = true;
+  stopPass();
+  $("figures").hidden = true;
+  const name = card.dataset.name;
+  $("title").textContent = name ? fill(T.titleBoughtNamed, {name}) : fill(T.titleBought, {id: voucher});
+  document.title = $("title").textContent;
+  say(T.thanks);
+  const o = $("order");
+  o.hidden = false;
+  for (;;) {
+    o.textContent = orders.map(orderLine).join(" ");
+    if (!orders.some((x) => x.status === "pending")) return;
+    await sleep(1000);
+    orders = await Promise.all(orders.map(async (x) => {
+      const s = await call("GET", "/v1/orders/" + encodeURIComponent(x.order_id));
+      return s.status === 200 ? s.body : x;
+    }));
+  }
+}
+
 // solve finds the number an ALTCHA challenge hides: SHA-256(salt + n)
 // equals challenge, n at most maxNumber. Returns the payload the gateway
 // takes in X-Flashsale-Proof.
 async function solve() {
   say(T.solving);
   const r = await call("GET", "/v1/challenge?voucher_id=" + encodeURIComponent(voucher));
-  if (r.status !== 200) throw new Error(r.body.message || "challenge " + r.status);
+  if (r.status !== 200) throw {said: said(r)};
   const c = r.body, enc = new TextEncoder();
   for (let n = 0; n <= c.maxNumber; n++) {
     const d = new Uint8Array(await crypto.subtle.digest("SHA-256", enc.encode(c.salt + n)));
@@ -56,7 +114,7 @@ async function solve() {
       return btoa(JSON.stringify({algorithm: c.algorithm, challenge: c.challenge, number: n, salt: c.salt, signature: c.signature}));
     }
   }
-  throw new Error("challenge not solved");
+  throw {said: T.errors.proof_invalid};
 }
 
 function askAccess(wrong) {
@@ -85,8 +143,9 @@ async function join() {
     if (code === "proof_required" || code === "proof_invalid") { proof = await solve(); continue; }
     if (code === "access_required" || code === "access_invalid") { await askAccess(code === "access_invalid"); continue; }
     if (code === "no_waiting_room") return null;
+    if (code === "not_started") { say(T.notStarted); await sleep(1000 * Math.max(r.retry, 2)); continue; }
     if (r.status === 429 || r.status === 503) { say(T.retrying); await sleep(1000 * r.retry); continue; }
-    throw new Error(r.body.message || "HTTP " + r.status);
+    throw {said: said(r)};
   }
 }
 
@@ -105,25 +164,16 @@ async function buy() {
   b.disabled = true;
   say(T.buying);
   const r = await call("POST", "/v1/vouchers/" + encodeURIComponent(voucher) + "/orders", queueToken ? {"X-Flashsale-Queue": queueToken} : {});
-  if (r.status !== 202) {
-    b.disabled = false;
-    if (r.body.error === "sold_out") { b.hidden = true; say(T.soldOut); return; }
-    say(fill(T.failed, {s: r.body.message || "HTTP " + r.status}));
-    return;
+  if (r.status === 202) { await showOrders([{order_id: r.body.order_id, status: r.body.status}]); return; }
+  // A limit reached, or an answer lost (a 503 may have been admitted all
+  // the same): what the buyer holds says what to show.
+  if (r.body.error === "user_limit" || r.status >= 500) {
+    const held = await mine();
+    if (held && held.length > 0) { await showOrders(held); return; }
   }
-  b.hidden = true;
-  stopPass();
-  const id = r.body.order_id;
-  const o = $("order");
-  o.hidden = false;
-  say(T.thanks); // the order line says the rest, once
-  for (let status = r.body.status; ; ) {
-    o.textContent = fill(T.bought, {id, status});
-    if (status !== "pending") return;
-    await sleep(1000);
-    const s = await call("GET", "/v1/orders/" + encodeURIComponent(id));
-    if (s.status === 200) status = s.body.status;
-  }
+  b.disabled = false;
+  if (r.body.error === "sold_out" || r.body.error === "user_limit") b.hidden = true;
+  say(said(r));
 }
 
 // The admitted buyer's pass: a countdown to pass_expires_at.
@@ -182,10 +232,10 @@ async function start() {
   $("access-label").textContent = T.accessLabel;
   $("access-submit").textContent = T.accessSubmit;
   $("buy").textContent = T.buy;
-  $("buy").onclick = () => buy().catch((e) => say(fill(T.failed, {s: e.message})));
+  $("buy").onclick = () => buy().catch(() => say(T.retrying));
   readFragment();
   if (!token) {
-    say(fill(T.noToken, {id: voucher}));
+    say(T.noToken);
     const allowed = (document.documentElement.dataset.embedOrigins || "").split(" ").filter(Boolean);
     await new Promise((resolve) => {
       window.addEventListener("message", (e) => {
@@ -196,6 +246,9 @@ async function start() {
       });
     });
   }
+  // A buyer who bought already is shown the order, not a turn to buy.
+  const held = await mine();
+  if (held && held.length > 0) { await showOrders(held); return; }
   const a = await join();
   if (!a) { // no room: the buyer claims directly
     say(T.noRoom);
@@ -207,4 +260,4 @@ async function start() {
   await wait(a);
 }
 
-start().catch((e) => say(fill(T.failed, {s: e.message})));
+start().catch((e) => say((e && e.said) || T.errorUnknown));
