@@ -19,7 +19,7 @@ var errBadIdempotencyKey = badRequest("invalid_idempotency_key", "Idempotency-Ke
 // Every check a claim passes, in order (docs/ARCHITECTURE.md opens with
 // this list); each refusal is answered at once and costs nothing after it:
 //
-//  1. shed (gateway.go), before the router: a chunked body (411), the
+//  1. shed (shed.go), before the router: a chunked body (411), the
 //     in-flight bound (503 overloaded), the address's rate (429);
 //  2. userAndID: the bearer token (401), the user's rate (429), the id;
 //  3. the Idempotency-Key's form (400);

@@ -1,0 +1,144 @@
+package gateway
+
+// Shedding: what is refused before any work, and the bounds on the work
+// that waits on MySQL.
+
+import (
+	"context"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/flashsale/flashsale/pkg/ratelimit"
+)
+
+// shed answers 411 length_required, closing the connection, to a body
+// sent with Transfer-Encoding (an HTTP/1.0 request's too: framing.go);
+// then 503 overloaded at once when
+// MaxInflight requests are being served, then 429 rate_limited to an
+// address over FLASHSALE_IP_RATE; all before any work (authentication,
+// Redis) is done.
+func (g *Gateway) shed(next http.Handler) http.Handler {
+	limit := int64(g.cfg.MaxInflight)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.TransferEncoding != nil {
+			refuseFraming(w, errLengthRequired)
+			return
+		}
+		if r.ProtoMajor == 1 && r.ProtoMinor == 0 { // its Transfer-Encoding was dropped: framing.go
+			if e := http10Framing(r); e != nil {
+				refuseFraming(w, e)
+				return
+			}
+			w.Header().Set("Connection", "close")
+		}
+		if g.inflight.Add(1) > limit {
+			g.inflight.Add(-1)
+			g.metrics.shed.WithLabelValues("overloaded").Inc()
+			writeError(w, errOverloaded)
+			return
+		}
+		defer g.inflight.Add(-1)
+		if ok, wait := g.addrs.Allow(ratelimit.ClientAddr(r, g.trusted), g.now()); !ok {
+			g.metrics.shed.WithLabelValues("ip_rate").Inc()
+			writeRateLimited(w, wait)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// errLengthRequired answers a request whose body came with a
+// Transfer-Encoding. Go's server reads such a body as chunked and drops a
+// Content-Length sent beside it, but a proxy in front may have framed the
+// same bytes by that Content-Length: the bytes after the body would be a
+// request smuggled past it (RFC 9112 §6.3 and §11.2). The server cannot
+// tell the two apart once the header is dropped, and every body this API
+// takes is a few bytes a client sends with its length, so every chunked
+// body is refused and its connection closed: the bytes after it are
+// never read as a request.
+var errLengthRequired = &apiError{http.StatusLengthRequired, "length_required",
+	"send the body with a Content-Length, not Transfer-Encoding"}
+
+// refuseFraming answers e to a request whose framing is refused, and
+// closes its connection: the bytes after it are never read as a request.
+func refuseFraming(w http.ResponseWriter, e *apiError) {
+	w.Header().Set("Connection", "close")
+	writeError(w, e)
+}
+
+// sweepEvery is how often the limiters forget their full buckets: a
+// user's bucket is full again a second or two after a claim
+// (FLASHSALE_USER_RATE and _BURST's defaults), so a sale's burst of
+// distinct users is held about as long (a sweep of 20,000 buckets takes
+// about a millisecond).
+const sweepEvery = time.Second
+
+// sweepLimiters forgets full buckets every sweepEvery until the returned
+// stop is called. It always runs: the failed admin authentications are
+// recorded per address whatever the other limits are.
+func (g *Gateway) sweepLimiters() (stop func()) {
+	return every(sweepEvery, func() {
+		now := g.now()
+		g.users.Sweep(now)
+		g.addrs.Sweep(now)
+		g.pages.Sweep(now)
+		g.adminFails.Sweep(now)
+		g.soldOut.Sweep()
+		g.metrics.limiterKeys.WithLabelValues("user").Set(float64(g.users.Keys()))
+		g.metrics.limiterKeys.WithLabelValues("ip").Set(float64(g.addrs.Keys()))
+	})
+}
+
+// every runs f every d in a goroutine of its own until the returned stop
+// is called; stop waits for a run in progress and may be called again.
+func every(d time.Duration, f func()) (stop func()) {
+	done, finished := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(finished)
+		t := time.NewTicker(d)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				f()
+			}
+		}
+	}()
+	var once sync.Once
+	return func() { once.Do(func() { close(done); <-finished }) }
+}
+
+// mysqlBound runs h, a handler that waits on MySQL, with a deadline of
+// MySQLTimeout and at most MySQLMaxInflight such requests at once. One
+// more is answered 503 at once: a hung or slow database must not pile up
+// goroutines and connections until the gateway falls over, nor hold
+// clients for minutes.
+func (g *Gateway) mysqlBound(h http.HandlerFunc) http.HandlerFunc {
+	return g.mysqlBoundFor(g.cfg.MySQLTimeout, h)
+}
+
+// mysqlBoundFor is mysqlBound with a deadline of its own.
+func (g *Gateway) mysqlBoundFor(timeout time.Duration, h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) { g.withMySQL(w, r, timeout, h) }
+}
+
+// withMySQL runs h holding one of the MySQL slots, with a deadline of
+// timeout; with none free it answers 503 at once. Only requests that wait
+// on nothing but MySQL hold a slot: no slot is held while a body arrives
+// from a client that has not proved who it is (see body.go).
+func (g *Gateway) withMySQL(w http.ResponseWriter, r *http.Request, timeout time.Duration, h http.HandlerFunc) {
+	select {
+	case g.mysqlSlots <- struct{}{}:
+		defer func() { <-g.mysqlSlots }()
+	default:
+		g.metrics.mysqlShed.Inc()
+		writeError(w, errUnavailable)
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), timeout)
+	defer cancel()
+	h(w, r.WithContext(ctx))
+}
