@@ -3,6 +3,7 @@ package harness_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -335,6 +336,9 @@ func TestReaperCommandsWriteJSON(t *testing.T) {
 	out, err = s.RunOutput(ctx, "reaper", "deadletters", "--json")
 	require.NoError(t, err)
 	require.NotContains(t, out, "oldest", "no oldest when there is none: %s", out)
+	out, err = s.RunOutput(ctx, "reaper", "deadletters", "requeue", "--all")
+	require.NoError(t, err)
+	require.Equal(t, "no dead letters to requeue\n", out, "nothing to do is said, not a header alone")
 	_, err = s.RunOutput(ctx, "reaper", "deadletters", "purge")
 	require.Error(t, err, "purge needs --older-than or --all")
 	out, err = combined("deadletters", "purge", "--older-than", "30d")
@@ -360,6 +364,93 @@ func TestReaperCommandsWriteJSON(t *testing.T) {
 	var ee *exec.ExitError
 	require.ErrorAs(t, err, &ee)
 	require.Equal(t, 1, ee.ExitCode(), "the stores differ")
+}
+
+// The operator runs a sale from the command line: pause, resume, top-up
+// and extend do what the admin API does, say what they did, change
+// nothing with --dry-run, and answer a voucher that is not there, or a
+// change its rules refuse, with exit 2 and why.
+func TestTheSaleCommands(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the binaries")
+	}
+	ctx := context.Background()
+	s := startStack(t, ctx)
+	v, err := s.CreateVoucher(ctx, harness.VoucherSpec{Name: "Lamp", Stock: 5, PerUserLimit: 1})
+	require.NoError(t, err)
+	id := strconv.FormatInt(v, 10)
+	run := func(args ...string) (string, int) {
+		t.Helper()
+		out, err := s.Command(ctx, "reaper", args...).CombinedOutput()
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			return string(out), ee.ExitCode()
+		}
+		require.NoError(t, err, "%v: %s", args, out)
+		return string(out), 0
+	}
+	paused := func() bool {
+		t.Helper()
+		row, err := s.DB.Voucher(ctx, v)
+		require.NoError(t, err)
+		return row.Paused
+	}
+	redisStock := func() int64 {
+		t.Helper()
+		n, err := s.RDB.Client().HGet(ctx, fmt.Sprintf("flashsale:{p%d}:v:%d", s.RDB.PartitionOf(v), v), "stock").Int64()
+		require.NoError(t, err)
+		return n
+	}
+
+	out, code := run("pause", id, "--dry-run")
+	require.Zero(t, code, out)
+	require.Equal(t, "voucher "+id+" (Lamp): would pause; nothing changed (--dry-run)\n", out)
+	require.False(t, paused(), "a dry run changes nothing")
+	out, code = run("pause", id)
+	require.Zero(t, code, out)
+	require.Contains(t, out, "done: pause")
+	require.True(t, paused())
+	paused4, err := s.RDB.Client().HGet(ctx, fmt.Sprintf("flashsale:{p%d}:v:%d", s.RDB.PartitionOf(v), v), "paused").Result()
+	require.NoError(t, err)
+	require.Equal(t, "1", paused4, "Redis took the pause")
+	out, code = run("pause", id)
+	require.Zero(t, code, out)
+	require.Contains(t, out, "paused already; nothing changed")
+	out, code = run("resume", id)
+	require.Zero(t, code, out)
+	require.False(t, paused())
+
+	out, code = run("top-up", id, "10", "--dry-run")
+	require.Zero(t, code, out)
+	require.Contains(t, out, "would add 10 units")
+	require.EqualValues(t, 5, redisStock())
+	out, code = run("top-up", id, "10")
+	require.Zero(t, code, out)
+	require.EqualValues(t, 15, redisStock(), "the units sell at once")
+	_, code = run("top-up", id, "0")
+	require.Equal(t, 2, code, "UNITS of 1 or more")
+
+	end := time.Now().Add(48 * time.Hour).UTC().Truncate(time.Second).Format(time.RFC3339)
+	out, code = run("extend", id, "--to", end)
+	require.Zero(t, code, out)
+	row, err := s.DB.Voucher(ctx, v)
+	require.NoError(t, err)
+	require.NotNil(t, row.EndsAt)
+	require.Equal(t, end, row.EndsAt.UTC().Format(time.RFC3339))
+	out, code = run("extend", id, "--to", "tomorrow")
+	require.Equal(t, 2, code, out)
+	require.Contains(t, out, "ends_at")
+	_, code = run("extend", id)
+	require.Equal(t, 2, code, "--to is needed")
+
+	for _, args := range [][]string{{"pause", "99"}, {"resume", "99"}, {"top-up", "99", "1"}, {"extend", "99", "--to", end}} {
+		out, code = run(args...)
+		require.Equal(t, 2, code, "%v", args)
+		require.Contains(t, out, "no voucher 99", "%v", args)
+	}
+	rec := reconcile(t, ctx, s)
+	require.Len(t, rec, 1)
+	require.Empty(t, rec[0].Differences, "the stores agree after the commands")
 }
 
 // countOrders runs a COUNT(*) query on the stack's database.

@@ -54,7 +54,7 @@ func (c *config) Validate() error {
 // Main runs the reaper binary: the role, or the command its first
 // argument names.
 func Main() {
-	app.Main(&config{}, run, reportCommand(), drawCommand(), deadLettersCommand(), reconcileCommand(), eventsCommand())
+	app.Main(&config{}, run, append([]app.Command[*config]{reportCommand(), drawCommand(), deadLettersCommand(), reconcileCommand(), eventsCommand()}, saleCommands()...)...)
 }
 
 // voucherID reads a VOUCHER_ID argument.
@@ -368,6 +368,8 @@ func requeue(ctx context.Context, cfg *config, rt *app.Runtime, ids []string, as
 		if err := writeJSON(map[string]any{"requeued": nonNil(out)}); err != nil {
 			return err
 		}
+	} else if len(out) == 0 && len(ids) == 0 {
+		fmt.Println("no dead letters to requeue")
 	} else {
 		tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
 		fmt.Fprintln(tw, "dead id\tresult\tstatus\twhy\t")

@@ -1,0 +1,135 @@
+package cli
+
+// Running a sale from the command line: pause, resume, top-up and extend
+// do what the admin API's pause, resume and PATCH do. MySQL records the
+// change, then Redis takes it (pkg/settle); when Redis cannot take it
+// now, the change stands and the reaper applies it.
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/flashsale/flashsale/pkg/app"
+	"github.com/flashsale/flashsale/pkg/db"
+	"github.com/flashsale/flashsale/pkg/settle"
+	"github.com/flashsale/flashsale/pkg/voucher"
+)
+
+// saleCommands are pause, resume, top-up and extend.
+func saleCommands() []app.Command[*config] {
+	var dry bool
+	var to string
+	dryRun := func(fs *flag.FlagSet) {
+		fs.BoolVar(&dry, "dry-run", false, "say what would change, and change nothing")
+	}
+	pause := func(paused bool) app.Command[*config] {
+		name, summary := "pause", "pause a sale: its claims answer 409 paused until it is resumed"
+		if !paused {
+			name, summary = "resume", "resume a paused sale"
+		}
+		return app.Command[*config]{Name: name, Task: "Running a sale", Args: "VOUCHER_ID", NArgs: 1, Summary: summary, Flags: dryRun,
+			Run: func(ctx context.Context, cfg *config, rt *app.Runtime, args []string) error {
+				return changeSale(ctx, cfg, rt, args[0], dry, func(v db.Voucher) (string, error) {
+					if v.Paused == paused {
+						return "", nothingToDo(pausedWord(paused) + " already")
+					}
+					return name, nil
+				}, func(ctx context.Context, mysql *db.Store, v db.Voucher, now time.Time) (db.Voucher, db.VoucherChange, error) {
+					return mysql.SetPaused(ctx, v.ID, paused, now)
+				})
+			}}
+	}
+	edit := func(ctx context.Context, cfg *config, rt *app.Runtime, arg string, req voucher.Change, what string) error {
+		var e db.Edit
+		return changeSale(ctx, cfg, rt, arg, dry, func(v db.Voucher) (string, error) {
+			now := time.Now().UTC()
+			var err error
+			if e, err = req.Edit(now); err != nil {
+				return "", err
+			}
+			return what, req.Against(v, &e, now)
+		}, func(ctx context.Context, mysql *db.Store, v db.Voucher, now time.Time) (db.Voucher, db.VoucherChange, error) {
+			return mysql.ChangeVoucher(ctx, v.ID, e, now)
+		})
+	}
+	return []app.Command[*config]{
+		pause(true), pause(false),
+		{Name: "top-up", Task: "Running a sale", Args: "VOUCHER_ID UNITS", NArgs: 2, Flags: dryRun,
+			Summary: "add units to a sale of units (as PATCH add_stock): they sell at once",
+			Run: func(ctx context.Context, cfg *config, rt *app.Runtime, args []string) error {
+				n, err := strconv.ParseInt(args[1], 10, 64)
+				if err != nil || n < 1 {
+					return fmt.Errorf("UNITS must be a whole number of 1 or more, got %q", args[1])
+				}
+				return edit(ctx, cfg, rt, args[0], voucher.Change{AddStock: &n}, "add "+args[1]+" units")
+			}},
+		{Name: "extend", Task: "Running a sale", Args: "VOUCHER_ID", NArgs: 1,
+			Flags: func(fs *flag.FlagSet) {
+				dryRun(fs)
+				fs.StringVar(&to, "to", "", "the sale's new end, `RFC3339` (2026-12-01T20:00:00Z)")
+			},
+			Summary: "move a sale's end (as PATCH ends_at)",
+			Run: func(ctx context.Context, cfg *config, rt *app.Runtime, args []string) error {
+				if to == "" {
+					return errors.New("extend needs --to TIME, the sale's new end (RFC3339)")
+				}
+				return edit(ctx, cfg, rt, args[0], voucher.Change{EndsAt: &to}, "end the sale at "+to)
+			}},
+	}
+}
+
+// nothingToDo is a check's answer when the voucher is as the command
+// would leave it: said, and exit 0.
+type nothingToDo string
+
+func (n nothingToDo) Error() string { return string(n) }
+
+func pausedWord(paused bool) string {
+	if paused {
+		return "paused"
+	}
+	return "not paused"
+}
+
+// changeSale is one of the sale's commands: the voucher whose id is arg
+// is read, check says what the change would do (or why it cannot be
+// done), and unless dry, change records it in MySQL and Redis takes it.
+func changeSale(ctx context.Context, cfg *config, rt *app.Runtime, arg string, dry bool,
+	check func(v db.Voucher) (string, error),
+	change func(ctx context.Context, mysql *db.Store, v db.Voucher, now time.Time) (db.Voucher, db.VoucherChange, error)) error {
+	return withVoucher(ctx, cfg, arg, time.Minute, func(ctx context.Context, mysql *db.Store, v db.Voucher) error {
+		what, err := check(v)
+		var none nothingToDo
+		if errors.As(err, &none) {
+			fmt.Printf("voucher %d (%s): %s; nothing changed\n", v.ID, v.Name, none)
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if dry {
+			fmt.Printf("voucher %d (%s): would %s; nothing changed (--dry-run)\n", v.ID, v.Name, what)
+			return nil
+		}
+		now := time.Now().UTC()
+		v, ch, err := change(ctx, mysql, v, now)
+		if err != nil {
+			return err
+		}
+		redis, err := cfg.Redis(ctx, 2)
+		if err == nil {
+			defer redis.Client().Close()
+			_, err = settle.Changes(ctx, redis, mysql, []db.VoucherChange{ch}, now)
+		}
+		switch {
+		case errors.Is(err, settle.ErrCreationOwed), err == nil:
+			fmt.Printf("voucher %d (%s): done: %s\n", v.ID, v.Name, what)
+			return nil
+		}
+		return fmt.Errorf("voucher %d: recorded in MySQL, not yet in Redis (the reaper applies it within its interval): %w", v.ID, err)
+	})
+}
