@@ -48,6 +48,17 @@ type Data struct {
 	Reason string `json:"reason,omitempty"`
 }
 
+// Types are the events' types: one per status an order changes to
+// (docs/EVENTS.md's table).
+func Types() []string {
+	out := make([]string, 0, 8)
+	for _, st := range []order.Status{order.StatusCreated, order.StatusCompleted, order.StatusEntered, order.StatusLost,
+		order.StatusPaid, order.StatusCancelled, order.StatusFailed} {
+		out = append(out, TypePrefix+string(st))
+	}
+	return out
+}
+
 // Of is event e of the outbox, sequenced, as an event from source.
 func Of(source string, e db.Event) Event {
 	var seq string

@@ -5,7 +5,9 @@ package gateway
 
 import (
 	"net/http"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/flashsale/flashsale/pkg/event"
@@ -25,15 +27,28 @@ const (
 // so ("first_kept": the events between were deleted past the
 // retention); an after past the last event published is refused
 // (after_past_last), not answered as if caught up.
+//
+// voucher_id=ID and type=order.STATUS keep the page's events of that
+// voucher, of that type: the page is read over the whole sequence as
+// without them, so next moves on even when none of its events is kept
+// (a filtered page may hold fewer than limit events, or none). Any other
+// parameter is refused (unknown_field): a misspelt filter would answer
+// every event.
 func (g *Gateway) listEvents(w http.ResponseWriter, r *http.Request) {
 	if !g.eventsReader(w, r) {
 		return
 	}
 	limit, after, err := pageOf(r, eventsPageDefault, eventsPageMax, "after must be an event's sequence (a whole number, 0 for the first kept)")
+	if err == nil {
+		err = eventsQuery(r)
+	}
 	if err != nil {
 		g.fail(w, r, err)
 		return
 	}
+	q := r.URL.Query()
+	voucherID, _ := strconv.ParseInt(q.Get("voucher_id"), 10, 64)
+	typ := q.Get("type")
 	rows, err := g.db.Events(r.Context(), after, int(limit))
 	if err != nil {
 		g.fail(w, r, err)
@@ -61,11 +76,36 @@ func (g *Gateway) listEvents(w http.ResponseWriter, r *http.Request) {
 		out.FirstKept = event.FormatSequence(rows[0].Sequence)
 	}
 	for _, e := range rows {
-		ev := event.Of(g.cfg.EventsSource, e)
-		out.Events = append(out.Events, ev)
-		out.Next = ev.Sequence
+		out.Next = event.FormatSequence(e.Sequence)
+		if (voucherID != 0 && e.VoucherID != voucherID) || (typ != "" && event.TypePrefix+e.Status != typ) {
+			continue
+		}
+		out.Events = append(out.Events, event.Of(g.cfg.EventsSource, e))
 	}
 	writeJSON(w, http.StatusOK, out)
+}
+
+// eventsQuery refuses a query of the events API with a parameter it does
+// not take, or a filter it cannot read.
+func eventsQuery(r *http.Request) error {
+	for k, vs := range r.URL.Query() {
+		switch {
+		case k != "after" && k != "limit" && k != "voucher_id" && k != "type":
+			return badRequest("unknown_field", "the events API takes after, limit, voucher_id and type, not "+strconv.Quote(k))
+		case len(vs) > 1:
+			return badRequest("invalid_field", k+" is given more than once")
+		}
+	}
+	q := r.URL.Query()
+	if s := q.Get("voucher_id"); s != "" {
+		if v, err := strconv.ParseInt(s, 10, 64); err != nil || v < 1 {
+			return badRequest("invalid_field", "voucher_id must be a voucher's id (a whole number from 1)")
+		}
+	}
+	if s := q.Get("type"); s != "" && !slices.Contains(event.Types(), s) {
+		return badRequest("invalid_field", "type must be one of "+strings.Join(event.Types(), ", "))
+	}
+	return nil
 }
 
 // listSinks: GET /admin/v1/events/sinks → {"published_up_to": N,

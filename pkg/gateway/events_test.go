@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"sort"
+	"strconv"
 	"testing"
 	"time"
 
@@ -210,4 +211,75 @@ func TestTheEventsReadTokenReadsEventsOnly(t *testing.T) {
 		requireError(t, f.do(r[0], r[1], reader, `{"name":"x","stock":1}`), http.StatusForbidden, "forbidden")
 	}
 	requireError(t, f.do("GET", "/admin/v1/events", "not-the-reader-token-0123456789abcdef", ""), http.StatusUnauthorized, "unauthorized")
+}
+
+// The events API filters by voucher and by type, and next moves over the
+// whole sequence all the same (a consumer of one voucher does not stall
+// on a page of others'); a parameter it does not take is refused, where it
+// had been ignored (voucher= answered every event).
+func TestTheEventsAPIFilters(t *testing.T) {
+	f := newFixture(t)
+	a := f.createVoucher(`{"name":"a","stock":5}`)
+	b := f.createVoucher(`{"name":"b","stock":5}`)
+	for i, v := range []string{a, b, a, b, b} {
+		res := f.do("POST", "/v1/vouchers/"+v+"/orders", f.token(fmt.Sprintf("u%d", i)), "")
+		require.Equal(t, http.StatusAccepted, res.Status, res.Raw)
+	}
+	f.persist(a)
+	f.persist(b)
+	mine := f.do("GET", "/v1/orders?voucher_id="+a, f.token("u0"), "").Body["orders"].([]any)[0].(map[string]any)["order_id"].(string)
+	require.Equal(t, http.StatusOK, f.do("POST", "/v1/orders/"+mine+"/pay", f.token("u0"), "").Status)
+	_, err := f.env.DB.SequenceEvents(context.Background(), 100)
+	require.NoError(t, err)
+	list := func(query string) response {
+		t.Helper()
+		res := f.do("GET", "/admin/v1/events"+query, admin, "")
+		require.Equal(t, http.StatusOK, res.Status, res.Raw)
+		return res
+	}
+	all := list("?after=0")
+	require.Len(t, all.Body["events"], 6)
+	of := func(res response) (vouchers, types []string) {
+		for _, raw := range res.Body["events"].([]any) {
+			ev := raw.(map[string]any)
+			vouchers = append(vouchers, ev["data"].(map[string]any)["voucher_id"].(string))
+			types = append(types, ev["type"].(string))
+		}
+		return vouchers, types
+	}
+	vs, _ := of(list("?after=0&voucher_id=" + a))
+	require.Equal(t, []string{a, a, a}, vs)
+	_, ts := of(list("?after=0&type=order.paid"))
+	require.Equal(t, []string{"order.paid"}, ts)
+	vs, ts = of(list("?after=0&voucher_id=" + b + "&type=order.created"))
+	require.Equal(t, []string{b, b, b}, vs)
+	require.Equal(t, []string{"order.created", "order.created", "order.created"}, ts)
+
+	// A page of one event of the whole sequence: next moves on whatever
+	// the filter keeps.
+	var next []string
+	for after := "0"; ; {
+		res := list("?limit=1&voucher_id=" + a + "&after=" + after)
+		if res.Body["next"] == after || res.Body["next"] == seq(mustInt(t, after)) {
+			break
+		}
+		after = res.Body["next"].(string)
+		next = append(next, after)
+	}
+	require.Equal(t, []string{seq(1), seq(2), seq(3), seq(4), seq(5), seq(6)}, next, "every sequence, one a page")
+	none := list("?after=0&voucher_id=999")
+	require.Empty(t, none.Body["events"])
+	require.Equal(t, all.Body["next"], none.Body["next"], "a page of no kept event still moves on")
+
+	requireError(t, f.do("GET", "/admin/v1/events?voucher=1", admin, ""), http.StatusBadRequest, "unknown_field")
+	requireError(t, f.do("GET", "/admin/v1/events?type=order.shipped", admin, ""), http.StatusBadRequest, "invalid_field")
+	requireError(t, f.do("GET", "/admin/v1/events?voucher_id=x", admin, ""), http.StatusBadRequest, "invalid_field")
+	requireError(t, f.do("GET", "/admin/v1/events?after=1&after=2", admin, ""), http.StatusBadRequest, "invalid_field")
+}
+
+func mustInt(t *testing.T, s string) int64 {
+	t.Helper()
+	n, err := strconv.ParseInt(s, 10, 64)
+	require.NoError(t, err)
+	return n
 }

@@ -271,31 +271,31 @@ func (e EventSpecversion) Valid() bool {
 
 // Defines values for EventType.
 const (
-	OrderCancelled EventType = "order.cancelled"
-	OrderCompleted EventType = "order.completed"
-	OrderCreated   EventType = "order.created"
-	OrderEntered   EventType = "order.entered"
-	OrderFailed    EventType = "order.failed"
-	OrderLost      EventType = "order.lost"
-	OrderPaid      EventType = "order.paid"
+	EventTypeOrderCancelled EventType = "order.cancelled"
+	EventTypeOrderCompleted EventType = "order.completed"
+	EventTypeOrderCreated   EventType = "order.created"
+	EventTypeOrderEntered   EventType = "order.entered"
+	EventTypeOrderFailed    EventType = "order.failed"
+	EventTypeOrderLost      EventType = "order.lost"
+	EventTypeOrderPaid      EventType = "order.paid"
 )
 
 // Valid indicates whether the value is a known member of the EventType enum.
 func (e EventType) Valid() bool {
 	switch e {
-	case OrderCancelled:
+	case EventTypeOrderCancelled:
 		return true
-	case OrderCompleted:
+	case EventTypeOrderCompleted:
 		return true
-	case OrderCreated:
+	case EventTypeOrderCreated:
 		return true
-	case OrderEntered:
+	case EventTypeOrderEntered:
 		return true
-	case OrderFailed:
+	case EventTypeOrderFailed:
 		return true
-	case OrderLost:
+	case EventTypeOrderLost:
 		return true
-	case OrderPaid:
+	case EventTypeOrderPaid:
 		return true
 	default:
 		return false
@@ -443,6 +443,39 @@ func (e VoucherKind) Valid() bool {
 	case VoucherKindEnvelope:
 		return true
 	case VoucherKindUnits:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for GetAdminV1EventsParamsType.
+const (
+	GetAdminV1EventsParamsTypeOrderCancelled GetAdminV1EventsParamsType = "order.cancelled"
+	GetAdminV1EventsParamsTypeOrderCompleted GetAdminV1EventsParamsType = "order.completed"
+	GetAdminV1EventsParamsTypeOrderCreated   GetAdminV1EventsParamsType = "order.created"
+	GetAdminV1EventsParamsTypeOrderEntered   GetAdminV1EventsParamsType = "order.entered"
+	GetAdminV1EventsParamsTypeOrderFailed    GetAdminV1EventsParamsType = "order.failed"
+	GetAdminV1EventsParamsTypeOrderLost      GetAdminV1EventsParamsType = "order.lost"
+	GetAdminV1EventsParamsTypeOrderPaid      GetAdminV1EventsParamsType = "order.paid"
+)
+
+// Valid indicates whether the value is a known member of the GetAdminV1EventsParamsType enum.
+func (e GetAdminV1EventsParamsType) Valid() bool {
+	switch e {
+	case GetAdminV1EventsParamsTypeOrderCancelled:
+		return true
+	case GetAdminV1EventsParamsTypeOrderCompleted:
+		return true
+	case GetAdminV1EventsParamsTypeOrderCreated:
+		return true
+	case GetAdminV1EventsParamsTypeOrderEntered:
+		return true
+	case GetAdminV1EventsParamsTypeOrderFailed:
+		return true
+	case GetAdminV1EventsParamsTypeOrderLost:
+		return true
+	case GetAdminV1EventsParamsTypeOrderPaid:
 		return true
 	default:
 		return false
@@ -958,7 +991,16 @@ type GetAdminV1EventsParams struct {
 
 	// Limit at most this many events (default 100)
 	Limit *int `form:"limit,omitempty" json:"limit,omitempty"`
+
+	// VoucherId keep the page's events of this voucher; next still moves over the whole sequence, so a page may hold fewer than limit events, or none
+	VoucherId *int `form:"voucher_id,omitempty" json:"voucher_id,omitempty"`
+
+	// Type keep the page's events of this type (order.created, order.completed, order.entered, order.lost, order.paid, order.cancelled, order.failed); any other parameter: 400 unknown_field
+	Type *GetAdminV1EventsParamsType `form:"type,omitempty" json:"type,omitempty"`
 }
+
+// GetAdminV1EventsParamsType defines parameters for GetAdminV1Events.
+type GetAdminV1EventsParamsType string
 
 // GetAdminV1VouchersParams defines parameters for GetAdminV1Vouchers.
 type GetAdminV1VouchersParams struct {
@@ -2053,6 +2095,30 @@ func NewGetAdminV1EventsRequest(server string, params *GetAdminV1EventsParams) (
 		if params.Limit != nil {
 
 			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "limit", *params.Limit, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.VoucherId != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "voucher_id", *params.VoucherId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Type != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "type", *params.Type, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			} else {
 				for _, qp := range strings.Split(queryFrag, "&") {

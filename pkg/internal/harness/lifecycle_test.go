@@ -1,12 +1,14 @@
 package harness_test
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"os/exec"
 	"regexp"
 	"strconv"
@@ -451,6 +453,87 @@ func TestTheSaleCommands(t *testing.T) {
 	rec := reconcile(t, ctx, s)
 	require.Len(t, rec, 1)
 	require.Empty(t, rec[0].Differences, "the stores agree after the commands")
+}
+
+// reaper events tail prints each event as it is published: every kept one
+// with --after 0, those of one voucher with --voucher, JSON with --json,
+// and stops on Ctrl-C with exit 0.
+func TestEventsTailFollowsTheEvents(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the binaries")
+	}
+	ctx := context.Background()
+	s := startStack(t, ctx)
+	a, err := s.CreateVoucher(ctx, harness.VoucherSpec{Name: "a", Stock: 5, PerUserLimit: 1})
+	require.NoError(t, err)
+	b, err := s.CreateVoucher(ctx, harness.VoucherSpec{Name: "b", Stock: 5, PerUserLimit: 1})
+	require.NoError(t, err)
+	c := harness.NewClient(s.URL, 2)
+	claim := func(v int64, user string) {
+		t.Helper()
+		status, err := c.Do(ctx, "POST", "/v1/vouchers/"+strconv.FormatInt(v, 10)+"/orders", s.Token(user), nil, nil)
+		require.NoError(t, err)
+		require.Equal(t, 202, status)
+	}
+	claim(a, "ann")
+	claim(b, "ben")
+
+	follow := func(args ...string) (lines chan string, stop func() int) {
+		cmd := s.Command(ctx, "reaper", append([]string{"events", "tail"}, args...)...)
+		out, err := cmd.StdoutPipe()
+		require.NoError(t, err)
+		require.NoError(t, cmd.Start())
+		lines = make(chan string, 100)
+		go func() {
+			sc := bufio.NewScanner(out)
+			for sc.Scan() {
+				lines <- sc.Text()
+			}
+			close(lines)
+		}()
+		return lines, func() int {
+			require.NoError(t, cmd.Process.Signal(os.Interrupt))
+			err := cmd.Wait()
+			var ee *exec.ExitError
+			if errors.As(err, &ee) {
+				return ee.ExitCode()
+			}
+			require.NoError(t, err)
+			return 0
+		}
+	}
+	next := func(lines chan string) string {
+		t.Helper()
+		select {
+		case l := <-lines:
+			return l
+		case <-time.After(60 * time.Second):
+			t.Fatal("no event printed")
+			return ""
+		}
+	}
+	all, stopAll := follow("--after", "0", "--json")
+	seen := map[string]bool{}
+	for len(seen) < 2 {
+		var ev struct {
+			Type string `json:"type"`
+			Data struct {
+				VoucherID string `json:"voucher_id"`
+			} `json:"data"`
+		}
+		l := next(all)
+		require.NoError(t, json.Unmarshal([]byte(l), &ev), l)
+		require.Equal(t, "order.created", ev.Type)
+		seen[ev.Data.VoucherID] = true
+	}
+	require.Zero(t, stopAll(), "Ctrl-C: exit 0")
+
+	one, stopOne := follow("--voucher", strconv.FormatInt(a, 10))
+	claim(b, "bob")
+	claim(a, "amy")
+	l := next(one)
+	require.Regexp(t, `^[0-9]+  [0-9:.]+  order\.created +order [0-9]+  voucher `+strconv.FormatInt(a, 10)+`  user amy$`, l, "a line a person reads, of voucher a only")
+	require.Zero(t, stopOne())
 }
 
 // countOrders runs a COUNT(*) query on the stack's database.

@@ -477,7 +477,7 @@ func eventsCommand() app.Command[*config] {
 		Run: func(ctx context.Context, cfg *config, _ *app.Runtime, _ []string) error {
 			return eventsState(ctx, cfg, asJSON)
 		},
-		Sub: []app.Command[*config]{{Name: "redeliver", NArgs: 0, ExitNo: "",
+		Sub: []app.Command[*config]{tailCommand(), {Name: "redeliver", NArgs: 0, ExitNo: "",
 			Summary: "send a sink's events again: those after --after SEQUENCE (a backfill; a sink stopped by 410 Gone starts again), or those recorded --failed",
 			Flags: func(fs *flag.FlagSet) {
 				fs.StringVar(&sink, "sink", "", "the sink, as reaper events names it (kafka, webhook:URL)")

@@ -99,6 +99,9 @@ func run() error {
 		if err := s.Close(); err != nil {
 			say("stopping: %v", err)
 		}
+		if *serve {
+			say("stopped")
+		}
 	}()
 	if *serve {
 		return serveDev(ctx, s, *workers, dir)
@@ -289,6 +292,8 @@ then, as README.md's "A first sale" goes on:
   curl -X POST -H "Authorization: Bearer $TOKEN" $GATEWAY/v1/vouchers/$V/orders     # alice claims
   bin/gateway token --user bob                                                      # another user's token
   curl -H "Authorization: Bearer $ADMIN" "$GATEWAY/admin/v1/events?after=0"         # the order events (docs/EVENTS.md)
+  bin/reaper events tail --after 0                                                  # each event as it is published (Ctrl-C stops it)
+  bin/reaper pause $V; bin/reaper resume $V                                         # the sale's operator commands (RUNBOOK.md)
   bin/reaper report $V                                                              # the sale's report
 `, workers, dir, s.URL, s.URL, s.AdminToken, s.LogDir(),
 		s.URL, s.AdminToken, user, s.AdminToken, s.JWTSecret, s.Var("FLASHSALE_REDIS_ADDR"), s.Var("FLASHSALE_MYSQL_DSN"))
