@@ -39,8 +39,11 @@ type voucherJSON struct {
 	EndsAt                *time.Time `json:"ends_at,omitempty"`
 	PaymentTimeoutSeconds int64      `json:"payment_timeout_seconds"`
 	Paused                bool       `json:"paused"`
-	CreatedAt             time.Time  `json:"created_at"`
-	Allocation            string     `json:"allocation"`
+	// State is where the sale stands (voucher.State): scheduled, on_sale,
+	// paused, sold_out or ended.
+	State      string    `json:"state"`
+	CreatedAt  time.Time `json:"created_at"`
+	Allocation string    `json:"allocation"`
 	// A draw's commitment, from the start, and its seed once drawn.
 	SeedCommitment string `json:"seed_commitment,omitempty"`
 	Seed           string `json:"seed,omitempty"`
@@ -52,11 +55,11 @@ type voucherJSON struct {
 	Access *voucher.Access `json:"access"`
 }
 
-func voucherOut(v db.Voucher) voucherJSON {
+func voucherOut(v db.Voucher, now time.Time) voucherJSON {
 	return voucherJSON{ID: idString(v.ID), Name: v.Name, Kind: v.Kind, Stock: v.Stock, StockTotal: v.StockTotal, StockBuckets: max(v.StockBuckets, 1),
 		TotalAmount: v.TotalAmount, MinAmount: v.MinAmount,
 		PerUserLimit: v.PerUserLimit, PerUserDailyLimit: v.PerUserDailyLimit, StartsAt: v.StartsAt,
-		EndsAt: v.EndsAt, PaymentTimeoutSeconds: v.PaymentTimeoutSeconds, Paused: v.Paused, CreatedAt: v.CreatedAt,
+		EndsAt: v.EndsAt, PaymentTimeoutSeconds: v.PaymentTimeoutSeconds, Paused: v.Paused, State: voucher.State(v, now), CreatedAt: v.CreatedAt,
 		Allocation: voucher.Allocation(v), SeedCommitment: v.SeedCommitment, Seed: voucher.Revealed(v), ProofOfWork: voucher.GateOf(v),
 		WaitingRoom: voucher.RoomOf(v), Access: voucher.AccessOf(v)}
 }
@@ -112,7 +115,7 @@ func (g *Gateway) createVoucher(w http.ResponseWriter, r *http.Request) {
 		g.readRoomIndex() // its polls here know it at once; elsewhere, within room.IndexAgain of the first
 	}
 	g.log.Info("voucher created", zap.Int64("voucher_id", v.ID), zap.String("kind", v.Kind), zap.Int64("stock", v.Stock))
-	writeJSON(w, http.StatusCreated, voucherOut(v))
+	writeJSON(w, http.StatusCreated, voucherOut(v, g.now()))
 }
 
 type voucherStatusJSON struct {
@@ -156,7 +159,7 @@ func (g *Gateway) getVoucher(w http.ResponseWriter, r *http.Request) {
 		g.fail(w, r, err)
 		return
 	}
-	out := voucherStatusJSON{voucherJSON: voucherOut(v), RemainingMySQL: v.Stock}
+	out := voucherStatusJSON{voucherJSON: voucherOut(v, g.now()), RemainingMySQL: v.Stock}
 	if out.Orders, err = g.db.OrderCounts(ctx, id); err != nil {
 		g.fail(w, r, err)
 		return

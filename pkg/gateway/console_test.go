@@ -2,6 +2,7 @@ package gateway_test
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"os"
 	"os/exec"
@@ -99,9 +100,9 @@ func TestConsoleInABrowser(t *testing.T) {
 	))
 	require.Equal(t, "on sale", text(row+" td.state"))
 	drawRow := `tr[data-voucher="` + drawID + `"]`
-	require.Regexp(t, `^draw: [01] entries$`, text(drawRow+" td.state"), "a draw shows its entries")
-	require.Regexp(t, `^on sale · room: [0-3] waiting, [0-3] admitted, [0-3] passes out queue$`,
-		text(`tr[data-voucher="`+roomID+`"] td.state`), "a room shows its waiters, and a link to its story")
+	require.Regexp(t, `^on saledraw: [01] entries$`, text(drawRow+" td.state"), "a draw shows its entries, on a line of their own")
+	require.Regexp(t, `^on sale[0-3] waiting · [0-3] admitted · [0-3] passes out$`,
+		text(`tr[data-voucher="`+roomID+`"] td.state`), "a room shows its waiters, on a line of their own")
 	require.Contains(t, text(`#backlog`), "waiting")
 	testenv.Eventually(t, 30*time.Second, "the console says no sink is relayed", func() bool {
 		return strings.Contains(text(`#sinks`), "no sink relayed")
@@ -200,7 +201,7 @@ func TestConsoleInABrowser(t *testing.T) {
 	require.Empty(t, text("#error"))
 
 	// The room's link opens its sale's report, with the room's story.
-	clickUntil(t, bctx, `tr[data-voucher="`+roomID+`"] button.queue-report`, `#report dd[data-field="queue"]`)
+	clickUntil(t, bctx, `tr[data-voucher="`+roomID+`"] button.report`, `#report dd[data-field="queue"]`)
 	require.Contains(t, text(`#report dd[data-field="queue"]`), "joined")
 }
 
@@ -264,4 +265,78 @@ func TestConsoleOpensFromTheURLFragment(t *testing.T) {
 		chromedp.Location(&url),
 	))
 	require.Equal(t, f.srv.URL+"/admin/console", url, "the token left the address bar")
+}
+
+// The console's state column says what the API's state says, for 20
+// vouchers in every state (sold-out vouchers had shown a green "on sale",
+// one starting in an hour "on sale"), each series keeps a colour of its
+// own among 20 (10 colours had cycled), the claims' outcomes too, and the
+// stock chart's legend is in numeric order (#10 had come before #2).
+// CONSOLE_STATES_SCREENSHOT=path keeps a screenshot (docs/console-states.png).
+func TestTheConsoleStatesAndColours(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs a browser")
+	}
+	bin := chromium(t)
+	f := newFixture(t)
+	now := f.clock.Now()
+	at := func(d time.Duration) string { return now.Add(d).UTC().Format(time.RFC3339) }
+	want := map[string]string{}
+	for i := range 4 {
+		want[f.createVoucher(fmt.Sprintf(`{"name":"scheduled %d","stock":5,"starts_at":"%s"}`, i, at(2*time.Hour)))] = "scheduled"
+		want[f.createVoucher(fmt.Sprintf(`{"name":"on sale %d","stock":5}`, i))] = "on sale"
+		paused := f.createVoucher(fmt.Sprintf(`{"name":"paused %d","stock":5}`, i))
+		require.Equal(t, http.StatusOK, f.do("POST", "/admin/v1/vouchers/"+paused+"/pause", admin, "").Status)
+		want[paused] = "paused"
+		sold := f.createVoucher(fmt.Sprintf(`{"name":"sold out %d","stock":1}`, i))
+		require.Equal(t, http.StatusAccepted, f.do("POST", "/v1/vouchers/"+sold+"/orders", f.token(fmt.Sprintf("b%d", i)), "").Status)
+		f.persist(sold)
+		want[sold] = "sold out"
+		want[f.createVoucher(fmt.Sprintf(`{"name":"ended %d","stock":5,"ends_at":"%s"}`, i, at(time.Hour)))] = "ended"
+	}
+	f.clock.Set(now.Add(90 * time.Minute)) // the ended have ended; the scheduled have not started
+	words := map[string]string{"scheduled": "scheduled", "on_sale": "on sale", "paused": "paused", "sold_out": "sold out", "ended": "ended"}
+	list := f.do("GET", "/admin/v1/vouchers?limit=50", admin, "")
+	require.Equal(t, http.StatusOK, list.Status, list.Raw)
+	for _, raw := range list.Body["vouchers"].([]any) {
+		v := raw.(map[string]any)
+		require.Equal(t, want[v["id"].(string)], words[v["state"].(string)], "the API's state of %s", v["name"])
+	}
+
+	bctx := browser(t, bin)
+	bctx, cancel := context.WithTimeout(bctx, 90*time.Second)
+	defer cancel()
+	require.NoError(t, chromedp.Run(bctx, chromedp.EmulateViewport(1400, 900),
+		chromedp.Navigate(f.srv.URL+"/admin/console"),
+		chromedp.SendKeys("#token", admin, chromedp.ByID),
+		chromedp.Click("#connect", chromedp.ByID),
+		chromedp.WaitVisible(`tr[data-voucher]`, chromedp.ByQuery)))
+	testenv.Eventually(t, 30*time.Second, "20 rows", func() bool {
+		var n int
+		require.NoError(t, chromedp.Run(bctx, chromedp.Evaluate(`document.querySelectorAll("tr[data-voucher]").length`, &n)))
+		return n == 20
+	})
+	for id, w := range want {
+		require.Equal(t, w, pageText(t, bctx, `tr[data-voucher="`+id+`"] td.state`), "voucher %s", id)
+	}
+	// The palettes: 20 series apart, and the outcomes apart, in RGB by
+	// more than a near-identical pair (#3 and #8 had been 30 apart).
+	var far struct{ Series, Outcomes float64 }
+	require.NoError(t, chromedp.Run(bctx, chromedp.Evaluate(`(() => {
+		const rgb = (c) => [1, 3, 5].map((i) => parseInt(c.slice(i, i + 2), 16));
+		const least = (cs) => { let m = 1e9; for (let i = 0; i < cs.length; i++) for (let j = i + 1; j < cs.length; j++) {
+			const a = rgb(cs[i]), b = rgb(cs[j]); m = Math.min(m, Math.hypot(a[0] - b[0], a[1] - b[1], a[2] - b[2])); } return m; };
+		return {Series: least(COLORS.slice(0, 20)), Outcomes: least(Object.values(OUTCOME_COLORS))};
+	})()`, &far)))
+	t.Logf("closest pair of colours: series %.0f, outcomes %.0f", far.Series, far.Outcomes)
+	require.Greater(t, far.Series, 60.0, "20 series, each its own colour")
+	require.Greater(t, far.Outcomes, 60.0, "every outcome its own colour")
+	var legend []string
+	require.NoError(t, chromedp.Run(bctx, chromedp.Evaluate(`seriesOf([{at: new Date().toISOString(), stock: {"10": 1, "2": 1, "1": 1}}], "stock", (k) => "#" + k).map((s) => s.name)`, &legend)))
+	require.Equal(t, []string{"#1", "#2", "#10"}, legend, "ids in numeric order")
+	if path := os.Getenv("CONSOLE_STATES_SCREENSHOT"); path != "" {
+		var png []byte
+		require.NoError(t, chromedp.Run(bctx, chromedp.FullScreenshot(&png, 100)))
+		require.NoError(t, os.WriteFile(path, png, 0o644))
+	}
 }

@@ -49,7 +49,7 @@ func (g *Gateway) setPaused(paused bool) http.HandlerFunc {
 			return
 		}
 		g.log.Info("voucher paused", zap.Int64("voucher_id", id), zap.Bool("paused", paused))
-		writeJSON(w, http.StatusOK, voucherOut(v))
+		writeJSON(w, http.StatusOK, voucherOut(v, g.now()))
 	}
 }
 
@@ -103,7 +103,7 @@ func (g *Gateway) listVouchers(w http.ResponseWriter, r *http.Request) {
 			out.Next = &next
 			break
 		}
-		out.Vouchers = append(out.Vouchers, voucherOut(v))
+		out.Vouchers = append(out.Vouchers, voucherOut(v, g.now()))
 	}
 	writeJSON(w, http.StatusOK, out)
 }
@@ -364,5 +364,5 @@ func (g *Gateway) changeVoucher(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	g.log.Info("voucher changed", zap.Int64("voucher_id", id), zap.Int64("add_stock", edit.AddStock), zap.Bool("ends_at_changed", edit.EndsAt != nil))
-	writeJSON(w, http.StatusOK, voucherOut(v))
+	writeJSON(w, http.StatusOK, voucherOut(v, g.now()))
 }

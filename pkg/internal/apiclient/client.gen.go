@@ -449,6 +449,33 @@ func (e VoucherKind) Valid() bool {
 	}
 }
 
+// Defines values for VoucherState.
+const (
+	VoucherStateEnded     VoucherState = "ended"
+	VoucherStateOnSale    VoucherState = "on_sale"
+	VoucherStatePaused    VoucherState = "paused"
+	VoucherStateScheduled VoucherState = "scheduled"
+	VoucherStateSoldOut   VoucherState = "sold_out"
+)
+
+// Valid indicates whether the value is a known member of the VoucherState enum.
+func (e VoucherState) Valid() bool {
+	switch e {
+	case VoucherStateEnded:
+		return true
+	case VoucherStateOnSale:
+		return true
+	case VoucherStatePaused:
+		return true
+	case VoucherStateScheduled:
+		return true
+	case VoucherStateSoldOut:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for GetAdminV1EventsParamsType.
 const (
 	GetAdminV1EventsParamsTypeOrderCancelled GetAdminV1EventsParamsType = "order.cancelled"
@@ -554,6 +581,33 @@ func (e GetAdminV1VouchersId200JSONResponseBodyKind) Valid() bool {
 	case GetAdminV1VouchersId200JSONResponseBodyKindEnvelope:
 		return true
 	case GetAdminV1VouchersId200JSONResponseBodyKindUnits:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for GetAdminV1VouchersId200JSONResponseBodyState.
+const (
+	GetAdminV1VouchersId200JSONResponseBodyStateEnded     GetAdminV1VouchersId200JSONResponseBodyState = "ended"
+	GetAdminV1VouchersId200JSONResponseBodyStateOnSale    GetAdminV1VouchersId200JSONResponseBodyState = "on_sale"
+	GetAdminV1VouchersId200JSONResponseBodyStatePaused    GetAdminV1VouchersId200JSONResponseBodyState = "paused"
+	GetAdminV1VouchersId200JSONResponseBodyStateScheduled GetAdminV1VouchersId200JSONResponseBodyState = "scheduled"
+	GetAdminV1VouchersId200JSONResponseBodyStateSoldOut   GetAdminV1VouchersId200JSONResponseBodyState = "sold_out"
+)
+
+// Valid indicates whether the value is a known member of the GetAdminV1VouchersId200JSONResponseBodyState enum.
+func (e GetAdminV1VouchersId200JSONResponseBodyState) Valid() bool {
+	switch e {
+	case GetAdminV1VouchersId200JSONResponseBodyStateEnded:
+		return true
+	case GetAdminV1VouchersId200JSONResponseBodyStateOnSale:
+		return true
+	case GetAdminV1VouchersId200JSONResponseBodyStatePaused:
+		return true
+	case GetAdminV1VouchersId200JSONResponseBodyStateScheduled:
+		return true
+	case GetAdminV1VouchersId200JSONResponseBodyStateSoldOut:
 		return true
 	default:
 		return false
@@ -954,13 +1008,16 @@ type Voucher struct {
 	Seed *string `json:"seed,omitempty"`
 
 	// SeedCommitment a draw's hex SHA-256 of its seed, from the start
-	SeedCommitment *string      `json:"seed_commitment,omitempty"`
-	StartsAt       *time.Time   `json:"starts_at,omitempty"`
-	Stock          int          `json:"stock"`
-	StockBuckets   int          `json:"stock_buckets"`
-	StockTotal     int          `json:"stock_total"`
-	TotalAmount    *int         `json:"total_amount,omitempty"`
-	WaitingRoom    *WaitingRoom `json:"waiting_room,omitempty"`
+	SeedCommitment *string    `json:"seed_commitment,omitempty"`
+	StartsAt       *time.Time `json:"starts_at,omitempty"`
+
+	// State where the sale stands: ended past ends_at; else paused; else scheduled before starts_at; else sold_out when MySQL holds no unit (a draw: never); else on_sale
+	State        VoucherState `json:"state"`
+	Stock        int          `json:"stock"`
+	StockBuckets int          `json:"stock_buckets"`
+	StockTotal   int          `json:"stock_total"`
+	TotalAmount  *int         `json:"total_amount,omitempty"`
+	WaitingRoom  *WaitingRoom `json:"waiting_room,omitempty"`
 }
 
 // VoucherAllocation defines model for Voucher.Allocation.
@@ -968,6 +1025,9 @@ type VoucherAllocation string
 
 // VoucherKind defines model for Voucher.Kind.
 type VoucherKind string
+
+// VoucherState where the sale stands: ended past ends_at; else paused; else scheduled before starts_at; else sold_out when MySQL holds no unit (a draw: never); else on_sale
+type VoucherState string
 
 // WaitingRoom defines model for WaitingRoom.
 type WaitingRoom struct {
@@ -1060,6 +1120,9 @@ type GetAdminV1VouchersId200JSONResponseBodyAllocation string
 
 // GetAdminV1VouchersId200JSONResponseBodyKind defines parameters for GetAdminV1VouchersId.
 type GetAdminV1VouchersId200JSONResponseBodyKind string
+
+// GetAdminV1VouchersId200JSONResponseBodyState defines parameters for GetAdminV1VouchersId.
+type GetAdminV1VouchersId200JSONResponseBodyState string
 
 // PatchAdminV1VouchersIdJSONBody defines parameters for PatchAdminV1VouchersId.
 type PatchAdminV1VouchersIdJSONBody struct {
@@ -3917,9 +3980,12 @@ type GetAdminV1VouchersIdResponse struct {
 		// SeedCommitment a draw's hex SHA-256 of its seed, from the start
 		SeedCommitment *string    `json:"seed_commitment,omitempty"`
 		StartsAt       *time.Time `json:"starts_at,omitempty"`
-		Stock          int        `json:"stock"`
-		StockBuckets   int        `json:"stock_buckets"`
-		StockTotal     int        `json:"stock_total"`
+
+		// State where the sale stands: ended past ends_at; else paused; else scheduled before starts_at; else sold_out when MySQL holds no unit (a draw: never); else on_sale
+		State        GetAdminV1VouchersId200JSONResponseBodyState `json:"state"`
+		Stock        int                                          `json:"stock"`
+		StockBuckets int                                          `json:"stock_buckets"`
+		StockTotal   int                                          `json:"stock_total"`
 
 		// Stream the sum of streams (partition is the voucher's home)
 		Stream *Backlog `json:"stream,omitempty"`
@@ -3975,9 +4041,12 @@ func (r GetAdminV1VouchersIdResponse) GetJSON200() *struct {
 	// SeedCommitment a draw's hex SHA-256 of its seed, from the start
 	SeedCommitment *string    `json:"seed_commitment,omitempty"`
 	StartsAt       *time.Time `json:"starts_at,omitempty"`
-	Stock          int        `json:"stock"`
-	StockBuckets   int        `json:"stock_buckets"`
-	StockTotal     int        `json:"stock_total"`
+
+	// State where the sale stands: ended past ends_at; else paused; else scheduled before starts_at; else sold_out when MySQL holds no unit (a draw: never); else on_sale
+	State        GetAdminV1VouchersId200JSONResponseBodyState `json:"state"`
+	Stock        int                                          `json:"stock"`
+	StockBuckets int                                          `json:"stock_buckets"`
+	StockTotal   int                                          `json:"stock_total"`
 
 	// Stream the sum of streams (partition is the voucher's home)
 	Stream *Backlog `json:"stream,omitempty"`
@@ -5694,9 +5763,12 @@ func ParseGetAdminV1VouchersIdResponse(rsp *http.Response) (*GetAdminV1VouchersI
 			// SeedCommitment a draw's hex SHA-256 of its seed, from the start
 			SeedCommitment *string    `json:"seed_commitment,omitempty"`
 			StartsAt       *time.Time `json:"starts_at,omitempty"`
-			Stock          int        `json:"stock"`
-			StockBuckets   int        `json:"stock_buckets"`
-			StockTotal     int        `json:"stock_total"`
+
+			// State where the sale stands: ended past ends_at; else paused; else scheduled before starts_at; else sold_out when MySQL holds no unit (a draw: never); else on_sale
+			State        GetAdminV1VouchersId200JSONResponseBodyState `json:"state"`
+			Stock        int                                          `json:"stock"`
+			StockBuckets int                                          `json:"stock_buckets"`
+			StockTotal   int                                          `json:"stock_total"`
 
 			// Stream the sum of streams (partition is the voucher's home)
 			Stream *Backlog `json:"stream,omitempty"`
