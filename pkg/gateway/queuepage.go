@@ -66,20 +66,24 @@ func (g *Gateway) serveQueuePage(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	page, _ := queueFiles.ReadFile("queuepage/page.html")
-	name := ""
+	var face rdb.VoucherFace
 	if !errors.Is(g.rooms.Indexed(r.Context(), id), rdb.ErrVoucherNotFound) {
-		name = g.pageNames.of(r.Context(), id, g.now(), func(ctx context.Context) (string, error) {
-			name, err := g.redis.VoucherName(ctx, id)
+		face = g.pageNames.of(r.Context(), id, g.now(), func(ctx context.Context) (rdb.VoucherFace, error) {
+			face, err := g.redis.Face(ctx, id)
 			if err != nil { // the page says "voucher N" instead
 				g.log.Warn("queue page: could not read the voucher's name", zap.Int64("voucher_id", id), zap.Error(err))
 			}
-			return name, err
+			return face, err
 		})
+	}
+	opens := ""
+	if face.OpensMs > 0 {
+		opens = strconv.FormatInt(face.OpensMs, 10)
 	}
 	// Every slot filled in one pass over the template: what a slot is
 	// filled with (a voucher named "{{EMBED_ORIGINS}}") is never read as
 	// another slot.
-	fill := strings.NewReplacer("{{VOUCHER_ID}}", strconv.FormatInt(id, 10), "{{VOUCHER_NAME}}", html.EscapeString(name),
+	fill := strings.NewReplacer("{{VOUCHER_ID}}", strconv.FormatInt(id, 10), "{{VOUCHER_NAME}}", html.EscapeString(face.Name), "{{OPENS_AT}}", opens,
 		"{{EMBED_ORIGINS}}", html.EscapeString(strings.Join(g.cfg.QueueEmbedOrigins, " ")))
 	g.queuePageHeaders(w.Header())
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
@@ -93,8 +97,9 @@ const (
 	maxPageNames = 10_000
 )
 
-// pageNames are the vouchers' names the queue page read lately: one read
-// a voucher per pageNameFor, shared by the pages asked meanwhile.
+// pageNames are the vouchers' names (and room openings) the queue page
+// read lately: one read a voucher per pageNameFor, shared by the pages
+// asked meanwhile.
 type pageNames struct {
 	mu    sync.Mutex
 	names map[int64]pageName // guarded by mu
@@ -102,33 +107,34 @@ type pageNames struct {
 }
 
 type pageName struct {
-	name string
+	face rdb.VoucherFace
 	at   time.Time
 }
 
-// of is voucher id's name, read by read when not known since pageNameFor
-// ("" when it cannot be read: not kept). A full map is emptied: each name
-// costs one read again, and a call O(1) in the mean.
-func (n *pageNames) of(ctx context.Context, id int64, now time.Time, read func(context.Context) (string, error)) string {
+// of is voucher id's face (its name, when its room opens), read by read
+// when not known since pageNameFor (zero when it cannot be read: not
+// kept). A full map is emptied: each face costs one read again, and a
+// call O(1) in the mean.
+func (n *pageNames) of(ctx context.Context, id int64, now time.Time, read func(context.Context) (rdb.VoucherFace, error)) rdb.VoucherFace {
 	n.mu.Lock()
 	p, ok := n.names[id]
 	n.mu.Unlock()
 	if ok && now.Sub(p.at) < pageNameFor {
-		return p.name
+		return p.face
 	}
 	res, _, _ := n.reads.Do(strconv.FormatInt(id, 10), func() (any, error) {
-		name, err := read(ctx)
+		face, err := read(ctx)
 		if err == nil {
 			n.mu.Lock()
 			if n.names == nil || len(n.names) >= maxPageNames {
 				n.names = map[int64]pageName{}
 			}
-			n.names[id] = pageName{name: name, at: now}
+			n.names[id] = pageName{face: face, at: now}
 			n.mu.Unlock()
 		}
-		return name, nil
+		return face, nil
 	})
-	return res.(string)
+	return res.(rdb.VoucherFace)
 }
 
 // serveQueueAsset: GET /queue/assets/{name}, the page's script and style.

@@ -172,6 +172,19 @@ func TestTheQueuePageInABrowser(t *testing.T) {
 	waitText(e, "#status", "The sale has ended")
 	shot(e, "closed")
 
+	// Before the room opens: when it opens, in the buyer's time, a
+	// countdown, then the page joins by itself.
+	starts := time.Now().Add(8 * time.Second).UTC()
+	early := f.createVoucher(`{"name":"Console drop","stock":5,"starts_at":"` + starts.Format(time.RFC3339Nano) +
+		`","waiting_room":{"admit_per_second":5,"prequeue_seconds":4}}`)
+	k, cancelK := chromedp.NewContext(bctx)
+	defer cancelK()
+	require.NoError(t, chromedp.Run(k, chromedp.Navigate(f.srv.URL+"/queue/"+early+"#token="+f.token("kim"))))
+	waitText(k, "#status", "The queue opens at")
+	require.Regexp(t, `in 0:0[0-9]\. Keep this page open`, text(k, "#status"), "a countdown")
+	shot(k, "before-start")
+	waitText(k, "#status", "You are in the queue")
+
 	// A voucher that does not exist: said in the page's words.
 	g, cancelG := chromedp.NewContext(bctx)
 	defer cancelG()

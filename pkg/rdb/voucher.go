@@ -317,12 +317,26 @@ func (s *Store) CreateVoucher(ctx context.Context, v Voucher, changes []int64) (
 	return created, s.waitWritten(ctx, s.VoucherPartitions(v.ID, n)...)
 }
 
-// VoucherName is voucher v's name, as its hash holds it ("" when the
-// voucher is not in Redis, or was written before names were).
-func (s *Store) VoucherName(ctx context.Context, v int64) (string, error) {
-	name, err := s.c.HGet(ctx, s.VoucherKey(v), "name").Result()
-	if errors.Is(err, redis.Nil) {
-		return "", nil
+// VoucherFace is what a buyer's page shows of voucher v before anything
+// else: its name, and when its waiting room opens (unix ms: the sale's
+// start less the room's pre-queue; 0 without a room or a start), as its
+// hash holds them (zero values when the voucher is not in Redis).
+type VoucherFace struct {
+	Name    string
+	OpensMs int64
+}
+
+// Face reads voucher v's VoucherFace, one HMGET.
+func (s *Store) Face(ctx context.Context, v int64) (VoucherFace, error) {
+	vals, err := s.c.HMGet(ctx, s.VoucherKey(v), "name", "start_ms", "room", "room_pre_ms").Result()
+	if err != nil {
+		return VoucherFace{}, err
 	}
-	return name, err
+	str := func(i int) string { s, _ := vals[i].(string); return s }
+	num := func(i int) int64 { n, _ := strconv.ParseInt(str(i), 10, 64); return n }
+	f := VoucherFace{Name: str(0)}
+	if start, rate := num(1), num(2); start > 0 && rate > 0 {
+		f.OpensMs = start - num(3)
+	}
+	return f, nil
 }

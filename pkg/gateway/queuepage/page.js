@@ -132,6 +132,22 @@ function askAccess(wrong) {
   });
 }
 
+// untilOpen waits for the room to open: a countdown to the time the page
+// was given (data-opens-at, the sale's start less its pre-queue, in the
+// buyer's own time), then join asks again; without it, a few seconds.
+async function untilOpen(retry) {
+  const at = Number(card.dataset.opensAt || 0);
+  if (!(at > Date.now())) { say(T.notStarted); await sleep(1000 * Math.max(retry, 2)); return; }
+  const time = new Date(at).toLocaleString([], {dateStyle: "medium", timeStyle: "short"});
+  while (Date.now() < at) {
+    const s = Math.ceil((at - Date.now()) / 1000);
+    const left = s >= 3600 ? Math.floor(s / 3600) + ":" + String(Math.floor(s % 3600 / 60)).padStart(2, "0") + ":" + String(s % 60).padStart(2, "0")
+      : Math.floor(s / 60) + ":" + String(s % 60).padStart(2, "0");
+    say(fill(T.opensAt, {time, left}));
+    await sleep(Math.min(1000, at - Date.now()));
+  }
+}
+
 // join takes a place, asking for what the room's door wants.
 async function join() {
   let proof = "";
@@ -143,7 +159,7 @@ async function join() {
     if (code === "proof_required" || code === "proof_invalid") { proof = await solve(); continue; }
     if (code === "access_required" || code === "access_invalid") { await askAccess(code === "access_invalid"); continue; }
     if (code === "no_waiting_room") return null;
-    if (code === "not_started") { say(T.notStarted); await sleep(1000 * Math.max(r.retry, 2)); continue; }
+    if (code === "not_started") { await untilOpen(r.retry); continue; }
     if (r.status === 429 || r.status === 503) { say(T.retrying); await sleep(1000 * r.retry); continue; }
     throw {said: said(r)};
   }

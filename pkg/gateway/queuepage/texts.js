@@ -1,5 +1,5 @@
 // Every text the queue page shows, in one place: translate this file.
-// {n}, {s}, {id}, {name} and {time} are filled in by page.js. The
+// {n}, {s}, {id}, {name}, {time} and {left} are filled in by page.js. The
 // server's error codes are read here (errors), never its sentences.
 window.QUEUE_TEXTS = {
   titleNamed: "Queue for {name}",
@@ -8,6 +8,7 @@ window.QUEUE_TEXTS = {
   titleBought: "Your order of voucher {id}",
   noToken: "Open this page from the shop, signed in: it needs to know who you are.",
   notStarted: "The queue is not open yet. Keep this page open: it joins by itself when the queue opens.",
+  opensAt: "The queue opens at {time}, in {left}. Keep this page open: it joins by itself.",
   joining: "Joining the queue…",
   solving: "Checking your browser (a short computation)…",
   accessNeeded: "This sale is open to invited buyers only for now. Enter your access code.",
