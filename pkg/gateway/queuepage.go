@@ -50,9 +50,10 @@ func (g *Gateway) queuePageHeaders(h http.Header) {
 
 // serveQueuePage: GET /queue/{id}, the page of voucher id's queue, with
 // the voucher's name. It needs no login, so it is limited per client
-// address (FLASHSALE_QUEUE_PAGE_RATE), and costs Redis at most one read a
-// voucher every pageNameFor, whoever asks: an id the rooms' index does not
-// name (no voucher) costs none. Whether the voucher exists,
+// address (FLASHSALE_QUEUE_PAGE_RATE), and costs Redis one read a voucher
+// every pageNameFor, whoever asks, while fewer than maxPageNames vouchers
+// are asked about in that time (past it, the names are read again): an id
+// the rooms' index does not name (no voucher) costs none. Whether the voucher exists,
 // and has a room, the page's join says.
 func (g *Gateway) serveQueuePage(w http.ResponseWriter, r *http.Request) {
 	if ok, wait := g.pages.Allow(ratelimit.ClientAddr(r, g.trusted), g.now()); !ok {

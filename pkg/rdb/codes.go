@@ -7,11 +7,14 @@ import (
 	"strings"
 )
 
-// The reply codes of flashsale's scripts: one table, one meaning per code
-// in every script (admit.lua, room.lua, and any added). A script answers a
-// code from this table or none; each caller maps the codes it can get to
-// its errors through Code's constants, and TestEveryScriptsCodesAreTheTables
-// holds the scripts' bodies to the table.
+// The refusals of flashsale's scripts that decide for a buyer (admit.lua,
+// room.lua, and any added that refuses a claim or a join): one table, one
+// meaning per code in every such script. Each caller maps the codes it can
+// get to its errors through these constants; TestEveryScriptsCodesAreTheTables
+// holds the scripts' bodies to the table, and TestTheScriptsHeadersName
+// TheirCodesByTheTable their headers. The other scripts answer counts, or
+// 1/0/-1 of their own (change.lua: applied now, before, not in Redis), not
+// refusals.
 const (
 	CodeVoucherNotFound = 1  // no such voucher
 	CodeNotStarted      = 2  // too early: the sale (a room: its queue) has not opened
