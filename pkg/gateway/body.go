@@ -51,9 +51,10 @@ func (g *Gateway) readBody(w http.ResponseWriter, r *http.Request, limit int64, 
 		return nil, nil
 	}
 	_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(timeout)) // unsupported only off a real connection
-	g.inflight.Add(-1)
+	inflight, most := g.inflightOf(r)
+	inflight.Add(-1)
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
-	full := g.inflight.Add(1) > int64(g.cfg.MaxInflight)
+	full := inflight.Add(1) > most
 	var tooBig *http.MaxBytesError
 	var netErr net.Error
 	switch {

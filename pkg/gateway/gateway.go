@@ -61,8 +61,9 @@ type Gateway struct {
 	// history is what the console charts (pkg/history).
 	history     *history.Sampler
 	stopHistory func()
-	// mysqlSlots bounds the requests waiting on MySQL (MySQLMaxInflight).
-	mysqlSlots chan struct{}
+	// mysqlSlots bounds the buyers' requests waiting on MySQL
+	// (MySQLMaxInflight), adminSlots the operator's (shed.go).
+	mysqlSlots, adminSlots chan struct{}
 	// users, addrs and pages are the rate limits (nil: off); inflight
 	// counts the requests being served (MaxInflight).
 	users, addrs, pages *ratelimit.Keyed
@@ -70,7 +71,9 @@ type Gateway struct {
 	adminFails *ratelimit.Keyed
 	trusted    []netip.Prefix
 	inflight   atomic.Int64
-	stopSweep  func()
+	// adminInflight counts the admin API's requests (shed.go).
+	adminInflight atomic.Int64
+	stopSweep     func()
 }
 
 // Option changes a Gateway.
@@ -109,7 +112,7 @@ func New(cfg Config, r *rdb.Store, d *db.Store, log *zap.Logger, opts ...Option)
 		log = zap.NewNop()
 	}
 	g := &Gateway{cfg: cfg, loc: loc, now: time.Now, redis: r, db: d, log: log.Named("gateway"), reg: prometheus.NewRegistry(),
-		mysqlSlots: make(chan struct{}, cfg.MySQLMaxInflight), trusted: trusted,
+		mysqlSlots: make(chan struct{}, cfg.MySQLMaxInflight), adminSlots: make(chan struct{}, adminMySQLSlots), trusted: trusted,
 		users: ratelimit.New(cfg.UserRate, cfg.UserBurst), addrs: ratelimit.New(cfg.IPRate, cfg.IPBurst),
 		pages:      ratelimit.New(cfg.QueuePageRate, max(1, int(math.Ceil(2*cfg.QueuePageRate)))),
 		adminFails: ratelimit.New(float64(time.Second)/float64(adminFailEvery), adminFailBurst),

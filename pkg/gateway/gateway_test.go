@@ -47,6 +47,7 @@ type fixture struct {
 	env   *testenv.Env
 	srv   *httptest.Server
 	clock *clock
+	gw    *gateway.Gateway
 }
 
 func newFixture(t *testing.T) *fixture {
@@ -73,7 +74,7 @@ func newFixtureOn(t *testing.T, env *testenv.Env, cfg gateway.Config, opts ...ga
 	srv := httptest.NewServer(gw.Handler())
 	t.Cleanup(srv.Close)
 	t.Cleanup(gw.Close)
-	return &fixture{t: t, env: env, srv: srv, clock: clk}
+	return &fixture{t: t, env: env, srv: srv, clock: clk, gw: gw}
 }
 
 type response struct {

@@ -115,3 +115,38 @@ func TestOverloadIsShedFast(t *testing.T) {
 	res := f.do("POST", "/v1/vouchers/"+id+"/orders", f.token("after"), "")
 	require.Equal(t, http.StatusAccepted, res.Status, "served again once below the bound: %s", res.Raw)
 }
+
+// The operator is never shed by the buyers: with the buyers' MySQL slots
+// all taken (reads saturating them), then their in-flight bound full
+// (claims saturating it), a buyer is answered 503 at once while the
+// operator creates, pauses, resumes, lists and reports a sale. (Both
+// were one budget: voucher creations were answered 503 under a buyers'
+// load.)
+func TestTheOperatorIsNeverShedByTheBuyers(t *testing.T) {
+	f := newFixture(t)
+	id := f.createVoucher(`{"name":"busy","stock":5}`)
+	operate := func() {
+		t.Helper()
+		res := f.do("POST", "/admin/v1/vouchers", admin, `{"name":"made under load","stock":3}`, "Content-Type", "application/json")
+		require.Equal(t, http.StatusCreated, res.Status, res.Raw)
+		for _, p := range []string{"/pause", "/resume"} {
+			res = f.do("POST", "/admin/v1/vouchers/"+id+p, admin, "")
+			require.Equal(t, http.StatusOK, res.Status, res.Raw)
+		}
+		for _, path := range []string{"/admin/v1/vouchers", "/admin/v1/vouchers/" + id, "/admin/v1/vouchers/" + id + "/report", "/admin/v1/events"} {
+			res = f.do("GET", path, admin, "")
+			require.Equal(t, http.StatusOK, res.Status, "%s: %s", path, res.Raw)
+		}
+	}
+
+	release := f.gw.HoldBuyersMySQL()
+	requireError(t, f.do("GET", "/v1/orders?voucher_id="+id, f.token("reader"), ""), http.StatusServiceUnavailable, "unavailable")
+	operate()
+	release()
+
+	release = f.gw.HoldBuyersInflight()
+	requireError(t, f.do("POST", "/v1/vouchers/"+id+"/orders", f.token("buyer"), ""), http.StatusServiceUnavailable, "overloaded")
+	operate()
+	release()
+	require.Equal(t, http.StatusAccepted, f.do("POST", "/v1/vouchers/"+id+"/orders", f.token("buyer"), "").Status, "the buyers served again")
+}

@@ -6,7 +6,9 @@ package gateway
 import (
 	"context"
 	"net/http"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/flashsale/flashsale/pkg/ratelimit"
@@ -19,7 +21,6 @@ import (
 // address over FLASHSALE_IP_RATE; all before any work (authentication,
 // Redis) is done.
 func (g *Gateway) shed(next http.Handler) http.Handler {
-	limit := int64(g.cfg.MaxInflight)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.TransferEncoding != nil {
 			refuseFraming(w, errLengthRequired)
@@ -32,13 +33,14 @@ func (g *Gateway) shed(next http.Handler) http.Handler {
 			}
 			w.Header().Set("Connection", "close")
 		}
-		if g.inflight.Add(1) > limit {
-			g.inflight.Add(-1)
+		inflight, limit := g.inflightOf(r)
+		if inflight.Add(1) > limit {
+			inflight.Add(-1)
 			g.metrics.shed.WithLabelValues("overloaded").Inc()
 			writeError(w, errOverloaded)
 			return
 		}
-		defer g.inflight.Add(-1)
+		defer inflight.Add(-1)
 		if ok, wait := g.addrs.Allow(ratelimit.ClientAddr(r, g.trusted), g.now()); !ok {
 			g.metrics.shed.WithLabelValues("ip_rate").Inc()
 			writeRateLimited(w, wait)
@@ -111,6 +113,28 @@ func every(d time.Duration, f func()) (stop func()) {
 	return func() { once.Do(func() { close(done); <-finished }) }
 }
 
+// The operator's budget: the admin API's requests are counted and bounded
+// apart from the buyers', in flight and waiting on MySQL, so buyers that
+// fill FLASHSALE_MAX_INFLIGHT or FLASHSALE_MYSQL_MAX_INFLIGHT never shed an
+// operator creating, pausing or reading a sale (on the public listener or
+// its own). The operator's work is light: these bound a runaway script.
+const (
+	adminMaxInflight = 256
+	adminMySQLSlots  = 8
+)
+
+// operator reports a request of the admin API.
+func operator(r *http.Request) bool { return strings.HasPrefix(r.URL.Path, "/admin/") }
+
+// inflightOf is the count r is one of, and its bound: the operator's or
+// the buyers'.
+func (g *Gateway) inflightOf(r *http.Request) (*atomic.Int64, int64) {
+	if operator(r) {
+		return &g.adminInflight, adminMaxInflight
+	}
+	return &g.inflight, int64(g.cfg.MaxInflight)
+}
+
 // mysqlBound runs h, a handler that waits on MySQL, with a deadline of
 // MySQLTimeout and at most MySQLMaxInflight such requests at once. One
 // more is answered 503 at once: a hung or slow database must not pile up
@@ -130,9 +154,13 @@ func (g *Gateway) mysqlBoundFor(timeout time.Duration, h http.HandlerFunc) http.
 // on nothing but MySQL hold a slot: no slot is held while a body arrives
 // from a client that has not proved who it is (see body.go).
 func (g *Gateway) withMySQL(w http.ResponseWriter, r *http.Request, timeout time.Duration, h http.HandlerFunc) {
+	slots := g.mysqlSlots
+	if operator(r) {
+		slots = g.adminSlots
+	}
 	select {
-	case g.mysqlSlots <- struct{}{}:
-		defer func() { <-g.mysqlSlots }()
+	case slots <- struct{}{}:
+		defer func() { <-slots }()
 	default:
 		g.metrics.mysqlShed.Inc()
 		writeError(w, errUnavailable)
