@@ -39,14 +39,15 @@ func TestAHungMySQLGetsBoundedAnswers(t *testing.T) {
 	require.NoError(t, m.Pause())
 	t.Cleanup(func() { _ = m.Resume() })
 
-	// Two requests take the two slots and wait on the frozen server...
+	// Two buyers' requests take the two slots and wait on the frozen
+	// server (the operator's requests have slots of their own)...
 	var wg sync.WaitGroup
 	results := make([]response, 2)
 	for i := range results {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			results[i] = f.do("GET", "/admin/v1/vouchers/"+v, admin, "")
+			results[i] = f.do("GET", "/v1/orders?voucher_id="+v, f.token("alice"), "")
 		}()
 	}
 	// ...so one more is shed at once (it does not wait for a slot).
