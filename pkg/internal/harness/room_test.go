@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -98,7 +99,18 @@ func TestAWaitingRoomEndToEnd(t *testing.T) {
 	require.Greater(t, on.Prequeued, int64(1000))
 	require.Less(t, on.PrequeueArrivalTau, 0.1, "the pre-queue is not served in arrival order")
 	require.EqualValues(t, cfg.Fast, off.FastBought, "without a room every fast client wins a unit")
-	require.Less(t, on.FastBought, int64(cfg.Fast)/2, "with one they win about their share: 50 of 20,000 people")
+	// With one they win what their place in the shuffled pre-queue gives:
+	// every fast client is in it, a share p of it is admitted, and an
+	// admitted fast client always buys. Their units are then about
+	// Fast × p, within 4 standard deviations; how large the pre-queue is
+	// depends on how fast the machine lets 20,000 people join (2,209 on a
+	// slow run, p = 0.54: 25 units is their share there, not an edge).
+	require.NotNil(t, on.Story)
+	p := min(1, float64(on.Story.Admitted)/float64(on.Prequeued))
+	mean := float64(cfg.Fast) * p
+	bound := mean + 4*math.Sqrt(mean*(1-p)) + 1
+	t.Logf("fast clients: %d units; their share of the pre-queue's admissions %.1f (p %.2f), bound %.1f", on.FastBought, mean, p, bound)
+	require.LessOrEqual(t, float64(on.FastBought), bound, "with one they win their share of the pre-queue, no more")
 }
 
 // The room on a Redis Cluster of three masters: its keys in the voucher's
