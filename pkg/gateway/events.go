@@ -42,13 +42,15 @@ func (g *Gateway) listEvents(w http.ResponseWriter, r *http.Request) {
 	if err == nil {
 		err = eventsQuery(r)
 	}
+	var voucherID int64
+	if err == nil {
+		voucherID, err = voucherParam(r)
+	}
 	if err != nil {
 		g.fail(w, r, err)
 		return
 	}
-	q := r.URL.Query()
-	voucherID, _ := strconv.ParseInt(q.Get("voucher_id"), 10, 64)
-	typ := q.Get("type")
+	typ := r.URL.Query().Get("type")
 	rows, err := g.db.Events(r.Context(), after, int(limit))
 	if err != nil {
 		g.fail(w, r, err)
@@ -86,7 +88,7 @@ func (g *Gateway) listEvents(w http.ResponseWriter, r *http.Request) {
 }
 
 // eventsQuery refuses a query of the events API with a parameter it does
-// not take, or a filter it cannot read.
+// not take, or a type it does not know (voucherParam reads voucher_id).
 func eventsQuery(r *http.Request) error {
 	for k, vs := range r.URL.Query() {
 		switch {
@@ -96,13 +98,7 @@ func eventsQuery(r *http.Request) error {
 			return badRequest("invalid_field", k+" is given more than once")
 		}
 	}
-	q := r.URL.Query()
-	if s := q.Get("voucher_id"); s != "" {
-		if v, err := strconv.ParseInt(s, 10, 64); err != nil || v < 1 {
-			return badRequest("invalid_field", "voucher_id must be a voucher's id (a whole number from 1)")
-		}
-	}
-	if s := q.Get("type"); s != "" && !slices.Contains(event.Types(), s) {
+	if s := r.URL.Query().Get("type"); s != "" && !slices.Contains(event.Types(), s) {
 		return badRequest("invalid_field", "type must be one of "+strings.Join(event.Types(), ", "))
 	}
 	return nil

@@ -56,8 +56,8 @@ type Gateway struct {
 	replica string
 	// drawFigures are the draws' figures, a scan each, shared a while.
 	drawFigures *db.DrawFiguresCache
-	// pageNames are the names the queue page shows (queuepage.go).
-	pageNames pageNames
+	// pageFaces are the names (and openings) the queue page shows (queuepage.go).
+	pageFaces pageFaces
 	// history is what the console charts (pkg/history).
 	history     *history.Sampler
 	stopHistory func()

@@ -69,7 +69,7 @@ func (g *Gateway) serveQueuePage(w http.ResponseWriter, r *http.Request) {
 	page, _ := queueFiles.ReadFile("queuepage/page.html")
 	var face rdb.VoucherFace
 	if !errors.Is(g.rooms.Indexed(r.Context(), id), rdb.ErrVoucherNotFound) {
-		face = g.pageNames.of(r.Context(), id, g.now(), func(ctx context.Context) (rdb.VoucherFace, error) {
+		face = g.pageFaces.of(r.Context(), id, g.now(), func(ctx context.Context) (rdb.VoucherFace, error) {
 			face, err := g.redis.Face(ctx, id)
 			if err != nil { // the page says "voucher N" instead
 				g.log.Warn("queue page: could not read the voucher's name", zap.Int64("voucher_id", id), zap.Error(err))
@@ -98,16 +98,16 @@ const (
 	maxPageNames = 10_000
 )
 
-// pageNames are the vouchers' names (and room openings) the queue page
+// pageFaces are the vouchers' names (and room openings) the queue page
 // read lately: one read a voucher per pageNameFor, shared by the pages
 // asked meanwhile.
-type pageNames struct {
+type pageFaces struct {
 	mu    sync.Mutex
-	names map[int64]pageName // guarded by mu
+	names map[int64]pageFace // guarded by mu
 	reads singleflight.Group
 }
 
-type pageName struct {
+type pageFace struct {
 	face rdb.VoucherFace
 	at   time.Time
 }
@@ -116,7 +116,7 @@ type pageName struct {
 // when not known since pageNameFor (zero when it cannot be read: not
 // kept). A full map is emptied: each face costs one read again, and a
 // call O(1) in the mean.
-func (n *pageNames) of(ctx context.Context, id int64, now time.Time, read func(context.Context) (rdb.VoucherFace, error)) rdb.VoucherFace {
+func (n *pageFaces) of(ctx context.Context, id int64, now time.Time, read func(context.Context) (rdb.VoucherFace, error)) rdb.VoucherFace {
 	n.mu.Lock()
 	p, ok := n.names[id]
 	n.mu.Unlock()
@@ -128,9 +128,9 @@ func (n *pageNames) of(ctx context.Context, id int64, now time.Time, read func(c
 		if err == nil {
 			n.mu.Lock()
 			if n.names == nil || len(n.names) >= maxPageNames {
-				n.names = map[int64]pageName{}
+				n.names = map[int64]pageFace{}
 			}
-			n.names[id] = pageName{face: face, at: now}
+			n.names[id] = pageFace{face: face, at: now}
 			n.mu.Unlock()
 		}
 		return face, nil

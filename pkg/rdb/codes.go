@@ -1,12 +1,5 @@
 package rdb
 
-import (
-	"regexp"
-	"slices"
-	"strconv"
-	"strings"
-)
-
 // The refusals of flashsale's scripts that decide for a buyer (admit.lua,
 // room.lua, and any added that refuses a claim or a join): one table, one
 // meaning per code in every such script. Each caller maps the codes it can
@@ -39,7 +32,7 @@ const (
 )
 
 // Codes names each code, for the tests that hold the scripts to the table
-// (ScriptCodes).
+// (scriptCodes, in its tests).
 var Codes = map[int64]string{
 	CodeVoucherNotFound: "voucher not found", CodeNotStarted: "not started", CodeEnded: "ended", CodeSoldOut: "sold out",
 	CodeUserLimit: "user limit", CodeDailyLimit: "daily limit", CodeOverloaded: "overloaded", CodeQuantityAbove: "quantity above the limit",
@@ -47,41 +40,3 @@ var Codes = map[int64]string{
 	CodeProofInvalid: "proof invalid", CodeNotAdmitted: "not admitted", CodeNotLoaded: "not loaded", CodeAccessRequired: "access required",
 	CodeAccessInvalid: "access invalid", CodeNoRoom: "no room", CodeNotInQueue: "not in queue", CodeRoomFull: "room full",
 }
-
-// ScriptCodes lists the reply codes a script's source answers, from its
-// body (comments left out): what it assigns to out[...] or code (every
-// number of the assignment, unless it calls a function), and what it
-// passes to all(...) or returns as {N, ...}; in ascending order.
-func ScriptCodes(src string) []int64 {
-	seen := map[int64]bool{}
-	for _, line := range strings.Split(src, "\n") {
-		if i := strings.Index(line, "--"); i >= 0 {
-			line = line[:i]
-		}
-		var nums []string
-		if m := assigned.FindStringSubmatch(line); m != nil && !strings.Contains(m[1], "(") {
-			nums = number.FindAllString(strings.Join(quoted.Split(m[1], -1), " "), -1) // not in 'strings' nor [indexes]
-		}
-		for _, m := range returned.FindAllStringSubmatch(line, -1) {
-			nums = append(nums, m[1])
-		}
-		for _, s := range nums {
-			if n, err := strconv.ParseInt(s, 10, 64); err == nil && n > 0 {
-				seen[n] = true
-			}
-		}
-	}
-	out := make([]int64, 0, len(seen))
-	for n := range seen {
-		out = append(out, n)
-	}
-	slices.Sort(out)
-	return out
-}
-
-var (
-	assigned = regexp.MustCompile(`^\s*(?:out\[[a-z.]+\]|code) = (.*)$`)
-	returned = regexp.MustCompile(`(?:all\(\{?|return \{)(\d+)`)
-	quoted   = regexp.MustCompile(`'[^']*'|\[[^\]]*\]`)
-	number   = regexp.MustCompile(`\b\d+\b`)
-)
