@@ -3,11 +3,16 @@ package gateway
 import (
 	"context"
 	"net"
+	"time"
 )
 
 // WithPruneClock replaces the monotonic clock of sold-out pruning
 // (nanoseconds), for tests.
 func WithPruneClock(now func() int64) Option { return withPruneClock(now) }
+
+// WithRoomTick refreshes the rooms served every d instead of roomTick:
+// a gateway whose rooms' states lag another's.
+func WithRoomTick(d time.Duration) Option { return func(g *Gateway) { g.roomTick = d } }
 
 // ServeWithAdmin is Run on listeners of the caller's: the public handler
 // on public, the admin API on admin (FLASHSALE_ADMIN_ADDR).

@@ -74,6 +74,7 @@ type Gateway struct {
 	// adminInflight counts the admin API's requests (shed.go).
 	adminInflight atomic.Int64
 	stopSweep     func()
+	roomTick      time.Duration // roomTick, unless a test says otherwise
 }
 
 // Option changes a Gateway.
@@ -111,7 +112,7 @@ func New(cfg Config, r *rdb.Store, d *db.Store, log *zap.Logger, opts ...Option)
 	if log == nil {
 		log = zap.NewNop()
 	}
-	g := &Gateway{cfg: cfg, loc: loc, now: time.Now, redis: r, db: d, log: log.Named("gateway"), reg: prometheus.NewRegistry(),
+	g := &Gateway{cfg: cfg, loc: loc, now: time.Now, roomTick: roomTick, redis: r, db: d, log: log.Named("gateway"), reg: prometheus.NewRegistry(),
 		mysqlSlots: make(chan struct{}, cfg.MySQLMaxInflight), adminSlots: make(chan struct{}, adminMySQLSlots), trusted: trusted,
 		users: ratelimit.New(cfg.UserRate, cfg.UserBurst), addrs: ratelimit.New(cfg.IPRate, cfg.IPBurst),
 		pages:      ratelimit.New(cfg.QueuePageRate, max(1, int(math.Ceil(2*cfg.QueuePageRate)))),
@@ -152,7 +153,7 @@ func New(cfg Config, r *rdb.Store, d *db.Store, log *zap.Logger, opts ...Option)
 	g.rooms = room.NewCache(roomStore, func() time.Time { return g.now() })
 	g.stopRooms = func() {}
 	if r != nil {
-		stop := every(roomTick, func() {
+		stop := every(g.roomTick, func() {
 			ctx, cancel := context.WithTimeout(context.Background(), roomTick)
 			defer cancel()
 			g.tickRooms(ctx)

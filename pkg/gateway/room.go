@@ -97,6 +97,19 @@ func (g *Gateway) roomPass(r *http.Request, v int64, user string, now time.Time)
 		return "", err
 	}
 	t, err := s.Ticket(p)
+	if s.MayBeAdmittedBy(t, err, now) {
+		// Another gateway's fresher state may have told this buyer
+		// "admitted": decide from Redis's, read now.
+		if s, err = g.rooms.Fresh(r.Context(), v, now); room.Gone(err) {
+			return "", nil // taken away: the script decides
+		} else if err != nil {
+			return "", err
+		}
+		if s == nil {
+			return "", errNotAdmitted
+		}
+		t, err = s.Ticket(p)
+	}
 	if err != nil {
 		return "", errNotAdmitted
 	}

@@ -427,6 +427,42 @@ func (c *Cache) State(ctx context.Context, v int64) (*Snapshot, error) {
 	return res.(*Snapshot), nil
 }
 
+// Fresh is v's room's state as Redis holds it at since or later: the
+// last one known when it was read then, else one read now and kept,
+// shared by every caller whose since it satisfies. A claim whose place
+// this gateway's last state does not admit asks it before refusing:
+// another gateway's fresher state may have told the buyer "admitted".
+func (c *Cache) Fresh(ctx context.Context, v int64, since time.Time) (*Snapshot, error) {
+	key := "fresh:" + strconv.FormatInt(v, 10)
+	for range 2 { // a read begun before since is joined once, then one of its own
+		if s, err := c.Known(v); err != nil || (s != nil && !s.At.Before(since)) {
+			return s, err
+		}
+		res, err, _ := c.reads.Do(key, func() (any, error) {
+			s, err := c.store.Tick(ctx, v, c.now())
+			switch {
+			case Gone(err):
+				c.Forget(v)
+				c.NoRoom(v, err)
+			case err == nil:
+				if e := c.Of(v); e != nil {
+					e.Set(s, nil)
+				} else {
+					c.Learn(v, s)
+				}
+			}
+			return s, err
+		})
+		if err != nil {
+			return nil, err
+		}
+		if s := res.(*Snapshot); !s.At.Before(since) {
+			return s, nil
+		}
+	}
+	return c.Known(v)
+}
+
 // Tick refreshes every room asked about within idle and forgets the
 // others, calling forgot for each room forgotten and ticked with each
 // refresh's answer (a state, or why there is none, or a failure); a room

@@ -237,6 +237,21 @@ func (s *Snapshot) PassExpires(t int64) time.Time {
 	return time.Time{}
 }
 
+// MayBeAdmittedBy reports whether ticket t (err: Ticket's answer), not
+// admitted in s, may be by now: the pre-queue is placed at the start, and
+// the room admits at most Rate a second, plus the second's credit it may
+// bank (room.lua), after s was read.
+func (s *Snapshot) MayBeAdmittedBy(t int64, err error, now time.Time) bool {
+	if err != nil {
+		return !s.Frozen && !now.Before(s.StartsAt)
+	}
+	if t <= s.Front {
+		return false
+	}
+	elapsed := max(now.Sub(s.At), 0)
+	return t <= s.Front+s.Rate*int64(elapsed/time.Millisecond)/1000+s.Rate+1
+}
+
 // Answer is what a waiter is told.
 type Answer struct {
 	State    string
