@@ -174,3 +174,32 @@ func (v Voucher) Traits() sale.Traits { return sale.TraitsOf(v.Kind) }
 
 // ItemOf is the item order row o took (zero for units).
 func (o Order) ItemOf() order.Item { return order.Item{No: o.Item, Amount: o.Amount, Code: o.Code} }
+
+// Apart opens a pool of its own of n connections on s's database, for
+// work that must never wait behind s's (the gateway's operator behind its
+// buyers, who may hold every connection of s's pool). s must have been
+// opened by Open; the pool has s's plugins.
+func (s *Store) Apart(ctx context.Context, n int) (*Store, error) {
+	d, ok := s.db.Dialector.(*gmysql.Dialector)
+	if !ok || d.Config == nil || d.DSNConfig == nil {
+		return nil, errors.New("db: a pool apart needs a store opened by Open")
+	}
+	g, err := Open(ctx, d.DSNConfig.FormatDSN(), Options{MaxOpenConns: n})
+	if err != nil {
+		return nil, err
+	}
+	for _, p := range s.db.Config.Plugins { // tracing, as s's
+		if err := g.Use(p); err != nil {
+			return nil, errors.Join(err, closeGorm(g))
+		}
+	}
+	return New(g), nil
+}
+
+func closeGorm(g *gorm.DB) error {
+	sqlDB, err := g.DB()
+	if err != nil {
+		return err
+	}
+	return sqlDB.Close()
+}

@@ -31,13 +31,7 @@ func New(db *gorm.DB) *Store { return &Store{db: db} }
 func (s *Store) DB() *gorm.DB { return s.db }
 
 // Close closes the store's connections.
-func (s *Store) Close() error {
-	sqlDB, err := s.db.DB()
-	if err != nil {
-		return err
-	}
-	return sqlDB.Close()
-}
+func (s *Store) Close() error { return closeGorm(s.db) }
 
 // CreateVoucher inserts v, the items of its pool if it has one, and the
 // change that puts it in Redis (creates; pkg/settle applies it), in one

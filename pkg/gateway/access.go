@@ -81,7 +81,7 @@ func (g *Gateway) issueAccessCodes(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	if _, err := g.db.Voucher(r.Context(), id); err != nil {
+	if _, err := g.dbOf(r).Voucher(r.Context(), id); err != nil {
 		if errors.Is(err, db.ErrNotFound) {
 			err = errVoucherMissing
 		}

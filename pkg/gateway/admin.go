@@ -104,12 +104,12 @@ func (g *Gateway) createVoucher(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ctx := r.Context()
-	ch, err := g.db.CreateVoucher(ctx, &v, items, now)
+	ch, err := g.dbOf(r).CreateVoucher(ctx, &v, items, now)
 	if err != nil {
 		g.fail(w, r, err)
 		return
 	}
-	if _, err := settle.Changes(ctx, g.redis, g.db, []db.VoucherChange{ch}, now); err != nil {
+	if _, err := settle.Changes(ctx, g.redis, g.dbOf(r), []db.VoucherChange{ch}, now); err != nil {
 		g.log.Warn("voucher created in MySQL; its creation in Redis is left to the reaper", zap.Int64("voucher_id", v.ID), zap.Error(err))
 	} else {
 		g.readRoomIndex() // its polls here know it at once; elsewhere, within room.IndexAgain of the first
@@ -151,7 +151,7 @@ func (g *Gateway) getVoucher(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ctx := r.Context()
-	v, err := g.db.Voucher(ctx, id)
+	v, err := g.dbOf(r).Voucher(ctx, id)
 	if errors.Is(err, db.ErrNotFound) {
 		err = errVoucherMissing
 	}
@@ -160,7 +160,7 @@ func (g *Gateway) getVoucher(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	out := voucherStatusJSON{voucherJSON: voucherOut(v, g.now()), RemainingMySQL: v.Stock}
-	if out.Orders, err = g.db.OrderCounts(ctx, id); err != nil {
+	if out.Orders, err = g.dbOf(r).OrderCounts(ctx, id); err != nil {
 		g.fail(w, r, err)
 		return
 	}
@@ -181,7 +181,7 @@ func (g *Gateway) getVoucher(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if v.Traits().Amounts {
-		a, err := g.db.VoucherAmounts(ctx, id)
+		a, err := g.dbOf(r).VoucherAmounts(ctx, id)
 		if err != nil {
 			g.fail(w, r, err)
 			return

@@ -49,7 +49,7 @@ func (g *Gateway) getDraw(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ctx := r.Context()
-	v, err := g.db.Voucher(ctx, id)
+	v, err := g.dbOf(r).Voucher(ctx, id)
 	switch {
 	case errors.Is(err, db.ErrNotFound):
 		err = errVoucherMissing

@@ -51,13 +51,13 @@ func (g *Gateway) listEvents(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	typ := r.URL.Query().Get("type")
-	rows, err := g.db.Events(r.Context(), after, int(limit))
+	rows, err := g.dbOf(r).Events(r.Context(), after, int(limit))
 	if err != nil {
 		g.fail(w, r, err)
 		return
 	}
 	if len(rows) == 0 { // caught up, or after is past the last: one read tells
-		last, err := g.db.LastSequence(r.Context())
+		last, err := g.dbOf(r).LastSequence(r.Context())
 		if err != nil {
 			g.fail(w, r, err)
 			return
@@ -111,12 +111,12 @@ func (g *Gateway) listSinks(w http.ResponseWriter, r *http.Request) {
 	if !g.eventsReader(w, r) {
 		return
 	}
-	last, err := g.db.LastSequence(r.Context())
+	last, err := g.dbOf(r).LastSequence(r.Context())
 	if err != nil {
 		g.fail(w, r, err)
 		return
 	}
-	states, err := g.db.SinkStates(r.Context())
+	states, err := g.dbOf(r).SinkStates(r.Context())
 	if err != nil {
 		g.fail(w, r, err)
 		return

@@ -5,6 +5,7 @@ package gateway
 
 import (
 	"context"
+	"fmt"
 	"math"
 	"net/netip"
 	"sync/atomic"
@@ -31,8 +32,10 @@ type Gateway struct {
 	now   func() time.Time
 	redis *rdb.Store
 	db    *db.Store
-	auth  *auth
-	pow   *proof.Issuer // proof-of-work challenges and their verification
+	// adminDB is the operator's MySQL pool (dbOf); nil without MySQL.
+	adminDB *db.Store
+	auth    *auth
+	pow     *proof.Issuer // proof-of-work challenges and their verification
 	// access makes and checks access codes (pkg/access).
 	access *access.Codes
 	// rooms are the waiting rooms served, each one's last state
@@ -131,6 +134,15 @@ func New(cfg Config, r *rdb.Store, d *db.Store, log *zap.Logger, opts ...Option)
 			return nil, err
 		}
 	}
+	if d != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+		admin, err := d.Apart(ctx, adminMySQLSlots)
+		cancel()
+		if err != nil {
+			return nil, fmt.Errorf("the operator's mysql pool: %w", err)
+		}
+		g.adminDB = admin
+	}
 	g.admit = func(ctx context.Context, c rdb.Claim) (rdb.Admission, error) {
 		ctx, cancel := context.WithTimeout(ctx, cfg.ClaimTimeout)
 		defer cancel()
@@ -189,6 +201,9 @@ func (g *Gateway) Close() {
 	g.stopSweep()
 	g.stopHistory()
 	g.stopRooms()
+	if g.adminDB != nil {
+		_ = g.adminDB.Close()
+	}
 }
 
 // jsonContentType and noStore are header values set by assignment on the

@@ -2,9 +2,12 @@ package gateway_test
 
 import (
 	"context"
+	"database/sql"
+	"io"
 	"net/http"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -149,4 +152,49 @@ func TestTheOperatorIsNeverShedByTheBuyers(t *testing.T) {
 	operate()
 	release()
 	require.Equal(t, http.StatusAccepted, f.do("POST", "/v1/vouchers/"+id+"/orders", f.token("buyer"), "").Status, "the buyers served again")
+
+	// Every connection of the buyers' MySQL pool held (as reads slower
+	// than their arrival hold them), buyers reading their orders and
+	// claiming all the while: the operator's work waits on a pool of its
+	// own. (The soak's creations answered 503 behind such a load.)
+	sqlDB, err := f.env.DB.DB().DB()
+	require.NoError(t, err)
+	held := make([]*sql.Conn, sqlDB.Stats().MaxOpenConnections)
+	for i := range held {
+		held[i], err = sqlDB.Conn(t.Context())
+		require.NoError(t, err)
+	}
+	stop := make(chan struct{})
+	var buyers sync.WaitGroup
+	var reads, claims atomic.Int64
+	for b := range 16 {
+		buyers.Go(func() {
+			tok := f.token("load" + strconv.Itoa(b))
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				method, path, n := "GET", "/v1/orders?voucher_id="+id, &reads
+				if b%2 == 1 {
+					method, path, n = "POST", "/v1/vouchers/"+id+"/orders", &claims
+				}
+				req, _ := http.NewRequest(method, f.srv.URL+path, nil)
+				req.Header.Set("Authorization", "Bearer "+tok)
+				if res, err := http.DefaultClient.Do(req); err == nil {
+					_, _ = io.Copy(io.Discard, res.Body)
+					res.Body.Close()
+					n.Add(1)
+				}
+			}
+		})
+	}
+	operate()
+	close(stop)
+	buyers.Wait()
+	for _, c := range held {
+		require.NoError(t, c.Close())
+	}
+	t.Logf("the operator's work done beside %d order reads and %d claims, every buyers' connection held", reads.Load(), claims.Load())
 }

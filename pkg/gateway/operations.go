@@ -37,12 +37,12 @@ func (g *Gateway) setPaused(paused bool) http.HandlerFunc {
 		}
 		ctx := r.Context()
 		now := g.now().UTC()
-		v, ch, err := g.db.SetPaused(ctx, id, paused, now)
+		v, ch, err := g.dbOf(r).SetPaused(ctx, id, paused, now)
 		if errors.Is(err, db.ErrNotFound) {
 			err = errVoucherMissing
 		}
 		if err == nil {
-			_, err = settle.Changes(ctx, g.redis, g.db, []db.VoucherChange{ch}, now)
+			_, err = settle.Changes(ctx, g.redis, g.dbOf(r), []db.VoucherChange{ch}, now)
 		}
 		if err != nil && !errors.Is(err, settle.ErrCreationOwed) {
 			g.fail(w, r, err)
@@ -88,7 +88,7 @@ func (g *Gateway) listVouchers(w http.ResponseWriter, r *http.Request) {
 		g.fail(w, r, err)
 		return
 	}
-	vs, err := g.db.Vouchers(r.Context(), after, int(limit)+1)
+	vs, err := g.dbOf(r).Vouchers(r.Context(), after, int(limit)+1)
 	if err != nil {
 		g.fail(w, r, err)
 		return
@@ -145,7 +145,7 @@ func (g *Gateway) listOrders(w http.ResponseWriter, r *http.Request) {
 		g.fail(w, r, err)
 		return
 	}
-	rows, err := g.db.UserOrders(ctx, v, user, 1000)
+	rows, err := g.dbOf(r).UserOrders(ctx, v, user, 1000)
 	if err != nil {
 		g.fail(w, r, err)
 		return
@@ -175,7 +175,7 @@ func (g *Gateway) cancelOrder(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ctx := r.Context()
-	o, rel, err := g.db.CancelOrder(ctx, id, user, g.now().UTC())
+	o, rel, err := g.dbOf(r).CancelOrder(ctx, id, user, g.now().UTC())
 	if errors.Is(err, db.ErrNotFound) {
 		// Maybe still pending: the owner retries once it is persisted.
 		p, found, perr := g.redis.PendingOrder(ctx, id)
@@ -195,7 +195,7 @@ func (g *Gateway) cancelOrder(w http.ResponseWriter, r *http.Request) {
 	if rel != nil {
 		// The release is recorded in MySQL: if Redis cannot take it now,
 		// the reaper settles it (pkg/settle). The cancellation stands.
-		if _, err := settle.Releases(ctx, g.redis, g.db, []db.Release{*rel}, g.now()); err != nil {
+		if _, err := settle.Releases(ctx, g.redis, g.dbOf(r), []db.Release{*rel}, g.now()); err != nil {
 			g.log.Warn("release of a cancelled order left to the reaper", zap.Int64("order_id", id), zap.Error(err))
 		} else {
 			g.soldOut.Admitted(o.VoucherID) // its units are back in Redis
@@ -252,7 +252,7 @@ func (g *Gateway) paymentWebhook(w http.ResponseWriter, r *http.Request) {
 // recordPayment is the webhook's MySQL half, holding a MySQL slot.
 func (g *Gateway) recordPayment(w http.ResponseWriter, r *http.Request, id int64, paymentID string) {
 	ctx := r.Context()
-	p, err := g.db.RecordPayment(ctx, id, paymentID, g.now().UTC())
+	p, err := g.dbOf(r).RecordPayment(ctx, id, paymentID, g.now().UTC())
 	if errors.Is(err, db.ErrNotFound) {
 		if _, found, perr := g.redis.PendingOrder(ctx, id); perr == nil && found {
 			err = errOrderPending // the provider retries
@@ -332,7 +332,7 @@ func (g *Gateway) changeVoucher(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ctx := r.Context()
-	current, err := g.db.Voucher(ctx, id)
+	current, err := g.dbOf(r).Voucher(ctx, id)
 	if errors.Is(err, db.ErrNotFound) {
 		err = errVoucherMissing
 	} else if err == nil {
@@ -342,7 +342,7 @@ func (g *Gateway) changeVoucher(w http.ResponseWriter, r *http.Request) {
 		g.fail(w, r, err)
 		return
 	}
-	v, ch, err := g.db.ChangeVoucher(ctx, id, edit, now)
+	v, ch, err := g.dbOf(r).ChangeVoucher(ctx, id, edit, now)
 	switch {
 	case errors.Is(err, db.ErrNotFound):
 		err = errVoucherMissing
@@ -353,7 +353,7 @@ func (g *Gateway) changeVoucher(w http.ResponseWriter, r *http.Request) {
 		g.fail(w, r, err)
 		return
 	}
-	if _, err := settle.Changes(ctx, g.redis, g.db, []db.VoucherChange{ch}, now); err != nil {
+	if _, err := settle.Changes(ctx, g.redis, g.dbOf(r), []db.VoucherChange{ch}, now); err != nil {
 		g.log.Warn("voucher change left to the reaper", zap.Int64("voucher_id", id), zap.Int64("change_id", ch.ID), zap.Error(err))
 	} else {
 		if edit.AddStock > 0 {

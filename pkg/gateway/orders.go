@@ -22,7 +22,7 @@ const drawEntered = orderview.DrawEntered
 func (g *Gateway) findOrder(r *http.Request, id int64, user string) (orderJSON, error) {
 	ctx := r.Context()
 	for attempt := 0; attempt < 2; attempt++ {
-		row, err := g.db.Order(ctx, id)
+		row, err := g.dbOf(r).Order(ctx, id)
 		if err == nil {
 			if row.UserID != user {
 				return orderJSON{}, errOrderMissing
@@ -86,7 +86,7 @@ func (g *Gateway) payOrder(w http.ResponseWriter, r *http.Request) {
 	}
 	// Two rounds: an order found pending may be persisted a moment later.
 	for attempt := 0; ; attempt++ {
-		row, err := g.db.PayOrder(r.Context(), id, user, g.now().UTC())
+		row, err := g.dbOf(r).PayOrder(r.Context(), id, user, g.now().UTC())
 		if err == nil {
 			writeJSON(w, http.StatusOK, fromRow(row))
 			return

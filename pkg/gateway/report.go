@@ -91,10 +91,10 @@ func (g *Gateway) voucherReport(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	v, err := g.db.Voucher(r.Context(), id)
+	v, err := g.dbOf(r).Voucher(r.Context(), id)
 	if err == nil {
 		var rep db.Report
-		if rep, err = g.db.Report(r.Context(), id); err == nil {
+		if rep, err = g.dbOf(r).Report(r.Context(), id); err == nil {
 			out := reportJSON{VoucherID: idString(id), Name: v.Name, Kind: v.Kind, Report: rep,
 				RefusedClaims: replicaRefusals{Replica: g.replica, Since: g.refused.since.UTC(), ByReason: g.refused.of(id)}}
 			if store := g.rooms.Store(); store != nil {

@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/flashsale/flashsale/pkg/db"
 	"github.com/flashsale/flashsale/pkg/ratelimit"
 )
 
@@ -114,14 +115,27 @@ func every(d time.Duration, f func()) (stop func()) {
 }
 
 // The operator's budget: the admin API's requests are counted and bounded
-// apart from the buyers', in flight and waiting on MySQL, so buyers that
-// fill FLASHSALE_MAX_INFLIGHT or FLASHSALE_MYSQL_MAX_INFLIGHT never shed an
-// operator creating, pausing or reading a sale (on the public listener or
-// its own). The operator's work is light: these bound a runaway script.
+// apart from the buyers', in flight and waiting on MySQL, and wait on a
+// MySQL pool of their own (adminMySQLSlots connections, beside
+// FLASHSALE_MYSQL_MAX_CONNS), so buyers that fill FLASHSALE_MAX_INFLIGHT,
+// FLASHSALE_MYSQL_MAX_INFLIGHT or every connection of their pool never
+// shed nor hold up an operator creating, pausing or reading a sale (on the
+// public listener or its own). The operator's work is light: these bound
+// a runaway script.
 const (
 	adminMaxInflight = 256
 	adminMySQLSlots  = 8
 )
+
+// dbOf is the MySQL pool r's work waits on: the operator's own, apart
+// from the buyers' (who may hold every connection of theirs), for a
+// request of the admin API.
+func (g *Gateway) dbOf(r *http.Request) *db.Store {
+	if g.adminDB != nil && operator(r) {
+		return g.adminDB
+	}
+	return g.db
+}
 
 // operator reports a request of the admin API.
 func operator(r *http.Request) bool { return strings.HasPrefix(r.URL.Path, "/admin/") }
