@@ -69,10 +69,11 @@ demo: servers
 ## their addresses, tokens and a ready curl printed; Ctrl-C stops them
 DEV_PORT ?= 8080
 dev: servers build
-	@# Ctrl-C is the way out: the demo stops everything and exits 0, and
-	@# make, whose shell ignores it, exits 0 with it ("go run" would exit 1).
+	@# Ctrl-C is the way out: the demo takes the terminal's foreground
+	@# (-foreground), so Ctrl-C reaches it and not make; it stops
+	@# everything, says "stopped" and exits 0, and make with it.
 	$(GO) build -o $(BIN)/demo ./pkg/internal/cmd/demo
-	@trap '' INT; $(BIN)/demo -serve -port $(DEV_PORT) $(DEMO_FLAGS)
+	$(BIN)/demo -serve -foreground -port $(DEV_PORT) $(DEMO_FLAGS)
 
 ## helm-test: lint and render the chart, decode every document strictly into
 ## the Kubernetes API types and check its policies (no cluster needed)

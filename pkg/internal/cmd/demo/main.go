@@ -43,6 +43,7 @@ func run() error {
 		fs.PrintDefaults()
 	}
 	var (
+		fg          = fs.Bool("foreground", false, "with -serve, as make dev runs it: take the terminal's foreground, so that Ctrl-C stops the stack and not make (which would exit 130)")
 		serve       = fs.Bool("serve", false, "keep the servers, the gateway, the workers, the reaper and the console running, with no voucher (make dev), print their addresses, the exports that reach them and the first sale's first commands, and stop on Ctrl-C")
 		users       = fs.Int("users", 20000, "distinct users")
 		requests    = fs.Int("requests", 50000, "claims in all (beyond -users, repeats by the same users)")
@@ -68,7 +69,12 @@ func run() error {
 		fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
 		return set
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	if *serve && *fg {
+		defer foreground()()
+	}
+	// A terminal closed (SIGHUP) stops the stack as Ctrl-C does: its
+	// servers are not left behind.
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
 	defer stop()
 
 	dir, err := os.MkdirTemp("", "flashsale-demo-")
