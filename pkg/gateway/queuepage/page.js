@@ -165,13 +165,21 @@ async function join() {
   }
 }
 
+// placedAt: when this page first saw the buyer placed. The room gives no
+// estimate until it has watched admissions for a second, nor while
+// nobody is admitted (every unit held by those ahead, deciding): past the
+// first seconds, the page says so rather than "estimating" for minutes.
+let placedAt = 0;
+const estimatingFor = 5000;
+
 function showWait(a) {
   const waiting = a.state === "waiting" && a.position > 0;
   $("figures").hidden = !waiting;
   if (!waiting) return;
+  placedAt = placedAt || Date.now();
   $("position").textContent = a.position;
   const eta = a.eta_ms;
-  $("eta").textContent = eta == null ? T.etaUnknown
+  $("eta").textContent = eta == null ? (Date.now() - placedAt < estimatingFor ? T.etaUnknown : T.etaHeld)
     : eta < 90000 ? fill(T.seconds, {n: Math.max(1, Math.round(eta / 1000))}) : fill(T.minutes, {n: Math.round(eta / 60000)});
 }
 

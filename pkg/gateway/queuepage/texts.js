@@ -37,6 +37,7 @@ window.QUEUE_TEXTS = {
   positionLabel: "Your position",
   etaLabel: "Estimated wait",
   etaUnknown: "estimating…",
+  etaHeld: "not known: those ahead of you may still buy the units left",
   seconds: "about {n} s",
   minutes: "about {n} min",
   // The server's error codes, as the buyer reads them.
