@@ -193,6 +193,21 @@ func TestTheQueuePageInABrowser(t *testing.T) {
 	shot(k, "before-start")
 	waitText(k, "#status", "You are in the queue")
 
+	// The operator pauses the sale: the buyer is told, keeps the place,
+	// and hears the sale go on when it resumes.
+	for _, op := range []string{"pause", "resume"} {
+		res := f.do("POST", "/admin/v1/vouchers/"+early+"/"+op, admin, "")
+		require.Equal(t, http.StatusOK, res.Status, res.Raw)
+		if op == "pause" {
+			waitText(k, "#status", "The sale is paused")
+			shot(k, "paused")
+		}
+	}
+	testenv.Eventually(t, 30*time.Second, "the queue again after the resume", func() bool {
+		s := text(k, "#status")
+		return strings.Contains(s, "You are in the queue") || strings.Contains(s, "It is your turn")
+	})
+
 	// A voucher that does not exist: said in the page's words.
 	g, cancelG := chromedp.NewContext(bctx)
 	defer cancelG()
