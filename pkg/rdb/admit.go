@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -131,28 +132,41 @@ func (s *Store) AdmitMany(ctx context.Context, claims []Claim) ([]Admission, []e
 }
 
 // admitDry answers again, in out and errs, the claims of hot vouchers
-// (more than one bucket) that found their own bucket dry: each is
+// (more than one bucket) that found their own bucket dry (Dry): each is
 // admitted from the others' units (admitFromDry), or sold out for good.
 func (s *Store) admitDry(ctx context.Context, claims []Claim, out []Admission, errs []error) {
-	// soldOut: the least quantity each hot voucher was found sold out
-	// for, in this batch: a larger claim need not look again.
-	var soldOut map[int64]int64
+	found := time.Now() // the claims' own admissions found their buckets dry by now
 	for i, c := range claims {
-		if !errors.Is(errs[i], ErrSoldOut) || s.knownBuckets(c.VoucherID) == 1 {
-			continue
-		}
-		need := max(c.Quantity, 1)
-		if q, ok := soldOut[c.VoucherID]; ok && need >= q {
-			continue
-		}
-		out[i], errs[i] = s.admitFromDry(ctx, c)
-		if errors.Is(errs[i], ErrSoldOut) {
-			if soldOut == nil {
-				soldOut = map[int64]int64{}
-			}
-			soldOut[c.VoucherID] = need
+		if s.Dry(c, errs[i]) {
+			out[i], errs[i] = s.admitFromDry(ctx, c, found)
 		}
 	}
+}
+
+// Dry reports whether claim c, answered err by its admission, found its
+// bucket of a hot voucher dry: it is decided again from the other
+// buckets' units (admitDry).
+func (s *Store) Dry(c Claim, err error) bool {
+	return errors.Is(err, ErrSoldOut) && s.knownBuckets(c.VoucherID) > 1
+}
+
+// dryVoucher is a hot voucher's refills in this process: one at a time
+// (lock), so a sold-out tail's claims make one voucher's moves, not one
+// each; and when the last one found it sold out, for how many units, so
+// that the claims waiting meanwhile are answered from that read.
+type dryVoucher struct {
+	lock      chan struct{} // held by the claim refilling
+	waiting   atomic.Int64  // claims waiting for the lock
+	soldOutAt time.Time     // when the read that found it sold out began (zero: none)
+	soldOut   int64         // the least units that read found it sold out for
+}
+
+func (s *Store) dryOf(v int64) *dryVoucher {
+	if d, ok := s.dry.Load(v); ok {
+		return d.(*dryVoucher)
+	}
+	d, _ := s.dry.LoadOrStore(v, &dryVoucher{lock: make(chan struct{}, 1)})
+	return d.(*dryVoucher)
 }
 
 // DryAttempts bounds how many times a claim refills its dry bucket and
@@ -163,21 +177,45 @@ func (s *Store) admitDry(ctx context.Context, claims []Claim, out []Admission, e
 // units were left.
 const DryAttempts = 16
 
-// admitFromDry admits claim c of a hot voucher, whose bucket was dry,
-// after bringing units from the other buckets; ErrSoldOut when the voucher
-// as a whole has fewer units than c asks.
-func (s *Store) admitFromDry(ctx context.Context, c Claim) (Admission, error) {
+// admitFromDry admits claim c of a hot voucher, whose bucket was found
+// dry by found, after bringing units from the other buckets; ErrSoldOut
+// when the voucher as a whole has fewer units than c asks. The voucher's
+// claims refill one at a time in this process; a claim that waited while
+// a read begun after found saw the voucher sold out for its units is
+// answered so without a read of its own (the voucher was sold out then,
+// within its request).
+func (s *Store) admitFromDry(ctx context.Context, c Claim, found time.Time) (Admission, error) {
 	n := s.knownBuckets(c.VoucherID)
 	home, need := UserBucket(c.UserID, n), max(c.Quantity, 1)
+	d := s.dryOf(c.VoucherID)
+	d.waiting.Add(1)
+	select {
+	case d.lock <- struct{}{}:
+		d.waiting.Add(-1)
+		defer func() { <-d.lock }()
+	case <-ctx.Done():
+		d.waiting.Add(-1)
+		return Admission{}, ctx.Err()
+	}
+	if !d.soldOutAt.IsZero() && !d.soldOutAt.Before(found) && need >= d.soldOut {
+		return Admission{}, ErrSoldOut
+	}
 	for range DryAttempts {
 		if err := ctx.Err(); err != nil {
 			return Admission{}, err
 		}
+		if s.dryHook != nil {
+			s.dryHook()
+		}
+		read := time.Now()
 		ok, err := s.refill(ctx, c, n, home, need)
 		if err != nil {
 			return Admission{}, err
 		}
 		if !ok {
+			if read.After(d.soldOutAt) || need < d.soldOut {
+				d.soldOutAt, d.soldOut = read, need
+			}
 			return Admission{}, ErrSoldOut
 		}
 		out, errs, err := s.admitBatch(ctx, []Claim{c})

@@ -243,13 +243,40 @@ func (b *Batcher) admit(reqs []*admitReq, claims []Claim) {
 		}
 	}
 	ctx, cancel := context.WithDeadline(context.Background(), deadline)
-	out, errs, err := b.s.AdmitMany(ctx, claims)
+	out, errs, err := b.s.admitBatch(ctx, claims)
 	cancel()
+	var dry []int
 	for i, r := range reqs {
-		if err != nil {
+		switch {
+		case err != nil:
 			r.done <- admitResult{err: err}
-		} else {
+		case b.s.Dry(claims[i], errs[i]):
+			dry = append(dry, i)
+		default:
 			r.done <- admitResult{a: out[i], err: errs[i]}
 		}
 	}
+	if len(dry) > 0 {
+		found := time.Now() // their buckets were found dry by now
+		for _, i := range dry {
+			b.wg.Add(1)
+			go b.admitDry(reqs[i], claims[i], found)
+		}
+	}
+}
+
+// admitDry decides again, off the pipeline's worker, claim c (of r),
+// which found its bucket of a hot voucher dry by found: its refill (moves
+// between buckets, a few round trips; one voucher's one at a time) holds
+// up no other claim, of this voucher or another.
+func (b *Batcher) admitDry(r *admitReq, c Claim, found time.Time) {
+	defer b.wg.Done()
+	deadline := time.Now().Add(b.timeout)
+	if r.deadline.Before(deadline) {
+		deadline = r.deadline
+	}
+	ctx, cancel := context.WithDeadline(context.Background(), deadline)
+	defer cancel()
+	a, err := b.s.admitFromDry(ctx, c, found)
+	r.done <- admitResult{a: a, err: err}
 }

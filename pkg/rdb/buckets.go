@@ -28,7 +28,9 @@ import (
 // the buckets together hold fewer units than the claim asks, counting the
 // units of moves taken but not yet given (a crash between the two halves):
 // such a move is given first. Nothing is stranded, and a move lost half
-// way loses no unit.
+// way loses no unit. A process refills one voucher once at a time
+// (admitFromDry), off the Batcher's pipelines: a sold-out tail holds up
+// no other claim, and its claims share the refill's read.
 
 // knownBuckets is the number of buckets this process has seen voucher v
 // have, 1 when it has not seen v: admit.lua tells a claim routed by the

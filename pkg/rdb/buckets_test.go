@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -317,4 +318,81 @@ func TestHotVoucherBucketsSpreadOverMasters(t *testing.T) {
 		masters[n.Options().Addr] = true
 	}
 	require.GreaterOrEqual(t, len(masters), 2, "the buckets' slots are on %v", masters)
+}
+
+// A hot voucher's sold-out tail holds up no other claim: a claim whose
+// bucket is dry is decided again off the batcher's pipelines, so claims
+// of another voucher are answered while its refill is under way (the
+// soak saw a two-bucket voucher's tail time out claims of four others
+// for minutes). And the voucher's refills are one at a time: the claims
+// that found it dry while one was under way are answered from its read.
+func TestAHotVouchersDryTailHoldsUpNoOtherClaim(t *testing.T) {
+	s := newStore(t, 8)
+	ctx := context.Background()
+	seedVoucher(t, s, rdb.Voucher{ID: 7, Stock: 2, PerUserLimit: 1, Buckets: 2})
+	seedVoucher(t, s, rdb.Voucher{ID: 8, Stock: 100, PerUserLimit: 1})
+	home1 := usersIn(1, 2, 40)
+	_, err := claim(s, 7, home1[0], t0) // bucket 1's unit: bucket 1 is dry, bucket 0 holds one
+	require.NoError(t, err)
+
+	b := s.NewBatcher(1, 32, 30*time.Second) // one pipeline: a refill on it would hold every other claim
+	t.Cleanup(b.Close)
+	admit := func(v int64, user string) (rdb.Admission, error) {
+		return b.Admit(ctx, rdb.Claim{VoucherID: v, UserID: user, Now: t0, Day: order.Day(t0, time.UTC)})
+	}
+	// hold holds each refill until the returned release is called (also
+	// at the test's end, so that nothing is left waiting).
+	var refills atomic.Int64
+	entered := make(chan struct{}, 64)
+	hold := func() (release func()) {
+		ch := make(chan struct{})
+		var once sync.Once
+		release = func() { once.Do(func() { close(ch) }) }
+		t.Cleanup(release)
+		s.OnRefill(func() {
+			refills.Add(1)
+			entered <- struct{}{}
+			<-ch
+		})
+		return release
+	}
+	release := hold()
+	dry := make(chan error, 1)
+	go func() { _, err := admit(7, home1[1]); dry <- err }()
+	<-entered // its refill is held
+	other := make(chan error, 1)
+	go func() { _, err := admit(8, "someone-else"); other <- err }()
+	select {
+	case err := <-other:
+		require.NoError(t, err, "another voucher's claim, answered while the refill is held")
+	case <-time.After(20 * time.Second):
+		t.Fatal("another voucher's claim waited for a hot voucher's refill")
+	}
+	release()
+	require.NoError(t, <-dry, "the dry claim admitted from bucket 0's unit")
+	requireStock(t, s, 7, 0)
+
+	// Sold out everywhere: one refill reads it, the claims that found
+	// their bucket dry meanwhile are answered from that read.
+	refills.Store(0)
+	release = hold()
+	first := make(chan error, 1)
+	go func() { _, err := admit(7, home1[2]); first <- err }()
+	<-entered
+	const waiting = 20
+	answers := make(chan error, waiting)
+	for _, u := range home1[3 : 3+waiting] {
+		go func() { _, err := admit(7, u); answers <- err }()
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for s.DryWaiting(7) < waiting {
+		require.True(t, time.Now().Before(deadline), "the claims found their bucket dry: %d wait", s.DryWaiting(7))
+		time.Sleep(10 * time.Millisecond)
+	}
+	release()
+	require.ErrorIs(t, <-first, rdb.ErrSoldOut)
+	for range waiting {
+		require.ErrorIs(t, <-answers, rdb.ErrSoldOut)
+	}
+	require.EqualValues(t, 1, refills.Load(), "one refill read the voucher sold out for all")
 }

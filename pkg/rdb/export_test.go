@@ -40,3 +40,10 @@ const FillClaims = fillClaims
 
 // AdmitErrors are admit.lua's codes as errors.
 func AdmitErrors() map[int64]error { return admitErrors }
+
+// OnRefill runs f at the start of each refill of a dry bucket, before
+// its read of the buckets' stocks.
+func (s *Store) OnRefill(f func()) { s.dryHook = f }
+
+// DryWaiting is how many claims of v wait for its refill under way.
+func (s *Store) DryWaiting(v int64) int64 { return s.dryOf(v).waiting.Load() }

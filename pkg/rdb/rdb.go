@@ -78,6 +78,8 @@ type Store struct {
 	partitions int
 	group      string
 	buckets    sync.Map // voucher id -> its number of buckets, once seen
+	dry        sync.Map // voucher id -> *dryVoucher: its refills (admit.go)
+	dryHook    func()   // tests: run by each refill before its read
 	durability Durability
 	// loaded is each partition's LoadedKey, built once; admitKeys each
 	// partition's StreamKey, LoadedKey and BacklogKey, boxed once as
