@@ -193,6 +193,21 @@ func Run(ctx context.Context, bin string, env []string, args ...string) error {
 // Pid is the process id.
 func (p *Proc) Pid() int { return p.cmd.Process.Pid }
 
+// owns is nil when the process listens on port itself, errPortTaken when
+// it does not and has exited (another process answers its address).
+func (p *Proc) owns(port int) error {
+	mine, err := testsrv.ListensOn(p.Pid(), port)
+	switch {
+	case err == nil && mine:
+		return nil
+	case p.Exited():
+		return fmt.Errorf("port %d: %w", port, errPortTaken)
+	case err != nil:
+		return err
+	}
+	return fmt.Errorf("port %d answers, but not from %s yet", port, p.Name)
+}
+
 // Exited reports whether the process has ended.
 func (p *Proc) Exited() bool {
 	select {

@@ -448,7 +448,9 @@ func (s *Stack) StartGatewayIn(n *testsrv.Netns, env ...string) (*Proc, string, 
 		if err == nil {
 			res.Body.Close()
 			if res.StatusCode == http.StatusOK {
-				return p, url, nil
+				if err = p.owns(ports[1]); err == nil {
+					return p, url, nil
+				}
 			}
 		}
 		if p.Exited() || time.Now().After(deadline) {
@@ -479,8 +481,38 @@ func (s *Stack) StartWorkerWith(name string, env ...string) (*Proc, error) {
 }
 
 // start starts a binary of the stack (its name before the first "-") with
-// an ops listener on a port of its own.
+// an ops listener on a port of its own: on other ports, up to three
+// times, when another process took the ones found free.
 func (s *Stack) start(name string, env []string) (*Proc, error) {
+	var errs []error
+	for range 3 {
+		p, err := s.startOnce(name, env)
+		if !errors.Is(err, errPortTaken) {
+			return p, err
+		}
+		errs = append(errs, err)
+	}
+	return nil, errors.Join(errs...)
+}
+
+// envPort is the port of the address the last name=host:port of env
+// gives (0: none).
+func envPort(env []string, name string) int {
+	port := 0
+	for _, kv := range env {
+		if v, ok := strings.CutPrefix(kv, name+"="); ok {
+			_, p, _ := net.SplitHostPort(v)
+			port, _ = strconv.Atoi(p)
+		}
+	}
+	return port
+}
+
+// errPortTaken: the address a process was given answered, but from
+// another process (of another test binary) that took the port first.
+var errPortTaken = errors.New("its port was taken by another process")
+
+func (s *Stack) startOnce(name string, env []string) (*Proc, error) {
 	port, err := testsrv.FreePort()
 	if err != nil {
 		return nil, err
@@ -497,17 +529,28 @@ func (s *Stack) start(name string, env []string) (*Proc, error) {
 		return nil, err
 	}
 	p.OpsURL, p.PprofURL = "http://"+addr, "http://"+paddr
-	// /livez answers once the process handles signals and has connected.
+	// /livez answers once the process handles signals and has connected,
+	// if the listener answering is its own.
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		res, err := http.Get(p.OpsURL + "/livez")
 		if err == nil {
 			res.Body.Close()
-			return p, nil
+			if err = p.owns(port); err == nil && bin == "gateway" {
+				if public := envPort(env, "FLASHSALE_HTTP_ADDR"); public != 0 {
+					err = p.owns(public) // the buyers' address too
+				}
+			}
+			if err == nil {
+				return p, nil
+			}
+			if p.Exited() { // it answered, and it is not this process
+				err = fmt.Errorf("port %d: %w", port, errPortTaken)
+			}
 		}
-		if p.Exited() || time.Now().After(deadline) {
+		if errors.Is(err, errPortTaken) || p.Exited() || time.Now().After(deadline) {
 			p.Kill()
-			return nil, fmt.Errorf("%s did not come up: %v\n%s", name, err, p.Log())
+			return nil, fmt.Errorf("%s did not come up: %w\n%s", name, err, p.Log())
 		}
 		time.Sleep(20 * time.Millisecond)
 	}

@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -174,4 +175,45 @@ func (s *server) resume() error {
 		return fmt.Errorf("%s not running", s.name)
 	}
 	return s.cmd.Process.Signal(syscall.SIGCONT)
+}
+
+// ListensOn reports whether process pid holds a listening TCP socket on
+// port, in its own network namespace: whether an address answering is
+// that process's, not another test process's that took a port found
+// free a moment before (go test runs packages in processes of their own).
+func ListensOn(pid, port int) (bool, error) {
+	inodes := map[string]bool{}
+	for _, table := range []string{"tcp", "tcp6"} {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/net/%s", pid, table))
+		if errors.Is(err, os.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return false, err
+		}
+		for _, l := range strings.Split(string(b), "\n")[1:] {
+			f := strings.Fields(l)           // sl local_address rem_address st ... inode
+			if len(f) < 10 || f[3] != "0A" { // 0A: LISTEN
+				continue
+			}
+			_, hexPort, ok := strings.Cut(f[1], ":")
+			if p, err := strconv.ParseInt(hexPort, 16, 32); ok && err == nil && int(p) == port {
+				inodes[f[9]] = true
+			}
+		}
+	}
+	if len(inodes) == 0 {
+		return false, nil
+	}
+	fds, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
+	if err != nil {
+		return false, err
+	}
+	for _, fd := range fds {
+		link, err := os.Readlink(fmt.Sprintf("/proc/%d/fd/%s", pid, fd.Name()))
+		if inode, ok := strings.CutPrefix(link, "socket:["); err == nil && ok && inodes[strings.TrimSuffix(inode, "]")] {
+			return true, nil
+		}
+	}
+	return false, nil
 }

@@ -2,9 +2,12 @@ package testsrv
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -66,9 +69,31 @@ func startRedis(n *Netns, dir string, extra ...string) (*Redis, error) {
 func (r *Redis) ping() error {
 	c := redis.NewClient(&redis.Options{Addr: r.Addr, DialTimeout: time.Second, MaxRetries: -1})
 	defer c.Close()
+	return r.srv.answersItself(c)
+}
+
+// answersItself reports whether the server answering c is this one's
+// process: a port found free a moment ago may be taken by another test
+// process's server meanwhile (go test runs packages' tests in processes
+// of their own), and then this one fails to bind it and exits while
+// the other answers its address: a stack that ran on another's Redis
+// saw its 202s become nobody's orders.
+func (s *server) answersItself(c redis.UniversalClient) error {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
-	return c.Ping(ctx).Err()
+	info, err := c.Info(ctx, "server").Result()
+	if err != nil {
+		return err
+	}
+	for _, l := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(l), "process_id:"); ok {
+			if v != strconv.Itoa(s.cmd.Process.Pid) {
+				return fmt.Errorf("%s: another process (pid %s) answers on its port", s.name, v)
+			}
+			return nil
+		}
+	}
+	return fmt.Errorf("%s: INFO server names no process_id", s.name)
 }
 
 // Client returns a new go-redis client for the server.

@@ -1,7 +1,6 @@
 package testsrv
 
 import (
-	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -85,9 +84,7 @@ func StartRedisTLS(dir string, files TLSFiles) (*Redis, error) {
 		c := redis.NewClient(&redis.Options{Addr: r.Addr, DialTimeout: time.Second, MaxRetries: -1,
 			TLSConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}})
 		defer c.Close()
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		defer cancel()
-		return c.Ping(ctx).Err()
+		return r.srv.answersItself(c)
 	}
 	err = onPort(&r.srv, func(port int) {
 		r.Addr = net.JoinHostPort("127.0.0.1", itoa(port))
@@ -131,11 +128,9 @@ func StartSentinel(dir, name, master string, failoverTimeout ...time.Duration) (
 	}
 	s := &Sentinel{srv: server{name: "redis-sentinel", bin: bin, logPath: filepath.Join(dir, "sentinel.log")}}
 	s.srv.ready = func() error {
-		c := redis.NewSentinelClient(&redis.Options{Addr: s.Addr, DialTimeout: time.Second, MaxRetries: -1})
+		c := redis.NewClient(&redis.Options{Addr: s.Addr, DialTimeout: time.Second, MaxRetries: -1})
 		defer c.Close()
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		defer cancel()
-		return c.Ping(ctx).Err()
+		return s.srv.answersItself(c)
 	}
 	conf := filepath.Join(dir, "sentinel.conf")
 	err = onPort(&s.srv, func(p int) {
