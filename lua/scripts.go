@@ -30,8 +30,6 @@ var (
 	pendingSrc string
 	//go:embed room.lua
 	roomSrc string
-	//go:embed persisted.lua
-	persistedSrc string
 )
 
 // Admit decides a batch of claims of one voucher bucket, in order: each
@@ -67,13 +65,9 @@ var (
 // index, pruning what was persisted (pending.lua).
 var Pending = redis.NewScript(pendingSrc)
 
-// Persisted drops persisted orders from their users' indexes of pending
-// admissions (persisted.lua).
-var Persisted = redis.NewScript(persistedSrc)
-
 // Room runs a voucher's waiting room: its clock, then a join or a
 // lookup (room.lua; pkg/room is its caller).
 var Room = redis.NewScript(roomSrc)
 
 // All lists every script, for loading at start-up.
-var All = []*redis.Script{Admit, Release, Ack, DelConsumer, Lease, Change, Take, Give, Pending, Persisted, Room}
+var All = []*redis.Script{Admit, Release, Ack, DelConsumer, Lease, Change, Take, Give, Pending, Room}

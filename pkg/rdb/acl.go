@@ -21,12 +21,11 @@ var roleCommands = map[string][]string{
 		"evalsha", "eval", "script|load", "get", "mget", "set", "hmget", "hget", "hgetall", "hset", "hdel", "hincrby", "incrby", "lpop", "lpush", "rpush",
 		"xadd", "xdel", "xrange", "xlen", "xpending", "xgroup|create", "expire", "expireat", "persist", "del", "exists", "sadd", "sismember", "watch", "unwatch", "multi", "exec",
 	},
-	// Reading and acknowledging (ack.lua), dropping what it persisted from
-	// the users' indexes (persisted.lua), renewing its lease (lease.lua)
+	// Reading and acknowledging (ack.lua), renewing its lease (lease.lua)
 	// and its liveness key, releasing (release.lua) and dead-lettering.
 	"worker": {
 		"evalsha", "eval", "script|load", "xreadgroup", "xack", "xdel", "xclaim", "xadd", "xgroup|create", "xrange",
-		"xpending", "xinfo|groups", "xtrim", "xlen", "decrby", "get", "set", "del", "exists", "sadd", "hmget", "hget", "hdel", "hincrby", "lpush", "expireat", "multi", "exec",
+		"xpending", "xinfo|groups", "xtrim", "xlen", "decrby", "get", "set", "del", "exists", "sadd", "hmget", "hget", "hincrby", "lpush", "expireat", "multi", "exec",
 	},
 	// The worker's, and taking over (XAUTOCLAIM), removing consumers
 	// (delconsumer.lua), closing pools, the stream gauges, dead-letter

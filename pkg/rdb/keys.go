@@ -20,7 +20,7 @@ import (
 //	flashsale:{pP}:alive:C             set by consumer C while it reads the partition, for ConsumerAliveTTL
 //	flashsale:{pP}:v:V                 voucher hash: stock, limit, daily, start_ms, end_ms, buckets, ..., name (bucket 0)
 //	                                   and u:USER -> units user USER holds (read with the voucher, one HMGET)
-//	                                   and o:USER -> positions of USER's admissions not yet persisted (dropped once they are)
+//	                                   and o:USER -> positions of USER's admissions not yet seen persisted
 //	flashsale:{pP}:v:V:day:YYYYMMDD    hash user -> units taken that day
 //	flashsale:{pP}:v:V:idem:U:K        idempotency record of user U, key K
 //	flashsale:{pP}:v:V:released        set of order ids whose reservation was given back

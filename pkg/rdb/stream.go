@@ -190,51 +190,7 @@ func (s *Store) Ack(ctx context.Context, p int, batch []StreamOrder) error {
 	if err := lua.Ack.Run(ctx, s.c, []string{StreamKey(p), BacklogKey(p)}, args...).Err(); err != nil {
 		return fmt.Errorf("ack %d entries on %s: %w", len(ids), StreamKey(p), err)
 	}
-	s.forgetPersisted(ctx, p, batch)
 	return nil
-}
-
-// forgetPersisted drops the indexes of pending admissions (o:USER,
-// persisted.lua) of batch's users none of whose indexed orders is still
-// pending, one script a voucher bucket in one pipelined round trip: a
-// voucher hash keeps a field for a buyer only while an order of theirs is
-// on its way to MySQL, not one for every buyer a sale ever had. Best
-// effort: an index left (a failed round trip, a voucher Redis no longer
-// holds) is pruned by its user's next listing (pending.lua), as it was.
-func (s *Store) forgetPersisted(ctx context.Context, p int, batch []StreamOrder) {
-	var keys []string
-	users := map[string][]any{}
-	for _, e := range batch {
-		if e.Err != nil || e.Order.UserID == "" {
-			continue
-		}
-		n, err := s.bucketsOf(ctx, e.Order.VoucherID)
-		if err != nil {
-			return
-		}
-		b := s.userBucketOf(e.Order.VoucherID, e.Order.UserID, n)
-		if b.p != p { // not this stream's bucket: not the index its admission wrote
-			continue
-		}
-		k := b.key()
-		if _, ok := users[k]; !ok {
-			keys = append(keys, k)
-		}
-		users[k] = append(users[k], e.Order.UserID)
-	}
-	if len(keys) == 0 {
-		return
-	}
-	for range 2 { // a Redis restarted since the scripts were loaded: load it, once
-		pipe := s.c.Pipeline()
-		for _, k := range keys {
-			lua.Persisted.EvalSha(ctx, pipe, []string{k, StreamKey(p)}, users[k]...)
-		}
-		if _, err := pipe.Exec(ctx); err == nil || !redis.HasErrorPrefix(err, "NOSCRIPT") ||
-			lua.Persisted.Load(ctx, s.c).Err() != nil {
-			return
-		}
-	}
 }
 
 // StreamIDs are the distinct stream entries of orders, in their order.
