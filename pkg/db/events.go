@@ -85,8 +85,9 @@ func encodeSnapshots(snaps []Snapshot) []byte {
 }
 
 // decodeSnapshots reads a row's snapshots with jsontext's tokenizer
-// (encoding/json/v2's): BenchmarkSnapshotCodecs measured it faster than a
-// reader written by hand (kept beside the benchmark). It is strict: the
+// (encoding/json/v2's): BenchmarkSnapshotCodecs measured it as fast as a
+// reader written by hand (kept beside the benchmark), in far fewer lines
+// of ours. It is strict: the
 // layout encodeSnapshots writes, integers without fraction or exponent,
 // valid UTF-8, nothing after the array.
 func decodeSnapshots(raw []byte) ([]Snapshot, error) {
@@ -141,12 +142,7 @@ func decodeSnapshots(raw []byte) ([]Snapshot, error) {
 		if err := delim(']'); err != nil {
 			return nil, fail(fmt.Errorf("not %d fields: %w", snapshotFields, err))
 		}
-		s.OrderID, s.VoucherID, s.Quantity, s.Amount, s.Drawn = n[0], n[1], n[5], n[6], int(n[8])
-		s.CreatedAt, s.ExpiresAt = time.UnixMilli(n[9]).UTC(), time.UnixMilli(n[10]).UTC()
-		if n[11] != 0 {
-			t := time.UnixMilli(n[11]).UTC()
-			s.PaidAt = &t
-		}
+		s.setNumbers(n[0], n[1], n[5], n[6], n[8], n[9], n[10], n[11])
 		out = append(out, s)
 	}
 	k = -1
@@ -157,6 +153,17 @@ func decodeSnapshots(raw []byte) ([]Snapshot, error) {
 		return nil, fail(fmt.Errorf("data after the array (%v)", err))
 	}
 	return out, nil
+}
+
+// setNumbers sets s's numeric fields from a row's: times in unix
+// milliseconds, paid 0 when unpaid.
+func (s *Snapshot) setNumbers(order, voucher, quantity, amount, drawn, created, expires, paid int64) {
+	s.OrderID, s.VoucherID, s.Quantity, s.Amount, s.Drawn = order, voucher, quantity, amount, int(drawn)
+	s.CreatedAt, s.ExpiresAt = time.UnixMilli(created).UTC(), time.UnixMilli(expires).UTC()
+	if paid != 0 {
+		t := time.UnixMilli(paid).UTC()
+		s.PaidAt = &t
+	}
 }
 
 // jsonInt reads a JSON value as an int64: a number without fraction or

@@ -199,12 +199,7 @@ func (d *snapshotDecoder) snapshot(k int) (Snapshot, error) {
 	if !d.byte(']') {
 		return s, d.fail(k, fmt.Sprintf("more than %d fields", snapshotFields))
 	}
-	s.OrderID, s.VoucherID, s.Quantity, s.Amount, s.Drawn = n[0], n[1], n[2], n[3], int(n[4])
-	s.CreatedAt, s.ExpiresAt = time.UnixMilli(n[5]).UTC(), time.UnixMilli(n[6]).UTC()
-	if n[7] != 0 {
-		t := time.UnixMilli(n[7]).UTC()
-		s.PaidAt = &t
-	}
+	s.setNumbers(n[0], n[1], n[2], n[3], n[4], n[5], n[6], n[7])
 	return s, nil
 }
 

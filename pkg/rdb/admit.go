@@ -132,33 +132,34 @@ func (s *Store) AdmitMany(ctx context.Context, claims []Claim) ([]Admission, []e
 }
 
 // admitDry answers again, in out and errs, the claims of hot vouchers
-// (more than one bucket) that found their own bucket dry (Dry): each is
+// (more than one bucket) that found their own bucket dry (foundDry): each is
 // admitted from the others' units (admitFromDry), or sold out for good.
 func (s *Store) admitDry(ctx context.Context, claims []Claim, out []Admission, errs []error) {
 	found := time.Now() // the claims' own admissions found their buckets dry by now
 	for i, c := range claims {
-		if s.Dry(c, errs[i]) {
+		if s.foundDry(c, errs[i]) {
 			out[i], errs[i] = s.admitFromDry(ctx, c, found)
 		}
 	}
 }
 
-// Dry reports whether claim c, answered err by its admission, found its
-// bucket of a hot voucher dry: it is decided again from the other
+// foundDry reports whether claim c, answered err by its admission, found
+// its bucket of a hot voucher dry: it is decided again from the other
 // buckets' units (admitDry).
-func (s *Store) Dry(c Claim, err error) bool {
+func (s *Store) foundDry(c Claim, err error) bool {
 	return errors.Is(err, ErrSoldOut) && s.knownBuckets(c.VoucherID) > 1
 }
 
 // dryVoucher is a hot voucher's refills in this process: one at a time
 // (lock), so a sold-out tail's claims make one voucher's moves, not one
-// each; and when the last one found it sold out, for how many units, so
+// each; and when the last read that found it sold out began, for how
+// many units, so
 // that the claims waiting meanwhile are answered from that read.
 type dryVoucher struct {
 	lock      chan struct{} // held by the claim refilling
 	waiting   atomic.Int64  // claims waiting for the lock
 	soldOutAt time.Time     // when the read that found it sold out began (zero: none)
-	soldOut   int64         // the least units that read found it sold out for
+	soldOut   int64         // the units that read found it sold out for
 }
 
 func (s *Store) dryOf(v int64) *dryVoucher {
@@ -213,9 +214,7 @@ func (s *Store) admitFromDry(ctx context.Context, c Claim, found time.Time) (Adm
 			return Admission{}, err
 		}
 		if !ok {
-			if read.After(d.soldOutAt) || need < d.soldOut {
-				d.soldOutAt, d.soldOut = read, need
-			}
+			d.soldOutAt, d.soldOut = read, need // the newest read: it answers the most claims waiting
 			return Admission{}, ErrSoldOut
 		}
 		out, errs, err := s.admitBatch(ctx, []Claim{c})

@@ -250,7 +250,7 @@ func (b *Batcher) admit(reqs []*admitReq, claims []Claim) {
 		switch {
 		case err != nil:
 			r.done <- admitResult{err: err}
-		case b.s.Dry(claims[i], errs[i]):
+		case b.s.foundDry(claims[i], errs[i]):
 			dry = append(dry, i)
 		default:
 			r.done <- admitResult{a: out[i], err: errs[i]}

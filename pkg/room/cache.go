@@ -411,20 +411,24 @@ func (c *Cache) State(ctx context.Context, v int64) (*Snapshot, error) {
 	if s, err := c.Known(v); s != nil || err != nil {
 		return s, err
 	}
-	res, err, _ := c.reads.Do(strconv.FormatInt(v, 10), func() (any, error) {
-		s, err := c.store.Tick(ctx, v, c.now())
-		switch {
-		case Gone(err):
-			c.NoRoom(v, err)
-		case err == nil:
-			c.Learn(v, s)
-		}
-		return s, err
-	})
+	res, err, _ := c.reads.Do(strconv.FormatInt(v, 10), func() (any, error) { return c.read(ctx, v) })
 	if err != nil {
 		return nil, err
 	}
 	return res.(*Snapshot), nil
+}
+
+// read reads v's room now and records what it found: its state, or that
+// it has none.
+func (c *Cache) read(ctx context.Context, v int64) (*Snapshot, error) {
+	s, err := c.store.Tick(ctx, v, c.now())
+	switch {
+	case Gone(err):
+		c.NoRoom(v, err)
+	case err == nil:
+		c.Learn(v, s)
+	}
+	return s, err
 }
 
 // Fresh is v's room's state as Redis holds it at since or later: the
@@ -438,21 +442,7 @@ func (c *Cache) Fresh(ctx context.Context, v int64, since time.Time) (*Snapshot,
 		if s, err := c.Known(v); err != nil || (s != nil && !s.At.Before(since)) {
 			return s, err
 		}
-		res, err, _ := c.reads.Do(key, func() (any, error) {
-			s, err := c.store.Tick(ctx, v, c.now())
-			switch {
-			case Gone(err):
-				c.Forget(v)
-				c.NoRoom(v, err)
-			case err == nil:
-				if e := c.Of(v); e != nil {
-					e.Set(s, nil)
-				} else {
-					c.Learn(v, s)
-				}
-			}
-			return s, err
-		})
+		res, err, _ := c.reads.Do(key, func() (any, error) { return c.read(ctx, v) })
 		if err != nil {
 			return nil, err
 		}

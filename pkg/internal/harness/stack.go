@@ -544,9 +544,6 @@ func (s *Stack) startOnce(name string, env []string) (*Proc, error) {
 			if err == nil {
 				return p, nil
 			}
-			if p.Exited() { // it answered, and it is not this process
-				err = fmt.Errorf("port %d: %w", port, errPortTaken)
-			}
 		}
 		if errors.Is(err, errPortTaken) || p.Exited() || time.Now().After(deadline) {
 			p.Kill()
