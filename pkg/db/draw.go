@@ -252,10 +252,23 @@ func giveWinnersItems(tx *gorm.DB, v int64) error {
 
 // MarkLost marks up to limit entries of drawn voucher v that did not win
 // as lost, with their events, and returns how many it marked (0 when none
-// is left). Entries another transaction holds are left for later.
+// is left). Entries another transaction holds are left for later; two
+// reapers' markings that deadlock (the victim rolled back whole) are
+// tried again.
 func (s *Store) MarkLost(ctx context.Context, v int64, now time.Time, limit int) (int64, error) {
 	var n int64
-	err := s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+	err := retryDeadlock(func() error {
+		n = 0
+		return s.markLost(ctx, v, now, limit, &n)
+	})
+	if err != nil {
+		return 0, err
+	}
+	return n, nil
+}
+
+func (s *Store) markLost(ctx context.Context, v int64, now time.Time, limit int, n *int64) error {
+	return s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
 		var ids []int64
 		if err := tx.Raw(`SELECT id FROM orders WHERE voucher_id = ? AND status = ?
 			AND EXISTS (SELECT 1 FROM vouchers WHERE id = ? AND draw_state = ?) ORDER BY id LIMIT ? FOR UPDATE SKIP LOCKED`,
@@ -272,13 +285,9 @@ func (s *Store) MarkLost(ctx context.Context, v int64, now time.Time, limit int)
 		if q.RowsAffected != int64(len(ids)) {
 			return fmt.Errorf("mark lost: %d of %d locked entries changed", q.RowsAffected, len(ids))
 		}
-		n = q.RowsAffected
+		*n = q.RowsAffected
 		return recordEvents(tx, ids, "")
 	}, readCommitted)
-	if err != nil {
-		return 0, err
-	}
-	return n, nil
 }
 
 // passOn gives the units of draw voucher v's winners gone (cancelled in
