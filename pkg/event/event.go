@@ -1,10 +1,18 @@
-// Package event is an order event as it leaves flashsale: a CloudEvents
-// 1.0 JSON object (docs/EVENTS.md) made from a row of the events outbox
-// (pkg/db events.go). The same event makes the same bytes every time, so
-// a redelivered event is the same event.
+// Package event is the order events from the outbox to the wire: the
+// event (a CloudEvents 1.0 JSON object, docs/EVENTS.md), the sequencer
+// that publishes the outbox's committed rows, the sinks (Kafka, webhook
+// endpoints) and the relay that sends each sink the events in sequence
+// order. pkg/db keeps the outbox and the sinks' rows; this package is
+// everything that reads them.
+//
+// An outbox event (db.Event) becomes an Event once, when it is read
+// (Of), and stays one until a sink writes its bytes: the same event
+// makes the same bytes every time, so a redelivered event is the same
+// event. Its Sequence is an int64 until it is written out.
 package event
 
 import (
+	"fmt"
 	"strconv"
 	"time"
 
@@ -31,12 +39,47 @@ type Event struct {
 	Subject         string `json:"subject"`
 	Time            string `json:"time"`
 	DataContentType string `json:"datacontenttype"`
-	// Sequence (the CloudEvents sequence extension): a decimal integer,
-	// one more than the event published before it, written in
-	// SequenceWidth digits, zero-padded, so sequences sort as text in
-	// their numeric order as the extension asks (FormatSequence).
-	Sequence string `json:"sequence"`
-	Data     Data   `json:"data"`
+	// Sequence (the CloudEvents sequence extension): one more than the
+	// event published before it.
+	Sequence Sequence `json:"sequence"`
+	Data     Data     `json:"data"`
+}
+
+// Sequence is an event's place in the order events are published: 1, 2,
+// 3, ... with no gap. It is written (String, MarshalText) in
+// SequenceWidth decimal digits, zero-padded ("00000000000000000041"),
+// so sequences sort as text in their numeric order as the CloudEvents
+// extension asks; it reads any decimal form, leading zeros or not.
+type Sequence int64
+
+// SequenceWidth is the digits of every sequence as written: a BIGINT
+// UNSIGNED's, so no sequence MySQL holds is wider.
+const SequenceWidth = 20
+
+// String is the sequence as events, pages and Kafka headers carry it.
+func (s Sequence) String() string { return string(s.Append(make([]byte, 0, SequenceWidth))) }
+
+// Append appends the sequence's SequenceWidth digits to b.
+func (s Sequence) Append(b []byte) []byte {
+	var buf [SequenceWidth]byte
+	d := strconv.AppendInt(buf[:0], int64(s), 10)
+	for range SequenceWidth - len(d) {
+		b = append(b, '0')
+	}
+	return append(b, d...)
+}
+
+// MarshalText writes the sequence as String does.
+func (s Sequence) MarshalText() ([]byte, error) { return s.Append(nil), nil }
+
+// UnmarshalText reads a decimal sequence, 0 or more.
+func (s *Sequence) UnmarshalText(b []byte) error {
+	n, err := strconv.ParseInt(string(b), 10, 64)
+	if err != nil || n < 0 || len(b) == 0 || b[0] == '+' {
+		return fmt.Errorf("sequence %q is not a decimal integer of 0 or more", b)
+	}
+	*s = Sequence(n)
+	return nil
 }
 
 // Data is the order as GET /v1/orders/{id} shows it, as the change left
@@ -61,37 +104,13 @@ func Types() []string {
 
 // Of is event e of the outbox, sequenced, as an event from source.
 func Of(source string, e db.Event) Event {
-	var seq string
-	if e.Sequence > 0 {
-		seq = FormatSequence(e.Sequence)
-	}
 	d := Data{Order: orderview.Of(e.Order())}
 	if s := order.Status(e.Status); s == order.StatusCancelled || s == order.StatusFailed {
 		d.Reason = e.Reason
 	}
 	return Event{SpecVersion: "1.0", ID: e.ID(), Source: source, Type: TypePrefix + e.Status,
 		Subject: strconv.FormatInt(e.OrderID, 10), Time: e.OccurredAt.UTC().Format(time.RFC3339Nano),
-		DataContentType: "application/json", Sequence: seq, Data: d}
-}
-
-// SequenceWidth is the digits of every sequence as the events carry it:
-// a BIGINT UNSIGNED's, so no sequence MySQL holds is wider.
-const SequenceWidth = 20
-
-// FormatSequence is seq (0 or more) as events, pages and Kafka headers
-// carry it: SequenceWidth decimal digits, zero-padded ("00000000000000000041").
-func FormatSequence(seq int64) string {
-	var b [SequenceWidth]byte
-	d := strconv.AppendInt(b[:0:SequenceWidth], seq, 10)
-	if len(d) >= SequenceWidth {
-		return string(d)
-	}
-	pad := SequenceWidth - len(d)
-	copy(b[pad:], d)
-	for i := range pad {
-		b[i] = '0'
-	}
-	return string(b[:])
+		DataContentType: "application/json", Sequence: Sequence(e.Sequence), Data: d}
 }
 
 // ValidSource reports whether s may be the events' source: 1-255
@@ -126,7 +145,7 @@ func (e Event) AppendJSON(b []byte) []byte {
 	b = str(b, `subject":`, e.Subject)
 	b = str(b, `time":`, e.Time)
 	b = str(b, `datacontenttype":`, e.DataContentType)
-	b = str(b, `sequence":`, e.Sequence)
+	b = append(e.Sequence.Append(append(b, `,"sequence":"`...)), '"')
 	d := &e.Data
 	b = jsonstr.Append(append(b, `,"data":{"order_id":`...), d.OrderID)
 	b = str(b, `voucher_id":`, d.VoucherID)

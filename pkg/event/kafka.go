@@ -108,16 +108,16 @@ func (k *Kafka) Close() {
 	}
 }
 
-// Send produces msgs and waits until each is acknowledged or failed, or
+// Send produces events and waits until each is acknowledged or failed, or
 // until ctx ends: then the records not acknowledged count as not
 // delivered (the client may still deliver them: a duplicate, never a
 // loss).
-func (k *Kafka) Send(ctx context.Context, msgs []Message) (int, error) {
-	errs := make([]error, len(msgs))
+func (k *Kafka) Send(ctx context.Context, events []Event) (int, error) {
+	errs := make([]error, len(events))
 	var wg sync.WaitGroup
-	wg.Add(len(msgs))
-	for i, m := range msgs {
-		k.client.Produce(ctx, Record(m), func(_ *kgo.Record, err error) {
+	wg.Add(len(events))
+	for i, e := range events {
+		k.client.Produce(ctx, Record(e), func(_ *kgo.Record, err error) {
 			errs[i] = err
 			wg.Done()
 		})
@@ -138,15 +138,15 @@ func (k *Kafka) Send(ctx context.Context, msgs []Message) (int, error) {
 			return i, &Failure{Cause: cause, Err: err}
 		}
 	}
-	return len(msgs), nil
+	return len(events), nil
 }
 
-// Record is m as a Kafka record: key the order id, value the event, the
+// Record is e as a Kafka record: key the order id, value the event, the
 // CloudEvents attributes as ce_ headers (the Kafka binding's names) and
 // content-type. The headers' values share one buffer: the relay makes a
 // record for every event it sends.
-func Record(m Message) *kgo.Record {
-	vals := [len(recordHeaders)]string{ContentType, m.SpecVersion, m.ID, m.Source, m.Type, m.Subject, m.Time, m.Sequence}
+func Record(e Event) *kgo.Record {
+	vals := [len(recordHeaders)]string{ContentType, e.SpecVersion, e.ID, e.Source, e.Type, e.Subject, e.Time, e.Sequence.String()}
 	n := 0
 	for _, v := range vals {
 		n += len(v)
@@ -162,7 +162,7 @@ func Record(m Message) *kgo.Record {
 			key = hs[i].Value
 		}
 	}
-	return &kgo.Record{Key: key, Value: m.Body, Headers: hs}
+	return &kgo.Record{Key: key, Value: e.JSON(), Headers: hs}
 }
 
 // recordHeaders are a record's headers, in Record's order;

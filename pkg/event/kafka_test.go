@@ -63,11 +63,11 @@ func TestKafkaOverTLSWithSCRAM(t *testing.T) {
 	require.NoError(t, err)
 	defer k.Close()
 	now := time.Now().UTC()
-	m := event.MessageOf("shop", db.Event{Snapshot: db.Snapshot{OrderID: 42, VoucherID: 7, UserID: "ann", Status: "paid",
+	m := event.Of("shop", db.Event{Snapshot: db.Snapshot{OrderID: 42, VoucherID: 7, UserID: "ann", Status: "paid",
 		Quantity: 1, CreatedAt: now, ExpiresAt: now, PaidAt: &now}, Row: 3, K: 0, Sequence: 9, OccurredAt: now})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	n, err := k.Send(ctx, []event.Message{m})
+	n, err := k.Send(ctx, []event.Event{m})
 	require.NoError(t, err)
 	require.Equal(t, 1, n)
 
@@ -82,7 +82,7 @@ func TestKafkaOverTLSWithSCRAM(t *testing.T) {
 	recs := fs.Records()
 	require.Len(t, recs, 1)
 	require.Equal(t, "42", string(recs[0].Key))
-	require.Equal(t, m.Body, recs[0].Value)
+	require.Equal(t, m.JSON(), recs[0].Value)
 
 	// A wrong password is refused: the sink fails, it does not hang.
 	cfg.KafkaSASLPassword = "wrong"
@@ -91,7 +91,7 @@ func TestKafkaOverTLSWithSCRAM(t *testing.T) {
 	defer bad.Close()
 	sctx, scancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer scancel()
-	_, err = bad.Send(sctx, []event.Message{m})
+	_, err = bad.Send(sctx, []event.Event{m})
 	require.Error(t, err)
 }
 
@@ -113,10 +113,10 @@ func TestKafkaCompressionIsTheOneConfigured(t *testing.T) {
 		require.True(t, ok, "%q defaults to %q", name, cfg.KafkaCompression)
 		k, err := event.NewKafka(cfg)
 		require.NoError(t, err)
-		msgs := make([]event.Message, 20)
+		msgs := make([]event.Event, 20)
 		for i := range msgs {
 			sent++
-			msgs[i] = event.MessageOf("shop", db.Event{Snapshot: db.Snapshot{OrderID: sent, VoucherID: 7, UserID: "ann", Status: "created",
+			msgs[i] = event.Of("shop", db.Event{Snapshot: db.Snapshot{OrderID: sent, VoucherID: 7, UserID: "ann", Status: "created",
 				Quantity: 1, CreatedAt: now, ExpiresAt: now}, Row: sent, Sequence: sent, OccurredAt: now})
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -139,7 +139,7 @@ func TestKafkaCompressionIsTheOneConfigured(t *testing.T) {
 		r.Close()
 		require.Len(t, got, len(msgs), name)
 		for i, rec := range got {
-			require.Equal(t, msgs[i].Body, rec.Value, "%s: record %d read back whole", name, i)
+			require.Equal(t, msgs[i].JSON(), rec.Value, "%s: record %d read back whole", name, i)
 			require.Equal(t, want, rec.Attrs.CompressionType(), "%s: record %d's batch codec", name, i)
 		}
 	}
@@ -234,7 +234,7 @@ func TestAHostileBrokersHugeAnswerIsRefusedFromItsSize(t *testing.T) {
 	defer cancel()
 	go func() {
 		now := time.Now().UTC()
-		_, _ = k.Send(ctx, []event.Message{event.MessageOf("shop", db.Event{Snapshot: db.Snapshot{OrderID: 1, VoucherID: 7, UserID: "ann",
+		_, _ = k.Send(ctx, []event.Event{event.Of("shop", db.Event{Snapshot: db.Snapshot{OrderID: 1, VoucherID: 7, UserID: "ann",
 			Status: "created", Quantity: 1, CreatedAt: now, ExpiresAt: now}, Row: 1, Sequence: 1, OccurredAt: now})})
 	}()
 	select {

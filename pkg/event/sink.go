@@ -3,34 +3,18 @@ package event
 import (
 	"context"
 	"errors"
-
-	"github.com/flashsale/flashsale/pkg/db"
 )
-
-// Message is an event as the sinks send it: its body made once, and what
-// a sink puts beside it.
-type Message struct {
-	Event
-	Seq  int64
-	Body []byte
-}
-
-// MessageOf is event e of the outbox as a sink sends it, from source.
-func MessageOf(source string, e db.Event) Message {
-	ev := Of(source, e)
-	return Message{Event: ev, Seq: e.Sequence, Body: ev.JSON()}
-}
 
 // Sink delivers events somewhere: Kafka, one webhook endpoint.
 type Sink interface {
 	// Name names the sink in metrics, the events CLI and event_sinks:
 	// "kafka", "webhook:https://host/path".
 	Name() string
-	// Send delivers msgs (in sequence order) and returns how many of
+	// Send delivers events (in sequence order) and returns how many of
 	// them, from the first, were delivered; when that is not all, the
-	// error (a *Failure) is msgs[n]'s. Events after msgs[n] may have been
-	// delivered too: they are delivered again (at least once).
-	Send(ctx context.Context, msgs []Message) (int, error)
+	// error (a *Failure) is events[n]'s. Events after events[n] may have
+	// been delivered too: they are delivered again (at least once).
+	Send(ctx context.Context, events []Event) (int, error)
 	// Close releases the sink's connections.
 	Close()
 }
@@ -58,3 +42,23 @@ func CauseOf(err error) string {
 
 // Causes are every cause a failure may give, for the metrics to start at 0.
 var Causes = []string{"http_3xx", "http_4xx", "http_5xx", "gone", "timeout", "refused", "connection", "kafka", "other"}
+
+// Sinks builds the sinks cfg configures: a webhook endpoint each, Kafka.
+func Sinks(cfg Config) ([]Sink, error) {
+	var out []Sink
+	for _, u := range cfg.WebhookURLs {
+		w, err := NewWebhook(u, cfg.WebhookSecret, cfg.WebhookTimeout)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, w)
+	}
+	if len(cfg.KafkaBrokers) > 0 {
+		k, err := NewKafka(cfg)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, k)
+	}
+	return out, nil
+}

@@ -37,10 +37,10 @@ func TestTheWebhookPayloadIsTheSpecsEvent(t *testing.T) {
 		{OrderID: 10, VoucherID: 3, UserID: "bob", Status: "cancelled", Reason: "payment_expired", Quantity: 2, CreatedAt: paid, ExpiresAt: paid},
 		{OrderID: 11, VoucherID: 4, UserID: "carol", Status: "completed", Quantity: 1, Amount: 250, CreatedAt: paid},
 	} {
-		m := event.MessageOf("shop", db.Event{Snapshot: snap, Row: 4, K: 1, Sequence: 41, OccurredAt: paid})
+		m := event.Of("shop", db.Event{Snapshot: snap, Row: 4, K: 1, Sequence: 41, OccurredAt: paid})
 		var v any
-		require.NoError(t, json.Unmarshal(m.Body, &v))
-		require.NoError(t, schema.VisitJSON(v), "%s", m.Body)
+		require.NoError(t, json.Unmarshal(m.JSON(), &v))
+		require.NoError(t, schema.VisitJSON(v), "%s", m.JSON())
 	}
 }
 
@@ -59,7 +59,7 @@ func TestTheDocumentedEnvelopeIsTheSpecsEvent(t *testing.T) {
 	require.NoError(t, spec.Components.Schemas["Event"].Value.VisitJSON(any(v)), "%s", m[1])
 	seq, err := strconv.ParseInt(v["sequence"].(string), 10, 64)
 	require.NoError(t, err)
-	require.Equal(t, v["sequence"], event.FormatSequence(seq))
+	require.Equal(t, v["sequence"], event.Sequence(seq).String())
 	paid := time.Now().UTC().Truncate(time.Millisecond)
 	e := event.Of("flashsale", db.Event{Snapshot: db.Snapshot{OrderID: 384427387514814466, VoucherID: 7, UserID: "alice", Status: "paid", Quantity: 1,
 		CreatedAt: paid, ExpiresAt: paid, PaidAt: &paid}, Row: 1042, K: 3, Sequence: seq, OccurredAt: paid})
@@ -74,14 +74,24 @@ func TestTheDocumentedEnvelopeIsTheSpecsEvent(t *testing.T) {
 
 // Sequences sort as text in their numeric order, across every width.
 func TestSequencesSortAsText(t *testing.T) {
-	prev := event.FormatSequence(0)
+	prev := event.Sequence(0).String()
 	for _, n := range []int64{1, 9, 10, 99, 100, 20920, 20921, 1 << 40, 1<<63 - 1} {
-		s := event.FormatSequence(n)
+		s := event.Sequence(n).String()
 		require.Len(t, s, event.SequenceWidth)
 		require.Less(t, prev, s, "%d", n)
 		back, err := strconv.ParseInt(s, 10, 64)
 		require.NoError(t, err)
 		require.Equal(t, n, back)
+		var read event.Sequence
+		require.NoError(t, json.Unmarshal([]byte(`"`+s+`"`), &read))
+		require.Equal(t, event.Sequence(n), read)
+		written, err := json.Marshal(read)
+		require.NoError(t, err)
+		require.Equal(t, `"`+s+`"`, string(written))
 		prev = s
+	}
+	for _, bad := range []string{`""`, `"-1"`, `"+1"`, `"1.5"`, `"x"`, `"99999999999999999999"`} {
+		var read event.Sequence
+		require.Error(t, json.Unmarshal([]byte(bad), &read), bad)
 	}
 }

@@ -71,24 +71,24 @@ func (w *Webhook) Name() string { return w.name }
 // Close closes the idle connections.
 func (w *Webhook) Close() { w.client.CloseIdleConnections() }
 
-// Send POSTs msgs over WebhookLanes lanes, one order's events on one lane
+// Send POSTs events over WebhookLanes lanes, one order's events on one lane
 // in order; a lane stops at its first failure.
-func (w *Webhook) Send(ctx context.Context, msgs []Message) (int, error) {
-	if len(msgs) == 1 {
-		if err := w.post(ctx, msgs[0]); err != nil {
+func (w *Webhook) Send(ctx context.Context, events []Event) (int, error) {
+	if len(events) == 1 {
+		if err := w.post(ctx, events[0]); err != nil {
 			return 0, err
 		}
 		return 1, nil
 	}
 	var lanes [WebhookLanes][]int
-	for i, m := range msgs {
-		l := maphash.String(w.seed, m.Subject) % WebhookLanes
+	for i, e := range events {
+		l := maphash.String(w.seed, e.Subject) % WebhookLanes
 		lanes[l] = append(lanes[l], i)
 	}
 	ctx, cancel := context.WithCancel(ctx) // a 410 stops every lane
 	defer cancel()
 	var mu sync.Mutex
-	first, firstErr, gone := len(msgs), error(nil), error(nil)
+	first, firstErr, gone := len(events), error(nil), error(nil)
 	var wg sync.WaitGroup
 	for _, lane := range lanes {
 		if len(lane) == 0 {
@@ -96,7 +96,7 @@ func (w *Webhook) Send(ctx context.Context, msgs []Message) (int, error) {
 		}
 		wg.Go(func() {
 			for _, i := range lane {
-				if err := w.post(ctx, msgs[i]); err != nil {
+				if err := w.post(ctx, events[i]); err != nil {
 					mu.Lock()
 					if i < first {
 						first, firstErr = i, err
@@ -119,17 +119,18 @@ func (w *Webhook) Send(ctx context.Context, msgs []Message) (int, error) {
 }
 
 // post delivers one event.
-func (w *Webhook) post(ctx context.Context, m Message) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, w.url, bytes.NewReader(m.Body))
+func (w *Webhook) post(ctx context.Context, e Event) error {
+	body := e.JSON()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, w.url, bytes.NewReader(body))
 	if err != nil {
 		return &Failure{Cause: "other", Err: err}
 	}
 	ts := strconv.FormatInt(w.now().Unix(), 10)
 	req.Header.Set("Content-Type", ContentType)
 	req.Header.Set("User-Agent", "flashsale-events")
-	req.Header.Set("webhook-id", m.ID)
+	req.Header.Set("webhook-id", e.ID)
 	req.Header.Set("webhook-timestamp", ts)
-	req.Header.Set("webhook-signature", "v1,"+Sign(w.key, m.ID, ts, m.Body))
+	req.Header.Set("webhook-signature", "v1,"+Sign(w.key, e.ID, ts, body))
 	resp, err := w.client.Do(req)
 	if err != nil {
 		return &Failure{Cause: transportCause(err), Err: w.redact(err)}

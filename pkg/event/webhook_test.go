@@ -33,19 +33,19 @@ func TestAnEndpointsAnswerHeadersAreBounded(t *testing.T) {
 	}))
 	defer small.Close()
 	now := time.Now().UTC()
-	m := event.MessageOf("shop", db.Event{Snapshot: db.Snapshot{OrderID: 1, VoucherID: 1, UserID: "u", Status: "created", Quantity: 1,
+	m := event.Of("shop", db.Event{Snapshot: db.Snapshot{OrderID: 1, VoucherID: 1, UserID: "u", Status: "created", Quantity: 1,
 		CreatedAt: now, ExpiresAt: now}, Row: 1, Sequence: 1, OccurredAt: now})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	w, err := event.NewWebhook(srv.URL+"/hook", testsink.Secret, 10*time.Second)
 	require.NoError(t, err)
-	n, err := w.Send(ctx, []event.Message{m})
+	n, err := w.Send(ctx, []event.Event{m})
 	require.Zero(t, n)
 	require.Error(t, err)
 	require.Contains(t, err.Error(), "header")
 	ok, err := event.NewWebhook(small.URL+"/hook", testsink.Secret, 10*time.Second)
 	require.NoError(t, err)
-	n, err = ok.Send(ctx, []event.Message{m})
+	n, err = ok.Send(ctx, []event.Event{m})
 	require.NoError(t, err, "headers within the bound are read")
 	require.Equal(t, 1, n)
 }

@@ -69,16 +69,16 @@ func (g *Gateway) listEvents(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	out := struct {
-		Events    []event.Event `json:"events"`
-		Next      string        `json:"next"`
-		FirstKept string        `json:"first_kept,omitempty"`
-	}{Events: make([]event.Event, 0, len(rows)), Next: event.FormatSequence(after)}
+		Events    []event.Event  `json:"events"`
+		Next      event.Sequence `json:"next"`
+		FirstKept event.Sequence `json:"first_kept,omitempty"`
+	}{Events: make([]event.Event, 0, len(rows)), Next: event.Sequence(after)}
 	if len(rows) > 0 && rows[0].Sequence > after+1 {
 		// The events between were deleted: say where the kept ones begin.
-		out.FirstKept = event.FormatSequence(rows[0].Sequence)
+		out.FirstKept = event.Sequence(rows[0].Sequence)
 	}
 	for _, e := range rows {
-		out.Next = event.FormatSequence(e.Sequence)
+		out.Next = event.Sequence(e.Sequence)
 		if (voucherID != 0 && e.VoucherID != voucherID) || (typ != "" && event.TypePrefix+e.Status != typ) {
 			continue
 		}

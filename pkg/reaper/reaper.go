@@ -205,7 +205,7 @@ func New(cfg Config, r *rdb.Store, d *db.Store, log *zap.Logger, opts ...Option)
 	}
 	o.reg.MustRegister(upkeep.NewStreamCollector(r).ExportedBy(cfg.Consumer))
 	log = log.Named("reaper").With(zap.String("consumer", cfg.Consumer))
-	sk, err := sinks(cfg.EventsConfig)
+	sk, err := event.Sinks(cfg.EventsConfig)
 	if err != nil {
 		return nil, err
 	}
@@ -280,7 +280,7 @@ func (r *Reaper) services() []service {
 }
 
 // ServiceNames are the reaper's services, in the order a round runs them
-// (docs/ARCHITECTURE.md, "The reaper", describes each).
+// (docs/ARCHITECTURE.md, "The reaper's services", describes each).
 func ServiceNames() []string {
 	var r Reaper
 	var names []string
@@ -303,8 +303,8 @@ func (r *Reaper) Run(ctx context.Context) error {
 		}()
 	}
 	for _, s := range r.sinks {
-		rl := r.newRelay(s)
-		wg.Go(func() { rl.run(ctx) })
+		rl := event.NewRelay(r.db, s, r.cfg.EventsConfig, r.cfg.Consumer, r.metrics.events, r.log)
+		wg.Go(func() { rl.Run(ctx) })
 	}
 	wg.Wait()
 	for _, s := range r.sinks {
@@ -356,8 +356,6 @@ func (r *Reaper) record(name string, round Round, err error) {
 	r.metrics.consumersRemoved.Add(float64(round.ConsumersRemoved))
 	r.metrics.refunded.Add(float64(round.Refunded))
 	r.metrics.drawn.Add(float64(round.Drawn))
-	r.metrics.eventsSequenced.Add(float64(round.EventsSequenced))
-	r.metrics.eventsDeleted.Add(float64(round.EventsDeleted))
 }
 
 // RunOnce runs one round of every service, in the order services lists
@@ -374,4 +372,12 @@ func (r *Reaper) RunOnce(ctx context.Context) (Round, error) {
 		errs = append(errs, err)
 	}
 	return total, errors.Join(errs...)
+}
+
+// sequenceEvents is the sequencer (pkg/event): the events committed get
+// their sequence, those past FLASHSALE_EVENTS_RETENTION are deleted.
+func (r *Reaper) sequenceEvents(ctx context.Context, round *Round) error {
+	var err error
+	round.EventsSequenced, round.EventsDeleted, err = event.SequenceAndExpire(ctx, r.db, r.metrics.events, r.cfg.MaxPerRound, r.cfg.EventsRetention)
+	return err
 }

@@ -1,6 +1,7 @@
 package doccheck
 
 import (
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -18,13 +19,18 @@ func TestTheReapersServicesAreDocumented(t *testing.T) {
 	_, table, ok := strings.Cut(read(t, "ARCHITECTURE.md"), "| service | file | interval | what a round does |")
 	require.True(t, ok)
 	var inTable []string
-	row := regexp.MustCompile("^\\| `([a-z]+)` \\| `([a-z]+\\.go)` \\|")
+	row := regexp.MustCompile("^\\| `([a-z]+)` \\| `((?:[a-z]+/)?([a-z]+\\.go))` \\|")
 	for _, l := range strings.Split(table, "\n")[2:] {
 		m := row.FindStringSubmatch(l)
 		if m == nil {
 			break
 		}
-		require.Equal(t, m[1]+".go", m[2], "a service's file is named after it")
+		require.Equal(t, m[1]+".go", m[3], "a service's file is named after it")
+		path := filepath.Join("..", "..", "..", "pkg", "reaper", m[2]) // pkg/reaper's, or another package's (event/sequencer.go)
+		if strings.Contains(m[2], "/") {
+			path = filepath.Join("..", "..", "..", "pkg", m[2])
+		}
+		require.FileExists(t, path, "the file docs/ARCHITECTURE.md names for the %s service", m[1])
 		inTable = append(inTable, m[1])
 	}
 	require.Equal(t, want, inTable, "docs/ARCHITECTURE.md, The reaper's services")

@@ -404,7 +404,7 @@ func check(want []db.Event, got []Delivery, ordered bool) []string {
 			add("received %s (sequence %s), not an event of the outbox", d.ID, d.Sequence)
 			continue
 		}
-		if d.Sequence != event.FormatSequence(e.Sequence) || d.Type != "order."+e.Status || d.Subject != strconv.FormatInt(e.OrderID, 10) {
+		if d.Sequence != event.Sequence(e.Sequence).String() || d.Type != "order."+e.Status || d.Subject != strconv.FormatInt(e.OrderID, 10) {
 			add("received %s as sequence %s type %s subject %s; the outbox says %d order.%s %d", d.ID, d.Sequence, d.Type, d.Subject, e.Sequence, e.Status, e.OrderID)
 		}
 		if b, seen := first[d.ID]; seen {

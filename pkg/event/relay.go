@@ -1,16 +1,27 @@
-package reaper
+package event
 
-// The relay: each sink of the order events (a webhook endpoint, Kafka;
-// FLASHSALE_EVENTS_*) has a loop of its own, so a slow or dead one holds
-// back no other. The reaper that holds a sink's lease in event_sinks
-// sends the sequenced events after the sink's delivered_upto, in sequence
-// order, and moves delivered_upto on once they are delivered: while
-// reapers live each event goes out once per sink; after a crash the next
-// holder sends again what was not recorded (at least once, the same id,
-// sequence and body). A failing event is retried with exponential backoff
-// and jitter; a webhook endpoint that has not taken it within
-// FLASHSALE_EVENTS_WEBHOOK_RETRY_FOR has it recorded failed, and one that
-// answers 410 Gone is stopped until an operator starts it again.
+// The relay: each sink has a loop of its own (Relay.Run), so a slow or
+// dead one holds back no other. Its states, one turn (step) at a time:
+//
+//   - not held: another process holds the sink's lease in event_sinks;
+//     look again when that lease may have ended.
+//   - sending: held, events after the sink's delivered_upto: send up to
+//     a batch in sequence order, move delivered_upto on past those
+//     delivered.
+//   - idle: held, nothing after delivered_upto: sequence what has
+//     committed, else wait a poll (20 ms doubling to 200 ms).
+//   - retrying: the event after delivered_upto failed: back off with
+//     jitter; a webhook endpoint that has not taken it within
+//     FLASHSALE_EVENTS_WEBHOOK_RETRY_FOR has it recorded failed (the
+//     sink moves past it).
+//   - stopped: the endpoint answered 410 Gone: it takes nothing until an
+//     operator redelivers (reaper events redeliver).
+//
+// Each turn that (re)reads the lease also sends again the failed events
+// an operator asked for (redeliver --failed). While processes live each
+// event goes out once per sink; after a crash the next holder sends
+// again what was not recorded (at least once: the same id, sequence and
+// body).
 
 import (
 	"context"
@@ -23,7 +34,6 @@ import (
 
 	"github.com/flashsale/flashsale/pkg/backoff"
 	"github.com/flashsale/flashsale/pkg/db"
-	"github.com/flashsale/flashsale/pkg/event"
 )
 
 // Relay timings: the lease on a sink (at least three webhook timeouts),
@@ -46,13 +56,15 @@ const (
 	// lanes (a turn waits for its longest lane: at 64 a lane, about 80 %
 	// of the lanes' time is spent sending).
 	kafkaBatch   = 1000
-	webhookBatch = 64 * event.WebhookLanes
+	webhookBatch = 64 * WebhookLanes
 )
 
-// relay is one sink's loop.
-type relay struct {
-	r    *Reaper
-	sink event.Sink
+// Relay is one sink's loop.
+type Relay struct {
+	store   *db.Store
+	metrics *Metrics
+	source  string
+	sink    Sink
 	// owner is this loop's lease token: the reaper's name and a random
 	// suffix, so two reapers of one name (two on a host started alike)
 	// never both hold a sink.
@@ -78,26 +90,6 @@ type relay struct {
 	poll time.Duration
 }
 
-// sinks builds the sinks FLASHSALE_EVENTS_* configure.
-func sinks(cfg event.Config) ([]event.Sink, error) {
-	var out []event.Sink
-	for _, u := range cfg.WebhookURLs {
-		w, err := event.NewWebhook(u, cfg.WebhookSecret, cfg.WebhookTimeout)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, w)
-	}
-	if len(cfg.KafkaBrokers) > 0 {
-		k, err := event.NewKafka(cfg)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, k)
-	}
-	return out, nil
-}
-
 // leaseToken is a lease owner unique to this process: name and 8
 // random hex digits.
 func leaseToken(name string) string {
@@ -106,22 +98,25 @@ func leaseToken(name string) string {
 	return name + "/" + hex.EncodeToString(b[:])
 }
 
-func (r *Reaper) newRelay(s event.Sink) *relay {
-	rl := &relay{r: r, sink: s, owner: leaseToken(r.cfg.Consumer), batch: kafkaBatch, retry: backoff.New(relayRetryFirst, kafkaRetryMax),
-		lease: max(relayLeaseMin, 3*r.cfg.EventsConfig.WebhookTimeout), log: r.log.With(zap.String("sink", s.Name()))}
-	if _, ok := s.(*event.Webhook); ok {
-		rl.batch, rl.retryFor, rl.retry = webhookBatch, r.cfg.EventsConfig.WebhookRetryFor, backoff.New(relayRetryFirst, webhookRetryMax)
+// NewRelay is the loop that relays the outbox's events to s, as cfg
+// says (the source, a webhook's timeout and retry), for the process
+// named name (its lease token adds a random suffix).
+func NewRelay(store *db.Store, s Sink, cfg Config, name string, m *Metrics, log *zap.Logger) *Relay {
+	rl := &Relay{store: store, metrics: m, source: cfg.Source, sink: s, owner: leaseToken(name), batch: kafkaBatch,
+		retry: backoff.New(relayRetryFirst, kafkaRetryMax), lease: max(relayLeaseMin, 3*cfg.WebhookTimeout), log: log.With(zap.String("sink", s.Name()))}
+	if _, ok := s.(*Webhook); ok {
+		rl.batch, rl.retryFor, rl.retry = webhookBatch, cfg.WebhookRetryFor, backoff.New(relayRetryFirst, webhookRetryMax)
 	}
-	for _, c := range event.Causes {
-		r.metrics.sinkFailures.WithLabelValues(s.Name(), c)
+	for _, c := range Causes {
+		m.failures.WithLabelValues(s.Name(), c)
 	}
-	r.metrics.sinkDelivered.WithLabelValues(s.Name())
-	r.metrics.sinkGivenUp.WithLabelValues(s.Name())
+	m.delivered.WithLabelValues(s.Name())
+	m.givenUp.WithLabelValues(s.Name())
 	return rl
 }
 
-// run relays until ctx ends, then gives the lease up.
-func (rl *relay) run(ctx context.Context) {
+// Run relays until ctx ends, then gives the lease up.
+func (rl *Relay) Run(ctx context.Context) {
 	name := rl.sink.Name()
 	rl.log.Info("relaying order events")
 	for ctx.Err() == nil {
@@ -132,14 +127,14 @@ func (rl *relay) run(ctx context.Context) {
 	}
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
-	if err := rl.r.db.ReleaseSink(rctx, name, rl.owner); err != nil {
+	if err := rl.store.ReleaseSink(rctx, name, rl.owner); err != nil {
 		rl.log.Warn("could not give up the sink's lease", zap.Error(err))
 	}
 }
 
 // sleep waits d, renewing the lease meanwhile so a backoff is not taken
 // over by another reaper retrying at once.
-func (rl *relay) sleep(ctx context.Context, d time.Duration) error {
+func (rl *Relay) sleep(ctx context.Context, d time.Duration) error {
 	for d > 0 {
 		step := min(d, rl.lease/3)
 		if err := backoff.Sleep(ctx, step); err != nil {
@@ -148,7 +143,7 @@ func (rl *relay) sleep(ctx context.Context, d time.Duration) error {
 		d -= step
 		if d > 0 {
 			asked := time.Now()
-			_, held, err := rl.r.db.HoldSink(ctx, rl.sink.Name(), rl.owner, rl.lease)
+			_, held, err := rl.store.HoldSink(ctx, rl.sink.Name(), rl.owner, rl.lease)
 			if err != nil || !held {
 				rl.renewAt = time.Time{}
 				return nil // the next step says what failed, or who holds it
@@ -162,11 +157,11 @@ func (rl *relay) sleep(ctx context.Context, d time.Duration) error {
 // step is one turn of the loop: hold the lease, redeliver what an
 // operator asked for, send the next events; it returns the pause before
 // the next turn.
-func (rl *relay) step(ctx context.Context) time.Duration {
-	name, owner, m := rl.sink.Name(), rl.owner, rl.r.metrics
+func (rl *Relay) step(ctx context.Context) time.Duration {
+	name, owner, m := rl.sink.Name(), rl.owner, rl.metrics
 	if !time.Now().Before(rl.renewAt) {
 		asked := time.Now()
-		st, held, err := rl.r.db.HoldSink(ctx, name, owner, rl.lease)
+		st, held, err := rl.store.HoldSink(ctx, name, owner, rl.lease)
 		if err != nil {
 			rl.held = false
 			rl.log.Warn("could not hold the sink's lease", zap.Error(err))
@@ -178,8 +173,8 @@ func (rl *relay) step(ctx context.Context) time.Duration {
 		}
 	}
 	if !rl.held { // another reaper relays it; its gauges say how it goes
-		m.sinkUndelivered.WithLabelValues(name).Set(0)
-		m.sinkOldestAge.WithLabelValues(name).Set(0)
+		m.undelivered.WithLabelValues(name).Set(0)
+		m.oldestAge.WithLabelValues(name).Set(0)
 		return time.Until(rl.renewAt)
 	}
 	st := rl.st
@@ -204,18 +199,19 @@ func (rl *relay) step(ctx context.Context) time.Duration {
 		return wait
 	}
 	rl.poll = relayPollMin
-	msgs := make([]event.Message, len(events))
+	out := make([]Event, len(events))
 	for i, e := range events {
-		msgs[i] = event.MessageOf(rl.r.cfg.EventsConfig.Source, e)
+		out[i] = Of(rl.source, e)
 	}
 	sctx, cancel := rl.sendContext(ctx)
-	n, sendErr := rl.sink.Send(sctx, msgs)
+	n, sendErr := rl.sink.Send(sctx, out)
 	cancel()
 	if n > 0 {
-		m.sinkDelivered.WithLabelValues(name).Add(float64(n))
-		moved, err := rl.r.db.AdvanceSink(ctx, name, owner, st.DeliveredUpto, msgs[n-1].Seq)
+		m.delivered.WithLabelValues(name).Add(float64(n))
+		upto := int64(out[n-1].Sequence)
+		moved, err := rl.store.AdvanceSink(ctx, name, owner, st.DeliveredUpto, upto)
 		if err != nil {
-			rl.log.Warn("could not record the events delivered", zap.Int64("upto", msgs[n-1].Seq), zap.Error(err))
+			rl.log.Warn("could not record the events delivered", zap.Int64("upto", upto), zap.Error(err))
 			rl.renewAt = time.Time{}
 			return rl.retry.Next()
 		}
@@ -223,20 +219,20 @@ func (rl *relay) step(ctx context.Context) time.Duration {
 			rl.renewAt = time.Time{}
 			return 0
 		}
-		rl.st.DeliveredUpto, rl.st.FailingSince, rl.st.Attempts = msgs[n-1].Seq, nil, 0
+		rl.st.DeliveredUpto, rl.st.FailingSince, rl.st.Attempts = upto, nil, 0
 	}
 	if sendErr == nil {
 		rl.retry.Reset()
 		return 0
 	}
-	return rl.failed(ctx, msgs[n], sendErr)
+	return rl.failed(ctx, out[n], sendErr)
 }
 
 // sendContext bounds a send: half a lease, and never past the lease,
 // less a margin for the clocks, so a sender whose lease lapsed has
 // stopped before another reaper can take the sink (the Kafka client's
-// own retries end sooner still: event.KafkaDeliveryTimeout).
-func (rl *relay) sendContext(ctx context.Context) (context.Context, context.CancelFunc) {
+// own retries end sooner still: KafkaDeliveryTimeout).
+func (rl *Relay) sendContext(ctx context.Context) (context.Context, context.CancelFunc) {
 	end := time.Now().Add(rl.lease / 2)
 	if fence := rl.heldUntil.Add(-rl.lease / 10); fence.Before(end) {
 		end = fence
@@ -248,46 +244,46 @@ func (rl *relay) sendContext(ctx context.Context) (context.Context, context.Canc
 // sequences what has committed since the sequencer's last round (every
 // FLASHSALE_REAPER_EVENTS_INTERVAL) and reads again: an event leaves
 // within a poll of its commit, not within a round.
-func (rl *relay) next(ctx context.Context, after int64) ([]db.Event, error) {
-	events, err := rl.r.db.Events(ctx, after, rl.batch)
+func (rl *Relay) next(ctx context.Context, after int64) ([]db.Event, error) {
+	events, err := rl.store.Events(ctx, after, rl.batch)
 	if err != nil || len(events) > 0 {
 		return events, err
 	}
-	n, err := rl.r.db.SequenceEvents(ctx, sequenceRows)
+	n, err := rl.store.SequenceEvents(ctx, SequenceRows)
 	if err != nil || n == 0 {
 		return nil, err
 	}
-	rl.r.metrics.eventsSequenced.Add(float64(n))
-	return rl.r.db.Events(ctx, after, rl.batch)
+	rl.metrics.sequenced.Add(float64(n))
+	return rl.store.Events(ctx, after, rl.batch)
 }
 
-// failed handles a failed delivery of msg and returns the pause before
+// failed handles a failed delivery of e and returns the pause before
 // the next attempt.
-func (rl *relay) failed(ctx context.Context, msg event.Message, sendErr error) time.Duration {
+func (rl *Relay) failed(ctx context.Context, e Event, sendErr error) time.Duration {
 	name, owner := rl.sink.Name(), rl.owner
 	rl.renewAt = time.Time{} // what follows changes the sink: read it again
-	cause := event.CauseOf(sendErr)
-	rl.r.metrics.sinkFailures.WithLabelValues(name, cause).Inc()
-	log := rl.log.With(zap.String("event_id", msg.ID), zap.Int64("sequence", msg.Seq), zap.String("cause", cause), zap.Error(sendErr))
-	if f, ok := errors.AsType[*event.Failure](sendErr); ok && f.Gone {
+	cause := CauseOf(sendErr)
+	rl.metrics.failures.WithLabelValues(name, cause).Inc()
+	log := rl.log.With(zap.String("event_id", e.ID), zap.Int64("sequence", int64(e.Sequence)), zap.String("cause", cause), zap.Error(sendErr))
+	if f, ok := errors.AsType[*Failure](sendErr); ok && f.Gone {
 		log.Error("the endpoint is gone (410): no more events go to it until reaper events redeliver")
-		if err := rl.r.db.DisableSink(ctx, name, owner, sendErr.Error()); err != nil {
+		if err := rl.store.DisableSink(ctx, name, owner, sendErr.Error()); err != nil {
 			log.Warn("could not stop the sink", zap.Error(err))
 		}
 		return relayPoll
 	}
-	failing, err := rl.r.db.SinkFailing(ctx, name, owner, sendErr.Error())
+	failing, err := rl.store.SinkFailing(ctx, name, owner, sendErr.Error())
 	if err != nil {
 		log.Warn("could not record the failure", zap.NamedError("record_error", err))
 		return rl.retry.Next()
 	}
 	if rl.retryFor > 0 && failing >= rl.retryFor {
 		log.Error("event failed for this endpoint: not delivered within FLASHSALE_EVENTS_WEBHOOK_RETRY_FOR", zap.Duration("failing_for", failing))
-		if err := rl.r.db.GiveUpSinkEvent(ctx, name, owner, msg.Seq, sendErr.Error()); err != nil {
+		if err := rl.store.GiveUpSinkEvent(ctx, name, owner, int64(e.Sequence), sendErr.Error()); err != nil {
 			log.Warn("could not record the event failed", zap.NamedError("record_error", err))
 			return rl.retry.Next()
 		}
-		rl.r.metrics.sinkGivenUp.WithLabelValues(name).Inc()
+		rl.metrics.givenUp.WithLabelValues(name).Inc()
 		rl.retry.Reset()
 		return 0
 	}
@@ -298,9 +294,9 @@ func (rl *relay) failed(ctx context.Context, msg event.Message, sendErr error) t
 
 // redeliverFailed sends again the events recorded failed that an
 // operator asked for ("reaper events redeliver --failed").
-func (rl *relay) redeliverFailed(ctx context.Context) error {
+func (rl *Relay) redeliverFailed(ctx context.Context) error {
 	name := rl.sink.Name()
-	seqs, err := rl.r.db.FailedToRedeliver(ctx, name, rl.batch)
+	seqs, err := rl.store.FailedToRedeliver(ctx, name, rl.batch)
 	if err != nil || len(seqs) == 0 {
 		return err
 	}
@@ -308,27 +304,27 @@ func (rl *relay) redeliverFailed(ctx context.Context) error {
 		if !time.Now().Before(rl.renewAt) {
 			return nil // the lease is renewed before the rest are sent
 		}
-		events, err := rl.r.db.Events(ctx, seq-1, 1)
+		events, err := rl.store.Events(ctx, seq-1, 1)
 		if err != nil {
 			return err
 		}
 		if len(events) == 0 || events[0].Sequence != seq {
-			if err := rl.r.db.Redelivered(ctx, name, seq, false, "deleted past FLASHSALE_EVENTS_RETENTION"); err != nil {
+			if err := rl.store.Redelivered(ctx, name, seq, false, "deleted past FLASHSALE_EVENTS_RETENTION"); err != nil {
 				return err
 			}
 			continue
 		}
 		sctx, cancel := rl.sendContext(ctx)
-		_, sendErr := rl.sink.Send(sctx, []event.Message{event.MessageOf(rl.r.cfg.EventsConfig.Source, events[0])})
+		_, sendErr := rl.sink.Send(sctx, []Event{Of(rl.source, events[0])})
 		cancel()
 		cause := ""
 		if sendErr != nil {
 			cause = sendErr.Error()
-			rl.r.metrics.sinkFailures.WithLabelValues(name, event.CauseOf(sendErr)).Inc()
+			rl.metrics.failures.WithLabelValues(name, CauseOf(sendErr)).Inc()
 		} else {
-			rl.r.metrics.sinkDelivered.WithLabelValues(name).Inc()
+			rl.metrics.delivered.WithLabelValues(name).Inc()
 		}
-		if err := rl.r.db.Redelivered(ctx, name, seq, sendErr == nil, cause); err != nil {
+		if err := rl.store.Redelivered(ctx, name, seq, sendErr == nil, cause); err != nil {
 			return err
 		}
 	}
@@ -339,18 +335,18 @@ func (rl *relay) redeliverFailed(ctx context.Context) error {
 // and the age of the first of them, whether the sink is sending,
 // retrying or stopped (410): "reaper events" and the console read the
 // same (db.SinkStates).
-func (rl *relay) gauges(ctx context.Context, st db.SinkState, next []db.Event) {
+func (rl *Relay) gauges(ctx context.Context, st db.SinkState, next []db.Event) {
 	name := rl.sink.Name()
-	last, err := rl.r.db.LastSequence(ctx)
+	last, err := rl.store.LastSequence(ctx)
 	if err != nil {
 		return
 	}
-	rl.r.metrics.sinkUndelivered.WithLabelValues(name).Set(float64(max(last-st.DeliveredUpto, 0)))
+	rl.metrics.undelivered.WithLabelValues(name).Set(float64(max(last-st.DeliveredUpto, 0)))
 	age := 0.0
 	if len(next) > 0 {
 		age = max(time.Since(next[0].OccurredAt).Seconds(), 0)
 	} else if last > st.DeliveredUpto {
-		oldest, err := rl.r.db.OldestAfter(ctx, st.DeliveredUpto)
+		oldest, err := rl.store.OldestAfter(ctx, st.DeliveredUpto)
 		if err != nil {
 			return
 		}
@@ -358,5 +354,5 @@ func (rl *relay) gauges(ctx context.Context, st db.SinkState, next []db.Event) {
 			age = max(time.Since(*oldest).Seconds(), 0)
 		}
 	}
-	rl.r.metrics.sinkOldestAge.WithLabelValues(name).Set(age)
+	rl.metrics.oldestAge.WithLabelValues(name).Set(age)
 }
