@@ -12,24 +12,18 @@ import (
 	"strings"
 
 	"github.com/flashsale/flashsale/pkg/access"
-	"github.com/flashsale/flashsale/pkg/db"
+	"github.com/flashsale/flashsale/pkg/gateway/httpapi"
 	"github.com/flashsale/flashsale/pkg/rdb"
 )
 
 // accessKey is FLASHSALE_ACCESS_KEY, or one derived from the admin token.
 func (c *Config) accessKey() []byte { return c.keyOr(c.AccessKey, "flashsale access-code key") }
 
-// MaxAccessUsers bounds the users of one POST .../access-codes; more are
-// issued by the command line (gateway access-codes), which streams.
-const MaxAccessUsers = 10_000
-
 var (
-	errAccessRequired = &apiError{http.StatusForbidden, "access_required",
-		"this voucher is open to invited users only for now: send your access code in " + access.Header}
-	errAccessInvalid = &apiError{http.StatusForbidden, "access_invalid",
-		"the access code is not yours for this voucher: a code names one user and one voucher"}
-	errAccessUsers = badRequest("invalid_field",
-		"users must be 1 to 10000 user ids, each 1-64 characters of A-Z a-z 0-9 _ . @ -")
+	errAccessRequired = httpapi.NewError(http.StatusForbidden, "access_required",
+		"this voucher is open to invited users only for now: send your access code in "+access.Header)
+	errAccessInvalid = httpapi.NewError(http.StatusForbidden, "access_invalid",
+		"the access code is not yours for this voucher: a code names one user and one voucher")
 )
 
 // claimAccess verifies the access code of user's claim (or join) of
@@ -47,59 +41,6 @@ func (g *Gateway) claimAccess(r *http.Request, user string, voucher int64) rdb.A
 	}
 	return rdb.AccessCodeInvalid
 }
-
-type accessCodesRequest struct {
-	Users []string `json:"users"`
-}
-
-type accessCodeJSON struct {
-	User string `json:"user"`
-	Code string `json:"code"`
-}
-
-// issueAccessCodes: POST /admin/v1/vouchers/{id}/access-codes
-// {"users": [...]} → {"codes": [{"user", "code"}]}, in the users' order:
-// each user's code for the voucher. Nothing is stored; a code is made
-// again the same from the same key.
-func (g *Gateway) issueAccessCodes(w http.ResponseWriter, r *http.Request) {
-	id, ok := g.adminAndID(w, r)
-	if !ok {
-		return
-	}
-	var req accessCodesRequest
-	if err := decodeJSONUpTo(w, r, &req, maxAccessBytes); err != nil {
-		g.fail(w, r, err)
-		return
-	}
-	if len(req.Users) == 0 || len(req.Users) > MaxAccessUsers {
-		g.fail(w, r, errAccessUsers)
-		return
-	}
-	for _, u := range req.Users {
-		if !validToken(u) {
-			g.fail(w, r, errAccessUsers)
-			return
-		}
-	}
-	if _, err := g.dbOf(r).Voucher(r.Context(), id); err != nil {
-		if errors.Is(err, db.ErrNotFound) {
-			err = errVoucherMissing
-		}
-		g.fail(w, r, err)
-		return
-	}
-	out := struct {
-		Codes []accessCodeJSON `json:"codes"`
-	}{Codes: make([]accessCodeJSON, len(req.Users))}
-	for i, u := range req.Users {
-		out.Codes[i] = accessCodeJSON{User: u, Code: g.access.Code(id, u)}
-	}
-	writeJSON(w, http.StatusOK, out)
-}
-
-// maxAccessBytes bounds the body of POST .../access-codes: MaxAccessUsers
-// ids of 64 characters, quoted, with room to spare.
-const maxAccessBytes = MaxAccessUsers * 80
 
 // WriteAccessCodes reads user ids from in, one a line (blank lines
 // skipped), and writes "user,code" lines of their codes for voucher to
@@ -140,7 +81,7 @@ func WriteUserLines(in io.Reader, out io.Writer, value func(b []byte, user strin
 		if user == "" {
 			continue
 		}
-		if !validToken(user) {
+		if !httpapi.ValidUser(user) {
 			return stop(fmt.Errorf("line %d: %q is not a user id (1-64 characters of A-Z a-z 0-9 _ . @ -)", no, cut(user, 80)))
 		}
 		line := append(append(buf, user...), ',')

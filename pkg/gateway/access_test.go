@@ -14,6 +14,7 @@ import (
 
 	"github.com/flashsale/flashsale/pkg/access"
 	"github.com/flashsale/flashsale/pkg/gateway"
+	"github.com/flashsale/flashsale/pkg/gateway/operator"
 	"github.com/flashsale/flashsale/pkg/reaper"
 )
 
@@ -148,7 +149,7 @@ func TestBadAccessInput(t *testing.T) {
 	requireError(t, issue(`{"users":[]}`), http.StatusBadRequest, "invalid_field")
 	requireError(t, issue(`{"users":["a b"]}`), http.StatusBadRequest, "invalid_field")
 	requireError(t, issue(`{"users":"alice"}`), http.StatusBadRequest, "invalid_field")
-	tooMany := make([]string, gateway.MaxAccessUsers+1)
+	tooMany := make([]string, operator.MaxAccessUsers+1)
 	for i := range tooMany {
 		tooMany[i] = fmt.Sprintf("u%d", i)
 	}

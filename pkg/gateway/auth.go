@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/flashsale/flashsale/pkg/gateway/httpapi"
 	"github.com/flashsale/flashsale/pkg/token"
 )
 
@@ -38,14 +39,14 @@ func (a *auth) user(r *http.Request) (string, error) {
 	if err != nil {
 		return "", errUnauthorized
 	}
-	if !validToken(sub) {
-		return "", &apiError{http.StatusUnauthorized, "unauthorized", "the token's sub must be 1-64 characters of A-Z a-z 0-9 _ . @ -"}
+	if !httpapi.ValidUser(sub) {
+		return "", httpapi.NewError(http.StatusUnauthorized, "unauthorized", "the token's sub must be 1-64 characters of A-Z a-z 0-9 _ . @ -")
 	}
 	return sub, nil
 }
 
 // errEventsOnly refuses the events read token a route it does not open.
-var errEventsOnly = &apiError{http.StatusForbidden, "forbidden", "this token reads the order events only (FLASHSALE_EVENTS_READ_TOKEN)"}
+var errEventsOnly = httpapi.NewError(http.StatusForbidden, "forbidden", "this token reads the order events only (FLASHSALE_EVENTS_READ_TOKEN)")
 
 // admin checks the admin bearer token; the events read token is known
 // and refused (errEventsOnly).
@@ -69,21 +70,6 @@ func (a *auth) eventsReader(r *http.Request) error {
 		return err
 	}
 	return nil
-}
-
-// validToken accepts user ids and idempotency keys: 1-64 characters that
-// are safe inside a Redis key and a log line.
-func validToken(s string) bool {
-	if len(s) == 0 || len(s) > 64 {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '.' || c == '@' || c == '-') {
-			return false
-		}
-	}
-	return true
 }
 
 // SignUserToken makes a user token as flashsale expects it (token.SignUser);

@@ -8,11 +8,12 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/flashsale/flashsale/pkg/gateway/httpapi"
 	"github.com/flashsale/flashsale/pkg/order"
 	"github.com/flashsale/flashsale/pkg/rdb"
 )
 
-var errBadIdempotencyKey = badRequest("invalid_idempotency_key", "Idempotency-Key must be 1-64 characters of A-Z a-z 0-9 _ . @ -")
+var errBadIdempotencyKey = httpapi.BadRequest("invalid_idempotency_key", "Idempotency-Key must be 1-64 characters of A-Z a-z 0-9 _ . @ -")
 
 // claim: POST /v1/vouchers/{id}/orders. One admission script, no MySQL.
 //
@@ -56,7 +57,7 @@ func (g *Gateway) claim(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	key := r.Header.Get("Idempotency-Key")
-	if key != "" && !validToken(key) {
+	if key != "" && !httpapi.ValidUser(key) {
 		g.fail(w, r, errBadIdempotencyKey)
 		g.countClaim(resultInvalid, "", start)
 		return
@@ -70,8 +71,8 @@ func (g *Gateway) claim(w http.ResponseWriter, r *http.Request) {
 	proof, checkErr := g.claimProof(r, user, voucher)
 	if checkErr == nil && key == "" && g.soldOut.Prune(voucher, qty) {
 		g.metrics.pruned.Inc()
-		g.refused.add(voucher, errSoldOut.Code)
-		writeError(w, errSoldOut)
+		g.refused.Add(voucher, errSoldOut.Code)
+		httpapi.WriteError(w, errSoldOut)
 		g.countClaim(resultRejected, errSoldOut.Code, start)
 		return
 	}
@@ -156,7 +157,7 @@ func (g *Gateway) refuseUnlessReplayed(w http.ResponseWriter, r *http.Request, c
 
 // answerAdmitted writes the 202 of admission a, and counts it.
 func (g *Gateway) answerAdmitted(w http.ResponseWriter, a rdb.Admission, start time.Time) {
-	w.Header()["Content-Type"] = jsonContentType
+	w.Header()["Content-Type"] = httpapi.JSONContentType
 	w.WriteHeader(http.StatusAccepted)
 	_, _ = w.Write(admittedBody(a))
 	switch {
@@ -177,12 +178,12 @@ func (g *Gateway) claimFailed(w http.ResponseWriter, r *http.Request, voucher in
 		g.countClaim(resultUnavailable, "", start)
 	} else {
 		g.countClaim(resultRejected, e.Code, start)
-		if e != errVoucherMissing { // a voucher that exists: the count is bounded
-			g.refused.add(voucher, e.Code)
+		if e != httpapi.ErrVoucherMissing { // a voucher that exists: the count is bounded
+			g.refused.Add(voucher, e.Code)
 		}
 	}
 	if errors.Is(err, rdb.ErrOverloaded) || errors.Is(err, rdb.ErrNotReplicated) {
-		writeError(w, e) // expected under extreme load or a replica's stall: counted, not logged
+		httpapi.WriteError(w, e) // expected under extreme load or a replica's stall: counted, not logged
 		return
 	}
 	g.fail(w, r, err)
@@ -218,13 +219,13 @@ type claimRequest struct {
 	Quantity *int64 `json:"quantity"`
 }
 
-var errBadQuantity = badRequest("invalid_field", "quantity must be a whole number from 1 to the voucher's per_user_limit (1 for envelopes and codes)")
+var errBadQuantity = httpapi.BadRequest("invalid_field", "quantity must be a whole number from 1 to the voucher's per_user_limit (1 for envelopes and codes)")
 
 // claimQuantity reads the claim's optional body {"quantity": N}: no body,
 // or no quantity, is 1. Whether N is within the voucher's per-user limit
 // is decided by the admission script, which knows the limit.
 func (g *Gateway) claimQuantity(w http.ResponseWriter, r *http.Request) (int64, error) {
-	body, err := g.readBody(w, r, maxBodyBytes, bodyReadTimeout)
+	body, err := g.readBody(w, r, httpapi.MaxBodyBytes, bodyReadTimeout)
 	switch {
 	case err != nil:
 		return 0, err
@@ -232,8 +233,8 @@ func (g *Gateway) claimQuantity(w http.ResponseWriter, r *http.Request) (int64, 
 		return 1, nil
 	}
 	var req claimRequest
-	if err := decodeJSON(w, r, &req); err != nil {
-		var ae *apiError
+	if err := httpapi.DecodeJSON(w, r, &req, httpapi.MaxBodyBytes); err != nil {
+		var ae *httpapi.Error
 		if errors.As(err, &ae) && ae.Code == "invalid_field" {
 			return 0, errBadQuantity
 		}

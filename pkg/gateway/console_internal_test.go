@@ -2,6 +2,8 @@ package gateway
 
 import (
 	"encoding/json"
+	"os"
+	"path/filepath"
 	"regexp"
 	"testing"
 
@@ -13,6 +15,8 @@ import (
 // (access_required was drawn in admitted's green, not_admitted in
 // invalid's orange).
 func TestEveryClaimOutcomeHasItsOwnColour(t *testing.T) {
+	consoleHTML, err := os.ReadFile(filepath.Join("operator", "console.html"))
+	require.NoError(t, err)
 	m := regexp.MustCompile(`const OUTCOME_COLORS = (\{[^}]*\});`).FindSubmatch(consoleHTML)
 	require.NotNil(t, m, "console.html's OUTCOME_COLORS")
 	var colors map[string]string

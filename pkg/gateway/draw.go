@@ -7,6 +7,7 @@ import (
 
 	"github.com/flashsale/flashsale/pkg/db"
 	"github.com/flashsale/flashsale/pkg/draw"
+	"github.com/flashsale/flashsale/pkg/gateway/httpapi"
 	"github.com/flashsale/flashsale/pkg/voucher"
 )
 
@@ -29,7 +30,7 @@ type drawJSON struct {
 	DrawnAt        *time.Time `json:"drawn_at,omitempty"`
 }
 
-var errNotADraw = &apiError{http.StatusNotFound, "not_a_draw", "this voucher is not a draw sale"}
+var errNotADraw = httpapi.NewError(http.StatusNotFound, "not_a_draw", "this voucher is not a draw sale")
 
 // drawState is the state of v's draw as the API names it at now.
 func drawState(v db.Voucher, now time.Time) string {
@@ -52,7 +53,7 @@ func (g *Gateway) getDraw(w http.ResponseWriter, r *http.Request) {
 	v, err := g.dbOf(r).Voucher(ctx, id)
 	switch {
 	case errors.Is(err, db.ErrNotFound):
-		err = errVoucherMissing
+		err = httpapi.ErrVoucherMissing
 	case err == nil && !v.IsDraw():
 		err = errNotADraw
 	}
@@ -65,7 +66,7 @@ func (g *Gateway) getDraw(w http.ResponseWriter, r *http.Request) {
 		g.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, d)
+	httpapi.WriteJSON(w, http.StatusOK, d)
 }
 
 // drawOf is draw voucher v's draw as the API shows it.
@@ -74,7 +75,7 @@ func (g *Gateway) drawOf(r *http.Request, v db.Voucher) (*drawJSON, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &drawJSON{VoucherID: idString(v.ID), State: drawState(v, g.now()), Entries: f.Entries,
+	return &drawJSON{VoucherID: httpapi.IDString(v.ID), State: drawState(v, g.now()), Entries: f.Entries,
 		Winners: v.DrawWinners, WaitlistPassed: f.Passed, Paid: f.Paid,
 		SeedCommitment: v.SeedCommitment, Seed: voucher.Revealed(v), EndsAt: v.EndsAt, DrawnAt: v.DrawnAt}, nil
 }

@@ -13,6 +13,8 @@ import (
 	"net"
 	"net/http"
 	"sync/atomic"
+
+	"github.com/flashsale/flashsale/pkg/gateway/httpapi"
 )
 
 // framedListener hands out connections that read their first request
@@ -116,7 +118,7 @@ func framedContext(ctx context.Context, c net.Conn) context.Context {
 // Transfer-Encoding header refuses it, and so does being anything but
 // its connection's first request (its head was not read), or a
 // connection not read at all.
-func http10Framing(r *http.Request) *apiError {
+func http10Framing(r *http.Request) *httpapi.Error {
 	fc, _ := r.Context().Value(framedKey{}).(*framedConn)
 	if fc == nil {
 		return errLengthRequired
@@ -131,5 +133,5 @@ func http10Framing(r *http.Request) *apiError {
 	return nil
 }
 
-var errHTTP10Later = &apiError{http.StatusHTTPVersionNotSupported, "http_version",
-	"an HTTP/1.0 request is served only as its connection's first: open a new connection, or use HTTP/1.1"}
+var errHTTP10Later = httpapi.NewError(http.StatusHTTPVersionNotSupported, "http_version",
+	"an HTTP/1.0 request is served only as its connection's first: open a new connection, or use HTTP/1.1")

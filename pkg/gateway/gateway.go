@@ -16,6 +16,7 @@ import (
 
 	"github.com/flashsale/flashsale/pkg/access"
 	"github.com/flashsale/flashsale/pkg/db"
+	"github.com/flashsale/flashsale/pkg/gateway/operator"
 	"github.com/flashsale/flashsale/pkg/history"
 	"github.com/flashsale/flashsale/pkg/proof"
 	"github.com/flashsale/flashsale/pkg/ratelimit"
@@ -55,8 +56,10 @@ type Gateway struct {
 	soldOut *soldout.Cache
 	// refused counts refused claims per voucher for sales' reports;
 	// replica names this replica in them (report.go).
-	refused refusals
+	refused operator.Refusals
 	replica string
+	// ops is the admin API (pkg/gateway/operator).
+	ops *operator.API
 	// drawFigures are the draws' figures, a scan each, shared a while.
 	drawFigures *db.DrawFiguresCache
 	// pageFaces are the names (and openings) the queue page shows (queuepage.go).
@@ -120,8 +123,8 @@ func New(cfg Config, r *rdb.Store, d *db.Store, log *zap.Logger, opts ...Option)
 		users: ratelimit.New(cfg.UserRate, cfg.UserBurst), addrs: ratelimit.New(cfg.IPRate, cfg.IPBurst),
 		pages:      ratelimit.New(cfg.QueuePageRate, max(1, int(math.Ceil(2*cfg.QueuePageRate)))),
 		adminFails: ratelimit.New(float64(time.Second)/float64(adminFailEvery), adminFailBurst),
-		soldOut:    soldout.New(cfg.SoldOutRefresh, soldout.Monotonic()), replica: replicaName()}
-	g.refused.since = time.Now()
+		soldOut:    soldout.New(cfg.SoldOutRefresh, soldout.Monotonic()), replica: operator.ReplicaName()}
+	g.refused.Since = time.Now()
 	if d != nil {
 		g.drawFigures = db.NewDrawFiguresCache(d)
 	}
@@ -183,14 +186,10 @@ func New(cfg Config, r *rdb.Store, d *db.Store, log *zap.Logger, opts ...Option)
 		DB:      d,
 		Log:     g.log,
 	})
-	g.stopHistory = every(historyEvery, func() { g.history.Sample(time.Now()) })
+	g.ops = g.operatorAPI()
+	g.stopHistory = every(operator.HistoryEvery, func() { g.history.Sample(time.Now()) })
 	return g, nil
 }
-
-// createTimeout bounds creating a voucher: a pool of 100,000 codes is
-// 100,000 rows written in one transaction, which a loaded MySQL may take
-// seconds over. The gateway's listeners allow a response this late.
-const createTimeout = 30 * time.Second
 
 // Close stops the admission batcher, the limiters' sweeper and the
 // console's sampler. Serve calls it when it returns.
@@ -205,7 +204,3 @@ func (g *Gateway) Close() {
 		_ = g.adminDB.Close()
 	}
 }
-
-// jsonContentType and noStore are header values set by assignment on the
-// hot paths (claims, polls): shared, never changed, so no allocation.
-var jsonContentType, noStore = []string{"application/json"}, []string{"no-store"}

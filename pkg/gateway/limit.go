@@ -4,11 +4,12 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/flashsale/flashsale/pkg/gateway/httpapi"
 	"github.com/flashsale/flashsale/pkg/ratelimit"
 )
 
 // writeRateLimited answers 429 rate_limited with Retry-After.
 func writeRateLimited(w http.ResponseWriter, wait time.Duration) {
 	w.Header().Set("Retry-After", ratelimit.RetryAfter(wait))
-	writeError(w, errRateLimited)
+	httpapi.WriteError(w, errRateLimited)
 }

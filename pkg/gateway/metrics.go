@@ -3,6 +3,8 @@ package gateway
 import (
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/flashsale/flashsale/pkg/gateway/httpapi"
+	"github.com/flashsale/flashsale/pkg/history"
 	"github.com/flashsale/flashsale/pkg/room"
 )
 
@@ -133,15 +135,20 @@ func (m *metrics) roomAnswer(op, state string) {
 
 // roomFigures publishes room v's figures from its state s.
 func (m *metrics) roomFigures(v int64, s *room.Snapshot) {
-	id := idString(v)
+	id := httpapi.IDString(v)
 	m.roomWaiting.WithLabelValues(id).Set(float64(s.Waiting()))
 	m.roomAdmitted.WithLabelValues(id).Set(float64(s.Front))
 	m.roomPasses.WithLabelValues(id).Set(float64(s.Live))
 }
 
 func (m *metrics) forgetRoom(v int64) {
-	id := idString(v)
+	id := httpapi.IDString(v)
 	m.roomWaiting.DeleteLabelValues(id)
 	m.roomAdmitted.DeleteLabelValues(id)
 	m.roomPasses.DeleteLabelValues(id)
 }
+
+// claimTotals reads this replica's claim counters (the Prometheus ones:
+// nothing more is counted on the claim path) by result, "rejected:<code>"
+// for rejections.
+func (g *Gateway) claimTotals() map[string]int64 { return history.Totals(g.metrics.claims) }

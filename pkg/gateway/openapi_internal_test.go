@@ -54,7 +54,12 @@ func TestOpenAPISpecMatchesTheRouter(t *testing.T) {
 	// Every code the package can answer, read off its source.
 	files, err := filepath.Glob("*.go")
 	require.NoError(t, err)
-	re := regexp.MustCompile(`(?:&apiError\{http\.[A-Za-z]+, |badRequest\()"([a-z_]+)"`)
+	for _, dir := range []string{"httpapi", "operator"} {
+		more, err := filepath.Glob(filepath.Join(dir, "*.go"))
+		require.NoError(t, err)
+		files = append(files, more...)
+	}
+	re := regexp.MustCompile(`(?:NewError\(http\.[A-Za-z]+, |BadRequest\()"([a-z_]+)"`)
 	codes := map[string]bool{}
 	for _, f := range files {
 		if strings.HasSuffix(f, "_test.go") {

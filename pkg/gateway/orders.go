@@ -5,6 +5,7 @@ import (
 	"net/http"
 
 	"github.com/flashsale/flashsale/pkg/db"
+	"github.com/flashsale/flashsale/pkg/gateway/httpapi"
 	"github.com/flashsale/flashsale/pkg/order"
 	"github.com/flashsale/flashsale/pkg/orderview"
 )
@@ -61,11 +62,11 @@ func (g *Gateway) getOrder(w http.ResponseWriter, r *http.Request) {
 		g.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, o)
+	httpapi.WriteJSON(w, http.StatusOK, o)
 }
 
-var errBuyerPayOff = &apiError{http.StatusNotFound, "not_found",
-	"buyers do not mark orders paid here: the payment provider confirms payments (FLASHSALE_BUYER_PAY is off)"}
+var errBuyerPayOff = httpapi.NewError(http.StatusNotFound, "not_found",
+	"buyers do not mark orders paid here: the payment provider confirms payments (FLASHSALE_BUYER_PAY is off)")
 
 // buyerPay answers 404 unless FLASHSALE_BUYER_PAY opened /pay, before
 // anything else (a MySQL slot, a token check): a buyer who could call it
@@ -74,7 +75,7 @@ func (g *Gateway) buyerPay(h http.HandlerFunc) http.HandlerFunc {
 	if g.cfg.BuyerPay {
 		return h
 	}
-	return func(w http.ResponseWriter, _ *http.Request) { writeError(w, errBuyerPayOff) }
+	return func(w http.ResponseWriter, _ *http.Request) { httpapi.WriteError(w, errBuyerPayOff) }
 }
 
 // payOrder: POST /v1/orders/{id}/pay, open only with FLASHSALE_BUYER_PAY
@@ -88,7 +89,7 @@ func (g *Gateway) payOrder(w http.ResponseWriter, r *http.Request) {
 	for attempt := 0; ; attempt++ {
 		row, err := g.dbOf(r).PayOrder(r.Context(), id, user, g.now().UTC())
 		if err == nil {
-			writeJSON(w, http.StatusOK, fromRow(row))
+			httpapi.WriteJSON(w, http.StatusOK, fromRow(row))
 			return
 		}
 		if !errors.Is(err, db.ErrNotFound) {

@@ -8,6 +8,7 @@ import (
 	"crypto/sha256"
 	"net/http"
 
+	"github.com/flashsale/flashsale/pkg/gateway/httpapi"
 	"github.com/flashsale/flashsale/pkg/proof"
 	"github.com/flashsale/flashsale/pkg/rdb"
 )
@@ -28,10 +29,10 @@ func (c *Config) keyOr(key, purpose string) []byte {
 }
 
 var (
-	errProofRequired = &apiError{http.StatusForbidden, "proof_required",
-		"this voucher needs a proof of work: solve a challenge of GET /v1/challenge?voucher_id=… and send it in " + proof.Header}
-	errProofInvalid = &apiError{http.StatusForbidden, "proof_invalid",
-		"the proof of work is wrong, expired, another user's, for another voucher, too easy for this voucher, or used before: solve a new challenge"}
+	errProofRequired = httpapi.NewError(http.StatusForbidden, "proof_required",
+		"this voucher needs a proof of work: solve a challenge of GET /v1/challenge?voucher_id=… and send it in "+proof.Header)
+	errProofInvalid = httpapi.NewError(http.StatusForbidden, "proof_invalid",
+		"the proof of work is wrong, expired, another user's, for another voucher, too easy for this voucher, or used before: solve a new challenge")
 )
 
 // getChallenge: GET /v1/challenge?voucher_id=ID, a challenge for the
@@ -43,7 +44,7 @@ func (g *Gateway) getChallenge(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	v, err := voucherParam(r)
+	v, err := httpapi.VoucherParam(r)
 	if err == nil && v == 0 {
 		err = errChallengeVoucher
 	}
@@ -65,10 +66,10 @@ func (g *Gateway) getChallenge(w http.ResponseWriter, r *http.Request) {
 		g.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, c)
+	httpapi.WriteJSON(w, http.StatusOK, c)
 }
 
-var errChallengeVoucher = badRequest("invalid_field", "voucher_id is required: a challenge is spent on the voucher it names, once")
+var errChallengeVoucher = httpapi.BadRequest("invalid_field", "voucher_id is required: a challenge is spent on the voucher it names, once")
 
 // claimProof verifies the proof of work of user's claim (or join) of
 // voucher, if it carries one.

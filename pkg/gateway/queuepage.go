@@ -19,6 +19,7 @@ import (
 	"go.uber.org/zap"
 	"golang.org/x/sync/singleflight"
 
+	"github.com/flashsale/flashsale/pkg/gateway/httpapi"
 	"github.com/flashsale/flashsale/pkg/ratelimit"
 	"github.com/flashsale/flashsale/pkg/rdb"
 )
@@ -61,7 +62,7 @@ func (g *Gateway) serveQueuePage(w http.ResponseWriter, r *http.Request) {
 		writeRateLimited(w, wait)
 		return
 	}
-	id, err := pathID(r)
+	id, err := httpapi.PathID(r)
 	if err != nil {
 		g.fail(w, r, err)
 		return
@@ -143,7 +144,7 @@ func (g *Gateway) serveQueueAsset(w http.ResponseWriter, r *http.Request) {
 	name := r.PathValue("name")
 	typ, ok := queueAssets[name]
 	if !ok {
-		writeError(w, &apiError{http.StatusNotFound, "not_found", "no such endpoint"})
+		httpapi.WriteError(w, httpapi.NewError(http.StatusNotFound, "not_found", "no such endpoint"))
 		return
 	}
 	b, _ := queueFiles.ReadFile("queuepage/" + name)

@@ -4,33 +4,15 @@ package gateway
 // (the user or the operator, and the id in the path).
 
 import (
-	"encoding/json"
 	"net/http"
-	"strconv"
 	"time"
 
 	"go.uber.org/zap"
 
+	"github.com/flashsale/flashsale/pkg/gateway/httpapi"
 	"github.com/flashsale/flashsale/pkg/ops"
 	"github.com/flashsale/flashsale/pkg/ratelimit"
 )
-
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	b, err := json.Marshal(v)
-	if err != nil {
-		status, b = http.StatusInternalServerError, []byte(`{"error":"internal","message":"internal error"}`)
-	}
-	w.Header()["Content-Type"] = jsonContentType
-	w.WriteHeader(status)
-	_, _ = w.Write(append(b, '\n'))
-}
-
-func writeError(w http.ResponseWriter, e *apiError) {
-	if e.Status == http.StatusServiceUnavailable || (e.Status == http.StatusTooManyRequests && w.Header().Get("Retry-After") == "") {
-		w.Header().Set("Retry-After", "1")
-	}
-	writeJSON(w, e.Status, e)
-}
 
 // fail answers err, logging what is not the client's doing.
 func (g *Gateway) fail(w http.ResponseWriter, r *http.Request, err error) {
@@ -39,7 +21,7 @@ func (g *Gateway) fail(w http.ResponseWriter, r *http.Request, err error) {
 		g.log.Warn("request failed", append(ops.TraceFields(r.Context()),
 			zap.String("method", r.Method), zap.String("path", r.URL.Path), zap.Error(err))...)
 	}
-	writeError(w, e)
+	httpapi.WriteError(w, e)
 }
 
 // userAndID authenticates a user request, holds it to the user's rate
@@ -50,7 +32,7 @@ func (g *Gateway) userAndID(w http.ResponseWriter, r *http.Request) (string, int
 	if !ok {
 		return "", 0, false
 	}
-	id, err := pathID(r)
+	id, err := httpapi.PathID(r)
 	if err != nil {
 		g.fail(w, r, err)
 		return "", 0, false
@@ -130,24 +112,10 @@ func (g *Gateway) adminAndID(w http.ResponseWriter, r *http.Request) (int64, boo
 	if !g.admin(w, r) {
 		return 0, false
 	}
-	id, err := pathID(r)
+	id, err := httpapi.PathID(r)
 	if err != nil {
 		g.fail(w, r, err)
 		return 0, false
 	}
 	return id, true
 }
-
-// pathID parses the {id} path segment: a positive decimal id.
-func pathID(r *http.Request) (int64, error) { return parseID(r.PathValue("id")) }
-
-// parseID reads an id of the path.
-func parseID(s string) (int64, error) {
-	id, err := strconv.ParseInt(s, 10, 64)
-	if err != nil || id <= 0 || len(s) > 20 || s[0] == '+' {
-		return 0, badRequest("invalid_id", "the id in the path must be a positive decimal integer")
-	}
-	return id, nil
-}
-
-func idString(id int64) string { return strconv.FormatInt(id, 10) }

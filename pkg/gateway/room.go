@@ -14,18 +14,19 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/flashsale/flashsale/pkg/gateway/httpapi"
 	"github.com/flashsale/flashsale/pkg/room"
 )
 
 var (
-	errNotAdmitted = &apiError{http.StatusForbidden, "not_admitted",
-		"this voucher has a waiting room: join it (POST /v1/vouchers/{id}/queue) and claim once admitted, with its token in " + room.Header}
-	errNotInQueue  = &apiError{http.StatusNotFound, "not_in_queue", "you have not joined this voucher's waiting room"}
-	errNoRoom      = &apiError{http.StatusNotFound, "no_waiting_room", "this voucher has no waiting room: claim it directly"}
-	errQueueClosed = &apiError{http.StatusConflict, "ended", "the sale has ended"}
-	errQueueEarly  = &apiError{http.StatusConflict, "not_started", "the waiting room opens prequeue_seconds before the sale starts"}
-	errQueueFull   = &apiError{http.StatusConflict, "queue_full", "the waiting room holds as many people as it takes (FLASHSALE_ROOM_MAX_WAITERS): it admits none more"}
-	errBadQueue    = &apiError{http.StatusForbidden, "not_admitted", "the queue token in " + room.Header + " is not one for you and this voucher: join again without it"}
+	errNotAdmitted = httpapi.NewError(http.StatusForbidden, "not_admitted",
+		"this voucher has a waiting room: join it (POST /v1/vouchers/{id}/queue) and claim once admitted, with its token in "+room.Header)
+	errNotInQueue  = httpapi.NewError(http.StatusNotFound, "not_in_queue", "you have not joined this voucher's waiting room")
+	errNoRoom      = httpapi.NewError(http.StatusNotFound, "no_waiting_room", "this voucher has no waiting room: claim it directly")
+	errQueueClosed = httpapi.NewError(http.StatusConflict, "ended", "the sale has ended")
+	errQueueEarly  = httpapi.NewError(http.StatusConflict, "not_started", "the waiting room opens prequeue_seconds before the sale starts")
+	errQueueFull   = httpapi.NewError(http.StatusConflict, "queue_full", "the waiting room holds as many people as it takes (FLASHSALE_ROOM_MAX_WAITERS): it admits none more")
+	errBadQueue    = httpapi.NewError(http.StatusForbidden, "not_admitted", "the queue token in "+room.Header+" is not one for you and this voucher: join again without it")
 )
 
 // roomTick is how often a gateway refreshes each room it serves (the
@@ -183,7 +184,7 @@ func (g *Gateway) joinQueue(w http.ResponseWriter, r *http.Request) {
 // path, and a bearer token's verification was most of their cost.
 func (g *Gateway) getQueue(w http.ResponseWriter, r *http.Request) {
 	if r.Header.Get("Authorization") == "" && r.Header.Get(room.Header) != "" {
-		v, err := pathID(r) // pollsFirst answers these before the router; this is its fallback
+		v, err := httpapi.PathID(r) // pollsFirst answers these before the router; this is its fallback
 		if err != nil {
 			g.fail(w, r, err)
 			return
@@ -231,7 +232,7 @@ func (g *Gateway) pollsFirst(next http.Handler) http.Handler {
 		p := r.URL.Path
 		if r.Method == http.MethodGet && strings.HasPrefix(p, prefix) && strings.HasSuffix(p, suffix) &&
 			len(p) > len(prefix)+len(suffix) && r.Header.Get("Authorization") == "" && r.Header.Get(room.Header) != "" {
-			if v, err := parseID(p[len(prefix) : len(p)-len(suffix)]); err == nil {
+			if v, err := httpapi.ParseID(p[len(prefix) : len(p)-len(suffix)]); err == nil {
 				g.pollByToken(w, r, v)
 				return
 			}
@@ -293,7 +294,7 @@ func (g *Gateway) answerQueue(w http.ResponseWriter, v int64, op string, a room.
 	}
 	b = append(b, "}\n"...)
 	h := w.Header()
-	h["Content-Type"], h["Cache-Control"] = jsonContentType, noStore // shared, never changed: no allocation per poll
+	h["Content-Type"], h["Cache-Control"] = httpapi.JSONContentType, httpapi.NoStore // shared, never changed: no allocation per poll
 	w.WriteHeader(http.StatusOK)
 	_, _ = w.Write(b)
 }

@@ -5,6 +5,7 @@ package gateway
 import (
 	"net/http"
 
+	"github.com/flashsale/flashsale/pkg/gateway/httpapi"
 	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
 	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
@@ -36,7 +37,7 @@ func (g *Gateway) handler(users, admin bool) http.Handler {
 		mux.Handle(p, byPattern[p])
 	}
 	mux.HandleFunc("/", func(w http.ResponseWriter, _ *http.Request) {
-		writeError(w, &apiError{http.StatusNotFound, "not_found", "no such endpoint"})
+		httpapi.WriteError(w, httpapi.NewError(http.StatusNotFound, "not_found", "no such endpoint"))
 	})
 	var routed http.Handler = mux
 	if users {
@@ -72,10 +73,10 @@ type route struct {
 	h               http.HandlerFunc
 }
 
-// routes are the gateway's endpoints. Every one but the claim waits on
-// MySQL: bounded in time and number.
+// routes are the gateway's endpoints, the admin API's last. Every one
+// that waits on MySQL is bounded in time and number.
 func (g *Gateway) routes() []route {
-	return []route{
+	rts := []route{
 		{http.MethodPost, "/v1/vouchers/{id}/orders", false, g.claim},
 		{http.MethodGet, "/v1/vouchers/{id}/draw", false, g.mysqlBound(g.getDraw)},
 		{http.MethodGet, "/v1/challenge", false, g.getChallenge},
@@ -88,20 +89,15 @@ func (g *Gateway) routes() []route {
 		{http.MethodPost, "/v1/payments/webhook", false, g.paymentWebhook}, // takes its slot once verified
 		{http.MethodGet, "/queue/{id}", false, g.serveQueuePage},
 		{http.MethodGet, "/queue/assets/{name}", false, g.serveQueueAsset},
-		{http.MethodGet, "/admin/v1/vouchers", true, g.mysqlBound(g.listVouchers)},
-		{http.MethodPost, "/admin/v1/vouchers", true, g.mysqlBoundFor(max(createTimeout, g.cfg.MySQLTimeout), g.createVoucher)},
-		{http.MethodGet, "/admin/v1/vouchers/{id}", true, g.mysqlBound(g.getVoucher)},
-		{http.MethodGet, "/admin/v1/vouchers/{id}/report", true, g.mysqlBoundFor(max(reportTimeout, g.cfg.MySQLTimeout), g.voucherReport)},
-		{http.MethodPatch, "/admin/v1/vouchers/{id}", true, g.mysqlBound(g.changeVoucher)},
-		{http.MethodPost, "/admin/v1/vouchers/{id}/access-codes", true, g.mysqlBound(g.issueAccessCodes)},
-		{http.MethodPost, "/admin/v1/vouchers/{id}/pause", true, g.mysqlBound(g.setPaused(true))},
-		{http.MethodPost, "/admin/v1/vouchers/{id}/resume", true, g.mysqlBound(g.setPaused(false))},
-		{http.MethodGet, "/admin/v1/stats", true, g.stats},
-		{http.MethodGet, "/admin/v1/history", true, g.getHistory},
-		{http.MethodGet, "/admin/v1/events", true, g.mysqlBound(g.listEvents)},
-		{http.MethodGet, "/admin/v1/events/sinks", true, g.mysqlBound(g.listSinks)},
-		{http.MethodGet, "/admin/console", true, serveConsole},
 	}
+	for _, rt := range g.ops.Routes() {
+		h := rt.H
+		if rt.MySQL {
+			h = g.mysqlBoundFor(max(rt.Timeout, g.cfg.MySQLTimeout), h)
+		}
+		rts = append(rts, route{rt.Method, rt.Pattern, true, h})
+	}
+	return rts
 }
 
 // methods dispatches by HTTP method and answers others with a JSON 405.
@@ -115,7 +111,7 @@ func (m methods) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	for method := range m {
 		w.Header().Set("Allow", method)
 	}
-	writeError(w, &apiError{http.StatusMethodNotAllowed, "method_not_allowed", r.Method + " is not allowed here"})
+	httpapi.WriteError(w, httpapi.NewError(http.StatusMethodNotAllowed, "method_not_allowed", r.Method+" is not allowed here"))
 }
 
 func (g *Gateway) recoverer(next http.Handler) http.Handler {
@@ -126,7 +122,7 @@ func (g *Gateway) recoverer(next http.Handler) http.Handler {
 					panic(v)
 				}
 				g.log.Error("panic in handler", zap.Any("panic", v), zap.String("path", r.URL.Path), zap.Stack("stack"))
-				writeError(w, errInternal)
+				httpapi.WriteError(w, errInternal)
 			}
 		}()
 		next.ServeHTTP(w, r)

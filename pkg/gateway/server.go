@@ -12,6 +12,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/flashsale/flashsale/pkg/gateway/operator"
 	"github.com/flashsale/flashsale/pkg/ops"
 )
 
@@ -64,7 +65,7 @@ func (g *Gateway) serve(ctx context.Context, ls ...listener) error {
 	for i, l := range ls {
 		servers[i] = &http.Server{
 			Handler: l.h, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second,
-			WriteTimeout: createTimeout + 10*time.Second, IdleTimeout: 120 * time.Second, MaxHeaderBytes: ops.MaxHeaderBytes,
+			WriteTimeout: operator.CreateTimeout + 10*time.Second, IdleTimeout: 120 * time.Second, MaxHeaderBytes: ops.MaxHeaderBytes,
 			ErrorLog: zap.NewStdLog(g.log.Named("http")), ConnContext: framedContext,
 			// "OPTIONS *" reaches the handlers and their framing checks: Go's
 			// own answer to it (200, the connection kept) skipped them, and

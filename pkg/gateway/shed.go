@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/flashsale/flashsale/pkg/db"
+	"github.com/flashsale/flashsale/pkg/gateway/httpapi"
 	"github.com/flashsale/flashsale/pkg/ratelimit"
 )
 
@@ -38,7 +39,7 @@ func (g *Gateway) shed(next http.Handler) http.Handler {
 		if inflight.Add(1) > limit {
 			inflight.Add(-1)
 			g.metrics.shed.WithLabelValues("overloaded").Inc()
-			writeError(w, errOverloaded)
+			httpapi.WriteError(w, errOverloaded)
 			return
 		}
 		defer inflight.Add(-1)
@@ -60,14 +61,14 @@ func (g *Gateway) shed(next http.Handler) http.Handler {
 // takes is a few bytes a client sends with its length, so every chunked
 // body is refused and its connection closed: the bytes after it are
 // never read as a request.
-var errLengthRequired = &apiError{http.StatusLengthRequired, "length_required",
-	"send the body with a Content-Length, not Transfer-Encoding"}
+var errLengthRequired = httpapi.NewError(http.StatusLengthRequired, "length_required",
+	"send the body with a Content-Length, not Transfer-Encoding")
 
 // refuseFraming answers e to a request whose framing is refused, and
 // closes its connection: the bytes after it are never read as a request.
-func refuseFraming(w http.ResponseWriter, e *apiError) {
+func refuseFraming(w http.ResponseWriter, e *httpapi.Error) {
 	w.Header().Set("Connection", "close")
-	writeError(w, e)
+	httpapi.WriteError(w, e)
 }
 
 // sweepEvery is how often the limiters forget their full buckets: a
@@ -131,19 +132,19 @@ const (
 // from the buyers' (who may hold every connection of theirs), for a
 // request of the admin API.
 func (g *Gateway) dbOf(r *http.Request) *db.Store {
-	if g.adminDB != nil && operator(r) {
+	if g.adminDB != nil && byOperator(r) {
 		return g.adminDB
 	}
 	return g.db
 }
 
-// operator reports a request of the admin API.
-func operator(r *http.Request) bool { return strings.HasPrefix(r.URL.Path, "/admin/") }
+// byOperator reports a request of the admin API.
+func byOperator(r *http.Request) bool { return strings.HasPrefix(r.URL.Path, "/admin/") }
 
 // inflightOf is the count r is one of, and its bound: the operator's or
 // the buyers'.
 func (g *Gateway) inflightOf(r *http.Request) (*atomic.Int64, int64) {
-	if operator(r) {
+	if byOperator(r) {
 		return &g.adminInflight, adminMaxInflight
 	}
 	return &g.inflight, int64(g.cfg.MaxInflight)
@@ -169,7 +170,7 @@ func (g *Gateway) mysqlBoundFor(timeout time.Duration, h http.HandlerFunc) http.
 // from a client that has not proved who it is (see body.go).
 func (g *Gateway) withMySQL(w http.ResponseWriter, r *http.Request, timeout time.Duration, h http.HandlerFunc) {
 	slots := g.mysqlSlots
-	if operator(r) {
+	if byOperator(r) {
 		slots = g.adminSlots
 	}
 	select {
@@ -177,7 +178,7 @@ func (g *Gateway) withMySQL(w http.ResponseWriter, r *http.Request, timeout time
 		defer func() { <-slots }()
 	default:
 		g.metrics.mysqlShed.Inc()
-		writeError(w, errUnavailable)
+		httpapi.WriteError(w, errUnavailable)
 		return
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), timeout)

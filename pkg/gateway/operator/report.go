@@ -1,7 +1,6 @@
-package gateway
+package operator
 
 import (
-	"errors"
 	"net/http"
 	"os"
 	"sync"
@@ -9,6 +8,7 @@ import (
 	"time"
 
 	"github.com/flashsale/flashsale/pkg/db"
+	"github.com/flashsale/flashsale/pkg/gateway/httpapi"
 	"github.com/flashsale/flashsale/pkg/room"
 	"go.uber.org/zap"
 )
@@ -18,8 +18,8 @@ import (
 // the replica that answered knows. Only refusals of a voucher the
 // admission script (or the sold-out pruner) decided are counted, so every
 // key is a real voucher; an admitted claim never touches it.
-type refusals struct {
-	since time.Time
+type Refusals struct {
+	Since time.Time
 	m     sync.Map // refusalKey → *atomic.Int64
 }
 
@@ -28,7 +28,7 @@ type refusalKey struct {
 	code    string
 }
 
-func (r *refusals) add(voucher int64, code string) {
+func (r *Refusals) Add(voucher int64, code string) {
 	k := refusalKey{voucher, code}
 	c, ok := r.m.Load(k)
 	if !ok {
@@ -38,7 +38,7 @@ func (r *refusals) add(voucher int64, code string) {
 }
 
 // of returns voucher v's refusals by reason.
-func (r *refusals) of(v int64) map[string]int64 {
+func (r *Refusals) of(v int64) map[string]int64 {
 	out := map[string]int64{}
 	r.m.Range(func(k, c any) bool {
 		if key := k.(refusalKey); key.voucher == v {
@@ -71,7 +71,7 @@ type reportJSON struct {
 
 // replicaName names this gateway replica: its host name (the pod's name
 // on Kubernetes).
-func replicaName() string {
+func ReplicaName() string {
 	h, err := os.Hostname()
 	if err != nil {
 		return "unknown"
@@ -79,36 +79,30 @@ func replicaName() string {
 	return h
 }
 
-// reportTimeout bounds a report's queries: they read every order of the
-// voucher, once each.
-const reportTimeout = 30 * time.Second
-
 // voucherReport: GET /admin/v1/vouchers/{id}/report, the account of one
 // sale from MySQL, the refused claims this replica answered, and a
 // waiting room's story from Redis.
-func (g *Gateway) voucherReport(w http.ResponseWriter, r *http.Request) {
-	id, ok := g.adminAndID(w, r)
+func (a *API) voucherReport(w http.ResponseWriter, r *http.Request) {
+	id, ok := a.adminAndID(w, r)
 	if !ok {
 		return
 	}
-	v, err := g.dbOf(r).Voucher(r.Context(), id)
+	v, err := a.voucherOf(r, id)
+	var rep db.Report
 	if err == nil {
-		var rep db.Report
-		if rep, err = g.dbOf(r).Report(r.Context(), id); err == nil {
-			out := reportJSON{VoucherID: idString(id), Name: v.Name, Kind: v.Kind, Report: rep,
-				RefusedClaims: replicaRefusals{Replica: g.replica, Since: g.refused.since.UTC(), ByReason: g.refused.of(id)}}
-			if store := g.rooms.Store(); store != nil {
-				var qerr error
-				if out.Queue, qerr = store.Story(r.Context(), id, g.now()); qerr != nil {
-					g.log.Warn("report: the room's story could not be read from Redis", zap.Int64("voucher_id", id), zap.Error(qerr))
-				}
-			}
-			writeJSON(w, http.StatusOK, out)
-			return
+		rep, err = a.DB.Report(r.Context(), id)
+	}
+	if err != nil {
+		a.Fail(w, r, err)
+		return
+	}
+	out := reportJSON{VoucherID: httpapi.IDString(id), Name: v.Name, Kind: v.Kind, Report: rep,
+		RefusedClaims: replicaRefusals{Replica: a.Replica, Since: a.Refused.Since.UTC(), ByReason: a.Refused.of(id)}}
+	if store := a.Rooms.Store(); store != nil {
+		var qerr error
+		if out.Queue, qerr = store.Story(r.Context(), id, a.Now()); qerr != nil {
+			a.Log.Warn("report: the room's story could not be read from Redis", zap.Int64("voucher_id", id), zap.Error(qerr))
 		}
 	}
-	if errors.Is(err, db.ErrNotFound) {
-		err = errVoucherMissing
-	}
-	g.fail(w, r, err)
+	httpapi.WriteJSON(w, http.StatusOK, out)
 }

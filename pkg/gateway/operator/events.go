@@ -1,4 +1,4 @@
-package gateway
+package operator
 
 // The events API: the order events (pkg/event) in their sequence, for a
 // consumer to catch up, backfill or replay (docs/EVENTS.md).
@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/flashsale/flashsale/pkg/event"
+	"github.com/flashsale/flashsale/pkg/gateway/httpapi"
 )
 
 // Bounds of a page of events.
@@ -34,36 +35,36 @@ const (
 // (a filtered page may hold fewer than limit events, or none). Any other
 // parameter is refused (unknown_field): a misspelt filter would answer
 // every event.
-func (g *Gateway) listEvents(w http.ResponseWriter, r *http.Request) {
-	if !g.eventsReader(w, r) {
+func (a *API) listEvents(w http.ResponseWriter, r *http.Request) {
+	if !a.EventsReader(w, r) {
 		return
 	}
-	limit, after, err := pageOf(r, eventsPageDefault, eventsPageMax, "after must be an event's sequence (a whole number, 0 for the first kept)")
+	limit, after, err := httpapi.PageOf(r, eventsPageDefault, eventsPageMax, "after must be an event's sequence (a whole number, 0 for the first kept)")
 	if err == nil {
 		err = eventsQuery(r)
 	}
 	var voucherID int64
 	if err == nil {
-		voucherID, err = voucherParam(r)
+		voucherID, err = httpapi.VoucherParam(r)
 	}
 	if err != nil {
-		g.fail(w, r, err)
+		a.Fail(w, r, err)
 		return
 	}
 	typ := r.URL.Query().Get("type")
-	rows, err := g.dbOf(r).Events(r.Context(), after, int(limit))
+	rows, err := a.DB.Events(r.Context(), after, int(limit))
 	if err != nil {
-		g.fail(w, r, err)
+		a.Fail(w, r, err)
 		return
 	}
 	if len(rows) == 0 { // caught up, or after is past the last: one read tells
-		last, err := g.dbOf(r).LastSequence(r.Context())
+		last, err := a.DB.LastSequence(r.Context())
 		if err != nil {
-			g.fail(w, r, err)
+			a.Fail(w, r, err)
 			return
 		}
 		if after > last {
-			g.fail(w, r, badRequest("after_past_last", "after "+strconv.FormatInt(after, 10)+" is past the last event published, "+
+			a.Fail(w, r, httpapi.BadRequest("after_past_last", "after "+strconv.FormatInt(after, 10)+" is past the last event published, "+
 				strconv.FormatInt(last, 10)+": pass the next of a page this gateway answered, or 0"))
 			return
 		}
@@ -82,9 +83,9 @@ func (g *Gateway) listEvents(w http.ResponseWriter, r *http.Request) {
 		if (voucherID != 0 && e.VoucherID != voucherID) || (typ != "" && event.TypePrefix+e.Status != typ) {
 			continue
 		}
-		out.Events = append(out.Events, event.Of(g.cfg.EventsSource, e))
+		out.Events = append(out.Events, event.Of(a.Source, e))
 	}
-	writeJSON(w, http.StatusOK, out)
+	httpapi.WriteJSON(w, http.StatusOK, out)
 }
 
 // eventsQuery refuses a query of the events API with a parameter it does
@@ -93,13 +94,13 @@ func eventsQuery(r *http.Request) error {
 	for k, vs := range r.URL.Query() {
 		switch {
 		case k != "after" && k != "limit" && k != "voucher_id" && k != "type":
-			return badRequest("unknown_field", "the events API takes after, limit, voucher_id and type, not "+strconv.Quote(k))
+			return httpapi.BadRequest("unknown_field", "the events API takes after, limit, voucher_id and type, not "+strconv.Quote(k))
 		case len(vs) > 1:
-			return badRequest("invalid_field", k+" is given more than once")
+			return httpapi.BadRequest("invalid_field", k+" is given more than once")
 		}
 	}
 	if s := r.URL.Query().Get("type"); s != "" && !slices.Contains(event.Types(), s) {
-		return badRequest("invalid_field", "type must be one of "+strings.Join(event.Types(), ", "))
+		return httpapi.BadRequest("invalid_field", "type must be one of "+strings.Join(event.Types(), ", "))
 	}
 	return nil
 }
@@ -107,18 +108,18 @@ func eventsQuery(r *http.Request) error {
 // listSinks: GET /admin/v1/events/sinks → {"published_up_to": N,
 // "sinks": [...]}: where each sink the reapers relay to stands (the
 // console's sinks row; "reaper events" says the same).
-func (g *Gateway) listSinks(w http.ResponseWriter, r *http.Request) {
-	if !g.eventsReader(w, r) {
+func (a *API) listSinks(w http.ResponseWriter, r *http.Request) {
+	if !a.EventsReader(w, r) {
 		return
 	}
-	last, err := g.dbOf(r).LastSequence(r.Context())
+	last, err := a.DB.LastSequence(r.Context())
 	if err != nil {
-		g.fail(w, r, err)
+		a.Fail(w, r, err)
 		return
 	}
-	states, err := g.dbOf(r).SinkStates(r.Context())
+	states, err := a.DB.SinkStates(r.Context())
 	if err != nil {
-		g.fail(w, r, err)
+		a.Fail(w, r, err)
 		return
 	}
 	out := struct {
@@ -128,5 +129,5 @@ func (g *Gateway) listSinks(w http.ResponseWriter, r *http.Request) {
 	for _, st := range states {
 		out.Sinks = append(out.Sinks, event.StatusOf(st, last, time.Now()))
 	}
-	writeJSON(w, http.StatusOK, out)
+	httpapi.WriteJSON(w, http.StatusOK, out)
 }

@@ -1,47 +1,43 @@
-package gateway
+package operator
 
 import (
 	_ "embed"
 	"net/http"
 	"time"
 
+	"github.com/flashsale/flashsale/pkg/gateway/httpapi"
 	"github.com/flashsale/flashsale/pkg/history"
 )
 
-// historyEvery is how often the console's history is sampled.
-const historyEvery = time.Second
-
-// claimTotals reads this replica's claim counters (the Prometheus ones:
-// nothing more is counted on the claim path) by result, "rejected:<code>"
-// for rejections.
-func (g *Gateway) claimTotals() map[string]int64 { return history.Totals(g.metrics.claims) }
+// HistoryEvery is how often the console's history is sampled.
+const HistoryEvery = time.Second
 
 // getHistory: GET /admin/v1/history, what the console charts.
-func (g *Gateway) getHistory(w http.ResponseWriter, r *http.Request) {
-	if !g.admin(w, r) {
+func (a *API) getHistory(w http.ResponseWriter, r *http.Request) {
+	if !a.Admin(w, r) {
 		return
 	}
-	points, names := g.history.Read()
-	writeJSON(w, http.StatusOK, struct {
+	points, names := a.History.Read()
+	httpapi.WriteJSON(w, http.StatusOK, struct {
 		Replica         string            `json:"replica"`
 		Since           time.Time         `json:"since"`
 		IntervalSeconds float64           `json:"interval_seconds"`
 		Vouchers        map[string]string `json:"vouchers"` // id → name, of those charted
 		Points          []history.Point   `json:"points"`
-	}{g.replica, g.refused.since.UTC(), historyEvery.Seconds(), names, points})
+	}{a.Replica, a.Refused.Since.UTC(), HistoryEvery.Seconds(), names, points})
 }
 
 // stats: GET /admin/v1/stats, this gateway replica's claim counts since it
 // started, by result ("rejected:sold_out", ...), and the time: two readings
 // make claims per second (the console reads GET /admin/v1/history instead).
-func (g *Gateway) stats(w http.ResponseWriter, r *http.Request) {
-	if !g.admin(w, r) {
+func (a *API) stats(w http.ResponseWriter, r *http.Request) {
+	if !a.Admin(w, r) {
 		return
 	}
-	writeJSON(w, http.StatusOK, struct {
+	httpapi.WriteJSON(w, http.StatusOK, struct {
 		At     time.Time        `json:"at"`
 		Claims map[string]int64 `json:"claims"`
-	}{g.now().UTC(), g.claimTotals()})
+	}{a.Now().UTC(), a.Claims()})
 }
 
 //go:embed console.html

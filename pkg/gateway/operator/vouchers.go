@@ -1,0 +1,333 @@
+package operator
+
+import (
+	"errors"
+	"net/http"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/flashsale/flashsale/pkg/db"
+	"github.com/flashsale/flashsale/pkg/gateway/httpapi"
+	"github.com/flashsale/flashsale/pkg/order"
+	"github.com/flashsale/flashsale/pkg/rdb"
+	"github.com/flashsale/flashsale/pkg/room"
+	"github.com/flashsale/flashsale/pkg/sale"
+	"github.com/flashsale/flashsale/pkg/settle"
+	"github.com/flashsale/flashsale/pkg/voucher"
+)
+
+// maxCreateBytes bounds the body that creates a voucher: 100,000 codes
+// of 64 characters, quoted, fit.
+const maxCreateBytes = 8 << 20
+
+type voucherJSON struct {
+	ID                    string     `json:"id"`
+	Name                  string     `json:"name"`
+	Kind                  string     `json:"kind"`
+	Stock                 int64      `json:"stock"`
+	StockTotal            int64      `json:"stock_total"`
+	StockBuckets          int        `json:"stock_buckets"`
+	TotalAmount           int64      `json:"total_amount,omitempty"`
+	MinAmount             int64      `json:"min_amount,omitempty"`
+	PerUserLimit          int64      `json:"per_user_limit"`
+	PerUserDailyLimit     int64      `json:"per_user_daily_limit"`
+	StartsAt              *time.Time `json:"starts_at,omitempty"`
+	EndsAt                *time.Time `json:"ends_at,omitempty"`
+	PaymentTimeoutSeconds int64      `json:"payment_timeout_seconds"`
+	Paused                bool       `json:"paused"`
+	// State is where the sale stands (voucher.State): scheduled, on_sale,
+	// paused, sold_out or ended.
+	State      string    `json:"state"`
+	CreatedAt  time.Time `json:"created_at"`
+	Allocation string    `json:"allocation"`
+	// A draw's commitment, from the start, and its seed once drawn.
+	SeedCommitment string `json:"seed_commitment,omitempty"`
+	Seed           string `json:"seed,omitempty"`
+	// ProofOfWork: the gate on claims; null: none.
+	ProofOfWork *voucher.Gate `json:"proof_of_work"`
+	// WaitingRoom: the room in front of the claims; null: none.
+	WaitingRoom *room.Config `json:"waiting_room"`
+	// Access: the access codes its claims need; null: none.
+	Access *voucher.Access `json:"access"`
+}
+
+func voucherOut(v db.Voucher, now time.Time) voucherJSON {
+	return voucherJSON{ID: httpapi.IDString(v.ID), Name: v.Name, Kind: v.Kind, Stock: v.Stock, StockTotal: v.StockTotal, StockBuckets: max(v.StockBuckets, 1),
+		TotalAmount: v.TotalAmount, MinAmount: v.MinAmount,
+		PerUserLimit: v.PerUserLimit, PerUserDailyLimit: v.PerUserDailyLimit, StartsAt: v.StartsAt,
+		EndsAt: v.EndsAt, PaymentTimeoutSeconds: v.PaymentTimeoutSeconds, Paused: v.Paused, State: voucher.State(v, now), CreatedAt: v.CreatedAt,
+		Allocation: voucher.Allocation(v), SeedCommitment: v.SeedCommitment, Seed: voucher.Revealed(v), ProofOfWork: voucher.GateOf(v),
+		WaitingRoom: voucher.RoomOf(v), Access: voucher.AccessOf(v)}
+}
+
+// ruleError is the API's answer to a refusal of pkg/voucher or pkg/sale:
+// 400 missing_field or invalid_field, 409 draw_closed.
+func ruleError(err error) error {
+	var fe *sale.FieldError
+	switch {
+	case errors.As(err, &fe) && fe.Missing:
+		return httpapi.BadRequest("missing_field", fe.Msg)
+	case errors.As(err, &fe):
+		return httpapi.BadRequest("invalid_field", fe.Msg)
+	case errors.Is(err, voucher.ErrDrawClosed):
+		return errDrawClosed
+	}
+	return err
+}
+
+// createVoucher: POST /admin/v1/vouchers. Records the voucher and its
+// creation in MySQL, then puts it in Redis (pkg/settle); if Redis cannot
+// take it now the voucher exists all the same (201) and the reaper puts it
+// in Redis as soon as it can: until then its claims answer
+// voucher_not_found. (A 503 would invite a retry, and a second voucher.)
+func (a *API) createVoucher(w http.ResponseWriter, r *http.Request) {
+	if !a.Admin(w, r) {
+		return
+	}
+	var req voucher.Request
+	if _, err := a.ReadBody(w, r, maxCreateBytes, createBodyTimeout); err != nil {
+		a.Fail(w, r, err)
+		return
+	}
+	if err := httpapi.DecodeJSON(w, r, &req, maxCreateBytes); err != nil {
+		a.Fail(w, r, err)
+		return
+	}
+	now := a.Now().UTC()
+	v, items, err := req.Create(now, voucher.NewRand())
+	if err != nil {
+		a.Fail(w, r, ruleError(err))
+		return
+	}
+	ctx := r.Context()
+	ch, err := a.DB.CreateVoucher(ctx, &v, items, now)
+	if err != nil {
+		a.Fail(w, r, err)
+		return
+	}
+	if _, err := settle.Changes(ctx, a.Redis, a.DB, []db.VoucherChange{ch}, now); err != nil {
+		a.Log.Warn("voucher created in MySQL; its creation in Redis is left to the reaper", zap.Int64("voucher_id", v.ID), zap.Error(err))
+	} else {
+		a.RoomsChanged() // its polls here know it at once; elsewhere, within room.IndexAgain of the first
+	}
+	a.Log.Info("voucher created", zap.Int64("voucher_id", v.ID), zap.String("kind", v.Kind), zap.Int64("stock", v.Stock))
+	httpapi.WriteJSON(w, http.StatusCreated, voucherOut(v, a.Now()))
+}
+
+type voucherStatusJSON struct {
+	voucherJSON
+	RemainingRedis *int64 `json:"remaining_redis"`
+	RemainingMySQL int64  `json:"remaining_mysql"`
+	// Envelopes: the money in envelopes nobody holds, and what was refunded
+	// to the sender when the sale was over.
+	RemainingAmount *int64                 `json:"remaining_amount,omitempty"`
+	RefundedAmount  *int64                 `json:"refunded_amount,omitempty"`
+	Orders          map[order.Status]int64 `json:"orders"`
+	// Stream sums Streams, the backlog of every stream the voucher's
+	// orders go to (one per bucket's partition; its partition is the
+	// voucher's home). A partition's figures count every voucher in it.
+	Stream  rdb.Backlog   `json:"stream"`
+	Streams []rdb.Backlog `json:"streams"`
+	// Draw: a draw sale's state (as GET /v1/vouchers/{id}/draw).
+	Draw any `json:"draw,omitempty"`
+	// Room: a waiting room's figures, from its state in Redis.
+	Room *roomJSON `json:"room,omitempty"`
+}
+
+type roomJSON struct {
+	Waiting           int64 `json:"waiting"`
+	Admitted          int64 `json:"admitted"`
+	PassesOutstanding int64 `json:"passes_outstanding"`
+}
+
+// getVoucher: GET /admin/v1/vouchers/{id}: the voucher as both stores see it.
+func (a *API) getVoucher(w http.ResponseWriter, r *http.Request) {
+	id, ok := a.adminAndID(w, r)
+	if !ok {
+		return
+	}
+	ctx := r.Context()
+	v, err := a.voucherOf(r, id)
+	if err != nil {
+		a.Fail(w, r, err)
+		return
+	}
+	out := voucherStatusJSON{voucherJSON: voucherOut(v, a.Now()), RemainingMySQL: v.Stock}
+	if out.Orders, err = a.DB.OrderCounts(ctx, id); err != nil {
+		a.Fail(w, r, err)
+		return
+	}
+	if v.IsDraw() {
+		if out.Draw, err = a.Draw(r, v); err != nil {
+			a.Fail(w, r, err)
+			return
+		}
+	}
+	if v.WaitingRoom != "" {
+		s, err := a.Rooms.Store().Tick(ctx, id, a.Now())
+		switch {
+		case err == nil:
+			out.Room = &roomJSON{Waiting: s.Waiting(), Admitted: s.Front, PassesOutstanding: s.Live}
+		case !errors.Is(err, room.ErrNoRoom) && !errors.Is(err, rdb.ErrVoucherNotFound): // Redis has not caught up yet
+			a.Fail(w, r, err)
+			return
+		}
+	}
+	if v.Traits().Amounts {
+		amounts, err := a.DB.VoucherAmounts(ctx, id)
+		if err != nil {
+			a.Fail(w, r, err)
+			return
+		}
+		out.RemainingAmount, out.RefundedAmount = &amounts.Remaining, &v.RefundedAmount
+	}
+	n, found, err := a.Redis.RemainingStock(ctx, id)
+	if err != nil {
+		a.Fail(w, r, err)
+		return
+	}
+	if found {
+		out.RemainingRedis = &n
+	}
+	if out.Streams, err = a.Redis.VoucherBacklog(ctx, id); err != nil {
+		a.Fail(w, r, err)
+		return
+	}
+	out.Stream.Partition = a.Redis.PartitionOf(id)
+	for _, b := range out.Streams {
+		out.Stream.Length += b.Length
+		out.Stream.Orders += b.Orders
+		out.Stream.Pending += b.Pending
+		out.Stream.DeadLetters += b.DeadLetters
+	}
+	httpapi.WriteJSON(w, http.StatusOK, out)
+}
+
+// setPaused: POST /admin/v1/vouchers/{id}/pause and …/resume. Recorded in
+// MySQL, then applied to Redis (pkg/settle); if Redis cannot take it now
+// the answer is 503 — the change stands in MySQL and the reaper applies it,
+// and a retry is harmless (the latest pause or resume wins in Redis).
+func (a *API) setPaused(paused bool) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		id, ok := a.adminAndID(w, r)
+		if !ok {
+			return
+		}
+		ctx := r.Context()
+		now := a.Now().UTC()
+		v, ch, err := a.DB.SetPaused(ctx, id, paused, now)
+		if errors.Is(err, db.ErrNotFound) {
+			err = httpapi.ErrVoucherMissing
+		}
+		if err == nil {
+			_, err = settle.Changes(ctx, a.Redis, a.DB, []db.VoucherChange{ch}, now)
+		}
+		if err != nil && !errors.Is(err, settle.ErrCreationOwed) {
+			a.Fail(w, r, err)
+			return
+		}
+		a.Log.Info("voucher paused", zap.Int64("voucher_id", id), zap.Bool("paused", paused))
+		httpapi.WriteJSON(w, http.StatusOK, voucherOut(v, a.Now()))
+	}
+}
+
+// Bounds of a page of vouchers.
+const (
+	pageDefault = 50
+	pageMax     = 500
+)
+
+// listVouchers: GET /admin/v1/vouchers?limit=N&after=ID, by id.
+func (a *API) listVouchers(w http.ResponseWriter, r *http.Request) {
+	if !a.Admin(w, r) {
+		return
+	}
+	limit, after, err := httpapi.PageOf(r, pageDefault, pageMax, "after must be a voucher id")
+	if err != nil {
+		a.Fail(w, r, err)
+		return
+	}
+	vs, err := a.DB.Vouchers(r.Context(), after, int(limit)+1)
+	if err != nil {
+		a.Fail(w, r, err)
+		return
+	}
+	out := struct {
+		Vouchers []voucherJSON `json:"vouchers"`
+		Next     *string       `json:"next"`
+	}{Vouchers: []voucherJSON{}}
+	for i, v := range vs {
+		if i == int(limit) {
+			next := httpapi.IDString(vs[i-1].ID)
+			out.Next = &next
+			break
+		}
+		out.Vouchers = append(out.Vouchers, voucherOut(v, a.Now()))
+	}
+	httpapi.WriteJSON(w, http.StatusOK, out)
+}
+
+var errDrawClosed = httpapi.NewError(http.StatusConflict, "draw_closed", voucher.ErrDrawClosed.Error())
+
+var errNotToppable = httpapi.NewError(http.StatusConflict, "not_toppable", "stock can be added only to a voucher of units")
+
+// changeVoucher: PATCH /admin/v1/vouchers/{id} with {"add_stock": N}
+// and/or {"ends_at": …}. MySQL records the change with the change itself;
+// Redis gets it next, exactly once (change.lua). Should Redis not take it
+// now, the change is owed and the reaper applies it (pkg/settle): a crash
+// between the two stores loses nothing, and a retry of this request is a
+// second change, so the answer is 200 either way.
+func (a *API) changeVoucher(w http.ResponseWriter, r *http.Request) {
+	id, ok := a.adminAndID(w, r)
+	if !ok {
+		return
+	}
+	var req voucher.Change
+	if _, err := a.ReadBody(w, r, httpapi.MaxBodyBytes, bodyTimeout); err != nil {
+		a.Fail(w, r, err)
+		return
+	}
+	if err := httpapi.DecodeJSON(w, r, &req, httpapi.MaxBodyBytes); err != nil {
+		a.Fail(w, r, err)
+		return
+	}
+	now := a.Now().UTC()
+	edit, err := req.Edit(now)
+	if err != nil {
+		a.Fail(w, r, ruleError(err))
+		return
+	}
+	ctx := r.Context()
+	current, err := a.voucherOf(r, id)
+	if err == nil {
+		err = ruleError(req.Against(current, &edit, now))
+	}
+	if err != nil {
+		a.Fail(w, r, err)
+		return
+	}
+	v, ch, err := a.DB.ChangeVoucher(ctx, id, edit, now)
+	switch {
+	case errors.Is(err, db.ErrNotFound):
+		err = httpapi.ErrVoucherMissing
+	case errors.Is(err, db.ErrNotToppable):
+		err = errNotToppable
+	}
+	if err != nil {
+		a.Fail(w, r, err)
+		return
+	}
+	if _, err := settle.Changes(ctx, a.Redis, a.DB, []db.VoucherChange{ch}, now); err != nil {
+		a.Log.Warn("voucher change left to the reaper", zap.Int64("voucher_id", id), zap.Int64("change_id", ch.ID), zap.Error(err))
+	} else {
+		if edit.AddStock > 0 {
+			a.Restocked(id) // units are back: this replica stops pruning now, not a refresh later
+		}
+		if ch.Room != nil {
+			a.RoomsChanged() // a room put on or taken away: this replica's polls know it now, others' within roomIndexEvery
+		}
+	}
+	a.Log.Info("voucher changed", zap.Int64("voucher_id", id), zap.Int64("add_stock", edit.AddStock), zap.Bool("ends_at_changed", edit.EndsAt != nil))
+	httpapi.WriteJSON(w, http.StatusOK, voucherOut(v, a.Now()))
+}
