@@ -1,12 +1,3 @@
-// Package access makes and checks access codes: what lets a user claim a
-// voucher that only invited users may claim (a presale, an invite-only
-// drop) while its codes hold.
-//
-// A code names one voucher and one user: it is an HMAC of the two under
-// the gateway's access key, so the gateway checks it with no call to any
-// store and no list of codes kept anywhere, and a code given to one user
-// is worth nothing to another. Whoever holds the key can make every code:
-// it is FLASHSALE_ACCESS_KEY, or derived one-way from the admin token.
 package access
 
 import (

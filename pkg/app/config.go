@@ -1,7 +1,3 @@
-// Package app is the wiring the flashsale binaries share: common
-// configuration, the logger, the Redis and MySQL connections, the migrate
-// subcommand and the process lifecycle. Configuration is read with
-// envconfig in cmd/ only; this package receives it.
 package app
 
 import (

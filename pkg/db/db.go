@@ -1,6 +1,3 @@
-// Package db owns flashsale's MySQL state: vouchers, their items and
-// changes, orders, their releases and late payments, the events outbox,
-// and the store probes (sql/ holds the tables).
 package db
 
 import (

@@ -1,23 +1,3 @@
-// Package draw is the procedure of a draw sale, with no I/O: the seed and
-// its commitment, the key that orders the entries, and the selection of
-// the first entries in that order without holding them all.
-//
-// The procedure, precisely enough to check it in another language:
-//
-//  1. At creation flashsale draws a secret seed of 32 random bytes and
-//     publishes its commitment, the lowercase hex of SHA-256(seed).
-//  2. Every entry has an id, a positive 64-bit integer (the entry_id of
-//     its 202). Its key is SHA-256(seed ‖ id), where ‖ is concatenation
-//     and id is written in decimal ASCII without sign or leading zeros.
-//  3. The draw order sorts the entries by key, as unsigned big-endian
-//     256-bit numbers (bytewise), ascending; two equal keys (never seen:
-//     it would be a SHA-256 collision) are ordered by id.
-//  4. With S units on sale when the draw runs and E entries, the first
-//     W = min(S, E) entries win. The rest is the waitlist, in the same
-//     order: a winner who does not pay in time (or cancels) passes the
-//     unit to the first entry of the waitlist that has not had one.
-//  5. After the draw the seed is published (hex); anyone checks that its
-//     SHA-256 is the commitment and recomputes 2 to 4 over the entry ids.
 package draw
 
 import (

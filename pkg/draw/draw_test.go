@@ -18,7 +18,7 @@ func TestKeyIsTheDocumentedHash(t *testing.T) {
 	msg := append(seed[:], []byte("12345")...)
 	want := sha256.Sum256(msg)
 	require.Equal(t, want, seed.Key(12345))
-	// The test vector of docs/ARCHITECTURE.md.
+	// The test vector of the package doc.
 	k := seed.Key(12345)
 	require.Equal(t, "6ba012c11e8f2d91071a509ff776bdf5fa3f79f77fe1b18d71e0ec6f28927aee", hex.EncodeToString(k[:]))
 	c := sha256.Sum256(seed[:])

@@ -1,6 +1,3 @@
-// Package order holds the domain of an admitted order: its identity, the
-// statuses it moves through and the id scheme shared by gateway and workers.
-// It does no I/O.
 package order
 
 import (

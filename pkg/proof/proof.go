@@ -1,16 +1,3 @@
-// Package proof is the proof-of-work gate's cryptography: ALTCHA challenges
-// (github.com/altcha-org/altcha-lib-go) bound to a user, a difficulty and
-// an expiry, and the verification of their solutions. It does no I/O: a
-// solution's single use is the admission script's to enforce (the proof's
-// ID is the key it sets).
-//
-// A challenge's salt carries its parameters (ALTCHA's "salt?params&"
-// form): the user it was issued to, the voucher it may be spent on, its
-// difficulty max (the largest number the secret may be) and when it
-// expires. A proof is spent once on its voucher: a challenge that named
-// no voucher could be solved ahead of time and spent on every gated one. The salt is inside the
-// hashed challenge and the challenge inside the HMAC signature, so none
-// of them can be changed without the key.
 package proof
 
 import (

@@ -1,22 +1,3 @@
-// Package room is a voucher's waiting room: users join a queue, the room
-// admits them at a fixed rate in queue order, and an admitted user holds a
-// pass, for a while, without which the voucher's claims are refused.
-//
-// What it adds to the waiting rooms users know (Queue-it, Cloudflare's,
-// AWS's) is that it knows the stock: passes outstanding (admitted, not
-// lapsed, not yet used to buy) never exceed the units Redis can still sell
-// times PassFactor, and when nothing is left every waiter's next answer is
-// sold_out, not after their turn comes.
-//
-// Whoever joins in the pre-queue (from starts_at − prequeue_seconds until
-// starts_at) gets a random place among the pre-queue, drawn when the sale
-// starts (Shuffle: a keyed permutation, so no place is stored per waiter);
-// later arrivals queue behind them in arrival order.
-//
-// The room's state lives in Redis beside the voucher's (room.lua, one
-// slot); a gateway refreshes it a few times a second per room it serves
-// (Tick) and answers waiters' polls from that state and a signed token
-// the waiter carries (Tokens), without Redis.
 package room
 
 import (

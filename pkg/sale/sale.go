@@ -1,12 +1,3 @@
-// Package sale is the home of each kind of sale: what a voucher of that
-// kind is created from, what it puts on sale, and the traits the rest of
-// the pipeline reads instead of asking which kind it is.
-//
-// A kind is one file here. The admission script (lua/admit.lua) knows two
-// shapes only, a count of identical units or a pool of distinct items;
-// pkg/db persists either shape, pkg/settle gives either back, and the
-// reaper and reconcile call through the traits below. Adding a kind means a
-// file here, plus a script branch or a migration when it needs a new shape.
 package sale
 
 import (

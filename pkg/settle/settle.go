@@ -1,23 +1,3 @@
-// Package settle is the one place between MySQL and Redis: pkg/db and
-// pkg/rdb do not know each other, and every write that must reach both
-// goes through here, by one protocol:
-//
-//  1. record it in MySQL, in the transaction that makes it true there: a
-//     row of releases (a unit given back) or of voucher_changes (a
-//     voucher's creation, a pause or resume, a top-up, a new end);
-//  2. apply it to Redis once: release.lua ignores an order released
-//     before, change.lua a change applied before (and keeps the latest
-//     end and pause whatever the order), a creation writes each bucket
-//     only if it is not there;
-//  3. mark the row applied in MySQL.
-//
-// A crash (or Redis down) between 1 and 3 leaves the row owed, and the
-// reaper applies what is owed (Owed); nothing is applied twice and
-// nothing reaches Redis that MySQL did not record. The gateway, the
-// workers, the reaper and reconcile all call here.
-//
-// A unit is given back only for an order MySQL has recorded as failed or
-// cancelled: only pkg/db hands out a db.Release, built from such a row.
 package settle
 
 import (

@@ -1497,7 +1497,7 @@ type ClientInterface interface {
 
 	// GetV1VouchersIdDraw A draw sale's state, its seed commitment and, once drawn, its seed
 	//
-	// The draw order is defined in docs/ARCHITECTURE.md ("Draw sales"):
+	// The draw order is defined in pkg/draw's package documentation (go doc ./pkg/draw):
 	// anyone can recompute the winners from the seed and the entry ids.
 	//
 	// Corresponds with GET /v1/vouchers/{id}/draw (the `GetV1VouchersIdDraw` operationId).
@@ -1987,7 +1987,7 @@ func (c *Client) PostV1PaymentsWebhook(ctx context.Context, params *PostV1Paymen
 
 // GetV1VouchersIdDraw A draw sale's state, its seed commitment and, once drawn, its seed
 //
-// The draw order is defined in docs/ARCHITECTURE.md ("Draw sales"):
+// The draw order is defined in pkg/draw's package documentation (go doc ./pkg/draw):
 // anyone can recompute the winners from the seed and the entry ids.
 //
 // Corresponds with GET /v1/vouchers/{id}/draw (the `GetV1VouchersIdDraw` operationId).
@@ -3449,7 +3449,7 @@ type ClientWithResponsesInterface interface {
 
 	// GetV1VouchersIdDrawWithResponse A draw sale's state, its seed commitment and, once drawn, its seed
 	//
-	// The draw order is defined in docs/ARCHITECTURE.md ("Draw sales"):
+	// The draw order is defined in pkg/draw's package documentation (go doc ./pkg/draw):
 	// anyone can recompute the winners from the seed and the entry ids.
 	//
 	// Returns a wrapper object for the known response body format(s).
@@ -5353,7 +5353,7 @@ func (c *ClientWithResponses) PostV1PaymentsWebhookWithResponse(ctx context.Cont
 
 // GetV1VouchersIdDrawWithResponse A draw sale's state, its seed commitment and, once drawn, its seed
 //
-// The draw order is defined in docs/ARCHITECTURE.md ("Draw sales"):
+// The draw order is defined in pkg/draw's package documentation (go doc ./pkg/draw):
 // anyone can recompute the winners from the seed and the entry ids.
 //
 // Returns a wrapper object for the known response body format(s).

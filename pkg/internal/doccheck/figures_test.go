@@ -29,13 +29,14 @@ var figures = map[string]int64{
 	"room.MaxNoRoom":                  room.MaxNoRoom,
 }
 
-// The figures beside a constant's name in docs/*.md, README.md and the
-// Lua scripts' headers are its value (the nearest number before the name,
+// The figures beside a constant's name in docs/*.md, README.md, the
+// packages' docs (pkg/*/doc.go: the parts of the design told beside their
+// code) and the Lua scripts' headers are its value (the nearest number before the name,
 // within the same clause).
 func TestTheFiguresBesideAConstantAreItsValue(t *testing.T) {
 	root := filepath.Join("..", "..", "..")
 	var files []string
-	for _, g := range []string{"docs/*.md", "README.md", "lua/*.lua"} {
+	for _, g := range []string{"docs/*.md", "README.md", "pkg/*/doc.go", "lua/*.lua"} {
 		m, err := filepath.Glob(filepath.Join(root, g))
 		require.NoError(t, err)
 		files = append(files, m...)

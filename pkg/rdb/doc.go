@@ -1,0 +1,57 @@
+// Package rdb owns flashsale's Redis state: every key (keys.go), every
+// script call and the formats of what the streams hold go through a Store.
+// The claim's path is batcher.go, admit.go, buckets.go and durability.go;
+// the streams' upkeep (taking over, dead letters, gauges) is pkg/rdb/upkeep,
+// which works through a Store.
+//
+// # A hot voucher over several masters
+//
+// With stock_buckets N > 1 a voucher's stock is split over N buckets.
+// Bucket B of voucher V lives in partition (P + B) mod partitions with key
+// prefix flashsale:{pQ}:v:V:bB (bucket 0 is the voucher's own keys), each
+// a voucher of its own with every key of docs/ARCHITECTURE.md's table, so
+// its claims are decided by its slot's master and written to its
+// partition's stream. Order ids stay unique because an id carries its
+// partition.
+//
+//   - Limits stay exact. A user's claims are always decided in bucket
+//     FNV-1a(user) mod N, so that user's count, daily count and idempotency
+//     records are where the decision is made; no claim reads two slots.
+//   - No stranded stock. A claim that finds its bucket dry reads every
+//     bucket's stock in one pipelined round trip, takes units from the richest
+//     (at least what it lacks, and half of the donor) and runs again (up to
+//     16 times (rdb.DryAttempts), then 503, never a false sold_out). sold_out is
+//     answered only when the buckets together hold fewer units than asked.
+//     The end-to-end test sells exactly the stock with no 202 to a claim sent
+//     after the first sold_out (AdmittedAfterSoldOut = 0), so the remaining
+//     stock was 0 when sold_out was first answered.
+//   - A move is crash-safe. It is two scripts on two masters:
+//     take.lua takes the units from the source and records the move in its
+//     moves:out (one atomic step), give.lua adds them to the destination
+//     once per move id (its moves:in set), then the record is dropped. A
+//     crash between them leaves the units recorded, counted in
+//     remaining_redis and reconcile, and given by the next dry claim or by
+//     the reaper's mover service; a crash after giving gives nothing twice.
+//     The reads of several masters are no snapshot, so a claim that sees too
+//     few units looks once more before answering sold_out.
+//   - What it costs. A claim in a full bucket costs what it costs in an
+//     unsplit voucher. The claim that finds its bucket dry pays two to four
+//     more round trips; with the stock spread evenly that happens only near
+//     the end of the sale. Those round trips are made off the gateway's
+//     admission pipelines (a goroutine of the claim's own), so they hold up
+//     no other claim; a process refills one voucher once at a time, and the
+//     claims that found its bucket dry while a refill was under way are
+//     answered sold_out from that refill's read when it found the voucher
+//     sold out (the voucher was sold out then, within their requests): a
+//     sold-out tail with units trickling back costs a read per refill, not
+//     a read and moves per claim. The gateway learns a voucher's number of buckets
+//     from the script's own answer (a claim routed by the wrong number changes
+//     nothing and is told the right one), so a claim never needs a read first.
+//     Operations touch every bucket: a pause or a new end is written to each,
+//     a top-up goes to bucket 0 (dry buckets take from it), reconcile reads and
+//     rewrites all of them. Buckets on one master buy nothing but these costs:
+//     they help only on a cluster, and only when their partitions' slots are
+//     on different masters (raise FLASHSALE_STREAM_PARTITIONS).
+//   - Not for pools. Envelopes and codes keep one bucket: moving items
+//     between pools, and refunding from several, is not built.
+package rdb
