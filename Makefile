@@ -48,7 +48,7 @@ test: servers lint
 ## loaded machine (golang/go#75804, fixed in go1.27); a count has no deadline.
 FUZZTIME ?= 50000x
 FUZZ_TARGETS := ./pkg/order:FuzzOrderID ./pkg/order:FuzzItem ./pkg/rdb:FuzzStreamEntry \
-	./pkg/gateway:FuzzClaimBody ./pkg/gateway:FuzzCreateVoucher \
+	./pkg/gateway:FuzzClaimBody ./pkg/gateway/operator:FuzzCreateVoucher \
 	./pkg/token:FuzzFastPathAgreesWithGolangJWT ./pkg/token:FuzzTokenVerifier ./pkg/token:FuzzNumericDate ./pkg/token:FuzzDecodeClaims \
 	./pkg/db:FuzzSnapshots ./pkg/event:FuzzEventJSON ./pkg/jsonstr:FuzzAppend
 fuzz:

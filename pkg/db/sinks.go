@@ -83,8 +83,9 @@ func (s *Store) HoldSink(ctx context.Context, name, owner string, ttl time.Durat
 	return st, held, err
 }
 
-// retryDeadlock runs f again, up to 3 times, while MySQL chose it as a
-// deadlock's victim (its transaction rolled back whole).
+// retryDeadlock runs f, 3 times at most, until MySQL does not choose it
+// as a deadlock's victim (a victim's transaction is rolled back whole,
+// so running it again is safe).
 func retryDeadlock(f func() error) error {
 	var err error
 	for range 3 {
