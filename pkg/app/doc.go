@@ -23,9 +23,10 @@
 // over three buckets among its vouchers. A master killed mid-sale, its
 // replica promoted, is TestSaleSurvivesAClusterMasterFailover
 // (docs/FAILURES.md has a run). What asynchronous replication can lose
-// there is the writes the master acknowledged and had not yet sent: 202s
-// whose stream entries never reach a worker, and counts a claim just
-// changed. MySQL's own checks (the conditional stock update, the per-user
+// there, with FLASHSALE_REDIS_DURABILITY=none (the default; replica waits
+// for a replica before each 202), is the writes the master acknowledged
+// and had not yet sent: 202s whose stream entries never reach a worker,
+// and counts a claim just changed. MySQL's own checks (the conditional stock update, the per-user
 // limit counted in the batch) still refuse an oversold or over-limit order,
 // and reaper reconcile --repair rewrites Redis from MySQL; the lost 202s
 // themselves are not recovered by anything in flashsale.
