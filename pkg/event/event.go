@@ -75,7 +75,7 @@ func (s Sequence) MarshalText() ([]byte, error) { return s.Append(nil), nil }
 // UnmarshalText reads a decimal sequence, 0 or more.
 func (s *Sequence) UnmarshalText(b []byte) error {
 	n, err := strconv.ParseInt(string(b), 10, 64)
-	if err != nil || n < 0 || len(b) == 0 || b[0] == '+' {
+	if err != nil || n < 0 || b[0] == '+' { // ParseInt refuses "" before b[0] is read
 		return fmt.Errorf("sequence %q is not a decimal integer of 0 or more", b)
 	}
 	*s = Sequence(n)

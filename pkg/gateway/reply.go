@@ -106,16 +106,3 @@ func (g *Gateway) authorized(w http.ResponseWriter, r *http.Request, err error) 
 	g.fail(w, r, err)
 	return false
 }
-
-// adminAndID is userAndID for the admin API.
-func (g *Gateway) adminAndID(w http.ResponseWriter, r *http.Request) (int64, bool) {
-	if !g.admin(w, r) {
-		return 0, false
-	}
-	id, err := httpapi.PathID(r)
-	if err != nil {
-		g.fail(w, r, err)
-		return 0, false
-	}
-	return id, true
-}

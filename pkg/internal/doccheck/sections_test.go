@@ -21,6 +21,7 @@ import (
 func TestReferencesToASectionNameOne(t *testing.T) {
 	root := filepath.Join("..", "..", "..")
 	ref := regexp.MustCompile(`\b([A-Z]+\.md)(?:, | \()"([^"]+)"`)
+	row := regexp.MustCompile(`^(?:\| )?\*\*([^*]+)\*\*`) // a table's row, or a paragraph, named in bold
 	headings := map[string][]string{}
 	heads := func(doc string) []string {
 		if h, ok := headings[doc]; ok {
@@ -33,7 +34,6 @@ func TestReferencesToASectionNameOne(t *testing.T) {
 		raw, err := os.ReadFile(path)
 		require.NoError(t, err, "a reference names %s", doc)
 		var hs []string
-		row := regexp.MustCompile(`^(?:\| )?\*\*([^*]+)\*\*`) // a table's row, or a paragraph, named in bold
 		for _, l := range strings.Split(string(raw), "\n") {
 			if strings.HasPrefix(l, "#") {
 				hs = append(hs, strings.TrimSpace(strings.TrimLeft(l, "#")))
