@@ -1,53 +1,57 @@
--- pending.lua: one user's orders of one voucher bucket still in the stream
+-- pending.lua: users' orders of one voucher bucket still in the stream
 -- (admitted, not yet persisted), found by the user's index instead of by
--- scanning the stream: the cost is bounded by the user's own admissions.
+-- scanning the stream: the cost is bounded by the users' own admissions.
 --
 -- KEYS[1] -> flashsale:{pP}:v:V(:bB)   the bucket's voucher hash, whose o:USER field admit.lua
 --                                      appends each admission's position to
 -- KEYS[2] -> flashsale:{pP}:orders     the bucket's stream
 --
--- ARGV[1] -> user id
+-- ARGV[1..n] -> user ids: a listing names one; the reaper's trimmer names
+--               the users whose indexes it found after the sale (HSCAN), a
+--               few hundred a call
 --
 -- A position "ms-P" names order K = P mod 32 (field oK) of stream entry
 -- "ms-S", S = floor(P / 32) (admit.lua).
 --
--- Returns the orders still in the stream, oldest first, each as XRANGE
+-- Returns the users' orders still in the stream, each user's oldest first, each as XRANGE
 -- returns an entry holding only it: {entry_id, {'voucher_id', V, 'oK',
 -- ORDER}}. Positions no longer in the stream (persisted and acknowledged,
 -- or dead-lettered) are dropped from the index, so it holds only the
 -- user's pending orders, plus those admitted since the last call.
 
-local field = 'o:' .. ARGV[1]
-local positions = redis.call('HGET', KEYS[1], field)
-if not positions then
-  return {}
-end
-local keep, out, seen = {}, {}, 0
-for pos in string.gmatch(positions, '%S+') do
-  seen = seen + 1
-  local ms, p = string.match(pos, '^(%d+)-(%d+)$')
-  p = tonumber(p)
-  local id = ms .. '-' .. string.format('%d', math.floor(p / 32))
-  local o = 'o' .. string.format('%d', p % 32)
-  local e = redis.call('XRANGE', KEYS[2], id, id)
-  if #e > 0 then
-    local f, voucher, value = e[1][2], nil, nil
-    for i = 1, #f, 2 do
-      if f[i] == 'voucher_id' then
-        voucher = f[i + 1]
-      elseif f[i] == o then
-        value = f[i + 1]
+local out = {}
+for _, user in ipairs(ARGV) do
+  local field = 'o:' .. user
+  local positions = redis.call('HGET', KEYS[1], field)
+  if positions then
+    local keep, seen = {}, 0
+    for pos in string.gmatch(positions, '%S+') do
+      seen = seen + 1
+      local ms, p = string.match(pos, '^(%d+)-(%d+)$')
+      p = tonumber(p)
+      local id = ms .. '-' .. string.format('%d', math.floor(p / 32))
+      local o = 'o' .. string.format('%d', p % 32)
+      local e = redis.call('XRANGE', KEYS[2], id, id)
+      if #e > 0 then
+        local f, voucher, value = e[1][2], nil, nil
+        for i = 1, #f, 2 do
+          if f[i] == 'voucher_id' then
+            voucher = f[i + 1]
+          elseif f[i] == o then
+            value = f[i + 1]
+          end
+        end
+        if voucher and value then
+          keep[#keep + 1] = pos
+          out[#out + 1] = {id, {'voucher_id', voucher, o, value}}
+        end
       end
     end
-    if voucher and value then
-      keep[#keep + 1] = pos
-      out[#out + 1] = {id, {'voucher_id', voucher, o, value}}
+    if #keep == 0 then
+      redis.call('HDEL', KEYS[1], field)
+    elseif #keep < seen then
+      redis.call('HSET', KEYS[1], field, table.concat(keep, ' '))
     end
   end
-end
-if #keep == 0 then
-  redis.call('HDEL', KEYS[1], field)
-elseif #keep < seen then
-  redis.call('HSET', KEYS[1], field, table.concat(keep, ' '))
 end
 return out

@@ -63,6 +63,9 @@ type Voucher struct {
 	// while it holds: 0 never, AccessWholeSale for the whole sale, else
 	// until this unix millisecond.
 	Access int64
+	// HotSince: when one of its Redis buckets became hot (pkg/reaper's
+	// detector); nil while it is not.
+	HotSince *time.Time
 }
 
 // AccessWholeSale is Voucher.Access when codes are needed for the whole

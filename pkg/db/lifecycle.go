@@ -216,14 +216,42 @@ func (s *Store) ActiveVouchers(ctx context.Context, now time.Time, since time.Du
 	return out, err
 }
 
-// HotVouchers returns the ids of the vouchers on sale (or ended less than
-// since ago) whose stock is spread over more than one Redis bucket.
-func (s *Store) HotVouchers(ctx context.Context, now time.Time, since time.Duration) ([]int64, error) {
+// BucketedVouchers returns the ids of the vouchers on sale (or ended less
+// than since ago) whose stock is spread over more than one Redis bucket.
+func (s *Store) BucketedVouchers(ctx context.Context, now time.Time, since time.Duration) ([]int64, error) {
 	var out []int64
 	err := s.db.WithContext(ctx).Model(&Voucher{}).Where("stock_buckets > 1").
 		Where("ends_at IS NULL OR ends_at + INTERVAL payment_timeout_seconds SECOND > ?", now.Add(-since)).
 		Order("id").Pluck("id", &out).Error
 	return out, err
+}
+
+// SellingVoucher is a voucher on sale, as the reaper's detector reads it.
+type SellingVoucher struct {
+	ID           int64
+	StockBuckets int
+	HotSince     *time.Time
+}
+
+// SellingVouchers returns the vouchers whose sale has started and not
+// ended at now, that have stock left in MySQL or are marked hot.
+func (s *Store) SellingVouchers(ctx context.Context, now time.Time) ([]SellingVoucher, error) {
+	var out []SellingVoucher
+	err := s.db.WithContext(ctx).Model(&Voucher{}).Select("id", "stock_buckets", "hot_since").
+		Where("(starts_at IS NULL OR starts_at <= ?) AND (ends_at IS NULL OR ends_at > ?)", now, now).
+		Where("stock > 0 OR hot_since IS NOT NULL").
+		Order("id").Scan(&out).Error
+	return out, err
+}
+
+// SetHot records voucher v hot since since, or not hot (since nil); it
+// keeps the time it became hot while it stays so.
+func (s *Store) SetHot(ctx context.Context, v int64, since *time.Time) error {
+	q := s.db.WithContext(ctx).Model(&Voucher{}).Where("id = ?", v)
+	if since != nil {
+		q = q.Where("hot_since IS NULL")
+	}
+	return q.Update("hot_since", since).Error
 }
 
 // LiveOrder is a live order, as counting needs it.

@@ -294,13 +294,32 @@ func TestTheConsoleStatesAndColours(t *testing.T) {
 		want[sold] = "sold out"
 		want[f.createVoucher(fmt.Sprintf(`{"name":"ended %d","stock":5,"ends_at":"%s"}`, i, at(time.Hour)))] = "ended"
 	}
+	// One on sale marked hot, as the reaper's detector marks it: its state
+	// carries the mark.
+	var hot string
+	for id, w := range want {
+		if w == "on sale" {
+			hot = id
+			break
+		}
+	}
+	since := now.Add(-time.Minute).UTC()
+	require.NoError(t, f.env.DB.SetHot(t.Context(), parseID(t, hot), &since))
+	want[hot] = "on salehot"
 	f.clock.Set(now.Add(90 * time.Minute)) // the ended have ended; the scheduled have not started
 	words := map[string]string{"scheduled": "scheduled", "on_sale": "on sale", "paused": "paused", "sold_out": "sold out", "ended": "ended"}
 	list := f.do("GET", "/admin/v1/vouchers?limit=50", admin, "")
 	require.Equal(t, http.StatusOK, list.Status, list.Raw)
 	for _, raw := range list.Body["vouchers"].([]any) {
 		v := raw.(map[string]any)
-		require.Equal(t, want[v["id"].(string)], words[v["state"].(string)], "the API's state of %s", v["name"])
+		require.Equal(t, strings.TrimSuffix(want[v["id"].(string)], "hot"), words[v["state"].(string)], "the API's state of %s", v["name"])
+		if v["id"] == hot {
+			at, err := time.Parse(time.RFC3339Nano, v["hot_since"].(string))
+			require.NoError(t, err)
+			require.True(t, at.Equal(since), "hot_since %v, marked %v", at, since)
+		} else {
+			require.NotContains(t, v, "hot_since", "voucher %s is not hot", v["id"])
+		}
 	}
 
 	bctx := browser(t, bin)

@@ -339,3 +339,46 @@ func (s *Store) byMaster(claims []Claim) [][]int {
 	slices.SortFunc(groups, func(a, b []int) int { return len(b) - len(a) })
 	return groups
 }
+
+// Rates reads how many orders each bucket of each voucher admitted in
+// the last whole second before now (admit.lua counts them in the bucket's
+// hash: rn in second rs, by the admitting call's clock, rp in the second
+// before), in one pipelined round trip: rates[i][b] is bucket b of
+// vouchers[i], which has buckets[i] buckets. A bucket Redis does not hold
+// admitted nothing.
+func (s *Store) Rates(ctx context.Context, vouchers []int64, buckets []int, now time.Time) ([][]int64, error) {
+	pipe := s.c.Pipeline()
+	cmds := make([][]*redis.SliceCmd, len(vouchers))
+	for i, v := range vouchers {
+		cmds[i] = make([]*redis.SliceCmd, max(buckets[i], 1))
+		for b := range cmds[i] {
+			cmds[i][b] = pipe.HMGet(ctx, s.bucketOf(v, b).key(), "rs", "rn", "rp")
+		}
+	}
+	if len(vouchers) == 0 {
+		return nil, nil
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return nil, fmt.Errorf("read admission rates: %w", err)
+	}
+	last := now.Unix() - 1
+	out := make([][]int64, len(vouchers))
+	for i := range cmds {
+		out[i] = make([]int64, len(cmds[i]))
+		for b, c := range cmds[i] {
+			f := c.Val()
+			num := func(k int) int64 {
+				str, _ := f[k].(string)
+				n, _ := strconv.ParseInt(str, 10, 64)
+				return n
+			}
+			switch num(0) {
+			case last:
+				out[i][b] = num(1)
+			case last + 1:
+				out[i][b] = num(2)
+			}
+		}
+	}
+	return out, nil
+}

@@ -8,6 +8,9 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
+	"strings"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -180,4 +183,96 @@ func (s *Store) InFlight(ctx context.Context, v int64) (bool, error) {
 		}
 	}
 	return false, nil
+}
+
+// trimChunk is how many users' indexes one pending.lua call of the
+// trimmer reads.
+const trimChunk = 200
+
+// TrimIndexes drops, from every bucket of voucher v whose sale has ended,
+// the users' indexes of admissions (o:USER) whose orders have all left the
+// stream, and keeps the rest (pending.lua on a few hundred users a call,
+// found by HSCAN): after the sale the indexes serve only a listing of
+// orders not yet persisted. A bucket found with none left is marked
+// trimmed for its end (field ti = end_ms) and not read again unless its
+// sale is extended. finished: this call marked the last of them.
+func (s *Store) TrimIndexes(ctx context.Context, v int64, now time.Time) (finished bool, err error) {
+	bs, err := s.bucketsOfVoucher(ctx, v)
+	if err != nil {
+		return false, err
+	}
+	done, markedNow := true, false
+	for _, b := range bs {
+		h, err := s.c.HMGet(ctx, b.key(), "end_ms", "ti").Result()
+		if err != nil {
+			return false, fmt.Errorf("read end of %s: %w", b.key(), err)
+		}
+		end, _ := h[0].(string)
+		endMs, _ := strconv.ParseInt(end, 10, 64)
+		if end == "" || endMs <= 0 || endMs > now.UnixMilli() { // gone, or no end, or not ended
+			done = done && end == ""
+			continue
+		}
+		if ti, _ := h[1].(string); ti == end {
+			continue
+		}
+		left := false
+		var cursor uint64
+		for {
+			fields, next, err := s.c.HScan(ctx, b.key(), cursor, pendingPrefix+"*", trimChunk).Result()
+			if err != nil {
+				return false, fmt.Errorf("scan indexes of %s: %w", b.key(), err)
+			}
+			users := make([]any, 0, len(fields)/2)
+			for i := 0; i < len(fields); i += 2 {
+				users = append(users, strings.TrimPrefix(fields[i], pendingPrefix))
+			}
+			if len(users) > 0 {
+				still, err := lua.Pending.Run(ctx, s.c, []string{b.key(), b.stream()}, users...).Slice()
+				if err != nil {
+					return false, fmt.Errorf("trim indexes of %s: %w", b.key(), err)
+				}
+				left = left || len(still) > 0
+			}
+			if cursor = next; cursor == 0 {
+				break
+			}
+		}
+		if left {
+			done = false
+			continue
+		}
+		marked, err := s.markTrimmed(ctx, b, end)
+		if err != nil {
+			return false, err
+		}
+		done, markedNow = done && marked, markedNow || marked
+	}
+	return done && markedNow, nil
+}
+
+// markTrimmed marks bucket b trimmed for its end end, if the hash is still
+// there and still ends then (WATCH: a hash gone, or its sale extended, is
+// left as it is; the HSET never makes a hash without its TTL).
+func (s *Store) markTrimmed(ctx context.Context, b bucket, end string) (bool, error) {
+	marked := false
+	err := s.c.Watch(ctx, func(tx *redis.Tx) error {
+		cur, err := tx.HGet(ctx, b.key(), "end_ms").Result()
+		if err != nil || cur != end {
+			return err
+		}
+		_, err = tx.TxPipelined(ctx, func(p redis.Pipeliner) error {
+			p.HSet(ctx, b.key(), "ti", end)
+			return nil
+		})
+		marked = err == nil
+		return err
+	}, b.key())
+	switch {
+	case errors.Is(err, redis.Nil), errors.Is(err, redis.TxFailedErr):
+		return false, nil
+	case err != nil:
+		return false, fmt.Errorf("mark %s trimmed: %w", b.key(), err)
+	}
+	return marked, nil
 }

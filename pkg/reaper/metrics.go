@@ -11,7 +11,8 @@ type metrics struct {
 	takenOver, deadLetters, cancelled, released, consumersRemoved prometheus.Counter
 	refunded, drawn                                               prometheus.Counter
 	drawSeconds                                                   prometheus.Histogram
-	storeDifferences, vouchersDiffering, lastCheck                prometheus.Gauge
+	storeDifferences, vouchersDiffering, lastCheck, hotVouchers   prometheus.Gauge
+	bucketRate                                                    *prometheus.GaugeVec // voucher_id, bucket
 	events                                                        *event.Metrics
 }
 
@@ -21,7 +22,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	}
 	m := &metrics{
 		rounds: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "flashsale_reaper_passes_total",
-			Help: "Passes run, by service (rescuer, consumers, expirer, releaser, refunder, drawer, mover, restorer, checker, sequencer) and outcome (ok, error)."}, []string{"service", "outcome"}),
+			Help: "Passes run, by service (rescuer, consumers, expirer, releaser, refunder, drawer, mover, restorer, trimmer, checker, sequencer, detector) and outcome (ok, error)."}, []string{"service", "outcome"}),
 		takenOver:        c("flashsale_reaper_claimed_total", "Stale pending entries taken over (XAUTOCLAIM) and processed."),
 		deadLetters:      c("flashsale_reaper_dead_letters_total", "Entries dead-lettered for being delivered too often."),
 		cancelled:        c("flashsale_reaper_cancelled_total", "Orders cancelled for not being paid in time."),
@@ -38,6 +39,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	m.storeDifferences = g("flashsale_reconcile_differences", "Values Redis holds that MySQL and the streams say it should not, over vouchers not admitting, at the last check.")
 	m.vouchersDiffering = g("flashsale_reconcile_vouchers_differing", "Vouchers not admitting whose Redis state differs from MySQL's, at the last check.")
 	m.lastCheck = g("flashsale_reconcile_last_check_timestamp_seconds", "When the checker last compared the stores.")
+	m.hotVouchers = g("flashsale_hot_vouchers", "Vouchers marked hot (a Redis bucket at or above FLASHSALE_HOT_SPLIT_AT admissions a second for FLASHSALE_HOT_SPLIT_FOR), at the detector's last round.")
+	m.bucketRate = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "flashsale_bucket_admissions_per_second",
+		Help: "Orders each Redis bucket of a voucher on sale admitted in the last whole second, at the detector's last round."}, []string{"voucher_id", "bucket"})
+	reg.MustRegister(m.hotVouchers, m.bucketRate)
 	reg.MustRegister(m.rounds, m.takenOver, m.deadLetters, m.cancelled, m.released, m.consumersRemoved, m.refunded, m.drawn, m.drawSeconds,
 		m.storeDifferences, m.vouchersDiffering, m.lastCheck)
 	m.events = event.NewMetrics(reg)

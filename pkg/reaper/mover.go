@@ -13,13 +13,13 @@ import (
 	"github.com/flashsale/flashsale/pkg/rdb"
 )
 
-// finishMoves gives the moves left half way of the hot vouchers on sale.
+// finishMoves gives the moves left half way of the bucketed vouchers on sale.
 func (r *Reaper) finishMoves(ctx context.Context, round *Round) error {
-	hot, err := r.db.HotVouchers(ctx, r.now().UTC(), rdb.KeysOutliveSale)
+	bucketed, err := r.db.BucketedVouchers(ctx, r.now().UTC(), rdb.KeysOutliveSale)
 	if err != nil {
 		return err
 	}
-	for _, v := range hot {
+	for _, v := range bucketed {
 		n, err := r.redis.FinishMoves(ctx, v)
 		if err != nil {
 			return err

@@ -64,6 +64,16 @@ type Config struct {
 	// EventsInterval: giving committed order events their sequence.
 	// Default 1s.
 	EventsInterval time.Duration `envconfig:"FLASHSALE_REAPER_EVENTS_INTERVAL" default:"1s"`
+	// HotSplitAt: the admissions a second one Redis bucket of a voucher
+	// may take: a voucher with a bucket at or above it for HotSplitFor is
+	// marked hot (the detector). Default 100000, two thirds of what one
+	// master admits of one voucher in make bench (docs/BENCHMARKS.md).
+	HotSplitAt int64 `envconfig:"FLASHSALE_HOT_SPLIT_AT" default:"100000"`
+	// HotSplitFor: how long a voucher must stay above HotSplitAt to be
+	// marked hot, and below it to be marked cool again. Default 5s.
+	HotSplitFor time.Duration `envconfig:"FLASHSALE_HOT_SPLIT_FOR" default:"5s"`
+	// DetectInterval: reading the vouchers' admissions a second. Default 1s.
+	DetectInterval time.Duration `envconfig:"FLASHSALE_REAPER_DETECT_INTERVAL" default:"1s"`
 	// EventsRetention: how long a sequenced event is kept (for the events
 	// API's catch-up) before it is deleted. Default 168h.
 	EventsRetention time.Duration `envconfig:"FLASHSALE_EVENTS_RETENTION" default:"168h"`
@@ -85,6 +95,9 @@ const (
 	CheckIntervalDefault     = 5 * time.Minute
 	EventsIntervalDefault    = time.Second
 	EventsRetentionDefault   = 7 * 24 * time.Hour
+	HotSplitAtDefault        = 100000
+	HotSplitForDefault       = 5 * time.Second
+	DetectIntervalDefault    = time.Second
 )
 
 // SetDefaults fills the zero fields with the defaults.
@@ -98,6 +111,8 @@ func (c *Config) SetDefaults() {
 		*iv.d = cmp.Or(*iv.d, iv.def, c.Interval)
 	}
 	c.EventsRetention = cmp.Or(c.EventsRetention, EventsRetentionDefault)
+	c.HotSplitAt = cmp.Or(c.HotSplitAt, HotSplitAtDefault)
+	c.HotSplitFor = cmp.Or(c.HotSplitFor, HotSplitForDefault)
 	c.EventsConfig.SetDefaults()
 	c.Config.SetDefaults()
 }
@@ -122,6 +137,7 @@ func (c *Config) intervals() []interval {
 		{"FLASHSALE_REAPER_REFUND_INTERVAL", &c.RefundInterval, 0},
 		{"FLASHSALE_REAPER_CHECK_INTERVAL", &c.CheckInterval, CheckIntervalDefault},
 		{"FLASHSALE_REAPER_EVENTS_INTERVAL", &c.EventsInterval, EventsIntervalDefault},
+		{"FLASHSALE_REAPER_DETECT_INTERVAL", &c.DetectInterval, DetectIntervalDefault},
 	}
 }
 
@@ -138,6 +154,10 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("FLASHSALE_MAX_DELIVERIES must be at least 1, got %d", c.MaxDeliveries)
 	case c.EventsRetention < time.Minute:
 		return fmt.Errorf("FLASHSALE_EVENTS_RETENTION must be at least 1m, got %s", c.EventsRetention)
+	case c.HotSplitAt < 1:
+		return fmt.Errorf("FLASHSALE_HOT_SPLIT_AT must be at least 1, got %d", c.HotSplitAt)
+	case c.HotSplitFor < 0:
+		return fmt.Errorf("FLASHSALE_HOT_SPLIT_FOR must not be negative, got %s", c.HotSplitFor)
 	case c.RoundTimeout <= 0:
 		return fmt.Errorf("FLASHSALE_REAPER_ROUND_TIMEOUT must be positive, got %s", c.RoundTimeout)
 	case c.MaxPerRound < 1:
@@ -165,6 +185,8 @@ type Reaper struct {
 	audit   *zap.Logger
 	metrics *metrics
 	sinks   []event.Sink
+	// detector is the detector's memory between its rounds.
+	detector detector
 }
 
 // Option changes a Reaper.
@@ -223,13 +245,16 @@ type Round struct {
 	ReleasedToRedis  int // releases Redis got (cancellations, failures)
 	Refunded         int // ended envelope sales refunded
 	RefundsWaiting   int // ended envelope sales waiting for grabs in flight
-	MovesFinished    int // moves between a hot voucher's buckets left half way
+	MovesFinished    int // moves between a voucher's buckets left half way
 	Drawn            int // draw sales drawn
 	DrawsWaiting     int // ended draw sales waiting for entries in flight
 	MarkedLost       int // entries of drawn sales marked lost
 	Restored         int // vouchers on sale rebuilt in a Redis that had lost them
 	EventsSequenced  int // order events given their sequence
 	EventsDeleted    int // order events deleted past their retention
+	Trimmed          int // vouchers whose users' indexes were trimmed after the sale
+	MarkedHot        int // vouchers marked hot
+	Cooled           int // vouchers no longer hot
 }
 
 func (p Round) idle() bool { return p == Round{} }
@@ -251,6 +276,9 @@ func (p *Round) Add(q Round) {
 	p.Restored += q.Restored
 	p.EventsSequenced += q.EventsSequenced
 	p.EventsDeleted += q.EventsDeleted
+	p.Trimmed += q.Trimmed
+	p.MarkedHot += q.MarkedHot
+	p.Cooled += q.Cooled
 }
 
 // service is one maintenance job of the reaper, in a file of its own, with
@@ -274,8 +302,10 @@ func (r *Reaper) services() []service {
 		{"drawer", r.cfg.RefundInterval, r.drawEnded},
 		{"mover", r.cfg.ReleaseInterval, r.finishMoves},
 		{"restorer", r.cfg.ReleaseInterval, r.restore},
+		{"trimmer", r.cfg.ReleaseInterval, r.trimIndexes},
 		{"checker", r.cfg.CheckInterval, r.check},
 		{"sequencer", r.cfg.EventsInterval, r.sequenceEvents},
+		{"detector", r.cfg.DetectInterval, r.detectHot},
 	}
 }
 
@@ -339,7 +369,8 @@ func (r *Reaper) record(name string, round Round, err error) {
 			zap.Int("cancelled", round.Cancelled), zap.Int("released_to_redis", round.ReleasedToRedis),
 			zap.Int("refunded", round.Refunded), zap.Int("refunds_waiting", round.RefundsWaiting),
 			zap.Int("moves_finished", round.MovesFinished), zap.Int("drawn", round.Drawn), zap.Int("draws_waiting", round.DrawsWaiting),
-			zap.Int("marked_lost", round.MarkedLost), zap.Int("restored", round.Restored), zap.Int("events_deleted", round.EventsDeleted))
+			zap.Int("marked_lost", round.MarkedLost), zap.Int("restored", round.Restored), zap.Int("events_deleted", round.EventsDeleted),
+			zap.Int("trimmed", round.Trimmed), zap.Int("marked_hot", round.MarkedHot), zap.Int("cooled", round.Cooled))
 	}
 	if err != nil {
 		r.log.Warn("reaper round incomplete", zap.String("service", name), zap.Error(err))

@@ -50,6 +50,9 @@ type voucherJSON struct {
 	WaitingRoom *room.Config `json:"waiting_room"`
 	// Access: the access codes its claims need; null: none.
 	Access *voucher.Access `json:"access"`
+	// HotSince: when it became hot (the reaper's detector); absent while
+	// it is not.
+	HotSince *time.Time `json:"hot_since,omitempty"`
 }
 
 func voucherOut(v db.Voucher, now time.Time) voucherJSON {
@@ -58,7 +61,7 @@ func voucherOut(v db.Voucher, now time.Time) voucherJSON {
 		PerUserLimit: v.PerUserLimit, PerUserDailyLimit: v.PerUserDailyLimit, StartsAt: v.StartsAt,
 		EndsAt: v.EndsAt, PaymentTimeoutSeconds: v.PaymentTimeoutSeconds, Paused: v.Paused, State: voucher.State(v, now), CreatedAt: v.CreatedAt,
 		Allocation: voucher.Allocation(v), SeedCommitment: v.SeedCommitment, Seed: voucher.Revealed(v), ProofOfWork: voucher.GateOf(v),
-		WaitingRoom: voucher.RoomOf(v), Access: voucher.AccessOf(v)}
+		WaitingRoom: voucher.RoomOf(v), Access: voucher.AccessOf(v), HotSince: v.HotSince}
 }
 
 // ruleError is the API's answer to a refusal of pkg/voucher or pkg/sale:

@@ -988,18 +988,21 @@ type ReportKind string
 
 // Voucher defines model for Voucher.
 type Voucher struct {
-	Access                *Access           `json:"access,omitempty"`
-	Allocation            VoucherAllocation `json:"allocation"`
-	CreatedAt             time.Time         `json:"created_at"`
-	EndsAt                *time.Time        `json:"ends_at,omitempty"`
-	Id                    string            `json:"id"`
-	Kind                  VoucherKind       `json:"kind"`
-	MinAmount             *int              `json:"min_amount,omitempty"`
-	Name                  string            `json:"name"`
-	Paused                bool              `json:"paused"`
-	PaymentTimeoutSeconds int               `json:"payment_timeout_seconds"`
-	PerUserDailyLimit     int               `json:"per_user_daily_limit"`
-	PerUserLimit          int               `json:"per_user_limit"`
+	Access     *Access           `json:"access,omitempty"`
+	Allocation VoucherAllocation `json:"allocation"`
+	CreatedAt  time.Time         `json:"created_at"`
+	EndsAt     *time.Time        `json:"ends_at,omitempty"`
+
+	// HotSince when a Redis bucket of the voucher first held FLASHSALE_HOT_SPLIT_AT admissions a second, once it had for FLASHSALE_HOT_SPLIT_FOR (the reaper's detector); absent while it is not hot
+	HotSince              *time.Time  `json:"hot_since,omitempty"`
+	Id                    string      `json:"id"`
+	Kind                  VoucherKind `json:"kind"`
+	MinAmount             *int        `json:"min_amount,omitempty"`
+	Name                  string      `json:"name"`
+	Paused                bool        `json:"paused"`
+	PaymentTimeoutSeconds int         `json:"payment_timeout_seconds"`
+	PerUserDailyLimit     int         `json:"per_user_daily_limit"`
+	PerUserLimit          int         `json:"per_user_limit"`
 	ProofOfWork           *struct {
 		MaxNumber int `json:"max_number"`
 	} `json:"proof_of_work,omitempty"`
@@ -3940,20 +3943,23 @@ type GetAdminV1VouchersIdResponse struct {
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *struct {
-		Access                *Access                                           `json:"access,omitempty"`
-		Allocation            GetAdminV1VouchersId200JSONResponseBodyAllocation `json:"allocation"`
-		CreatedAt             time.Time                                         `json:"created_at"`
-		Draw                  *Draw                                             `json:"draw,omitempty"`
-		EndsAt                *time.Time                                        `json:"ends_at,omitempty"`
-		Id                    string                                            `json:"id"`
-		Kind                  GetAdminV1VouchersId200JSONResponseBodyKind       `json:"kind"`
-		MinAmount             *int                                              `json:"min_amount,omitempty"`
-		Name                  string                                            `json:"name"`
-		Orders                *map[string]int                                   `json:"orders,omitempty"`
-		Paused                bool                                              `json:"paused"`
-		PaymentTimeoutSeconds int                                               `json:"payment_timeout_seconds"`
-		PerUserDailyLimit     int                                               `json:"per_user_daily_limit"`
-		PerUserLimit          int                                               `json:"per_user_limit"`
+		Access     *Access                                           `json:"access,omitempty"`
+		Allocation GetAdminV1VouchersId200JSONResponseBodyAllocation `json:"allocation"`
+		CreatedAt  time.Time                                         `json:"created_at"`
+		Draw       *Draw                                             `json:"draw,omitempty"`
+		EndsAt     *time.Time                                        `json:"ends_at,omitempty"`
+
+		// HotSince when a Redis bucket of the voucher first held FLASHSALE_HOT_SPLIT_AT admissions a second, once it had for FLASHSALE_HOT_SPLIT_FOR (the reaper's detector); absent while it is not hot
+		HotSince              *time.Time                                  `json:"hot_since,omitempty"`
+		Id                    string                                      `json:"id"`
+		Kind                  GetAdminV1VouchersId200JSONResponseBodyKind `json:"kind"`
+		MinAmount             *int                                        `json:"min_amount,omitempty"`
+		Name                  string                                      `json:"name"`
+		Orders                *map[string]int                             `json:"orders,omitempty"`
+		Paused                bool                                        `json:"paused"`
+		PaymentTimeoutSeconds int                                         `json:"payment_timeout_seconds"`
+		PerUserDailyLimit     int                                         `json:"per_user_daily_limit"`
+		PerUserLimit          int                                         `json:"per_user_limit"`
 		ProofOfWork           *struct {
 			MaxNumber int `json:"max_number"`
 		} `json:"proof_of_work,omitempty"`
@@ -4001,20 +4007,23 @@ type GetAdminV1VouchersIdResponse struct {
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
 func (r GetAdminV1VouchersIdResponse) GetJSON200() *struct {
-	Access                *Access                                           `json:"access,omitempty"`
-	Allocation            GetAdminV1VouchersId200JSONResponseBodyAllocation `json:"allocation"`
-	CreatedAt             time.Time                                         `json:"created_at"`
-	Draw                  *Draw                                             `json:"draw,omitempty"`
-	EndsAt                *time.Time                                        `json:"ends_at,omitempty"`
-	Id                    string                                            `json:"id"`
-	Kind                  GetAdminV1VouchersId200JSONResponseBodyKind       `json:"kind"`
-	MinAmount             *int                                              `json:"min_amount,omitempty"`
-	Name                  string                                            `json:"name"`
-	Orders                *map[string]int                                   `json:"orders,omitempty"`
-	Paused                bool                                              `json:"paused"`
-	PaymentTimeoutSeconds int                                               `json:"payment_timeout_seconds"`
-	PerUserDailyLimit     int                                               `json:"per_user_daily_limit"`
-	PerUserLimit          int                                               `json:"per_user_limit"`
+	Access     *Access                                           `json:"access,omitempty"`
+	Allocation GetAdminV1VouchersId200JSONResponseBodyAllocation `json:"allocation"`
+	CreatedAt  time.Time                                         `json:"created_at"`
+	Draw       *Draw                                             `json:"draw,omitempty"`
+	EndsAt     *time.Time                                        `json:"ends_at,omitempty"`
+
+	// HotSince when a Redis bucket of the voucher first held FLASHSALE_HOT_SPLIT_AT admissions a second, once it had for FLASHSALE_HOT_SPLIT_FOR (the reaper's detector); absent while it is not hot
+	HotSince              *time.Time                                  `json:"hot_since,omitempty"`
+	Id                    string                                      `json:"id"`
+	Kind                  GetAdminV1VouchersId200JSONResponseBodyKind `json:"kind"`
+	MinAmount             *int                                        `json:"min_amount,omitempty"`
+	Name                  string                                      `json:"name"`
+	Orders                *map[string]int                             `json:"orders,omitempty"`
+	Paused                bool                                        `json:"paused"`
+	PaymentTimeoutSeconds int                                         `json:"payment_timeout_seconds"`
+	PerUserDailyLimit     int                                         `json:"per_user_daily_limit"`
+	PerUserLimit          int                                         `json:"per_user_limit"`
 	ProofOfWork           *struct {
 		MaxNumber int `json:"max_number"`
 	} `json:"proof_of_work,omitempty"`
@@ -5723,20 +5732,23 @@ func ParseGetAdminV1VouchersIdResponse(rsp *http.Response) (*GetAdminV1VouchersI
 	switch {
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
 		var dest struct {
-			Access                *Access                                           `json:"access,omitempty"`
-			Allocation            GetAdminV1VouchersId200JSONResponseBodyAllocation `json:"allocation"`
-			CreatedAt             time.Time                                         `json:"created_at"`
-			Draw                  *Draw                                             `json:"draw,omitempty"`
-			EndsAt                *time.Time                                        `json:"ends_at,omitempty"`
-			Id                    string                                            `json:"id"`
-			Kind                  GetAdminV1VouchersId200JSONResponseBodyKind       `json:"kind"`
-			MinAmount             *int                                              `json:"min_amount,omitempty"`
-			Name                  string                                            `json:"name"`
-			Orders                *map[string]int                                   `json:"orders,omitempty"`
-			Paused                bool                                              `json:"paused"`
-			PaymentTimeoutSeconds int                                               `json:"payment_timeout_seconds"`
-			PerUserDailyLimit     int                                               `json:"per_user_daily_limit"`
-			PerUserLimit          int                                               `json:"per_user_limit"`
+			Access     *Access                                           `json:"access,omitempty"`
+			Allocation GetAdminV1VouchersId200JSONResponseBodyAllocation `json:"allocation"`
+			CreatedAt  time.Time                                         `json:"created_at"`
+			Draw       *Draw                                             `json:"draw,omitempty"`
+			EndsAt     *time.Time                                        `json:"ends_at,omitempty"`
+
+			// HotSince when a Redis bucket of the voucher first held FLASHSALE_HOT_SPLIT_AT admissions a second, once it had for FLASHSALE_HOT_SPLIT_FOR (the reaper's detector); absent while it is not hot
+			HotSince              *time.Time                                  `json:"hot_since,omitempty"`
+			Id                    string                                      `json:"id"`
+			Kind                  GetAdminV1VouchersId200JSONResponseBodyKind `json:"kind"`
+			MinAmount             *int                                        `json:"min_amount,omitempty"`
+			Name                  string                                      `json:"name"`
+			Orders                *map[string]int                             `json:"orders,omitempty"`
+			Paused                bool                                        `json:"paused"`
+			PaymentTimeoutSeconds int                                         `json:"payment_timeout_seconds"`
+			PerUserDailyLimit     int                                         `json:"per_user_daily_limit"`
+			PerUserLimit          int                                         `json:"per_user_limit"`
 			ProofOfWork           *struct {
 				MaxNumber int `json:"max_number"`
 			} `json:"proof_of_work,omitempty"`

@@ -1,0 +1,109 @@
+package reaper_test
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/zap/zaptest"
+
+	"github.com/flashsale/flashsale/pkg/db"
+	"github.com/flashsale/flashsale/pkg/internal/testenv"
+	"github.com/flashsale/flashsale/pkg/order"
+	"github.com/flashsale/flashsale/pkg/rdb"
+	"github.com/flashsale/flashsale/pkg/reaper"
+	"github.com/flashsale/flashsale/pkg/worker"
+)
+
+// The detector marks a voucher hot once one of its buckets has admitted
+// FLASHSALE_HOT_SPLIT_AT orders a second at every reading for
+// FLASHSALE_HOT_SPLIT_FOR, from the time the threshold was first crossed,
+// and cool again once below it as long; a voucher below it, and one above
+// it for less than the time, is never marked; the gauges follow each
+// bucket, and go with the voucher's sale.
+func TestTheDetectorMarksAVoucherHotAndCool(t *testing.T) {
+	e := testenv.New(t, 4)
+	ctx := context.Background()
+	const buckets, at = 3, 30
+	start := time.Now().Truncate(time.Second).Add(-time.Minute)
+	ends := start.Add(time.Hour)
+	hot := e.SeedVoucher(t, db.Voucher{Stock: 100000, StockBuckets: buckets, PerUserLimit: 1, EndsAt: &ends}, -1)
+	warm := e.SeedVoucher(t, db.Voucher{Stock: 100000, PerUserLimit: 1, EndsAt: &ends}, -1)
+	now := start
+	reg := prometheus.NewRegistry()
+	r, err := reaper.New(reaper.Config{Config: worker.Config{Consumer: "detector"}, HotSplitAt: at, HotSplitFor: 2 * time.Second},
+		e.RDB, e.DB, zaptest.NewLogger(t), reaper.WithRegistry(reg), reaper.WithClock(func() time.Time { return now }))
+	require.NoError(t, err)
+	n := 0
+	// second admits, in second sec, 2×at claims of the hot voucher
+	// spread over its buckets (one bucket takes at least at) and at-1 of
+	// the warm one.
+	second := func(sec time.Time) {
+		claims := func(v int64, k int) {
+			for range k {
+				u := "u" + strconv.Itoa(n)
+				n++
+				_, err := e.RDB.Admit(ctx, rdb.Claim{VoucherID: v, UserID: u, Now: sec.Add(time.Duration(n%900) * time.Millisecond), Day: order.Day(sec, time.UTC)})
+				require.NoError(t, err)
+			}
+		}
+		claims(hot.ID, buckets*at)
+		claims(warm.ID, at-1)
+	}
+	round := func(at time.Time) reaper.Round {
+		now = at
+		got, err := r.RunOnce(ctx)
+		require.NoError(t, err)
+		return got
+	}
+	hotSince := func(v int64) *time.Time {
+		got, err := e.DB.Voucher(ctx, v)
+		require.NoError(t, err)
+		return got.HotSince
+	}
+	rate := func(v int64, b int) float64 {
+		return testenv.Metric(t, reg, "flashsale_bucket_admissions_per_second", "voucher_id", strconv.FormatInt(v, 10), "bucket", strconv.Itoa(b))
+	}
+
+	s := start
+	for i := range 3 { // readings at s+1 (crossed), s+2, s+3 (held 2 s)
+		second(s.Add(time.Duration(i) * time.Second))
+		got := round(s.Add(time.Duration(i+1) * time.Second))
+		var sum float64
+		for b := range buckets {
+			sum += rate(hot.ID, b)
+		}
+		require.EqualValues(t, buckets*at, sum, "reading %d: the buckets' gauges add up to the second's admissions", i)
+		require.EqualValues(t, at-1, rate(warm.ID, 0), "reading %d", i)
+		if i < 2 {
+			require.Nil(t, hotSince(hot.ID), "reading %d: above the threshold for less than FLASHSALE_HOT_SPLIT_FOR", i)
+			require.Zero(t, got.MarkedHot)
+			continue
+		}
+		require.Equal(t, 1, got.MarkedHot)
+	}
+	since := hotSince(hot.ID)
+	require.NotNil(t, since, "held above the threshold for FLASHSALE_HOT_SPLIT_FOR")
+	require.True(t, since.Equal(s.Add(time.Second)), "hot since the first reading above it, %v; got %v", s.Add(time.Second), since)
+	require.Nil(t, hotSince(warm.ID), "one below the threshold is never hot")
+	require.EqualValues(t, 1, testenv.Metric(t, reg, "flashsale_hot_vouchers"))
+
+	// Quiet: cool once below it for FLASHSALE_HOT_SPLIT_FOR, not before.
+	require.Zero(t, round(s.Add(5*time.Second)).Cooled)
+	require.NotNil(t, hotSince(hot.ID), "below the threshold for less than FLASHSALE_HOT_SPLIT_FOR")
+	require.Equal(t, 1, round(s.Add(7*time.Second)).Cooled)
+	require.Nil(t, hotSince(hot.ID))
+	require.Zero(t, testenv.Metric(t, reg, "flashsale_hot_vouchers"))
+
+	// A sale over: its gauges go.
+	round(ends.Add(time.Second))
+	families, err := reg.Gather()
+	require.NoError(t, err)
+	for _, f := range families {
+		require.NotEqual(t, "flashsale_bucket_admissions_per_second", f.GetName(), fmt.Sprint(f.GetMetric()))
+	}
+}
