@@ -11,9 +11,7 @@
 --                                          o:USER -> the positions of USER's admissions, space-separated
 --                                          (the index pending.lua reads a user's pending orders by); with a
 --                                          waiting room it writes rx:PLACE (PLACE's pass bought) and ru:EXP (the
---                                          passes of room.lua's segment ending at EXP that bought); and the
---                                          bucket's admissions a second, which it writes: rn those of second
---                                          rs (unix seconds, the call's clock), rp those of the second before
+--                                          passes of room.lua's segment ending at EXP that bought)
 -- KEYS[2] -> flashsale:{pP}:orders         the partition's order stream
 -- KEYS[3] -> flashsale:{pP}:v:V:pool       list of the items left (pooled kinds: envelopes, codes)
 -- KEYS[4] -> flashsale:{pP}:loaded         set once the reaper found every voucher MySQL has on sale
@@ -202,7 +200,7 @@ end
 
 -- The voucher and every user's count and index: one HMGET.
 local fields = {'stock', 'limit', 'daily', 'start_ms', 'end_ms', 'pool', 'paused', 'buckets', 'draw', 'pow', 'room',
-  'access', 'rs', 'rn', 'rp'}
+  'access'}
 local slot = {} -- user -> position of its u: field (its o: field follows)
 for i = 1, n do
   local user = users[i]
@@ -278,7 +276,6 @@ end
 -- The admissions decided since the last stream entry was written, and the
 -- first claim decided after that entry.
 local pending, pending_from = {}, 1
-local admitted = 0 -- orders written to the stream by this call
 local replay = {} -- idempotency key -> the admission made under it in this batch
 local overflow = false
 local spent = {} -- claim i -> true: its proof of work was spent by this call
@@ -368,7 +365,6 @@ local function flush()
     return
   end
   redis.call('INCRBY', KEYS[5], #pending)
-  admitted = admitted + #pending
   for k, a in ipairs(pending) do
     local pos = ms .. '-' .. (seq * 32 + k - 1)
     a.pos = pos
@@ -462,21 +458,6 @@ flush()
 -- pending.lua has not yet found persisted).
 if next(dirty) then
   local w = {'stock', stock}
-  if admitted > 0 then
-    -- The bucket's admissions a second, for the reaper's detector: rn
-    -- counts those of second rs (the call's clock), rp those of the
-    -- second before it.
-    local now_s, rs = math.floor(base / 1000), tonumber(v[13]) or 0
-    if now_s > rs then
-      local rp = 0
-      if now_s == rs + 1 then
-        rp = tonumber(v[14]) or 0
-      end
-      w[3], w[4], w[5], w[6], w[7], w[8] = 'rs', now_s, 'rn', admitted, 'rp', rp
-    else
-      w[3], w[4] = 'rn', (tonumber(v[14]) or 0) + admitted
-    end
-  end
   for user in pairs(dirty) do
     local k = slot[user]
     w[#w + 1] = fields[k] -- u:USER

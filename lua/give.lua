@@ -1,7 +1,7 @@
 -- give.lua: the second half of a move between buckets (take.lua): add the
 -- units to the destination bucket's stock, exactly once per move id.
 --
--- KEYS[1] -> the destination bucket's hash (stock)
+-- KEYS[1] -> the destination bucket's hash (stock, moved: take.lua's)
 -- KEYS[2] -> the destination bucket's moves:in set of move ids given
 --
 -- ARGV[1] -> move id
@@ -17,6 +17,7 @@ if redis.call('SADD', KEYS[2], ARGV[1]) == 0 then
   return 0
 end
 redis.call('HINCRBY', KEYS[1], 'stock', tonumber(ARGV[2]))
+redis.call('HINCRBY', KEYS[1], 'moved', -tonumber(ARGV[2]))
 local expire_s = tonumber(redis.call('HGET', KEYS[1], 'expire_s')) or 0
 if expire_s > 0 then
   redis.call('EXPIREAT', KEYS[2], expire_s)

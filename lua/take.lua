@@ -5,7 +5,8 @@
 -- leaves the move recorded here, and whoever finds it gives it (once: the
 -- destination remembers the moves it was given).
 --
--- KEYS[1] -> the source bucket's hash (stock)
+-- KEYS[1] -> the source bucket's hash (stock, and moved: the units moved out of it
+--             net of those moved in, so that stock + moved falls by its admissions alone)
 -- KEYS[2] -> the source bucket's moves:out hash  move id -> "to units"
 --
 -- ARGV[1] -> move id (unique)
@@ -20,6 +21,7 @@ if not stock or stock <= 0 or redis.call('HGET', KEYS[1], 'closed') == '1' then
 end
 local n = math.min(stock, tonumber(ARGV[3]))
 redis.call('HINCRBY', KEYS[1], 'stock', -n)
+redis.call('HINCRBY', KEYS[1], 'moved', n)
 redis.call('HSET', KEYS[2], ARGV[1], ARGV[2] .. ' ' .. n)
 local expire_s = tonumber(redis.call('HGET', KEYS[1], 'expire_s')) or 0
 if expire_s > 0 then

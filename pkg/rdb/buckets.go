@@ -340,43 +340,38 @@ func (s *Store) byMaster(claims []Claim) [][]int {
 	return groups
 }
 
-// Rates reads how many orders each bucket of each voucher admitted in
-// the last whole second before now (admit.lua counts them in the bucket's
-// hash: rn in second rs, by the admitting call's clock, rp in the second
-// before), in one pipelined round trip: rates[i][b] is bucket b of
-// vouchers[i], which has buckets[i] buckets. A bucket Redis does not hold
-// admitted nothing.
-func (s *Store) Rates(ctx context.Context, vouchers []int64, buckets []int, now time.Time) ([][]int64, error) {
+// Levels reads each bucket's level, of each voucher, in one pipelined
+// round trip: levels[i][b] is bucket b of vouchers[i], which has
+// buckets[i] buckets. A bucket's level is its stock plus the units moved
+// out of it to other buckets net of those moved in (take.lua, give.lua
+// count them in its hash's moved): admissions alone lower it, so the
+// units a bucket admitted between two readings are the fall of its level
+// (less the units given back meanwhile by releases and top-ups, which
+// raise it), read without a write on the claim's path. A bucket Redis does
+// not hold reads 0.
+func (s *Store) Levels(ctx context.Context, vouchers []int64, buckets []int) ([][]int64, error) {
+	if len(vouchers) == 0 {
+		return nil, nil
+	}
 	pipe := s.c.Pipeline()
 	cmds := make([][]*redis.SliceCmd, len(vouchers))
 	for i, v := range vouchers {
 		cmds[i] = make([]*redis.SliceCmd, max(buckets[i], 1))
 		for b := range cmds[i] {
-			cmds[i][b] = pipe.HMGet(ctx, s.bucketOf(v, b).key(), "rs", "rn", "rp")
+			cmds[i][b] = pipe.HMGet(ctx, s.bucketOf(v, b).key(), "stock", "moved")
 		}
 	}
-	if len(vouchers) == 0 {
-		return nil, nil
-	}
 	if _, err := pipe.Exec(ctx); err != nil {
-		return nil, fmt.Errorf("read admission rates: %w", err)
+		return nil, fmt.Errorf("read the buckets' levels: %w", err)
 	}
-	last := now.Unix() - 1
 	out := make([][]int64, len(vouchers))
 	for i := range cmds {
 		out[i] = make([]int64, len(cmds[i]))
 		for b, c := range cmds[i] {
-			f := c.Val()
-			num := func(k int) int64 {
-				str, _ := f[k].(string)
+			for _, f := range c.Val() {
+				str, _ := f.(string)
 				n, _ := strconv.ParseInt(str, 10, 64)
-				return n
-			}
-			switch num(0) {
-			case last:
-				out[i][b] = num(1)
-			case last + 1:
-				out[i][b] = num(2)
+				out[i][b] += n
 			}
 		}
 	}

@@ -397,44 +397,48 @@ func TestAHotVouchersDryTailHoldsUpNoOtherClaim(t *testing.T) {
 	require.EqualValues(t, 1, refills.Load(), "one refill read the voucher sold out for all")
 }
 
-// Each bucket counts what it admitted a second, by the admitting call's
-// clock: the last whole second's count is what Rates reads, a count two
-// seconds old reads zero, and the buckets' counts add up to the orders
-// admitted. A rejection counts nothing.
-func TestEachBucketCountsItsAdmissionsASecond(t *testing.T) {
+// A bucket's level falls by its admissions alone: not by a refusal, not
+// by units moved to another bucket (taken or given, a move left half way
+// included), so the fall between two readings is what the bucket
+// admitted.
+func TestABucketsLevelFallsByItsAdmissionsAlone(t *testing.T) {
 	s := newStore(t, 8)
 	ctx := context.Background()
 	const v, buckets = 7, 4
 	seedVoucher(t, s, rdb.Voucher{ID: v, Stock: 1000, PerUserLimit: 1, Buckets: buckets})
-	sec := t0.Truncate(time.Second)
-	users := usersIn(-1, buckets, 60)
-	admitAt := func(users []string, at time.Time) {
-		for _, u := range users {
-			_, err := claim(s, v, u, at)
-			require.NoError(t, err)
-		}
-	}
-	admitAt(users[:40], sec.Add(100*time.Millisecond))
-	_, err := claim(s, v, users[0], sec.Add(200*time.Millisecond))
-	require.ErrorIs(t, err, rdb.ErrUserLimit, "a refusal, not counted")
-	admitAt(users[40:], sec.Add(time.Second+300*time.Millisecond))
-	perBucket := func(users []string) []int64 {
-		out := make([]int64, buckets)
-		for _, u := range users {
-			out[rdb.UserBucket(u, buckets)]++
-		}
-		return out
-	}
-	read := func(now time.Time) []int64 {
-		rates, err := s.Rates(ctx, []int64{v, 99}, []int{buckets, 1}, now)
+	read := func() []int64 {
+		levels, err := s.Levels(ctx, []int64{v, 99}, []int{buckets, 1})
 		require.NoError(t, err)
-		require.Equal(t, []int64{0}, rates[1], "a voucher Redis does not hold admitted nothing")
-		return rates[0]
+		require.Equal(t, []int64{0}, levels[1], "a voucher Redis does not hold")
+		return levels[0]
 	}
-	require.Equal(t, perBucket(users[:40]), read(sec.Add(time.Second+500*time.Millisecond)), "the second before, while the next one runs")
-	require.Equal(t, perBucket(users[40:]), read(sec.Add(2*time.Second)), "the last whole second")
-	require.Equal(t, make([]int64, buckets), read(sec.Add(3*time.Second)), "two seconds on: none")
-	none, err := s.Rates(ctx, nil, nil, sec)
+	before := read()
+	require.Equal(t, []int64{250, 250, 250, 250}, before)
+	users := usersIn(-1, buckets, 60)
+	for _, u := range users {
+		_, err := claim(s, v, u, t0)
+		require.NoError(t, err)
+	}
+	_, err := claim(s, v, users[0], t0)
+	require.ErrorIs(t, err, rdb.ErrUserLimit, "a refusal")
+	// A move taken and given, and one taken only (its mover crashed).
+	n, err := s.TakeOnly(ctx, v, 1, 2, 40, "m1")
+	require.NoError(t, err)
+	require.EqualValues(t, 40, n)
+	require.NoError(t, s.GiveOnly(ctx, v, 2, 40, "m1"))
+	_, err = s.TakeOnly(ctx, v, 3, 0, 10, "m2")
+	require.NoError(t, err)
+	after := read()
+	for b := range buckets {
+		var admitted int64
+		for _, u := range users {
+			if rdb.UserBucket(u, buckets) == b {
+				admitted++
+			}
+		}
+		require.Equal(t, admitted, before[b]-after[b], "bucket %d", b)
+	}
+	none, err := s.Levels(ctx, nil, nil)
 	require.NoError(t, err)
 	require.Empty(t, none)
 }

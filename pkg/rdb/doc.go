@@ -52,11 +52,13 @@
 //     rewrites all of them. Buckets on one master buy nothing but these costs:
 //     they help only on a cluster, and only when their partitions' slots are
 //     on different masters (raise FLASHSALE_STREAM_PARTITIONS).
-//   - How hot it is. admit.lua counts each bucket's admissions a second in
-//     the bucket's hash (rn of second rs, rp of the second before), read,
-//     written and costing nothing more than the HMGET and HSET a call
-//     already makes; Rates reads the last whole second of many buckets in
-//     one round trip, for the reaper's detector, which marks a voucher hot.
+//   - How hot it is, for nothing on the claim's path. A bucket's level,
+//     its stock plus the units moved out of it net of those moved in
+//     (take.lua and give.lua count them in its hash's moved), falls by its
+//     admissions alone; Levels reads many buckets' levels in one round
+//     trip, and the reaper's detector turns the fall between two readings
+//     into units admitted a second. Releases and top-ups raise it: the
+//     figure errs low, never high.
 //   - Not for pools. Envelopes and codes keep one bucket: moving items
 //     between pools, and refunding from several, is not built.
 package rdb

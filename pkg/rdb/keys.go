@@ -21,7 +21,7 @@ import (
 //	flashsale:{pP}:v:V                 voucher hash: stock, limit, daily, start_ms, end_ms, buckets, ..., name (bucket 0)
 //	                                   and u:USER -> units user USER holds (read with the voucher, one HMGET)
 //	                                   and o:USER -> positions of USER's admissions not yet seen persisted
-//	                                   and rs, rn, rp: rn admissions in second rs, rp in the second before (Rates)
+//	                                   and moved: units moved out to other buckets net of those moved in (Levels)
 //	                                   and ti = end_ms once the users' indexes were trimmed after that end (TrimIndexes)
 //	flashsale:{pP}:v:V:day:YYYYMMDD    hash user -> units taken that day
 //	flashsale:{pP}:v:V:idem:U:K        idempotency record of user U, key K

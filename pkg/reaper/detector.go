@@ -1,16 +1,19 @@
 package reaper
 
-// The detector: which vouchers are hot now. admit.lua counts each Redis
-// bucket's admissions a second in the bucket's hash (rdb.Store.Rates);
-// once a second the detector reads them for every voucher on sale, in one
-// pipelined round trip, and exports them (flashsale_bucket_admissions_per_second).
-// A voucher one of whose buckets admitted at least FLASHSALE_HOT_SPLIT_AT
-// orders a second at every reading for FLASHSALE_HOT_SPLIT_FOR is marked
-// hot in MySQL (vouchers.hot_since, the time the threshold was first
-// crossed: the admin API and the console show it); one below it at every
-// reading as long is marked cool again. Its readings are its own: reapers
-// that each run a detector mark the same vouchers (the mark is one
-// conditional UPDATE), each from what it read.
+// The detector: which vouchers are hot now. Once a second it reads the
+// level of every Redis bucket of every voucher on sale, in one pipelined
+// round trip (rdb.Store.Levels: a bucket's stock, counting the units it
+// moved to other buckets as still its own, so that admissions alone lower
+// it), and turns the fall since its last reading into the units each
+// bucket admitted a second (flashsale_bucket_admitted_units_per_second): no
+// write on the claim's path pays for it. A voucher one of whose buckets
+// admitted at least FLASHSALE_HOT_SPLIT_AT a second at every reading for
+// FLASHSALE_HOT_SPLIT_FOR is marked hot in MySQL (vouchers.hot_since, the
+// first reading above it: the admin API and the console show it); one
+// below it at every reading as long is marked cool again. Releases and
+// top-ups raise a level, so the figure errs low, never high; a draw's
+// entries take no stock and read 0. Each reaper's detector reads for
+// itself; the mark is one conditional UPDATE.
 
 import (
 	"context"
@@ -21,12 +24,13 @@ import (
 	"go.uber.org/zap"
 )
 
-// heat is what the detector has seen of one voucher: since when its
-// readings have been at or above the threshold (over), or below it
-// (under); zero when the last reading was not.
+// heat is what the detector has seen of one voucher.
 type heat struct {
+	at     time.Time // its last reading
+	levels []int64   // its buckets' levels then
+	// over (under): since when its readings have been at or above the
+	// threshold (below it); zero when the last one was not.
 	over, under time.Time
-	buckets     int // the buckets whose gauges it set
 }
 
 // detector is the detector's memory between rounds.
@@ -46,7 +50,7 @@ func (r *Reaper) detectHot(ctx context.Context, round *Round) error {
 	for i, v := range vs {
 		ids[i], buckets[i] = v.ID, v.StockBuckets
 	}
-	rates, err := r.redis.Rates(ctx, ids, buckets, now)
+	levels, err := r.redis.Levels(ctx, ids, buckets)
 	if err != nil {
 		return err
 	}
@@ -68,18 +72,11 @@ func (r *Reaper) detectHot(ctx context.Context, round *Round) error {
 			h = &heat{}
 			d.seen[v.ID] = h
 		}
-		var top int64
-		id := strconv.FormatInt(v.ID, 10)
-		for b, n := range rates[i] {
-			r.metrics.bucketRate.WithLabelValues(id, strconv.Itoa(b)).Set(float64(n))
-			top = max(top, n)
-		}
-		for b := len(rates[i]); b < h.buckets; b++ {
-			r.metrics.bucketRate.DeleteLabelValues(id, strconv.Itoa(b))
-		}
-		h.buckets = len(rates[i])
 		isHot := v.HotSince != nil
-		if top >= r.cfg.HotSplitAt {
+		top, read := r.rates(v.ID, h, levels[i], now)
+		switch {
+		case !read: // a first reading, or the same instant: nothing to compare
+		case top >= r.cfg.HotSplitAt:
 			h.under = time.Time{}
 			if h.over.IsZero() {
 				h.over = now
@@ -90,11 +87,11 @@ func (r *Reaper) detectHot(ctx context.Context, round *Round) error {
 					return err
 				}
 				r.log.Info("voucher hot", zap.Int64("voucher_id", v.ID), zap.Int("buckets", v.StockBuckets),
-					zap.Int64("bucket_admissions_per_second", top), zap.Time("since", since))
+					zap.Int64("bucket_units_per_second", top), zap.Time("since", since))
 				round.MarkedHot++
 				isHot = true
 			}
-		} else {
+		default:
 			h.over = time.Time{}
 			if h.under.IsZero() {
 				h.under = now
@@ -103,7 +100,7 @@ func (r *Reaper) detectHot(ctx context.Context, round *Round) error {
 				if err := r.db.SetHot(ctx, v.ID, nil); err != nil {
 					return err
 				}
-				r.log.Info("voucher cooled", zap.Int64("voucher_id", v.ID), zap.Int64("bucket_admissions_per_second", top))
+				r.log.Info("voucher cooled", zap.Int64("voucher_id", v.ID), zap.Int64("bucket_units_per_second", top))
 				round.Cooled++
 				isHot = false
 			}
@@ -113,12 +110,40 @@ func (r *Reaper) detectHot(ctx context.Context, round *Round) error {
 		}
 	}
 	for v := range gone { // no longer on sale: its gauges go
-		id := strconv.FormatInt(v, 10)
-		for b := range d.seen[v].buckets {
-			r.metrics.bucketRate.DeleteLabelValues(id, strconv.Itoa(b))
-		}
+		r.dropRates(v, len(d.seen[v].levels))
 		delete(d.seen, v)
 	}
 	r.metrics.hotVouchers.Set(float64(hot))
 	return nil
+}
+
+// rates sets voucher v's buckets' gauges from the fall of their levels
+// since h's last reading, remembers this one, and returns the highest
+// bucket's rate; read is false when there was no earlier reading to
+// compare (or the buckets changed in number).
+func (r *Reaper) rates(v int64, h *heat, levels []int64, now time.Time) (top int64, read bool) {
+	id := strconv.FormatInt(v, 10)
+	elapsed := now.Sub(h.at).Seconds()
+	read = len(h.levels) == len(levels) && elapsed > 0
+	if !read && len(h.levels) > len(levels) {
+		r.dropRates(v, len(h.levels))
+	}
+	for b, level := range levels {
+		if !read {
+			continue
+		}
+		rate := int64(float64(max(h.levels[b]-level, 0))/elapsed + 0.5)
+		r.metrics.bucketRate.WithLabelValues(id, strconv.Itoa(b)).Set(float64(rate))
+		top = max(top, rate)
+	}
+	h.at, h.levels = now, levels
+	return top, read
+}
+
+// dropRates removes the gauges of voucher v's n buckets.
+func (r *Reaper) dropRates(v int64, n int) {
+	id := strconv.FormatInt(v, 10)
+	for b := range n {
+		r.metrics.bucketRate.DeleteLabelValues(id, strconv.Itoa(b))
+	}
 }

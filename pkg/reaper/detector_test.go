@@ -20,11 +20,11 @@ import (
 )
 
 // The detector marks a voucher hot once one of its buckets has admitted
-// FLASHSALE_HOT_SPLIT_AT orders a second at every reading for
-// FLASHSALE_HOT_SPLIT_FOR, from the time the threshold was first crossed,
-// and cool again once below it as long; a voucher below it, and one above
-// it for less than the time, is never marked; the gauges follow each
-// bucket, and go with the voucher's sale.
+// FLASHSALE_HOT_SPLIT_AT units a second at every reading for
+// FLASHSALE_HOT_SPLIT_FOR, from the first reading above it, and cool again
+// once below it as long; a voucher below it, and one above it for less
+// than the time, is never marked; the gauges follow each bucket (the
+// first reading has nothing to compare with), and go with the sale.
 func TestTheDetectorMarksAVoucherHotAndCool(t *testing.T) {
 	e := testenv.New(t, 4)
 	ctx := context.Background()
@@ -39,7 +39,7 @@ func TestTheDetectorMarksAVoucherHotAndCool(t *testing.T) {
 		e.RDB, e.DB, zaptest.NewLogger(t), reaper.WithRegistry(reg), reaper.WithClock(func() time.Time { return now }))
 	require.NoError(t, err)
 	n := 0
-	// second admits, in second sec, 2×at claims of the hot voucher
+	// second admits, in second sec, 3×at claims of the hot voucher
 	// spread over its buckets (one bucket takes at least at) and at-1 of
 	// the warm one.
 	second := func(sec time.Time) {
@@ -66,10 +66,16 @@ func TestTheDetectorMarksAVoucherHotAndCool(t *testing.T) {
 		return got.HotSince
 	}
 	rate := func(v int64, b int) float64 {
-		return testenv.Metric(t, reg, "flashsale_bucket_admissions_per_second", "voucher_id", strconv.FormatInt(v, 10), "bucket", strconv.Itoa(b))
+		return testenv.Metric(t, reg, "flashsale_bucket_admitted_units_per_second", "voucher_id", strconv.FormatInt(v, 10), "bucket", strconv.Itoa(b))
 	}
 
 	s := start
+	require.Zero(t, round(s).MarkedHot)
+	families, err := reg.Gather()
+	require.NoError(t, err)
+	for _, f := range families {
+		require.NotEqual(t, "flashsale_bucket_admitted_units_per_second", f.GetName(), "a first reading has no rate")
+	}
 	for i := range 3 { // readings at s+1 (crossed), s+2, s+3 (held 2 s)
 		second(s.Add(time.Duration(i) * time.Second))
 		got := round(s.Add(time.Duration(i+1) * time.Second))
@@ -101,9 +107,9 @@ func TestTheDetectorMarksAVoucherHotAndCool(t *testing.T) {
 
 	// A sale over: its gauges go.
 	round(ends.Add(time.Second))
-	families, err := reg.Gather()
+	families, err = reg.Gather()
 	require.NoError(t, err)
 	for _, f := range families {
-		require.NotEqual(t, "flashsale_bucket_admissions_per_second", f.GetName(), fmt.Sprint(f.GetMetric()))
+		require.NotEqual(t, "flashsale_bucket_admitted_units_per_second", f.GetName(), fmt.Sprint(f.GetMetric()))
 	}
 }

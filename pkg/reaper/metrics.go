@@ -39,9 +39,9 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	m.storeDifferences = g("flashsale_reconcile_differences", "Values Redis holds that MySQL and the streams say it should not, over vouchers not admitting, at the last check.")
 	m.vouchersDiffering = g("flashsale_reconcile_vouchers_differing", "Vouchers not admitting whose Redis state differs from MySQL's, at the last check.")
 	m.lastCheck = g("flashsale_reconcile_last_check_timestamp_seconds", "When the checker last compared the stores.")
-	m.hotVouchers = g("flashsale_hot_vouchers", "Vouchers marked hot (a Redis bucket at or above FLASHSALE_HOT_SPLIT_AT admissions a second for FLASHSALE_HOT_SPLIT_FOR), at the detector's last round.")
-	m.bucketRate = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "flashsale_bucket_admissions_per_second",
-		Help: "Orders each Redis bucket of a voucher on sale admitted in the last whole second, at the detector's last round."}, []string{"voucher_id", "bucket"})
+	m.hotVouchers = g("flashsale_hot_vouchers", "Vouchers marked hot (a Redis bucket at or above FLASHSALE_HOT_SPLIT_AT units admitted a second for FLASHSALE_HOT_SPLIT_FOR), at the detector's last round.")
+	m.bucketRate = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "flashsale_bucket_admitted_units_per_second",
+		Help: "Units each Redis bucket of a voucher on sale admitted a second between the detector's last two readings."}, []string{"voucher_id", "bucket"})
 	reg.MustRegister(m.hotVouchers, m.bucketRate)
 	reg.MustRegister(m.rounds, m.takenOver, m.deadLetters, m.cancelled, m.released, m.consumersRemoved, m.refunded, m.drawn, m.drawSeconds,
 		m.storeDifferences, m.vouchersDiffering, m.lastCheck)

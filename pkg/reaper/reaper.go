@@ -64,15 +64,15 @@ type Config struct {
 	// EventsInterval: giving committed order events their sequence.
 	// Default 1s.
 	EventsInterval time.Duration `envconfig:"FLASHSALE_REAPER_EVENTS_INTERVAL" default:"1s"`
-	// HotSplitAt: the admissions a second one Redis bucket of a voucher
-	// may take: a voucher with a bucket at or above it for HotSplitFor is
+	// HotSplitAt: the units a second one Redis bucket of a voucher may
+	// admit: a voucher with a bucket at or above it for HotSplitFor is
 	// marked hot (the detector). Default 100000, two thirds of what one
 	// master admits of one voucher in make bench (docs/BENCHMARKS.md).
 	HotSplitAt int64 `envconfig:"FLASHSALE_HOT_SPLIT_AT" default:"100000"`
 	// HotSplitFor: how long a voucher must stay above HotSplitAt to be
 	// marked hot, and below it to be marked cool again. Default 5s.
 	HotSplitFor time.Duration `envconfig:"FLASHSALE_HOT_SPLIT_FOR" default:"5s"`
-	// DetectInterval: reading the vouchers' admissions a second. Default 1s.
+	// DetectInterval: reading the vouchers' buckets' levels. Default 1s.
 	DetectInterval time.Duration `envconfig:"FLASHSALE_REAPER_DETECT_INTERVAL" default:"1s"`
 	// EventsRetention: how long a sequenced event is kept (for the events
 	// API's catch-up) before it is deleted. Default 168h.
