@@ -993,7 +993,7 @@ type Voucher struct {
 	CreatedAt  time.Time         `json:"created_at"`
 	EndsAt     *time.Time        `json:"ends_at,omitempty"`
 
-	// HotSince when a Redis bucket of the voucher first held FLASHSALE_HOT_SPLIT_AT admissions a second, once it had for FLASHSALE_HOT_SPLIT_FOR (the reaper's detector); absent while it is not hot
+	// HotSince when a Redis bucket of the voucher first admitted FLASHSALE_HOT_SPLIT_AT units a second, once it had for FLASHSALE_HOT_SPLIT_FOR (the reaper's detector); absent while it is not hot
 	HotSince              *time.Time  `json:"hot_since,omitempty"`
 	Id                    string      `json:"id"`
 	Kind                  VoucherKind `json:"kind"`
@@ -3949,7 +3949,7 @@ type GetAdminV1VouchersIdResponse struct {
 		Draw       *Draw                                             `json:"draw,omitempty"`
 		EndsAt     *time.Time                                        `json:"ends_at,omitempty"`
 
-		// HotSince when a Redis bucket of the voucher first held FLASHSALE_HOT_SPLIT_AT admissions a second, once it had for FLASHSALE_HOT_SPLIT_FOR (the reaper's detector); absent while it is not hot
+		// HotSince when a Redis bucket of the voucher first admitted FLASHSALE_HOT_SPLIT_AT units a second, once it had for FLASHSALE_HOT_SPLIT_FOR (the reaper's detector); absent while it is not hot
 		HotSince              *time.Time                                  `json:"hot_since,omitempty"`
 		Id                    string                                      `json:"id"`
 		Kind                  GetAdminV1VouchersId200JSONResponseBodyKind `json:"kind"`
@@ -4013,7 +4013,7 @@ func (r GetAdminV1VouchersIdResponse) GetJSON200() *struct {
 	Draw       *Draw                                             `json:"draw,omitempty"`
 	EndsAt     *time.Time                                        `json:"ends_at,omitempty"`
 
-	// HotSince when a Redis bucket of the voucher first held FLASHSALE_HOT_SPLIT_AT admissions a second, once it had for FLASHSALE_HOT_SPLIT_FOR (the reaper's detector); absent while it is not hot
+	// HotSince when a Redis bucket of the voucher first admitted FLASHSALE_HOT_SPLIT_AT units a second, once it had for FLASHSALE_HOT_SPLIT_FOR (the reaper's detector); absent while it is not hot
 	HotSince              *time.Time                                  `json:"hot_since,omitempty"`
 	Id                    string                                      `json:"id"`
 	Kind                  GetAdminV1VouchersId200JSONResponseBodyKind `json:"kind"`
@@ -5738,7 +5738,7 @@ func ParseGetAdminV1VouchersIdResponse(rsp *http.Response) (*GetAdminV1VouchersI
 			Draw       *Draw                                             `json:"draw,omitempty"`
 			EndsAt     *time.Time                                        `json:"ends_at,omitempty"`
 
-			// HotSince when a Redis bucket of the voucher first held FLASHSALE_HOT_SPLIT_AT admissions a second, once it had for FLASHSALE_HOT_SPLIT_FOR (the reaper's detector); absent while it is not hot
+			// HotSince when a Redis bucket of the voucher first admitted FLASHSALE_HOT_SPLIT_AT units a second, once it had for FLASHSALE_HOT_SPLIT_FOR (the reaper's detector); absent while it is not hot
 			HotSince              *time.Time                                  `json:"hot_since,omitempty"`
 			Id                    string                                      `json:"id"`
 			Kind                  GetAdminV1VouchersId200JSONResponseBodyKind `json:"kind"`
