@@ -3,7 +3,8 @@
 -- in time) or a dead-lettered one (pkg/settle). The per-voucher set of released orders makes a second call
 -- for the same order a no-op, so a caller may retry until it gets an answer.
 --
--- KEYS[1] -> flashsale:{pP}:v:V            voucher hash (stock, u:USER -> units held, expire_s, closed, draw)
+-- KEYS[1] -> flashsale:{pP}:v:V            voucher hash (stock, u:USER -> units held, expire_s, closed, draw,
+--                                          rf: forget.lua's cutoff, unix ms)
 -- KEYS[2] -> flashsale:{pP}:v:V:day:D      hash user -> units taken on day D
 -- KEYS[3] -> flashsale:{pP}:v:V:released   set of order ids already released
 -- KEYS[4] -> flashsale:{pP}:v:V:pool       list of the items left (pooled kinds)
@@ -13,18 +14,28 @@
 -- ARGV[3] -> quantity: the order's units, given back together
 -- ARGV[4] -> the item given back to the pool, "no|amount|code"; '' for units
 --            (and for an order that never held its item)
+-- ARGV[5] -> when the caller knew the release owed (unix ms, read before it
+--            read MySQL's row, or made it): the ids of releases recorded done
+--            in MySQL before the bucket's rf were dropped from the set
+--            (forget.lua), so a caller that knew a release owed before rf may
+--            hold one done since: it is refused, and reads MySQL again
 --
 -- Returns 1 when the reservation was given back now, 0 when it had been already
--- (or the voucher is no longer in Redis, its sale long over: nothing to give).
+-- (or the voucher is no longer in Redis, its sale long over: nothing to give),
+-- -1 when the caller's knowledge is older than the bucket's rf: nothing changed.
 
 if redis.call('EXISTS', KEYS[1]) == 0 then
   return 0
 end
+local h = redis.call('HMGET', KEYS[1], 'expire_s', 'closed', 'draw', 'rf')
+if tonumber(ARGV[5]) < (tonumber(h[4]) or 0) then
+  return -1
+end
 if redis.call('SADD', KEYS[3], ARGV[1]) == 0 then
   return 0
 end
--- The released set goes when the voucher's keys go (expire_s; 0 = never).
-local h = redis.call('HMGET', KEYS[1], 'expire_s', 'closed', 'draw')
+-- The released set goes when the voucher's keys go (expire_s; 0 = never);
+-- an id goes sooner once MySQL has recorded its release done (forget.lua).
 local expire_s = tonumber(h[1]) or 0
 if expire_s > 0 then
   redis.call('EXPIREAT', KEYS[3], expire_s, 'NX')

@@ -30,6 +30,8 @@ var (
 	pendingSrc string
 	//go:embed room.lua
 	roomSrc string
+	//go:embed forget.lua
+	forgetSrc string
 )
 
 // Admit decides a batch of claims of one voucher bucket, in order: each
@@ -40,6 +42,10 @@ var Admit = redis.NewScript(admitSrc)
 
 // Release gives back one order's reservation exactly once (release.lua).
 var Release = redis.NewScript(releaseSrc)
+
+// Forget drops released orders' ids MySQL recorded done, raising the
+// bucket's cutoff first (forget.lua).
+var Forget = redis.NewScript(forgetSrc)
 
 // Ack acknowledges and deletes persisted entries (ack.lua).
 var Ack = redis.NewScript(ackSrc)
@@ -70,4 +76,4 @@ var Pending = redis.NewScript(pendingSrc)
 var Room = redis.NewScript(roomSrc)
 
 // All lists every script, for loading at start-up.
-var All = []*redis.Script{Admit, Release, Ack, DelConsumer, Lease, Change, Take, Give, Pending, Room}
+var All = []*redis.Script{Admit, Release, Forget, Ack, DelConsumer, Lease, Change, Take, Give, Pending, Room}

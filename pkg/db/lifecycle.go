@@ -149,6 +149,17 @@ func (s *Store) OwedReleases(ctx context.Context, limit int) ([]Release, error) 
 	return out, err
 }
 
+// ReleasesDone returns up to limit releases Redis was given and MySQL
+// recorded so before before, after the one (at, orderID) in the order of
+// (redis_released_at, order_id): a keyset over releases_owed's index.
+func (s *Store) ReleasesDone(ctx context.Context, at time.Time, orderID int64, before time.Time, limit int) ([]Release, error) {
+	var out []Release
+	err := s.db.WithContext(ctx).
+		Where("redis_released_at >= ? AND redis_released_at < ? AND (redis_released_at > ? OR order_id > ?)", at, before, at, orderID).
+		Order("redis_released_at, order_id").Limit(limit).Find(&out).Error
+	return out, err
+}
+
 // MarkReleased records that Redis got these orders' units back.
 func (s *Store) MarkReleased(ctx context.Context, orderIDs []int64, now time.Time) error {
 	if len(orderIDs) == 0 {
@@ -281,11 +292,12 @@ func (s *Store) countedOrders(ctx context.Context, where string, args ...any) ([
 	return out, err
 }
 
-// ReleasedOrderIDs returns the orders of voucher v whose unit went back
-// to stock (every row of releases, owed to Redis or not).
-func (s *Store) ReleasedOrderIDs(ctx context.Context, v int64) ([]int64, error) {
+// OwedReleaseIDs returns the orders of voucher v whose unit went back to
+// stock in MySQL and which Redis has not been told of yet.
+func (s *Store) OwedReleaseIDs(ctx context.Context, v int64) ([]int64, error) {
 	var out []int64
-	err := s.db.WithContext(ctx).Model(&Release{}).Where("voucher_id = ?", v).Order("order_id").Pluck("order_id", &out).Error
+	err := s.db.WithContext(ctx).Model(&Release{}).Where("voucher_id = ? AND redis_released_at IS NULL", v).
+		Order("order_id").Pluck("order_id", &out).Error
 	return out, err
 }
 

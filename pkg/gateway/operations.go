@@ -79,7 +79,8 @@ func (g *Gateway) cancelOrder(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ctx := r.Context()
-	o, rel, err := g.dbOf(r).CancelOrder(ctx, id, user, g.now().UTC())
+	knew := g.now() // before the release is made
+	o, rel, err := g.dbOf(r).CancelOrder(ctx, id, user, knew.UTC())
 	if errors.Is(err, db.ErrNotFound) {
 		// Maybe still pending: the owner retries once it is persisted.
 		p, found, perr := g.redis.PendingOrder(ctx, id)
@@ -99,7 +100,7 @@ func (g *Gateway) cancelOrder(w http.ResponseWriter, r *http.Request) {
 	if rel != nil {
 		// The release is recorded in MySQL: if Redis cannot take it now,
 		// the reaper settles it (pkg/settle). The cancellation stands.
-		if _, err := settle.Releases(ctx, g.redis, g.dbOf(r), []db.Release{*rel}, g.now()); err != nil {
+		if _, err := settle.Releases(ctx, g.redis, g.dbOf(r), []db.Release{*rel}, knew, g.now()); err != nil {
 			g.log.Warn("release of a cancelled order left to the reaper", zap.Int64("order_id", id), zap.Error(err))
 		} else {
 			g.soldOut.Admitted(o.VoucherID) // its units are back in Redis

@@ -69,7 +69,7 @@ func (w *Orders) persistOnce(ctx context.Context, orders []rdb.StreamOrder) erro
 	valid := make([]rdb.StreamOrder, 0, len(orders))
 	for _, e := range orders {
 		if e.Err != nil {
-			if err := w.deadLetter(ctx, e, "malformed: "+e.Err.Error(), nil); err != nil {
+			if err := w.deadLetter(ctx, e, "malformed: "+e.Err.Error(), nil, time.Time{}); err != nil {
 				return err
 			}
 			continue
@@ -100,7 +100,7 @@ func (w *Orders) persist(ctx context.Context, valid []rdb.StreamOrder) error {
 	w.metrics.batchSize.Observe(float64(len(valid)))
 	switch {
 	case err == nil:
-		return w.record(ctx, valid, outcomes)
+		return w.record(ctx, valid, outcomes, t0)
 	case db.IsRowError(err):
 		return w.oneByOne(ctx, valid, err)
 	default:
@@ -118,13 +118,13 @@ func ordersOf(batch []rdb.StreamOrder) []order.Order {
 
 // record gives back the units of the orders MySQL recorded failed, and
 // dead-letters the orders whose id MySQL holds for another order.
-func (w *Orders) record(ctx context.Context, orders []rdb.StreamOrder, outcomes []db.Outcome) error {
+func (w *Orders) record(ctx context.Context, orders []rdb.StreamOrder, outcomes []db.Outcome, knew time.Time) error {
 	var releases []db.Release
 	var created, failed, redelivered int64
 	for i, out := range outcomes {
 		e := orders[i]
 		if out.Conflict {
-			if err := w.deadLetter(ctx, e, "order id held by another order", nil); err != nil {
+			if err := w.deadLetter(ctx, e, "order id held by another order", nil, time.Time{}); err != nil {
 				return err
 			}
 			continue
@@ -146,7 +146,7 @@ func (w *Orders) record(ctx context.Context, orders []rdb.StreamOrder, outcomes 
 			w.audit.Info("order created", orderFields(e, zap.String("status", string(out.Status)))...)
 		}
 	}
-	if _, err := settle.Releases(ctx, w.redis, w.db, releases, time.Now()); err != nil {
+	if _, err := settle.Releases(ctx, w.redis, w.db, releases, knew, time.Now()); err != nil {
 		return err
 	}
 	w.metrics.created.Add(float64(created))

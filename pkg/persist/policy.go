@@ -197,6 +197,7 @@ func (w *Orders) oneByOne(ctx context.Context, orders []rdb.StreamOrder, batchEr
 	outs := make([][]db.Outcome, len(orders))
 	errs := make([]error, len(orders))
 	refused, same := 0, true
+	knew := time.Now() // before any release these writes return was read
 	for i, e := range orders {
 		outs[i], errs[i] = w.db.PersistBatch(ctx, []order.Order{e.Order})
 		switch {
@@ -216,7 +217,7 @@ func (w *Orders) oneByOne(ctx context.Context, orders []rdb.StreamOrder, batchEr
 		if errs[i] != nil {
 			err = w.DeadLetter(ctx, e, "rejected by mysql: "+errs[i].Error())
 		} else {
-			err = w.record(ctx, []rdb.StreamOrder{e}, outs[i])
+			err = w.record(ctx, []rdb.StreamOrder{e}, outs[i], knew)
 		}
 		if err != nil {
 			return err
@@ -239,8 +240,9 @@ func (w *Orders) oneByOne(ctx context.Context, orders []rdb.StreamOrder, batchEr
 // too often.
 func (w *Orders) DeadLetter(ctx context.Context, e rdb.StreamOrder, reason string) error {
 	if e.Err != nil {
-		return w.deadLetter(ctx, e, reason, nil)
+		return w.deadLetter(ctx, e, reason, nil, time.Time{})
 	}
+	knew := time.Now()
 	status, rel, err := w.db.RecordFailed(ctx, e.Order, db.ReasonDeadLetter)
 	if err != nil && !db.IsRowError(err) {
 		// Not about the row: an outage, unless MySQL takes other writes.
@@ -252,19 +254,19 @@ func (w *Orders) DeadLetter(ctx context.Context, e rdb.StreamOrder, reason strin
 	case err != nil:
 		w.log.Error("mysql refuses to record the failed order; dead-lettered without giving its unit back",
 			zap.Int64("order_id", e.Order.ID), zap.Error(err))
-		return w.deadLetter(ctx, e, reason+"; failure not recorded: "+err.Error(), nil)
+		return w.deadLetter(ctx, e, reason+"; failure not recorded: "+err.Error(), nil, knew)
 	case rel == nil:
 		w.log.Info("dead-letter candidate is persisted already", zap.Int64("order_id", e.Order.ID), zap.String("status", string(status)))
 		return nil
 	}
-	return w.deadLetter(ctx, e, reason, rel)
+	return w.deadLetter(ctx, e, reason, rel, knew)
 }
 
 // deadLetter gives back rel (when MySQL recorded one), then copies e to the
 // dead-letter stream.
-func (w *Orders) deadLetter(ctx context.Context, e rdb.StreamOrder, reason string, rel *db.Release) error {
+func (w *Orders) deadLetter(ctx context.Context, e rdb.StreamOrder, reason string, rel *db.Release, knew time.Time) error {
 	if rel != nil {
-		if _, err := settle.Releases(ctx, w.redis, w.db, []db.Release{*rel}, time.Now()); err != nil {
+		if _, err := settle.Releases(ctx, w.redis, w.db, []db.Release{*rel}, knew, time.Now()); err != nil {
 			return err
 		}
 	}

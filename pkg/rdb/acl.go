@@ -30,11 +30,12 @@ var roleCommands = map[string][]string{
 	// The worker's, and taking over (XAUTOCLAIM), removing consumers
 	// (delconsumer.lua), closing pools, the stream gauges, dead-letter
 	// trimming, the creations and changes Redis missed, reconcile
-	// --repair, and the users' indexes trimmed after a sale (HSCAN).
+	// --repair, the users' indexes trimmed after a sale (HSCAN) and the
+	// releases forgotten (forget.lua).
 	"reaper": {
 		"evalsha", "eval", "script|load", "xreadgroup", "xack", "xdel", "xclaim", "xautoclaim", "xadd", "xgroup|create",
 		"xgroup|delconsumer", "xpending", "xinfo|groups", "xinfo|consumers", "xlen", "xrange", "xtrim",
-		"decrby", "exists", "sadd", "scard", "smembers", "sismember", "hmget", "hget", "hgetall", "hscan", "hset", "hsetnx", "hdel", "hincrby", "lpush", "rpush", "lrange",
+		"decrby", "exists", "sadd", "srem", "scard", "smembers", "sismember", "hmget", "hget", "hgetall", "hscan", "hset", "hsetnx", "hdel", "hincrby", "lpush", "rpush", "lrange",
 		"expire", "expireat", "persist", "del", "get", "set", "watch", "unwatch", "multi", "exec",
 	},
 	// Read-only: the stream gauges and looking at state (a metrics

@@ -234,7 +234,7 @@ func TestHotVoucherOperations(t *testing.T) {
 	// may claim again.
 	o := order.Order{ID: a.OrderID, VoucherID: 11, UserID: users[0], Day: order.Day(t0, time.UTC), Quantity: 1}
 	for i, want := range []bool{true, false} {
-		ok, err := s.Release(ctx, o)
+		ok, err := s.Release(ctx, o, t0)
 		require.NoError(t, err)
 		require.Equal(t, want, ok, "release %d", i+1)
 	}
@@ -273,14 +273,15 @@ func TestHotVoucherOperations(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 4, st.Voucher.Buckets)
 	require.Len(t, st.Users, 8)
-	require.EqualValues(t, 1, st.ReleasedSize)
 	st.Voucher.Stock = 4
 	require.NoError(t, s.RewriteVoucher(ctx, st, []int64{a.OrderID}, []int64{1}))
 	again, err := s.ReadVoucherState(ctx, 11, nil)
 	require.NoError(t, err)
 	require.Equal(t, st.Users, again.Users)
 	require.EqualValues(t, 4, again.Voucher.Stock)
-	ok, err := s.Release(ctx, o)
+	_, err = s.Release(ctx, o, t0)
+	require.ErrorIs(t, err, rdb.ErrStaleRelease, "a caller that knew it owed before the rewrite reads MySQL again")
+	ok, err := s.Release(ctx, o, time.Now())
 	require.NoError(t, err)
 	require.False(t, ok, "a release done before the rewrite is not done again")
 	for _, u := range usersIn(-1, 4, 8) {

@@ -29,7 +29,7 @@ func TestVoucherKeysExpireAfterTheSale(t *testing.T) {
 	require.NoError(t, err)
 	_, err = claim(s, 2, "alice", now)
 	require.NoError(t, err)
-	released, err := s.Release(ctx, order.Order{ID: a.OrderID, VoucherID: 1, UserID: "alice", Day: order.Day(now, time.UTC)})
+	released, err := s.Release(ctx, order.Order{ID: a.OrderID, VoucherID: 1, UserID: "alice", Day: order.Day(now, time.UTC)}, now)
 	require.NoError(t, err)
 	require.True(t, released)
 
@@ -51,7 +51,7 @@ func TestVoucherKeysExpireAfterTheSale(t *testing.T) {
 	// A released order's voucher gone (its keys expired): nothing to give
 	// back, and no key left behind.
 	require.NoError(t, c.Del(ctx, keys...).Err())
-	released, err = s.Release(ctx, order.Order{ID: a.OrderID + 1, VoucherID: 1, UserID: "bob"})
+	released, err = s.Release(ctx, order.Order{ID: a.OrderID + 1, VoucherID: 1, UserID: "bob"}, now)
 	require.NoError(t, err)
 	require.False(t, released)
 	require.Empty(t, keysOf(t, s, "flashsale:{p0}:v:1*"))

@@ -23,9 +23,10 @@ import (
 //	                                   and o:USER -> positions of USER's admissions not yet seen persisted
 //	                                   and moved: units moved out to other buckets net of those moved in (Levels)
 //	                                   and ti = end_ms once the users' indexes were trimmed after that end (TrimIndexes)
+//	                                   and rf: releases known owed before this unix ms are refused (ForgetReleases)
 //	flashsale:{pP}:v:V:day:YYYYMMDD    hash user -> units taken that day
 //	flashsale:{pP}:v:V:idem:U:K        idempotency record of user U, key K
-//	flashsale:{pP}:v:V:released        set of order ids whose reservation was given back
+//	flashsale:{pP}:v:V:released        set of order ids whose reservation was given back, until forgotten (ForgetReleases)
 //	flashsale:{pP}:v:V:pool            list of the items left of a pooled voucher ("no|amount|code")
 //	flashsale:{pP}:v:V:changes         set of the operator's changes applied (voucher_changes ids)
 //	flashsale:{pP}:v:V:moves:out       hash move id -> "to units": units taken from here, not yet given

@@ -59,7 +59,7 @@ func TestAPooledAdmissionTakesOneItem(t *testing.T) {
 
 	// Released twice, given back once: dave gets alice's envelope.
 	for range 2 {
-		_, err = s.Release(ctx, o)
+		_, err = s.Release(ctx, o, t0)
 		require.NoError(t, err)
 	}
 	requireStock(t, s, 1, 1)
@@ -133,7 +133,7 @@ func TestAClosedPoolTakesNothingBack(t *testing.T) {
 
 	o, _, err := s.PendingOrder(ctx, a.OrderID)
 	require.NoError(t, err)
-	released, err := s.Release(ctx, o)
+	released, err := s.Release(ctx, o, t0)
 	require.NoError(t, err)
 	require.True(t, released, "alice's count is given back")
 	requireStock(t, s, 3, 0)

@@ -52,7 +52,7 @@ func TestAClaimOfSeveralUnitsIsAllOrNothing(t *testing.T) {
 	require.True(t, found)
 	require.EqualValues(t, 3, o.Quantity)
 	for range 2 {
-		_, err = s.Release(ctx, o)
+		_, err = s.Release(ctx, o, t0)
 		require.NoError(t, err)
 	}
 	requireStock(t, s, 1, 3)

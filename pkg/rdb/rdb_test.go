@@ -252,7 +252,7 @@ func TestReleaseIsExactlyOnce(t *testing.T) {
 
 	o := order.Order{ID: a.OrderID, VoucherID: 12, UserID: "erin", Day: d0}
 	for i, want := range []bool{true, false, false} {
-		released, err := s.Release(context.Background(), o)
+		released, err := s.Release(context.Background(), o, t0)
 		require.NoError(t, err)
 		require.Equal(t, want, released, "call %d", i)
 	}

@@ -16,11 +16,10 @@ import (
 // over its buckets: the stock (with the units being moved between buckets)
 // and the counts of every user (each user's counts are in one bucket).
 type VoucherState struct {
-	Found        bool
-	Voucher      Voucher
-	Users        map[string]int64
-	Days         map[string]map[string]int64 // day -> user -> count, for the days asked
-	ReleasedSize int64                       // orders released, in any bucket
+	Found   bool
+	Voucher Voucher
+	Users   map[string]int64
+	Days    map[string]map[string]int64 // day -> user -> count, for the days asked
 }
 
 // ReadVoucherState reads voucher v's state, with the per-day counts of days.
@@ -73,7 +72,6 @@ func (s *Store) ReadVoucherState(ctx context.Context, v int64, days []string) (V
 			st.Voucher.Items = append(st.Voucher.Items, it)
 		}
 	}
-	released := map[string]bool{}
 	for _, b := range buckets {
 		if b.n > 0 {
 			if h, err = s.c.HGetAll(ctx, b.key()).Result(); err != nil {
@@ -106,22 +104,6 @@ func (s *Store) ReadVoucherState(ctx context.Context, v int64, days []string) (V
 				st.Days[d][u] += n
 			}
 		}
-		if len(buckets) == 1 {
-			if st.ReleasedSize, err = s.c.SCard(ctx, b.released()).Result(); err != nil {
-				return st, err
-			}
-			continue
-		}
-		// Every bucket holds the releases of its users (and, after a
-		// rewrite, all of them): count each order once.
-		ids, err := s.c.SMembers(ctx, b.released()).Result()
-		if err != nil {
-			return st, err
-		}
-		for _, id := range ids {
-			released[id] = true
-		}
-		st.ReleasedSize = int64(len(released))
 	}
 	return st, nil
 }
@@ -198,10 +180,15 @@ func (s *Store) RewriteVoucher(ctx context.Context, st VoucherState, released, c
 			days[UserBucket(u, n)][d][u] = c
 		}
 	}
+	rewritten := time.Now().UnixMilli()
 	err = s.eachBucketTx(ctx, st.Voucher, func(pipe redis.Pipeliner, bk bucket) {
 		// The hash is written anew: its users' counts are fields of it.
 		pipe.Del(ctx, bk.key())
 		s.putVoucherHash(ctx, pipe, bk, st.Voucher)
+		// st counts every release MySQL recorded, and released holds those
+		// it still owes: a caller that knew one owed before now reads
+		// MySQL again (release.lua's cutoff), as after forget.lua.
+		pipe.HSet(ctx, bk.key(), "rf", rewritten)
 		b := bk.n
 		expire := func(key string) { expire(ctx, pipe, key, st.Voucher.ExpireAt) }
 		counts := make(map[string]int64, len(users[b]))

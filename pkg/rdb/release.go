@@ -4,8 +4,11 @@ package rdb
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"slices"
 	"strconv"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -15,18 +18,69 @@ import (
 
 // Release gives back o's reservation (stock, the user's total and daily
 // counts, and o.Item to the pool) exactly once; released reports whether
-// this call did it.
-func (s *Store) Release(ctx context.Context, o order.Order) (released bool, err error) {
+// this call did it. knew is when the caller knew the release owed: a time
+// read before it read MySQL's row (or made it). ErrStaleRelease: the
+// bucket has forgotten releases done since (ForgetReleases); read again.
+func (s *Store) Release(ctx context.Context, o order.Order, knew time.Time) (released bool, err error) {
 	b, err := s.userBucket(ctx, o.VoucherID, o.UserID)
 	if err != nil {
 		return false, err
 	}
 	keys := []string{b.key(), b.day(o.Day), b.released(), b.pool()}
-	n, err := lua.Release.Run(ctx, s.c, keys, o.ID, o.UserID, o.Units(), o.Item.Encode()).Int64()
-	if err != nil {
+	n, err := lua.Release.Run(ctx, s.c, keys, o.ID, o.UserID, o.Units(), o.Item.Encode(), knew.UnixMilli()).Int64()
+	switch {
+	case err != nil:
 		return false, fmt.Errorf("release order %d: %w", o.ID, err)
+	case n < 0:
+		return false, fmt.Errorf("release order %d: %w", o.ID, ErrStaleRelease)
 	}
 	return n == 1, nil
+}
+
+// ErrStaleRelease: a release was asked by a caller that knew it owed
+// before the bucket's cutoff of forgotten releases (ForgetReleases):
+// nothing changed; MySQL's row tells whether it is still owed.
+var ErrStaleRelease = errors.New("release known owed before releases were forgotten: read it again")
+
+// forgetChunk bounds the ids of one forget.lua call.
+const forgetChunk = 500
+
+// ForgetReleases drops orders' ids from their buckets' sets of released
+// orders, once MySQL recorded their releases done before cutoff, raising
+// each bucket's cutoff first (forget.lua): release.lua then refuses a
+// caller that knew one of them owed before the cutoff, which might
+// otherwise give its units a second time. It returns the ids dropped.
+func (s *Store) ForgetReleases(ctx context.Context, orders []order.Order, cutoff time.Time) (int, error) {
+	type set struct {
+		b   bucket
+		ids []any
+	}
+	var sets []*set
+	of := map[string]*set{}
+	for _, o := range orders {
+		b, err := s.userBucket(ctx, o.VoucherID, o.UserID)
+		if err != nil {
+			return 0, err
+		}
+		st := of[b.key()]
+		if st == nil {
+			st = &set{b: b}
+			of[b.key()] = st
+			sets = append(sets, st)
+		}
+		st.ids = append(st.ids, o.ID)
+	}
+	dropped := 0
+	for _, st := range sets {
+		for ids := range slices.Chunk(st.ids, forgetChunk) {
+			n, err := lua.Forget.Run(ctx, s.c, []string{st.b.key(), st.b.released()}, append([]any{cutoff.UnixMilli()}, ids...)...).Int()
+			if err != nil {
+				return dropped, fmt.Errorf("forget releases of %s: %w", st.b.key(), err)
+			}
+			dropped += n
+		}
+	}
+	return dropped, nil
 }
 
 func formatID(id int64) string { return strconv.FormatInt(id, 10) }

@@ -187,6 +187,8 @@ type Reaper struct {
 	sinks   []event.Sink
 	// detector is the detector's memory between its rounds.
 	detector detector
+	// forgotten is where the trimmer's forgetting of releases stopped.
+	forgotten forgotten
 }
 
 // Option changes a Reaper.
@@ -237,24 +239,25 @@ func New(cfg Config, r *rdb.Store, d *db.Store, log *zap.Logger, opts ...Option)
 
 // Round is what one round did.
 type Round struct {
-	TakenOver        int // orders of stale stream entries taken over and processed
-	DeadLettered     int // orders of stream entries delivered more than MaxDeliveries times that failed alone
-	DeletedAcked     int // pending entries no longer in the stream
-	ConsumersRemoved int
-	Cancelled        int // orders not paid in time
-	ReleasedToRedis  int // releases Redis got (cancellations, failures)
-	Refunded         int // ended envelope sales refunded
-	RefundsWaiting   int // ended envelope sales waiting for grabs in flight
-	MovesFinished    int // moves between a voucher's buckets left half way
-	Drawn            int // draw sales drawn
-	DrawsWaiting     int // ended draw sales waiting for entries in flight
-	MarkedLost       int // entries of drawn sales marked lost
-	Restored         int // vouchers on sale rebuilt in a Redis that had lost them
-	EventsSequenced  int // order events given their sequence
-	EventsDeleted    int // order events deleted past their retention
-	Trimmed          int // vouchers whose users' indexes were trimmed after the sale
-	MarkedHot        int // vouchers marked hot
-	Cooled           int // vouchers no longer hot
+	TakenOver         int // orders of stale stream entries taken over and processed
+	DeadLettered      int // orders of stream entries delivered more than MaxDeliveries times that failed alone
+	DeletedAcked      int // pending entries no longer in the stream
+	ConsumersRemoved  int
+	Cancelled         int // orders not paid in time
+	ReleasedToRedis   int // releases Redis got (cancellations, failures)
+	Refunded          int // ended envelope sales refunded
+	RefundsWaiting    int // ended envelope sales waiting for grabs in flight
+	MovesFinished     int // moves between a voucher's buckets left half way
+	Drawn             int // draw sales drawn
+	DrawsWaiting      int // ended draw sales waiting for entries in flight
+	MarkedLost        int // entries of drawn sales marked lost
+	Restored          int // vouchers on sale rebuilt in a Redis that had lost them
+	EventsSequenced   int // order events given their sequence
+	EventsDeleted     int // order events deleted past their retention
+	Trimmed           int // vouchers whose users' indexes were trimmed after the sale
+	ReleasesForgotten int // released orders' ids dropped from Redis, MySQL having recorded them done
+	MarkedHot         int // vouchers marked hot
+	Cooled            int // vouchers no longer hot
 }
 
 func (p Round) idle() bool { return p == Round{} }
@@ -277,6 +280,7 @@ func (p *Round) Add(q Round) {
 	p.EventsSequenced += q.EventsSequenced
 	p.EventsDeleted += q.EventsDeleted
 	p.Trimmed += q.Trimmed
+	p.ReleasesForgotten += q.ReleasesForgotten
 	p.MarkedHot += q.MarkedHot
 	p.Cooled += q.Cooled
 }
@@ -302,7 +306,7 @@ func (r *Reaper) services() []service {
 		{"drawer", r.cfg.RefundInterval, r.drawEnded},
 		{"mover", r.cfg.ReleaseInterval, r.finishMoves},
 		{"restorer", r.cfg.ReleaseInterval, r.restore},
-		{"trimmer", r.cfg.ReleaseInterval, r.trimIndexes},
+		{"trimmer", r.cfg.ReleaseInterval, r.trim},
 		{"checker", r.cfg.CheckInterval, r.check},
 		{"sequencer", r.cfg.EventsInterval, r.sequenceEvents},
 		{"detector", r.cfg.DetectInterval, r.detectHot},
@@ -370,7 +374,7 @@ func (r *Reaper) record(name string, round Round, err error) {
 			zap.Int("refunded", round.Refunded), zap.Int("refunds_waiting", round.RefundsWaiting),
 			zap.Int("moves_finished", round.MovesFinished), zap.Int("drawn", round.Drawn), zap.Int("draws_waiting", round.DrawsWaiting),
 			zap.Int("marked_lost", round.MarkedLost), zap.Int("restored", round.Restored), zap.Int("events_deleted", round.EventsDeleted),
-			zap.Int("trimmed", round.Trimmed), zap.Int("marked_hot", round.MarkedHot), zap.Int("cooled", round.Cooled))
+			zap.Int("trimmed", round.Trimmed), zap.Int("releases_forgotten", round.ReleasesForgotten), zap.Int("marked_hot", round.MarkedHot), zap.Int("cooled", round.Cooled))
 	}
 	if err != nil {
 		r.log.Warn("reaper round incomplete", zap.String("service", name), zap.Error(err))

@@ -215,7 +215,7 @@ func TestUnpaidOrdersAreCancelledAndReleasedExactlyOnce(t *testing.T) {
 	// And for u3's order, Redis was released but MySQL did not mark it.
 	rs3, err := e.DB.CancelExpired(ctx, later, 1)
 	require.NoError(t, err)
-	_, err = e.RDB.Release(ctx, rs3[0].Order())
+	_, err = e.RDB.Release(ctx, rs3[0].Order(), later)
 	require.NoError(t, err)
 
 	r := newReaper(t, e, "reaper-1", func() time.Time { return later })

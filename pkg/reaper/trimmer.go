@@ -9,12 +9,74 @@ package reaper
 // whose orders have all been persisted (rdb.Store.TrimIndexes), a few
 // hundred users a script call, and marks the voucher's buckets so it does
 // not read them again.
+//
+// It also forgets released orders. A bucket's set of released orders makes
+// a second release of an order a no-op (release.lua); once MySQL has
+// recorded a release done, only a caller that read it owed before that can
+// ask for it again. settle.ForgetAfter later, the trimmer drops those ids
+// (forget.lua), raising the bucket's cutoff first, so that such a caller
+// is refused and reads MySQL again rather than giving the units twice: the
+// sets hold the last minutes' releases, not every cancellation of a sale.
+// It reads the releases in the order MySQL recorded them (releases_owed's
+// index), from where its last round stopped; a reaper starts
+// rdb.KeysOutliveSale back, since older releases' keys have expired.
 
 import (
 	"context"
+	"sync"
+	"time"
 
+	"github.com/flashsale/flashsale/pkg/order"
 	"github.com/flashsale/flashsale/pkg/rdb"
+	"github.com/flashsale/flashsale/pkg/settle"
 )
+
+// forgotten is where the trimmer's forgetting of releases stopped: the
+// last release it forgot, in the order MySQL recorded them.
+type forgotten struct {
+	mu sync.Mutex
+	at time.Time
+	id int64
+}
+
+// forgetReleases drops from Redis the ids of releases MySQL recorded done
+// more than settle.ForgetAfter ago, up to the round's bound.
+func (r *Reaper) forgetReleases(ctx context.Context, round *Round) error {
+	f := &r.forgotten
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	cutoff := r.now().UTC().Add(-settle.ForgetAfter)
+	if f.at.IsZero() {
+		f.at = cutoff.Add(-rdb.KeysOutliveSale)
+	}
+	for round.ReleasesForgotten < r.cfg.MaxPerRound {
+		rels, err := r.db.ReleasesDone(ctx, f.at, f.id, cutoff, r.cfg.BatchSize)
+		if err != nil || len(rels) == 0 {
+			return err
+		}
+		orders := make([]order.Order, len(rels))
+		for i, rel := range rels {
+			orders[i] = rel.Order()
+		}
+		n, err := r.redis.ForgetReleases(ctx, orders, cutoff)
+		if err != nil {
+			return err
+		}
+		round.ReleasesForgotten += n
+		last := rels[len(rels)-1]
+		f.at, f.id = *last.RedisReleasedAt, last.OrderID
+	}
+	return nil
+}
+
+// trim is the trimmer's round: released orders forgotten, then the users'
+// indexes of ended sales.
+func (r *Reaper) trim(ctx context.Context, round *Round) error {
+	if err := r.forgetReleases(ctx, round); err != nil {
+		return err
+	}
+	return r.trimIndexes(ctx, round)
+}
 
 // trimIndexes trims the users' indexes of the vouchers whose sale has
 // ended and whose keys Redis still holds.

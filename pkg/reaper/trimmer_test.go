@@ -14,6 +14,8 @@ import (
 	"github.com/flashsale/flashsale/pkg/order"
 	"github.com/flashsale/flashsale/pkg/persist"
 	"github.com/flashsale/flashsale/pkg/rdb"
+	"github.com/flashsale/flashsale/pkg/reaper"
+	"github.com/flashsale/flashsale/pkg/settle"
 )
 
 // What a sale leaves in Redis: each buyer's index of admissions (o:USER)
@@ -105,4 +107,53 @@ func TestTheTrimmerDropsTheIndexesASaleLeaves(t *testing.T) {
 	got, err = over.RunOnce(ctx)
 	require.NoError(t, err)
 	require.Zero(t, got.Trimmed, "trimmed once: not read again")
+}
+
+// Released orders are forgotten settle.ForgetAfter after MySQL recorded
+// them done, not before, and a caller that knew one owed before that is
+// refused rather than obeyed: each unit still comes back once.
+func TestReleasesAreForgottenAndAStaleOneIsRefused(t *testing.T) {
+	e := testenv.New(t, 2)
+	ctx := context.Background()
+	v := e.SeedVoucher(t, db.Voucher{Stock: 10, PerUserLimit: 1, PaymentTimeoutSeconds: 60}, -1)
+	admit(t, e, v.ID, users("u", 4)...)
+	persistVoucher(t, e, v.ID)
+	later := time.Now().Add(2 * time.Minute)
+	// A caller reads u0's release owed (as a second reaper would), and is
+	// slow to apply it.
+	knew := later
+	stale, err := e.DB.CancelExpired(ctx, later, 1)
+	require.NoError(t, err)
+	require.Len(t, stale, 1)
+	released := func() int64 {
+		n, err := e.RDB.Client().SCard(ctx, e.RDB.VoucherKey(v.ID)+":released").Result()
+		require.NoError(t, err)
+		return n
+	}
+
+	got, err := newReaper(t, e, "reaper-1", func() time.Time { return later }).RunOnce(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 3, got.Cancelled)
+	require.Equal(t, 4, got.ReleasedToRedis)
+	require.Zero(t, got.ReleasesForgotten, "recorded done just now: kept")
+	require.EqualValues(t, 4, released())
+
+	afterwards := later.Add(settle.ForgetAfter + time.Second)
+	got, err = newReaper(t, e, "reaper-1", func() time.Time { return afterwards }).RunOnce(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 4, got.ReleasesForgotten)
+	require.Zero(t, released(), "forgotten")
+	require.EqualValues(t, 10, redisStock(t, e, v.ID))
+
+	_, err = e.RDB.Release(ctx, stale[0].Order(), knew)
+	require.ErrorIs(t, err, rdb.ErrStaleRelease)
+	given, err := settle.Releases(ctx, e.RDB, e.DB, stale, knew, afterwards)
+	require.NoError(t, err)
+	require.Zero(t, given)
+	require.EqualValues(t, 10, redisStock(t, e, v.ID), "the stale caller gave nothing twice")
+	checks, err := reaper.Reconcile(ctx, e.RDB, e.DB, afterwards, false)
+	require.NoError(t, err)
+	for _, c := range checks {
+		require.Empty(t, c.Differences, "voucher %d", c.VoucherID)
+	}
 }

@@ -50,4 +50,17 @@
 // crashes after the MySQL commit but before the release gets the entry
 // again. It finds the order already failed in MySQL, calls release again,
 // and the set turns the second call into a no-op.
+//
+// The set holds the last minutes' releases, not a sale's every one. Once
+// MySQL has recorded a release done (releases.redis_released_at) only a
+// caller that read it owed before can ask for it again; ForgetAfter later
+// the reaper's trimmer drops its id (forget.lua), having first raised the
+// bucket's cutoff rf to that time. Every caller tells release.lua when it
+// knew the release owed (a time read before it read MySQL's row, or made
+// it): one that knew before rf may hold a release done and forgotten since,
+// and is refused (rdb.ErrStaleRelease), leaving MySQL's row as it is; if it
+// is still owed, the releaser reads it again with a fresh time. A release
+// is given once either way: while its id is in the set, by the set; after,
+// by the cutoff, since it was recorded done before the cutoff and a caller
+// that knew it owed knew before that.
 package settle

@@ -39,16 +39,31 @@ func change(c db.VoucherChange) rdb.Change {
 	return out
 }
 
+// ForgetAfter is how long after MySQL recorded a release done its id is
+// kept in Redis's set of released orders (the reaper's trimmer then drops
+// it): far longer than a caller holds a release it knew owed (a reaper's
+// round is bounded by FLASHSALE_REAPER_ROUND_TIMEOUT, a gateway's request
+// and a worker's batch by seconds) plus the clocks' skew. A caller that
+// holds one longer is refused, not obeyed twice (rdb.ErrStaleRelease).
+const ForgetAfter = 10 * time.Minute
+
 // Releases gives Redis back the units of rels and records that in MySQL.
-// It returns how many Redis had not had back before.
-func Releases(ctx context.Context, r *rdb.Store, d *db.Store, rels []db.Release, now time.Time) (int, error) {
+// knew is when the caller knew them owed: a time read before it read
+// their rows, or made them. A release Redis refuses as known too long ago
+// (rdb.ErrStaleRelease: it may have been done and forgotten since) is left
+// as MySQL has it: still owed, the releaser reads it again. It returns how
+// many Redis had not had back before.
+func Releases(ctx context.Context, r *rdb.Store, d *db.Store, rels []db.Release, knew, now time.Time) (int, error) {
 	if len(rels) == 0 {
 		return 0, nil
 	}
 	ids := make([]int64, 0, len(rels))
 	given := 0
 	for _, rel := range rels {
-		ok, err := r.Release(ctx, rel.Order())
+		ok, err := r.Release(ctx, rel.Order(), knew)
+		if errors.Is(err, rdb.ErrStaleRelease) {
+			continue
+		}
 		if err != nil {
 			return given, fmt.Errorf("release order %d in redis: %w", rel.OrderID, err)
 		}
@@ -136,11 +151,14 @@ func create(ctx context.Context, r *rdb.Store, d *db.Store, v int64) (bool, erro
 
 // Rebuild rewrites a voucher's Redis state with want (reconcile's repair:
 // what MySQL and the streams say Redis should hold) and records in Redis
-// every release and change MySQL has of it as done, so none is applied
-// again. Run it while no claims are admitted (reaper reconcile --repair).
+// every release MySQL still owes it and every change as done, so none is
+// applied again (want counts them; a release recorded done is never asked
+// again but by a caller that knew it owed before, which the bucket's
+// cutoff refuses once it is forgotten). Run it while no claims are
+// admitted (reaper reconcile --repair).
 func Rebuild(ctx context.Context, r *rdb.Store, d *db.Store, want rdb.VoucherState) error {
 	v := want.Voucher.ID
-	released, err := d.ReleasedOrderIDs(ctx, v)
+	released, err := d.OwedReleaseIDs(ctx, v)
 	if err != nil {
 		return err
 	}
@@ -174,11 +192,12 @@ func Owed(ctx context.Context, r *rdb.Store, d *db.Store, batch, limit int, now 
 		after = owed[len(owed)-1].ID
 	}
 	for limit <= 0 || settled < limit {
+		knew := now() // before the rows are read
 		owed, err := d.OwedReleases(ctx, batch)
 		if err != nil || len(owed) == 0 {
 			return settled, err
 		}
-		if _, err := Releases(ctx, r, d, owed, now()); err != nil {
+		if _, err := Releases(ctx, r, d, owed, knew, now()); err != nil {
 			return settled, err
 		}
 		settled += len(owed)
