@@ -55,7 +55,8 @@ type Config struct {
 	CheckInterval time.Duration `envconfig:"FLASHSALE_REAPER_CHECK_INTERVAL" default:"5m"`
 	// RoundTimeout bounds one round. Default 1m.
 	RoundTimeout time.Duration `envconfig:"FLASHSALE_REAPER_ROUND_TIMEOUT" default:"1m"`
-	// MaxPerRound bounds the cancellations and releases of one round, so a
+	// MaxPerRound bounds the cancellations and releases of one round (and the
+	// released orders the trimmer reads to forget), so a
 	// round ends and starts over with fresh claims. Default 10000.
 	MaxPerRound int `envconfig:"FLASHSALE_REAPER_MAX_PER_ROUND" default:"10000"`
 	// ConsumerGoneAfter: a consumer idle this long with nothing pending is

@@ -40,7 +40,8 @@ type forgotten struct {
 }
 
 // forgetReleases drops from Redis the ids of releases MySQL recorded done
-// more than settle.ForgetAfter ago, up to the round's bound.
+// more than settle.ForgetAfter ago, reading up to the round's bound of
+// them (FLASHSALE_REAPER_MAX_PER_ROUND).
 func (r *Reaper) forgetReleases(ctx context.Context, round *Round) error {
 	f := &r.forgotten
 	f.mu.Lock()
@@ -49,7 +50,7 @@ func (r *Reaper) forgetReleases(ctx context.Context, round *Round) error {
 	if f.at.IsZero() {
 		f.at = cutoff.Add(-rdb.KeysOutliveSale)
 	}
-	for round.ReleasesForgotten < r.cfg.MaxPerRound {
+	for read := 0; read < r.cfg.MaxPerRound; {
 		rels, err := r.db.ReleasesDone(ctx, f.at, f.id, cutoff, r.cfg.BatchSize)
 		if err != nil || len(rels) == 0 {
 			return err
@@ -62,7 +63,8 @@ func (r *Reaper) forgetReleases(ctx context.Context, round *Round) error {
 		if err != nil {
 			return err
 		}
-		round.ReleasesForgotten += n
+		round.ReleasesForgotten += n // of their ids, those still in Redis
+		read += len(rels)
 		last := rels[len(rels)-1]
 		f.at, f.id = *last.RedisReleasedAt, last.OrderID
 	}
