@@ -377,3 +377,27 @@ func (s *Store) Levels(ctx context.Context, vouchers []int64, buckets []int) ([]
 	}
 	return out, nil
 }
+
+// MastersOf names the master that decides each bucket of each voucher, as
+// Levels lists them: on a Redis Cluster the address of its slot's master
+// as this process last learned the slots; on one Redis (or one behind
+// Sentinel) "redis" for every bucket.
+func (s *Store) MastersOf(ctx context.Context, vouchers []int64, buckets []int) ([][]string, error) {
+	cc, cluster := s.c.(*redis.ClusterClient)
+	out := make([][]string, len(vouchers))
+	for i, v := range vouchers {
+		out[i] = make([]string, max(buckets[i], 1))
+		for b := range out[i] {
+			if !cluster {
+				out[i][b] = "redis"
+				continue
+			}
+			m, err := cc.MasterForKey(ctx, s.bucketOf(v, b).key())
+			if err != nil {
+				return nil, fmt.Errorf("master of voucher %d bucket %d: %w", v, b, err)
+			}
+			out[i][b] = m.Options().Addr
+		}
+	}
+	return out, nil
+}

@@ -319,6 +319,24 @@ func TestHotVoucherBucketsSpreadOverMasters(t *testing.T) {
 		masters[n.Options().Addr] = true
 	}
 	require.GreaterOrEqual(t, len(masters), 2, "the buckets' slots are on %v", masters)
+
+	// MastersOf (the detector's per-master figures) names them as the
+	// cluster's own slot table does.
+	named, err := s.MastersOf(context.Background(), []int64{13}, []int{3})
+	require.NoError(t, err)
+	slots, err := cc.ClusterSlots(context.Background()).Result()
+	require.NoError(t, err)
+	for b, k := range s.BucketKeys(13, 3) {
+		slot, err := cc.ClusterKeySlot(context.Background(), k).Result()
+		require.NoError(t, err)
+		owner := ""
+		for _, r := range slots {
+			if int64(r.Start) <= slot && slot <= int64(r.End) {
+				owner = r.Nodes[0].Addr
+			}
+		}
+		require.Equal(t, owner, named[0][b], "bucket %d (slot %d)", b, slot)
+	}
 }
 
 // A hot voucher's sold-out tail holds up no other claim: a claim whose

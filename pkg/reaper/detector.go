@@ -5,8 +5,10 @@ package reaper
 // round trip (rdb.Store.Levels: a bucket's stock, counting the units it
 // moved to other buckets as still its own, so that admissions alone lower
 // it), and turns the fall since its last reading into the units each
-// bucket admitted a second (flashsale_bucket_admitted_units_per_second): no
-// write on the claim's path pays for it. A voucher one of whose buckets
+// bucket admitted a second (flashsale_bucket_admitted_units_per_second),
+// and each Redis master, over the buckets it decides
+// (flashsale_master_admitted_units_per_second): no write on the claim's
+// path pays for it. A voucher one of whose buckets
 // admitted at least FLASHSALE_HOT_SPLIT_AT a second at every reading for
 // FLASHSALE_HOT_SPLIT_FOR is marked hot in MySQL (vouchers.hot_since, the
 // first reading above it: the admin API and the console show it); one
@@ -54,6 +56,11 @@ func (r *Reaper) detectHot(ctx context.Context, round *Round) error {
 	if err != nil {
 		return err
 	}
+	masters, err := r.redis.MastersOf(ctx, ids, buckets)
+	if err != nil {
+		return err
+	}
+	perMaster := map[string]int64{}
 	d := &r.detector
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -73,7 +80,7 @@ func (r *Reaper) detectHot(ctx context.Context, round *Round) error {
 			d.seen[v.ID] = h
 		}
 		isHot := v.HotSince != nil
-		top, read := r.rates(v.ID, h, levels[i], now)
+		top, read := r.rates(v.ID, h, levels[i], masters[i], perMaster, now)
 		switch {
 		case !read: // a first reading, or the same instant: nothing to compare
 		case top >= r.cfg.HotSplitAt:
@@ -114,14 +121,19 @@ func (r *Reaper) detectHot(ctx context.Context, round *Round) error {
 		delete(d.seen, v)
 	}
 	r.metrics.hotVouchers.Set(float64(hot))
+	r.metrics.masterRate.Reset()
+	for m, n := range perMaster {
+		r.metrics.masterRate.WithLabelValues(m).Set(float64(n))
+	}
 	return nil
 }
 
 // rates sets voucher v's buckets' gauges from the fall of their levels
-// since h's last reading, remembers this one, and returns the highest
-// bucket's rate; read is false when there was no earlier reading to
-// compare (or the buckets changed in number).
-func (r *Reaper) rates(v int64, h *heat, levels []int64, now time.Time) (top int64, read bool) {
+// since h's last reading, adds each to its master's (masters[b] decides
+// bucket b), remembers this reading, and returns the highest bucket's
+// rate; read is false when there was no earlier reading to compare (or
+// the buckets changed in number).
+func (r *Reaper) rates(v int64, h *heat, levels []int64, masters []string, perMaster map[string]int64, now time.Time) (top int64, read bool) {
 	id := strconv.FormatInt(v, 10)
 	elapsed := now.Sub(h.at).Seconds()
 	read = len(h.levels) == len(levels) && elapsed > 0
@@ -134,6 +146,7 @@ func (r *Reaper) rates(v int64, h *heat, levels []int64, now time.Time) (top int
 		}
 		rate := int64(float64(max(h.levels[b]-level, 0))/elapsed + 0.5)
 		r.metrics.bucketRate.WithLabelValues(id, strconv.Itoa(b)).Set(float64(rate))
+		perMaster[masters[b]] += rate
 		top = max(top, rate)
 	}
 	h.at, h.levels = now, levels

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap/zaptest"
 
@@ -38,6 +39,14 @@ func TestTheDetectorMarksAVoucherHotAndCool(t *testing.T) {
 	r, err := reaper.New(reaper.Config{Config: worker.Config{Consumer: "detector"}, HotSplitAt: at, HotSplitFor: 2 * time.Second},
 		e.RDB, e.DB, zaptest.NewLogger(t), reaper.WithRegistry(reg), reaper.WithClock(func() time.Time { return now }))
 	require.NoError(t, err)
+	masters := map[string]bool{"redis": true}
+	if cc, ok := e.RDB.Client().(*redis.ClusterClient); ok {
+		masters = map[string]bool{}
+		require.NoError(t, cc.ForEachMaster(ctx, func(_ context.Context, c *redis.Client) error {
+			masters[c.Options().Addr] = true
+			return nil
+		}))
+	}
 	n := 0
 	// second admits, in second sec, 3×at claims of the hot voucher
 	// spread over its buckets (one bucket takes at least at) and at-1 of
@@ -85,6 +94,13 @@ func TestTheDetectorMarksAVoucherHotAndCool(t *testing.T) {
 		}
 		require.EqualValues(t, buckets*at, sum, "reading %d: the buckets' gauges add up to the second's admissions", i)
 		require.EqualValues(t, at-1, rate(warm.ID, 0), "reading %d", i)
+		perMaster := series(t, reg, "flashsale_master_admitted_units_per_second", "master")
+		var total float64
+		for m, n := range perMaster {
+			require.Contains(t, masters, m, "a master of this Redis")
+			total += n
+		}
+		require.EqualValues(t, buckets*at+at-1, total, "reading %d: the masters' figures add up to every bucket's", i)
 		if i < 2 {
 			require.Nil(t, hotSince(hot.ID), "reading %d: above the threshold for less than FLASHSALE_HOT_SPLIT_FOR", i)
 			require.Zero(t, got.MarkedHot)
@@ -112,4 +128,25 @@ func TestTheDetectorMarksAVoucherHotAndCool(t *testing.T) {
 	for _, f := range families {
 		require.NotEqual(t, "flashsale_bucket_admitted_units_per_second", f.GetName(), fmt.Sprint(f.GetMetric()))
 	}
+}
+
+// series reads every series of the gauge name, by the value of its label.
+func series(t *testing.T, g prometheus.Gatherer, name, label string) map[string]float64 {
+	t.Helper()
+	families, err := g.Gather()
+	require.NoError(t, err)
+	out := map[string]float64{}
+	for _, f := range families {
+		if f.GetName() != name {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			for _, lp := range m.GetLabel() {
+				if lp.GetName() == label {
+					out[lp.GetValue()] = m.GetGauge().GetValue()
+				}
+			}
+		}
+	}
+	return out
 }

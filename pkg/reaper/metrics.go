@@ -13,6 +13,7 @@ type metrics struct {
 	drawSeconds                                                   prometheus.Histogram
 	storeDifferences, vouchersDiffering, lastCheck, hotVouchers   prometheus.Gauge
 	bucketRate                                                    *prometheus.GaugeVec // voucher_id, bucket
+	masterRate                                                    *prometheus.GaugeVec // master
 	events                                                        *event.Metrics
 }
 
@@ -42,7 +43,9 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	m.hotVouchers = g("flashsale_hot_vouchers", "Vouchers marked hot (a Redis bucket at or above FLASHSALE_HOT_SPLIT_AT units admitted a second for FLASHSALE_HOT_SPLIT_FOR), at the detector's last round.")
 	m.bucketRate = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "flashsale_bucket_admitted_units_per_second",
 		Help: "Units each Redis bucket of a voucher on sale admitted a second between the detector's last two readings."}, []string{"voucher_id", "bucket"})
-	reg.MustRegister(m.hotVouchers, m.bucketRate)
+	m.masterRate = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "flashsale_master_admitted_units_per_second",
+		Help: "Units the Redis buckets of vouchers on sale admitted a second, summed by the master deciding them (its address on a Redis Cluster, redis otherwise), between the detector's last two readings."}, []string{"master"})
+	reg.MustRegister(m.hotVouchers, m.bucketRate, m.masterRate)
 	reg.MustRegister(m.rounds, m.takenOver, m.deadLetters, m.cancelled, m.released, m.consumersRemoved, m.refunded, m.drawn, m.drawSeconds,
 		m.storeDifferences, m.vouchersDiffering, m.lastCheck)
 	m.events = event.NewMetrics(reg)
