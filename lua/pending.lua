@@ -20,38 +20,45 @@
 -- user's pending orders, plus those admitted since the last call.
 
 local out = {}
-for _, user in ipairs(ARGV) do
+
+-- list appends user's orders still in the stream to out and prunes the
+-- user's index to them.
+local function list(user)
   local field = 'o:' .. user
   local positions = redis.call('HGET', KEYS[1], field)
-  if positions then
-    local keep, seen = {}, 0
-    for pos in string.gmatch(positions, '%S+') do
-      seen = seen + 1
-      local ms, p = string.match(pos, '^(%d+)-(%d+)$')
-      p = tonumber(p)
-      local id = ms .. '-' .. string.format('%d', math.floor(p / 32))
-      local o = 'o' .. string.format('%d', p % 32)
-      local e = redis.call('XRANGE', KEYS[2], id, id)
-      if #e > 0 then
-        local f, voucher, value = e[1][2], nil, nil
-        for i = 1, #f, 2 do
-          if f[i] == 'voucher_id' then
-            voucher = f[i + 1]
-          elseif f[i] == o then
-            value = f[i + 1]
-          end
-        end
-        if voucher and value then
-          keep[#keep + 1] = pos
-          out[#out + 1] = {id, {'voucher_id', voucher, o, value}}
-        end
+  if not positions then
+    return
+  end
+  local keep, seen = {}, 0
+  for pos in string.gmatch(positions, '%S+') do
+    seen = seen + 1
+    local ms, p = string.match(pos, '^(%d+)-(%d+)$')
+    p = tonumber(p)
+    local id = ms .. '-' .. string.format('%d', math.floor(p / 32))
+    local o = 'o' .. string.format('%d', p % 32)
+    local e = redis.call('XRANGE', KEYS[2], id, id)
+    local f = e[1] and e[1][2] or {} -- the entry's fields; none when it left the stream
+    local voucher, value
+    for i = 1, #f, 2 do
+      if f[i] == 'voucher_id' then
+        voucher = f[i + 1]
+      elseif f[i] == o then
+        value = f[i + 1]
       end
     end
-    if #keep == 0 then
-      redis.call('HDEL', KEYS[1], field)
-    elseif #keep < seen then
-      redis.call('HSET', KEYS[1], field, table.concat(keep, ' '))
+    if voucher and value then
+      keep[#keep + 1] = pos
+      out[#out + 1] = {id, {'voucher_id', voucher, o, value}}
     end
   end
+  if #keep == 0 then
+    redis.call('HDEL', KEYS[1], field)
+  elseif #keep < seen then
+    redis.call('HSET', KEYS[1], field, table.concat(keep, ' '))
+  end
+end
+
+for _, user in ipairs(ARGV) do
+  list(user)
 end
 return out

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"strconv"
@@ -348,7 +349,7 @@ func (s *Store) byMaster(claims []Claim) [][]int {
 // units a bucket admitted between two readings are the fall of its level
 // (less the units given back meanwhile by releases and top-ups, which
 // raise it), read without a write on the claim's path. A bucket Redis does
-// not hold reads 0.
+// not hold reads NoLevel.
 func (s *Store) Levels(ctx context.Context, vouchers []int64, buckets []int) ([][]int64, error) {
 	if len(vouchers) == 0 {
 		return nil, nil
@@ -368,8 +369,13 @@ func (s *Store) Levels(ctx context.Context, vouchers []int64, buckets []int) ([]
 	for i := range cmds {
 		out[i] = make([]int64, len(cmds[i]))
 		for b, c := range cmds[i] {
-			for _, f := range c.Val() {
-				str, _ := f.(string)
+			f := c.Val()
+			if f[0] == nil {
+				out[i][b] = NoLevel
+				continue
+			}
+			for _, x := range f {
+				str, _ := x.(string)
 				n, _ := strconv.ParseInt(str, 10, 64)
 				out[i][b] += n
 			}
@@ -377,6 +383,9 @@ func (s *Store) Levels(ctx context.Context, vouchers []int64, buckets []int) ([]
 	}
 	return out, nil
 }
+
+// NoLevel is the level Levels reads of a bucket Redis does not hold.
+const NoLevel = math.MinInt64
 
 // MastersOf names the master that decides each bucket of each voucher, as
 // Levels lists them: on a Redis Cluster the address of its slot's master

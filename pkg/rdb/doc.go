@@ -57,8 +57,11 @@
 //     (take.lua and give.lua count them in its hash's moved), falls by its
 //     admissions alone; Levels reads many buckets' levels in one round
 //     trip, and the reaper's detector turns the fall between two readings
-//     into units admitted a second. Releases and top-ups raise it: the
-//     figure errs low, never high.
+//     into units admitted a second. Releases and top-ups raise it, so the
+//     figure errs low; a bucket Redis does not hold is no reading. A
+//     rewrite by reconcile --repair forgets moved, which can make one
+//     reading high: the detector asks for every reading above its
+//     threshold for a while.
 //   - Not for pools. Envelopes and codes keep one bucket: moving items
 //     between pools, and refunding from several, is not built.
 package rdb

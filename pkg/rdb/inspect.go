@@ -216,27 +216,9 @@ func (s *Store) TrimIndexes(ctx context.Context, v int64, now time.Time) (finish
 		if ti, _ := h[1].(string); ti == end {
 			continue
 		}
-		left := false
-		var cursor uint64
-		for {
-			fields, next, err := s.c.HScan(ctx, b.key(), cursor, pendingPrefix+"*", trimChunk).Result()
-			if err != nil {
-				return false, fmt.Errorf("scan indexes of %s: %w", b.key(), err)
-			}
-			users := make([]any, 0, len(fields)/2)
-			for i := 0; i < len(fields); i += 2 {
-				users = append(users, strings.TrimPrefix(fields[i], pendingPrefix))
-			}
-			if len(users) > 0 {
-				still, err := lua.Pending.Run(ctx, s.c, []string{b.key(), b.stream()}, users...).Slice()
-				if err != nil {
-					return false, fmt.Errorf("trim indexes of %s: %w", b.key(), err)
-				}
-				left = left || len(still) > 0
-			}
-			if cursor = next; cursor == 0 {
-				break
-			}
+		left, err := s.trimBucket(ctx, b)
+		if err != nil {
+			return false, err
 		}
 		if left {
 			done = false
@@ -249,6 +231,33 @@ func (s *Store) TrimIndexes(ctx context.Context, v int64, now time.Time) (finish
 		done, markedNow = done && marked, markedNow || marked
 	}
 	return done && markedNow, nil
+}
+
+// trimBucket runs pending.lua over the users whose indexes HSCAN finds in
+// bucket b, a chunk at a time; left: some index still names an order in
+// the stream.
+func (s *Store) trimBucket(ctx context.Context, b bucket) (left bool, err error) {
+	var cursor uint64
+	for {
+		fields, next, err := s.c.HScan(ctx, b.key(), cursor, pendingPrefix+"*", trimChunk).Result()
+		if err != nil {
+			return false, fmt.Errorf("scan indexes of %s: %w", b.key(), err)
+		}
+		users := make([]any, 0, len(fields)/2)
+		for i := 0; i < len(fields); i += 2 {
+			users = append(users, strings.TrimPrefix(fields[i], pendingPrefix))
+		}
+		if len(users) > 0 {
+			still, err := lua.Pending.Run(ctx, s.c, []string{b.key(), b.stream()}, users...).Slice()
+			if err != nil {
+				return false, fmt.Errorf("trim indexes of %s: %w", b.key(), err)
+			}
+			left = left || len(still) > 0
+		}
+		if cursor = next; cursor == 0 {
+			return left, nil
+		}
+	}
 }
 
 // markTrimmed marks bucket b trimmed for its end end, if the hash is still

@@ -13,8 +13,8 @@ package reaper
 // FLASHSALE_HOT_SPLIT_FOR is marked hot in MySQL (vouchers.hot_since, the
 // first reading above it: the admin API and the console show it); one
 // below it at every reading as long is marked cool again. Releases and
-// top-ups raise a level, so the figure errs low, never high; a draw's
-// entries take no stock and read 0. Each reaper's detector reads for
+// top-ups raise a level, so the figure errs low (rdb's doc says when one
+// reading can be high); a draw's entries take no stock and read 0. Each reaper's detector reads for
 // itself; the mark is one conditional UPDATE.
 
 import (
@@ -24,6 +24,8 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+
+	"github.com/flashsale/flashsale/pkg/rdb"
 )
 
 // heat is what the detector has seen of one voucher.
@@ -131,26 +133,26 @@ func (r *Reaper) detectHot(ctx context.Context, round *Round) error {
 // rates sets voucher v's buckets' gauges from the fall of their levels
 // since h's last reading, adds each to its master's (masters[b] decides
 // bucket b), remembers this reading, and returns the highest bucket's
-// rate; read is false when there was no earlier reading to compare (or
-// the buckets changed in number).
+// rate; read is false when there was no earlier reading to compare. A
+// bucket Redis did not hold at either reading reads 0.
 func (r *Reaper) rates(v int64, h *heat, levels []int64, masters []string, perMaster map[string]int64, now time.Time) (top int64, read bool) {
-	id := strconv.FormatInt(v, 10)
 	elapsed := now.Sub(h.at).Seconds()
-	read = len(h.levels) == len(levels) && elapsed > 0
-	if !read && len(h.levels) > len(levels) {
-		r.dropRates(v, len(h.levels))
+	prev := h.levels
+	h.at, h.levels = now, levels
+	if len(prev) != len(levels) || elapsed <= 0 { // a voucher's buckets never change in number
+		return 0, false
 	}
+	id := strconv.FormatInt(v, 10)
 	for b, level := range levels {
-		if !read {
-			continue
+		var rate int64
+		if level != rdb.NoLevel && prev[b] != rdb.NoLevel {
+			rate = int64(float64(max(prev[b]-level, 0))/elapsed + 0.5)
 		}
-		rate := int64(float64(max(h.levels[b]-level, 0))/elapsed + 0.5)
 		r.metrics.bucketRate.WithLabelValues(id, strconv.Itoa(b)).Set(float64(rate))
 		perMaster[masters[b]] += rate
 		top = max(top, rate)
 	}
-	h.at, h.levels = now, levels
-	return top, read
+	return top, true
 }
 
 // dropRates removes the gauges of voucher v's n buckets.

@@ -121,6 +121,12 @@ func TestTheDetectorMarksAVoucherHotAndCool(t *testing.T) {
 	require.Nil(t, hotSince(hot.ID))
 	require.Zero(t, testenv.Metric(t, reg, "flashsale_hot_vouchers"))
 
+	// A bucket Redis lost (restarted empty) is no reading, not a fall of
+	// its whole stock.
+	require.NoError(t, e.RDB.Client().Del(ctx, e.RDB.VoucherKey(warm.ID)).Err())
+	round(s.Add(8 * time.Second))
+	require.Zero(t, rate(warm.ID, 0), "a lost bucket admitted nothing")
+
 	// A sale over: its gauges go.
 	round(ends.Add(time.Second))
 	families, err = reg.Gather()
