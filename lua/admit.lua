@@ -121,7 +121,11 @@
 -- until the reaper rebuilds it from MySQL, not an unknown voucher,
 -- 16 (access required): the voucher needs an access code now and the
 -- claim has none, 17 (access invalid): it needs one now and the claim's
--- is not the user's.
+-- is not the user's, 21 (splitting): the voucher is splitting into more
+-- buckets and the user's records are moving to their new bucket: retry
+-- shortly (a bucket of a splitting voucher holds "N>M" in its buckets
+-- field, N its number now and M the new one; a new bucket not yet open
+-- "M>0", and answers 21 to every claim).
 -- A call whose stream entry cannot be numbered (sequence 128 or more)
 -- changes nothing from the claim that began that entry's orders on (the
 -- proofs of work those claims spent are unspent), and those claims are
@@ -174,6 +178,18 @@ while at <= #lines do
 end
 local out = {}
 
+-- fnv is FNV-1a of s, 32 bits (rdb.UserBucket's), in doubles: h * 16777619
+-- mod 2^32 is h * 403 + (h mod 2^8) * 2^24 mod 2^32, below 2^53. Only a
+-- splitting bucket computes it.
+local function fnv(s)
+  local h = 2166136261
+  for k = 1, #s do
+    h = bit.bxor(h, string.byte(s, k)) % 4294967296
+    h = (h * 403 + (h % 256) * 16777216) % 4294967296
+  end
+  return h
+end
+
 -- The fields of an entry's orders, o0 to o31.
 local ORDER_FIELDS = {'o0', 'o1', 'o2', 'o3', 'o4', 'o5', 'o6', 'o7', 'o8', 'o9', 'o10', 'o11', 'o12', 'o13', 'o14', 'o15',
   'o16', 'o17', 'o18', 'o19', 'o20', 'o21', 'o22', 'o23', 'o24', 'o25', 'o26', 'o27', 'o28', 'o29', 'o30', 'o31'}
@@ -225,12 +241,29 @@ if not v[1] then
   end
   return all(1)
 end
-local buckets = tonumber(v[8]) or 1
+local buckets, split = tonumber(v[8]), nil
+if not buckets then -- 1 when absent; "N>M" while splitting (pkg/rdb split.go)
+  local from, to = string.match(v[8] or '1>', '^(%d+)>(%d*)$')
+  buckets, split = tonumber(from), tonumber(to)
+end
 if buckets ~= tonumber(ARGV[2]) then
   return all({10, buckets})
 end
 if v[7] == '1' then
   return all(9)
+end
+if split then
+  -- Splitting to split buckets (0: a new bucket, not yet open): the users
+  -- whose bucket of split is another are answered 21 (splitting) until it
+  -- opens; this bucket keeps deciding the others.
+  for i = 1, n do
+    if not out[i] then
+      local h = split > 0 and fnv(users[i])
+      if not h or h % split ~= h % buckets then
+        out[i] = 21
+      end
+    end
+  end
 end
 
 local stock = tonumber(v[1])

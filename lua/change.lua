@@ -28,10 +28,15 @@
 -- Returns 1 when applied now, 0 when it had been already, -1 when Redis
 -- does not hold the voucher (nothing is written: its creation is still
 -- owed, or Redis lost it and reconcile rebuilds it whole, changes
--- included).
+-- included), -2 when the voucher is splitting into more buckets (nothing
+-- is written: applied again once the split is done, to every bucket).
 
-if redis.call('EXISTS', KEYS[1]) == 0 then
+local at = redis.call('HGET', KEYS[1], 'buckets')
+if not at then
   return -1
+end
+if not tonumber(at) then -- splitting (split.lua): the new buckets copy the changes applied
+  return -2
 end
 if redis.call('SADD', KEYS[2], ARGV[1]) == 0 then
   return 0

@@ -19,15 +19,28 @@
 --            in MySQL before the bucket's rf were dropped from the set
 --            (forget.lua), so a caller that knew a release owed before rf may
 --            hold one done since: it is refused, and reads MySQL again
+-- ARGV[6] -> the voucher's number of buckets the caller routed the order
+--            by (its user's bucket): a release is made where the user's
+--            count lives now
 --
 -- Returns 1 when the reservation was given back now, 0 when it had been already
 -- (or the voucher is no longer in Redis, its sale long over: nothing to give),
--- -1 when the caller's knowledge is older than the bucket's rf: nothing changed.
+-- -1 when the caller's knowledge is older than the bucket's rf: nothing changed,
+-- -2 when the voucher is splitting into more buckets (split.lua): nothing
+-- changed, release it again once the split is done, {10, n} when the voucher
+-- has n buckets, not ARGV[6]: nothing changed, route it again.
 
 if redis.call('EXISTS', KEYS[1]) == 0 then
   return 0
 end
-local h = redis.call('HMGET', KEYS[1], 'expire_s', 'closed', 'draw', 'rf')
+local h = redis.call('HMGET', KEYS[1], 'expire_s', 'closed', 'draw', 'rf', 'buckets')
+local buckets = tonumber(h[5] or 1)
+if not buckets then -- splitting (split.lua): its users' records are moving
+  return -2
+end
+if buckets ~= tonumber(ARGV[6]) then
+  return {10, buckets}
+end
 if tonumber(ARGV[5]) < (tonumber(h[4]) or 0) then
   return -1
 end

@@ -32,6 +32,8 @@ var (
 	roomSrc string
 	//go:embed forget.lua
 	forgetSrc string
+	//go:embed split.lua
+	splitSrc string
 )
 
 // Admit decides a batch of claims of one voucher bucket, in order: each
@@ -46,6 +48,10 @@ var Release = redis.NewScript(releaseSrc)
 // Forget drops released orders' ids MySQL recorded done, raising the
 // bucket's cutoff first (forget.lua).
 var Forget = redis.NewScript(forgetSrc)
+
+// Split runs one step of splitting a voucher's buckets on one bucket
+// (split.lua).
+var Split = redis.NewScript(splitSrc)
 
 // Ack acknowledges and deletes persisted entries (ack.lua).
 var Ack = redis.NewScript(ackSrc)

@@ -66,7 +66,15 @@ type Voucher struct {
 	// HotSince: when one of its Redis buckets became hot (pkg/reaper's
 	// detector); nil while it is not.
 	HotSince *time.Time
+	// SplitTo: the buckets a split asked for (more than StockBuckets until
+	// the reaper's splitter has done it; 0: none asked); SplitAt: when
+	// the last split was done.
+	SplitTo int
+	SplitAt *time.Time
 }
+
+// Splitting reports a split asked and not yet done.
+func (v Voucher) Splitting() bool { return v.SplitTo > v.StockBuckets }
 
 // AccessWholeSale is Voucher.Access when codes are needed for the whole
 // sale.

@@ -30,6 +30,14 @@ type Report struct {
 	SoldOutAt       *time.Time `json:"sold_out_at"`
 	TimeToSellOutMS *int64     `json:"time_to_sell_out_ms"`
 
+	// StockBuckets: the Redis buckets its stock is spread over now;
+	// SplitAt: when they were last split while it sold (the reaper's
+	// splitter), HotSince when it was marked hot (the detector), each
+	// absent if never.
+	StockBuckets int        `json:"stock_buckets"`
+	HotSince     *time.Time `json:"hot_since,omitempty"`
+	SplitAt      *time.Time `json:"split_at,omitempty"`
+
 	StockTotal    int64 `json:"stock_total"`     // units (or items) on sale in all, top-ups included
 	ToppedUpUnits int64 `json:"topped_up_units"` // of which added while on sale
 	UnsoldUnits   int64 `json:"unsold_units"`    // not held by a live order now (MySQL's stock)
@@ -91,6 +99,7 @@ func (s *Store) Report(ctx context.Context, v int64) (Report, error) {
 	}
 	db := s.db.WithContext(ctx)
 	r := Report{OpenedAt: vo.CreatedAt, EndsAt: vo.EndsAt, StockTotal: vo.StockTotal, UnsoldUnits: vo.Stock,
+		StockBuckets: max(vo.StockBuckets, 1), HotSince: utc(vo.HotSince), SplitAt: utc(vo.SplitAt),
 		ReleasedByReason: map[string]int64{}, FailedByReason: map[string]int64{}}
 	if vo.StartsAt != nil && vo.StartsAt.After(vo.CreatedAt) {
 		r.OpenedAt = *vo.StartsAt

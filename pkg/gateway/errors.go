@@ -35,6 +35,7 @@ var errorTable = []struct {
 	{rdb.ErrDailyLimit, httpapi.NewError(http.StatusConflict, "daily_limit", "you took as many of these today as a user may")},
 	{rdb.ErrOverloaded, errUnavailable},
 	{rdb.ErrNotLoaded, errUnavailable},
+	{rdb.ErrSplitting, errUnavailable},
 	{rdb.ErrQuantityAboveLimit, errBadQuantity},
 	{db.ErrNotPayable, errNotPayable},
 	{db.ErrNotCancellable, errNotCancellable},

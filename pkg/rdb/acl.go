@@ -30,13 +30,15 @@ var roleCommands = map[string][]string{
 	// The worker's, and taking over (XAUTOCLAIM), removing consumers
 	// (delconsumer.lua), closing pools, the stream gauges, dead-letter
 	// trimming, the creations and changes Redis missed, reconcile
-	// --repair, the users' indexes trimmed after a sale (HSCAN) and the
-	// releases forgotten (forget.lua).
+	// --repair, the users' indexes trimmed after a sale (HSCAN), the
+	// releases forgotten (forget.lua) and the splits of a voucher's
+	// buckets (split.lua; SCAN finds a bucket's day hashes, keys and
+	// proofs, PTTL their expiry).
 	"reaper": {
 		"evalsha", "eval", "script|load", "xreadgroup", "xack", "xdel", "xclaim", "xautoclaim", "xadd", "xgroup|create",
 		"xgroup|delconsumer", "xpending", "xinfo|groups", "xinfo|consumers", "xlen", "xrange", "xtrim",
 		"decrby", "exists", "sadd", "srem", "scard", "smembers", "sismember", "hmget", "hget", "hgetall", "hscan", "hset", "hsetnx", "hdel", "hincrby", "lpush", "rpush", "lrange",
-		"expire", "expireat", "persist", "del", "get", "set", "watch", "unwatch", "multi", "exec",
+		"expire", "expireat", "pexpire", "pttl", "scan", "persist", "del", "get", "set", "watch", "unwatch", "multi", "exec",
 	},
 	// Read-only: the stream gauges and looking at state (a metrics
 	// exporter, an operator's redis-cli).

@@ -131,23 +131,61 @@ func (s *Store) AdmitMany(ctx context.Context, claims []Claim) ([]Admission, []e
 	return out, errs, nil
 }
 
-// admitDry answers again, in out and errs, the claims of hot vouchers
-// (more than one bucket) that found their own bucket dry (foundDry): each is
-// admitted from the others' units (admitFromDry), or sold out for good.
+// admitDry answers again, in out and errs, the claims that must be
+// decided later (later): each is admitted from the others' units, or
+// sold out for good, or waits out a split (admitLater).
 func (s *Store) admitDry(ctx context.Context, claims []Claim, out []Admission, errs []error) {
 	found := time.Now() // the claims' own admissions found their buckets dry by now
 	for i, c := range claims {
-		if s.foundDry(c, errs[i]) {
-			out[i], errs[i] = s.admitFromDry(ctx, c, found)
+		if s.later(c, errs[i]) {
+			out[i], errs[i] = s.admitLater(ctx, c, errs[i], found)
 		}
 	}
 }
 
 // foundDry reports whether claim c, answered err by its admission, found
 // its bucket of a hot voucher dry: it is decided again from the other
-// buckets' units (admitDry).
+// buckets' units (admitFromDry).
 func (s *Store) foundDry(c Claim, err error) bool {
 	return errors.Is(err, ErrSoldOut) && s.knownBuckets(c.VoucherID) > 1
+}
+
+// later reports whether claim c, answered err by its admission, is
+// decided again off the path that carried it: it found its bucket dry, or
+// its user's records moving in a split.
+func (s *Store) later(c Claim, err error) bool {
+	return s.foundDry(c, err) || errors.Is(err, ErrSplitting)
+}
+
+// splitWait bounds the wait between tries of a claim whose user's records
+// are moving in a split (it doubles from a millisecond): a split moves a
+// bucket's records in a few round trips a thousand users.
+const splitWait = 20 * time.Millisecond
+
+// admitLater decides claim c again, answered err by its admission at
+// found (later): a claim whose user's records are moving in a split tries
+// again, waiting a little longer each time, until they have moved or its
+// deadline passes; one that found its bucket dry is admitted from the
+// others' units (admitFromDry).
+func (s *Store) admitLater(ctx context.Context, c Claim, err error, found time.Time) (Admission, error) {
+	for wait := time.Millisecond; errors.Is(err, ErrSplitting); wait = min(2*wait, splitWait) {
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return Admission{}, ctx.Err()
+		case <-t.C:
+		}
+		out, errs, berr := s.admitBatch(ctx, []Claim{c})
+		if berr != nil {
+			return Admission{}, berr
+		}
+		if !s.later(c, errs[0]) {
+			return out[0], errs[0]
+		}
+		err, found = errs[0], time.Now()
+	}
+	return s.admitFromDry(ctx, c, found)
 }
 
 // dryVoucher is a hot voucher's refills in this process: one at a time
@@ -568,8 +606,17 @@ func admission(res any, p int) (Admission, error) {
 }
 
 // admissionAt is the admission of the order at stream position pos of
-// partition p, with the item it took (raw, "" for units).
+// partition p, with the item it took (raw, "" for units). A position
+// "ms-P@Q" is of partition Q: an idempotency record a split copied into
+// another bucket than the one that admitted it (split.go).
 func admissionAt(pos string, p int, raw string) (Admission, error) {
+	if at, q, ok := strings.Cut(pos, "@"); ok {
+		n, err := strconv.Atoi(q)
+		if err != nil {
+			return Admission{}, fmt.Errorf("admit: bad position %q", pos)
+		}
+		pos, p = at, n
+	}
 	id, err := order.IDFromPosition(pos, p)
 	if err != nil {
 		return Admission{}, fmt.Errorf("admit: %w", err)

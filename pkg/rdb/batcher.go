@@ -250,7 +250,7 @@ func (b *Batcher) admit(reqs []*admitReq, claims []Claim) {
 		switch {
 		case err != nil:
 			r.done <- admitResult{err: err}
-		case b.s.foundDry(claims[i], errs[i]):
+		case b.s.later(claims[i], errs[i]):
 			dry = append(dry, i)
 		default:
 			r.done <- admitResult{a: out[i], err: errs[i]}
@@ -260,16 +260,17 @@ func (b *Batcher) admit(reqs []*admitReq, claims []Claim) {
 		found := time.Now() // their buckets were found dry by now
 		for _, i := range dry {
 			b.wg.Add(1)
-			go b.admitDry(reqs[i], claims[i], found)
+			go b.admitDry(reqs[i], claims[i], errs[i], found)
 		}
 	}
 }
 
 // admitDry decides again, off the pipeline's worker, claim c (of r),
-// which found its bucket of a hot voucher dry by found: its refill (moves
-// between buckets, a few round trips; one voucher's one at a time) holds
-// up no other claim, of this voucher or another.
-func (b *Batcher) admitDry(r *admitReq, c Claim, found time.Time) {
+// which found its bucket of a hot voucher dry by found, or its user's
+// records moving in a split (err): its refill (moves between buckets, a
+// few round trips; one voucher's one at a time) or its wait holds up no
+// other claim, of this voucher or another.
+func (b *Batcher) admitDry(r *admitReq, c Claim, err error, found time.Time) {
 	defer b.wg.Done()
 	deadline := time.Now().Add(b.timeout)
 	if r.deadline.Before(deadline) {
@@ -277,6 +278,6 @@ func (b *Batcher) admitDry(r *admitReq, c Claim, found time.Time) {
 	}
 	ctx, cancel := context.WithDeadline(context.Background(), deadline)
 	defer cancel()
-	a, err := b.s.admitFromDry(ctx, c, found)
+	a, err := b.s.admitLater(ctx, c, err, found)
 	r.done <- admitResult{a: a, err: err}
 }

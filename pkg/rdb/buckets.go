@@ -35,7 +35,7 @@ import (
 
 // knownBuckets is the number of buckets this process has seen voucher v
 // have, 1 when it has not seen v: admit.lua tells a claim routed by the
-// wrong number (it never changes once the voucher exists).
+// wrong number (a split raises it while the sale runs, split.go).
 func (s *Store) knownBuckets(v int64) int {
 	if n, ok := s.buckets.Load(v); ok {
 		return n.(int)
@@ -43,36 +43,67 @@ func (s *Store) knownBuckets(v int64) int {
 	return 1
 }
 
-// bucketsOf is voucher v's number of buckets, read from Redis when this
-// process has not seen v yet; 1 when Redis does not hold v.
-func (s *Store) bucketsOf(ctx context.Context, v int64) (int, error) {
-	if n, ok := s.buckets.Load(v); ok {
-		return n.(int), nil
-	}
+// layout is how a voucher's stock is spread: over n buckets, and, while
+// it splits (split.go), into to (0 when it does not).
+type layout struct{ n, to int }
+
+// span is the number of buckets that exist: to while splitting.
+func (l layout) span() int { return max(l.n, l.to) }
+
+// layoutOf reads voucher v's layout from its bucket 0 (1 bucket when Redis
+// does not hold v): read anew each time, since a split changes it. The
+// admission path routes by knownBuckets instead, which admit.lua corrects.
+func (s *Store) layoutOf(ctx context.Context, v int64) (layout, error) {
 	raw, err := s.c.HMGet(ctx, s.bucketOf(v, 0).key(), "stock", "buckets").Result()
 	if err != nil {
-		return 0, fmt.Errorf("read buckets of voucher %d: %w", v, err)
+		return layout{}, fmt.Errorf("read buckets of voucher %d: %w", v, err)
 	}
 	if raw[0] == nil {
-		return 1, nil
+		return layout{n: 1}, nil
 	}
-	n := 1
-	if str, ok := raw[1].(string); ok {
-		if n, err = strconv.Atoi(str); err != nil || n < 1 {
-			return 0, fmt.Errorf("voucher %d: bad buckets %q", v, str)
-		}
+	str, _ := raw[1].(string)
+	l, err := parseLayout(str)
+	if err != nil {
+		return l, fmt.Errorf("voucher %d: %w", v, err)
 	}
-	s.buckets.Store(v, n)
-	return n, nil
+	if l.to == 0 {
+		s.buckets.Store(v, l.n)
+	}
+	return l, nil
 }
 
-// bucketsOfVoucher lists voucher v's buckets.
+// parseLayout reads a bucket's buckets field (split.lua): "N", "N>M"
+// (splitting from N to M), "" (1).
+func parseLayout(str string) (layout, error) {
+	if str == "" {
+		return layout{n: 1}, nil
+	}
+	from, to, splitting := strings.Cut(str, ">")
+	n, err := strconv.Atoi(from)
+	l := layout{n: n}
+	if err == nil && splitting {
+		l.to, err = strconv.Atoi(to)
+	}
+	if err != nil || n < 1 || n > MaxBuckets || l.to < 0 || l.to > MaxBuckets {
+		return layout{}, fmt.Errorf("bad buckets %q", str)
+	}
+	return l, nil
+}
+
+// bucketsOf is voucher v's number of buckets now (layoutOf).
+func (s *Store) bucketsOf(ctx context.Context, v int64) (int, error) {
+	l, err := s.layoutOf(ctx, v)
+	return l.n, err
+}
+
+// bucketsOfVoucher lists voucher v's buckets: every one that exists, the
+// new ones too while it splits.
 func (s *Store) bucketsOfVoucher(ctx context.Context, v int64) ([]bucket, error) {
-	n, err := s.bucketsOf(ctx, v)
+	l, err := s.layoutOf(ctx, v)
 	if err != nil {
 		return nil, err
 	}
-	out := make([]bucket, n)
+	out := make([]bucket, l.span())
 	for i := range out {
 		out[i] = s.bucketOf(v, i)
 	}
@@ -82,11 +113,11 @@ func (s *Store) bucketsOfVoucher(ctx context.Context, v int64) ([]bucket, error)
 // PartitionsOfVoucher are the partitions whose streams may hold orders of
 // voucher v, as Redis knows it.
 func (s *Store) PartitionsOfVoucher(ctx context.Context, v int64) ([]int, error) {
-	n, err := s.bucketsOf(ctx, v)
+	l, err := s.layoutOf(ctx, v)
 	if err != nil {
 		return nil, err
 	}
-	return s.VoucherPartitions(v, n), nil
+	return s.VoucherPartitions(v, l.span()), nil
 }
 
 // VoucherPartitions are the partitions whose streams may hold orders of
@@ -159,7 +190,7 @@ func (s *Store) readStocks(ctx context.Context, v int64, n int) (bucketStocks, e
 			to, units, ok := strings.Cut(rec, " ")
 			tb, err1 := strconv.Atoi(to)
 			u, err2 := strconv.ParseInt(units, 10, 64)
-			if !ok || err1 != nil || err2 != nil || tb < 0 || tb >= n {
+			if !ok || err1 != nil || err2 != nil || tb < 0 || tb >= MaxBuckets {
 				return st, fmt.Errorf("voucher %d bucket %d: bad move %s %q", v, b, id, rec)
 			}
 			st.owed = append(st.owed, move{id: id, from: s.bucketOf(v, b), to: s.bucketOf(v, tb), units: u})
@@ -226,11 +257,11 @@ const giveTimeout = 5 * time.Second
 // mover crashed half way); the reaper calls it, and so does a claim that
 // finds the voucher dry. It returns how many it gave.
 func (s *Store) FinishMoves(ctx context.Context, v int64) (int, error) {
-	n, err := s.bucketsOf(ctx, v)
-	if err != nil || n == 1 {
+	l, err := s.layoutOf(ctx, v)
+	if err != nil || l.span() == 1 {
 		return 0, err
 	}
-	st, err := s.readStocks(ctx, v, n)
+	st, err := s.readStocks(ctx, v, l.span())
 	if err != nil {
 		return 0, err
 	}

@@ -29,6 +29,7 @@ const (
 	CodeNoRoom          = 18 // the voucher has no waiting room
 	CodeNotInQueue      = 19 // the user never joined the room
 	CodeRoomFull        = 20 // the room has given all the places it may
+	CodeSplitting       = 21 // the voucher is splitting and the user's records are moving: retry shortly
 )
 
 // Codes names each code, for the tests that hold the scripts to the table
@@ -39,4 +40,5 @@ var Codes = map[int64]string{
 	CodePaused: "paused", CodeRouteAgain: "route again", CodeAlreadyEntered: "already entered", CodeProofRequired: "proof required",
 	CodeProofInvalid: "proof invalid", CodeNotAdmitted: "not admitted", CodeNotLoaded: "not loaded", CodeAccessRequired: "access required",
 	CodeAccessInvalid: "access invalid", CodeNoRoom: "no room", CodeNotInQueue: "not in queue", CodeRoomFull: "room full",
+	CodeSplitting: "splitting",
 }

@@ -62,6 +62,14 @@
 //     rewrite by reconcile --repair forgets moved, which can make one
 //     reading high: the detector asks for every reading above its
 //     threshold for a while.
+//   - Split while it sells. A voucher's buckets can be raised from N to a
+//     multiple M while claims run (Split, split.go, whose comment has the
+//     steps; docs/ARCHITECTURE.md "A hot voucher split while it sells" the
+//     invariant and why it holds): a user's bucket of M is their bucket of
+//     N or one of its new children, their records are copied there while
+//     their claims wait (21, splitting), and the old buckets then route
+//     them on ({10, M}). The reaper's splitter runs it, for an operator's
+//     PATCH or for a voucher its detector marked hot.
 //   - Not for pools. Envelopes and codes keep one bucket: moving items
 //     between pools, and refunding from several, is not built.
 package rdb

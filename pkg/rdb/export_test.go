@@ -47,3 +47,7 @@ func (s *Store) OnRefill(f func()) { s.dryHook = f }
 
 // DryWaiting is how many claims of v wait for its refill under way.
 func (s *Store) DryWaiting(v int64) int64 { return s.dryOf(v).waiting.Load() }
+
+// OnSplitStep runs f before each step of a split (SplitSteps): an error
+// stops the split there, as a kill of its process would.
+func (s *Store) OnSplitStep(f func(step string) error) { s.splitHook = f }

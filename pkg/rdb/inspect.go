@@ -77,24 +77,53 @@ func (s *Store) PartitionBacklog(ctx context.Context, p int) (Backlog, error) {
 // is bounded by the user's own orders, however long the stream is, and a
 // hot voucher's orders are found in whichever bucket's stream they are.
 func (s *Store) UserPending(ctx context.Context, v int64, user string) ([]order.Order, error) {
-	b, err := s.userBucket(ctx, v, user)
+	bs, err := s.userBuckets(ctx, v, user)
 	if err != nil {
 		return nil, err
 	}
-	raw, err := lua.Pending.Run(ctx, s.c, []string{b.key(), b.stream()}, user).Slice()
-	if err != nil {
-		return nil, fmt.Errorf("pending orders of user in %s: %w", b.key(), err)
-	}
 	var out []order.Order
-	for _, r := range raw {
-		m, err := xMessage(r)
+	for _, b := range bs {
+		raw, err := lua.Pending.Run(ctx, s.c, []string{b.key(), b.stream()}, user).Slice()
 		if err != nil {
-			return nil, fmt.Errorf("pending orders in %s: %w", b.stream(), err)
+			return nil, fmt.Errorf("pending orders of user in %s: %w", b.key(), err)
 		}
-		for _, e := range ParseEntries(b.p, m) {
-			if e.Err == nil && e.Order.VoucherID == v && e.Order.UserID == user {
-				out = append(out, e.Order)
+		for _, r := range raw {
+			m, err := xMessage(r)
+			if err != nil {
+				return nil, fmt.Errorf("pending orders in %s: %w", b.stream(), err)
 			}
+			for _, e := range ParseEntries(b.p, m) {
+				if e.Err == nil && e.Order.VoucherID == v && e.Order.UserID == user {
+					out = append(out, e.Order)
+				}
+			}
+		}
+	}
+	return out, nil
+}
+
+// userBuckets are the buckets that may index user's pending orders of
+// voucher v: the user's bucket at each number of buckets v had (bucket
+// 0's was, split.lua) and has, oldest first.
+func (s *Store) userBuckets(ctx context.Context, v int64, user string) ([]bucket, error) {
+	raw, err := s.c.HMGet(ctx, s.bucketOf(v, 0).key(), "buckets", "was").Result()
+	if err != nil {
+		return nil, fmt.Errorf("read buckets of voucher %d: %w", v, err)
+	}
+	str, _ := raw[0].(string)
+	l, err := parseLayout(str)
+	if err != nil {
+		return nil, fmt.Errorf("voucher %d: %w", v, err)
+	}
+	was, _ := raw[1].(string)
+	var out []bucket
+	for _, f := range append(strings.Fields(was), strconv.Itoa(l.n)) {
+		n, err := strconv.Atoi(f)
+		if err != nil || n < 1 || n > MaxBuckets {
+			return nil, fmt.Errorf("voucher %d: bad was %q", v, was)
+		}
+		if b := s.userBucketOf(v, user, n); !slices.Contains(out, b) {
+			out = append(out, b)
 		}
 	}
 	return out, nil

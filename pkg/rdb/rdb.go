@@ -51,6 +51,10 @@ var (
 	// ErrAccessInvalid: the voucher needs an access code now, and the
 	// claim's or join's is not the user's for it.
 	ErrAccessInvalid = errors.New("access code not the user's for the voucher")
+	// ErrSplitting: the voucher is splitting into more buckets (split.go)
+	// and the user's records are moving to their new bucket: nothing was
+	// changed; try again shortly (a claim is, within its deadline).
+	ErrSplitting = errors.New("voucher splitting into more buckets: try again shortly")
 )
 
 // admitErrors are admit.lua's refusals (codes.go), as errors.
@@ -59,6 +63,7 @@ var admitErrors = map[int64]error{
 	CodeUserLimit: ErrUserLimit, CodeDailyLimit: ErrDailyLimit, CodeOverloaded: ErrOverloaded, CodeQuantityAbove: ErrQuantityAboveLimit,
 	CodePaused: ErrPaused, CodeAlreadyEntered: ErrAlreadyEntered, CodeProofRequired: ErrProofRequired, CodeProofInvalid: ErrProofInvalid,
 	CodeNotAdmitted: ErrNotAdmitted, CodeNotLoaded: ErrNotLoaded, CodeAccessRequired: ErrAccessRequired, CodeAccessInvalid: ErrAccessInvalid,
+	CodeSplitting: ErrSplitting,
 }
 
 // DayKeyTTL is how long a per-day counter outlives its day.
@@ -72,9 +77,10 @@ type Store struct {
 	c          redis.UniversalClient
 	partitions int
 	group      string
-	buckets    sync.Map // voucher id -> its number of buckets, once seen
-	dry        sync.Map // voucher id -> *dryVoucher: its refills (admit.go)
-	dryHook    func()   // tests: run by each refill before its read
+	buckets    sync.Map                // voucher id -> its number of buckets, once seen
+	dry        sync.Map                // voucher id -> *dryVoucher: its refills (admit.go)
+	dryHook    func()                  // tests: run by each refill before its read
+	splitHook  func(step string) error // tests: run before each step of a split; an error stops it there
 	durability Durability
 	// loaded is each partition's LoadedKey, built once; admitKeys each
 	// partition's StreamKey, LoadedKey and BacklogKey, boxed once as
@@ -127,11 +133,11 @@ func (s *Store) Load(ctx context.Context) error {
 // the sum over its buckets, units being moved between them included;
 // found is false when Redis does not know the voucher.
 func (s *Store) RemainingStock(ctx context.Context, v int64) (n int64, found bool, err error) {
-	nb, err := s.bucketsOf(ctx, v)
+	l, err := s.layoutOf(ctx, v)
 	if err != nil {
 		return 0, false, err
 	}
-	st, err := s.readStocks(ctx, v, nb)
+	st, err := s.readStocks(ctx, v, l.span())
 	if err != nil {
 		return 0, false, err
 	}

@@ -1,6 +1,7 @@
 package rdb
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"strconv"
@@ -25,6 +26,9 @@ type VoucherState struct {
 // ReadVoucherState reads voucher v's state, with the per-day counts of days.
 func (s *Store) ReadVoucherState(ctx context.Context, v int64, days []string) (VoucherState, error) {
 	st := VoucherState{Users: map[string]int64{}, Days: map[string]map[string]int64{}}
+	if l, err := s.layoutOf(ctx, v); err != nil || l.to > 0 {
+		return st, cmp.Or(err, fmt.Errorf("read voucher %d: %w", v, ErrSplitting))
+	}
 	buckets, err := s.bucketsOfVoucher(ctx, v)
 	if err != nil {
 		return st, err
@@ -151,10 +155,14 @@ func (s *Store) RewriteVoucher(ctx context.Context, st VoucherState, released, c
 	}
 	v := st.Voucher.ID
 	n := max(st.Voucher.Buckets, 1)
-	have, err := s.bucketsOf(ctx, v)
-	if err != nil {
+	l, err := s.layoutOf(ctx, v)
+	have := l.n
+	switch {
+	case err != nil:
 		return err
-	} else if have != n && have != 1 {
+	case l.to > 0:
+		return fmt.Errorf("rewrite voucher %d: %w", v, ErrSplitting)
+	case have != n && have != 1:
 		return fmt.Errorf("rewrite voucher %d: Redis has %d buckets, MySQL %d", v, have, n)
 	}
 	// Each user's counts go to that user's bucket.

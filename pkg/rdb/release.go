@@ -22,19 +22,37 @@ import (
 // read before it read MySQL's row (or made it). ErrStaleRelease: the
 // bucket has forgotten releases done since (ForgetReleases); read again.
 func (s *Store) Release(ctx context.Context, o order.Order, knew time.Time) (released bool, err error) {
-	b, err := s.userBucket(ctx, o.VoucherID, o.UserID)
-	if err != nil {
-		return false, err
+	nb, err := s.bucketsOf(ctx, o.VoucherID)
+	for range 3 { // routed again when a split changed the count since it was read
+		if err != nil {
+			return false, err
+		}
+		b := s.userBucketOf(o.VoucherID, o.UserID, nb)
+		keys := []string{b.key(), b.day(o.Day), b.released(), b.pool()}
+		res, err := lua.Release.Run(ctx, s.c, keys, o.ID, o.UserID, o.Units(), o.Item.Encode(), knew.UnixMilli(), nb).Result()
+		if err != nil {
+			return false, fmt.Errorf("release order %d: %w", o.ID, err)
+		}
+		switch n := res.(type) {
+		case int64:
+			switch n {
+			case -1:
+				return false, fmt.Errorf("release order %d: %w", o.ID, ErrStaleRelease)
+			case -2:
+				return false, fmt.Errorf("release order %d: %w", o.ID, ErrSplitting)
+			}
+			return n == 1, nil
+		case []any:
+			if len(n) == 2 && n[0] == int64(CodeRouteAgain) {
+				if m, _ := n[1].(int64); m >= 1 && m <= MaxBuckets {
+					nb = int(m)
+					continue
+				}
+			}
+		}
+		return false, fmt.Errorf("release order %d: reply %v", o.ID, res)
 	}
-	keys := []string{b.key(), b.day(o.Day), b.released(), b.pool()}
-	n, err := lua.Release.Run(ctx, s.c, keys, o.ID, o.UserID, o.Units(), o.Item.Encode(), knew.UnixMilli()).Int64()
-	switch {
-	case err != nil:
-		return false, fmt.Errorf("release order %d: %w", o.ID, err)
-	case n < 0:
-		return false, fmt.Errorf("release order %d: %w", o.ID, ErrStaleRelease)
-	}
-	return n == 1, nil
+	return false, fmt.Errorf("release order %d: voucher %d: no answer after three routes", o.ID, o.VoucherID)
 }
 
 // ErrStaleRelease: a release was asked by a caller that knew it owed

@@ -260,6 +260,9 @@ func (s *Store) ApplyChange(ctx context.Context, c Change) (applied, found bool,
 		if err != nil {
 			return applied, found, fmt.Errorf("apply change %d of voucher %d: %w", c.ID, c.VoucherID, err)
 		}
+		if n == -2 {
+			return applied, true, fmt.Errorf("apply change %d of voucher %d: %w", c.ID, c.VoucherID, ErrSplitting)
+		}
 		applied = applied || n == 1
 		found = found || n >= 0
 	}

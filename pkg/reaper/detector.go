@@ -99,6 +99,9 @@ func (r *Reaper) detectHot(ctx context.Context, round *Round) error {
 					zap.Int64("bucket_units_per_second", top), zap.Time("since", since))
 				round.MarkedHot++
 				isHot = true
+				if err := r.askSplit(ctx, v.ID, v.StockBuckets, round); err != nil {
+					return err
+				}
 			}
 		default:
 			h.over = time.Time{}
@@ -139,7 +142,7 @@ func (r *Reaper) rates(v int64, h *heat, levels []int64, masters []string, perMa
 	elapsed := now.Sub(h.at).Seconds()
 	prev := h.levels
 	h.at, h.levels = now, levels
-	if len(prev) != len(levels) || elapsed <= 0 { // a voucher's buckets never change in number
+	if len(prev) != len(levels) || elapsed <= 0 { // a split changed their number: no comparison across it
 		return 0, false
 	}
 	id := strconv.FormatInt(v, 10)

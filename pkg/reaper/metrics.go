@@ -10,7 +10,7 @@ type metrics struct {
 	rounds                                                        *prometheus.CounterVec // service, outcome
 	takenOver, deadLetters, cancelled, released, consumersRemoved prometheus.Counter
 	refunded, drawn                                               prometheus.Counter
-	drawSeconds                                                   prometheus.Histogram
+	drawSeconds, splitSeconds, splitPauseSeconds                  prometheus.Histogram
 	storeDifferences, vouchersDiffering, lastCheck, hotVouchers   prometheus.Gauge
 	bucketRate                                                    *prometheus.GaugeVec // voucher_id, bucket
 	masterRate                                                    *prometheus.GaugeVec // master
@@ -23,7 +23,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	}
 	m := &metrics{
 		rounds: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "flashsale_reaper_passes_total",
-			Help: "Passes run, by service (rescuer, consumers, expirer, releaser, refunder, drawer, mover, restorer, trimmer, checker, sequencer, detector) and outcome (ok, error)."}, []string{"service", "outcome"}),
+			Help: "Passes run, by service (rescuer, consumers, expirer, releaser, refunder, drawer, mover, restorer, trimmer, checker, sequencer, detector, splitter) and outcome (ok, error)."}, []string{"service", "outcome"}),
 		takenOver:        c("flashsale_reaper_claimed_total", "Stale pending entries taken over (XAUTOCLAIM) and processed."),
 		deadLetters:      c("flashsale_reaper_dead_letters_total", "Entries dead-lettered for being delivered too often."),
 		cancelled:        c("flashsale_reaper_cancelled_total", "Orders cancelled for not being paid in time."),
@@ -33,6 +33,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		drawn:            c("flashsale_reaper_draws_total", "Draw sales drawn (winners chosen, seed revealed)."),
 		drawSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "flashsale_reaper_draw_seconds",
 			Help: "Time to draw one sale: keying its entries and making its winners' orders.", Buckets: prometheus.ExponentialBuckets(0.01, 4, 8)}),
+		splitSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "flashsale_split_seconds",
+			Help: "Time the splitter took to split one voucher's Redis buckets (rdb.Store.Split's steps), or to complete a split left half way.", Buckets: prometheus.ExponentialBuckets(0.005, 4, 8)}),
+		splitPauseSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "flashsale_split_pause_seconds",
+			Help: "Of a split, the time its moving buyers' claims waited: from the start of its freeze to the end of its switch.", Buckets: prometheus.ExponentialBuckets(0.005, 4, 8)}),
 	}
 	g := func(name, help string) prometheus.Gauge {
 		return prometheus.NewGauge(prometheus.GaugeOpts{Name: name, Help: help})
@@ -46,7 +50,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	m.masterRate = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "flashsale_master_admitted_units_per_second",
 		Help: "Units the Redis buckets of vouchers on sale admitted a second, summed by the master deciding them (its address on a Redis Cluster, redis otherwise), between the detector's last two readings."}, []string{"master"})
 	reg.MustRegister(m.hotVouchers, m.bucketRate, m.masterRate)
-	reg.MustRegister(m.rounds, m.takenOver, m.deadLetters, m.cancelled, m.released, m.consumersRemoved, m.refunded, m.drawn, m.drawSeconds,
+	reg.MustRegister(m.rounds, m.takenOver, m.deadLetters, m.cancelled, m.released, m.consumersRemoved, m.refunded, m.drawn, m.drawSeconds, m.splitSeconds, m.splitPauseSeconds,
 		m.storeDifferences, m.vouchersDiffering, m.lastCheck)
 	m.events = event.NewMetrics(reg)
 	return m

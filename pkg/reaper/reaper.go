@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"time"
 
@@ -73,6 +74,11 @@ type Config struct {
 	// HotSplitFor: how long a voucher must stay above HotSplitAt to be
 	// marked hot, and below it to be marked cool again. Default 5s.
 	HotSplitFor time.Duration `envconfig:"FLASHSALE_HOT_SPLIT_FOR" default:"5s"`
+	// HotSplit: what a voucher marked hot gets: auto (default) asks for
+	// its buckets to be split over every master of the Redis Cluster
+	// (rdb.Store.SplitTarget; on one Redis nothing: one thread decides
+	// every bucket there), the splitter does it; off only marks it.
+	HotSplit string `envconfig:"FLASHSALE_HOT_SPLIT" default:"auto"`
 	// DetectInterval: reading the vouchers' buckets' levels. Default 1s.
 	DetectInterval time.Duration `envconfig:"FLASHSALE_REAPER_DETECT_INTERVAL" default:"1s"`
 	// EventsRetention: how long a sequenced event is kept (for the events
@@ -98,6 +104,8 @@ const (
 	EventsRetentionDefault   = 7 * 24 * time.Hour
 	HotSplitAtDefault        = 100000
 	HotSplitForDefault       = 5 * time.Second
+	HotSplitAuto             = "auto"
+	HotSplitOff              = "off"
 	DetectIntervalDefault    = time.Second
 )
 
@@ -114,6 +122,7 @@ func (c *Config) SetDefaults() {
 	c.EventsRetention = cmp.Or(c.EventsRetention, EventsRetentionDefault)
 	c.HotSplitAt = cmp.Or(c.HotSplitAt, HotSplitAtDefault)
 	c.HotSplitFor = cmp.Or(c.HotSplitFor, HotSplitForDefault)
+	c.HotSplit = cmp.Or(c.HotSplit, HotSplitAuto)
 	c.EventsConfig.SetDefaults()
 	c.Config.SetDefaults()
 }
@@ -159,6 +168,8 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("FLASHSALE_HOT_SPLIT_AT must be at least 1, got %d", c.HotSplitAt)
 	case c.HotSplitFor < 0:
 		return fmt.Errorf("FLASHSALE_HOT_SPLIT_FOR must not be negative, got %s", c.HotSplitFor)
+	case c.HotSplit != HotSplitAuto && c.HotSplit != HotSplitOff:
+		return fmt.Errorf("FLASHSALE_HOT_SPLIT must be auto or off, got %q", c.HotSplit)
 	case c.RoundTimeout <= 0:
 		return fmt.Errorf("FLASHSALE_REAPER_ROUND_TIMEOUT must be positive, got %s", c.RoundTimeout)
 	case c.MaxPerRound < 1:
@@ -190,15 +201,25 @@ type Reaper struct {
 	detector detector
 	// forgotten is where the trimmer's forgetting of releases stopped.
 	forgotten forgotten
+	// splitTarget is the buckets a hot voucher of n is split to
+	// (WithSplitTarget).
+	splitTarget func(ctx context.Context, v int64, n int) (int, error)
 }
 
 // Option changes a Reaper.
 type Option func(*options)
 
 type options struct {
-	now   func() time.Time
-	reg   prometheus.Registerer
-	audit *zap.Logger
+	now         func() time.Time
+	reg         prometheus.Registerer
+	audit       *zap.Logger
+	splitTarget func(ctx context.Context, v int64, n int) (int, error)
+}
+
+// WithSplitTarget sets how many buckets a voucher of n marked hot is split
+// to (default rdb.Store.SplitTarget: over every master of the cluster).
+func WithSplitTarget(f func(ctx context.Context, v int64, n int) (int, error)) Option {
+	return func(o *options) { o.splitTarget = f }
 }
 
 // WithClock replaces time.Now (the payment deadline check), for tests.
@@ -221,7 +242,7 @@ func New(cfg Config, r *rdb.Store, d *db.Store, log *zap.Logger, opts ...Option)
 	if log == nil {
 		log = zap.NewNop()
 	}
-	o := options{now: time.Now, reg: prometheus.NewRegistry(), audit: zap.NewNop()}
+	o := options{now: time.Now, reg: prometheus.NewRegistry(), audit: zap.NewNop(), splitTarget: r.SplitTarget}
 	for _, opt := range opts {
 		opt(&o)
 	}
@@ -235,7 +256,7 @@ func New(cfg Config, r *rdb.Store, d *db.Store, log *zap.Logger, opts ...Option)
 		return nil, err
 	}
 	return &Reaper{cfg: cfg, redis: r, streams: upkeep.New(r), db: d, orders: persist.NewOrders(cfg.Config, r, d, log, o.audit, o.reg),
-		now: o.now, audit: o.audit, metrics: newMetrics(o.reg), log: log, sinks: sk}, nil
+		now: o.now, audit: o.audit, metrics: newMetrics(o.reg), log: log, sinks: sk, splitTarget: o.splitTarget}, nil
 }
 
 // Round is what one round did.
@@ -259,6 +280,8 @@ type Round struct {
 	ReleasesForgotten int // released orders' ids dropped from Redis, MySQL having recorded them done
 	MarkedHot         int // vouchers marked hot
 	Cooled            int // vouchers no longer hot
+	SplitsAsked       int // splits asked of vouchers marked hot
+	Split             int // vouchers whose buckets were split
 }
 
 func (p Round) idle() bool { return p == Round{} }
@@ -284,6 +307,8 @@ func (p *Round) Add(q Round) {
 	p.ReleasesForgotten += q.ReleasesForgotten
 	p.MarkedHot += q.MarkedHot
 	p.Cooled += q.Cooled
+	p.SplitsAsked += q.SplitsAsked
+	p.Split += q.Split
 }
 
 // service is one maintenance job of the reaper, in a file of its own, with
@@ -311,6 +336,7 @@ func (r *Reaper) services() []service {
 		{"checker", r.cfg.CheckInterval, r.check},
 		{"sequencer", r.cfg.EventsInterval, r.sequenceEvents},
 		{"detector", r.cfg.DetectInterval, r.detectHot},
+		{"splitter", r.cfg.DetectInterval, r.splitOwed},
 	}
 }
 
@@ -375,7 +401,8 @@ func (r *Reaper) record(name string, round Round, err error) {
 			zap.Int("refunded", round.Refunded), zap.Int("refunds_waiting", round.RefundsWaiting),
 			zap.Int("moves_finished", round.MovesFinished), zap.Int("drawn", round.Drawn), zap.Int("draws_waiting", round.DrawsWaiting),
 			zap.Int("marked_lost", round.MarkedLost), zap.Int("restored", round.Restored), zap.Int("events_deleted", round.EventsDeleted),
-			zap.Int("trimmed", round.Trimmed), zap.Int("releases_forgotten", round.ReleasesForgotten), zap.Int("marked_hot", round.MarkedHot), zap.Int("cooled", round.Cooled))
+			zap.Int("trimmed", round.Trimmed), zap.Int("releases_forgotten", round.ReleasesForgotten), zap.Int("marked_hot", round.MarkedHot), zap.Int("cooled", round.Cooled),
+			zap.Int("splits_asked", round.SplitsAsked), zap.Int("split", round.Split))
 	}
 	if err != nil {
 		r.log.Warn("reaper round incomplete", zap.String("service", name), zap.Error(err))
@@ -401,6 +428,25 @@ func (r *Reaper) RunOnce(ctx context.Context) (Round, error) {
 	var total Round
 	var errs []error
 	for _, s := range r.services() {
+		var round Round
+		err := s.runOnce(ctx, &round)
+		r.record(s.name, round, err)
+		total.Add(round)
+		errs = append(errs, err)
+	}
+	return total, errors.Join(errs...)
+}
+
+// RunOnly runs one round of each of the services named (ServiceNames),
+// in the services' order: a benchmark's or a tool's reaper that must do
+// one job and not the others.
+func (r *Reaper) RunOnly(ctx context.Context, names ...string) (Round, error) {
+	var total Round
+	var errs []error
+	for _, s := range r.services() {
+		if !slices.Contains(names, s.name) {
+			continue
+		}
 		var round Round
 		err := s.runOnce(ctx, &round)
 		r.record(s.name, round, err)

@@ -36,6 +36,14 @@ func PrintReport(w io.Writer, v db.Voucher, r db.Report, queue *room.Story) erro
 		line("sold out", "no")
 	}
 	line("stock", "%d (%d added on sale), %d unsold", r.StockTotal, r.ToppedUpUnits, r.UnsoldUnits)
+	switch {
+	case r.SplitAt != nil:
+		line("redis buckets", "%d, split at %s (hot since %s)", r.StockBuckets, at(r.SplitAt), at(r.HotSince))
+	case r.HotSince != nil:
+		line("redis buckets", "%d (hot since %s)", r.StockBuckets, at(r.HotSince))
+	default:
+		line("redis buckets", "%d", r.StockBuckets)
+	}
 	line("admitted", "%d orders, %d units", r.AdmittedOrders, r.AdmittedUnits)
 	line("distinct buyers", "%d", r.DistinctBuyers)
 	var st []string

@@ -51,7 +51,8 @@ const ForgetAfter = 10 * time.Minute
 // knew is when the caller knew them owed: a time read before it read
 // their rows, or made them. A release Redis refuses as known too long ago
 // (rdb.ErrStaleRelease: it may have been done and forgotten since) is left
-// as MySQL has it: still owed, the releaser reads it again. It returns how
+// as MySQL has it: still owed, the releaser reads it again; so is one of
+// a voucher splitting into more buckets (rdb.ErrSplitting). It returns how
 // many Redis had not had back before.
 func Releases(ctx context.Context, r *rdb.Store, d *db.Store, rels []db.Release, knew, now time.Time) (int, error) {
 	if len(rels) == 0 {
@@ -61,8 +62,8 @@ func Releases(ctx context.Context, r *rdb.Store, d *db.Store, rels []db.Release,
 	given := 0
 	for _, rel := range rels {
 		ok, err := r.Release(ctx, rel.Order(), knew)
-		if errors.Is(err, rdb.ErrStaleRelease) {
-			continue
+		if errors.Is(err, rdb.ErrStaleRelease) || errors.Is(err, rdb.ErrSplitting) {
+			continue // still owed: read again
 		}
 		if err != nil {
 			return given, fmt.Errorf("release order %d in redis: %w", rel.OrderID, err)
@@ -83,11 +84,19 @@ func Releases(ctx context.Context, r *rdb.Store, d *db.Store, rels []db.Release,
 // the creation is (the reaper's Owed does both, in order).
 var ErrCreationOwed = errors.New("the voucher's creation has not reached Redis yet")
 
+// Later reports whether err, from Changes, leaves changes owed to be
+// applied later, and nothing wrong: the voucher's creation has not
+// reached Redis (ErrCreationOwed), or it is splitting into more buckets
+// (rdb.ErrSplitting), after which the reaper applies them to every bucket.
+func Later(err error) bool {
+	return errors.Is(err, ErrCreationOwed) || errors.Is(err, rdb.ErrSplitting)
+}
+
 // Changes applies voucher changes (creations, pauses and resumes, top-ups,
 // new ends) to Redis, in order, and marks them applied in MySQL. It
 // returns how many Redis had not had before. A change of a voucher whose
-// creation is still owed is left owed (ErrCreationOwed, after the others
-// are marked); one of a voucher Redis lost after its creation is marked
+// creation is still owed, or that is splitting, is left owed (Later,
+// after the others are marked); one of a voucher Redis lost after its creation is marked
 // (reconcile rebuilds the voucher from MySQL, every change included).
 func Changes(ctx context.Context, r *rdb.Store, d *db.Store, changes []db.VoucherChange, now time.Time) (int, error) {
 	ids := make([]int64, 0, len(changes))
@@ -95,7 +104,7 @@ func Changes(ctx context.Context, r *rdb.Store, d *db.Store, changes []db.Vouche
 	var waiting error
 	for _, c := range changes {
 		ok, err := apply(ctx, r, d, c)
-		if errors.Is(err, ErrCreationOwed) {
+		if Later(err) {
 			waiting = fmt.Errorf("change %d of voucher %d: %w", c.ID, c.VoucherID, err)
 			continue
 		}
@@ -185,7 +194,7 @@ func Owed(ctx context.Context, r *rdb.Store, d *db.Store, batch, limit int, now 
 		if len(owed) == 0 {
 			break
 		}
-		if _, err := Changes(ctx, r, d, owed, now()); err != nil && !errors.Is(err, ErrCreationOwed) {
+		if _, err := Changes(ctx, r, d, owed, now()); err != nil && !Later(err) {
 			return settled, err
 		}
 		settled += len(owed)

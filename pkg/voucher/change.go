@@ -21,6 +21,14 @@ type Change struct {
 	WaitingRoom json.RawMessage `json:"waiting_room"`
 	// Access: new access codes, or null to need none (absent: unchanged).
 	Access json.RawMessage `json:"access"`
+	// StockBuckets: split the voucher's Redis buckets to this many while
+	// its sale runs (Split's rules; the reaper's splitter does it).
+	StockBuckets *int64 `json:"stock_buckets"`
+}
+
+// Other reports whether the change asks more than a split.
+func (c Change) Other() bool {
+	return c.AddStock != nil || c.EndsAt != nil || c.ProofOfWork != nil || c.WaitingRoom != nil || c.Access != nil
 }
 
 // Edit checks what can be checked of the change without the voucher, and
@@ -31,8 +39,8 @@ func (c Change) Edit(now time.Time) (db.Edit, error) {
 	if e.Pow, err = c.gate(); err != nil {
 		return e, err
 	}
-	if c.AddStock == nil && c.EndsAt == nil && e.Pow == nil && c.WaitingRoom == nil && c.Access == nil {
-		return e, missing("add_stock", "add_stock, ends_at, proof_of_work, waiting_room or access is required")
+	if c.AddStock == nil && c.EndsAt == nil && e.Pow == nil && c.WaitingRoom == nil && c.Access == nil && c.StockBuckets == nil {
+		return e, missing("add_stock", "add_stock, ends_at, proof_of_work, waiting_room, access or stock_buckets is required")
 	}
 	if c.AddStock != nil {
 		if *c.AddStock < 1 || *c.AddStock > sale.MaxStock {

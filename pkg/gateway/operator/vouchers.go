@@ -1,6 +1,7 @@
 package operator
 
 import (
+	"context"
 	"errors"
 	"net/http"
 	"time"
@@ -53,6 +54,10 @@ type voucherJSON struct {
 	// HotSince: when it became hot (the reaper's detector); absent while
 	// it is not.
 	HotSince *time.Time `json:"hot_since,omitempty"`
+	// SplitTo: the buckets a split under way is raising stock_buckets to;
+	// absent when none is. SplitAt: when its buckets were last split.
+	SplitTo int        `json:"split_to,omitempty"`
+	SplitAt *time.Time `json:"split_at,omitempty"`
 }
 
 func voucherOut(v db.Voucher, now time.Time) voucherJSON {
@@ -61,7 +66,16 @@ func voucherOut(v db.Voucher, now time.Time) voucherJSON {
 		PerUserLimit: v.PerUserLimit, PerUserDailyLimit: v.PerUserDailyLimit, StartsAt: v.StartsAt,
 		EndsAt: v.EndsAt, PaymentTimeoutSeconds: v.PaymentTimeoutSeconds, Paused: v.Paused, State: voucher.State(v, now), CreatedAt: v.CreatedAt,
 		Allocation: voucher.Allocation(v), SeedCommitment: v.SeedCommitment, Seed: voucher.Revealed(v), ProofOfWork: voucher.GateOf(v),
-		WaitingRoom: voucher.RoomOf(v), Access: voucher.AccessOf(v), HotSince: v.HotSince}
+		WaitingRoom: voucher.RoomOf(v), Access: voucher.AccessOf(v), HotSince: v.HotSince,
+		SplitTo: splitTo(v), SplitAt: v.SplitAt}
+}
+
+// splitTo is v's split under way (0: none).
+func splitTo(v db.Voucher) int {
+	if v.Splitting() {
+		return v.SplitTo
+	}
+	return 0
 }
 
 // ruleError is the API's answer to a refusal of pkg/voucher or pkg/sale:
@@ -226,7 +240,7 @@ func (a *API) setPaused(paused bool) http.HandlerFunc {
 		if err == nil {
 			_, err = settle.Changes(ctx, a.Redis, a.DB, []db.VoucherChange{ch}, now)
 		}
-		if err != nil && !errors.Is(err, settle.ErrCreationOwed) {
+		if err != nil && !settle.Later(err) {
 			a.Fail(w, r, err)
 			return
 		}
@@ -310,6 +324,37 @@ func (a *API) changeVoucher(w http.ResponseWriter, r *http.Request) {
 		a.Fail(w, r, err)
 		return
 	}
+	if req.StockBuckets != nil {
+		if err := ruleError(voucher.Split(current, *req.StockBuckets)); err != nil {
+			a.Fail(w, r, err)
+			return
+		}
+	}
+	v := current
+	if req.Other() {
+		if v, err = a.applyChange(ctx, id, edit, now); err != nil {
+			a.Fail(w, r, err)
+			return
+		}
+	}
+	if req.StockBuckets != nil {
+		to := *req.StockBuckets
+		v, err = a.DB.AskSplit(ctx, id, int(to), func(v db.Voucher) error { return voucher.Split(v, to) })
+		if errors.Is(err, db.ErrNotFound) {
+			err = httpapi.ErrVoucherMissing
+		}
+		if err != nil {
+			a.Fail(w, r, ruleError(err))
+			return
+		}
+		a.Log.Info("voucher split asked", zap.Int64("voucher_id", id), zap.Int("from", v.StockBuckets), zap.Int64("to", to))
+	}
+	httpapi.WriteJSON(w, http.StatusOK, voucherOut(v, a.Now()))
+}
+
+// applyChange records edit of voucher id in MySQL and gives it to Redis
+// (or leaves it owed to the reaper).
+func (a *API) applyChange(ctx context.Context, id int64, edit db.Edit, now time.Time) (db.Voucher, error) {
 	v, ch, err := a.DB.ChangeVoucher(ctx, id, edit, now)
 	switch {
 	case errors.Is(err, db.ErrNotFound):
@@ -318,8 +363,7 @@ func (a *API) changeVoucher(w http.ResponseWriter, r *http.Request) {
 		err = errNotToppable
 	}
 	if err != nil {
-		a.Fail(w, r, err)
-		return
+		return v, err
 	}
 	if _, err := settle.Changes(ctx, a.Redis, a.DB, []db.VoucherChange{ch}, now); err != nil {
 		a.Log.Warn("voucher change left to the reaper", zap.Int64("voucher_id", id), zap.Int64("change_id", ch.ID), zap.Error(err))
@@ -332,5 +376,5 @@ func (a *API) changeVoucher(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	a.Log.Info("voucher changed", zap.Int64("voucher_id", id), zap.Int64("add_stock", edit.AddStock), zap.Bool("ends_at_changed", edit.EndsAt != nil))
-	httpapi.WriteJSON(w, http.StatusOK, voucherOut(v, a.Now()))
+	return v, nil
 }

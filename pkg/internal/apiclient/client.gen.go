@@ -909,7 +909,10 @@ type Report struct {
 	FirstAdmissionAt *time.Time     `json:"first_admission_at"`
 
 	// GrabbedAmount envelopes, in minor units
-	GrabbedAmount   *int       `json:"grabbed_amount,omitempty"`
+	GrabbedAmount *int `json:"grabbed_amount,omitempty"`
+
+	// HotSince when the reaper's detector marked it hot; absent if never (or it cooled since)
+	HotSince        *time.Time `json:"hot_since,omitempty"`
 	Kind            ReportKind `json:"kind"`
 	LastAdmissionAt *time.Time `json:"last_admission_at"`
 	LatePayments    int        `json:"late_payments"`
@@ -975,12 +978,18 @@ type Report struct {
 	ResoldUnits int `json:"resold_units"`
 
 	// SoldOutAt the first admission after which Redis held no unit; null if it never sold out
-	SoldOutAt       *time.Time `json:"sold_out_at"`
-	StockTotal      int        `json:"stock_total"`
-	TimeToSellOutMs *int       `json:"time_to_sell_out_ms"`
-	ToppedUpUnits   int        `json:"topped_up_units"`
-	UnsoldUnits     int        `json:"unsold_units"`
-	VoucherId       string     `json:"voucher_id"`
+	SoldOutAt *time.Time `json:"sold_out_at"`
+
+	// SplitAt when its Redis buckets were last split while it sold; absent if never
+	SplitAt *time.Time `json:"split_at,omitempty"`
+
+	// StockBuckets the Redis buckets its stock is spread over now
+	StockBuckets    int    `json:"stock_buckets"`
+	StockTotal      int    `json:"stock_total"`
+	TimeToSellOutMs *int   `json:"time_to_sell_out_ms"`
+	ToppedUpUnits   int    `json:"topped_up_units"`
+	UnsoldUnits     int    `json:"unsold_units"`
+	VoucherId       string `json:"voucher_id"`
 }
 
 // ReportKind defines model for Report.Kind.
@@ -1011,8 +1020,14 @@ type Voucher struct {
 	Seed *string `json:"seed,omitempty"`
 
 	// SeedCommitment a draw's hex SHA-256 of its seed, from the start
-	SeedCommitment *string    `json:"seed_commitment,omitempty"`
-	StartsAt       *time.Time `json:"starts_at,omitempty"`
+	SeedCommitment *string `json:"seed_commitment,omitempty"`
+
+	// SplitAt when the voucher's Redis buckets were last split while its sale ran; absent when never
+	SplitAt *time.Time `json:"split_at,omitempty"`
+
+	// SplitTo the Redis buckets a split under way raises stock_buckets to; absent when none is
+	SplitTo  *int       `json:"split_to,omitempty"`
+	StartsAt *time.Time `json:"starts_at,omitempty"`
 
 	// State where the sale stands: ended past ends_at; else paused; else scheduled before starts_at; else sold_out when MySQL holds no unit (a draw: never); else on_sale
 	State        VoucherState `json:"state"`
@@ -1140,6 +1155,9 @@ type PatchAdminV1VouchersIdJSONBody struct {
 	ProofOfWork *struct {
 		MaxNumber int `json:"max_number"`
 	} `json:"proof_of_work,omitempty"`
+
+	// StockBuckets units only, no waiting room: split the voucher's Redis buckets to this many while its sale runs, a multiple of its stock_buckets now (raise only); the reaper's splitter does it within a second (split_to says it is under way, split_at when done). A hot voucher on a Redis Cluster is split by itself (FLASHSALE_HOT_SPLIT)
+	StockBuckets *int `json:"stock_buckets,omitempty"`
 
 	// WaitingRoom a new waiting room; null takes it away
 	WaitingRoom *WaitingRoom `json:"waiting_room,omitempty"`
@@ -1382,14 +1400,14 @@ type ClientInterface interface {
 	// Corresponds with GET /admin/v1/vouchers/{id} (the `GetAdminV1VouchersId` operationId).
 	GetAdminV1VouchersId(ctx context.Context, id ID, reqEditors ...RequestEditorFn) (*http.Response, error)
 
-	// PatchAdminV1VouchersIdWithBody Add stock, move the end of a sale and/or change its proof-of-work gate, waiting room or access codes, in MySQL and Redis alike (a crash between them loses nothing)
+	// PatchAdminV1VouchersIdWithBody Add stock, move the end of a sale and/or change its proof-of-work gate, waiting room or access codes, in MySQL and Redis alike (a crash between them loses nothing); and/or split its Redis buckets while it runs
 	//
 	// Takes any type of body and a specified content type.
 	//
 	// Corresponds with PATCH /admin/v1/vouchers/{id} (the `PatchAdminV1VouchersId` operationId).
 	PatchAdminV1VouchersIdWithBody(ctx context.Context, id ID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
 
-	// PatchAdminV1VouchersId Add stock, move the end of a sale and/or change its proof-of-work gate, waiting room or access codes, in MySQL and Redis alike (a crash between them loses nothing)
+	// PatchAdminV1VouchersId Add stock, move the end of a sale and/or change its proof-of-work gate, waiting room or access codes, in MySQL and Redis alike (a crash between them loses nothing); and/or split its Redis buckets while it runs
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -1712,7 +1730,7 @@ func (c *Client) GetAdminV1VouchersId(ctx context.Context, id ID, reqEditors ...
 	return c.Client.Do(req)
 }
 
-// PatchAdminV1VouchersIdWithBody Add stock, move the end of a sale and/or change its proof-of-work gate, waiting room or access codes, in MySQL and Redis alike (a crash between them loses nothing)
+// PatchAdminV1VouchersIdWithBody Add stock, move the end of a sale and/or change its proof-of-work gate, waiting room or access codes, in MySQL and Redis alike (a crash between them loses nothing); and/or split its Redis buckets while it runs
 //
 // Takes any type of body and a specified content type.
 //
@@ -1729,7 +1747,7 @@ func (c *Client) PatchAdminV1VouchersIdWithBody(ctx context.Context, id ID, cont
 	return c.Client.Do(req)
 }
 
-// PatchAdminV1VouchersId Add stock, move the end of a sale and/or change its proof-of-work gate, waiting room or access codes, in MySQL and Redis alike (a crash between them loses nothing)
+// PatchAdminV1VouchersId Add stock, move the end of a sale and/or change its proof-of-work gate, waiting room or access codes, in MySQL and Redis alike (a crash between them loses nothing); and/or split its Redis buckets while it runs
 //
 // Takes a body of the `application/json` content type.
 //
@@ -3314,14 +3332,14 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with GET /admin/v1/vouchers/{id} (the `GetAdminV1VouchersId` operationId).
 	GetAdminV1VouchersIdWithResponse(ctx context.Context, id ID, reqEditors ...RequestEditorFn) (*GetAdminV1VouchersIdResponse, error)
 
-	// PatchAdminV1VouchersIdWithBodyWithResponse Add stock, move the end of a sale and/or change its proof-of-work gate, waiting room or access codes, in MySQL and Redis alike (a crash between them loses nothing)
+	// PatchAdminV1VouchersIdWithBodyWithResponse Add stock, move the end of a sale and/or change its proof-of-work gate, waiting room or access codes, in MySQL and Redis alike (a crash between them loses nothing); and/or split its Redis buckets while it runs
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with PATCH /admin/v1/vouchers/{id} (the `PatchAdminV1VouchersId` operationId).
 	PatchAdminV1VouchersIdWithBodyWithResponse(ctx context.Context, id ID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PatchAdminV1VouchersIdResponse, error)
 
-	// PatchAdminV1VouchersIdWithResponse Add stock, move the end of a sale and/or change its proof-of-work gate, waiting room or access codes, in MySQL and Redis alike (a crash between them loses nothing)
+	// PatchAdminV1VouchersIdWithResponse Add stock, move the end of a sale and/or change its proof-of-work gate, waiting room or access codes, in MySQL and Redis alike (a crash between them loses nothing); and/or split its Redis buckets while it runs
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -3984,8 +4002,14 @@ type GetAdminV1VouchersIdResponse struct {
 		Seed *string `json:"seed,omitempty"`
 
 		// SeedCommitment a draw's hex SHA-256 of its seed, from the start
-		SeedCommitment *string    `json:"seed_commitment,omitempty"`
-		StartsAt       *time.Time `json:"starts_at,omitempty"`
+		SeedCommitment *string `json:"seed_commitment,omitempty"`
+
+		// SplitAt when the voucher's Redis buckets were last split while its sale ran; absent when never
+		SplitAt *time.Time `json:"split_at,omitempty"`
+
+		// SplitTo the Redis buckets a split under way raises stock_buckets to; absent when none is
+		SplitTo  *int       `json:"split_to,omitempty"`
+		StartsAt *time.Time `json:"starts_at,omitempty"`
 
 		// State where the sale stands: ended past ends_at; else paused; else scheduled before starts_at; else sold_out when MySQL holds no unit (a draw: never); else on_sale
 		State        GetAdminV1VouchersId200JSONResponseBodyState `json:"state"`
@@ -4048,8 +4072,14 @@ func (r GetAdminV1VouchersIdResponse) GetJSON200() *struct {
 	Seed *string `json:"seed,omitempty"`
 
 	// SeedCommitment a draw's hex SHA-256 of its seed, from the start
-	SeedCommitment *string    `json:"seed_commitment,omitempty"`
-	StartsAt       *time.Time `json:"starts_at,omitempty"`
+	SeedCommitment *string `json:"seed_commitment,omitempty"`
+
+	// SplitAt when the voucher's Redis buckets were last split while its sale ran; absent when never
+	SplitAt *time.Time `json:"split_at,omitempty"`
+
+	// SplitTo the Redis buckets a split under way raises stock_buckets to; absent when none is
+	SplitTo  *int       `json:"split_to,omitempty"`
+	StartsAt *time.Time `json:"starts_at,omitempty"`
 
 	// State where the sale stands: ended past ends_at; else paused; else scheduled before starts_at; else sold_out when MySQL holds no unit (a draw: never); else on_sale
 	State        GetAdminV1VouchersId200JSONResponseBodyState `json:"state"`
@@ -5128,7 +5158,7 @@ func (c *ClientWithResponses) GetAdminV1VouchersIdWithResponse(ctx context.Conte
 	return ParseGetAdminV1VouchersIdResponse(rsp)
 }
 
-// PatchAdminV1VouchersIdWithBodyWithResponse Add stock, move the end of a sale and/or change its proof-of-work gate, waiting room or access codes, in MySQL and Redis alike (a crash between them loses nothing)
+// PatchAdminV1VouchersIdWithBodyWithResponse Add stock, move the end of a sale and/or change its proof-of-work gate, waiting room or access codes, in MySQL and Redis alike (a crash between them loses nothing); and/or split its Redis buckets while it runs
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -5141,7 +5171,7 @@ func (c *ClientWithResponses) PatchAdminV1VouchersIdWithBodyWithResponse(ctx con
 	return ParsePatchAdminV1VouchersIdResponse(rsp)
 }
 
-// PatchAdminV1VouchersIdWithResponse Add stock, move the end of a sale and/or change its proof-of-work gate, waiting room or access codes, in MySQL and Redis alike (a crash between them loses nothing)
+// PatchAdminV1VouchersIdWithResponse Add stock, move the end of a sale and/or change its proof-of-work gate, waiting room or access codes, in MySQL and Redis alike (a crash between them loses nothing); and/or split its Redis buckets while it runs
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
@@ -5773,8 +5803,14 @@ func ParseGetAdminV1VouchersIdResponse(rsp *http.Response) (*GetAdminV1VouchersI
 			Seed *string `json:"seed,omitempty"`
 
 			// SeedCommitment a draw's hex SHA-256 of its seed, from the start
-			SeedCommitment *string    `json:"seed_commitment,omitempty"`
-			StartsAt       *time.Time `json:"starts_at,omitempty"`
+			SeedCommitment *string `json:"seed_commitment,omitempty"`
+
+			// SplitAt when the voucher's Redis buckets were last split while its sale ran; absent when never
+			SplitAt *time.Time `json:"split_at,omitempty"`
+
+			// SplitTo the Redis buckets a split under way raises stock_buckets to; absent when none is
+			SplitTo  *int       `json:"split_to,omitempty"`
+			StartsAt *time.Time `json:"starts_at,omitempty"`
 
 			// State where the sale stands: ended past ends_at; else paused; else scheduled before starts_at; else sold_out when MySQL holds no unit (a draw: never); else on_sale
 			State        GetAdminV1VouchersId200JSONResponseBodyState `json:"state"`

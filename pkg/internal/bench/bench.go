@@ -60,6 +60,9 @@ type Config struct {
 	// EventsOnly runs only the events rows: the relay's cost an event to
 	// one sink alone, and an event's time from commit to sink in a sale.
 	EventsOnly bool
+	// SplitOnly runs only the split row: a hot voucher on one bucket of a
+	// 3-master cluster, split by itself while it sells.
+	SplitOnly bool
 	// Env is added to the environment of the stacks' processes (FLASHSALE_*
 	// settings to compare, e.g. FLASHSALE_REDIS_PIPELINE_WORKERS=2).
 	Env []string
@@ -130,6 +133,7 @@ type Report struct {
 	E2E          E2E             `json:"e2e"`
 	CPU          []CPUMeasure    `json:"cpu_per_claim"`
 	ScaleOut     []ScaleOut      `json:"scale_out"`
+	Split        *SplitRun       `json:"split,omitempty"`
 	Durability   []DurabilityRun `json:"durability,omitempty"`
 	WaitCost     []WaitCost      `json:"wait_cost,omitempty"`
 	Draw         *DrawRun        `json:"draw,omitempty"`
@@ -158,6 +162,13 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	ac := accessCheck(500_000)
 	rep.Access = &ac
 	cfg.logf("access-code check: %.2f µs CPU per check", ac.CPUMicros)
+	if cfg.SplitOnly {
+		return rep, clusterRun(ctx, cfg, func(s *harness.Stack) error {
+			sp, err := splitRun(ctx, s, cfg)
+			rep.Split = &sp
+			return err
+		})
+	}
 	s, err := harness.StartStack(ctx, harness.Options{Dir: cfg.Dir, Workers: 0, Partitions: 8,
 		Env: append([]string{"FLASHSALE_AUDIT_LOG=false", "FLASHSALE_LOG_LEVEL=warn", "FLASHSALE_CLAIM_TIMEOUT=2s", "FLASHSALE_PPROF=true"}, cfg.Env...)})
 	if err != nil {

@@ -103,6 +103,10 @@ func Compare(base, run *Report) []Change {
 			add(fmt.Sprintf("hot voucher, stock_buckets=%d", so.Buckets), "admissions/s", b.PerSecond, so.PerSecond, false)
 		}
 	}
+	if b, r := base.Split, run.Split; b != nil && r != nil {
+		add("hot voucher split by itself, after", "admissions/s", b.After.PerSecond, r.After.PerSecond, false)
+		add("hot voucher split by itself", "pause ms", b.PauseMs, r.PauseMs, true)
+	}
 	dur := map[string]DurabilityRun{}
 	for _, d := range base.Durability {
 		dur[d.Mode] = d

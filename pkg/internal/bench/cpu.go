@@ -553,13 +553,28 @@ func waitDrained(ctx context.Context, s *harness.Stack, limit time.Duration) err
 
 // scaleOutRuns starts a stack on a 3-master Redis Cluster and measures a
 // hot voucher with its stock in one bucket, then in three.
-func scaleOutRuns(ctx context.Context, cfg Config, rep *Report) ([]ScaleOut, error) {
+func scaleOutRuns(ctx context.Context, cfg Config, rep *Report) (out []ScaleOut, err error) {
+	err = clusterRun(ctx, cfg, func(s *harness.Stack) error {
+		out, err = scaleOutOn(ctx, s, cfg, rep)
+		return err
+	})
+	return out, err
+}
+
+// clusterRun runs f on a stack over a 3-master Redis Cluster.
+func clusterRun(ctx context.Context, cfg Config, f func(s *harness.Stack) error) error {
 	s, err := harness.StartStack(ctx, harness.Options{Dir: cfg.Dir + "/cluster", Workers: 0, Partitions: 8, Cluster: true,
 		Env: append([]string{"FLASHSALE_AUDIT_LOG=false", "FLASHSALE_LOG_LEVEL=warn"}, cfg.Env...)})
 	if err != nil {
-		return nil, err
+		return err
 	}
 	defer s.Close()
+	return f(s)
+}
+
+// scaleOutOn measures the hot voucher's rows on the cluster stack s: one
+// bucket, three, the split by itself, the drain.
+func scaleOutOn(ctx context.Context, s *harness.Stack, cfg Config, rep *Report) ([]ScaleOut, error) {
 	var out []ScaleOut
 	for _, b := range []int{1, 3} {
 		r, err := scaleOut(ctx, s, b, cfg.Conns[0], cfg.Duration, cfg.logf)
@@ -576,6 +591,19 @@ func scaleOutRuns(ctx context.Context, cfg Config, rep *Report) ([]ScaleOut, err
 		if err := s.RDB.EnsureGroups(ctx); err != nil {
 			return out, err
 		}
+	}
+	sp, err := splitRun(ctx, s, cfg)
+	if err != nil {
+		return out, err
+	}
+	rep.Split = &sp
+	if err := s.Cluster.Client().ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error {
+		return m.FlushAll(ctx).Err()
+	}); err != nil {
+		return out, err
+	}
+	if err := s.RDB.EnsureGroups(ctx); err != nil {
+		return out, err
 	}
 	return out, hotDrain(ctx, s, cfg, "Redis Cluster of 3 masters", rep)
 }

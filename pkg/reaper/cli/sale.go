@@ -1,7 +1,7 @@
 package cli
 
-// Running a sale from the command line: pause, resume, top-up and extend
-// do what the admin API's pause, resume and PATCH do. MySQL records the
+// Running a sale from the command line: pause, resume, top-up, split and
+// extend do what the admin API's pause, resume and PATCH do. MySQL records the
 // change, then Redis takes it (pkg/settle); when Redis cannot take it
 // now, the change stands and the reaper applies it.
 
@@ -19,7 +19,7 @@ import (
 	"github.com/flashsale/flashsale/pkg/voucher"
 )
 
-// saleCommands are pause, resume, top-up and extend.
+// saleCommands are pause, resume, top-up, split and extend.
 func saleCommands() []app.Command[*config] {
 	var dry bool
 	var to string
@@ -66,6 +66,15 @@ func saleCommands() []app.Command[*config] {
 					return fmt.Errorf("UNITS must be a whole number of 1 or more, got %q", args[1])
 				}
 				return edit(ctx, cfg, rt, args[0], voucher.Change{AddStock: &n}, "add "+args[1]+" units")
+			}},
+		{Name: "split", Task: "Running a sale", Args: "VOUCHER_ID BUCKETS", NArgs: 2, Flags: dryRun,
+			Summary: "split a sale's Redis buckets to BUCKETS while it runs (as PATCH stock_buckets): the reaper's splitter does it within a second",
+			Run: func(ctx context.Context, cfg *config, rt *app.Runtime, args []string) error {
+				n, err := strconv.ParseInt(args[1], 10, 64)
+				if err != nil || n < 1 {
+					return fmt.Errorf("BUCKETS must be a whole number of 1 or more, got %q", args[1])
+				}
+				return splitSale(ctx, cfg, args[0], n, dry)
 			}},
 		{Name: "extend", Task: "Running a sale", Args: "VOUCHER_ID", NArgs: 1,
 			Flags: func(fs *flag.FlagSet) {
@@ -126,10 +135,35 @@ func changeSale(ctx context.Context, cfg *config, rt *app.Runtime, arg string, d
 			_, err = settle.Changes(ctx, redis, mysql, []db.VoucherChange{ch}, now)
 		}
 		switch {
-		case errors.Is(err, settle.ErrCreationOwed), err == nil:
+		case settle.Later(err), err == nil:
 			fmt.Printf("voucher %d (%s): done: %s\n", v.ID, v.Name, what)
 			return nil
 		}
 		return fmt.Errorf("voucher %d: recorded in MySQL, not yet in Redis (the reaper applies it within its interval): %w", v.ID, err)
+	})
+}
+
+// splitSale asks for voucher arg's buckets to be split to n (voucher.Split's
+// rules, as PATCH stock_buckets): MySQL records it, the reaper's splitter
+// does it.
+func splitSale(ctx context.Context, cfg *config, arg string, n int64, dry bool) error {
+	return withVoucher(ctx, cfg, arg, time.Minute, func(ctx context.Context, mysql *db.Store, v db.Voucher) error {
+		if v.StockBuckets == int(n) || v.SplitTo == int(n) {
+			fmt.Printf("voucher %d (%s): %d buckets asked already; nothing changed\n", v.ID, v.Name, n)
+			return nil
+		}
+		if err := voucher.Split(v, n); err != nil {
+			return err
+		}
+		what := fmt.Sprintf("split its %d Redis buckets to %d", max(v.StockBuckets, 1), n)
+		if dry {
+			fmt.Printf("voucher %d (%s): would %s; nothing changed (--dry-run)\n", v.ID, v.Name, what)
+			return nil
+		}
+		if _, err := mysql.AskSplit(ctx, v.ID, int(n), func(v db.Voucher) error { return voucher.Split(v, n) }); err != nil {
+			return err
+		}
+		fmt.Printf("voucher %d (%s): asked: %s (the reaper's splitter does it within its interval)\n", v.ID, v.Name, what)
+		return nil
 	})
 }

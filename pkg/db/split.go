@@ -1,0 +1,48 @@
+package db
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"gorm.io/gorm"
+	"gorm.io/gorm/clause"
+)
+
+// AskSplit asks for voucher id's Redis buckets to be split to to while
+// its sale runs (split_to): the reaper's splitter does it (SplitsOwed,
+// rdb.Store.Split, SplitDone). check vets the voucher as it is, locked
+// (pkg/voucher's rules); its error is returned as it is. It returns the
+// voucher as asked.
+func (s *Store) AskSplit(ctx context.Context, id int64, to int, check func(Voucher) error) (Voucher, error) {
+	var v Voucher
+	err := s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		res := tx.Clauses(clause.Locking{Strength: "UPDATE"}).Where("id = ?", id).Limit(1).Find(&v)
+		if res.Error != nil {
+			return fmt.Errorf("lock voucher %d: %w", id, res.Error)
+		}
+		if res.RowsAffected == 0 {
+			return ErrNotFound
+		}
+		if err := check(v); err != nil {
+			return err
+		}
+		v.SplitTo = to
+		return tx.Model(&Voucher{}).Where("id = ?", id).Update("split_to", to).Error
+	}, readCommitted)
+	return v, err
+}
+
+// SplitsOwed returns the vouchers whose split was asked and not done.
+func (s *Store) SplitsOwed(ctx context.Context) ([]Voucher, error) {
+	var out []Voucher
+	err := s.db.WithContext(ctx).Where("split_to > stock_buckets").Order("id").Find(&out).Error
+	return out, err
+}
+
+// SplitDone records voucher id's split to to done at now: its
+// stock_buckets are to from then on.
+func (s *Store) SplitDone(ctx context.Context, id int64, to int, now time.Time) error {
+	return s.db.WithContext(ctx).Model(&Voucher{}).Where("id = ? AND split_to = ? AND stock_buckets < ?", id, to, to).
+		Updates(map[string]any{"stock_buckets": to, "split_at": now}).Error
+}

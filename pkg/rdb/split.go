@@ -1,0 +1,565 @@
+package rdb
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/flashsale/flashsale/lua"
+)
+
+// A split raises a voucher's buckets from N to M, a multiple of N, while
+// its sale runs. A user's claims are decided in bucket FNV-1a(user) mod N;
+// after the split in FNV-1a(user) mod M, which is the same bucket or one
+// of its children b + jN (j = 1..M/N-1), all new: no user moves between
+// old buckets. The invariant: at any time a user's claims are decided in
+// at most one bucket, and that bucket holds the user's counts (u:USER,
+// the day hashes), idempotency records and the voucher's released orders.
+// The steps, each on one bucket, each a no-op when done already (split.lua),
+// so a split killed between any two is resumed by running it again:
+//
+//	freeze  each old bucket: "N" -> "N>M": it answers 21 (splitting) to the
+//	        users whose bucket of M is another (they try again, within their
+//	        request's deadline), and refuses releases and changes (left owed,
+//	        applied later)
+//	create  each new bucket, closed ("M>0": it answers 21 to every claim),
+//	        from bucket 0's settings and changes applied, with no stock
+//	copy    the moving users' counts, day counts and idempotency records,
+//	        the proofs of work spent and the released orders, from each old
+//	        bucket into its children while they are closed: the old bucket
+//	        changes none of them since its freeze
+//	open    each new bucket: "M"; nobody routes a claim to it yet
+//	switch  each old bucket, bucket 0 last: "M"; a claim routed by N is told
+//	        {10, M} and routed again, to the user's one bucket
+//	drop    the moving users' counts from the old buckets: stale copies,
+//	        never read (a claim or release routed by N is routed again
+//	        first); the fields this call copied, or, for a split found
+//	        switched (splitDone), every moving user's found by HSCAN
+//	spread  each old bucket's units, shared with its children by moves
+//	        (take.lua/give.lua): without it the children refill when dry
+//
+// A user's pending orders admitted before stay indexed (o:USER) in the
+// old bucket, whose stream holds them: bucket 0 records the counts it had
+// (was), and a listing reads the user's bucket at each (userBuckets).
+// Stock is never copied, only moved, and moves are recorded at their
+// source: the voucher sells exactly its stock through any crash.
+
+// SplitSteps are a split's steps, in order (splitHook's names).
+var SplitSteps = []string{"freeze", "create", "copy", "open", "switch", "drop", "spread"}
+
+// ErrSplitRefused: a split asked of a voucher that cannot take it (fewer
+// buckets than it has, not a multiple of them, above MaxBuckets, another
+// split under way, or Redis does not hold it).
+var ErrSplitRefused = errors.New("split refused")
+
+// splitConfig are bucket 0's fields a new bucket copies: the voucher's
+// settings and the changes applied to them (change.lua).
+var splitConfig = []string{"limit", "daily", "start_ms", "end_ms", "expire_s", "pool", "closed", "paused", "draw",
+	"pow", "access", "room", "room_pre_ms", "room_pass_ms", "end_change", "pause_change", "pow_change",
+	"room_change", "access_change"}
+
+// splitChunk bounds the fields or members one copy call carries, and
+// splitScan the fields an HSCAN of a bucket reads a call (COUNT): a
+// bucket of a million buyers is read in 200 calls and written in 400.
+const (
+	splitChunk = 2500
+	splitScan  = 5000
+)
+
+// Split raises voucher v's buckets to to (a multiple of its number now, at
+// most MaxBuckets) while its sale runs, or completes a split to to that
+// was under way; a voucher that has to buckets already is left as it is.
+// The reaper runs it (pkg/reaper's splitter); any number of callers may,
+// at once or one after a crash of another. paused is how long this call
+// kept the moving users waiting: from the start of its freeze to the end
+// of its switch (0 when it found them switched).
+func (s *Store) Split(ctx context.Context, v int64, to int) (paused time.Duration, err error) {
+	b0 := s.bucketOf(v, 0)
+	raw, err := s.c.HMGet(ctx, b0.key(), "buckets", "stock").Result()
+	if err != nil {
+		return 0, fmt.Errorf("split voucher %d: %w", v, err)
+	}
+	if raw[1] == nil {
+		return 0, fmt.Errorf("split voucher %d: not in Redis: %w", v, ErrSplitRefused)
+	}
+	str, _ := raw[0].(string)
+	l, err := parseLayout(str)
+	switch {
+	case err != nil:
+		return 0, fmt.Errorf("split voucher %d: %w", v, err)
+	case l.to == 0 && l.n == to:
+		return 0, s.splitDone(ctx, v, to)
+	case l.to != 0 && l.to != to:
+		return 0, fmt.Errorf("split voucher %d to %d: splitting to %d already: %w", v, to, l.to, ErrSplitRefused)
+	case to > MaxBuckets || to < l.n || to%l.n != 0:
+		return 0, fmt.Errorf("split voucher %d from %d to %d buckets: %w", v, l.n, to, ErrSplitRefused)
+	}
+	sp := splitting{s: s, v: v, n: l.n, m: to}
+	for _, step := range []func(context.Context) error{sp.freeze, sp.create, sp.copy, sp.open, sp.switchOver, sp.drop, sp.spread} {
+		if err := step(ctx); err != nil {
+			return sp.paused(), fmt.Errorf("split voucher %d from %d to %d buckets: %w", v, l.n, to, err)
+		}
+	}
+	return sp.paused(), nil
+}
+
+// splitDone completes a split of voucher v to to whose buckets all took
+// to (switch): the moving users' counts are dropped from the old buckets
+// (again: a split killed during its drop left some), whose number bucket
+// 0 recorded last in was. A voucher never split has nothing to drop.
+func (s *Store) splitDone(ctx context.Context, v int64, to int) error {
+	was, err := s.c.HGet(ctx, s.bucketOf(v, 0).key(), "was").Result()
+	if errors.Is(err, redis.Nil) {
+		return nil
+	} else if err != nil {
+		return fmt.Errorf("split voucher %d: %w", v, err)
+	}
+	fs := strings.Fields(was)
+	n, err := strconv.Atoi(fs[len(fs)-1])
+	if err != nil || n < 1 || to%n != 0 {
+		return fmt.Errorf("split voucher %d: bad was %q", v, was)
+	}
+	sp := splitting{s: s, v: v, n: n, m: to, step: slices.Index(SplitSteps, "drop")}
+	return sp.drop(ctx)
+}
+
+// splitting is one split of voucher v from n to m buckets.
+type splitting struct {
+	s    *Store
+	v    int64
+	n, m int
+	step int // the next of SplitSteps
+	// frozen and switched: when this call's freeze began, and its
+	// switch ended (zero: not reached).
+	frozen, switched time.Time
+	// moved: the moving users' fields this call copied, by the old hash
+	// holding them (its drop needs no scan); nil when it copied none.
+	moved map[string][]string
+}
+
+// copied records the moving users' fields names of old hash key, copied.
+func (sp *splitting) copied(key string, names []string) {
+	if sp.moved == nil {
+		sp.moved = map[string][]string{}
+	}
+	sp.moved[key] = append(sp.moved[key], names...)
+}
+
+// paused is how long this call kept the moving users waiting.
+func (sp *splitting) paused() time.Duration {
+	if sp.frozen.IsZero() {
+		return 0
+	}
+	if sp.switched.IsZero() {
+		return time.Since(sp.frozen)
+	}
+	return sp.switched.Sub(sp.frozen)
+}
+
+// run runs step of split.lua on bucket b (KEYS: its hash, then keys).
+func (sp *splitting) run(ctx context.Context, step string, b bucket, keys []string, args ...any) error {
+	err := lua.Split.Run(ctx, sp.s.c, append([]string{b.key()}, keys...),
+		append([]any{step, sp.n, sp.m}, args...)...).Err()
+	if err != nil {
+		return fmt.Errorf("%s %s: %w", step, b.key(), err)
+	}
+	return nil
+}
+
+// begin marks the start of the next step, where a test's hook may stop
+// the split as a kill would.
+func (sp *splitting) begin() error {
+	name := SplitSteps[sp.step]
+	sp.step++
+	if sp.s.splitHook != nil {
+		return sp.s.splitHook(name)
+	}
+	return nil
+}
+
+func (sp *splitting) old() []bucket {
+	out := make([]bucket, sp.n)
+	for b := range out {
+		out[b] = sp.s.bucketOf(sp.v, b)
+	}
+	return out
+}
+
+func (sp *splitting) children(parent int) []bucket {
+	var out []bucket
+	for c := parent + sp.n; c < sp.m; c += sp.n {
+		out = append(out, sp.s.bucketOf(sp.v, c))
+	}
+	return out
+}
+
+// moving reports whether user's bucket changes in the split: which new
+// bucket it moves to, or -1.
+func (sp *splitting) moving(user string) int {
+	if b := UserBucket(user, sp.m); b >= sp.n {
+		return b
+	}
+	return -1
+}
+
+func (sp *splitting) freeze(ctx context.Context) error {
+	if err := sp.begin(); err != nil {
+		return err
+	}
+	sp.frozen = time.Now()
+	for _, b := range sp.old() { // bucket 0 first: it refuses changes from then on
+		if err := sp.run(ctx, "freeze", b, nil); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (sp *splitting) create(ctx context.Context) error {
+	if err := sp.begin(); err != nil {
+		return err
+	}
+	b0 := sp.s.bucketOf(sp.v, 0)
+	vals, err := sp.s.c.HMGet(ctx, b0.key(), splitConfig...).Result()
+	if err != nil {
+		return fmt.Errorf("read settings: %w", err)
+	}
+	var config []any
+	for i, f := range splitConfig {
+		if str, ok := vals[i].(string); ok {
+			config = append(config, f, str)
+		}
+	}
+	changes, err := sp.s.c.SMembers(ctx, b0.changes()).Result()
+	if err != nil {
+		return fmt.Errorf("read changes applied: %w", err)
+	}
+	for c := sp.n; c < sp.m; c++ {
+		child := sp.s.bucketOf(sp.v, c)
+		if err := sp.run(ctx, "create", child, nil, config...); err != nil {
+			return err
+		}
+		if err := sp.copyMembers(ctx, child, child.changes(), changes, sp.expireS(vals)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// expireS is the voucher's keys' expiry (unix s, "0" none) from its
+// settings read in splitConfig's order.
+func (sp *splitting) expireS(vals []any) string {
+	str, _ := vals[slices.Index(splitConfig, "expire_s")].(string)
+	return cmp.Or(str, "0")
+}
+
+// copyMembers adds members to set key of closed new bucket child.
+func (sp *splitting) copyMembers(ctx context.Context, child bucket, key string, members []string, expireS string) error {
+	for i := 0; i < len(members); i += splitChunk {
+		args := []any{"set", expireS}
+		for _, m := range members[i:min(i+splitChunk, len(members))] {
+			args = append(args, m)
+		}
+		if err := sp.run(ctx, "copy", child, []string{key}, args...); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// copyFields writes fields (field, value pairs by new bucket) into hash
+// keyOf(child) of each closed new bucket, as kind (hash or most).
+func (sp *splitting) copyFields(ctx context.Context, fields map[int][]any, keyOf func(bucket) string, kind, expire string) error {
+	for c, pairs := range fields {
+		child := sp.s.bucketOf(sp.v, c)
+		for i := 0; i < len(pairs); i += 2 * splitChunk {
+			args := append([]any{kind, expire}, pairs[i:min(i+2*splitChunk, len(pairs))]...)
+			if err := sp.run(ctx, "copy", child, []string{keyOf(child)}, args...); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// node is the client of the node holding key: a cluster's master of its
+// slot, which alone can SCAN for the keys of that slot.
+func (s *Store) node(ctx context.Context, key string) (redis.Cmdable, error) {
+	if cc, ok := s.c.(*redis.ClusterClient); ok {
+		return cc.MasterForKey(ctx, key)
+	}
+	return s.c, nil
+}
+
+// bucketKeys calls f with each key of bucket b's own named by suffix
+// (day:, idem:, proof:), found by SCAN on b's node.
+func (s *Store) bucketKeys(ctx context.Context, b bucket, f func(key, suffix string) error) error {
+	c, err := s.node(ctx, b.key())
+	if err != nil {
+		return err
+	}
+	prefix := b.key() + ":"
+	it := c.Scan(ctx, 0, prefix+"*", splitScan).Iterator()
+	for it.Next(ctx) {
+		key := it.Val()
+		rest := strings.TrimPrefix(key, prefix)
+		if strings.HasPrefix(rest, "day:") || strings.HasPrefix(rest, "idem:") || strings.HasPrefix(rest, "proof:") {
+			if err := f(key, rest); err != nil {
+				return err
+			}
+		}
+	}
+	return it.Err()
+}
+
+// movers calls f with the moving users' fields of hash key, field
+// prefix (userPrefix, or "" for a day hash), page by page: field, value
+// pairs by new bucket.
+func (sp *splitting) movers(ctx context.Context, key, prefix string, f func(map[int][]any, []string) error) error {
+	var cursor uint64
+	for {
+		kv, next, err := sp.s.c.HScan(ctx, key, cursor, prefix+"*", splitScan).Result()
+		if err != nil {
+			return fmt.Errorf("scan %s: %w", key, err)
+		}
+		page, names := map[int][]any{}, []string(nil)
+		for i := 0; i+1 < len(kv); i += 2 {
+			if c := sp.moving(strings.TrimPrefix(kv[i], prefix)); c >= 0 {
+				page[c] = append(page[c], kv[i], kv[i+1])
+				names = append(names, kv[i])
+			}
+		}
+		if len(names) > 0 {
+			if err := f(page, names); err != nil {
+				return err
+			}
+		}
+		if cursor = next; cursor == 0 {
+			return nil
+		}
+	}
+}
+
+func (sp *splitting) copy(ctx context.Context) error {
+	if err := sp.begin(); err != nil {
+		return err
+	}
+	expireS, err := sp.s.c.HGet(ctx, sp.s.bucketOf(sp.v, 0).key(), "expire_s").Result()
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return err
+	}
+	expireS = cmp.Or(expireS, "0")
+	for _, b := range sp.old() {
+		hash := func(c bucket) string { return c.key() }
+		err := sp.movers(ctx, b.key(), userPrefix, func(page map[int][]any, names []string) error {
+			sp.copied(b.key(), names)
+			return sp.copyFields(ctx, page, hash, "hash", "0")
+		})
+		if err != nil {
+			return err
+		}
+		if rf, err := sp.s.c.HGet(ctx, b.key(), "rf").Result(); err == nil {
+			for _, c := range sp.children(b.n) {
+				if err := sp.copyFields(ctx, map[int][]any{c.n: {"rf", rf}}, hash, "most", "0"); err != nil {
+					return err
+				}
+			}
+		}
+		if err := sp.copyKeys(ctx, b); err != nil {
+			return err
+		}
+		released, err := sp.s.c.SMembers(ctx, b.released()).Result()
+		if err != nil {
+			return fmt.Errorf("read %s: %w", b.released(), err)
+		}
+		for _, c := range sp.children(b.n) {
+			if err := sp.copyMembers(ctx, c, c.released(), released, expireS); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// copyKeys copies old bucket b's day counts and idempotency records of
+// moving users, and its proofs of work spent, into its children.
+func (sp *splitting) copyKeys(ctx context.Context, b bucket) error {
+	return sp.s.bucketKeys(ctx, b, func(key, suffix string) error {
+		ttl, err := sp.s.c.PTTL(ctx, key).Result()
+		if err != nil {
+			return err
+		}
+		ms := ttl.Milliseconds()
+		if ms <= 0 {
+			ms = DayKeyTTL.Milliseconds() // none, or just gone: the longest any keeps
+		}
+		kind, name, _ := strings.Cut(suffix, ":")
+		switch kind {
+		case "day":
+			return sp.movers(ctx, key, "", func(page map[int][]any, names []string) error {
+				sp.copied(key, names)
+				return sp.copyFields(ctx, page, func(c bucket) string { return c.day(name) }, "hash", "+"+strconv.FormatInt(ms, 10))
+			})
+		case "idem":
+			user, k, _ := strings.Cut(name, ":")
+			c := sp.moving(user)
+			if c < 0 {
+				return nil
+			}
+			return sp.copyString(ctx, key, sp.s.bucketOf(sp.v, c), func(c bucket) string { return c.idem(user, k) }, ms, b.p)
+		default: // proof: every child, whoever spent it
+			for _, c := range sp.children(b.n) {
+				if err := sp.copyString(ctx, key, c, func(c bucket) string { return ProofKey(c.key(), name) }, ms, -1); err != nil {
+					return err
+				}
+			}
+			return nil
+		}
+	})
+}
+
+// copyString copies string key into keyOf(child), expiring in ms. An
+// idempotency record ("POSITION[ ITEM]", admit.lua) names the partition p
+// of the position's stream ("POSITION@p"): its order id is made from it.
+func (sp *splitting) copyString(ctx context.Context, key string, child bucket, keyOf func(bucket) string, ms int64, p int) error {
+	val, err := sp.s.c.Get(ctx, key).Result()
+	if errors.Is(err, redis.Nil) {
+		return nil
+	} else if err != nil {
+		return err
+	}
+	if pos, item, _ := strings.Cut(val, " "); p >= 0 && !strings.Contains(pos, "@") {
+		val = pos + "@" + strconv.Itoa(p) + " " + item
+	}
+	return sp.run(ctx, "copy", child, []string{keyOf(child)}, "string", ms, val)
+}
+
+func (sp *splitting) open(ctx context.Context) error {
+	if err := sp.begin(); err != nil {
+		return err
+	}
+	for c := sp.n; c < sp.m; c++ {
+		if err := sp.run(ctx, "open", sp.s.bucketOf(sp.v, c), nil); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (sp *splitting) drop(ctx context.Context) error {
+	if err := sp.begin(); err != nil {
+		return err
+	}
+	if sp.moved != nil { // this call copied them: the fields it copied, no scan
+		for key, names := range sp.moved {
+			for i := 0; i < len(names); i += splitChunk {
+				if err := sp.s.c.HDel(ctx, key, names[i:min(i+splitChunk, len(names))]...).Err(); err != nil {
+					return fmt.Errorf("drop from %s: %w", key, err)
+				}
+			}
+		}
+		return nil
+	}
+	for _, b := range sp.old() {
+		err := sp.movers(ctx, b.key(), userPrefix, func(_ map[int][]any, names []string) error {
+			return sp.s.c.HDel(ctx, b.key(), names...).Err()
+		})
+		if err != nil {
+			return err
+		}
+		err = sp.s.bucketKeys(ctx, b, func(key, suffix string) error {
+			if !strings.HasPrefix(suffix, "day:") {
+				return nil
+			}
+			return sp.movers(ctx, key, "", func(_ map[int][]any, names []string) error {
+				return sp.s.c.HDel(ctx, key, names...).Err()
+			})
+		})
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (sp *splitting) switchOver(ctx context.Context) error {
+	if err := sp.begin(); err != nil {
+		return err
+	}
+	for b := sp.n - 1; b >= 0; b-- { // bucket 0 last: its "M" says the split is done
+		if err := sp.run(ctx, "switch", sp.s.bucketOf(sp.v, b), nil, strconv.Itoa(bit(b == 0))); err != nil {
+			return err
+		}
+	}
+	sp.s.buckets.Store(sp.v, sp.m)
+	sp.switched = time.Now()
+	return nil
+}
+
+// spread shares each old bucket's units with its children, so their
+// first claims need no moves.
+func (sp *splitting) spread(ctx context.Context) error {
+	if err := sp.begin(); err != nil {
+		return err
+	}
+	k := int64(sp.m / sp.n)
+	for _, b := range sp.old() {
+		stock, err := sp.s.c.HGet(ctx, b.key(), "stock").Int64()
+		if err != nil {
+			return fmt.Errorf("read stock of %s: %w", b.key(), err)
+		}
+		for _, c := range sp.children(b.n) {
+			if share := stock / k; share > 0 {
+				if _, err := sp.s.moveUnits(ctx, b, c, share); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// SplitTarget is the number of buckets a hot voucher of n buckets is
+// split to: the least multiple of n (at most MaxBuckets) whose buckets'
+// slots are on every master of the cluster, and n itself on one Redis
+// (one thread decides every bucket there: a split would add moves and
+// gain nothing) or when n's buckets are on every master already.
+func (s *Store) SplitTarget(ctx context.Context, v int64, n int) (int, error) {
+	cc, ok := s.c.(*redis.ClusterClient)
+	if !ok {
+		return n, nil
+	}
+	all := map[string]bool{}
+	var mu sync.Mutex
+	err := cc.ForEachMaster(ctx, func(_ context.Context, c *redis.Client) error {
+		mu.Lock()
+		defer mu.Unlock()
+		all[c.Options().Addr] = true
+		return nil
+	})
+	if err != nil {
+		return 0, fmt.Errorf("list masters: %w", err)
+	}
+	seen, b := map[string]bool{}, 0
+	for m := n; m <= MaxBuckets; m += n {
+		for ; b < m; b++ {
+			master, err := cc.MasterForKey(ctx, s.bucketOf(v, b).key())
+			if err != nil {
+				return 0, fmt.Errorf("master of voucher %d bucket %d: %w", v, b, err)
+			}
+			seen[master.Options().Addr] = true
+		}
+		if len(seen) >= len(all) {
+			return m, nil
+		}
+	}
+	return MaxBuckets - MaxBuckets%n, nil
+}

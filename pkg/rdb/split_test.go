@@ -1,0 +1,326 @@
+package rdb_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/flashsale/flashsale/pkg/order"
+	"github.com/flashsale/flashsale/pkg/rdb"
+)
+
+// keyedClaim is user's claim under idempotency key k.
+func keyedClaim(v int64, user, k string) rdb.Claim {
+	return rdb.Claim{VoucherID: v, UserID: user, IdempotencyKey: k, IdempotencyTTL: time.Hour, Now: t0, Day: d0}
+}
+
+// splitErr is a split's error (its pause aside).
+func splitErr(_ time.Duration, err error) error { return err }
+
+// until waits for cond, up to 30 s, off the test's goroutine.
+func until(cond func() bool) error {
+	for deadline := time.Now().Add(30 * time.Second); !cond(); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			return errors.New("not within 30s")
+		}
+	}
+	return nil
+}
+
+// A voucher on one bucket, claimed by 2,000 users with distinct keys (three
+// each, and each retried), is split while the claims run, a step at a time
+// with claims answered between the steps: it sells exactly its stock, no
+// user holds more than the day allows (the day hash moved with its users),
+// every retry under a key gets its first admission, no sold_out is answered
+// while units remain, and on a cluster the new buckets are on every master.
+func TestASplitMidSaleKeepsLimitsAndKeysExact(t *testing.T) {
+	s := newStore(t, 16)
+	ctx := context.Background()
+	const v, stock, users = 21, 1500, 2000
+	seedVoucher(t, s, rdb.Voucher{ID: v, Stock: stock, PerUserLimit: 3, PerUserDailyLimit: 2})
+	to, err := s.SplitTarget(ctx, v, 1)
+	require.NoError(t, err)
+	if cluster == nil {
+		require.Equal(t, 1, to, "one Redis: a split gains nothing")
+		to = 4
+	}
+	require.Greater(t, to, 1)
+	t.Logf("splitting to %d buckets", to)
+
+	// The reaper's store: another process, its own view of the buckets.
+	splitter, err := rdb.New(s.Client(), 16, "")
+	require.NoError(t, err)
+	var answered atomic.Int64
+	steps := map[string]int64{}
+	splitter.OnSplitStep(func(step string) error {
+		// Claims are answered between every two steps.
+		// Claims run between every two steps: those of users who stay
+		// are answered (the moving users' wait for the split).
+		from, until := answered.Load(), time.Now().Add(100*time.Millisecond)
+		for answered.Load() < from+20 && time.Now().Before(until) {
+			time.Sleep(time.Millisecond)
+		}
+		steps[step] = answered.Load()
+		return nil
+	})
+
+	type answer struct {
+		user, key      string
+		a              rdb.Admission
+		err            error
+		sent, received time.Time
+	}
+	var mu sync.Mutex
+	var out []answer
+	work := make(chan string)
+	var wg sync.WaitGroup
+	for range 32 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for u := range work {
+				for _, k := range []string{"k1", "k1", "k2", "k3", "k2"} { // each key retried once
+					cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+					sent := time.Now()
+					a, err := s.Admit(cctx, keyedClaim(v, u, k))
+					cancel()
+					mu.Lock()
+					out = append(out, answer{u, k, a, err, sent, time.Now()})
+					mu.Unlock()
+					answered.Add(1)
+				}
+			}
+		}()
+	}
+	split := make(chan error, 1)
+	go func() {
+		if err := until(func() bool { return answered.Load() >= 300 }); err != nil {
+			split <- err
+			return
+		}
+		split <- splitErr(splitter.Split(ctx, v, to))
+	}()
+	for i := range users {
+		work <- fmt.Sprintf("buyer-%d", i)
+	}
+	close(work)
+	wg.Wait()
+	require.NoError(t, <-split)
+	require.Len(t, steps, len(rdb.SplitSteps), "every step ran while claims did")
+	t.Logf("claims answered before each step: %v", steps)
+	require.Less(t, steps["spread"], int64(5*users), "the split ended before the claims did")
+
+	orders := map[int64]bool{}
+	held := map[string]map[int64]bool{}
+	first := map[string]int64{} // user/key -> its order
+	var lastAdmitted time.Time
+	var soldOut []answer
+	for _, r := range out {
+		switch {
+		case errors.Is(r.err, rdb.ErrSoldOut):
+			soldOut = append(soldOut, r)
+			continue
+		case errors.Is(r.err, rdb.ErrDailyLimit), errors.Is(r.err, rdb.ErrUserLimit):
+			continue
+		}
+		require.NoError(t, r.err, "user %s key %s", r.user, r.key)
+		if id, ok := first[r.user+"/"+r.key]; ok {
+			require.Equal(t, id, r.a.OrderID, "a retry under %s/%s gets its first admission", r.user, r.key)
+			continue
+		}
+		require.False(t, r.a.Replayed, "a first claim under a key is no replay")
+		first[r.user+"/"+r.key] = r.a.OrderID
+		require.False(t, orders[r.a.OrderID], "order %d given twice", r.a.OrderID)
+		orders[r.a.OrderID] = true
+		if held[r.user] == nil {
+			held[r.user] = map[int64]bool{}
+		}
+		held[r.user][r.a.OrderID] = true
+		if r.sent.After(lastAdmitted) {
+			lastAdmitted = r.sent
+		}
+	}
+	require.Len(t, orders, stock, "exactly the stock sold")
+	for u, os := range held {
+		require.LessOrEqual(t, len(os), 2, "user %s within the day's limit", u)
+		n, err := s.UserCount(ctx, v, u)
+		require.NoError(t, err)
+		require.EqualValues(t, len(os), n, "user %s counted once, in their bucket", u)
+	}
+	for _, r := range soldOut {
+		require.False(t, r.received.Before(lastAdmitted), "sold_out answered to %s at %v, before a claim sent at %v was admitted", r.user, r.received, lastAdmitted)
+	}
+	requireStock(t, s, v, 0)
+	var entries int
+	for p := range s.Partitions() {
+		es, err := s.StreamOrders(ctx, p)
+		require.NoError(t, err)
+		for _, e := range es {
+			if e.Order.VoucherID == v {
+				require.True(t, orders[e.Order.ID], "entry %s is an admitted order", e.StreamID)
+				entries++
+			}
+		}
+	}
+	require.Equal(t, stock, entries, "one stream entry per admission: no 202 without its order")
+
+	if cluster != nil {
+		cc := s.Client().(*redis.ClusterClient)
+		masters := map[string]bool{}
+		for _, k := range s.BucketKeys(v, to) {
+			m, err := cc.MasterForKey(ctx, k)
+			require.NoError(t, err)
+			masters[m.Options().Addr] = true
+		}
+		require.Len(t, masters, 3, "the buckets are on every master")
+	}
+}
+
+// A split stopped before each of its steps (as a kill -9 of the reaper
+// would stop it) leaves a voucher that admits exactly, and is completed by
+// running it again: counts, day counts, keys and releases stay exact.
+func TestASplitStoppedAtAnyStepResumes(t *testing.T) {
+	s := newStore(t, 8)
+	ctx := context.Background()
+	for i, stop := range rdb.SplitSteps {
+		t.Run(stop, func(t *testing.T) {
+			v := int64(40 + i)
+			const stock = 200
+			seedVoucher(t, s, rdb.Voucher{ID: v, Stock: stock, PerUserLimit: 3, PerUserDailyLimit: 2})
+			buyers := usersIn(-1, 1, 60)
+			admitted := map[string][]rdb.Admission{}
+			for _, u := range buyers {
+				a, err := s.Admit(ctx, keyedClaim(v, u, "a"))
+				require.NoError(t, err)
+				admitted[u] = append(admitted[u], a)
+			}
+			// Every third buyer's order is released (cancelled, unpaid).
+			released := map[string]order.Order{}
+			for j, u := range buyers {
+				if j%3 == 0 {
+					o := order.Order{ID: admitted[u][0].OrderID, VoucherID: v, UserID: u, Quantity: 1, Day: d0}
+					ok, err := s.Release(ctx, o, time.Now())
+					require.NoError(t, err)
+					require.True(t, ok)
+					released[u] = o
+				}
+			}
+
+			reaper, err := rdb.New(s.Client(), 8, "")
+			require.NoError(t, err)
+			killed := errors.New("killed")
+			reaper.OnSplitStep(func(step string) error {
+				if step == stop {
+					return killed
+				}
+				return nil
+			})
+			require.ErrorIs(t, splitErr(reaper.Split(ctx, v, 4)), killed)
+
+			// Meanwhile: claims are answered, or wait for the split (a
+			// moving user's), never admitted past a limit.
+			for _, u := range buyers[:20] {
+				cctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+				a, err := s.Admit(cctx, keyedClaim(v, u, "b"))
+				cancel()
+				if err == nil {
+					admitted[u] = append(admitted[u], a)
+				} else {
+					require.ErrorIs(t, err, context.DeadlineExceeded, "user %s", u)
+				}
+			}
+
+			// Another reaper resumes it, and completes it.
+			again, err := rdb.New(s.Client(), 8, "")
+			require.NoError(t, err)
+			require.NoError(t, splitErr(again.Split(ctx, v, 4)))
+			require.NoError(t, splitErr(again.Split(ctx, v, 4)), "a split done is done")
+			stocks, err := s.BucketStocks(ctx, v, 4)
+			require.NoError(t, err)
+			require.Len(t, stocks, 4)
+
+			var sold int64
+			for _, u := range buyers {
+				// Each key replays its first admission, in the user's bucket now.
+				a, err := s.Admit(ctx, keyedClaim(v, u, "a"))
+				require.NoError(t, err)
+				require.True(t, a.Replayed)
+				require.Equal(t, admitted[u][0].OrderID, a.OrderID, "user %s key a", u)
+				// A second release of a released order gives nothing.
+				if o, ok := released[u]; ok {
+					got, err := again.Release(ctx, o, time.Now())
+					require.NoError(t, err)
+					require.False(t, got, "user %s's order released once", u)
+				}
+				want := int64(len(admitted[u]))
+				if _, ok := released[u]; ok {
+					want--
+				}
+				n, err := s.UserCount(ctx, v, u)
+				require.NoError(t, err)
+				require.Equal(t, want, n, "user %s", u)
+				// The day allows 2: taken units minus released ones.
+				for k := 0; ; k++ {
+					_, err := s.Admit(ctx, keyedClaim(v, u, fmt.Sprintf("c%d", k)))
+					if errors.Is(err, rdb.ErrDailyLimit) {
+						break
+					}
+					require.NoError(t, err)
+					want++
+				}
+				require.EqualValues(t, 2, want, "user %s: the day's limit, exactly", u)
+				sold += want
+			}
+			requireStock(t, s, v, stock-sold)
+		})
+	}
+}
+
+// While a voucher splits, its buckets refuse releases and changes (they
+// stay owed, done after), and a release routed by the count before the
+// split is routed again to the user's bucket after.
+func TestASplittingVoucherPutsReleasesAndChangesOff(t *testing.T) {
+	s := newStore(t, 8)
+	ctx := context.Background()
+	seedVoucher(t, s, rdb.Voucher{ID: 50, Stock: 10, PerUserLimit: 1})
+	u := usersIn(1, 2, 1)[0] // moves to bucket 1
+	a, err := claim(s, 50, u, t0)
+	require.NoError(t, err)
+	o := order.Order{ID: a.OrderID, VoucherID: 50, UserID: u, Quantity: 1, Day: d0}
+
+	killed := errors.New("killed")
+	s.OnSplitStep(func(step string) error {
+		if step == "open" {
+			return killed
+		}
+		return nil
+	})
+	require.ErrorIs(t, splitErr(s.Split(ctx, 50, 2)), killed)
+	_, err = s.Release(ctx, o, time.Now())
+	require.ErrorIs(t, err, rdb.ErrSplitting)
+	_, _, err = s.ApplyChange(ctx, rdb.Change{ID: 9, VoucherID: 50, AddStock: 5})
+	require.ErrorIs(t, err, rdb.ErrSplitting)
+
+	s.OnSplitStep(nil)
+	require.NoError(t, splitErr(s.Split(ctx, 50, 2)))
+	ok, err := s.Release(ctx, o, time.Now())
+	require.NoError(t, err)
+	require.True(t, ok)
+	n, err := s.UserCount(ctx, 50, u)
+	require.NoError(t, err)
+	require.Zero(t, n, "released in the user's bucket now")
+	ok, _, err = s.ApplyChange(ctx, rdb.Change{ID: 9, VoucherID: 50, AddStock: 5})
+	require.NoError(t, err)
+	require.True(t, ok)
+	requireStock(t, s, 50, 15)
+	pending, err := s.UserPending(ctx, 50, u)
+	require.NoError(t, err)
+	require.Len(t, pending, 1, "the order admitted before the split is listed from its old bucket")
+}

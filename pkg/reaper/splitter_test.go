@@ -1,0 +1,137 @@
+package reaper_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.uber.org/zap/zaptest"
+
+	"github.com/flashsale/flashsale/pkg/db"
+	"github.com/flashsale/flashsale/pkg/internal/testenv"
+	"github.com/flashsale/flashsale/pkg/order"
+	"github.com/flashsale/flashsale/pkg/rdb"
+	"github.com/flashsale/flashsale/pkg/reaper"
+	"github.com/flashsale/flashsale/pkg/worker"
+)
+
+// A voucher created with one bucket that turns hot is split by itself
+// while it sells: the detector marks it and asks for the split, the
+// splitter does it in the same round and records it in MySQL; the sale
+// then sells out over the new buckets. With a worker persisting, MySQL's
+// orders are the admissions, no user holds more than the limit, a retry
+// under a key made before the split gets its first order, and reconcile
+// finds Redis and MySQL agree.
+func TestAHotVoucherIsSplitByItselfWhileItSells(t *testing.T) {
+	e := testenv.New(t, 8)
+	ctx := context.Background()
+	const stock, limit, at = 1500, 2, 30
+	start := time.Now().Truncate(time.Second).Add(-time.Minute)
+	ends := start.Add(time.Hour)
+	v := e.SeedVoucher(t, db.Voucher{Stock: stock, PerUserLimit: limit, EndsAt: &ends, PaymentTimeoutSeconds: 3600}, -1)
+	now := start
+	r, err := reaper.New(reaper.Config{Config: worker.Config{Consumer: "splitter"}, HotSplitAt: at, HotSplitFor: 2 * time.Second},
+		e.RDB, e.DB, zaptest.NewLogger(t), reaper.WithClock(func() time.Time { return now }),
+		reaper.WithSplitTarget(func(context.Context, int64, int) (int, error) { return 4, nil }))
+	require.NoError(t, err)
+	w, err := worker.New(worker.Config{Consumer: "worker-1", Block: 50 * time.Millisecond}, e.RDB, e.DB, zaptest.NewLogger(t))
+	require.NoError(t, err)
+	wctx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- w.Run(wctx) }()
+	defer func() { stop(); require.NoError(t, <-done) }()
+
+	first := map[string]int64{} // user -> the order of its key "a"
+	held := map[string]int{}
+	admitted := 0
+	claim := func(u, key string, sec time.Time) error {
+		a, err := e.RDB.Admit(ctx, rdb.Claim{VoucherID: v.ID, UserID: u, IdempotencyKey: key, IdempotencyTTL: time.Hour,
+			Now: sec, Day: order.Day(sec, time.UTC)})
+		if err != nil {
+			return err
+		}
+		if key == "a" && a.Replayed {
+			require.Equal(t, first[u], a.OrderID, "user %s's retry under its key", u)
+			return nil
+		}
+		require.False(t, a.Replayed)
+		if key == "a" {
+			first[u] = a.OrderID
+		}
+		held[u]++
+		admitted++
+		return nil
+	}
+	round := func(at time.Time) reaper.Round {
+		now = at
+		got, err := r.RunOnce(ctx)
+		require.NoError(t, err)
+		return got
+	}
+	round(start)
+	var users []string
+	for i := range 3 { // 2*at buyers a second: hot from the first reading above it, held 2 s
+		sec := start.Add(time.Duration(i) * time.Second)
+		for range 2 * at {
+			u := fmt.Sprintf("b%d", len(users))
+			users = append(users, u)
+			require.NoError(t, claim(u, "a", sec))
+		}
+		got := round(sec.Add(time.Second))
+		if i < 2 {
+			require.Zero(t, got.SplitsAsked, "reading %d", i)
+			continue
+		}
+		require.Equal(t, 1, got.MarkedHot)
+		require.Equal(t, 1, got.SplitsAsked, "a hot voucher's split asked")
+		require.Equal(t, 1, got.Split, "and done in the same round")
+	}
+	got, err := e.DB.Voucher(ctx, v.ID)
+	require.NoError(t, err)
+	require.Equal(t, 4, got.StockBuckets)
+	require.False(t, got.Splitting())
+	require.NotNil(t, got.SplitAt)
+	parts, err := e.RDB.PartitionsOfVoucher(ctx, v.ID)
+	require.NoError(t, err)
+	require.Len(t, parts, 4, "its orders go to four partitions' streams now")
+
+	// The rest of the sale, over four buckets: every buyer retries its
+	// first key and claims twice more; new buyers come until it sells out.
+	sec := start.Add(4 * time.Second)
+	for i := 0; admitted < stock; i++ {
+		u := fmt.Sprintf("b%d", i)
+		if i < len(users) {
+			require.NoError(t, claim(u, "a", sec))
+		}
+		for _, k := range []string{"b", "c"} {
+			err := claim(u, k, sec)
+			if !errors.Is(err, rdb.ErrUserLimit) && !errors.Is(err, rdb.ErrSoldOut) {
+				require.NoError(t, err)
+			}
+		}
+	}
+	_, err = e.RDB.Admit(ctx, rdb.Claim{VoucherID: v.ID, UserID: "late", Now: sec, Day: order.Day(sec, time.UTC)})
+	require.ErrorIs(t, err, rdb.ErrSoldOut)
+	for u, n := range held {
+		require.LessOrEqual(t, n, limit, "user %s", u)
+	}
+	testenv.Eventually(t, 30*time.Second, "every admission persisted", func() bool {
+		return e.Count(t, "SELECT COUNT(*) FROM orders WHERE voucher_id = ?", v.ID) == int64(admitted)
+	})
+	require.Equal(t, int64(stock), e.Count(t, "SELECT COALESCE(SUM(quantity), 0) FROM orders WHERE voucher_id = ?", v.ID))
+	require.Zero(t, e.Count(t, "SELECT COUNT(*) FROM (SELECT user_id FROM orders WHERE voucher_id = ? GROUP BY user_id HAVING COUNT(*) > ?) x", v.ID, limit))
+	checks, err := reaper.Reconcile(ctx, e.RDB, e.DB, time.Now(), false)
+	require.NoError(t, err)
+	compared := false
+	for _, c := range checks {
+		if c.VoucherID == v.ID {
+			require.False(t, c.Splitting)
+			require.Empty(t, c.Differences, "Redis and MySQL agree after the split")
+			compared = true
+		}
+	}
+	require.True(t, compared, "reconcile compared the voucher")
+}
