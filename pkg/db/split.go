@@ -40,6 +40,13 @@ func (s *Store) SplitsOwed(ctx context.Context) ([]Voucher, error) {
 	return out, err
 }
 
+// DropSplit forgets voucher id's split to to, asked and never begun: its
+// sale ended, and Redis no longer holds it.
+func (s *Store) DropSplit(ctx context.Context, id int64, to int) error {
+	return s.db.WithContext(ctx).Model(&Voucher{}).Where("id = ? AND split_to = ?", id, to).
+		Update("split_to", gorm.Expr("stock_buckets")).Error
+}
+
 // SplitDone records voucher id's split to to done at now: its
 // stock_buckets are to from then on.
 func (s *Store) SplitDone(ctx context.Context, id int64, to int, now time.Time) error {

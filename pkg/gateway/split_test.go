@@ -13,7 +13,7 @@ import (
 // sale runs (the reaper's splitter does it): the voucher answers with
 // split_to. Lower than today's, not a multiple, above 64, on a draw, a
 // pool or a voucher with a waiting room: 400 invalid_field naming
-// stock_buckets, and nothing asked.
+// stock_buckets, and nothing asked; so is one whose sale has ended.
 func TestPatchStockBucketsAsksASplit(t *testing.T) {
 	f := newFixture(t)
 	id := f.createVoucher(`{"name":"drop","stock":100,"stock_buckets":2}`)
@@ -50,4 +50,10 @@ func TestPatchStockBucketsAsksASplit(t *testing.T) {
 	require.EqualValues(t, 8, res.Body["split_to"])
 	got := f.do("GET", "/admin/v1/vouchers/"+draw, admin, "")
 	require.NotContains(t, got.Body, "split_to", "none asked")
+	// Once its sale has ended, a voucher keeps its buckets.
+	ending := f.createVoucher(`{"name":"ending","stock":5,"ends_at":"` + ends + `"}`)
+	f.clock.Set(f.clock.Now().Add(2 * time.Hour))
+	res = f.do("PATCH", "/admin/v1/vouchers/"+ending, admin, `{"stock_buckets":2}`)
+	requireError(t, res, http.StatusBadRequest, "invalid_field")
+	require.Contains(t, res.Body["message"], "ended")
 }

@@ -529,9 +529,11 @@ func (sp *splitting) spread(ctx context.Context) error {
 
 // SplitTarget is the number of buckets a hot voucher of n buckets is
 // split to: the least multiple of n (at most MaxBuckets) whose buckets'
-// slots are on every master of the cluster, and n itself on one Redis
-// (one thread decides every bucket there: a split would add moves and
-// gain nothing) or when n's buckets are on every master already.
+// slots are on every master of the cluster (or on as many as the
+// partitions' slots reach: raise FLASHSALE_STREAM_PARTITIONS to reach
+// more), and n itself on one Redis (one thread decides every bucket
+// there: a split would add moves and gain nothing) or when n's buckets
+// are on as many masters already.
 func (s *Store) SplitTarget(ctx context.Context, v int64, n int) (int, error) {
 	cc, ok := s.c.(*redis.ClusterClient)
 	if !ok {
@@ -548,8 +550,11 @@ func (s *Store) SplitTarget(ctx context.Context, v int64, n int) (int, error) {
 	if err != nil {
 		return 0, fmt.Errorf("list masters: %w", err)
 	}
-	seen, b := map[string]bool{}, 0
-	for m := n; m <= MaxBuckets; m += n {
+	// Buckets n apart from the last are in the partitions after it; past
+	// every partition they come round again: the least count reaching the
+	// most masters the partitions reach.
+	seen, b, best, most := map[string]bool{}, 0, n, 0
+	for m := n; m <= MaxBuckets && m-n < s.partitions+n; m += n {
 		for ; b < m; b++ {
 			master, err := cc.MasterForKey(ctx, s.bucketOf(v, b).key())
 			if err != nil {
@@ -557,9 +562,12 @@ func (s *Store) SplitTarget(ctx context.Context, v int64, n int) (int, error) {
 			}
 			seen[master.Options().Addr] = true
 		}
-		if len(seen) >= len(all) {
-			return m, nil
+		if len(seen) > most {
+			best, most = m, len(seen)
+		}
+		if most >= len(all) {
+			break
 		}
 	}
-	return MaxBuckets - MaxBuckets%n, nil
+	return best, nil
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
+	"github.com/flashsale/flashsale/pkg/internal/testsrv"
 	"github.com/flashsale/flashsale/pkg/order"
 	"github.com/flashsale/flashsale/pkg/rdb"
 )
@@ -323,4 +324,81 @@ func TestASplittingVoucherPutsReleasesAndChangesOff(t *testing.T) {
 	pending, err := s.UserPending(ctx, 50, u)
 	require.NoError(t, err)
 	require.Len(t, pending, 1, "the order admitted before the split is listed from its old bucket")
+}
+
+// A failover of the old bucket's master in the middle of a split (an
+// operator's CLUSTER FAILOVER to its replica, between the copy and the
+// opening of the new buckets): the split completes on the new master, and
+// the voucher sells exactly its stock, every user within the limit,
+// every key its first order.
+func TestASplitThroughAFailoverOfItsMaster(t *testing.T) {
+	if cluster != nil {
+		t.Skip("starts a cluster with replicas of its own: run in the one-Redis pass")
+	}
+	c, err := testsrv.StartClusterWithReplicas(t.TempDir(), 3, 1)
+	require.NoError(t, err)
+	t.Cleanup(c.Kill)
+	ctx := context.Background()
+	cc := c.Client()
+	t.Cleanup(func() { cc.Close() })
+	s, err := rdb.New(cc, 8, "")
+	require.NoError(t, err)
+	require.NoError(t, s.Load(ctx))
+	require.NoError(t, s.EnsureGroups(ctx))
+	require.NoError(t, s.MarkAllLoaded(ctx))
+	const v, stock, limit = 61, 300, 2
+	seedVoucher(t, s, rdb.Voucher{ID: v, Stock: stock, PerUserLimit: limit})
+	buyers := usersIn(-1, 1, 200)
+	first := map[string]int64{}
+	held := map[string]int64{}
+	for _, u := range buyers[:100] {
+		a, err := s.Admit(ctx, keyedClaim(v, u, "a"))
+		require.NoError(t, err)
+		first[u], held[u] = a.OrderID, 1
+	}
+	splitter, err := rdb.New(cc, 8, "")
+	require.NoError(t, err)
+	var old string
+	splitter.OnSplitStep(func(step string) error {
+		if step != "open" {
+			return nil
+		}
+		fctx, cancel := context.WithTimeout(ctx, time.Minute)
+		defer cancel()
+		old, err = c.FailoverOf(fctx, s.VoucherKey(v))
+		return err
+	})
+	to, err := s.SplitTarget(ctx, v, 1)
+	require.NoError(t, err)
+	require.Greater(t, to, 1)
+	require.NoError(t, splitErr(splitter.Split(ctx, v, to)))
+	now, err := c.MasterOf(ctx, s.VoucherKey(v))
+	require.NoError(t, err)
+	require.NotEqual(t, old, now.Addr, "bucket 0's slot failed over")
+
+	sold := int64(len(first))
+	for _, u := range buyers {
+		if id, ok := first[u]; ok {
+			a, err := s.Admit(ctx, keyedClaim(v, u, "a"))
+			require.NoError(t, err)
+			require.Equal(t, id, a.OrderID, "user %s: a retry gets its first order", u)
+		}
+		for _, k := range []string{"b", "c"} {
+			_, err := s.Admit(ctx, keyedClaim(v, u, k))
+			if errors.Is(err, rdb.ErrUserLimit) || errors.Is(err, rdb.ErrSoldOut) {
+				continue
+			}
+			require.NoError(t, err)
+			held[u]++
+			sold++
+		}
+	}
+	require.EqualValues(t, stock, sold, "exactly the stock")
+	requireStock(t, s, v, 0)
+	for u, n := range held {
+		require.LessOrEqual(t, n, int64(limit))
+		got, err := s.UserCount(ctx, v, u)
+		require.NoError(t, err)
+		require.Equal(t, n, got, "user %s counted once, in their bucket", u)
+	}
 }

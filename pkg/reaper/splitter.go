@@ -31,6 +31,14 @@ func (r *Reaper) splitOwed(ctx context.Context, round *Round) error {
 		start := time.Now()
 		paused, err := r.redis.Split(ctx, v.ID, v.SplitTo)
 		if errors.Is(err, rdb.ErrSplitRefused) {
+			if v.EndsAt != nil && r.now().After(*v.EndsAt) {
+				// Its sale is over: a split no longer buys anything.
+				if err := r.db.DropSplit(ctx, v.ID, v.SplitTo); err != nil {
+					return err
+				}
+				r.log.Info("voucher split dropped: its sale ended", zap.Int64("voucher_id", v.ID), zap.Int("to", v.SplitTo), zap.Error(err))
+				continue
+			}
 			// Not in Redis yet (its creation owed), or Redis disagrees
 			// with MySQL: left asked, and said.
 			r.log.Warn("voucher split refused", zap.Int64("voucher_id", v.ID), zap.Int("to", v.SplitTo), zap.Error(err))
@@ -68,7 +76,7 @@ func (r *Reaper) askSplit(ctx context.Context, v int64, n int, round *Round) err
 		if dv.Splitting() {
 			return errSplitAsked
 		}
-		return voucher.Split(dv, int64(to))
+		return voucher.Split(dv, int64(to), r.now())
 	})
 	switch {
 	case err == nil:

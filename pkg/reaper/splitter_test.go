@@ -135,3 +135,24 @@ func TestAHotVoucherIsSplitByItselfWhileItSells(t *testing.T) {
 	}
 	require.True(t, compared, "reconcile compared the voucher")
 }
+
+// A split asked of a sale that ended before it was done, of a voucher
+// Redis no longer holds, is dropped rather than refused every round.
+func TestASplitAskedOfAnEndedSaleIsDropped(t *testing.T) {
+	e := testenv.New(t, 2)
+	ctx := context.Background()
+	ended := time.Now().Add(-time.Hour)
+	v := e.SeedVoucher(t, db.Voucher{Stock: 10, PerUserLimit: 1, EndsAt: &ended}, -1)
+	_, err := e.DB.AskSplit(ctx, v.ID, 2, func(db.Voucher) error { return nil })
+	require.NoError(t, err)
+	require.NoError(t, e.RDB.Client().Del(ctx, e.RDB.VoucherKey(v.ID)).Err())
+	r, err := reaper.New(reaper.Config{Config: worker.Config{Consumer: "splitter"}}, e.RDB, e.DB, zaptest.NewLogger(t))
+	require.NoError(t, err)
+	round, err := r.RunOnly(ctx, "splitter")
+	require.NoError(t, err)
+	require.Zero(t, round.Split)
+	got, err := e.DB.Voucher(ctx, v.ID)
+	require.NoError(t, err)
+	require.False(t, got.Splitting(), "no longer asked")
+	require.LessOrEqual(t, got.StockBuckets, 1, "its buckets as they were")
+}

@@ -1,6 +1,8 @@
 package voucher
 
 import (
+	"time"
+
 	"github.com/flashsale/flashsale/pkg/db"
 	"github.com/flashsale/flashsale/pkg/rdb"
 )
@@ -9,10 +11,12 @@ import (
 // (PATCH stock_buckets, or the reaper's detector for a hot voucher): a
 // count of units with no waiting room, raised to a multiple of its
 // buckets now (each bucket splits into as many: rdb's split.go), at most
-// rdb.MaxBuckets, no other split under way.
-func Split(v db.Voucher, to int64) error {
+// rdb.MaxBuckets, no other split under way, the sale not ended at now.
+func Split(v db.Voucher, to int64, now time.Time) error {
 	n := int64(max(v.StockBuckets, 1))
 	switch {
+	case v.EndsAt != nil && !now.Before(*v.EndsAt):
+		return invalid("stock_buckets", "stock_buckets cannot change once the sale has ended")
 	case v.IsDraw():
 		return invalid("stock_buckets", "stock_buckets must be 1 for a draw: entries take no stock")
 	case !v.Traits().Spread:

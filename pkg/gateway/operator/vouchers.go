@@ -325,7 +325,7 @@ func (a *API) changeVoucher(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if req.StockBuckets != nil {
-		if err := ruleError(voucher.Split(current, *req.StockBuckets)); err != nil {
+		if err := ruleError(voucher.Split(current, *req.StockBuckets, now)); err != nil {
 			a.Fail(w, r, err)
 			return
 		}
@@ -339,7 +339,7 @@ func (a *API) changeVoucher(w http.ResponseWriter, r *http.Request) {
 	}
 	if req.StockBuckets != nil {
 		to := *req.StockBuckets
-		v, err = a.DB.AskSplit(ctx, id, int(to), func(v db.Voucher) error { return voucher.Split(v, to) })
+		v, err = a.DB.AskSplit(ctx, id, int(to), func(v db.Voucher) error { return voucher.Split(v, to, now) })
 		if errors.Is(err, db.ErrNotFound) {
 			err = httpapi.ErrVoucherMissing
 		}

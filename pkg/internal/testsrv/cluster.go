@@ -230,6 +230,32 @@ func (c *Cluster) StallReplicaOf(ctx context.Context, key string) (master, repli
 	return master, replica, mc.Set(ctx, key+":ballast", strings.Repeat("x", 64<<20), time.Hour).Err()
 }
 
+// FailoverOf hands key's slot from its master to that master's replica
+// with CLUSTER FAILOVER (an operator's failover: the replica takes over
+// once it has every write), and waits until the replica serves it. It
+// returns the old master's address.
+func (c *Cluster) FailoverOf(ctx context.Context, key string) (string, error) {
+	master, err := c.MasterOf(ctx, key)
+	if err != nil {
+		return "", err
+	}
+	_, port, _ := net.SplitHostPort(master.Addr)
+	for _, n := range c.Nodes {
+		rc := n.Client()
+		info, err := rc.Info(ctx, "replication").Result()
+		if err == nil && strings.Contains(info, "role:slave") && strings.Contains(info, "master_port:"+port+"\r\n") {
+			err = rc.Do(ctx, "CLUSTER", "FAILOVER").Err()
+			rc.Close()
+			if err != nil {
+				return master.Addr, err
+			}
+			return master.Addr, c.WaitServed(ctx, key, master.Addr)
+		}
+		rc.Close()
+	}
+	return master.Addr, fmt.Errorf("no replica of %s", master.Addr)
+}
+
 // WaitServed waits until a node other than gone serves key's slot as a
 // master and accepts writes there (after a failover), or ctx ends.
 func (c *Cluster) WaitServed(ctx context.Context, key, gone string) error {

@@ -152,7 +152,7 @@ func splitSale(ctx context.Context, cfg *config, arg string, n int64, dry bool) 
 			fmt.Printf("voucher %d (%s): %d buckets asked already; nothing changed\n", v.ID, v.Name, n)
 			return nil
 		}
-		if err := voucher.Split(v, n); err != nil {
+		if err := voucher.Split(v, n, time.Now()); err != nil {
 			return err
 		}
 		what := fmt.Sprintf("split its %d Redis buckets to %d", max(v.StockBuckets, 1), n)
@@ -160,7 +160,7 @@ func splitSale(ctx context.Context, cfg *config, arg string, n int64, dry bool) 
 			fmt.Printf("voucher %d (%s): would %s; nothing changed (--dry-run)\n", v.ID, v.Name, what)
 			return nil
 		}
-		if _, err := mysql.AskSplit(ctx, v.ID, int(n), func(v db.Voucher) error { return voucher.Split(v, n) }); err != nil {
+		if _, err := mysql.AskSplit(ctx, v.ID, int(n), func(v db.Voucher) error { return voucher.Split(v, n, time.Now()) }); err != nil {
 			return err
 		}
 		fmt.Printf("voucher %d (%s): asked: %s (the reaper's splitter does it within its interval)\n", v.ID, v.Name, what)
