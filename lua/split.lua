@@ -11,8 +11,8 @@
 --
 -- KEYS[1] -> the bucket's hash, flashsale:{pP}:v:V(:bB)
 -- KEYS[2] -> (copy) the key written: the new bucket's hash, a day hash,
---            an idempotency record, a proof's single use, or its released
---            or changes set, all of the new bucket's slot
+--            its released or changes set; or KEYS[2..], idempotency records
+--            and proofs' single uses: all of the new bucket's slot
 --
 -- ARGV[1] -> the step:
 --   freeze  an old bucket: "N" -> "N>M"
@@ -21,10 +21,11 @@
 --           them), stock 0, buckets "M>0", expiring at its expire_s
 --   copy    into a new bucket not yet open ("M>0"), else nothing:
 --           ARGV[4] the kind of KEYS[2]: hash (HSET the pairs ARGV[6..]),
---           set (SADD ARGV[6..]), string (SET ARGV[6]), most (HSET each
---           pair's field to its value when it is larger: rf); ARGV[5] its
---           expiry: unix s for hash and set (0: none; a day hash's is
---           ARGV[5] ms from now, as "+MS"), PX ms for a string
+--           set (SADD ARGV[6..]), most (HSET each pair's field to its value
+--           when it is larger: rf), string (SET each of KEYS[2..] to its
+--           pair of ARGV[6..]: value, PX ms); ARGV[5] the expiry of a hash
+--           or set: unix s (0: none; a day hash's is ARGV[5] ms from now,
+--           as "+MS")
 --   open    a new bucket: "M>0" -> "M"
 --   switch  an old bucket: "N>M" -> "M"; with ARGV[4] 1 (bucket 0) it also
 --           records N among the counts it had (was, space-separated: orders
@@ -97,8 +98,10 @@ local args = {}
 for k = 6, #ARGV do
   args[#args + 1] = ARGV[k]
 end
-if kind == 'string' then
-  redis.call('SET', KEYS[2], args[1], 'PX', expire)
+if kind == 'string' then -- KEYS[2..]: each its value and PX ms, in ARGV[6..]
+  for k = 2, #KEYS do
+    redis.call('SET', KEYS[k], args[2 * k - 3], 'PX', args[2 * k - 2])
+  end
   return 1
 end
 if kind == 'set' then

@@ -123,6 +123,9 @@ func (s *Store) splitDone(ctx context.Context, v int64, to int) error {
 		return fmt.Errorf("split voucher %d: %w", v, err)
 	}
 	fs := strings.Fields(was)
+	if len(fs) == 0 {
+		return nil
+	}
 	n, err := strconv.Atoi(fs[len(fs)-1])
 	if err != nil || n < 1 || to%n != 0 {
 		return fmt.Errorf("split voucher %d: bad was %q", v, was)
@@ -390,56 +393,115 @@ func (sp *splitting) copy(ctx context.Context) error {
 }
 
 // copyKeys copies old bucket b's day counts and idempotency records of
-// moving users, and its proofs of work spent, into its children.
+// moving users, and its proofs of work spent, into its children: the
+// strings a SCAN page at a time (one pipelined read of their values and
+// expiries, one copy call a new bucket), since a sale whose claims carry
+// keys leaves one a claim.
 func (sp *splitting) copyKeys(ctx context.Context, b bucket) error {
-	return sp.s.bucketKeys(ctx, b, func(key, suffix string) error {
-		ttl, err := sp.s.c.PTTL(ctx, key).Result()
-		if err != nil {
-			return err
-		}
-		ms := ttl.Milliseconds()
-		if ms <= 0 {
-			ms = DayKeyTTL.Milliseconds() // none, or just gone: the longest any keeps
-		}
+	var page []string // idempotency records and proofs found, not yet copied
+	err := sp.s.bucketKeys(ctx, b, func(key, suffix string) error {
 		kind, name, _ := strings.Cut(suffix, ":")
-		switch kind {
-		case "day":
-			return sp.movers(ctx, key, "", func(page map[int][]any, names []string) error {
-				sp.copied(key, names)
-				return sp.copyFields(ctx, page, func(c bucket) string { return c.day(name) }, "hash", "+"+strconv.FormatInt(ms, 10))
-			})
-		case "idem":
-			user, k, _ := strings.Cut(name, ":")
-			c := sp.moving(user)
-			if c < 0 {
-				return nil
-			}
-			return sp.copyString(ctx, key, sp.s.bucketOf(sp.v, c), func(c bucket) string { return c.idem(user, k) }, ms, b.p)
-		default: // proof: every child, whoever spent it
-			for _, c := range sp.children(b.n) {
-				if err := sp.copyString(ctx, key, c, func(c bucket) string { return ProofKey(c.key(), name) }, ms, -1); err != nil {
-					return err
+		if kind != "day" {
+			if kind == "idem" {
+				if user, _, _ := strings.Cut(name, ":"); sp.moving(user) < 0 {
+					return nil
 				}
+			}
+			if page = append(page, key); len(page) == splitChunk {
+				err := sp.copyStrings(ctx, b, page)
+				page = page[:0]
+				return err
 			}
 			return nil
 		}
+		ms, err := sp.ttl(ctx, key)
+		if err != nil {
+			return err
+		}
+		return sp.movers(ctx, key, "", func(fields map[int][]any, names []string) error {
+			sp.copied(key, names)
+			return sp.copyFields(ctx, fields, func(c bucket) string { return c.day(name) }, "hash", "+"+strconv.FormatInt(ms, 10))
+		})
 	})
-}
-
-// copyString copies string key into keyOf(child), expiring in ms. An
-// idempotency record ("POSITION[ ITEM]", admit.lua) names the partition p
-// of the position's stream ("POSITION@p"): its order id is made from it.
-func (sp *splitting) copyString(ctx context.Context, key string, child bucket, keyOf func(bucket) string, ms int64, p int) error {
-	val, err := sp.s.c.Get(ctx, key).Result()
-	if errors.Is(err, redis.Nil) {
-		return nil
-	} else if err != nil {
+	if err != nil {
 		return err
 	}
-	if pos, item, _ := strings.Cut(val, " "); p >= 0 && !strings.Contains(pos, "@") {
-		val = pos + "@" + strconv.Itoa(p) + " " + item
+	return sp.copyStrings(ctx, b, page)
+}
+
+// ttl is key's expiry in ms; a key without one (or just gone) gets the
+// longest any of a bucket keeps.
+func (sp *splitting) ttl(ctx context.Context, key string) (int64, error) {
+	ttl, err := sp.s.c.PTTL(ctx, key).Result()
+	if err != nil {
+		return 0, err
 	}
-	return sp.run(ctx, "copy", child, []string{keyOf(child)}, "string", ms, val)
+	if ms := ttl.Milliseconds(); ms > 0 {
+		return ms, nil
+	}
+	return DayKeyTTL.Milliseconds(), nil
+}
+
+// copyStrings copies old bucket b's keys (idempotency records of moving
+// users, and proofs) into its children: a record to its user's new bucket,
+// naming the partition of its order's stream ("POSITION@P ITEM", the
+// record being "POSITION[ ITEM]", admit.lua: its order id is made from
+// it), a proof to every child (whoever spent it), each expiring as it
+// does.
+func (sp *splitting) copyStrings(ctx context.Context, b bucket, keys []string) error {
+	if len(keys) == 0 {
+		return nil
+	}
+	pipe := sp.s.c.Pipeline()
+	vals, ttls := make([]*redis.StringCmd, len(keys)), make([]*redis.DurationCmd, len(keys))
+	for i, k := range keys {
+		vals[i], ttls[i] = pipe.Get(ctx, k), pipe.PTTL(ctx, k)
+	}
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return fmt.Errorf("read the keys of %s: %w", b.key(), err)
+	}
+	type copies struct {
+		keys []string
+		args []any
+	}
+	to := map[int]*copies{}
+	add := func(c bucket, key string, ms int64, val string) {
+		if to[c.n] == nil {
+			to[c.n] = &copies{args: []any{"string", 0}}
+		}
+		to[c.n].keys = append(to[c.n].keys, key)
+		to[c.n].args = append(to[c.n].args, val, ms)
+	}
+	prefix := b.key() + ":"
+	for i, k := range keys {
+		val, err := vals[i].Result()
+		if err != nil { // gone since the scan
+			continue
+		}
+		ms := ttls[i].Val().Milliseconds()
+		if ms <= 0 {
+			ms = DayKeyTTL.Milliseconds()
+		}
+		kind, name, _ := strings.Cut(strings.TrimPrefix(k, prefix), ":")
+		if kind == "proof" {
+			for _, c := range sp.children(b.n) {
+				add(c, ProofKey(c.key(), name), ms, val)
+			}
+			continue
+		}
+		user, key, _ := strings.Cut(name, ":")
+		if pos, item, _ := strings.Cut(val, " "); !strings.Contains(pos, "@") {
+			val = pos + "@" + strconv.Itoa(b.p) + " " + item
+		}
+		c := sp.s.bucketOf(sp.v, sp.moving(user))
+		add(c, c.idem(user, key), ms, val)
+	}
+	for n, cp := range to {
+		if err := sp.run(ctx, "copy", sp.s.bucketOf(sp.v, n), cp.keys, cp.args...); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func (sp *splitting) open(ctx context.Context) error {

@@ -25,6 +25,8 @@ import (
 // SplitRun is a hot voucher that starts on one bucket of a 3-master
 // cluster and is split by itself while it sells: the reaper's detector
 // and splitter, with the threshold at half the rate measured before.
+// Every claim carries an idempotency key, as the API asks of clients: the
+// split copies a moving buyer's record with their count.
 type SplitRun struct {
 	HotSplitAt int64 `json:"hot_split_at"`
 	To         int   `json:"to_buckets"`
@@ -105,7 +107,8 @@ func splitRun(ctx context.Context, s *harness.Stack, cfg Config) (SplitRun, erro
 				day := order.Day(now, time.UTC)
 				claims := make([]rdb.Claim, 32)
 				for i := range claims {
-					claims[i] = rdb.Claim{VoucherID: v, UserID: "s" + strconv.FormatInt(users.Add(1), 10), Now: now, Day: day}
+					claims[i] = rdb.Claim{VoucherID: v, UserID: "s" + strconv.FormatInt(users.Add(1), 10), Now: now, Day: day,
+						IdempotencyKey: "k", IdempotencyTTL: time.Hour}
 				}
 				as, errs, err := store.AdmitMany(ctx, claims)
 				d := time.Since(now)
