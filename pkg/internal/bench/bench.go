@@ -63,6 +63,9 @@ type Config struct {
 	// SplitOnly runs only the split row: a hot voucher on one bucket of a
 	// 3-master cluster, split by itself while it sells.
 	SplitOnly bool
+	// TailOnly runs only the sold-out tail rows (one bucket and two)
+	// beside another voucher's claims.
+	TailOnly bool
 	// Env is added to the environment of the stacks' processes (FLASHSALE_*
 	// settings to compare, e.g. FLASHSALE_REDIS_PIPELINE_WORKERS=2).
 	Env []string
@@ -186,6 +189,9 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 
 	if cfg.DurabilityOnly {
 		return rep, durabilityRuns(ctx, cfg, s.JWTSecret, tokens, rep)
+	}
+	if cfg.TailOnly {
+		return rep, tailRuns(ctx, s, cfg, tokens, host, rep)
 	}
 	if cfg.DrawOnly {
 		return rep, draws(ctx, s, cfg, tokens, host, rep)
@@ -354,6 +360,11 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		if err := resetStreams(ctx, s); err != nil {
 			return nil, err
 		}
+	}
+
+	// A sold-out tail beside another sale, one bucket and two.
+	if err := tailRuns(ctx, s, cfg, tokens, host, rep); err != nil {
+		return nil, err
 	}
 
 	// Red envelope grabs beside unit claims: the largest pool (100,000
