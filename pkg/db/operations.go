@@ -38,12 +38,9 @@ func (s *Store) SetPaused(ctx context.Context, id int64, paused bool, now time.T
 func (s *Store) change(ctx context.Context, id int64, ch VoucherChange, edit func(tx *gorm.DB, v *Voucher, updates map[string]any) error) (Voucher, VoucherChange, error) {
 	var v Voucher
 	err := s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
-		res := tx.Clauses(clause.Locking{Strength: "UPDATE"}).Where("id = ?", id).Limit(1).Find(&v)
-		if res.Error != nil {
-			return fmt.Errorf("lock voucher %d: %w", id, res.Error)
-		}
-		if res.RowsAffected == 0 {
-			return ErrNotFound
+		var err error
+		if v, err = lockVoucher(tx, id); err != nil {
+			return err
 		}
 		ch.PaymentTimeoutSeconds = v.PaymentTimeoutSeconds
 		updates := map[string]any{}
@@ -56,6 +53,20 @@ func (s *Store) change(ctx context.Context, id int64, ch VoucherChange, edit fun
 		return tx.Create(&ch).Error
 	}, readCommitted)
 	return v, ch, err
+}
+
+// lockVoucher reads voucher id in tx, its row locked until tx ends;
+// ErrNotFound when there is none.
+func lockVoucher(tx *gorm.DB, id int64) (Voucher, error) {
+	var v Voucher
+	res := tx.Clauses(clause.Locking{Strength: "UPDATE"}).Where("id = ?", id).Limit(1).Find(&v)
+	if res.Error != nil {
+		return v, fmt.Errorf("lock voucher %d: %w", id, res.Error)
+	}
+	if res.RowsAffected == 0 {
+		return v, ErrNotFound
+	}
+	return v, nil
 }
 
 // Vouchers returns up to limit vouchers with ids above after, by id.

@@ -2,11 +2,9 @@ package db
 
 import (
 	"context"
-	"fmt"
 	"time"
 
 	"gorm.io/gorm"
-	"gorm.io/gorm/clause"
 )
 
 // AskSplit asks for voucher id's Redis buckets to be split to to while
@@ -17,12 +15,9 @@ import (
 func (s *Store) AskSplit(ctx context.Context, id int64, to int, check func(Voucher) error) (Voucher, error) {
 	var v Voucher
 	err := s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
-		res := tx.Clauses(clause.Locking{Strength: "UPDATE"}).Where("id = ?", id).Limit(1).Find(&v)
-		if res.Error != nil {
-			return fmt.Errorf("lock voucher %d: %w", id, res.Error)
-		}
-		if res.RowsAffected == 0 {
-			return ErrNotFound
+		var err error
+		if v, err = lockVoucher(tx, id); err != nil {
+			return err
 		}
 		if err := check(v); err != nil {
 			return err

@@ -103,11 +103,16 @@ func (s *Store) bucketsOfVoucher(ctx context.Context, v int64) ([]bucket, error)
 	if err != nil {
 		return nil, err
 	}
+	return s.bucketsIn(v, l), nil
+}
+
+// bucketsIn lists the buckets of voucher v laid out as l.
+func (s *Store) bucketsIn(v int64, l layout) []bucket {
 	out := make([]bucket, l.span())
 	for i := range out {
 		out[i] = s.bucketOf(v, i)
 	}
-	return out, nil
+	return out
 }
 
 // PartitionsOfVoucher are the partitions whose streams may hold orders of

@@ -26,13 +26,11 @@ type VoucherState struct {
 // ReadVoucherState reads voucher v's state, with the per-day counts of days.
 func (s *Store) ReadVoucherState(ctx context.Context, v int64, days []string) (VoucherState, error) {
 	st := VoucherState{Users: map[string]int64{}, Days: map[string]map[string]int64{}}
-	if l, err := s.layoutOf(ctx, v); err != nil || l.to > 0 {
+	l, err := s.layoutOf(ctx, v)
+	if err != nil || l.to > 0 {
 		return st, cmp.Or(err, fmt.Errorf("read voucher %d: %w", v, ErrSplitting))
 	}
-	buckets, err := s.bucketsOfVoucher(ctx, v)
-	if err != nil {
-		return st, err
-	}
+	buckets := s.bucketsIn(v, l)
 	b0 := buckets[0]
 	h, err := s.c.HGetAll(ctx, b0.key()).Result()
 	if err != nil {

@@ -22,11 +22,10 @@ import (
 // read before it read MySQL's row (or made it). ErrStaleRelease: the
 // bucket has forgotten releases done since (ForgetReleases); read again.
 func (s *Store) Release(ctx context.Context, o order.Order, knew time.Time) (released bool, err error) {
-	nb, err := s.bucketsOf(ctx, o.VoucherID)
-	for range 3 { // routed again when a split changed the count since it was read
-		if err != nil {
-			return false, err
-		}
+	// Routed as this process last saw the voucher, as a claim is:
+	// release.lua tells a release routed by the wrong count the right one.
+	nb := s.knownBuckets(o.VoucherID)
+	for range 3 {
 		b := s.userBucketOf(o.VoucherID, o.UserID, nb)
 		keys := []string{b.key(), b.day(o.Day), b.released(), b.pool()}
 		res, err := lua.Release.Run(ctx, s.c, keys, o.ID, o.UserID, o.Units(), o.Item.Encode(), knew.UnixMilli(), nb).Result()
@@ -46,6 +45,7 @@ func (s *Store) Release(ctx context.Context, o order.Order, knew time.Time) (rel
 			if len(n) == 2 && n[0] == int64(CodeRouteAgain) {
 				if m, _ := n[1].(int64); m >= 1 && m <= MaxBuckets {
 					nb = int(m)
+					s.buckets.Store(o.VoucherID, nb)
 					continue
 				}
 			}
@@ -75,11 +75,17 @@ func (s *Store) ForgetReleases(ctx context.Context, orders []order.Order, cutoff
 	}
 	var sets []*set
 	of := map[string]*set{}
+	counts := map[int64]int{} // voucher -> its number of buckets, read once a call
 	for _, o := range orders {
-		b, err := s.userBucket(ctx, o.VoucherID, o.UserID)
-		if err != nil {
-			return 0, err
+		n, ok := counts[o.VoucherID]
+		if !ok {
+			var err error
+			if n, err = s.bucketsOf(ctx, o.VoucherID); err != nil {
+				return 0, err
+			}
+			counts[o.VoucherID] = n
 		}
+		b := s.userBucketOf(o.VoucherID, o.UserID, n)
 		st := of[b.key()]
 		if st == nil {
 			st = &set{b: b}

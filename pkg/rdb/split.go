@@ -143,6 +143,9 @@ type splitting struct {
 	// frozen and switched: when this call's freeze began, and its
 	// switch ended (zero: not reached).
 	frozen, switched time.Time
+	// expireS: when the voucher's keys expire (unix s, "0" never), as
+	// bucket 0 says (create reads it, for the sets copied after it).
+	expireS string
 	// moved: the moving users' fields this call copied, by the old hash
 	// holding them (its drop needs no scan); nil when it copied none.
 	moved map[string][]string
@@ -241,6 +244,8 @@ func (sp *splitting) create(ctx context.Context) error {
 			config = append(config, f, str)
 		}
 	}
+	str, _ := vals[slices.Index(splitConfig, "expire_s")].(string)
+	sp.expireS = cmp.Or(str, "0")
 	changes, err := sp.s.c.SMembers(ctx, b0.changes()).Result()
 	if err != nil {
 		return fmt.Errorf("read changes applied: %w", err)
@@ -250,24 +255,17 @@ func (sp *splitting) create(ctx context.Context) error {
 		if err := sp.run(ctx, "create", child, nil, config...); err != nil {
 			return err
 		}
-		if err := sp.copyMembers(ctx, child, child.changes(), changes, sp.expireS(vals)); err != nil {
+		if err := sp.copyMembers(ctx, child, child.changes(), changes); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// expireS is the voucher's keys' expiry (unix s, "0" none) from its
-// settings read in splitConfig's order.
-func (sp *splitting) expireS(vals []any) string {
-	str, _ := vals[slices.Index(splitConfig, "expire_s")].(string)
-	return cmp.Or(str, "0")
-}
-
 // copyMembers adds members to set key of closed new bucket child.
-func (sp *splitting) copyMembers(ctx context.Context, child bucket, key string, members []string, expireS string) error {
+func (sp *splitting) copyMembers(ctx context.Context, child bucket, key string, members []string) error {
 	for i := 0; i < len(members); i += splitChunk {
-		args := []any{"set", expireS}
+		args := []any{"set", sp.expireS}
 		for _, m := range members[i:min(i+splitChunk, len(members))] {
 			args = append(args, m)
 		}
@@ -355,11 +353,6 @@ func (sp *splitting) copy(ctx context.Context) error {
 	if err := sp.begin(); err != nil {
 		return err
 	}
-	expireS, err := sp.s.c.HGet(ctx, sp.s.bucketOf(sp.v, 0).key(), "expire_s").Result()
-	if err != nil && !errors.Is(err, redis.Nil) {
-		return err
-	}
-	expireS = cmp.Or(expireS, "0")
 	for _, b := range sp.old() {
 		hash := func(c bucket) string { return c.key() }
 		err := sp.movers(ctx, b.key(), userPrefix, func(page map[int][]any, names []string) error {
@@ -384,7 +377,7 @@ func (sp *splitting) copy(ctx context.Context) error {
 			return fmt.Errorf("read %s: %w", b.released(), err)
 		}
 		for _, c := range sp.children(b.n) {
-			if err := sp.copyMembers(ctx, c, c.released(), released, expireS); err != nil {
+			if err := sp.copyMembers(ctx, c, c.released(), released); err != nil {
 				return err
 			}
 		}

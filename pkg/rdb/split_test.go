@@ -159,18 +159,7 @@ func TestASplitMidSaleKeepsLimitsAndKeysExact(t *testing.T) {
 		require.False(t, r.received.Before(lastAdmitted), "sold_out answered to %s at %v, before a claim sent at %v was admitted", r.user, r.received, lastAdmitted)
 	}
 	requireStock(t, s, v, 0)
-	var entries int
-	for p := range s.Partitions() {
-		es, err := s.StreamOrders(ctx, p)
-		require.NoError(t, err)
-		for _, e := range es {
-			if e.Order.VoucherID == v {
-				require.True(t, orders[e.Order.ID], "entry %s is an admitted order", e.StreamID)
-				entries++
-			}
-		}
-	}
-	require.Equal(t, stock, entries, "one stream entry per admission: no 202 without its order")
+	requireOneEntryEach(t, s, v, orders)
 
 	if cluster != nil {
 		cc := s.Client().(*redis.ClusterClient)

@@ -425,26 +425,22 @@ func (r *Reaper) record(name string, round Round, err error) {
 // them. Each is bounded; a failing one does not stop the others. Tests and tools call
 // it; Run runs the services on their own intervals instead.
 func (r *Reaper) RunOnce(ctx context.Context) (Round, error) {
-	var total Round
-	var errs []error
-	for _, s := range r.services() {
-		var round Round
-		err := s.runOnce(ctx, &round)
-		r.record(s.name, round, err)
-		total.Add(round)
-		errs = append(errs, err)
-	}
-	return total, errors.Join(errs...)
+	return r.runEach(ctx, func(string) bool { return true })
 }
 
 // RunOnly runs one round of each of the services named (ServiceNames),
 // in the services' order: a benchmark's or a tool's reaper that must do
 // one job and not the others.
 func (r *Reaper) RunOnly(ctx context.Context, names ...string) (Round, error) {
+	return r.runEach(ctx, func(name string) bool { return slices.Contains(names, name) })
+}
+
+// runEach runs one round of each service run says to, in order.
+func (r *Reaper) runEach(ctx context.Context, run func(name string) bool) (Round, error) {
 	var total Round
 	var errs []error
 	for _, s := range r.services() {
-		if !slices.Contains(names, s.name) {
+		if !run(s.name) {
 			continue
 		}
 		var round Round

@@ -188,15 +188,11 @@ type ScaleOut struct {
 // buckets buckets for d, on the cluster stack s.
 func scaleOut(ctx context.Context, s *harness.Stack, buckets, conns int, d time.Duration, logf func(string, ...any)) (ScaleOut, error) {
 	out := ScaleOut{Buckets: buckets}
-	cc := s.Cluster.Client()
-	defer cc.Close()
-	store, err := rdb.New(cc, s.RDB.Partitions(), "")
+	cc, store, err := clusterStore(ctx, s)
 	if err != nil {
 		return out, err
 	}
-	if err := store.Load(ctx); err != nil {
-		return out, err
-	}
+	defer cc.Close()
 	// A voucher whose buckets are on as many masters as it has buckets
 	// (up to three): voucher ids are given by MySQL, the partitions' slots
 	// by the cluster, so look for one.
@@ -217,18 +213,8 @@ func scaleOut(ctx context.Context, s *harness.Stack, buckets, conns int, d time.
 			break
 		}
 	}
-	before := map[string]time.Duration{}
-	var mu sync.Mutex
-	cpuAll := func(into map[string]time.Duration) error {
-		return cc.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error {
-			t, err := redisCPU(ctx, m)
-			mu.Lock()
-			into[m.Options().Addr] = t
-			mu.Unlock()
-			return err
-		})
-	}
-	if err := cpuAll(before); err != nil {
+	before, err := mastersCPU(ctx, cc)
+	if err != nil {
 		return out, err
 	}
 	perPartition := make([]atomic.Int64, s.RDB.Partitions())
@@ -236,8 +222,8 @@ func scaleOut(ctx context.Context, s *harness.Stack, buckets, conns int, d time.
 		p, _, _ := order.EntryOf(a.OrderID)
 		perPartition[p].Add(1)
 	})
-	after := map[string]time.Duration{}
-	if err := cpuAll(after); err != nil {
+	after, err := mastersCPU(ctx, cc)
+	if err != nil {
 		return out, err
 	}
 	out.Admissions, out.PerSecond = n, rate

@@ -72,15 +72,11 @@ type timedCall struct {
 func splitRun(ctx context.Context, s *harness.Stack, cfg Config) (SplitRun, error) {
 	const stock = 10_000_000
 	out := SplitRun{Stock: stock}
-	cc := s.Cluster.Client()
-	defer cc.Close()
-	store, err := rdb.New(cc, s.RDB.Partitions(), "")
+	cc, store, err := clusterStore(ctx, s)
 	if err != nil {
 		return out, err
 	}
-	if err := store.Load(ctx); err != nil {
-		return out, err
-	}
+	defer cc.Close()
 	v, err := s.CreateVoucher(ctx, harness.VoucherSpec{Name: "split", Stock: stock, PerUserLimit: 1})
 	if err != nil {
 		return out, err
@@ -263,6 +259,21 @@ func splitRun(ctx context.Context, s *harness.Stack, cfg Config) (SplitRun, erro
 	cfg.logf("split: p99 of a call of 32 claims %.0f µs before, %.0f µs during the split round (%d calls, the longest %.0f µs); %d admitted + %d left = the stock",
 		out.P99BeforeUs, out.P99DuringUs, out.Calls, out.LongestUs, out.Admitted, out.Remaining)
 	return out, nil
+}
+
+// clusterStore is a Store of its own over the cluster stack s's masters,
+// its scripts loaded, as a gateway's; close its client when done.
+func clusterStore(ctx context.Context, s *harness.Stack) (*redis.ClusterClient, *rdb.Store, error) {
+	cc := s.Cluster.Client()
+	store, err := rdb.New(cc, s.RDB.Partitions(), "")
+	if err == nil {
+		err = store.Load(ctx)
+	}
+	if err != nil {
+		cc.Close()
+		return nil, nil, err
+	}
+	return cc, store, nil
 }
 
 // mastersCPU is each master's CPU used so far.
