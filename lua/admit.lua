@@ -124,8 +124,13 @@
 -- is not the user's, 21 (splitting): the voucher is splitting into more
 -- buckets and the user's records are moving to their new bucket: retry
 -- shortly (a bucket of a splitting voucher holds "N>M" in its buckets
--- field, N its number now and M the new one; a new bucket not yet open
--- "M>0", and answers 21 to every claim).
+-- field, N its number now and M the new one, once frozen; a new bucket
+-- not yet open "M>0", and answers 21 to every claim).
+-- Before the freeze a bucket of a splitting voucher holds "N~M"
+-- (pre-copy, pkg/rdb split.go): it decides every claim, and names the
+-- records it writes of the users whose bucket of M is another in its
+-- dirty list, KEYS[1]:dirty (a key of KEYS[1]'s slot, not in KEYS: no
+-- caller knows when a bucket pre-copies), for the splitter to copy.
 -- A call whose stream entry cannot be numbered (sequence 128 or more)
 -- changes nothing from the claim that began that entry's orders on (the
 -- proofs of work those claims spent are unspent), and those claims are
@@ -241,13 +246,39 @@ if not v[1] then
   end
   return all(1)
 end
-local buckets, split = tonumber(v[8]), nil
-if not buckets then -- 1 when absent; "N>M" while splitting (pkg/rdb split.go)
-  local from, to = string.match(v[8] or '1>', '^(%d+)>(%d*)$')
-  buckets, split = tonumber(from), tonumber(to)
+local buckets, split, pre = tonumber(v[8] or 1), nil, nil
+if not buckets then -- 1 when absent; "N~M" or "N>M" while splitting (pkg/rdb split.go)
+  local from, state, to = string.match(v[8], '^(%d+)([~>])(%d*)$')
+  buckets = tonumber(from)
+  if state == '~' then
+    pre = tonumber(to)
+  else
+    split = tonumber(to)
+  end
 end
 if buckets ~= tonumber(ARGV[2]) then
   return all({10, buckets})
+end
+-- Pre-copy (pre, the buckets the voucher splits into): the records this
+-- call writes of users whose bucket of pre is another, with their values,
+-- for the splitter to copy without reading them here (KEYS[1]:dirty,
+-- split.lua): "u:USER COUNT", "day:D USER COUNT", and the keys
+-- "idem:USER:K VALUE EXP_MS", "proof:S 1 EXP_MS". Made only then: a
+-- call of a bucket not splitting makes none of it.
+local dirty_log, mover, log_key
+if pre then
+  local movers = {}
+  dirty_log = {}
+  mover = function(user)
+    if movers[user] == nil then
+      local h = fnv(user)
+      movers[user] = h % pre ~= h % buckets
+    end
+    return movers[user]
+  end
+  log_key = function(key, value, exp_ms)
+    dirty_log[#dirty_log + 1] = string.sub(key, #KEYS[1] + 2) .. ' ' .. value .. ' ' .. exp_ms
+  end
 end
 if v[7] == '1' then
   return all(9)
@@ -389,6 +420,7 @@ local function flush()
       out[i] = 7
       if spent[i] then
         unspend[#unspend + 1] = proofs[i]
+        spent[i] = nil
       end
     end
     if #unspend > 0 then
@@ -414,6 +446,9 @@ local function flush()
     end
     if idems[a.i] then
       redis.call('SET', idems[a.i], pos .. ' ' .. a.item, 'EX', idem_ttls[a.i])
+      if pre and mover(a.user) then
+        log_key(idems[a.i], pos, base + idem_ttls[a.i] * 1000)
+      end
     end
   end
   pending = {}
@@ -510,5 +545,27 @@ for key, users in pairs(day_dirty) do
   end
   redis.call('HSET', key, unpack(w))
   redis.call('EXPIRE', key, tonumber(ARGV[3]))
+end
+if pre then
+  for user in pairs(dirty) do
+    if mover(user) then
+      dirty_log[#dirty_log + 1] = 'u:' .. user .. ' ' .. held[user]
+    end
+  end
+  for key, users in pairs(day_dirty) do
+    for user in pairs(users) do
+      if mover(user) then
+        dirty_log[#dirty_log + 1] = string.sub(key, #KEYS[1] + 2) .. ' ' .. user .. ' ' .. days[key][user]
+      end
+    end
+  end
+  for i in pairs(spent) do
+    if mover(users[i]) then
+      log_key(proofs[i], 1, base + proof_ttls[i] * 1000)
+    end
+  end
+  if #dirty_log > 0 then
+    redis.call('RPUSH', KEYS[1] .. ':dirty', unpack(dirty_log))
+  end
 end
 return out

@@ -33,12 +33,15 @@ var roleCommands = map[string][]string{
 	// --repair, the users' indexes trimmed after a sale (HSCAN), the
 	// releases forgotten (forget.lua) and the splits of a voucher's
 	// buckets (split.lua; SCAN finds a bucket's day hashes, keys and
-	// proofs, PTTL their expiry).
+	// proofs, PTTL their expiry; TIME and XINFO STREAM date the start of
+	// a pre-copy, LRANGE, LINDEX and LLEN read its dirty lists, UNLINK drops
+	// them).
 	"reaper": {
 		"evalsha", "eval", "script|load", "xreadgroup", "xack", "xdel", "xclaim", "xautoclaim", "xadd", "xgroup|create",
 		"xgroup|delconsumer", "xpending", "xinfo|groups", "xinfo|consumers", "xlen", "xrange", "xtrim",
 		"decrby", "exists", "sadd", "srem", "scard", "smembers", "sismember", "hmget", "hget", "hgetall", "hscan", "hset", "hsetnx", "hdel", "hincrby", "lpush", "rpush", "lrange",
 		"expire", "expireat", "pexpire", "pttl", "scan", "persist", "del", "get", "set", "watch", "unwatch", "multi", "exec",
+		"lindex", "llen", "time", "xinfo|stream", "unlink",
 	},
 	// Read-only: the stream gauges and looking at state (a metrics
 	// exporter, an operator's redis-cli).

@@ -2,6 +2,7 @@ package rdb_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 
 	"github.com/redis/go-redis/v9"
@@ -78,6 +79,25 @@ func TestACLUsersAreRestricted(t *testing.T) {
 	require.NoError(t, m.XLen(ctx, rdb.StreamKey(0)).Err())
 	noperm(m.XAdd(ctx, &redis.XAddArgs{Stream: rdb.StreamKey(0), Values: []any{"a", "b"}}).Err())
 	noperm(m.Del(ctx, rdb.StreamKey(0)).Err())
+
+	// A split, under claims: the reaper's commands, and the gateway's
+	// while the voucher pre-copies (admit.lua names its moving users).
+	require.NoError(t, s.PutVoucher(ctx, rdb.Voucher{ID: 3, Stock: 100, PerUserLimit: 1}))
+	var claimed int
+	rp.OnSplitStep(func(step string) error {
+		if step == "copy" { // pre-copying: every claim is decided
+			for i := range 16 {
+				if _, err := s.Admit(ctx, keyedClaim(3, fmt.Sprintf("buyer-%d", i), "k")); err != nil {
+					return err
+				}
+				claimed++
+			}
+		}
+		return nil
+	})
+	_, err = rp.Split(ctx, 3, 4)
+	require.NoError(t, err, "the reaper splits, the gateway admits meanwhile")
+	require.Equal(t, 16, claimed)
 
 	_, err = rdb.ACLRules("nobody")
 	require.Error(t, err)

@@ -72,13 +72,16 @@ func (s *Store) layoutOf(ctx context.Context, v int64) (layout, error) {
 	return l, nil
 }
 
-// parseLayout reads a bucket's buckets field (split.lua): "N", "N>M"
-// (splitting from N to M), "" (1).
+// parseLayout reads a bucket's buckets field (split.lua): "N", "N~M" or
+// "N>M" (splitting from N to M: pre-copying, frozen), "" (1).
 func parseLayout(str string) (layout, error) {
 	if str == "" {
 		return layout{n: 1}, nil
 	}
 	from, to, splitting := strings.Cut(str, ">")
+	if !splitting {
+		from, to, splitting = strings.Cut(str, "~")
+	}
 	n, err := strconv.Atoi(from)
 	l := layout{n: n}
 	if err == nil && splitting {

@@ -29,6 +29,7 @@ import (
 //	flashsale:{pP}:v:V:released        set of order ids whose reservation was given back, until forgotten (ForgetReleases)
 //	flashsale:{pP}:v:V:pool            list of the items left of a pooled voucher ("no|amount|code")
 //	flashsale:{pP}:v:V:changes         set of the operator's changes applied (voucher_changes ids)
+//	flashsale:{pP}:v:V:dirty           list, while V splits: the records admit.lua wrote of moving users (split.go)
 //	flashsale:{pP}:v:V:moves:out       hash move id -> "to units": units taken from here, not yet given
 //	flashsale:{pP}:v:V:moves:in        set of move ids whose units were given here
 //	flashsale:{pP}:v:V:room            a waiting room's state (pkg/room, room.lua)
@@ -126,6 +127,7 @@ func (b bucket) day(day string) string      { return dayKey(b.key(), day) }
 func (b bucket) released() string           { return b.key() + ":released" }
 func (b bucket) pool() string               { return poolKey(b.key()) }
 func (b bucket) changes() string            { return b.key() + ":changes" }
+func (b bucket) dirty() string              { return b.key() + ":dirty" }
 func (b bucket) movesOut() string           { return b.key() + ":moves:out" }
 func (b bucket) movesIn() string            { return b.key() + ":moves:in" }
 func (b bucket) stream() string             { return StreamKey(b.p) }

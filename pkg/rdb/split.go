@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -26,26 +27,40 @@ import (
 // The steps, each on one bucket, each a no-op when done already (split.lua),
 // so a split killed between any two is resumed by running it again:
 //
-//	freeze  each old bucket: "N" -> "N>M": it answers 21 (splitting) to the
-//	        users whose bucket of M is another (they try again, within their
-//	        request's deadline), and refuses releases and changes (left owed,
-//	        applied later)
+//	precopy each old bucket: "N" -> "N~M": it decides every claim as
+//	        before, and names in its dirty list the records it writes of
+//	        the users whose bucket of M is another (the moving users); it
+//	        refuses releases and changes (left owed, applied later), so
+//	        the moving users' counts only grow until the switch
 //	create  each new bucket, closed ("M>0": it answers 21 to every claim),
 //	        from bucket 0's settings and changes applied, with no stock
 //	copy    the moving users' counts, day counts and idempotency records,
 //	        the proofs of work spent and the released orders, from each old
-//	        bucket into its children while they are closed: the old bucket
-//	        changes none of them since its freeze
+//	        bucket into its children while they are closed, as they are
+//	        now (a count only raises its copy: copies by two callers, read
+//	        at different times, leave the larger)
+//	catchup the records named in the dirty lists since, again, round after
+//	        round while the rounds shrink (splitCalm, splitRounds): what
+//	        the moving users wrote while the last round copied
+//	freeze  each old bucket: "N>M": it answers 21 (splitting) to the moving
+//	        users (they try again, within their request's deadline) and
+//	        keeps deciding the others
+//	last    the records named since the last round: the moving users'
+//	        records are then whole in their new buckets
 //	open    each new bucket: "M"; nobody routes a claim to it yet
 //	switch  each old bucket, bucket 0 last: "M"; a claim routed by N is told
 //	        {10, M} and routed again, to the user's one bucket
 //	drop    the moving users' counts from the old buckets: stale copies,
 //	        never read (a claim or release routed by N is routed again
 //	        first); the fields this call copied, or, for a split found
-//	        switched (splitDone), every moving user's found by HSCAN
+//	        switched (splitDone), every moving user's found by HSCAN; and
+//	        the dirty lists
 //	spread  each old bucket's units, shared with its children by moves
 //	        (take.lua/give.lua): without it the children refill when dry
 //
+// The moving users wait from freeze to switch: the copy of what they
+// wrote during the last catch-up round, not of the bucket, as a live
+// migration of a virtual machine copies its memory before it stops it.
 // A user's pending orders admitted before stay indexed (o:USER) in the
 // old bucket, whose stream holds them: bucket 0 records the counts it had
 // (was), and a listing reads the user's bucket at each (userBuckets).
@@ -53,7 +68,7 @@ import (
 // source: the voucher sells exactly its stock through any crash.
 
 // SplitSteps are a split's steps, in order (splitHook's names).
-var SplitSteps = []string{"freeze", "create", "copy", "open", "switch", "drop", "spread"}
+var SplitSteps = []string{"precopy", "create", "copy", "catchup", "freeze", "last", "open", "switch", "drop", "spread"}
 
 // ErrSplitRefused: a split asked of a voucher that cannot take it (fewer
 // buckets than it has, not a multiple of them, above MaxBuckets, another
@@ -66,12 +81,24 @@ var splitConfig = []string{"limit", "daily", "start_ms", "end_ms", "expire_s", "
 	"pow", "access", "room", "room_pre_ms", "room_pass_ms", "end_change", "pause_change", "pow_change",
 	"room_change", "access_change"}
 
-// splitChunk bounds the fields or members one copy call carries, and
+// splitChunk bounds the fields or members one copy call carries,
 // splitScan the fields an HSCAN of a bucket reads a call (COUNT): a
-// bucket of a million buyers is read in 200 calls and written in 400.
+// bucket of a million buyers is read in 200 calls and written in 400;
+// and splitLog the entries of a dirty list one LRANGE reads.
 const (
 	splitChunk = 2500
 	splitScan  = 5000
+	splitLog   = 10000
+)
+
+// The catch-up rounds before the freeze: they end when a round copied at
+// most splitCalm records (one copy call a new bucket: the freeze then
+// holds the moving users for about one), when a round copied more than
+// nine tenths of the one before (copying no faster than they are written:
+// more rounds would not shorten the freeze), or after splitRounds.
+const (
+	splitCalm   = splitChunk
+	splitRounds = 16
 )
 
 // Split raises voucher v's buckets to to (a multiple of its number now, at
@@ -103,7 +130,7 @@ func (s *Store) Split(ctx context.Context, v int64, to int) (paused time.Duratio
 		return 0, fmt.Errorf("split voucher %d from %d to %d buckets: %w", v, l.n, to, ErrSplitRefused)
 	}
 	sp := splitting{s: s, v: v, n: l.n, m: to}
-	for _, step := range []func(context.Context) error{sp.freeze, sp.create, sp.copy, sp.open, sp.switchOver, sp.drop, sp.spread} {
+	for _, step := range []func(context.Context) error{sp.precopy, sp.create, sp.copy, sp.catchup, sp.freeze, sp.last, sp.open, sp.switchOver, sp.drop, sp.spread} {
 		if err := step(ctx); err != nil {
 			return sp.paused(), fmt.Errorf("split voucher %d from %d to %d buckets: %w", v, l.n, to, err)
 		}
@@ -149,6 +176,12 @@ type splitting struct {
 	// moved: the moving users' fields this call copied, by the old hash
 	// holding them (its drop needs no scan); nil when it copied none.
 	moved map[string][]string
+	// logged: the entries of each old bucket's dirty list this call
+	// copied, by old bucket.
+	logged map[int]int64
+	// since: by old bucket, the ms after which its admissions are named
+	// in its dirty list (split.lua precopy; absent: none are).
+	since map[int]int64
 }
 
 // copied records the moving users' fields names of old hash key, copied.
@@ -216,17 +249,177 @@ func (sp *splitting) moving(user string) int {
 	return -1
 }
 
+func (sp *splitting) precopy(ctx context.Context) error {
+	if err := sp.begin(); err != nil {
+		return err
+	}
+	for _, b := range sp.old() { // bucket 0 first: it refuses changes from then on
+		if err := sp.run(ctx, "precopy", b, []string{b.dirty(), b.stream()}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 func (sp *splitting) freeze(ctx context.Context) error {
 	if err := sp.begin(); err != nil {
 		return err
 	}
 	sp.frozen = time.Now()
-	for _, b := range sp.old() { // bucket 0 first: it refuses changes from then on
+	for _, b := range sp.old() {
 		if err := sp.run(ctx, "freeze", b, nil); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// catchup copies the records the dirty lists name, round after round,
+// until a round is short or no shorter than the one before.
+func (sp *splitting) catchup(ctx context.Context) error {
+	if err := sp.begin(); err != nil {
+		return err
+	}
+	prev := int64(-1)
+	for range splitRounds {
+		n, err := sp.recopy(ctx)
+		if err != nil {
+			return err
+		}
+		if n <= splitCalm || (prev >= 0 && n*10 > prev*9) {
+			return nil
+		}
+		prev = n
+	}
+	return nil
+}
+
+// last copies the records named since the last round, once frozen.
+func (sp *splitting) last(ctx context.Context) error {
+	if err := sp.begin(); err != nil {
+		return err
+	}
+	_, err := sp.recopy(ctx)
+	return err
+}
+
+// recopy copies the records each old bucket's dirty list names past what
+// this call copied of it, up to the list's end when the round began (a
+// round ends even while the list grows faster than it is read): how many
+// entries it read.
+func (sp *splitting) recopy(ctx context.Context) (int64, error) {
+	if sp.logged == nil {
+		sp.logged = map[int]int64{}
+	}
+	var read int64
+	for _, b := range sp.old() {
+		end, err := sp.s.c.LLen(ctx, b.dirty()).Result()
+		if err != nil {
+			return read, fmt.Errorf("read %s: %w", b.dirty(), err)
+		}
+		for from := sp.logged[b.n]; from < end; from = sp.logged[b.n] {
+			page, err := sp.s.c.LRange(ctx, b.dirty(), from, min(from+splitLog, end)-1).Result()
+			if err != nil {
+				return read, fmt.Errorf("read %s: %w", b.dirty(), err)
+			}
+			if len(page) == 0 { // gone: expired with its voucher
+				break
+			}
+			if err := sp.copyNamed(ctx, b, page); err != nil {
+				return read, err
+			}
+			sp.logged[b.n] += int64(len(page))
+			read += int64(len(page))
+		}
+	}
+	return read, nil
+}
+
+// copyNamed copies the records of old bucket b that entries of its dirty
+// list name with their values (admit.lua): "u:USER COUNT" a count, "day:D
+// USER COUNT" a day count, "idem:USER:K VALUE EXP_MS" and "proof:S 1
+// EXP_MS" keys. It reads nothing of b: the bucket deciding the sale is
+// the busiest, and its list is read a page a command.
+func (sp *splitting) copyNamed(ctx context.Context, b bucket, entries []string) error {
+	counts := map[int][]any{}
+	days := map[string]map[int][]any{} // day -> new bucket -> user, count
+	type key struct {
+		name, value string
+		exp         int64
+	}
+	keys := map[int][]key{}
+	var names []string
+	dayNames := map[string][]string{}
+	now := time.Now().UnixMilli()
+	for _, e := range entries {
+		switch rest, count, _ := cutLast(e); {
+		case e == "" || strings.HasPrefix(e, "since "):
+		case strings.HasPrefix(e, userPrefix):
+			c := sp.moving(strings.TrimPrefix(rest, userPrefix))
+			counts[c] = append(counts[c], rest, count)
+			names = append(names, rest)
+		case strings.HasPrefix(e, "day:"):
+			day, user, _ := strings.Cut(strings.TrimPrefix(rest, "day:"), " ")
+			if days[day] == nil {
+				days[day] = map[int][]any{}
+			}
+			c := sp.moving(user)
+			days[day][c] = append(days[day][c], user, count)
+			dayNames[day] = append(dayNames[day], user)
+		default: // a key: count is its expiry
+			name, value, _ := cutLast(rest)
+			exp, err := strconv.ParseInt(count, 10, 64)
+			if err != nil || exp <= now {
+				continue // gone by now
+			}
+			kind, rest, _ := strings.Cut(name, ":")
+			if kind == "proof" {
+				for _, c := range sp.children(b.n) {
+					keys[c.n] = append(keys[c.n], key{ProofKey(c.key(), rest), value, exp - now})
+				}
+				continue
+			}
+			user, k, _ := strings.Cut(rest, ":")
+			c := sp.s.bucketOf(sp.v, sp.moving(user))
+			keys[c.n] = append(keys[c.n], key{c.idem(user, k), value + "@" + strconv.Itoa(b.p) + " ", exp - now})
+		}
+	}
+	if err := sp.copyFields(ctx, counts, bucket.key, "0"); err != nil {
+		return err
+	}
+	sp.copied(b.key(), names)
+	for day, fields := range days {
+		ms, err := sp.ttl(ctx, b.day(day))
+		if err != nil {
+			return err
+		}
+		if err := sp.copyFields(ctx, fields, func(c bucket) string { return c.day(day) }, "+"+strconv.FormatInt(ms, 10)); err != nil {
+			return err
+		}
+		sp.copied(b.day(day), dayNames[day])
+	}
+	for n, ks := range keys {
+		for i := 0; i < len(ks); i += splitChunk {
+			page := ks[i:min(i+splitChunk, len(ks))]
+			names, args := make([]string, len(page)), []any{"string", 0}
+			for j, k := range page {
+				names[j] = k.name
+				args = append(args, k.value, k.exp)
+			}
+			if err := sp.run(ctx, "copy", sp.s.bucketOf(sp.v, n), names, args...); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// cutLast cuts s around its last space.
+func cutLast(s string) (before, after string, found bool) {
+	if i := strings.LastIndexByte(s, ' '); i >= 0 {
+		return s[:i], s[i+1:], true
+	}
+	return s, "", false
 }
 
 func (sp *splitting) create(ctx context.Context) error {
@@ -276,13 +469,14 @@ func (sp *splitting) copyMembers(ctx context.Context, child bucket, key string, 
 	return nil
 }
 
-// copyFields writes fields (field, value pairs by new bucket) into hash
-// keyOf(child) of each closed new bucket, as kind (hash or most).
-func (sp *splitting) copyFields(ctx context.Context, fields map[int][]any, keyOf func(bucket) string, kind, expire string) error {
+// copyFields writes fields (field, value pairs by new bucket: counts)
+// into hash keyOf(child) of each closed new bucket, each where it raises
+// the count there (copies read at different times leave the larger).
+func (sp *splitting) copyFields(ctx context.Context, fields map[int][]any, keyOf func(bucket) string, expire string) error {
 	for c, pairs := range fields {
 		child := sp.s.bucketOf(sp.v, c)
 		for i := 0; i < len(pairs); i += 2 * splitChunk {
-			args := append([]any{kind, expire}, pairs[i:min(i+2*splitChunk, len(pairs))]...)
+			args := append([]any{"most", expire}, pairs[i:min(i+2*splitChunk, len(pairs))]...)
 			if err := sp.run(ctx, "copy", child, []string{keyOf(child)}, args...); err != nil {
 				return err
 			}
@@ -353,18 +547,28 @@ func (sp *splitting) copy(ctx context.Context) error {
 	if err := sp.begin(); err != nil {
 		return err
 	}
+	sp.since = map[int]int64{}
+	for _, b := range sp.old() {
+		first, err := sp.s.c.LIndex(ctx, b.dirty(), 0).Result()
+		if err != nil && !errors.Is(err, redis.Nil) {
+			return fmt.Errorf("read %s: %w", b.dirty(), err)
+		}
+		if ms, err := strconv.ParseInt(strings.TrimPrefix(first, "since "), 10, 64); err == nil {
+			sp.since[b.n] = ms
+		}
+	}
 	for _, b := range sp.old() {
 		hash := func(c bucket) string { return c.key() }
 		err := sp.movers(ctx, b.key(), userPrefix, func(page map[int][]any, names []string) error {
 			sp.copied(b.key(), names)
-			return sp.copyFields(ctx, page, hash, "hash", "0")
+			return sp.copyFields(ctx, page, hash, "0")
 		})
 		if err != nil {
 			return err
 		}
 		if rf, err := sp.s.c.HGet(ctx, b.key(), "rf").Result(); err == nil {
 			for _, c := range sp.children(b.n) {
-				if err := sp.copyFields(ctx, map[int][]any{c.n: {"rf", rf}}, hash, "most", "0"); err != nil {
+				if err := sp.copyFields(ctx, map[int][]any{c.n: {"rf", rf}}, hash, "0"); err != nil {
 					return err
 				}
 			}
@@ -413,7 +617,7 @@ func (sp *splitting) copyKeys(ctx context.Context, b bucket) error {
 		}
 		return sp.movers(ctx, key, "", func(fields map[int][]any, names []string) error {
 			sp.copied(key, names)
-			return sp.copyFields(ctx, fields, func(c bucket) string { return c.day(name) }, "hash", "+"+strconv.FormatInt(ms, 10))
+			return sp.copyFields(ctx, fields, func(c bucket) string { return c.day(name) }, "+"+strconv.FormatInt(ms, 10))
 		})
 	})
 	if err != nil {
@@ -445,12 +649,12 @@ func (sp *splitting) copyStrings(ctx context.Context, b bucket, keys []string) e
 	if len(keys) == 0 {
 		return nil
 	}
-	pipe := sp.s.c.Pipeline()
-	vals, ttls := make([]*redis.StringCmd, len(keys)), make([]*redis.DurationCmd, len(keys))
-	for i, k := range keys {
-		vals[i], ttls[i] = pipe.Get(ctx, k), pipe.PTTL(ctx, k)
+	since, ok := sp.since[b.n]
+	if !ok {
+		since = math.MaxInt64 // no dirty list: every record is copied
 	}
-	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+	read, err := lua.Split.Run(ctx, sp.s.c, append([]string{b.key()}, keys...), "read", sp.n, sp.m, since).Slice()
+	if err != nil {
 		return fmt.Errorf("read the keys of %s: %w", b.key(), err)
 	}
 	type copies struct {
@@ -466,12 +670,10 @@ func (sp *splitting) copyStrings(ctx context.Context, b bucket, keys []string) e
 		to[c.n].args = append(to[c.n].args, val, ms)
 	}
 	prefix := b.key() + ":"
-	for i, k := range keys {
-		val, err := vals[i].Result()
-		if err != nil { // gone since the scan
-			continue
-		}
-		ms := ttls[i].Val().Milliseconds()
+	for i := 0; i+2 < len(read); i += 3 {
+		k, _ := read[i].(string)
+		val, _ := read[i+1].(string)
+		ms, _ := read[i+2].(int64)
 		if ms <= 0 {
 			ms = DayKeyTTL.Milliseconds()
 		}
@@ -512,6 +714,11 @@ func (sp *splitting) open(ctx context.Context) error {
 func (sp *splitting) drop(ctx context.Context) error {
 	if err := sp.begin(); err != nil {
 		return err
+	}
+	for _, b := range sp.old() {
+		if err := sp.s.c.Unlink(ctx, b.dirty()).Err(); err != nil { // freed off Redis's thread
+			return fmt.Errorf("drop %s: %w", b.dirty(), err)
+		}
 	}
 	if sp.moved != nil { // this call copied them: the fields it copied, no scan
 		for key, names := range sp.moved {

@@ -63,6 +63,9 @@ type Config struct {
 	// SplitOnly runs only the split row: a hot voucher on one bucket of a
 	// 3-master cluster, split by itself while it sells.
 	SplitOnly bool
+	// SplitHeld: the split row's claims while it splits, as a share of
+	// one master's rate before (0: a third).
+	SplitHeld float64
 	// TailOnly runs only the sold-out tail rows (one bucket and two)
 	// beside another voucher's claims.
 	TailOnly bool

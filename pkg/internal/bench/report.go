@@ -117,7 +117,7 @@ func (r *Report) printCPU(w io.Writer) {
 	if sp := r.Split; sp != nil {
 		fmt.Fprintln(w)
 		tw := tabwriter.NewWriter(w, 0, 0, 1, ' ', tabwriter.Debug)
-		fmt.Fprintf(tw, "hot voucher split by itself (at %d/s)\tbuckets\tadmissions/s\tmaster\tshare of script CPU\t\n", sp.HotSplitAt)
+		fmt.Fprintf(tw, "hot voucher split by itself (hot at %d/s, held at %d/s)\tbuckets\tadmissions/s\tmaster\tshare of script CPU\t\n", sp.HotSplitAt, sp.HeldAt)
 		for _, so := range []ScaleOut{sp.Before, sp.After} {
 			var total float64
 			for _, m := range so.Masters {
@@ -136,7 +136,7 @@ func (r *Report) printCPU(w io.Writer) {
 			}
 		}
 		tw.Flush()
-		fmt.Fprintf(w, "hot to split done %.0f ms (the split itself %.0f ms, the moving buyers' pause %.0f ms, %d buyers in the bucket); p99 of a call of 32 claims %.1f ms before, %.1f ms during the split round (%d calls, the longest %.1f ms); %d admitted + %d left = %d\n",
+		fmt.Fprintf(w, "hot to split done %.0f ms (the split itself %.0f ms, the moving buyers' pause %.1f ms, %d buyers in the bucket); p99 of a call of 32 claims %.1f ms before, %.1f ms during the split round (%d calls, the longest %.1f ms); %d admitted + %d left = %d\n",
 			sp.HotToSplitMs, sp.SplitMs, sp.PauseMs, sp.BuyersAtSplit, sp.P99BeforeUs/1000, sp.P99DuringUs/1000, sp.Calls, sp.LongestUs/1000, sp.Admitted, sp.Remaining, sp.Stock)
 	}
 	if len(r.ScaleOut) > 0 {

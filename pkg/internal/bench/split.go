@@ -29,7 +29,10 @@ import (
 // split copies a moving buyer's record with their count.
 type SplitRun struct {
 	HotSplitAt int64 `json:"hot_split_at"`
-	To         int   `json:"to_buckets"`
+	// HeldAt: the admissions a second the claims are held at from the
+	// threshold's setting to the split done (unpaced before and after).
+	HeldAt int64 `json:"held_at"`
+	To     int   `json:"to_buckets"`
 	// Before and After: admissions a second and each master's share of
 	// the script CPU, for Duration each, before the threshold is set and
 	// once the split is done.
@@ -93,6 +96,11 @@ func splitRun(ctx context.Context, s *harness.Stack, cfg Config) (SplitRun, erro
 	var admitted atomic.Int64
 	dctx, stop := context.WithCancel(ctx)
 	var users atomic.Int64
+	// pace: while set, the calls' interval (ns): open loop, each call
+	// timed from when it was due.
+	var pace atomic.Int64
+	var paceMu sync.Mutex
+	var due time.Time
 	var wg sync.WaitGroup
 	for range cfg.Conns[0] {
 		wg.Add(1)
@@ -100,6 +108,17 @@ func splitRun(ctx context.Context, s *harness.Stack, cfg Config) (SplitRun, erro
 			defer wg.Done()
 			for dctx.Err() == nil {
 				now := time.Now()
+				if gap := time.Duration(pace.Load()); gap > 0 {
+					paceMu.Lock()
+					if floor := now.Add(-time.Second); due.Before(floor) { // at most a second's calls owed
+						due = floor
+					}
+					due = due.Add(gap)
+					at := due
+					paceMu.Unlock()
+					time.Sleep(time.Until(at))
+					now = at
+				}
 				day := order.Day(now, time.UTC)
 				claims := make([]rdb.Claim, 32)
 				for i := range claims {
@@ -175,9 +194,19 @@ func splitRun(ctx context.Context, s *harness.Stack, cfg Config) (SplitRun, erro
 	}
 	out.Before.Buckets = 1
 
-	// The reaper's detector and splitter, once a second, the threshold at
-	// half the rate the one bucket admits.
-	out.HotSplitAt = int64(out.Before.PerSecond / 2)
+	// The reaper's detector and splitter, once a second; the claims held
+	// at cfg.SplitHeld of the rate the one bucket admitted (open loop)
+	// until the split is done, the threshold at three quarters of that.
+	held := cfg.SplitHeld
+	if held <= 0 {
+		held = 1.0 / 3
+	}
+	out.HeldAt = int64(out.Before.PerSecond * held)
+	out.HotSplitAt = out.HeldAt * 3 / 4
+	paceMu.Lock()
+	due = time.Now()
+	paceMu.Unlock()
+	pace.Store(int64(time.Second) * 32 / out.HeldAt)
 	reg := prometheus.NewRegistry()
 	r, err := reaper.New(reaper.Config{Config: worker.Config{Consumer: "bench-splitter"}, HotSplitAt: out.HotSplitAt, HotSplitFor: 2 * time.Second},
 		store, s.DB, zap.NewNop(), reaper.WithRegistry(reg))
@@ -211,6 +240,7 @@ func splitRun(ctx context.Context, s *harness.Stack, cfg Config) (SplitRun, erro
 		}
 	}
 	splitDone := time.Now()
+	pace.Store(0)
 	out.BuyersAtSplit = admittedAt.Load()
 	families, err := reg.Gather()
 	if err != nil {
