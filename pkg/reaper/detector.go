@@ -35,6 +35,10 @@ type heat struct {
 	// over (under): since when its readings have been at or above the
 	// threshold (below it); zero when the last one was not.
 	over, under time.Time
+	// asked: its split was asked (or needs none) since this process
+	// last saw it turn hot; a hot voucher not asked yet (the ask failed,
+	// or a reaper died between marking it and asking) is asked next round.
+	asked bool
 }
 
 // detector is the detector's memory between rounds.
@@ -99,9 +103,6 @@ func (r *Reaper) detectHot(ctx context.Context, round *Round) error {
 					zap.Int64("bucket_units_per_second", top), zap.Time("since", since))
 				round.MarkedHot++
 				isHot = true
-				if err := r.askSplit(ctx, v.ID, v.StockBuckets, round); err != nil {
-					return err
-				}
 			}
 		default:
 			h.over = time.Time{}
@@ -115,7 +116,14 @@ func (r *Reaper) detectHot(ctx context.Context, round *Round) error {
 				r.log.Info("voucher cooled", zap.Int64("voucher_id", v.ID), zap.Int64("bucket_units_per_second", top))
 				round.Cooled++
 				isHot = false
+				h.asked = false
 			}
+		}
+		if isHot && !h.asked {
+			if err := r.askSplit(ctx, v.ID, v.StockBuckets, round); err != nil {
+				return err
+			}
+			h.asked = true
 		}
 		if isHot {
 			hot++

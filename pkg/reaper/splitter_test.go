@@ -136,6 +136,31 @@ func TestAHotVoucherIsSplitByItselfWhileItSells(t *testing.T) {
 	require.True(t, compared, "reconcile compared the voucher")
 }
 
+// A voucher MySQL holds hot whose split was never asked (the ask failed,
+// or the reaper that marked it died before asking) gets it asked, and
+// done, by the first round of a detector that finds it hot; once only.
+func TestAHotVoucherNotYetAskedIsSplitNextRound(t *testing.T) {
+	e := testenv.New(t, 8)
+	ctx := context.Background()
+	ends := time.Now().Add(time.Hour)
+	v := e.SeedVoucher(t, db.Voucher{Stock: 100, PerUserLimit: 1, EndsAt: &ends}, -1)
+	since := time.Now().Add(-time.Minute).UTC()
+	require.NoError(t, e.DB.SetHot(ctx, v.ID, &since))
+	r, err := reaper.New(reaper.Config{Config: worker.Config{Consumer: "detector"}, HotSplitAt: 1000, HotSplitFor: time.Hour},
+		e.RDB, e.DB, zaptest.NewLogger(t), reaper.WithSplitTarget(func(context.Context, int64, int) (int, error) { return 2, nil }))
+	require.NoError(t, err)
+	got, err := r.RunOnly(ctx, "detector", "splitter")
+	require.NoError(t, err)
+	require.Equal(t, 1, got.SplitsAsked, "the hot voucher's split asked")
+	require.Equal(t, 1, got.Split)
+	dv, err := e.DB.Voucher(ctx, v.ID)
+	require.NoError(t, err)
+	require.Equal(t, 2, dv.StockBuckets)
+	got, err = r.RunOnly(ctx, "detector", "splitter")
+	require.NoError(t, err)
+	require.Zero(t, got.SplitsAsked, "asked once")
+}
+
 // A split asked of a sale that ended before it was done, of a voucher
 // Redis no longer holds, is dropped rather than refused every round.
 func TestASplitAskedOfAnEndedSaleIsDropped(t *testing.T) {
