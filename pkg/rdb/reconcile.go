@@ -3,6 +3,7 @@ package rdb
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -176,10 +177,19 @@ func (s *Store) RewriteVoucher(ctx context.Context, st VoucherState, released, c
 		users[UserBucket(u, n)][u] = c
 	}
 	// The users' indexes of pending orders (o:USER) are Redis's alone:
-	// kept across the rewrite, each in its user's bucket.
+	// kept across the rewrite, each in the bucket whose stream holds its
+	// orders; bucket 0's was lists the counts of buckets to read them at
+	// (a split's, and have's when the rewrite spreads the voucher).
 	pending, err := s.pendingIndexes(ctx, v, have, n)
 	if err != nil {
 		return err
+	}
+	was, err := s.c.HGet(ctx, s.bucketOf(v, 0).key(), "was").Result()
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return fmt.Errorf("read voucher %d: %w", v, err)
+	}
+	if have != n {
+		was = strings.TrimSpace(was + " " + strconv.Itoa(have))
 	}
 	for d, counts := range st.Days {
 		for u, c := range counts {
@@ -196,6 +206,9 @@ func (s *Store) RewriteVoucher(ctx context.Context, st VoucherState, released, c
 		// MySQL again (release.lua's cutoff), as after forget.lua.
 		pipe.HSet(ctx, bk.key(), "rf", rewritten)
 		b := bk.n
+		if b == 0 && was != "" {
+			pipe.HSet(ctx, bk.key(), "was", was)
+		}
 		expire := func(key string) { expire(ctx, pipe, key, st.Voucher.ExpireAt) }
 		counts := make(map[string]int64, len(users[b]))
 		for u, c := range users[b] {
@@ -249,8 +262,8 @@ func (s *Store) pendingIndexes(ctx context.Context, v int64, have, n int) ([]map
 			return nil, fmt.Errorf("read voucher %d bucket %d: %w", v, b, err)
 		}
 		for f, ids := range h {
-			if u, ok := strings.CutPrefix(f, pendingPrefix); ok {
-				out[UserBucket(u, n)][f] = ids
+			if strings.HasPrefix(f, pendingPrefix) {
+				out[b][f] = ids // where its positions' stream is (b < have <= n)
 			}
 		}
 	}

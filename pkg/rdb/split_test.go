@@ -315,6 +315,34 @@ func TestASplittingVoucherPutsReleasesAndChangesOff(t *testing.T) {
 	require.Len(t, pending, 1, "the order admitted before the split is listed from its old bucket")
 }
 
+// A user who bought before a split and after it has orders indexed in
+// two buckets, each where its stream is; a repair (RewriteVoucher) keeps
+// both, and the counts of buckets to read them at.
+func TestARepairAfterASplitKeepsTheUsersPendingOrders(t *testing.T) {
+	s := newStore(t, 8)
+	ctx := context.Background()
+	seedVoucher(t, s, rdb.Voucher{ID: 52, Stock: 10, PerUserLimit: 2})
+	u := usersIn(1, 2, 1)[0] // moves to bucket 1
+	_, err := claim(s, 52, u, t0)
+	require.NoError(t, err)
+	require.NoError(t, splitErr(s.Split(ctx, 52, 2)))
+	_, err = claim(s, 52, u, t0)
+	require.NoError(t, err)
+	pending, err := s.UserPending(ctx, 52, u)
+	require.NoError(t, err)
+	require.Len(t, pending, 2, "before and after the split")
+
+	st, err := s.ReadVoucherState(ctx, 52, nil)
+	require.NoError(t, err)
+	require.NoError(t, s.RewriteVoucher(ctx, st, nil, nil))
+	pending, err = s.UserPending(ctx, 52, u)
+	require.NoError(t, err)
+	require.Len(t, pending, 2, "both listed after the repair")
+	n, err := s.UserCount(ctx, 52, u)
+	require.NoError(t, err)
+	require.EqualValues(t, 2, n)
+}
+
 // A failover of the old bucket's master in the middle of a split (an
 // operator's CLUSTER FAILOVER to its replica, between the copy and the
 // opening of the new buckets): the split completes on the new master, and
