@@ -3,7 +3,6 @@ package rdb
 import (
 	"cmp"
 	"context"
-	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -180,13 +179,9 @@ func (s *Store) RewriteVoucher(ctx context.Context, st VoucherState, released, c
 	// kept across the rewrite, each in the bucket whose stream holds its
 	// orders; bucket 0's was lists the counts of buckets to read them at
 	// (a split's, and have's when the rewrite spreads the voucher).
-	pending, err := s.pendingIndexes(ctx, v, have, n)
+	pending, was, err := s.pendingIndexes(ctx, v, have, n)
 	if err != nil {
 		return err
-	}
-	was, err := s.c.HGet(ctx, s.bucketOf(v, 0).key(), "was").Result()
-	if err != nil && !errors.Is(err, redis.Nil) {
-		return fmt.Errorf("read voucher %d: %w", v, err)
 	}
 	if have != n {
 		was = strings.TrimSpace(was + " " + strconv.Itoa(have))
@@ -249,25 +244,28 @@ func (s *Store) RewriteVoucher(ctx context.Context, st VoucherState, released, c
 	return nil
 }
 
-// pendingIndexes reads the o:USER fields of voucher v's have buckets and
-// files them by the bucket, of n, of their user.
-func (s *Store) pendingIndexes(ctx context.Context, v int64, have, n int) ([]map[string]string, error) {
-	out := make([]map[string]string, n)
+// pendingIndexes reads the o:USER fields of voucher v's have buckets,
+// each filed under the bucket it is in (of n), and bucket 0's was.
+func (s *Store) pendingIndexes(ctx context.Context, v int64, have, n int) (out []map[string]string, was string, err error) {
+	out = make([]map[string]string, n)
 	for b := range n {
 		out[b] = map[string]string{}
 	}
 	for b := range have {
 		h, err := s.c.HGetAll(ctx, s.bucketOf(v, b).key()).Result()
 		if err != nil {
-			return nil, fmt.Errorf("read voucher %d bucket %d: %w", v, b, err)
+			return nil, "", fmt.Errorf("read voucher %d bucket %d: %w", v, b, err)
 		}
 		for f, ids := range h {
 			if strings.HasPrefix(f, pendingPrefix) {
 				out[b][f] = ids // where its positions' stream is (b < have <= n)
 			}
 		}
+		if b == 0 {
+			was = h["was"]
+		}
 	}
-	return out, nil
+	return out, was, nil
 }
 
 // chunks yields m's fields and values, flattened, size fields at a time.

@@ -338,16 +338,13 @@ func (sp *splitting) recopy(ctx context.Context) (int64, error) {
 // copyNamed copies the records of old bucket b that entries of its dirty
 // list name with their values (admit.lua): "u:USER COUNT" a count, "day:D
 // USER COUNT" a day count, "idem:USER:K VALUE EXP_MS" and "proof:S 1
-// EXP_MS" keys. It reads nothing of b: the bucket deciding the sale is
-// the busiest, and its list is read a page a command.
+// EXP_MS" keys. Of b it reads only a day hash's expiry: the bucket
+// deciding the sale is the busiest, and its list is read a page a
+// command.
 func (sp *splitting) copyNamed(ctx context.Context, b bucket, entries []string) error {
 	counts := map[int][]any{}
 	days := map[string]map[int][]any{} // day -> new bucket -> user, count
-	type key struct {
-		name, value string
-		exp         int64
-	}
-	keys := map[int][]key{}
+	keys := keyCopies{}
 	var names []string
 	dayNames := map[string][]string{}
 	now := time.Now().UnixMilli()
@@ -372,16 +369,7 @@ func (sp *splitting) copyNamed(ctx context.Context, b bucket, entries []string) 
 			if err != nil || exp <= now {
 				continue // gone by now
 			}
-			kind, rest, _ := strings.Cut(name, ":")
-			if kind == "proof" {
-				for _, c := range sp.children(b.n) {
-					keys[c.n] = append(keys[c.n], key{ProofKey(c.key(), rest), value, exp - now})
-				}
-				continue
-			}
-			user, k, _ := strings.Cut(rest, ":")
-			c := sp.s.bucketOf(sp.v, sp.moving(user))
-			keys[c.n] = append(keys[c.n], key{c.idem(user, k), value + "@" + strconv.Itoa(b.p) + " ", exp - now})
+			sp.addKey(keys, b, name, value, exp-now)
 		}
 	}
 	if err := sp.copyFields(ctx, counts, bucket.key, "0"); err != nil {
@@ -398,20 +386,7 @@ func (sp *splitting) copyNamed(ctx context.Context, b bucket, entries []string) 
 		}
 		sp.copied(b.day(day), dayNames[day])
 	}
-	for n, ks := range keys {
-		for i := 0; i < len(ks); i += splitChunk {
-			page := ks[i:min(i+splitChunk, len(ks))]
-			names, args := make([]string, len(page)), []any{"string", 0}
-			for j, k := range page {
-				names[j] = k.name
-				args = append(args, k.value, k.exp)
-			}
-			if err := sp.run(ctx, "copy", sp.s.bucketOf(sp.v, n), names, args...); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
+	return sp.writeKeys(ctx, keys)
 }
 
 // cutLast cuts s around its last space.
@@ -556,19 +531,16 @@ func (sp *splitting) copy(ctx context.Context) error {
 		if ms, err := strconv.ParseInt(strings.TrimPrefix(first, "since "), 10, 64); err == nil {
 			sp.since[b.n] = ms
 		}
-	}
-	for _, b := range sp.old() {
-		hash := func(c bucket) string { return c.key() }
-		err := sp.movers(ctx, b.key(), userPrefix, func(page map[int][]any, names []string) error {
+		err = sp.movers(ctx, b.key(), userPrefix, func(page map[int][]any, names []string) error {
 			sp.copied(b.key(), names)
-			return sp.copyFields(ctx, page, hash, "0")
+			return sp.copyFields(ctx, page, bucket.key, "0")
 		})
 		if err != nil {
 			return err
 		}
 		if rf, err := sp.s.c.HGet(ctx, b.key(), "rf").Result(); err == nil {
 			for _, c := range sp.children(b.n) {
-				if err := sp.copyFields(ctx, map[int][]any{c.n: {"rf", rf}}, hash, "0"); err != nil {
+				if err := sp.copyFields(ctx, map[int][]any{c.n: {"rf", rf}}, bucket.key, "0"); err != nil {
 					return err
 				}
 			}
@@ -640,11 +612,7 @@ func (sp *splitting) ttl(ctx context.Context, key string) (int64, error) {
 }
 
 // copyStrings copies old bucket b's keys (idempotency records of moving
-// users, and proofs) into its children: a record to its user's new bucket,
-// naming the partition of its order's stream ("POSITION@P ITEM", the
-// record being "POSITION[ ITEM]", admit.lua: its order id is made from
-// it), a proof to every child (whoever spent it), each expiring as it
-// does.
+// users, and proofs), read in Redis, into its children (keyCopies).
 func (sp *splitting) copyStrings(ctx context.Context, b bucket, keys []string) error {
 	if len(keys) == 0 {
 		return nil
@@ -657,18 +625,7 @@ func (sp *splitting) copyStrings(ctx context.Context, b bucket, keys []string) e
 	if err != nil {
 		return fmt.Errorf("read the keys of %s: %w", b.key(), err)
 	}
-	type copies struct {
-		keys []string
-		args []any
-	}
-	to := map[int]*copies{}
-	add := func(c bucket, key string, ms int64, val string) {
-		if to[c.n] == nil {
-			to[c.n] = &copies{args: []any{"string", 0}}
-		}
-		to[c.n].keys = append(to[c.n].keys, key)
-		to[c.n].args = append(to[c.n].args, val, ms)
-	}
+	to := keyCopies{}
 	prefix := b.key() + ":"
 	for i := 0; i+2 < len(read); i += 3 {
 		k, _ := read[i].(string)
@@ -677,23 +634,59 @@ func (sp *splitting) copyStrings(ctx context.Context, b bucket, keys []string) e
 		if ms <= 0 {
 			ms = DayKeyTTL.Milliseconds()
 		}
-		kind, name, _ := strings.Cut(strings.TrimPrefix(k, prefix), ":")
-		if kind == "proof" {
-			for _, c := range sp.children(b.n) {
-				add(c, ProofKey(c.key(), name), ms, val)
-			}
-			continue
-		}
-		user, key, _ := strings.Cut(name, ":")
-		if pos, item, _ := strings.Cut(val, " "); !strings.Contains(pos, "@") {
-			val = pos + "@" + strconv.Itoa(b.p) + " " + item
-		}
-		c := sp.s.bucketOf(sp.v, sp.moving(user))
-		add(c, c.idem(user, key), ms, val)
+		sp.addKey(to, b, strings.TrimPrefix(k, prefix), val, ms)
 	}
+	return sp.writeKeys(ctx, to)
+}
+
+// keyCopies are the keys to write into closed new buckets, by bucket:
+// their names, and their values and expiries (ms) as split.lua's copy
+// of kind string takes them.
+type keyCopies map[int]*struct {
+	names []string
+	args  []any
+}
+
+// addKey adds to to the copies of old bucket b's key suffix ("idem:U:K"
+// or "proof:S") of value val, expiring in ms: a record to its user's new
+// bucket, naming the partition of its order's stream ("POSITION@P ITEM",
+// the record being "POSITION[ ITEM]", admit.lua: its order id is made
+// from it), a proof to every child (whoever spent it).
+func (sp *splitting) addKey(to keyCopies, b bucket, suffix, val string, ms int64) {
+	add := func(c bucket, name, val string) {
+		if to[c.n] == nil {
+			to[c.n] = &struct {
+				names []string
+				args  []any
+			}{}
+		}
+		to[c.n].names = append(to[c.n].names, name)
+		to[c.n].args = append(to[c.n].args, val, ms)
+	}
+	kind, name, _ := strings.Cut(suffix, ":")
+	if kind == "proof" {
+		for _, c := range sp.children(b.n) {
+			add(c, ProofKey(c.key(), name), val)
+		}
+		return
+	}
+	user, key, _ := strings.Cut(name, ":")
+	if pos, item, _ := strings.Cut(val, " "); !strings.Contains(pos, "@") {
+		val = pos + "@" + strconv.Itoa(b.p) + " " + item
+	}
+	c := sp.s.bucketOf(sp.v, sp.moving(user))
+	add(c, c.idem(user, key), val)
+}
+
+// writeKeys writes to's copies, splitChunk keys a call.
+func (sp *splitting) writeKeys(ctx context.Context, to keyCopies) error {
 	for n, cp := range to {
-		if err := sp.run(ctx, "copy", sp.s.bucketOf(sp.v, n), cp.keys, cp.args...); err != nil {
-			return err
+		for i := 0; i < len(cp.names); i += splitChunk {
+			j := min(i+splitChunk, len(cp.names))
+			args := append([]any{"string", 0}, cp.args[2*i:2*j]...)
+			if err := sp.run(ctx, "copy", sp.s.bucketOf(sp.v, n), cp.names[i:j], args...); err != nil {
+				return err
+			}
 		}
 	}
 	return nil
