@@ -106,6 +106,7 @@ func Compare(base, run *Report) []Change {
 	if b, r := base.Split, run.Split; b != nil && r != nil {
 		add("hot voucher split by itself, after", "admissions/s", b.After.PerSecond, r.After.PerSecond, false)
 		add("hot voucher split by itself", "pause ms", b.PauseMs, r.PauseMs, true)
+		add("hot voucher split by itself", "longest call ms", b.LongestUs/1000, r.LongestUs/1000, true)
 	}
 	dur := map[string]DurabilityRun{}
 	for _, d := range base.Durability {

@@ -136,8 +136,8 @@ func (r *Report) printCPU(w io.Writer) {
 			}
 		}
 		tw.Flush()
-		fmt.Fprintf(w, "hot to split done %.0f ms (the split itself %.0f ms, the moving buyers' pause %.1f ms, %d buyers in the bucket); p99 of a call of 32 claims %.1f ms before, %.1f ms during the split round (%d calls, the longest %.1f ms); %d admitted + %d left = %d\n",
-			sp.HotToSplitMs, sp.SplitMs, sp.PauseMs, sp.BuyersAtSplit, sp.P99BeforeUs/1000, sp.P99DuringUs/1000, sp.Calls, sp.LongestUs/1000, sp.Admitted, sp.Remaining, sp.Stock)
+		fmt.Fprintf(w, "hot to split done %.0f ms (the split itself %.0f ms, the moving buyers' pause %.1f ms, %d buyers in the bucket); p99 of a call of 32 claims %.1f ms before, %.1f ms during the split round (%d calls, the longest %.1f ms, begun %.0f ms into the round); %d admitted + %d left = %d\n",
+			sp.HotToSplitMs, sp.SplitMs, sp.PauseMs, sp.BuyersAtSplit, sp.P99BeforeUs/1000, sp.P99DuringUs/1000, sp.Calls, sp.LongestUs/1000, sp.LongestAtMs, sp.Admitted, sp.Remaining, sp.Stock)
 	}
 	if len(r.ScaleOut) > 0 {
 		fmt.Fprintln(w)

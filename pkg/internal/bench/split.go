@@ -50,8 +50,10 @@ type SplitRun struct {
 	// BuyersAtSplit: the buyers the bucket held when it split (its
 	// admissions until then, one unit each): what the copy reads.
 	BuyersAtSplit int64 `json:"buyers_at_split"`
-	// LongestUs: the longest call of 32 claims during the split round.
-	LongestUs float64 `json:"longest_call_during_split_us"`
+	// LongestUs: the longest call of 32 claims during the split round;
+	// LongestAtMs, when it began, from the round's start.
+	LongestUs   float64 `json:"longest_call_during_split_us"`
+	LongestAtMs float64 `json:"longest_call_at_ms"`
 	// P99 of a call of 32 claims: before the split, and during the
 	// reaper's round that split it (its detector's read and the split).
 	P99BeforeUs float64 `json:"p99_before_us"`
@@ -273,7 +275,9 @@ func splitRun(ctx context.Context, s *harness.Stack, cfg Config) (SplitRun, erro
 			before = append(before, float64(c.d.Microseconds()))
 		case c.at.Before(splitDone):
 			during = append(during, float64(c.d.Microseconds()))
-			out.LongestUs = max(out.LongestUs, float64(c.d.Microseconds()))
+			if us := float64(c.d.Microseconds()); us > out.LongestUs {
+				out.LongestUs, out.LongestAtMs = us, float64(c.at.Sub(splitFrom).Milliseconds())
+			}
 		}
 	}
 	out.P99BeforeUs, out.P99DuringUs, out.Calls = p99(before), p99(during), len(during)
@@ -286,8 +290,8 @@ func splitRun(ctx context.Context, s *harness.Stack, cfg Config) (SplitRun, erro
 	if out.Admitted+out.Remaining != stock {
 		return out, fmt.Errorf("split: %d admitted + %d left in Redis, of %d", out.Admitted, out.Remaining, stock)
 	}
-	cfg.logf("split: p99 of a call of 32 claims %.0f µs before, %.0f µs during the split round (%d calls, the longest %.0f µs); %d admitted + %d left = the stock",
-		out.P99BeforeUs, out.P99DuringUs, out.Calls, out.LongestUs, out.Admitted, out.Remaining)
+	cfg.logf("split: p99 of a call of 32 claims %.0f µs before, %.0f µs during the split round (%d calls, the longest %.0f µs, begun %.0f ms into the round); %d admitted + %d left = the stock",
+		out.P99BeforeUs, out.P99DuringUs, out.Calls, out.LongestUs, out.LongestAtMs, out.Admitted, out.Remaining)
 	return out, nil
 }
 
