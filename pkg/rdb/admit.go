@@ -198,6 +198,10 @@ type dryVoucher struct {
 	waiting   atomic.Int64  // claims waiting for the lock
 	soldOutAt time.Time     // when the read that found it sold out began (zero: none)
 	soldOut   int64         // the units that read found it sold out for
+	// refilled: by bucket, when the last refill that brought it units
+	// ended; a claim that found that bucket dry before then runs again
+	// without a refill of its own.
+	refilled map[int]time.Time
 }
 
 func (s *Store) dryOf(v int64) *dryVoucher {
@@ -222,38 +226,31 @@ const DryAttempts = 16
 // claims refill one at a time in this process; a claim that waited while
 // a read begun after found saw the voucher sold out for its units is
 // answered so without a read of its own (the voucher was sold out then,
-// within its request).
+// within its request), and one that waited while a refill of its bucket
+// ended runs again on the units it brought (turn).
 func (s *Store) admitFromDry(ctx context.Context, c Claim, found time.Time) (Admission, error) {
 	n := s.knownBuckets(c.VoucherID)
 	home, need := UserBucket(c.UserID, n), max(c.Quantity, 1)
 	d := s.dryOf(c.VoucherID)
-	d.waiting.Add(1)
-	select {
-	case d.lock <- struct{}{}:
-		d.waiting.Add(-1)
-		defer func() { <-d.lock }()
-	case <-ctx.Done():
-		d.waiting.Add(-1)
-		return Admission{}, ctx.Err()
-	}
-	if !d.soldOutAt.IsZero() && !d.soldOutAt.Before(found) && need >= d.soldOut {
-		return Admission{}, ErrSoldOut
-	}
-	for range DryAttempts {
-		if err := ctx.Err(); err != nil {
-			return Admission{}, err
-		}
-		if s.dryHook != nil {
-			s.dryHook()
-		}
-		read := time.Now()
-		ok, err := s.refill(ctx, c, n, home, need)
+	// Each try refills (at most DryAttempts), or runs again after another
+	// claim's refill of the same bucket (at most as often again).
+	for tries, own := 0, 0; own < DryAttempts && tries < 2*DryAttempts; tries++ {
+		refilled, mine, err := d.turn(ctx, found, need, home, func() (time.Time, bool, error) {
+			if s.dryHook != nil {
+				s.dryHook()
+			}
+			read := time.Now()
+			ok, err := s.refill(ctx, c, n, home, need)
+			return read, ok, err
+		})
 		if err != nil {
 			return Admission{}, err
 		}
-		if !ok {
-			d.soldOutAt, d.soldOut = read, need // the newest read: it answers the most claims waiting
+		if !refilled {
 			return Admission{}, ErrSoldOut
+		}
+		if mine {
+			own++
 		}
 		out, errs, err := s.admitBatch(ctx, []Claim{c})
 		if err != nil {
@@ -262,8 +259,50 @@ func (s *Store) admitFromDry(ctx context.Context, c Claim, found time.Time) (Adm
 		if !errors.Is(errs[0], ErrSoldOut) {
 			return out[0], errs[0]
 		}
+		found = time.Now()
 	}
 	return Admission{}, ErrOverloaded
+}
+
+// turn brings units to bucket home, which a claim for need units found
+// dry by found, by f (false: the voucher is sold out, by its read begun
+// at read), with the voucher's lock held (mine); or, when a refill of
+// home ended after found or a read begun after found saw the voucher sold
+// out for need, answers from it without a refill of its own. The lock is
+// held for the refill only: the claims that waited on it run again at
+// once, not one after another.
+func (d *dryVoucher) turn(ctx context.Context, found time.Time, need int64, home int, f func() (read time.Time, ok bool, err error)) (refilled, mine bool, err error) {
+	d.waiting.Add(1)
+	select {
+	case d.lock <- struct{}{}:
+		d.waiting.Add(-1)
+		defer func() { <-d.lock }()
+	case <-ctx.Done():
+		d.waiting.Add(-1)
+		return false, false, ctx.Err()
+	}
+	if err := ctx.Err(); err != nil {
+		return false, false, err
+	}
+	switch {
+	case !d.soldOutAt.IsZero() && !d.soldOutAt.Before(found) && need >= d.soldOut:
+		return false, false, nil
+	case d.refilled[home].After(found):
+		return true, false, nil
+	}
+	read, ok, err := f()
+	switch {
+	case err != nil:
+		return false, true, err
+	case !ok:
+		d.soldOutAt, d.soldOut = read, need // the newest read: it answers the most claims waiting
+		return false, true, nil
+	}
+	if d.refilled == nil {
+		d.refilled = map[int]time.Time{}
+	}
+	d.refilled[home] = time.Now()
+	return true, true, nil
 }
 
 // admitBatch is one pipelined round trip of admissions, and another for

@@ -31,7 +31,8 @@ import (
 // such a move is given first. Nothing is stranded, and a move lost half
 // way loses no unit. A process refills one voucher once at a time
 // (admitFromDry), off the Batcher's pipelines: a sold-out tail holds up
-// no other claim, and its claims share the refill's read.
+// no other claim, and its claims share the refill's read and the units it
+// brought.
 
 // knownBuckets is the number of buckets this process has seen voucher v
 // have, 1 when it has not seen v: admit.lua tells a claim routed by the

@@ -423,6 +423,59 @@ func TestAHotVouchersDryTailHoldsUpNoOtherClaim(t *testing.T) {
 	require.EqualValues(t, 1, refills.Load(), "one refill read the voucher sold out for all")
 }
 
+// The claims that found a bucket dry while its refill was under way run
+// again once it has brought units, each at once: not one after another,
+// each with a refill of its own. A split leaves its new buckets dry until
+// they are given units, and the bench's split row saw the claims that
+// found them so wait their turns for 11.6 s.
+func TestClaimsThatFoundABucketDryShareItsRefill(t *testing.T) {
+	s := newStore(t, 8)
+	ctx := context.Background()
+	const v = 7
+	seedVoucher(t, s, rdb.Voucher{ID: v, Stock: 100, PerUserLimit: 1, Buckets: 2})
+	home1 := usersIn(1, 2, 50+21)
+	for _, u := range home1[:50] { // bucket 1's units: it is dry, bucket 0 holds 50
+		_, err := claim(s, v, u, t0)
+		require.NoError(t, err)
+	}
+	var refills atomic.Int64
+	entered, held := make(chan struct{}, 64), make(chan struct{})
+	var once sync.Once
+	release := func() { once.Do(func() { close(held) }) }
+	t.Cleanup(release)
+	s.OnRefill(func() {
+		refills.Add(1)
+		entered <- struct{}{}
+		<-held
+	})
+	b := s.NewBatcher(2, 32, 30*time.Second)
+	t.Cleanup(b.Close)
+	admit := func(user string) error {
+		_, err := b.Admit(ctx, rdb.Claim{VoucherID: v, UserID: user, Now: t0, Day: order.Day(t0, time.UTC)})
+		return err
+	}
+	first := make(chan error, 1)
+	go func() { first <- admit(home1[50]) }()
+	<-entered // its refill is held
+	const waiting = 20
+	answers := make(chan error, waiting)
+	for _, u := range home1[51:] {
+		go func() { answers <- admit(u) }()
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for s.DryWaiting(v) < waiting {
+		require.True(t, time.Now().Before(deadline), "the claims found their bucket dry: %d wait", s.DryWaiting(v))
+		time.Sleep(10 * time.Millisecond)
+	}
+	release()
+	require.NoError(t, <-first)
+	for range waiting {
+		require.NoError(t, <-answers, "admitted from the units the first refill brought (half of bucket 0's 50)")
+	}
+	require.EqualValues(t, 1, refills.Load(), "one refill brought the units of all")
+	requireStock(t, s, v, 100-50-1-waiting)
+}
+
 // A bucket's level falls by its admissions alone: not by a refusal, not
 // by units moved to another bucket (taken or given, a move left half way
 // included), so the fall between two readings is what the bucket

@@ -42,9 +42,11 @@
 //     no other claim; a process refills one voucher once at a time, and the
 //     claims that found its bucket dry while a refill was under way are
 //     answered sold_out from that refill's read when it found the voucher
-//     sold out (the voucher was sold out then, within their requests): a
+//     sold out (the voucher was sold out then, within their requests), or
+//     run again at once on the units it brought to their bucket: a
 //     sold-out tail with units trickling back costs a read per refill, not
-//     a read and moves per claim. The gateway learns a voucher's number of buckets
+//     a read and moves per claim, and a bucket found dry by many claims at
+//     once (a split's new buckets, before its spread) is refilled once. The gateway learns a voucher's number of buckets
 //     from the script's own answer (a claim routed by the wrong number changes
 //     nothing and is told the right one), so a claim never needs a read first.
 //     Operations touch every bucket: a pause or a new end is written to each,
