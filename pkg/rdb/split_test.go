@@ -116,7 +116,7 @@ func TestASplitMidSaleKeepsLimitsAndKeysExact(t *testing.T) {
 	require.NoError(t, <-split)
 	require.Len(t, steps, len(rdb.SplitSteps), "every step ran while claims did")
 	t.Logf("claims answered before each step: %v", steps)
-	require.Less(t, steps["spread"], int64(5*users), "the split ended before the claims did")
+	require.Less(t, steps[rdb.SplitSteps[len(rdb.SplitSteps)-1]], int64(5*users), "the split ended before the claims did")
 
 	orders := map[int64]bool{}
 	held := map[string]map[int64]bool{}
@@ -313,6 +313,27 @@ func TestASplittingVoucherPutsReleasesAndChangesOff(t *testing.T) {
 	pending, err := s.UserPending(ctx, 50, u)
 	require.NoError(t, err)
 	require.Len(t, pending, 1, "the order admitted before the split is listed from its old bucket")
+}
+
+// A split's spread leaves the buckets even, whatever the new buckets hold
+// when it runs: between the switch and the spread the new buckets are
+// dry, and the claims there refill them from the richest.
+func TestASplitsSpreadEvensTheBuckets(t *testing.T) {
+	s := newStore(t, 8)
+	ctx := context.Background()
+	const v = 51
+	seedVoucher(t, s, rdb.Voucher{ID: v, Stock: 900, PerUserLimit: 1, Buckets: 2})
+	s.OnSplitStep(func(step string) error {
+		if step == "spread" { // switched: a claim in dry bucket 3 takes half of bucket 0's or 1's
+			_, err := claim(s, v, usersIn(3, 4, 1)[0], t0)
+			return err
+		}
+		return nil
+	})
+	require.NoError(t, splitErr(s.Split(ctx, v, 4)))
+	stocks, err := s.BucketStocks(ctx, v, 4)
+	require.NoError(t, err)
+	require.Equal(t, []int64{225, 225, 225, 224}, stocks, "899 units, a quarter each")
 }
 
 // A user who bought before a split and after it has orders indexed in
