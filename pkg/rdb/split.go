@@ -106,60 +106,76 @@ const (
 // most MaxBuckets) while its sale runs, or completes a split to to that
 // was under way; a voucher that has to buckets already is left as it is.
 // The reaper runs it (pkg/reaper's splitter); any number of callers may,
-// at once or one after a crash of another. paused is how long this call
-// kept the moving users waiting: from the start of its freeze to the end
-// of its switch (0 when it found them switched).
-func (s *Store) Split(ctx context.Context, v int64, to int) (paused time.Duration, err error) {
+// at once or one after a crash of another. It returns what this call
+// spent, an error's included.
+func (s *Store) Split(ctx context.Context, v int64, to int) (SplitTimes, error) {
 	b0 := s.bucketOf(v, 0)
 	raw, err := s.c.HMGet(ctx, b0.key(), "buckets", "stock").Result()
 	if err != nil {
-		return 0, fmt.Errorf("split voucher %d: %w", v, err)
+		return SplitTimes{}, fmt.Errorf("split voucher %d: %w", v, err)
 	}
 	if raw[1] == nil {
-		return 0, fmt.Errorf("split voucher %d: not in Redis: %w", v, ErrSplitRefused)
+		return SplitTimes{}, fmt.Errorf("split voucher %d: not in Redis: %w", v, ErrSplitRefused)
 	}
 	str, _ := raw[0].(string)
 	l, err := parseLayout(str)
 	switch {
 	case err != nil:
-		return 0, fmt.Errorf("split voucher %d: %w", v, err)
+		return SplitTimes{}, fmt.Errorf("split voucher %d: %w", v, err)
 	case l.to == 0 && l.n == to:
-		return 0, s.splitDone(ctx, v, to)
+		return s.splitDone(ctx, v, to)
 	case l.to != 0 && l.to != to:
-		return 0, fmt.Errorf("split voucher %d to %d: splitting to %d already: %w", v, to, l.to, ErrSplitRefused)
+		return SplitTimes{}, fmt.Errorf("split voucher %d to %d: splitting to %d already: %w", v, to, l.to, ErrSplitRefused)
 	case to > MaxBuckets || to < l.n || to%l.n != 0:
-		return 0, fmt.Errorf("split voucher %d from %d to %d buckets: %w", v, l.n, to, ErrSplitRefused)
+		return SplitTimes{}, fmt.Errorf("split voucher %d from %d to %d buckets: %w", v, l.n, to, ErrSplitRefused)
 	}
 	sp := splitting{s: s, v: v, n: l.n, m: to}
 	for _, step := range []func(context.Context) error{sp.precopy, sp.create, sp.copy, sp.catchup, sp.freeze, sp.last, sp.open, sp.switchOver, sp.drop, sp.spread} {
 		if err := step(ctx); err != nil {
-			return sp.paused(), fmt.Errorf("split voucher %d from %d to %d buckets: %w", v, l.n, to, err)
+			return sp.times(), fmt.Errorf("split voucher %d from %d to %d buckets: %w", v, l.n, to, err)
 		}
 	}
-	return sp.paused(), nil
+	return sp.times(), nil
+}
+
+// SplitTimes is what one call of Split spent: how long it kept the moving
+// users waiting (Paused: from the start of its freeze to the end of its
+// switch; 0 when it found them switched), and each step it began, in
+// order, with its time (the reaper logs them).
+type SplitTimes struct {
+	Paused time.Duration
+	Steps  []SplitStep
+}
+
+// SplitStep is a step of SplitSteps and how long a call of Split spent
+// on it.
+type SplitStep struct {
+	Name string
+	Took time.Duration
 }
 
 // splitDone completes a split of voucher v to to whose buckets all took
 // to (switch): the moving users' counts are dropped from the old buckets
 // (again: a split killed during its drop left some), whose number bucket
 // 0 recorded last in was. A voucher never split has nothing to drop.
-func (s *Store) splitDone(ctx context.Context, v int64, to int) error {
+func (s *Store) splitDone(ctx context.Context, v int64, to int) (SplitTimes, error) {
 	was, err := s.c.HGet(ctx, s.bucketOf(v, 0).key(), "was").Result()
 	if errors.Is(err, redis.Nil) {
-		return nil
+		return SplitTimes{}, nil
 	} else if err != nil {
-		return fmt.Errorf("split voucher %d: %w", v, err)
+		return SplitTimes{}, fmt.Errorf("split voucher %d: %w", v, err)
 	}
 	fs := strings.Fields(was)
 	if len(fs) == 0 {
-		return nil
+		return SplitTimes{}, nil
 	}
 	n, err := strconv.Atoi(fs[len(fs)-1])
 	if err != nil || n < 1 || to%n != 0 {
-		return fmt.Errorf("split voucher %d: bad was %q", v, was)
+		return SplitTimes{}, fmt.Errorf("split voucher %d: bad was %q", v, was)
 	}
 	sp := splitting{s: s, v: v, n: n, m: to, step: slices.Index(SplitSteps, "drop")}
-	return sp.drop(ctx)
+	err = sp.drop(ctx)
+	return sp.times(), err
 }
 
 // splitting is one split of voucher v from n to m buckets.
@@ -171,6 +187,9 @@ type splitting struct {
 	// frozen and switched: when this call's freeze began, and its
 	// switch ended (zero: not reached).
 	frozen, switched time.Time
+	// ran and began: the steps this call began, and when (begin).
+	ran   []string
+	began []time.Time
 	// expireS: when the voucher's keys expire (unix s, "0" never), as
 	// bucket 0 says (create reads it, for the sets copied after it).
 	expireS string
@@ -193,15 +212,26 @@ func (sp *splitting) copied(key string, names []string) {
 	sp.moved[key] = append(sp.moved[key], names...)
 }
 
-// paused is how long this call kept the moving users waiting.
-func (sp *splitting) paused() time.Duration {
-	if sp.frozen.IsZero() {
-		return 0
+// times is what this call spent so far: the moving users' wait, and each
+// step's time (the last one's until now).
+func (sp *splitting) times() SplitTimes {
+	t := SplitTimes{Steps: make([]SplitStep, len(sp.ran))}
+	now := time.Now()
+	for i, name := range sp.ran {
+		end := now
+		if i+1 < len(sp.began) {
+			end = sp.began[i+1]
+		}
+		t.Steps[i] = SplitStep{Name: name, Took: end.Sub(sp.began[i])}
 	}
-	if sp.switched.IsZero() {
-		return time.Since(sp.frozen)
+	switch {
+	case sp.frozen.IsZero():
+	case sp.switched.IsZero():
+		t.Paused = now.Sub(sp.frozen)
+	default:
+		t.Paused = sp.switched.Sub(sp.frozen)
 	}
-	return sp.switched.Sub(sp.frozen)
+	return t
 }
 
 // run runs step of split.lua on bucket b (KEYS: its hash, then keys).
@@ -219,6 +249,7 @@ func (sp *splitting) run(ctx context.Context, step string, b bucket, keys []stri
 func (sp *splitting) begin() error {
 	name := SplitSteps[sp.step]
 	sp.step++
+	sp.ran, sp.began = append(sp.ran, name), append(sp.began, time.Now())
 	if sp.s.splitHook != nil {
 		return sp.s.splitHook(name)
 	}

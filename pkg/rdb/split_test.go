@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -22,8 +23,17 @@ func keyedClaim(v int64, user, k string) rdb.Claim {
 	return rdb.Claim{VoucherID: v, UserID: user, IdempotencyKey: k, IdempotencyTTL: time.Hour, Now: t0, Day: d0}
 }
 
-// splitErr is a split's error (its pause aside).
-func splitErr(_ time.Duration, err error) error { return err }
+// splitErr is a split's error (its times aside).
+func splitErr(_ rdb.SplitTimes, err error) error { return err }
+
+// stepNames are the names of the steps of t.
+func stepNames(t rdb.SplitTimes) []string {
+	out := make([]string, len(t.Steps))
+	for i, st := range t.Steps {
+		out[i] = st.Name
+	}
+	return out
+}
 
 // until waits for cond, up to 30 s, off the test's goroutine.
 func until(cond func() bool) error {
@@ -212,7 +222,10 @@ func TestASplitStoppedAtAnyStepResumes(t *testing.T) {
 				}
 				return nil
 			})
-			require.ErrorIs(t, splitErr(reaper.Split(ctx, v, 4)), killed)
+			times, err := reaper.Split(ctx, v, 4)
+			require.ErrorIs(t, err, killed)
+			ran := slices.Index(rdb.SplitSteps, stop) + 1 // the steps begun, the one stopped included
+			require.Equal(t, rdb.SplitSteps[:ran], stepNames(times), "the times of the steps it began")
 
 			// Meanwhile: claims are answered, or wait for the split (a
 			// moving user's), never admitted past a limit.
@@ -230,7 +243,15 @@ func TestASplitStoppedAtAnyStepResumes(t *testing.T) {
 			// Another reaper resumes it, and completes it.
 			again, err := rdb.New(s.Client(), 8, "")
 			require.NoError(t, err)
-			require.NoError(t, splitErr(again.Split(ctx, v, 4)))
+			times, err = again.Split(ctx, v, 4)
+			require.NoError(t, err)
+			if ran > slices.Index(rdb.SplitSteps, "switch")+1 { // found switched: its drop again
+				require.Equal(t, []string{"drop"}, stepNames(times))
+				require.Zero(t, times.Paused)
+			} else { // every step, those done a no-op
+				require.Equal(t, rdb.SplitSteps, stepNames(times))
+				require.Positive(t, times.Paused)
+			}
 			require.NoError(t, splitErr(again.Split(ctx, v, 4)), "a split done is done")
 			stocks, err := s.BucketStocks(ctx, v, 4)
 			require.NoError(t, err)

@@ -29,7 +29,7 @@ func (r *Reaper) splitOwed(ctx context.Context, round *Round) error {
 	}
 	for _, v := range vs {
 		start := time.Now()
-		paused, err := r.redis.Split(ctx, v.ID, v.SplitTo)
+		times, err := r.redis.Split(ctx, v.ID, v.SplitTo)
 		if errors.Is(err, rdb.ErrSplitRefused) {
 			if v.EndsAt != nil && r.now().After(*v.EndsAt) {
 				// Its sale is over: a split no longer buys anything.
@@ -52,9 +52,13 @@ func (r *Reaper) splitOwed(ctx context.Context, round *Round) error {
 		}
 		took := time.Since(start)
 		r.metrics.splitSeconds.Observe(took.Seconds())
-		r.metrics.splitPauseSeconds.Observe(paused.Seconds())
+		r.metrics.splitPauseSeconds.Observe(times.Paused.Seconds())
+		steps := make([]zap.Field, len(times.Steps))
+		for i, st := range times.Steps {
+			steps[i] = zap.Duration(st.Name, st.Took)
+		}
 		r.log.Info("voucher split", zap.Int64("voucher_id", v.ID), zap.Int("from", v.StockBuckets), zap.Int("to", v.SplitTo),
-			zap.Duration("took", took), zap.Duration("paused", paused))
+			zap.Duration("took", took), zap.Duration("paused", times.Paused), zap.Dict("steps", steps...))
 		round.Split++
 	}
 	return nil

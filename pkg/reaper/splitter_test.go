@@ -8,7 +8,10 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/flashsale/flashsale/pkg/db"
 	"github.com/flashsale/flashsale/pkg/internal/testenv"
@@ -33,8 +36,9 @@ func TestAHotVoucherIsSplitByItselfWhileItSells(t *testing.T) {
 	ends := start.Add(time.Hour)
 	v := e.SeedVoucher(t, db.Voucher{Stock: stock, PerUserLimit: limit, EndsAt: &ends, PaymentTimeoutSeconds: 3600}, -1)
 	now := start
+	core, logs := observer.New(zap.InfoLevel)
 	r, err := reaper.New(reaper.Config{Config: worker.Config{Consumer: "splitter"}, HotSplitAt: at, HotSplitFor: 2 * time.Second},
-		e.RDB, e.DB, zaptest.NewLogger(t), reaper.WithClock(func() time.Time { return now }),
+		e.RDB, e.DB, zap.New(zapcore.NewTee(zaptest.NewLogger(t).Core(), core)), reaper.WithClock(func() time.Time { return now }),
 		reaper.WithSplitTarget(func(context.Context, int64, int) (int, error) { return 4, nil }))
 	require.NoError(t, err)
 	w, err := worker.New(worker.Config{Consumer: "worker-1", Block: 50 * time.Millisecond}, e.RDB, e.DB, zaptest.NewLogger(t))
@@ -94,6 +98,13 @@ func TestAHotVoucherIsSplitByItselfWhileItSells(t *testing.T) {
 	require.Equal(t, 4, got.StockBuckets)
 	require.False(t, got.Splitting())
 	require.NotNil(t, got.SplitAt)
+	split := logs.FilterMessage("voucher split").All()
+	require.Len(t, split, 1)
+	steps, ok := split[0].ContextMap()["steps"].(map[string]any)
+	require.True(t, ok, "the log names the time of each step: %v", split[0].ContextMap())
+	for _, step := range rdb.SplitSteps {
+		require.Contains(t, steps, step)
+	}
 	parts, err := e.RDB.PartitionsOfVoucher(ctx, v.ID)
 	require.NoError(t, err)
 	require.Len(t, parts, 4, "its orders go to four partitions' streams now")
