@@ -346,6 +346,23 @@ func TestHotVoucherBucketsSpreadOverMasters(t *testing.T) {
 	}
 }
 
+// holdRefills holds each refill of a dry bucket by s, before its read,
+// until release is called (also at the test's end, so that nothing is
+// left waiting); entered receives one value a refill, refills counts them.
+func holdRefills(t *testing.T, s *rdb.Store) (refills *atomic.Int64, entered <-chan struct{}, release func()) {
+	refills = new(atomic.Int64)
+	in, held := make(chan struct{}, 64), make(chan struct{})
+	var once sync.Once
+	release = func() { once.Do(func() { close(held) }) }
+	t.Cleanup(release)
+	s.OnRefill(func() {
+		refills.Add(1)
+		in <- struct{}{}
+		<-held
+	})
+	return refills, in, release
+}
+
 // A hot voucher's sold-out tail holds up no other claim: a claim whose
 // bucket is dry is decided again off the batcher's pipelines, so claims
 // of another voucher are answered while its refill is under way (the
@@ -366,23 +383,7 @@ func TestAHotVouchersDryTailHoldsUpNoOtherClaim(t *testing.T) {
 	admit := func(v int64, user string) (rdb.Admission, error) {
 		return b.Admit(ctx, rdb.Claim{VoucherID: v, UserID: user, Now: t0, Day: order.Day(t0, time.UTC)})
 	}
-	// hold holds each refill until the returned release is called (also
-	// at the test's end, so that nothing is left waiting).
-	var refills atomic.Int64
-	entered := make(chan struct{}, 64)
-	hold := func() (release func()) {
-		ch := make(chan struct{})
-		var once sync.Once
-		release = func() { once.Do(func() { close(ch) }) }
-		t.Cleanup(release)
-		s.OnRefill(func() {
-			refills.Add(1)
-			entered <- struct{}{}
-			<-ch
-		})
-		return release
-	}
-	release := hold()
+	refills, entered, release := holdRefills(t, s)
 	dry := make(chan error, 1)
 	go func() { _, err := admit(7, home1[1]); dry <- err }()
 	<-entered // its refill is held
@@ -400,8 +401,7 @@ func TestAHotVouchersDryTailHoldsUpNoOtherClaim(t *testing.T) {
 
 	// Sold out everywhere: one refill reads it, the claims that found
 	// their bucket dry meanwhile are answered from that read.
-	refills.Store(0)
-	release = hold()
+	refills, entered, release = holdRefills(t, s)
 	first := make(chan error, 1)
 	go func() { _, err := admit(7, home1[2]); first <- err }()
 	<-entered
@@ -438,16 +438,7 @@ func TestClaimsThatFoundABucketDryShareItsRefill(t *testing.T) {
 		_, err := claim(s, v, u, t0)
 		require.NoError(t, err)
 	}
-	var refills atomic.Int64
-	entered, held := make(chan struct{}, 64), make(chan struct{})
-	var once sync.Once
-	release := func() { once.Do(func() { close(held) }) }
-	t.Cleanup(release)
-	s.OnRefill(func() {
-		refills.Add(1)
-		entered <- struct{}{}
-		<-held
-	})
+	refills, entered, release := holdRefills(t, s)
 	b := s.NewBatcher(2, 32, 30*time.Second)
 	t.Cleanup(b.Close)
 	admit := func(user string) error {

@@ -147,6 +147,12 @@ type SplitTimes struct {
 	Steps  []SplitStep
 }
 
+// begunStep is a step a call of Split began, and when.
+type begunStep struct {
+	name string
+	at   time.Time
+}
+
 // SplitStep is a step of SplitSteps and how long a call of Split spent
 // on it.
 type SplitStep struct {
@@ -187,9 +193,8 @@ type splitting struct {
 	// frozen and switched: when this call's freeze began, and its
 	// switch ended (zero: not reached).
 	frozen, switched time.Time
-	// ran and began: the steps this call began, and when (begin).
-	ran   []string
-	began []time.Time
+	// begun: the steps this call began, and when (begin).
+	begun []begunStep
 	// expireS: when the voucher's keys expire (unix s, "0" never), as
 	// bucket 0 says (create reads it, for the sets copied after it).
 	expireS string
@@ -215,14 +220,14 @@ func (sp *splitting) copied(key string, names []string) {
 // times is what this call spent so far: the moving users' wait, and each
 // step's time (the last one's until now).
 func (sp *splitting) times() SplitTimes {
-	t := SplitTimes{Steps: make([]SplitStep, len(sp.ran))}
+	t := SplitTimes{Steps: make([]SplitStep, len(sp.begun))}
 	now := time.Now()
-	for i, name := range sp.ran {
+	for i, st := range sp.begun {
 		end := now
-		if i+1 < len(sp.began) {
-			end = sp.began[i+1]
+		if i+1 < len(sp.begun) {
+			end = sp.begun[i+1].at
 		}
-		t.Steps[i] = SplitStep{Name: name, Took: end.Sub(sp.began[i])}
+		t.Steps[i] = SplitStep{Name: st.name, Took: end.Sub(st.at)}
 	}
 	switch {
 	case sp.frozen.IsZero():
@@ -249,7 +254,7 @@ func (sp *splitting) run(ctx context.Context, step string, b bucket, keys []stri
 func (sp *splitting) begin() error {
 	name := SplitSteps[sp.step]
 	sp.step++
-	sp.ran, sp.began = append(sp.ran, name), append(sp.began, time.Now())
+	sp.begun = append(sp.begun, begunStep{name, time.Now()})
 	if sp.s.splitHook != nil {
 		return sp.s.splitHook(name)
 	}
@@ -795,9 +800,9 @@ func (sp *splitting) switchOver(ctx context.Context) error {
 // buckets' next claims need no moves. Until it runs the new buckets are
 // dry, and the claims there refill them from the richest (admitFromDry),
 // which leaves the buckets uneven; a spread that gave each new bucket a
-// share of its parent's units regardless left them so. (Run before the
-// drop instead, it made the split row's longest call longer, 309 and 442
-// ms against 139 and 158: its moves then met the first refills.)
+// share of its parent's units regardless left them so. It runs last:
+// run before the drop, its moves met the first refills and the split
+// row's longest call grew (CHANGELOG.md has the runs).
 func (sp *splitting) spread(ctx context.Context) error {
 	if err := sp.begin(); err != nil {
 		return err
