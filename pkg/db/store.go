@@ -72,9 +72,20 @@ func (s *Store) VoucherSnapshot(ctx context.Context, id int64) (v Voucher, items
 			return err
 		}
 		return tx.Model(&VoucherChange{}).Where("voucher_id = ?", id).Order("id").Pluck("id", &changes).Error
-	}, &sql.TxOptions{Isolation: sql.LevelRepeatableRead, ReadOnly: true})
+	}, consistentRead)
 	return v, items, changes, err
 }
+
+// Snapshot runs fn with a Store whose reads all see MySQL as of one moment
+// (a read-only REPEATABLE READ transaction: InnoDB's consistent snapshot,
+// taken at its first read).
+func (s *Store) Snapshot(ctx context.Context, fn func(*Store) error) error {
+	return s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		return fn(&Store{db: tx})
+	}, consistentRead)
+}
+
+var consistentRead = &sql.TxOptions{Isolation: sql.LevelRepeatableRead, ReadOnly: true}
 
 // Voucher reads voucher id.
 func (s *Store) Voucher(ctx context.Context, id int64) (Voucher, error) {

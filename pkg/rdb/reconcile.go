@@ -146,10 +146,24 @@ func (s *Store) StreamOrders(ctx context.Context, p int) ([]StreamOrder, error) 
 // the days in st, each in its user's bucket; it adds released to every
 // bucket's set of released orders and changes to every bucket's set of
 // changes applied (st is the truth, every change included: none may be
-// applied again), and forgets the moves between buckets.
+// applied again), and forgets the moves between buckets. Claims admitted
+// meanwhile are undone: its caller has paused the sale.
 func (s *Store) RewriteVoucher(ctx context.Context, st VoucherState, released, changes []int64) error {
+	_, err := s.rewriteVoucher(ctx, st, released, changes, false)
+	return err
+}
+
+// RestoreVoucher writes st as RewriteVoucher does, but only the buckets
+// of v Redis does not hold (eachAbsentBucketTx): a bucket that exists, or
+// that a gateway creates while st was read, may be admitting claims that
+// st does not count. It reports whether it wrote bucket 0.
+func (s *Store) RestoreVoucher(ctx context.Context, st VoucherState, released, changes []int64) (bool, error) {
+	return s.rewriteVoucher(ctx, st, released, changes, true)
+}
+
+func (s *Store) rewriteVoucher(ctx context.Context, st VoucherState, released, changes []int64, absentOnly bool) (bool, error) {
 	if err := st.Voucher.checkBuckets(); err != nil {
-		return err
+		return false, err
 	}
 	v := st.Voucher.ID
 	n := max(st.Voucher.Buckets, 1)
@@ -157,11 +171,11 @@ func (s *Store) RewriteVoucher(ctx context.Context, st VoucherState, released, c
 	have := l.n
 	switch {
 	case err != nil:
-		return err
+		return false, err
 	case l.to > 0:
-		return fmt.Errorf("rewrite voucher %d: %w", v, ErrSplitting)
+		return false, fmt.Errorf("rewrite voucher %d: %w", v, ErrSplitting)
 	case have != n && have != 1:
-		return fmt.Errorf("rewrite voucher %d: Redis has %d buckets, MySQL %d", v, have, n)
+		return false, fmt.Errorf("rewrite voucher %d: Redis has %d buckets, MySQL %d", v, have, n)
 	}
 	// Each user's counts go to that user's bucket.
 	users := make([]map[string]int64, n)
@@ -181,7 +195,7 @@ func (s *Store) RewriteVoucher(ctx context.Context, st VoucherState, released, c
 	// (a split's, and have's when the rewrite spreads the voucher).
 	pending, was, err := s.pendingIndexes(ctx, v, have, n)
 	if err != nil {
-		return err
+		return false, err
 	}
 	if have != n {
 		was = strings.TrimSpace(was + " " + strconv.Itoa(have))
@@ -192,7 +206,7 @@ func (s *Store) RewriteVoucher(ctx context.Context, st VoucherState, released, c
 		}
 	}
 	rewritten := time.Now().UnixMilli()
-	err = s.eachBucketTx(ctx, st.Voucher, func(pipe redis.Pipeliner, bk bucket) {
+	fill := func(pipe redis.Pipeliner, bk bucket) {
 		// The hash is written anew: its users' counts are fields of it.
 		pipe.Del(ctx, bk.key())
 		s.putVoucherHash(ctx, pipe, bk, st.Voucher)
@@ -236,12 +250,18 @@ func (s *Store) RewriteVoucher(ctx context.Context, st VoucherState, released, c
 				expire(key)
 			}
 		}
-	})
+	}
+	zero := true
+	if absentOnly {
+		zero, err = s.eachAbsentBucketTx(ctx, st.Voucher, fill)
+	} else {
+		err = s.eachBucketTx(ctx, st.Voucher, fill)
+	}
 	if err != nil {
-		return fmt.Errorf("rewrite voucher %d: %w", v, err)
+		return false, fmt.Errorf("rewrite voucher %d: %w", v, err)
 	}
 	s.buckets.Store(v, n)
-	return nil
+	return zero, nil
 }
 
 // pendingIndexes reads the o:USER fields of voucher v's have buckets,

@@ -273,19 +273,43 @@ func (s *Store) ApplyChange(ctx context.Context, c Change) (applied, found bool,
 }
 
 // CreateVoucher puts v in Redis unless Redis holds it already: each
-// bucket is written once (WATCH on its hash: a second writer, or a bucket
-// written before a crash, is left as it is), bucket 0 last, so a voucher
-// that exists for a gateway exists whole, and claims admitted meanwhile
-// are never undone. changes are the voucher's changes v already reflects
-// (MySQL's, read with v): they go in every bucket's set of changes applied,
-// so change.lua never applies them again. created reports whether bucket 0
-// was written now.
+// bucket is written once (eachAbsentBucketTx: a second writer, or a bucket
+// written before a crash, is left as it is), so that claims admitted
+// meanwhile are never undone. changes are the voucher's changes v already
+// reflects (MySQL's, read with v): they go in every bucket's set of
+// changes applied, so change.lua never applies them again. created
+// reports whether bucket 0 was written now.
 func (s *Store) CreateVoucher(ctx context.Context, v Voucher, changes []int64) (created bool, err error) {
 	if err := v.checkBuckets(); err != nil {
 		return false, err
 	}
 	n := max(v.Buckets, 1)
-	for k := n - 1; k >= 0; k-- {
+	created, err = s.eachAbsentBucketTx(ctx, v, func(pipe redis.Pipeliner, b bucket) {
+		s.putVoucherHash(ctx, pipe, b, v)
+		if len(changes) > 0 {
+			members := make([]any, len(changes))
+			for i, id := range changes {
+				members[i] = id
+			}
+			pipe.SAdd(ctx, b.changes(), members...)
+			expire(ctx, pipe, b.changes(), v.ExpireAt)
+		}
+	})
+	if err != nil {
+		return false, fmt.Errorf("create voucher %d: %w", v.ID, err)
+	}
+	s.buckets.Store(v.ID, n)
+	return created, s.waitWritten(ctx, s.VoucherPartitions(v.ID, n)...)
+}
+
+// eachAbsentBucketTx runs fill for each of v's buckets that Redis does not
+// hold, bucket 0 last, in a transaction under WATCH of the bucket's hash: a
+// bucket that exists, or that another writer writes first, is left as it
+// is. A bucket that exists may be admitting claims, and a write would undo
+// them; one that does not admits none. It reports whether bucket 0 was
+// written now.
+func (s *Store) eachAbsentBucketTx(ctx context.Context, v Voucher, fill func(pipe redis.Pipeliner, b bucket)) (zero bool, err error) {
+	for k := max(v.Buckets, 1) - 1; k >= 0; k-- {
 		b := s.bucketOf(v.ID, k)
 		err := s.c.Watch(ctx, func(tx *redis.Tx) error {
 			exists, err := tx.Exists(ctx, b.key()).Result()
@@ -293,31 +317,22 @@ func (s *Store) CreateVoucher(ctx context.Context, v Voucher, changes []int64) (
 				return err
 			}
 			_, err = tx.TxPipelined(ctx, func(pipe redis.Pipeliner) error {
-				s.putVoucherHash(ctx, pipe, b, v)
-				if len(changes) > 0 {
-					members := make([]any, len(changes))
-					for i, id := range changes {
-						members[i] = id
-					}
-					pipe.SAdd(ctx, b.changes(), members...)
-					expire(ctx, pipe, b.changes(), v.ExpireAt)
-				}
+				fill(pipe, b)
 				return nil
 			})
 			if err == nil && k == 0 {
-				created = true
+				zero = true
 			}
 			return err
 		}, b.key())
 		if errors.Is(err, redis.TxFailedErr) {
 			continue // another writer wrote it first: it exists
 		}
-		if err != nil {
-			return false, fmt.Errorf("create voucher %d bucket %d: %w", v.ID, k, err)
+		if err != nil && !errors.Is(err, redis.Nil) {
+			return false, fmt.Errorf("bucket %d: %w", k, err)
 		}
 	}
-	s.buckets.Store(v.ID, n)
-	return created, s.waitWritten(ctx, s.VoucherPartitions(v.ID, n)...)
+	return zero, nil
 }
 
 // VoucherFace is what a buyer's page shows of voucher v before anything

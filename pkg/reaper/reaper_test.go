@@ -19,6 +19,7 @@ import (
 	"github.com/flashsale/flashsale/pkg/persist"
 	"github.com/flashsale/flashsale/pkg/rdb"
 	"github.com/flashsale/flashsale/pkg/reaper"
+	"github.com/flashsale/flashsale/pkg/settle"
 	"github.com/flashsale/flashsale/pkg/worker"
 )
 
@@ -523,4 +524,101 @@ func TestTheRestorerCompletesTheRoomsIndex(t *testing.T) {
 	require.Equal(t, []bool{false, true, true}, []bool{room, exists, known}, "the voucher without")
 	_, exists, known = x.Of(without.ID + 100)
 	require.Equal(t, []bool{false, true}, []bool{exists, known}, "no voucher")
+}
+
+// A voucher just created is in MySQL before it is in Redis; a restorer
+// round between the two finds it lost. If the gateway creates it in Redis
+// and claims are admitted after the restorer read what to write, the
+// restorer's state counts none of them: it writes only the buckets Redis
+// still lacks, and the claims stand (before, the rewrite gave their units
+// out again and forgot their users).
+func TestTheRestorerNeverUndoesClaimsOfAVoucherCreatedMeanwhile(t *testing.T) {
+	for _, buckets := range []int{1, 3} {
+		t.Run(fmt.Sprintf("%d buckets", buckets), func(t *testing.T) {
+			e := testenv.New(t, 2)
+			ctx := context.Background()
+			now := time.Now().UTC().Truncate(time.Millisecond)
+			v := db.Voucher{Name: "just created", Stock: 5, StockTotal: 5, PerUserLimit: 1, PaymentTimeoutSeconds: 60, StockBuckets: buckets}
+			ch, err := e.DB.CreateVoucher(ctx, &v, nil, now)
+			require.NoError(t, err)
+			require.NoError(t, e.RDB.Client().FlushAll(ctx).Err()) // a fresh Redis: no partition marked loaded
+			require.NoError(t, e.RDB.EnsureGroups(ctx))
+
+			hooked := 0
+			hook := func(id int64) {
+				if id != v.ID {
+					return
+				}
+				hooked++
+				// The gateway's creation, then three claims.
+				_, err := settle.Changes(ctx, e.RDB, e.DB, []db.VoucherChange{ch}, now)
+				require.NoError(t, err)
+				admit(t, e, v.ID, users("u", 3)...)
+			}
+			// The restorer alone: the releaser would apply the owed creation first.
+			round := restoreWithHook(t, e, hook)
+			require.Equal(t, 1, hooked, "the restorer did not find the voucher lost: the test has no power")
+			require.Zero(t, round.Restored, "the restorer wrote over a voucher a gateway had created")
+
+			require.EqualValues(t, 2, redisStock(t, e, v.ID), "units of admitted claims given out again")
+			for _, u := range users("u", 3) {
+				_, err := e.RDB.Admit(ctx, rdb.Claim{VoucherID: v.ID, UserID: u, Now: time.Now(), Day: order.Day(time.Now(), time.UTC)})
+				require.ErrorIs(t, err, rdb.ErrUserLimit, "user %s's claim forgotten", u)
+			}
+			unloaded, err := e.RDB.Unloaded(ctx)
+			require.NoError(t, err)
+			require.Empty(t, unloaded, "the partitions stay unmarked")
+		})
+	}
+}
+
+// Redis lost a voucher (its hash, not its stream) with orders in flight. A
+// worker persists them while the restorer reads: after the restorer read
+// the streams, before it reads MySQL. The stock it writes is MySQL's as of
+// the orders it reads, which count them once: it is not the stock the
+// round's list of vouchers read before they were persisted.
+func TestTheRestorerReadsMySQLsStockWithItsOrders(t *testing.T) {
+	e := testenv.New(t, 1)
+	ctx := context.Background()
+	v := e.SeedVoucher(t, db.Voucher{Stock: 5, PerUserLimit: 1, PaymentTimeoutSeconds: 60}, -1)
+	admit(t, e, v.ID, users("u", 3)...)
+	// Redis loses every key but the stream: the voucher, the loaded mark.
+	c := e.RDB.Client()
+	keys, err := c.Keys(ctx, "*").Result()
+	require.NoError(t, err)
+	for _, k := range keys {
+		if typ, err := c.Type(ctx, k).Result(); err == nil && typ != "stream" {
+			require.NoError(t, c.Del(ctx, k).Err())
+		}
+	}
+
+	hooked := 0
+	hook := func(id int64) {
+		if id == v.ID {
+			hooked++
+			persistVoucher(t, e, v.ID)
+		}
+	}
+	round := restoreWithHook(t, e, hook)
+	require.Equal(t, 1, hooked, "the restorer did not find the voucher lost: the test has no power")
+	require.Equal(t, 1, round.Restored)
+	live, err := e.DB.LiveOrders(ctx, v.ID)
+	require.NoError(t, err)
+	require.Len(t, live, 3, "the orders in flight were not persisted during the round")
+	require.EqualValues(t, 2, redisStock(t, e, v.ID), "the persisted orders' units given out again")
+	checks, err := reaper.Reconcile(ctx, e.RDB, e.DB, time.Now(), false)
+	require.NoError(t, err)
+	require.Empty(t, checks[0].Differences)
+}
+
+// restoreWithHook runs one round of a reaper's restorer alone, hook run
+// when it has found a voucher lost and read the streams.
+func restoreWithHook(t *testing.T, e *testenv.Env, hook func(v int64)) reaper.Round {
+	t.Helper()
+	cfg := reaper.Config{Config: worker.Config{Consumer: "reaper-1", Block: time.Millisecond}, MaxDeliveries: 3, ConsumerGoneAfter: time.Hour}
+	r, err := reaper.New(cfg, e.RDB, e.DB, zaptest.NewLogger(t), reaper.WithRestoreHook(hook))
+	require.NoError(t, err)
+	round, err := r.RunOnly(context.Background(), "restorer")
+	require.NoError(t, err)
+	return round
 }

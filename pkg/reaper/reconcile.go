@@ -72,7 +72,11 @@ func Reconcile(ctx context.Context, r *rdb.Store, d *db.Store, now time.Time, re
 		if err != nil {
 			return out, err
 		}
-		check, err := reconcileVoucher(ctx, r, d, v, entries, now, repair)
+		mode := reportOnly
+		if repair {
+			mode = rebuildWhole
+		}
+		check, err := reconcileVoucher(ctx, r, d, v, entries, now, mode)
 		if err != nil {
 			return out, fmt.Errorf("voucher %d: %w", v.ID, err)
 		}
@@ -114,8 +118,16 @@ func (c streamCache) of(ctx context.Context, r *rdb.Store, ps []int) ([]rdb.Stre
 	return orders, nil
 }
 
-func reconcileVoucher(ctx context.Context, r *rdb.Store, d *db.Store, v db.Voucher, stream []rdb.StreamOrder, now time.Time, repair bool) (VoucherCheck, error) {
-	check := VoucherCheck{VoucherID: v.ID, Quiet: v.Paused || (v.EndsAt != nil && !now.Before(*v.EndsAt))}
+// repairMode is what reconcileVoucher does with a voucher that differs.
+type repairMode int
+
+const (
+	reportOnly   repairMode = iota
+	rebuildWhole            // every bucket rewritten (reconcile --repair: the sale is paused)
+	restoreLost             // only the buckets Redis lacks (the restorer: the sale runs)
+)
+
+func reconcileVoucher(ctx context.Context, r *rdb.Store, d *db.Store, v db.Voucher, stream []rdb.StreamOrder, now time.Time, mode repairMode) (VoucherCheck, error) {
 	var candidates []order.Order
 	for _, e := range stream {
 		if e.Err == nil && e.Order.VoucherID == v.ID {
@@ -126,20 +138,53 @@ func reconcileVoucher(ctx context.Context, r *rdb.Store, d *db.Store, v db.Vouch
 	for i, o := range candidates {
 		ids[i] = o.ID
 	}
-	persisted, err := d.ExistingOrders(ctx, ids)
+	// MySQL in one snapshot, read after the streams: an entry of stream
+	// persisted by then is in MySQL's stock and orders, one not yet in
+	// neither. The voucher is read again in it: the stock read with the
+	// round's list of vouchers may predate orders persisted since.
+	var (
+		persisted         map[int64]bool
+		live              []db.LiveOrder
+		free              []order.Item
+		released, changes []int64
+	)
+	err := d.Snapshot(ctx, func(d *db.Store) error {
+		var err error
+		if v, err = d.Voucher(ctx, v.ID); err != nil {
+			return err
+		}
+		if persisted, err = d.ExistingOrders(ctx, ids); err != nil {
+			return err
+		}
+		// A draw's Redis counts entries per user (admit.lua): every entry
+		// that did not fail counts, whatever the draw made of it.
+		counted := d.LiveOrders
+		if v.IsDraw() {
+			counted = d.Entrants
+		}
+		if live, err = counted(ctx, v.ID); err != nil {
+			return err
+		}
+		if v.Traits().Pooled {
+			if free, err = d.FreeItems(ctx, v.ID); err != nil {
+				return err
+			}
+		}
+		if mode == reportOnly {
+			return nil
+		}
+		// What a repair records in Redis as done: the releases MySQL owes
+		// it and every change, as of the state it writes.
+		if released, err = d.OwedReleaseIDs(ctx, v.ID); err != nil {
+			return err
+		}
+		changes, err = d.ChangeIDs(ctx, v.ID)
+		return err
+	})
 	if err != nil {
-		return check, err
+		return VoucherCheck{VoucherID: v.ID}, err
 	}
-	// A draw's Redis counts entries per user (admit.lua): every entry
-	// that did not fail counts, whatever the draw made of it.
-	counted := d.LiveOrders
-	if v.IsDraw() {
-		counted = d.Entrants
-	}
-	live, err := counted(ctx, v.ID)
-	if err != nil {
-		return check, err
-	}
+	check := VoucherCheck{VoucherID: v.ID, Quiet: v.Paused || (v.EndsAt != nil && !now.Before(*v.EndsAt))}
 
 	want := rdb.VoucherState{Found: true, Users: map[string]int64{}, Days: map[string]map[string]int64{}}
 	want.Voucher = settle.RedisVoucher(v, v.Stock)
@@ -169,9 +214,7 @@ func reconcileVoucher(ctx context.Context, r *rdb.Store, d *db.Store, v db.Vouch
 			inFlightItems[o.Item.No] = true
 		}
 	}
-	if err := wantPool(ctx, d, v, &want.Voucher, inFlightItems, now); err != nil {
-		return check, err
-	}
+	wantPool(v, &want.Voucher, free, inFlightItems, now)
 
 	days := slices.Sorted(maps.Keys(want.Days))
 	have, err := r.ReadVoucherState(ctx, v.ID, days)
@@ -224,11 +267,21 @@ func reconcileVoucher(ctx context.Context, r *rdb.Store, d *db.Store, v db.Vouch
 	// rest). A release Redis missed shows in its stock and its user's
 	// counts.
 
-	if repair && len(check.Differences) > 0 {
-		if err := settle.Rebuild(ctx, r, d, want); err != nil {
+	if len(check.Differences) == 0 {
+		return check, nil
+	}
+	switch mode {
+	case rebuildWhole:
+		if err := settle.Rebuild(ctx, r, want, released, changes); err != nil {
 			return check, err
 		}
 		check.Repaired = true
+	case restoreLost:
+		wrote, err := settle.Restore(ctx, r, want, released, changes)
+		if err != nil {
+			return check, err
+		}
+		check.Repaired = wrote
 	}
 	return check, nil
 }
@@ -236,21 +289,16 @@ func reconcileVoucher(ctx context.Context, r *rdb.Store, d *db.Store, v db.Vouch
 // wantPool sets what a pooled voucher's pool should hold: MySQL's free
 // items less those the orders in flight took; nothing once a sale that
 // refunds at its end is over (the refunder closes it).
-func wantPool(ctx context.Context, d *db.Store, v db.Voucher, want *rdb.Voucher, inFlight map[int64]bool, now time.Time) error {
+func wantPool(v db.Voucher, want *rdb.Voucher, free []order.Item, inFlight map[int64]bool, now time.Time) {
 	t := v.Traits()
 	if !t.Pooled {
-		return nil
+		return
 	}
 	if t.RefundsAtEnd && v.EndsAt != nil && !now.Before(*v.EndsAt) {
 		want.Closed, want.Stock, want.Items = true, 0, nil
-		return nil
-	}
-	free, err := d.FreeItems(ctx, v.ID)
-	if err != nil {
-		return err
+		return
 	}
 	want.Items = slices.DeleteFunc(free, func(it order.Item) bool { return inFlight[it.No] })
-	return nil
 }
 
 // poolDiff counts the items of want that have lacks, and those it holds

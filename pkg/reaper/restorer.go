@@ -12,7 +12,10 @@ package reaper
 // streams), and the partition is marked loaded again.
 //
 // A voucher Redis still holds is not touched: claims may be admitting
-// it, and a rewrite would overwrite them. A hot voucher of which only
+// it, and a rewrite would overwrite them. Nor is one a gateway creates
+// while the round reads (a voucher just created is in MySQL before it is
+// in Redis): the rebuild writes only the buckets still absent, each under
+// WATCH (rdb.Store.RestoreVoucher). A hot voucher of which only
 // some buckets are gone (one master of a cluster lost its data) is not
 // rebuilt either, for the same reason: it is logged, its partitions stay
 // unmarked (its missing buckets answer 503), and an operator runs
@@ -94,7 +97,10 @@ func (r *Reaper) reload(ctx context.Context, round *Round, unloaded []int, vouch
 		if err != nil {
 			return err
 		}
-		check, err := reconcileVoucher(ctx, r.redis, r.db, v, entries, now, true)
+		if r.restoreHook != nil {
+			r.restoreHook(v.ID)
+		}
+		check, err := reconcileVoucher(ctx, r.redis, r.db, v, entries, now, restoreLost)
 		if err != nil {
 			return fmt.Errorf("rebuild voucher %d: %w", v.ID, err)
 		}

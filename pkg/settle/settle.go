@@ -160,22 +160,23 @@ func create(ctx context.Context, r *rdb.Store, d *db.Store, v int64) (bool, erro
 
 // Rebuild rewrites a voucher's Redis state with want (reconcile's repair:
 // what MySQL and the streams say Redis should hold) and records in Redis
-// every release MySQL still owes it and every change as done, so none is
-// applied again (want counts them; a release recorded done is never asked
-// again but by a caller that knew it owed before, which the bucket's
-// cutoff refuses once it is forgotten). Run it while no claims are
-// admitted (reaper reconcile --repair).
-func Rebuild(ctx context.Context, r *rdb.Store, d *db.Store, want rdb.VoucherState) error {
-	v := want.Voucher.ID
-	released, err := d.OwedReleaseIDs(ctx, v)
-	if err != nil {
-		return err
-	}
-	changes, err := d.ChangeIDs(ctx, v)
-	if err != nil {
-		return err
-	}
+// released (the releases MySQL still owes it) and changes (every change of
+// the voucher), read with want, as done, so none is applied again (want
+// counts them; a release recorded done is never asked again but by a
+// caller that knew it owed before, which the bucket's cutoff refuses once
+// it is forgotten). Run it while no claims are admitted (reaper reconcile
+// --repair).
+func Rebuild(ctx context.Context, r *rdb.Store, want rdb.VoucherState, released, changes []int64) error {
 	return r.RewriteVoucher(ctx, want, released, changes)
+}
+
+// Restore is Rebuild for a voucher Redis lost whole, while claims run: it
+// writes only the buckets Redis still lacks (rdb.Store.RestoreVoucher),
+// and reports whether it wrote bucket 0. A bucket a gateway created since
+// want was read may be admitting claims want does not count: it is left
+// alone.
+func Restore(ctx context.Context, r *rdb.Store, want rdb.VoucherState, released, changes []int64) (bool, error) {
+	return r.RestoreVoucher(ctx, want, released, changes)
 }
 
 // Owed applies the changes and releases MySQL still owes Redis, batch at

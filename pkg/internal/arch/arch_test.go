@@ -96,7 +96,7 @@ func TestTheRolesDoNotImportTheWiring(t *testing.T) {
 func TestOnlySettleWritesWhatMySQLRecorded(t *testing.T) {
 	pkgs := list(t)
 	guarded := map[string][]string{
-		module + "pkg/rdb.Store": {"ApplyChange", "CreateVoucher", "PutVoucher", "Release", "RewriteVoucher"},
+		module + "pkg/rdb.Store": {"ApplyChange", "CreateVoucher", "PutVoucher", "Release", "RewriteVoucher", "RestoreVoucher"},
 		module + "pkg/db.Store":  {"MarkReleased", "MarkChangesApplied"},
 	}
 	fset := token.NewFileSet()
