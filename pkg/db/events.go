@@ -28,11 +28,15 @@ import (
 // most this much below it.
 const MaxEventsPerRow = 1000
 
-// Snapshot is an order as a change left it, and why (a cancellation's,
-// a failure's reason): what an event says. A row holds its events'
-// snapshots as a JSON array of arrays, one per event, in the order of
-// snapshotFields (encodeSnapshots): a worker's batch writes hundreds.
+// Snapshot is what an event says: an order as a change left it, and why
+// (a cancellation's, a failure's reason), or, with Split set, a voucher's
+// split (then only VoucherID is set beside it). A row holds its events'
+// snapshots as a JSON array of arrays, one per event: an order's in the
+// order of snapshotFields, a split's as SplitTag, the voucher, its
+// buckets and when (unix ms) (encodeSnapshots): a worker's batch writes
+// hundreds.
 type Snapshot struct {
+	Split     *Split
 	OrderID   int64
 	VoucherID int64
 	UserID    string
@@ -46,6 +50,16 @@ type Snapshot struct {
 	ExpiresAt time.Time
 	PaidAt    *time.Time
 }
+
+// Split is a voucher's split, done: its Redis buckets are Buckets from At.
+type Split struct {
+	Buckets int
+	At      time.Time
+}
+
+// SplitTag begins a split's snapshot in a row, where an order's begins
+// with its id: a string, so the reader tells them apart by the first token.
+const SplitTag = "voucher.split"
 
 // snapshotFields is a snapshot's layout in a row: times in unix
 // milliseconds, paid_at 0 when unpaid.
@@ -62,6 +76,14 @@ func encodeSnapshots(snaps []Snapshot) []byte {
 			b = append(b, ',')
 		}
 		b = append(b, '[')
+		if s.Split != nil {
+			b = jsonstr.Append(b, SplitTag)
+			b = strconv.AppendInt(append(b, ','), s.VoucherID, 10)
+			b = strconv.AppendInt(append(b, ','), int64(s.Split.Buckets), 10)
+			b = strconv.AppendInt(append(b, ','), s.Split.At.UnixMilli(), 10)
+			b = append(b, ']')
+			continue
+		}
 		b = strconv.AppendInt(b, s.OrderID, 10)
 		b = append(b, ',')
 		b = strconv.AppendInt(b, s.VoucherID, 10)
@@ -115,6 +137,14 @@ func decodeSnapshots(raw []byte) ([]Snapshot, error) {
 		if err := delim('['); err != nil {
 			return nil, fail(err)
 		}
+		if dec.PeekKind() == '"' {
+			s, err := decodeSplit(dec)
+			if err != nil {
+				return nil, fail(err)
+			}
+			out = append(out, s)
+			continue
+		}
 		var s Snapshot
 		var n [snapshotFields]int64
 		strs := [snapshotFields]*string{2: &s.UserID, 3: &s.Status, 4: &s.Reason, 7: &s.Code}
@@ -153,6 +183,34 @@ func decodeSnapshots(raw []byte) ([]Snapshot, error) {
 		return nil, fail(fmt.Errorf("data after the array (%v)", err))
 	}
 	return out, nil
+}
+
+// decodeSplit reads the rest of a split's snapshot, its opening bracket
+// read: SplitTag, the voucher, its buckets, when (unix ms), the closing
+// bracket.
+func decodeSplit(dec *jsontext.Decoder) (Snapshot, error) {
+	t, err := dec.ReadToken()
+	if err != nil {
+		return Snapshot{}, err
+	}
+	if tag := t.String(); tag != SplitTag {
+		return Snapshot{}, fmt.Errorf("an event of kind %q", tag)
+	}
+	var n [3]int64
+	for f := range n {
+		v, err := dec.ReadValue()
+		if err != nil {
+			return Snapshot{}, err
+		}
+		var ok bool
+		if n[f], ok = jsonInt(v); !ok {
+			return Snapshot{}, fmt.Errorf("split field %d is not an integer: %s", f+1, v)
+		}
+	}
+	if t, err := dec.ReadToken(); err != nil || t.Kind() != ']' {
+		return Snapshot{}, fmt.Errorf("a split is not 4 fields (%v)", err)
+	}
+	return Snapshot{VoucherID: n[0], Split: &Split{Buckets: int(n[1]), At: time.UnixMilli(n[2]).UTC()}}, nil
 }
 
 // setNumbers sets s's numeric fields from a row's: times in unix
@@ -259,10 +317,17 @@ func insertEvents(tx *gorm.DB, orders []Order, reason string) error {
 		for k, o := range chunk {
 			snaps[k] = snapshotOf(o, reason)
 		}
-		b := encodeSnapshots(snaps)
-		if err := tx.Exec("INSERT INTO events (n, events, occurred_at) VALUES (?, ?, UTC_TIMESTAMP(3))", len(chunk), b).Error; err != nil {
-			return fmt.Errorf("record %d events: %w", len(chunk), err)
+		if err := insertSnapshots(tx, snaps); err != nil {
+			return err
 		}
+	}
+	return nil
+}
+
+// insertSnapshots writes, in tx, one row of events saying snaps.
+func insertSnapshots(tx *gorm.DB, snaps []Snapshot) error {
+	if err := tx.Exec("INSERT INTO events (n, events, occurred_at) VALUES (?, ?, UTC_TIMESTAMP(3))", len(snaps), encodeSnapshots(snaps)).Error; err != nil {
+		return fmt.Errorf("record %d events: %w", len(snaps), err)
 	}
 	return nil
 }

@@ -21,6 +21,8 @@ func TestSnapshotsRoundTrip(t *testing.T) {
 			ExpiresAt: now.Add(15 * time.Minute), PaidAt: &paid},
 		{OrderID: 1<<62 + 1, VoucherID: 1<<53 + 1, UserID: "b", Status: "failed", Reason: "out_of_stock", Quantity: 1, Amount: 1234,
 			Code: "q\"uo\\te <&> é\n\u2028", Drawn: 2, CreatedAt: now, ExpiresAt: now},
+		{VoucherID: 7, Split: &Split{Buckets: 3, At: now}},
+		{OrderID: 5, VoucherID: 7, UserID: "c", Status: "created", Quantity: 1, CreatedAt: now, ExpiresAt: now},
 	}
 	raw := encodeSnapshots(in)
 	require.True(t, json.Valid(raw), "%s", raw)
@@ -29,6 +31,10 @@ func TestSnapshotsRoundTrip(t *testing.T) {
 	require.Equal(t, in, out)
 	_, err = decodeSnapshots([]byte(`[[1,2,"u"]]`))
 	require.Error(t, err, "a short event")
+	for _, bad := range []string{`[["voucher.split",7,3]]`, `[["voucher.split",7,3,1,2]]`, `[["voucher.paused",7,3,1]]`, `[["voucher.split",7,"3",1]]`} {
+		_, err = decodeSnapshots([]byte(bad))
+		require.Error(t, err, bad)
+	}
 	empty, err := decodeSnapshots(encodeSnapshots(nil))
 	require.NoError(t, err)
 	require.Empty(t, empty)
@@ -43,6 +49,20 @@ func decodeSnapshotsJSON(raw []byte) ([]Snapshot, error) {
 	}
 	out := make([]Snapshot, len(rows))
 	for i, f := range rows {
+		var tag string
+		if len(f) > 0 && json.Unmarshal(f[0], &tag) == nil {
+			var n [3]int64
+			if tag != SplitTag || len(f) != 4 {
+				return nil, fmt.Errorf("event %d: a %q of %d fields", i, tag, len(f))
+			}
+			for k := range n {
+				if err := json.Unmarshal(f[k+1], &n[k]); err != nil {
+					return nil, fmt.Errorf("event %d, field %d: %w", i, k+1, err)
+				}
+			}
+			out[i] = Snapshot{VoucherID: n[0], Split: &Split{Buckets: int(n[1]), At: time.UnixMilli(n[2]).UTC()}}
+			continue
+		}
 		if len(f) != snapshotFields {
 			return nil, fmt.Errorf("event %d: %d fields, not %d", i, len(f), snapshotFields)
 		}
@@ -70,6 +90,7 @@ func FuzzSnapshots(f *testing.F) {
 	f.Add(int64(384427387514814466), int64(7), "alice@x.y", "paid", "", "", int64(1700000000123), []byte(`[[1,2,"u","s","r",1,2,"c",0,3,4,0]]`))
 	f.Add(int64(-1), int64(1<<53+1), "q\"uo\\te <&> \u00e9\n\u2028", "failed", "out_of_stock", "\xff\xfe", int64(0), []byte(`[ [ 1 ,2,"\u0041","s","r",1,2,"c",0,3,4,5] ]`))
 	f.Add(int64(0), int64(0), "", "", "", "", int64(0), []byte(`[[01,2,"u","s","r",1,2,"c",0,3,4,0]]`))
+	f.Add(int64(1), int64(2), "u", "created", "", "", int64(0), []byte(`[[1,2,"u","s","r",1,2,"c",0,3,4,0],["voucher.split",7,3,1700000000123]]`))
 	f.Fuzz(func(t *testing.T, order, voucher int64, user, status, reason, code string, paid int64, raw []byte) {
 		now := time.UnixMilli(paid / 7).UTC()
 		in := []Snapshot{{OrderID: order, VoucherID: voucher, UserID: user, Status: status, Reason: reason, Code: code,

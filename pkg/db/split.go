@@ -43,8 +43,16 @@ func (s *Store) DropSplit(ctx context.Context, id int64, to int) error {
 }
 
 // SplitDone records voucher id's split to to done at now: its
-// stock_buckets are to from then on.
+// stock_buckets are to from then on. The transaction that records it
+// writes its event (voucher.split); a split recorded done before writes
+// none.
 func (s *Store) SplitDone(ctx context.Context, id int64, to int, now time.Time) error {
-	return s.db.WithContext(ctx).Model(&Voucher{}).Where("id = ? AND split_to = ? AND stock_buckets < ?", id, to, to).
-		Updates(map[string]any{"stock_buckets": to, "split_at": now}).Error
+	return s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		res := tx.Model(&Voucher{}).Where("id = ? AND split_to = ? AND stock_buckets < ?", id, to, to).
+			Updates(map[string]any{"stock_buckets": to, "split_at": now})
+		if res.Error != nil || res.RowsAffected == 0 {
+			return res.Error
+		}
+		return insertSnapshots(tx, []Snapshot{{VoucherID: id, Split: &Split{Buckets: to, At: now}}})
+	}, readCommitted)
 }

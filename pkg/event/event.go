@@ -26,9 +26,13 @@ import (
 // another.
 const DefaultSource = "flashsale"
 
-// TypePrefix begins every event's type: the type is TypePrefix + the
-// status the order reached (order.created, order.paid, ...).
+// TypePrefix begins every order event's type: the type is TypePrefix +
+// the status the order reached (order.created, order.paid, ...).
 const TypePrefix = "order."
+
+// TypeSplit is a voucher's split's event: its Redis buckets were raised
+// while it sells.
+const TypeSplit = db.SplitTag
 
 // Event is a CloudEvents 1.0 event in its JSON form.
 type Event struct {
@@ -42,7 +46,9 @@ type Event struct {
 	// Sequence (the CloudEvents sequence extension): one more than the
 	// event published before it.
 	Sequence Sequence `json:"sequence"`
-	Data     Data     `json:"data"`
+	// Data is the event's data: a Data for an order's event, a SplitData
+	// for a voucher's split.
+	Data any `json:"data"`
 }
 
 // Sequence is an event's place in the order events are published: 1, 2,
@@ -91,26 +97,49 @@ type Data struct {
 	Reason string `json:"reason,omitempty"`
 }
 
-// Types are the events' types: one per status an order changes to
-// (docs/EVENTS.md's table).
+// SplitData is a voucher's split: its Redis buckets are stock_buckets
+// from split_at (the admin API's fields).
+type SplitData struct {
+	VoucherID    string    `json:"voucher_id"`
+	StockBuckets int       `json:"stock_buckets"`
+	SplitAt      time.Time `json:"split_at"`
+}
+
+// Types are the events' types: one per status an order changes to, and
+// a voucher's split (docs/EVENTS.md's table).
 func Types() []string {
 	out := make([]string, 0, 8)
 	for _, st := range []order.Status{order.StatusCreated, order.StatusCompleted, order.StatusEntered, order.StatusLost,
 		order.StatusPaid, order.StatusCancelled, order.StatusFailed} {
 		out = append(out, TypePrefix+string(st))
 	}
-	return out
+	return append(out, TypeSplit)
 }
 
-// Of is event e of the outbox, sequenced, as an event from source.
+// TypeOf is outbox event e's type.
+func TypeOf(e db.Event) string {
+	if e.Split != nil {
+		return TypeSplit
+	}
+	return TypePrefix + e.Status
+}
+
+// Of is event e of the outbox, sequenced, as an event from source. Its
+// subject is the order's id, or a split voucher's.
 func Of(source string, e db.Event) Event {
+	ev := Event{SpecVersion: "1.0", ID: e.ID(), Source: source, Type: TypeOf(e),
+		Time: e.OccurredAt.UTC().Format(time.RFC3339Nano), DataContentType: "application/json", Sequence: Sequence(e.Sequence)}
+	if e.Split != nil {
+		ev.Subject = strconv.FormatInt(e.VoucherID, 10)
+		ev.Data = SplitData{VoucherID: ev.Subject, StockBuckets: e.Split.Buckets, SplitAt: e.Split.At}
+		return ev
+	}
 	d := Data{Order: orderview.Of(e.Order())}
 	if s := order.Status(e.Status); s == order.StatusCancelled || s == order.StatusFailed {
 		d.Reason = e.Reason
 	}
-	return Event{SpecVersion: "1.0", ID: e.ID(), Source: source, Type: TypePrefix + e.Status,
-		Subject: strconv.FormatInt(e.OrderID, 10), Time: e.OccurredAt.UTC().Format(time.RFC3339Nano),
-		DataContentType: "application/json", Sequence: Sequence(e.Sequence), Data: d}
+	ev.Subject, ev.Data = strconv.FormatInt(e.OrderID, 10), d
+	return ev
 }
 
 // ValidSource reports whether s may be the events' source: 1-255
@@ -146,7 +175,16 @@ func (e Event) AppendJSON(b []byte) []byte {
 	b = str(b, `time":`, e.Time)
 	b = str(b, `datacontenttype":`, e.DataContentType)
 	b = append(e.Sequence.Append(append(b, `,"sequence":"`...)), '"')
-	d := &e.Data
+	var d Data
+	switch v := e.Data.(type) {
+	case Data:
+		d = v
+	case SplitData:
+		b = jsonstr.Append(append(b, `,"data":{"voucher_id":`...), v.VoucherID)
+		b = strconv.AppendInt(append(b, `,"stock_buckets":`...), int64(v.StockBuckets), 10)
+		b = appendTime(append(b, `,"split_at":`...), v.SplitAt)
+		return append(b, '}', '}')
+	}
 	b = jsonstr.Append(append(b, `,"data":{"order_id":`...), d.OrderID)
 	b = str(b, `voucher_id":`, d.VoucherID)
 	b = str(b, `user_id":`, d.UserID)

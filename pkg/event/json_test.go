@@ -34,3 +34,32 @@ func FuzzEventJSON(f *testing.F) {
 		}
 	})
 }
+
+// A split's body is what encoding/json makes of it too, and its data the
+// split's: the voucher as subject, its buckets, when.
+func TestASplitsEventJSON(t *testing.T) {
+	for _, at := range []time.Time{time.UnixMilli(1700000000123).UTC(), time.UnixMilli(1700000000000).In(time.FixedZone("z", 3600))} {
+		e := db.Event{Snapshot: db.Snapshot{VoucherID: 7, Split: &db.Split{Buckets: 3, At: at}}, Row: 41, K: 2, Sequence: 9, OccurredAt: at}
+		ev := Of("flashsale", e)
+		want, err := json.Marshal(ev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := ev.JSON(); string(got) != string(want) {
+			t.Fatalf("wrote\n%s\nencoding/json writes\n%s", got, want)
+		}
+		var back struct {
+			Type    string
+			Subject string
+			Data    map[string]any
+		}
+		if err := json.Unmarshal(ev.JSON(), &back); err != nil {
+			t.Fatal(err)
+		}
+		wantData := map[string]any{"voucher_id": "7", "stock_buckets": float64(3), "split_at": at.Format(time.RFC3339Nano)}
+		if back.Type != "voucher.split" || back.Subject != "7" || len(back.Data) != 3 ||
+			back.Data["voucher_id"] != wantData["voucher_id"] || back.Data["stock_buckets"] != wantData["stock_buckets"] || back.Data["split_at"] != wantData["split_at"] {
+			t.Fatalf("read back %+v", back)
+		}
+	}
+}

@@ -141,7 +141,8 @@ func (k *Kafka) Send(ctx context.Context, events []Event) (int, error) {
 	return len(events), nil
 }
 
-// Record is e as a Kafka record: key the order id, value the event, the
+// Record is e as a Kafka record: key the subject (the order id; a
+// split's voucher id), value the event, the
 // CloudEvents attributes as ce_ headers (the Kafka binding's names) and
 // content-type. The headers' values share one buffer: the relay makes a
 // record for every event it sends.
@@ -158,7 +159,7 @@ func Record(e Event) *kgo.Record {
 		start := len(buf)
 		buf = append(buf, v...)
 		hs[i] = kgo.RecordHeader{Key: recordHeaders[i], Value: buf[start:len(buf):len(buf)]}
-		if i == subjectHeader { // the order id: the record's key too
+		if i == subjectHeader { // the record's key too
 			key = hs[i].Value
 		}
 	}

@@ -36,6 +36,7 @@ func TestTheWebhookPayloadIsTheSpecsEvent(t *testing.T) {
 		{OrderID: 9, VoucherID: 3, UserID: "alice", Status: "paid", Quantity: 1, Code: "C-1", CreatedAt: paid, ExpiresAt: paid, PaidAt: &paid},
 		{OrderID: 10, VoucherID: 3, UserID: "bob", Status: "cancelled", Reason: "payment_expired", Quantity: 2, CreatedAt: paid, ExpiresAt: paid},
 		{OrderID: 11, VoucherID: 4, UserID: "carol", Status: "completed", Quantity: 1, Amount: 250, CreatedAt: paid},
+		{VoucherID: 4, Split: &db.Split{Buckets: 3, At: paid}},
 	} {
 		m := event.Of("shop", db.Event{Snapshot: snap, Row: 4, K: 1, Sequence: 41, OccurredAt: paid})
 		var v any

@@ -17,7 +17,7 @@ func TestTheEventTypesAreTheDocumentedOnes(t *testing.T) {
 	doc, err := os.ReadFile("../../docs/EVENTS.md")
 	require.NoError(t, err)
 	var listed []string
-	for _, m := range regexp.MustCompile("(?m)^\\| `(order\\.[a-z]+)` \\|").FindAllStringSubmatch(string(doc), -1) {
+	for _, m := range regexp.MustCompile("(?m)^\\| `((?:order|voucher)\\.[a-z]+)` \\|").FindAllStringSubmatch(string(doc), -1) {
 		listed = append(listed, m[1])
 	}
 	want := event.Types()
@@ -26,9 +26,9 @@ func TestTheEventTypesAreTheDocumentedOnes(t *testing.T) {
 	require.Equal(t, want, listed)
 	spec, err := os.ReadFile("../../api/openapi.yaml")
 	require.NoError(t, err)
-	enum := regexp.MustCompile(`enum: \[(order\.[a-z]+(?:, order\.[a-z]+)*)\]`).FindSubmatch(spec)
+	enum := regexp.MustCompile(`enum: \[(order\.[a-z]+(?:, (?:order|voucher)\.[a-z]+)*)\]`).FindSubmatch(spec)
 	require.NotNil(t, enum)
-	fromSpec := regexp.MustCompile(`order\.[a-z]+`).FindAllString(string(enum[1]), -1)
+	fromSpec := regexp.MustCompile(`(?:order|voucher)\.[a-z]+`).FindAllString(string(enum[1]), -1)
 	slices.Sort(fromSpec)
 	require.Equal(t, want, fromSpec)
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/flashsale/flashsale/pkg/db"
 	"github.com/flashsale/flashsale/pkg/gateway"
 	"github.com/flashsale/flashsale/pkg/internal/testenv"
 )
@@ -229,7 +230,12 @@ func TestTheEventsAPIFilters(t *testing.T) {
 	f.persist(b)
 	mine := f.do("GET", "/v1/orders?voucher_id="+a, f.token("u0"), "").Body["orders"].([]any)[0].(map[string]any)["order_id"].(string)
 	require.Equal(t, http.StatusOK, f.do("POST", "/v1/orders/"+mine+"/pay", f.token("u0"), "").Status)
-	_, err := f.env.DB.SequenceEvents(context.Background(), 100)
+	// b's buckets split, recorded as the reaper's splitter records it.
+	splitAt := time.Now().UTC().Truncate(time.Millisecond)
+	_, err := f.env.DB.AskSplit(t.Context(), parseID(t, b), 4, func(db.Voucher) error { return nil })
+	require.NoError(t, err)
+	require.NoError(t, f.env.DB.SplitDone(t.Context(), parseID(t, b), 4, splitAt))
+	_, err = f.env.DB.SequenceEvents(context.Background(), 100)
 	require.NoError(t, err)
 	list := func(query string) response {
 		t.Helper()
@@ -238,7 +244,7 @@ func TestTheEventsAPIFilters(t *testing.T) {
 		return res
 	}
 	all := list("?after=0")
-	require.Len(t, all.Body["events"], 6)
+	require.Len(t, all.Body["events"], 7)
 	of := func(res response) (vouchers, types []string) {
 		for _, raw := range res.Body["events"].([]any) {
 			ev := raw.(map[string]any)
@@ -254,6 +260,13 @@ func TestTheEventsAPIFilters(t *testing.T) {
 	vs, ts = of(list("?after=0&voucher_id=" + b + "&type=order.created"))
 	require.Equal(t, []string{b, b, b}, vs)
 	require.Equal(t, []string{"order.created", "order.created", "order.created"}, ts)
+	splits := list("?after=0&type=voucher.split").Body["events"].([]any)
+	require.Len(t, splits, 1)
+	ev := splits[0].(map[string]any)
+	require.Equal(t, b, ev["subject"], "a split's subject is its voucher")
+	require.Equal(t, map[string]any{"voucher_id": b, "stock_buckets": float64(4), "split_at": splitAt.Format(time.RFC3339Nano)}, ev["data"])
+	vs, _ = of(list("?after=0&voucher_id=" + b))
+	require.Equal(t, []string{b, b, b, b}, vs, "a split is its voucher's event")
 
 	// A page of one event of the whole sequence: next moves on whatever
 	// the filter keeps.
@@ -266,7 +279,7 @@ func TestTheEventsAPIFilters(t *testing.T) {
 		after = res.Body["next"].(string)
 		next = append(next, after)
 	}
-	require.Equal(t, []string{seq(1), seq(2), seq(3), seq(4), seq(5), seq(6)}, next, "every sequence, one a page")
+	require.Equal(t, []string{seq(1), seq(2), seq(3), seq(4), seq(5), seq(6), seq(7)}, next, "every sequence, one a page")
 	none := list("?after=0&voucher_id=999")
 	require.Empty(t, none.Body["events"])
 	require.Equal(t, all.Body["next"], none.Body["next"], "a page of no kept event still moves on")

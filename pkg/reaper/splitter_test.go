@@ -98,6 +98,10 @@ func TestAHotVoucherIsSplitByItselfWhileItSells(t *testing.T) {
 	require.Equal(t, 4, got.StockBuckets)
 	require.False(t, got.Splitting())
 	require.NotNil(t, got.SplitAt)
+	splits := splitEvents(t, e, v.ID)
+	require.Len(t, splits, 1, "one voucher.split event, written with the split done")
+	require.Equal(t, 4, splits[0].Buckets)
+	require.WithinDuration(t, *got.SplitAt, splits[0].At, time.Second)
 	split := logs.FilterMessage("voucher split").All()
 	require.Len(t, split, 1)
 	steps, ok := split[0].ContextMap()["steps"].(map[string]any)
@@ -170,6 +174,24 @@ func TestAHotVoucherNotYetAskedIsSplitNextRound(t *testing.T) {
 	got, err = r.RunOnly(ctx, "detector", "splitter")
 	require.NoError(t, err)
 	require.Zero(t, got.SplitsAsked, "asked once")
+	// Recorded done again (a splitter that died before it heard the
+	// commit): no second event.
+	require.NoError(t, e.DB.SplitDone(ctx, v.ID, 2, time.Now()))
+	require.Len(t, splitEvents(t, e, v.ID), 1, "one voucher.split event")
+}
+
+// splitEvents are the splits of voucher v the outbox's events say.
+func splitEvents(t *testing.T, e *testenv.Env, v int64) []db.Split {
+	t.Helper()
+	events, err := e.DB.OutboxEvents(context.Background())
+	require.NoError(t, err)
+	var out []db.Split
+	for _, ev := range events {
+		if ev.Split != nil && ev.VoucherID == v {
+			out = append(out, *ev.Split)
+		}
+	}
+	return out
 }
 
 // A split asked of a sale that ended before it was done, of a voucher

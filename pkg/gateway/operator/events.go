@@ -80,7 +80,7 @@ func (a *API) listEvents(w http.ResponseWriter, r *http.Request) {
 	}
 	for _, e := range rows {
 		out.Next = event.Sequence(e.Sequence)
-		if (voucherID != 0 && e.VoucherID != voucherID) || (typ != "" && event.TypePrefix+e.Status != typ) {
+		if (voucherID != 0 && e.VoucherID != voucherID) || (typ != "" && event.TypeOf(e) != typ) {
 			continue
 		}
 		out.Events = append(out.Events, event.Of(a.Source, e))

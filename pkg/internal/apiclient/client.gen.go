@@ -182,57 +182,57 @@ func (e ErrorCode) Valid() bool {
 	}
 }
 
-// Defines values for EventDataDraw.
+// Defines values for EventData0Draw.
 const (
-	EventDataDrawEntered EventDataDraw = "entered"
-	EventDataDrawLost    EventDataDraw = "lost"
-	EventDataDrawWon     EventDataDraw = "won"
+	EventData0DrawEntered EventData0Draw = "entered"
+	EventData0DrawLost    EventData0Draw = "lost"
+	EventData0DrawWon     EventData0Draw = "won"
 )
 
-// Valid indicates whether the value is a known member of the EventDataDraw enum.
-func (e EventDataDraw) Valid() bool {
+// Valid indicates whether the value is a known member of the EventData0Draw enum.
+func (e EventData0Draw) Valid() bool {
 	switch e {
-	case EventDataDrawEntered:
+	case EventData0DrawEntered:
 		return true
-	case EventDataDrawLost:
+	case EventData0DrawLost:
 		return true
-	case EventDataDrawWon:
+	case EventData0DrawWon:
 		return true
 	default:
 		return false
 	}
 }
 
-// Defines values for EventDataStatus.
+// Defines values for EventData0Status.
 const (
-	EventDataStatusCancelled EventDataStatus = "cancelled"
-	EventDataStatusCompleted EventDataStatus = "completed"
-	EventDataStatusCreated   EventDataStatus = "created"
-	EventDataStatusEntered   EventDataStatus = "entered"
-	EventDataStatusFailed    EventDataStatus = "failed"
-	EventDataStatusLost      EventDataStatus = "lost"
-	EventDataStatusPaid      EventDataStatus = "paid"
-	EventDataStatusPending   EventDataStatus = "pending"
+	EventData0StatusCancelled EventData0Status = "cancelled"
+	EventData0StatusCompleted EventData0Status = "completed"
+	EventData0StatusCreated   EventData0Status = "created"
+	EventData0StatusEntered   EventData0Status = "entered"
+	EventData0StatusFailed    EventData0Status = "failed"
+	EventData0StatusLost      EventData0Status = "lost"
+	EventData0StatusPaid      EventData0Status = "paid"
+	EventData0StatusPending   EventData0Status = "pending"
 )
 
-// Valid indicates whether the value is a known member of the EventDataStatus enum.
-func (e EventDataStatus) Valid() bool {
+// Valid indicates whether the value is a known member of the EventData0Status enum.
+func (e EventData0Status) Valid() bool {
 	switch e {
-	case EventDataStatusCancelled:
+	case EventData0StatusCancelled:
 		return true
-	case EventDataStatusCompleted:
+	case EventData0StatusCompleted:
 		return true
-	case EventDataStatusCreated:
+	case EventData0StatusCreated:
 		return true
-	case EventDataStatusEntered:
+	case EventData0StatusEntered:
 		return true
-	case EventDataStatusFailed:
+	case EventData0StatusFailed:
 		return true
-	case EventDataStatusLost:
+	case EventData0StatusLost:
 		return true
-	case EventDataStatusPaid:
+	case EventData0StatusPaid:
 		return true
-	case EventDataStatusPending:
+	case EventData0StatusPending:
 		return true
 	default:
 		return false
@@ -278,6 +278,7 @@ const (
 	EventTypeOrderFailed    EventType = "order.failed"
 	EventTypeOrderLost      EventType = "order.lost"
 	EventTypeOrderPaid      EventType = "order.paid"
+	EventTypeVoucherSplit   EventType = "voucher.split"
 )
 
 // Valid indicates whether the value is a known member of the EventType enum.
@@ -296,6 +297,8 @@ func (e EventType) Valid() bool {
 	case EventTypeOrderLost:
 		return true
 	case EventTypeOrderPaid:
+		return true
+	case EventTypeVoucherSplit:
 		return true
 	default:
 		return false
@@ -485,6 +488,7 @@ const (
 	GetAdminV1EventsParamsTypeOrderFailed    GetAdminV1EventsParamsType = "order.failed"
 	GetAdminV1EventsParamsTypeOrderLost      GetAdminV1EventsParamsType = "order.lost"
 	GetAdminV1EventsParamsTypeOrderPaid      GetAdminV1EventsParamsType = "order.paid"
+	GetAdminV1EventsParamsTypeVoucherSplit   GetAdminV1EventsParamsType = "voucher.split"
 )
 
 // Valid indicates whether the value is a known member of the GetAdminV1EventsParamsType enum.
@@ -503,6 +507,8 @@ func (e GetAdminV1EventsParamsType) Valid() bool {
 	case GetAdminV1EventsParamsTypeOrderLost:
 		return true
 	case GetAdminV1EventsParamsTypeOrderPaid:
+		return true
+	case GetAdminV1EventsParamsTypeVoucherSplit:
 		return true
 	default:
 		return false
@@ -787,29 +793,10 @@ type Error struct {
 // ErrorCode defines model for ErrorCode.
 type ErrorCode string
 
-// Event An order event (CloudEvents 1.0, JSON); the same body for every delivery of the event.
+// Event An order's event, or a voucher's split's (CloudEvents 1.0, JSON); the same body for every delivery of the event.
 type Event struct {
-	Data struct {
-		// Amount a red envelope's amount
-		Amount *int `json:"amount,omitempty"`
-
-		// Code a code, shown once the order is paid
-		Code      *string   `json:"code,omitempty"`
-		CreatedAt time.Time `json:"created_at"`
-
-		// Draw an entry of a draw sale: entered before the draw, then won (an order: see status) or lost (on the waitlist)
-		Draw      *EventDataDraw `json:"draw,omitempty"`
-		ExpiresAt *time.Time     `json:"expires_at,omitempty"`
-		OrderId   string         `json:"order_id"`
-		PaidAt    *time.Time     `json:"paid_at,omitempty"`
-		Quantity  int            `json:"quantity"`
-
-		// Reason why a cancelled order was cancelled (payment_expired, cancelled_by_user) or a failed one failed
-		Reason    *string         `json:"reason,omitempty"`
-		Status    EventDataStatus `json:"status"`
-		UserId    string          `json:"user_id"`
-		VoucherId string          `json:"voucher_id"`
-	} `json:"data"`
+	// Data an order's event: the order, with reason; voucher.split: the voucher's split
+	Data            Event_Data           `json:"data"`
 	Datacontenttype EventDatacontenttype `json:"datacontenttype"`
 
 	// Id the event's id, stable across redeliveries
@@ -822,7 +809,7 @@ type Event struct {
 	Source      string           `json:"source"`
 	Specversion EventSpecversion `json:"specversion"`
 
-	// Subject the order id
+	// Subject the order id (voucher.split: the voucher id)
 	Subject string `json:"subject"`
 
 	// Time when the change was written
@@ -830,11 +817,39 @@ type Event struct {
 	Type EventType `json:"type"`
 }
 
-// EventDataDraw an entry of a draw sale: entered before the draw, then won (an order: see status) or lost (on the waitlist)
-type EventDataDraw string
+// EventData0 defines model for Event.Data.0.
+type EventData0 struct {
+	// Amount a red envelope's amount
+	Amount *int `json:"amount,omitempty"`
 
-// EventDataStatus defines model for Event.Data.Status.
-type EventDataStatus string
+	// Code a code, shown once the order is paid
+	Code      *string   `json:"code,omitempty"`
+	CreatedAt time.Time `json:"created_at"`
+
+	// Draw an entry of a draw sale: entered before the draw, then won (an order: see status) or lost (on the waitlist)
+	Draw      *EventData0Draw `json:"draw,omitempty"`
+	ExpiresAt *time.Time      `json:"expires_at,omitempty"`
+	OrderId   string          `json:"order_id"`
+	PaidAt    *time.Time      `json:"paid_at,omitempty"`
+	Quantity  int             `json:"quantity"`
+
+	// Reason why a cancelled order was cancelled (payment_expired, cancelled_by_user) or a failed one failed
+	Reason    *string          `json:"reason,omitempty"`
+	Status    EventData0Status `json:"status"`
+	UserId    string           `json:"user_id"`
+	VoucherId string           `json:"voucher_id"`
+}
+
+// EventData0Draw an entry of a draw sale: entered before the draw, then won (an order: see status) or lost (on the waitlist)
+type EventData0Draw string
+
+// EventData0Status defines model for Event.Data.0.Status.
+type EventData0Status string
+
+// Event_Data an order's event: the order, with reason; voucher.split: the voucher's split
+type Event_Data struct {
+	union json.RawMessage
+}
 
 // EventDatacontenttype defines model for Event.Datacontenttype.
 type EventDatacontenttype string
@@ -1047,6 +1062,13 @@ type VoucherKind string
 // VoucherState where the sale stands: ended past ends_at; else paused; else scheduled before starts_at; else sold_out when MySQL holds no unit (a draw: never); else on_sale
 type VoucherState string
 
+// VoucherSplit a voucher's split (voucher.split): its Redis buckets are stock_buckets from split_at
+type VoucherSplit struct {
+	SplitAt      time.Time `json:"split_at"`
+	StockBuckets int       `json:"stock_buckets"`
+	VoucherId    string    `json:"voucher_id"`
+}
+
 // WaitingRoom defines model for WaitingRoom.
 type WaitingRoom struct {
 	// AdmitPerSecond the rate at which waiters are admitted, in queue order
@@ -1073,7 +1095,7 @@ type GetAdminV1EventsParams struct {
 	// VoucherId keep the page's events of this voucher; next still moves over the whole sequence, so a page may hold fewer than limit events, or none
 	VoucherId *int `form:"voucher_id,omitempty" json:"voucher_id,omitempty"`
 
-	// Type keep the page's events of this type (order.created, order.completed, order.entered, order.lost, order.paid, order.cancelled, order.failed); any other parameter: 400 unknown_field
+	// Type keep the page's events of this type (order.created, order.completed, order.entered, order.lost, order.paid, order.cancelled, order.failed, voucher.split); any other parameter: 400 unknown_field
 	Type *GetAdminV1EventsParamsType `form:"type,omitempty" json:"type,omitempty"`
 }
 
@@ -1255,6 +1277,68 @@ type PostV1PaymentsWebhookJSONRequestBody PostV1PaymentsWebhookJSONBody
 
 // PostV1VouchersIdOrdersJSONRequestBody defines body for PostV1VouchersIdOrders for application/json ContentType.
 type PostV1VouchersIdOrdersJSONRequestBody PostV1VouchersIdOrdersJSONBody
+
+// AsEventData0 returns the union data inside the Event_Data as a EventData0
+func (t Event_Data) AsEventData0() (EventData0, error) {
+	var body EventData0
+	err := json.Unmarshal(t.union, &body)
+	return body, err
+}
+
+// FromEventData0 overwrites any union data inside the Event_Data as the provided EventData0
+func (t *Event_Data) FromEventData0(v EventData0) error {
+	b, err := json.Marshal(v)
+	t.union = b
+	return err
+}
+
+// MergeEventData0 performs a merge with any union data inside the Event_Data, using the provided EventData0
+func (t *Event_Data) MergeEventData0(v EventData0) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+
+	merged, err := runtime.JSONMerge(t.union, b)
+	t.union = merged
+	return err
+}
+
+// AsVoucherSplit returns the union data inside the Event_Data as a VoucherSplit
+func (t Event_Data) AsVoucherSplit() (VoucherSplit, error) {
+	var body VoucherSplit
+	err := json.Unmarshal(t.union, &body)
+	return body, err
+}
+
+// FromVoucherSplit overwrites any union data inside the Event_Data as the provided VoucherSplit
+func (t *Event_Data) FromVoucherSplit(v VoucherSplit) error {
+	b, err := json.Marshal(v)
+	t.union = b
+	return err
+}
+
+// MergeVoucherSplit performs a merge with any union data inside the Event_Data, using the provided VoucherSplit
+func (t *Event_Data) MergeVoucherSplit(v VoucherSplit) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+
+	merged, err := runtime.JSONMerge(t.union, b)
+	t.union = merged
+	return err
+}
+
+func (t Event_Data) MarshalJSON() ([]byte, error) {
+	b, err := t.union.MarshalJSON()
+	return b, err
+}
+
+func (t *Event_Data) UnmarshalJSON(b []byte) error {
+	err := t.union.UnmarshalJSON(b)
+	return err
+}
 
 // RequestEditorFn is the function signature for the RequestEditor callback function
 type RequestEditorFn func(ctx context.Context, req *http.Request) error

@@ -275,7 +275,7 @@ func (s *Stack) EventProblems(ctx context.Context, voucher int64) (missing, dupl
 	seen := map[key]bool{}
 	last := map[int64]string{}
 	for _, e := range events {
-		if voucher != 0 && e.VoucherID != voucher {
+		if (voucher != 0 && e.VoucherID != voucher) || e.Split != nil { // a split is no order's
 			continue
 		}
 		if seen[key{e.OrderID, e.Status}] {

@@ -365,7 +365,7 @@ func fromRecord(rec *kgo.Record) (Delivery, string) {
 		}
 	}
 	if string(rec.Key) != ev.Subject {
-		return d, fmt.Sprintf("record %s: key %q is not the order id %s", ev.ID, rec.Key, ev.Subject)
+		return d, fmt.Sprintf("record %s: key %q is not the subject %s", ev.ID, rec.Key, ev.Subject)
 	}
 	return d, ""
 }
@@ -404,8 +404,9 @@ func check(want []db.Event, got []Delivery, ordered bool) []string {
 			add("received %s (sequence %s), not an event of the outbox", d.ID, d.Sequence)
 			continue
 		}
-		if d.Sequence != event.Sequence(e.Sequence).String() || d.Type != "order."+e.Status || d.Subject != strconv.FormatInt(e.OrderID, 10) {
-			add("received %s as sequence %s type %s subject %s; the outbox says %d order.%s %d", d.ID, d.Sequence, d.Type, d.Subject, e.Sequence, e.Status, e.OrderID)
+		ev := event.Of("", e)
+		if d.Sequence != ev.Sequence.String() || d.Type != ev.Type || d.Subject != ev.Subject {
+			add("received %s as sequence %s type %s subject %s; the outbox says %d %s %s", d.ID, d.Sequence, d.Type, d.Subject, e.Sequence, ev.Type, ev.Subject)
 		}
 		if b, seen := first[d.ID]; seen {
 			if !bytes.Equal(b, d.Body) {
@@ -414,10 +415,13 @@ func check(want []db.Event, got []Delivery, ordered bool) []string {
 			continue
 		}
 		first[d.ID] = d.Body
-		if ordered && e.Sequence < lastSeq[d.Subject] {
-			add("order %s: event %d received after %d", d.Subject, e.Sequence, lastSeq[d.Subject])
+		// A subject is an order's, or a split voucher's.
+		subject, _, _ := strings.Cut(ev.Type, ".")
+		subject += " " + d.Subject
+		if ordered && e.Sequence < lastSeq[subject] {
+			add("%s: event %d received after %d", subject, e.Sequence, lastSeq[subject])
 		}
-		lastSeq[d.Subject] = max(lastSeq[d.Subject], e.Sequence)
+		lastSeq[subject] = max(lastSeq[subject], e.Sequence)
 	}
 	missing := 0
 	for _, e := range want {

@@ -4,6 +4,12 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/flashsale/flashsale/pkg/db"
+	"github.com/flashsale/flashsale/pkg/event"
 )
 
 // Two reapers started alike on one host get two names: the default is
@@ -33,4 +39,19 @@ func TestTheDefaultReaperNameIsUniquePerProcess(t *testing.T) {
 	if err := consumerName(&named); err != nil || named.Consumer != "given" {
 		t.Errorf("FLASHSALE_CONSUMER_NAME=given became %q (%v)", named.Consumer, err)
 	}
+}
+
+// The tail's line names what an event is about: an order, or a split
+// voucher.
+func TestTheTailsLineNamesTheEventsSubject(t *testing.T) {
+	at := time.Now()
+	order := db.Event{Snapshot: db.Snapshot{OrderID: 12, VoucherID: 3, UserID: "alice", Status: "cancelled", Reason: "payment_expired"}, Sequence: 5, OccurredAt: at}
+	split := db.Event{Snapshot: db.Snapshot{VoucherID: 3, Split: &db.Split{Buckets: 4, At: at}}, Sequence: 6, OccurredAt: at}
+	line := eventLine(event.Of("s", order), order)
+	require.Contains(t, line, "order.cancelled")
+	require.Contains(t, line, "order 12  voucher 3  user alice  (payment_expired)")
+	line = eventLine(event.Of("s", split), split)
+	require.Contains(t, line, "voucher.split")
+	require.Contains(t, line, "voucher 3  to 4 buckets")
+	require.NotContains(t, line, "order")
 }

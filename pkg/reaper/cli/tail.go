@@ -93,10 +93,13 @@ func tail(ctx context.Context, mysql *db.Store, w io.Writer, source string, afte
 
 // eventLine is an event as a person reads it.
 func eventLine(ev event.Event, e db.Event) string {
-	line := fmt.Sprintf("%d  %s  %-15s  order %d  voucher %d  user %s", e.Sequence, e.OccurredAt.Local().Format("15:04:05.000"),
-		ev.Type, e.OrderID, e.VoucherID, e.UserID)
-	if ev.Data.Reason != "" {
-		line += "  (" + ev.Data.Reason + ")"
+	at := e.OccurredAt.Local().Format("15:04:05.000")
+	if e.Split != nil {
+		return fmt.Sprintf("%d  %s  %-15s  voucher %d  to %d buckets", e.Sequence, at, ev.Type, e.VoucherID, e.Split.Buckets)
+	}
+	line := fmt.Sprintf("%d  %s  %-15s  order %d  voucher %d  user %s", e.Sequence, at, ev.Type, e.OrderID, e.VoucherID, e.UserID)
+	if d, ok := ev.Data.(event.Data); ok && d.Reason != "" {
+		line += "  (" + d.Reason + ")"
 	}
 	return line
 }
