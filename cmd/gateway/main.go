@@ -195,6 +195,14 @@ func run(ctx context.Context, cfg *config, rt *app.Runtime) error {
 			return err
 		}
 		defer closeAll()
+		// Admissions go on connections that wait for a late reply as long
+		// as a claim's outcome is listened for (FLASHSALE_CLAIM_OUTCOME_TIMEOUT).
+		admitClient, err := cfg.AdmitClient(cfg.RedisPoolSize, cfg.ClaimOutcomeTimeout)
+		if err != nil {
+			return err
+		}
+		defer admitClient.Close()
+		redis.SetAdmitClient(admitClient)
 		cfg.Config.Tracing = cfg.TracingEnabled()
 		gw, err := gateway.New(cfg.Config, redis, mysql, rt.Log, gateway.WithRegistry(rt.Registry))
 		if err != nil {

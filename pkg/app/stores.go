@@ -28,6 +28,18 @@ import (
 // master found through sentinels (FLASHSALE_REDIS_SENTINEL_MASTER), with
 // an ACL user and TLS as configured.
 func (c Common) redisClient(poolSize int) (redis.UniversalClient, error) {
+	return c.redisClientReading(poolSize, c.RedisTimeout)
+}
+
+// AdmitClient is a client of the same Redis for admissions, whose read
+// timeout is readTimeout: a gateway waits that long for an admission's
+// reply, so a script that ran late is heard, not lost
+// (rdb.Store.SetAdmitClient).
+func (c Common) AdmitClient(poolSize int, readTimeout time.Duration) (redis.UniversalClient, error) {
+	return c.redisClientReading(poolSize, max(readTimeout, c.RedisTimeout))
+}
+
+func (c Common) redisClientReading(poolSize int, readTimeout time.Duration) (redis.UniversalClient, error) {
 	tlsConfig, err := c.redisTLS()
 	if err != nil {
 		return nil, err
@@ -35,7 +47,7 @@ func (c Common) redisClient(poolSize int) (redis.UniversalClient, error) {
 	opts := &redis.UniversalOptions{
 		Addrs: c.redisAddrs(), Username: c.RedisUsername, Password: c.RedisPassword, DB: c.RedisDB,
 		MasterName: c.RedisSentinelMaster, SentinelPassword: c.RedisSentinelPassword,
-		DialTimeout: c.RedisTimeout, ReadTimeout: c.RedisTimeout, WriteTimeout: c.RedisTimeout,
+		DialTimeout: c.RedisTimeout, ReadTimeout: readTimeout, WriteTimeout: c.RedisTimeout,
 		PoolTimeout: c.RedisTimeout, ContextTimeoutEnabled: true, PoolSize: poolSize, TLSConfig: tlsConfig,
 		// No retry inside go-redis: it resends a command whose connection
 		// broke after sending, and a command Redis ran but whose reply was

@@ -46,7 +46,10 @@ var errBadIdempotencyKey = httpapi.BadRequest("invalid_idempotency_key", "Idempo
 //     refilled from the others (rdb/buckets.go) and asked again;
 //  10. the answer: 202 (admittedBody), or the script's refusal mapped to its
 //     status in one place (errors.go); a keyed retry the checks 5 and 8
-//     refuse is answered from its first admission (refuseUnlessReplayed).
+//     refuse is answered from its first admission (refuseUnlessReplayed);
+//     a claim sent whose reply did not come in time, 503 outcome_unknown
+//     with its claim_id (outcome.go), and 503 unavailable only for one
+//     never sent.
 //
 // The order is held by a test (doccheck's TestTheClaimsChecksRunInTheListedOrder).
 func (g *Gateway) claim(w http.ResponseWriter, r *http.Request) {
@@ -94,11 +97,14 @@ func (g *Gateway) claim(w http.ResponseWriter, r *http.Request) {
 	case key == "" && errors.Is(err, rdb.ErrSoldOut):
 		g.soldOut.SoldOutFor(voucher, qty)
 	}
-	if err != nil {
+	switch {
+	case err != nil && isOutcomeUnknown(err):
+		g.answerUnknown(w, c, start)
+	case err != nil:
 		g.claimFailed(w, r, voucher, err, start)
-		return
+	default:
+		g.answerAdmitted(w, a, start)
 	}
-	g.answerAdmitted(w, a, start)
 }
 
 // admitClaim runs c's admission. One case runs the script twice: a

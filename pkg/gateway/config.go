@@ -69,9 +69,23 @@ type Config struct {
 	JWTMaxLifetime time.Duration `envconfig:"FLASHSALE_JWT_MAX_LIFETIME" default:"24h"`
 	// TimeZone is where a "day" of the per-day limit starts. Default "UTC".
 	TimeZone string `envconfig:"FLASHSALE_TIMEZONE" default:"UTC"`
-	// ClaimTimeout bounds the Redis work of one claim; past it the claim
-	// answers 503. Default 300ms.
+	// ClaimTimeout bounds a claim's wait to be sent to Redis; a claim not
+	// sent by then is answered 503 unavailable (the script never ran for
+	// it). Default 300ms.
 	ClaimTimeout time.Duration `envconfig:"FLASHSALE_CLAIM_TIMEOUT" default:"300ms"`
+	// ClaimReplyTimeout bounds a sent claim's wait for the script's reply,
+	// from its arrival: its answer is the script's decision if the reply
+	// comes by then, else 503 outcome_unknown with a claim_id to ask
+	// about. At least ClaimTimeout (a smaller value is raised to it).
+	// Default 1s.
+	ClaimReplyTimeout time.Duration `envconfig:"FLASHSALE_CLAIM_REPLY_TIMEOUT" default:"1s"`
+	// ClaimOutcomeTimeout bounds how long the gateway listens for a sent
+	// claim's reply, to record the outcome of a claim answered
+	// outcome_unknown: the read timeout of its admission connections. A
+	// claim's outcome is decided from the buyer's orders this long (and
+	// a second) after it. At least ClaimReplyTimeout (a smaller value is
+	// raised to it); at most 10m. Default 30s.
+	ClaimOutcomeTimeout time.Duration `envconfig:"FLASHSALE_CLAIM_OUTCOME_TIMEOUT" default:"30s"`
 	// IdempotencyTTL is how long an Idempotency-Key is remembered. Default 24h.
 	IdempotencyTTL time.Duration `envconfig:"FLASHSALE_IDEMPOTENCY_TTL" default:"24h"`
 	// ShutdownTimeout bounds finishing in-flight requests. Default 15s.
@@ -172,27 +186,29 @@ type Config struct {
 // zero, by a library's Config and the binary's alike (the envconfig tags
 // say the same, as a test checks).
 const (
-	PipelineWorkersDefault  = 4
-	UserRateDefault         = 10.0
-	QueuePageRateDefault    = 10.0
-	SoldOutRefreshDefault   = 200 * time.Millisecond
-	HTTPAddrDefault         = ":8080"
-	TimeZoneDefault         = "UTC"
-	ClaimTimeoutDefault     = 300 * time.Millisecond
-	IdempotencyTTLDefault   = 24 * time.Hour
-	ShutdownTimeoutDefault  = 15 * time.Second
-	PipelineMaxBatchDefault = 128
-	MySQLTimeoutDefault     = 2 * time.Second
-	MySQLMaxInflightDefault = 64
-	UserBurstDefault        = 20
-	MaxInflightDefault      = 4096
-	JWTMaxLifetimeDefault   = 24 * time.Hour
-	RedisWaitTimeoutDefault = 100 * time.Millisecond
-	WebhookToleranceDefault = 5 * time.Minute
-	PowTTLDefault           = 2 * time.Minute
-	PowMaxNumberDefault     = 20_000
-	minJWTSecret            = 32
-	minAdminToken           = 32
+	PipelineWorkersDefault     = 4
+	UserRateDefault            = 10.0
+	QueuePageRateDefault       = 10.0
+	SoldOutRefreshDefault      = 200 * time.Millisecond
+	HTTPAddrDefault            = ":8080"
+	TimeZoneDefault            = "UTC"
+	ClaimTimeoutDefault        = 300 * time.Millisecond
+	ClaimReplyTimeoutDefault   = time.Second
+	ClaimOutcomeTimeoutDefault = 30 * time.Second
+	IdempotencyTTLDefault      = 24 * time.Hour
+	ShutdownTimeoutDefault     = 15 * time.Second
+	PipelineMaxBatchDefault    = 128
+	MySQLTimeoutDefault        = 2 * time.Second
+	MySQLMaxInflightDefault    = 64
+	UserBurstDefault           = 20
+	MaxInflightDefault         = 4096
+	JWTMaxLifetimeDefault      = 24 * time.Hour
+	RedisWaitTimeoutDefault    = 100 * time.Millisecond
+	WebhookToleranceDefault    = 5 * time.Minute
+	PowTTLDefault              = 2 * time.Minute
+	PowMaxNumberDefault        = 20_000
+	minJWTSecret               = 32
+	minAdminToken              = 32
 )
 
 // SetDefaults fills the zero fields with the defaults. A negative
@@ -206,6 +222,15 @@ func (c *Config) SetDefaults() {
 	c.HTTPAddr = cmp.Or(c.HTTPAddr, HTTPAddrDefault)
 	c.TimeZone = cmp.Or(c.TimeZone, TimeZoneDefault)
 	c.ClaimTimeout = cmp.Or(c.ClaimTimeout, ClaimTimeoutDefault)
+	// A sent claim waits for its reply at least as long as for its send,
+	// and its outcome is listened for at least as long.
+	// (A negative one stays, for Validate to refuse.)
+	if c.ClaimReplyTimeout = cmp.Or(c.ClaimReplyTimeout, ClaimReplyTimeoutDefault); c.ClaimReplyTimeout > 0 {
+		c.ClaimReplyTimeout = max(c.ClaimReplyTimeout, c.ClaimTimeout)
+	}
+	if c.ClaimOutcomeTimeout = cmp.Or(c.ClaimOutcomeTimeout, ClaimOutcomeTimeoutDefault); c.ClaimOutcomeTimeout > 0 {
+		c.ClaimOutcomeTimeout = max(c.ClaimOutcomeTimeout, c.ClaimReplyTimeout)
+	}
 	c.EventsSource = cmp.Or(c.EventsSource, event.DefaultSource)
 	c.IdempotencyTTL = cmp.Or(c.IdempotencyTTL, IdempotencyTTLDefault)
 	c.ShutdownTimeout = cmp.Or(c.ShutdownTimeout, ShutdownTimeoutDefault)
@@ -309,6 +334,10 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("FLASHSALE_JWT_MAX_LIFETIME must be at least 1m, got %s", c.JWTMaxLifetime)
 	case c.ClaimTimeout < 0:
 		return fmt.Errorf("FLASHSALE_CLAIM_TIMEOUT must be positive, got %s", c.ClaimTimeout)
+	case c.ClaimReplyTimeout < 0:
+		return fmt.Errorf("FLASHSALE_CLAIM_REPLY_TIMEOUT must be positive, got %s", c.ClaimReplyTimeout)
+	case c.ClaimOutcomeTimeout < 0 || c.ClaimOutcomeTimeout > 10*time.Minute:
+		return fmt.Errorf("FLASHSALE_CLAIM_OUTCOME_TIMEOUT must be positive, at most 10m, got %s", c.ClaimOutcomeTimeout)
 	case c.IdempotencyTTL < time.Second:
 		return fmt.Errorf("FLASHSALE_IDEMPOTENCY_TTL must be at least 1s, got %s", c.IdempotencyTTL)
 	case c.ShutdownTimeout < 0:

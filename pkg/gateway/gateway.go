@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"math"
 	"net/netip"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -81,6 +82,10 @@ type Gateway struct {
 	adminInflight atomic.Int64
 	stopSweep     func()
 	roomTick      time.Duration // roomTick, unless a test says otherwise
+	// claimKey signs claim ids (outcome.go); lateWG waits for the late
+	// outcomes being recorded.
+	claimKey []byte
+	lateWG   sync.WaitGroup
 }
 
 // Option changes a Gateway.
@@ -152,9 +157,11 @@ func New(cfg Config, r *rdb.Store, d *db.Store, log *zap.Logger, opts ...Option)
 		return r.Admit(ctx, c)
 	}
 	if cfg.PipelineWorkers > 0 { // the batcher bounds each claim by ClaimTimeout
-		g.batcher = r.NewBatcher(cfg.PipelineWorkers, cfg.PipelineMaxBatch, cfg.ClaimTimeout)
+		g.batcher = r.StartBatcher(rdb.BatcherConfig{Workers: cfg.PipelineWorkers, MaxBatch: cfg.PipelineMaxBatch,
+			Timeout: cfg.ClaimTimeout, ReplyTimeout: cfg.ClaimReplyTimeout, OutcomeTimeout: cfg.ClaimOutcomeTimeout, Late: g.recordLate})
 		g.admit = g.batcher.Admit
 	}
+	g.claimKey = cfg.keyOr("", "flashsale claim-id key")
 	g.auth = &auth{adminToken: []byte(cfg.AdminToken), eventsToken: []byte(cfg.EventsReadToken), users: token.New(token.Config{Secret: cfg.JWTSecret,
 		PreviousSecret: cfg.JWTPreviousSecret, Issuer: cfg.JWTIssuer, Audience: cfg.JWTAudience,
 		MaxLifetime: cfg.JWTMaxLifetime, Keys: cfg.valid.jwks, Now: func() time.Time { return g.now() }})}
@@ -197,6 +204,7 @@ func (g *Gateway) Close() {
 	if g.batcher != nil {
 		g.batcher.Close()
 	}
+	g.lateWG.Wait()
 	g.stopSweep()
 	g.stopHistory()
 	g.stopRooms()

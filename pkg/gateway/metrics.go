@@ -10,12 +10,13 @@ import (
 
 // Claim results, the "result" label of flashsale_claims_total.
 const (
-	resultAdmitted    = "admitted"    // 202, a new order
-	resultEntered     = "entered"     // 202, a new entry of a draw
-	resultReplayed    = "replayed"    // 202, an earlier admission under the same Idempotency-Key
-	resultRejected    = "rejected"    // 409/404 from the script: reason says which
-	resultInvalid     = "invalid"     // 4xx before the script ran: bad token, id, key
-	resultUnavailable = "unavailable" // 503: Redis slow or down, or the partition overloaded
+	resultAdmitted       = "admitted"        // 202, a new order
+	resultEntered        = "entered"         // 202, a new entry of a draw
+	resultReplayed       = "replayed"        // 202, an earlier admission under the same Idempotency-Key
+	resultRejected       = "rejected"        // 409/404 from the script: reason says which
+	resultInvalid        = "invalid"         // 4xx before the script ran: bad token, id, key
+	resultUnavailable    = "unavailable"     // 503: Redis slow or down, or the partition overloaded
+	resultOutcomeUnknown = "outcome_unknown" // 503: sent to Redis, its reply late: claim_id tells it later
 )
 
 var latencyBuckets = []float64{.0002, .0005, .001, .002, .005, .01, .025, .05, .1, .25, .5, 1}
@@ -44,6 +45,9 @@ type metrics struct {
 	// outcomes holds the counter and histogram of every (result, reason)
 	// a claim can end in, resolved once: no label lookup per claim.
 	outcomes map[outcomeKey]outcome
+	// lateOutcomes counts how the claims answered outcome_unknown
+	// resolved (outcome.go).
+	lateOutcomes *prometheus.CounterVec
 }
 
 type outcomeKey struct{ result, reason string }
@@ -93,10 +97,13 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "flashsale_room_passes_outstanding", Help: "Passes admitted, not lapsed and not yet used to buy, per waiting room this gateway serves.",
 		}, []string{"voucher"}),
 		outcomes: map[outcomeKey]outcome{},
+		lateOutcomes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "flashsale_claim_late_outcomes_total", Help: "Outcomes of claims answered outcome_unknown: admitted or refused (their replies came late and were recorded), lost (no reply: the buyer's orders tell), refused_by_time (asked for after FLASHSALE_CLAIM_OUTCOME_TIMEOUT with no order).",
+		}, []string{"outcome"}),
 	}
 	reg.MustRegister(m.claims, m.claimSeconds, m.scriptSeconds, m.pruned, m.mysqlShed, m.shed, m.limiterKeys, m.legacyWebhooks,
-		m.roomAnswers, m.roomWaiting, m.roomAdmitted, m.roomPasses)
-	keys := []outcomeKey{{resultAdmitted, ""}, {resultEntered, ""}, {resultReplayed, ""}, {resultInvalid, ""}, {resultUnavailable, ""}}
+		m.roomAnswers, m.roomWaiting, m.roomAdmitted, m.roomPasses, m.lateOutcomes)
+	keys := []outcomeKey{{resultAdmitted, ""}, {resultEntered, ""}, {resultReplayed, ""}, {resultInvalid, ""}, {resultUnavailable, ""}, {resultOutcomeUnknown, ""}}
 	for _, e := range errorTable {
 		if e.api.Status < 500 {
 			keys = append(keys, outcomeKey{resultRejected, e.api.Code})

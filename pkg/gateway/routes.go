@@ -78,6 +78,7 @@ type route struct {
 func (g *Gateway) routes() []route {
 	rts := []route{
 		{http.MethodPost, "/v1/vouchers/{id}/orders", false, g.claim},
+		{http.MethodGet, "/v1/vouchers/{id}/claims/{claim_id}", false, g.mysqlBound(g.getClaim)},
 		{http.MethodGet, "/v1/vouchers/{id}/draw", false, g.mysqlBound(g.getDraw)},
 		{http.MethodGet, "/v1/challenge", false, g.getChallenge},
 		{http.MethodPost, "/v1/vouchers/{id}/queue", false, g.joinQueue},

@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"slices"
 	"strconv"
 	"strings"
@@ -327,10 +328,18 @@ func (s *Store) admitBatch(ctx context.Context, claims []Claim) ([]Admission, []
 		}
 		groups, err := s.admitGroups(ctx, parts)
 		if err != nil {
-			return out, errs, err
+			err = fmt.Errorf("%w: %w", ErrNotSent, err)
+			if round == 0 {
+				return out, errs, err
+			}
+			for _, i := range pending { // the others were decided in an earlier round
+				errs[i] = err
+			}
+			return out, errs, nil
 		}
 		cmds := make([]*redis.Cmd, len(calls))
 		unreplicated := make([]error, len(calls))
+		broken := make([]error, len(calls)) // a call whose round trip broke: its claims' answer
 		for _, g := range groups {
 			for _, j := range g.js {
 				cmds[j] = calls[j].cmd(ctx, s)
@@ -339,7 +348,14 @@ func (s *Store) admitBatch(ctx context.Context, claims []Claim) ([]Admission, []
 			wait := s.queueWait(ctx, g.pipe)
 			_, err := g.pipe.Exec(ctx)
 			if err != nil && !isReplyError(cmds, g.js) {
-				return out, errs, fmt.Errorf("admit pipeline: %w", err)
+				err = pipelineError(err)
+				if round == 0 && len(groups) == 1 {
+					return out, errs, err // every claim's answer: nothing was decided
+				}
+				for _, j := range g.js {
+					broken[j] = err
+				}
+				continue
 			}
 			if werr := s.replicated(wait); werr != nil {
 				for _, j := range g.js {
@@ -354,6 +370,12 @@ func (s *Store) admitBatch(ctx context.Context, claims []Claim) ([]Admission, []
 			replays = map[int][]int{}
 		}
 		for j, c := range calls {
+			if broken[j] != nil {
+				for _, i := range c.claims {
+					errs[i] = broken[j]
+				}
+				continue
+			}
 			replies, err := cmds[j].Slice()
 			switch {
 			case err != nil && redis.HasErrorPrefix(err, "NOSCRIPT"):
@@ -402,7 +424,12 @@ func (s *Store) admitBatch(ctx context.Context, claims []Claim) ([]Admission, []
 		}
 		if reload {
 			if err := lua.Admit.Load(ctx, s.c).Err(); err != nil {
-				return out, errs, fmt.Errorf("reload admit script: %w", err)
+				// The claims to run again did not run (NOSCRIPT); the
+				// others keep their answers.
+				for _, i := range again {
+					errs[i] = fmt.Errorf("reload admit script: %w: %w", ErrNotSent, err)
+				}
+				return out, errs, nil
 			}
 		}
 		slices.Sort(again)
@@ -602,6 +629,21 @@ func sendable(c Claim) bool {
 		}
 	}
 	return true
+}
+
+// pipelineError is a failed round trip's error as its claims' answer:
+// ErrNotSent when nothing can have reached Redis (no connection could be
+// had or dialled, the client is closed), else ErrOutcomeUnknown: the
+// commands may have been written, and run, with their replies lost (a
+// read timeout, a reset connection).
+func pipelineError(err error) error {
+	var op *net.OpError
+	switch {
+	case errors.Is(err, redis.ErrPoolTimeout), errors.Is(err, redis.ErrClosed),
+		errors.As(err, &op) && op.Op == "dial":
+		return fmt.Errorf("admit pipeline: %w: %w", ErrNotSent, err)
+	}
+	return fmt.Errorf("admit pipeline: %w: %w", ErrOutcomeUnknown, err)
 }
 
 // isReplyError reports whether a pipeline failed only because some command

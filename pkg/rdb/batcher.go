@@ -4,12 +4,24 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
 // ErrBatcherClosed is returned by a Batcher that was closed.
 var ErrBatcherClosed = errors.New("admission batcher closed")
+
+// ErrNotSent: the claim was never sent to Redis (its deadline passed while
+// it waited, or no connection could be had): the admission script did not
+// run for it, and never will.
+var ErrNotSent = errors.New("claim not sent to redis")
+
+// ErrOutcomeUnknown: the claim was sent to Redis and no reply was read in
+// time. The admission script may have run, or may still run: only its
+// reply, or what it wrote (the buyer's orders), can tell.
+var ErrOutcomeUnknown = errors.New("claim sent, outcome unknown")
 
 // Batcher coalesces concurrent admissions into pipelines (auto-pipelining),
 // and the claims of one bucket in a pipeline into one call of admit.lua.
@@ -20,27 +32,66 @@ var ErrBatcherClosed = errors.New("admission batcher closed")
 // goes alone, and under load the calls carry as many claims as arrive
 // in one round trip: Redis pays a call's cost (the script's set-up, its
 // reads and writes of the voucher, the stream entry, the network's reads
-// and writes) once for all of them. What a claim waits for is at most the
-// round trip in flight.
+// and writes) once for all of them.
 //
-// Each claim has a deadline: its context's, or the batcher's timeout from
-// its Admit call when the context has none (the gateway's case). A claim
-// still waiting at its deadline is not sent, and a round trip ends at the
-// earliest deadline of its claims, or the timeout from when it is sent.
-// The deadline is a time carried with the claim, not a context with a
-// timer per claim: a timer started and stopped per claim was 4 % of the
-// gateway's CPU.
+// A claim's answer says what Redis did (BatcherConfig):
+//   - a claim still waiting at its deadline (its context's, or Timeout
+//     from its Admit call) is never sent: ErrNotSent;
+//   - a claim sent is answered by its reply: the script's decision. Its
+//     caller waits for it until ReplyTimeout from its Admit call; past
+//     that, the caller is answered ErrOutcomeUnknown, and the round trip
+//     goes on until its reply or OutcomeTimeout: the outcome then arrives
+//     late, and is handed to Late;
+//   - a round trip that breaks after sending (a read timeout, a reset
+//     connection) answers its claims ErrOutcomeUnknown: the script may
+//     have run.
+//
+// Deadlines are times carried with the claims, watched by one timer in
+// the dispatcher (the claims waiting) and one a round trip (the replies
+// due), not a timer a claim: a timer started and stopped per claim was
+// 4 % of the gateway's CPU.
 type Batcher struct {
 	s        *Store
+	cfg      BatcherConfig
 	reqs     chan *admitReq
-	maxBatch int
-	workers  int
-	timeout  time.Duration
 	sends    chan []*admitReq // batches, from the dispatcher to the workers
 	returned chan []*admitReq // a worker's batch, answered: its slice to reuse
 	wg       sync.WaitGroup
 	stop     chan struct{}
 	once     sync.Once
+}
+
+// BatcherConfig is a Batcher's size and bounds.
+type BatcherConfig struct {
+	// Workers is the most pipelines in flight at once.
+	Workers int
+	// MaxBatch bounds the claims of one pipeline.
+	MaxBatch int
+	// Timeout bounds a claim's wait to be sent (when its context has no
+	// deadline).
+	Timeout time.Duration
+	// ReplyTimeout bounds a sent claim's wait for its reply, from its Admit
+	// call (when its context has no deadline); at least Timeout, which it
+	// is when zero.
+	ReplyTimeout time.Duration
+	// OutcomeTimeout bounds a round trip once sent: a reply later than
+	// that is lost (the connection is closed). At least ReplyTimeout, which
+	// it is when zero.
+	OutcomeTimeout time.Duration
+	// Late, if set, is handed the outcomes of claims answered
+	// ErrOutcomeUnknown whose replies arrived after all (or whose round
+	// trip then failed: the outcome stays unknown), once a round trip. It
+	// runs on the batcher's worker: it must not block.
+	Late func([]LateOutcome)
+}
+
+// LateOutcome is the outcome of a claim whose caller was answered
+// ErrOutcomeUnknown: the admission, or the script's refusal (Err is
+// ErrOutcomeUnknown when no reply came at all).
+type LateOutcome struct {
+	Claim     Claim
+	Admission Admission
+	Err       error
 }
 
 // fillClaims is a full call's worth of waiting claims: that many go in a
@@ -49,10 +100,23 @@ type Batcher struct {
 // admission hardly falls.
 const fillClaims = 32
 
+// A request's states. Whoever moves it out of reqWaiting or reqSent (by
+// compare-and-swap) answers it, or hands its outcome to Late: exactly one
+// answer a request.
+const (
+	reqWaiting  int32 = iota // in the batcher, not sent
+	reqSent                  // in a round trip
+	reqDropped               // never sent: answered ErrNotSent (or its caller gave up)
+	reqLate                  // sent; answered ErrOutcomeUnknown: its outcome goes to Late
+	reqAnswered              // answered by its reply
+)
+
 type admitReq struct {
 	ctx      context.Context
-	deadline time.Time
+	deadline time.Time // to be sent by
+	replyBy  time.Time // to be answered by, once sent
 	claim    Claim
+	state    atomic.Int32
 	done     chan admitResult
 }
 
@@ -62,11 +126,19 @@ type admitResult struct {
 }
 
 // NewBatcher starts a batcher of at most workers pipelines in flight, each
-// of at most maxBatch claims and bounded by timeout.
+// of at most maxBatch claims, a claim sent within timeout and answered
+// within it too.
 func (s *Store) NewBatcher(workers, maxBatch int, timeout time.Duration) *Batcher {
-	b := &Batcher{s: s, reqs: make(chan *admitReq, workers*maxBatch), maxBatch: maxBatch, workers: workers, timeout: timeout,
-		sends: make(chan []*admitReq), returned: make(chan []*admitReq, workers), stop: make(chan struct{})}
-	for range workers {
+	return s.StartBatcher(BatcherConfig{Workers: workers, MaxBatch: maxBatch, Timeout: timeout})
+}
+
+// StartBatcher starts a batcher configured by cfg.
+func (s *Store) StartBatcher(cfg BatcherConfig) *Batcher {
+	cfg.ReplyTimeout = max(cfg.ReplyTimeout, cfg.Timeout)
+	cfg.OutcomeTimeout = max(cfg.OutcomeTimeout, cfg.ReplyTimeout)
+	b := &Batcher{s: s, cfg: cfg, reqs: make(chan *admitReq, cfg.Workers*cfg.MaxBatch),
+		sends: make(chan []*admitReq), returned: make(chan []*admitReq, cfg.Workers), stop: make(chan struct{})}
+	for range cfg.Workers {
 		b.wg.Add(1)
 		go b.work()
 	}
@@ -75,38 +147,51 @@ func (s *Store) NewBatcher(workers, maxBatch int, timeout time.Duration) *Batche
 	return b
 }
 
-// reqPool recycles requests whose answer was received; a request whose
-// caller gave up is never reused, as its answer may still arrive.
+// reqPool recycles requests answered by their replies; a request whose
+// caller gave up, or that was answered ErrOutcomeUnknown, is never reused,
+// as a worker may still hold it.
 var reqPool = sync.Pool{New: func() any { return &admitReq{done: make(chan admitResult, 1)} }}
 
-// Admit is Store.Admit through the batcher, answered by ctx's deadline,
-// or within the batcher's timeout when ctx has none
-// (context.DeadlineExceeded when it ran out before the claim was sent).
-// If ctx ends or the deadline passes after the claim was sent, it may
-// still have been admitted (as with any timeout).
+// Admit is Store.Admit through the batcher: ErrNotSent (wrapping
+// context.DeadlineExceeded) when the claim was not sent by its deadline
+// (ctx's, or the batcher's Timeout when ctx has none), the script's
+// decision when its reply came in time, and ErrOutcomeUnknown when it was
+// sent and its reply did not come by ctx's deadline, or ReplyTimeout.
 func (b *Batcher) Admit(ctx context.Context, c Claim) (Admission, error) {
 	r := reqPool.Get().(*admitReq)
+	now := time.Now()
 	deadline, ok := ctx.Deadline()
+	r.replyBy = deadline
 	if !ok {
-		deadline = time.Now().Add(b.timeout)
+		deadline, r.replyBy = now.Add(b.cfg.Timeout), now.Add(b.cfg.ReplyTimeout)
 	}
 	r.ctx, r.claim, r.deadline = ctx, c, deadline
+	r.state.Store(reqWaiting)
 	select {
 	case b.reqs <- r:
 	case <-ctx.Done():
 		reqPool.Put(r)
-		return Admission{}, ctx.Err()
+		return Admission{}, fmt.Errorf("%w: %w", ErrNotSent, ctx.Err())
 	case <-b.stop:
 		reqPool.Put(r)
 		return Admission{}, ErrBatcherClosed
 	}
 	select {
 	case res := <-r.done:
-		r.ctx = nil
-		reqPool.Put(r)
+		if r.state.Load() == reqAnswered {
+			r.ctx = nil
+			reqPool.Put(r)
+		}
 		return res.a, res.err
 	case <-ctx.Done():
-		return Admission{}, ctx.Err()
+		switch {
+		case r.state.CompareAndSwap(reqWaiting, reqDropped):
+			return Admission{}, fmt.Errorf("%w: %w", ErrNotSent, ctx.Err())
+		case r.state.CompareAndSwap(reqSent, reqLate):
+			return Admission{}, fmt.Errorf("%w: %w", ErrOutcomeUnknown, ctx.Err())
+		}
+		res := <-r.done // answered meanwhile: it is there
+		return res.a, res.err
 	}
 }
 
@@ -118,39 +203,65 @@ func (b *Batcher) Close() {
 	b.wg.Wait()
 }
 
+// drop answers r, never sent, err; false when its caller had dropped it
+// already (it is answered).
+func drop(r *admitReq, err error) bool {
+	if !r.state.CompareAndSwap(reqWaiting, reqDropped) {
+		return false
+	}
+	r.done <- admitResult{err: err}
+	return true
+}
+
+// notSent is the answer of a claim whose deadline passed before it was
+// sent.
+var notSent = fmt.Errorf("%w: %w", ErrNotSent, context.DeadlineExceeded)
+
 // dispatch gathers the waiting claims into batches and hands each to a
 // free worker: at once when none is in flight or fillClaims wait, else
-// when a pipeline returns.
+// when a pipeline returns. The claims waiting are in arrival order, and
+// so (one timeout for all) in order of their deadlines: one timer, on the
+// first's, drops those whose deadline passed, however long the pipelines
+// in flight take.
 func (b *Batcher) dispatch() {
 	defer b.wg.Done()
 	defer close(b.sends)
-	free := make([][]*admitReq, 0, b.workers+1) // one a pipeline in flight, one gathering
-	for range b.workers + 1 {
-		free = append(free, make([]*admitReq, 0, b.maxBatch))
+	free := make([][]*admitReq, 0, b.cfg.Workers)
+	for range b.cfg.Workers {
+		free = append(free, make([]*admitReq, 0, b.cfg.MaxBatch))
 	}
 	inFlight := 0
-	batch := free[len(free)-1]
-	free = free[:len(free)-1]
+	var queue []*admitReq // waiting, oldest first
+	expiry := time.NewTimer(time.Hour)
+	expiry.Stop()
+	armed := time.Time{} // the deadline the timer is set for (zero: none)
 	for {
-		reqs := b.reqs
-		if len(batch) == b.maxBatch {
-			reqs = nil // full: it waits for a pipeline to return
-		}
-		if len(batch) > 0 && inFlight < b.workers && (inFlight == 0 || len(batch) >= fillClaims) {
+		if len(queue) > 0 && inFlight < b.cfg.Workers && (inFlight == 0 || len(queue) >= fillClaims) {
+			batch := free[len(free)-1]
+			free = free[:len(free)-1]
+			n := min(len(queue), b.cfg.MaxBatch)
+			batch = append(batch, queue[:n]...)
+			clear(queue[:n])
+			queue = queue[n:]
 			b.sends <- batch
 			inFlight++
-			batch = free[len(free)-1]
-			free = free[:len(free)-1]
 			continue
 		}
+		if len(queue) == 0 {
+			queue = queue[:0:0] // let a long backlog's array go
+		}
+		if len(queue) > 0 && !queue[0].deadline.Equal(armed) {
+			armed = queue[0].deadline
+			expiry.Reset(time.Until(armed))
+		}
 		select {
-		case r := <-reqs:
-			batch = append(batch, r)
+		case r := <-b.reqs:
+			queue = append(queue, r)
 			// Take what else is waiting without blocking.
-			for len(batch) < b.maxBatch {
+			for len(queue) < b.cfg.MaxBatch {
 				select {
 				case r := <-b.reqs:
-					batch = append(batch, r)
+					queue = append(queue, r)
 					continue
 				default:
 				}
@@ -159,14 +270,27 @@ func (b *Batcher) dispatch() {
 		case done := <-b.returned:
 			inFlight--
 			free = append(free, done[:0])
+		case <-expiry.C:
+			armed = time.Time{}
+			now := time.Now()
+			k := 0
+			for k < len(queue) && !now.Before(queue[k].deadline) {
+				drop(queue[k], notSent)
+				k++
+			}
+			// A claim whose caller gave up before its deadline is dropped
+			// by its caller; it leaves the queue here or when sent.
+			clear(queue[:k])
+			queue = queue[k:]
 		case <-b.stop:
-			for _, r := range batch {
-				r.done <- admitResult{err: ErrBatcherClosed}
+			expiry.Stop()
+			for _, r := range queue {
+				drop(r, ErrBatcherClosed)
 			}
 			for {
 				select {
 				case r := <-b.reqs:
-					r.done <- admitResult{err: ErrBatcherClosed}
+					drop(r, ErrBatcherClosed)
 				default:
 					return
 				}
@@ -179,7 +303,7 @@ func (b *Batcher) dispatch() {
 // trip per Redis master.
 func (b *Batcher) work() {
 	defer b.wg.Done()
-	claims := make([]Claim, 0, b.maxBatch)
+	claims := make([]Claim, 0, b.cfg.MaxBatch)
 	for batch := range b.sends {
 		claims = claims[:0]
 		// Claims whose caller gave up, or whose deadline passed, before
@@ -188,8 +312,11 @@ func (b *Batcher) work() {
 		now := time.Now()
 		for _, r := range batch {
 			if err := r.ctx.Err(); err != nil || !now.Before(r.deadline) {
-				r.done <- admitResult{err: cmp.Or(err, context.DeadlineExceeded)}
+				drop(r, fmt.Errorf("%w: %w", ErrNotSent, cmp.Or(err, context.DeadlineExceeded)))
 				continue
+			}
+			if !r.state.CompareAndSwap(reqWaiting, reqSent) {
+				continue // its caller gave up on it
 			}
 			live = append(live, r)
 			claims = append(claims, r.claim)
@@ -233,28 +360,34 @@ func (b *Batcher) send(live []*admitReq, claims []Claim) {
 	}
 }
 
-// admit sends claims (of reqs) in one round trip, which ends at the
-// earliest of their deadlines or the timeout, and answers each.
+// admit sends claims (of reqs) in one round trip, which ends at its reply
+// or OutcomeTimeout, and answers each: by its reply, or, its reply due
+// (replyBy) before it came, ErrOutcomeUnknown at once and its outcome to
+// Late when the reply comes.
 func (b *Batcher) admit(reqs []*admitReq, claims []Claim) {
-	deadline := time.Now().Add(b.timeout)
-	for _, r := range reqs {
-		if r.deadline.Before(deadline) {
-			deadline = r.deadline
-		}
-	}
-	ctx, cancel := context.WithDeadline(context.Background(), deadline)
+	ctx, cancel := context.WithTimeout(context.Background(), b.cfg.OutcomeTimeout)
+	due := newReplyTimer(reqs)
 	out, errs, err := b.s.admitBatch(ctx, claims)
 	cancel()
+	due.stop()
 	var dry []int
+	var late []LateOutcome
 	for i, r := range reqs {
+		res := admitResult{err: err}
 		switch {
 		case err != nil:
-			r.done <- admitResult{err: err}
 		case b.s.later(claims[i], errs[i]):
 			dry = append(dry, i)
+			continue
 		default:
-			r.done <- admitResult{a: out[i], err: errs[i]}
+			res = admitResult{a: out[i], err: errs[i]}
 		}
+		if !b.answer(r, res) {
+			late = append(late, LateOutcome{Claim: claims[i], Admission: res.a, Err: res.err})
+		}
+	}
+	if len(late) > 0 && b.cfg.Late != nil {
+		b.cfg.Late(late)
 	}
 	if len(dry) > 0 {
 		found := time.Now() // their buckets were found dry by now
@@ -265,19 +398,90 @@ func (b *Batcher) admit(reqs []*admitReq, claims []Claim) {
 	}
 }
 
+// answer answers r, sent, res; false when its caller was answered
+// ErrOutcomeUnknown already (res is its late outcome).
+func (b *Batcher) answer(r *admitReq, res admitResult) bool {
+	if !r.state.CompareAndSwap(reqSent, reqAnswered) {
+		return false
+	}
+	r.done <- res
+	return true
+}
+
+// replyTimer answers ErrOutcomeUnknown, at their replyBy, the claims of a
+// round trip whose reply has not come: one timer a round trip, set for
+// the earliest reply due, and again for the next.
+type replyTimer struct {
+	mu    sync.Mutex
+	reqs  []*admitReq
+	t     *time.Timer
+	ended bool
+}
+
+func newReplyTimer(reqs []*admitReq) *replyTimer {
+	rt := &replyTimer{reqs: reqs}
+	rt.mu.Lock()
+	rt.arm()
+	rt.mu.Unlock()
+	return rt
+}
+
+// arm sets the timer for the earliest reply due of the claims still sent.
+func (rt *replyTimer) arm() {
+	var first time.Time
+	for _, r := range rt.reqs {
+		if r.state.Load() == reqSent && (first.IsZero() || r.replyBy.Before(first)) {
+			first = r.replyBy
+		}
+	}
+	if first.IsZero() {
+		return
+	}
+	rt.t = time.AfterFunc(time.Until(first), rt.fire)
+}
+
+func (rt *replyTimer) fire() {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	if rt.ended {
+		return
+	}
+	now := time.Now()
+	for _, r := range rt.reqs {
+		if !now.Before(r.replyBy) && r.state.CompareAndSwap(reqSent, reqLate) {
+			r.done <- admitResult{err: fmt.Errorf("%w: no reply within the claim's time", ErrOutcomeUnknown)}
+		}
+	}
+	rt.arm()
+}
+
+// stop ends the timer: the round trip returned.
+func (rt *replyTimer) stop() {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	rt.ended = true
+	if rt.t != nil {
+		rt.t.Stop()
+	}
+}
+
 // admitDry decides again, off the pipeline's worker, claim c (of r),
 // which found its bucket of a hot voucher dry by found, or its user's
 // records moving in a split (err): its refill (moves between buckets, a
 // few round trips; one voucher's one at a time) or its wait holds up no
-// other claim, of this voucher or another.
+// other claim, of this voucher or another. Its first call was refused,
+// so until a new call is sent nothing was admitted: its waits end at its
+// deadline to be sent.
 func (b *Batcher) admitDry(r *admitReq, c Claim, err error, found time.Time) {
 	defer b.wg.Done()
-	deadline := time.Now().Add(b.timeout)
+	deadline := time.Now().Add(b.cfg.Timeout)
 	if r.deadline.Before(deadline) {
 		deadline = r.deadline
 	}
 	ctx, cancel := context.WithDeadline(context.Background(), deadline)
 	defer cancel()
 	a, err := b.s.admitLater(ctx, c, err, found)
-	r.done <- admitResult{a: a, err: err}
+	if !b.answer(r, admitResult{a: a, err: err}) && b.cfg.Late != nil {
+		b.cfg.Late([]LateOutcome{{Claim: c, Admission: a, Err: err}})
+	}
 }

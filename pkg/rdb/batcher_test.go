@@ -2,6 +2,7 @@ package rdb_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -118,10 +119,130 @@ func TestBatcherAnswersEachClaimWithinItsTimeout(t *testing.T) {
 	case <-time.After(time.Minute):
 		t.Fatal("a claim waited for the paused Redis instead of its timeout")
 	}
+	// The first claim was sent at once: its outcome is unknown (the script
+	// may run when Redis wakes); the others were never sent.
+	unknown := 0
 	for _, err := range errs {
-		require.Error(t, err)
+		require.True(t, errors.Is(err, rdb.ErrNotSent) || errors.Is(err, rdb.ErrOutcomeUnknown), "%v", err)
+		if errors.Is(err, rdb.ErrOutcomeUnknown) {
+			unknown++
+		}
+	}
+	require.GreaterOrEqual(t, unknown, 1)
+	require.NoError(t, srv.Resume())
+}
+
+// A claim sent to a Redis that answers after the claim's reply time is
+// answered ErrOutcomeUnknown; its round trip goes on, and when the reply
+// comes its outcome (the script's decision) is handed to Late, recorded,
+// and read back as the claim's outcome.
+func TestBatcherHandsALateReplyToLate(t *testing.T) {
+	srv, err := testsrv.StartRedis(t.TempDir())
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = srv.Resume(); _ = srv.Kill() })
+	c := srv.Client()
+	t.Cleanup(func() { _ = c.Close() })
+	s, err := rdb.New(c, 1, "")
+	require.NoError(t, err)
+	require.NoError(t, s.Load(context.Background()))
+	ac := redis.NewClient(&redis.Options{Addr: srv.Addr, ReadTimeout: time.Minute, ContextTimeoutEnabled: true, MaxRetries: -1})
+	t.Cleanup(func() { _ = ac.Close() })
+	s.SetAdmitClient(ac)
+	seedVoucher(t, s, rdb.Voucher{ID: 6, Stock: 1, PerUserLimit: 1})
+	seedVoucher(t, s, rdb.Voucher{ID: 60, Stock: 1, PerUserLimit: 1})
+	late := make(chan []rdb.LateOutcome, 2)
+	b := s.StartBatcher(rdb.BatcherConfig{Workers: 1, MaxBatch: 8, Timeout: 100 * time.Millisecond,
+		ReplyTimeout: 200 * time.Millisecond, OutcomeTimeout: time.Minute, Late: func(o []rdb.LateOutcome) { late <- o }})
+	defer b.Close()
+	// Warm the admission connection, so the claim below is written at once.
+	_, err = b.Admit(context.Background(), rdb.Claim{VoucherID: 60, UserID: "warm", Now: t0, Day: d0})
+	require.NoError(t, err)
+
+	require.NoError(t, srv.Pause())
+	claim := rdb.Claim{VoucherID: 6, UserID: "slow", Now: t0, Day: d0}
+	_, err = b.Admit(context.Background(), claim)
+	require.ErrorIs(t, err, rdb.ErrOutcomeUnknown)
+	require.NoError(t, srv.Resume())
+
+	var got []rdb.LateOutcome
+	select {
+	case got = <-late:
+	case <-time.After(time.Minute):
+		t.Fatal("the late reply was never handed to Late")
+	}
+	require.Len(t, got, 1)
+	require.NoError(t, got[0].Err)
+	require.Equal(t, claim, got[0].Claim)
+	requireStock(t, s, 6, 0) // it was admitted, though its caller was told "unknown"
+
+	ctx := context.Background()
+	ref := rdb.RefOf(claim)
+	_, found, err := s.ClaimOutcome(ctx, ref)
+	require.NoError(t, err)
+	require.False(t, found)
+	require.NoError(t, s.RecordOutcomes(ctx, got, time.Minute))
+	o, found, err := s.ClaimOutcome(ctx, ref)
+	require.NoError(t, err)
+	require.True(t, found)
+	require.True(t, o.Admitted)
+	require.Equal(t, got[0].Admission.OrderID, o.Admission.OrderID)
+
+	// A refusal is recorded as its error.
+	refused := rdb.LateOutcome{Claim: rdb.Claim{VoucherID: 6, UserID: "other", Now: t0, Day: d0}, Err: rdb.ErrSoldOut}
+	require.NoError(t, s.RecordOutcomes(ctx, []rdb.LateOutcome{refused}, time.Minute))
+	o, found, err = s.ClaimOutcome(ctx, rdb.RefOf(refused.Claim))
+	require.NoError(t, err)
+	require.True(t, found)
+	require.False(t, o.Admitted)
+	require.ErrorIs(t, o.Refusal, rdb.ErrSoldOut)
+}
+
+// A claim that waits behind a round trip Redis does not answer is
+// answered ErrNotSent at its deadline, not when the round trip ends: the
+// dispatcher drops it, however long the round trip in flight takes.
+func TestBatcherDropsWhatWaitsBehindAHungRoundTrip(t *testing.T) {
+	srv, err := testsrv.StartRedis(t.TempDir())
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = srv.Resume(); _ = srv.Kill() })
+	c := srv.Client()
+	t.Cleanup(func() { _ = c.Close() })
+	s, err := rdb.New(c, 1, "")
+	require.NoError(t, err)
+	require.NoError(t, s.Load(context.Background()))
+	ac := redis.NewClient(&redis.Options{Addr: srv.Addr, ReadTimeout: time.Minute, ContextTimeoutEnabled: true, MaxRetries: -1})
+	t.Cleanup(func() { _ = ac.Close() })
+	s.SetAdmitClient(ac)
+	seedVoucher(t, s, rdb.Voucher{ID: 7, Stock: 5, PerUserLimit: 5})
+	b := s.StartBatcher(rdb.BatcherConfig{Workers: 1, MaxBatch: 1, Timeout: 100 * time.Millisecond, OutcomeTimeout: time.Minute})
+	defer b.Close()
+	require.NoError(t, srv.Pause())
+	first := make(chan error, 1)
+	go func() {
+		_, err := b.Admit(context.Background(), rdb.Claim{VoucherID: 7, UserID: "sent", Now: t0, Day: d0})
+		first <- err
+	}()
+	require.ErrorIs(t, <-first, rdb.ErrOutcomeUnknown)
+	// The worker still waits for the first claim's reply (a minute): the
+	// second is answered by the dispatcher's timer.
+	done := make(chan error, 1)
+	go func() {
+		_, err := b.Admit(context.Background(), rdb.Claim{VoucherID: 7, UserID: "waiting", Now: t0, Day: d0})
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		require.ErrorIs(t, err, rdb.ErrNotSent)
+	case <-time.After(30 * time.Second):
+		t.Fatal("a claim waiting behind a hung round trip was not answered at its deadline")
 	}
 	require.NoError(t, srv.Resume())
+	// The first runs when Redis wakes; the second never does.
+	wait.For(t, time.Minute, "the first claim to run", func() bool {
+		n, _, err := s.RemainingStock(context.Background(), 7)
+		return err == nil && n == 4
+	})
+	_, _ = b.Admit(context.Background(), rdb.Claim{VoucherID: 60, UserID: "after", Now: t0, Day: d0}) // a round trip after
+	requireStock(t, s, 7, 4)
 }
 
 // On a cluster, a master that does not answer (SIGSTOP: a host hung, or a

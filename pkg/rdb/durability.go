@@ -219,13 +219,14 @@ type admitGroup struct {
 // cluster, one per master on that master's own client, so that each WAIT
 // follows its master's writes on their connection.
 func (s *Store) admitGroups(ctx context.Context, parts []int) ([]admitGroup, error) {
-	cc, cluster := s.c.(*redis.ClusterClient)
+	c := s.admitClient()
+	cc, cluster := c.(*redis.ClusterClient)
 	if !cluster || !s.durability.waits() {
 		js := make([]int, len(parts))
 		for j := range js {
 			js[j] = j
 		}
-		return []admitGroup{{pipe: s.c.Pipeline(), js: js}}, nil
+		return []admitGroup{{pipe: c.Pipeline(), js: js}}, nil
 	}
 	byAddr := map[string]int{}
 	var gs []admitGroup

@@ -82,6 +82,8 @@ type Store struct {
 	dryHook    func()                  // tests: run by each refill before its read
 	splitHook  func(step string) error // tests: run before each step of a split; an error stops it there
 	durability Durability
+	// ac, when set, is the client admissions are sent on (SetAdmitClient).
+	ac redis.UniversalClient
 	// loaded is each partition's LoadedKey, built once; admitKeys each
 	// partition's StreamKey, LoadedKey and BacklogKey, boxed once as
 	// every admission call sends them.
@@ -104,6 +106,20 @@ func New(client redis.UniversalClient, partitions int, group string) (*Store, er
 		s.admitKeys[p] = [3]any{StreamKey(p), s.loaded[p], BacklogKey(p)}
 	}
 	return s, nil
+}
+
+// SetAdmitClient makes admissions go on c, a client of the same Redis
+// whose read timeout is as long as a claim's outcome is waited for
+// (BatcherConfig.OutcomeTimeout): the Store's own client gives up on a
+// reply after its read timeout, and closes the connection, losing the
+// reply of a script that may have run. Set it before any admission.
+func (s *Store) SetAdmitClient(c redis.UniversalClient) { s.ac = c }
+
+func (s *Store) admitClient() redis.UniversalClient {
+	if s.ac != nil {
+		return s.ac
+	}
+	return s.c
 }
 
 // Partitions is the number of stream partitions.

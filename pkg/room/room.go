@@ -252,6 +252,8 @@ type Answer struct {
 const (
 	RetryMin = 700 * time.Millisecond
 	RetryMax = 10 * time.Second
+	// AdmittedRetry bounds an admitted buyer's wait between polls.
+	AdmittedRetry = 2 * time.Second
 )
 
 // Answer tells the waiter at place p where they stand at now.
@@ -275,7 +277,10 @@ func (s *Snapshot) Answer(p Place, now time.Time) Answer {
 		if exp.IsZero() || !now.Before(exp) {
 			return Answer{State: Lapsed, Ticket: t, ETA: -1}
 		}
-		return Answer{State: Admitted, Ticket: t, Expires: exp, Retry: clamp(exp.Sub(now), RetryMin, RetryMax), ETA: -1}
+		// An admitted buyer asks again within AdmittedRetry, so learns of a
+		// pause (or the sale sold out) that soon, from the gateway's state
+		// of the room: no Redis call a poll.
+		return Answer{State: Admitted, Ticket: t, Expires: exp, Retry: clamp(exp.Sub(now), RetryMin, AdmittedRetry), ETA: -1}
 	}
 	pos := t - s.Front
 	return Answer{State: Waiting, Position: pos, Ticket: t, Retry: s.retry(pos), ETA: s.eta(pos)}

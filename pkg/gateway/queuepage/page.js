@@ -183,15 +183,74 @@ function showWait(a) {
     : eta < 90000 ? fill(T.seconds, {n: Math.max(1, Math.round(eta / 1000))}) : fill(T.minutes, {n: Math.round(eta / 60000)});
 }
 
+// pressKey is the Idempotency-Key of the buyer's press of Buy, kept until
+// its outcome is known: sent again, it is the same claim, never a second
+// order.
+let pressKey = "";
+function newKey() {
+  const b = crypto.getRandomValues(new Uint8Array(12));
+  return "page-" + Array.from(b, (x) => x.toString(16).padStart(2, "0")).join("");
+}
+
+// claim sends the press's claim; a lost connection is status 0.
+async function claim() {
+  const h = {"Idempotency-Key": pressKey};
+  if (queueToken) h["X-Flashsale-Queue"] = queueToken;
+  try {
+    return await call("POST", "/v1/vouchers/" + encodeURIComponent(voucher) + "/orders", h);
+  } catch (e) {
+    return {status: 0, body: {}, retry: 1};
+  }
+}
+
+// settle finds out what became of a claim answered r, whose outcome may
+// be unknown (a 503 of any code, no answer), showing "checking your
+// order…" and no Buy until it knows: an outcome_unknown is asked by its
+// claim_id, no answer by sending the same press again (its key makes it
+// the same claim), a 503 unavailable by the buyer's orders. It returns the
+// orders the buyer holds, or null: nothing was taken (r is then the
+// answer to show).
+let checking = false; // settle is finding out: the room's answers are not shown meanwhile
+async function settle(r) {
+  checking = true;
+  try { return await settleLoop(r); } finally { checking = false; }
+}
+async function settleLoop(r) {
+  const b = $("buy");
+  b.disabled = true;
+  say(T.checking);
+  for (let wait = 1000; ; wait = Math.min(2 * wait, 8000)) {
+    if (r.status === 202) return [{order_id: r.body.order_id, status: r.body.status}];
+    if (r.status === 503 && r.body.error === "outcome_unknown" && r.body.claim_id) {
+      const o = await call("GET", "/v1/vouchers/" + encodeURIComponent(voucher) + "/claims/" + encodeURIComponent(r.body.claim_id)).catch(() => null);
+      if (o && o.status === 200 && o.body.status === "admitted") return [{order_id: o.body.order_id, status: "pending"}];
+      if (o && o.status === 200 && o.body.status === "refused") return null;
+    } else if (r.status === 0) {
+      r = await claim();
+      if (r.status !== 0 && r.status < 500) return r.status === 202 ? [{order_id: r.body.order_id, status: r.body.status}] : null;
+      if (r.status !== 0) continue; // a 503: decided below
+    } else {
+      const held = await mine().catch(() => null);
+      if (held) return held.length > 0 ? held : null;
+    }
+    await sleep(Math.max(wait, 1000 * (r.retry || 1)));
+  }
+}
+
 async function buy() {
   const b = $("buy");
   b.disabled = true;
   say(T.buying);
-  const r = await call("POST", "/v1/vouchers/" + encodeURIComponent(voucher) + "/orders", queueToken ? {"X-Flashsale-Queue": queueToken} : {});
-  if (r.status === 202) { await showOrders([{order_id: r.body.order_id, status: r.body.status}]); return; }
-  // A limit reached, or an answer lost (a 503 may have been admitted all
-  // the same): what the buyer holds says what to show.
-  if (r.body.error === "user_limit" || r.status >= 500) {
+  pressKey = pressKey || newKey();
+  let r = await claim();
+  if (r.status === 0 || r.status >= 500) {
+    const held = await settle(r);
+    if (held && held.length > 0) { pressKey = ""; await showOrders(held); return; }
+  }
+  if (r.status === 202) { pressKey = ""; await showOrders([{order_id: r.body.order_id, status: r.body.status}]); return; }
+  pressKey = "";
+  // A limit reached: what the buyer holds says what to show.
+  if (r.body.error === "user_limit") {
     const held = await mine();
     if (held && held.length > 0) { await showOrders(held); return; }
   }
@@ -202,9 +261,12 @@ async function buy() {
 
 // The admitted buyer's pass: a countdown to pass_expires_at.
 let passTimer = 0;
+let passEnds = 0; // the pass's end, unix ms (0: none)
 function showPass(expiresAt) {
   const p = $("pass");
   const end = Date.parse(expiresAt || "");
+  if (!$("order").hidden) return; // bought: no turn to count down
+  passEnds = end || passEnds;
   if (!end || passTimer) return;
   const tick = () => {
     const left = Math.max(0, Math.round((end - Date.now()) / 1000));
@@ -223,19 +285,24 @@ function stopPass() {
 // wait polls the room as its answers say, until the buyer's turn or the end.
 async function wait(a) {
   for (;;) {
+    if (checking) { await sleep(500); continue; } // one thing at a time: the claim's outcome first
     showWait(a);
     switch (a.state) {
       case "admitted": {
         if ($("order").hidden) say(T.admitted);
         showPass(a.pass_expires_at);
         const b = $("buy");
-        if (b.hidden && $("order").hidden) { b.hidden = false; b.focus(); }
+        if (b.hidden && $("order").hidden && !b.disabled) { b.hidden = false; b.focus(); }
         break;
       }
       case "sold_out": say(T.soldOut); $("buy").hidden = true; stopPass(); break;
       case "closed": say(T.closed); $("buy").hidden = true; stopPass(); return;
       case "lapsed": say(T.lapsed); $("buy").hidden = true; stopPass(); return;
-      case "paused": say(T.paused); break;
+      case "paused": // no Buy while paused, and no countdown: a pause does not extend the turn
+        $("buy").hidden = true;
+        stopPass();
+        say(passEnds ? fill(T.pausedAdmitted, {time: new Date(passEnds).toLocaleTimeString([], {timeStyle: "short"})}) : T.paused);
+        break;
       default: say(a.position > 0 ? T.waiting : T.waitingStart);
     }
     if (!$("order").hidden) return;

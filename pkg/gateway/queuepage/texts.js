@@ -31,6 +31,8 @@ window.QUEUE_TEXTS = {
   soldOut: "Sold out. Everything has been sold.",
   closed: "The sale has ended.",
   paused: "The sale is paused. Please wait.",
+  pausedAdmitted: "The sale is paused. A pause does not extend your turn: it still ends at {time}. Keep this page open.",
+  checking: "Checking your order…",
   lapsed: "Your turn has passed without a purchase. This queue does not take you again: the units go to those waiting after you.",
   retrying: "Reconnecting…",
   errorUnknown: "Something went wrong. Please reload the page.",
@@ -54,5 +56,7 @@ window.QUEUE_TEXTS = {
     unauthorized: "Your sign-in has expired. Sign in at the shop again.",
     proof_invalid: "The browser check failed. Please reload the page.",
     rate_limited: "Reconnecting…",
+    unavailable: "Your order was not placed: the shop was busy. You can try again.",
+    overloaded: "Your order was not placed: the shop was busy. You can try again.",
   },
 };

@@ -46,12 +46,14 @@ const (
 	ErrorCodeAlreadyEntered        ErrorCode = "already_entered"
 	ErrorCodeBodyTimeout           ErrorCode = "body_timeout"
 	ErrorCodeBodyTooLarge          ErrorCode = "body_too_large"
+	ErrorCodeClaimNotFound         ErrorCode = "claim_not_found"
 	ErrorCodeDailyLimit            ErrorCode = "daily_limit"
 	ErrorCodeDrawClosed            ErrorCode = "draw_closed"
 	ErrorCodeEnded                 ErrorCode = "ended"
 	ErrorCodeForbidden             ErrorCode = "forbidden"
 	ErrorCodeHttpVersion           ErrorCode = "http_version"
 	ErrorCodeInternal              ErrorCode = "internal"
+	ErrorCodeInvalidClaimId        ErrorCode = "invalid_claim_id"
 	ErrorCodeInvalidField          ErrorCode = "invalid_field"
 	ErrorCodeInvalidId             ErrorCode = "invalid_id"
 	ErrorCodeInvalidIdempotencyKey ErrorCode = "invalid_idempotency_key"
@@ -70,6 +72,7 @@ const (
 	ErrorCodeOrderNotFound         ErrorCode = "order_not_found"
 	ErrorCodeOrderNotPayable       ErrorCode = "order_not_payable"
 	ErrorCodeOrderPending          ErrorCode = "order_pending"
+	ErrorCodeOutcomeUnknown        ErrorCode = "outcome_unknown"
 	ErrorCodeOverloaded            ErrorCode = "overloaded"
 	ErrorCodePaused                ErrorCode = "paused"
 	ErrorCodePaymentExpired        ErrorCode = "payment_expired"
@@ -101,6 +104,8 @@ func (e ErrorCode) Valid() bool {
 		return true
 	case ErrorCodeBodyTooLarge:
 		return true
+	case ErrorCodeClaimNotFound:
+		return true
 	case ErrorCodeDailyLimit:
 		return true
 	case ErrorCodeDrawClosed:
@@ -112,6 +117,8 @@ func (e ErrorCode) Valid() bool {
 	case ErrorCodeHttpVersion:
 		return true
 	case ErrorCodeInternal:
+		return true
+	case ErrorCodeInvalidClaimId:
 		return true
 	case ErrorCodeInvalidField:
 		return true
@@ -148,6 +155,8 @@ func (e ErrorCode) Valid() bool {
 	case ErrorCodeOrderNotPayable:
 		return true
 	case ErrorCodeOrderPending:
+		return true
+	case ErrorCodeOutcomeUnknown:
 		return true
 	case ErrorCodeOverloaded:
 		return true
@@ -713,6 +722,27 @@ func (e PostV1PaymentsWebhook200JSONResponseBodyStatus) Valid() bool {
 	}
 }
 
+// Defines values for GetV1VouchersIdClaimsClaimId200JSONResponseBodyStatus.
+const (
+	GetV1VouchersIdClaimsClaimId200JSONResponseBodyStatusAdmitted GetV1VouchersIdClaimsClaimId200JSONResponseBodyStatus = "admitted"
+	GetV1VouchersIdClaimsClaimId200JSONResponseBodyStatusRefused  GetV1VouchersIdClaimsClaimId200JSONResponseBodyStatus = "refused"
+	GetV1VouchersIdClaimsClaimId200JSONResponseBodyStatusUnknown  GetV1VouchersIdClaimsClaimId200JSONResponseBodyStatus = "unknown"
+)
+
+// Valid indicates whether the value is a known member of the GetV1VouchersIdClaimsClaimId200JSONResponseBodyStatus enum.
+func (e GetV1VouchersIdClaimsClaimId200JSONResponseBodyStatus) Valid() bool {
+	switch e {
+	case GetV1VouchersIdClaimsClaimId200JSONResponseBodyStatusAdmitted:
+		return true
+	case GetV1VouchersIdClaimsClaimId200JSONResponseBodyStatusRefused:
+		return true
+	case GetV1VouchersIdClaimsClaimId200JSONResponseBodyStatusUnknown:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for PostV1VouchersIdOrders202JSONResponseBodyStatus.
 const (
 	PostV1VouchersIdOrders202JSONResponseBodyStatusEntered PostV1VouchersIdOrders202JSONResponseBodyStatus = "entered"
@@ -786,6 +816,8 @@ type DrawState string
 
 // Error defines model for Error.
 type Error struct {
+	// ClaimId with outcome_unknown only: ask GET /v1/vouchers/{id}/claims/{claim_id} for the claim's outcome
+	ClaimId *string   `json:"claim_id,omitempty"`
 	Error   ErrorCode `json:"error"`
 	Message string    `json:"message"`
 }
@@ -1225,6 +1257,9 @@ type PostV1PaymentsWebhook200JSONResponseBodyDraw string
 // PostV1PaymentsWebhook200JSONResponseBodyStatus defines parameters for PostV1PaymentsWebhook.
 type PostV1PaymentsWebhook200JSONResponseBodyStatus string
 
+// GetV1VouchersIdClaimsClaimId200JSONResponseBodyStatus defines parameters for GetV1VouchersIdClaimsClaimId.
+type GetV1VouchersIdClaimsClaimId200JSONResponseBodyStatus string
+
 // PostV1VouchersIdOrdersJSONBody defines parameters for PostV1VouchersIdOrders.
 type PostV1VouchersIdOrdersJSONBody struct {
 	// Quantity 1 to the voucher's per_user_limit; 1 for envelopes and codes
@@ -1600,6 +1635,19 @@ type ClientInterface interface {
 	// Corresponds with POST /v1/payments/webhook (the `PostV1PaymentsWebhook` operationId).
 	PostV1PaymentsWebhook(ctx context.Context, params *PostV1PaymentsWebhookParams, body PostV1PaymentsWebhookJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// GetV1VouchersIdClaimsClaimId The outcome of one of the caller's claims that was answered 503 outcome_unknown
+	//
+	// Asked again until the status is admitted or refused (Retry-After
+	// while unknown). A claim_id this caller was not given is 404
+	// claim_not_found, one of no claim id's form 400 invalid_claim_id;
+	// neither costs a Redis call. unknown lasts at most
+	// FLASHSALE_CLAIM_OUTCOME_TIMEOUT and a second after the claim while
+	// Redis answers: then a claim that made no order is refused
+	// (error unavailable: nothing was taken; claim again).
+	//
+	// Corresponds with GET /v1/vouchers/{id}/claims/{claim_id} (the `GetV1VouchersIdClaimsClaimId` operationId).
+	GetV1VouchersIdClaimsClaimId(ctx context.Context, id ID, claimId string, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// GetV1VouchersIdDraw A draw sale's state, its seed commitment and, once drawn, its seed
 	//
 	// The draw order is defined in pkg/draw's package documentation (go doc ./pkg/draw):
@@ -1613,6 +1661,12 @@ type ClientInterface interface {
 	// On a draw sale (allocation draw) the claim is an entry: one per user
 	// (409 already_entered), taking no stock, answered with entry_id and
 	// status entered; the winners are drawn after ends_at.
+	// Every answer says what Redis did: 503 unavailable (or overloaded)
+	// only for a claim the admission script never ran for (nothing was
+	// taken: claim again); 503 outcome_unknown, with claim_id, for one
+	// sent whose reply did not come in time: ask
+	// GET /v1/vouchers/{id}/claims/{claim_id} before claiming again, or
+	// retry with the same Idempotency-Key.
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -1624,6 +1678,12 @@ type ClientInterface interface {
 	// On a draw sale (allocation draw) the claim is an entry: one per user
 	// (409 already_entered), taking no stock, answered with entry_id and
 	// status entered; the winners are drawn after ends_at.
+	// Every answer says what Redis did: 503 unavailable (or overloaded)
+	// only for a claim the admission script never ran for (nothing was
+	// taken: claim again); 503 outcome_unknown, with claim_id, for one
+	// sent whose reply did not come in time: ask
+	// GET /v1/vouchers/{id}/claims/{claim_id} before claiming again, or
+	// retry with the same Idempotency-Key.
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -2090,6 +2150,29 @@ func (c *Client) PostV1PaymentsWebhook(ctx context.Context, params *PostV1Paymen
 	return c.Client.Do(req)
 }
 
+// GetV1VouchersIdClaimsClaimId The outcome of one of the caller's claims that was answered 503 outcome_unknown
+//
+// Asked again until the status is admitted or refused (Retry-After
+// while unknown). A claim_id this caller was not given is 404
+// claim_not_found, one of no claim id's form 400 invalid_claim_id;
+// neither costs a Redis call. unknown lasts at most
+// FLASHSALE_CLAIM_OUTCOME_TIMEOUT and a second after the claim while
+// Redis answers: then a claim that made no order is refused
+// (error unavailable: nothing was taken; claim again).
+//
+// Corresponds with GET /v1/vouchers/{id}/claims/{claim_id} (the `GetV1VouchersIdClaimsClaimId` operationId).
+func (c *Client) GetV1VouchersIdClaimsClaimId(ctx context.Context, id ID, claimId string, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetV1VouchersIdClaimsClaimIdRequest(c.Server, id, claimId)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
 // GetV1VouchersIdDraw A draw sale's state, its seed commitment and, once drawn, its seed
 //
 // The draw order is defined in pkg/draw's package documentation (go doc ./pkg/draw):
@@ -2113,6 +2196,12 @@ func (c *Client) GetV1VouchersIdDraw(ctx context.Context, id ID, reqEditors ...R
 // On a draw sale (allocation draw) the claim is an entry: one per user
 // (409 already_entered), taking no stock, answered with entry_id and
 // status entered; the winners are drawn after ends_at.
+// Every answer says what Redis did: 503 unavailable (or overloaded)
+// only for a claim the admission script never ran for (nothing was
+// taken: claim again); 503 outcome_unknown, with claim_id, for one
+// sent whose reply did not come in time: ask
+// GET /v1/vouchers/{id}/claims/{claim_id} before claiming again, or
+// retry with the same Idempotency-Key.
 //
 // Takes any type of body and a specified content type.
 //
@@ -2134,6 +2223,12 @@ func (c *Client) PostV1VouchersIdOrdersWithBody(ctx context.Context, id ID, para
 // On a draw sale (allocation draw) the claim is an entry: one per user
 // (409 already_entered), taking no stock, answered with entry_id and
 // status entered; the winners are drawn after ends_at.
+// Every answer says what Redis did: 503 unavailable (or overloaded)
+// only for a claim the admission script never ran for (nothing was
+// taken: claim again); 503 outcome_unknown, with claim_id, for one
+// sent whose reply did not come in time: ask
+// GET /v1/vouchers/{id}/claims/{claim_id} before claiming again, or
+// retry with the same Idempotency-Key.
 //
 // Takes a body of the `application/json` content type.
 //
@@ -3050,6 +3145,47 @@ func NewPostV1PaymentsWebhookRequestWithBody(server string, params *PostV1Paymen
 	return req, nil
 }
 
+// NewGetV1VouchersIdClaimsClaimIdRequest constructs an http.Request for the GetV1VouchersIdClaimsClaimId method
+func NewGetV1VouchersIdClaimsClaimIdRequest(server string, id ID, claimId string) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam1 string
+
+	pathParam1, err = runtime.StyleParamWithOptions("simple", false, "claim_id", claimId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/vouchers/%s/claims/%s", pathParam0, pathParam1)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
 // NewGetV1VouchersIdDrawRequest constructs an http.Request for the GetV1VouchersIdDraw method
 func NewGetV1VouchersIdDrawRequest(server string, id ID) (*http.Request, error) {
 	var err error
@@ -3552,6 +3688,21 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with POST /v1/payments/webhook (the `PostV1PaymentsWebhook` operationId).
 	PostV1PaymentsWebhookWithResponse(ctx context.Context, params *PostV1PaymentsWebhookParams, body PostV1PaymentsWebhookJSONRequestBody, reqEditors ...RequestEditorFn) (*PostV1PaymentsWebhookResponse, error)
 
+	// GetV1VouchersIdClaimsClaimIdWithResponse The outcome of one of the caller's claims that was answered 503 outcome_unknown
+	//
+	// Asked again until the status is admitted or refused (Retry-After
+	// while unknown). A claim_id this caller was not given is 404
+	// claim_not_found, one of no claim id's form 400 invalid_claim_id;
+	// neither costs a Redis call. unknown lasts at most
+	// FLASHSALE_CLAIM_OUTCOME_TIMEOUT and a second after the claim while
+	// Redis answers: then a claim that made no order is refused
+	// (error unavailable: nothing was taken; claim again).
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/vouchers/{id}/claims/{claim_id} (the `GetV1VouchersIdClaimsClaimId` operationId).
+	GetV1VouchersIdClaimsClaimIdWithResponse(ctx context.Context, id ID, claimId string, reqEditors ...RequestEditorFn) (*GetV1VouchersIdClaimsClaimIdResponse, error)
+
 	// GetV1VouchersIdDrawWithResponse A draw sale's state, its seed commitment and, once drawn, its seed
 	//
 	// The draw order is defined in pkg/draw's package documentation (go doc ./pkg/draw):
@@ -3567,6 +3718,12 @@ type ClientWithResponsesInterface interface {
 	// On a draw sale (allocation draw) the claim is an entry: one per user
 	// (409 already_entered), taking no stock, answered with entry_id and
 	// status entered; the winners are drawn after ends_at.
+	// Every answer says what Redis did: 503 unavailable (or overloaded)
+	// only for a claim the admission script never ran for (nothing was
+	// taken: claim again); 503 outcome_unknown, with claim_id, for one
+	// sent whose reply did not come in time: ask
+	// GET /v1/vouchers/{id}/claims/{claim_id} before claiming again, or
+	// retry with the same Idempotency-Key.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -3578,6 +3735,12 @@ type ClientWithResponsesInterface interface {
 	// On a draw sale (allocation draw) the claim is an entry: one per user
 	// (409 already_entered), taking no stock, answered with entry_id and
 	// status entered; the winners are drawn after ends_at.
+	// Every answer says what Redis did: 503 unavailable (or overloaded)
+	// only for a claim the admission script never ran for (nothing was
+	// taken: claim again); 503 outcome_unknown, with claim_id, for one
+	// sent whose reply did not come in time: ask
+	// GET /v1/vouchers/{id}/claims/{claim_id} before claiming again, or
+	// retry with the same Idempotency-Key.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -4892,6 +5055,76 @@ func (r PostV1PaymentsWebhookResponse) ContentType() string {
 	return ""
 }
 
+type GetV1VouchersIdClaimsClaimIdResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *struct {
+		// Amount admitted: a red envelope's amount, in minor units
+		Amount *int `json:"amount,omitempty"`
+
+		// EntryId admitted: the entry's id (a draw)
+		EntryId *string    `json:"entry_id,omitempty"`
+		Error   *ErrorCode `json:"error,omitempty"`
+
+		// OrderId admitted: the order's id (a sale that is not a draw)
+		OrderId *string                                               `json:"order_id,omitempty"`
+		Status  GetV1VouchersIdClaimsClaimId200JSONResponseBodyStatus `json:"status"`
+	}
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *Error
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r GetV1VouchersIdClaimsClaimIdResponse) GetJSON200() *struct {
+	// Amount admitted: a red envelope's amount, in minor units
+	Amount *int `json:"amount,omitempty"`
+
+	// EntryId admitted: the entry's id (a draw)
+	EntryId *string    `json:"entry_id,omitempty"`
+	Error   *ErrorCode `json:"error,omitempty"`
+
+	// OrderId admitted: the order's id (a sale that is not a draw)
+	OrderId *string                                               `json:"order_id,omitempty"`
+	Status  GetV1VouchersIdClaimsClaimId200JSONResponseBodyStatus `json:"status"`
+} {
+	return r.JSON200
+}
+
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r GetV1VouchersIdClaimsClaimIdResponse) GetJSONDefault() *Error {
+	return r.JSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r GetV1VouchersIdClaimsClaimIdResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetV1VouchersIdClaimsClaimIdResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetV1VouchersIdClaimsClaimIdResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetV1VouchersIdClaimsClaimIdResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 type GetV1VouchersIdDrawResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -5474,6 +5707,27 @@ func (c *ClientWithResponses) PostV1PaymentsWebhookWithResponse(ctx context.Cont
 	return ParsePostV1PaymentsWebhookResponse(rsp)
 }
 
+// GetV1VouchersIdClaimsClaimIdWithResponse The outcome of one of the caller's claims that was answered 503 outcome_unknown
+//
+// Asked again until the status is admitted or refused (Retry-After
+// while unknown). A claim_id this caller was not given is 404
+// claim_not_found, one of no claim id's form 400 invalid_claim_id;
+// neither costs a Redis call. unknown lasts at most
+// FLASHSALE_CLAIM_OUTCOME_TIMEOUT and a second after the claim while
+// Redis answers: then a claim that made no order is refused
+// (error unavailable: nothing was taken; claim again).
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/vouchers/{id}/claims/{claim_id} (the `GetV1VouchersIdClaimsClaimId` operationId).
+func (c *ClientWithResponses) GetV1VouchersIdClaimsClaimIdWithResponse(ctx context.Context, id ID, claimId string, reqEditors ...RequestEditorFn) (*GetV1VouchersIdClaimsClaimIdResponse, error) {
+	rsp, err := c.GetV1VouchersIdClaimsClaimId(ctx, id, claimId, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetV1VouchersIdClaimsClaimIdResponse(rsp)
+}
+
 // GetV1VouchersIdDrawWithResponse A draw sale's state, its seed commitment and, once drawn, its seed
 //
 // The draw order is defined in pkg/draw's package documentation (go doc ./pkg/draw):
@@ -5495,6 +5749,12 @@ func (c *ClientWithResponses) GetV1VouchersIdDrawWithResponse(ctx context.Contex
 // On a draw sale (allocation draw) the claim is an entry: one per user
 // (409 already_entered), taking no stock, answered with entry_id and
 // status entered; the winners are drawn after ends_at.
+// Every answer says what Redis did: 503 unavailable (or overloaded)
+// only for a claim the admission script never ran for (nothing was
+// taken: claim again); 503 outcome_unknown, with claim_id, for one
+// sent whose reply did not come in time: ask
+// GET /v1/vouchers/{id}/claims/{claim_id} before claiming again, or
+// retry with the same Idempotency-Key.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -5512,6 +5772,12 @@ func (c *ClientWithResponses) PostV1VouchersIdOrdersWithBodyWithResponse(ctx con
 // On a draw sale (allocation draw) the claim is an entry: one per user
 // (409 already_entered), taking no stock, answered with entry_id and
 // status entered; the winners are drawn after ends_at.
+// Every answer says what Redis did: 503 unavailable (or overloaded)
+// only for a claim the admission script never ran for (nothing was
+// taken: claim again); 503 outcome_unknown, with claim_id, for one
+// sent whose reply did not come in time: ask
+// GET /v1/vouchers/{id}/claims/{claim_id} before claiming again, or
+// retry with the same Idempotency-Key.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
@@ -6357,6 +6623,50 @@ func ParsePostV1PaymentsWebhookResponse(rsp *http.Response) (*PostV1PaymentsWebh
 			Status    PostV1PaymentsWebhook200JSONResponseBodyStatus `json:"status"`
 			UserId    string                                         `json:"user_id"`
 			VoucherId string                                         `json:"voucher_id"`
+		}
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseGetV1VouchersIdClaimsClaimIdResponse parses an HTTP response from a GetV1VouchersIdClaimsClaimIdWithResponse call
+func ParseGetV1VouchersIdClaimsClaimIdResponse(rsp *http.Response) (*GetV1VouchersIdClaimsClaimIdResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetV1VouchersIdClaimsClaimIdResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest struct {
+			// Amount admitted: a red envelope's amount, in minor units
+			Amount *int `json:"amount,omitempty"`
+
+			// EntryId admitted: the entry's id (a draw)
+			EntryId *string    `json:"entry_id,omitempty"`
+			Error   *ErrorCode `json:"error,omitempty"`
+
+			// OrderId admitted: the order's id (a sale that is not a draw)
+			OrderId *string                                               `json:"order_id,omitempty"`
+			Status  GetV1VouchersIdClaimsClaimId200JSONResponseBodyStatus `json:"status"`
 		}
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err

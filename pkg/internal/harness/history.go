@@ -27,8 +27,12 @@ type Attempt struct {
 	At        time.Time
 }
 
-// Unknown: the claim may or may not have been admitted (503, or no answer).
-func (a Attempt) Unknown() bool { return a.Status == 0 || a.Status == 503 }
+// Unknown: the claim may or may not have been admitted (no answer, or
+// 503 outcome_unknown). A 503 of another code is a refusal: the script
+// never ran for the claim.
+func (a Attempt) Unknown() bool {
+	return a.Status == 0 || (a.Status == 503 && a.Code == "outcome_unknown")
+}
 
 func (a Attempt) String() string {
 	switch {

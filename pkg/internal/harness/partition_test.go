@@ -165,7 +165,7 @@ func gatewayCut(t *testing.T, mode string) {
 				switch a := claim(fmt.Sprintf("u%d", i)); {
 				case a.Status == 202:
 					admitted.Add(1)
-				case a.Unknown(): // paces the clients while Redis is away
+				case a.Unknown(), a.Status == 503: // paces the clients while Redis is away
 					time.Sleep(10 * time.Millisecond)
 				}
 				answered.Add(1)

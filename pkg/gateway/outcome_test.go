@@ -1,0 +1,185 @@
+package gateway_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/flashsale/flashsale/pkg/gateway"
+	"github.com/flashsale/flashsale/pkg/internal/testenv"
+	"github.com/flashsale/flashsale/pkg/internal/wait"
+)
+
+// outcomeFixture is a gateway whose claims wait 300 ms for a reply, and
+// which listens for late replies a minute (admitClient: the reply is
+// heard) or as long as its store's client reads (2 s: the reply is lost).
+func outcomeFixture(t *testing.T, admitClient bool, outcome time.Duration) *fixture {
+	env := testenv.New(t, 1)
+	if admitClient {
+		ac, err := env.Common.AdmitClient(8, time.Minute)
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = ac.Close() })
+		env.RDB.SetAdmitClient(ac)
+	}
+	f := newFixtureOn(t, env, gateway.Config{ClaimTimeout: 150 * time.Millisecond, ClaimReplyTimeout: 300 * time.Millisecond,
+		ClaimOutcomeTimeout: outcome})
+	t.Cleanup(func() { _ = env.Redis.Resume() })
+	return f
+}
+
+// claimFrozen claims voucher id as user while Redis is frozen (SIGSTOP:
+// the claim is written, nothing answers) and returns the claim_id of its
+// 503 outcome_unknown; Redis is running again when it returns.
+func (f *fixture) claimFrozen(id, user string, header ...string) string {
+	f.t.Helper()
+	// A claim first, so the admission connection is open and the frozen
+	// claim is written at once.
+	f.do("POST", "/v1/vouchers/"+id+"/orders", f.token("warm-"+user), "")
+	require.NoError(f.t, f.env.Redis.Pause())
+	res := f.do("POST", "/v1/vouchers/"+id+"/orders", f.token(user), "", header...)
+	require.NoError(f.t, f.env.Redis.Resume())
+	requireError(f.t, res, http.StatusServiceUnavailable, "outcome_unknown")
+	require.Equal(f.t, "1", res.Header.Get("Retry-After"))
+	claimID, _ := res.Body["claim_id"].(string)
+	require.NotEmpty(f.t, claimID, res.Raw)
+	return claimID
+}
+
+// outcomeOf asks for claim claimID of user until it is known.
+func (f *fixture) outcomeOf(id, user, claimID string) response {
+	f.t.Helper()
+	var res response
+	wait.For(f.t, time.Minute, "the claim's outcome", func() bool {
+		res = f.do("GET", "/v1/vouchers/"+id+"/claims/"+claimID, f.token(user), "")
+		require.Equal(f.t, http.StatusOK, res.Status, res.Raw)
+		return res.Body["status"] != "unknown"
+	})
+	return res
+}
+
+// A claim whose reply comes after its time is answered outcome_unknown,
+// never "unavailable": it was admitted, and the buyer finds the order by
+// its claim_id, as recorded when the reply came.
+func TestAClaimAnsweredLateIsToldItsOrder(t *testing.T) {
+	f := outcomeFixture(t, true, time.Minute)
+	id := f.createVoucher(`{"name":"late","stock":3,"per_user_limit":1}`)
+	claimID := f.claimFrozen(id, "buyer")
+	res := f.outcomeOf(id, "buyer", claimID)
+	require.Equal(t, "admitted", res.Body["status"], res.Raw)
+	orderID := res.Body["order_id"].(string)
+
+	// The order is the buyer's, and the only one: a second claim is the limit.
+	order := f.do("GET", "/v1/orders/"+orderID, f.token("buyer"), "")
+	require.Equal(t, http.StatusOK, order.Status, order.Raw)
+	requireError(t, f.do("POST", "/v1/vouchers/"+id+"/orders", f.token("buyer"), ""), http.StatusConflict, "user_limit")
+	f.persist(id)
+	require.Equal(t, "admitted", f.outcomeOf(id, "buyer", claimID).Body["status"])
+
+	// Only the buyer can ask, only about a claim id a gateway gave.
+	requireError(t, f.do("GET", "/v1/vouchers/"+id+"/claims/"+claimID, f.token("thief"), ""), http.StatusNotFound, "claim_not_found")
+	other := strconv.FormatInt(parseID(t, id)+1, 10)
+	requireError(t, f.do("GET", "/v1/vouchers/"+other+"/claims/"+claimID, f.token("buyer"), ""), http.StatusNotFound, "claim_not_found")
+	for _, bad := range []string{"abc", "1.2", "-5." + strings.Repeat("a", 32), "12." + strings.Repeat("z", 32), "12." + strings.Repeat("a", 32) + ".bad key"} {
+		requireError(t, f.do("GET", "/v1/vouchers/"+id+"/claims/"+bad, f.token("buyer"), ""), http.StatusBadRequest, "invalid_claim_id")
+	}
+}
+
+// A refused claim answered late is told its refusal.
+func TestAClaimRefusedLateIsToldWhy(t *testing.T) {
+	f := outcomeFixture(t, true, time.Minute)
+	id := f.createVoucher(`{"name":"gone","stock":1}`)
+	claimID := f.claimFrozen(id, "buyer") // the warm-up claim took the unit
+	res := f.outcomeOf(id, "buyer", claimID)
+	require.Equal(t, "refused", res.Body["status"], res.Raw)
+	require.Equal(t, "sold_out", res.Body["error"], res.Raw)
+}
+
+// A keyed claim answered late resolves by its key, and a retry with the
+// key gets the same order: never two.
+func TestAKeyedClaimAnsweredLateResolvesByItsKey(t *testing.T) {
+	f := outcomeFixture(t, false, 300*time.Millisecond) // the reply is lost: only the key tells
+	id := f.createVoucher(`{"name":"keyed","stock":5,"per_user_limit":3}`)
+	claimID := f.claimFrozen(id, "buyer", "Idempotency-Key", "press-1")
+	res := f.outcomeOf(id, "buyer", claimID)
+	require.Equal(t, "admitted", res.Body["status"], res.Raw)
+	retry := f.do("POST", "/v1/vouchers/"+id+"/orders", f.token("buyer"), "", "Idempotency-Key", "press-1")
+	require.Equal(t, http.StatusAccepted, retry.Status, retry.Raw)
+	require.Equal(t, res.Body["order_id"], retry.Body["order_id"])
+}
+
+// A reply lost (the connection timed out before Redis woke) leaves the
+// buyer's orders to tell: the order made at the claim's time, or, once no
+// reply can come any more, refused.
+func TestAClaimWhoseReplyWasLostResolvesByTheBuyersOrders(t *testing.T) {
+	f := outcomeFixture(t, false, 300*time.Millisecond)
+	id := f.createVoucher(`{"name":"lost","stock":2,"per_user_limit":1}`)
+	claimID := f.claimFrozen(id, "buyer")
+	res := f.outcomeOf(id, "buyer", claimID)
+	require.Equal(t, "admitted", res.Body["status"], res.Raw)
+	f.persist(id) // found in MySQL too
+	require.Equal(t, res.Body["order_id"], f.outcomeOf(id, "buyer", claimID).Body["order_id"])
+
+	// Sold out now (the warm-up and the buyer): a claim refused, whose
+	// reply was lost, has no order; it is unknown until no reply can come.
+	claimID = f.claimFrozen(id, "late")
+	res = f.do("GET", "/v1/vouchers/"+id+"/claims/"+claimID, f.token("late"), "")
+	require.Equal(t, "unknown", res.Body["status"], res.Raw)
+	f.clock.Add(2 * time.Second) // past FLASHSALE_CLAIM_OUTCOME_TIMEOUT and a second
+	res = f.outcomeOf(id, "late", claimID)
+	require.Equal(t, "refused", res.Body["status"], res.Raw)
+	require.Equal(t, "unavailable", res.Body["error"], res.Raw)
+}
+
+// An id no gateway gave costs Redis nothing: 10,000 random ones, each
+// 400 or 404, and no GET or script call reaches Redis.
+func TestRandomClaimIDsNeverReachRedis(t *testing.T) {
+	if testing.Short() {
+		t.Skip("10,000 requests")
+	}
+	f := outcomeFixture(t, false, time.Minute)
+	id := f.createVoucher(`{"name":"probe","stock":1}`)
+	calls := func() int64 {
+		info, err := f.env.RDB.Client().Info(context.Background(), "commandstats").Result()
+		require.NoError(t, err)
+		var n int64
+		for _, line := range strings.Split(info, "\n") {
+			for _, cmd := range []string{"cmdstat_get:", "cmdstat_evalsha:", "cmdstat_eval:"} {
+				if rest, ok := strings.CutPrefix(line, cmd); ok {
+					calls, _, _ := strings.Cut(strings.TrimPrefix(rest, "calls="), ",")
+					v, _ := strconv.ParseInt(calls, 10, 64)
+					n += v
+				}
+			}
+		}
+		return n
+	}
+	before := calls()
+	tok := f.token("prober")
+	client := &http.Client{}
+	for i := range 10_000 {
+		var claimID string
+		switch i % 3 {
+		case 0:
+			claimID = fmt.Sprintf("%d.%032x", rand.Int64N(1<<41), rand.Uint64())
+		case 1:
+			claimID = fmt.Sprintf("%d.%032x.key%d", rand.Int64N(1<<41), rand.Uint64(), i)
+		default:
+			claimID = fmt.Sprintf("x%x", rand.Uint64())
+		}
+		req, err := http.NewRequest("GET", f.srv.URL+"/v1/vouchers/"+id+"/claims/"+claimID, nil)
+		require.NoError(t, err)
+		req.Header.Set("Authorization", "Bearer "+tok)
+		res, err := client.Do(req)
+		require.NoError(t, err)
+		res.Body.Close()
+		require.Contains(t, []int{http.StatusBadRequest, http.StatusNotFound}, res.StatusCode, claimID)
+	}
+	require.Equal(t, before, calls(), "a claim id no gateway gave reached Redis")
+}
