@@ -58,6 +58,7 @@ type Gateway struct {
 	// refused counts refused claims per voucher for sales' reports;
 	// replica names this replica in them (report.go).
 	refused operator.Refusals
+	unknown operator.Refusals // claims answered outcome_unknown, by voucher and resolution (outcome.go)
 	replica string
 	// ops is the admin API (pkg/gateway/operator).
 	ops *operator.API
@@ -158,7 +159,7 @@ func New(cfg Config, r *rdb.Store, d *db.Store, log *zap.Logger, opts ...Option)
 	}
 	if cfg.PipelineWorkers > 0 { // the batcher bounds each claim by ClaimTimeout
 		g.batcher = r.StartBatcher(rdb.BatcherConfig{Workers: cfg.PipelineWorkers, MaxBatch: cfg.PipelineMaxBatch,
-			Timeout: cfg.ClaimTimeout, ReplyTimeout: cfg.ClaimReplyTimeout, OutcomeTimeout: cfg.ClaimOutcomeTimeout, Late: g.recordLate})
+			Timeout: cfg.ClaimTimeout, ReplyTimeout: cfg.ClaimReplyTimeout, Late: g.recordLate})
 		g.admit = g.batcher.Admit
 	}
 	g.claimKey = cfg.keyOr("", "flashsale claim-id key")

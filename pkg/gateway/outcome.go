@@ -1,10 +1,65 @@
 package gateway
 
-// A claim's true answer when Redis is late: the claim sent whose reply did
-// not come within FLASHSALE_CLAIM_REPLY_TIMEOUT is answered 503
-// outcome_unknown with a claim_id, and GET /v1/vouchers/{id}/claims/{claim_id}
-// tells its outcome once anything can (docs/ARCHITECTURE.md, "A claim's
-// answer").
+// A claim's answer says what the admission script did, or that the
+// gateway cannot know yet (with pkg/rdb's batcher.go):
+//
+//   - Not sent. A claim waits in the batcher to be sent at most
+//     FLASHSALE_CLAIM_TIMEOUT; one still waiting then is never sent
+//     (rdb.ErrNotSent): 503 unavailable. So is one that found no
+//     connection (the pool's wait, a refused dial) and one Redis refused
+//     before the script ran (LOADING, CLUSTERDOWN, NOSCRIPT). The script
+//     did not run and never will: the answer is the truth.
+//   - Sent, answered in time. Once written, a claim's call is not given
+//     up before its reply, or FLASHSALE_CLAIM_OUTCOME_TIMEOUT (30 s):
+//     admissions go on connections of their own whose read timeout is
+//     that long (rdb.Store.SetAdmitClient); the store's other connections
+//     keep FLASHSALE_REDIS_TIMEOUT. The caller waits for the reply until
+//     FLASHSALE_CLAIM_REPLY_TIMEOUT (1 s) after its arrival: 202 or the
+//     script's refusal.
+//   - Sent, reply late. Past that, the caller is answered 503
+//     outcome_unknown with a claim_id, and the call goes on. When the
+//     reply comes, the batcher hands the outcome to the gateway (Late),
+//     which records it beside the voucher for FLASHSALE_IDEMPOTENCY_TTL
+//     (flashsale:{pP}:v:V:claim:USER:MS[:KEY]). A claim answered in time
+//     has no record: it costs Redis nothing.
+//   - Sent, reply lost (the connection broke or timed out after the
+//     write; a master killed): 503 outcome_unknown. The script may have
+//     run. So is a claim admitted on a master whose replicas did not
+//     acknowledge it in time (FLASHSALE_REDIS_DURABILITY): it may not
+//     survive a failover.
+//
+// GET /v1/vouchers/{id}/claims/{claim_id} decides such a claim. The id is
+// MS.MAC[.KEY]: the claim's time in ms (the gateway's clock; the order
+// the script makes carries it as created_ms), a MAC (HMAC-SHA256, a key
+// derived from the admin token) of the voucher, the user, the time and
+// the key, and the claim's Idempotency-Key if it had one. An id that
+// does not verify is 404, without a Redis call. The first that tells:
+//
+//  1. the recorded outcome;
+//  2. a keyed claim: its idempotency record (admitted under that key);
+//     an unkeyed one: the buyer's order of the voucher created at MS, in
+//     the stream (pending.lua, the buyer's index), then in MySQL;
+//  3. neither, more than FLASHSALE_CLAIM_OUTCOME_TIMEOUT and a second
+//     since MS, and Redis answered step 1: refused (unavailable). The
+//     gateway that sent the call has recorded its reply, or closed its
+//     connection, by then; what was written on a closed connection runs
+//     when Redis reads it, before it answers later reads;
+//  4. else unknown, with Retry-After.
+//
+// Why it is exact: an admission and its order are written by one script,
+// atomically, so "the order exists" and "the script admitted it" are one
+// fact; a record is that script's reply; a claim told refused by step 3
+// can no longer run. The limits: two unkeyed claims of one buyer for one
+// voucher in the same millisecond (two gateways, both late) resolve to
+// the same order, which the buyer holds; gateways whose clocks differ by
+// more than a second can tell refused early. (Step 3 rests on one Redis
+// process reading every connection's input in the turn it answers a
+// read: a master frozen past the horizon and failed over meanwhile runs,
+// when it wakes, what it held for the gateway as a master its replica
+// has replaced, and loses it in its resync.) A client that
+// sends an Idempotency-Key (the queue page does, one a press) avoids the
+// first two: its claim resolves by its key, and a retry with the key is
+// the same claim.
 
 import (
 	"context"
@@ -99,6 +154,7 @@ func isOutcomeUnknown(err error) bool {
 // outcome_unknown with the claim's id.
 func (g *Gateway) answerUnknown(w http.ResponseWriter, c rdb.Claim, start time.Time) {
 	g.countClaim(resultOutcomeUnknown, "", start)
+	g.unknown.Add(c.VoucherID, "answered")
 	w.Header().Set("Retry-After", "1")
 	httpapi.WriteJSON(w, http.StatusServiceUnavailable, struct {
 		*httpapi.Error
@@ -111,14 +167,15 @@ func (g *Gateway) answerUnknown(w http.ResponseWriter, c rdb.Claim, start time.T
 // worker.
 func (g *Gateway) recordLate(late []rdb.LateOutcome) {
 	for _, o := range late {
+		outcome := "refused"
 		switch {
 		case o.Err == nil:
-			g.metrics.lateOutcomes.WithLabelValues("admitted").Inc()
+			outcome = "admitted"
 		case isOutcomeUnknown(o.Err):
-			g.metrics.lateOutcomes.WithLabelValues("lost").Inc()
-		default:
-			g.metrics.lateOutcomes.WithLabelValues("refused").Inc()
+			outcome = "lost"
 		}
+		g.metrics.lateOutcomes.WithLabelValues(outcome).Inc()
+		g.unknown.Add(o.Claim.VoucherID, outcome)
 	}
 	g.lateWG.Add(1)
 	go func() {

@@ -18,8 +18,9 @@ import (
 )
 
 // outcomeFixture is a gateway whose claims wait 300 ms for a reply, and
-// which listens for late replies a minute (admitClient: the reply is
-// heard) or as long as its store's client reads (2 s: the reply is lost).
+// which listens for late replies a minute (admitClient) or as long as its
+// store's client reads (2 s: a reply later than that is lost), and tells
+// a claim with no order refused outcome after it.
 func outcomeFixture(t *testing.T, admitClient bool, outcome time.Duration) *fixture {
 	env := testenv.New(t, 1)
 	if admitClient {
@@ -39,11 +40,19 @@ func outcomeFixture(t *testing.T, admitClient bool, outcome time.Duration) *fixt
 // 503 outcome_unknown; Redis is running again when it returns.
 func (f *fixture) claimFrozen(id, user string, header ...string) string {
 	f.t.Helper()
+	return f.claimFrozenFor(0, id, user, header...)
+}
+
+// claimFrozenFor is claimFrozen with Redis kept frozen hold after the
+// answer: past the store's read timeout (2 s), the reply is lost.
+func (f *fixture) claimFrozenFor(hold time.Duration, id, user string, header ...string) string {
+	f.t.Helper()
 	// A claim first, so the admission connection is open and the frozen
 	// claim is written at once.
 	f.do("POST", "/v1/vouchers/"+id+"/orders", f.token("warm-"+user), "")
 	require.NoError(f.t, f.env.Redis.Pause())
 	res := f.do("POST", "/v1/vouchers/"+id+"/orders", f.token(user), "", header...)
+	time.Sleep(hold) // the freeze's length, not a wait for anything
 	require.NoError(f.t, f.env.Redis.Resume())
 	requireError(f.t, res, http.StatusServiceUnavailable, "outcome_unknown")
 	require.Equal(f.t, "1", res.Header.Get("Retry-After"))
@@ -82,6 +91,13 @@ func TestAClaimAnsweredLateIsToldItsOrder(t *testing.T) {
 	f.persist(id)
 	require.Equal(t, "admitted", f.outcomeOf(id, "buyer", claimID).Body["status"])
 
+	// The sale's report counts it: answered unknown, then admitted.
+	wait.For(t, time.Minute, "the report's outcome_unknown_claims", func() bool {
+		rep := f.do("GET", "/admin/v1/vouchers/"+id+"/report", admin, "")
+		got, _ := rep.Body["outcome_unknown_claims"].(map[string]any)
+		return got["answered"] == 1.0 && got["admitted"] == 1.0
+	})
+
 	// Only the buyer can ask, only about a claim id a gateway gave.
 	requireError(t, f.do("GET", "/v1/vouchers/"+id+"/claims/"+claimID, f.token("thief"), ""), http.StatusNotFound, "claim_not_found")
 	other := strconv.FormatInt(parseID(t, id)+1, 10)
@@ -106,7 +122,7 @@ func TestAClaimRefusedLateIsToldWhy(t *testing.T) {
 func TestAKeyedClaimAnsweredLateResolvesByItsKey(t *testing.T) {
 	f := outcomeFixture(t, false, 300*time.Millisecond) // the reply is lost: only the key tells
 	id := f.createVoucher(`{"name":"keyed","stock":5,"per_user_limit":3}`)
-	claimID := f.claimFrozen(id, "buyer", "Idempotency-Key", "press-1")
+	claimID := f.claimFrozenFor(3*time.Second, id, "buyer", "Idempotency-Key", "press-1")
 	res := f.outcomeOf(id, "buyer", claimID)
 	require.Equal(t, "admitted", res.Body["status"], res.Raw)
 	retry := f.do("POST", "/v1/vouchers/"+id+"/orders", f.token("buyer"), "", "Idempotency-Key", "press-1")
@@ -120,7 +136,7 @@ func TestAKeyedClaimAnsweredLateResolvesByItsKey(t *testing.T) {
 func TestAClaimWhoseReplyWasLostResolvesByTheBuyersOrders(t *testing.T) {
 	f := outcomeFixture(t, false, 300*time.Millisecond)
 	id := f.createVoucher(`{"name":"lost","stock":2,"per_user_limit":1}`)
-	claimID := f.claimFrozen(id, "buyer")
+	claimID := f.claimFrozenFor(3*time.Second, id, "buyer")
 	res := f.outcomeOf(id, "buyer", claimID)
 	require.Equal(t, "admitted", res.Body["status"], res.Raw)
 	f.persist(id) // found in MySQL too
@@ -128,7 +144,7 @@ func TestAClaimWhoseReplyWasLostResolvesByTheBuyersOrders(t *testing.T) {
 
 	// Sold out now (the warm-up and the buyer): a claim refused, whose
 	// reply was lost, has no order; it is unknown until no reply can come.
-	claimID = f.claimFrozen(id, "late")
+	claimID = f.claimFrozenFor(3*time.Second, id, "late")
 	res = f.do("GET", "/v1/vouchers/"+id+"/claims/"+claimID, f.token("late"), "")
 	require.Equal(t, "unknown", res.Body["status"], res.Raw)
 	f.clock.Add(2 * time.Second) // past FLASHSALE_CLAIM_OUTCOME_TIMEOUT and a second

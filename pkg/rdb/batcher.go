@@ -40,8 +40,9 @@ var ErrOutcomeUnknown = errors.New("claim sent, outcome unknown")
 //   - a claim sent is answered by its reply: the script's decision. Its
 //     caller waits for it until ReplyTimeout from its Admit call; past
 //     that, the caller is answered ErrOutcomeUnknown, and the round trip
-//     goes on until its reply or OutcomeTimeout: the outcome then arrives
-//     late, and is handed to Late;
+//     goes on until its reply or its connection's read timeout (the
+//     admission client's, Store.SetAdmitClient): the outcome then
+//     arrives late, and is handed to Late;
 //   - a round trip that breaks after sending (a read timeout, a reset
 //     connection) answers its claims ErrOutcomeUnknown: the script may
 //     have run.
@@ -74,10 +75,6 @@ type BatcherConfig struct {
 	// call (when its context has no deadline); at least Timeout, which it
 	// is when zero.
 	ReplyTimeout time.Duration
-	// OutcomeTimeout bounds a round trip once sent: a reply later than
-	// that is lost (the connection is closed). At least ReplyTimeout, which
-	// it is when zero.
-	OutcomeTimeout time.Duration
 	// Late, if set, is handed the outcomes of claims answered
 	// ErrOutcomeUnknown whose replies arrived after all (or whose round
 	// trip then failed: the outcome stays unknown), once a round trip. It
@@ -135,7 +132,6 @@ func (s *Store) NewBatcher(workers, maxBatch int, timeout time.Duration) *Batche
 // StartBatcher starts a batcher configured by cfg.
 func (s *Store) StartBatcher(cfg BatcherConfig) *Batcher {
 	cfg.ReplyTimeout = max(cfg.ReplyTimeout, cfg.Timeout)
-	cfg.OutcomeTimeout = max(cfg.OutcomeTimeout, cfg.ReplyTimeout)
 	b := &Batcher{s: s, cfg: cfg, reqs: make(chan *admitReq, cfg.Workers*cfg.MaxBatch),
 		sends: make(chan []*admitReq), returned: make(chan []*admitReq, cfg.Workers), stop: make(chan struct{})}
 	for range cfg.Workers {
@@ -304,6 +300,7 @@ func (b *Batcher) dispatch() {
 func (b *Batcher) work() {
 	defer b.wg.Done()
 	claims := make([]Claim, 0, b.cfg.MaxBatch)
+	due := new(replyTimer) // this worker's, reused round trip after round trip
 	for batch := range b.sends {
 		claims = claims[:0]
 		// Claims whose caller gave up, or whose deadline passed, before
@@ -321,7 +318,7 @@ func (b *Batcher) work() {
 			live = append(live, r)
 			claims = append(claims, r.claim)
 		}
-		b.send(live, claims)
+		b.send(live, claims, due)
 		clear(batch)
 		b.returned <- batch
 	}
@@ -330,13 +327,13 @@ func (b *Batcher) work() {
 // send sends claims (of live) in one round trip per master, the largest
 // group from here and the others beside it, and answers each; it returns
 // when the largest group is answered.
-func (b *Batcher) send(live []*admitReq, claims []Claim) {
+func (b *Batcher) send(live []*admitReq, claims []Claim, due *replyTimer) {
 	if len(live) == 0 {
 		return
 	}
 	groups := b.s.byMaster(claims)
 	if groups == nil {
-		b.admit(live, claims)
+		b.admit(live, claims, due)
 		return
 	}
 	// Each master's claims go in a pipeline of their own: a cluster
@@ -349,26 +346,26 @@ func (b *Batcher) send(live []*admitReq, claims []Claim) {
 			rs[j], cs[j] = live[i], claims[i]
 		}
 		if k == 0 {
-			b.admit(rs, cs)
+			b.admit(rs, cs, due)
 			break
 		}
 		b.wg.Add(1)
 		go func() {
 			defer b.wg.Done()
-			b.admit(rs, cs)
+			b.admit(rs, cs, new(replyTimer))
 		}()
 	}
 }
 
 // admit sends claims (of reqs) in one round trip, which ends at its reply
-// or OutcomeTimeout, and answers each: by its reply, or, its reply due
-// (replyBy) before it came, ErrOutcomeUnknown at once and its outcome to
-// Late when the reply comes.
-func (b *Batcher) admit(reqs []*admitReq, claims []Claim) {
-	ctx, cancel := context.WithTimeout(context.Background(), b.cfg.OutcomeTimeout)
-	due := newReplyTimer(reqs)
-	out, errs, err := b.s.admitBatch(ctx, claims)
-	cancel()
+// or its connection's read timeout (no deadline of its own: the admission
+// client's read timeout is how long a reply is listened for), and answers
+// each: by its reply, or, its reply due (replyBy) before it came,
+// ErrOutcomeUnknown at once (due) and its outcome to Late when the reply
+// comes.
+func (b *Batcher) admit(reqs []*admitReq, claims []Claim, due *replyTimer) {
+	due.start(reqs)
+	out, errs, err := b.s.admitBatch(context.Background(), claims)
 	due.stop()
 	var dry []int
 	var late []LateOutcome
@@ -410,7 +407,9 @@ func (b *Batcher) answer(r *admitReq, res admitResult) bool {
 
 // replyTimer answers ErrOutcomeUnknown, at their replyBy, the claims of a
 // round trip whose reply has not come: one timer a round trip, set for
-// the earliest reply due, and again for the next.
+// the earliest reply due, and again for the next; a worker's is reused
+// from round trip to round trip (no allocation a claim). A fire that
+// runs late, into the next round trip, only answers what is due then.
 type replyTimer struct {
 	mu    sync.Mutex
 	reqs  []*admitReq
@@ -418,12 +417,12 @@ type replyTimer struct {
 	ended bool
 }
 
-func newReplyTimer(reqs []*admitReq) *replyTimer {
-	rt := &replyTimer{reqs: reqs}
+// start watches reqs, sent now.
+func (rt *replyTimer) start(reqs []*admitReq) {
 	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	rt.reqs, rt.ended = reqs, false
 	rt.arm()
-	rt.mu.Unlock()
-	return rt
 }
 
 // arm sets the timer for the earliest reply due of the claims still sent.
@@ -437,7 +436,11 @@ func (rt *replyTimer) arm() {
 	if first.IsZero() {
 		return
 	}
-	rt.t = time.AfterFunc(time.Until(first), rt.fire)
+	if rt.t == nil {
+		rt.t = time.AfterFunc(time.Until(first), rt.fire)
+		return
+	}
+	rt.t.Reset(time.Until(first))
 }
 
 func (rt *replyTimer) fire() {
@@ -449,17 +452,20 @@ func (rt *replyTimer) fire() {
 	now := time.Now()
 	for _, r := range rt.reqs {
 		if !now.Before(r.replyBy) && r.state.CompareAndSwap(reqSent, reqLate) {
-			r.done <- admitResult{err: fmt.Errorf("%w: no reply within the claim's time", ErrOutcomeUnknown)}
+			r.done <- admitResult{err: errNoReply}
 		}
 	}
 	rt.arm()
 }
 
-// stop ends the timer: the round trip returned.
+// errNoReply answers a claim whose reply did not come by its replyBy.
+var errNoReply = fmt.Errorf("%w: no reply within the claim's time", ErrOutcomeUnknown)
+
+// stop ends the watch: the round trip returned.
 func (rt *replyTimer) stop() {
 	rt.mu.Lock()
 	defer rt.mu.Unlock()
-	rt.ended = true
+	rt.ended, rt.reqs = true, nil
 	if rt.t != nil {
 		rt.t.Stop()
 	}

@@ -132,11 +132,11 @@ func TestBatcherAnswersEachClaimWithinItsTimeout(t *testing.T) {
 	require.NoError(t, srv.Resume())
 }
 
-// A claim sent to a Redis that answers after the claim's reply time is
-// answered ErrOutcomeUnknown; its round trip goes on, and when the reply
-// comes its outcome (the script's decision) is handed to Late, recorded,
-// and read back as the claim's outcome.
-func TestBatcherHandsALateReplyToLate(t *testing.T) {
+// pausableStore is a store of one partition on a redis-server of its own,
+// which the test may pause, whose admissions wait a minute for a reply
+// (as the gateway's, Store.SetAdmitClient).
+func pausableStore(t *testing.T) (*testsrv.Redis, *rdb.Store) {
+	t.Helper()
 	srv, err := testsrv.StartRedis(t.TempDir())
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = srv.Resume(); _ = srv.Kill() })
@@ -148,14 +148,23 @@ func TestBatcherHandsALateReplyToLate(t *testing.T) {
 	ac := redis.NewClient(&redis.Options{Addr: srv.Addr, ReadTimeout: time.Minute, ContextTimeoutEnabled: true, MaxRetries: -1})
 	t.Cleanup(func() { _ = ac.Close() })
 	s.SetAdmitClient(ac)
+	return srv, s
+}
+
+// A claim sent to a Redis that answers after the claim's reply time is
+// answered ErrOutcomeUnknown; its round trip goes on, and when the reply
+// comes its outcome (the script's decision) is handed to Late, recorded,
+// and read back as the claim's outcome.
+func TestBatcherHandsALateReplyToLate(t *testing.T) {
+	srv, s := pausableStore(t)
 	seedVoucher(t, s, rdb.Voucher{ID: 6, Stock: 1, PerUserLimit: 1})
 	seedVoucher(t, s, rdb.Voucher{ID: 60, Stock: 1, PerUserLimit: 1})
 	late := make(chan []rdb.LateOutcome, 2)
 	b := s.StartBatcher(rdb.BatcherConfig{Workers: 1, MaxBatch: 8, Timeout: 100 * time.Millisecond,
-		ReplyTimeout: 200 * time.Millisecond, OutcomeTimeout: time.Minute, Late: func(o []rdb.LateOutcome) { late <- o }})
+		ReplyTimeout: 200 * time.Millisecond, Late: func(o []rdb.LateOutcome) { late <- o }})
 	defer b.Close()
 	// Warm the admission connection, so the claim below is written at once.
-	_, err = b.Admit(context.Background(), rdb.Claim{VoucherID: 60, UserID: "warm", Now: t0, Day: d0})
+	_, err := b.Admit(context.Background(), rdb.Claim{VoucherID: 60, UserID: "warm", Now: t0, Day: d0})
 	require.NoError(t, err)
 
 	require.NoError(t, srv.Pause())
@@ -201,19 +210,9 @@ func TestBatcherHandsALateReplyToLate(t *testing.T) {
 // answered ErrNotSent at its deadline, not when the round trip ends: the
 // dispatcher drops it, however long the round trip in flight takes.
 func TestBatcherDropsWhatWaitsBehindAHungRoundTrip(t *testing.T) {
-	srv, err := testsrv.StartRedis(t.TempDir())
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = srv.Resume(); _ = srv.Kill() })
-	c := srv.Client()
-	t.Cleanup(func() { _ = c.Close() })
-	s, err := rdb.New(c, 1, "")
-	require.NoError(t, err)
-	require.NoError(t, s.Load(context.Background()))
-	ac := redis.NewClient(&redis.Options{Addr: srv.Addr, ReadTimeout: time.Minute, ContextTimeoutEnabled: true, MaxRetries: -1})
-	t.Cleanup(func() { _ = ac.Close() })
-	s.SetAdmitClient(ac)
+	srv, s := pausableStore(t)
 	seedVoucher(t, s, rdb.Voucher{ID: 7, Stock: 5, PerUserLimit: 5})
-	b := s.StartBatcher(rdb.BatcherConfig{Workers: 1, MaxBatch: 1, Timeout: 100 * time.Millisecond, OutcomeTimeout: time.Minute})
+	b := s.StartBatcher(rdb.BatcherConfig{Workers: 1, MaxBatch: 1, Timeout: 100 * time.Millisecond})
 	defer b.Close()
 	require.NoError(t, srv.Pause())
 	first := make(chan error, 1)

@@ -109,8 +109,9 @@ func New(client redis.UniversalClient, partitions int, group string) (*Store, er
 }
 
 // SetAdmitClient makes admissions go on c, a client of the same Redis
-// whose read timeout is as long as a claim's outcome is waited for
-// (BatcherConfig.OutcomeTimeout): the Store's own client gives up on a
+// whose read timeout is as long as a claim's outcome is listened for
+// (the gateway's FLASHSALE_CLAIM_OUTCOME_TIMEOUT; a batcher's round trip
+// has no deadline of its own): the Store's own client gives up on a
 // reply after its read timeout, and closes the connection, losing the
 // reply of a script that may have run. Set it before any admission.
 func (s *Store) SetAdmitClient(c redis.UniversalClient) { s.ac = c }

@@ -102,6 +102,7 @@ func TestAnswers(t *testing.T) {
 	a := s.Answer(room.Place{N: 5}, t0)
 	require.Equal(t, room.Admitted, a.State)
 	require.Equal(t, t0.Add(time.Minute), a.Expires)
+	require.Equal(t, room.AdmittedRetry, a.Retry, "a minute's pass: asks again within 2 s, to hear a pause")
 	near, far := s.Answer(room.Place{N: 11}, t0), s.Answer(room.Place{N: 900}, t0)
 	require.Equal(t, room.Answer{State: room.Waiting, Position: 1, Ticket: 11, Retry: room.RetryMin, ETA: -1}, near, "nothing observed: no estimate")
 	require.Equal(t, int64(890), far.Position)

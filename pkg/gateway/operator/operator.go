@@ -32,6 +32,10 @@ type API struct {
 	// Refused: the claims this gateway refused, by voucher and reason
 	// (the report's refused_claims); Claims: its claims' outcomes.
 	Refused *Refusals
+	// Unknown: the claims this gateway answered outcome_unknown, and how
+	// their late replies resolved, by voucher (the report's
+	// outcome_unknown_claims: answered, admitted, refused, lost).
+	Unknown *Refusals
 	Claims  func() map[string]int64
 	Replica string // this gateway's name (its host's)
 	Source  string // the events' source (FLASHSALE_EVENTS_SOURCE)

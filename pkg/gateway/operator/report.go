@@ -64,6 +64,10 @@ type reportJSON struct {
 	db.Report
 	// RefusedClaims: the answering replica's own count (see replicaRefusals).
 	RefusedClaims replicaRefusals `json:"refused_claims"`
+	// OutcomeUnknownClaims: the claims the answering replica answered
+	// outcome_unknown ("answered") and what their late replies were
+	// ("admitted", "refused"; "lost": none came, the buyer's orders tell).
+	OutcomeUnknownClaims map[string]int64 `json:"outcome_unknown_claims"`
 	// Queue: a voucher's waiting room's story, from Redis (absent without
 	// a room, or while Redis cannot be read).
 	Queue *room.Story `json:"queue,omitempty"`
@@ -97,7 +101,11 @@ func (a *API) voucherReport(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	out := reportJSON{VoucherID: httpapi.IDString(id), Name: v.Name, Kind: v.Kind, Report: rep,
-		RefusedClaims: replicaRefusals{Replica: a.Replica, Since: a.Refused.Since.UTC(), ByReason: a.Refused.of(id)}}
+		RefusedClaims:        replicaRefusals{Replica: a.Replica, Since: a.Refused.Since.UTC(), ByReason: a.Refused.of(id)},
+		OutcomeUnknownClaims: map[string]int64{}}
+	if a.Unknown != nil {
+		out.OutcomeUnknownClaims = a.Unknown.of(id)
+	}
 	if store := a.Rooms.Store(); store != nil {
 		var qerr error
 		if out.Queue, qerr = store.Story(r.Context(), id, a.Now()); qerr != nil {

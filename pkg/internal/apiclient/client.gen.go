@@ -969,6 +969,9 @@ type Report struct {
 	OpenedAt time.Time      `json:"opened_at"`
 	Orders   map[string]int `json:"orders"`
 
+	// OutcomeUnknownClaims this gateway replica's claims answered outcome_unknown since it started (answered), and what their late replies were: admitted, refused, lost (no reply: the buyer's orders tell)
+	OutcomeUnknownClaims map[string]int `json:"outcome_unknown_claims"`
+
 	// PaidShare paid orders over orders that did not fail; null for kinds that need no payment
 	PaidShare   *float32 `json:"paid_share"`
 	Persistence struct {

@@ -66,6 +66,9 @@ type Config struct {
 	// SplitHeld: the split row's claims while it splits, as a share of
 	// one master's rate before (0: a third).
 	SplitHeld float64
+	// FreezeOnly runs only the freeze row: claims through a 2 s Redis
+	// freeze, every answer held to MySQL.
+	FreezeOnly bool
 	// TailOnly runs only the sold-out tail rows (one bucket and two)
 	// beside another voucher's claims.
 	TailOnly bool
@@ -129,28 +132,29 @@ type E2E struct {
 
 // Report is a whole run.
 type Report struct {
-	When         time.Time       `json:"when"`
-	Machine      string          `json:"machine"`
-	Env          []string        `json:"env,omitempty"`
-	HTTPCeiling  []Measure       `json:"http_ceiling"`
-	RedisCeiling []Measure       `json:"redis_ceiling"`
-	Gateway      []Measure       `json:"gateway"`
-	Drain        []Drain         `json:"drain"`
-	E2E          E2E             `json:"e2e"`
-	CPU          []CPUMeasure    `json:"cpu_per_claim"`
-	ScaleOut     []ScaleOut      `json:"scale_out"`
-	Split        *SplitRun       `json:"split,omitempty"`
-	Durability   []DurabilityRun `json:"durability,omitempty"`
-	WaitCost     []WaitCost      `json:"wait_cost,omitempty"`
-	Draw         *DrawRun        `json:"draw,omitempty"`
-	Room         *RoomRun        `json:"room,omitempty"`
-	Memory       *MemoryRun      `json:"memory,omitempty"`
-	Relay        *RelayRun       `json:"relay,omitempty"`
-	Events       *EventsRun      `json:"events,omitempty"`
-	Proof        *ProofCheck     `json:"proof_of_work,omitempty"`
-	Access       *AccessCheck    `json:"access_code,omitempty"`
-	GatewayRSS   int64           `json:"gateway_peak_rss_bytes"`
-	WorkerRSS    int64           `json:"worker_peak_rss_bytes"`
+	When         time.Time             `json:"when"`
+	Machine      string                `json:"machine"`
+	Env          []string              `json:"env,omitempty"`
+	HTTPCeiling  []Measure             `json:"http_ceiling"`
+	RedisCeiling []Measure             `json:"redis_ceiling"`
+	Gateway      []Measure             `json:"gateway"`
+	Drain        []Drain               `json:"drain"`
+	E2E          E2E                   `json:"e2e"`
+	CPU          []CPUMeasure          `json:"cpu_per_claim"`
+	ScaleOut     []ScaleOut            `json:"scale_out"`
+	Split        *SplitRun             `json:"split,omitempty"`
+	Freeze       *harness.FreezeReport `json:"freeze,omitempty"`
+	Durability   []DurabilityRun       `json:"durability,omitempty"`
+	WaitCost     []WaitCost            `json:"wait_cost,omitempty"`
+	Draw         *DrawRun              `json:"draw,omitempty"`
+	Room         *RoomRun              `json:"room,omitempty"`
+	Memory       *MemoryRun            `json:"memory,omitempty"`
+	Relay        *RelayRun             `json:"relay,omitempty"`
+	Events       *EventsRun            `json:"events,omitempty"`
+	Proof        *ProofCheck           `json:"proof_of_work,omitempty"`
+	Access       *AccessCheck          `json:"access_code,omitempty"`
+	GatewayRSS   int64                 `json:"gateway_peak_rss_bytes"`
+	WorkerRSS    int64                 `json:"worker_peak_rss_bytes"`
 }
 
 func (c Config) logf(format string, args ...any) {
@@ -168,6 +172,11 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	ac := accessCheck(500_000)
 	rep.Access = &ac
 	cfg.logf("access-code check: %.2f µs CPU per check", ac.CPUMicros)
+	if cfg.FreezeOnly {
+		f, err := freezeRun(ctx, cfg)
+		rep.Freeze = f
+		return rep, err
+	}
 	if cfg.SplitOnly {
 		return rep, clusterRun(ctx, cfg, func(s *harness.Stack) error {
 			sp, err := splitRun(ctx, s, cfg)

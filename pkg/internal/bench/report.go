@@ -114,6 +114,11 @@ func (r *Report) printCPU(w io.Writer) {
 		}
 		tw.Flush()
 	}
+	if f := r.Freeze; f != nil {
+		fmt.Fprintln(w)
+		fmt.Fprintf(w, "claims through a 2 s Redis freeze (64 connections, one claim a user): %d answered %v; outcome_unknown %d, resolved %d (%d admitted) within %.1f s after the sale; misled %d\n",
+			answeredCount(f.Answers), f.Answers, f.OutcomeUnknown, f.Resolved, f.ResolvedOrders, f.Elapsed, len(f.Misled))
+	}
 	if sp := r.Split; sp != nil {
 		fmt.Fprintln(w)
 		tw := tabwriter.NewWriter(w, 0, 0, 1, ' ', tabwriter.Debug)
@@ -169,4 +174,12 @@ func (r *Report) printDrain(w io.Writer) {
 		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%.2f\t%.0f\t%.1f\t\n", d.Name, d.Workers, d.BatchSize, d.Orders, d.Seconds, d.PerSecond, d.RedisUs)
 	}
 	tw.Flush()
+}
+
+func answeredCount(by map[string]int) int {
+	n := 0
+	for _, c := range by {
+		n += c
+	}
+	return n
 }

@@ -716,7 +716,8 @@ func (r *ChaosReport) Violations() []string {
 	add(r.Lost > r.ReplicationLost, "%d admitted orders lost", r.Lost-r.ReplicationLost)
 	add(r.durability == "replica" && r.ReplicationLost > 0, "%d admitted orders lost with a killed master though each waited for a replica", r.ReplicationLost)
 	add(r.Final[order.StatusCreated] > 0, "%d orders still awaiting payment after quiescence", r.Final[order.StatusCreated])
-	add(r.Unannounced > r.Sale.Unavailable+r.Sale.Errors, "%d orders without a 202, more than the %d ambiguous answers", r.Unannounced, r.Sale.Unavailable+r.Sale.Errors)
+	// Ambiguous: no answer or outcome_unknown; a 503 unavailable never ran.
+	add(r.Unannounced > r.Sale.OutcomeUnknown+r.Sale.Errors, "%d orders without a 202, more than the %d ambiguous answers", r.Unannounced, r.Sale.OutcomeUnknown+r.Sale.Errors)
 	add(r.PaidAckedLost > 0, "%d acknowledged payments not in MySQL", r.PaidAckedLost)
 	add(r.CancelAckedLost > 0, "%d acknowledged buyer cancels not cancelled in MySQL", r.CancelAckedLost)
 	add(r.Live > r.StockTotal, "oversold: %d live units for %d in stock", r.Live, r.StockTotal)
@@ -755,7 +756,7 @@ func (r *ChaosReport) Print(w io.Writer) {
 	row("faults injected", fmt.Sprintf("worker kill -9: %d, worker SIGSTOP: %d (mid-batch: %d), reaper kill -9: %d, mariadbd kill -9: %d, redis-server kill -9: %d, MySQL read-only: %d, mariadbd SIGSTOP: %d",
 		f.WorkerKills, f.WorkerStops, f.MidBatch, f.ReaperKills, f.MariaDBKills, f.RedisKills, f.MySQLReadOnly, f.MariaDBPauses))
 	row("claims / admitted (202)", fmt.Sprintf("%d / %d", r.Sale.Requests, r.Sale.Admitted))
-	row("claims 503 / errors", fmt.Sprintf("%d / %d", r.Sale.Unavailable, r.Sale.Errors))
+	row("claims 503 unavailable / outcome_unknown / errors", fmt.Sprintf("%d / %d / %d", r.Sale.Unavailable, r.Sale.OutcomeUnknown, r.Sale.Errors))
 	row("202 orders: paid / cancelled / failed / created", fmt.Sprintf("%d / %d / %d / %d",
 		r.Final[order.StatusPaid], r.Final[order.StatusCancelled], r.Final[order.StatusFailed], r.Final[order.StatusCreated]))
 	row("202 orders lost", r.Lost)
@@ -781,7 +782,7 @@ func (r *ChaosReport) Print(w io.Writer) {
 	}
 	row("quiescent after sale", r.Quiescence.Round(time.Millisecond))
 	for _, side := range r.Side {
-		row(side.Kind+" sale: claims / admitted / 503 or errors", fmt.Sprintf("%d / %d / %d", side.Sale.Requests, side.Sale.Admitted, side.Sale.Unavailable+side.Sale.Errors))
+		row(side.Kind+" sale: claims / admitted / 503 or errors", fmt.Sprintf("%d / %d / %d", side.Sale.Requests, side.Sale.Admitted, side.Sale.Unavailable+side.Sale.OutcomeUnknown+side.Sale.Errors))
 		row(side.Kind+" sale: live orders / failed / cancelled / lost", fmt.Sprintf("%d / %d / %d / %d", side.Live, side.Failed, side.Cancelled, side.Missing))
 		row(side.Kind+" sale: live orders sharing an item", side.ItemsShared)
 		row(side.Kind+" sale: remaining MySQL / Redis", fmt.Sprintf("%d / %d", side.MySQLRemaining, side.RedisRemaining))
@@ -792,7 +793,7 @@ func (r *ChaosReport) Print(w io.Writer) {
 		}
 	}
 	if d := r.Draw; d != nil {
-		row("draw sale: entries tried / admitted / 503 or errors", fmt.Sprintf("%d / %d / %d", d.Sale.Requests, d.Sale.Admitted, d.Sale.Unavailable+d.Sale.Errors))
+		row("draw sale: entries tried / admitted / 503 or errors", fmt.Sprintf("%d / %d / %d", d.Sale.Requests, d.Sale.Admitted, d.Sale.Unavailable+d.Sale.OutcomeUnknown+d.Sale.Errors))
 		row("draw sale: entries in MySQL / missing / failed", fmt.Sprintf("%d / %d / %v", d.Entries, d.Missing, d.Failed))
 		row("draw sale: winners / lost (want min(stock, entries))", fmt.Sprintf("%d / %d (%d)", d.Winners, d.Lost, d.WinnersWanted))
 		row("draw sale: reapers killed while the draw was due", d.ReaperKills)

@@ -343,7 +343,8 @@ func (r *Report) Violations() []string { return r.violations(false) }
 
 // ViolationsUnderFaults is Violations for a sale run while servers were
 // killed: claims may fail or be answered 503, and an order may exist
-// without its 202 (the reply was lost), at most once per such claim.
+// without its 202 (the reply was lost), at most once per claim that had
+// no answer or was answered outcome_unknown.
 func (r *Report) ViolationsUnderFaults() []string { return r.violations(true) }
 
 func (r *Report) violations(faults bool) []string {
@@ -354,9 +355,11 @@ func (r *Report) violations(faults bool) []string {
 		}
 	}
 	add(r.Missing > 0, "%d admitted orders are not in MySQL", r.Missing)
+	// Ambiguous: no answer, or outcome_unknown. A 503 unavailable is a
+	// claim the script never ran for: it must hold no order.
 	ambiguous := int64(0)
 	if faults {
-		ambiguous = r.Sale.Errors + r.Sale.Unavailable
+		ambiguous = r.Sale.Errors + r.Sale.OutcomeUnknown
 	}
 	add(r.Unexpected > ambiguous, "%d orders in MySQL were never admitted (%d answers were ambiguous)", r.Unexpected, ambiguous)
 	add(r.Oversold > 0, "oversold by %d", r.Oversold)
@@ -375,7 +378,7 @@ func (r *Report) violations(faults bool) []string {
 	add(r.EventsNotLast > 0, "%d orders' last event is not their status", r.EventsNotLast)
 	add(r.APIDisagreements > 0, "GET /v1/orders disagrees with MySQL on %d of %d orders", r.APIDisagreements, r.APIChecked)
 	add(!faults && r.Sale.Errors > 0, "%d claims failed with a transport error or 5xx", r.Sale.Errors)
-	add(!faults && r.Sale.Unavailable > 0, "%d claims answered 503 with nothing broken", r.Sale.Unavailable)
+	add(!faults && r.Sale.Unavailable+r.Sale.OutcomeUnknown > 0, "%d claims answered 503 with nothing broken", r.Sale.Unavailable+r.Sale.OutcomeUnknown)
 	return v
 }
 
@@ -392,6 +395,7 @@ func (r *Report) Print(w io.Writer) {
 	}
 	row("errors (transport/5xx)", s.Errors)
 	row("unavailable (503)", s.Unavailable)
+	row("outcome unknown (503)", s.OutcomeUnknown)
 	row("live orders in MySQL", r.Live)
 	row("orders failed / cancelled", fmt.Sprintf("%d / %d", r.Failed, r.Cancelled))
 	row("admitted but missing in MySQL", r.Missing)

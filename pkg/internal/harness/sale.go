@@ -159,8 +159,12 @@ type SaleResult struct {
 	Admitted int64
 	Rejected map[string]int64 // by error code
 	Errors   int64            // transport errors and 5xx other than 503
-	// Unavailable counts deliberate 503 "unavailable" answers.
+	// Unavailable counts deliberate 503 "unavailable" answers: claims
+	// the admission script never ran for.
 	Unavailable int64
+	// OutcomeUnknown counts 503 "outcome_unknown" answers: claims sent
+	// whose reply was late, which may have been admitted.
+	OutcomeUnknown int64
 	// Orders maps every admitted order id (a draw's entry id) to its user.
 	Orders map[int64]string
 	// Amounts maps every admitted envelope grab to the amount its 202 said.
@@ -226,7 +230,7 @@ func (s *Stack) RunSale(ctx context.Context, cfg SaleConfig) (*SaleResult, error
 			grng := rand.New(rand.NewPCG(cfg.Seed, uint64(g)+100))
 			hist := hdrhistogram.New(1, 60_000_000, 3)
 			local := map[string]int64{}
-			var admitted, errs, unavailable, afterSoldOut int64
+			var admitted, errs, unavailable, outcomeUnknown, afterSoldOut int64
 			orders := map[int64]string{}
 			amounts := map[int64]int64{}
 			var lastAdmit time.Time
@@ -267,6 +271,8 @@ func (s *Stack) RunSale(ctx context.Context, cfg SaleConfig) (*SaleResult, error
 				switch {
 				case err == nil && status == http.StatusServiceUnavailable && body.Error == "unavailable":
 					unavailable++
+				case err == nil && status == http.StatusServiceUnavailable && body.Error == "outcome_unknown":
+					outcomeUnknown++
 				case err != nil || status >= 500:
 					errs++
 				case status == http.StatusAccepted:
@@ -319,6 +325,7 @@ func (s *Stack) RunSale(ctx context.Context, cfg SaleConfig) (*SaleResult, error
 			res.Admitted += admitted
 			res.Errors += errs
 			res.Unavailable += unavailable
+			res.OutcomeUnknown += outcomeUnknown
 			res.AdmittedAfterSoldOut += afterSoldOut
 			if lastAdmit.After(res.LastAdmit) {
 				res.LastAdmit = lastAdmit

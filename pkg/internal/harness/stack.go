@@ -399,8 +399,13 @@ func (s *Stack) binary(name string) string { return filepath.Join(s.bin, name) }
 func (s *Stack) LogDir() string { return filepath.Join(s.opts.Dir, "logs") }
 
 // StartGateway starts the gateway and waits until it answers HTTP.
-func (s *Stack) StartGateway(ctx context.Context) error {
-	p, err := s.start("gateway", nil)
+func (s *Stack) StartGateway(ctx context.Context) error { return s.StartGatewayWith(ctx) }
+
+// StartGatewayWith starts the gateway with env added (a Redis address
+// through a proxy, say) and waits until it answers HTTP; stop the one
+// running first.
+func (s *Stack) StartGatewayWith(ctx context.Context, env ...string) error {
+	p, err := s.start("gateway", env)
 	if err != nil {
 		return err
 	}

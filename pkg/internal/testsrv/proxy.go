@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/Shopify/toxiproxy/v2"
 	"github.com/rs/zerolog"
@@ -42,6 +43,11 @@ func (p *Proxy) Reset() error {
 // Stall drops every answer and keeps the connections open, as a hung
 // server or a black-holed network does, until Heal.
 func (p *Proxy) Stall() error { return p.add("stall", `"type":"timeout","attributes":{"timeout":0}`) }
+
+// Delay holds every answer d before it passes, until Heal.
+func (p *Proxy) Delay(d time.Duration) error {
+	return p.add("latency", fmt.Sprintf(`"type":"latency","attributes":{"latency":%d}`, d.Milliseconds()))
+}
 
 // Heal removes every fault.
 func (p *Proxy) Heal() { p.p.Toxics.ResetToxics(context.Background()) }

@@ -49,6 +49,7 @@ func run() error {
 		memOnly  = flag.Bool("memory-only", false, "measure only a fresh gateway's peak RSS after -e2e-users distinct users' claims")
 		drainOn  = flag.Bool("drain-only", false, "measure only the worker drain rows")
 		evOnly   = flag.Bool("events-only", false, "measure only the order events rows: the reaper's CPU an event relaying to Kafka, then a webhook endpoint, alone; an event's time from commit to each sink in a sale at 5,000 claims/s (about 3 minutes)")
+		frzOnly  = flag.Bool("freeze-only", false, "measure only the freeze row: claims through a 2 s Redis freeze, each answer held to MySQL (answered, outcome_unknown, resolved, misled)")
 		tailOnly = flag.Bool("tail-only", false, "measure only the sold-out tail rows: a voucher of one bucket, then of two, sold out with units trickling back, beside another voucher's claims (its p99 and 5xx)")
 		splitAt  = flag.Float64("split-held", 1.0/3, "the split row's claims, from the threshold's setting to the split done, as a share of the rate one master admitted before (the threshold is three quarters of it)")
 		splitOn  = flag.Bool("split-only", false, "measure only the split row: a hot voucher on one bucket of a 3-master Redis Cluster, split by itself while it sells (admissions/s and each master's share before and after, the time from hot to split, the p99 during it)")
@@ -90,7 +91,7 @@ func run() error {
 	defer stop()
 	rep, err := bench.Run(ctx, bench.Config{Dir: dir, Conns: cs, Duration: *duration, DrainOrders: *drain, BaselineOrders: *baseline,
 		E2EClaims: *claims, E2EUsers: *users, E2EStock: *stock, Self: self, Log: os.Stderr, ProfileDir: *profDir, CPUOnly: *cpuOnly, DurabilityOnly: *durOnly,
-		DrawOnly: *drawOnly, DrawEntries: *drawN, DrawStock: *drawS, RoomOnly: *roomOnly, RoomWaiters: *roomN, MemoryOnly: *memOnly, DrainOnly: *drainOn, EventsOnly: *evOnly, SplitOnly: *splitOn, SplitHeld: *splitAt, TailOnly: *tailOnly, AdmittedOnly: *admOnly, Env: splitEnv(*env)})
+		DrawOnly: *drawOnly, DrawEntries: *drawN, DrawStock: *drawS, RoomOnly: *roomOnly, RoomWaiters: *roomN, MemoryOnly: *memOnly, DrainOnly: *drainOn, EventsOnly: *evOnly, SplitOnly: *splitOn, SplitHeld: *splitAt, TailOnly: *tailOnly, FreezeOnly: *frzOnly, AdmittedOnly: *admOnly, Env: splitEnv(*env)})
 	if err != nil {
 		return err
 	}
@@ -119,6 +120,8 @@ func run() error {
 		base = "docs/bench-split-run.json"
 	case *tailOnly:
 		base = "docs/bench-tail-run.json"
+	case *frzOnly:
+		base = "docs/bench-freeze-run.json"
 	default:
 		base = "docs/bench-run.json"
 	}

@@ -1,0 +1,202 @@
+package harness
+
+// A sale through Redis freezes, every answer held to MySQL's truth: the
+// fault test of "every answer is the truth" and make bench's freeze row.
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// FreezeConfig is a sale of one claim per user, from Conns connections,
+// half of them with an Idempotency-Key, through Freezes: Redis frozen
+// (SIGSTOP: connections open, nothing answered), or another fault, for
+// each duration in turn, after 100 answers and until 100 more.
+type FreezeConfig struct {
+	Voucher int64
+	Conns   int
+	Freezes []time.Duration
+	// Freeze makes the fault for d; nil: freezes the stack's single Redis.
+	Freeze func(d time.Duration) error
+}
+
+// FreezeReport is what the buyers were told, and how it compares with
+// MySQL once the pipeline settled.
+type FreezeReport struct {
+	Answers        map[string]int `json:"answers"`         // by "STATUS CODE", "no answer"
+	OutcomeUnknown int            `json:"outcome_unknown"` // 503 outcome_unknown answers
+	Resolved       int            `json:"resolved"`        // of them, resolved by their claim_id
+	ResolvedOrders int            `json:"resolved_admitted"`
+	// Misled: claims told not admitted that hold an order, or told
+	// admitted without it (or with another).
+	Misled  []string `json:"misled"`
+	Elapsed float64  `json:"resolve_seconds"` // the last resolution's time after the sale
+}
+
+type freezeAnswer struct {
+	user, key, code, order, claimID, resolved string
+	status                                    int
+}
+
+// SaleThroughFreezes runs cfg's sale, resolves each outcome_unknown by
+// its claim_id, waits for the pipeline to drain and compares every
+// answer with MySQL.
+func (s *Stack) SaleThroughFreezes(ctx context.Context, cfg FreezeConfig) (*FreezeReport, error) {
+	freeze := cfg.Freeze
+	if freeze == nil {
+		freeze = func(d time.Duration) error {
+			if err := s.Redis.Pause(); err != nil {
+				return err
+			}
+			time.Sleep(d) // the fault's length, not a wait for anything
+			return s.Redis.Resume()
+		}
+	}
+	vid := strconv.FormatInt(cfg.Voucher, 10)
+	client := NewClient(s.URL, cfg.Conns)
+	var mu sync.Mutex
+	var answers []*freezeAnswer
+	var next, answered atomic.Int64
+	claim := func(i int64) int {
+		var body struct {
+			Code    string `json:"error"`
+			OrderID string `json:"order_id"`
+			ClaimID string `json:"claim_id"`
+		}
+		a := &freezeAnswer{user: "u" + strconv.FormatInt(i, 10)}
+		if i%2 == 0 {
+			a.key = "k-" + a.user
+		}
+		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		status, err := client.Do(cctx, "POST", "/v1/vouchers/"+vid+"/orders", s.Token(a.user), nil, &body, "Idempotency-Key", a.key)
+		if err != nil {
+			status = 0
+		}
+		a.status, a.code, a.order, a.claimID = status, body.Code, body.OrderID, body.ClaimID
+		mu.Lock()
+		answers = append(answers, a)
+		mu.Unlock()
+		answered.Add(1)
+		return status
+	}
+	until := func(n int64) error {
+		for deadline := time.Now().Add(time.Minute); answered.Load() < n; time.Sleep(10 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				return fmt.Errorf("%d answers of %d in a minute", answered.Load(), n)
+			}
+		}
+		return nil
+	}
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for range cfg.Conns {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if claim(next.Add(1)) == 0 {
+					time.Sleep(10 * time.Millisecond) // no gateway to answer: paces the clients
+				}
+			}
+		}()
+	}
+	err := func() error {
+		for _, d := range cfg.Freezes {
+			if err := until(answered.Load() + 100); err != nil {
+				return err
+			}
+			if err := freeze(d); err != nil {
+				return err
+			}
+			if err := until(answered.Load() + 100); err != nil {
+				return err
+			}
+		}
+		return nil
+	}()
+	close(stop)
+	wg.Wait()
+	if err != nil {
+		return nil, err
+	}
+
+	rep := &FreezeReport{Answers: map[string]int{}}
+	start := time.Now()
+	for _, a := range answers {
+		if a.status != 503 || a.code != "outcome_unknown" {
+			continue
+		}
+		rep.OutcomeUnknown++
+		if a.claimID == "" {
+			rep.Misled = append(rep.Misled, a.user+": outcome_unknown without a claim_id")
+			continue
+		}
+		for deadline := time.Now().Add(90 * time.Second); a.resolved == ""; time.Sleep(100 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				return nil, fmt.Errorf("claim %s of %s unresolved after 90 s", a.claimID, a.user)
+			}
+			var out struct {
+				Status  string `json:"status"`
+				OrderID string `json:"order_id"`
+			}
+			status, err := client.Do(ctx, "GET", "/v1/vouchers/"+vid+"/claims/"+a.claimID, s.Token(a.user), nil, &out)
+			if err == nil && status == 200 && out.Status != "unknown" {
+				a.resolved, a.order = out.Status, out.OrderID
+			}
+		}
+		rep.Resolved++
+		if a.resolved == "admitted" {
+			rep.ResolvedOrders++
+		}
+	}
+	rep.Elapsed = time.Since(start).Seconds()
+	for deadline := time.Now().Add(90 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		if ok, _ := s.Drained(ctx); ok {
+			break
+		}
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("not drained after 90 s")
+		}
+	}
+	var live []struct {
+		ID     int64
+		UserID string
+	}
+	if err := s.DB.DB().WithContext(ctx).Raw("SELECT id, user_id FROM orders WHERE voucher_id = ? AND status IN ('created', 'paid', 'completed')",
+		cfg.Voucher).Scan(&live).Error; err != nil {
+		return nil, err
+	}
+	held := map[string]int64{}
+	for _, o := range live {
+		if held[o.UserID] != 0 {
+			rep.Misled = append(rep.Misled, fmt.Sprintf("%s holds two orders", o.UserID))
+		}
+		held[o.UserID] = o.ID
+	}
+	for _, a := range answers {
+		what := strconv.Itoa(a.status) + " " + a.code
+		if a.status == 0 {
+			what = "no answer"
+		}
+		rep.Answers[what]++
+		admitted := a.status == 202 || a.resolved == "admitted"
+		switch {
+		case a.status == 0: // nothing was told
+		case admitted && strconv.FormatInt(held[a.user], 10) != a.order:
+			rep.Misled = append(rep.Misled, fmt.Sprintf("%s told admitted (%s %s, order %s) holds order %d", a.user, what, a.resolved, a.order, held[a.user]))
+		case !admitted && held[a.user] != 0:
+			rep.Misled = append(rep.Misled, fmt.Sprintf("%s told not admitted (%s %s) holds order %d", a.user, what, a.resolved, held[a.user]))
+		}
+	}
+	return rep, nil
+}
