@@ -1569,12 +1569,13 @@ type ClientInterface interface {
 	// Corresponds with POST /admin/v1/vouchers/{id}/pause (the `PostAdminV1VouchersIdPause` operationId).
 	PostAdminV1VouchersIdPause(ctx context.Context, id ID, reqEditors ...RequestEditorFn) (*http.Response, error)
 
-	// GetAdminV1VouchersIdReport The account of one sale (reaper report VOUCHER_ID gives the same from MySQL, without refused_claims)
+	// GetAdminV1VouchersIdReport The account of one sale (reaper report VOUCHER_ID gives the same from MySQL, without refused_claims and outcome_unknown_claims)
 	//
-	// Every figure but refused_claims and queue is read from MySQL, so any
-	// replica (and `reaper report`) gives the same. refused_claims is what
-	// the answering gateway replica refused since it started: the others'
-	// refusals are not in it. queue, for a voucher with a waiting room, is
+	// Every figure but refused_claims, outcome_unknown_claims and queue is
+	// read from MySQL, so any replica (and `reaper report`) gives the same.
+	// refused_claims is what the answering gateway replica refused since it
+	// started, outcome_unknown_claims what it answered outcome_unknown: the
+	// others' are not in them. queue, for a voucher with a waiting room, is
 	// the room's story from Redis. docs/RUNBOOK.md ("The report of a sale") defines each figure.
 	//
 	// Corresponds with GET /admin/v1/vouchers/{id}/report (the `GetAdminV1VouchersIdReport` operationId).
@@ -1974,12 +1975,13 @@ func (c *Client) PostAdminV1VouchersIdPause(ctx context.Context, id ID, reqEdito
 	return c.Client.Do(req)
 }
 
-// GetAdminV1VouchersIdReport The account of one sale (reaper report VOUCHER_ID gives the same from MySQL, without refused_claims)
+// GetAdminV1VouchersIdReport The account of one sale (reaper report VOUCHER_ID gives the same from MySQL, without refused_claims and outcome_unknown_claims)
 //
-// Every figure but refused_claims and queue is read from MySQL, so any
-// replica (and `reaper report`) gives the same. refused_claims is what
-// the answering gateway replica refused since it started: the others'
-// refusals are not in it. queue, for a voucher with a waiting room, is
+// Every figure but refused_claims, outcome_unknown_claims and queue is
+// read from MySQL, so any replica (and `reaper report`) gives the same.
+// refused_claims is what the answering gateway replica refused since it
+// started, outcome_unknown_claims what it answered outcome_unknown: the
+// others' are not in them. queue, for a voucher with a waiting room, is
 // the room's story from Redis. docs/RUNBOOK.md ("The report of a sale") defines each figure.
 //
 // Corresponds with GET /admin/v1/vouchers/{id}/report (the `GetAdminV1VouchersIdReport` operationId).
@@ -3604,12 +3606,13 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with POST /admin/v1/vouchers/{id}/pause (the `PostAdminV1VouchersIdPause` operationId).
 	PostAdminV1VouchersIdPauseWithResponse(ctx context.Context, id ID, reqEditors ...RequestEditorFn) (*PostAdminV1VouchersIdPauseResponse, error)
 
-	// GetAdminV1VouchersIdReportWithResponse The account of one sale (reaper report VOUCHER_ID gives the same from MySQL, without refused_claims)
+	// GetAdminV1VouchersIdReportWithResponse The account of one sale (reaper report VOUCHER_ID gives the same from MySQL, without refused_claims and outcome_unknown_claims)
 	//
-	// Every figure but refused_claims and queue is read from MySQL, so any
-	// replica (and `reaper report`) gives the same. refused_claims is what
-	// the answering gateway replica refused since it started: the others'
-	// refusals are not in it. queue, for a voucher with a waiting room, is
+	// Every figure but refused_claims, outcome_unknown_claims and queue is
+	// read from MySQL, so any replica (and `reaper report`) gives the same.
+	// refused_claims is what the answering gateway replica refused since it
+	// started, outcome_unknown_claims what it answered outcome_unknown: the
+	// others' are not in them. queue, for a voucher with a waiting room, is
 	// the room's story from Redis. docs/RUNBOOK.md ("The report of a sale") defines each figure.
 	//
 	// Returns a wrapper object for the known response body format(s).
@@ -5557,12 +5560,13 @@ func (c *ClientWithResponses) PostAdminV1VouchersIdPauseWithResponse(ctx context
 	return ParsePostAdminV1VouchersIdPauseResponse(rsp)
 }
 
-// GetAdminV1VouchersIdReportWithResponse The account of one sale (reaper report VOUCHER_ID gives the same from MySQL, without refused_claims)
+// GetAdminV1VouchersIdReportWithResponse The account of one sale (reaper report VOUCHER_ID gives the same from MySQL, without refused_claims and outcome_unknown_claims)
 //
-// Every figure but refused_claims and queue is read from MySQL, so any
-// replica (and `reaper report`) gives the same. refused_claims is what
-// the answering gateway replica refused since it started: the others'
-// refusals are not in it. queue, for a voucher with a waiting room, is
+// Every figure but refused_claims, outcome_unknown_claims and queue is
+// read from MySQL, so any replica (and `reaper report`) gives the same.
+// refused_claims is what the answering gateway replica refused since it
+// started, outcome_unknown_claims what it answered outcome_unknown: the
+// others' are not in them. queue, for a voucher with a waiting room, is
 // the room's story from Redis. docs/RUNBOOK.md ("The report of a sale") defines each figure.
 //
 // Returns a wrapper object for the known response body format(s).

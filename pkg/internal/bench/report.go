@@ -116,7 +116,7 @@ func (r *Report) printCPU(w io.Writer) {
 	}
 	if f := r.Freeze; f != nil {
 		fmt.Fprintln(w)
-		fmt.Fprintf(w, "claims through a 2 s Redis freeze (64 connections, one claim a user): %d answered %v; outcome_unknown %d, resolved %d (%d admitted) within %.1f s after the sale; misled %d\n",
+		fmt.Fprintf(w, "claims through a 2 s Redis freeze (64 connections, one claim a user): %d answered %v; outcome_unknown %d, resolved %d (%d admitted; asked one after another, %.1f s in all); misled %d\n",
 			answeredCount(f.Answers), f.Answers, f.OutcomeUnknown, f.Resolved, f.ResolvedOrders, f.Elapsed, len(f.Misled))
 	}
 	if sp := r.Split; sp != nil {

@@ -34,12 +34,17 @@ type FreezeReport struct {
 	// Misled: claims told not admitted that hold an order, or told
 	// admitted without it (or with another).
 	Misled  []string `json:"misled"`
-	Elapsed float64  `json:"resolve_seconds"` // the last resolution's time after the sale
+	Elapsed float64  `json:"resolve_seconds"` // asking every claim_id, one after another, until each was known
+	// Money: an envelope sale's amounts the buyers were told (202s and
+	// resolutions), and those MySQL's live orders hold.
+	MoneyTold int64 `json:"money_told"`
+	MoneyHeld int64 `json:"money_held"`
 }
 
 type freezeAnswer struct {
 	user, key, code, order, claimID, resolved string
 	status                                    int
+	amount                                    int64
 }
 
 // SaleThroughFreezes runs cfg's sale, resolves each outcome_unknown by
@@ -66,6 +71,7 @@ func (s *Stack) SaleThroughFreezes(ctx context.Context, cfg FreezeConfig) (*Free
 			Code    string `json:"error"`
 			OrderID string `json:"order_id"`
 			ClaimID string `json:"claim_id"`
+			Amount  int64  `json:"amount"`
 		}
 		a := &freezeAnswer{user: "u" + strconv.FormatInt(i, 10)}
 		if i%2 == 0 {
@@ -77,7 +83,7 @@ func (s *Stack) SaleThroughFreezes(ctx context.Context, cfg FreezeConfig) (*Free
 		if err != nil {
 			status = 0
 		}
-		a.status, a.code, a.order, a.claimID = status, body.Code, body.OrderID, body.ClaimID
+		a.status, a.code, a.order, a.claimID, a.amount = status, body.Code, body.OrderID, body.ClaimID, body.Amount
 		mu.Lock()
 		answers = append(answers, a)
 		mu.Unlock()
@@ -148,10 +154,11 @@ func (s *Stack) SaleThroughFreezes(ctx context.Context, cfg FreezeConfig) (*Free
 			var out struct {
 				Status  string `json:"status"`
 				OrderID string `json:"order_id"`
+				Amount  int64  `json:"amount"`
 			}
 			status, err := client.Do(ctx, "GET", "/v1/vouchers/"+vid+"/claims/"+a.claimID, s.Token(a.user), nil, &out)
 			if err == nil && status == 200 && out.Status != "unknown" {
-				a.resolved, a.order = out.Status, out.OrderID
+				a.resolved, a.order, a.amount = out.Status, out.OrderID, out.Amount
 			}
 		}
 		rep.Resolved++
@@ -171,17 +178,19 @@ func (s *Stack) SaleThroughFreezes(ctx context.Context, cfg FreezeConfig) (*Free
 	var live []struct {
 		ID     int64
 		UserID string
+		Amount int64
 	}
-	if err := s.DB.DB().WithContext(ctx).Raw("SELECT id, user_id FROM orders WHERE voucher_id = ? AND status IN ('created', 'paid', 'completed')",
+	if err := s.DB.DB().WithContext(ctx).Raw("SELECT id, user_id, amount FROM orders WHERE voucher_id = ? AND status IN ('created', 'paid', 'completed')",
 		cfg.Voucher).Scan(&live).Error; err != nil {
 		return nil, err
 	}
-	held := map[string]int64{}
+	held, amounts := map[string]int64{}, map[string]int64{}
 	for _, o := range live {
 		if held[o.UserID] != 0 {
 			rep.Misled = append(rep.Misled, fmt.Sprintf("%s holds two orders", o.UserID))
 		}
-		held[o.UserID] = o.ID
+		held[o.UserID], amounts[o.UserID] = o.ID, o.Amount
+		rep.MoneyHeld += o.Amount
 	}
 	for _, a := range answers {
 		what := strconv.Itoa(a.status) + " " + a.code
@@ -190,10 +199,15 @@ func (s *Stack) SaleThroughFreezes(ctx context.Context, cfg FreezeConfig) (*Free
 		}
 		rep.Answers[what]++
 		admitted := a.status == 202 || a.resolved == "admitted"
+		if admitted {
+			rep.MoneyTold += a.amount
+		}
 		switch {
 		case a.status == 0: // nothing was told
 		case admitted && strconv.FormatInt(held[a.user], 10) != a.order:
 			rep.Misled = append(rep.Misled, fmt.Sprintf("%s told admitted (%s %s, order %s) holds order %d", a.user, what, a.resolved, a.order, held[a.user]))
+		case admitted && a.amount != amounts[a.user]:
+			rep.Misled = append(rep.Misled, fmt.Sprintf("%s told %d, holds an envelope of %d", a.user, a.amount, amounts[a.user]))
 		case !admitted && held[a.user] != 0:
 			rep.Misled = append(rep.Misled, fmt.Sprintf("%s told not admitted (%s %s) holds order %d", a.user, what, a.resolved, held[a.user]))
 		}

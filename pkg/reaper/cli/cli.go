@@ -108,7 +108,7 @@ func reportCommand() app.Command[*config] {
 	return app.Command[*config]{Name: "report", Task: "Reports", Args: "VOUCHER_ID", NArgs: 1,
 		Summary: "the account of one sale from MySQL: opened, sold out, buyers, payments, releases, lag",
 		Flags: func(fs *flag.FlagSet) {
-			fs.BoolVar(&asJSON, "json", false, "write JSON (the fields of GET /admin/v1/vouchers/{id}/report but refused_claims)")
+			fs.BoolVar(&asJSON, "json", false, "write JSON (the fields of GET /admin/v1/vouchers/{id}/report but refused_claims and outcome_unknown_claims)")
 		},
 		Run: func(ctx context.Context, cfg *config, _ *app.Runtime, args []string) error {
 			return report(ctx, cfg, args[0], asJSON)
