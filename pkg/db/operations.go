@@ -228,6 +228,14 @@ type Edit struct {
 	// Access: the access codes' new Voucher.Access (0 turns them off);
 	// nil: unchanged.
 	Access *int64
+	// SplitTo, when above 0, asks the voucher's split into that many
+	// buckets in the same transaction (AskSplit's, with the change).
+	SplitTo int
+	// Check, when set, decides on the voucher as the change leaves it, its
+	// row locked, before anything is written: its error refuses the whole
+	// change. One decision under the voucher's lock, so two changes that
+	// are each fine alone cannot both pass (a room and a split).
+	Check func(Voucher) error
 }
 
 // ChangeVoucher applies e to voucher id in one transaction that also
@@ -264,6 +272,15 @@ func (s *Store) ChangeVoucher(ctx context.Context, id int64, e Edit, now time.Ti
 		if e.Access != nil {
 			updates["access"] = *e.Access
 			v.Access = *e.Access
+		}
+		if e.Check != nil {
+			if err := e.Check(*v); err != nil {
+				return err
+			}
+		}
+		if e.SplitTo > 0 {
+			updates["split_to"] = e.SplitTo
+			v.SplitTo = e.SplitTo
 		}
 		return nil
 	})

@@ -210,10 +210,24 @@ func waitingRoom(v db.Voucher, c *room.Config) (string, error) {
 	switch {
 	case v.IsDraw():
 		return "", invalid("waiting_room", "a draw has no waiting room: its entries are not first come, first served")
-	case v.StockBuckets > 1:
+	case v.StockBuckets > 1 || v.Splitting():
 		return "", invalid("stock_buckets", "stock_buckets must be 1 with a waiting room: the room meters the claims, so the stock need not be spread")
 	}
 	return c.Encode(), nil
+}
+
+// Consistent decides on voucher v as a change leaves it (its row locked:
+// db.Edit.Check), with to, a split asked with the change (0: none): a
+// waiting room never goes with several buckets or a split asked,
+// whichever came first.
+func Consistent(v db.Voucher, to int64, now time.Time) error {
+	if to > 0 {
+		return Split(v, to, now) // it refuses a room
+	}
+	if v.WaitingRoom != "" && (v.StockBuckets > 1 || v.Splitting()) {
+		return invalid("stock_buckets", "stock_buckets must be 1 with a waiting room: the room meters the claims, so the stock need not be spread")
+	}
+	return nil
 }
 
 // RoomOf is v's waiting room, nil without one.

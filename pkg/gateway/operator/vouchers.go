@@ -324,21 +324,31 @@ func (a *API) changeVoucher(w http.ResponseWriter, r *http.Request) {
 		a.Fail(w, r, err)
 		return
 	}
+	// The whole PATCH is decided before anything is written: a split asked
+	// with other fields is checked against the voucher as they leave it,
+	// and asked in their transaction; the locked row decides again
+	// (voucher.Consistent), so a concurrent change cannot slip between.
+	var to int64
 	if req.StockBuckets != nil {
-		if err := ruleError(voucher.Split(current, *req.StockBuckets, now)); err != nil {
+		to = *req.StockBuckets
+		if err := ruleError(voucher.Split(edited(current, edit), to, now)); err != nil {
 			a.Fail(w, r, err)
 			return
 		}
 	}
 	v := current
 	if req.Other() {
+		edit.SplitTo = int(to)
+		edit.Check = func(v db.Voucher) error { return voucher.Consistent(v, to, now) }
 		if v, err = a.applyChange(ctx, id, edit, now); err != nil {
-			a.Fail(w, r, err)
+			a.Fail(w, r, ruleError(err))
 			return
 		}
+		if to > 0 {
+			a.Log.Info("voucher split asked", zap.Int64("voucher_id", id), zap.Int("from", v.StockBuckets), zap.Int64("to", to))
+		}
 	}
-	if req.StockBuckets != nil {
-		to := *req.StockBuckets
+	if req.StockBuckets != nil && !req.Other() {
 		v, err = a.DB.AskSplit(ctx, id, int(to), func(v db.Voucher) error { return voucher.Split(v, to, now) })
 		if errors.Is(err, db.ErrNotFound) {
 			err = httpapi.ErrVoucherMissing
@@ -350,6 +360,21 @@ func (a *API) changeVoucher(w http.ResponseWriter, r *http.Request) {
 		a.Log.Info("voucher split asked", zap.Int64("voucher_id", id), zap.Int("from", v.StockBuckets), zap.Int64("to", to))
 	}
 	httpapi.WriteJSON(w, http.StatusOK, voucherOut(v, a.Now()))
+}
+
+// edited is voucher v as edit leaves it, for the rules that read more
+// than one field (a split and a room).
+func edited(v db.Voucher, e db.Edit) db.Voucher {
+	if e.Room != nil {
+		v.WaitingRoom = *e.Room
+		if v.WaitingRoom == "0" {
+			v.WaitingRoom = ""
+		}
+	}
+	if e.EndsAt != nil {
+		v.EndsAt = e.EndsAt
+	}
+	return v
 }
 
 // applyChange records edit of voucher id in MySQL and gives it to Redis
