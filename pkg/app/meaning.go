@@ -11,7 +11,7 @@ import (
 const meaningWidth = 90
 
 var (
-	docVariable = regexp.MustCompile("`(FLASHSALE_[A-Z_]+)`")
+	docVariable = regexp.MustCompile("`(FLASHSALE_[A-Z0-9_]+)`")
 	docLink     = regexp.MustCompile(`\[([^\]]*)\]\([^)]*\)`)
 )
 

@@ -135,6 +135,11 @@ type Config struct {
 	// TrustedProxies are the CIDRs (or addresses) of the proxies whose
 	// X-Forwarded-For is believed; from anyone else it is ignored.
 	TrustedProxies []string `envconfig:"FLASHSALE_TRUSTED_PROXIES"`
+	// IPv6Prefix is how many leading bits of an IPv6 address the
+	// per-address limits count as one client (a client holds a whole /64:
+	// by the full address it would have a bucket per address); 128 counts
+	// each address. Default 64.
+	IPv6Prefix int `envconfig:"FLASHSALE_IPV6_PREFIX" default:"64"`
 	// MaxInflight bounds the requests in flight in this gateway; one more
 	// is answered 503 overloaded at once, never queued. Default 4096.
 	MaxInflight int `envconfig:"FLASHSALE_MAX_INFLIGHT" default:"4096"`
@@ -194,6 +199,7 @@ const (
 	TimeZoneDefault            = "UTC"
 	ClaimTimeoutDefault        = 300 * time.Millisecond
 	ClaimReplyTimeoutDefault   = time.Second
+	IPv6PrefixDefault          = 64
 	ClaimOutcomeTimeoutDefault = 30 * time.Second
 	IdempotencyTTLDefault      = 24 * time.Hour
 	ShutdownTimeoutDefault     = 15 * time.Second
@@ -222,6 +228,7 @@ func (c *Config) SetDefaults() {
 	c.HTTPAddr = cmp.Or(c.HTTPAddr, HTTPAddrDefault)
 	c.TimeZone = cmp.Or(c.TimeZone, TimeZoneDefault)
 	c.ClaimTimeout = cmp.Or(c.ClaimTimeout, ClaimTimeoutDefault)
+	c.IPv6Prefix = cmp.Or(c.IPv6Prefix, IPv6PrefixDefault)
 	// A sent claim waits for its reply at least as long as for its send,
 	// and its outcome is listened for at least as long.
 	// (A negative one stays, for Validate to refuse.)
@@ -334,6 +341,8 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("FLASHSALE_JWT_MAX_LIFETIME must be at least 1m, got %s", c.JWTMaxLifetime)
 	case c.ClaimTimeout < 0:
 		return fmt.Errorf("FLASHSALE_CLAIM_TIMEOUT must be positive, got %s", c.ClaimTimeout)
+	case c.IPv6Prefix < 1 || c.IPv6Prefix > 128:
+		return fmt.Errorf("FLASHSALE_IPV6_PREFIX must be 1 to 128 (bits of an IPv6 address counted as one client), got %d", c.IPv6Prefix)
 	case c.ClaimReplyTimeout < 0:
 		return fmt.Errorf("FLASHSALE_CLAIM_REPLY_TIMEOUT must be positive, got %s", c.ClaimReplyTimeout)
 	case c.ClaimOutcomeTimeout < 0 || c.ClaimOutcomeTimeout > 10*time.Minute:

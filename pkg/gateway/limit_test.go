@@ -77,6 +77,30 @@ func TestAddressLimitBehindTrustedProxies(t *testing.T) {
 	require.Equal(t, map[int]int{http.StatusUnauthorized: 2, http.StatusTooManyRequests: 2}, codes)
 }
 
+// Behind a trusted proxy, IPv6 clients are counted by their /64 (one
+// client holds a whole /64: by the full address, 40 addresses had 40
+// budgets), and a hop that is no address is refused, not counted as the
+// proxy (which put everyone behind it in one bucket).
+func TestAddressLimitsCountIPv6ByPrefixAndRefuseUnreadableHops(t *testing.T) {
+	env := testenv.New(t, 2)
+	f := newFixtureOn(t, env, gateway.Config{IPRate: 1, IPBurst: 2, TrustedProxies: []string{"127.0.0.1/32"}})
+	get := func(xff string) response {
+		return f.do("GET", "/v1/orders/1", "", "", "X-Forwarded-For", xff)
+	}
+	codes := map[int]int{}
+	for i := 1; i <= 40; i++ {
+		codes[get("2001:db8::"+strconv.FormatInt(int64(i), 16)).Status]++
+	}
+	require.Equal(t, map[int]int{http.StatusUnauthorized: 2, http.StatusTooManyRequests: 38}, codes, "one /64, one budget")
+	require.Equal(t, http.StatusUnauthorized, get("2001:db8:0:1::1").Status, "another /64 has its own")
+
+	requireError(t, get("203.0.113.7, bogus"), http.StatusBadRequest, "invalid_forwarded_for")
+	for range 30 { // never the proxy's bucket: a client behind it is not limited by them
+		require.Equal(t, http.StatusBadRequest, get("bogus").Status)
+	}
+	require.Equal(t, http.StatusUnauthorized, get("203.0.113.9").Status)
+}
+
 // Past MaxInflight requests in flight, one more is answered 503 overloaded
 // at once instead of queueing; the requests in flight finish normally.
 func TestOverloadIsShedFast(t *testing.T) {

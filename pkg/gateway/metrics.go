@@ -31,7 +31,7 @@ type metrics struct {
 	// requests were already waiting on MySQL.
 	mysqlShed prometheus.Counter
 	// shed counts requests refused before any work, by why (overloaded,
-	// ip_rate, user_rate, page_rate); limiterKeys the rate limiters' buckets.
+	// ip_rate, user_rate, page_rate, forwarded_for); limiterKeys the rate limiters' buckets.
 	shed        *prometheus.CounterVec
 	limiterKeys *prometheus.GaugeVec
 	// legacyWebhooks counts webhooks accepted with the old signature
@@ -79,7 +79,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "flashsale_mysql_requests_shed_total", Help: "Requests answered 503 at once because FLASHSALE_MYSQL_MAX_INFLIGHT requests were waiting on MySQL.",
 		}),
 		shed: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "flashsale_requests_shed_total", Help: "Requests refused before any work: overloaded (503), ip_rate, user_rate or page_rate (429).",
+			Name: "flashsale_requests_shed_total", Help: "Requests refused before any work: overloaded (503), ip_rate, user_rate or page_rate (429), forwarded_for (400: a trusted proxy's hop that is no address).",
 		}, []string{"reason"}),
 		limiterKeys: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "flashsale_rate_limiter_keys", Help: "Buckets the in-process rate limiters hold (users or addresses seen recently).",

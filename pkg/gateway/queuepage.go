@@ -20,7 +20,6 @@ import (
 	"golang.org/x/sync/singleflight"
 
 	"github.com/flashsale/flashsale/pkg/gateway/httpapi"
-	"github.com/flashsale/flashsale/pkg/ratelimit"
 	"github.com/flashsale/flashsale/pkg/rdb"
 )
 
@@ -57,7 +56,11 @@ func (g *Gateway) queuePageHeaders(h http.Header) {
 // the rooms' index does not name (no voucher) costs none. Whether the voucher exists,
 // and has a room, the page's join says.
 func (g *Gateway) serveQueuePage(w http.ResponseWriter, r *http.Request) {
-	if ok, wait := g.pages.Allow(ratelimit.ClientAddr(r, g.trusted), g.now()); !ok {
+	key, ok := g.clientKey(w, r)
+	if !ok {
+		return
+	}
+	if ok, wait := g.pages.Allow(key, g.now()); !ok {
 		g.metrics.shed.WithLabelValues("page_rate").Inc()
 		writeRateLimited(w, wait)
 		return

@@ -96,12 +96,16 @@ func (g *Gateway) authorized(w http.ResponseWriter, r *http.Request, err error) 
 		return false
 	}
 	addr := ratelimit.ClientAddr(r, g.trusted)
-	if wait := g.adminFails.Blocked(addr, g.now()); wait > 0 {
+	key, ok := ratelimit.Key(r, g.trusted, g.cfg.IPv6Prefix)
+	if !ok {
+		key = addr // refused before routing; this is for the log's sake
+	}
+	if wait := g.adminFails.Blocked(key, g.now()); wait > 0 {
 		g.metrics.shed.WithLabelValues("admin_auth").Inc()
 		writeRateLimited(w, wait)
 		return false
 	}
-	g.adminFails.Allow(addr, g.now())
+	g.adminFails.Allow(key, g.now())
 	g.log.Warn("admin authentication failed", zap.String("addr", addr), zap.String("path", r.URL.Path))
 	g.fail(w, r, err)
 	return false

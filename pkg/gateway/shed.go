@@ -43,7 +43,11 @@ func (g *Gateway) shed(next http.Handler) http.Handler {
 			return
 		}
 		defer inflight.Add(-1)
-		if ok, wait := g.addrs.Allow(ratelimit.ClientAddr(r, g.trusted), g.now()); !ok {
+		key, ok := g.clientKey(w, r)
+		if !ok {
+			return
+		}
+		if ok, wait := g.addrs.Allow(key, g.now()); !ok {
 			g.metrics.shed.WithLabelValues("ip_rate").Inc()
 			writeRateLimited(w, wait)
 			return
@@ -184,4 +188,21 @@ func (g *Gateway) withMySQL(w http.ResponseWriter, r *http.Request, timeout time
 	ctx, cancel := context.WithTimeout(r.Context(), timeout)
 	defer cancel()
 	h(w, r.WithContext(ctx))
+}
+
+var errBadForwardedFor = httpapi.BadRequest("invalid_forwarded_for",
+	"X-Forwarded-For from a trusted proxy has a hop that is not an address: the client cannot be told")
+
+// clientKey is what per-address limits count r under (ratelimit.Key:
+// IPv6 by FLASHSALE_IPV6_PREFIX); a trusted proxy's X-Forwarded-For with
+// a hop that cannot be read is answered 400 invalid_forwarded_for
+// (false), never counted as the proxy, whose bucket everyone behind it
+// would share.
+func (g *Gateway) clientKey(w http.ResponseWriter, r *http.Request) (string, bool) {
+	key, ok := ratelimit.Key(r, g.trusted, g.cfg.IPv6Prefix)
+	if !ok {
+		g.metrics.shed.WithLabelValues("forwarded_for").Inc()
+		httpapi.WriteError(w, errBadForwardedFor)
+	}
+	return key, ok
 }

@@ -181,27 +181,69 @@ func RetryAfter(wait time.Duration) string {
 // ClientAddr is the address a request comes from: the peer's, or, when the
 // peer is a trusted proxy, the right-most X-Forwarded-For address that is
 // not a trusted proxy itself (the left-most ones are the client's to
-// forge).
+// forge). For logs; limits count a request under Key.
 func ClientAddr(r *http.Request, trusted []netip.Prefix) string {
+	a, host, ok := clientAddr(r, trusted)
+	if !ok || !a.IsValid() {
+		return host
+	}
+	return a.String()
+}
+
+// Key is what per-address limits count request r under: ClientAddr, an
+// IPv6 address grouped by its first v6Bits (one client holds a whole
+// /64, and would otherwise have a bucket per address). ok is false when
+// a trusted proxy's X-Forwarded-For has a hop that cannot be read: the
+// caller refuses the request, since neither choice is right (the proxy's
+// own address would put everyone behind it in one bucket; the hops to
+// its left are the client's to forge).
+func Key(r *http.Request, trusted []netip.Prefix, v6Bits int) (key string, ok bool) {
+	a, host, ok := clientAddr(r, trusted)
+	switch {
+	case !ok:
+		return "", false
+	case !a.IsValid():
+		return host, true
+	case a.Is6() && v6Bits > 0 && v6Bits < 128:
+		p, err := a.Prefix(v6Bits)
+		if err == nil {
+			return p.String(), true
+		}
+	}
+	return a.String(), true
+}
+
+// clientAddr is ClientAddr's address (invalid when the peer's cannot be
+// read: host is then all there is), and false for a hop that cannot be
+// read.
+func clientAddr(r *http.Request, trusted []netip.Prefix) (a netip.Addr, host string, ok bool) {
 	host, _, err := net.SplitHostPort(r.RemoteAddr)
 	if err != nil {
 		host = r.RemoteAddr
 	}
 	peer, err := netip.ParseAddr(host)
-	if err != nil || !inPrefixes(peer.Unmap(), trusted) {
-		return host
+	if err != nil {
+		return netip.Addr{}, host, true
 	}
-	hops := strings.Split(strings.Join(r.Header.Values("X-Forwarded-For"), ","), ",")
+	peer = peer.Unmap()
+	if !inPrefixes(peer, trusted) {
+		return peer, host, true
+	}
+	xff := strings.Join(r.Header.Values("X-Forwarded-For"), ",")
+	if strings.TrimSpace(xff) == "" {
+		return peer, host, true // the proxy's own request
+	}
+	hops := strings.Split(xff, ",")
 	for i := len(hops) - 1; i >= 0; i-- {
 		a, err := netip.ParseAddr(strings.TrimSpace(hops[i]))
 		if err != nil {
-			break // a forged or broken hop: stop believing the header here
+			return peer, host, false
 		}
-		if !inPrefixes(a.Unmap(), trusted) {
-			return a.Unmap().String()
+		if a = a.Unmap(); !inPrefixes(a, trusted) {
+			return a, host, true
 		}
 	}
-	return host
+	return peer, host, true
 }
 
 func inPrefixes(a netip.Addr, ps []netip.Prefix) bool {

@@ -21,7 +21,7 @@ func TestClientAddrBelievesOnlyTrustedProxies(t *testing.T) {
 		{"trusted peer", "10.1.2.3:5000", "203.0.113.1", "203.0.113.1"},
 		{"a forged left-most hop is skipped", "10.1.2.3:5000", "1.1.1.1, 203.0.113.1", "203.0.113.1"},
 		{"trusted hops are skipped", "10.1.2.3:5000", "203.0.113.1, 192.0.2.1, 10.9.9.9", "203.0.113.1"},
-		{"garbage stops the walk", "10.1.2.3:5000", "203.0.113.1, bogus", "10.1.2.3"},
+		{"garbage stops the walk (the request is refused: Key)", "10.1.2.3:5000", "203.0.113.1, bogus", "10.1.2.3"},
 		{"only trusted hops", "10.1.2.3:5000", "10.4.4.4", "10.1.2.3"},
 		{"IPv6 peer", "[2001:db8::1]:5000", "203.0.113.1", "2001:db8::1"},
 	} {
@@ -38,6 +38,48 @@ func TestClientAddrBelievesOnlyTrustedProxies(t *testing.T) {
 	}
 	if _, err := ParsePrefixes([]string{"10.0.0.0/33"}); err == nil {
 		t.Fatal("a bad CIDR was accepted")
+	}
+}
+
+// Limits count IPv6 clients by prefix (a /64 is one client), and refuse
+// a trusted proxy's hop that cannot be read rather than count everyone
+// behind the proxy as the proxy.
+func TestKeyGroupsIPv6AndRefusesUnreadableHops(t *testing.T) {
+	trusted, err := ParsePrefixes([]string{"10.0.0.0/8", "2001:db8:ffff::/48"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		name, remote, xff string
+		bits              int
+		want              string
+		ok                bool
+	}{
+		{"IPv4 as it is", "198.51.100.7:5000", "", 64, "198.51.100.7", true},
+		{"IPv6 by its /64", "[2001:db8::1]:5000", "", 64, "2001:db8::/64", true},
+		{"another address of the /64", "[2001:db8::40]:5000", "", 64, "2001:db8::/64", true},
+		{"another /64", "[2001:db8:0:1::1]:5000", "", 64, "2001:db8:0:1::/64", true},
+		{"a /56", "[2001:db8:0:1::1]:5000", "", 56, "2001:db8::/56", true},
+		{"whole addresses", "[2001:db8::1]:5000", "", 128, "2001:db8::1", true},
+		{"IPv6 through a trusted proxy", "10.1.2.3:5000", "2001:db8::40", 64, "2001:db8::/64", true},
+		{"a trusted IPv6 proxy", "[2001:db8:ffff::1]:5000", "198.51.100.9", 64, "198.51.100.9", true},
+		{"an unreadable last hop is refused", "10.1.2.3:5000", "203.0.113.1, bogus", 64, "", false},
+		{"an unreadable hop behind trusted ones too", "10.1.2.3:5000", "bogus, 10.9.9.9", 64, "", false},
+		{"an unreadable forged hop left of the client's is never read", "10.1.2.3:5000", "bogus, 203.0.113.1", 64, "203.0.113.1", true},
+		{"the proxy's own request", "10.1.2.3:5000", "", 64, "10.1.2.3", true},
+		{"a mapped IPv4", "[::ffff:198.51.100.7]:5000", "", 64, "198.51.100.7", true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			r := httptest.NewRequest("GET", "/", nil)
+			r.RemoteAddr = tt.remote
+			if tt.xff != "" {
+				r.Header.Set("X-Forwarded-For", tt.xff)
+			}
+			got, ok := Key(r, trusted, tt.bits)
+			if got != tt.want || ok != tt.ok {
+				t.Fatalf("Key = %q, %v; want %q, %v", got, ok, tt.want, tt.ok)
+			}
+		})
 	}
 }
 

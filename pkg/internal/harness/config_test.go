@@ -479,7 +479,7 @@ func TestTheConfigurationTableIsTheBinariesConfiguration(t *testing.T) {
 	doc, err := os.ReadFile(filepath.Join(root, "docs", "CONFIGURATION.md"))
 	require.NoError(t, err)
 	documented := map[string]bool{}
-	name := regexp.MustCompile("`(FLASHSALE_[A-Z_]+)`")
+	name := regexp.MustCompile("`(FLASHSALE_[A-Z0-9_]+)`")
 	literal := regexp.MustCompile("^`([^`]*)`$")
 	for _, row := range strings.Split(string(doc), "\n") {
 		cells := strings.Split(row, "|")
