@@ -55,6 +55,7 @@ const (
 	ErrorCodeInternal              ErrorCode = "internal"
 	ErrorCodeInvalidClaimId        ErrorCode = "invalid_claim_id"
 	ErrorCodeInvalidField          ErrorCode = "invalid_field"
+	ErrorCodeInvalidForwardedFor   ErrorCode = "invalid_forwarded_for"
 	ErrorCodeInvalidId             ErrorCode = "invalid_id"
 	ErrorCodeInvalidIdempotencyKey ErrorCode = "invalid_idempotency_key"
 	ErrorCodeLengthRequired        ErrorCode = "length_required"
@@ -121,6 +122,8 @@ func (e ErrorCode) Valid() bool {
 	case ErrorCodeInvalidClaimId:
 		return true
 	case ErrorCodeInvalidField:
+		return true
+	case ErrorCodeInvalidForwardedFor:
 		return true
 	case ErrorCodeInvalidId:
 		return true
