@@ -8,6 +8,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // ErrBatcherClosed is returned by a Batcher that was closed.
@@ -319,9 +321,22 @@ func (b *Batcher) work() {
 			claims = append(claims, r.claim)
 		}
 		b.send(live, claims, due)
+		if due.wasReleased() {
+			return // a worker started in its place when its round trip was held
+		}
 		clear(batch)
 		b.returned <- batch
 	}
+}
+
+// release frees the place of a worker whose round trip a master holds: a
+// worker starts in its place, and the dispatcher is handed a batch slice
+// as if the round trip had returned. The held worker ends when its round
+// trip does.
+func (b *Batcher) release() {
+	b.wg.Add(1) // the held worker's count is still held: Close waits for both
+	go b.work()
+	b.returned <- make([]*admitReq, 0, b.cfg.MaxBatch)
 }
 
 // send sends claims (of live) in one round trip per master, the largest
@@ -331,6 +346,16 @@ func (b *Batcher) send(live []*admitReq, claims []Claim, due *replyTimer) {
 	if len(live) == 0 {
 		return
 	}
+	// On a cluster, a worker whose round trip a master holds past the
+	// claims' Timeout (hung, or being failed over: the round trip waits
+	// for its reply, up to the admission connection's read timeout) has a
+	// worker started in its place: the other masters' claims are not held
+	// behind one master. A single Redis has no other master to serve, and
+	// its workers wait: the claims behind them are answered not sent,
+	// which is the truth.
+	if _, ok := b.s.c.(*redis.ClusterClient); ok {
+		due.releaseAt(time.Now().Add(b.cfg.Timeout), b.release)
+	}
 	groups := b.s.byMaster(claims)
 	if groups == nil {
 		b.admit(live, claims, due)
@@ -339,7 +364,7 @@ func (b *Batcher) send(live []*admitReq, claims []Claim, due *replyTimer) {
 	// Each master's claims go in a pipeline of their own: a cluster
 	// pipeline returns when its slowest node does, so a master being
 	// failed over would hold up every other master's claims. The worker
-	// is free again when the largest group returns.
+	// is free again when the largest group returns (or is released).
 	for k := len(groups) - 1; k >= 0; k-- {
 		rs, cs := make([]*admitReq, len(groups[k])), make([]Claim, len(groups[k]))
 		for j, i := range groups[k] {
@@ -410,28 +435,52 @@ func (b *Batcher) answer(r *admitReq, res admitResult) bool {
 // the earliest reply due, and again for the next; a worker's is reused
 // from round trip to round trip (no allocation a claim). A fire that
 // runs late, into the next round trip, only answers what is due then.
+//
+// A worker's timer also frees the worker's place (release) when its
+// round trip lasts past releaseBy, if set (releaseAt, before start).
 type replyTimer struct {
-	mu    sync.Mutex
-	reqs  []*admitReq
-	t     *time.Timer
-	ended bool
+	mu        sync.Mutex
+	reqs      []*admitReq
+	t         *time.Timer
+	ended     bool
+	releaseBy time.Time
+	release   func()
+	released  bool
+}
+
+// releaseAt has the next round trip call release if it lasts past at.
+func (rt *replyTimer) releaseAt(at time.Time, release func()) {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	rt.releaseBy, rt.release = at, release
 }
 
 // start watches reqs, sent now.
 func (rt *replyTimer) start(reqs []*admitReq) {
 	rt.mu.Lock()
 	defer rt.mu.Unlock()
-	rt.reqs, rt.ended = reqs, false
+	rt.reqs, rt.ended, rt.released = reqs, false, false
 	rt.arm()
 }
 
-// arm sets the timer for the earliest reply due of the claims still sent.
+// wasReleased says whether the last round trip freed its worker's place.
+func (rt *replyTimer) wasReleased() bool {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	return rt.released
+}
+
+// arm sets the timer for the earliest reply due of the claims still sent,
+// or the release, whichever is first.
 func (rt *replyTimer) arm() {
 	var first time.Time
 	for _, r := range rt.reqs {
 		if r.state.Load() == reqSent && (first.IsZero() || r.replyBy.Before(first)) {
 			first = r.replyBy
 		}
+	}
+	if !rt.releaseBy.IsZero() && !rt.released && (first.IsZero() || rt.releaseBy.Before(first)) {
+		first = rt.releaseBy
 	}
 	if first.IsZero() {
 		return
@@ -455,6 +504,10 @@ func (rt *replyTimer) fire() {
 			r.done <- admitResult{err: errNoReply}
 		}
 	}
+	if !rt.releaseBy.IsZero() && !rt.released && !now.Before(rt.releaseBy) {
+		rt.released = true
+		rt.release()
+	}
 	rt.arm()
 }
 
@@ -465,7 +518,7 @@ var errNoReply = fmt.Errorf("%w: no reply within the claim's time", ErrOutcomeUn
 func (rt *replyTimer) stop() {
 	rt.mu.Lock()
 	defer rt.mu.Unlock()
-	rt.ended, rt.reqs = true, nil
+	rt.ended, rt.reqs, rt.releaseBy, rt.release = true, nil, time.Time{}, nil
 	if rt.t != nil {
 		rt.t.Stop()
 	}
