@@ -74,7 +74,11 @@ if ARGV[7] ~= '' and id > (tonumber(redis.call('HGET', KEYS[1], 'room_change')) 
   redis.call('HSET', KEYS[1], 'room', rate or 0, 'room_pre_ms', pre_ms or 0, 'room_pass_ms', pass_ms or 0,
     'room_change', id)
   if ARGV[9] ~= '' then
-    redis.call('HSET', KEYS[5], ARGV[9], (tonumber(rate) or 0) > 0 and 1 or 0)
+    local has = (tonumber(rate) or 0) > 0 and '1' or '0'
+    if redis.call('HGET', KEYS[5], ARGV[9]) ~= has then
+      redis.call('HSET', KEYS[5], ARGV[9], has)
+      redis.call('HINCRBY', KEYS[5], '~v', 1) -- the index's version: gateways read what changed
+    end
   end
 end
 -- And new access codes.

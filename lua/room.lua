@@ -2,7 +2,9 @@
 -- clock (the pre-queue closes at the start, unused passes lapse, waiters
 -- are admitted at the room's rate, never past what the stock can still
 -- sell), then the caller's operation: tick (nothing more), join, or get
--- (the caller's place).
+-- (the caller's place); or peek: the state as the last tick left it, the
+-- clock not run and nothing written (a claim's read: a write is a tick's
+-- job, never a claim's).
 --
 -- Every key carries the voucher's hash tag {pP}: one slot, so the script
 -- runs unchanged on Redis Cluster.
@@ -19,7 +21,10 @@
 --                                          (places up to it lapsed, the last lapsed segment's upto), and the
 --                                          room's story, for the sale's report: j:SEC -> tail after the joins of
 --                                          unix second SEC, a:SEC -> front after its admissions (two fields a
---                                          second of a room's life at the most)
+--                                          second of a room's life at the most); stall_ms (a tick's clock that
+--                                          found the room stalled: paused, or its passes at their cap; 0: not
+--                                          stalled), open_ms (a stalled room that can admit again admits from
+--                                          then on, ARGV[12] after the tick that found it so)
 -- KEYS[3] -> flashsale:{pP}:v:V:room:w     waiters: user -> place, "pK" for the K-th join of the pre-queue (its
 --                                          place is pkg/room's shuffle of K among pre, once frozen), else "T"
 -- KEYS[4] -> flashsale:{pP}:v:V:proof:S    a join's proof of work (set NX for its TTL), or any key of the slot
@@ -28,7 +33,7 @@
 --                                          ticket T heard sold_out, bit 2T+1 once it heard closed
 --
 -- ARGV[1] -> now, unix ms (the caller's clock)
--- ARGV[2] -> "tick", "join" or "get"
+-- ARGV[2] -> "tick", "join", "get" or "peek"
 -- ARGV[3] -> user (join, get)
 -- ARGV[4] -> a seed for a room that has none yet (pkg/room NewSeed: "2-" and 16 hex digits; a room seeded before keeps 16 hex digits)
 -- ARGV[5] -> the join's verified proof of work's difficulty; 0: none
@@ -41,9 +46,17 @@
 --             voucher, 2 one that is not (refused only where the voucher needs a code now), 0 none
 -- ARGV[11] -> tick: bits of KEYS[6] to set, space-separated (the answers the gateway gave since its last
 --             tick); '' none
+-- ARGV[12] -> ms a stalled room waits, once it can admit again, before it does (room.OpenDelay)
+--
+-- Why a stalled room waits: a gateway refuses from memory the claim of a
+-- place its last state of a stalled room does not admit (no Redis call),
+-- trusting that state for half of ARGV[12] after the tick that confirmed
+-- the stall (stall_ms, refreshed every 200 ms while it lasts): no place is
+-- admitted, so nobody is told "admitted", before ARGV[12] after a tick
+-- later than that one.
 --
 -- Returns {code, place, front, tail, pre, frozen, stock, live, segs, seed,
--- start_ms, end_ms, paused, rate, pass_ms, limit, gone}; code 0, or one of
+-- start_ms, end_ms, paused, rate, pass_ms, limit, gone, stall_ms, open_ms}; code 0, or one of
 -- the codes every script shares (pkg/rdb codes.go: a code means one thing
 -- in every script): 1 (voucher not found), 18 (no room): it has no
 -- waiting room (then only the code), 2 (not started): a join before the
@@ -68,9 +81,11 @@
 -- sale's end since the gateway's last tick); a join adds an HGET, two
 -- HSETs, two EXPIREs (and a SET of the proof). Ticks come from each
 -- gateway a few times a second per room it serves, not per waiter: a
--- waiter's poll is answered by the gateway from the last tick's state.
+-- waiter's poll is answered by the gateway from the last tick's state. A
+-- peek is three HMGETs and an HGET at most: it never writes.
 
 local now, op, user = tonumber(ARGV[1]), ARGV[2], ARGV[3]
+local peek = op == 'peek'
 local v = redis.call('HMGET', KEYS[1], 'stock', 'start_ms', 'end_ms', 'paused', 'room', 'room_pre_ms', 'room_pass_ms',
   'pow', 'expire_s', 'limit', 'access')
 if not v[1] then
@@ -88,14 +103,17 @@ local paused, pre_ms, pass_ms = v[4] == '1', tonumber(v[6]) or 0, tonumber(v[7])
 local pow, expire_s, limit = tonumber(v[8]) or 0, tonumber(v[9]) or 0, tonumber(v[10]) or 1
 local access = tonumber(v[11]) or 0
 
-local s = redis.call('HMGET', KEYS[2], 'seed', 'pre', 'frozen', 'tail', 'front', 'last_ms', 'segs', 'gone')
+local s = redis.call('HMGET', KEYS[2], 'seed', 'pre', 'frozen', 'tail', 'front', 'last_ms', 'segs', 'gone',
+  'stall_ms', 'open_ms')
 local seed = s[1] or ARGV[4]
 local pre, frozen, tail = tonumber(s[2]) or 0, tonumber(s[3]) or 0, tonumber(s[4]) or 0
 local front, last_ms, gone = tonumber(s[5]) or 0, tonumber(s[6]) or 0, tonumber(s[8]) or 0
+local stall_ms, open_ms = tonumber(s[9]) or 0, tonumber(s[10]) or 0
 
 -- dirty: the state changed and is written back (a room nobody is
--- admitted from, before its start say, is only read).
-local dirty = not s[1]
+-- admitted from, before its start say, is only read). A peek writes
+-- nothing.
+local dirty = not s[1] and not peek
 local sec = math.floor(now / 1000)
 local admitted_now = false
 
@@ -103,7 +121,7 @@ local admitted_now = false
 local segs, used = {}, {}
 for upto, exp, n in string.gmatch(s[7] or '', '(%d+):(%d+):(%d+)') do
   upto, exp, n = tonumber(upto), tonumber(exp), tonumber(n)
-  if exp <= now then
+  if exp <= now and not peek then
     redis.call('HDEL', KEYS[1], 'ru:' .. exp)
     gone, dirty = upto, true
   else
@@ -120,21 +138,31 @@ if #segs > 0 then
 end
 
 -- The pre-queue closes at the start: its joins hold places 1..pre.
-if frozen == 0 and now >= start_ms then
+if not peek and frozen == 0 and now >= start_ms then
   frozen, tail, dirty = 1, pre, true
 end
 
 -- Admission at the room's rate, at most one second's worth at once (a
 -- room idle, or paused, banks no more), while the sale is open and the
--- stock can sell more passes.
-if frozen == 1 and not paused and (end_ms == 0 or now < end_ms) then
+-- stock can sell more passes; a stalled room (paused, or its passes at
+-- their cap) admits again ARGV[12] after a tick finds it can.
+local cap = math.max(math.floor(stock * tonumber(ARGV[7])) - live, 0)
+if not peek and frozen == 1 and (end_ms == 0 or now < end_ms) then
+  if paused or cap <= 0 then
+    if stall_ms == 0 or now - stall_ms >= 200 then
+      stall_ms, open_ms, dirty = now, 0, true
+    end
+  elseif stall_ms > 0 then
+    stall_ms, open_ms, dirty = 0, now + tonumber(ARGV[12]), true
+  end
+end
+if not peek and frozen == 1 and stall_ms == 0 and now >= open_ms and (end_ms == 0 or now < end_ms) then
   if last_ms == 0 or now - last_ms > 1000 then
     last_ms = now - 1000
   end
   local credit = math.floor((now - last_ms) * rate / 1000)
   if credit >= 1 then
     dirty = true
-    local cap = math.max(math.floor(stock * tonumber(ARGV[7])) - live, 0)
     local k = math.min(credit, tail - front, cap)
     if k < credit then
       last_ms = now -- nobody to admit, or no stock: no credit is banked
@@ -163,7 +191,7 @@ if dirty then
   end
   segstr = table.concat(parts, ' ')
   redis.call('HSET', KEYS[2], 'seed', seed, 'pre', pre, 'frozen', frozen, 'tail', tail, 'front', front,
-    'last_ms', last_ms, 'segs', segstr, 'gone', gone)
+    'last_ms', last_ms, 'segs', segstr, 'gone', gone, 'stall_ms', stall_ms, 'open_ms', open_ms)
   if admitted_now then
     redis.call('HSET', KEYS[2], 'a:' .. sec, front)
   end
@@ -182,7 +210,7 @@ if dirty then
   keep(KEYS[2])
   keep(KEYS[3])
 end
-if ARGV[11] and ARGV[11] ~= '' then
+if not peek and ARGV[11] and ARGV[11] ~= '' then
   for bit in string.gmatch(ARGV[11], '%d+') do
     redis.call('SETBIT', KEYS[6], bit, 1)
   end
@@ -190,7 +218,7 @@ if ARGV[11] and ARGV[11] ~= '' then
 end
 
 local code, place = 0, ''
-if op ~= 'tick' then
+if op == 'join' or op == 'get' then
   place = redis.call('HGET', KEYS[3], user)
   if not place then
     place = ''
@@ -226,4 +254,4 @@ if op ~= 'tick' then
   end
 end
 return {code, place, front, tail, pre, frozen, stock, live, segstr, seed, start_ms, end_ms, paused and 1 or 0, rate,
-  pass_ms, limit, gone}
+  pass_ms, limit, gone, stall_ms, open_ms}

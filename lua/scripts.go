@@ -34,6 +34,8 @@ var (
 	forgetSrc string
 	//go:embed split.lua
 	splitSrc string
+	//go:embed prunerooms.lua
+	pruneRoomsSrc string
 )
 
 // Admit decides a batch of claims of one voucher bucket, in order: each
@@ -48,6 +50,10 @@ var Release = redis.NewScript(releaseSrc)
 // Forget drops released orders' ids MySQL recorded done, raising the
 // bucket's cutoff first (forget.lua).
 var Forget = redis.NewScript(forgetSrc)
+
+// PruneRooms drops from a partition's rooms' index the vouchers Redis no
+// longer holds (prunerooms.lua).
+var PruneRooms = redis.NewScript(pruneRoomsSrc)
 
 // Split runs one step of splitting a voucher's buckets on one bucket
 // (split.lua).

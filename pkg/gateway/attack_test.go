@@ -327,9 +327,12 @@ func TestAPassHoldsOnAGatewayThatDidNotKnowTheRoom(t *testing.T) {
 	require.EqualValues(t, 1, testenv.Metric(t, reg, "flashsale_redis_script_duration_seconds"), "one admission script run")
 	c := newFixtureOn(t, env, gateway.Config{})
 	c.clock.Set(a.clock.Now())
-	got = c.do("POST", "/v1/vouchers/"+id+"/orders", c.token("ben"), "")
-	require.Equal(t, http.StatusAccepted, got.Status, "a pass without its token, on a gateway that never saw the room: %s", got.Raw)
-	requireError(t, c.do("POST", "/v1/vouchers/"+id+"/orders", c.token("cat"), ""), http.StatusForbidden, "not_admitted")
+	// Without its token, a pass is not looked up: the script refuses it
+	// (the gateway learns the room), then the gateway does.
+	requireError(t, c.do("POST", "/v1/vouchers/"+id+"/orders", c.token("ben"), ""), http.StatusForbidden, "not_admitted")
+	requireError(t, c.do("POST", "/v1/vouchers/"+id+"/orders", c.token("ben"), ""), http.StatusForbidden, "not_admitted")
+	got = c.do("POST", "/v1/vouchers/"+id+"/orders", c.token("ben"), "", room.Header, toks["ben"])
+	require.Equal(t, http.StatusAccepted, got.Status, got.Raw)
 }
 
 // A claim retried with its Idempotency-Key gets its first admission,
@@ -495,10 +498,9 @@ func TestUnknownVoucherIDsCostTheRoomsNothing(t *testing.T) {
 // Every voucher id is a valid question, and a poll of one no voucher has
 // ran a script (600 accounts asking 20 new ids each: 12,000 polls, 12,000
 // script calls). The gateway now answers an id the rooms' index does not
-// name from memory: below the highest id it names, at no cost; above it
-// (a voucher created since, perhaps), by reading the index again at most
-// once per room.IndexAgain, whoever asks. Either way 12,000 polls cost
-// Redis at most 5 % of that in commands, and the real room still answers.
+// name from memory, below or above the highest id it names: 12,000 polls
+// cost Redis at most 5 % of that in commands (the gateway's own reads of
+// the index's versions), and the real room still answers.
 func TestPollsOfUnknownIDsCostRedisNothingPerID(t *testing.T) {
 	f := newFixture(t)
 	id := f.createVoucher(`{"name":"room","stock":5,"waiting_room":{"admit_per_second":10}}`)
@@ -507,6 +509,10 @@ func TestPollsOfUnknownIDsCostRedisNothingPerID(t *testing.T) {
 	// ids below it that no voucher has are known not to be vouchers.
 	const high, partitions = 50_000_000, 4
 	require.NoError(t, f.env.RDB.Client().HSet(ctx, rdb.RoomsKey(high%partitions), strconv.Itoa(high), 0).Err())
+	require.NoError(t, f.env.RDB.Client().HIncrBy(ctx, rdb.RoomsKey(high%partitions), rdb.RoomsVersion, 1).Err())
+	testenv.Eventually(t, 10*time.Second, "the gateway read the index's change", func() bool {
+		return f.do("GET", "/v1/vouchers/"+strconv.Itoa(high-1)+"/queue", f.token("x"), "").Body["error"] == "voucher_not_found"
+	})
 	commands := func() int64 {
 		info, err := f.env.RDB.Client().Info(ctx, "stats").Result()
 		require.NoError(t, err)
@@ -560,4 +566,102 @@ func TestPollsOfUnknownIDsCostRedisNothingPerID(t *testing.T) {
 
 	res := f.do("GET", "/v1/vouchers/"+id+"/queue", f.token("asker0"), "")
 	requireError(t, res, http.StatusNotFound, "not_in_queue")
+}
+
+// Waiters whose place the room cannot have admitted cost Redis a writing
+// script a claim: a claim within a second's credit of the front read the
+// room with room.lua's tick (marking its rate clock, HSET and EXPIREs),
+// even while the front stood still, its passes at their cap or the room
+// paused; and a claim without a queue token looked its place up in Redis
+// each time. Now a stalled room's claims are refused from the gateway's
+// state, a claim's read of a room (a peek) writes nothing, and a claim
+// without a token on a room the gateway knows is refused from memory:
+// INFO commandstats counts no script for them.
+func TestClaimsARoomCannotHaveAdmittedCostRedisNothing(t *testing.T) {
+	f := newFixtureOn(t, testenv.New(t, 4), gateway.Config{}, gateway.WithRoomTick(time.Hour))
+	ctx := context.Background()
+	rs := room.NewStore(f.env.RDB, 0)
+	for _, c := range []struct{ name, body, stall string }{
+		{"capped", `{"name":"capped","stock":2,"waiting_room":{"admit_per_second":1000,"pass_seconds":60}}`, ""},
+		{"paused", `{"name":"paused","stock":100,"waiting_room":{"admit_per_second":1000,"pass_seconds":60}}`, "pause"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			id := f.createVoucher(c.body)
+			vid, _ := strconv.ParseInt(id, 10, 64)
+			queue, orders := "/v1/vouchers/"+id+"/queue", "/v1/vouchers/"+id+"/orders"
+			const n = 12
+			toks := make([]string, n)
+			for i := range toks {
+				res := f.do("POST", queue, f.token("w"+strconv.Itoa(i)), "")
+				require.Equal(t, http.StatusOK, res.Status, res.Raw)
+				toks[i] = res.Body["queue_token"].(string)
+			}
+			if c.stall == "pause" {
+				require.Equal(t, http.StatusOK, f.do("POST", "/admin/v1/vouchers/"+id+"/pause", admin, "").Status)
+			}
+			// The room's ticks (another gateway's, say): two at the same
+			// instant, the second finding the room stalled.
+			f.clock.Add(time.Second)
+			_, err := rs.Tick(ctx, vid, f.clock.Now())
+			require.NoError(t, err)
+			snap, err := rs.Tick(ctx, vid, f.clock.Now())
+			require.NoError(t, err)
+			require.False(t, snap.StalledAt.IsZero(), "stalled")
+			front := snap.Front
+			require.Less(t, front, int64(n))
+			// The first claim with a token reads the room (one peek); the
+			// gateway serves the rest from that state.
+			requireError(t, f.do("POST", orders, f.token("w"+strconv.Itoa(n-1)), "", room.Header, toks[n-1]), http.StatusForbidden, "not_admitted")
+
+			before := scriptCalls(t, f.env)
+			claims := 0
+			for range 10 {
+				for i := int(front); i < n; i++ { // waiters within a second's credit of the front
+					requireError(t, f.do("POST", orders, f.token("w"+strconv.Itoa(i)), "", room.Header, toks[i]), http.StatusForbidden, "not_admitted")
+					claims++
+				}
+				for i := range n { // without a queue token: admitted or not
+					requireError(t, f.do("POST", orders, f.token("w"+strconv.Itoa(i)), ""), http.StatusForbidden, "not_admitted")
+					claims++
+				}
+			}
+			calls := scriptCalls(t, f.env) - before
+			t.Logf("%d claims of a %s room: %d script calls", claims, c.name, calls)
+			require.Zero(t, calls, "refused from the gateway's state of the room")
+		})
+	}
+}
+
+// An anonymous page of an id above the highest the rooms' index names
+// made the gateway read the whole index again (every 250 ms at most): one
+// client at 6 pages a second kept Redis re-reading 50,000 fields a
+// partition. Now no request reads the index: such an id is not found
+// until the gateway's next read of what changed, once a second.
+func TestPagesAboveTheIndexNeverReadIt(t *testing.T) {
+	f := newFixture(t)
+	f.createVoucher(`{"name":"room","stock":5,"waiting_room":{"admit_per_second":10}}`)
+	ctx := context.Background()
+	hgetall := func() int64 {
+		info, err := f.env.RDB.Client().Info(ctx, "commandstats").Result()
+		require.NoError(t, err)
+		m := regexp.MustCompile(`cmdstat_hgetall:calls=(\d+)`).FindStringSubmatch(info)
+		if m == nil {
+			return 0
+		}
+		n, _ := strconv.ParseInt(m[1], 10, 64)
+		return n
+	}
+	before := hgetall()
+	const pages = 40
+	for i := range pages {
+		f.clock.Add(300 * time.Millisecond) // past any "read again" interval of the gateway's clock
+		res, err := http.Get(f.srv.URL + "/queue/" + strconv.Itoa(90_000_000+i))
+		require.NoError(t, err)
+		_, _ = io.Copy(io.Discard, res.Body)
+		res.Body.Close()
+		require.Equal(t, http.StatusOK, res.StatusCode)
+	}
+	n := hgetall() - before
+	t.Logf("%d anonymous pages above the index: %d HGETALLs", pages, n)
+	require.LessOrEqual(t, n, int64(4), "at most the once-a-second read of the partition the creation changed")
 }

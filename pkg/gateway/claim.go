@@ -107,13 +107,15 @@ func (g *Gateway) claim(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// admitClaim runs c's admission. One case runs the script twice: a
-// claim without a queue token on a voucher whose room this gateway did
-// not know (it restarted, or nobody asked it about the room lately) went
-// without a pass; when the script says the voucher has a room, the room
-// is asked for the user's place now and the claim runs once more with its
-// pass. An unknown room means "ask Redis", never "no pass"; knowing it up
-// front would cost every room-less voucher's claims a read (roomPass).
+// admitClaim runs c's admission. A claim without a pass on a voucher
+// whose room this gateway did not know (it restarted, or nobody asked it
+// about the room lately) is refused by the script: the gateway learns the
+// voucher has a room, and its next claims without a queue token are
+// refused from memory. One case runs the script twice: the room appeared
+// between the gateway's reading and the script's; a claim with its queue
+// token then runs once more with its pass. An unknown room means "ask
+// Redis", never "no pass"; knowing it up front would cost every room-less
+// voucher's claims a read (roomPass).
 func (g *Gateway) admitClaim(r *http.Request, c rdb.Claim) (rdb.Admission, error) {
 	a, err := g.admitNow(r.Context(), c)
 	if c.Pass != "" || !errors.Is(err, rdb.ErrNotAdmitted) {

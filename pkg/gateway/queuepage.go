@@ -72,7 +72,7 @@ func (g *Gateway) serveQueuePage(w http.ResponseWriter, r *http.Request) {
 	}
 	page, _ := queueFiles.ReadFile("queuepage/page.html")
 	var face rdb.VoucherFace
-	if !errors.Is(g.rooms.Indexed(r.Context(), id), rdb.ErrVoucherNotFound) {
+	if !errors.Is(g.rooms.Indexed(id), rdb.ErrVoucherNotFound) {
 		face = g.pageFaces.of(r.Context(), id, g.now(), func(ctx context.Context) (rdb.VoucherFace, error) {
 			face, err := g.redis.Face(ctx, id)
 			if err != nil { // the page says "voucher N" instead

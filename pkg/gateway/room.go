@@ -74,16 +74,27 @@ func (g *Gateway) tickRooms(ctx context.Context) {
 // read now when the claim carries a queue token for v, which only a room
 // gives: the claim then runs the script once, with its pass. Without a
 // token, a room-less voucher's claim costs nothing here, and the script's
-// answer says whether there is a room (admitClaim).
+// answer says whether there is a room (admitClaim); a claim without one on
+// a room this gateway knows is refused from memory: a claim's pass is its
+// queue token's place, never looked up.
+//
+// A claim of a place the gateway's last state does not admit reads the
+// room (a peek: nothing written) only when another gateway may have
+// admitted it since (Snapshot.MayBeAdmittedBy: never in a stalled room,
+// paused or its passes at their cap).
 func (g *Gateway) roomPass(r *http.Request, v int64, user string, now time.Time) (string, error) {
 	var s *room.Snapshot
 	e := g.rooms.Of(v)
+	tok := r.Header.Get(room.Header)
 	if e != nil {
 		var err error
 		if s, err = e.Known(); err != nil { // no room (as of the last tick): the script decides
 			return "", nil
 		}
-	} else if r.Header.Get(room.Header) == "" {
+		if tok == "" {
+			return "", errNotAdmitted
+		}
+	} else if tok == "" {
 		return "", nil
 	}
 	s, p, err := g.roomPlace(r, v, user, s)
@@ -201,7 +212,7 @@ func (g *Gateway) getQueue(w http.ResponseWriter, r *http.Request) {
 		// Nothing known of a room, and no token proving one: the index
 		// answers an id without a room, or without a voucher; else the
 		// room is read once for every asker.
-		if err = g.rooms.Indexed(r.Context(), v); err == nil {
+		if err = g.rooms.Indexed(v); err == nil {
 			s, err = g.rooms.State(r.Context(), v)
 		}
 	}

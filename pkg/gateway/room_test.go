@@ -1,6 +1,7 @@
 package gateway_test
 
 import (
+	"context"
 	"net/http"
 	"regexp"
 	"strconv"
@@ -121,7 +122,10 @@ func TestAWaitingRoom(t *testing.T) {
 	require.WithinDuration(t, start.Add(120*time.Second), exp, time.Second)
 	bought := claim(a0, tokens[a0])
 	require.Equal(t, http.StatusAccepted, bought.Status, bought.Raw)
-	require.Equal(t, http.StatusAccepted, claim(a1, "").Status, "a pass without the token: looked up in Redis")
+	before = scripts()
+	requireError(t, claim(a1, ""), http.StatusForbidden, "not_admitted") // a pass is its queue token's place
+	require.Equal(t, before, scripts(), "refused by the gateway, without the script")
+	require.Equal(t, http.StatusAccepted, claim(a1, tokens[a1]).Status)
 
 	// One unit left: 1 x 1.5 passes may be out, none is, so one more is
 	// admitted in the next second; when it buys, every waiter hears
@@ -150,11 +154,19 @@ func TestAWaitingRoom(t *testing.T) {
 	oid := bought.Body["order_id"].(string)
 	cancelled := f.do("POST", "/v1/orders/"+oid+"/cancel", f.token("u"+strconv.Itoa(a0)), "")
 	require.Equal(t, http.StatusOK, cancelled.Status, cancelled.Raw)
+	// The room was stalled (its passes at their cap): a tick finds it can
+	// admit again, and it does room.OpenDelay later.
 	f.clock.Add(time.Second)
+	testenv.Eventually(t, 10*time.Second, "the room opening", func() bool {
+		s, err := f.env.RDB.Client().HGet(context.Background(), roomStateKey(f, id), "open_ms").Int64()
+		return err == nil && s > 0
+	})
+	f.clock.Add(room.OpenDelay)
 	testenv.Eventually(t, 10*time.Second, "a fourth admitted", func() bool { return len(states()["admitted"]) == 4 })
 
 	// The report tells the room's story: six in the pre-queue, four
-	// admitted (at the start, a second and two seconds after), three
+	// admitted (at the start, a second and three seconds after: the room
+	// opened again room.OpenDelay after the unit came back), three
 	// bought with their pass (one cancelled since), two still waiting,
 	// both told sold_out before the unit came back; nobody is known gone
 	// while a unit is on sale.
@@ -162,7 +174,7 @@ func TestAWaitingRoom(t *testing.T) {
 	require.Equal(t, http.StatusOK, report.Status, report.Raw)
 	require.Equal(t, map[string]any{"joined": 6.0, "prequeued": 6.0, "admitted": 4.0, "bought": 3.0, "lapsed": 0.0, "waiting": 2.0,
 		"told_sold_out": 2.0, "told_closed": 0.0, "gone_before_turn": nil,
-		"time_in_queue_seconds": map[string]any{"p50": 0.0, "p99": 2.0, "max": 2.0}}, report.Body["queue"], report.Raw)
+		"time_in_queue_seconds": map[string]any{"p50": 0.0, "p99": 3.0, "max": 3.0}}, report.Body["queue"], report.Raw)
 	require.NotContains(t, f.do("GET", "/admin/v1/vouchers/"+plain+"/report", admin, "").Body, "queue", "no room, no story")
 
 	// The operator takes the room away: claims need no pass.
@@ -275,4 +287,12 @@ func TestAPassOneGatewayGaveIsHonouredByAnother(t *testing.T) {
 	spent := commands() - before - 1 // the INFO itself
 	t.Logf("%d claims of places the room cannot have reached: %d redis commands", 5*len(far), spent)
 	require.Less(t, spent, int64(len(far)), "refused from memory (b's own loops read the rooms' index once a second)")
+}
+
+// roomStateKey is the Redis key of voucher id's room's state.
+func roomStateKey(f *fixture, id string) string {
+	v, err := strconv.ParseInt(id, 10, 64)
+	require.NoError(f.t, err)
+	state, _ := f.env.RDB.RoomKeys(v)
+	return state
 }

@@ -56,7 +56,7 @@ func TestACLUsersAreRestricted(t *testing.T) {
 	created, err = rp.CreateVoucher(ctx, rdb.Voucher{ID: 2, Stock: 2, PerUserLimit: 1, Buckets: 1}, nil)
 	require.NoError(t, err, "the reaper finishes a creation")
 	require.False(t, created, "there already")
-	_, err = s.RoomIndex(ctx)
+	_, err = s.RoomIndex(ctx, nil)
 	require.NoError(t, err, "the gateway reads the rooms' index")
 	unindexed, err := rp.UnindexedRooms(ctx)
 	require.NoError(t, err, "the reaper reads the index's mark")

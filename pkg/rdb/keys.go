@@ -73,14 +73,23 @@ func LoadedKey(p int) string { return partitionPrefix(p) + "loaded" }
 // V is 1 when voucher V has a room, 0 when it has none, written with the
 // voucher's hash (a voucher put in Redis, change.lua); field * says the
 // index names every voucher Redis holds in p (the reaper's restorer sets
-// it once it has indexed the vouchers written before the index existed).
-// A gateway reads it once a second (RoomIndex), so that a poll of an id
-// it names without a room, or of an id it does not name at all, costs
-// Redis nothing.
+// it once it has indexed the vouchers written before the index existed,
+// to a value of its own each time: a partition lost and indexed again is
+// never mistaken for the one a gateway read); field ~v is its version,
+// raised by every write that changes a voucher's field. A gateway reads
+// the versions once a second and the fields of the partitions whose
+// version changed (RoomIndex), so that a poll of an id it names without
+// a room, or of an id it does not name at all, costs Redis nothing. The
+// reaper's trimmer drops the fields of vouchers Redis no longer holds
+// (PruneRoomIndex): the index holds what the live vouchers hold.
 func RoomsKey(p int) string { return partitionPrefix(p) + "rooms" }
 
-// roomsComplete is RoomsKey's field saying the index is complete.
-const roomsComplete = "*"
+// RoomsKey's fields: the mark that the index is complete, and its
+// version.
+const (
+	roomsComplete = "*"
+	RoomsVersion  = "~v"
+)
 
 // AliveKey says consumer c reads partition p: each worker renews it
 // while it runs (Alive), and the reaper never removes a consumer whose

@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"strconv"
 	"strings"
@@ -108,56 +109,121 @@ func (s *Store) RoomStory(ctx context.Context, v int64) (*RoomRecord, error) {
 
 // RoomIndex is what the partitions' rooms' indexes (RoomsKey) said when
 // read: which vouchers have a waiting room, which have none, and which
-// ids no voucher has, where a partition's index is complete.
+// ids no voucher has, where a partition's index is complete. It is never
+// changed once read: a later read shares the partitions that did not
+// change.
 type RoomIndex struct {
 	partitions int
-	complete   []bool         // by partition
-	rooms      map[int64]bool // voucher id -> it has a room
-	max        int64          // the highest id it names
+	stamps     []string         // by partition: its mark and version when read ("" not complete)
+	rooms      []map[int64]bool // by partition: voucher id -> it has a room
 }
 
-// RoomIndex reads every partition's rooms' index, one HGETALL each in
-// one pipeline.
-func (s *Store) RoomIndex(ctx context.Context) (*RoomIndex, error) {
+// RoomIndex reads the partitions' rooms' indexes: each one's mark and
+// version (one HMGET a partition, in one pipeline), then, in a second
+// pipeline, the fields of those whose mark or version differs from
+// prev's (nil: every one). An index nothing changed in costs a gateway
+// one HMGET a partition a read.
+func (s *Store) RoomIndex(ctx context.Context, prev *RoomIndex) (*RoomIndex, error) {
 	pipe := s.c.Pipeline()
-	cmds := make([]*redis.MapStringStringCmd, s.partitions)
+	marks := make([]*redis.SliceCmd, s.partitions)
 	for p := range s.partitions {
-		cmds[p] = pipe.HGetAll(ctx, RoomsKey(p))
+		marks[p] = pipe.HMGet(ctx, RoomsKey(p), roomsComplete, RoomsVersion)
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return nil, fmt.Errorf("read the rooms' indexes' versions: %w", err)
+	}
+	x := &RoomIndex{partitions: s.partitions, stamps: make([]string, s.partitions), rooms: make([]map[int64]bool, s.partitions)}
+	if prev != nil && prev.partitions != s.partitions {
+		prev = nil
+	}
+	pipe = s.c.Pipeline()
+	reads := make([]*redis.MapStringStringCmd, s.partitions)
+	for p, m := range marks {
+		vals := m.Val()
+		mark, _ := vals[0].(string)
+		version, _ := vals[1].(string)
+		switch {
+		case mark == "": // not complete: nothing to read
+		case prev != nil && prev.stamps[p] == roomsStamp(mark, version):
+			x.stamps[p], x.rooms[p] = prev.stamps[p], prev.rooms[p]
+		default:
+			reads[p] = pipe.HGetAll(ctx, RoomsKey(p))
+		}
+	}
+	if pipe.Len() == 0 {
+		return x, nil
 	}
 	if _, err := pipe.Exec(ctx); err != nil {
 		return nil, fmt.Errorf("read the rooms' indexes: %w", err)
 	}
-	x := &RoomIndex{partitions: s.partitions, complete: make([]bool, s.partitions), rooms: map[int64]bool{}}
-	for p, c := range cmds {
-		for k, val := range c.Val() {
-			if k == roomsComplete {
-				x.complete[p] = true
-				continue
-			}
+	for p, c := range reads {
+		if c == nil {
+			continue
+		}
+		fields := c.Val()
+		if fields[roomsComplete] == "" {
+			continue // lost since its mark was read
+		}
+		x.stamps[p] = roomsStamp(fields[roomsComplete], fields[RoomsVersion])
+		rooms := make(map[int64]bool, len(fields))
+		for k, val := range fields {
 			if v, err := strconv.ParseInt(k, 10, 64); err == nil {
-				x.rooms[v] = val == "1"
-				x.max = max(x.max, v)
+				rooms[v] = val == "1"
 			}
 		}
+		x.rooms[p] = rooms
 	}
 	return x, nil
 }
+
+func roomsStamp(mark, version string) string { return mark + "/" + version }
 
 // Of says what the index knows of voucher v: known is false when v's
 // partition's index is not complete (ask Redis); otherwise exists says
 // whether Redis holds voucher v and room whether it has a waiting room.
 // A nil index knows nothing.
 func (x *RoomIndex) Of(v int64) (room, exists, known bool) {
-	if x == nil || v < 0 || !x.complete[int(uint64(v)%uint64(x.partitions))] {
+	if x == nil || v < 0 {
 		return false, false, false
 	}
-	room, exists = x.rooms[v]
+	p := int(uint64(v) % uint64(x.partitions))
+	if x.stamps[p] == "" {
+		return false, false, false
+	}
+	room, exists = x.rooms[p][v]
 	return room, exists, true
 }
 
-// Above reports whether v is above every id the index names: a voucher
-// created since it was read, perhaps (vouchers' ids grow).
-func (x *RoomIndex) Above(v int64) bool { return x != nil && v > x.max }
+// PruneRoomIndex drops from partition p's rooms' index the fields, among
+// about count from cursor on (HSCAN), of vouchers Redis no longer holds
+// (prunerooms.lua: their keys expired after the sale); it returns the
+// cursor to go on from (0: the index was gone through) and the fields
+// dropped.
+func (s *Store) PruneRoomIndex(ctx context.Context, p int, cursor uint64, count int64) (next uint64, dropped int, err error) {
+	kv, next, err := s.c.HScan(ctx, RoomsKey(p), cursor, "", count).Result()
+	if err != nil {
+		return cursor, 0, fmt.Errorf("scan the rooms' index of partition %d: %w", p, err)
+	}
+	keys := []string{RoomsKey(p)}
+	var ids []any
+	for i := 0; i < len(kv); i += 2 { // field, value (HSCAN NOVALUES is Redis 7.4's)
+		f := kv[i]
+		v, err := strconv.ParseInt(f, 10, 64)
+		if err != nil || s.bucketOf(v, 0).p != p {
+			continue // its mark, its version
+		}
+		keys = append(keys, s.VoucherKey(v))
+		ids = append(ids, f)
+	}
+	if len(ids) == 0 {
+		return next, 0, nil
+	}
+	n, err := lua.PruneRooms.Run(ctx, s.c, keys, ids...).Int()
+	if err != nil {
+		return cursor, 0, fmt.Errorf("prune the rooms' index of partition %d: %w", p, err)
+	}
+	return next, n, nil
+}
 
 // UnindexedRooms lists the partitions whose rooms' index is not complete
 // (RoomsKey has no field *): Redis lost it, or it was written by a
@@ -209,7 +275,10 @@ func (s *Store) IndexRooms(ctx context.Context, partitions []int, vouchers []int
 		pipe.HSetNX(ctx, RoomsKey(s.PartitionOf(v)), strconv.FormatInt(v, 10), bit(rate > 0))
 	}
 	for _, p := range partitions {
-		pipe.HSet(ctx, RoomsKey(p), roomsComplete, 1)
+		// A mark of its own: a gateway that read the index before Redis
+		// lost it never takes this one for the one it read.
+		pipe.HSet(ctx, RoomsKey(p), roomsComplete, strconv.FormatUint(rand.Uint64()|1, 36))
+		pipe.HIncrBy(ctx, RoomsKey(p), RoomsVersion, 1)
 	}
 	if _, err := pipe.Exec(ctx); err != nil {
 		return fmt.Errorf("index the vouchers' rooms: %w", err)

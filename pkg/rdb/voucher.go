@@ -138,6 +138,7 @@ func putBucketHash(ctx context.Context, pipe redis.Pipeliner, b bucket, v Vouche
 	}
 	if b.n == 0 { // in the voucher's slot: the same transaction
 		pipe.HSet(ctx, RoomsKey(b.p), strconv.FormatInt(b.v, 10), bit(ok && rate != "0"))
+		pipe.HIncrBy(ctx, RoomsKey(b.p), RoomsVersion, 1)
 	}
 	expire(ctx, pipe, key, v.ExpireAt)
 	if !v.Pooled {

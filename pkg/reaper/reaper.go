@@ -201,6 +201,8 @@ type Reaper struct {
 	detector detector
 	// forgotten is where the trimmer's forgetting of releases stopped.
 	forgotten forgotten
+	// pruned is where its pruning of the rooms' indexes stopped.
+	pruned pruned
 	// splitTarget is the buckets a hot voucher of n is split to
 	// (WithSplitTarget).
 	splitTarget func(ctx context.Context, v int64, n int) (int, error)
@@ -282,6 +284,7 @@ type Round struct {
 	EventsDeleted     int // order events deleted past their retention
 	Trimmed           int // vouchers whose users' indexes were trimmed after the sale
 	ReleasesForgotten int // released orders' ids dropped from Redis, MySQL having recorded them done
+	RoomsPruned       int // fields of the rooms' indexes dropped, their vouchers gone from Redis
 	MarkedHot         int // vouchers marked hot
 	Cooled            int // vouchers no longer hot
 	SplitsAsked       int // splits asked of vouchers marked hot
@@ -309,6 +312,7 @@ func (p *Round) Add(q Round) {
 	p.EventsDeleted += q.EventsDeleted
 	p.Trimmed += q.Trimmed
 	p.ReleasesForgotten += q.ReleasesForgotten
+	p.RoomsPruned += q.RoomsPruned
 	p.MarkedHot += q.MarkedHot
 	p.Cooled += q.Cooled
 	p.SplitsAsked += q.SplitsAsked
@@ -405,7 +409,7 @@ func (r *Reaper) record(name string, round Round, err error) {
 			zap.Int("refunded", round.Refunded), zap.Int("refunds_waiting", round.RefundsWaiting),
 			zap.Int("moves_finished", round.MovesFinished), zap.Int("drawn", round.Drawn), zap.Int("draws_waiting", round.DrawsWaiting),
 			zap.Int("marked_lost", round.MarkedLost), zap.Int("restored", round.Restored), zap.Int("events_deleted", round.EventsDeleted),
-			zap.Int("trimmed", round.Trimmed), zap.Int("releases_forgotten", round.ReleasesForgotten), zap.Int("marked_hot", round.MarkedHot), zap.Int("cooled", round.Cooled),
+			zap.Int("trimmed", round.Trimmed), zap.Int("releases_forgotten", round.ReleasesForgotten), zap.Int("rooms_pruned", round.RoomsPruned), zap.Int("marked_hot", round.MarkedHot), zap.Int("cooled", round.Cooled),
 			zap.Int("splits_asked", round.SplitsAsked), zap.Int("split", round.Split))
 	}
 	if err != nil {

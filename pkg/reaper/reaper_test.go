@@ -508,7 +508,7 @@ func TestTheRestorerCompletesTheRoomsIndex(t *testing.T) {
 	for p := range 2 {
 		require.NoError(t, e.RDB.Client().Del(ctx, rdb.RoomsKey(p)).Err())
 	}
-	x, err := e.RDB.RoomIndex(ctx)
+	x, err := e.RDB.RoomIndex(ctx, nil)
 	require.NoError(t, err)
 	_, _, known := x.Of(with.ID)
 	require.False(t, known)
@@ -516,7 +516,7 @@ func TestTheRestorerCompletesTheRoomsIndex(t *testing.T) {
 	r := newReaper(t, e, "reaper-1", time.Now)
 	_, err = r.RunOnce(ctx)
 	require.NoError(t, err)
-	x, err = e.RDB.RoomIndex(ctx)
+	x, err = e.RDB.RoomIndex(ctx, nil)
 	require.NoError(t, err)
 	room, exists, known := x.Of(with.ID)
 	require.Equal(t, []bool{true, true, true}, []bool{room, exists, known}, "the voucher with a room")
@@ -524,6 +524,27 @@ func TestTheRestorerCompletesTheRoomsIndex(t *testing.T) {
 	require.Equal(t, []bool{false, true, true}, []bool{room, exists, known}, "the voucher without")
 	_, exists, known = x.Of(without.ID + 100)
 	require.Equal(t, []bool{false, true}, []bool{exists, known}, "no voucher")
+}
+
+// The rooms' index holds what the live vouchers hold: a voucher whose
+// keys Redis dropped (its sale long over) leaves it at the trimmer's next
+// round; one that lives stays.
+func TestTheTrimmerPrunesTheRoomsIndex(t *testing.T) {
+	e := testenv.New(t, 2)
+	ctx := context.Background()
+	gone := e.SeedVoucher(t, db.Voucher{Stock: 5, PerUserLimit: 1, WaitingRoom: "10:0:30000"}, -1)
+	live := e.SeedVoucher(t, db.Voucher{Stock: 5, PerUserLimit: 1}, -1)
+	require.NoError(t, e.RDB.Client().Del(ctx, e.RDB.VoucherKey(gone.ID)).Err()) // expired
+	r := newReaper(t, e, "reaper-1", time.Now)
+	round, err := r.RunOnce(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 1, round.RoomsPruned)
+	x, err := e.RDB.RoomIndex(ctx, nil)
+	require.NoError(t, err)
+	_, exists, known := x.Of(gone.ID)
+	require.Equal(t, []bool{false, true}, []bool{exists, known}, "the voucher gone: not named")
+	_, exists, _ = x.Of(live.ID)
+	require.True(t, exists, "the live voucher: named")
 }
 
 // A voucher just created is in MySQL before it is in Redis; a restorer

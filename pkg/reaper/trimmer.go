@@ -20,6 +20,12 @@ package reaper
 // It reads the releases in the order MySQL recorded them (releases_owed's
 // index), from where its last round stopped; a reaper starts
 // rdb.KeysOutliveSale back, since older releases' keys have expired.
+//
+// And it prunes the rooms' indexes (rdb.RoomsKey): each round drops, of up
+// to pruneBatch of each partition's fields from where its last round
+// stopped (HSCAN), those of vouchers Redis no longer holds
+// (prunerooms.lua), so the index the gateways read holds what the live
+// vouchers hold, not every voucher a shop ever sold.
 
 import (
 	"context"
@@ -71,13 +77,47 @@ func (r *Reaper) forgetReleases(ctx context.Context, round *Round) error {
 	return nil
 }
 
-// trim is the trimmer's round: released orders forgotten, then the users'
-// indexes of ended sales.
+// trim is the trimmer's round: released orders forgotten, the users'
+// indexes of ended sales, then the rooms' indexes pruned.
 func (r *Reaper) trim(ctx context.Context, round *Round) error {
 	if err := r.forgetReleases(ctx, round); err != nil {
 		return err
 	}
-	return r.trimIndexes(ctx, round)
+	if err := r.trimIndexes(ctx, round); err != nil {
+		return err
+	}
+	return r.pruneRooms(ctx, round)
+}
+
+// pruneBatch is about how many fields of a partition's rooms' index a
+// round looks at: one script call of as many EXISTS (~0.1 ms of Redis).
+const pruneBatch = 500
+
+// pruned is where the pruning of each partition's rooms' index stopped
+// (its HSCAN cursor).
+type pruned struct {
+	mu      sync.Mutex
+	cursors map[int]uint64
+}
+
+// pruneRooms drops from the rooms' indexes a batch of each partition's
+// fields of vouchers Redis no longer holds.
+func (r *Reaper) pruneRooms(ctx context.Context, round *Round) error {
+	pr := &r.pruned
+	pr.mu.Lock()
+	defer pr.mu.Unlock()
+	if pr.cursors == nil {
+		pr.cursors = map[int]uint64{}
+	}
+	for _, p := range r.redis.AllPartitions() {
+		next, n, err := r.redis.PruneRoomIndex(ctx, p, pr.cursors[p], pruneBatch)
+		if err != nil {
+			return err
+		}
+		pr.cursors[p] = next
+		round.RoomsPruned += n
+	}
+	return nil
 }
 
 // trimIndexes trims the users' indexes of the vouchers whose sale has

@@ -36,8 +36,7 @@ type Cache struct {
 	store *Store
 	now   func() time.Time
 
-	index   atomic.Pointer[rdb.RoomIndex]
-	indexAt atomic.Int64 // unix ns of its last read
+	index atomic.Pointer[rdb.RoomIndex]
 
 	noneMu sync.Mutex
 	none   map[int64]noRoom // guarded by noneMu
@@ -307,49 +306,29 @@ func (c *Cache) NoRoom(v int64, err error) {
 	c.none[v] = noRoom{err: err, at: now, slot: slot}
 }
 
-// IndexAgain is how soon after a read of the rooms' index an id above
-// every one it names reads it again: a voucher created in the meantime
-// shows to polls within this long; ids made up above it cost Redis at
-// most one read of the index per IndexAgain, whoever asks.
-//
-// At 250 ms such ids cost at most 4 reads a second, one HGETALL a
-// partition each: with the once-a-second read, a gateway's index costs
-// Redis 20 commands a second (8 partitions: 40) however many ids are
-// asked about.
-const IndexAgain = 250 * time.Millisecond
-
-// ReadIndex reads the rooms' index (rdb.RoomIndex) for Indexed to answer
-// from; the caller reads it every so often (the gateway: every second).
-// When it cannot be read, Indexed answers nothing until it can.
+// ReadIndex reads what changed in the rooms' index (rdb.RoomIndex) since
+// its last read, for Indexed to answer from; the caller reads it every so
+// often (the gateway: every second). When it cannot be read, Indexed
+// answers nothing until it can.
 func (c *Cache) ReadIndex(ctx context.Context) error {
 	if c.store == nil {
 		return nil
 	}
-	x, err := c.store.r.RoomIndex(ctx)
+	x, err := c.store.r.RoomIndex(ctx, c.index.Load())
 	c.index.Store(x)
-	c.indexAt.Store(c.now().UnixNano())
 	return err
 }
 
-// Indexed is what the rooms' index says of voucher v, which this cache
-// has no room of: ErrNoRoom (a voucher without one),
+// Indexed is what the rooms' index, as last read, says of voucher v,
+// which this cache has no room of: ErrNoRoom (a voucher without one),
 // rdb.ErrVoucherNotFound (no voucher), or nil (it has a room, or the index
-// cannot say: ask Redis). An id above every one the index names reads it
-// again first, if it was read more than IndexAgain ago (one read for every
-// asker). A room put on an existing voucher shows once the index is read
-// again: a caller that holds proof of a room (a queue token) does not ask.
-func (c *Cache) Indexed(ctx context.Context, v int64) error {
-	x := c.index.Load()
-	hasRoom, exists, known := x.Of(v)
-	if known && !exists && x.Above(v) && c.now().Sub(time.Unix(0, c.indexAt.Load())) >= IndexAgain {
-		_, _, _ = c.reads.Do("index", func() (any, error) {
-			if c.now().Sub(time.Unix(0, c.indexAt.Load())) >= IndexAgain {
-				return nil, c.ReadIndex(ctx)
-			}
-			return nil, nil
-		})
-		hasRoom, exists, known = c.index.Load().Of(v)
-	}
+// cannot say: ask Redis). No question makes the index be read again: a
+// voucher created since the last read (an id above every one it names,
+// say) is not found until the next one. A room put on an existing voucher
+// shows then too: a caller that holds proof of a room (a queue token)
+// does not ask.
+func (c *Cache) Indexed(v int64) error {
+	hasRoom, exists, known := c.index.Load().Of(v)
 	switch {
 	case !known || hasRoom:
 		return nil
@@ -418,10 +397,11 @@ func (c *Cache) State(ctx context.Context, v int64) (*Snapshot, error) {
 	return res.(*Snapshot), nil
 }
 
-// read reads v's room now and records what it found: its state, or that
-// it has none.
+// read reads v's room now, as its last tick left it (a read never
+// writes: ticks run the room's clock), and records what it found: its
+// state, or that it has none.
 func (c *Cache) read(ctx context.Context, v int64) (*Snapshot, error) {
-	s, err := c.store.Tick(ctx, v, c.now())
+	s, err := c.store.Peek(ctx, v, c.now())
 	switch {
 	case Gone(err):
 		c.NoRoom(v, err)

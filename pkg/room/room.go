@@ -165,6 +165,11 @@ type Snapshot struct {
 	Rate           int64 // admissions per second
 	Pass           time.Duration
 	Limit          int64 // the voucher's per-user limit
+	// StalledAt, when not zero, is the clock of the tick that last found
+	// the room stalled (paused, or its passes at their cap); OpensAt, a
+	// stalled room's that can admit again: it admits from then on.
+	StalledAt time.Time
+	OpensAt   time.Time
 	// Admitting is the rate at which places were really admitted, per
 	// second, over the last ObserveWindow as one gateway's Cache saw
 	// them (passes lapsing or used to buy let the room admit; a room
@@ -218,15 +223,31 @@ func (s *Snapshot) PassExpires(t int64) time.Time {
 	return time.Time{}
 }
 
+// OpenDelay is how long a stalled room (paused, or its passes at their
+// cap) waits, once a tick finds it can admit again (a resume, a unit
+// back, a pass lapsed), before it admits; StallTrusted, half of it, is how
+// long after the tick that confirmed a stall a gateway refuses from
+// memory a claim of a place its state does not admit. Nobody can have
+// been told "admitted" meanwhile by another gateway: exact while the
+// gateways' clocks agree within a quarter of OpenDelay (250 ms).
+const (
+	OpenDelay    = time.Second
+	StallTrusted = OpenDelay / 2
+)
+
 // MayBeAdmittedBy reports whether ticket t (err: Ticket's answer), not
-// admitted in s, may be by now: the pre-queue is placed at the start, and
-// the room admits at most Rate a second, plus the second's credit it may
-// bank (room.lua), after s was read.
+// admitted in s, may be by now: the pre-queue is placed at the start, a
+// stalled room admits nobody for StallTrusted after the tick that found
+// it so, and the room admits at most Rate a second, plus the second's
+// credit it may bank (room.lua), after s was read.
 func (s *Snapshot) MayBeAdmittedBy(t int64, err error, now time.Time) bool {
 	if err != nil {
 		return !s.Frozen && !now.Before(s.StartsAt)
 	}
 	if t <= s.Front {
+		return false
+	}
+	if !s.StalledAt.IsZero() && now.Sub(s.StalledAt) < StallTrusted {
 		return false
 	}
 	elapsed := max(now.Sub(s.At), 0)

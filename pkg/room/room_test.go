@@ -333,3 +333,21 @@ func TestARoomSeededBeforeKeepsItsPlaces(t *testing.T) {
 		require.Error(t, err, bad)
 	}
 }
+
+// The window of places another gateway may have admitted since a state
+// was read: none beyond the front of a stalled room (paused, or its
+// passes at their cap) for StallTrusted after the tick that found it so,
+// then the room's rate again.
+func TestAStalledRoomAdmitsNobodyWithinItsTrust(t *testing.T) {
+	at := time.UnixMilli(1_700_000_000_000)
+	s := &room.Snapshot{At: at, Front: 10, Tail: 500, Frozen: true, Rate: 100, StartsAt: at.Add(-time.Minute)}
+	require.False(t, s.MayBeAdmittedBy(10, nil, at), "admitted in the state")
+	require.True(t, s.MayBeAdmittedBy(11, nil, at), "a moving room: the next second's places may be")
+	require.True(t, s.MayBeAdmittedBy(111, nil, at))
+	require.False(t, s.MayBeAdmittedBy(10+100+2, nil, at), "beyond a second's credit")
+	s.StalledAt = at
+	require.False(t, s.MayBeAdmittedBy(11, nil, at), "stalled: nobody")
+	require.False(t, s.MayBeAdmittedBy(11, nil, at.Add(room.StallTrusted-time.Millisecond)))
+	require.True(t, s.MayBeAdmittedBy(11, nil, at.Add(room.StallTrusted)), "past its trust: ask")
+	require.Less(t, room.StallTrusted, room.OpenDelay, "a stall is trusted for less than a stalled room waits to admit")
+}

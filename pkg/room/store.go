@@ -67,6 +67,14 @@ func (s *Store) Tick(ctx context.Context, v int64, now time.Time, told ...Told) 
 	return snap, err
 }
 
+// Peek returns voucher v's room's state as its last tick left it: the
+// clock is not run and nothing is written (a claim's read; running the
+// clock is the ticks' job).
+func (s *Store) Peek(ctx context.Context, v int64, now time.Time) (*Snapshot, error) {
+	snap, _, err := s.run(ctx, v, now, "peek", "", rdb.Proof{}, rdb.NoAccessCode)
+	return snap, err
+}
+
 // Join gives user a place in v's room (the same place again to one who
 // has one); proof is the join's verified proof of work, if any, and access
 // its access code (pkg/access), verified.
@@ -93,7 +101,7 @@ func (s *Store) run(ctx context.Context, v int64, now time.Time, op, user string
 		bits = strconv.AppendInt(bits, t.bit(), 10)
 	}
 	res, err := s.r.RunRoom(ctx, v, proof, now.UnixMilli(), op, user, NewSeed(seed),
-		PassFactor, s.maxWaiters, int64(IdleTTL/time.Second), int64(access), bits)
+		PassFactor, s.maxWaiters, int64(IdleTTL/time.Second), int64(access), bits, OpenDelay.Milliseconds())
 	if err != nil {
 		return nil, Place{}, err
 	}
@@ -119,9 +127,9 @@ func (s *Store) run(ctx context.Context, v int64, now time.Time, op, user string
 
 // parseSnapshot reads room.lua's reply {code, place, front, tail, pre,
 // frozen, stock, live, segs, seed, start_ms, end_ms, paused, rate,
-// pass_ms, limit, gone}.
+// pass_ms, limit, gone, stall_ms, open_ms}.
 func parseSnapshot(res []any, now time.Time) (*Snapshot, error) {
-	if len(res) != 17 {
+	if len(res) != 19 {
 		return nil, fmt.Errorf("unexpected reply %v", res)
 	}
 	n := func(i int) int64 { x, _ := res[i].(int64); return x }
@@ -130,6 +138,12 @@ func parseSnapshot(res []any, now time.Time) (*Snapshot, error) {
 		Limit: n(15), Gone: n(16)}
 	if e := n(11); e > 0 {
 		s.EndsAt = time.UnixMilli(e)
+	}
+	if st := n(17); st > 0 {
+		s.StalledAt = time.UnixMilli(st)
+	}
+	if o := n(18); o > 0 {
+		s.OpensAt = time.UnixMilli(o)
 	}
 	seed, _ := res[9].(string)
 	var err error

@@ -177,6 +177,7 @@ func TestTheRoomKnowsTheStock(t *testing.T) {
 	require.NoError(t, err)
 	require.EqualValues(t, 6, snap.Front, "nothing left: nobody more admitted")
 	require.EqualValues(t, 2, snap.Live)
+	require.Equal(t, now.Add(time.Second).UnixMilli(), snap.StalledAt.UnixMilli(), "stalled: its passes at their cap")
 	// Each waiter is told so; a gateway's cache records it with the
 	// room's next tick, for the sale's report.
 	cache := room.NewCache(rs, func() time.Time { return now.Add(time.Second) })
@@ -201,6 +202,11 @@ func TestTheRoomKnowsTheStock(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, applied)
 	snap, err = rs.Tick(ctx, 2, now.Add(2*time.Second))
+	require.NoError(t, err)
+	require.EqualValues(t, 6, snap.Front, "a stalled room admits again room.OpenDelay after a tick finds it can")
+	require.True(t, snap.StalledAt.IsZero())
+	require.Equal(t, now.Add(2*time.Second+room.OpenDelay).UnixMilli(), snap.OpensAt.UnixMilli())
+	snap, err = rs.Tick(ctx, 2, now.Add(2*time.Second+room.OpenDelay))
 	require.NoError(t, err)
 	require.EqualValues(t, 7, snap.Front)
 	require.Equal(t, room.Admitted, snap.Answer(places[6], snap.At).State)
@@ -258,4 +264,44 @@ func TestNoRoomPausedEndedAndTheGate(t *testing.T) {
 	_, _, err = rs.Join(ctx, 4, "late", rdb.Proof{ID: "sig2", Max: 100, TTL: time.Minute}, rdb.NoAccessCode, start.Add(time.Hour))
 	require.ErrorIs(t, err, room.ErrEnded)
 	require.Equal(t, room.Closed, snap.Answer(p, start.Add(time.Hour)).State)
+}
+
+// A claim's read of a room (Peek) runs no clock and writes nothing: the
+// pre-queue is not closed, nobody is admitted, no key's TTL is touched;
+// the next tick does all of it.
+func TestAPeekWritesNothing(t *testing.T) {
+	s, rs := newStores(t)
+	ctx := context.Background()
+	start := testclock.Start()
+	sale(t, s, 5, 4, start, room.Config{AdmitPerSecond: 10, PassSeconds: 60, PrequeueSeconds: 60})
+	_, p, err := rs.Join(ctx, 5, "ann", rdb.Proof{}, rdb.NoAccessCode, start.Add(-time.Second))
+	require.NoError(t, err)
+	state, waiters := rs.Keys(5)
+	dump := func() []any {
+		var out []any
+		for _, k := range []string{state, waiters, s.VoucherKey(5)} {
+			h, err := s.Client().HGetAll(ctx, k).Result()
+			require.NoError(t, err)
+			ttl, err := s.Client().PTTL(ctx, k).Result()
+			require.NoError(t, err)
+			out = append(out, h, ttl/time.Second)
+		}
+		return out
+	}
+	before := dump()
+	snap, err := rs.Peek(ctx, 5, start.Add(2*time.Second))
+	require.NoError(t, err)
+	require.False(t, snap.Frozen, "the pre-queue closes at a tick, not a peek")
+	require.Zero(t, snap.Front)
+	require.Equal(t, before, dump(), "a peek writes nothing")
+	snap, err = rs.Tick(ctx, 5, start.Add(2*time.Second))
+	require.NoError(t, err)
+	require.True(t, snap.Frozen)
+	require.EqualValues(t, 1, snap.Front)
+	tk, err := snap.Ticket(p)
+	require.NoError(t, err)
+	require.False(t, snap.PassExpires(tk).IsZero(), "admitted by the tick")
+	peeked, err := rs.Peek(ctx, 5, start.Add(3*time.Second))
+	require.NoError(t, err)
+	require.Equal(t, snap.Front, peeked.Front, "a peek sees what the last tick wrote")
 }

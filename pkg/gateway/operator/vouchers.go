@@ -126,7 +126,7 @@ func (a *API) createVoucher(w http.ResponseWriter, r *http.Request) {
 	if _, err := settle.Changes(ctx, a.Redis, a.DB, []db.VoucherChange{ch}, now); err != nil {
 		a.Log.Warn("voucher created in MySQL; its creation in Redis is left to the reaper", zap.Int64("voucher_id", v.ID), zap.Error(err))
 	} else {
-		a.RoomsChanged() // its polls here know it at once; elsewhere, within room.IndexAgain of the first
+		a.RoomsChanged() // its polls here know it at once; elsewhere, with the next read of the rooms' index
 	}
 	a.Log.Info("voucher created", zap.Int64("voucher_id", v.ID), zap.String("kind", v.Kind), zap.Int64("stock", v.Stock))
 	httpapi.WriteJSON(w, http.StatusCreated, voucherOut(v, a.Now()))
