@@ -16,7 +16,11 @@ func (g *Gateway) operatorAPI() *operator.API {
 	if pool == nil {
 		pool = g.db
 	}
-	return &operator.API{DB: pool, Redis: g.redis, Rooms: g.rooms, Access: g.access, History: g.history, Refused: &g.refused, Unknown: &g.unknown,
+	events := g.eventsDB
+	if events == nil {
+		events = pool
+	}
+	return &operator.API{DB: pool, EventsDB: events, Redis: g.redis, Rooms: g.rooms, Access: g.access, History: g.history, Refused: &g.refused, Unknown: &g.unknown,
 		Claims: g.claimTotals, Replica: g.replica, Source: g.cfg.EventsSource, Now: func() time.Time { return g.now() }, Log: g.log,
 		Gateway: operator.Gateway{Fail: g.fail, Admin: g.admin, EventsReader: g.eventsReader, ReadBody: g.readBody,
 			Draw:         func(r *http.Request, v db.Voucher) (any, error) { return g.drawOf(r, v) },

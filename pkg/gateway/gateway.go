@@ -36,8 +36,11 @@ type Gateway struct {
 	db    *db.Store
 	// adminDB is the operator's MySQL pool (dbOf); nil without MySQL.
 	adminDB *db.Store
-	auth    *auth
-	pow     *proof.Issuer // proof-of-work challenges and their verification
+	// eventsDB is the events readers' pool (the admin API's events
+	// routes), apart from the operator's.
+	eventsDB *db.Store
+	auth     *auth
+	pow      *proof.Issuer // proof-of-work challenges and their verification
 	// access makes and checks access codes (pkg/access).
 	access *access.Codes
 	// rooms are the waiting rooms served, each one's last state
@@ -71,7 +74,7 @@ type Gateway struct {
 	stopHistory func()
 	// mysqlSlots bounds the buyers' requests waiting on MySQL
 	// (MySQLMaxInflight), adminSlots the operator's (shed.go).
-	mysqlSlots, adminSlots chan struct{}
+	mysqlSlots, adminSlots, eventsSlots chan struct{}
 	// users, addrs and pages are the rate limits (nil: off); inflight
 	// counts the requests being served (MaxInflight).
 	users, addrs, pages *ratelimit.Keyed
@@ -125,7 +128,8 @@ func New(cfg Config, r *rdb.Store, d *db.Store, log *zap.Logger, opts ...Option)
 		log = zap.NewNop()
 	}
 	g := &Gateway{cfg: cfg, loc: loc, now: time.Now, roomTick: roomTick, redis: r, db: d, log: log.Named("gateway"), reg: prometheus.NewRegistry(),
-		mysqlSlots: make(chan struct{}, cfg.MySQLMaxInflight), adminSlots: make(chan struct{}, adminMySQLSlots), trusted: trusted,
+		mysqlSlots: make(chan struct{}, cfg.MySQLMaxInflight), adminSlots: make(chan struct{}, adminMySQLSlots),
+		eventsSlots: make(chan struct{}, eventsMySQLSlots), trusted: trusted,
 		users: ratelimit.New(cfg.UserRate, cfg.UserBurst), addrs: ratelimit.New(cfg.IPRate, cfg.IPBurst),
 		pages:      ratelimit.New(cfg.QueuePageRate, max(1, int(math.Ceil(2*cfg.QueuePageRate)))),
 		adminFails: ratelimit.New(float64(time.Second)/float64(adminFailEvery), adminFailBurst),
@@ -145,12 +149,16 @@ func New(cfg Config, r *rdb.Store, d *db.Store, log *zap.Logger, opts ...Option)
 	}
 	if d != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+		defer cancel()
 		admin, err := d.Apart(ctx, adminMySQLSlots)
-		cancel()
 		if err != nil {
 			return nil, fmt.Errorf("the operator's mysql pool: %w", err)
 		}
 		g.adminDB = admin
+		if g.eventsDB, err = d.Apart(ctx, eventsMySQLSlots); err != nil {
+			_ = admin.Close()
+			return nil, fmt.Errorf("the events readers' mysql pool: %w", err)
+		}
 	}
 	g.admit = func(ctx context.Context, c rdb.Claim) (rdb.Admission, error) {
 		ctx, cancel := context.WithTimeout(ctx, cfg.ClaimTimeout)
@@ -211,5 +219,8 @@ func (g *Gateway) Close() {
 	g.stopRooms()
 	if g.adminDB != nil {
 		_ = g.adminDB.Close()
+	}
+	if g.eventsDB != nil {
+		_ = g.eventsDB.Close()
 	}
 }

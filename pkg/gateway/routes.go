@@ -94,7 +94,11 @@ func (g *Gateway) routes() []route {
 	for _, rt := range g.ops.Routes() {
 		h := rt.H
 		if rt.MySQL {
-			h = g.mysqlBoundFor(max(rt.Timeout, g.cfg.MySQLTimeout), h)
+			check, slots := g.admin, g.adminSlots
+			if rt.Reader {
+				check, slots = g.eventsReader, g.eventsSlots
+			}
+			h = g.operatorBound(check, slots, max(rt.Timeout, g.cfg.MySQLTimeout), h)
 		}
 		rts = append(rts, route{rt.Method, rt.Pattern, true, h})
 	}

@@ -125,11 +125,16 @@ func every(d time.Duration, f func()) (stop func()) {
 // FLASHSALE_MYSQL_MAX_CONNS), so buyers that fill FLASHSALE_MAX_INFLIGHT,
 // FLASHSALE_MYSQL_MAX_INFLIGHT or every connection of their pool never
 // shed nor hold up an operator creating, pausing or reading a sale (on the
-// public listener or its own). The operator's work is light: these bound
-// a runaway script.
+// public listener or its own). The order events' readers (the events read
+// token, or the operator, polling GET /admin/v1/events) have slots and a
+// pool of their own (eventsMySQLSlots): a consumer polling hard never
+// takes the slot of an operator pausing a sale. A request's token is
+// checked before it takes a slot: one without a good token takes none.
+// The operator's work is light: these bound a runaway script.
 const (
 	adminMaxInflight = 256
 	adminMySQLSlots  = 8
+	eventsMySQLSlots = 4
 )
 
 // dbOf is the MySQL pool r's work waits on: the operator's own, apart
@@ -168,15 +173,32 @@ func (g *Gateway) mysqlBoundFor(timeout time.Duration, h http.HandlerFunc) http.
 	return func(w http.ResponseWriter, r *http.Request) { g.withMySQL(w, r, timeout, h) }
 }
 
-// withMySQL runs h holding one of the MySQL slots, with a deadline of
-// timeout; with none free it answers 503 at once. Only requests that wait
-// on nothing but MySQL hold a slot: no slot is held while a body arrives
-// from a client that has not proved who it is (see body.go).
+// operatorBound runs h, a route of the admin API that waits on MySQL,
+// once its caller's token checks (check), holding one of slots with a
+// deadline of timeout.
+func (g *Gateway) operatorBound(check func(w http.ResponseWriter, r *http.Request) bool, slots chan struct{}, timeout time.Duration, h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if check(w, r) {
+			g.withSlot(w, r, slots, timeout, h)
+		}
+	}
+}
+
+// withMySQL runs h holding one of the MySQL slots (the buyers', or the
+// operator's for the admin API), with a deadline of timeout.
 func (g *Gateway) withMySQL(w http.ResponseWriter, r *http.Request, timeout time.Duration, h http.HandlerFunc) {
 	slots := g.mysqlSlots
 	if byOperator(r) {
 		slots = g.adminSlots
 	}
+	g.withSlot(w, r, slots, timeout, h)
+}
+
+// withSlot runs h holding one of slots, with a deadline of timeout; with
+// none free it answers 503 at once. Only requests that wait on nothing
+// but MySQL hold a slot: no slot is held while a body arrives from a
+// client that has not proved who it is (see body.go).
+func (g *Gateway) withSlot(w http.ResponseWriter, r *http.Request, slots chan struct{}, timeout time.Duration, h http.HandlerFunc) {
 	select {
 	case slots <- struct{}{}:
 		defer func() { <-slots }()

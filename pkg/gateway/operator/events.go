@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/flashsale/flashsale/pkg/db"
 	"github.com/flashsale/flashsale/pkg/event"
 	"github.com/flashsale/flashsale/pkg/gateway/httpapi"
 )
@@ -52,13 +53,13 @@ func (a *API) listEvents(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	typ := r.URL.Query().Get("type")
-	rows, err := a.DB.Events(r.Context(), after, int(limit))
+	rows, err := a.eventsDB().Events(r.Context(), after, int(limit))
 	if err != nil {
 		a.Fail(w, r, err)
 		return
 	}
 	if len(rows) == 0 { // caught up, or after is past the last: one read tells
-		last, err := a.DB.LastSequence(r.Context())
+		last, err := a.eventsDB().LastSequence(r.Context())
 		if err != nil {
 			a.Fail(w, r, err)
 			return
@@ -112,12 +113,12 @@ func (a *API) listSinks(w http.ResponseWriter, r *http.Request) {
 	if !a.EventsReader(w, r) {
 		return
 	}
-	last, err := a.DB.LastSequence(r.Context())
+	last, err := a.eventsDB().LastSequence(r.Context())
 	if err != nil {
 		a.Fail(w, r, err)
 		return
 	}
-	states, err := a.DB.SinkStates(r.Context())
+	states, err := a.eventsDB().SinkStates(r.Context())
 	if err != nil {
 		a.Fail(w, r, err)
 		return
@@ -130,4 +131,12 @@ func (a *API) listSinks(w http.ResponseWriter, r *http.Request) {
 		out.Sinks = append(out.Sinks, event.StatusOf(st, last, time.Now()))
 	}
 	httpapi.WriteJSON(w, http.StatusOK, out)
+}
+
+// eventsDB is the pool the events' routes read: the events readers' own.
+func (a *API) eventsDB() *db.Store {
+	if a.EventsDB != nil {
+		return a.EventsDB
+	}
+	return a.DB
 }

@@ -24,11 +24,14 @@ import (
 
 // API is the admin API's handlers and what they read.
 type API struct {
-	DB      *db.Store // the operator's MySQL pool
-	Redis   *rdb.Store
-	Rooms   *room.Cache
-	Access  *access.Codes
-	History *history.Sampler
+	DB *db.Store // the operator's MySQL pool
+	// EventsDB is the events readers' MySQL pool (the Reader routes'),
+	// apart from the operator's: nil, DB.
+	EventsDB *db.Store
+	Redis    *rdb.Store
+	Rooms    *room.Cache
+	Access   *access.Codes
+	History  *history.Sampler
 	// Refused: the claims this gateway refused, by voucher and reason
 	// (the report's refused_claims); Claims: its claims' outcomes.
 	Refused *Refusals
@@ -63,12 +66,14 @@ type Gateway struct {
 	Restocked    func(voucher int64)
 }
 
-// Route is one endpoint of the admin API: under MySQL, it holds one of
-// the operator's MySQL slots, with a deadline of Timeout or
-// FLASHSALE_MYSQL_TIMEOUT, whichever is longer.
+// Route is one endpoint of the admin API: under MySQL, its caller's token
+// is checked, then it holds one of the operator's MySQL slots (a Reader
+// route's: the events readers' own, on a pool of their own), with a
+// deadline of Timeout or FLASHSALE_MYSQL_TIMEOUT, whichever is longer.
+// Reader routes are open to FLASHSALE_EVENTS_READ_TOKEN too.
 type Route struct {
 	Method, Pattern string
-	MySQL           bool
+	MySQL, Reader   bool
 	Timeout         time.Duration
 	H               http.HandlerFunc
 }
@@ -89,19 +94,19 @@ const (
 // Routes are the admin API's endpoints (api/openapi.yaml lists them).
 func (a *API) Routes() []Route {
 	return []Route{
-		{http.MethodGet, "/admin/v1/vouchers", true, 0, a.listVouchers},
-		{http.MethodPost, "/admin/v1/vouchers", true, CreateTimeout, a.createVoucher},
-		{http.MethodGet, "/admin/v1/vouchers/{id}", true, 0, a.getVoucher},
-		{http.MethodGet, "/admin/v1/vouchers/{id}/report", true, reportTimeout, a.voucherReport},
-		{http.MethodPatch, "/admin/v1/vouchers/{id}", true, 0, a.changeVoucher},
-		{http.MethodPost, "/admin/v1/vouchers/{id}/access-codes", true, 0, a.issueAccessCodes},
-		{http.MethodPost, "/admin/v1/vouchers/{id}/pause", true, 0, a.setPaused(true)},
-		{http.MethodPost, "/admin/v1/vouchers/{id}/resume", true, 0, a.setPaused(false)},
-		{http.MethodGet, "/admin/v1/stats", false, 0, a.stats},
-		{http.MethodGet, "/admin/v1/history", false, 0, a.getHistory},
-		{http.MethodGet, "/admin/v1/events", true, 0, a.listEvents},
-		{http.MethodGet, "/admin/v1/events/sinks", true, 0, a.listSinks},
-		{http.MethodGet, "/admin/console", false, 0, serveConsole},
+		{http.MethodGet, "/admin/v1/vouchers", true, false, 0, a.listVouchers},
+		{http.MethodPost, "/admin/v1/vouchers", true, false, CreateTimeout, a.createVoucher},
+		{http.MethodGet, "/admin/v1/vouchers/{id}", true, false, 0, a.getVoucher},
+		{http.MethodGet, "/admin/v1/vouchers/{id}/report", true, false, reportTimeout, a.voucherReport},
+		{http.MethodPatch, "/admin/v1/vouchers/{id}", true, false, 0, a.changeVoucher},
+		{http.MethodPost, "/admin/v1/vouchers/{id}/access-codes", true, false, 0, a.issueAccessCodes},
+		{http.MethodPost, "/admin/v1/vouchers/{id}/pause", true, false, 0, a.setPaused(true)},
+		{http.MethodPost, "/admin/v1/vouchers/{id}/resume", true, false, 0, a.setPaused(false)},
+		{http.MethodGet, "/admin/v1/stats", false, false, 0, a.stats},
+		{http.MethodGet, "/admin/v1/history", false, false, 0, a.getHistory},
+		{http.MethodGet, "/admin/v1/events", true, true, 0, a.listEvents},
+		{http.MethodGet, "/admin/v1/events/sinks", true, true, 0, a.listSinks},
+		{http.MethodGet, "/admin/console", false, false, 0, serveConsole},
 	}
 }
 
