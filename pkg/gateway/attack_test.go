@@ -24,6 +24,7 @@ import (
 
 	"github.com/flashsale/flashsale/pkg/gateway"
 	"github.com/flashsale/flashsale/pkg/internal/testenv"
+	"github.com/flashsale/flashsale/pkg/internal/testrdb"
 	"github.com/flashsale/flashsale/pkg/proof"
 	"github.com/flashsale/flashsale/pkg/rdb"
 	"github.com/flashsale/flashsale/pkg/room"
@@ -257,15 +258,7 @@ func TestRequestJSONIsReadExactly(t *testing.T) {
 // scriptCalls counts the scripts Redis ran (EVALSHA and EVAL) on env's own
 // redis-server.
 func scriptCalls(t *testing.T, env *testenv.Env) int64 {
-	t.Helper()
-	info, err := env.RDB.Client().Info(context.Background(), "commandstats").Result()
-	require.NoError(t, err)
-	var n int64
-	for _, m := range regexp.MustCompile(`cmdstat_eval(?:sha)?:calls=(\d+)`).FindAllStringSubmatch(info, -1) {
-		c, _ := strconv.ParseInt(m[1], 10, 64)
-		n += c
-	}
-	return n
+	return testrdb.Calls(t, env.RDB.Client(), "eval", "evalsha")
 }
 
 // After an operator took a room away, every poll carrying a queue token
@@ -590,12 +583,7 @@ func TestClaimsARoomCannotHaveAdmittedCostRedisNothing(t *testing.T) {
 			vid, _ := strconv.ParseInt(id, 10, 64)
 			queue, orders := "/v1/vouchers/"+id+"/queue", "/v1/vouchers/"+id+"/orders"
 			const n = 12
-			toks := make([]string, n)
-			for i := range toks {
-				res := f.do("POST", queue, f.token("w"+strconv.Itoa(i)), "")
-				require.Equal(t, http.StatusOK, res.Status, res.Raw)
-				toks[i] = res.Body["queue_token"].(string)
-			}
+			toks := f.join(queue, "w", n)
 			if c.stall == "pause" {
 				require.Equal(t, http.StatusOK, f.do("POST", "/admin/v1/vouchers/"+id+"/pause", admin, "").Status)
 			}
@@ -640,17 +628,7 @@ func TestClaimsARoomCannotHaveAdmittedCostRedisNothing(t *testing.T) {
 func TestPagesAboveTheIndexNeverReadIt(t *testing.T) {
 	f := newFixture(t)
 	f.createVoucher(`{"name":"room","stock":5,"waiting_room":{"admit_per_second":10}}`)
-	ctx := context.Background()
-	hgetall := func() int64 {
-		info, err := f.env.RDB.Client().Info(ctx, "commandstats").Result()
-		require.NoError(t, err)
-		m := regexp.MustCompile(`cmdstat_hgetall:calls=(\d+)`).FindStringSubmatch(info)
-		if m == nil {
-			return 0
-		}
-		n, _ := strconv.ParseInt(m[1], 10, 64)
-		return n
-	}
+	hgetall := func() int64 { return testrdb.Calls(t, f.env.RDB.Client(), "hgetall") }
 	before := hgetall()
 	const pages = 40
 	for i := range pages {

@@ -238,12 +238,7 @@ func TestAPassOneGatewayGaveIsHonouredByAnother(t *testing.T) {
 	a.clock.Set(start.Add(-10 * time.Second))
 	b.clock.Set(a.clock.Now())
 	const n = 40
-	tokens := make([]string, n)
-	for i := range tokens {
-		res := a.do("POST", queue, a.token("u"+strconv.Itoa(i)), "")
-		require.Equal(t, http.StatusOK, res.Status, res.Raw)
-		tokens[i] = res.Body["queue_token"].(string)
-	}
+	tokens := a.join(queue, "u", n)
 	// b learns the room before the start: nobody placed yet.
 	requireError(t, b.do("POST", orders, b.token("u0"), "", room.Header, tokens[0]), http.StatusForbidden, "not_admitted")
 
@@ -295,4 +290,17 @@ func roomStateKey(f *fixture, id string) string {
 	require.NoError(f.t, err)
 	state, _ := f.env.RDB.RoomKeys(v)
 	return state
+}
+
+// join has users prefix0 … prefix(n-1) join the room at queue, and
+// returns their queue tokens.
+func (f *fixture) join(queue, prefix string, n int) []string {
+	f.t.Helper()
+	tokens := make([]string, n)
+	for i := range tokens {
+		res := f.do("POST", queue, f.token(prefix+strconv.Itoa(i)), "")
+		require.Equal(f.t, http.StatusOK, res.Status, res.Raw)
+		tokens[i] = res.Body["queue_token"].(string)
+	}
+	return tokens
 }

@@ -82,16 +82,7 @@ func TestTheRoomsIndexIsReadByItsChanges(t *testing.T) {
 	for v := int64(1); v <= 8; v++ {
 		require.NoError(t, s.PutVoucher(ctx, rdb.Voucher{ID: v, Stock: 5, PerUserLimit: 1}))
 	}
-	hgetall := func() int64 {
-		info, err := s.Client().Info(ctx, "commandstats").Result()
-		require.NoError(t, err)
-		m := regexp.MustCompile(`cmdstat_hgetall:calls=(\d+)`).FindStringSubmatch(info)
-		if m == nil {
-			return 0
-		}
-		n, _ := strconv.ParseInt(m[1], 10, 64)
-		return n
-	}
+	hgetall := func() int64 { return testrdb.Calls(t, s.Client(), "hgetall") }
 	x, err := s.RoomIndex(ctx, nil)
 	require.NoError(t, err)
 	before := hgetall()

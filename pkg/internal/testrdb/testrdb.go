@@ -6,6 +6,8 @@ package testrdb
 
 import (
 	"context"
+	"regexp"
+	"strconv"
 	"testing"
 	"time"
 
@@ -63,4 +65,21 @@ func SeedVoucher(t testing.TB, s *rdb.Store, v rdb.Voucher) rdb.Voucher {
 // Claim claims one unit of voucher v for user at now (its day in UTC).
 func Claim(s *rdb.Store, v int64, user string, now time.Time) (rdb.Admission, error) {
 	return s.Admit(context.Background(), rdb.Claim{VoucherID: v, UserID: user, Now: now, Day: order.Day(now, time.UTC)})
+}
+
+// Calls is how many times c's redis-server ran the commands named
+// (INFO commandstats, names as it gives them: "hgetall", "evalsha").
+func Calls(t testing.TB, c redis.UniversalClient, commands ...string) int64 {
+	t.Helper()
+	info, err := c.Info(context.Background(), "commandstats").Result()
+	require.NoError(t, err)
+	var n int64
+	for _, cmd := range commands {
+		m := regexp.MustCompile(`(?m)^cmdstat_` + regexp.QuoteMeta(cmd) + `:calls=(\d+)`).FindStringSubmatch(info)
+		if m != nil {
+			c, _ := strconv.ParseInt(m[1], 10, 64)
+			n += c
+		}
+	}
+	return n
 }
