@@ -193,5 +193,33 @@ func Load(cfg any) (old []string, err error) {
 		}
 	}
 	slices.Sort(old)
-	return old, envconfig.Process("", cfg)
+	return old, plainParseError(envconfig.Process("", cfg))
+}
+
+// plainParseError says a value envconfig could not read in the project's
+// words: the variable, its value, and what it wants ("assigning
+// FLASHSALE_REDIS_TIMEOUT to RedisTimeout: converting 'abc' to type
+// time.Duration. details: …" names a Go field and type a reader of the
+// manual never met).
+func plainParseError(err error) error {
+	var pe *envconfig.ParseError
+	if !errors.As(err, &pe) {
+		return err
+	}
+	want := "a value of type " + pe.TypeName
+	switch pe.TypeName {
+	case "time.Duration":
+		want = "a duration such as 500ms, 2s or 1m"
+	case "int", "int64", "int32":
+		want = "a whole number"
+	case "uint", "uint64", "uint32":
+		want = "a whole number, 0 or more"
+	case "float64", "float32":
+		want = "a number such as 0.5"
+	case "bool":
+		want = "true or false"
+	case "[]string":
+		want = "a comma-separated list"
+	}
+	return fmt.Errorf("%s=%q: want %s", pe.KeyName, pe.Value, want)
 }

@@ -56,3 +56,27 @@ func TestARenamedVariableIsReadUnderItsOldName(t *testing.T) {
 	require.Equal(t, 9*time.Second, c.Idle)
 	require.Empty(t, old)
 }
+
+// A value that cannot be read is named with its variable and what it
+// wants, in the manual's words: not envconfig's Go field and type.
+func TestABadValueIsNamedInPlainWords(t *testing.T) {
+	type cfg struct {
+		Timeout time.Duration `envconfig:"FLASHSALE_REDIS_TIMEOUT" default:"1s"`
+		Conns   int           `envconfig:"FLASHSALE_MYSQL_MAX_CONNS" default:"8"`
+		Rate    float64       `envconfig:"FLASHSALE_USER_RATE" default:"10"`
+		On      bool          `envconfig:"FLASHSALE_TRACING" default:"false"`
+	}
+	for _, tc := range []struct{ name, value, want string }{
+		{"FLASHSALE_REDIS_TIMEOUT", "abc", `FLASHSALE_REDIS_TIMEOUT="abc": want a duration such as 500ms, 2s or 1m`},
+		{"FLASHSALE_MYSQL_MAX_CONNS", "8.5", `FLASHSALE_MYSQL_MAX_CONNS="8.5": want a whole number`},
+		{"FLASHSALE_USER_RATE", "fast", `FLASHSALE_USER_RATE="fast": want a number such as 0.5`},
+		{"FLASHSALE_TRACING", "yes please", `FLASHSALE_TRACING="yes please": want true or false`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Setenv(tc.name, tc.value)
+			var c cfg
+			_, err := Load(&c)
+			require.EqualError(t, err, tc.want)
+		})
+	}
+}
