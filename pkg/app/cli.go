@@ -120,6 +120,10 @@ func resolve[C any](cmds []Command[C], args []string) (t typed[C], help bool, er
 	}
 	fs := t.cmd.flagSet(t.name())
 	for len(args) > 0 { // flags before and after the positional arguments
+		if negative(args[0]) { // a value, never a flag: the command says what it wants
+			t.args, args = append(t.args, args[0]), args[1:]
+			continue
+		}
 		if err := fs.Parse(args); errors.Is(err, flag.ErrHelp) {
 			return t, true, nil
 		} else if err != nil {
@@ -139,6 +143,12 @@ func resolve[C any](cmds []Command[C], args []string) (t typed[C], help bool, er
 		return t, false, errUsage{fmt.Sprintf("%s needs one %s", t.name(), t.cmd.Args)}
 	}
 	return t, false, nil
+}
+
+// negative reports an argument that is a negative number ("-5", "-0.5"):
+// no flag starts with a digit.
+func negative(arg string) bool {
+	return len(arg) > 1 && arg[0] == '-' && arg[1] >= '0' && arg[1] <= '9'
 }
 
 // flagSet is c's flags, parsed quietly: errors and help are printed by Main.

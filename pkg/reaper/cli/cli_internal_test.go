@@ -55,3 +55,20 @@ func TestTheTailsLineNamesTheEventsSubject(t *testing.T) {
 	require.Contains(t, line, "voucher 3  to 4 buckets")
 	require.NotContains(t, line, "order")
 }
+
+// A count that is not one is named as what it is: negative, zero, or not
+// a whole number.
+func TestACountSaysWhatItIsInstead(t *testing.T) {
+	for arg, want := range map[string]string{
+		"-5":  `UNITS must be a whole number of 1 or more: -5 is negative`,
+		"0":   `UNITS must be a whole number of 1 or more, not 0`,
+		"abc": `UNITS must be a whole number of 1 or more: "abc" is not a whole number`,
+		"2.5": `UNITS must be a whole number of 1 or more: "2.5" is not a whole number`,
+	} {
+		_, err := wholeNumber("UNITS", arg)
+		require.EqualError(t, err, want)
+	}
+	n, err := wholeNumber("UNITS", "12")
+	require.NoError(t, err)
+	require.EqualValues(t, 12, n)
+}

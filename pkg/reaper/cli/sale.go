@@ -61,18 +61,18 @@ func saleCommands() []app.Command[*config] {
 		{Name: "top-up", Task: "Running a sale", Args: "VOUCHER_ID UNITS", NArgs: 2, Flags: dryRun,
 			Summary: "add units to a sale of units (as PATCH add_stock): they sell at once",
 			Run: func(ctx context.Context, cfg *config, rt *app.Runtime, args []string) error {
-				n, err := strconv.ParseInt(args[1], 10, 64)
-				if err != nil || n < 1 {
-					return fmt.Errorf("UNITS must be a whole number of 1 or more, got %q", args[1])
+				n, err := wholeNumber("UNITS", args[1])
+				if err != nil {
+					return err
 				}
 				return edit(ctx, cfg, rt, args[0], voucher.Change{AddStock: &n}, "add "+args[1]+" units")
 			}},
 		{Name: "split", Task: "Running a sale", Args: "VOUCHER_ID BUCKETS", NArgs: 2, Flags: dryRun,
 			Summary: "split a sale's Redis buckets to BUCKETS while it runs (as PATCH stock_buckets): the reaper's splitter does it within a second",
 			Run: func(ctx context.Context, cfg *config, rt *app.Runtime, args []string) error {
-				n, err := strconv.ParseInt(args[1], 10, 64)
-				if err != nil || n < 1 {
-					return fmt.Errorf("BUCKETS must be a whole number of 1 or more, got %q", args[1])
+				n, err := wholeNumber("BUCKETS", args[1])
+				if err != nil {
+					return err
 				}
 				return splitSale(ctx, cfg, args[0], n, dry)
 			}},
@@ -89,6 +89,21 @@ func saleCommands() []app.Command[*config] {
 				return edit(ctx, cfg, rt, args[0], voucher.Change{EndsAt: &to}, "end the sale at "+to)
 			}},
 	}
+}
+
+// wholeNumber reads arg, the command's argument name, as a whole number
+// of 1 or more, or says what it is instead.
+func wholeNumber(name, arg string) (int64, error) {
+	n, err := strconv.ParseInt(arg, 10, 64)
+	switch {
+	case err != nil:
+		return 0, fmt.Errorf("%s must be a whole number of 1 or more: %q is not a whole number", name, arg)
+	case n < 0:
+		return 0, fmt.Errorf("%s must be a whole number of 1 or more: %s is negative", name, arg)
+	case n == 0:
+		return 0, fmt.Errorf("%s must be a whole number of 1 or more, not 0", name)
+	}
+	return n, nil
 }
 
 // nothingToDo is a check's answer when the voucher is as the command
@@ -163,7 +178,7 @@ func splitSale(ctx context.Context, cfg *config, arg string, n int64, dry bool) 
 		if _, err := mysql.AskSplit(ctx, v.ID, int(n), func(v db.Voucher) error { return voucher.Split(v, n, time.Now()) }); err != nil {
 			return err
 		}
-		fmt.Printf("voucher %d (%s): asked: %s (the reaper's splitter does it within its interval)\n", v.ID, v.Name, what)
+		fmt.Printf("voucher %d (%s): asked: %s (the reaper's splitter does it within a second)\n", v.ID, v.Name, what)
 		return nil
 	})
 }
