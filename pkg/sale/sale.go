@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/flashsale/flashsale/pkg/order"
 )
@@ -86,7 +87,14 @@ type FieldError struct {
 	Msg     string
 }
 
-func (e *FieldError) Error() string { return e.Field + ": " + e.Msg }
+// Error names the field once: most messages begin with it already
+// ("ends_at must be after starts_at").
+func (e *FieldError) Error() string {
+	if strings.HasPrefix(e.Msg, e.Field) {
+		return e.Msg
+	}
+	return e.Field + ": " + e.Msg
+}
 
 func missing(field string) error {
 	return &FieldError{Field: field, Missing: true, Msg: field + " is required"}

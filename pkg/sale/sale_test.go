@@ -93,3 +93,18 @@ func TestItemEncoding(t *testing.T) {
 		require.ErrorIs(t, err, order.ErrBadItem, bad)
 	}
 }
+
+// A refusal names its field once ("ends_at: ends_at must be…" named it
+// twice in the CLI's messages).
+func TestAFieldErrorNamesItsFieldOnce(t *testing.T) {
+	for _, tc := range []struct {
+		e    sale.FieldError
+		want string
+	}{
+		{sale.FieldError{Field: "ends_at", Msg: "ends_at must be after starts_at"}, "ends_at must be after starts_at"},
+		{sale.FieldError{Field: "stock_buckets", Msg: "stock_buckets: a split to 5 is under way"}, "stock_buckets: a split to 5 is under way"},
+		{sale.FieldError{Field: "stock", Msg: "must be 1 or more"}, "stock: must be 1 or more"},
+	} {
+		require.Equal(t, tc.want, tc.e.Error())
+	}
+}

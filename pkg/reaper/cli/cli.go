@@ -370,7 +370,7 @@ func requeue(ctx context.Context, cfg *config, rt *app.Runtime, ids []string, as
 		}
 	} else if len(out) == 0 && len(ids) == 0 {
 		fmt.Println("no dead letters to requeue")
-	} else {
+	} else if len(out) > 0 { // no table with nothing in it before the error below
 		tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
 		fmt.Fprintln(tw, "dead id\tresult\tstatus\twhy\t")
 		for _, q := range out {

@@ -79,7 +79,7 @@ func saleCommands() []app.Command[*config] {
 		{Name: "extend", Task: "Running a sale", Args: "VOUCHER_ID", NArgs: 1,
 			Flags: func(fs *flag.FlagSet) {
 				dryRun(fs)
-				fs.StringVar(&to, "to", "", "the sale's new end, `RFC3339` (2026-12-01T20:00:00Z)")
+				fs.StringVar(&to, "to", "", "required: the sale's new end, `RFC3339` (2026-12-01T20:00:00Z)")
 			},
 			Summary: "move a sale's end (as PATCH ends_at)",
 			Run: func(ctx context.Context, cfg *config, rt *app.Runtime, args []string) error {
