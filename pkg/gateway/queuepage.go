@@ -65,14 +65,17 @@ func (g *Gateway) serveQueuePage(w http.ResponseWriter, r *http.Request) {
 		writeRateLimited(w, wait)
 		return
 	}
+	// A link with an id that is no voucher id is still a page, for a
+	// person: voucher 0, which no voucher is, whose page says "this sale
+	// does not exist" (texts.js), with 404.
+	status := http.StatusOK
 	id, err := httpapi.PathID(r)
 	if err != nil {
-		g.fail(w, r, err)
-		return
+		id, status = 0, http.StatusNotFound
 	}
 	page, _ := queueFiles.ReadFile("queuepage/page.html")
 	var face rdb.VoucherFace
-	if !errors.Is(g.rooms.Indexed(id), rdb.ErrVoucherNotFound) {
+	if id > 0 && !errors.Is(g.rooms.Indexed(id), rdb.ErrVoucherNotFound) {
 		face = g.pageFaces.of(r.Context(), id, g.now(), func(ctx context.Context) (rdb.VoucherFace, error) {
 			face, err := g.redis.Face(ctx, id)
 			if err != nil { // the page says "voucher N" instead
@@ -92,6 +95,7 @@ func (g *Gateway) serveQueuePage(w http.ResponseWriter, r *http.Request) {
 		"{{EMBED_ORIGINS}}", html.EscapeString(strings.Join(g.cfg.QueueEmbedOrigins, " ")))
 	g.queuePageHeaders(w.Header())
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.WriteHeader(status)
 	_, _ = fill.WriteString(w, string(page))
 }
 

@@ -251,7 +251,16 @@ func TestTheQueuePagesHeaders(t *testing.T) {
 		require.Equal(t, http.StatusOK, r.StatusCode, asset)
 	}
 	requireError(t, f.do("GET", "/queue/assets/other.js", "", ""), http.StatusNotFound, "not_found")
-	requireError(t, f.do("GET", "/queue/x", "", ""), http.StatusBadRequest, "invalid_id")
+	// A link whose id is no voucher id is a page for a person, never JSON.
+	for _, bad := range []string{"x", "abc", "-1", "0", "99999999999999999999999"} {
+		r, err := http.Get(f.srv.URL + "/queue/" + bad)
+		require.NoError(t, err)
+		body, _ := io.ReadAll(r.Body)
+		r.Body.Close()
+		require.Equal(t, http.StatusNotFound, r.StatusCode, bad)
+		require.Equal(t, "text/html; charset=utf-8", r.Header.Get("Content-Type"), bad)
+		require.Contains(t, string(body), `data-voucher="0"`, bad)
+	}
 
 	embed := newFixtureOn(t, f.env, gateway.Config{QueueEmbedOrigins: []string{"https://shop.example"}})
 	res, err = http.Get(embed.srv.URL + "/queue/7")

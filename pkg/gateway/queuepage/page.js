@@ -321,6 +321,11 @@ async function start() {
   $("position-label").textContent = T.positionLabel;
   $("eta-label").textContent = T.etaLabel;
   $("access-label").textContent = T.accessLabel;
+  if (voucher === "0") { // the link's id is no voucher id: nothing to ask
+    $("title").textContent = document.title = T.noSuchSale;
+    say(T.errors.voucher_not_found);
+    return;
+  }
   $("access-submit").textContent = T.accessSubmit;
   $("buy").textContent = T.buy;
   $("buy").onclick = () => buy().catch(() => say(T.retrying));

@@ -36,6 +36,7 @@ window.QUEUE_TEXTS = {
   lapsed: "Your turn has passed without a purchase. This queue does not take you again: the units go to those waiting after you.",
   retrying: "Reconnecting…",
   errorUnknown: "Something went wrong. Please reload the page.",
+  noSuchSale: "No such sale",
   positionLabel: "Your position",
   etaLabel: "Estimated wait",
   etaUnknown: "estimating…",
