@@ -286,6 +286,7 @@ function stopPass() {
 async function wait(a) {
   for (;;) {
     if (checking) { await sleep(500); continue; } // one thing at a time: the claim's outcome first
+    if (!$("order").hidden) return; // bought while a poll was out: its answer (sold out, say) is not this buyer's news
     showWait(a);
     switch (a.state) {
       case "admitted": {
