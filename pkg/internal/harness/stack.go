@@ -61,6 +61,10 @@ type Options struct {
 	ReaperEnv []string
 	// GatewayPort: the gateway's port on 127.0.0.1 (0: a free one).
 	GatewayPort int
+	// Progress, when set, is told each step of StartStack as it ends
+	// ("binaries built", "redis-server up", …), with the time it took:
+	// make demo and make dev say them.
+	Progress func(step string, took time.Duration)
 	// RestrictedUser runs the binaries as a MySQL user with every privilege
 	// on the database and none global (no SUPER), as in production, on a
 	// throwaway mariadbd with its grant tables in force: read_only then
@@ -136,9 +140,17 @@ func StartStack(ctx context.Context, o Options) (s *Stack, err error) {
 	if err := os.MkdirAll(filepath.Join(o.Dir, "logs"), 0o755); err != nil {
 		return nil, err
 	}
+	stepAt := time.Now()
+	step := func(what string) {
+		if o.Progress != nil {
+			o.Progress(what, time.Since(stepAt))
+		}
+		stepAt = time.Now()
+	}
 	if err := Build(s.bin, o.Race, "gateway", "worker", "reaper"); err != nil {
 		return nil, err
 	}
+	step("binaries built (gateway, worker, reaper)")
 	redisAddr := o.RedisAddr
 	var redisEnv []string
 	if o.Cluster {
@@ -186,6 +198,9 @@ func StartStack(ctx context.Context, o Options) (s *Stack, err error) {
 			redisEnv = []string{"FLASHSALE_REDIS_SENTINEL_MASTER=" + SentinelMaster}
 		}
 	}
+	if redisAddr != o.RedisAddr {
+		step("redis up at " + redisAddr)
+	}
 	dsn := o.MySQLDSN
 	if dsn == "" {
 		start := testsrv.StartMariaDB
@@ -208,6 +223,7 @@ func StartStack(ctx context.Context, o Options) (s *Stack, err error) {
 		if dsn, err = s.MariaDB.CreateDatabase("flashsale"); err != nil {
 			return nil, err
 		}
+		step("mariadbd up, database flashsale created")
 	}
 	s.RootDSN = dsn
 	if o.MySQLIOTimeout > 0 {
@@ -245,6 +261,7 @@ func StartStack(ctx context.Context, o Options) (s *Stack, err error) {
 	if err := Run(ctx, s.binary("worker"), append(s.env, s.roleEnv["worker"]...), "migrate"); err != nil {
 		return nil, err
 	}
+	step("migrations applied (worker migrate)")
 	if o.LeastPrivilege {
 		if err := s.grant(); err != nil {
 			return nil, err
@@ -266,6 +283,7 @@ func StartStack(ctx context.Context, o Options) (s *Stack, err error) {
 	if err := s.StartGateway(ctx); err != nil {
 		return nil, err
 	}
+	step("gateway up at " + s.URL)
 	for i := range o.Workers {
 		w, err := s.StartWorker(i)
 		if err != nil {
@@ -273,10 +291,17 @@ func StartStack(ctx context.Context, o Options) (s *Stack, err error) {
 		}
 		s.Workers = append(s.Workers, w)
 	}
+	switch {
+	case o.Workers == 1:
+		step("1 worker started")
+	case o.Workers > 1:
+		step(strconv.Itoa(o.Workers) + " workers started")
+	}
 	if o.Reaper {
 		if s.Reaper, err = s.StartReaper(); err != nil {
 			return nil, err
 		}
+		step("reaper started")
 	} else if err := s.RDB.MarkAllLoaded(ctx); err != nil { // as a reaper's first pass would: unknown vouchers answer 404
 		return nil, err
 	}

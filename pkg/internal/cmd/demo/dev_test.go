@@ -380,6 +380,22 @@ func TestDevStackComesUpAndStops(t *testing.T) {
 		return strings.Contains(body, `"type":"order.created"`)
 	})
 
+	// Each step said as it ended, and every role's ops address, which
+	// answers.
+	for _, step := range []string{"binaries built", "redis up at", "mariadbd up", "migrations applied", "gateway up at", "1 worker started", "reaper started"} {
+		require.Regexp(t, `(?m)^\S+  `+regexp.QuoteMeta(step)+`.* \([0-9.]+m?s\)$`, d.text, "the step %q, with its time", step)
+	}
+	ops := regexp.MustCompile(`(?m)^  (gateway|worker-\d+|reaper) ops\s+(http://\S+)/metrics`).FindAllStringSubmatch(d.text, -1)
+	roles := map[string]bool{}
+	for _, m := range ops {
+		roles[regexp.MustCompile(`-\d+$`).ReplaceAllString(m[1], "")] = true
+		res, err := http.Get(m[2] + "/readyz")
+		require.NoError(t, err, m[1])
+		res.Body.Close()
+		require.Equal(t, http.StatusOK, res.StatusCode, "%s's ops address answers", m[1])
+	}
+	require.Equal(t, map[string]bool{"gateway": true, "worker": true, "reaper": true}, roles, "every role's ops address: %s", d.text)
+
 	console := regexp.MustCompile(`console\s+(\S+)#token=(\S+)`).FindStringSubmatch(d.text)
 	require.NotNil(t, console, d.text)
 	res, err := http.Get(console[1])

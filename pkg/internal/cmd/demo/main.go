@@ -95,8 +95,9 @@ func run() error {
 	}
 	sinks := sinkEnv()
 	opts := harness.Options{Dir: dir, Workers: *workers, RedisAddr: os.Getenv("FLASHSALE_REDIS_ADDR"), MySQLDSN: os.Getenv("FLASHSALE_MYSQL_DSN"),
-		Reaper: *serve || len(sinks) > 0, ReaperEnv: sinks, GatewayPort: gatewayPort}
-	say("starting redis-server, mariadbd, the gateway and %d workers (in %s)", *workers, dir)
+		Reaper: *serve || len(sinks) > 0, ReaperEnv: sinks, GatewayPort: gatewayPort,
+		Progress: func(step string, took time.Duration) { say("%s (%s)", step, took.Round(10*time.Millisecond)) }}
+	say("starting redis-server, mariadbd, the gateway and %d workers (in %s): each step below as it ends", *workers, dir)
 	s, err := harness.StartStack(ctx, opts)
 	if err != nil {
 		return err
@@ -282,7 +283,7 @@ flashsale is up (the gateway, %d workers, the reaper); Ctrl-C stops everything a
   gateway      %s
   console      %s/admin/console#token=%s
   logs         %s
-
+%s
 Paste into another shell to use this stack (README.md's commands, bin/ and curl):
   export GATEWAY=%s
   export ADMIN=%s
@@ -301,7 +302,7 @@ then, as README.md's "A first sale" goes on:
   bin/reaper events tail --after 0                                                  # each event as it is published (Ctrl-C stops it)
   bin/reaper pause $V; bin/reaper resume $V                                         # the sale's operator commands (RUNBOOK.md)
   bin/reaper report $V                                                              # the sale's report
-`, workers, dir, s.URL, s.URL, s.AdminToken, s.LogDir(),
+`, workers, dir, s.URL, s.URL, s.AdminToken, s.LogDir(), opsLines(s),
 		s.URL, s.AdminToken, user, s.AdminToken, s.JWTSecret, s.Var("FLASHSALE_REDIS_ADDR"), s.Var("FLASHSALE_MYSQL_DSN"))
 	if _, err := exec.LookPath("jq"); err != nil {
 		say("jq is not installed; the first sale reads ids with it: apt-get install -y jq")
@@ -309,6 +310,23 @@ then, as README.md's "A first sale" goes on:
 	<-ctx.Done()
 	say("stopping")
 	return nil
+}
+
+// opsLines are the roles' ops addresses (GET /metrics, /healthz,
+// /readyz), one a line.
+func opsLines(s *harness.Stack) string {
+	var b strings.Builder
+	line := func(name string, p *harness.Proc) {
+		if p != nil && p.OpsURL != "" {
+			fmt.Fprintf(&b, "  %-12s %s/metrics  (and /healthz, /readyz)\n", name+" ops", p.OpsURL)
+		}
+	}
+	line("gateway", s.Gateway)
+	for i, w := range s.Workers {
+		line("worker-"+strconv.Itoa(i), w)
+	}
+	line("reaper", s.Reaper)
+	return b.String()
 }
 
 func say(format string, args ...any) {
