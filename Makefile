@@ -36,9 +36,13 @@ lint:
 	$(GO) vet $(PKGS)
 	@$(GO) mod tidy -diff || { echo "go.mod is not tidy: run go mod tidy"; exit 1; }
 
-## test: lint, then every test with the race detector (starts its own servers)
+## test: lint, then every test with the race detector (starts its own servers).
+## The longest packages are named first: go test starts them first, so the
+## end-to-end harness (the longest by far) runs beside all the others
+## instead of after the half of them listed before it.
+SLOW_PKGS := ./pkg/internal/harness ./pkg/gateway ./pkg/reaper ./pkg/internal/cmd/demo ./pkg/worker ./pkg/rdb
 test: servers lint
-	$(GO) test -race -count=1 -timeout 15m $(PKGS)
+	$(GO) test -race -count=1 -timeout 15m $(SLOW_PKGS) $(PKGS)
 	$(GO) test -race -count=1 ./pkg/rdb ./pkg/rdb/upkeep ./pkg/room -args -redis-cluster
 
 ## fuzz: every fuzz target for FUZZTIME each (CI: 5000 inputs); their
