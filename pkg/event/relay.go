@@ -178,7 +178,7 @@ func (rl *Relay) step(ctx context.Context) time.Duration {
 		return time.Until(rl.renewAt)
 	}
 	st := rl.st
-	var events []db.Event
+	var events []db.OutboxEntry
 	if st.Disabled == "" {
 		var err error
 		if events, err = rl.next(ctx, st.DeliveredUpto); err != nil {
@@ -244,7 +244,7 @@ func (rl *Relay) sendContext(ctx context.Context) (context.Context, context.Canc
 // sequences what has committed since the sequencer's last round (every
 // FLASHSALE_REAPER_EVENTS_INTERVAL) and reads again: an event leaves
 // within a poll of its commit, not within a round.
-func (rl *Relay) next(ctx context.Context, after int64) ([]db.Event, error) {
+func (rl *Relay) next(ctx context.Context, after int64) ([]db.OutboxEntry, error) {
 	events, err := rl.store.Events(ctx, after, rl.batch)
 	if err != nil || len(events) > 0 {
 		return events, err
@@ -335,7 +335,7 @@ func (rl *Relay) redeliverFailed(ctx context.Context) error {
 // and the age of the first of them, whether the sink is sending,
 // retrying or stopped (410): "reaper events" and the console read the
 // same (db.SinkStates).
-func (rl *Relay) gauges(ctx context.Context, st db.SinkState, next []db.Event) {
+func (rl *Relay) gauges(ctx context.Context, st db.SinkState, next []db.OutboxEntry) {
 	name := rl.sink.Name()
 	last, err := rl.store.LastSequence(ctx)
 	if err != nil {

@@ -61,9 +61,9 @@ func relaying(t *testing.T, e *testenv.Env, name string, events event.Config) (*
 }
 
 // sequenced is every event of the outbox, once all are sequenced.
-func sequenced(t *testing.T, e *testenv.Env) []db.Event {
+func sequenced(t *testing.T, e *testenv.Env) []db.OutboxEntry {
 	t.Helper()
-	var events []db.Event
+	var events []db.OutboxEntry
 	testenv.Eventually(t, 30*time.Second, "every event sequenced", func() bool {
 		n, _, err := e.DB.EventBacklog(context.Background())
 		if err != nil || n > 0 {
@@ -79,12 +79,12 @@ func sequenced(t *testing.T, e *testenv.Env) []db.Event {
 }
 
 // received waits until got holds every event of want, then checks it.
-func received(t *testing.T, what string, want []db.Event, got func() []testsink.Delivery) []testsink.Delivery {
+func received(t *testing.T, what string, want []db.OutboxEntry, got func() []testsink.Delivery) []testsink.Delivery {
 	t.Helper()
 	return receivedBy(t, what, want, got, testsink.Check)
 }
 
-func receivedBy(t *testing.T, what string, want []db.Event, got func() []testsink.Delivery, check func([]db.Event, []testsink.Delivery) []string) []testsink.Delivery {
+func receivedBy(t *testing.T, what string, want []db.OutboxEntry, got func() []testsink.Delivery, check func([]db.OutboxEntry, []testsink.Delivery) []string) []testsink.Delivery {
 	t.Helper()
 	var ds []testsink.Delivery
 	var problems []string
