@@ -183,7 +183,8 @@ func TestMain(m *testing.M) {
 }
 
 // example is one command of a document's sh blocks, with the answers
-// documented under it ("# 202 {...}"); setup commands (NAME=value, not a
+// documented under it ("# (HTTP 202) {...}": the status, which curl does
+// not print, then the body it does); setup commands (NAME=value, not a
 // curl) have none.
 type example struct {
 	line    int
@@ -206,7 +207,7 @@ func docExamples(t *testing.T, doc string) []example {
 	var out []example
 	lines := strings.Split(doc, "\n")
 	inSh := false
-	documented := regexp.MustCompile(`^# (\d{3}) (.*)$`)
+	documented := regexp.MustCompile(`^# \(HTTP (\d{3})\) (.*)$`)
 	assign := regexp.MustCompile(`^[A-Z_]+=\$\(.*\)\s*(#.*)?$`) // a variable alone: not FLASHSALE_X=... bin/worker
 	for i := 0; i < len(lines); i++ {
 		l := lines[i]
