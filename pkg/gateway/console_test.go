@@ -82,7 +82,7 @@ func TestConsoleInABrowser(t *testing.T) {
 	defer stop()
 
 	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(bin), chromedp.NoSandbox, chromedp.DisableGPU,
-		chromedp.WindowSize(1400, 800))
+		chromedp.WindowSize(1366, 768)) // a common laptop's screen
 	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
 	defer cancelAlloc()
 	bctx, cancelBrowser := chromedp.NewContext(actx)
@@ -153,9 +153,29 @@ func TestConsoleInABrowser(t *testing.T) {
 	// The report, from the row's button.
 	clickUntil(t, bctx, row+" button.report", `#report dd[data-field="admitted_orders"]`)
 	require.Empty(t, text("#error"))
-	admitted, err := strconv.Atoi(text(`#report dd[data-field="admitted_orders"]`))
+	admittedText := strings.Fields(text(`#report dd[data-field="admitted_orders"]`))
+	require.Len(t, admittedText, 2)
+	admitted, err := strconv.Atoi(admittedText[0])
 	require.NoError(t, err)
 	require.Positive(t, admitted)
+	require.Equal(t, "orders", admittedText[1], "a count with its noun")
+	// It opens where the operator looks: in the window, at 1366×768.
+	var inView bool
+	require.NoError(t, chromedp.Run(bctx, chromedp.Evaluate(`(() => { const r = document.getElementById("report").getBoundingClientRect();
+		return r.top >= 0 && r.top < window.innerHeight; })()`, &inView)))
+	require.True(t, inView, "the report is in the window when it opens")
+	// In words: no field names, no JSON.
+	report := text("#report")
+	require.NotContains(t, report, "_", "reasons and fields as words: %s", report)
+	require.NotContains(t, report, "{", "no JSON: %s", report)
+	// The charts are legible at 1366 px: at least 600 px wide, their
+	// legends' text at least 11 px.
+	var chartWidth, legendPx float64
+	require.NoError(t, chromedp.Run(bctx, chromedp.Evaluate(`document.getElementById("chart-claims").getBoundingClientRect().width`, &chartWidth),
+		chromedp.Evaluate(`(() => { const s = document.getElementById("chart-claims"); const t = s.querySelector("text");
+			return t ? parseFloat(getComputedStyle(t).fontSize) * s.getBoundingClientRect().width / 600 : 0; })()`, &legendPx)))
+	require.GreaterOrEqual(t, chartWidth, 600.0, "a chart's width at 1366 px")
+	require.GreaterOrEqual(t, legendPx, 11.0, "a chart's text, as drawn, at 1366 px")
 
 	// What it shows is what the API says (the numbers move with the sale:
 	// compare with a reading taken around the page's).
