@@ -15,6 +15,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"syscall"
@@ -246,7 +247,7 @@ func Main[C Config](cfg C, run func(ctx context.Context, cfg C, rt *Runtime) err
 	// as everything else, instead of plain text on stderr.
 	redis.SetLogger(redisLogger{log.Named("redis")})
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+	reg.MustRegister(RuntimeCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		ReadBuild().Collector())
 	rt := &Runtime{Log: log, Audit: audit, Registry: reg}
 	if t != nil {
@@ -366,4 +367,14 @@ func (d *Duration) Set(s string) error {
 	}
 	*d = Duration(v)
 	return nil
+}
+
+// RuntimeCollector is the Go runtime's collector every role registers:
+// the default set (memory, collections, goroutines) and the scheduler's
+// latencies (go_sched_latencies_seconds: how long a goroutine that could
+// run waited to run; its count is how many times one was scheduled,
+// which make bench reads per request).
+func RuntimeCollector() prometheus.Collector {
+	return collectors.NewGoCollector(collectors.WithGoCollectorRuntimeMetrics(
+		collectors.GoRuntimeMetricsRule{Matcher: regexp.MustCompile(`^/sched/latencies:seconds$`)}))
 }

@@ -42,6 +42,10 @@ type Config struct {
 	// AdmittedOnly runs only the admitted claims end to end (the CPU
 	// rows with workers running).
 	AdmittedOnly bool
+	// BuyersOnly runs only the buyers' rows: Buyers distinct users, one
+	// claim each, at each level of Conns, beside the bare handler.
+	BuyersOnly bool
+	Buyers     int
 	// DurabilityOnly runs only the durability rows (none vs replica).
 	DurabilityOnly bool
 	// DrawOnly runs only the draw rows; DrawEntries and DrawStock size the
@@ -150,6 +154,7 @@ type Report struct {
 	Room         *RoomRun              `json:"room,omitempty"`
 	Memory       *MemoryRun            `json:"memory,omitempty"`
 	Relay        *RelayRun             `json:"relay,omitempty"`
+	Buyers       *BuyersRun            `json:"buyers,omitempty"`
 	Events       *EventsRun            `json:"events,omitempty"`
 	Proof        *ProofCheck           `json:"proof_of_work,omitempty"`
 	Access       *AccessCheck          `json:"access_code,omitempty"`
@@ -227,7 +232,12 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		return nil, err
 	}
 	trivialAddr := "127.0.0.1:" + strconv.Itoa(port)
-	trivial := exec.Command(cfg.Self, "-trivial", trivialAddr)
+	opsPort, err := testsrv.FreePort()
+	if err != nil {
+		return nil, err
+	}
+	trivialOps := "127.0.0.1:" + strconv.Itoa(opsPort)
+	trivial := exec.Command(cfg.Self, "-trivial", trivialAddr, "-trivial-ops", trivialOps)
 	testsrv.DieWithParent(trivial)
 	if err := trivial.Start(); err != nil {
 		return nil, err
@@ -236,6 +246,10 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	time.Sleep(300 * time.Millisecond)
 	if cfg.AdmittedOnly {
 		rep.CPU, err = admittedEndToEnd(ctx, s, cfg, tokens, host, trivialAddr, trivial.Process.Pid)
+		return rep, err
+	}
+	if cfg.BuyersOnly {
+		rep.Buyers, err = buyersRuns(ctx, s, cfg, tokens, host, trivialAddr, trivialOps, trivial.Process.Pid)
 		return rep, err
 	}
 	if cfg.RoomOnly {
@@ -258,6 +272,11 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		return nil, err
 	}
 	rep.CPU = append(rep.CPU, e2e...)
+	if !cfg.CPUOnly {
+		if rep.Buyers, err = buyersRuns(ctx, s, cfg, tokens, host, trivialAddr, trivialOps, trivial.Process.Pid); err != nil {
+			return nil, err
+		}
+	}
 	_ = trivial.Process.Kill()
 	if cfg.CPUOnly {
 		if err := hotDrain(ctx, s, cfg, "one Redis", rep); err != nil {

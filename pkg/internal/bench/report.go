@@ -114,6 +114,7 @@ func (r *Report) printCPU(w io.Writer) {
 		}
 		tw.Flush()
 	}
+	r.printBuyers(w)
 	if f := r.Freeze; f != nil {
 		fmt.Fprintln(w)
 		fmt.Fprintf(w, "claims through a 2 s Redis freeze (64 connections, one claim a user): %d answered %v; outcome_unknown %d, resolved %d (%d admitted; asked one after another, %.1f s in all); misled %d\n",
@@ -182,4 +183,75 @@ func answeredCount(by map[string]int) int {
 		n += c
 	}
 	return n
+}
+
+// printBuyers writes the buyers' rows and, when profiled, the account.
+func (r *Report) printBuyers(w io.Writer) {
+	b := r.Buyers
+	if b == nil {
+		return
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintf(w, "buyers: %d distinct users, one claim each, closed loop, %d worker persisting; the bare handler answers as many requests in the same run\n", b.Users, b.Workers)
+	tw := tabwriter.NewWriter(w, 0, 0, 1, ' ', tabwriter.Debug)
+	fmt.Fprintln(tw, "conns\tserver\tper second\tp50\tp99\tCPU µs/req\tscheduled/req\tredis µs/claim\tclaims a call\tratios to the bare handler\t")
+	for _, lv := range b.Levels {
+		fmt.Fprintf(tw, "%d\tbare net/http handler\t%.0f\t%s\t%s\t%.1f\t%.1f\t-\t-\t\t\n", lv.Conns, lv.Bare.RPS, us(lv.Bare.P50us), us(lv.Bare.P99us), lv.Bare.CPUus, lv.Bare.Scheduled)
+		g := lv.Gateway
+		fmt.Fprintf(tw, "\tgateway\t%.0f\t%s\t%s\t%.1f\t%.1f\t%.1f\t%.1f\tCPU %.2f ×, redis %.2f ×, p99 %.2f ×, claims/s %.2f ×\t\n", g.RPS, us(g.P50us), us(g.P99us), g.CPUus, g.Scheduled,
+			lv.RedisUs, lv.ClaimsPerCall, g.CPUus/lv.Bare.CPUus, lv.RedisUs/lv.Bare.CPUus, float64(g.P99us)/float64(lv.Bare.P99us), g.RPS/lv.Bare.RPS)
+	}
+	tw.Flush()
+	for _, lv := range b.Levels {
+		// Redis counts the commands a script calls in their own rows as
+		// well as in EVALSHA's: the script's row holds them, and the
+		// top-level commands are EVALSHA and the workers' XREADGROUP.
+		var inner []string
+		var top float64
+		for _, c := range lv.RedisCommands {
+			switch c.Command {
+			case "evalsha", "xreadgroup":
+				top += c.Us
+			default:
+				inner = append(inner, fmt.Sprintf("%s %.2f", c.Command, c.Us))
+			}
+		}
+		fmt.Fprintf(w, "  redis at %d conns, µs a claim: scripts (EVALSHA: admit.lua, the workers' acknowledgements) %.2f, of which the commands they call %s; the workers' XREADGROUP %.2f; the rest (network, event loop, the kernel) %.2f\n",
+			lv.Conns, commandUs(lv.RedisCommands, "evalsha"), strings.Join(inner, ", "), commandUs(lv.RedisCommands, "xreadgroup"), lv.RedisUs-top)
+	}
+	if len(b.Levels) == 0 || len(b.Levels[0].Account) == 0 {
+		return
+	}
+	fmt.Fprintln(w)
+	tw = tabwriter.NewWriter(w, 0, 0, 1, ' ', tabwriter.Debug)
+	head := "a request's CPU by part, µs (CPU profiles, scaled to /proc)"
+	for _, lv := range b.Levels {
+		head += fmt.Sprintf("\tbare, %d conns\tgateway\tgateway - bare", lv.Conns)
+	}
+	fmt.Fprintln(tw, head+"\t")
+	for _, part := range append(parts, "total") {
+		line, seen := part, false
+		for _, lv := range b.Levels {
+			var bu, gu float64
+			for _, l := range lv.Account {
+				if l.Part == part || part == "total" {
+					bu, gu, seen = bu+l.BareUs, gu+l.GatewayUs, true
+				}
+			}
+			line += fmt.Sprintf("\t%.2f\t%.2f\t%+.2f", bu, gu, gu-bu)
+		}
+		if seen {
+			fmt.Fprintln(tw, line+"\t")
+		}
+	}
+	tw.Flush()
+}
+
+func commandUs(cs []CommandCost, name string) float64 {
+	for _, c := range cs {
+		if c.Command == name {
+			return c.Us
+		}
+	}
+	return 0
 }

@@ -29,6 +29,7 @@ func main() {
 func run() error {
 	var (
 		trivial  = flag.String("trivial", "", "serve the HTTP ceiling's handler on this address (used by bench itself)")
+		trivOps  = flag.String("trivial-ops", "", "with -trivial: serve /metrics and /debug/pprof/ on this address (used by bench itself)")
 		out      = flag.String("out", "bench-results", "directory for the JSON and SVG results")
 		conns    = flag.String("conns", "64,256", "concurrency levels")
 		duration = flag.Duration("duration", 10*time.Second, "each throughput measurement")
@@ -53,12 +54,14 @@ func run() error {
 		tailOnly = flag.Bool("tail-only", false, "measure only the sold-out tail rows: a voucher of one bucket, then of two, sold out with units trickling back, beside another voucher's claims (its p99 and 5xx)")
 		splitAt  = flag.Float64("split-held", 1.0/3, "the split row's claims, from the threshold's setting to the split done, as a share of the rate one master admitted before (the threshold is three quarters of it)")
 		splitOn  = flag.Bool("split-only", false, "measure only the split row: a hot voucher on one bucket of a 3-master Redis Cluster, split by itself while it sells (admissions/s and each master's share before and after, the time from hot to split, the p99 during it)")
+		buyOnly  = flag.Bool("buyers-only", false, "measure only the buyers' rows: -buyers distinct users, one claim each, at each -conns, one worker, beside the bare handler (with -profile, the account of a claim's CPU by part)")
+		buyers   = flag.Int("buyers", 200_000, "distinct users of the buyers' rows, one claim each, at each -conns")
 		admOnly  = flag.Bool("admitted-only", false, "measure only the admitted claims end to end: gateway and redis-server process CPU per claim with workers persisting, against the bare handler, at each -conns")
 		compare  = flag.String("compare", "", "a committed run to compare with (default: docs/bench-run.json, docs/bench-cpu-batch-run.json with -cpu-only, docs/bench-run.json with -admitted-only, docs/bench-durability-run.json with -durability-only, docs/bench-draw-run.json with -draw-only, docs/bench-room-run.json with -room-only, docs/bench-drain-run.json with -drain-only, docs/bench-events-run.json with -events-only, docs/bench-split-run.json with -split-only, docs/bench-tail-run.json with -tail-only); rows over 10 % worse are flagged")
 	)
 	flag.Parse()
 	if *trivial != "" {
-		return bench.ServeTrivial(*trivial)
+		return bench.ServeTrivial(*trivial, *trivOps)
 	}
 	for _, kv := range splitEnv(*env) {
 		if k, _, ok := strings.Cut(kv, "="); !ok || !strings.HasPrefix(k, "FLASHSALE_") {
@@ -91,7 +94,7 @@ func run() error {
 	defer stop()
 	rep, err := bench.Run(ctx, bench.Config{Dir: dir, Conns: cs, Duration: *duration, DrainOrders: *drain, BaselineOrders: *baseline,
 		E2EClaims: *claims, E2EUsers: *users, E2EStock: *stock, Self: self, Log: os.Stderr, ProfileDir: *profDir, CPUOnly: *cpuOnly, DurabilityOnly: *durOnly,
-		DrawOnly: *drawOnly, DrawEntries: *drawN, DrawStock: *drawS, RoomOnly: *roomOnly, RoomWaiters: *roomN, MemoryOnly: *memOnly, DrainOnly: *drainOn, EventsOnly: *evOnly, SplitOnly: *splitOn, SplitHeld: *splitAt, TailOnly: *tailOnly, FreezeOnly: *frzOnly, AdmittedOnly: *admOnly, Env: splitEnv(*env)})
+		DrawOnly: *drawOnly, DrawEntries: *drawN, DrawStock: *drawS, RoomOnly: *roomOnly, RoomWaiters: *roomN, MemoryOnly: *memOnly, DrainOnly: *drainOn, EventsOnly: *evOnly, SplitOnly: *splitOn, SplitHeld: *splitAt, TailOnly: *tailOnly, FreezeOnly: *frzOnly, AdmittedOnly: *admOnly, BuyersOnly: *buyOnly, Buyers: *buyers, Env: splitEnv(*env)})
 	if err != nil {
 		return err
 	}
@@ -102,7 +105,7 @@ func run() error {
 	case base != "":
 	case *cpuOnly:
 		base = "docs/bench-cpu-batch-run.json"
-	case *admOnly:
+	case *admOnly, *buyOnly:
 		base = "docs/bench-run.json"
 	case *durOnly:
 		base = "docs/bench-durability-run.json"
