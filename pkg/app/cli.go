@@ -370,11 +370,12 @@ func (d *Duration) Set(s string) error {
 }
 
 // RuntimeCollector is the Go runtime's collector every role registers:
-// the default set (memory, collections, goroutines) and the scheduler's
+// the default set (memory, collections, goroutines), the scheduler's
 // latencies (go_sched_latencies_seconds: how long a goroutine that could
-// run waited to run; its count is how many times one was scheduled,
-// which make bench reads per request).
+// run waited to run, one transition in eight sampled) and the goroutines
+// created (go_sched_goroutines_created_goroutines_total); make bench
+// reads both per request.
 func RuntimeCollector() prometheus.Collector {
 	return collectors.NewGoCollector(collectors.WithGoCollectorRuntimeMetrics(
-		collectors.GoRuntimeMetricsRule{Matcher: regexp.MustCompile(`^/sched/latencies:seconds$`)}))
+		collectors.GoRuntimeMetricsRule{Matcher: regexp.MustCompile(`^/sched/(latencies:seconds|goroutines-created:goroutines)$`)}))
 }

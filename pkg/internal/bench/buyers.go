@@ -49,18 +49,27 @@ type BuyersSide struct {
 	Measure
 	CPUus float64 `json:"cpu_us_per_request"`
 	// Scheduled is how many times the process's runtime scheduled a
-	// goroutine to run, per request (go_sched_latencies_seconds_count).
+	// goroutine to run, per request: go_sched_latencies_seconds_count
+	// times eight (the runtime records one transition in eight of each
+	// goroutine's), an estimate.
 	Scheduled float64 `json:"goroutines_scheduled_per_request"`
+	// Created is the goroutines created per request, counted exactly.
+	Created float64 `json:"goroutines_created_per_request"`
 }
 
 const buyersWorkers = 1
 
+// schedTracked is the period at which the runtime samples a goroutine's
+// transitions into its scheduling latencies (runtime's gTrackingPeriod).
+const schedTracked = 8
+
 // schedCount reads how many times a process's runtime has scheduled a
-// goroutine, from its /metrics.
-func schedCount(opsURL string) (float64, error) {
-	const name = "go_sched_latencies_seconds_count"
-	m, err := scrapeGauges(opsURL+"/metrics", []string{name})
-	return m[name], err
+// goroutine (estimated from the sampled latencies' count) and created
+// one, from its /metrics.
+func schedCount(opsURL string) (scheduled, created float64, err error) {
+	const lat, made = "go_sched_latencies_seconds_count", "go_sched_goroutines_created_goroutines_total"
+	m, err := scrapeGauges(opsURL+"/metrics", []string{lat, made})
+	return m[lat] * schedTracked, m[made], err
 }
 
 // sideRun drives load at a server and measures its CPU and schedulings;
@@ -68,7 +77,7 @@ func schedCount(opsURL string) (float64, error) {
 // outlasts the load adds the idle process's few samples: the account
 // uses shares of the samples, scaled to the CPU /proc measured).
 func sideRun(pid int, opsURL string, l Load, profileTo, pprofURL string, profileFor time.Duration) (BuyersSide, *Result, error) {
-	s0, err := schedCount(opsURL)
+	s0, m0, err := schedCount(opsURL)
 	if err != nil {
 		return BuyersSide{}, nil, err
 	}
@@ -90,7 +99,7 @@ func sideRun(pid int, opsURL string, l Load, profileTo, pprofURL string, profile
 	if err != nil {
 		return BuyersSide{}, nil, err
 	}
-	s1, err := schedCount(opsURL)
+	s1, m1, err := schedCount(opsURL)
 	if err != nil {
 		return BuyersSide{}, nil, err
 	}
@@ -99,7 +108,7 @@ func sideRun(pid int, opsURL string, l Load, profileTo, pprofURL string, profile
 	}
 	n := float64(r.Requests)
 	return BuyersSide{Measure: measure("", "closed", l.Conns, 0, r), CPUus: float64((p1 - p0).Microseconds()) / n,
-		Scheduled: (s1 - s0) / n}, r, nil
+		Scheduled: (s1 - s0) / n, Created: (m1 - m0) / n}, r, nil
 }
 
 // buyersRuns measures the buyers' rows at each of cfg.Conns.
@@ -182,9 +191,9 @@ func buyersRuns(ctx context.Context, s *harness.Stack, cfg Config, tokens []stri
 		if calls := c1["evalsha"][0] - c0["evalsha"][0]; calls > 0 {
 			lv.ClaimsPerCall = float64(admitted) / calls
 		}
-		cfg.logf("buyers, %d conns: gateway %.0f claims/s p50 %s p99 %s, %.1f µs (%.2f × bare %.1f), %.1f scheduled a claim (bare %.1f); redis %.1f µs a claim, %.1f claims a call; bare %.0f req/s p99 %s",
+		cfg.logf("buyers, %d conns: gateway %.0f claims/s p50 %s p99 %s, %.1f µs (%.2f × bare %.1f), %.1f goroutines scheduled and %.2f created a claim (bare %.1f, %.2f); redis %.1f µs a claim, %.1f claims a call; bare %.0f req/s p99 %s",
 			conns, lv.Gateway.RPS, us(lv.Gateway.P50us), us(lv.Gateway.P99us), lv.Gateway.CPUus, lv.Gateway.CPUus/lv.Bare.CPUus, lv.Bare.CPUus,
-			lv.Gateway.Scheduled, lv.Bare.Scheduled, lv.RedisUs, lv.ClaimsPerCall, lv.Bare.RPS, us(lv.Bare.P99us))
+			lv.Gateway.Scheduled, lv.Gateway.Created, lv.Bare.Scheduled, lv.Bare.Created, lv.RedisUs, lv.ClaimsPerCall, lv.Bare.RPS, us(lv.Bare.P99us))
 		if profiling {
 			if lv.Account, err = account(bareProf, gwProf, lv.Bare.CPUus, lv.Gateway.CPUus); err != nil {
 				return nil, err
