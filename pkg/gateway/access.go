@@ -32,7 +32,7 @@ var (
 // open sale, or one past its codes' until, takes the claim whatever its
 // code says.
 func (g *Gateway) claimAccess(r *http.Request, user string, voucher int64) rdb.AccessCode {
-	code := r.Header.Get(access.Header)
+	code := httpapi.HeaderValue(r, access.Header)
 	switch {
 	case code == "":
 		return rdb.NoAccessCode

@@ -22,7 +22,7 @@ type auth struct {
 }
 
 func bearer(r *http.Request) (string, bool) {
-	h := r.Header.Get("Authorization")
+	h := httpapi.HeaderValue(r, "Authorization")
 	if len(h) < 7 || !strings.EqualFold(h[:7], "bearer ") {
 		return "", false
 	}

@@ -59,7 +59,7 @@ func (g *Gateway) claim(w http.ResponseWriter, r *http.Request) {
 		g.countClaim(resultInvalid, "", start)
 		return
 	}
-	key := r.Header.Get("Idempotency-Key")
+	key := httpapi.HeaderValue(r, "Idempotency-Key")
 	if key != "" && !httpapi.ValidUser(key) {
 		g.fail(w, r, errBadIdempotencyKey)
 		g.countClaim(resultInvalid, "", start)
@@ -81,7 +81,7 @@ func (g *Gateway) claim(w http.ResponseWriter, r *http.Request) {
 	}
 	now := g.now()
 	c := rdb.Claim{VoucherID: voucher, UserID: user, IdempotencyKey: key, IdempotencyTTL: g.cfg.IdempotencyTTL,
-		Now: now, Day: order.Day(now, g.loc), Quantity: qty, Proof: proof, Access: g.claimAccess(r, user, voucher)}
+		Now: now, Day: g.days.Of(now), Quantity: qty, Proof: proof, Access: g.claimAccess(r, user, voucher)}
 	if checkErr != nil {
 		g.refuseUnlessReplayed(w, r, c, checkErr, start)
 		return

@@ -19,6 +19,7 @@ import (
 	"github.com/flashsale/flashsale/pkg/db"
 	"github.com/flashsale/flashsale/pkg/gateway/operator"
 	"github.com/flashsale/flashsale/pkg/history"
+	"github.com/flashsale/flashsale/pkg/order"
 	"github.com/flashsale/flashsale/pkg/proof"
 	"github.com/flashsale/flashsale/pkg/ratelimit"
 	"github.com/flashsale/flashsale/pkg/rdb"
@@ -31,6 +32,7 @@ import (
 type Gateway struct {
 	cfg   Config
 	loc   *time.Location
+	days  *order.Days // the per-day limit's day in loc, formatted once a day
 	now   func() time.Time
 	redis *rdb.Store
 	db    *db.Store
@@ -127,7 +129,7 @@ func New(cfg Config, r *rdb.Store, d *db.Store, log *zap.Logger, opts ...Option)
 	if log == nil {
 		log = zap.NewNop()
 	}
-	g := &Gateway{cfg: cfg, loc: loc, now: time.Now, roomTick: roomTick, redis: r, db: d, log: log.Named("gateway"), reg: prometheus.NewRegistry(),
+	g := &Gateway{cfg: cfg, loc: loc, days: order.NewDays(loc), now: time.Now, roomTick: roomTick, redis: r, db: d, log: log.Named("gateway"), reg: prometheus.NewRegistry(),
 		mysqlSlots: make(chan struct{}, cfg.MySQLMaxInflight), adminSlots: make(chan struct{}, adminMySQLSlots),
 		eventsSlots: make(chan struct{}, eventsMySQLSlots), trusted: trusted,
 		users: ratelimit.New(cfg.UserRate, cfg.UserBurst), addrs: ratelimit.New(cfg.IPRate, cfg.IPBurst),

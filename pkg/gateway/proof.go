@@ -74,7 +74,7 @@ var errChallengeVoucher = httpapi.BadRequest("invalid_field", "voucher_id is req
 // claimProof verifies the proof of work of user's claim (or join) of
 // voucher, if it carries one.
 func (g *Gateway) claimProof(r *http.Request, user string, voucher int64) (rdb.Proof, error) {
-	h := r.Header.Get(proof.Header)
+	h := httpapi.HeaderValue(r, proof.Header)
 	if h == "" {
 		return rdb.Proof{}, nil
 	}

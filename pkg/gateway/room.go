@@ -85,7 +85,7 @@ func (g *Gateway) tickRooms(ctx context.Context) {
 func (g *Gateway) roomPass(r *http.Request, v int64, user string, now time.Time) (string, error) {
 	var s *room.Snapshot
 	e := g.rooms.Of(v)
-	tok := r.Header.Get(room.Header)
+	tok := httpapi.HeaderValue(r, room.Header)
 	if e != nil {
 		var err error
 		if s, err = e.Known(); err != nil { // no room (as of the last tick): the script decides
@@ -139,7 +139,7 @@ func (g *Gateway) roomPass(r *http.Request, v int64, user string, now time.Time)
 // when it has one (with s, the room's last state, if any), else looked up
 // in Redis (with a state read there too).
 func (g *Gateway) roomPlace(r *http.Request, v int64, user string, s *room.Snapshot) (*room.Snapshot, room.Place, error) {
-	if tok := r.Header.Get(room.Header); tok != "" {
+	if tok := httpapi.HeaderValue(r, room.Header); tok != "" {
 		p, err := g.queueTokens.Verify(v, user, tok)
 		if err != nil {
 			return nil, room.Place{}, errBadQueue
@@ -194,7 +194,7 @@ func (g *Gateway) joinQueue(w http.ResponseWriter, r *http.Request) {
 // token is a capability, like a session cookie): polls are the room's hot
 // path, and a bearer token's verification was most of their cost.
 func (g *Gateway) getQueue(w http.ResponseWriter, r *http.Request) {
-	if r.Header.Get("Authorization") == "" && r.Header.Get(room.Header) != "" {
+	if httpapi.HeaderValue(r, "Authorization") == "" && httpapi.HeaderValue(r, room.Header) != "" {
 		v, err := httpapi.PathID(r) // pollsFirst answers these before the router; this is its fallback
 		if err != nil {
 			g.fail(w, r, err)
@@ -208,7 +208,7 @@ func (g *Gateway) getQueue(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s, err := g.rooms.Known(v)
-	if s == nil && err == nil && r.Header.Get(room.Header) == "" {
+	if s == nil && err == nil && httpapi.HeaderValue(r, room.Header) == "" {
 		// Nothing known of a room, and no token proving one: the index
 		// answers an id without a room, or without a voucher; else the
 		// room is read once for every asker.
@@ -225,7 +225,7 @@ func (g *Gateway) getQueue(w http.ResponseWriter, r *http.Request) {
 		g.fail(w, r, err)
 		return
 	}
-	tok := r.Header.Get(room.Header)
+	tok := httpapi.HeaderValue(r, room.Header)
 	if tok == "" {
 		tok = g.queueTokens.Sign(v, user, p)
 	}
@@ -242,7 +242,7 @@ func (g *Gateway) pollsFirst(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		p := r.URL.Path
 		if r.Method == http.MethodGet && strings.HasPrefix(p, prefix) && strings.HasSuffix(p, suffix) &&
-			len(p) > len(prefix)+len(suffix) && r.Header.Get("Authorization") == "" && r.Header.Get(room.Header) != "" {
+			len(p) > len(prefix)+len(suffix) && httpapi.HeaderValue(r, "Authorization") == "" && httpapi.HeaderValue(r, room.Header) != "" {
 			if v, err := httpapi.ParseID(p[len(prefix) : len(p)-len(suffix)]); err == nil {
 				g.pollByToken(w, r, v)
 				return
@@ -255,7 +255,7 @@ func (g *Gateway) pollsFirst(next http.Handler) http.Handler {
 // pollByToken answers a poll of voucher v's room that carries only its
 // queue token.
 func (g *Gateway) pollByToken(w http.ResponseWriter, r *http.Request, v int64) {
-	tok := r.Header.Get(room.Header)
+	tok := httpapi.HeaderValue(r, room.Header)
 	user, p, err := g.queueTokens.Open(v, tok)
 	if err != nil {
 		g.fail(w, r, errBadQueue)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 )
 
@@ -209,4 +210,43 @@ func EntryOf(id int64) (partition int, entryID string, index int) {
 // Day formats t as the yyyymmdd day in loc, the unit of per-day limits.
 func Day(t time.Time, loc *time.Location) string {
 	return t.In(loc).Format("20060102")
+}
+
+// Days is Day in one time zone, remembering the last day it formatted:
+// the day a claim counts under changes once a day, so a gateway's claims
+// need no formatting (nor the string it allocates) but the first of each
+// day. Safe for concurrent use.
+type Days struct {
+	loc  *time.Location
+	last atomic.Pointer[dayRange]
+}
+
+// dayRange is one day's name and its bounds, [from, to) in unix
+// nanoseconds.
+type dayRange struct {
+	from, to int64
+	name     string
+}
+
+// NewDays returns a Days of loc.
+func NewDays(loc *time.Location) *Days { return &Days{loc: loc} }
+
+// Of is Day(t, loc).
+func (d *Days) Of(t time.Time) string {
+	n := t.UnixNano()
+	if r := d.last.Load(); r != nil && n >= r.from && n < r.to {
+		return r.name
+	}
+	lt := t.In(d.loc)
+	y, m, day := lt.Date()
+	r := &dayRange{from: time.Date(y, m, day, 0, 0, 0, 0, d.loc).UnixNano(), to: time.Date(y, m, day+1, 0, 0, 0, 0, d.loc).UnixNano(),
+		name: lt.Format("20060102")}
+	// Remembered only when both bounds are the day's true ones: on a day
+	// whose midnight the zone's clocks skip, time.Date may give a bound
+	// an hour off, and that day is formatted each time instead.
+	name := func(ns int64) string { return Day(time.Unix(0, ns), d.loc) }
+	if n >= r.from && n < r.to && name(r.from) == r.name && name(r.from-1) != r.name && name(r.to-1) == r.name && name(r.to) != r.name {
+		d.last.Store(r)
+	}
+	return r.name
 }

@@ -73,7 +73,7 @@ func BodyTooLarge(limit int64) *Error {
 // "stock"), a name may appear once, and an unknown one is refused; so is
 // anything after the object. Errors are the API's, with their codes.
 func DecodeJSON(w http.ResponseWriter, r *http.Request, dst any, limit int64) error {
-	if ct := r.Header.Get("Content-Type"); ct != "" {
+	if ct := HeaderValue(r, "Content-Type"); ct != "" {
 		if mt, _, err := mime.ParseMediaType(ct); err != nil || mt != "application/json" {
 			return NewError(http.StatusUnsupportedMediaType, "unsupported_media_type", "the body must be application/json")
 		}
@@ -173,4 +173,16 @@ func ValidUser(s string) bool {
 // NewError is an answer of status with code and msg.
 func NewError(status int, code, msg string) *Error {
 	return &Error{Status: status, Code: code, Message: msg}
+}
+
+// HeaderValue is r's first value of the header key, which must be in
+// canonical form (http.CanonicalHeaderKey(key) == key, held by a test for
+// the keys the gateway reads): net/http files a request's headers under
+// their canonical keys, so a lookup by one needs none of Header.Get's
+// canonicalisation, which a claim would pay for each header it reads.
+func HeaderValue(r *http.Request, key string) string {
+	if v := r.Header[key]; len(v) > 0 {
+		return v[0]
+	}
+	return ""
 }
