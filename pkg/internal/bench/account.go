@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"time"
 
 	pprofile "github.com/google/pprof/profile"
 )
@@ -176,6 +177,11 @@ func account(bareProfile, gatewayProfile string, bareUs, gatewayUs float64) ([]A
 	if err != nil {
 		return nil, err
 	}
+	return accountOf(bare, gw, bareUs, gatewayUs), nil
+}
+
+// accountOf is account of two profiles' shares.
+func accountOf(bare, gw map[string]float64, bareUs, gatewayUs float64) []AccountLine {
 	var out []AccountLine
 	for _, part := range parts {
 		b, g := bare[part]*bareUs, gw[part]*gatewayUs
@@ -184,5 +190,19 @@ func account(bareProfile, gatewayProfile string, bareUs, gatewayUs float64) ([]A
 		}
 		out = append(out, AccountLine{Part: part, BareUs: b, GatewayUs: g})
 	}
-	return out, nil
+	return out
+}
+
+// coverage is the share of a process's CPU its profile's samples saw:
+// sampled seconds over the CPU it used in the profile's window (its CPU
+// rate over the run, times the window, the shorter of the profile and
+// the run). The rest is CPU the profiler's signal did not land in (in
+// the kernel, mostly); the account assumes it is shared as the samples
+// are.
+func coverage(sampled float64, side BuyersSide, profiled time.Duration) float64 {
+	if side.RunSeconds <= 0 || side.CPUSeconds <= 0 {
+		return 0
+	}
+	window := min(profiled.Seconds(), side.RunSeconds)
+	return sampled / (side.CPUSeconds / side.RunSeconds * window)
 }

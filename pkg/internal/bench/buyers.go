@@ -55,6 +55,12 @@ type BuyersSide struct {
 	Scheduled float64 `json:"goroutines_scheduled_per_request"`
 	// Created is the goroutines created per request, counted exactly.
 	Created float64 `json:"goroutines_created_per_request"`
+	// RunSeconds and CPUSeconds: the load's length and the process's
+	// CPU over it; Profiled, with -profile, the share of that CPU the
+	// profile's samples saw in their window.
+	RunSeconds float64 `json:"run_s"`
+	CPUSeconds float64 `json:"cpu_s"`
+	Profiled   float64 `json:"profiled_share,omitempty"`
 }
 
 const buyersWorkers = 1
@@ -108,7 +114,7 @@ func sideRun(pid int, opsURL string, l Load, profileTo, pprofURL string, profile
 	}
 	n := float64(r.Requests)
 	return BuyersSide{Measure: measure("", "closed", l.Conns, 0, r), CPUus: float64((p1 - p0).Microseconds()) / n,
-		Scheduled: (s1 - s0) / n, Created: (m1 - m0) / n}, r, nil
+		Scheduled: (s1 - s0) / n, Created: (m1 - m0) / n, RunSeconds: r.Duration.Seconds(), CPUSeconds: (p1 - p0).Seconds()}, r, nil
 }
 
 // buyersRuns measures the buyers' rows at each of cfg.Conns.
@@ -195,9 +201,16 @@ func buyersRuns(ctx context.Context, s *harness.Stack, cfg Config, tokens []stri
 			conns, lv.Gateway.RPS, us(lv.Gateway.P50us), us(lv.Gateway.P99us), lv.Gateway.CPUus, lv.Gateway.CPUus/lv.Bare.CPUus, lv.Bare.CPUus,
 			lv.Gateway.Scheduled, lv.Gateway.Created, lv.Bare.Scheduled, lv.Bare.Created, lv.RedisUs, lv.ClaimsPerCall, lv.Bare.RPS, us(lv.Bare.P99us))
 		if profiling {
-			if lv.Account, err = account(bareProf, gwProf, lv.Bare.CPUus, lv.Gateway.CPUus); err != nil {
+			bare, bs, err := profileShares(bareProf)
+			if err != nil {
 				return nil, err
 			}
+			gw, gs, err := profileShares(gwProf)
+			if err != nil {
+				return nil, err
+			}
+			lv.Account = accountOf(bare, gw, lv.Bare.CPUus, lv.Gateway.CPUus)
+			lv.Bare.Profiled, lv.Gateway.Profiled = coverage(bs, lv.Bare, cfg.Duration), coverage(gs, lv.Gateway, cfg.Duration)
 		}
 		out.Levels = append(out.Levels, lv)
 	}

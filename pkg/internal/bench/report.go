@@ -229,8 +229,16 @@ func (r *Report) printBuyers(w io.Writer) {
 		head += fmt.Sprintf("\tbare, %d conns\tgateway\tgateway - bare", lv.Conns)
 	}
 	fmt.Fprintln(tw, head+"\t")
-	for _, part := range append(parts, "total") {
+	for _, part := range append(parts, "total", "profiled") {
 		line, seen := part, false
+		if part == "profiled" {
+			line = "share of the CPU the samples saw"
+			for _, lv := range b.Levels {
+				line += fmt.Sprintf("\t%.0f %%\t%.0f %%\t", 100*lv.Bare.Profiled, 100*lv.Gateway.Profiled)
+			}
+			fmt.Fprintln(tw, line+"\t")
+			continue
+		}
 		for _, lv := range b.Levels {
 			var bu, gu float64
 			for _, l := range lv.Account {
