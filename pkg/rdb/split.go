@@ -886,3 +886,74 @@ func (s *Store) SplitTarget(ctx context.Context, v int64, n int) (int, error) {
 	}
 	return best, nil
 }
+
+// Spread is how a count of a voucher's buckets sits on a cluster's
+// masters (BucketSpread).
+type Spread struct {
+	// ByMaster is the buckets on each master the voucher's partitions
+	// reach (0 where none of them is).
+	ByMaster map[string]int
+	// Even: each of those masters holds ⌊n/M⌋ or ⌈n/M⌉ of the n.
+	Even bool
+	// Below and Above are the nearest counts that would share the
+	// masters evenly (multiples of the step, above it, at most
+	// MaxBuckets), 0 for none.
+	Below, Above int
+}
+
+// BucketSpread is where n buckets of voucher v would be: on a cluster,
+// the buckets each master its partitions reach holds (bucket b is in
+// partition (v's + b) mod partitions, its slot's master's), whether they
+// share them evenly, and the nearest counts that would, among the
+// multiples of step above step (a split's counts: each of step buckets
+// splits into as many). Nil on one Redis: one thread decides every bucket.
+func (s *Store) BucketSpread(ctx context.Context, v int64, n, step int) (*Spread, error) {
+	cc, ok := s.c.(*redis.ClusterClient)
+	if !ok {
+		return nil, nil
+	}
+	masterOf := make([]string, s.partitions) // by bucket mod partitions
+	reach := map[string]int{}
+	for b := range s.partitions {
+		m, err := cc.MasterForKey(ctx, s.bucketOf(v, b).key())
+		if err != nil {
+			return nil, fmt.Errorf("master of voucher %d bucket %d: %w", v, b, err)
+		}
+		masterOf[b] = m.Options().Addr
+		reach[masterOf[b]] = 0
+	}
+	count := func(n int) map[string]int {
+		by := make(map[string]int, len(reach))
+		for m := range reach {
+			by[m] = 0
+		}
+		for b := range n {
+			by[masterOf[b%s.partitions]]++
+		}
+		return by
+	}
+	even := func(n int) bool {
+		lo := n / len(reach)
+		hi := lo
+		if n%len(reach) != 0 {
+			hi++
+		}
+		for _, c := range count(n) {
+			if c < lo || c > hi {
+				return false
+			}
+		}
+		return true
+	}
+	out := &Spread{ByMaster: count(n), Even: even(n)}
+	step = max(step, 1)
+	for c := 2 * step; c <= MaxBuckets; c += step {
+		switch {
+		case c < n && even(c):
+			out.Below = c
+		case c > n && even(c) && out.Above == 0:
+			out.Above = c
+		}
+	}
+	return out, nil
+}

@@ -150,6 +150,9 @@ type voucherStatusJSON struct {
 	Draw any `json:"draw,omitempty"`
 	// Room: a waiting room's figures, from its state in Redis.
 	Room *roomJSON `json:"room,omitempty"`
+	// BucketsByMaster: on a cluster, the buckets each master the
+	// voucher's partitions reach holds.
+	BucketsByMaster map[string]int `json:"buckets_by_master,omitempty"`
 }
 
 type roomJSON struct {
@@ -212,6 +215,14 @@ func (a *API) getVoucher(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	out.Stream.Partition = a.Redis.PartitionOf(id)
+	sp, err := a.Redis.BucketSpread(ctx, id, max(v.StockBuckets, 1), 1)
+	if err != nil {
+		a.Fail(w, r, err)
+		return
+	}
+	if sp != nil {
+		out.BucketsByMaster = sp.ByMaster
+	}
 	for _, b := range out.Streams {
 		out.Stream.Length += b.Length
 		out.Stream.Orders += b.Orders
@@ -335,6 +346,10 @@ func (a *API) changeVoucher(w http.ResponseWriter, r *http.Request) {
 			a.Fail(w, r, err)
 			return
 		}
+		if err := a.evenSpread(ctx, current, to); err != nil {
+			a.Fail(w, r, err)
+			return
+		}
 	}
 	v := current
 	if req.Other() {
@@ -360,6 +375,20 @@ func (a *API) changeVoucher(w http.ResponseWriter, r *http.Request) {
 		a.Log.Info("voucher split asked", zap.Int64("voucher_id", id), zap.Int("from", v.StockBuckets), zap.Int64("to", to))
 	}
 	httpapi.WriteJSON(w, http.StatusOK, voucherOut(v, a.Now()))
+}
+
+// evenSpread refuses a split of v to to that would not share a cluster's
+// masters evenly (voucher.Spread); a split under way to to is not asked
+// again, and one Redis has one thread for every bucket.
+func (a *API) evenSpread(ctx context.Context, v db.Voucher, to int64) error {
+	if a.Redis == nil || (v.Splitting() && int64(v.SplitTo) == to) {
+		return nil
+	}
+	sp, err := a.Redis.BucketSpread(ctx, v.ID, int(to), max(v.StockBuckets, 1))
+	if err != nil {
+		return err
+	}
+	return ruleError(voucher.Spread(to, sp))
 }
 
 // edited is voucher v as edit leaves it, for the rules that read more

@@ -4219,9 +4219,12 @@ type GetAdminV1VouchersIdResponse struct {
 	JSON200 *struct {
 		Access     *Access                                           `json:"access,omitempty"`
 		Allocation GetAdminV1VouchersId200JSONResponseBodyAllocation `json:"allocation"`
-		CreatedAt  time.Time                                         `json:"created_at"`
-		Draw       *Draw                                             `json:"draw,omitempty"`
-		EndsAt     *time.Time                                        `json:"ends_at,omitempty"`
+
+		// BucketsByMaster on a Redis Cluster, the voucher's stock buckets each master (by address) holds, every master its partitions reach listed; absent on one Redis
+		BucketsByMaster *map[string]int `json:"buckets_by_master,omitempty"`
+		CreatedAt       time.Time       `json:"created_at"`
+		Draw            *Draw           `json:"draw,omitempty"`
+		EndsAt          *time.Time      `json:"ends_at,omitempty"`
 
 		// HotSince when a Redis bucket of the voucher first admitted FLASHSALE_HOT_SPLIT_AT units a second, once it had for FLASHSALE_HOT_SPLIT_FOR (the reaper's detector); absent while it is not hot
 		HotSince              *time.Time                                  `json:"hot_since,omitempty"`
@@ -4289,9 +4292,12 @@ type GetAdminV1VouchersIdResponse struct {
 func (r GetAdminV1VouchersIdResponse) GetJSON200() *struct {
 	Access     *Access                                           `json:"access,omitempty"`
 	Allocation GetAdminV1VouchersId200JSONResponseBodyAllocation `json:"allocation"`
-	CreatedAt  time.Time                                         `json:"created_at"`
-	Draw       *Draw                                             `json:"draw,omitempty"`
-	EndsAt     *time.Time                                        `json:"ends_at,omitempty"`
+
+	// BucketsByMaster on a Redis Cluster, the voucher's stock buckets each master (by address) holds, every master its partitions reach listed; absent on one Redis
+	BucketsByMaster *map[string]int `json:"buckets_by_master,omitempty"`
+	CreatedAt       time.Time       `json:"created_at"`
+	Draw            *Draw           `json:"draw,omitempty"`
+	EndsAt          *time.Time      `json:"ends_at,omitempty"`
 
 	// HotSince when a Redis bucket of the voucher first admitted FLASHSALE_HOT_SPLIT_AT units a second, once it had for FLASHSALE_HOT_SPLIT_FOR (the reaper's detector); absent while it is not hot
 	HotSince              *time.Time                                  `json:"hot_since,omitempty"`
@@ -6124,9 +6130,12 @@ func ParseGetAdminV1VouchersIdResponse(rsp *http.Response) (*GetAdminV1VouchersI
 		var dest struct {
 			Access     *Access                                           `json:"access,omitempty"`
 			Allocation GetAdminV1VouchersId200JSONResponseBodyAllocation `json:"allocation"`
-			CreatedAt  time.Time                                         `json:"created_at"`
-			Draw       *Draw                                             `json:"draw,omitempty"`
-			EndsAt     *time.Time                                        `json:"ends_at,omitempty"`
+
+			// BucketsByMaster on a Redis Cluster, the voucher's stock buckets each master (by address) holds, every master its partitions reach listed; absent on one Redis
+			BucketsByMaster *map[string]int `json:"buckets_by_master,omitempty"`
+			CreatedAt       time.Time       `json:"created_at"`
+			Draw            *Draw           `json:"draw,omitempty"`
+			EndsAt          *time.Time      `json:"ends_at,omitempty"`
 
 			// HotSince when a Redis bucket of the voucher first admitted FLASHSALE_HOT_SPLIT_AT units a second, once it had for FLASHSALE_HOT_SPLIT_FOR (the reaper's detector); absent while it is not hot
 			HotSince              *time.Time                                  `json:"hot_since,omitempty"`

@@ -170,6 +170,20 @@ func splitSale(ctx context.Context, cfg *config, arg string, n int64, dry bool) 
 		if err := voucher.Split(v, n, time.Now()); err != nil {
 			return err
 		}
+		if cfg.RedisCluster && !v.Splitting() { // a cluster's masters share the buckets evenly; one Redis has one thread
+			redis, err := cfg.Redis(ctx, 2)
+			if err != nil {
+				return err
+			}
+			defer redis.Client().Close()
+			sp, err := redis.BucketSpread(ctx, v.ID, int(n), max(v.StockBuckets, 1))
+			if err != nil {
+				return err
+			}
+			if err := voucher.Spread(n, sp); err != nil {
+				return err
+			}
+		}
 		what := fmt.Sprintf("split its %d Redis buckets to %d", max(v.StockBuckets, 1), n)
 		if dry {
 			fmt.Printf("voucher %d (%s): would %s; nothing changed (--dry-run)\n", v.ID, v.Name, what)
