@@ -245,7 +245,7 @@ func (s *Store) TrimIndexes(ctx context.Context, v int64, now time.Time) (finish
 		if ti, _ := h[1].(string); ti == end {
 			continue
 		}
-		left, err := s.trimBucket(ctx, b)
+		left, _, err := s.trimBucket(ctx, b)
 		if err != nil {
 			return false, err
 		}
@@ -264,29 +264,76 @@ func (s *Store) TrimIndexes(ctx context.Context, v int64, now time.Time) (finish
 
 // trimBucket runs pending.lua over the users whose indexes HSCAN finds in
 // bucket b, a chunk at a time; left: some index still names an order in
-// the stream.
-func (s *Store) trimBucket(ctx context.Context, b bucket) (left bool, err error) {
+// the stream; dropped: the indexes dropped whole (all their orders gone
+// from the stream).
+func (s *Store) trimBucket(ctx context.Context, b bucket) (left bool, dropped int, err error) {
 	var cursor uint64
 	for {
 		fields, next, err := s.c.HScan(ctx, b.key(), cursor, pendingPrefix+"*", trimChunk).Result()
 		if err != nil {
-			return false, fmt.Errorf("scan indexes of %s: %w", b.key(), err)
+			return false, dropped, fmt.Errorf("scan indexes of %s: %w", b.key(), err)
 		}
-		users := make([]any, 0, len(fields)/2)
+		chunk := make([]any, 0, len(fields)/2)
 		for i := 0; i < len(fields); i += 2 {
-			users = append(users, strings.TrimPrefix(fields[i], pendingPrefix))
+			chunk = append(chunk, strings.TrimPrefix(fields[i], pendingPrefix))
 		}
-		if len(users) > 0 {
-			still, err := lua.Pending.Run(ctx, s.c, []string{b.key(), b.stream()}, users...).Slice()
+		if len(chunk) > 0 {
+			still, err := lua.Pending.Run(ctx, s.c, []string{b.key(), b.stream()}, chunk...).Slice()
 			if err != nil {
-				return false, fmt.Errorf("trim indexes of %s: %w", b.key(), err)
+				return false, dropped, fmt.Errorf("trim indexes of %s: %w", b.key(), err)
 			}
 			left = left || len(still) > 0
+			dropped += len(chunk) - stillUsers(still)
 		}
 		if cursor = next; cursor == 0 {
-			return left, nil
+			return left, dropped, nil
 		}
 	}
+}
+
+// stillUsers counts the users of pending.lua's orders still in the
+// stream ({entry_id, {'voucher_id', V, 'oK', "USER …"}} each).
+func stillUsers(still []any) int {
+	users := map[string]bool{}
+	for _, e := range still {
+		pair, _ := e.([]any)
+		if len(pair) < 2 {
+			continue
+		}
+		f, _ := pair[1].([]any)
+		if len(f) < 4 {
+			continue
+		}
+		v, _ := f[3].(string)
+		u, _, _ := strings.Cut(v, " ")
+		users[u] = true
+	}
+	return len(users)
+}
+
+// SweepIndexes does for voucher v while it sells what TrimIndexes does
+// once its sale has ended: it drops, from each of its buckets, the users'
+// indexes of admissions (o:USER) whose orders have all left the stream
+// (persisted and acknowledged, or dead-lettered) and, of the others, the
+// positions that have (pending.lua, a few hundred users a call, found by
+// HSCAN), so that a sale without an end keeps a buyer's count and the
+// orders not yet persisted, not a position for every admission it ever
+// made. A claim appending to an index between two calls is kept: each
+// call reads and writes an index in one script. dropped: the indexes
+// dropped whole, all their orders persisted.
+func (s *Store) SweepIndexes(ctx context.Context, v int64) (dropped int, err error) {
+	bs, err := s.bucketsOfVoucher(ctx, v)
+	if err != nil {
+		return 0, err
+	}
+	for _, b := range bs {
+		_, n, err := s.trimBucket(ctx, b)
+		dropped += n
+		if err != nil {
+			return dropped, err
+		}
+	}
+	return dropped, nil
 }
 
 // markTrimmed marks bucket b trimmed for its end end, if the hash is still

@@ -81,6 +81,10 @@ type Config struct {
 	HotSplit string `envconfig:"FLASHSALE_HOT_SPLIT" default:"auto"`
 	// DetectInterval: reading the vouchers' buckets' levels. Default 1s.
 	DetectInterval time.Duration `envconfig:"FLASHSALE_REAPER_DETECT_INTERVAL" default:"1s"`
+	// SweepInterval: the sweeper's pass over the vouchers on sale, dropping
+	// from their users' indexes of admissions the orders persisted since
+	// (rdb.Store.SweepIndexes). Default 1m.
+	SweepInterval time.Duration `envconfig:"FLASHSALE_REDIS_SWEEP_INTERVAL" default:"1m"`
 	// EventsRetention: how long a sequenced event is kept (for the events
 	// API's catch-up) before it is deleted. Default 168h.
 	EventsRetention time.Duration `envconfig:"FLASHSALE_EVENTS_RETENTION" default:"168h"`
@@ -107,6 +111,7 @@ const (
 	HotSplitAuto             = "auto"
 	HotSplitOff              = "off"
 	DetectIntervalDefault    = time.Second
+	SweepIntervalDefault     = time.Minute
 )
 
 // SetDefaults fills the zero fields with the defaults.
@@ -148,6 +153,7 @@ func (c *Config) intervals() []interval {
 		{"FLASHSALE_REAPER_CHECK_INTERVAL", &c.CheckInterval, CheckIntervalDefault},
 		{"FLASHSALE_REAPER_EVENTS_INTERVAL", &c.EventsInterval, EventsIntervalDefault},
 		{"FLASHSALE_REAPER_DETECT_INTERVAL", &c.DetectInterval, DetectIntervalDefault},
+		{"FLASHSALE_REDIS_SWEEP_INTERVAL", &c.SweepInterval, SweepIntervalDefault},
 	}
 }
 
@@ -285,6 +291,7 @@ type Round struct {
 	Trimmed           int // vouchers whose users' indexes were trimmed after the sale
 	ReleasesForgotten int // released orders' ids dropped from Redis, MySQL having recorded them done
 	RoomsPruned       int // fields of the rooms' indexes dropped, their vouchers gone from Redis
+	IndexesSwept      int // users' indexes of admissions the sweeper dropped, all their orders persisted (vouchers on sale)
 	MarkedHot         int // vouchers marked hot
 	Cooled            int // vouchers no longer hot
 	SplitsAsked       int // splits asked of vouchers marked hot
@@ -313,6 +320,7 @@ func (p *Round) Add(q Round) {
 	p.Trimmed += q.Trimmed
 	p.ReleasesForgotten += q.ReleasesForgotten
 	p.RoomsPruned += q.RoomsPruned
+	p.IndexesSwept += q.IndexesSwept
 	p.MarkedHot += q.MarkedHot
 	p.Cooled += q.Cooled
 	p.SplitsAsked += q.SplitsAsked
@@ -341,6 +349,7 @@ func (r *Reaper) services() []service {
 		{"mover", r.cfg.ReleaseInterval, r.finishMoves},
 		{"restorer", r.cfg.ReleaseInterval, r.restore},
 		{"trimmer", r.cfg.ReleaseInterval, r.trim},
+		{"sweeper", r.cfg.SweepInterval, r.sweep},
 		{"checker", r.cfg.CheckInterval, r.check},
 		{"sequencer", r.cfg.EventsInterval, r.sequenceEvents},
 		{"detector", r.cfg.DetectInterval, r.detectHot},
@@ -409,7 +418,7 @@ func (r *Reaper) record(name string, round Round, err error) {
 			zap.Int("refunded", round.Refunded), zap.Int("refunds_waiting", round.RefundsWaiting),
 			zap.Int("moves_finished", round.MovesFinished), zap.Int("drawn", round.Drawn), zap.Int("draws_waiting", round.DrawsWaiting),
 			zap.Int("marked_lost", round.MarkedLost), zap.Int("restored", round.Restored), zap.Int("events_deleted", round.EventsDeleted),
-			zap.Int("trimmed", round.Trimmed), zap.Int("releases_forgotten", round.ReleasesForgotten), zap.Int("rooms_pruned", round.RoomsPruned), zap.Int("marked_hot", round.MarkedHot), zap.Int("cooled", round.Cooled),
+			zap.Int("trimmed", round.Trimmed), zap.Int("releases_forgotten", round.ReleasesForgotten), zap.Int("rooms_pruned", round.RoomsPruned), zap.Int("indexes_swept", round.IndexesSwept), zap.Int("marked_hot", round.MarkedHot), zap.Int("cooled", round.Cooled),
 			zap.Int("splits_asked", round.SplitsAsked), zap.Int("split", round.Split))
 	}
 	if err != nil {

@@ -2,7 +2,11 @@ package reaper_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -19,10 +23,10 @@ import (
 )
 
 // What a sale leaves in Redis: each buyer's index of admissions (o:USER)
-// stays in the voucher's hash until the buyer lists their orders. Once the
-// sale has ended, the trimmer drops every index whose orders were all
-// persisted and keeps the others (their orders are still listed); it
-// leaves a voucher on sale alone, and reads a trimmed voucher no more.
+// in the voucher's hash. While it sells, the sweeper drops every index
+// whose orders were all persisted and keeps the others (their orders are
+// still listed); once the sale has ended, the trimmer does, marks the
+// voucher trimmed, and reads it no more.
 func TestTheTrimmerDropsTheIndexesASaleLeaves(t *testing.T) {
 	e := testenv.New(t, 4)
 	ctx := context.Background()
@@ -81,9 +85,10 @@ func TestTheTrimmerDropsTheIndexesASaleLeaves(t *testing.T) {
 	onSale := newReaper(t, e, "trimmer", time.Now)
 	got, err := onSale.RunOnce(ctx)
 	require.NoError(t, err)
-	require.Zero(t, got.Trimmed)
+	require.Zero(t, got.Trimmed, "a voucher on sale is not marked trimmed")
+	require.Equal(t, buyers, got.IndexesSwept, "the sweeper dropped the indexes of the persisted")
 	n, _ = indexes()
-	require.Equal(t, buyers+late, n, "a voucher on sale is left alone")
+	require.Equal(t, late, n, "while it sells, the sweeper keeps only the indexes of orders not yet persisted")
 
 	over := newReaper(t, e, "trimmer", func() time.Time { return ends.Add(time.Second) })
 	got, err = over.RunOnce(ctx)
@@ -155,5 +160,158 @@ func TestReleasesAreForgottenAndAStaleOneIsRefused(t *testing.T) {
 	require.NoError(t, err)
 	for _, c := range checks {
 		require.Empty(t, c.Differences, "voucher %d", c.VoucherID)
+	}
+}
+
+// While a sale without an end runs, the sweeper drops from its users'
+// indexes what was persisted since, and nothing a limit or a listing
+// needs: two sweepers at once (two stores, as two reapers), a third of
+// their passes cut off part-way (as a kill -9 would leave one), racing
+// claims past the per-user limit, workers persisting part of what was
+// admitted, and the orders left unpaid expiring and their units coming
+// back (a quarter of the buyers paid for their first). Through it all
+// each buyer's count is what their orders hold, the
+// orders not yet persisted stay listed, and once everything is persisted
+// one more pass leaves no index at all.
+func TestTheSweepRacingASaleDropsOnlyWhatWasPersisted(t *testing.T) {
+	e := testenv.New(t, 4)
+	ctx := context.Background()
+	const buckets, buyers, limit = 2, 200, 2
+	v := e.SeedVoucher(t, db.Voucher{Stock: 100000, StockBuckets: buckets, PerUserLimit: limit, PaymentTimeoutSeconds: 60}, -1)
+	other, err := rdb.New(e.RDB.Client(), 4, rdb.DefaultGroup)
+	require.NoError(t, err)
+	w := persist.NewOrders(persist.Config{Consumer: "helper"}, e.RDB, e.DB, zaptest.NewLogger(t), nil, nil)
+	persistUpTo := func(n int) { // reads at most n entries a partition and persists them
+		for _, p := range e.RDB.VoucherPartitions(v.ID, buckets) {
+			entries, err := e.RDB.ReadGroup(ctx, p, "helper", ">", n, time.Millisecond)
+			require.NoError(t, err)
+			require.NoError(t, w.Handle(ctx, entries))
+		}
+	}
+	user := func(i int) string { return fmt.Sprintf("sweep-%d", i) }
+
+	var sweeps, cut atomic.Int64
+	stop := make(chan struct{})
+	errs := make(chan error, 2)
+	var wg sync.WaitGroup
+	for _, s := range []*rdb.Store{e.RDB, other} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				sctx, cancel := context.WithCancel(ctx)
+				cutting := i%3 == 0 // its deadline cuts it off, before or between calls or during one
+				if cutting {
+					sctx, cancel = context.WithTimeout(ctx, time.Duration(i%7)*200*time.Microsecond)
+				}
+				_, err := s.SweepIndexes(sctx, v.ID)
+				cancel()
+				switch {
+				case err != nil && !cutting:
+					errs <- err
+					return
+				case err != nil:
+					cut.Add(1)
+				}
+				sweeps.Add(1)
+			}
+		}()
+	}
+
+	claim := func(round int) map[string][]int64 { // every buyer once; the ids admitted
+		admitted := map[string][]int64{}
+		now := time.Now()
+		for i := range buyers {
+			a, err := e.RDB.Admit(ctx, rdb.Claim{VoucherID: v.ID, UserID: user(i), Now: now, Day: order.Day(now, time.UTC)})
+			if errors.Is(err, rdb.ErrUserLimit) {
+				continue
+			}
+			require.NoError(t, err, "round %d, %s", round, user(i))
+			admitted[user(i)] = append(admitted[user(i)], a.OrderID)
+		}
+		return admitted
+	}
+	paid := claim(0)
+	persistUpTo(1000)
+	for i := range buyers / 4 { // a quarter pay for their first: those are kept
+		u := user(i)
+		_, err := e.DB.PayOrder(ctx, paid[u][0], u, time.Now())
+		require.NoError(t, err)
+	}
+	claim(1) // the limit reached
+	persistUpTo(3)
+	claim(2) // refused: each holds two
+	// The orders left unpaid expire, their units come back to Redis (the
+	// reaper's expirer and releaser; its sweeper runs in its round too).
+	later := time.Now().Add(2 * time.Minute)
+	persistUpTo(1000)
+	_, err = newReaper(t, e, "expirer", func() time.Time { return later }).RunOnce(ctx)
+	require.NoError(t, err)
+	last := claim(3) // bought again, and not persisted
+	require.NotEmpty(t, last)
+	testenv.Eventually(t, 2*time.Minute, "1,000 sweeps", func() bool {
+		select {
+		case err := <-errs:
+			t.Fatalf("a sweep failed: %v", err)
+		default:
+		}
+		return sweeps.Load() >= 1000
+	})
+	close(stop)
+	wg.Wait()
+	select {
+	case err := <-errs:
+		t.Fatal(err)
+	default:
+	}
+	t.Logf("%d sweeps, %d of them cut off part-way", sweeps.Load(), cut.Load())
+	require.NotZero(t, cut.Load(), "some passes were cut off")
+
+	for i := range buyers {
+		u := user(i)
+		rows, err := e.DB.UserOrders(ctx, v.ID, u, 100)
+		require.NoError(t, err)
+		live := 0
+		for _, o := range rows {
+			if o.Status != string(order.StatusCancelled) && o.Status != string(order.StatusFailed) {
+				live++
+			}
+		}
+		pending, err := e.RDB.UserPending(ctx, v.ID, u)
+		require.NoError(t, err)
+		ids := map[int64]bool{}
+		for _, o := range pending {
+			ids[o.ID] = true
+		}
+		for _, id := range last[u] {
+			require.True(t, ids[id], "%s: order %d, admitted and not yet persisted, still listed", u, id)
+		}
+		n, err := e.RDB.UserCount(ctx, v.ID, u)
+		require.NoError(t, err)
+		require.EqualValues(t, live+len(last[u]), n, "%s: the count is what the orders hold", u)
+		if i < buyers/4 {
+			require.GreaterOrEqual(t, live, 1, "%s: the order paid for is kept", u)
+		}
+		require.LessOrEqual(t, n, int64(limit))
+	}
+
+	persistUpTo(1000)
+	_, err = e.RDB.SweepIndexes(ctx, v.ID)
+	require.NoError(t, err)
+	for b := range buckets {
+		k := fmt.Sprintf("flashsale:{p%d}:v:%d", (e.RDB.PartitionOf(v.ID)+b)%4, v.ID)
+		if b > 0 {
+			k += fmt.Sprintf(":b%d", b)
+		}
+		fields, err := e.RDB.Client().HKeys(ctx, k).Result()
+		require.NoError(t, err)
+		for _, f := range fields {
+			require.False(t, strings.HasPrefix(f, "o:"), "%s: index %s left after everything was persisted", k, f)
+		}
 	}
 }

@@ -1,0 +1,38 @@
+package reaper
+
+// The sweeper does for the vouchers on sale what the trimmer does for
+// those whose sale ended (trimmer.go), every FLASHSALE_REDIS_SWEEP_INTERVAL:
+// it drops from the users' indexes of admissions the orders persisted
+// since its last pass, and the indexes left empty
+// (rdb.Store.SweepIndexes), away from the claims' path, so that a sale
+// without an end holds a buyer's count and the orders not yet persisted,
+// not every admission it made. Pruning on every acknowledgement instead
+// would cost the Redis the claims share a read and a write an order.
+
+import (
+	"context"
+
+	"github.com/flashsale/flashsale/pkg/rdb"
+)
+
+// sweep is the sweeper's round: the users' indexes of the vouchers on sale
+// (the trimmer's for those whose sale ended), but those splitting (the
+// splitter copies their users; the next pass sweeps them).
+func (r *Reaper) sweep(ctx context.Context, round *Round) error {
+	now := r.now()
+	vs, err := r.db.ActiveVouchers(ctx, now.UTC(), rdb.KeysOutliveSale)
+	if err != nil {
+		return err
+	}
+	for _, v := range vs {
+		if (v.EndsAt != nil && !v.EndsAt.After(now)) || v.Splitting() {
+			continue
+		}
+		n, err := r.redis.SweepIndexes(ctx, v.ID)
+		round.IndexesSwept += n
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
