@@ -46,6 +46,12 @@ type Config struct {
 	// claim each, at each level of Conns, beside the bare handler.
 	BuyersOnly bool
 	Buyers     int
+	// OpenOnly runs only the open-ended sale: OpenClaims claims from
+	// OpenBuyers buyers over OpenSale.
+	OpenOnly   bool
+	OpenSale   time.Duration
+	OpenClaims int
+	OpenBuyers int
 	// DurabilityOnly runs only the durability rows (none vs replica).
 	DurabilityOnly bool
 	// DrawOnly runs only the draw rows; DrawEntries and DrawStock size the
@@ -155,6 +161,7 @@ type Report struct {
 	Memory       *MemoryRun            `json:"memory,omitempty"`
 	Relay        *RelayRun             `json:"relay,omitempty"`
 	Buyers       *BuyersRun            `json:"buyers,omitempty"`
+	OpenSale     *OpenSaleRun          `json:"open_sale,omitempty"`
 	Events       *EventsRun            `json:"events,omitempty"`
 	Proof        *ProofCheck           `json:"proof_of_work,omitempty"`
 	Access       *AccessCheck          `json:"access_code,omitempty"`
@@ -180,6 +187,11 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if cfg.FreezeOnly {
 		f, err := freezeRun(ctx, cfg)
 		rep.Freeze = f
+		return rep, err
+	}
+	if cfg.OpenOnly {
+		o, err := openSale(ctx, cfg)
+		rep.OpenSale = o
 		return rep, err
 	}
 	if cfg.SplitOnly {

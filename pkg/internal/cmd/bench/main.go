@@ -54,6 +54,10 @@ func run() error {
 		tailOnly = flag.Bool("tail-only", false, "measure only the sold-out tail rows: a voucher of one bucket, then of two, sold out with units trickling back, beside another voucher's claims (its p99 and 5xx)")
 		splitAt  = flag.Float64("split-held", 1.0/3, "the split row's claims, from the threshold's setting to the split done, as a share of the rate one master admitted before (the threshold is three quarters of it)")
 		splitOn  = flag.Bool("split-only", false, "measure only the split row: a hot voucher on one bucket of a 3-master Redis Cluster, split by itself while it sells (admissions/s and each master's share before and after, the time from hot to split, the p99 during it)")
+		openOnly = flag.Bool("open-only", false, "measure only the open-ended sale: -open-claims claims from -open-buyers buyers over -open-for, two in five paid and the rest expiring; Redis's bytes a buyer at the end, its growth a minute over the second half, and the sweep's passes")
+		openFor  = flag.Duration("open-for", 10*time.Minute, "the open-ended sale's length")
+		openN    = flag.Int("open-claims", 1_000_000, "the open-ended sale's claims")
+		openB    = flag.Int("open-buyers", 500_000, "the open-ended sale's buyers (each claims twice, the limit)")
 		buyOnly  = flag.Bool("buyers-only", false, "measure only the buyers' rows: -buyers distinct users, one claim each, at each -conns, one worker, beside the bare handler (with -profile, the account of a claim's CPU by part)")
 		buyers   = flag.Int("buyers", 200_000, "distinct users of the buyers' rows, one claim each, at each -conns")
 		admOnly  = flag.Bool("admitted-only", false, "measure only the admitted claims end to end: gateway and redis-server process CPU per claim with workers persisting, against the bare handler, at each -conns")
@@ -94,7 +98,7 @@ func run() error {
 	defer stop()
 	rep, err := bench.Run(ctx, bench.Config{Dir: dir, Conns: cs, Duration: *duration, DrainOrders: *drain, BaselineOrders: *baseline,
 		E2EClaims: *claims, E2EUsers: *users, E2EStock: *stock, Self: self, Log: os.Stderr, ProfileDir: *profDir, CPUOnly: *cpuOnly, DurabilityOnly: *durOnly,
-		DrawOnly: *drawOnly, DrawEntries: *drawN, DrawStock: *drawS, RoomOnly: *roomOnly, RoomWaiters: *roomN, MemoryOnly: *memOnly, DrainOnly: *drainOn, EventsOnly: *evOnly, SplitOnly: *splitOn, SplitHeld: *splitAt, TailOnly: *tailOnly, FreezeOnly: *frzOnly, AdmittedOnly: *admOnly, BuyersOnly: *buyOnly, Buyers: *buyers, Env: splitEnv(*env)})
+		DrawOnly: *drawOnly, DrawEntries: *drawN, DrawStock: *drawS, RoomOnly: *roomOnly, RoomWaiters: *roomN, MemoryOnly: *memOnly, DrainOnly: *drainOn, EventsOnly: *evOnly, SplitOnly: *splitOn, SplitHeld: *splitAt, TailOnly: *tailOnly, FreezeOnly: *frzOnly, AdmittedOnly: *admOnly, BuyersOnly: *buyOnly, Buyers: *buyers, OpenOnly: *openOnly, OpenSale: *openFor, OpenClaims: *openN, OpenBuyers: *openB, Env: splitEnv(*env)})
 	if err != nil {
 		return err
 	}

@@ -1,0 +1,241 @@
+package bench
+
+// A sale without an end, run for a while: what it leaves in Redis. Claims
+// at a steady rate from a set of buyers (each claims twice, the limit),
+// two fifths of the orders paid, the rest left to expire (their units come
+// back and are bought again), one worker persisting and a reaper; the
+// bench itself is the sweeper (rdb.Store.SweepIndexes every interval, the
+// reaper's own set beyond the run) so that each pass can be timed. Redis's
+// used_memory is read each tenth of the run: bytes a buyer at the end, and
+// the growth a minute over the run's second half.
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/flashsale/flashsale/pkg/internal/harness"
+	"github.com/flashsale/flashsale/pkg/rdb"
+)
+
+// OpenSaleRun is the open-ended sale's row.
+type OpenSaleRun struct {
+	Seconds  float64 `json:"seconds"`
+	Claims   int64   `json:"claims"`
+	Buyers   int     `json:"buyers"`
+	Admitted int64   `json:"admitted"`
+	Paid     int64   `json:"paid"`
+	// Memory is used_memory at each tenth of the run (the first before
+	// any claim).
+	Memory []MemorySample `json:"used_memory"`
+	// BytesPerBuyer: used_memory grown over the run, over the buyers.
+	BytesPerBuyer float64 `json:"bytes_per_buyer"`
+	// GrowthPerMinute: used_memory's growth a minute over the second half.
+	GrowthPerMinute float64 `json:"growth_bytes_per_minute_second_half"`
+	// Sweeps: the passes, their indexes dropped, and their wall time (an
+	// upper bound of their Redis time) a second of the run.
+	SweepInterval  float64 `json:"sweep_interval_s"`
+	Sweeps         int     `json:"sweeps"`
+	IndexesDropped int     `json:"indexes_dropped"`
+	SweepMsPerPass float64 `json:"sweep_ms_per_pass"`
+	SweepMsPerSec  float64 `json:"sweep_ms_per_second"`
+	// SweepCommandsUsPerSec: Redis's own time in the commands only the
+	// sweep sends here (HSCAN, and XRANGE, HGET, HDEL inside pending.lua),
+	// a second of the run.
+	SweepCommandsUsPerSec float64 `json:"sweep_commands_us_per_second"`
+	SweepCommandsUs       float64 `json:"sweep_commands_us"`
+	// Keys: the bytes of each of the voucher's keys at the end (MEMORY
+	// USAGE), and of its partition's stream.
+	Keys map[string]int64 `json:"keys"`
+}
+
+// MemorySample is used_memory at a time of the run.
+type MemorySample struct {
+	At    float64 `json:"at_s"`
+	Bytes int64   `json:"bytes"`
+}
+
+// openSale runs the open-ended sale on a stack of its own.
+func openSale(ctx context.Context, cfg Config) (*OpenSaleRun, error) {
+	sweepEvery := max(cfg.OpenSale/10, time.Second)
+	s, err := harness.StartStack(ctx, harness.Options{Dir: cfg.Dir, Workers: 1, Reaper: true, Partitions: 8,
+		Env: append([]string{"FLASHSALE_AUDIT_LOG=false", "FLASHSALE_LOG_LEVEL=warn", "FLASHSALE_REDIS_SWEEP_INTERVAL=24h",
+			"FLASHSALE_REAPER_EXPIRE_INTERVAL=1s", "FLASHSALE_REAPER_RELEASE_INTERVAL=1s"}, cfg.Env...)})
+	if err != nil {
+		return nil, err
+	}
+	defer s.Close()
+	rc, _ := s.RDB.Client().(*redis.Client)
+	if rc == nil {
+		return nil, fmt.Errorf("the open sale needs a single redis-server")
+	}
+	host := trimScheme(s.URL)
+	cfg.logf("open sale: signing %d tokens", cfg.OpenBuyers)
+	tokens := make([]string, cfg.OpenBuyers)
+	for i := range tokens {
+		tokens[i] = s.Token("open-" + strconv.Itoa(i))
+	}
+	v, err := s.CreateVoucher(ctx, harness.VoucherSpec{Name: "open-ended", Stock: int64(cfg.OpenClaims) * 2, PerUserLimit: 2, PaymentTimeoutSeconds: 20})
+	if err != nil {
+		return nil, err
+	}
+	out := &OpenSaleRun{Buyers: cfg.OpenBuyers, SweepInterval: sweepEvery.Seconds()}
+	m0, err := usedMemory(ctx, rc)
+	if err != nil {
+		return nil, err
+	}
+	out.Memory = append(out.Memory, MemorySample{At: 0, Bytes: m0})
+	c0, err := commandStats(ctx, rc)
+	if err != nil {
+		return nil, err
+	}
+
+	// Two orders in five are paid, two seconds after their 202 (or once
+	// persisted): the rest expire after 20 s and their units come back.
+	client := harness.NewClient(s.URL, 16)
+	type toPay struct {
+		id    int64
+		token string
+		at    time.Time
+	}
+	pays := make(chan toPay, 1<<20)
+	var paid atomic.Int64
+	var wg sync.WaitGroup
+	for range 32 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for p := range pays {
+				time.Sleep(time.Until(p.at))
+				for try := 0; try < 40; try++ {
+					status, code, err := client.Pay(ctx, p.id, p.token)
+					if err == nil && status == 200 {
+						paid.Add(1)
+						break
+					}
+					if code != "order_pending" {
+						break
+					}
+					time.Sleep(250 * time.Millisecond)
+				}
+			}
+		}()
+	}
+
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	start := time.Now()
+	go func() { // each tenth: used_memory; every sweepEvery: a sweep pass, timed
+		defer close(done)
+		tick := time.NewTicker(sweepEvery)
+		defer tick.Stop()
+		var spent time.Duration
+		for {
+			select {
+			case <-stop:
+				if out.Sweeps > 0 {
+					out.SweepMsPerPass = float64(spent.Microseconds()) / 1000 / float64(out.Sweeps)
+					out.SweepMsPerSec = float64(spent.Microseconds()) / 1000 / time.Since(start).Seconds()
+				}
+				return
+			case <-tick.C:
+			}
+			t0 := time.Now()
+			n, err := s.RDB.SweepIndexes(ctx, v)
+			spent += time.Since(t0)
+			if err != nil {
+				cfg.logf("open sale: sweep: %v", err)
+				continue
+			}
+			out.Sweeps++
+			out.IndexesDropped += n
+			m, err := usedMemory(ctx, rc)
+			if err == nil {
+				out.Memory = append(out.Memory, MemorySample{At: time.Since(start).Seconds(), Bytes: m})
+				cfg.logf("open sale at %s: used_memory %d bytes; the pass dropped %d indexes in %s", time.Since(start).Round(time.Second), m, n, time.Since(t0).Round(time.Millisecond))
+			}
+		}
+	}()
+	path := "/v1/vouchers/" + strconv.FormatInt(v, 10) + "/orders"
+	rate := max(1, int(float64(cfg.OpenClaims)/cfg.OpenSale.Seconds()))
+	r := Drive(Load{Addr: host, Conns: 32, Duration: cfg.OpenSale, Rate: rate, MaxRequests: int64(cfg.OpenClaims),
+		Next: func(i int64) []byte { return Request(host, path, tokens[i%int64(len(tokens))]) },
+		OnResponse: func(i int64, status int, body []byte) {
+			if status != 202 || i%5 >= 2 {
+				return
+			}
+			id, err := orderIDOf(body)
+			if err != nil {
+				return
+			}
+			select {
+			case pays <- toPay{id: id, token: tokens[i%int64(len(tokens))], at: time.Now().Add(2 * time.Second)}:
+			default: // the payers are behind: this one expires instead
+			}
+		}})
+	close(stop)
+	<-done
+	close(pays)
+	wg.Wait()
+	out.Seconds, out.Claims, out.Admitted, out.Paid = r.Duration.Seconds(), r.Requests, r.Status[202], paid.Load()
+	c1, err := commandStats(ctx, rc)
+	if err != nil {
+		return nil, err
+	}
+	for _, c := range []string{"hscan", "xrange", "hget", "hdel"} {
+		out.SweepCommandsUs += c1[c][1] - c0[c][1]
+	}
+	out.SweepCommandsUsPerSec = out.SweepCommandsUs / time.Since(start).Seconds()
+	out.Keys = map[string]int64{}
+	keys, err := rc.Keys(ctx, fmt.Sprintf("flashsale:{p*}:v:%d*", v)).Result()
+	if err != nil {
+		return nil, err
+	}
+	keys = append(keys, rdb.StreamKey(s.RDB.PartitionOf(v)))
+	for _, k := range keys {
+		n, err := rc.MemoryUsage(ctx, k, 0).Result()
+		if err == nil {
+			out.Keys[k] = n
+		}
+	}
+	last := out.Memory[len(out.Memory)-1]
+	out.BytesPerBuyer = float64(last.Bytes-m0) / float64(cfg.OpenBuyers)
+	for _, m := range out.Memory {
+		if m.At >= last.At/2 {
+			if last.At > m.At {
+				out.GrowthPerMinute = float64(last.Bytes-m.Bytes) / ((last.At - m.At) / 60)
+			}
+			break
+		}
+	}
+	cfg.logf("open sale: %d claims in %.0f s (%v), %d paid; %.1f bytes a buyer, %+.0f bytes a minute over the second half; %d sweeps, %.1f ms a pass",
+		out.Claims, out.Seconds, r.Status, out.Paid, out.BytesPerBuyer, out.GrowthPerMinute, out.Sweeps, out.SweepMsPerPass)
+	return out, nil
+}
+
+// trimScheme is a URL's host:port.
+func trimScheme(u string) string {
+	for _, p := range []string{"http://", "https://"} {
+		if len(u) > len(p) && u[:len(p)] == p {
+			return u[len(p):]
+		}
+	}
+	return u
+}
+
+// orderIDOf reads a 202's order id.
+func orderIDOf(body []byte) (int64, error) {
+	var a struct {
+		OrderID string `json:"order_id"`
+	}
+	if err := json.Unmarshal(body, &a); err != nil {
+		return 0, err
+	}
+	return strconv.ParseInt(a.OrderID, 10, 64)
+}
