@@ -8,11 +8,9 @@ package bench
 // handler's; with -profile, the account of where the gateway's CPU goes.
 
 import (
-	"cmp"
 	"context"
 	"fmt"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"time"
 
@@ -156,11 +154,7 @@ func buyersRuns(ctx context.Context, s *harness.Stack, cfg Config, tokens []stri
 			return nil, err
 		}
 		path := "/v1/vouchers/" + strconv.FormatInt(v, 10) + "/orders"
-		r0, err := redisCPU(ctx, rc)
-		if err != nil {
-			return nil, err
-		}
-		c0, err := commandStats(ctx, rc)
+		u0, err := readRedisUse(ctx, rc)
 		if err != nil {
 			return nil, err
 		}
@@ -178,25 +172,11 @@ func buyersRuns(ctx context.Context, s *harness.Stack, cfg Config, tokens []stri
 		if err := waitDrained(ctx, s, 2*time.Minute); err != nil {
 			return nil, fmt.Errorf("buyers, %d conns: %w", conns, err)
 		}
-		r1, err := redisCPU(ctx, rc)
+		u1, err := readRedisUse(ctx, rc)
 		if err != nil {
 			return nil, err
 		}
-		c1, err := commandStats(ctx, rc)
-		if err != nil {
-			return nil, err
-		}
-		lv.RedisUs = float64((r1 - r0).Microseconds()) / float64(admitted)
-		for name, after := range c1 {
-			calls, usec := after[0]-c0[name][0], after[1]-c0[name][1]
-			if usec/float64(admitted) >= 0.05 {
-				lv.RedisCommands = append(lv.RedisCommands, CommandCost{Command: name, Calls: calls / float64(admitted), Us: usec / float64(admitted)})
-			}
-		}
-		slices.SortFunc(lv.RedisCommands, func(a, b CommandCost) int { return cmp.Compare(b.Us, a.Us) })
-		if calls := c1["evalsha"][0] - c0["evalsha"][0]; calls > 0 {
-			lv.ClaimsPerCall = float64(admitted) / calls
-		}
+		lv.RedisUs, lv.RedisCommands, lv.ClaimsPerCall = u0.perClaim(u1, admitted)
 		cfg.logf("buyers, %d conns: gateway %.0f claims/s p50 %s p99 %s, %.1f µs (%.2f × bare %.1f), %.1f goroutines scheduled and %.2f created a claim (bare %.1f, %.2f); redis %.1f µs a claim, %.1f claims a call; bare %.0f req/s p99 %s",
 			conns, lv.Gateway.RPS, us(lv.Gateway.P50us), us(lv.Gateway.P99us), lv.Gateway.CPUus, lv.Gateway.CPUus/lv.Bare.CPUus, lv.Bare.CPUus,
 			lv.Gateway.Scheduled, lv.Gateway.Created, lv.Bare.Scheduled, lv.Bare.Created, lv.RedisUs, lv.ClaimsPerCall, lv.Bare.RPS, us(lv.Bare.P99us))

@@ -130,6 +130,40 @@ func redisCPU(ctx context.Context, c *redis.Client) (time.Duration, error) {
 	return time.Duration(total * float64(time.Second)), nil
 }
 
+// redisUse is one redis-server's CPU and its commands' counts at an
+// instant (INFO cpu, INFO commandstats).
+type redisUse struct {
+	cpu  time.Duration
+	cmds map[string][2]float64
+}
+
+func readRedisUse(ctx context.Context, c *redis.Client) (redisUse, error) {
+	cpu, err := redisCPU(ctx, c)
+	if err != nil {
+		return redisUse{}, err
+	}
+	cmds, err := commandStats(ctx, c)
+	return redisUse{cpu: cpu, cmds: cmds}, err
+}
+
+// perClaim is what Redis spent from u to later per admitted claim: its
+// CPU, its commands of at least 0.05 µs a claim (most first), and the
+// claims an EVALSHA carried.
+func (u redisUse) perClaim(later redisUse, admitted int64) (us float64, cmds []CommandCost, perCall float64) {
+	n := float64(admitted)
+	for name, after := range later.cmds {
+		calls, usec := after[0]-u.cmds[name][0], after[1]-u.cmds[name][1]
+		if usec/n >= 0.05 {
+			cmds = append(cmds, CommandCost{Command: name, Calls: calls / n, Us: usec / n})
+		}
+	}
+	slices.SortFunc(cmds, func(a, b CommandCost) int { return cmp.Compare(b.Us, a.Us) })
+	if calls := later.cmds["evalsha"][0] - u.cmds["evalsha"][0]; calls > 0 {
+		perCall = n / calls
+	}
+	return float64((later.cpu - u.cpu).Microseconds()) / n, cmds, perCall
+}
+
 // cpuOf measures the CPU pid (and Redis, when redisClient is set) uses
 // while load runs.
 func cpuOf(ctx context.Context, name string, pid int, redisClient *redis.Client, load func() *Result) (CPUMeasure, error) {
@@ -397,11 +431,7 @@ func admittedEndToEnd(ctx context.Context, s *harness.Stack, cfg Config, tokens 
 		if err != nil {
 			return nil, err
 		}
-		r0, err := redisCPU(ctx, rc)
-		if err != nil {
-			return nil, err
-		}
-		c0, err := commandStats(ctx, rc)
+		u0, err := readRedisUse(ctx, rc)
 		if err != nil {
 			return nil, err
 		}
@@ -423,11 +453,7 @@ func admittedEndToEnd(ctx context.Context, s *harness.Stack, cfg Config, tokens 
 		if err := waitDrained(ctx, s, 2*time.Minute); err != nil {
 			return nil, fmt.Errorf("end to end, %d conns: %w", conns, err)
 		}
-		r1, err := redisCPU(ctx, rc)
-		if err != nil {
-			return nil, err
-		}
-		c1, err := commandStats(ctx, rc)
+		u1, err := readRedisUse(ctx, rc)
 		if err != nil {
 			return nil, err
 		}
@@ -442,17 +468,7 @@ func admittedEndToEnd(ctx context.Context, s *harness.Stack, cfg Config, tokens 
 		}
 		m.ProcessUs = float64((g1 - g0).Microseconds()) / float64(r.Requests)
 		m.VsBare = m.ProcessUs / bare.ProcessUs
-		m.RedisUs = float64((r1 - r0).Microseconds()) / float64(admitted)
-		for name, after := range c1 {
-			calls, usec := after[0]-c0[name][0], after[1]-c0[name][1]
-			if usec/float64(admitted) >= 0.05 {
-				m.RedisCommands = append(m.RedisCommands, CommandCost{Command: name, Calls: calls / float64(admitted), Us: usec / float64(admitted)})
-			}
-		}
-		if calls := c1["evalsha"][0] - c0["evalsha"][0]; calls > 0 {
-			m.ClaimsPerCall = float64(admitted) / calls
-		}
-		slices.SortFunc(m.RedisCommands, func(a, b CommandCost) int { return cmp.Compare(b.Us, a.Us) })
+		m.RedisUs, m.RedisCommands, m.ClaimsPerCall = u0.perClaim(u1, admitted)
 		for _, c := range m.RedisCommands {
 			cfg.logf("  redis %s: %.3f calls, %.2f µs per admitted claim", c.Command, c.Calls, c.Us)
 		}
