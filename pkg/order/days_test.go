@@ -18,7 +18,7 @@ func TestDaysNamesEachInstantAsDayDoes(t *testing.T) {
 			t.Skipf("time zone %s: %v (tzdata not installed)", zone, err)
 		}
 		d := NewDays(loc)
-		base := time.Date(2018, 11, 3, 0, 0, 0, 0, time.UTC) // Sao Paulo's clocks went forward at its midnight on 2018-11-04
+		base := time.Date(2018, 11, 3, 0, 0, 0, 0, time.UTC) // fixed date: a day Sao Paulo skipped its midnight (2018-11-04), formatted only, never stored
 		var wg sync.WaitGroup
 		for g := range 4 {
 			wg.Add(1)

@@ -343,7 +343,7 @@ func (s *Store) admitBatch(ctx context.Context, claims []Claim) ([]Admission, []
 		for _, g := range groups {
 			for _, j := range g.js {
 				cmds[j] = calls[j].cmd(ctx, s)
-				_ = g.pipe.Process(ctx, cmds[j]) // queues it: the error is Exec's
+				_ = g.pipe.Process(ctx, sentOnce{cmds[j]}) // queues it: the error is Exec's
 			}
 			wait := s.queueWait(ctx, g.pipe)
 			_, err := g.pipe.Exec(ctx)
@@ -478,6 +478,18 @@ const (
 // the same names in the same order (a test holds the two together).
 var claimLine = [...]string{lineUser: "USER", lineDT: "DT", lineQty: "QTY", lineDay: "DAY", lineAccess: "ACCESS",
 	linePass: "PASS", lineIdem: "IDEM", lineIdemTTL: "IDEM_TTL", lineProof: "PROOF", lineProofMax: "PROOF_MAX", lineProofTTL: "PROOF_TTL"}
+
+// sentOnce is an admission call go-redis must never send again by
+// itself: a cluster client resends a pipeline whose reply timed out or
+// whose connection broke (up to MaxRedirects times, the same budget as its
+// MOVED redirects), and a call Redis ran whose reply was lost would run
+// twice — a second unit taken, or a refusal (the limit, a dial refused on
+// the retry) answered for a claim admitted. Its round trip's error is
+// answered instead (outcome_unknown once sent). MOVED and ASK are still
+// followed: Redis ran nothing then.
+type sentOnce struct{ *redis.Cmd }
+
+func (sentOnce) NoRetry() bool { return true }
 
 // cmd is the call as the EVALSHA command go-redis sends (as
 // redis.Script.EvalSha makes it, without boxing the keys one by one).

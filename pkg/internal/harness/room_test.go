@@ -96,7 +96,10 @@ func TestAWaitingRoomEndToEnd(t *testing.T) {
 	cfg := harness.RoomConfig{Stock: 500, Users: 20000, Fast: 50, AdmitPerSecond: 100, Prequeue: 5 * time.Second,
 		Pass: 10 * time.Second, Arrivals: 3 * time.Second, NoShow: 0.1, Leave: 0.05, Conns: 256, Seed: 1}
 	on, off := runRoom(t, harness.Options{Partitions: 4}, cfg, true)
-	require.Greater(t, on.Prequeued, int64(1000))
+	// How many join within the pre-queue's 5 s is how fast the machine
+	// lets 20,000 people join (2,209 on a slow run, 836 beside a second
+	// copy of the suite): enough to tell a shuffle from arrival order.
+	require.Greater(t, on.Prequeued, int64(200))
 	require.Less(t, on.PrequeueArrivalTau, 0.1, "the pre-queue is not served in arrival order")
 	require.EqualValues(t, cfg.Fast, off.FastBought, "without a room every fast client wins a unit")
 	// With one they win what their place in the shuffled pre-queue gives:
