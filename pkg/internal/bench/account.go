@@ -166,21 +166,8 @@ func ownerOf(s *pprofile.Sample) string {
 	return "other"
 }
 
-// account turns the two processes' profiles into µs a request, given each
-// one's CPU per request measured over its run.
-func account(bareProfile, gatewayProfile string, bareUs, gatewayUs float64) ([]AccountLine, error) {
-	bare, _, err := profileShares(bareProfile)
-	if err != nil {
-		return nil, err
-	}
-	gw, _, err := profileShares(gatewayProfile)
-	if err != nil {
-		return nil, err
-	}
-	return accountOf(bare, gw, bareUs, gatewayUs), nil
-}
-
-// accountOf is account of two profiles' shares.
+// accountOf turns two processes' profile shares (profileShares) into µs
+// a request, given each one's CPU per request measured over its run.
 func accountOf(bare, gw map[string]float64, bareUs, gatewayUs float64) []AccountLine {
 	var out []AccountLine
 	for _, part := range parts {

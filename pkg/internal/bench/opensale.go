@@ -14,6 +14,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -75,7 +76,7 @@ func openSale(ctx context.Context, cfg Config) (*OpenSaleRun, error) {
 	if rc == nil {
 		return nil, fmt.Errorf("the open sale needs a single redis-server")
 	}
-	host := trimScheme(s.URL)
+	host := strings.TrimPrefix(s.URL, "http://")
 	cfg.logf("open sale: signing %d tokens", cfg.OpenBuyers)
 	tokens := make([]string, cfg.OpenBuyers)
 	for i := range tokens {
@@ -217,16 +218,6 @@ func openSale(ctx context.Context, cfg Config) (*OpenSaleRun, error) {
 	cfg.logf("open sale: %d claims in %.0f s (%v), %d paid; %.1f bytes a buyer, %+.0f bytes a minute over the second half; %d sweeps, %.1f ms a pass",
 		out.Claims, out.Seconds, r.Status, out.Paid, out.BytesPerBuyer, out.GrowthPerMinute, out.Sweeps, out.SweepMsPerPass)
 	return out, nil
-}
-
-// trimScheme is a URL's host:port.
-func trimScheme(u string) string {
-	for _, p := range []string{"http://", "https://"} {
-		if len(u) > len(p) && u[:len(p)] == p {
-			return u[len(p):]
-		}
-	}
-	return u
 }
 
 // orderIDOf reads a 202's order id.
