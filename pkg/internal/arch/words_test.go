@@ -1,9 +1,13 @@
 package arch_test
 
 import (
+	"bytes"
+	"encoding/json"
 	"go/ast"
 	"go/parser"
 	"go/token"
+	"io"
+	"os/exec"
 	"path/filepath"
 	"reflect"
 	"regexp"
@@ -141,4 +145,44 @@ func TestOrdersAreNamedOrders(t *testing.T) {
 			})
 		}
 	}
+}
+
+// A new engineer listing the packages reads the map: every package's doc
+// opens with the sentence that says what it is for ("Package x is…",
+// "Command x …"), and one file alone carries it, so that go doc and a
+// reader opening the files see the same words.
+func TestEveryPackageSaysWhatItIsFor(t *testing.T) {
+	cmd := exec.Command("go", "list", "-json", "../../../...")
+	var out, errOut bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	require.NoError(t, cmd.Run(), errOut.String())
+	dec := json.NewDecoder(&out)
+	n := 0
+	for {
+		var p struct {
+			ImportPath, Dir, Name, Doc string
+			GoFiles                    []string
+		}
+		if err := dec.Decode(&p); err == io.EOF {
+			break
+		} else {
+			require.NoError(t, err)
+		}
+		n++
+		opening := "Package " + p.Name + " "
+		if p.Name == "main" {
+			opening = "Command " + filepath.Base(p.Dir) + " "
+		}
+		require.Truef(t, strings.HasPrefix(p.Doc, opening), "%s: its doc %q does not open with %q", p.ImportPath, p.Doc, opening)
+		var with []string
+		for _, f := range p.GoFiles {
+			file, err := parser.ParseFile(token.NewFileSet(), filepath.Join(p.Dir, f), nil, parser.PackageClauseOnly|parser.ParseComments)
+			require.NoError(t, err)
+			if file.Doc != nil {
+				with = append(with, f)
+			}
+		}
+		require.Lenf(t, with, 1, "%s: one file carries the package's doc, not %v", p.ImportPath, with)
+	}
+	require.Greater(t, n, 40, "go list found the module's packages")
 }
