@@ -236,13 +236,6 @@ func RunChaos(ctx context.Context, cfg ChaosConfig) (*ChaosReport, error) {
 	var sides []side
 	var drawn *DrawReport
 	if cfg.SideRate > 0 {
-		endsAt := time.Now().Add(cfg.Duration + 2*time.Second).UTC().Truncate(time.Second)
-		ends := endsAt.Format(time.RFC3339)
-		env, err := s.CreateVoucher(ctx, VoucherSpec{Name: "chaos envelopes", Kind: "envelope", TotalAmount: 100 * cfg.Envelopes,
-			Count: cfg.Envelopes, PerUserLimit: 1, EndsAt: ends})
-		if err != nil {
-			return nil, err
-		}
 		codes, err := s.CreateVoucher(ctx, VoucherSpec{Name: "chaos codes", Kind: "codes", Codes: Codes(cfg.Codes), PerUserLimit: 1,
 			PaymentTimeoutSeconds: int64(cfg.PaymentTimeout / time.Second)})
 		if err != nil {
@@ -252,13 +245,24 @@ func RunChaos(ctx context.Context, cfg ChaosConfig) (*ChaosReport, error) {
 		// so the reaper can be killed while it is due. Its winners have
 		// ten minutes to pay: quiescence does not wait for them (its
 		// waitlist is tested in pkg/reaper).
-		drawEnds := endsAt.Add(10 * time.Minute)
+		drawEnds := time.Now().Add(cfg.Duration + 10*time.Minute).UTC().Truncate(time.Second)
 		dv, err := s.CreateVoucher(ctx, VoucherSpec{Name: "chaos draw", Stock: int64(cfg.Codes / 4), PerUserLimit: 1,
 			EndsAt: drawEnds.Format(time.RFC3339), Allocation: draw.Draw, PaymentTimeoutSeconds: 600})
 		if err != nil {
 			return nil, err
 		}
 		drawn = &DrawReport{VoucherID: dv, Stock: int64(cfg.Codes / 4), EndsAt: drawEnds}
+		// The envelopes' sale ends (its leftover money refunded) 2 s after
+		// the side sales' claims stop: its end is taken last, just before
+		// they start, so that a busy machine's slow setup (the codes, the
+		// draw) does not spend the window before the first claim. Whole
+		// seconds: one more, so that rounding never shortens it.
+		ends := time.Now().Add(cfg.Duration + 3*time.Second).UTC().Truncate(time.Second).Format(time.RFC3339)
+		env, err := s.CreateVoucher(ctx, VoucherSpec{Name: "chaos envelopes", Kind: "envelope", TotalAmount: 100 * cfg.Envelopes,
+			Count: cfg.Envelopes, PerUserLimit: 1, EndsAt: ends})
+		if err != nil {
+			return nil, err
+		}
 		for _, sd := range []side{{SaleConfig{VoucherID: env}, false}, {SaleConfig{VoucherID: codes}, true}, {SaleConfig{VoucherID: dv}, false}} {
 			sd.sale = SaleConfig{VoucherID: sd.sale.VoucherID, Users: cfg.Users, Duration: cfg.Duration, Rate: cfg.SideRate, Concurrency: 4,
 				Seed: uint64(time.Now().UnixNano()) + uint64(sd.sale.VoucherID)}

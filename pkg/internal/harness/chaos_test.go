@@ -50,7 +50,8 @@ func TestChaos(t *testing.T) {
 	require.Positive(t, report.ReaperTookOver, "the reaper took over what dead workers left")
 	require.Positive(t, report.CancelledByBuyer, "buyers cancelled orders during the sale")
 	for _, side := range report.Side {
-		require.Positive(t, side.Live, "%s sale", side.Kind)
+		require.Positive(t, side.Live, "%s sale: %d claims, %d admitted, %d errors, %d unavailable, refused %v",
+			side.Kind, side.Sale.Requests, side.Sale.Admitted, side.Sale.Errors, side.Sale.Unavailable, side.Sale.Rejected)
 	}
 	require.Positive(t, report.Side[0].Amounts.Refunded, "envelopes nobody grabbed were refunded")
 	require.Positive(t, report.Side[1].Cancelled, "unpaid codes were cancelled")

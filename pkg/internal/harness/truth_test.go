@@ -25,7 +25,7 @@ func TestEveryAnswerIsTheTruthWhileRedisFreezes(t *testing.T) {
 	}
 	ctx := context.Background()
 	s, v := truthStack(t, harness.Options{Partitions: 2})
-	rep, err := s.SaleThroughFreezes(ctx, harness.FreezeConfig{Voucher: v, Conns: 64, Freezes: []time.Duration{2 * time.Second, 10 * time.Second}})
+	rep, err := s.SaleThroughFreezes(ctx, harness.FreezeConfig{Voucher: v, Logf: t.Logf, Conns: 64, Freezes: []time.Duration{2 * time.Second, 10 * time.Second}})
 	requireTruth(t, rep, err)
 	require.Positive(t, rep.OutcomeUnknown, "no claim was in flight at a freeze: the test has no power")
 	require.Positive(t, rep.Answers["503 unavailable"], "no claim waited to be sent during a freeze: the test has no power")
@@ -42,7 +42,7 @@ func TestEveryAnswerIsTheTruthWhileAClusterMasterFreezes(t *testing.T) {
 	master, err := s.Cluster.MasterOf(ctx, rdb.StreamKey(s.RDB.PartitionOf(v)))
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = master.Resume() })
-	rep, err := s.SaleThroughFreezes(ctx, harness.FreezeConfig{Voucher: v, Conns: 64, Freezes: []time.Duration{2 * time.Second, 10 * time.Second},
+	rep, err := s.SaleThroughFreezes(ctx, harness.FreezeConfig{Voucher: v, Logf: t.Logf, Conns: 64, Freezes: []time.Duration{2 * time.Second, 10 * time.Second},
 		Freeze: func(d time.Duration) error {
 			if err := master.Pause(); err != nil {
 				return err
@@ -64,7 +64,7 @@ func TestClaimsOfAGatewayKilledWithCallsInFlightResolve(t *testing.T) {
 	}
 	ctx := context.Background()
 	s, v := truthStack(t, harness.Options{Partitions: 2})
-	rep, err := s.SaleThroughFreezes(ctx, harness.FreezeConfig{Voucher: v, Conns: 64, Freezes: []time.Duration{3 * time.Second},
+	rep, err := s.SaleThroughFreezes(ctx, harness.FreezeConfig{Voucher: v, Logf: t.Logf, Conns: 64, Freezes: []time.Duration{3 * time.Second},
 		Freeze: func(d time.Duration) error {
 			if err := s.Redis.Pause(); err != nil {
 				return err
@@ -88,6 +88,7 @@ func truthStack(t *testing.T, o harness.Options) (*harness.Stack, int64) {
 	t.Helper()
 	ctx := context.Background()
 	o.Dir, o.Workers, o.Reaper = t.TempDir(), 1, true
+	o.Progress = func(what string, took time.Duration) { t.Logf("%s: %s", what, took.Round(time.Millisecond)) }
 	o.Env = []string{"FLASHSALE_CLAIM_TIMEOUT=300ms", "FLASHSALE_USER_RATE=0"}
 	s, err := harness.StartStack(ctx, o)
 	require.NoError(t, err)
@@ -122,7 +123,7 @@ func TestEveryAnswerIsTheTruthOverASlowLinkToRedis(t *testing.T) {
 	proxy := testsrv.NewProxy(t, s.Redis.Addr)
 	require.NoError(t, s.Gateway.Stop(20*time.Second))
 	require.NoError(t, s.StartGatewayWith(ctx, "FLASHSALE_REDIS_ADDR="+proxy.Addr))
-	rep, err := s.SaleThroughFreezes(ctx, harness.FreezeConfig{Voucher: v, Conns: 64, Freezes: []time.Duration{3 * time.Second},
+	rep, err := s.SaleThroughFreezes(ctx, harness.FreezeConfig{Voucher: v, Logf: t.Logf, Conns: 64, Freezes: []time.Duration{3 * time.Second},
 		Freeze: func(d time.Duration) error {
 			if err := proxy.Delay(600 * time.Millisecond); err != nil {
 				return err
@@ -146,7 +147,7 @@ func TestEnvelopeMoneyGoesOnlyToBuyersToldSoWhileRedisFreezes(t *testing.T) {
 	s, _ := truthStack(t, harness.Options{Partitions: 2})
 	v, err := s.CreateVoucher(ctx, harness.VoucherSpec{Name: "red envelopes", Kind: "envelope", TotalAmount: 2_000_000, Count: 20_000, MinAmount: 1, PerUserLimit: 1})
 	require.NoError(t, err)
-	rep, err := s.SaleThroughFreezes(ctx, harness.FreezeConfig{Voucher: v, Conns: 64, Freezes: []time.Duration{2 * time.Second}})
+	rep, err := s.SaleThroughFreezes(ctx, harness.FreezeConfig{Voucher: v, Logf: t.Logf, Conns: 64, Freezes: []time.Duration{2 * time.Second}})
 	requireTruth(t, rep, err)
 	require.Positive(t, rep.MoneyHeld)
 	require.Equal(t, rep.MoneyHeld, rep.MoneyTold, "money granted is money told")
