@@ -32,7 +32,10 @@ func TestSaleSurvivesAClusterMasterFailover(t *testing.T) {
 		t.Skip("end-to-end: builds and runs the binaries")
 	}
 	for _, durability := range []string{"none", "replica"} {
-		t.Run(durability, func(t *testing.T) { saleThroughClusterFailover(t, durability) })
+		t.Run(durability, func(t *testing.T) {
+			t.Parallel() // most of it waits on the cluster: the two modes wait together
+			saleThroughClusterFailover(t, durability)
+		})
 	}
 }
 

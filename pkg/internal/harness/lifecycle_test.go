@@ -39,7 +39,15 @@ func get(t *testing.T, url string) (int, string) {
 
 func startStack(t *testing.T, ctx context.Context, env ...string) *harness.Stack {
 	t.Helper()
-	s, err := harness.StartStack(ctx, harness.Options{Dir: t.TempDir(), Workers: 1, Partitions: 2, Reaper: true, Env: env})
+	return startStackWith(t, ctx, harness.Options{Env: env})
+}
+
+// startStackWith is startStack with more options (o's Dir, Workers,
+// Partitions and Reaper are startStack's).
+func startStackWith(t *testing.T, ctx context.Context, o harness.Options) *harness.Stack {
+	t.Helper()
+	o.Dir, o.Workers, o.Partitions, o.Reaper = t.TempDir(), 1, 2, true
+	s, err := harness.StartStack(ctx, o)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = s.Close() })
 	return s
@@ -265,7 +273,7 @@ func TestWorkerStartedWhileMariaDBIsDownWaitsForIt(t *testing.T) {
 		t.Skip("runs the binaries")
 	}
 	ctx := context.Background()
-	s := startStack(t, ctx)
+	s := startStackWith(t, ctx, harness.Options{OwnMariaDB: true})
 	require.NoError(t, s.MariaDB.Kill())
 	w, err := s.StartWorker(1)
 	require.NoError(t, err)
@@ -290,7 +298,7 @@ func TestSIGTERMWhileWaitingForTheStoresExitsCleanly(t *testing.T) {
 		t.Skip("runs the binaries")
 	}
 	ctx := context.Background()
-	s := startStack(t, ctx)
+	s := startStackWith(t, ctx, harness.Options{OwnMariaDB: true})
 	require.NoError(t, s.MariaDB.Kill())
 	w, err := s.StartWorker(1)
 	require.NoError(t, err)

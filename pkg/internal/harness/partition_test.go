@@ -55,7 +55,10 @@ func skipWithoutNetns(t *testing.T) {
 func TestAGatewayCutFromRedisMidPipeline(t *testing.T) {
 	skipWithoutNetns(t)
 	for _, mode := range []string{"single", "sentinel", "cluster"} {
-		t.Run(mode, func(t *testing.T) { gatewayCut(t, mode) })
+		t.Run(mode, func(t *testing.T) {
+			t.Parallel() // most of it waits on a failover or a timeout: the modes wait together
+			gatewayCut(t, mode)
+		})
 	}
 }
 
@@ -380,7 +383,10 @@ func metric(t *testing.T, opsURL, sample string) float64 {
 func TestSplitBrainOfASentinelMaster(t *testing.T) {
 	skipWithoutNetns(t)
 	for _, mode := range []string{"none", "replica"} {
-		t.Run(mode, func(t *testing.T) { splitBrain(t, mode) })
+		t.Run(mode, func(t *testing.T) {
+			t.Parallel() // most of it waits on the sentinel: the two modes wait together
+			splitBrain(t, mode)
+		})
 	}
 }
 

@@ -89,15 +89,50 @@ func sharedBuild(race bool) (string, error) {
 	return d, nil
 }
 
-// RemoveBuilds removes what Build compiled for this test binary; its
-// TestMain calls it after the tests.
+// RemoveBuilds removes what Build compiled for this test binary, and
+// stops the mariadbd its stacks shared; its TestMain calls it after the
+// tests.
 func RemoveBuilds() {
 	builds.Lock()
-	defer builds.Unlock()
 	for race, d := range builds.dirs {
 		os.RemoveAll(d)
 		delete(builds.dirs, race)
 	}
+	builds.Unlock()
+	shared.Lock()
+	defer shared.Unlock()
+	if shared.mariadb != nil {
+		_ = shared.mariadb.Stop()
+		os.RemoveAll(shared.dir)
+		shared.mariadb = nil
+	}
+}
+
+// shared is the mariadbd a test binary's stacks share (Options.OwnMariaDB).
+var shared struct {
+	sync.Mutex
+	mariadb *testsrv.MariaDB
+	dir     string
+}
+
+// sharedMariaDB starts the test binary's shared mariadbd on first use.
+func sharedMariaDB() (*testsrv.MariaDB, error) {
+	shared.Lock()
+	defer shared.Unlock()
+	if shared.mariadb != nil {
+		return shared.mariadb, nil
+	}
+	d, err := os.MkdirTemp("", "flashsale-mariadb-")
+	if err != nil {
+		return nil, err
+	}
+	m, err := testsrv.StartMariaDB(filepath.Join(d, "mariadb"))
+	if err != nil {
+		os.RemoveAll(d)
+		return nil, err
+	}
+	shared.mariadb, shared.dir = m, d
+	return m, nil
 }
 
 // compile builds the named commands into dir.

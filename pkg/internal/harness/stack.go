@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"testing"
 	"time"
 
 	"github.com/go-sql-driver/mysql"
@@ -29,6 +30,14 @@ type Options struct {
 	// RedisAddr and MySQLDSN use existing servers; empty starts throwaway ones.
 	RedisAddr string
 	MySQLDSN  string
+	// OwnMariaDB starts a mariadbd for this stack alone (Stack.MariaDB),
+	// for a test that kills, pauses or reconfigures it. Otherwise, in a
+	// test binary, the stack gets a fresh database on one throwaway
+	// mariadbd its tests share (SharedMariaDB): starting one costs each
+	// stack a second and a half of both cores. A stack whose mariadbd a
+	// test partitions or gives users (MySQLNetns, RestrictedUser,
+	// LeastPrivilege) has its own anyway.
+	OwnMariaDB bool
 	// RedisArgs are extra redis-server arguments for a throwaway Redis.
 	RedisArgs []string
 	// Workers is the number of worker processes (0: none).
@@ -202,6 +211,16 @@ func StartStack(ctx context.Context, o Options) (s *Stack, err error) {
 		step("redis up at " + redisAddr)
 	}
 	dsn := o.MySQLDSN
+	if dsn == "" && testing.Testing() && !o.OwnMariaDB && !o.MySQLNetns && !o.RestrictedUser && !o.LeastPrivilege {
+		m, err := sharedMariaDB()
+		if err != nil {
+			return nil, err
+		}
+		if dsn, err = m.CreateDatabase("flashsale"); err != nil {
+			return nil, err
+		}
+		step("database flashsale created on the tests' shared mariadbd")
+	}
 	if dsn == "" {
 		start := testsrv.StartMariaDB
 		if o.RestrictedUser || o.LeastPrivilege {
@@ -230,7 +249,7 @@ func StartStack(ctx context.Context, o Options) (s *Stack, err error) {
 		dsn += "&readTimeout=" + o.MySQLIOTimeout.String() + "&writeTimeout=" + o.MySQLIOTimeout.String()
 	}
 	if o.RestrictedUser {
-		if o.MySQLDSN != "" {
+		if s.MariaDB == nil {
 			return nil, errors.New("RestrictedUser needs a throwaway mariadbd")
 		}
 		if dsn, err = testsrv.RestrictedUser(dsn); err != nil {
