@@ -199,11 +199,13 @@ func TestAFailoverToALaggingReplica(t *testing.T) {
 	}
 	for name, topo := range map[string]func(*testing.T) laggingTopology{"sentinel": sentinelTopology, "cluster": clusterTopology} {
 		t.Run(name+"/none loses 202s", func(t *testing.T) {
+			t.Parallel() // most of it waits on a failover: the four wait together, two at a time
 			res := saleThroughLaggingFailover(t, rdb.DurabilityNone, topo(t))
 			require.Len(t, res.admitted, 16)
 			require.Len(t, res.lost, 10, "every 202 the stalled replica never got is lost")
 		})
 		t.Run(name+"/replica loses none", func(t *testing.T) {
+			t.Parallel() // most of it waits on a failover: the four wait together, two at a time
 			res := saleThroughLaggingFailover(t, rdb.DurabilityReplica, topo(t))
 			require.Len(t, res.admitted, 6)
 			require.Empty(t, res.lost)
