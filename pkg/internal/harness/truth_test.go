@@ -63,7 +63,11 @@ func TestClaimsOfAGatewayKilledWithCallsInFlightResolve(t *testing.T) {
 		t.Skip("a stack of the real binaries, its gateway killed")
 	}
 	ctx := context.Background()
-	s, v := truthStack(t, harness.Options{Partitions: 2})
+	// A claim the killed gateway never heard back about is refused by
+	// time once no reply can come (FLASHSALE_CLAIM_OUTCOME_TIMEOUT and a
+	// second after it): 8 s, not 30, outlasts the 3 s freeze with room
+	// to spare, and is what most of this test waited for.
+	s, v := truthStack(t, harness.Options{Partitions: 2, Env: []string{"FLASHSALE_CLAIM_OUTCOME_TIMEOUT=8s"}})
 	rep, err := s.SaleThroughFreezes(ctx, harness.FreezeConfig{Voucher: v, Logf: t.Logf, Conns: 64, Freezes: []time.Duration{3 * time.Second},
 		Freeze: func(d time.Duration) error {
 			if err := s.Redis.Pause(); err != nil {
@@ -89,7 +93,7 @@ func truthStack(t *testing.T, o harness.Options) (*harness.Stack, int64) {
 	ctx := context.Background()
 	o.Dir, o.Workers, o.Reaper = t.TempDir(), 1, true
 	o.Progress = func(what string, took time.Duration) { t.Logf("%s: %s", what, took.Round(time.Millisecond)) }
-	o.Env = []string{"FLASHSALE_CLAIM_TIMEOUT=300ms", "FLASHSALE_USER_RATE=0"}
+	o.Env = append([]string{"FLASHSALE_CLAIM_TIMEOUT=300ms", "FLASHSALE_USER_RATE=0"}, o.Env...)
 	s, err := harness.StartStack(ctx, o)
 	require.NoError(t, err)
 	t.Cleanup(func() {
