@@ -28,6 +28,7 @@ import (
 // the killed master, restarted, rejoins as the new master's replica so
 // that claims there are acknowledged again.
 func TestSaleSurvivesAClusterMasterFailover(t *testing.T) {
+	t.Parallel() // it mostly waits (see TestMain)
 	if testing.Short() {
 		t.Skip("end-to-end: builds and runs the binaries")
 	}
@@ -145,6 +146,7 @@ func requireTheRestSells(t *testing.T, ctx context.Context, s *harness.Stack, v,
 // is lost; no oversell, no user over the limit, and reconcile finds the
 // stores agreeing; the rest of the stock sells, to the unit.
 func TestSaleSurvivesASentinelFailover(t *testing.T) {
+	t.Parallel() // it mostly waits (see TestMain)
 	if testing.Short() {
 		t.Skip("end-to-end: builds and runs the binaries")
 	}

@@ -269,6 +269,7 @@ func TestGatewaySmokeCommand(t *testing.T) {
 // A process started while MySQL is down waits for it, not ready, instead
 // of exiting (on Kubernetes: no crash loop during a database outage).
 func TestWorkerStartedWhileMariaDBIsDownWaitsForIt(t *testing.T) {
+	t.Parallel() // it mostly waits (see TestMain)
 	if testing.Short() {
 		t.Skip("runs the binaries")
 	}
@@ -294,6 +295,7 @@ func TestWorkerStartedWhileMariaDBIsDownWaitsForIt(t *testing.T) {
 // A process told to stop while it still waits for its stores exits 0: a
 // rollout that stops a pod before it connected is no failure.
 func TestSIGTERMWhileWaitingForTheStoresExitsCleanly(t *testing.T) {
+	t.Parallel() // it mostly waits (see TestMain)
 	if testing.Short() {
 		t.Skip("runs the binaries")
 	}

@@ -53,6 +53,7 @@ func skipWithoutNetns(t *testing.T) {
 // with a replica each, the voucher's master cut off until the cluster
 // has promoted its replica.
 func TestAGatewayCutFromRedisMidPipeline(t *testing.T) {
+	t.Parallel() // it mostly waits (see TestMain)
 	skipWithoutNetns(t)
 	for _, mode := range []string{"single", "sentinel", "cluster"} {
 		t.Run(mode, func(t *testing.T) {
@@ -224,6 +225,7 @@ func gatewayCut(t *testing.T, mode string) {
 // commits unheard; it is retried, and every order is cancelled once, its
 // unit given back to Redis once.
 func TestACommitWhoseAnswerNeverComes(t *testing.T) {
+	t.Parallel() // it mostly waits (see TestMain)
 	skipWithoutNetns(t)
 	ctx := context.Background()
 	s, err := harness.StartStack(ctx, harness.Options{Dir: t.TempDir(), Workers: 1, Partitions: 2, Reaper: true, MySQLNetns: true,
@@ -381,6 +383,7 @@ func metric(t *testing.T, opsURL, sample string) float64 {
 // power). With replica, a 202 needs a replica's acknowledgement the
 // cut-off master cannot get: that gateway answers 503, and no 202 is lost.
 func TestSplitBrainOfASentinelMaster(t *testing.T) {
+	t.Parallel() // it mostly waits (see TestMain)
 	skipWithoutNetns(t)
 	for _, mode := range []string{"none", "replica"} {
 		t.Run(mode, func(t *testing.T) {

@@ -20,6 +20,7 @@ import (
 // order, and one answered 503 outcome_unknown resolves, through its
 // claim_id, to what MySQL holds once the pipeline has settled.
 func TestEveryAnswerIsTheTruthWhileRedisFreezes(t *testing.T) {
+	t.Parallel() // it mostly waits (see TestMain)
 	if testing.Short() {
 		t.Skip("a stack of the real binaries, Redis frozen twice")
 	}
@@ -34,6 +35,7 @@ func TestEveryAnswerIsTheTruthWhileRedisFreezes(t *testing.T) {
 // The same on a 3-master Redis Cluster: the voucher's master frozen 2 s,
 // then 10 s (the other masters answer on).
 func TestEveryAnswerIsTheTruthWhileAClusterMasterFreezes(t *testing.T) {
+	t.Parallel() // it mostly waits (see TestMain)
 	if testing.Short() {
 		t.Skip("a stack of the real binaries on a cluster, a master frozen twice")
 	}
@@ -59,6 +61,7 @@ func TestEveryAnswerIsTheTruthWhileAClusterMasterFreezes(t *testing.T) {
 // recorded, and the claims resolve through another gateway (the one that
 // replaces it) from the buyers' orders and keys, to what MySQL holds.
 func TestClaimsOfAGatewayKilledWithCallsInFlightResolve(t *testing.T) {
+	t.Parallel() // it mostly waits (see TestMain)
 	if testing.Short() {
 		t.Skip("a stack of the real binaries, its gateway killed")
 	}
@@ -119,6 +122,7 @@ func requireTruth(t *testing.T, rep *harness.FreezeReport, err error) {
 // The same with the gateway's link to Redis slow, not Redis: every answer
 // of Redis 600 ms late (toxiproxy; above FLASHSALE_REDIS_TIMEOUT) for 3 s.
 func TestEveryAnswerIsTheTruthOverASlowLinkToRedis(t *testing.T) {
+	t.Parallel() // it mostly waits (see TestMain)
 	if testing.Short() {
 		t.Skip("a stack of the real binaries, its gateway's Redis link slowed twice")
 	}
@@ -144,6 +148,7 @@ func TestEveryAnswerIsTheTruthOverASlowLinkToRedis(t *testing.T) {
 // resolution's) is the envelope MySQL holds for its buyer, and the money
 // told is the money held.
 func TestEnvelopeMoneyGoesOnlyToBuyersToldSoWhileRedisFreezes(t *testing.T) {
+	t.Parallel() // it mostly waits (see TestMain)
 	if testing.Short() {
 		t.Skip("a stack of the real binaries, Redis frozen")
 	}
