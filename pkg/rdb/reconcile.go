@@ -371,19 +371,19 @@ func (s *Store) AllPartitions() []int {
 }
 
 // PresentBuckets counts the buckets of voucher v (which has buckets
-// buckets) that Redis holds.
-func (s *Store) PresentBuckets(ctx context.Context, v int64, buckets int) (int, error) {
+// buckets) that Redis holds, and says whether bucket 0, the voucher's
+// own, is one: a creation or a rebuild writes it last.
+func (s *Store) PresentBuckets(ctx context.Context, v int64, buckets int) (n int, zero bool, err error) {
 	pipe := s.c.Pipeline()
 	var cmds []*redis.IntCmd
 	for b := range max(buckets, 1) {
 		cmds = append(cmds, pipe.Exists(ctx, s.bucketOf(v, b).key()))
 	}
 	if _, err := pipe.Exec(ctx); err != nil {
-		return 0, fmt.Errorf("voucher %d in redis: %w", v, err)
+		return 0, false, fmt.Errorf("voucher %d in redis: %w", v, err)
 	}
-	n := 0
 	for _, c := range cmds {
 		n += int(c.Val())
 	}
-	return n, nil
+	return n, cmds[0].Val() == 1, nil
 }

@@ -213,19 +213,21 @@ type Reaper struct {
 	// (WithSplitTarget).
 	splitTarget func(ctx context.Context, v int64, n int) (int, error)
 	// restoreHook (tests) runs when the restorer has found voucher v lost
-	// and read the streams, before it reads MySQL and writes.
-	restoreHook func(v int64)
+	// and read the streams, before it reads MySQL and writes;
+	// creationHook (tests) when it waits for a creation under way.
+	restoreHook, creationHook func(v int64)
 }
 
 // Option changes a Reaper.
 type Option func(*options)
 
 type options struct {
-	now         func() time.Time
-	reg         prometheus.Registerer
-	audit       *zap.Logger
-	splitTarget func(ctx context.Context, v int64, n int) (int, error)
-	restoreHook func(v int64)
+	now          func() time.Time
+	reg          prometheus.Registerer
+	audit        *zap.Logger
+	splitTarget  func(ctx context.Context, v int64, n int) (int, error)
+	restoreHook  func(v int64)
+	creationHook func(v int64)
 }
 
 // WithSplitTarget sets how many buckets a voucher of n marked hot is split
@@ -268,7 +270,7 @@ func New(cfg Config, r *rdb.Store, d *db.Store, log *zap.Logger, opts ...Option)
 		return nil, err
 	}
 	return &Reaper{cfg: cfg, redis: r, streams: upkeep.New(r), db: d, orders: persist.NewOrders(cfg.Config, r, d, log, o.audit, o.reg),
-		now: o.now, audit: o.audit, metrics: newMetrics(o.reg), log: log, sinks: sk, splitTarget: o.splitTarget, restoreHook: o.restoreHook}, nil
+		now: o.now, audit: o.audit, metrics: newMetrics(o.reg), log: log, sinks: sk, splitTarget: o.splitTarget, restoreHook: o.restoreHook, creationHook: o.creationHook}, nil
 }
 
 // Round is what one round did.

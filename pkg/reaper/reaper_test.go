@@ -593,6 +593,67 @@ func TestTheRestorerNeverUndoesClaimsOfAVoucherCreatedMeanwhile(t *testing.T) {
 	}
 }
 
+// A voucher whose creation is under way when the restorer reads (its
+// buckets written but bucket 0, which a creation writes last) is no loss:
+// the round waits for the creation, marks the partitions loaded and says
+// nothing (it had logged "redis lost some buckets" and left them unmarked
+// for a round). Bucket 0 missing from a voucher created long ago is a
+// loss: its partitions stay unmarked and nothing is written.
+func TestTheRestorerWaitsForACreationUnderWay(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		age      time.Duration
+		underWay bool
+	}{{"just created", 0, true}, {"created long ago", 2 * time.Minute, false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := testenv.New(t, 2)
+			ctx := context.Background()
+			created := time.Now().UTC().Add(-tc.age).Truncate(time.Millisecond)
+			v := db.Voucher{Name: "being created", Stock: 6, StockTotal: 6, PerUserLimit: 1, PaymentTimeoutSeconds: 60, StockBuckets: 3, CreatedAt: created}
+			ch, err := e.DB.CreateVoucher(ctx, &v, nil, created)
+			require.NoError(t, err)
+			require.NoError(t, e.RDB.Client().FlushAll(ctx).Err()) // a fresh Redis: no partition marked loaded
+			require.NoError(t, e.RDB.EnsureGroups(ctx))
+			_, err = settle.Changes(ctx, e.RDB, e.DB, []db.VoucherChange{ch}, created)
+			require.NoError(t, err)
+			// The creation has written buckets 2 and 1, not yet bucket 0.
+			zero := e.RDB.VoucherKey(v.ID)
+			dump, err := e.RDB.Client().Dump(ctx, zero).Result()
+			require.NoError(t, err)
+			require.NoError(t, e.RDB.Client().Del(ctx, zero).Err())
+
+			waited := 0
+			finish := func(id int64) { // the gateway writes bucket 0
+				if id != v.ID {
+					return
+				}
+				waited++
+				require.NoError(t, e.RDB.Client().Restore(ctx, zero, 0, dump).Err())
+			}
+			cfg := reaper.Config{Config: worker.Config{Consumer: "reaper-1", Block: time.Millisecond}, MaxDeliveries: 3, ConsumerGoneAfter: time.Hour}
+			r, err := reaper.New(cfg, e.RDB, e.DB, zaptest.NewLogger(t), reaper.WithCreationHook(finish))
+			require.NoError(t, err)
+			round, err := r.RunOnly(ctx, "restorer")
+			require.NoError(t, err)
+			require.Zero(t, round.Restored, "nothing rebuilt")
+			unloaded, err := e.RDB.Unloaded(ctx)
+			require.NoError(t, err)
+			present, hasZero, err := e.RDB.PresentBuckets(ctx, v.ID, 3)
+			require.NoError(t, err)
+			if tc.underWay {
+				require.Empty(t, unloaded, "every partition marked loaded in this round")
+				require.Equal(t, 1, waited, "the restorer waited for the creation")
+				require.Equal(t, 3, present)
+				return
+			}
+			require.Zero(t, waited, "an old voucher's missing bucket 0 is no creation")
+			require.NotEmpty(t, unloaded, "the voucher's partitions stay unmarked for an operator's repair")
+			require.Equal(t, 2, present)
+			require.False(t, hasZero, "nothing written over a loss")
+		})
+	}
+}
+
 // Redis lost a voucher (its hash, not its stream) with orders in flight. A
 // worker persists them while the restorer reads: after the restorer read
 // the streams, before it reads MySQL. The stock it writes is MySQL's as of

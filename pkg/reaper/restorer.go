@@ -19,7 +19,9 @@ package reaper
 // some buckets are gone (one master of a cluster lost its data) is not
 // rebuilt either, for the same reason: it is logged, its partitions stay
 // unmarked (its missing buckets answer 503), and an operator runs
-// `reaper reconcile --repair` with its sale paused.
+// `reaper reconcile --repair` with its sale paused. One just created
+// whose bucket 0 is the only one missing is a creation under way: the
+// round waits for it (awaitCreation) and says nothing.
 //
 // The same round completes each partition's rooms' index (rdb.RoomsKey)
 // where it lacks its mark: Redis lost it, or the vouchers were written by
@@ -31,6 +33,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"time"
 
 	"go.uber.org/zap"
 
@@ -78,9 +81,16 @@ func (r *Reaper) reload(ctx context.Context, round *Round, unloaded []int, vouch
 		if !slices.ContainsFunc(parts, func(p int) bool { return slices.Contains(unloaded, p) }) {
 			continue
 		}
-		present, err := r.redis.PresentBuckets(ctx, v.ID, v.StockBuckets)
+		present, zero, err := r.redis.PresentBuckets(ctx, v.ID, v.StockBuckets)
 		if err != nil {
 			return err
+		}
+		if present > 0 && !zero && now.Sub(v.CreatedAt) < creatingFor {
+			// A voucher just created, its buckets written but bucket 0,
+			// which goes last: a gateway's creation under way, not a loss.
+			if present, zero, err = r.awaitCreation(ctx, v); err != nil {
+				return err
+			}
 		}
 		switch {
 		case present == max(v.StockBuckets, 1):
@@ -112,4 +122,36 @@ func (r *Reaper) reload(ctx context.Context, round *Round, unloaded []int, vouch
 	}
 	marked := slices.DeleteFunc(unloaded, func(p int) bool { return held[p] })
 	return r.redis.MarkLoaded(ctx, marked...)
+}
+
+// A voucher created less than creatingFor ago whose buckets Redis holds
+// but for bucket 0 is being written by the gateway that created it
+// (rdb.Store.CreateVoucher writes bucket 0 last; no claim is admitted
+// before it exists, since a claim reads the voucher's layout there). The
+// restorer waits up to creationWait for bucket 0, within its round, before
+// it calls the voucher half lost: a creation is a write to each bucket,
+// milliseconds apart. One that does not finish (its gateway died, or
+// Redis lost the rest) is what it was: logged, its partitions unmarked.
+const (
+	creatingFor  = time.Minute
+	creationWait = 3 * time.Second
+)
+
+// awaitCreation waits for voucher v's creation to write all its buckets,
+// up to creationWait, and says what Redis then holds.
+func (r *Reaper) awaitCreation(ctx context.Context, v db.Voucher) (present int, zero bool, err error) {
+	if r.creationHook != nil {
+		r.creationHook(v.ID)
+	}
+	deadline := time.Now().Add(creationWait)
+	for {
+		if present, zero, err = r.redis.PresentBuckets(ctx, v.ID, v.StockBuckets); err != nil || zero || time.Now().After(deadline) {
+			return present, zero, err
+		}
+		select {
+		case <-ctx.Done():
+			return present, zero, ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
 }
