@@ -630,11 +630,7 @@ func TestTheRestorerWaitsForACreationUnderWay(t *testing.T) {
 				waited++
 				require.NoError(t, e.RDB.Client().Restore(ctx, zero, 0, dump).Err())
 			}
-			cfg := reaper.Config{Config: worker.Config{Consumer: "reaper-1", Block: time.Millisecond}, MaxDeliveries: 3, ConsumerGoneAfter: time.Hour}
-			r, err := reaper.New(cfg, e.RDB, e.DB, zaptest.NewLogger(t), reaper.WithCreationHook(finish))
-			require.NoError(t, err)
-			round, err := r.RunOnly(ctx, "restorer")
-			require.NoError(t, err)
+			round := restoreWith(t, e, reaper.WithCreationHook(finish))
 			require.Zero(t, round.Restored, "nothing rebuilt")
 			unloaded, err := e.RDB.Unloaded(ctx)
 			require.NoError(t, err)
@@ -697,8 +693,14 @@ func TestTheRestorerReadsMySQLsStockWithItsOrders(t *testing.T) {
 // when it has found a voucher lost and read the streams.
 func restoreWithHook(t *testing.T, e *testenv.Env, hook func(v int64)) reaper.Round {
 	t.Helper()
+	return restoreWith(t, e, reaper.WithRestoreHook(hook))
+}
+
+// restoreWith runs one restorer pass of a reaper made with opts.
+func restoreWith(t *testing.T, e *testenv.Env, opts ...reaper.Option) reaper.Round {
+	t.Helper()
 	cfg := reaper.Config{Config: worker.Config{Consumer: "reaper-1", Block: time.Millisecond}, MaxDeliveries: 3, ConsumerGoneAfter: time.Hour}
-	r, err := reaper.New(cfg, e.RDB, e.DB, zaptest.NewLogger(t), reaper.WithRestoreHook(hook))
+	r, err := reaper.New(cfg, e.RDB, e.DB, zaptest.NewLogger(t), opts...)
 	require.NoError(t, err)
 	round, err := r.RunOnly(context.Background(), "restorer")
 	require.NoError(t, err)

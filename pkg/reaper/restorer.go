@@ -37,6 +37,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/flashsale/flashsale/pkg/backoff"
 	"github.com/flashsale/flashsale/pkg/db"
 	"github.com/flashsale/flashsale/pkg/rdb"
 )
@@ -148,10 +149,8 @@ func (r *Reaper) awaitCreation(ctx context.Context, v db.Voucher) (present int, 
 		if present, zero, err = r.redis.PresentBuckets(ctx, v.ID, v.StockBuckets); err != nil || zero || time.Now().After(deadline) {
 			return present, zero, err
 		}
-		select {
-		case <-ctx.Done():
-			return present, zero, ctx.Err()
-		case <-time.After(20 * time.Millisecond):
+		if err := backoff.Sleep(ctx, 20*time.Millisecond); err != nil {
+			return present, zero, err
 		}
 	}
 }

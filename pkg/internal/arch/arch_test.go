@@ -24,6 +24,7 @@ const module = "github.com/flashsale/flashsale/"
 type pkg struct {
 	ImportPath string
 	Dir        string
+	Name, Doc  string
 	GoFiles    []string
 	Imports    []string
 	Deps       []string
@@ -34,22 +35,31 @@ type pkg struct {
 // excluded: what ships).
 func list(t *testing.T) map[string]*pkg {
 	t.Helper()
-	cmd := exec.Command("go", "list", "-json", "-deps", "-export", "../../../pkg/...", "../../../cmd/...")
+	pkgs := map[string]*pkg{}
+	for _, p := range goList(t, "-deps", "-export", "../../../pkg/...", "../../../cmd/...") {
+		pkgs[p.ImportPath] = p
+	}
+	return pkgs
+}
+
+// goList runs go list -json with args and returns the packages it lists.
+func goList(t *testing.T, args ...string) []*pkg {
+	t.Helper()
+	cmd := exec.Command("go", append([]string{"list", "-json"}, args...)...)
 	var out, errOut bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errOut
 	require.NoError(t, cmd.Run(), errOut.String())
-	pkgs := map[string]*pkg{}
+	var pkgs []*pkg
 	dec := json.NewDecoder(&out)
 	for {
 		var p pkg
 		err := dec.Decode(&p)
 		if err == io.EOF {
-			break
+			return pkgs
 		}
 		require.NoError(t, err)
-		pkgs[p.ImportPath] = &p
+		pkgs = append(pkgs, &p)
 	}
-	return pkgs
 }
 
 // The stores are siblings and settle alone ties them: pkg/db and pkg/rdb

@@ -1,13 +1,9 @@
 package arch_test
 
 import (
-	"bytes"
-	"encoding/json"
 	"go/ast"
 	"go/parser"
 	"go/token"
-	"io"
-	"os/exec"
 	"path/filepath"
 	"reflect"
 	"regexp"
@@ -152,23 +148,9 @@ func TestOrdersAreNamedOrders(t *testing.T) {
 // "Command x …"), and one file alone carries it, so that go doc and a
 // reader opening the files see the same words.
 func TestEveryPackageSaysWhatItIsFor(t *testing.T) {
-	cmd := exec.Command("go", "list", "-json", "../../../...")
-	var out, errOut bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errOut
-	require.NoError(t, cmd.Run(), errOut.String())
-	dec := json.NewDecoder(&out)
-	n := 0
-	for {
-		var p struct {
-			ImportPath, Dir, Name, Doc string
-			GoFiles                    []string
-		}
-		if err := dec.Decode(&p); err == io.EOF {
-			break
-		} else {
-			require.NoError(t, err)
-		}
-		n++
+	pkgs := goList(t, "../../../...")
+	require.Greater(t, len(pkgs), 40, "go list found the module's packages")
+	for _, p := range pkgs {
 		opening := "Package " + p.Name + " "
 		if p.Name == "main" {
 			opening = "Command " + filepath.Base(p.Dir) + " "
@@ -184,5 +166,4 @@ func TestEveryPackageSaysWhatItIsFor(t *testing.T) {
 		}
 		require.Lenf(t, with, 1, "%s: one file carries the package's doc, not %v", p.ImportPath, with)
 	}
-	require.Greater(t, n, 40, "go list found the module's packages")
 }

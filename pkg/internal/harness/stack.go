@@ -33,7 +33,7 @@ type Options struct {
 	// OwnMariaDB starts a mariadbd for this stack alone (Stack.MariaDB),
 	// for a test that kills, pauses or reconfigures it. Otherwise, in a
 	// test binary, the stack gets a fresh database on one throwaway
-	// mariadbd its tests share (SharedMariaDB): starting one costs each
+	// mariadbd its tests share (sharedMariaDB): starting one costs each
 	// stack a second and a half of both cores. A stack whose mariadbd a
 	// test partitions or gives users (MySQLNetns, RestrictedUser,
 	// LeastPrivilege) has its own anyway.
