@@ -28,14 +28,23 @@
 -- Returns 1 when applied now, 0 when it had been already, -1 when Redis
 -- does not hold the voucher (nothing is written: its creation is still
 -- owed, or Redis lost it and reconcile rebuilds it whole, changes
--- included), -2 when the voucher is splitting into more buckets (nothing
--- is written: applied again once the split is done, to every bucket).
+-- included), -2 when the voucher is splitting into more buckets and the
+-- change must wait (nothing is written: applied again once the split is
+-- done, to every bucket).
+--
+-- While a bucket pre-copies ("N~M", split.lua) a change is applied as at
+-- any time: the split copies bucket 0's settings and changes applied into
+-- the new buckets again once the old ones are frozen (pkg/rdb split.go,
+-- open). A new end waits (the new buckets' records are copied with the
+-- keys' expiry as it was), and so does a waiting room (never put on a
+-- voucher splitting); any change waits while a bucket is frozen ("N>M":
+-- past the new buckets' last copy) or new ("M>0").
 
 local at = redis.call('HGET', KEYS[1], 'buckets')
 if not at then
   return -1
 end
-if not tonumber(at) then -- splitting (split.lua): the new buckets copy the changes applied
+if not tonumber(at) and not (string.find(at, '~', 1, true) and tonumber(ARGV[3]) == 0 and ARGV[7] == '') then
   return -2
 end
 if redis.call('SADD', KEYS[2], ARGV[1]) == 0 then

@@ -22,21 +22,36 @@
 -- ARGV[6] -> the voucher's number of buckets the caller routed the order
 --            by (its user's bucket): a release is made where the user's
 --            count lives now
+-- ARGV[7] -> the user's hash (FNV-1a, 32 bits: rdb.UserBucket's), to
+--            tell while the voucher splits whether the user's records
+--            move (to a bucket of the new number that is another)
 --
 -- Returns 1 when the reservation was given back now, 0 when it had been already
 -- (or the voucher is no longer in Redis, its sale long over: nothing to give),
 -- -1 when the caller's knowledge is older than the bucket's rf: nothing changed,
--- -2 when the voucher is splitting into more buckets (split.lua): nothing
--- changed, release it again once the split is done, {10, n} when the voucher
--- has n buckets, not ARGV[6]: nothing changed, route it again.
+-- -2 when the voucher is splitting into more buckets (split.lua) and the
+-- user's records are moving: nothing changed, release it again once the
+-- split is done, {10, n} when the voucher has n buckets, not ARGV[6]:
+-- nothing changed, route it again. A user whose records stay in this
+-- bucket through the split is released here as at any time: nothing of
+-- theirs is copied, and the units given back are this bucket's stock,
+-- which a split moves, never copies.
 
 if redis.call('EXISTS', KEYS[1]) == 0 then
   return 0
 end
 local h = redis.call('HMGET', KEYS[1], 'expire_s', 'closed', 'draw', 'rf', 'buckets')
 local buckets = tonumber(h[5] or 1)
-if not buckets then -- splitting (split.lua): its users' records are moving
-  return -2
+if not buckets then -- "N~M" or "N>M": splitting (split.lua), "M>0": a new bucket not open
+  local from, to = string.match(h[5], '^(%d+)[~>](%d*)$')
+  local user_hash, m = tonumber(ARGV[7]), tonumber(to)
+  buckets = tonumber(from)
+  if not buckets then
+    return -2
+  end
+  if buckets == tonumber(ARGV[6]) and (not user_hash or not m or m == 0 or user_hash % m ~= user_hash % buckets) then
+    return -2
+  end
 end
 if buckets ~= tonumber(ARGV[6]) then
   return {10, buckets}

@@ -36,7 +36,8 @@
 --           ARGV[4] the kind of KEYS[2]: set (SADD ARGV[6..]), most (a
 --           hash of counts: HSET each pair's field of ARGV[6..] to its
 --           value when it is larger: u:USER, a day's, rf), string (SET each
---           of KEYS[2..] to its pair of ARGV[6..]: value, PX ms); ARGV[5]
+--           of KEYS[2..] to its pair of ARGV[6..]: value, PX ms), fields
+--           (HSET ARGV[6..]'s pairs: the voucher's settings); ARGV[5]
 --           the expiry of a hash or set: unix s (0: none; a day hash's is
 --           ARGV[5] ms from now, as "+MS")
 --   open    a new bucket: "M>0" -> "M"
@@ -166,6 +167,8 @@ if kind == 'string' then -- KEYS[2..]: each its value and PX ms, in ARGV[6..]
 end
 if kind == 'set' then
   redis.call('SADD', KEYS[2], unpack(args))
+elseif kind == 'fields' then
+  redis.call('HSET', KEYS[2], unpack(args))
 elseif kind == 'most' then
   for k = 1, #args, 2 do
     local had = tonumber(redis.call('HGET', KEYS[2], args[k])) or 0

@@ -200,10 +200,16 @@ func UserBucket(user string, n int) int {
 	if n <= 1 {
 		return 0
 	}
-	h := uint32(2166136261) // FNV-1a, 32 bits
+	return int(userHash(user) % uint32(n))
+}
+
+// userHash is user's FNV-1a hash, 32 bits: UserBucket's, and admit.lua's
+// fnv.
+func userHash(user string) uint32 {
+	h := uint32(2166136261)
 	for i := 0; i < len(user); i++ {
 		h ^= uint32(user[i])
 		h *= 16777619
 	}
-	return int(h % uint32(n))
+	return h
 }

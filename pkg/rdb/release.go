@@ -28,7 +28,7 @@ func (s *Store) Release(ctx context.Context, o order.Order, knew time.Time) (rel
 	for range 3 {
 		b := s.userBucketOf(o.VoucherID, o.UserID, nb)
 		keys := []string{b.key(), b.day(o.Day), b.released(), b.pool()}
-		res, err := lua.Release.Run(ctx, s.c, keys, o.ID, o.UserID, o.Units(), o.Item.Encode(), knew.UnixMilli(), nb).Result()
+		res, err := lua.Release.Run(ctx, s.c, keys, o.ID, o.UserID, o.Units(), o.Item.Encode(), knew.UnixMilli(), nb, userHash(o.UserID)).Result()
 		if err != nil {
 			return false, fmt.Errorf("release order %d: %w", o.ID, err)
 		}
@@ -37,7 +37,7 @@ func (s *Store) Release(ctx context.Context, o order.Order, knew time.Time) (rel
 			switch n {
 			case -1:
 				return false, fmt.Errorf("release order %d: %w", o.ID, ErrStaleRelease)
-			case -2:
+			case -2: // the user's records are moving to a new bucket
 				return false, fmt.Errorf("release order %d: %w", o.ID, ErrSplitting)
 			}
 			return n == 1, nil

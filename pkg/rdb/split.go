@@ -30,8 +30,11 @@ import (
 //	precopy each old bucket: "N" -> "N~M": it decides every claim as
 //	        before, and names in its dirty list the records it writes of
 //	        the users whose bucket of M is another (the moving users); it
-//	        refuses releases and changes (left owed, applied later), so
-//	        the moving users' counts only grow until the switch
+//	        refuses the moving users' releases (left owed, applied after
+//	        the split), so their counts only grow until the switch, and
+//	        releases the others' as at any time; it applies changes but
+//	        a new end (whose expiry the copies carry) or a waiting room
+//	        (left owed likewise)
 //	create  each new bucket, closed ("M>0": it answers 21 to every claim),
 //	        from bucket 0's settings and changes applied, with no stock
 //	copy    the moving users' counts, day counts and idempotency records,
@@ -44,10 +47,12 @@ import (
 //	        the moving users wrote while the last round copied
 //	freeze  each old bucket: "N>M": it answers 21 (splitting) to the moving
 //	        users (they try again, within their request's deadline) and
-//	        keeps deciding the others
+//	        keeps deciding the others; it refuses every change (left owed)
 //	last    the records named since the last round: the moving users'
 //	        records are then whole in their new buckets
-//	open    each new bucket: "M"; nobody routes a claim to it yet
+//	open    each new bucket: "M", after copying again bucket 0's settings
+//	        and changes applied (a change the pre-copy applied after the
+//	        create read them); nobody routes a claim to it yet
 //	switch  each old bucket, bucket 0 last: "M"; a claim routed by N is told
 //	        {10, M} and routed again, to the user's one bucket
 //	drop    the moving users' counts from the old buckets: stale copies,
@@ -438,22 +443,9 @@ func (sp *splitting) create(ctx context.Context) error {
 	if err := sp.begin(); err != nil {
 		return err
 	}
-	b0 := sp.s.bucketOf(sp.v, 0)
-	vals, err := sp.s.c.HMGet(ctx, b0.key(), splitConfig...).Result()
+	config, changes, err := sp.settings(ctx)
 	if err != nil {
-		return fmt.Errorf("read settings: %w", err)
-	}
-	var config []any
-	for i, f := range splitConfig {
-		if str, ok := vals[i].(string); ok {
-			config = append(config, f, str)
-		}
-	}
-	str, _ := vals[slices.Index(splitConfig, "expire_s")].(string)
-	sp.expireS = cmp.Or(str, "0")
-	changes, err := sp.s.c.SMembers(ctx, b0.changes()).Result()
-	if err != nil {
-		return fmt.Errorf("read changes applied: %w", err)
+		return err
 	}
 	for c := sp.n; c < sp.m; c++ {
 		child := sp.s.bucketOf(sp.v, c)
@@ -465,6 +457,29 @@ func (sp *splitting) create(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// settings reads bucket 0's settings (splitConfig's fields, as field,
+// value pairs) and the ids of the changes applied to it, and notes when
+// the voucher's keys expire (expireS).
+func (sp *splitting) settings(ctx context.Context) (config []any, changes []string, err error) {
+	b0 := sp.s.bucketOf(sp.v, 0)
+	vals, err := sp.s.c.HMGet(ctx, b0.key(), splitConfig...).Result()
+	if err != nil {
+		return nil, nil, fmt.Errorf("read settings: %w", err)
+	}
+	for i, f := range splitConfig {
+		if str, ok := vals[i].(string); ok {
+			config = append(config, f, str)
+		}
+	}
+	str, _ := vals[slices.Index(splitConfig, "expire_s")].(string)
+	sp.expireS = cmp.Or(str, "0")
+	changes, err = sp.s.c.SMembers(ctx, b0.changes()).Result()
+	if err != nil {
+		return nil, nil, fmt.Errorf("read changes applied: %w", err)
+	}
+	return config, changes, nil
 }
 
 // copyMembers adds members to set key of closed new bucket child.
@@ -729,9 +744,26 @@ func (sp *splitting) writeKeys(ctx context.Context, to keyCopies) error {
 	return nil
 }
 
+// open opens the new buckets, after copying into them again bucket 0's
+// settings and changes applied: a change applied while the old buckets
+// pre-copied (change.lua) may have come after the create read them, and
+// bucket 0, frozen, takes none until it switches.
 func (sp *splitting) open(ctx context.Context) error {
 	if err := sp.begin(); err != nil {
 		return err
+	}
+	config, changes, err := sp.settings(ctx)
+	if err != nil {
+		return err
+	}
+	for c := sp.n; c < sp.m; c++ {
+		child := sp.s.bucketOf(sp.v, c)
+		if err := sp.run(ctx, "copy", child, []string{child.key()}, append([]any{"fields", "0"}, config...)...); err != nil {
+			return err
+		}
+		if err := sp.copyMembers(ctx, child, child.changes(), changes); err != nil {
+			return err
+		}
 	}
 	for c := sp.n; c < sp.m; c++ {
 		if err := sp.run(ctx, "open", sp.s.bucketOf(sp.v, c), nil); err != nil {

@@ -294,44 +294,83 @@ func TestASplitStoppedAtAnyStepResumes(t *testing.T) {
 	}
 }
 
-// While a voucher splits, its buckets refuse releases and changes (they
-// stay owed, done after), and a release routed by the count before the
-// split is routed again to the user's bucket after.
-func TestASplittingVoucherPutsReleasesAndChangesOff(t *testing.T) {
+// While a voucher splits, the releases of the buyers who stay in their
+// bucket are made at once, and so are the changes but a new end while the
+// old buckets pre-copy (the new buckets take them again before they
+// open); a moving buyer's release, a new end, and any change once the old
+// buckets are frozen wait (they stay owed, done after), and a release
+// routed by the count before the split is routed again to the user's
+// bucket after.
+func TestASplittingVoucherReleasesAndChangesWhatItCan(t *testing.T) {
 	s := newStore(t, 8)
 	ctx := context.Background()
 	seedVoucher(t, s, rdb.Voucher{ID: 50, Stock: 10, PerUserLimit: 1})
-	u := usersIn(1, 2, 1)[0] // moves to bucket 1
-	a, err := claim(s, 50, u, t0)
-	require.NoError(t, err)
-	o := order.Order{ID: a.OrderID, VoucherID: 50, UserID: u, Quantity: 1, Day: d0}
-
+	movers, stayers := usersIn(1, 2, 2), usersIn(0, 2, 2) // to bucket 1; in bucket 0
+	orders := map[string]order.Order{}
+	for _, u := range []string{movers[0], stayers[0], stayers[1]} {
+		a, err := claim(s, 50, u, t0)
+		require.NoError(t, err)
+		orders[u] = order.Order{ID: a.OrderID, VoucherID: 50, UserID: u, Quantity: 1, Day: d0}
+	}
+	released := func(u string) {
+		t.Helper()
+		ok, err := s.Release(ctx, orders[u], time.Now())
+		require.NoError(t, err, "user %s", u)
+		require.True(t, ok, "user %s", u)
+		n, err := s.UserCount(ctx, 50, u)
+		require.NoError(t, err)
+		require.Zero(t, n, "user %s", u)
+	}
+	yes := true
 	killed := errors.New("killed")
-	s.OnSplitStep(func(step string) error {
-		if step == "open" {
-			return killed
-		}
-		return nil
-	})
-	require.ErrorIs(t, splitErr(s.Split(ctx, 50, 2)), killed)
-	_, err = s.Release(ctx, o, time.Now())
+	stopAt := func(at string) {
+		s.OnSplitStep(func(step string) error {
+			if step == at {
+				return killed
+			}
+			return nil
+		})
+		require.ErrorIs(t, splitErr(s.Split(ctx, 50, 2)), killed)
+	}
+
+	stopAt("catchup") // pre-copying, the new bucket created
+	released(stayers[0])
+	_, err := s.Release(ctx, orders[movers[0]], time.Now())
+	require.ErrorIs(t, err, rdb.ErrSplitting, "a moving buyer's release waits")
+	ok, _, err := s.ApplyChange(ctx, rdb.Change{ID: 9, VoucherID: 50, AddStock: 5, Paused: &yes})
+	require.NoError(t, err)
+	require.True(t, ok, "a top-up and a pause applied while pre-copying")
+	_, _, err = s.ApplyChange(ctx, rdb.Change{ID: 10, VoucherID: 50, EndsAt: t0.Add(time.Hour), ExpireAt: t0.Add(49 * time.Hour)})
+	require.ErrorIs(t, err, rdb.ErrSplitting, "a new end waits")
+
+	stopAt("open") // frozen
+	released(stayers[1])
+	_, err = s.Release(ctx, orders[movers[0]], time.Now())
 	require.ErrorIs(t, err, rdb.ErrSplitting)
-	_, _, err = s.ApplyChange(ctx, rdb.Change{ID: 9, VoucherID: 50, AddStock: 5})
-	require.ErrorIs(t, err, rdb.ErrSplitting)
+	_, _, err = s.ApplyChange(ctx, rdb.Change{ID: 11, VoucherID: 50, AddStock: 1})
+	require.ErrorIs(t, err, rdb.ErrSplitting, "no change once frozen")
 
 	s.OnSplitStep(nil)
 	require.NoError(t, splitErr(s.Split(ctx, 50, 2)))
-	ok, err := s.Release(ctx, o, time.Now())
+	for _, u := range []string{movers[1], stayers[0]} {
+		_, err := claim(s, 50, u, t0)
+		require.ErrorIs(t, err, rdb.ErrPaused, "user %s: the pause applied while pre-copying holds in both buckets", u)
+	}
+	ok, _, err = s.ApplyChange(ctx, rdb.Change{ID: 9, VoucherID: 50, AddStock: 5, Paused: &yes})
 	require.NoError(t, err)
-	require.True(t, ok)
-	n, err := s.UserCount(ctx, 50, u)
-	require.NoError(t, err)
-	require.Zero(t, n, "released in the user's bucket now")
-	ok, _, err = s.ApplyChange(ctx, rdb.Change{ID: 9, VoucherID: 50, AddStock: 5})
-	require.NoError(t, err)
-	require.True(t, ok)
-	requireStock(t, s, 50, 15)
-	pending, err := s.UserPending(ctx, 50, u)
+	require.False(t, ok, "the new bucket knows change 9 applied")
+	released(movers[0]) // in the user's bucket now
+	for _, id := range []int64{10, 11} {
+		c := rdb.Change{ID: id, VoucherID: 50, AddStock: 1}
+		if id == 10 {
+			c = rdb.Change{ID: 10, VoucherID: 50, EndsAt: t0.Add(time.Hour), ExpireAt: t0.Add(49 * time.Hour)}
+		}
+		ok, _, err := s.ApplyChange(ctx, c)
+		require.NoError(t, err)
+		require.True(t, ok, "change %d", id)
+	}
+	requireStock(t, s, 50, 10-3+3+5+1)
+	pending, err := s.UserPending(ctx, 50, movers[0])
 	require.NoError(t, err)
 	require.Len(t, pending, 1, "the order admitted before the split is listed from its old bucket")
 }

@@ -229,10 +229,13 @@ type Change struct {
 // way applies it where it is missing. found is false when Redis holds no
 // bucket of the voucher: nothing was written.
 func (s *Store) ApplyChange(ctx context.Context, c Change) (applied, found bool, err error) {
-	buckets, err := s.bucketsOfVoucher(ctx, c.VoucherID)
+	l, err := s.layoutOf(ctx, c.VoucherID)
 	if err != nil {
 		return false, false, err
 	}
+	// While it splits, the old buckets: the new ones take bucket 0's
+	// settings and changes applied before they open (split.go).
+	buckets := s.bucketsIn(c.VoucherID, layout{n: l.n})
 	paused, pow := -1, int64(-1)
 	if c.Paused != nil {
 		paused = bit(*c.Paused)

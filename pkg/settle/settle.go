@@ -52,7 +52,7 @@ const ForgetAfter = 10 * time.Minute
 // their rows, or made them. A release Redis refuses as known too long ago
 // (rdb.ErrStaleRelease: it may have been done and forgotten since) is left
 // as MySQL has it: still owed, the releaser reads it again; so is one of
-// a voucher splitting into more buckets (rdb.ErrSplitting). It returns how
+// a buyer whose records a split under way is moving (rdb.ErrSplitting). It returns how
 // many Redis had not had back before.
 func Releases(ctx context.Context, r *rdb.Store, d *db.Store, rels []db.Release, knew, now time.Time) (int, error) {
 	if len(rels) == 0 {
@@ -86,7 +86,7 @@ var ErrCreationOwed = errors.New("the voucher's creation has not reached Redis y
 
 // Later reports whether err, from Changes, leaves changes owed to be
 // applied later, and nothing wrong: the voucher's creation has not
-// reached Redis (ErrCreationOwed), or it is splitting into more buckets
+// reached Redis (ErrCreationOwed), or it must wait for a split under way
 // (rdb.ErrSplitting), after which the reaper applies them to every bucket.
 func Later(err error) bool {
 	return errors.Is(err, ErrCreationOwed) || errors.Is(err, rdb.ErrSplitting)
@@ -95,7 +95,7 @@ func Later(err error) bool {
 // Changes applies voucher changes (creations, pauses and resumes, top-ups,
 // new ends) to Redis, in order, and marks them applied in MySQL. It
 // returns how many Redis had not had before. A change of a voucher whose
-// creation is still owed, or that is splitting, is left owed (Later,
+// creation is still owed, or that must wait for its split, is left owed (Later,
 // after the others are marked); one of a voucher Redis lost after its creation is marked
 // (reconcile rebuilds the voucher from MySQL, every change included).
 func Changes(ctx context.Context, r *rdb.Store, d *db.Store, changes []db.VoucherChange, now time.Time) (int, error) {
