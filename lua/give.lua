@@ -6,10 +6,19 @@
 --
 -- ARGV[1] -> move id
 -- ARGV[2] -> units
+-- ARGV[3] -> the id's time (unix ms, take.lua's MS; '' for an id made
+--            before ids had one)
 --
 -- Returns 1 when given now, 0 when it had been already (or the bucket is
 -- gone: its sale long over, or Redis lost it and reconcile rebuilds it).
+-- A move whose time is at or before the bucket's mg was given: the sweep
+-- gave every move taken up to mg before it raised mg and forgot their
+-- ids (forgetmoves.lua), so a caller still holding one is not obeyed.
 
+local mg = redis.call('HGET', KEYS[1], 'mg')
+if mg and ARGV[3] ~= '' and tonumber(ARGV[3]) <= tonumber(mg) then
+  return 0
+end
 if redis.call('EXISTS', KEYS[1]) == 0 then
   return 0
 end

@@ -36,6 +36,8 @@ var (
 	splitSrc string
 	//go:embed prunerooms.lua
 	pruneRoomsSrc string
+	//go:embed forgetmoves.lua
+	forgetMovesSrc string
 )
 
 // Admit decides a batch of claims of one voucher bucket, in order: each
@@ -78,6 +80,10 @@ var (
 	Take = redis.NewScript(takeSrc)
 	Give = redis.NewScript(giveSrc)
 )
+
+// ForgetMoves forgets the ids of the moves given to a bucket up to a time,
+// refusing takes of ids made by then first (forgetmoves.lua).
+var ForgetMoves = redis.NewScript(forgetMovesSrc)
 
 // Pending lists one user's pending orders of one bucket by the user's
 // index, pruning what was persisted (pending.lua).

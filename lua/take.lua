@@ -9,14 +9,19 @@
 --             net of those moved in, so that stock + moved falls by its admissions alone)
 -- KEYS[2] -> the source bucket's moves:out hash  move id -> "to units"
 --
--- ARGV[1] -> move id (unique)
+-- ARGV[1] -> move id (unique): "MS.RANDOM", MS when the mover made it
 -- ARGV[2] -> the destination bucket's number
 -- ARGV[3] -> units wanted (>= 1)
+-- ARGV[4] -> MS, the id's time (unix ms)
 --
--- Returns the units taken (0 when the bucket has none, or is closed).
+-- Returns the units taken (0 when the bucket has none, or is closed, or
+-- the id's time is at or before the bucket's mt: the sweep forgets the
+-- moves given up to that time, forgetmoves.lua, and has given every one
+-- taken by then).
 
-local stock = tonumber(redis.call('HGET', KEYS[1], 'stock'))
-if not stock or stock <= 0 or redis.call('HGET', KEYS[1], 'closed') == '1' then
+local h = redis.call('HMGET', KEYS[1], 'stock', 'closed', 'mt')
+local stock, mt = tonumber(h[1]), tonumber(h[3])
+if not stock or stock <= 0 or h[2] == '1' or (mt and tonumber(ARGV[4]) <= mt) then
   return 0
 end
 local n = math.min(stock, tonumber(ARGV[3]))

@@ -35,13 +35,14 @@ var roleCommands = map[string][]string{
 	// buckets (split.lua; SCAN finds a bucket's day hashes, keys and
 	// proofs, PTTL their expiry; TIME and XINFO STREAM date the start of
 	// a pre-copy, LRANGE, LINDEX and LLEN read its dirty lists, UNLINK drops
-	// them).
+	// them), and the moves between buckets forgotten (forgetmoves.lua;
+	// SSCAN reads a bucket's moves given).
 	"reaper": {
 		"evalsha", "eval", "script|load", "xreadgroup", "xack", "xdel", "xclaim", "xautoclaim", "xadd", "xgroup|create",
 		"xgroup|delconsumer", "xpending", "xinfo|groups", "xinfo|consumers", "xlen", "xrange", "xtrim",
 		"decrby", "exists", "sadd", "srem", "scard", "smembers", "sismember", "hmget", "hget", "hgetall", "hscan", "hset", "hsetnx", "hdel", "hincrby", "lpush", "rpush", "lrange",
 		"expire", "expireat", "pexpire", "pttl", "scan", "persist", "del", "get", "set", "watch", "unwatch", "multi", "exec",
-		"lindex", "llen", "time", "xinfo|stream", "unlink",
+		"lindex", "llen", "time", "xinfo|stream", "unlink", "sscan",
 	},
 	// Read-only: the stream gauges and looking at state (a metrics
 	// exporter, an operator's redis-cli).

@@ -153,6 +153,7 @@ type bucketStocks struct {
 	found bool
 	stock []int64
 	owed  []move // taken from one bucket, not yet given to another
+	done  []move // given, still recorded at their source (a mover stopped between the two)
 }
 
 // total is the units the voucher still has to admit.
@@ -218,9 +219,11 @@ func (s *Store) readStocks(ctx context.Context, v int64, n int) (bucketStocks, e
 	if _, err := pipe.Exec(ctx); err != nil {
 		return st, fmt.Errorf("read moves of voucher %d: %w", v, err)
 	}
-	owed := st.owed[:0]
+	var owed []move
 	for i, m := range st.owed {
-		if !given[i].Val() {
+		if given[i].Val() {
+			st.done = append(st.done, m)
+		} else {
 			owed = append(owed, m)
 		}
 	}
@@ -231,7 +234,7 @@ func (s *Store) readStocks(ctx context.Context, v int64, n int) (bucketStocks, e
 // give completes move m: its units are given to its destination (once)
 // and the record at its source is dropped.
 func (s *Store) give(ctx context.Context, m move) error {
-	if err := lua.Give.Run(ctx, s.c, []string{m.to.key(), m.to.movesIn()}, m.id, m.units).Err(); err != nil {
+	if err := lua.Give.Run(ctx, s.c, []string{m.to.key(), m.to.movesIn()}, m.id, m.units, moveTime(m.id)).Err(); err != nil {
 		return fmt.Errorf("give move %s of voucher %d: %w", m.id, m.to.v, err)
 	}
 	if err := s.c.HDel(ctx, m.from.movesOut(), m.id).Err(); err != nil {
@@ -240,11 +243,27 @@ func (s *Store) give(ctx context.Context, m move) error {
 	return nil
 }
 
+// moveTime is the time part of move id "MS.RANDOM" (unix ms), "" for an
+// id made before ids had one.
+func moveTime(id string) string {
+	ms, _, ok := strings.Cut(id, ".")
+	if !ok {
+		return ""
+	}
+	return ms
+}
+
 // moveUnits moves up to want units from bucket from to bucket to of
 // voucher v, returning how many moved.
 func (s *Store) moveUnits(ctx context.Context, from, to bucket, want int64) (int64, error) {
-	id := strconv.FormatUint(rand.Uint64(), 36)
-	n, err := lua.Take.Run(ctx, s.c, []string{from.key(), from.movesOut()}, id, to.n, want).Int64()
+	return s.moveUnitsAt(ctx, from, to, want, time.Now())
+}
+
+// moveUnitsAt is moveUnits with the move's id made at the time at: "MS.RANDOM".
+func (s *Store) moveUnitsAt(ctx context.Context, from, to bucket, want int64, at time.Time) (int64, error) {
+	ms := strconv.FormatInt(at.UnixMilli(), 10)
+	id := ms + "." + strconv.FormatUint(rand.Uint64(), 36)
+	n, err := lua.Take.Run(ctx, s.c, []string{from.key(), from.movesOut()}, id, to.n, want, ms).Int64()
 	if err != nil || n == 0 {
 		if err != nil {
 			err = fmt.Errorf("take units of voucher %d bucket %d: %w", from.v, from.n, err)
@@ -262,9 +281,65 @@ func (s *Store) moveUnits(ctx context.Context, from, to bucket, want int64) (int
 // giveTimeout bounds giving units taken by a move.
 const giveTimeout = 5 * time.Second
 
+// forgetMovesScan bounds the ids one SSCAN of ForgetMoves reads, and one
+// forgetmoves.lua call removes.
+const forgetMovesScan = 500
+
+// ForgetMoves forgets the ids of voucher v's moves between buckets made up
+// to upto (each bucket's moves:in set names the moves given to it, so that
+// a move given again is given once): a sale without an end then keeps
+// the ids of its recent moves only. Every bucket first refuses takes of
+// ids made up to upto; every move still owed is then given (FinishMoves);
+// then each bucket records upto as the time up to which its moves were
+// given and drops their ids (forgetmoves.lua). A caller still holding a
+// move made by then is answered "given" (give.lua); a mover whose clock
+// is behind upto is refused its take (it moves nothing, and its claim
+// sees the voucher dry), so upto is taken well before the clock's now. A
+// voucher splitting, or of one bucket, is left alone. It returns the ids
+// removed.
+func (s *Store) ForgetMoves(ctx context.Context, v int64, upto time.Time) (int, error) {
+	l, err := s.layoutOf(ctx, v)
+	if err != nil || l.span() == 1 || l.to != 0 {
+		return 0, err
+	}
+	buckets := s.bucketsIn(v, l)
+	ms := upto.UnixMilli()
+	for _, b := range buckets {
+		if err := lua.ForgetMoves.Run(ctx, s.c, []string{b.key(), b.movesIn()}, "takes", ms).Err(); err != nil {
+			return 0, fmt.Errorf("forget moves of voucher %d bucket %d: %w", v, b.n, err)
+		}
+	}
+	if _, err := s.FinishMoves(ctx, v); err != nil {
+		return 0, err
+	}
+	forgot := 0
+	for _, b := range buckets {
+		for cursor := uint64(0); ; {
+			ids, next, err := s.c.SScan(ctx, b.movesIn(), cursor, "", forgetMovesScan).Result()
+			if err != nil {
+				return forgot, fmt.Errorf("read moves of voucher %d bucket %d: %w", v, b.n, err)
+			}
+			args := []any{"given", ms}
+			for _, id := range ids {
+				args = append(args, id)
+			}
+			n, err := lua.ForgetMoves.Run(ctx, s.c, []string{b.key(), b.movesIn()}, args...).Int()
+			if err != nil {
+				return forgot, fmt.Errorf("forget moves of voucher %d bucket %d: %w", v, b.n, err)
+			}
+			forgot += n
+			if cursor = next; cursor == 0 {
+				break
+			}
+		}
+	}
+	return forgot, nil
+}
+
 // FinishMoves gives every move of voucher v taken and not yet given (its
-// mover crashed half way); the reaper calls it, and so does a claim that
-// finds the voucher dry. It returns how many it gave.
+// mover crashed half way), and drops the records of those given whose
+// mover stopped before it dropped them; the reaper calls it, and so does
+// a claim that finds the voucher dry. It returns how many it gave.
 func (s *Store) FinishMoves(ctx context.Context, v int64) (int, error) {
 	l, err := s.layoutOf(ctx, v)
 	if err != nil || l.span() == 1 {
@@ -277,6 +352,11 @@ func (s *Store) FinishMoves(ctx context.Context, v int64) (int, error) {
 	for _, m := range st.owed {
 		if err := s.give(ctx, m); err != nil {
 			return 0, err
+		}
+	}
+	for _, m := range st.done {
+		if err := s.c.HDel(ctx, m.from.movesOut(), m.id).Err(); err != nil {
+			return 0, fmt.Errorf("forget move %s of voucher %d: %w", m.id, m.to.v, err)
 		}
 	}
 	return len(st.owed), nil

@@ -512,3 +512,106 @@ func TestABucketsLevelFallsByItsAdmissionsAlone(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, none)
 }
+
+// The sweep forgets the ids of the moves given before its cutoff: it
+// gives the moves still owed first, and afterwards a caller still holding
+// a forgotten move is answered "given", and a take of an id made before
+// the cutoff moves nothing: no unit is made or lost.
+func TestFinishedMovesAreForgottenAndAStaleOneIsRefused(t *testing.T) {
+	ctx := context.Background()
+	s := newStore(t, 4)
+	const v = 12
+	seedVoucher(t, s, rdb.Voucher{ID: v, Stock: 40, PerUserLimit: 1, Buckets: 2}) // 20 and 20
+	now := time.Now()
+	old := func(name string) string { return fmt.Sprintf("%d.%s", now.Add(-time.Hour).UnixMilli(), name) }
+	recent := fmt.Sprintf("%d.c", now.UnixMilli())
+
+	_, err := s.TakeOnly(ctx, v, 1, 0, 5, old("a")) // given, not forgotten at its source (a crash between)
+	require.NoError(t, err)
+	require.NoError(t, s.GiveOnly(ctx, v, 0, 5, old("a")))
+	_, err = s.TakeOnly(ctx, v, 1, 0, 3, old("b")) // taken, never given
+	require.NoError(t, err)
+	_, err = s.TakeOnly(ctx, v, 0, 1, 2, recent)
+	require.NoError(t, err)
+	require.NoError(t, s.GiveOnly(ctx, v, 1, 2, recent))
+	requireStock(t, s, v, 40)
+
+	forgot, err := s.ForgetMoves(ctx, v, now.Add(-30*time.Minute))
+	require.NoError(t, err)
+	require.Equal(t, 2, forgot, "a and b: b given first")
+	for b, want := range []int64{0, 1} {
+		n, err := s.MovesGiven(ctx, v, b)
+		require.NoError(t, err)
+		require.Equal(t, want, n, "bucket %d keeps the ids of the moves after the cutoff", b)
+	}
+	stocks, err := s.BucketStocks(ctx, v, 2)
+	require.NoError(t, err)
+	require.Equal(t, []int64{26, 14}, stocks, "b given by the sweep")
+
+	require.NoError(t, s.GiveOnly(ctx, v, 0, 5, old("a")), "a caller still holding a")
+	n, err := s.TakeOnly(ctx, v, 1, 0, 4, old("d"))
+	require.NoError(t, err)
+	require.Zero(t, n, "a take of an id made before the cutoff")
+	requireStock(t, s, v, 40)
+	forgot, err = s.ForgetMoves(ctx, v, now.Add(-30*time.Minute))
+	require.NoError(t, err)
+	require.Zero(t, forgot)
+
+	// Moves made since work as before: every unit sells.
+	checkSale(t, s, v, 40, 1, claimAll(t, s, v, usersIn(1, 2, 60), 1))
+}
+
+// Two sweeps forgetting moves a few milliseconds old, over and over,
+// while buyers of two of four buckets drain them by refills: the
+// voucher keeps exactly its units, and sells every one once the sweeps
+// stop (a refill refused meanwhile, its take's id older than a sweep's
+// cutoff, sold nothing it should not have).
+func TestForgettingMovesRacingRefillsMakesAndLosesNoUnit(t *testing.T) {
+	ctx := context.Background()
+	s := newStore(t, 8)
+	const v, stock = 13, 2000
+	seedVoucher(t, s, rdb.Voucher{ID: v, Stock: stock, PerUserLimit: 1, Buckets: 4})
+	buyers := append(usersIn(0, 4, 1200), usersIn(3, 4, 1200)...)
+
+	done := make(chan struct{})
+	var sweeps, forgotten atomic.Int64
+	var wg sync.WaitGroup
+	for range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-done:
+					return
+				default:
+				}
+				n, err := s.ForgetMoves(ctx, v, time.Now().Add(-5*time.Millisecond))
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				sweeps.Add(1)
+				forgotten.Add(int64(n))
+			}
+		}()
+	}
+	res := claimAll(t, s, v, buyers[:1600], 1)
+	close(done)
+	wg.Wait()
+	require.Positive(t, forgotten.Load(), "%d sweeps forgot no move", sweeps.Load())
+	_, err := s.FinishMoves(ctx, v)
+	require.NoError(t, err)
+	admitted := 0
+	for _, r := range res {
+		if r.err == nil {
+			admitted++
+		}
+	}
+	left, _, err := s.RemainingStock(ctx, v)
+	require.NoError(t, err)
+	require.EqualValues(t, stock, int64(admitted)+left, "admitted + left in Redis = the stock (%d sweeps)", sweeps.Load())
+
+	res = append(res, claimAll(t, s, v, buyers[1600:], 1)...)
+	checkSale(t, s, v, stock, 1, res)
+}

@@ -32,6 +32,10 @@
 //     crash between them leaves the units recorded, counted in
 //     remaining_redis and reconcile, and given by the next dry claim or by
 //     the reaper's mover service; a crash after giving gives nothing twice.
+//     The ids given are forgotten once older than settle.ForgetAfter
+//     (ForgetMoves: takes of ids that old refused first, every move owed
+//     given, then the bucket's mg raised, so that a give of a forgotten
+//     id is answered "given"): a sale without an end keeps no id a refill.
 //     The reads of several masters are no snapshot, so a claim that sees too
 //     few units looks once more before answering sold_out.
 //   - What it costs. A claim in a full bucket costs what it costs in an

@@ -1,6 +1,7 @@
 package rdb
 
 import (
+	"cmp"
 	"context"
 
 	"github.com/flashsale/flashsale/lua"
@@ -25,14 +26,19 @@ func (s *Store) BucketStocks(ctx context.Context, v int64, n int) ([]int64, erro
 // giving leaves it.
 func (s *Store) TakeOnly(ctx context.Context, v int64, from, to int, units int64, id string) (int64, error) {
 	b := s.bucketOf(v, from)
-	return lua.Take.Run(ctx, s.c, []string{b.key(), b.movesOut()}, id, to, units).Int64()
+	return lua.Take.Run(ctx, s.c, []string{b.key(), b.movesOut()}, id, to, units, cmp.Or(moveTime(id), "0")).Int64()
 }
 
 // GiveOnly runs the second half without forgetting the move at its
 // source, as a mover that crashes in between leaves it.
 func (s *Store) GiveOnly(ctx context.Context, v int64, to int, units int64, id string) error {
 	b := s.bucketOf(v, to)
-	return lua.Give.Run(ctx, s.c, []string{b.key(), b.movesIn()}, id, units).Err()
+	return lua.Give.Run(ctx, s.c, []string{b.key(), b.movesIn()}, id, units, moveTime(id)).Err()
+}
+
+// MovesGiven is how many ids of moves given bucket b of v keeps.
+func (s *Store) MovesGiven(ctx context.Context, v int64, b int) (int64, error) {
+	return s.c.SCard(ctx, s.bucketOf(v, b).movesIn()).Result()
 }
 
 // FillClaims is the waiting claims that go beside a call in flight.

@@ -31,7 +31,8 @@ import (
 //	flashsale:{pP}:v:V:changes         set of the operator's changes applied (voucher_changes ids)
 //	flashsale:{pP}:v:V:dirty           list, while V splits: the records admit.lua wrote of moving users (split.go)
 //	flashsale:{pP}:v:V:moves:out       hash move id -> "to units": units taken from here, not yet given
-//	flashsale:{pP}:v:V:moves:in        set of move ids whose units were given here
+//	flashsale:{pP}:v:V:moves:in        set of move ids whose units were given here ("MS.RANDOM"; made in
+//	                                   the last settle.ForgetAfter: ForgetMoves forgets the older)
 //	flashsale:{pP}:v:V:room            a waiting room's state (pkg/room, room.lua)
 //	flashsale:{pP}:v:V:room:w          a waiting room's waiters: user -> place
 //	flashsale:{pP}:v:V:room:told       bitmap of the places told how the sale ended: bit 2T ticket T heard sold_out, 2T+1 closed

@@ -294,6 +294,7 @@ type Round struct {
 	ReleasesForgotten int // released orders' ids dropped from Redis, MySQL having recorded them done
 	RoomsPruned       int // fields of the rooms' indexes dropped, their vouchers gone from Redis
 	IndexesSwept      int // users' indexes of admissions the sweeper dropped, all their orders persisted (vouchers on sale)
+	MovesForgotten    int // ids of moves between buckets the sweeper forgot, given more than settle.ForgetAfter ago
 	MarkedHot         int // vouchers marked hot
 	Cooled            int // vouchers no longer hot
 	SplitsAsked       int // splits asked of vouchers marked hot
@@ -323,6 +324,7 @@ func (p *Round) Add(q Round) {
 	p.ReleasesForgotten += q.ReleasesForgotten
 	p.RoomsPruned += q.RoomsPruned
 	p.IndexesSwept += q.IndexesSwept
+	p.MovesForgotten += q.MovesForgotten
 	p.MarkedHot += q.MarkedHot
 	p.Cooled += q.Cooled
 	p.SplitsAsked += q.SplitsAsked
@@ -420,7 +422,7 @@ func (r *Reaper) record(name string, round Round, err error) {
 			zap.Int("refunded", round.Refunded), zap.Int("refunds_waiting", round.RefundsWaiting),
 			zap.Int("moves_finished", round.MovesFinished), zap.Int("drawn", round.Drawn), zap.Int("draws_waiting", round.DrawsWaiting),
 			zap.Int("marked_lost", round.MarkedLost), zap.Int("restored", round.Restored), zap.Int("events_deleted", round.EventsDeleted),
-			zap.Int("trimmed", round.Trimmed), zap.Int("releases_forgotten", round.ReleasesForgotten), zap.Int("rooms_pruned", round.RoomsPruned), zap.Int("indexes_swept", round.IndexesSwept), zap.Int("marked_hot", round.MarkedHot), zap.Int("cooled", round.Cooled),
+			zap.Int("trimmed", round.Trimmed), zap.Int("releases_forgotten", round.ReleasesForgotten), zap.Int("rooms_pruned", round.RoomsPruned), zap.Int("indexes_swept", round.IndexesSwept), zap.Int("moves_forgotten", round.MovesForgotten), zap.Int("marked_hot", round.MarkedHot), zap.Int("cooled", round.Cooled),
 			zap.Int("splits_asked", round.SplitsAsked), zap.Int("split", round.Split))
 	}
 	if err != nil {

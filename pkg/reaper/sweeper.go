@@ -8,11 +8,15 @@ package reaper
 // without an end holds a buyer's count and the orders not yet persisted,
 // not every admission it made. Pruning on every acknowledgement instead
 // would cost the Redis the claims share a read and a write an order.
+// Likewise it forgets the ids of the moves between a voucher's buckets
+// made more than settle.ForgetAfter ago (rdb.Store.ForgetMoves), which a
+// bucket keeps so that a move given twice is given once.
 
 import (
 	"context"
 
 	"github.com/flashsale/flashsale/pkg/rdb"
+	"github.com/flashsale/flashsale/pkg/settle"
 )
 
 // sweep is the sweeper's round: the users' indexes of the vouchers on sale
@@ -32,6 +36,13 @@ func (r *Reaper) sweep(ctx context.Context, round *Round) error {
 		round.IndexesSwept += n
 		if err != nil {
 			return err
+		}
+		if v.StockBuckets > 1 {
+			n, err := r.redis.ForgetMoves(ctx, v.ID, now.Add(-settle.ForgetAfter))
+			round.MovesForgotten += n
+			if err != nil {
+				return err
+			}
 		}
 	}
 	return nil

@@ -315,3 +315,46 @@ func TestTheSweepRacingASaleDropsOnlyWhatWasPersisted(t *testing.T) {
 		}
 	}
 }
+
+// A sale without an end whose buyers all buy in one bucket moves units
+// there from the other, and each bucket keeps the ids of the moves given
+// to it; the sweeper forgets those made more than settle.ForgetAfter ago,
+// and the voucher keeps every unit.
+func TestTheSweeperForgetsOldMovesBetweenBuckets(t *testing.T) {
+	e := testenv.New(t, 4)
+	ctx := context.Background()
+	const stock, buyers = 100, 80
+	v := e.SeedVoucher(t, db.Voucher{Stock: stock, StockBuckets: 2, PerUserLimit: 1}, -1)
+	admitted := 0
+	for i := 0; admitted < buyers; i++ {
+		u := fmt.Sprintf("mover-%d", i)
+		if rdb.UserBucket(u, 2) != 1 {
+			continue
+		}
+		now := time.Now()
+		_, err := e.RDB.Admit(ctx, rdb.Claim{VoucherID: v.ID, UserID: u, Now: now, Day: order.Day(now, time.UTC)})
+		require.NoError(t, err)
+		admitted++
+	}
+	given := func() int64 { // the ids bucket 1 keeps (rdb keys.go: partition P+1, :b1)
+		key := fmt.Sprintf("flashsale:{p%d}:v:%d:b1:moves:in", (e.RDB.PartitionOf(v.ID)+1)%4, v.ID)
+		n, err := e.RDB.Client().SCard(ctx, key).Result()
+		require.NoError(t, err)
+		return n
+	}
+	moves := given()
+	require.Positive(t, moves, "bucket 1 refilled from bucket 0")
+
+	got, err := newReaper(t, e, "sweeper", time.Now).RunOnly(ctx, "sweeper")
+	require.NoError(t, err)
+	require.Zero(t, got.MovesForgotten, "moves made now are kept")
+
+	later := func() time.Time { return time.Now().Add(settle.ForgetAfter + time.Minute) }
+	got, err = newReaper(t, e, "sweeper", later).RunOnly(ctx, "sweeper")
+	require.NoError(t, err)
+	require.EqualValues(t, moves, got.MovesForgotten)
+	require.Zero(t, given())
+	left, _, err := e.RDB.RemainingStock(ctx, v.ID)
+	require.NoError(t, err)
+	require.EqualValues(t, stock-buyers, left, "no unit made or lost")
+}

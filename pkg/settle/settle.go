@@ -45,6 +45,8 @@ func change(c db.VoucherChange) rdb.Change {
 // round is bounded by FLASHSALE_REAPER_ROUND_TIMEOUT, a gateway's request
 // and a worker's batch by seconds) plus the clocks' skew. A caller that
 // holds one longer is refused, not obeyed twice (rdb.ErrStaleRelease).
+// The sweeper forgets the ids of moves between a voucher's buckets made
+// longer ago than this, for the same reason (rdb.Store.ForgetMoves).
 const ForgetAfter = 10 * time.Minute
 
 // Releases gives Redis back the units of rels and records that in MySQL.
