@@ -37,8 +37,14 @@ type OpenSaleRun struct {
 	Memory []MemorySample `json:"used_memory"`
 	// BytesPerBuyer: used_memory grown over the run, over the buyers.
 	BytesPerBuyer float64 `json:"bytes_per_buyer"`
-	// GrowthPerMinute: used_memory's growth a minute over the second half.
-	GrowthPerMinute float64 `json:"growth_bytes_per_minute_second_half"`
+	// GrowthPerMinute: used_memory's growth a minute over the second half;
+	// HashGrowthPerMinute and ReleasedGrowthPerMinute, that of the
+	// voucher's hash (the buyers' counts) and of its released set.
+	GrowthPerMinute         float64 `json:"growth_bytes_per_minute_second_half"`
+	HashGrowthPerMinute     float64 `json:"hash_growth_bytes_per_minute_second_half"`
+	ReleasedGrowthPerMinute float64 `json:"released_growth_bytes_per_minute_second_half"`
+	// ReleasedIDs: the ids in the released set at the end.
+	ReleasedIDs int64 `json:"released_ids"`
 	// Sweeps: the passes, their indexes dropped, and their wall time (an
 	// upper bound of their Redis time) a second of the run.
 	SweepInterval  float64 `json:"sweep_interval_s"`
@@ -56,10 +62,13 @@ type OpenSaleRun struct {
 	Keys map[string]int64 `json:"keys"`
 }
 
-// MemorySample is used_memory at a time of the run.
+// MemorySample is used_memory at a time of the run, and the bytes of the
+// voucher's hash and of its released set (MEMORY USAGE, every field).
 type MemorySample struct {
-	At    float64 `json:"at_s"`
-	Bytes int64   `json:"bytes"`
+	At       float64 `json:"at_s"`
+	Bytes    int64   `json:"bytes"`
+	Hash     int64   `json:"voucher_hash_bytes"`
+	Released int64   `json:"released_bytes"`
 }
 
 // openSale runs the open-ended sale on a stack of its own.
@@ -87,6 +96,8 @@ func openSale(ctx context.Context, cfg Config) (*OpenSaleRun, error) {
 		return nil, err
 	}
 	out := &OpenSaleRun{Buyers: cfg.OpenBuyers, SweepInterval: sweepEvery.Seconds()}
+	hashKey := s.RDB.VoucherKey(v)
+	releasedKey := hashKey + ":released" // rdb keys.go
 	m0, err := usedMemory(ctx, rc)
 	if err != nil {
 		return nil, err
@@ -98,15 +109,21 @@ func openSale(ctx context.Context, cfg Config) (*OpenSaleRun, error) {
 	}
 
 	// Two orders in five are paid, two seconds after their 202 (or once
-	// persisted): the rest expire after 20 s and their units come back.
+	// persisted): the rest expire after 20 s and their units come back. A
+	// payment answered order_pending (the worker has not persisted the
+	// order yet) is tried again 250 ms later, queued behind the others
+	// rather than holding its payer: payers that slept on their retries
+	// fell behind the orders, which then expired unpaid.
 	client := harness.NewClient(s.URL, 16)
 	type toPay struct {
 		id    int64
 		token string
 		at    time.Time
+		tries int
 	}
 	pays := make(chan toPay, 1<<20)
 	var paid atomic.Int64
+	var owed sync.WaitGroup // payments queued, or waiting to be tried again
 	var wg sync.WaitGroup
 	for range 32 {
 		wg.Add(1)
@@ -114,17 +131,17 @@ func openSale(ctx context.Context, cfg Config) (*OpenSaleRun, error) {
 			defer wg.Done()
 			for p := range pays {
 				time.Sleep(time.Until(p.at))
-				for try := 0; try < 40; try++ {
-					status, code, err := client.Pay(ctx, p.id, p.token)
-					if err == nil && status == 200 {
-						paid.Add(1)
-						break
-					}
-					if code != "order_pending" {
-						break
-					}
-					time.Sleep(250 * time.Millisecond)
+				status, code, err := client.Pay(ctx, p.id, p.token)
+				if err == nil && status == 200 {
+					paid.Add(1)
 				}
+				if code == "order_pending" && p.tries < 40 {
+					p.tries++
+					p.at = time.Now().Add(250 * time.Millisecond)
+					time.AfterFunc(250*time.Millisecond, func() { pays <- p })
+					continue
+				}
+				owed.Done()
 			}
 		}()
 	}
@@ -158,8 +175,11 @@ func openSale(ctx context.Context, cfg Config) (*OpenSaleRun, error) {
 			out.IndexesDropped += n
 			m, err := usedMemory(ctx, rc)
 			if err == nil {
-				out.Memory = append(out.Memory, MemorySample{At: time.Since(start).Seconds(), Bytes: m})
-				cfg.logf("open sale at %s: used_memory %d bytes; the pass dropped %d indexes in %s", time.Since(start).Round(time.Second), m, n, time.Since(t0).Round(time.Millisecond))
+				sample := MemorySample{At: time.Since(start).Seconds(), Bytes: m,
+					Hash: keyBytes(ctx, rc, hashKey), Released: keyBytes(ctx, rc, releasedKey)}
+				out.Memory = append(out.Memory, sample)
+				cfg.logf("open sale at %s: used_memory %d bytes (the voucher's hash %d, its released set %d); the pass dropped %d indexes in %s",
+					time.Since(start).Round(time.Second), m, sample.Hash, sample.Released, n, time.Since(t0).Round(time.Millisecond))
 			}
 		}
 	}()
@@ -175,13 +195,16 @@ func openSale(ctx context.Context, cfg Config) (*OpenSaleRun, error) {
 			if err != nil {
 				return
 			}
+			owed.Add(1)
 			select {
 			case pays <- toPay{id: id, token: tokens[i%int64(len(tokens))], at: time.Now().Add(2 * time.Second)}:
 			default: // the payers are behind: this one expires instead
+				owed.Done()
 			}
 		}})
 	close(stop)
 	<-done
+	owed.Wait()
 	close(pays)
 	wg.Wait()
 	out.Seconds, out.Claims, out.Admitted, out.Paid = r.Duration.Seconds(), r.Requests, r.Status[202], paid.Load()
@@ -200,17 +223,19 @@ func openSale(ctx context.Context, cfg Config) (*OpenSaleRun, error) {
 	}
 	keys = append(keys, rdb.StreamKey(s.RDB.PartitionOf(v)))
 	for _, k := range keys {
-		n, err := rc.MemoryUsage(ctx, k, 0).Result()
-		if err == nil {
-			out.Keys[k] = n
-		}
+		out.Keys[k] = keyBytes(ctx, rc, k)
+	}
+	if out.ReleasedIDs, err = rc.SCard(ctx, releasedKey).Result(); err != nil {
+		return nil, err
 	}
 	last := out.Memory[len(out.Memory)-1]
 	out.BytesPerBuyer = float64(last.Bytes-m0) / float64(cfg.OpenBuyers)
 	for _, m := range out.Memory {
 		if m.At >= last.At/2 {
-			if last.At > m.At {
-				out.GrowthPerMinute = float64(last.Bytes-m.Bytes) / ((last.At - m.At) / 60)
+			if minutes := (last.At - m.At) / 60; minutes > 0 {
+				out.GrowthPerMinute = float64(last.Bytes-m.Bytes) / minutes
+				out.HashGrowthPerMinute = float64(last.Hash-m.Hash) / minutes
+				out.ReleasedGrowthPerMinute = float64(last.Released-m.Released) / minutes
 			}
 			break
 		}
@@ -218,6 +243,16 @@ func openSale(ctx context.Context, cfg Config) (*OpenSaleRun, error) {
 	cfg.logf("open sale: %d claims in %.0f s (%v), %d paid; %.1f bytes a buyer, %+.0f bytes a minute over the second half; %d sweeps, %.1f ms a pass",
 		out.Claims, out.Seconds, r.Status, out.Paid, out.BytesPerBuyer, out.GrowthPerMinute, out.Sweeps, out.SweepMsPerPass)
 	return out, nil
+}
+
+// keyBytes is key's MEMORY USAGE, every element counted (0 when it is
+// gone or the call fails: a sample, not a check).
+func keyBytes(ctx context.Context, rc *redis.Client, key string) int64 {
+	n, err := rc.MemoryUsage(ctx, key, 0).Result()
+	if err != nil {
+		return 0
+	}
+	return n
 }
 
 // orderIDOf reads a 202's order id.

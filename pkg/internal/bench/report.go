@@ -119,11 +119,12 @@ func (r *Report) printCPU(w io.Writer) {
 	if o := r.OpenSale; o != nil {
 		fmt.Fprintln(w)
 		fmt.Fprintf(w, "open-ended sale: %d claims from %d buyers in %.0f s, %d admitted, %d paid (the rest expired, their units bought again), 1 worker, a reaper\n", o.Claims, o.Buyers, o.Seconds, o.Admitted, o.Paid)
-		fmt.Fprintf(w, "  Redis: %.1f bytes a buyer at the end (used_memory grown over the run), %+.0f bytes a minute over the second half\n", o.BytesPerBuyer, o.GrowthPerMinute)
+		fmt.Fprintf(w, "  Redis: %.1f bytes a buyer at the end (used_memory grown over the run), %+.0f bytes a minute over the second half: the voucher's hash %+.0f, its released set %+.0f (%d ids at the end)\n",
+			o.BytesPerBuyer, o.GrowthPerMinute, o.HashGrowthPerMinute, o.ReleasedGrowthPerMinute, o.ReleasedIDs)
 		fmt.Fprintf(w, "  sweeps every %.0f s: %d passes, %d indexes dropped, %.1f ms a pass (wall time: at most its Redis time), %.2f ms a second of the run\n", o.SweepInterval, o.Sweeps, o.IndexesDropped, o.SweepMsPerPass, o.SweepMsPerSec)
 		var line []string
 		for _, m := range o.Memory {
-			line = append(line, fmt.Sprintf("%.0fs %.1f MB", m.At, float64(m.Bytes)/1e6))
+			line = append(line, fmt.Sprintf("%.0fs %.1f MB (hash %.1f, released %.1f)", m.At, float64(m.Bytes)/1e6, float64(m.Hash)/1e6, float64(m.Released)/1e6))
 		}
 		fmt.Fprintf(w, "  used_memory: %s\n", strings.Join(line, ", "))
 		fmt.Fprintf(w, "  the sweep's commands (HSCAN; XRANGE, HGET, HDEL in pending.lua) by Redis's own clock: %.0f µs a second of the run\n", o.SweepCommandsUsPerSec)
