@@ -21,6 +21,18 @@
 
 local out = {}
 
+-- The stream's oldest entry: an id before it has left the stream (the
+-- stream's ids only grow, and an entry leaves it acknowledged or
+-- dead-lettered), so a position before it is dropped without reading
+-- its entry. A sale's buyers' past orders are mostly there: the sweep
+-- (pkg/rdb SweepIndexes) then reads one entry a call, not one a position.
+local first_ms, first_seq = math.huge, math.huge
+local head = redis.call('XRANGE', KEYS[2], '-', '+', 'COUNT', 1)
+if head[1] then
+  local ms, seq = string.match(head[1][1], '^(%d+)-(%d+)$')
+  first_ms, first_seq = tonumber(ms), tonumber(seq)
+end
+
 -- list appends user's orders still in the stream to out and prunes the
 -- user's index to them.
 local function list(user)
@@ -34,10 +46,15 @@ local function list(user)
     seen = seen + 1
     local ms, p = string.match(pos, '^(%d+)-(%d+)$')
     p = tonumber(p)
-    local id = ms .. '-' .. string.format('%d', math.floor(p / 32))
+    local seq = math.floor(p / 32)
+    local id = ms .. '-' .. string.format('%d', seq)
     local o = 'o' .. string.format('%d', p % 32)
-    local e = redis.call('XRANGE', KEYS[2], id, id)
-    local f = e[1] and e[1][2] or {} -- the entry's fields; none when it left the stream
+    local f = {} -- the entry's fields; none when it left the stream
+    ms = tonumber(ms)
+    if ms > first_ms or (ms == first_ms and seq >= first_seq) then
+      local e = redis.call('XRANGE', KEYS[2], id, id)
+      f = e[1] and e[1][2] or {}
+    end
     local voucher, value
     for i = 1, #f, 2 do
       if f[i] == 'voucher_id' then

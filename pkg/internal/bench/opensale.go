@@ -55,8 +55,9 @@ type OpenSaleRun struct {
 	// SweepCommandsUsPerSec: Redis's own time in the commands only the
 	// sweep sends here (HSCAN, and XRANGE, HGET, HDEL inside pending.lua),
 	// a second of the run.
-	SweepCommandsUsPerSec float64 `json:"sweep_commands_us_per_second"`
-	SweepCommandsUs       float64 `json:"sweep_commands_us"`
+	SweepCommandsUsPerSec float64            `json:"sweep_commands_us_per_second"`
+	SweepCommandsUs       float64            `json:"sweep_commands_us"`
+	SweepCommands         map[string]float64 `json:"sweep_commands_us_by_command"`
 	// Keys: the bytes of each of the voucher's keys at the end (MEMORY
 	// USAGE), and of its partition's stream.
 	Keys map[string]int64 `json:"keys"`
@@ -212,8 +213,10 @@ func openSale(ctx context.Context, cfg Config) (*OpenSaleRun, error) {
 	if err != nil {
 		return nil, err
 	}
+	out.SweepCommands = map[string]float64{}
 	for _, c := range []string{"hscan", "xrange", "hget", "hdel"} {
-		out.SweepCommandsUs += c1[c][1] - c0[c][1]
+		out.SweepCommands[c] = c1[c][1] - c0[c][1]
+		out.SweepCommandsUs += out.SweepCommands[c]
 	}
 	out.SweepCommandsUsPerSec = out.SweepCommandsUs / time.Since(start).Seconds()
 	out.Keys = map[string]int64{}
