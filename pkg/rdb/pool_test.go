@@ -145,3 +145,38 @@ func TestAClosedPoolTakesNothingBack(t *testing.T) {
 	require.True(t, st.Voucher.Closed)
 	require.Empty(t, st.Voucher.Items)
 }
+
+// A repair that read MySQL before an envelope sale's refund, and its
+// clock before the sale's end, writes the pool open with what MySQL had
+// left; the refunder closes Redis before it records the refund, so that
+// write can come after the close. It must not reopen the pool: MySQL
+// then refunds what was left, and Redis would hand it out again (a loaded
+// run of TestChaosOnACluster: Redis remaining 1293, MySQL 0).
+func TestARewriteNeverReopensAClosedPool(t *testing.T) {
+	s := newStore(t, 1)
+	ctx := context.Background()
+	items := envelopes(5, 5, 5, 5, 5)
+	seedVoucher(t, s, rdb.Voucher{ID: 4, Stock: 5, Pooled: true, Items: items})
+	st, err := s.ReadVoucherState(ctx, 4, nil) // as MySQL had it before the refund
+	require.NoError(t, err)
+	require.False(t, st.Voucher.Closed)
+	require.Len(t, st.Voucher.Items, 5)
+
+	require.NoError(t, s.ClosePool(ctx, 4))
+	require.NoError(t, s.RewriteVoucher(ctx, st, nil, nil))
+	requireStock(t, s, 4, 0)
+	got, err := s.ReadVoucherState(ctx, 4, nil)
+	require.NoError(t, err)
+	require.True(t, got.Voucher.Closed, "the pool stays closed")
+	require.Empty(t, got.Voucher.Items)
+	_, err = claim(s, 4, "after", t0)
+	require.ErrorIs(t, err, rdb.ErrSoldOut)
+
+	// An open pool is rewritten as asked.
+	seedVoucher(t, s, rdb.Voucher{ID: 5, Stock: 5, Pooled: true, Items: items})
+	st, err = s.ReadVoucherState(ctx, 5, nil)
+	require.NoError(t, err)
+	st.Voucher.Stock, st.Voucher.Items = 4, items[1:]
+	require.NoError(t, s.RewriteVoucher(ctx, st, nil, nil))
+	requireStock(t, s, 5, 4)
+}

@@ -3,6 +3,7 @@ package rdb
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -252,9 +253,12 @@ func (s *Store) rewriteVoucher(ctx context.Context, st VoucherState, released, c
 		}
 	}
 	zero := true
-	if absentOnly {
+	switch {
+	case absentOnly:
 		zero, err = s.eachAbsentBucketTx(ctx, st.Voucher, fill)
-	} else {
+	case st.Voucher.Pooled && !st.Voucher.Closed && n == 1:
+		err = s.rewriteOpenPool(ctx, &st.Voucher, fill)
+	default:
 		err = s.eachBucketTx(ctx, st.Voucher, fill)
 	}
 	if err != nil {
@@ -286,6 +290,40 @@ func (s *Store) pendingIndexes(ctx context.Context, v int64, have, n int) (out [
 		}
 	}
 	return out, was, nil
+}
+
+// rewriteOpenPool writes pooled voucher v's one bucket as eachBucketTx
+// does, but never reopens a pool Redis has closed (ClosePool: for good).
+// The refunder closes Redis before MySQL records the refund, so a repair
+// that read MySQL and its clock before the sale's end can come after the
+// close: it then writes the pool closed, as the refund will have it
+// (WATCH: a close between the read and the write runs the write again).
+func (s *Store) rewriteOpenPool(ctx context.Context, v *Voucher, fill func(redis.Pipeliner, bucket)) error {
+	b := s.bucketOf(v.ID, 0)
+	for range 10 {
+		err := s.c.Watch(ctx, func(tx *redis.Tx) error {
+			closed, err := tx.HGet(ctx, b.key(), "closed").Result()
+			if err != nil && !errors.Is(err, redis.Nil) {
+				return err
+			}
+			if closed == "1" {
+				v.Closed, v.Stock, v.Items = true, 0, nil
+			}
+			_, err = tx.TxPipelined(ctx, func(pipe redis.Pipeliner) error {
+				fill(pipe, b)
+				return nil
+			})
+			return err
+		}, b.key())
+		switch {
+		case errors.Is(err, redis.TxFailedErr):
+			continue // written meanwhile: read it again
+		case err != nil && !errors.Is(err, redis.Nil):
+			return err
+		}
+		return nil
+	}
+	return fmt.Errorf("voucher %d: its hash changed under ten writes in a row", v.ID)
 }
 
 // chunks yields m's fields and values, flattened, size fields at a time.

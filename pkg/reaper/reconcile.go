@@ -288,13 +288,13 @@ func reconcileVoucher(ctx context.Context, r *rdb.Store, d *db.Store, v db.Vouch
 
 // wantPool sets what a pooled voucher's pool should hold: MySQL's free
 // items less those the orders in flight took; nothing once a sale that
-// refunds at its end is over (the refunder closes it).
+// refunds at its end is over or refunded (the refunder closes it).
 func wantPool(v db.Voucher, want *rdb.Voucher, free []order.Item, inFlight map[int64]bool, now time.Time) {
 	t := v.Traits()
 	if !t.Pooled {
 		return
 	}
-	if t.RefundsAtEnd && v.EndsAt != nil && !now.Before(*v.EndsAt) {
+	if t.RefundsAtEnd && (v.RefundedAt != nil || (v.EndsAt != nil && !now.Before(*v.EndsAt))) {
 		want.Closed, want.Stock, want.Items = true, 0, nil
 		return
 	}
