@@ -255,13 +255,9 @@ func moveTime(id string) string {
 
 // moveUnits moves up to want units from bucket from to bucket to of
 // voucher v, returning how many moved.
+// The move's id is "MS.RANDOM", MS when it was made (ForgetMoves).
 func (s *Store) moveUnits(ctx context.Context, from, to bucket, want int64) (int64, error) {
-	return s.moveUnitsAt(ctx, from, to, want, time.Now())
-}
-
-// moveUnitsAt is moveUnits with the move's id made at the time at: "MS.RANDOM".
-func (s *Store) moveUnitsAt(ctx context.Context, from, to bucket, want int64, at time.Time) (int64, error) {
-	ms := strconv.FormatInt(at.UnixMilli(), 10)
+	ms := strconv.FormatInt(time.Now().UnixMilli(), 10)
 	id := ms + "." + strconv.FormatUint(rand.Uint64(), 36)
 	n, err := lua.Take.Run(ctx, s.c, []string{from.key(), from.movesOut()}, id, to.n, want, ms).Int64()
 	if err != nil || n == 0 {
