@@ -42,7 +42,7 @@ lint:
 ## instead of after the half of them listed before it. One package more
 ## than there are cores runs at once (-p): the harness and the gateway's
 ## tests spend much of their time waiting on servers they fault, with a
-## core idle. The harness takes six and a half minutes on an idle machine:
+## core idle. The harness takes about five minutes on an idle machine:
 ## its timeout is 30, so that a busy one (a second copy of the suite
 ## beside it) does not cut it off.
 SLOW_PKGS := ./pkg/internal/harness ./pkg/gateway ./pkg/reaper ./pkg/internal/cmd/demo ./pkg/worker ./pkg/rdb
