@@ -112,13 +112,15 @@ func formatID(id int64) string { return strconv.FormatInt(id, 10) }
 // ClosePool ends what Redis will hand out of pooled voucher v, for good:
 // its pool is emptied, its stock set to zero and the hash marked closed,
 // so neither an admission (whatever a gateway's clock says) nor a release
-// (release.lua) changes them again. Closing twice is harmless.
-func (s *Store) ClosePool(ctx context.Context, v int64) error {
+// (release.lua) changes them again. Closing twice is harmless. found is
+// false when Redis holds no hash of v (it lost it, or its keys expired):
+// there is nothing to close then, and nothing is written.
+func (s *Store) ClosePool(ctx context.Context, v int64) (found bool, err error) {
 	b := s.bucketOf(v, 0) // a pool is never spread over buckets
 	key := b.key()
 	n, err := s.c.Exists(ctx, key).Result()
 	if err != nil || n == 0 {
-		return err
+		return false, err
 	}
 	_, err = s.c.TxPipelined(ctx, func(pipe redis.Pipeliner) error {
 		pipe.HSet(ctx, key, "stock", 0, "closed", 1)
@@ -126,7 +128,7 @@ func (s *Store) ClosePool(ctx context.Context, v int64) error {
 		return nil
 	})
 	if err != nil {
-		return fmt.Errorf("close pool of voucher %d: %w", v, err)
+		return true, fmt.Errorf("close pool of voucher %d: %w", v, err)
 	}
-	return nil
+	return true, nil
 }

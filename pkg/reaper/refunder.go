@@ -31,8 +31,16 @@ func (r *Reaper) refundEnded(ctx context.Context, round *Round) error {
 		return err
 	}
 	for _, v := range due {
-		if err := r.redis.ClosePool(ctx, v.ID); err != nil {
+		found, err := r.redis.ClosePool(ctx, v.ID)
+		if err != nil {
 			return err
+		}
+		if !found {
+			// Nothing in Redis to close: it lost the voucher, or its keys
+			// expired. Said, since a voucher rebuilt open after this point
+			// would sell what MySQL refunds.
+			r.log.Warn("refund: redis holds no hash of the voucher to close; refunding from mysql",
+				zap.Int64("voucher_id", v.ID))
 		}
 		busy, err := r.redis.InFlight(ctx, v.ID)
 		if err != nil {
