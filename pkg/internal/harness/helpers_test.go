@@ -3,7 +3,10 @@ package harness_test
 import (
 	"context"
 	"encoding/json"
+	"io"
+	"io/fs"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -53,6 +56,7 @@ func runChaos(t *testing.T, cfg harness.ChaosConfig) *harness.ChaosReport {
 	defer cancel()
 	var log strings.Builder
 	cfg.Dir, cfg.Log = t.TempDir(), &log
+	t.Cleanup(func() { keepLogsIfFailed(t, cfg.Dir) }) // runs before the directory's removal
 	report, err := harness.RunChaos(ctx, cfg)
 	t.Log("\n" + log.String())
 	require.NoError(t, err)
@@ -67,4 +71,55 @@ func runChaos(t *testing.T, cfg harness.ChaosConfig) *harness.ChaosReport {
 	require.Positive(t, report.Final["paid"])
 	require.Len(t, report.Side, 2)
 	return report
+}
+
+// keepLogsIfFailed copies the logs under dir (the binaries', each
+// redis-server's and mariadbd's) to a directory of their own that
+// outlives the test, when it failed: a run that fails once in many, on a
+// loaded machine, is read from what its processes wrote, and t.TempDir
+// removes them.
+func keepLogsIfFailed(t *testing.T, dir string) {
+	if !t.Failed() {
+		return
+	}
+	keep, err := os.MkdirTemp("", "flashsale-logs-"+strings.NewReplacer("/", "-", " ", "_").Replace(t.Name())+"-")
+	if err != nil {
+		t.Logf("keeping the logs: %v", err)
+		return
+	}
+	err = filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() || !strings.HasSuffix(path, ".log") {
+			return err
+		}
+		rel, err := filepath.Rel(dir, path)
+		if err != nil {
+			return err
+		}
+		to := filepath.Join(keep, rel)
+		if err := os.MkdirAll(filepath.Dir(to), 0o755); err != nil {
+			return err
+		}
+		return copyFile(path, to)
+	})
+	if err != nil {
+		t.Logf("keeping the logs: %v", err)
+	}
+	t.Logf("the run's logs are kept in %s", keep)
+}
+
+func copyFile(from, to string) error {
+	in, err := os.Open(from)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	out, err := os.Create(to)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		out.Close()
+		return err
+	}
+	return out.Close()
 }
