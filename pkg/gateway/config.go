@@ -209,7 +209,7 @@ const (
 	UserBurstDefault           = 20
 	MaxInflightDefault         = 4096
 	JWTMaxLifetimeDefault      = 24 * time.Hour
-	RedisWaitTimeoutDefault    = 100 * time.Millisecond
+	RedisWaitTimeoutDefault    = rdb.WaitTimeoutDefault
 	WebhookToleranceDefault    = 5 * time.Minute
 	PowTTLDefault              = 2 * time.Minute
 	PowMaxNumberDefault        = 20_000
@@ -253,7 +253,7 @@ func (c *Config) SetDefaults() {
 	c.PowMaxNumber = cmp.Or(c.PowMaxNumber, PowMaxNumberDefault)
 	c.RoomMaxWaiters = cmp.Or(c.RoomMaxWaiters, room.DefaultMaxWaiters)
 	c.RedisDurability = cmp.Or(c.RedisDurability, rdb.DurabilityNone)
-	c.RedisMinReplicas = cmp.Or(c.RedisMinReplicas, 1)
+	c.RedisMinReplicas = cmp.Or(c.RedisMinReplicas, rdb.MinReplicasDefault)
 	c.RedisWaitTimeout = cmp.Or(c.RedisWaitTimeout, RedisWaitTimeoutDefault)
 }
 

@@ -16,10 +16,11 @@ var roleCommands = map[string][]string{
 	// once), operators' changes (change.lua), order and voucher
 	// reads, the consumer groups it makes sure of at start, moving units
 	// between a hot voucher's buckets (take.lua, give.lua, the moves read
-	// and forgotten).
+	// and forgotten), and WAIT with a durability set.
 	"gateway": {
 		"evalsha", "eval", "script|load", "get", "mget", "set", "hmget", "hget", "hgetall", "hset", "hdel", "hincrby", "incrby", "lpop", "lpush", "rpush",
 		"xadd", "xdel", "xrange", "xlen", "xpending", "xgroup|create", "expire", "expireat", "persist", "del", "exists", "sadd", "sismember", "watch", "unwatch", "multi", "exec",
+		"wait",
 	},
 	// Reading and acknowledging (ack.lua), renewing its lease (lease.lua)
 	// and its liveness key, releasing (release.lua) and dead-lettering.
@@ -36,13 +37,14 @@ var roleCommands = map[string][]string{
 	// proofs, PTTL their expiry; TIME and XINFO STREAM date the start of
 	// a pre-copy, LRANGE, LINDEX and LLEN read its dirty lists, UNLINK drops
 	// them), and the moves between buckets forgotten (forgetmoves.lua;
-	// SSCAN reads a bucket's moves given).
+	// SSCAN reads a bucket's moves given), and WAIT, with a durability
+	// set, before an envelope sale's refund.
 	"reaper": {
 		"evalsha", "eval", "script|load", "xreadgroup", "xack", "xdel", "xclaim", "xautoclaim", "xadd", "xgroup|create",
 		"xgroup|delconsumer", "xpending", "xinfo|groups", "xinfo|consumers", "xlen", "xrange", "xtrim",
 		"decrby", "exists", "sadd", "srem", "scard", "smembers", "sismember", "hmget", "hget", "hgetall", "hscan", "hset", "hsetnx", "hdel", "hincrby", "lpush", "rpush", "lrange",
 		"expire", "expireat", "pexpire", "pttl", "scan", "persist", "del", "get", "set", "watch", "unwatch", "multi", "exec",
-		"lindex", "llen", "time", "xinfo|stream", "unlink", "sscan",
+		"lindex", "llen", "time", "xinfo|stream", "unlink", "sscan", "wait",
 	},
 	// Read-only: the stream gauges and looking at state (a metrics
 	// exporter, an operator's redis-cli).

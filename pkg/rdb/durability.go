@@ -32,6 +32,13 @@ const (
 // Idempotency-Key resolves it).
 var ErrNotReplicated = errors.New("not acknowledged by enough replicas in time")
 
+// The defaults of FLASHSALE_REDIS_MIN_REPLICAS and
+// FLASHSALE_REDIS_WAIT_TIMEOUT (each role that writes reads them).
+const (
+	MinReplicasDefault = 1
+	WaitTimeoutDefault = 100 * time.Millisecond
+)
+
 // Durability is what a write must reach before it is acknowledged.
 type Durability struct {
 	Mode        string        // DurabilityNone (""), DurabilityReplica or DurabilityReplicaAOF

@@ -112,7 +112,9 @@ func formatID(id int64) string { return strconv.FormatInt(id, 10) }
 // ClosePool ends what Redis will hand out of pooled voucher v, for good:
 // its pool is emptied, its stock set to zero and the hash marked closed,
 // so neither an admission (whatever a gateway's clock says) nor a release
-// (release.lua) changes them again. Closing twice is harmless. found is
+// (release.lua) changes them again. Closing twice is harmless. With a
+// durability set, it returns once the replicas have the close, or
+// ErrNotReplicated. found is
 // false when Redis holds no hash of v (it lost it, or its keys expired):
 // there is nothing to close then, and nothing is written.
 func (s *Store) ClosePool(ctx context.Context, v int64) (found bool, err error) {
@@ -128,6 +130,12 @@ func (s *Store) ClosePool(ctx context.Context, v int64) (found bool, err error) 
 		return nil
 	})
 	if err != nil {
+		return true, fmt.Errorf("close pool of voucher %d: %w", v, err)
+	}
+	// The refund is recorded after this: a close the replicas lack, lost
+	// in a failover, would sell the money again (waits only with a
+	// durability set: SetDurability).
+	if err := s.waitWritten(ctx, b.p); err != nil {
 		return true, fmt.Errorf("close pool of voucher %d: %w", v, err)
 	}
 	return true, nil

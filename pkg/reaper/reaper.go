@@ -54,6 +54,14 @@ type Config struct {
 	// CheckInterval: comparing Redis with MySQL (reconcile without
 	// repair) for the flashsale_reconcile_* gauges. Default 5m.
 	CheckInterval time.Duration `envconfig:"FLASHSALE_REAPER_CHECK_INTERVAL" default:"5m"`
+	// RedisDurability, RedisMinReplicas and RedisWaitTimeout: the
+	// gateway's settings (FLASHSALE_REDIS_DURABILITY and the two after it),
+	// which the reaper's close of an envelope sale's pool waits for before
+	// MySQL records the refund: a close a failover lost would sell again
+	// what MySQL refunded. Defaults "none", 1 and 100ms.
+	RedisDurability  string        `envconfig:"FLASHSALE_REDIS_DURABILITY" default:"none"`
+	RedisMinReplicas int           `envconfig:"FLASHSALE_REDIS_MIN_REPLICAS" default:"1"`
+	RedisWaitTimeout time.Duration `envconfig:"FLASHSALE_REDIS_WAIT_TIMEOUT" default:"100ms"`
 	// RoundTimeout bounds one round. Default 1m.
 	RoundTimeout time.Duration `envconfig:"FLASHSALE_REAPER_ROUND_TIMEOUT" default:"1m"`
 	// MaxPerRound bounds the cancellations and releases of one round (and the
@@ -128,6 +136,9 @@ func (c *Config) SetDefaults() {
 	c.HotSplitAt = cmp.Or(c.HotSplitAt, HotSplitAtDefault)
 	c.HotSplitFor = cmp.Or(c.HotSplitFor, HotSplitForDefault)
 	c.HotSplit = cmp.Or(c.HotSplit, HotSplitAuto)
+	c.RedisDurability = cmp.Or(c.RedisDurability, rdb.DurabilityNone)
+	c.RedisMinReplicas = cmp.Or(c.RedisMinReplicas, rdb.MinReplicasDefault)
+	c.RedisWaitTimeout = cmp.Or(c.RedisWaitTimeout, rdb.WaitTimeoutDefault)
 	c.EventsConfig.SetDefaults()
 	c.Config.SetDefaults()
 }
@@ -157,9 +168,18 @@ func (c *Config) intervals() []interval {
 	}
 }
 
+// Durability is the rdb form of the Redis durability settings (set on
+// the reaper binary's store: rdb.Store.SetDurability).
+func (c *Config) Durability() rdb.Durability {
+	return rdb.Durability{Mode: c.RedisDurability, MinReplicas: c.RedisMinReplicas, Timeout: c.RedisWaitTimeout}
+}
+
 // Validate reports the first wrong value, naming its variable. Call it
 // after SetDefaults.
 func (c *Config) Validate() error {
+	if err := c.Durability().Validate(); err != nil {
+		return err
+	}
 	for _, iv := range c.intervals() {
 		if *iv.d < time.Millisecond {
 			return fmt.Errorf("%s must be at least 1ms, got %s", iv.env, *iv.d)

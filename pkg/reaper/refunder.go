@@ -5,7 +5,9 @@ package reaper
 // sender, exactly once. In this order, each step safe to repeat:
 //
 //  1. the pool in Redis is closed (rdb.ClosePool), so no admission can take
-//     an envelope any more, whatever a gateway's clock says;
+//     an envelope any more, whatever a gateway's clock says; with
+//     FLASHSALE_REDIS_DURABILITY set, once the replicas have the close (a
+//     close a failover lost would sell again what step 3 refunds);
 //  2. the voucher waits while an entry of it is still in the stream: a grab
 //     admitted before the close must land (or fail, its envelope then
 //     counted in the refund) before the money is counted;

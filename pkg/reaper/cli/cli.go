@@ -188,6 +188,9 @@ func run(ctx context.Context, cfg *config, rt *app.Runtime) error {
 			return err
 		}
 		defer closeAll()
+		if err := redis.SetDurability(cfg.Durability()); err != nil {
+			return err
+		}
 		r, err := newReaper(cfg, redis, mysql, rt)
 		if err != nil {
 			return err
