@@ -22,7 +22,9 @@ func runRoom(t *testing.T, opts harness.Options, cfg harness.RoomConfig, compare
 	if testing.Short() {
 		t.Skip("end-to-end: builds and runs the binaries")
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
+	// Two sales of up to 8 minutes each on a starved machine (RunRoom's
+	// deadline); a few seconds each on an idle one.
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
 	opts.Dir, opts.Workers = t.TempDir(), 2
 	s, err := harness.StartStack(ctx, opts)
