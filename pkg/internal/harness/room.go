@@ -223,12 +223,11 @@ func (s *Stack) RunRoom(ctx context.Context, cfg RoomConfig) (*RoomReport, error
 	}
 	rep := &RoomReport{Config: cfg, SoldOut: hdrhistogram.New(0, 600_000, 3), ErrorKinds: map[string]int64{}}
 	client := NewClient(s.URL, cfg.Conns)
-	// The crowd shares cfg.Conns connections, and a request's timeout
-	// counts its wait for one: on a loaded machine 20,000 pollers queue
-	// for 256 connections longer than a buyer's 10 s, and a timeout would
-	// count as a failure of the system where the load generator fell
-	// behind. A minute still catches a gateway that stops answering; its
-	// 5xx and broken connections count as before (ErrorKinds says which).
+	// The crowd shares cfg.Conns connections; a request's timeout starts
+	// once it has one (Client). A minute, not a buyer's 10 s, for a
+	// gateway sharing two busy cores with its own crowd; it still catches
+	// one that stops answering, and 5xx and broken connections count as
+	// before (ErrorKinds says which).
 	client.HTTP.Timeout = time.Minute
 	// Claims go on connections of their own: a real buyer's claim does
 	// not wait behind other people's polls, and on a loaded machine a
