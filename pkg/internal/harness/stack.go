@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -131,6 +132,7 @@ type Stack struct {
 	env         []string
 	roleEnv     map[string][]string // added to a role's processes
 	restarts    map[int]int
+	tokens      sync.Map // user → their token (Token)
 }
 
 // StartStack builds the binaries, starts whatever servers are missing,
