@@ -251,8 +251,17 @@ func TestAFailingEndpointIsRetriedAndHoldsBackNoOther(t *testing.T) {
 	// 410: stopped at once, nothing more sent, until redelivered.
 	st := sinkState(t, e, name(gone))
 	require.NotEmpty(t, st.Disabled)
+	// A turn asks each lane once at most (a lane stops at its first
+	// failure), and the turn that hears the 410 is the last: one turn
+	// when every answer comes within the 200 ms timeout, more when a busy
+	// machine made some of them time out (a loaded run: 25 asked, 16
+	// lanes). Each failed turn counts one failure.
+	turns := 0.0
+	for _, cause := range event.Causes {
+		turns += testenv.Metric(t, reg, "flashsale_events_delivery_failures_total", "sink", name(gone), "cause", cause)
+	}
 	asked := gone.Requests()
-	require.LessOrEqual(t, asked, event.WebhookLanes, "an endpoint that is gone is asked at most once a lane")
+	require.LessOrEqual(t, float64(asked), event.WebhookLanes*turns, "an endpoint that is gone is asked at most once a lane a turn, the 410's turn the last")
 	changeOrders(t, e, v, 60, 6)
 	more := sequenced(t, e)
 	received(t, "the healthy endpoint", more, healthy.Deliveries)
