@@ -79,6 +79,25 @@ func (s *Store) ReadGroup(ctx context.Context, p int, consumer, start string, co
 	return out, nil
 }
 
+// asRedisWritesIt reports whether id is a stream entry id in the form
+// Redis gives it: "ms-seq", each a decimal without a sign or a leading 0.
+func asRedisWritesIt(id string) bool {
+	ms, seq, ok := strings.Cut(id, "-")
+	return ok && decimal(ms) && decimal(seq)
+}
+
+func decimal(s string) bool {
+	if s == "" || (s[0] == '0' && len(s) > 1) {
+		return false
+	}
+	for i := range len(s) {
+		if s[i] < '0' || s[i] > '9' {
+			return false
+		}
+	}
+	return true
+}
+
 // maxCreatedMs is 9000-01-01: a creation time past it cannot be an order's
 // (and MySQL's DATETIME would refuse it).
 var maxCreatedMs = time.Date(9000, 1, 1, 0, 0, 0, 0, time.UTC).UnixMilli()
@@ -98,6 +117,12 @@ func ParseEntries(p int, m redis.XMessage) []StreamOrder {
 		e.Order, e.Err = parseOrder(m.ID, id, field("voucher_id"), field("user_id"), field("created_ms"), field("day"),
 			field("quantity"), field("item"), field("entry") == "1")
 		return []StreamOrder{e}
+	}
+	if !asRedisWritesIt(m.ID) {
+		// An order's id leads back to its entry's id as Redis writes it:
+		// "00001710000000000-0" would name the entry "1710000000000-0".
+		return []StreamOrder{{Partition: p, StreamID: m.ID, Index: -1,
+			Err: fmt.Errorf("%w: %q is not an id as Redis writes it", order.ErrBadEntryID, m.ID)}}
 	}
 	var out []StreamOrder
 	for k, raw := range m.Values {
