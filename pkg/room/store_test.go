@@ -155,7 +155,10 @@ func TestTheRoomKnowsTheStock(t *testing.T) {
 	ctx := context.Background()
 	start := testclock.Start()
 	sale(t, s, 2, 4, start, room.Config{AdmitPerSecond: 1000, PassSeconds: 60})
-	now := time.Now()
+	// The test's own clock, a minute into the hour-long sale: time.Now()
+	// is up to an hour past start, and its last seconds would end the sale
+	// between two ticks.
+	now := start.Add(time.Minute)
 	const n = 30
 	places := make([]room.Place, n)
 	for i := range places {
@@ -234,21 +237,21 @@ func TestNoRoomPausedEndedAndTheGate(t *testing.T) {
 	start := testclock.Start()
 	require.NoError(t, s.PutVoucher(ctx, rdb.Voucher{ID: 3, Stock: 5, PerUserLimit: 1, StartsAt: start, EndsAt: start.Add(time.Hour),
 		ExpireAt: start.Add(2 * time.Hour)}))
-	_, err := rs.Tick(ctx, 3, time.Now())
+	now := start.Add(time.Minute) // within the sale whatever the hour's minute (time.Now() may be its last second)
+	_, err := rs.Tick(ctx, 3, now)
 	require.ErrorIs(t, err, room.ErrNoRoom)
-	_, err = rs.Tick(ctx, 99, time.Now())
+	_, err = rs.Tick(ctx, 99, now)
 	require.ErrorIs(t, err, rdb.ErrVoucherNotFound)
 	// A Redis that lost its data lost the partition's loaded mark: a room
 	// of a voucher missing there is an outage, not an unknown voucher.
 	require.NoError(t, s.Client().Del(ctx, rdb.LoadedKey(s.PartitionOf(99))).Err())
-	_, err = rs.Tick(ctx, 99, time.Now())
+	_, err = rs.Tick(ctx, 99, now)
 	require.ErrorIs(t, err, rdb.ErrNotLoaded)
 	require.NoError(t, s.MarkLoaded(ctx, s.PartitionOf(99)))
-	require.NoError(t, claim(s, 3, "x", "", time.Now()))
+	require.NoError(t, claim(s, 3, "x", "", now))
 
 	require.NoError(t, s.PutVoucher(ctx, rdb.Voucher{ID: 4, Stock: 5, PerUserLimit: 1, StartsAt: start, EndsAt: start.Add(time.Hour),
 		ExpireAt: start.Add(2 * time.Hour), Paused: true, ProofOfWork: 100, Room: (&room.Config{AdmitPerSecond: 100, PassSeconds: 60}).Encode()}))
-	now := time.Now()
 	_, _, err = rs.Join(ctx, 4, "y", rdb.Proof{}, rdb.NoAccessCode, now)
 	require.ErrorIs(t, err, rdb.ErrProofRequired)
 	_, _, err = rs.Join(ctx, 4, "y", rdb.Proof{ID: "sig1", Max: 50, TTL: time.Minute}, rdb.NoAccessCode, now)
