@@ -383,8 +383,10 @@ func TestDevStackComesUpAndStops(t *testing.T) {
 
 	// Each step said as it ended, and every role's ops address, which
 	// answers.
+	// A step's time is a Go duration: "110ms", "8.17s", "1m17.05s" (the
+	// build, on a loaded machine).
 	for _, step := range []string{"binaries built", "redis up at", "mariadbd up", "migrations applied", "gateway up at", "1 worker started", "reaper started"} {
-		require.Regexp(t, `(?m)^\S+  `+regexp.QuoteMeta(step)+`.* \([0-9.]+m?s\)$`, d.text, "the step %q, with its time", step)
+		require.Regexp(t, `(?m)^\S+  `+regexp.QuoteMeta(step)+`.* \((\d+m)?[0-9.]+m?s\)$`, d.text, "the step %q, with its time", step)
 	}
 	ops := regexp.MustCompile(`(?m)^  (gateway|worker-\d+|reaper) ops\s+(http://\S+)/metrics`).FindAllStringSubmatch(d.text, -1)
 	roles := map[string]bool{}
