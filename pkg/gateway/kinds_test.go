@@ -12,6 +12,7 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"github.com/flashsale/flashsale/pkg/reaper"
+	"github.com/flashsale/flashsale/pkg/settle"
 	"github.com/flashsale/flashsale/pkg/worker"
 )
 
@@ -147,7 +148,10 @@ func TestCodeSale(t *testing.T) {
 }
 
 // 100,000 codes in one request (the largest pool) are accepted and all
-// put on sale.
+// put on sale: by the creation, or, where it outlasted its deadline
+// (operator.CreateTimeout: seen on a loaded machine, the race detector
+// on), by the reaper's pass over what MySQL owes Redis (settle.Owed),
+// as the creation's answer promises.
 func TestTheLargestPoolOfCodes(t *testing.T) {
 	if testing.Short() {
 		t.Skip("writes 100,000 rows")
@@ -159,6 +163,12 @@ func TestTheLargestPoolOfCodes(t *testing.T) {
 	}
 	id := f.createVoucher(`{"name":"big","kind":"codes","codes":[` + strings.Join(codes, ",") + `]}`)
 	v := f.do("GET", "/admin/v1/vouchers/"+id, admin, "")
+	if v.Body["remaining_redis"] == nil {
+		t.Log("the creation left the voucher's Redis side to the reaper; its pass now")
+		_, err := settle.Owed(context.Background(), f.env.RDB, f.env.DB, 100, 0, time.Now)
+		require.NoError(t, err)
+		v = f.do("GET", "/admin/v1/vouchers/"+id, admin, "")
+	}
 	require.EqualValues(t, 100_000, v.Body["remaining_redis"])
 	require.EqualValues(t, 100_000, v.Body["remaining_mysql"])
 }
