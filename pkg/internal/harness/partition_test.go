@@ -233,16 +233,21 @@ func TestACommitWhoseAnswerNeverComes(t *testing.T) {
 		Env:            []string{"FLASHSALE_WORKER_BATCH_SIZE=20", "FLASHSALE_USER_RATE=0", "FLASHSALE_REAPER_INTERVAL=300ms"}})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = s.Close() })
-	// cutAfterCommit cuts after the COMMIT of a transaction whose
-	// connection carried text (a worker's batch insert, the expirer's
-	// cancellation, the draw's winners), holds the cut until the process
-	// that sent it has given up on the answer (sample, one of its
-	// failure counters, has grown), and heals.
+	// armCut cuts after the COMMIT of a transaction whose connection
+	// carried text (a worker's batch insert, the expirer's cancellation,
+	// the draw's winners); awaitCut holds the cut until the process that
+	// sent it has given up on the answer (sample, one of its failure
+	// counters, has grown past before, read while no such commit could
+	// be sent), and heals. The cut is armed before the process can send
+	// the commit: armed beside it, on a loaded machine, it came after the
+	// draw's COMMIT and waited for one that never came.
 	// (Called from a goroutine, a failure ends that goroutine and fails t.)
-	cutAfterCommit := func(t *testing.T, text string, p *harness.Proc, sample string) {
+	armCut := func(t *testing.T, text string) {
 		t.Helper()
-		before := metric(t, p.OpsURL, sample)
 		require.NoError(t, s.MySQLNet.CutAnswersAfter(testsrv.MySQLCommit, text))
+	}
+	awaitCut := func(t *testing.T, p *harness.Proc, sample string, before float64) {
+		t.Helper()
 		testenv.Eventually(t, 60*time.Second, "a COMMIT sent, its answer dropped", func() bool {
 			seen, err := s.MySQLNet.Seen()
 			require.NoError(t, err)
@@ -266,7 +271,9 @@ func TestACommitWhoseAnswerNeverComes(t *testing.T) {
 			// Only the worker commits now: the COMMIT caught is its.
 			require.NoError(t, s.Reaper.Signal(syscall.SIGSTOP))
 			defer func() { require.NoError(t, s.Reaper.Signal(syscall.SIGCONT)) }()
-			cutAfterCommit(t, "INSERT INTO orders (", s.Workers[0], "flashsale_worker_batch_retries_total")
+			before := metric(t, s.Workers[0].OpsURL, "flashsale_worker_batch_retries_total")
+			armCut(t, "INSERT INTO orders (")
+			awaitCut(t, s.Workers[0], "flashsale_worker_batch_retries_total", before)
 		}()
 		next := atomic.Int64{}
 		var wg sync.WaitGroup
@@ -297,6 +304,18 @@ func TestACommitWhoseAnswerNeverComes(t *testing.T) {
 		v, err := s.CreateVoucher(ctx, harness.VoucherSpec{Name: "expiry", Stock: n, PerUserLimit: 1, PaymentTimeoutSeconds: 2})
 		require.NoError(t, err)
 		client := harness.NewClient(s.URL, 4)
+		// The reaper waits until the orders are persisted and the cut
+		// armed: its expirer cancels an order two seconds old, and on a
+		// loaded machine it cancelled the first before the last was
+		// persisted.
+		before := metric(t, s.Reaper.OpsURL, expirerFailed)
+		require.NoError(t, s.Reaper.Signal(syscall.SIGSTOP))
+		stopped := true
+		defer func() {
+			if stopped {
+				_ = s.Reaper.Signal(syscall.SIGCONT)
+			}
+		}()
 		for i := range n {
 			status, err := client.Do(ctx, "POST", "/v1/vouchers/"+itoa(v)+"/orders", s.Token(fmt.Sprintf("e%d", i)), nil, nil)
 			require.NoError(t, err)
@@ -310,7 +329,10 @@ func TestACommitWhoseAnswerNeverComes(t *testing.T) {
 		// they are two seconds old.
 		require.NoError(t, s.Workers[0].Signal(syscall.SIGSTOP))
 		defer func() { _ = s.Workers[0].Signal(syscall.SIGCONT) }()
-		cutAfterCommit(t, "UPDATE orders SET status", s.Reaper, expirerFailed) // the expirer's cancellation
+		armCut(t, "UPDATE orders SET status") // the expirer's cancellation
+		require.NoError(t, s.Reaper.Signal(syscall.SIGCONT))
+		stopped = false
+		awaitCut(t, s.Reaper, expirerFailed, before)
 		testenv.Eventually(t, 60*time.Second, "every order cancelled", func() bool {
 			c, err := s.DB.OrderCounts(ctx, v)
 			return err == nil && c[order.StatusCancelled] == n
@@ -333,10 +355,12 @@ func TestACommitWhoseAnswerNeverComes(t *testing.T) {
 	t.Run("reaper draw", func(t *testing.T) {
 		// The cut waits for the draw's COMMIT (its transaction marks the
 		// winners drawn) while the sale runs, is drawn and is verified.
+		before := metric(t, s.Reaper.OpsURL, drawerFailed)
+		armCut(t, "drawn = 1")
 		cut := make(chan struct{})
 		go func() {
 			defer close(cut)
-			cutAfterCommit(t, "drawn = 1", s.Reaper, drawerFailed)
+			awaitCut(t, s.Reaper, drawerFailed, before)
 		}()
 		rep, err := s.RunDraw(ctx, harness.DrawConfig{Stock: 10, Users: 60, Requests: 60, Concurrency: 4, Window: 4 * time.Second, Seed: 7})
 		require.NoError(t, err)
