@@ -167,13 +167,13 @@ func TestEndToEndSaleUnderLeastPrivilege(t *testing.T) {
 	// sale does (the unit sale before it took longer than 8 s on a loaded
 	// machine, and every envelope claim was answered ended).
 	var envelopes int64
-	for _, v := range []int64{units, 0} {
-		if v == 0 {
-			envelopes, err = s.CreateVoucher(ctx, harness.VoucherSpec{Name: "least privilege envelopes", Kind: "envelope", TotalAmount: 10_000, Count: 100,
+	for _, v := range []*int64{&units, &envelopes} {
+		if v == &envelopes {
+			*v, err = s.CreateVoucher(ctx, harness.VoucherSpec{Name: "least privilege envelopes", Kind: "envelope", TotalAmount: 10_000, Count: 100,
 				PerUserLimit: 1, EndsAt: time.Now().Add(8 * time.Second).UTC().Format(time.RFC3339)})
 			require.NoError(t, err)
-			v = envelopes
 		}
+		v := *v
 		watch := s.WatchPersisted(ctx, v)
 		var once sync.Once
 		maxQty := 2
