@@ -36,19 +36,31 @@ lint:
 	$(GO) vet $(PKGS)
 	@$(GO) mod tidy -diff || { echo "go.mod is not tidy: run go mod tidy"; exit 1; }
 
-## test: lint, then every test with the race detector (starts its own servers).
-## The longest packages are named first: go test starts them first, so the
-## end-to-end harness (the longest by far) runs beside all the others
-## instead of after the half of them listed before it. One package more
-## than there are cores runs at once (-p): the harness and the gateway's
-## tests spend much of their time waiting on servers they fault, with a
-## core idle. The harness takes about five minutes on an idle machine:
-## its timeout is 30, so that a busy one (a second copy of the suite
-## beside it) does not cut it off.
-SLOW_PKGS := ./pkg/internal/harness ./pkg/gateway ./pkg/reaper ./pkg/internal/cmd/demo ./pkg/worker ./pkg/rdb
+## test: every test with the race detector (each starts its own servers),
+## and beside them the lint and the second run on a Redis Cluster: make
+## runs the three at once (-j3), each one's output printed whole when it
+## ends, and fails if any fails. The lint is niced: it takes what the
+## tests leave of the cores. Most of the suite's time
+## is builds, then the end-to-end packages' waits on servers they fault,
+## with the cores partly idle; waiting for the vet before the first build
+## kept both cores busy with one and idle with the other.
+## The longest packages are named first: go test starts them first, so
+## the end-to-end runs (pkg/internal/harness and its crowd package) go
+## beside all the others instead of after them. One package more than
+## there are cores runs at once (-p). The harness takes about four
+## minutes on an idle machine: its timeout is 30, so that a busy one (a
+## second copy of the suite beside it) does not cut it off.
+SLOW_PKGS := ./pkg/internal/harness ./pkg/internal/harness/crowd ./pkg/gateway ./pkg/reaper ./pkg/internal/cmd/demo ./pkg/worker ./pkg/rdb
 TEST_P ?= $(shell echo $$(( $$(nproc 2>/dev/null || echo 2) + 1 )))
-test: servers lint
+test: servers
+	@$(MAKE) --no-print-directory -j3 --output-sync=target test-race test-lint test-cluster
+
+.PHONY: test-race test-lint test-cluster
+test-race:
 	$(GO) test -race -count=1 -p $(TEST_P) -timeout 30m $(SLOW_PKGS) $(PKGS)
+test-lint:
+	@nice -n 10 $(MAKE) --no-print-directory lint
+test-cluster:
 	$(GO) test -race -count=1 ./pkg/rdb ./pkg/rdb/upkeep ./pkg/room -args -redis-cluster
 
 ## fuzz: every fuzz target for FUZZTIME each (CI: 5000 inputs); their
@@ -109,7 +121,7 @@ bench: servers bench-allocs
 ## Redis and then on a Redis Cluster with replicas, a master killed (CHAOS_DURATION to change)
 CHAOS_DURATION ?= 60s
 chaos: servers
-	CHAOS_DURATION=$(CHAOS_DURATION) $(GO) test -count=1 -timeout 30m -run 'TestChaos$$|TestChaosOnACluster$$' -v ./pkg/internal/harness
+	CHAOS_DURATION=$(CHAOS_DURATION) $(GO) test -count=1 -timeout 30m -run 'TestChaos$$|TestChaosOnACluster$$' -v ./pkg/internal/harness/crowd
 
 ## dataloss: what appendfsync everysec risks, and what reconcile --repair restores
 dataloss: servers

@@ -1,4 +1,4 @@
-package harness_test
+package crowd_test
 
 import (
 	"context"
