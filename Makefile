@@ -44,15 +44,12 @@ lint:
 ## test: every test with the race detector (each starts its own servers),
 ## and beside them the lint and the second run on a Redis Cluster: make
 ## runs the three at once (-j3), each one's output printed whole when it
-## ends, and fails if any fails. The lint is niced: it takes what the
-## tests leave of the cores. Most of the suite's time
-## is builds, then the end-to-end packages' waits on servers they fault,
-## with the cores partly idle; waiting for the vet before the first build
-## kept both cores busy with one and idle with the other.
+## ends, and fails if any fails; the lint is niced, so the test builds go
+## first (a cold vet ahead of them held them back 156 s).
 ## The longest packages are named first: go test starts them first, so
 ## the end-to-end runs (pkg/internal/harness and its crowd package) go
 ## beside all the others instead of after them. One package more than
-## there are cores runs at once (-p). The harness takes about four
+## there are cores runs at once (-p). The harness takes three to four
 ## minutes on an idle machine: its timeout is 30, so that a busy one (a
 ## second copy of the suite beside it) does not cut it off.
 SLOW_PKGS := ./pkg/internal/harness ./pkg/internal/harness/crowd ./pkg/gateway ./pkg/reaper ./pkg/internal/cmd/demo ./pkg/worker ./pkg/rdb
