@@ -163,11 +163,47 @@ func itoa(i int) string { return strconv.Itoa(i) }
 
 // pause stops the server's process (SIGSTOP): its connections stay open and
 // nothing answers, as with a hung host. resume lets it go on (SIGCONT).
+// pause stops the server (SIGSTOP) and returns once every thread of it
+// has stopped: a thread in the middle of a system call finishes it first
+// (a reply being written goes out), and on a busy machine a test that
+// acted right after the signal found the server still answering.
 func (s *server) pause() error {
 	if s.cmd == nil {
 		return fmt.Errorf("%s not running", s.name)
 	}
-	return s.cmd.Process.Signal(syscall.SIGSTOP)
+	if err := s.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		return err
+	}
+	for deadline := time.Now().Add(10 * time.Second); !allStopped(s.cmd.Process.Pid); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s: not every thread stopped 10 s after SIGSTOP", s.name)
+		}
+	}
+	return nil
+}
+
+// allStopped reports whether every thread of process pid is stopped
+// (state T or t in /proc/pid/task/*/stat), or pid is gone.
+func allStopped(pid int) bool {
+	tasks, err := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/stat", pid))
+	if err != nil || len(tasks) == 0 {
+		return true
+	}
+	for _, f := range tasks {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue // the thread ended
+		}
+		// pid (comm) STATE ...: comm may hold spaces and parentheses.
+		i := strings.LastIndexByte(string(b), ')')
+		if i < 0 || i+2 >= len(b) {
+			continue
+		}
+		if st := b[i+2]; st != 'T' && st != 't' && st != 'Z' && st != 'X' {
+			return false
+		}
+	}
+	return true
 }
 
 func (s *server) resume() error {
