@@ -18,7 +18,7 @@
 --                                          in the partition (read only when the voucher is missing)
 -- KEYS[5] -> flashsale:{pP}:backlog        the partition's orders in stream entries not yet
 --                                          acknowledged (ack.lua takes them off)
--- and then, nd being #ARGV - 5, the number of days the call's claims fall on (nearly always 1):
+-- and then, nd being #ARGV - 6, the number of days the call's claims fall on (nearly always 1):
 -- KEYS[5+j] -> flashsale:{pP}:v:V:day:D   hash user -> units taken on day D, the call's j-th day
 -- KEYS[5+nd+k] -> the call's k-th named key: an idempotency record, flashsale:{pP}:v:V:idem:U:K, or a
 --                                          proof of work's single use, flashsale:{pP}:v:V:proof:S (S its
@@ -29,13 +29,17 @@
 -- ARGV[3] -> TTL in seconds of the day hashes
 -- ARGV[4] -> the call's time, unix milliseconds (the caller's clock, so tests can move it)
 -- ARGV[5] -> the claims, one line each, in order (below)
--- ARGV[5+j] -> the call's j-th day D as yyyymmdd in the sale's time zone (written into the orders)
+-- ARGV[6] -> the call's horizon, unix milliseconds by Redis's clock, or 0 for none: an
+--            admission whose stream entry's id (Redis's clock) is later is undone, and
+--            its claim answered 22 (past its horizon), nothing taken
+-- ARGV[6+j] -> the call's j-th day D as yyyymmdd in the sale's time zone (written into the orders)
 --
 -- A claim is one line of ARGV[5], its fields separated by one space, ended by a newline; the
 -- fields after the last one that differs from its default are left out, so a common claim is
 -- its user alone (pkg/rdb admit.go writes them; a test holds this line to its list):
--- claim line: USER DT QTY DAY ACCESS PASS IDEM IDEM_TTL PROOF PROOF_MAX PROOF_TTL
+-- claim line: USER SERIAL DT QTY DAY ACCESS PASS IDEM IDEM_TTL PROOF PROOF_MAX PROOF_TTL
 --   USER      user id: never empty, no space or control character (pkg/rdb refuses such a claim)
+--   SERIAL    the claim's serial, hex, written into its order; 0 (default): none
 --   DT        its time minus ARGV[4], in milliseconds (default 0)
 --   QTY       quantity: units taken, all or nothing (1..1000; written into the order; default 1)
 --   DAY       j: its day is the call's j-th (default 1)
@@ -52,9 +56,10 @@
 -- The stream: the admissions of a call travel in one stream entry, up to
 -- 32 (order.MaxPerEntry) an entry, in the order they were decided:
 --   voucher_id V  o0 ORDER  o1 ORDER ...
--- each ORDER "user_id created_ms day quantity[ item]", item being the
+-- each ORDER "user_id created_ms day quantity[ item][ cSERIAL]", item being the
 -- pooled item "no|amount|code", or "entry" for an entry of a draw sale,
--- and absent for units. An order's position is "ms-P", ms and seq those
+-- and absent for units, and SERIAL the claim's serial (absent for none).
+-- An order's position is "ms-P", ms and seq those
 -- of its entry's id and P = seq * 32 + its index (k in oK): the order id is
 -- made from it (pkg/order), so an entry's sequence must stay below 128
 -- (order.MaxEntrySeq).
@@ -121,7 +126,9 @@
 -- until the reaper rebuilds it from MySQL, not an unknown voucher,
 -- 16 (access required): the voucher needs an access code now and the
 -- claim has none, 17 (access invalid): it needs one now and the claim's
--- is not the user's, 21 (splitting): the voucher is splitting into more
+-- is not the user's, 22 (past horizon): the call's admissions would be
+-- written after its horizon (ARGV[6]), so they are undone as an entry that
+-- cannot be numbered is (below), 21 (splitting): the voucher is splitting into more
 -- buckets and the user's records are moving to their new bucket: retry
 -- shortly (a bucket of a splitting voucher holds "N>M" in its buckets
 -- field, N its number now and M the new one, once frozen; a new bucket
@@ -131,10 +138,11 @@
 -- records it writes of the users whose bucket of M is another in its
 -- dirty list, KEYS[1]:dirty (a key of KEYS[1]'s slot, not in KEYS: no
 -- caller knows when a bucket pre-copies), for the splitter to copy.
--- A call whose stream entry cannot be numbered (sequence 128 or more)
--- changes nothing from the claim that began that entry's orders on (the
--- proofs of work those claims spent are unspent), and those claims are
--- all answered 7.
+-- A call whose stream entry cannot be numbered (sequence 128 or more),
+-- or whose entry's id is past the horizon, changes nothing from the claim
+-- that began that entry's orders on (the proofs of work those claims
+-- spent are unspent), and those claims are all answered 7 (22 past the
+-- horizon), but for a replay found by the MGET below, whose answer stands.
 -- Only admissions are remembered under the idempotency key: a rejection
 -- changed nothing, so its retry is simply decided again.
 
@@ -144,17 +152,18 @@
 -- its newline: a line that is not USER and numeric fields fails the
 -- call before anything is changed (a malformed field is never read as
 -- another claim from the middle of its line).
-local nd = #ARGV - 5
+local nd = #ARGV - 6
 local base = tonumber(ARGV[4])
+local horizon = tonumber(ARGV[6])
 local n = 0
-local users, nows, qtys, day_keys, day_args, codes = {}, {}, {}, {}, {}, {}
+local users, serials, nows, qtys, day_keys, day_args, codes = {}, {}, {}, {}, {}, {}, {}
 local pass_places, pass_exps = {}, {} -- a pass "PLACE:EXP_MS", read once
 local idems, idem_ttls, proofs, proof_maxes, proof_ttls = {}, {}, {}, {}, {}
 local keyed, idem_keys = {}, {}
-local CLAIM_LINE = '^(%S+) ?(%-?%d*) ?(%d*) ?(%d*) ?(%d*) ?([%d:%-]*) ?(%d*) ?(%d*) ?(%d*) ?(%d*) ?(%d*)\n'
+local CLAIM_LINE = '^(%S+) ?(%x*) ?(%-?%d*) ?(%d*) ?(%d*) ?(%d*) ?([%d:%-]*) ?(%d*) ?(%d*) ?(%d*) ?(%d*) ?(%d*)\n'
 local lines, at = ARGV[5], 1
 while at <= #lines do
-  local _, stop, user, dt, qty, day, code, pass, idem, idem_ttl, proof, proof_max, proof_ttl =
+  local _, stop, user, serial, dt, qty, day, code, pass, idem, idem_ttl, proof, proof_max, proof_ttl =
       string.find(lines, CLAIM_LINE, at)
   local d = tonumber(day) or 1
   if not stop or (tonumber(qty) or 1) < 1 or d < 1 or d > nd then -- a quantity of 1 or more, a day the call names
@@ -163,9 +172,12 @@ while at <= #lines do
   at = stop + 1
   n = n + 1
   users[n] = user
+  if serial ~= '' and serial ~= '0' then
+    serials[n] = serial
+  end
   nows[n] = base + (tonumber(dt) or 0)
   qtys[n] = tonumber(qty) or 1
-  day_keys[n], day_args[n] = KEYS[5 + d], ARGV[5 + d]
+  day_keys[n], day_args[n] = KEYS[5 + d], ARGV[6 + d]
   codes[n] = code
   if pass ~= '' and pass ~= '0' then
     pass_places[n], pass_exps[n] = string.match(pass, '^(%d+):(%-?%d+)$')
@@ -208,6 +220,7 @@ local function answer(pos, flags, item)
 end
 
 -- Replays of earlier admissions under the same key: one MGET.
+local replayed = {} -- claim i -> true: answered by its key's earlier admission
 if #keyed > 0 then
   local prev = redis.call('MGET', unpack(idem_keys))
   for j, i in ipairs(keyed) do
@@ -215,6 +228,7 @@ if #keyed > 0 then
       -- "position item" (item '' for units)
       local pos, item = string.match(prev[j], '^(%S+) ?(.*)$')
       out[i] = answer(pos, 1, item)
+      replayed[i] = true
     end
   end
 end
@@ -368,11 +382,21 @@ local function admit(i, qty, item)
       day_dirty[day_key][user] = true
     end
   end
-  local value = user .. ' ' .. nows[i] .. ' ' .. day_args[i] .. ' ' .. qty
+  local tail = '' -- the item, if any; one concatenation makes the value
   if draw then
-    value = value .. ' entry'
+    tail = ' entry'
   elseif item ~= '' then
-    value = value .. ' ' .. item
+    tail = ' ' .. item
+  end
+  -- The time and quantity as strings: ARGV[4] and '1' for the common
+  -- claim (a number made a string at each admission was a formatting).
+  local stamp = nows[i] == base and ARGV[4] or string.format('%d', nows[i])
+  local units = qty == 1 and '1' or string.format('%d', qty)
+  local value
+  if serials[i] then
+    value = user .. ' ' .. stamp .. ' ' .. day_args[i] .. ' ' .. units .. tail .. ' c' .. serials[i]
+  else
+    value = user .. ' ' .. stamp .. ' ' .. day_args[i] .. ' ' .. units .. tail
   end
   local a = {i = i, user = user, qty = qty, item = item, day_key = day_key, value = value}
   pending[#pending + 1] = a
@@ -382,8 +406,9 @@ local function admit(i, qty, item)
 end
 
 -- flush writes the queued orders as one stream entry and answers their
--- claims. An entry that cannot be numbered undoes them: every claim from
--- the first one decided after the previous entry is answered 7.
+-- claims. An entry that cannot be numbered, or whose id (Redis's clock)
+-- is past the call's horizon, undoes them: every claim from the first one
+-- decided after the previous entry is answered 7, or 22 past the horizon.
 local function flush()
   if #pending == 0 then
     return
@@ -396,7 +421,8 @@ local function flush()
   local id = redis.call('XADD', KEYS[2], '*', unpack(w))
   local ms, seq = string.match(id, '^(%d+)-(%d+)$')
   seq = tonumber(seq)
-  if seq >= 128 then
+  local past = horizon > 0 and tonumber(ms) > horizon
+  if seq >= 128 or past then
     redis.call('XDEL', KEYS[2], id)
     local items = {}
     for k = #pending, 1, -1 do
@@ -417,7 +443,9 @@ local function flush()
     end
     local unspend = {}
     for i = pending_from, n do
-      out[i] = 7
+      if not replayed[i] then
+        out[i] = past and 22 or 7
+      end
       if spent[i] then
         unspend[#unspend + 1] = proofs[i]
         spent[i] = nil

@@ -38,6 +38,8 @@ var (
 	pruneRoomsSrc string
 	//go:embed forgetmoves.lua
 	forgetMovesSrc string
+	//go:embed outcome.lua
+	outcomeSrc string
 )
 
 // Admit decides a batch of claims of one voucher bucket, in order: each
@@ -93,5 +95,9 @@ var Pending = redis.NewScript(pendingSrc)
 // lookup (room.lua; pkg/room is its caller).
 var Room = redis.NewScript(roomSrc)
 
+// Outcome reads a claim's outcome record and Redis's clock together
+// (outcome.lua).
+var Outcome = redis.NewScript(outcomeSrc)
+
 // All lists every script, for loading at start-up.
-var All = []*redis.Script{Admit, Release, Forget, Ack, DelConsumer, Lease, Change, Take, Give, Pending, Room}
+var All = []*redis.Script{Admit, Release, Forget, Ack, DelConsumer, Lease, Change, Take, Give, Pending, Room, Outcome}

@@ -108,6 +108,9 @@ type Order struct {
 	// PersistedAt: when the order reached MySQL, by MySQL's clock (nil
 	// for orders written before migration 0009); never written by us.
 	PersistedAt *time.Time `gorm:"->"`
+	// ClaimSerial is the serial of the claim that made the order
+	// (order.Order's Claim); 0: none.
+	ClaimSerial uint64
 }
 
 // DefaultIOTimeout bounds one read or write on a MySQL connection when the

@@ -76,6 +76,19 @@ func (s *Store) Vouchers(ctx context.Context, after int64, limit int) ([]Voucher
 	return out, err
 }
 
+// ClaimOrder is user's order of voucher v made by the claim of serial
+// serial at created (an order made before serials, serial 0, by its
+// time alone); false when there is none.
+func (s *Store) ClaimOrder(ctx context.Context, v int64, user string, created time.Time, serial uint64) (Order, bool, error) {
+	var out []Order
+	err := s.db.WithContext(ctx).Where("voucher_id = ? AND user_id = ? AND created_at = ? AND claim_serial = ?", v, user, created, serial).
+		Order("id").Limit(1).Find(&out).Error
+	if err != nil || len(out) == 0 {
+		return Order{}, false, err
+	}
+	return out[0], true, nil
+}
+
 // UserOrders returns user's orders of voucher v, newest first, at most limit.
 func (s *Store) UserOrders(ctx context.Context, v int64, user string, limit int) ([]Order, error) {
 	var out []Order

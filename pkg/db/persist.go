@@ -197,7 +197,7 @@ func (s *Store) insertAndAllot(tx *gorm.DB, orders []order.Order) ([]Order, erro
 func rowOf(o order.Order, timeout time.Duration) Order {
 	return Order{ID: o.ID, VoucherID: o.VoucherID, UserID: o.UserID, Day: o.Day, Quantity: o.Units(),
 		Item: o.Item.No, Amount: o.Item.Amount, Code: o.Item.Code, Status: string(order.StatusCreated),
-		CreatedAt: o.CreatedAt, ExpiresAt: o.CreatedAt.Add(timeout), UpdatedAt: o.CreatedAt}
+		CreatedAt: o.CreatedAt, ExpiresAt: o.CreatedAt.Add(timeout), UpdatedAt: o.CreatedAt, ClaimSerial: o.Claim}
 }
 
 // allotVoucher takes voucher v's row lock and decides which of its just
@@ -273,7 +273,8 @@ func markFailed(tx *gorm.DB, failed []Order) error {
 	owed := make([]Release, len(failed))
 	for i, r := range failed {
 		byReason[r.Reason] = append(byReason[r.Reason], r.ID)
-		o := order.Order{ID: r.ID, VoucherID: r.VoucherID, UserID: r.UserID, Day: r.Day, Quantity: r.Quantity, CreatedAt: r.CreatedAt, Item: r.ItemOf()}
+		o := order.Order{ID: r.ID, VoucherID: r.VoucherID, UserID: r.UserID, Day: r.Day, Quantity: r.Quantity, CreatedAt: r.CreatedAt, Item: r.ItemOf(),
+			Claim: r.ClaimSerial}
 		owed[i] = releaseOf(o, r.Reason)
 	}
 	for reason, ids := range byReason {
@@ -311,10 +312,10 @@ func groupByVoucher(orders []order.Order) (map[int64][]int, []int64) {
 // insertOrders inserts rows in one statement.
 func insertOrders(tx *gorm.DB, rows []Order) error {
 	err := insertRows(tx, "orders", []string{"id", "voucher_id", "user_id", "day", "quantity", "item", "amount", "code", "status",
-		"reason", "created_at", "expires_at", "updated_at"}, len(rows), func(args []any, i int) []any {
+		"reason", "created_at", "expires_at", "updated_at", "claim_serial"}, len(rows), func(args []any, i int) []any {
 		r := &rows[i]
 		return append(args, r.ID, r.VoucherID, r.UserID, r.Day, r.Quantity, r.Item, r.Amount, r.Code, r.Status, r.Reason,
-			r.CreatedAt, r.ExpiresAt, r.UpdatedAt)
+			r.CreatedAt, r.ExpiresAt, r.UpdatedAt, r.ClaimSerial)
 	})
 	if err != nil {
 		return fmt.Errorf("insert %d orders: %w", len(rows), err)

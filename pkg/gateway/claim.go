@@ -81,7 +81,8 @@ func (g *Gateway) claim(w http.ResponseWriter, r *http.Request) {
 	}
 	now := g.now()
 	c := rdb.Claim{VoucherID: voucher, UserID: user, IdempotencyKey: key, IdempotencyTTL: g.cfg.IdempotencyTTL,
-		Now: now, Day: g.days.Of(now), Quantity: qty, Proof: proof, Access: g.claimAccess(r, user, voucher)}
+		Now: now, Day: g.days.Of(now), Quantity: qty, Proof: proof, Access: g.claimAccess(r, user, voucher),
+		Serial: rdb.NewSerial(), Horizon: rdb.HorizonAfter(start, g.cfg.ClaimOutcomeTimeout)}
 	if checkErr != nil {
 		g.refuseUnlessReplayed(w, r, c, checkErr, start)
 		return

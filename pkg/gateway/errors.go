@@ -36,6 +36,7 @@ var errorTable = []struct {
 	{rdb.ErrOverloaded, errUnavailable},
 	{rdb.ErrNotLoaded, errUnavailable},
 	{rdb.ErrSplitting, errUnavailable},
+	{rdb.ErrPastHorizon, errUnavailable},
 	{rdb.ErrQuantityAboveLimit, errBadQuantity},
 	{db.ErrNotPayable, errNotPayable},
 	{db.ErrNotCancellable, errNotCancellable},

@@ -17,6 +17,7 @@ import (
 
 	"github.com/flashsale/flashsale/pkg/access"
 	"github.com/flashsale/flashsale/pkg/db"
+	"github.com/flashsale/flashsale/pkg/gateway/claimid"
 	"github.com/flashsale/flashsale/pkg/gateway/operator"
 	"github.com/flashsale/flashsale/pkg/history"
 	"github.com/flashsale/flashsale/pkg/order"
@@ -88,9 +89,9 @@ type Gateway struct {
 	adminInflight atomic.Int64
 	stopSweep     func()
 	roomTick      time.Duration // roomTick, unless a test says otherwise
-	// claimKey signs claim ids (outcome.go); lateWG waits for the late
-	// outcomes being recorded.
-	claimKey []byte
+	// claimIDs makes and reads claim ids (outcome.go); lateWG waits for
+	// the late outcomes being recorded.
+	claimIDs *claimid.Signer
 	lateWG   sync.WaitGroup
 }
 
@@ -172,7 +173,7 @@ func New(cfg Config, r *rdb.Store, d *db.Store, log *zap.Logger, opts ...Option)
 			Timeout: cfg.ClaimTimeout, ReplyTimeout: cfg.ClaimReplyTimeout, Late: g.recordLate})
 		g.admit = g.batcher.Admit
 	}
-	g.claimKey = cfg.keyOr("", "flashsale claim-id key")
+	g.claimIDs = claimid.New(cfg.keyOr("", "flashsale claim-id key"), cfg.ClaimOutcomeTimeout)
 	g.auth = &auth{adminToken: []byte(cfg.AdminToken), eventsToken: []byte(cfg.EventsReadToken), users: token.New(token.Config{Secret: cfg.JWTSecret,
 		PreviousSecret: cfg.JWTPreviousSecret, Issuer: cfg.JWTIssuer, Audience: cfg.JWTAudience,
 		MaxLifetime: cfg.JWTMaxLifetime, Keys: cfg.valid.jwks, Now: func() time.Time { return g.now() }})}

@@ -20,60 +20,75 @@ package gateway
 //     outcome_unknown with a claim_id, and the call goes on. When the
 //     reply comes, the batcher hands the outcome to the gateway (Late),
 //     which records it beside the voucher for FLASHSALE_IDEMPOTENCY_TTL
-//     (flashsale:{pP}:v:V:claim:USER:MS[:KEY]). A claim answered in time
-//     has no record: it costs Redis nothing.
+//     (flashsale:{pP}:v:V:claim:USER:MS:SERIAL[:KEY]). A claim answered
+//     in time has no record: it costs Redis nothing.
 //   - Sent, reply lost (the connection broke or timed out after the
 //     write; a master killed): 503 outcome_unknown. The script may have
 //     run. So is a claim admitted on a master whose replicas did not
 //     acknowledge it in time (FLASHSALE_REDIS_DURABILITY): it may not
 //     survive a failover.
 //
-// GET /v1/vouchers/{id}/claims/{claim_id} decides such a claim. The id is
-// MS.MAC[.KEY]: the claim's time in ms (the gateway's clock; the order
-// the script makes carries it as created_ms), a MAC (HMAC-SHA256, a key
-// derived from the admin token) of the voucher, the user, the time and
-// the key, and the claim's Idempotency-Key if it had one. An id that
-// does not verify is 404, without a Redis call. The first that tells:
+// Every claim carries a serial (rdb.NewSerial: 64 random bits), which the
+// order it makes carries too, and a horizon: its arrival plus
+// FLASHSALE_CLAIM_OUTCOME_TIMEOUT, rounded up to a second. admit.lua
+// undoes an admission whose stream entry's id, Redis's clock, is past
+// the horizon of a claim of its call (rdb.ErrPastHorizon: nothing taken),
+// so a call held in a network or in the gateway kernel's send queue (a
+// socket closed at its read timeout keeps sending for up to a minute)
+// cannot take anything after its horizon, whenever its bytes arrive.
 //
-//  1. the recorded outcome;
+// GET /v1/vouchers/{id}/claims/{claim_id} decides such a claim. The id is
+// MS.HORIZON.SERIAL.MAC[.KEY]: the claim's time in ms (the gateway's
+// clock; the order the script makes carries it as created_ms), its
+// horizon in ms, its serial in hex, a MAC (HMAC-SHA256, a key derived
+// from the admin token) of the voucher, the user and those, and the
+// claim's Idempotency-Key if it had one. An id that does not verify is
+// 404, without a Redis call. The first that tells:
+//
+//  1. the recorded outcome (outcome.lua, which reads Redis's clock with
+//     it);
 //  2. a keyed claim: its idempotency record (admitted under that key);
-//     an unkeyed one: the buyer's order of the voucher created at MS, in
-//     the stream (pending.lua, the buyer's index), then in MySQL;
-//  3. neither, more than FLASHSALE_CLAIM_OUTCOME_TIMEOUT and a second
-//     since MS, and Redis answered step 1: refused (unavailable). The
-//     gateway that sent the call has recorded its reply, or closed its
-//     connection, by then; what was written on a closed connection runs
-//     when Redis reads it, before it answers later reads;
+//     an unkeyed one: its own order, the buyer's order of the voucher
+//     made at MS with its serial, in the stream (pending.lua, the buyer's
+//     index), then in MySQL;
+//  3. neither, and the clock read in 1 is past the horizon and a second:
+//     refused (unavailable);
 //  4. else unknown, with Retry-After.
+//
+// A decision of step 2 or 3 is recorded as the late reply is: the first
+// record of a claim stands (SET NX), so a decided claim is answered
+// alike, at the cost of one read, however often it is asked.
 //
 // Why it is exact: an admission and its order are written by one script,
 // atomically, so "the order exists" and "the script admitted it" are one
-// fact; a record is that script's reply; a claim told refused by step 3
-// can no longer run. The limits: two unkeyed claims of one buyer for one
-// voucher in the same millisecond (two gateways, both late) resolve to
-// the same order, which the buyer holds; gateways whose clocks differ by
-// more than a second can tell refused early. (Step 3 rests on one Redis
-// process reading every connection's input in the turn it answers a
-// read: a master frozen past the horizon and failed over meanwhile runs,
-// when it wakes, what it held for the gateway as a master its replica
-// has replaced, and loses it in its resync.) A client that
-// sends an Idempotency-Key (the queue page does, one a press) avoids the
-// first two: its claim resolves by its key, and a retry with the key is
-// the same claim.
+// fact, and the serial makes it this claim's fact, not a same-millisecond
+// twin's; a record is that script's reply or such a fact. A claim told
+// refused by step 3 can no longer run: every call that admits after step
+// 1's read carries a stream id of that clock or later, past its horizon,
+// and is undone; one that admitted before the read is found by step 2.
+// The clock assumption: the clock of the Redis holding the voucher's
+// partition never steps back by more than a second (outcomeMargin), a
+// replica promoted in a failover included. The gateways' clocks do not
+// matter to it: a horizon is compared with Redis's clock on both sides.
+// A gateway whose clock is more than FLASHSALE_CLAIM_OUTCOME_TIMEOUT
+// behind Redis's makes claims that are past their horizon on arrival:
+// refused, nothing taken, never misleading. A claim id of a gateway
+// before serials (MS.MAC[.KEY]) is resolved by its time alone, with a
+// horizon taken FLASHSALE_CLAIM_OUTCOME_TIMEOUT after MS, which its
+// gateway did not send to Redis. A client that sends an Idempotency-Key
+// (the queue page does, one a press) has its claim resolved by its key,
+// and a retry with the key is the same claim.
 
 import (
 	"context"
-	"crypto/hmac"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"net/http"
 	"strconv"
-	"strings"
 	"time"
 
 	"go.uber.org/zap"
 
+	"github.com/flashsale/flashsale/pkg/gateway/claimid"
 	"github.com/flashsale/flashsale/pkg/gateway/httpapi"
 	"github.com/flashsale/flashsale/pkg/order"
 	"github.com/flashsale/flashsale/pkg/orderview"
@@ -87,60 +102,11 @@ var (
 	errClaimMissing = httpapi.NewError(http.StatusNotFound, "claim_not_found", "no such claim of yours")
 )
 
-// outcomeMargin is added to FLASHSALE_CLAIM_OUTCOME_TIMEOUT before a claim
-// nobody recorded and no order of which exists is told refused: the
-// gateways' clocks may differ by that much.
+// outcomeMargin is added to a claim's horizon before a claim nobody
+// recorded and no order of which exists is told refused: Redis's clock,
+// which the horizon is held to, may step back by that much (an NTP step,
+// a failover to a replica whose clock is behind).
 const outcomeMargin = time.Second
-
-// A claim id is "MS.MAC" or "MS.MAC.KEY": the claim's time (unix ms, the
-// created_ms of the order it made, if any), a MAC of the voucher, the
-// user, the time and the key, and the claim's Idempotency-Key if it had
-// one. Only the gateways make them: one that does not verify is no claim
-// of this user's (404), without a Redis call.
-const claimMACLen = 32 // hex digits
-
-func (g *Gateway) claimMAC(ref rdb.ClaimRef) string {
-	m := hmac.New(sha256.New, g.claimKey)
-	m.Write([]byte(strconv.FormatInt(ref.VoucherID, 10) + "\x00" + ref.UserID + "\x00" + strconv.FormatInt(ref.MS, 10) + "\x00" + ref.Key))
-	return hex.EncodeToString(m.Sum(nil))[:claimMACLen]
-}
-
-// claimID is the id of the claim ref.
-func (g *Gateway) claimID(ref rdb.ClaimRef) string {
-	id := strconv.FormatInt(ref.MS, 10) + "." + g.claimMAC(ref)
-	if ref.Key != "" {
-		id += "." + ref.Key
-	}
-	return id
-}
-
-// parseClaimID is the claim of user and voucher that id names:
-// errBadClaimID when it is no claim id's form, errClaimMissing when its MAC
-// is not this user's and voucher's.
-func (g *Gateway) parseClaimID(id, user string, voucher int64) (rdb.ClaimRef, error) {
-	parts := strings.SplitN(id, ".", 3)
-	if len(parts) < 2 || len(parts[0]) == 0 || len(parts[0]) > 15 || len(parts[1]) != claimMACLen {
-		return rdb.ClaimRef{}, errBadClaimID
-	}
-	ms, err := strconv.ParseInt(parts[0], 10, 64)
-	if err != nil || ms <= 0 || parts[0][0] == '+' {
-		return rdb.ClaimRef{}, errBadClaimID
-	}
-	if _, err := hex.DecodeString(parts[1]); err != nil {
-		return rdb.ClaimRef{}, errBadClaimID
-	}
-	ref := rdb.ClaimRef{VoucherID: voucher, UserID: user, MS: ms}
-	if len(parts) == 3 {
-		if !httpapi.ValidUser(parts[2]) {
-			return rdb.ClaimRef{}, errBadClaimID
-		}
-		ref.Key = parts[2]
-	}
-	if !hmac.Equal([]byte(parts[1]), []byte(g.claimMAC(ref))) {
-		return rdb.ClaimRef{}, errClaimMissing
-	}
-	return ref, nil
-}
 
 // isOutcomeUnknown reports whether err, a claim's admission's, leaves its
 // outcome unknown: it was sent and no reply was read in time, or it was
@@ -159,7 +125,7 @@ func (g *Gateway) answerUnknown(w http.ResponseWriter, c rdb.Claim, start time.T
 	httpapi.WriteJSON(w, http.StatusServiceUnavailable, struct {
 		*httpapi.Error
 		ClaimID string `json:"claim_id"`
-	}{errOutcomeUnknown, g.claimID(rdb.RefOf(c))})
+	}{errOutcomeUnknown, g.claimIDs.ID(rdb.RefOf(c))})
 }
 
 // recordLate records the outcomes of claims answered outcome_unknown
@@ -199,20 +165,19 @@ type claimOutcome struct {
 }
 
 // getClaim: GET /v1/vouchers/{id}/claims/{claim_id}, the outcome of a
-// claim of the caller's answered outcome_unknown. In order: the outcome
-// its gateway recorded when the reply came; for a keyed claim, the
-// admission under its key; else the buyer's order made at the claim's
-// time (pending in Redis, or in MySQL). None of them: refused once no
-// reply can come any more (FLASHSALE_CLAIM_OUTCOME_TIMEOUT and a second
-// after the claim), unknown before, or while Redis does not answer.
+// claim of the caller's answered outcome_unknown (resolveClaim).
 func (g *Gateway) getClaim(w http.ResponseWriter, r *http.Request) {
 	user, voucher, ok := g.userAndID(w, r)
 	if !ok {
 		return
 	}
-	ref, err := g.parseClaimID(r.PathValue("claim_id"), user, voucher)
-	if err != nil {
-		g.fail(w, r, err)
+	ref, err := g.claimIDs.Parse(r.PathValue("claim_id"), user, voucher)
+	switch {
+	case errors.Is(err, claimid.ErrNotYours):
+		g.fail(w, r, errClaimMissing)
+		return
+	case err != nil:
+		g.fail(w, r, errBadClaimID)
 		return
 	}
 	out, err := g.resolveClaim(r, ref)
@@ -226,64 +191,74 @@ func (g *Gateway) getClaim(w http.ResponseWriter, r *http.Request) {
 	httpapi.WriteJSON(w, http.StatusOK, out)
 }
 
+// resolveClaim decides claim ref: its recorded outcome; else, for a keyed
+// claim, the admission under its key, for another the buyer's order that
+// the claim made (by its time and serial); else, once Redis's clock is
+// past the claim's horizon (and outcomeMargin), refused. A decision is
+// recorded (the first one stands), so asking again costs one read.
 func (g *Gateway) resolveClaim(r *http.Request, ref rdb.ClaimRef) (claimOutcome, error) {
 	ctx := r.Context()
-	o, found, err := g.redis.ClaimOutcome(ctx, ref)
-	asked := g.now() // Redis answered by now: a call sent before the horizon has run, or never will
+	o, found, redisNow, err := g.redis.ClaimOutcome(ctx, ref)
 	switch {
 	case err != nil:
 		return claimOutcome{}, err
-	case found && o.Admitted:
-		return admittedOutcome(o.Admission), nil
 	case found:
-		return refusedOutcome(o.Refusal), nil
+		return outcomeOf(o), nil
 	}
+	// Read before the orders: a call that admits after it carries a
+	// stream id of this clock or later, refused past the horizon.
+	var a rdb.Admission
 	if ref.Key != "" {
-		a, ok, err := g.redis.Replay(ctx, rdb.Claim{VoucherID: ref.VoucherID, UserID: ref.UserID, IdempotencyKey: ref.Key})
-		switch {
-		case err != nil:
-			return claimOutcome{}, err
-		case ok:
-			return admittedOutcome(a), nil
-		}
+		a, found, err = g.redis.Replay(ctx, rdb.Claim{VoucherID: ref.VoucherID, UserID: ref.UserID, IdempotencyKey: ref.Key})
 	} else {
-		a, ok, err := g.orderAt(r, ref)
-		switch {
-		case err != nil:
-			return claimOutcome{}, err
-		case ok:
-			return admittedOutcome(a), nil
-		}
+		a, found, err = g.claimOrder(r, ref)
 	}
-	if asked.Sub(time.UnixMilli(ref.MS)) > g.cfg.ClaimOutcomeTimeout+outcomeMargin {
+	switch {
+	case err != nil:
+		return claimOutcome{}, err
+	case found:
+		o = rdb.Admitted(a)
+	case redisNow.After(time.UnixMilli(ref.Horizon).Add(outcomeMargin)):
 		g.metrics.lateOutcomes.WithLabelValues("refused_by_time").Inc()
-		return refusedOutcome(rdb.ErrNotSent), nil
+		o = rdb.Refused(rdb.ErrPastHorizon)
+	default:
+		return claimOutcome{Status: "unknown"}, nil
 	}
-	return claimOutcome{Status: "unknown"}, nil
+	if recorded, err := g.redis.DecideOutcome(ctx, ref, o, g.cfg.IdempotencyTTL); err == nil {
+		o = recorded
+	} else {
+		g.log.Debug("record a claim's outcome", zap.Error(err)) // decided all the same: asked again, decided again
+	}
+	return outcomeOf(o), nil
 }
 
-// orderAt is the buyer's order of ref's voucher made at ref's time: the
-// stream first, then MySQL, so one persisted in between is found.
-func (g *Gateway) orderAt(r *http.Request, ref rdb.ClaimRef) (rdb.Admission, bool, error) {
+// claimOrder is the order claim ref made, if it was admitted: in the
+// stream first, then in MySQL, so one persisted in between is found.
+// The claim's serial tells it from the buyer's other claims of the same
+// millisecond.
+func (g *Gateway) claimOrder(r *http.Request, ref rdb.ClaimRef) (rdb.Admission, bool, error) {
 	pending, err := g.redis.UserPending(r.Context(), ref.VoucherID, ref.UserID)
 	if err != nil {
 		return rdb.Admission{}, false, err
 	}
 	for _, p := range pending {
-		if p.CreatedAt.UnixMilli() == ref.MS {
+		if p.CreatedAt.UnixMilli() == ref.MS && p.Claim == ref.Serial {
 			return rdb.Admission{OrderID: p.ID, Item: p.Item, Entry: p.Entry}, true, nil
 		}
 	}
-	rows, err := g.dbOf(r).UserOrders(r.Context(), ref.VoucherID, ref.UserID, 1000)
-	if err != nil {
+	row, ok, err := g.dbOf(r).ClaimOrder(r.Context(), ref.VoucherID, ref.UserID, time.UnixMilli(ref.MS).UTC(), ref.Serial)
+	if err != nil || !ok {
 		return rdb.Admission{}, false, err
 	}
-	for _, o := range rows {
-		if o.CreatedAt.UnixMilli() == ref.MS {
-			return rdb.Admission{OrderID: o.ID, Item: order.Item{Amount: o.Amount}, Entry: orderview.Of(o).Draw != ""}, true, nil
-		}
+	return rdb.Admission{OrderID: row.ID, Item: order.Item{Amount: row.Amount}, Entry: orderview.Of(row).Draw != ""}, true, nil
+}
+
+// outcomeOf is outcome o as the API says it.
+func outcomeOf(o rdb.Outcome) claimOutcome {
+	if o.Admitted {
+		return admittedOutcome(o.Admission)
 	}
-	return rdb.Admission{}, false, nil
+	return refusedOutcome(o.Refusal)
 }
 
 func admittedOutcome(a rdb.Admission) claimOutcome {
@@ -294,7 +269,8 @@ func admittedOutcome(a rdb.Admission) claimOutcome {
 }
 
 // refusedOutcome is a refusal's outcome, named by its answer's code;
-// "unavailable" for a claim no call that could admit it ran for.
+// "unavailable" for a claim no call that could admit it ran for (never
+// sent, or past its horizon).
 func refusedOutcome(err error) claimOutcome {
 	return claimOutcome{Status: "refused", Error: toAPIError(err).Code}
 }

@@ -2,11 +2,13 @@ package gateway_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -120,7 +122,7 @@ func TestAClaimRefusedLateIsToldWhy(t *testing.T) {
 // A keyed claim answered late resolves by its key, and a retry with the
 // key gets the same order: never two.
 func TestAKeyedClaimAnsweredLateResolvesByItsKey(t *testing.T) {
-	f := outcomeFixture(t, false, 300*time.Millisecond) // the reply is lost: only the key tells
+	f := outcomeFixture(t, false, 5*time.Second) // the reply is lost (the store reads 2 s): only the key tells
 	id := f.createVoucher(`{"name":"keyed","stock":5,"per_user_limit":3}`)
 	claimID := f.claimFrozenFor(3*time.Second, id, "buyer", "Idempotency-Key", "press-1")
 	res := f.outcomeOf(id, "buyer", claimID)
@@ -130,11 +132,12 @@ func TestAKeyedClaimAnsweredLateResolvesByItsKey(t *testing.T) {
 	require.Equal(t, res.Body["order_id"], retry.Body["order_id"])
 }
 
-// A reply lost (the connection timed out before Redis woke) leaves the
-// buyer's orders to tell: the order made at the claim's time, or, once no
-// reply can come any more, refused.
+// A reply lost (the connection timed out before Redis woke, and the
+// script ran when it did, before the claim's horizon) leaves the buyer's
+// orders to tell: the order the claim made, or, once Redis's clock is
+// past the claim's horizon, refused.
 func TestAClaimWhoseReplyWasLostResolvesByTheBuyersOrders(t *testing.T) {
-	f := outcomeFixture(t, false, 300*time.Millisecond)
+	f := outcomeFixture(t, false, 5*time.Second) // the store reads 2 s: a reply later is lost
 	id := f.createVoucher(`{"name":"lost","stock":2,"per_user_limit":1}`)
 	claimID := f.claimFrozenFor(3*time.Second, id, "buyer")
 	res := f.outcomeOf(id, "buyer", claimID)
@@ -143,14 +146,16 @@ func TestAClaimWhoseReplyWasLostResolvesByTheBuyersOrders(t *testing.T) {
 	require.Equal(t, res.Body["order_id"], f.outcomeOf(id, "buyer", claimID).Body["order_id"])
 
 	// Sold out now (the warm-up and the buyer): a claim refused, whose
-	// reply was lost, has no order; it is unknown until no reply can come.
+	// reply was lost, has no order; it is unknown until Redis's clock is
+	// past its horizon (5 s and a second after it, rounded up to a
+	// second), then refused; and so it stays.
 	claimID = f.claimFrozenFor(3*time.Second, id, "late")
 	res = f.do("GET", "/v1/vouchers/"+id+"/claims/"+claimID, f.token("late"), "")
 	require.Equal(t, "unknown", res.Body["status"], res.Raw)
-	f.clock.Add(2 * time.Second) // past FLASHSALE_CLAIM_OUTCOME_TIMEOUT and a second
 	res = f.outcomeOf(id, "late", claimID)
 	require.Equal(t, "refused", res.Body["status"], res.Raw)
 	require.Equal(t, "unavailable", res.Body["error"], res.Raw)
+	require.Equal(t, res.Body, f.outcomeOf(id, "late", claimID).Body)
 }
 
 // An id no gateway gave costs Redis nothing: 10,000 random ones, each
@@ -181,11 +186,13 @@ func TestRandomClaimIDsNeverReachRedis(t *testing.T) {
 	client := &http.Client{}
 	for i := range 10_000 {
 		var claimID string
-		switch i % 3 {
+		switch i % 4 {
 		case 0:
 			claimID = fmt.Sprintf("%d.%032x", rand.Int64N(1<<41), rand.Uint64())
 		case 1:
 			claimID = fmt.Sprintf("%d.%032x.key%d", rand.Int64N(1<<41), rand.Uint64(), i)
+		case 2:
+			claimID = fmt.Sprintf("%d.%d.%x.%032x", rand.Int64N(1<<41), rand.Int64N(1<<41), rand.Uint32()|1, rand.Uint64())
 		default:
 			claimID = fmt.Sprintf("x%x", rand.Uint64())
 		}
@@ -198,4 +205,123 @@ func TestRandomClaimIDsNeverReachRedis(t *testing.T) {
 		require.Contains(t, []int{http.StatusBadRequest, http.StatusNotFound}, res.StatusCode, claimID)
 	}
 	require.Equal(t, before, calls(), "a claim id no gateway gave reached Redis")
+}
+
+// Two claims of one buyer in the same millisecond (a double-click; the
+// gateway's clock is held, so every claim here is in one millisecond),
+// per-user limit 1, sent while Redis is frozen 3 s: 150 buyers, half
+// sending both claims with one Idempotency-Key, half with none. Every
+// claim has an id of its own, and each resolves to its own truth: the
+// claim that made the buyer's order (its serial is the order's) is told
+// admitted with that order, its twin refused, or, keyed, the same order
+// again; a buyer told only "refused" holds nothing.
+func TestSameMillisecondClaimsResolveEachToItsOwnTruth(t *testing.T) {
+	if testing.Short() {
+		t.Skip("300 claims through a 3 s freeze")
+	}
+	f := outcomeFixture(t, true, time.Minute)
+	id := f.createVoucher(`{"name":"double click","stock":1000,"per_user_limit":1}`)
+	f.do("POST", "/v1/vouchers/"+id+"/orders", f.token("warm"), "") // the admission connection open
+	const buyers = 150
+	type answer struct {
+		user, key, claimID, orderID, code string
+		status                            int
+		resolved                          response
+	}
+	answers := make([]answer, 2*buyers)
+	tokens := make([]string, buyers)
+	for b := range buyers {
+		tokens[b] = f.token(fmt.Sprintf("b%d", b))
+	}
+	require.NoError(t, f.env.Redis.Pause())
+	var wg sync.WaitGroup
+	for i := range answers {
+		b := i / 2
+		a := &answers[i]
+		a.user = fmt.Sprintf("b%d", b)
+		if b%2 == 0 {
+			a.key = "press-" + a.user
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			req, _ := http.NewRequest("POST", f.srv.URL+"/v1/vouchers/"+id+"/orders", nil)
+			req.Header.Set("Authorization", "Bearer "+tokens[b])
+			if a.key != "" {
+				req.Header.Set("Idempotency-Key", a.key)
+			}
+			res, err := http.DefaultClient.Do(req)
+			if err != nil {
+				a.code = err.Error()
+				return
+			}
+			defer res.Body.Close()
+			var body map[string]any
+			_ = json.NewDecoder(res.Body).Decode(&body)
+			a.status = res.StatusCode
+			a.code, _ = body["error"].(string)
+			a.claimID, _ = body["claim_id"].(string)
+			a.orderID, _ = body["order_id"].(string)
+		}()
+	}
+	wg.Wait()
+	time.Sleep(3 * time.Second) // the freeze's length, not a wait for anything
+	require.NoError(t, f.env.Redis.Resume())
+
+	ids := map[string]bool{}
+	twins := 0
+	for i := range answers {
+		a := &answers[i]
+		require.NotZero(t, a.status, "%s: %s", a.user, a.code)
+		if a.code != "outcome_unknown" {
+			continue
+		}
+		require.False(t, ids[a.claimID], "claim id %s given twice", a.claimID)
+		ids[a.claimID] = true
+		if i%2 == 1 && answers[i-1].code == "outcome_unknown" {
+			twins++
+		}
+		a.resolved = f.outcomeOf(id, a.user, a.claimID)
+	}
+	t.Logf("%d claims answered outcome_unknown, %d buyers with both", len(ids), twins)
+	require.Positive(t, twins, "no buyer had both claims answered outcome_unknown: the test has no power")
+
+	f.persist(id)
+	var rows []struct {
+		ID          int64
+		UserID      string
+		ClaimSerial uint64
+	}
+	require.NoError(t, f.env.DB.DB().Raw("SELECT id, user_id, claim_serial FROM orders WHERE voucher_id = ? AND user_id <> 'warm'", parseID(t, id)).Scan(&rows).Error)
+	held := map[string]int64{}
+	serialOf := map[string]uint64{}
+	for _, o := range rows {
+		require.Zero(t, held[o.UserID], "%s holds two orders", o.UserID)
+		held[o.UserID], serialOf[o.UserID] = o.ID, o.ClaimSerial
+	}
+	told := map[string]bool{}
+	for i := range answers {
+		a := &answers[i]
+		order := a.orderID
+		admitted := a.status == http.StatusAccepted
+		if a.code == "outcome_unknown" {
+			admitted = a.resolved.Body["status"] == "admitted"
+			order, _ = a.resolved.Body["order_id"].(string)
+			// MS.HORIZON.SERIAL.MAC[.KEY]: the serial tells whose claim made the order.
+			serial, err := strconv.ParseUint(strings.Split(a.claimID, ".")[2], 16, 64)
+			require.NoError(t, err)
+			if a.key == "" {
+				require.Equal(t, serial == serialOf[a.user] && held[a.user] != 0, admitted,
+					"%s's claim %s told %s; the order's serial is %x", a.user, a.claimID, a.resolved.Raw, serialOf[a.user])
+			}
+		}
+		if admitted {
+			told[a.user] = true
+			require.Equal(t, strconv.FormatInt(held[a.user], 10), order, "%s told admitted with another order", a.user)
+		}
+	}
+	for b := range buyers {
+		user := fmt.Sprintf("b%d", b)
+		require.Equal(t, held[user] != 0, told[user], "%s holds order %d, told admitted: %v", user, held[user], told[user])
+	}
 }

@@ -16,11 +16,12 @@ var roleCommands = map[string][]string{
 	// once), operators' changes (change.lua), order and voucher
 	// reads, the consumer groups it makes sure of at start, moving units
 	// between a hot voucher's buckets (take.lua, give.lua, the moves read
-	// and forgotten), and WAIT with a durability set.
+	// and forgotten), WAIT with a durability set, and TIME with a claim's
+	// outcome record (outcome.lua).
 	"gateway": {
 		"evalsha", "eval", "script|load", "get", "mget", "set", "hmget", "hget", "hgetall", "hset", "hdel", "hincrby", "incrby", "lpop", "lpush", "rpush",
 		"xadd", "xdel", "xrange", "xlen", "xpending", "xgroup|create", "expire", "expireat", "persist", "del", "exists", "sadd", "sismember", "watch", "unwatch", "multi", "exec",
-		"wait",
+		"wait", "time",
 	},
 	// Reading and acknowledging (ack.lua), renewing its lease (lease.lua)
 	// and its liveness key, releasing (release.lua) and dead-lettering.

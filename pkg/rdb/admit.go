@@ -30,6 +30,16 @@ type Claim struct {
 	IdempotencyKey string
 	IdempotencyTTL time.Duration
 	Now            time.Time
+	// Serial tells the claim from the buyer's other claims of the same
+	// millisecond (NewSerial): the order an unkeyed claim makes carries
+	// it, so its outcome is found by it (a keyed claim's, by its key).
+	// Zero: none.
+	Serial uint64
+	// Horizon is the last time, by Redis's clock, the claim may take
+	// anything: a call that reaches Redis later (held in a network, or
+	// in a kernel's send queue past its gateway's give-up) is refused
+	// with ErrPastHorizon, nothing taken. Zero: none.
+	Horizon time.Time
 	// Day is order.Day(Now, sale time zone): the unit of the daily limit.
 	Day string
 	// Quantity is the units claimed, all or nothing (0 means 1).
@@ -448,20 +458,22 @@ func (s *Store) admitBatch(ctx context.Context, claims []Claim) ([]Admission, []
 // its default left out, so a common claim is its user alone. A claim
 // names a key of its own only for an idempotency record or a proof.
 type admitCall struct {
-	b      bucket
-	key    string // b.key()
-	n      int    // the voucher's buckets, as the call was routed
-	vid    int64
-	claims []int
-	base   int64    // the call's time, unix ms: ARGV[4]
-	lines  []byte   // ARGV[5]: a line per claim
-	days   []string // the days of the claims, in order of first use
-	named  []any    // the keys claims name (idempotency records, proofs)
+	b       bucket
+	key     string // b.key()
+	n       int    // the voucher's buckets, as the call was routed
+	vid     int64
+	claims  []int
+	base    int64    // the call's time, unix ms: ARGV[4]
+	lines   []byte   // ARGV[5]: a line per claim
+	horizon int64    // ARGV[6]: the earliest of its claims' horizons, unix ms (0: none)
+	days    []string // the days of the claims, in order of first use
+	named   []any    // the keys claims name (idempotency records, proofs)
 }
 
 // The fields of a claim's line in admit.lua's ARGV[5], in order.
 const (
 	lineUser = iota
+	lineSerial
 	lineDT
 	lineQty
 	lineDay
@@ -476,7 +488,7 @@ const (
 
 // claimLine names the fields of a claim's line; admit.lua's header lists
 // the same names in the same order (a test holds the two together).
-var claimLine = [...]string{lineUser: "USER", lineDT: "DT", lineQty: "QTY", lineDay: "DAY", lineAccess: "ACCESS",
+var claimLine = [...]string{lineUser: "USER", lineSerial: "SERIAL", lineDT: "DT", lineQty: "QTY", lineDay: "DAY", lineAccess: "ACCESS",
 	linePass: "PASS", lineIdem: "IDEM", lineIdemTTL: "IDEM_TTL", lineProof: "PROOF", lineProofMax: "PROOF_MAX", lineProofTTL: "PROOF_TTL"}
 
 // sentOnce is an admission call go-redis must never send again by
@@ -504,13 +516,13 @@ func (c *admitCall) cmd(ctx context.Context, s *Store) *redis.Cmd {
 func (c *admitCall) evalsha(s *Store) []any {
 	part := s.admitKeys[c.b.p]
 	nkeys := 5 + len(c.days) + len(c.named)
-	a := make([]any, 0, 3+nkeys+5+len(c.days))
+	a := make([]any, 0, 3+nkeys+6+len(c.days))
 	a = append(a, "evalsha", admitSha, nkeys, c.key, part[0], poolKey(c.key), part[1], part[2])
 	for _, d := range c.days {
 		a = append(a, dayKey(c.key, d))
 	}
 	a = append(a, c.named...)
-	a = append(a, c.vid, c.n, dayTTLArg, c.base, c.lines)
+	a = append(a, c.vid, c.n, dayTTLArg, c.base, c.lines, s.horizonArg(c.horizon))
 	for _, d := range c.days {
 		a = append(a, d)
 	}
@@ -528,6 +540,37 @@ func (s *Store) AdmissionCall(claims []Claim) []any {
 	}
 	calls := s.admitCalls(claims, pending)
 	return calls[0].evalsha(s)[2:]
+}
+
+// horizonArg is horizon (unix ms) boxed as the call's ARGV[6]: once for
+// all the calls that share it, as the gateway's horizons are whole
+// seconds (HorizonAfter), so a call's costs no allocation.
+func (s *Store) horizonArg(horizon int64) any {
+	if horizon == 0 {
+		return horizon
+	}
+	if b := s.horizon.Load(); b != nil && b.ms == horizon {
+		return b.arg
+	}
+	b := &boxedHorizon{ms: horizon, arg: horizon}
+	s.horizon.Store(b)
+	return b.arg
+}
+
+type boxedHorizon struct {
+	ms  int64
+	arg any
+}
+
+// HorizonAfter is the horizon of a claim that arrived at t and whose
+// gateway listens for its reply for d: t+d rounded up to a whole second
+// (by which its call is boxed once a second, horizonArg).
+func HorizonAfter(t time.Time, d time.Duration) time.Time {
+	h := t.Add(d)
+	if r := h.Truncate(time.Second); !r.Equal(h) {
+		return r.Add(time.Second)
+	}
+	return h
 }
 
 // admitSha is admit.lua's SHA1, and dayTTLArg DayKeyTTL in seconds, each
@@ -557,11 +600,16 @@ func (s *Store) admitCalls(claims []Claim, pending []int) []admitCall {
 			k = len(calls)
 			room := min(len(pending), maxClaimsPerCall) // most batches are one call
 			calls = append(calls, admitCall{b: b, key: b.key(), n: n, vid: c.VoucherID,
-				claims: make([]int, 0, room), base: c.Now.UnixMilli(), lines: make([]byte, 0, 16*room)})
+				claims: make([]int, 0, room), base: c.Now.UnixMilli(), lines: make([]byte, 0, 32*room)})
 		}
 		call := &calls[k]
 		call.claims = append(call.claims, i)
 		call.lines = call.line(call.lines, c)
+		if !c.Horizon.IsZero() {
+			if h := c.Horizon.UnixMilli(); call.horizon == 0 || h < call.horizon {
+				call.horizon = h
+			}
+		}
 	}
 	return calls
 }
@@ -570,6 +618,9 @@ func (s *Store) admitCalls(claims []Claim, pending []int) []admitCall {
 // day and keys in the call.
 func (call *admitCall) line(buf []byte, c Claim) []byte {
 	var f [len(claimLine)]int64 // the numeric fields; 0 is each one's default but QTY's and DAY's
+	if c.IdempotencyKey == "" { // a keyed claim is found by its key: its order need not carry it
+		f[lineSerial] = int64(c.Serial)
+	}
 	f[lineDT] = c.Now.UnixMilli() - call.base
 	f[lineQty] = max(c.Quantity, 1)
 	d := slices.Index(call.days, c.Day)
@@ -605,6 +656,8 @@ func (call *admitCall) line(buf []byte, c Claim) []byte {
 	for k := lineUser + 1; k <= last; k++ {
 		buf = append(buf, ' ')
 		switch {
+		case k == lineSerial:
+			buf = strconv.AppendUint(buf, uint64(f[k]), 16)
 		case k != linePass:
 			buf = strconv.AppendInt(buf, f[k], 10)
 		case c.Pass != "":

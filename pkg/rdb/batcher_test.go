@@ -186,11 +186,11 @@ func TestBatcherHandsALateReplyToLate(t *testing.T) {
 
 	ctx := context.Background()
 	ref := rdb.RefOf(claim)
-	_, found, err := s.ClaimOutcome(ctx, ref)
+	_, found, _, err := s.ClaimOutcome(ctx, ref)
 	require.NoError(t, err)
 	require.False(t, found)
 	require.NoError(t, s.RecordOutcomes(ctx, got, time.Minute))
-	o, found, err := s.ClaimOutcome(ctx, ref)
+	o, found, _, err := s.ClaimOutcome(ctx, ref)
 	require.NoError(t, err)
 	require.True(t, found)
 	require.True(t, o.Admitted)
@@ -199,11 +199,29 @@ func TestBatcherHandsALateReplyToLate(t *testing.T) {
 	// A refusal is recorded as its error.
 	refused := rdb.LateOutcome{Claim: rdb.Claim{VoucherID: 6, UserID: "other", Now: t0, Day: d0}, Err: rdb.ErrSoldOut}
 	require.NoError(t, s.RecordOutcomes(ctx, []rdb.LateOutcome{refused}, time.Minute))
-	o, found, err = s.ClaimOutcome(ctx, rdb.RefOf(refused.Claim))
+	o, found, _, err = s.ClaimOutcome(ctx, rdb.RefOf(refused.Claim))
 	require.NoError(t, err)
 	require.True(t, found)
 	require.False(t, o.Admitted)
 	require.ErrorIs(t, o.Refusal, rdb.ErrSoldOut)
+
+	// Two claims of one buyer in one millisecond have a record each, by
+	// their serials; and the first decision recorded stands.
+	twin := func(err error) rdb.LateOutcome {
+		return rdb.LateOutcome{Claim: rdb.Claim{VoucherID: 6, UserID: "twin", Now: t0, Day: d0, Serial: rdb.NewSerial()}, Err: err}
+	}
+	first, second := twin(nil), twin(rdb.ErrUserLimit)
+	first.Admission = got[0].Admission
+	require.NoError(t, s.RecordOutcomes(ctx, []rdb.LateOutcome{first, second}, time.Minute))
+	o, _, _, err = s.ClaimOutcome(ctx, rdb.RefOf(first.Claim))
+	require.NoError(t, err)
+	require.True(t, o.Admitted, "the admission is not hidden by its twin's refusal")
+	o, _, _, err = s.ClaimOutcome(ctx, rdb.RefOf(second.Claim))
+	require.NoError(t, err)
+	require.ErrorIs(t, o.Refusal, rdb.ErrUserLimit)
+	o, err = s.DecideOutcome(ctx, rdb.RefOf(first.Claim), rdb.Refused(rdb.ErrNotSent), time.Minute)
+	require.NoError(t, err)
+	require.True(t, o.Admitted, "a later decision does not replace the first")
 }
 
 // A claim that waits behind a round trip Redis does not answer is

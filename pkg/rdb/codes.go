@@ -30,6 +30,7 @@ const (
 	CodeNotInQueue      = 19 // the user never joined the room
 	CodeRoomFull        = 20 // the room has given all the places it may
 	CodeSplitting       = 21 // the voucher is splitting and the user's records are moving: retry shortly
+	CodePastHorizon     = 22 // the claim reached Redis after its horizon: nothing taken
 )
 
 // Codes names each code, for the tests that hold the scripts to the table
@@ -40,5 +41,5 @@ var Codes = map[int64]string{
 	CodePaused: "paused", CodeRouteAgain: "route again", CodeAlreadyEntered: "already entered", CodeProofRequired: "proof required",
 	CodeProofInvalid: "proof invalid", CodeNotAdmitted: "not admitted", CodeNotLoaded: "not loaded", CodeAccessRequired: "access required",
 	CodeAccessInvalid: "access invalid", CodeNoRoom: "no room", CodeNotInQueue: "not in queue", CodeRoomFull: "room full",
-	CodeSplitting: "splitting",
+	CodeSplitting: "splitting", CodePastHorizon: "past horizon",
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -55,6 +56,11 @@ var (
 	// and the user's records are moving to their new bucket: nothing was
 	// changed; try again shortly (a claim is, within its deadline).
 	ErrSplitting = errors.New("voucher splitting into more buckets: try again shortly")
+	// ErrPastHorizon: the claim's call reached Redis after the claim's
+	// horizon (Claim.Horizon), when its gateway had stopped listening
+	// for the reply: nothing was taken. For its buyer it is as a claim
+	// never sent.
+	ErrPastHorizon = errors.New("claim reached redis after its horizon: nothing taken")
 )
 
 // admitErrors are admit.lua's refusals (codes.go), as errors.
@@ -63,7 +69,7 @@ var admitErrors = map[int64]error{
 	CodeUserLimit: ErrUserLimit, CodeDailyLimit: ErrDailyLimit, CodeOverloaded: ErrOverloaded, CodeQuantityAbove: ErrQuantityAboveLimit,
 	CodePaused: ErrPaused, CodeAlreadyEntered: ErrAlreadyEntered, CodeProofRequired: ErrProofRequired, CodeProofInvalid: ErrProofInvalid,
 	CodeNotAdmitted: ErrNotAdmitted, CodeNotLoaded: ErrNotLoaded, CodeAccessRequired: ErrAccessRequired, CodeAccessInvalid: ErrAccessInvalid,
-	CodeSplitting: ErrSplitting,
+	CodeSplitting: ErrSplitting, CodePastHorizon: ErrPastHorizon,
 }
 
 // DayKeyTTL is how long a per-day counter outlives its day.
@@ -89,6 +95,8 @@ type Store struct {
 	// every admission call sends them.
 	loaded    []string
 	admitKeys [][3]any
+	// horizon is the last call's horizon, boxed (horizonArg).
+	horizon atomic.Pointer[boxedHorizon]
 }
 
 // New returns a Store over client with the given number of stream partitions

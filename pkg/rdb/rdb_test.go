@@ -642,7 +642,7 @@ func TestAdmitLuaRefusesALineItCannotParse(t *testing.T) {
 	argv := call[1+nkeys:]
 	lines := argv[4].([]byte)
 	require.Equal(t, "ann\n", string(lines), "ARGV[5] is the claim lines")
-	for _, bad := range []string{"ann 5x\n", "ann 0 1 1 0 0 0 0 0 0 0 7\n", "ann\nbob 0 two\n", "ann", "ann\n\n", "ann 0 0\n", "ann 0 1 9\n"} {
+	for _, bad := range []string{"ann 0 5x\n", "ann zz\n", "ann 0 0 1 1 0 0 0 0 0 0 0 7\n", "ann\nbob 0 0 two\n", "ann", "ann\n\n", "ann 0 0 0\n", "ann 0 0 1 9\n"} {
 		args := append([]any{}, argv...)
 		args[4] = bad
 		err := lua.Admit.Run(ctx, s.Client(), keys, args...).Err()
@@ -654,7 +654,7 @@ func TestAdmitLuaRefusesALineItCannotParse(t *testing.T) {
 	require.NoError(t, err)
 	require.Zero(t, n, "nothing refused was admitted")
 	args := append([]any{}, argv...)
-	args[4] = "ann 0 2\n"
+	args[4] = "ann 0 0 2\n"
 	require.NoError(t, lua.Admit.Run(ctx, s.Client(), keys, args...).Err(), "a whole line is read")
 	requireStock(t, s, 1, 3)
 }

@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -26,10 +27,12 @@ func BenchmarkAdmissionScript(b *testing.B) {
 			ctx := context.Background()
 			seedVoucher(b, s, rdb.Voucher{ID: 1, Stock: 1 << 40, PerUserLimit: 1})
 			n := 0
+			horizon := rdb.HorizonAfter(time.Now(), time.Hour)
 			call := func() {
 				claims := make([]rdb.Claim, per)
 				for i := range claims {
-					claims[i] = rdb.Claim{VoucherID: 1, UserID: "u" + strconv.Itoa(n), Now: t0, Day: d0}
+					claims[i] = rdb.Claim{VoucherID: 1, UserID: "u" + strconv.Itoa(n), Now: t0, Day: d0,
+						Serial: rdb.NewSerial(), Horizon: horizon} // as the gateway sends them
 					n++
 				}
 				if _, errs, err := s.AdmitMany(ctx, claims); err != nil || errs[0] != nil {

@@ -134,10 +134,16 @@ func ParseEntries(p int, m redis.XMessage) []StreamOrder {
 		id, err := order.IDOf(m.ID, i, p)
 		value, _ := raw.(string)
 		parts := strings.Split(value, " ")
+		var serial uint64
+		var serr error
+		if last := parts[len(parts)-1]; len(parts) > 4 && strings.HasPrefix(last, "c") {
+			serial, serr = parseSerial(last[1:])
+			parts = parts[:len(parts)-1]
+		}
 		switch {
 		case err != nil:
 			e.Err = err
-		case len(parts) != 4 && len(parts) != 5:
+		case len(parts) != 4 && len(parts) != 5, serr != nil:
 			e.Err = fmt.Errorf("entry %s: %s is not an order: %q", m.ID, k, value)
 		default:
 			item, entry := "", false
@@ -148,6 +154,7 @@ func ParseEntries(p int, m redis.XMessage) []StreamOrder {
 				}
 			}
 			e.Order, e.Err = parseOrder(m.ID, id, field("voucher_id"), parts[0], parts[1], parts[2], parts[3], item, entry)
+			e.Order.Claim = serial
 		}
 		out = append(out, e)
 	}
@@ -156,6 +163,16 @@ func ParseEntries(p int, m redis.XMessage) []StreamOrder {
 	}
 	slices.SortFunc(out, func(a, b StreamOrder) int { return a.Index - b.Index })
 	return out
+}
+
+// parseSerial reads a claim's serial as admit.lua writes it into an
+// order: hex, lower case, no leading zero, not zero.
+func parseSerial(s string) (uint64, error) {
+	n, err := strconv.ParseUint(s, 16, 64)
+	if err != nil || n == 0 || strconv.FormatUint(n, 16) != s {
+		return 0, fmt.Errorf("bad claim serial %q", s)
+	}
+	return n, nil
 }
 
 // orderField reads the index K of an order field "oK" (0 <= K <

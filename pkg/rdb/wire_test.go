@@ -49,14 +49,17 @@ func TestAClaimLineCarriesOnlyWhatDiffersFromTheDefaults(t *testing.T) {
 	}{
 		{Claim{UserID: "ann", Now: now, Day: today}, "ann\n"},
 		{Claim{UserID: "ann", Now: now, Day: today, Quantity: 1}, "ann\n"},
-		{Claim{UserID: "bob", Now: now.Add(-3 * time.Millisecond), Day: today}, "bob -3\n"},
-		{Claim{UserID: "cid", Now: now, Day: today, Quantity: 4}, "cid 0 4\n"},
-		{Claim{UserID: "dee", Now: now, Day: tomorrow}, "dee 0 1 2\n"},
-		{Claim{UserID: "eve", Now: now, Day: today, Access: AccessCodeInvalid}, "eve 0 1 1 2\n"},
-		{Claim{UserID: "fay", Now: now, Day: today, Pass: "17:1790000060000"}, "fay 0 1 1 0 17:1790000060000\n"},
-		{Claim{UserID: "gus", Now: now, Day: today, IdempotencyKey: "k", IdempotencyTTL: time.Hour}, "gus 0 1 1 0 0 1 3600\n"},
+		{Claim{UserID: "ann", Now: now, Day: today, Serial: 0xfa1afe1}, "ann fa1afe1\n"},
+		{Claim{UserID: "ann", Now: now, Day: today, Serial: 1<<64 - 1}, "ann ffffffffffffffff\n"},
+		{Claim{UserID: "ann", Now: now, Day: today, Serial: 7, IdempotencyKey: "k", IdempotencyTTL: time.Second}, "ann 0 0 1 1 0 0 1 1\n"},
+		{Claim{UserID: "bob", Now: now.Add(-3 * time.Millisecond), Day: today}, "bob 0 -3\n"},
+		{Claim{UserID: "cid", Now: now, Day: today, Quantity: 4}, "cid 0 0 4\n"},
+		{Claim{UserID: "dee", Now: now, Day: tomorrow}, "dee 0 0 1 2\n"},
+		{Claim{UserID: "eve", Now: now, Day: today, Access: AccessCodeInvalid}, "eve 0 0 1 1 2\n"},
+		{Claim{UserID: "fay", Now: now, Day: today, Pass: "17:1790000060000"}, "fay 0 0 1 1 0 17:1790000060000\n"},
+		{Claim{UserID: "gus", Now: now, Day: today, IdempotencyKey: "k", IdempotencyTTL: time.Hour}, "gus 0 0 1 1 0 0 1 3600\n"},
 		{Claim{UserID: "hal", Now: now, Day: today, Proof: Proof{ID: "sig", Max: 500, TTL: 1500 * time.Millisecond}},
-			"hal 0 1 1 0 0 0 0 1 500 2\n"},
+			"hal 0 0 1 1 0 0 0 0 1 500 2\n"},
 	} {
 		call := &admitCall{key: "flashsale:{p0}:v:1", base: now.UnixMilli(), days: []string{today}}
 		require.Equal(t, tc.want, string(call.line(nil, tc.c)), "%+v", tc.c)

@@ -2,6 +2,7 @@ package harness_test
 
 import (
 	"context"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -9,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/flashsale/flashsale/pkg/internal/harness"
+	"github.com/flashsale/flashsale/pkg/internal/testenv"
 	"github.com/flashsale/flashsale/pkg/internal/testsrv"
 	"github.com/flashsale/flashsale/pkg/rdb"
 )
@@ -160,4 +162,94 @@ func TestEnvelopeMoneyGoesOnlyToBuyersToldSoWhileRedisFreezes(t *testing.T) {
 	requireTruth(t, rep, err)
 	require.Positive(t, rep.MoneyHeld)
 	require.Equal(t, rep.MoneyHeld, rep.MoneyTold, "money granted is money told")
+}
+
+// A claim whose call is held in the gateway kernel's send queue past its
+// horizon is never admitted after a refusal: Redis is cut off (its
+// namespace drops every packet) for longer than
+// FLASHSALE_CLAIM_OUTCOME_TIMEOUT and a second while one buyer claims.
+// The claim is answered outcome_unknown; its connection is closed at its
+// read timeout, and the kernel goes on retransmitting the call. After the
+// heal the buyer asks about the claim until the held call has reached
+// Redis and run (the stream's last id moves past the one before it); no
+// answer ever changes from one decision to another, and the last equals
+// MySQL.
+func TestAClaimHeldPastItsHorizonIsNeverAdmittedAfterARefusal(t *testing.T) {
+	t.Parallel() // it mostly waits (see TestMain)
+	skipWithoutNetns(t)
+	ctx := context.Background()
+	s, v := truthStack(t, harness.Options{Partitions: 1, RedisNetns: true, Env: []string{"FLASHSALE_CLAIM_OUTCOME_TIMEOUT=3s"}})
+	client := harness.NewClient(s.URL, 4)
+	vid := strconv.FormatInt(v, 10)
+	var body struct {
+		Code    string `json:"error"`
+		ClaimID string `json:"claim_id"`
+	}
+	// A claim first: the admission connection is open, so the buyer's is
+	// written at once, into a connection the cut leaves open.
+	status, err := client.Do(ctx, "POST", "/v1/vouchers/"+vid+"/orders", s.Token("warm"), nil, &body)
+	require.NoError(t, err)
+	require.Equal(t, 202, status)
+	lastID := func() string {
+		info, err := s.RDB.Client().XInfoStream(ctx, rdb.StreamKey(0)).Result()
+		require.NoError(t, err)
+		return info.LastGeneratedID
+	}
+	before := lastID()
+
+	require.NoError(t, s.RedisNet.Cut())
+	cut := time.Now()
+	status, err = client.Do(ctx, "POST", "/v1/vouchers/"+vid+"/orders", s.Token("buyer"), nil, &body)
+	require.NoError(t, err)
+	require.Equal(t, 503, status)
+	require.Equal(t, "outcome_unknown", body.Code)
+	// Past the claim's horizon (3 s after it, rounded up to a second) and
+	// the margin: the partition lasts 6 s.
+	time.Sleep(6*time.Second - time.Since(cut)) // the fault's length, not a wait for anything
+	require.NoError(t, s.RedisNet.Heal())
+
+	var told []string
+	ask := func() string {
+		var out struct {
+			Status  string `json:"status"`
+			OrderID string `json:"order_id"`
+		}
+		status, err := client.Do(ctx, "GET", "/v1/vouchers/"+vid+"/claims/"+body.ClaimID, s.Token("buyer"), nil, &out)
+		if err != nil || status != 200 {
+			return "no answer"
+		}
+		if len(told) == 0 || told[len(told)-1] != out.Status+" "+out.OrderID {
+			told = append(told, out.Status+" "+out.OrderID)
+		}
+		return out.Status
+	}
+	testenv.Eventually(t, 2*time.Minute, "the held call to reach Redis and run, the claim decided", func() bool {
+		decided := ask() != "unknown"
+		ran := false
+		if info, err := s.RDB.Client().XInfoStream(ctx, rdb.StreamKey(0)).Result(); err == nil {
+			ran = info.LastGeneratedID != before
+		}
+		return decided && ran
+	})
+	for range 10 { // and a while after it ran
+		ask()
+		time.Sleep(100 * time.Millisecond) // spacing the asks, not a wait for anything
+	}
+	t.Logf("the buyer was told, in turn: %q (the held call ran %s after the cut)", told, time.Since(cut).Round(time.Second))
+	decisions := 0
+	for _, w := range told {
+		if !strings.HasPrefix(w, "unknown") && w != "no answer" {
+			decisions++
+		}
+	}
+	require.Equal(t, 1, decisions, "one decision, never changed: %q", told)
+	testenv.Eventually(t, time.Minute, "the pipeline drained", func() bool { ok, _ := s.Drained(ctx); return ok })
+	var held []int64
+	require.NoError(t, s.DB.DB().Raw("SELECT id FROM orders WHERE voucher_id = ? AND user_id = 'buyer'", v).Scan(&held).Error)
+	final := told[len(told)-1]
+	if len(held) == 0 {
+		require.Equal(t, "refused ", final)
+	} else {
+		require.Equal(t, "admitted "+strconv.FormatInt(held[0], 10), final)
+	}
 }
