@@ -88,7 +88,9 @@ type Config struct {
 	ClaimOutcomeTimeout time.Duration `envconfig:"FLASHSALE_CLAIM_OUTCOME_TIMEOUT" default:"30s"`
 	// IdempotencyTTL is how long an Idempotency-Key is remembered. Default 24h.
 	IdempotencyTTL time.Duration `envconfig:"FLASHSALE_IDEMPOTENCY_TTL" default:"24h"`
-	// ShutdownTimeout bounds finishing in-flight requests. Default 15s.
+	// ShutdownTimeout bounds the shutdown once it begins: in-flight
+	// requests finish, then the admissions' round trips and the late
+	// outcomes' records, all by then (Close). Default 15s.
 	ShutdownTimeout time.Duration `envconfig:"FLASHSALE_SHUTDOWN_TIMEOUT" default:"15s"`
 	// PipelineWorkers is the most pipelines in flight to Redis at once:
 	// concurrent claims are coalesced into them (auto-pipelining; the

@@ -194,7 +194,13 @@ func New(cfg Config, r *rdb.Store, d *db.Store, log *zap.Logger, opts ...Option)
 		})
 		g.readRoomIndex()
 		stopIndex := every(roomIndexEvery, g.readRoomIndex)
-		g.stopRooms = func() { stop(); stopIndex(); g.rooms.Wait() }
+		g.stopRooms = func() { // both at once: a pass of each may be waiting on Redis
+			indexStopped := make(chan struct{})
+			go func() { stopIndex(); close(indexStopped) }()
+			stop()
+			<-indexStopped
+			g.rooms.Wait()
+		}
 	}
 	g.stopSweep = g.sweepLimiters()
 	g.history = history.New(history.Source{
@@ -211,15 +217,33 @@ func New(cfg Config, r *rdb.Store, d *db.Store, log *zap.Logger, opts ...Option)
 }
 
 // Close stops the admission batcher, the limiters' sweeper and the
-// console's sampler. Serve calls it when it returns.
-func (g *Gateway) Close() {
+// console's sampler, within ShutdownTimeout (closeBy). Serve calls it
+// when it returns.
+func (g *Gateway) Close() { g.closeBy(time.Now().Add(g.cfg.ShutdownTimeout)) }
+
+// closeBy is Close ended by deadline: the admission round trips still in
+// flight then are cut (rdb.Batcher.CloseBy), and the late outcomes still
+// being recorded are left (their round trips end at the store's read
+// timeout): those claims stay decidable by the buyers' orders and their
+// horizons (outcome.go).
+func (g *Gateway) closeBy(deadline time.Time) {
+	// The background passes stop beside the admissions: each waits for
+	// its pass in flight, which its store's timeout bounds.
+	stopped := make(chan struct{})
+	go func() { g.stopSweep(); g.stopHistory(); g.stopRooms(); close(stopped) }()
 	if g.batcher != nil {
-		g.batcher.Close()
+		g.batcher.CloseBy(deadline)
 	}
-	g.lateWG.Wait()
-	g.stopSweep()
-	g.stopHistory()
-	g.stopRooms()
+	recorded := make(chan struct{})
+	go func() { g.lateWG.Wait(); close(recorded) }()
+	t := time.NewTimer(time.Until(deadline))
+	select {
+	case <-recorded:
+	case <-t.C:
+		g.log.Warn("shutting down with claims' late outcomes not recorded: their buyers' orders and horizons decide them")
+	}
+	t.Stop()
+	<-stopped
 	if g.adminDB != nil {
 		_ = g.adminDB.Close()
 	}

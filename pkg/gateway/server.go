@@ -48,7 +48,13 @@ type listener struct {
 }
 
 func (g *Gateway) serve(ctx context.Context, ls ...listener) error {
-	defer g.Close()
+	var deadline time.Time // of the shutdown: ShutdownTimeout after it begins
+	defer func() {
+		if deadline.IsZero() {
+			deadline = time.Now().Add(g.cfg.ShutdownTimeout)
+		}
+		g.closeBy(deadline)
+	}()
 	err := g.redis.EnsureGroups(ctx)
 	if err == nil {
 		err = g.redis.CheckDurability(ctx)
@@ -80,7 +86,10 @@ func (g *Gateway) serve(ctx context.Context, ls ...listener) error {
 	case <-ctx.Done():
 	}
 	g.log.Info("gateway shutting down")
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), g.cfg.ShutdownTimeout)
+	// One bound for all of it: the requests in flight, then the
+	// admissions' round trips (closeBy).
+	deadline = time.Now().Add(g.cfg.ShutdownTimeout)
+	sctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), deadline)
 	defer cancel()
 	for _, srv := range servers {
 		if serr := srv.Shutdown(sctx); serr != nil && err == nil {

@@ -62,6 +62,10 @@ type Batcher struct {
 	wg       sync.WaitGroup
 	stop     chan struct{}
 	once     sync.Once
+	// cut is set when CloseBy closed the admission connections under the
+	// round trips in flight: a round trip failing after it may have been
+	// sent, whatever its error says (a closed client reads as "not sent").
+	cut atomic.Bool
 }
 
 // BatcherConfig is a Batcher's size and bounds.
@@ -196,9 +200,31 @@ func (b *Batcher) Admit(ctx context.Context, c Claim) (Admission, error) {
 // Close stops the batcher after the pipelines in flight; the claims it
 // held or that wait in its queue, never sent, are answered
 // ErrBatcherClosed.
-func (b *Batcher) Close() {
+func (b *Batcher) Close() { b.CloseBy(time.Time{}) }
+
+// CloseBy is Close that waits for the pipelines in flight until deadline
+// (zero: for as long as they last). Past it, the store's admission
+// connections are closed (Store.SetAdmitClient's client), which ends
+// their round trips at once: their claims' outcomes go to Late unknown,
+// and stay decidable by the buyers' orders and the claims' horizons.
+// Without admission connections of their own, round trips end at the
+// store's read timeout.
+func (b *Batcher) CloseBy(deadline time.Time) {
 	b.once.Do(func() { close(b.stop) })
-	b.wg.Wait()
+	done := make(chan struct{})
+	go func() { b.wg.Wait(); close(done) }()
+	if !deadline.IsZero() {
+		t := time.NewTimer(time.Until(deadline))
+		defer t.Stop()
+		select {
+		case <-done:
+			return
+		case <-t.C:
+			b.cut.Store(true)
+			b.s.cutAdmissions()
+		}
+	}
+	<-done
 }
 
 // drop answers r, never sent, err; false when its caller had dropped it
@@ -392,6 +418,10 @@ func (b *Batcher) admit(reqs []*admitReq, claims []Claim, due *replyTimer) {
 	due.start(reqs)
 	out, errs, err := b.s.admitBatch(context.Background(), claims)
 	due.stop()
+	err = b.uncut(err)
+	for i := range errs {
+		errs[i] = b.uncut(errs[i])
+	}
 	var dry []int
 	var late []LateOutcome
 	for i, r := range reqs {
@@ -418,6 +448,16 @@ func (b *Batcher) admit(reqs []*admitReq, claims []Claim, due *replyTimer) {
 			go b.admitDry(reqs[i], claims[i], errs[i], found)
 		}
 	}
+}
+
+// uncut is err, a round trip's, as its claims' answer: once CloseBy cut
+// the admission connections, a round trip that failed was perhaps sent
+// (its call may run), so ErrNotSent becomes ErrOutcomeUnknown.
+func (b *Batcher) uncut(err error) error {
+	if err != nil && b.cut.Load() && errors.Is(err, ErrNotSent) {
+		return fmt.Errorf("%w: its connection closed at shutdown (%v)", ErrOutcomeUnknown, err)
+	}
+	return err
 }
 
 // answer answers r, sent, res; false when its caller was answered
@@ -540,6 +580,7 @@ func (b *Batcher) admitDry(r *admitReq, c Claim, err error, found time.Time) {
 	ctx, cancel := context.WithDeadline(context.Background(), deadline)
 	defer cancel()
 	a, err := b.s.admitLater(ctx, c, err, found)
+	err = b.uncut(err)
 	if !b.answer(r, admitResult{a: a, err: err}) && b.cfg.Late != nil {
 		b.cfg.Late([]LateOutcome{{Claim: c, Admission: a, Err: err}})
 	}

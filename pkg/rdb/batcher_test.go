@@ -224,6 +224,36 @@ func TestBatcherHandsALateReplyToLate(t *testing.T) {
 	require.True(t, o.Admitted, "a later decision does not replace the first")
 }
 
+// A batcher closed by a deadline while its round trip waits on a frozen
+// Redis (the admission connection reads for a minute) returns at the
+// deadline, not at the read timeout: the round trip is cut, and its
+// claim's outcome is handed to Late as unknown, to be decided by the
+// buyer's orders and the claim's horizon.
+func TestBatcherClosedByADeadlineCutsItsRoundTrips(t *testing.T) {
+	srv, s := pausableStore(t)
+	seedVoucher(t, s, rdb.Voucher{ID: 6, Stock: 1, PerUserLimit: 1})
+	late := make(chan []rdb.LateOutcome, 2)
+	b := s.StartBatcher(rdb.BatcherConfig{Workers: 1, MaxBatch: 8, Timeout: 100 * time.Millisecond,
+		ReplyTimeout: 200 * time.Millisecond, Late: func(o []rdb.LateOutcome) { late <- o }})
+	_, err := b.Admit(context.Background(), rdb.Claim{VoucherID: 6, UserID: "warm", Now: t0, Day: d0})
+	require.NoError(t, err)
+	require.NoError(t, srv.Pause())
+	_, err = b.Admit(context.Background(), rdb.Claim{VoucherID: 6, UserID: "held", Now: t0, Day: d0})
+	require.ErrorIs(t, err, rdb.ErrOutcomeUnknown)
+	start := time.Now()
+	b.CloseBy(start.Add(500 * time.Millisecond))
+	took := time.Since(start)
+	require.Less(t, took, 30*time.Second, "closed by its deadline, not the minute of the connection's read timeout")
+	require.GreaterOrEqual(t, took, 500*time.Millisecond, "the round trip had until the deadline")
+	select {
+	case got := <-late:
+		require.Len(t, got, 1)
+		require.ErrorIs(t, got[0].Err, rdb.ErrOutcomeUnknown)
+	default:
+		t.Fatal("the cut round trip's claim was not handed to Late")
+	}
+}
+
 // A claim that waits behind a round trip Redis does not answer is
 // answered ErrNotSent at its deadline, not when the round trip ends: the
 // dispatcher drops it, however long the round trip in flight takes.

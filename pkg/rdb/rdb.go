@@ -124,6 +124,14 @@ func New(client redis.UniversalClient, partitions int, group string) (*Store, er
 // reply of a script that may have run. Set it before any admission.
 func (s *Store) SetAdmitClient(c redis.UniversalClient) { s.ac = c }
 
+// cutAdmissions closes the admission client, if the store has one: its
+// round trips in flight end at once (Batcher.CloseBy).
+func (s *Store) cutAdmissions() {
+	if s.ac != nil {
+		_ = s.ac.Close()
+	}
+}
+
 func (s *Store) admitClient() redis.UniversalClient {
 	if s.ac != nil {
 		return s.ac

@@ -2,8 +2,10 @@ package harness_test
 
 import (
 	"context"
+	"fmt"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -252,4 +254,46 @@ func TestAClaimHeldPastItsHorizonIsNeverAdmittedAfterARefusal(t *testing.T) {
 	} else {
 		require.Equal(t, "admitted "+strconv.FormatInt(held[0], 10), final)
 	}
+}
+
+// A gateway SIGTERMed while Redis is frozen, with claims it answered
+// outcome_unknown still in flight, exits within FLASHSALE_SHUTDOWN_TIMEOUT
+// and a second (it cuts its admission connections at the bound, not when
+// FLASHSALE_CLAIM_OUTCOME_TIMEOUT would end them), and every claim it
+// answered resolves, through the gateway that replaces it, to what MySQL
+// holds.
+func TestAGatewayStopsWithinItsShutdownTimeoutWhileRedisIsFrozen(t *testing.T) {
+	t.Parallel() // it mostly waits (see TestMain)
+	if testing.Short() {
+		t.Skip("a stack of the real binaries, its gateway stopped while Redis is frozen")
+	}
+	ctx := context.Background()
+	const shutdownTimeout = 2 * time.Second
+	s, v := truthStack(t, harness.Options{Partitions: 2, Env: []string{"FLASHSALE_SHUTDOWN_TIMEOUT=" + shutdownTimeout.String(),
+		"FLASHSALE_CLAIM_OUTCOME_TIMEOUT=8s"}})
+	var took time.Duration
+	rep, err := s.SaleThroughFreezes(ctx, harness.FreezeConfig{Voucher: v, Logf: t.Logf, Conns: 64, Freezes: []time.Duration{4 * time.Second},
+		Freeze: func(d time.Duration) error {
+			if err := s.Redis.Pause(); err != nil {
+				return err
+			}
+			time.Sleep(1500 * time.Millisecond) // claims sent before the freeze are answered outcome_unknown (1 s)
+			sent := time.Now()
+			if err := s.Gateway.Signal(syscall.SIGTERM); err != nil {
+				return err
+			}
+			if err := s.Gateway.Wait(); err != nil {
+				return fmt.Errorf("the gateway's exit: %w", err)
+			}
+			took = time.Since(sent)
+			time.Sleep(d - 1500*time.Millisecond - took) // the rest of the freeze
+			if err := s.Redis.Resume(); err != nil {
+				return err
+			}
+			return s.StartGateway(ctx)
+		}})
+	requireTruth(t, rep, err)
+	t.Logf("the gateway exited %s after SIGTERM", took.Round(time.Millisecond))
+	require.Less(t, took, shutdownTimeout+time.Second, "exit within FLASHSALE_SHUTDOWN_TIMEOUT and a second")
+	require.Positive(t, rep.OutcomeUnknown, "no claim was answered outcome_unknown before the SIGTERM: the test has no power")
 }
