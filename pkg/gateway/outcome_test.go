@@ -9,10 +9,12 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"gorm.io/gorm"
 
 	"github.com/flashsale/flashsale/pkg/gateway"
 	"github.com/flashsale/flashsale/pkg/internal/testenv"
@@ -324,4 +326,84 @@ func TestSameMillisecondClaimsResolveEachToItsOwnTruth(t *testing.T) {
 		user := fmt.Sprintf("b%d", b)
 		require.Equal(t, held[user] != 0, told[user], "%s holds order %d, told admitted: %v", user, held[user], told[user])
 	}
+}
+
+// A decided claim is cheap to ask again, and no window of the buyer's
+// orders hides it: a claim whose reply was lost, admitted, its order
+// persisted and 1,100 later orders of the same buyer and voucher beside
+// it, is decided once from MySQL (its time and serial) and recorded; then
+// 10,000 asks cost Redis one call each (outcome.lua) and MySQL nothing.
+func TestADecidedClaimIsAnsweredFromItsRecord(t *testing.T) {
+	if testing.Short() {
+		t.Skip("10,000 requests")
+	}
+	f := outcomeFixture(t, false, 5*time.Second) // the store reads 2 s: the reply is lost
+	id := f.createVoucher(`{"name":"asked often","stock":5,"per_user_limit":1}`)
+	claimID := f.claimFrozenFor(3*time.Second, id, "buyer")
+	f.persist(id)
+	v := parseID(t, id)
+	var own int64
+	require.NoError(t, f.env.DB.DB().Raw("SELECT id FROM orders WHERE voucher_id = ? AND user_id = 'buyer'", v).Scan(&own).Error)
+	require.NotZero(t, own, "the claim's order persisted")
+	later := time.Now().Add(time.Hour)
+	for i := range 1100 { // newer orders, by id and time, than the claim's
+		require.NoError(t, f.env.DB.DB().Exec(`INSERT INTO orders (id, voucher_id, user_id, day, status, created_at, expires_at, updated_at)
+			VALUES (?, ?, 'buyer', '20260101', 'cancelled', ?, ?, ?)`, own+1+int64(i), v, later, later, later).Error)
+	}
+	queries := countQueries(t, f)
+	first := f.outcomeOf(id, "buyer", claimID)
+	require.Equal(t, "admitted", first.Body["status"], first.Raw)
+	require.Positive(t, queries(), "decided from MySQL")
+
+	// Calls a client made (a script call) and commands Redis ran (those
+	// the scripts ran too), from INFO commandstats.
+	redisCalls := func() (calls, commands int64) {
+		info, err := f.env.RDB.Client().Info(context.Background(), "commandstats").Result()
+		require.NoError(t, err)
+		for _, line := range strings.Split(info, "\n") {
+			name, rest, ok := strings.Cut(strings.TrimPrefix(line, "cmdstat_"), ":calls=")
+			if !ok || name == "info" {
+				continue
+			}
+			c, _, _ := strings.Cut(rest, ",")
+			v, _ := strconv.ParseInt(c, 10, 64)
+			commands += v
+			if strings.HasPrefix(name, "eval") {
+				calls += v
+			}
+		}
+		return calls, commands
+	}
+	scripts0, commands0 := redisCalls()
+	mysqlBefore := queries()
+	tok := f.token("buyer")
+	for range 10_000 {
+		req, err := http.NewRequest("GET", f.srv.URL+"/v1/vouchers/"+id+"/claims/"+claimID, nil)
+		require.NoError(t, err)
+		req.Header.Set("Authorization", "Bearer "+tok)
+		res, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		var out map[string]any
+		require.NoError(t, json.NewDecoder(res.Body).Decode(&out))
+		res.Body.Close()
+		require.Equal(t, first.Body, out)
+	}
+	scripts1, commands1 := redisCalls()
+	scripts, commands, mysql := scripts1-scripts0, commands1-commands0, queries()-mysqlBefore
+	t.Logf("10,000 asks of a decided claim: %d script calls, %d Redis commands in all, %d MySQL queries", scripts, commands, mysql)
+	require.Zero(t, mysql, "MySQL queries")
+	require.LessOrEqual(t, scripts, int64(10_000+20), "one script call an ask (and the gateway's own ticks)")
+	require.LessOrEqual(t, commands, int64(30_000+100), "outcome.lua's GET and TIME, and the gateway's own ticks")
+}
+
+// countQueries counts the statements the gateway's MySQL store runs from
+// now on (a gorm callback).
+func countQueries(t *testing.T, f *fixture) func() int64 {
+	var n atomic.Int64
+	cb := f.env.DB.DB().Callback()
+	count := func(*gorm.DB) { n.Add(1) }
+	require.NoError(t, cb.Query().Before("gorm:query").Register("test:count_query", count))
+	require.NoError(t, cb.Raw().Before("gorm:raw").Register("test:count_raw", count))
+	require.NoError(t, cb.Row().Before("gorm:row").Register("test:count_row", count))
+	return n.Load
 }
