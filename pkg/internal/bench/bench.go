@@ -142,31 +142,31 @@ type E2E struct {
 
 // Report is a whole run.
 type Report struct {
-	When         time.Time             `json:"when"`
-	Machine      string                `json:"machine"`
-	Env          []string              `json:"env,omitempty"`
-	HTTPCeiling  []Measure             `json:"http_ceiling"`
-	RedisCeiling []Measure             `json:"redis_ceiling"`
-	Gateway      []Measure             `json:"gateway"`
-	Drain        []Drain               `json:"drain"`
-	E2E          E2E                   `json:"e2e"`
-	CPU          []CPUMeasure          `json:"cpu_per_claim"`
-	ScaleOut     []ScaleOut            `json:"scale_out"`
-	Split        *SplitRun             `json:"split,omitempty"`
-	Freeze       *harness.FreezeReport `json:"freeze,omitempty"`
-	Durability   []DurabilityRun       `json:"durability,omitempty"`
-	WaitCost     []WaitCost            `json:"wait_cost,omitempty"`
-	Draw         *DrawRun              `json:"draw,omitempty"`
-	Room         *RoomRun              `json:"room,omitempty"`
-	Memory       *MemoryRun            `json:"memory,omitempty"`
-	Relay        *RelayRun             `json:"relay,omitempty"`
-	Buyers       *BuyersRun            `json:"buyers,omitempty"`
-	OpenSale     *OpenSaleRun          `json:"open_sale,omitempty"`
-	Events       *EventsRun            `json:"events,omitempty"`
-	Proof        *ProofCheck           `json:"proof_of_work,omitempty"`
-	Access       *AccessCheck          `json:"access_code,omitempty"`
-	GatewayRSS   int64                 `json:"gateway_peak_rss_bytes"`
-	WorkerRSS    int64                 `json:"worker_peak_rss_bytes"`
+	When         time.Time       `json:"when"`
+	Machine      string          `json:"machine"`
+	Env          []string        `json:"env,omitempty"`
+	HTTPCeiling  []Measure       `json:"http_ceiling"`
+	RedisCeiling []Measure       `json:"redis_ceiling"`
+	Gateway      []Measure       `json:"gateway"`
+	Drain        []Drain         `json:"drain"`
+	E2E          E2E             `json:"e2e"`
+	CPU          []CPUMeasure    `json:"cpu_per_claim"`
+	ScaleOut     []ScaleOut      `json:"scale_out"`
+	Split        *SplitRun       `json:"split,omitempty"`
+	Freeze       *Freezes        `json:"freeze,omitempty"`
+	Durability   []DurabilityRun `json:"durability,omitempty"`
+	WaitCost     []WaitCost      `json:"wait_cost,omitempty"`
+	Draw         *DrawRun        `json:"draw,omitempty"`
+	Room         *RoomRun        `json:"room,omitempty"`
+	Memory       *MemoryRun      `json:"memory,omitempty"`
+	Relay        *RelayRun       `json:"relay,omitempty"`
+	Buyers       *BuyersRun      `json:"buyers,omitempty"`
+	OpenSale     *OpenSaleRun    `json:"open_sale,omitempty"`
+	Events       *EventsRun      `json:"events,omitempty"`
+	Proof        *ProofCheck     `json:"proof_of_work,omitempty"`
+	Access       *AccessCheck    `json:"access_code,omitempty"`
+	GatewayRSS   int64           `json:"gateway_peak_rss_bytes"`
+	WorkerRSS    int64           `json:"worker_peak_rss_bytes"`
 }
 
 func (c Config) logf(format string, args ...any) {

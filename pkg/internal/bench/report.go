@@ -2,6 +2,7 @@ package bench
 
 import (
 	"fmt"
+	"github.com/flashsale/flashsale/pkg/internal/harness"
 	"io"
 	"slices"
 	"strings"
@@ -138,10 +139,24 @@ func (r *Report) printCPU(w io.Writer) {
 			fmt.Fprintf(w, "  %s: %d bytes\n", k, o.Keys[k])
 		}
 	}
-	if f := r.Freeze; f != nil {
+	if fr := r.Freeze; fr != nil {
 		fmt.Fprintln(w)
-		fmt.Fprintf(w, "claims through a 2 s Redis freeze (64 connections, one claim a user): %d answered %v; outcome_unknown %d, resolved %d (%d admitted; asked one after another, %.1f s in all); misled %d\n",
-			answeredCount(f.Answers), f.Answers, f.OutcomeUnknown, f.Resolved, f.ResolvedOrders, f.Elapsed, len(f.Misled))
+		for _, row := range []struct {
+			what string
+			f    *harness.FreezeReport
+		}{
+			{"claims through a 2 s Redis freeze (64 connections, one claim a user)", fr.Freeze},
+			{"claims through a 2 s Redis freeze (64 connections, two claims a user at once, limit 1)", fr.Twice},
+			{fmt.Sprintf("claims through a %s partition from Redis (64 connections, one claim a user, FLASHSALE_CLAIM_OUTCOME_TIMEOUT=%s)", partitionFor, partitionOutcome), fr.Partition},
+		} {
+			if f := row.f; f != nil {
+				fmt.Fprintf(w, "%s: %d answered %v; outcome_unknown %d, resolved %d (%d admitted; asked one after another, %.1f s in all); misled %d\n",
+					row.what, answeredCount(f.Answers), f.Answers, f.OutcomeUnknown, f.Resolved, f.ResolvedOrders, f.Elapsed, len(f.Misled))
+			}
+		}
+		if fr.NoPartition != "" {
+			fmt.Fprintf(w, "partition row not run: %s\n", fr.NoPartition)
+		}
 	}
 	if sp := r.Split; sp != nil {
 		fmt.Fprintln(w)

@@ -7,6 +7,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -25,6 +26,12 @@ type FreezeConfig struct {
 	// Logf, when set, is told each phase as it ends, with its time: where
 	// a run's minutes go.
 	Logf func(format string, args ...any)
+	// Twice: each buyer sends two claims at once (a double-click), with
+	// one Idempotency-Key for both when keyed: with a per-user limit of
+	// one, one of them is admitted, and each claim must be told its own
+	// truth (the claim whose serial the order carries is the admitted
+	// one).
+	Twice bool
 }
 
 // FreezeReport is what the buyers were told, and how it compares with
@@ -77,28 +84,37 @@ func (s *Stack) SaleThroughFreezes(ctx context.Context, cfg FreezeConfig) (*Free
 	var answers []*freezeAnswer
 	var next, answered atomic.Int64
 	claim := func(i int64) int {
-		var body struct {
-			Code    string `json:"error"`
-			OrderID string `json:"order_id"`
-			ClaimID string `json:"claim_id"`
-			Amount  int64  `json:"amount"`
-		}
 		a := &freezeAnswer{user: "u" + strconv.FormatInt(i, 10)}
 		if i%2 == 0 {
 			a.key = "k-" + a.user
 		}
 		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		defer cancel()
-		status, err := client.Do(cctx, "POST", "/v1/vouchers/"+vid+"/orders", s.Token(a.user), nil, &body, "Idempotency-Key", a.key)
-		if err != nil {
-			status = 0
+		send := func(a *freezeAnswer) int {
+			var body struct {
+				Code    string `json:"error"`
+				OrderID string `json:"order_id"`
+				ClaimID string `json:"claim_id"`
+				Amount  int64  `json:"amount"`
+			}
+			status, err := client.Do(cctx, "POST", "/v1/vouchers/"+vid+"/orders", s.Token(a.user), nil, &body, "Idempotency-Key", a.key)
+			if err != nil {
+				status = 0
+			}
+			a.status, a.code, a.order, a.claimID, a.amount = status, body.Code, body.OrderID, body.ClaimID, body.Amount
+			mu.Lock()
+			answers = append(answers, a)
+			mu.Unlock()
+			answered.Add(1)
+			return status
 		}
-		a.status, a.code, a.order, a.claimID, a.amount = status, body.Code, body.OrderID, body.ClaimID, body.Amount
-		mu.Lock()
-		answers = append(answers, a)
-		mu.Unlock()
-		answered.Add(1)
-		return status
+		if cfg.Twice {
+			twin := &freezeAnswer{user: a.user, key: a.key}
+			done := make(chan struct{})
+			go func() { defer close(done); send(twin) }()
+			defer func() { <-done }()
+		}
+		return send(a)
 	}
 	until := func(n int64) error {
 		for deadline := time.Now().Add(time.Minute); answered.Load() < n; time.Sleep(10 * time.Millisecond) {
@@ -195,22 +211,24 @@ func (s *Stack) SaleThroughFreezes(ctx context.Context, cfg FreezeConfig) (*Free
 	}
 	logf("drained")
 	var live []struct {
-		ID     int64
-		UserID string
-		Amount int64
+		ID          int64
+		UserID      string
+		Amount      int64
+		ClaimSerial uint64
 	}
-	if err := s.DB.DB().WithContext(ctx).Raw("SELECT id, user_id, amount FROM orders WHERE voucher_id = ? AND status IN ('created', 'paid', 'completed')",
+	if err := s.DB.DB().WithContext(ctx).Raw("SELECT id, user_id, amount, claim_serial FROM orders WHERE voucher_id = ? AND status IN ('created', 'paid', 'completed')",
 		cfg.Voucher).Scan(&live).Error; err != nil {
 		return nil, err
 	}
-	held, amounts := map[string]int64{}, map[string]int64{}
+	held, amounts, serials := map[string]int64{}, map[string]int64{}, map[string]uint64{}
 	for _, o := range live {
 		if held[o.UserID] != 0 {
 			rep.Misled = append(rep.Misled, fmt.Sprintf("%s holds two orders", o.UserID))
 		}
-		held[o.UserID], amounts[o.UserID] = o.ID, o.Amount
+		held[o.UserID], amounts[o.UserID], serials[o.UserID] = o.ID, o.Amount, o.ClaimSerial
 		rep.MoneyHeld += o.Amount
 	}
+	told, unanswered := map[string]bool{}, map[string]bool{}
 	for _, a := range answers {
 		what := strconv.Itoa(a.status) + " " + a.code
 		if a.status == 0 {
@@ -218,18 +236,48 @@ func (s *Stack) SaleThroughFreezes(ctx context.Context, cfg FreezeConfig) (*Free
 		}
 		rep.Answers[what]++
 		admitted := a.status == 202 || a.resolved == "admitted"
-		if admitted {
-			rep.MoneyTold += a.amount
+		if admitted && !told[a.user] {
+			rep.MoneyTold += a.amount // once a buyer: a keyed twin is told the same envelope
 		}
+		// An unkeyed claim answered outcome_unknown made the buyer's order
+		// if the order carries its serial.
+		own := a.key == "" && a.resolved != "" && claimSerial(a.claimID) == serials[a.user] && held[a.user] != 0
 		switch {
 		case a.status == 0: // nothing was told
+			unanswered[a.user] = true
 		case admitted && strconv.FormatInt(held[a.user], 10) != a.order:
 			rep.Misled = append(rep.Misled, fmt.Sprintf("%s told admitted (%s %s, order %s) holds order %d", a.user, what, a.resolved, a.order, held[a.user]))
 		case admitted && a.amount != amounts[a.user]:
 			rep.Misled = append(rep.Misled, fmt.Sprintf("%s told %d, holds an envelope of %d", a.user, a.amount, amounts[a.user]))
-		case !admitted && held[a.user] != 0:
+		case admitted && a.key == "" && a.resolved != "" && !own:
+			rep.Misled = append(rep.Misled, fmt.Sprintf("%s's claim %s told admitted, its twin's order %d", a.user, a.claimID, held[a.user]))
+		case admitted:
+			told[a.user] = true
+		case own:
+			rep.Misled = append(rep.Misled, fmt.Sprintf("%s's claim %s told %s, its order %d", a.user, a.claimID, a.resolved, held[a.user]))
+		case !cfg.Twice && held[a.user] != 0:
 			rep.Misled = append(rep.Misled, fmt.Sprintf("%s told not admitted (%s %s) holds order %d", a.user, what, a.resolved, held[a.user]))
 		}
 	}
+	if cfg.Twice {
+		// One claim of two was admitted: the buyer holding an order was
+		// told so by one of them, unless one got no answer.
+		for user, id := range held {
+			if !told[user] && !unanswered[user] {
+				rep.Misled = append(rep.Misled, fmt.Sprintf("%s holds order %d, told of it by neither claim", user, id))
+			}
+		}
+	}
 	return rep, nil
+}
+
+// claimSerial is the serial a claim id names (MS.HORIZON.SERIAL.MAC[.KEY]),
+// 0 for none.
+func claimSerial(id string) uint64 {
+	parts := strings.Split(id, ".")
+	if len(parts) < 4 {
+		return 0
+	}
+	n, _ := strconv.ParseUint(parts[2], 16, 64)
+	return n
 }
