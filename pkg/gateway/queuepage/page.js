@@ -4,6 +4,9 @@
 // buyer's token comes from the URL fragment (#token=…, never sent to any
 // server) or from the page that embeds it (postMessage, from an origin
 // FLASHSALE_QUEUE_EMBED_ORIGINS allows), and is sent only to this gateway.
+// What the page knows of the buyer (the token, the queue token, a press
+// whose outcome is not known yet, the turn's end) is kept in this tab's
+// sessionStorage, so a reload returns to the same state (SECURITY.md).
 "use strict";
 
 const T = window.QUEUE_TEXTS;
@@ -16,10 +19,30 @@ let token = "", access = "", queueToken = "";
 
 function say(text) { $("status").textContent = text; }
 
+// memory is this tab's record of the buyer on this voucher's page, in
+// sessionStorage (none where the browser refuses it): the page reloaded
+// or reopened in the tab picks up where it was.
+const memoryKey = "flashsale-queue:" + voucher;
+const memory = (() => {
+  try { return JSON.parse(sessionStorage.getItem(memoryKey) || "{}") || {}; } catch (e) { return {}; }
+})();
+function remember(fields) {
+  Object.assign(memory, fields);
+  try { sessionStorage.setItem(memoryKey, JSON.stringify(memory)); } catch (e) { /* private mode: only a reload forgets */ }
+}
+
 function readFragment() {
   const f = new URLSearchParams(location.hash.slice(1));
-  if (f.get("token")) token = f.get("token");
-  if (f.get("access")) access = f.get("access");
+  if (f.get("token") && f.get("token") !== memory.token) {
+    // A new link: another buyer, or a new sign-in. What the page knew
+    // of the old one is not this one's.
+    for (const k of Object.keys(memory)) delete memory[k];
+    remember({token: f.get("token")});
+  }
+  if (f.get("access")) remember({access: f.get("access")});
+  token = memory.token || "";
+  access = memory.access || "";
+  queueToken = memory.queue || "";
   // The token leaves the address bar (and the history) at once.
   if (location.hash) history.replaceState(null, "", location.pathname + location.search);
 }
@@ -35,6 +58,7 @@ async function call(method, path, extra) {
   const res = await fetch(path, {method, headers: headers(extra), cache: "no-store", credentials: "omit"});
   let body = {};
   try { body = await res.json(); } catch (e) { /* not JSON: an error page of a proxy */ }
+  if (res.status === 401 && token) remember({token: ""}); // expired: the shop signs the buyer in again
   return {status: res.status, body, retry: Number(res.headers.get("Retry-After") || 1)};
 }
 
@@ -183,9 +207,10 @@ function showWait(a) {
     : eta < 90000 ? fill(T.seconds, {n: Math.max(1, Math.round(eta / 1000))}) : fill(T.minutes, {n: Math.round(eta / 60000)});
 }
 
-// pressKey is the Idempotency-Key of the buyer's press of Buy, kept until
-// its outcome is known: sent again, it is the same claim, never a second
-// order.
+// The buyer's press of Buy, until its outcome is known: its
+// Idempotency-Key (sent again, it is the same claim, never a second
+// order) and, once answered outcome_unknown, its claim_id. Both are kept
+// in memory: a reload while they are out goes on finding the outcome.
 let pressKey = "";
 function newKey() {
   const b = crypto.getRandomValues(new Uint8Array(12));
@@ -203,59 +228,81 @@ async function claim() {
   }
 }
 
-// settle finds out what became of a claim answered r, whose outcome may
-// be unknown (a 503 of any code, no answer), showing "checking your
-// order…" and no Buy until it knows: an outcome_unknown is asked by its
-// claim_id, no answer by sending the same press again (its key makes it
-// the same claim), a 503 unavailable by the buyer's orders. It returns the
-// orders the buyer holds, or null: nothing was taken (r is then the
-// answer to show).
-let checking = false; // settle is finding out: the room's answers are not shown meanwhile
-async function settle(r) {
-  checking = true;
-  try { return await settleLoop(r); } finally { checking = false; }
+// ordering: from the press of Buy until its outcome is known, the page is
+// in one state, "Placing/Checking your order…", with no Buy to press;
+// the room's answers are not shown meanwhile (they would say "your turn",
+// or "passed", of a turn being used). Past longFor it says the check may
+// take a minute and the page must stay open.
+let ordering = false, orderingSince = 0;
+const longFor = 5000;
+function placing(text) {
+  if (!ordering) orderingSince = Date.now();
+  ordering = true;
+  $("buy").hidden = true;
+  stopPass();
+  $("figures").hidden = true;
+  $("busy").hidden = false;
+  say(text);
 }
-async function settleLoop(r) {
-  const b = $("buy");
-  b.disabled = true;
-  say(T.checking);
-  for (let wait = 1000; ; wait = Math.min(2 * wait, 8000)) {
-    if (r.status === 202) return [{order_id: r.body.order_id, status: r.body.status}];
+function placed() {
+  ordering = false;
+  $("busy").hidden = true;
+  pressKey = "";
+  remember({press: "", claim: ""});
+}
+
+// settle finds out what became of a claim answered r, whose outcome may
+// be unknown (a 503 of any code, no answer): an outcome_unknown is asked
+// by its claim_id, no answer by sending the same press again (its key
+// makes it the same claim), a 503 unavailable by the buyer's orders;
+// once a second, so the outcome shows within a second or two of the
+// gateway answering again. It returns the orders the buyer holds, or the
+// answer of a claim that took nothing.
+async function settle(r) {
+  placing(T.checking);
+  for (;;) {
+    if (r.status === 202) return {orders: [{order_id: r.body.order_id, status: r.body.status}]};
     if (r.status === 503 && r.body.error === "outcome_unknown" && r.body.claim_id) {
+      remember({claim: r.body.claim_id});
       const o = await call("GET", "/v1/vouchers/" + encodeURIComponent(voucher) + "/claims/" + encodeURIComponent(r.body.claim_id)).catch(() => null);
-      if (o && o.status === 200 && o.body.status === "admitted") return [{order_id: o.body.order_id, status: "pending"}];
-      if (o && o.status === 200 && o.body.status === "refused") return null;
+      if (o && o.status === 200 && o.body.status === "admitted") return {orders: [{order_id: o.body.order_id, status: "pending"}]};
+      if (o && o.status === 200 && o.body.status === "refused") return {answer: {status: 409, body: {error: o.body.error}}};
     } else if (r.status === 0) {
       r = await claim();
-      if (r.status !== 0 && r.status < 500) return r.status === 202 ? [{order_id: r.body.order_id, status: r.body.status}] : null;
+      if (r.status !== 0 && r.status < 500) return r.status === 202 ? {orders: [{order_id: r.body.order_id, status: r.body.status}]} : {answer: r};
       if (r.status !== 0) continue; // a 503: decided below
     } else {
       const held = await mine().catch(() => null);
-      if (held) return held.length > 0 ? held : null;
+      if (held) return held.length > 0 ? {orders: held} : {answer: r};
     }
-    await sleep(Math.max(wait, 1000 * (r.retry || 1)));
+    if (Date.now() - orderingSince >= longFor) say(T.checkingLong);
+    await sleep(1000);
   }
 }
 
 async function buy() {
-  const b = $("buy");
-  b.disabled = true;
-  say(T.buying);
+  placing(T.buying);
   pressKey = pressKey || newKey();
-  let r = await claim();
+  remember({press: pressKey});
+  await decide(await claim());
+}
+
+// decide shows the outcome of the press answered r: the order, or what
+// refused it, with Buy again where buying still can succeed.
+async function decide(r) {
   if (r.status === 0 || r.status >= 500) {
-    const held = await settle(r);
-    if (held && held.length > 0) { pressKey = ""; await showOrders(held); return; }
+    const s = await settle(r);
+    if (s.orders) { placed(); await showOrders(s.orders); return; }
+    r = s.answer;
   }
-  if (r.status === 202) { pressKey = ""; await showOrders([{order_id: r.body.order_id, status: r.body.status}]); return; }
-  pressKey = "";
+  if (r.status === 202) { placed(); await showOrders([{order_id: r.body.order_id, status: r.body.status}]); return; }
   // A limit reached: what the buyer holds says what to show.
   if (r.body.error === "user_limit") {
     const held = await mine();
-    if (held && held.length > 0) { await showOrders(held); return; }
+    if (held && held.length > 0) { placed(); await showOrders(held); return; }
   }
-  b.disabled = false;
-  if (r.body.error === "sold_out" || r.body.error === "user_limit") b.hidden = true;
+  placed();
+  $("buy").hidden = r.body.error === "sold_out" || r.body.error === "user_limit";
   say(said(r));
 }
 
@@ -265,8 +312,9 @@ let passEnds = 0; // the pass's end, unix ms (0: none)
 function showPass(expiresAt) {
   const p = $("pass");
   const end = Date.parse(expiresAt || "");
-  if (!$("order").hidden) return; // bought: no turn to count down
+  if (!$("order").hidden || ordering) return; // bought, or buying: no turn to count down
   passEnds = end || passEnds;
+  if (end) remember({passEnds: end});
   if (!end || passTimer) return;
   const tick = () => {
     const left = Math.max(0, Math.round((end - Date.now()) / 1000));
@@ -285,7 +333,7 @@ function stopPass() {
 // wait polls the room as its answers say, until the buyer's turn or the end.
 async function wait(a) {
   for (;;) {
-    if (checking) { await sleep(500); continue; } // one thing at a time: the claim's outcome first
+    if (ordering) { await sleep(500); continue; } // one thing at a time: the press's outcome first
     if (!$("order").hidden) return; // bought while a poll was out: its answer (sold out, say) is not this buyer's news
     showWait(a);
     switch (a.state) {
@@ -293,7 +341,7 @@ async function wait(a) {
         if ($("order").hidden) say(T.admitted);
         showPass(a.pass_expires_at);
         const b = $("buy");
-        if (b.hidden && $("order").hidden && !b.disabled) { b.hidden = false; b.focus(); }
+        if (b.hidden && $("order").hidden) { b.hidden = false; b.focus(); }
         break;
       }
       case "sold_out": say(T.soldOut); $("buy").hidden = true; stopPass(); break;
@@ -308,11 +356,17 @@ async function wait(a) {
     }
     if (!$("order").hidden) return;
     await sleep(Math.max(a.retry_after_ms || 1000, 300));
-    const r = await call("GET", "/v1/vouchers/" + encodeURIComponent(voucher) + "/queue", {"X-Flashsale-Queue": queueToken});
+    const r = await poll();
     if (r.status === 200) { a = r.body; continue; }
-    say(T.retrying);
+    if (!ordering) say(T.retrying);
     await sleep(1000 * r.retry);
   }
+}
+
+// poll asks the room for the buyer's state by the queue token.
+function poll() {
+  return call("GET", "/v1/vouchers/" + encodeURIComponent(voucher) + "/queue", {"X-Flashsale-Queue": queueToken})
+    .catch(() => ({status: 0, body: {}, retry: 1}));
 }
 
 async function start() {
@@ -329,7 +383,8 @@ async function start() {
   }
   $("access-submit").textContent = T.accessSubmit;
   $("buy").textContent = T.buy;
-  $("buy").onclick = () => buy().catch(() => say(T.retrying));
+  $("buy").onclick = () => buy().catch(() => { placed(); $("buy").hidden = false; say(T.retrying); });
+  $("busy-text").textContent = T.busy;
   readFragment();
   if (!token) {
     say(T.noToken);
@@ -339,14 +394,30 @@ async function start() {
         if (!allowed.includes(e.origin) || !e.data || e.data.type !== "flashsale-token" || typeof e.data.token !== "string") return;
         token = e.data.token;
         if (typeof e.data.access === "string") access = e.data.access;
+        remember({token, access});
         resolve();
       });
     });
   }
+  passEnds = memory.passEnds || 0;
+  // A press whose outcome the page had not learned before it was
+  // reloaded: found out first, showing "Checking your order…".
+  if (memory.press) {
+    pressKey = memory.press;
+    await decide(memory.claim ? {status: 503, body: {error: "outcome_unknown", claim_id: memory.claim}} : {status: 0, body: {}});
+    if (!$("order").hidden) return;
+  }
   // A buyer who bought already is shown the order, not a turn to buy.
   const held = await mine();
   if (held && held.length > 0) { await showOrders(held); return; }
-  const a = await join();
+  // A place taken before a reload is asked about by its queue token (no
+  // second join, no second proof of work).
+  let a = null;
+  if (queueToken) {
+    const r = await poll();
+    if (r.status === 200) a = r.body;
+  }
+  a = a || await join();
   if (!a) { // no room: the buyer claims directly
     say(T.noRoom);
     $("buy").hidden = false;
@@ -354,6 +425,7 @@ async function start() {
     return;
   }
   queueToken = a.queue_token;
+  remember({queue: queueToken});
   await wait(a);
 }
 

@@ -33,6 +33,8 @@ window.QUEUE_TEXTS = {
   paused: "The sale is paused. Please wait.",
   pausedAdmitted: "The sale is paused. A pause does not extend your turn: it still ends at {time}. Keep this page open.",
   checking: "Checking your order…",
+  checkingLong: "Still checking your order: this can take up to a minute. Keep this page open; it will show the outcome by itself.",
+  busy: "Please wait: do not press again.",
   lapsed: "Your turn has passed without a purchase. This queue does not take you again: the units go to those waiting after you.",
   retrying: "Reconnecting…",
   errorUnknown: "Something went wrong. Please reload the page.",
