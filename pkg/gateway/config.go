@@ -81,9 +81,11 @@ type Config struct {
 	ClaimReplyTimeout time.Duration `envconfig:"FLASHSALE_CLAIM_REPLY_TIMEOUT" default:"1s"`
 	// ClaimOutcomeTimeout bounds how long the gateway listens for a sent
 	// claim's reply, to record the outcome of a claim answered
-	// outcome_unknown: the read timeout of its admission connections. A
-	// claim's outcome is decided from the buyer's orders this long (and
-	// a second) after it. At least ClaimReplyTimeout (a smaller value is
+	// outcome_unknown: the read timeout of its admission connections. It
+	// is also a claim's horizon: this long after the claim, rounded up
+	// to a second, Redis refuses the claim's call, and a claim with no
+	// order is told refused a second later by Redis's clock
+	// (outcome.go). At least ClaimReplyTimeout (a smaller value is
 	// raised to it); at most 10m. Default 30s.
 	ClaimOutcomeTimeout time.Duration `envconfig:"FLASHSALE_CLAIM_OUTCOME_TIMEOUT" default:"30s"`
 	// IdempotencyTTL is how long an Idempotency-Key is remembered. Default 24h.

@@ -98,7 +98,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}, []string{"voucher"}),
 		outcomes: map[outcomeKey]outcome{},
 		lateOutcomes: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "flashsale_claim_late_outcomes_total", Help: "Outcomes of claims answered outcome_unknown: admitted or refused (their replies came late and were recorded), lost (no reply: the buyer's orders tell), refused_by_time (asked for after FLASHSALE_CLAIM_OUTCOME_TIMEOUT with no order).",
+			Name: "flashsale_claim_late_outcomes_total", Help: "Outcomes of claims answered outcome_unknown: admitted or refused (their replies came late and were recorded), lost (no reply: the buyer's orders tell), refused_by_time (no order, and Redis's clock past the claim's horizon and a second).",
 		}, []string{"outcome"}),
 	}
 	reg.MustRegister(m.claims, m.claimSeconds, m.scriptSeconds, m.pruned, m.mysqlShed, m.shed, m.limiterKeys, m.legacyWebhooks,
