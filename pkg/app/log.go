@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"strconv"
+	"strings"
 	"time"
 
 	"go.uber.org/zap"
@@ -79,6 +80,11 @@ func encoderConfig(format string) (zapcore.EncoderConfig, map[string]any, error)
 
 // formatCore writes what a format's pipeline indexes with the types it
 // expects, where zap's encoder cannot:
+//   - every format: an id (a field named id, or ending in _id) as a
+//     string, as the API writes ids, and any other integer past 2^53 as
+//     a string too: a JSON reader (jq, JavaScript, most log stores)
+//     reads a larger number as a double and rounds it, so the order id a
+//     customer quotes would not be found (logIDs);
 //   - gcp: logging.googleapis.com/sourceLocation {file, line, function}
 //     (Cloud Logging's structured-logging fields);
 //   - ecs: log.origin.file.name, log.origin.file.line (a number),
@@ -114,18 +120,20 @@ func (c formatCore) Write(ent zapcore.Entry, fields []zapcore.Field) error {
 	return c.Core.Write(ent, fields)
 }
 
-// rewrite turns zap's error field into ECS's error.message.
+// rewrite writes ids as strings (logIDs), and, for ECS, zap's error
+// field as error.message.
 func (c formatCore) rewrite(fields []zapcore.Field) []zapcore.Field {
-	if c.format != "ecs" {
-		return fields
-	}
 	var out []zapcore.Field // a copy, once there is something to change
 	for i, f := range fields {
-		if err, ok := f.Interface.(error); ok && f.Type == zapcore.ErrorType && f.Key == "error" {
+		g, changed := logID(f)
+		if err, ok := f.Interface.(error); ok && c.format == "ecs" && f.Type == zapcore.ErrorType && f.Key == "error" {
+			g, changed = zap.String("error.message", err.Error()), true
+		}
+		if changed {
 			if out == nil {
 				out = append([]zapcore.Field(nil), fields...)
 			}
-			out[i] = zap.String("error.message", err.Error())
+			out[i] = g
 		}
 	}
 	if out == nil {
@@ -133,6 +141,30 @@ func (c formatCore) rewrite(fields []zapcore.Field) []zapcore.Field {
 	}
 	return out
 }
+
+// maxExactInt is 2^53: past it a double, which a JSON reader makes of a
+// number, no longer holds every integer.
+const maxExactInt = 1 << 53
+
+// logID is f written as a string when it is an integer naming an id (a
+// key of id or ending in _id: ids are strings, whatever their size, so a
+// pipeline sees one type) or past 2^53; false when f is written as it is.
+func logID(f zapcore.Field) (zapcore.Field, bool) {
+	switch f.Type {
+	case zapcore.Int64Type, zapcore.Int32Type, zapcore.Int16Type, zapcore.Int8Type:
+		if isIDKey(f.Key) || f.Integer > maxExactInt || f.Integer < -maxExactInt {
+			return zap.String(f.Key, strconv.FormatInt(f.Integer, 10)), true
+		}
+	case zapcore.Uint64Type, zapcore.Uint32Type, zapcore.Uint16Type, zapcore.Uint8Type, zapcore.UintptrType:
+		if isIDKey(f.Key) || uint64(f.Integer) > maxExactInt {
+			return zap.String(f.Key, strconv.FormatUint(uint64(f.Integer), 10)), true
+		}
+	}
+	return f, false
+}
+
+// isIDKey reports whether a field's key names an id.
+func isIDKey(k string) bool { return k == "id" || strings.HasSuffix(k, "_id") }
 
 type sourceLocation zapcore.EntryCaller
 

@@ -5,6 +5,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -111,4 +113,57 @@ func TestLogFieldTypes(t *testing.T) {
 		require.Equal(t, sc.SpanID().String(), got[keys[1]], format)
 	}
 	require.Empty(t, ops.TraceFields(context.Background()), "no span, no fields")
+}
+
+// Ids are strings in every format, as the API writes them: an order id
+// past 2^53 as a number would be read rounded by jq, JavaScript and most
+// log stores, and not found. So is any integer past 2^53; smaller counts
+// stay numbers. With and the fields of a line alike.
+func TestLogIDsAreStrings(t *testing.T) {
+	const order = int64(386349236964294657) // jq reads 386349236964294660
+	for _, format := range []string{"json", "gcp", "ecs"} {
+		var buf bytes.Buffer
+		l, audit, err := newLoggers(zapcore.AddSync(&buf), "info", format, true)
+		require.NoError(t, err)
+		l.With(zap.Int64("voucher_id", 7)).Info("order cancelled", zap.Int64("order_id", order), zap.Uint64("id", 9),
+			zap.Int64("sequence", 1<<60), zap.Int("stock", 250), zap.Int64("upto", 12))
+		audit.Info("order created", zap.Int64("order_id", order))
+		lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
+		require.Len(t, lines, 2, format)
+		for _, line := range lines {
+			d := json.NewDecoder(strings.NewReader(line))
+			d.UseNumber()
+			var got map[string]any
+			require.NoError(t, d.Decode(&got), line)
+			require.Equal(t, "386349236964294657", got["order_id"], "%s: %s", format, line)
+			requireNoNumericID(t, got, line)
+		}
+		var got map[string]any
+		require.NoError(t, json.Unmarshal([]byte(lines[0]), &got))
+		require.Equal(t, "7", got["voucher_id"], format)
+		require.Equal(t, "9", got["id"], format)
+		require.Equal(t, "1152921504606846976", got["sequence"], "past 2^53: a string (%s)", format)
+		require.EqualValues(t, 250, got["stock"], "a count stays a number (%s)", format)
+		require.EqualValues(t, 12, got["upto"], format)
+	}
+}
+
+// requireNoNumericID fails on a field of a log line that names an id and
+// is a number, or any number past 2^53.
+func requireNoNumericID(t *testing.T, fields map[string]any, line string) {
+	t.Helper()
+	for k, v := range fields {
+		n, ok := v.(json.Number)
+		if !ok {
+			if f, isFloat := v.(float64); isFloat {
+				n, ok = json.Number(strconv.FormatFloat(f, 'f', -1, 64)), true
+			}
+		}
+		if !ok {
+			continue
+		}
+		require.False(t, isIDKey(k), "%s is a number in %s", k, line)
+		i, err := n.Int64()
+		require.True(t, err != nil || (i <= maxExactInt && i >= -maxExactInt), "%s is a number past 2^53 in %s", k, line)
+	}
 }

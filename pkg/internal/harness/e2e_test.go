@@ -140,6 +140,45 @@ func TestEndToEndEnvelopeSaleSurvivesKills(t *testing.T) {
 	require.EqualValues(t, count, report.Live)
 	require.Len(t, sale.Amounts, count, "every 202 says its amount")
 	require.Equal(t, db.Amounts{Grabbed: total}, report.Amounts)
+	requireIDsAsStrings(t, s)
+}
+
+// requireIDsAsStrings fails on a line of any role's log (the gateway's,
+// the workers', the reaper's, audit lines too) with an id written as a
+// number, or any number past 2^53: a log pipeline reads it as a double,
+// and an order id a customer quotes would not be found.
+func requireIDsAsStrings(t *testing.T, s *harness.Stack) {
+	t.Helper()
+	logs, err := filepath.Glob(filepath.Join(s.LogDir(), "*.log"))
+	require.NoError(t, err)
+	require.NotEmpty(t, logs)
+	orders := 0
+	for _, path := range logs {
+		raw, err := os.ReadFile(path)
+		require.NoError(t, err)
+		for _, line := range strings.Split(string(raw), "\n") {
+			if !strings.HasPrefix(line, "{") {
+				continue // not a role's JSON (a Go runtime message)
+			}
+			d := json.NewDecoder(strings.NewReader(line))
+			d.UseNumber()
+			var fields map[string]any
+			require.NoError(t, d.Decode(&fields), "%s: %s", path, line)
+			for k, v := range fields {
+				n, isNumber := v.(json.Number)
+				if !isNumber {
+					continue
+				}
+				require.False(t, k == "id" || strings.HasSuffix(k, "_id"), "%s: %s is a number: %s", filepath.Base(path), k, line)
+				i, err := n.Int64()
+				require.True(t, err != nil || (i <= 1<<53 && i >= -1<<53), "%s: %s is a number past 2^53: %s", filepath.Base(path), k, line)
+			}
+			if _, ok := fields["order_id"]; ok {
+				orders++
+			}
+		}
+	}
+	require.Positive(t, orders, "no line named an order: the check has no power")
 }
 
 // The sale, a worker killed in it, with every role under its own Redis ACL
