@@ -197,6 +197,21 @@ func TestTheEventsAPIAtItsEdges(t *testing.T) {
 	require.Nil(t, res.Body["first_kept"], "after 13 misses nothing")
 	got, _ := page(seq(14), 1000)
 	require.Equal(t, []string{seq(15), seq(16)}, got, "a padded after reads as its number")
+
+	// The retention deletes every event: a consumer behind is told what
+	// it missed, never answered as caught up.
+	deleted, err = f.env.DB.DeleteEventsBefore(ctx, time.Now().Add(time.Hour), 100)
+	require.NoError(t, err)
+	require.Equal(t, 3, deleted)
+	for _, after := range []string{"0", "1", "15"} {
+		res := list("?after=" + after)
+		require.Empty(t, res.Body["events"], "after %s", after)
+		require.Equal(t, seq(17), res.Body["first_kept"], "after %s: the events to 16 are gone", after)
+		require.Equal(t, seq(16), res.Body["next"], "after %s", after)
+	}
+	res = list("?after=16")
+	require.Nil(t, res.Body["first_kept"], "after 16 misses nothing")
+	require.Equal(t, seq(16), res.Body["next"])
 }
 
 // FLASHSALE_EVENTS_READ_TOKEN reads the events and the sinks, and every

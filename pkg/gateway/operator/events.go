@@ -27,8 +27,9 @@ const (
 // when there is none yet), to pass as after for the page that follows.
 // An after before the first kept event starts at it and the answer says
 // so ("first_kept": the events between were deleted past the
-// retention); an after past the last event published is refused
-// (after_past_last), not answered as if caught up.
+// retention; with none kept, the next to be published, and next the
+// last published); an after past the last event published is refused
+// (after_past_last): neither is answered as if caught up.
 //
 // voucher_id=ID and type=order.STATUS keep the page's events of that
 // voucher, of that type: the page is read over the whole sequence as
@@ -58,7 +59,12 @@ func (a *API) listEvents(w http.ResponseWriter, r *http.Request) {
 		a.Fail(w, r, err)
 		return
 	}
-	if len(rows) == 0 { // caught up, or after is past the last: one read tells
+	out := struct {
+		Events    []event.Event  `json:"events"`
+		Next      event.Sequence `json:"next"`
+		FirstKept event.Sequence `json:"first_kept,omitempty"`
+	}{Events: make([]event.Event, 0, len(rows)), Next: event.Sequence(after)}
+	if len(rows) == 0 { // caught up, or every event after it deleted, or after is past the last: one read tells
 		last, err := a.eventsDB().LastSequence(r.Context())
 		if err != nil {
 			a.Fail(w, r, err)
@@ -69,12 +75,13 @@ func (a *API) listEvents(w http.ResponseWriter, r *http.Request) {
 				strconv.FormatInt(last, 10)+": pass the next of a page this gateway answered, or 0"))
 			return
 		}
+		if after < last {
+			// Every event after it was deleted past the retention: the
+			// first kept will be the next one published, and the page
+			// moves on past the gone ones.
+			out.FirstKept, out.Next = event.Sequence(last+1), event.Sequence(last)
+		}
 	}
-	out := struct {
-		Events    []event.Event  `json:"events"`
-		Next      event.Sequence `json:"next"`
-		FirstKept event.Sequence `json:"first_kept,omitempty"`
-	}{Events: make([]event.Event, 0, len(rows)), Next: event.Sequence(after)}
 	if len(rows) > 0 && rows[0].Sequence > after+1 {
 		// The events between were deleted: say where the kept ones begin.
 		out.FirstKept = event.Sequence(rows[0].Sequence)

@@ -516,16 +516,26 @@ func redeliver(cctx context.Context, mysql *db.Store, sink string, after int64, 
 	if err != nil {
 		return err
 	}
+	fmt.Println(redelivering(sink, after, first, last))
+	return nil
+}
+
+// redelivering says what a redelivery to sink after after sends: the
+// kept events first to last (first 0: none kept after after), and the
+// ones it missed, deleted past the retention, never as if caught up.
+func redelivering(sink string, after, first, last int64) string {
 	switch {
+	case first == 0 && after < last:
+		return fmt.Sprintf("%s: the events %d to %d were deleted past FLASHSALE_EVENTS_RETENTION and none is kept: it missed them, and gets the events to come, from %d",
+			sink, after+1, last, last+1)
 	case first == 0:
-		fmt.Printf("%s: no event kept after %d (the last published is %d): it gets the events to come\n", sink, after, last)
+		return fmt.Sprintf("%s: nothing published after %d yet: it gets the events to come", sink, after)
 	case first > after+1:
-		fmt.Printf("%s: sending the events %d to %d; those after %d and before %d were deleted past FLASHSALE_EVENTS_RETENTION\n",
+		return fmt.Sprintf("%s: sending the events %d to %d; those after %d and before %d were deleted past FLASHSALE_EVENTS_RETENTION",
 			sink, first, last, after, first)
 	default:
-		fmt.Printf("%s: sending the events %d to %d again\n", sink, first, last)
+		return fmt.Sprintf("%s: sending the events %d to %d again", sink, first, last)
 	}
-	return nil
 }
 
 // eventsState prints where the outbox and each sink stand.

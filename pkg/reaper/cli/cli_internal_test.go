@@ -72,3 +72,20 @@ func TestACountSaysWhatItIsInstead(t *testing.T) {
 	require.NoError(t, err)
 	require.EqualValues(t, 12, n)
 }
+
+// A redelivery says what the sink missed: with every event after
+// --after deleted past the retention, that they are gone and where the
+// next begins, never only that it gets the events to come.
+func TestARedeliverySaysWhatTheSinkMissed(t *testing.T) {
+	for _, tc := range []struct {
+		after, first, last int64
+		want               string
+	}{
+		{1, 0, 25424, "kafka: the events 2 to 25424 were deleted past FLASHSALE_EVENTS_RETENTION and none is kept: it missed them, and gets the events to come, from 25425"},
+		{25424, 0, 25424, "kafka: nothing published after 25424 yet: it gets the events to come"},
+		{1, 100, 120, "kafka: sending the events 100 to 120; those after 1 and before 100 were deleted past FLASHSALE_EVENTS_RETENTION"},
+		{99, 100, 120, "kafka: sending the events 100 to 120 again"},
+	} {
+		require.Equal(t, tc.want, redelivering("kafka", tc.after, tc.first, tc.last))
+	}
+}
