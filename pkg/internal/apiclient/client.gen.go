@@ -3824,10 +3824,10 @@ type GetAdminV1EventsResponse struct {
 	JSON200 *struct {
 		Events []Event `json:"events"`
 
-		// FirstKept present when the events after after and before this sequence were deleted past FLASHSALE_EVENTS_RETENTION: the page starts at the first kept event, and the consumer missed the ones before it
+		// FirstKept present when the events after after and before this sequence were deleted past FLASHSALE_EVENTS_RETENTION: the page starts at the first kept event (with none kept, the page is empty and this is the next to be published), and the consumer missed the ones before it
 		FirstKept *string `json:"first_kept,omitempty"`
 
-		// Next the last event's sequence (after itself when there is none), 20 digits: pass it as after for the page that follows
+		// Next the last event's sequence (after itself when there is none; the last published when every event after after was deleted), 20 digits: pass it as after for the page that follows
 		Next string `json:"next"`
 	}
 	// JSONDefault the response for an HTTP default `application/json` response
@@ -3838,10 +3838,10 @@ type GetAdminV1EventsResponse struct {
 func (r GetAdminV1EventsResponse) GetJSON200() *struct {
 	Events []Event `json:"events"`
 
-	// FirstKept present when the events after after and before this sequence were deleted past FLASHSALE_EVENTS_RETENTION: the page starts at the first kept event, and the consumer missed the ones before it
+	// FirstKept present when the events after after and before this sequence were deleted past FLASHSALE_EVENTS_RETENTION: the page starts at the first kept event (with none kept, the page is empty and this is the next to be published), and the consumer missed the ones before it
 	FirstKept *string `json:"first_kept,omitempty"`
 
-	// Next the last event's sequence (after itself when there is none), 20 digits: pass it as after for the page that follows
+	// Next the last event's sequence (after itself when there is none; the last published when every event after after was deleted), 20 digits: pass it as after for the page that follows
 	Next string `json:"next"`
 } {
 	return r.JSON200
@@ -5878,10 +5878,10 @@ func ParseGetAdminV1EventsResponse(rsp *http.Response) (*GetAdminV1EventsRespons
 		var dest struct {
 			Events []Event `json:"events"`
 
-			// FirstKept present when the events after after and before this sequence were deleted past FLASHSALE_EVENTS_RETENTION: the page starts at the first kept event, and the consumer missed the ones before it
+			// FirstKept present when the events after after and before this sequence were deleted past FLASHSALE_EVENTS_RETENTION: the page starts at the first kept event (with none kept, the page is empty and this is the next to be published), and the consumer missed the ones before it
 			FirstKept *string `json:"first_kept,omitempty"`
 
-			// Next the last event's sequence (after itself when there is none), 20 digits: pass it as after for the page that follows
+			// Next the last event's sequence (after itself when there is none; the last published when every event after after was deleted), 20 digits: pass it as after for the page that follows
 			Next string `json:"next"`
 		}
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
