@@ -159,6 +159,17 @@ func (s *Store) GiveUpSinkEvent(ctx context.Context, name, owner string, seq int
 	}, readCommitted)
 }
 
+// FailSinkEvent records event seq failed for name (a lane's event not
+// taken in time, its last attempt failing with cause), without moving
+// delivered_upto: the relay moves it past seq once every event before is
+// done too. Nothing is recorded unless owner holds the sink.
+func (s *Store) FailSinkEvent(ctx context.Context, name, owner string, seq int64, cause string) error {
+	return s.db.WithContext(ctx).Exec(`INSERT INTO event_failures (sink, sequence, failed_at, attempts, error, redeliver)
+		SELECT name, ?, UTC_TIMESTAMP(3), 1, LEFT(?, 255), 0 FROM event_sinks WHERE name = ? AND owner = ?
+		ON DUPLICATE KEY UPDATE failed_at = VALUES(failed_at), attempts = event_failures.attempts + 1, error = VALUES(error), redeliver = 0`,
+		seq, cause, name, owner).Error
+}
+
 // DisableSink stops name (the endpoint answered 410 Gone) until
 // RedeliverSink starts it again.
 func (s *Store) DisableSink(ctx context.Context, name, owner, why string) error {

@@ -11,17 +11,18 @@ package event
 //   - idle: held, nothing after delivered_upto: sequence what has
 //     committed, else wait a poll (20 ms doubling to 200 ms).
 //   - retrying: the event after delivered_upto failed: back off with
-//     jitter; a webhook endpoint that has not taken it within
-//     FLASHSALE_EVENTS_WEBHOOK_RETRY_FOR has it recorded failed (the
-//     sink moves past it).
+//     jitter. A webhook endpoint is laned (lanes.go): a lane backs off
+//     on its own and the others go on; an event it has not taken within
+//     FLASHSALE_EVENTS_WEBHOOK_RETRY_FOR is recorded failed (its lane
+//     moves past it).
 //   - stopped: the endpoint answered 410 Gone: it takes nothing until an
 //     operator redelivers (reaper events redeliver).
 //
 // Each turn that (re)reads the lease also sends again the failed events
-// an operator asked for (redeliver --failed). While processes live each
-// event goes out once per sink; after a crash the next holder sends
-// again what was not recorded (at least once: the same id, sequence and
-// body).
+// an operator asked for (redeliver --failed). While the holder lives
+// each event goes out once per sink; after a crash, or a lease lost, the
+// next holder sends again what was not recorded (at least once: the
+// same id, sequence and body).
 
 import (
 	"context"
@@ -88,6 +89,8 @@ type Relay struct {
 	// poll: the pause after a turn with nothing to send (relayPollMin to
 	// relayPoll).
 	poll time.Duration
+	// ls is a laned sink's lanes while this relay holds it (lanes.go).
+	ls *lanes
 }
 
 // leaseToken is a lease owner unique to this process: name and 8
@@ -173,15 +176,20 @@ func (rl *Relay) step(ctx context.Context) time.Duration {
 		}
 	}
 	if !rl.held { // another reaper relays it; its gauges say how it goes
+		rl.ls = nil
 		m.undelivered.WithLabelValues(name).Set(0)
 		m.oldestAge.WithLabelValues(name).Set(0)
 		return time.Until(rl.renewAt)
 	}
 	st := rl.st
+	if laned, ok := rl.sink.(Laned); ok && st.Disabled == "" {
+		return rl.stepLanes(ctx, laned, st)
+	}
+	rl.ls = nil
 	var events []db.OutboxEntry
 	if st.Disabled == "" {
 		var err error
-		if events, err = rl.next(ctx, st.DeliveredUpto); err != nil {
+		if events, err = rl.next(ctx, st.DeliveredUpto, rl.batch); err != nil {
 			rl.log.Warn("could not read events", zap.Error(err))
 			return rl.retry.Next()
 		}
@@ -191,12 +199,7 @@ func (rl *Relay) step(ctx context.Context) time.Duration {
 		rl.gaugesAt = time.Now().Add(time.Second)
 	}
 	if len(events) == 0 {
-		wait := max(rl.poll, relayPollMin)
-		rl.poll = min(2*wait, relayPoll)
-		if soon := time.Now().Add(relayPoll); soon.Before(rl.renewAt) { // nothing to send: see what changed
-			rl.renewAt = soon
-		}
-		return wait
+		return rl.idle()
 	}
 	rl.poll = relayPollMin
 	out := make([]Event, len(events))
@@ -228,6 +231,18 @@ func (rl *Relay) step(ctx context.Context) time.Duration {
 	return rl.failed(ctx, out[n], sendErr)
 }
 
+// idle is the pause after a turn with nothing to send: relayPollMin,
+// doubling up to relayPoll while nothing comes; the sink is read again
+// within a poll, to see what changed.
+func (rl *Relay) idle() time.Duration {
+	wait := max(rl.poll, relayPollMin)
+	rl.poll = min(2*wait, relayPoll)
+	if soon := time.Now().Add(relayPoll); soon.Before(rl.renewAt) {
+		rl.renewAt = soon
+	}
+	return wait
+}
+
 // sendContext bounds a send: half a lease, and never past the lease,
 // less a margin for the clocks, so a sender whose lease lapsed has
 // stopped before another reaper can take the sink (the Kafka client's
@@ -244,8 +259,8 @@ func (rl *Relay) sendContext(ctx context.Context) (context.Context, context.Canc
 // sequences what has committed since the sequencer's last round (every
 // FLASHSALE_REAPER_EVENTS_INTERVAL) and reads again: an event leaves
 // within a poll of its commit, not within a round.
-func (rl *Relay) next(ctx context.Context, after int64) ([]db.OutboxEntry, error) {
-	events, err := rl.store.Events(ctx, after, rl.batch)
+func (rl *Relay) next(ctx context.Context, after int64, limit int) ([]db.OutboxEntry, error) {
+	events, err := rl.store.Events(ctx, after, limit)
 	if err != nil || len(events) > 0 {
 		return events, err
 	}
@@ -254,7 +269,7 @@ func (rl *Relay) next(ctx context.Context, after int64) ([]db.OutboxEntry, error
 		return nil, err
 	}
 	rl.metrics.sequenced.Add(float64(n))
-	return rl.store.Events(ctx, after, rl.batch)
+	return rl.store.Events(ctx, after, limit)
 }
 
 // failed handles a failed delivery of e and returns the pause before
@@ -266,10 +281,7 @@ func (rl *Relay) failed(ctx context.Context, e Event, sendErr error) time.Durati
 	rl.metrics.failures.WithLabelValues(name, cause).Inc()
 	log := rl.log.With(zap.String("event_id", e.ID), zap.Int64("sequence", int64(e.Sequence)), zap.String("cause", cause), zap.Error(sendErr))
 	if f, ok := errors.AsType[*Failure](sendErr); ok && f.Gone {
-		log.Error("the endpoint is gone (410): no more events go to it until reaper events redeliver")
-		if err := rl.store.DisableSink(ctx, name, owner, sendErr.Error()); err != nil {
-			log.Warn("could not stop the sink", zap.Error(err))
-		}
+		rl.stopped(ctx, sendErr)
 		return relayPoll
 	}
 	failing, err := rl.store.SinkFailing(ctx, name, owner, sendErr.Error())
@@ -290,6 +302,16 @@ func (rl *Relay) failed(ctx context.Context, e Event, sendErr error) time.Durati
 	wait := rl.retry.Next()
 	log.Warn("event not delivered: retrying", zap.Duration("failing_for", failing), zap.Duration("retry_in", wait))
 	return wait
+}
+
+// stopped stops the sink: its endpoint answered 410 Gone (err), and it
+// takes nothing until an operator redelivers.
+func (rl *Relay) stopped(ctx context.Context, err error) {
+	rl.renewAt, rl.ls = time.Time{}, nil
+	rl.log.Error("the endpoint is gone (410): no more events go to it until reaper events redeliver", zap.String("cause", "gone"), zap.Error(err))
+	if derr := rl.store.DisableSink(ctx, rl.sink.Name(), rl.owner, err.Error()); derr != nil {
+		rl.log.Warn("could not stop the sink", zap.Error(derr))
+	}
 }
 
 // redeliverFailed sends again the events recorded failed that an

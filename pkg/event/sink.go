@@ -19,6 +19,21 @@ type Sink interface {
 	Close()
 }
 
+// Laned is a sink whose deliveries go over lanes of their own (a webhook
+// endpoint): one order's events on one lane, in order. The relay keeps a
+// state a lane (lanes.go): a failure holds back its own lane, and a
+// lane's delivered events are never sent again for another's failure.
+type Laned interface {
+	Sink
+	// Lanes is how many lanes there are; Lane is e's, from 0.
+	Lanes() int
+	Lane(e Event) int
+	// SendLane delivers events one after another and returns how many
+	// were delivered: all, or those before the first that failed, with
+	// its error (a *Failure).
+	SendLane(ctx context.Context, events []Event) (int, error)
+}
+
 // Failure is why a delivery failed: Cause is a metric's label (http_4xx,
 // http_5xx, gone, timeout, refused, connection, kafka).
 type Failure struct {

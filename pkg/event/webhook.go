@@ -71,6 +71,25 @@ func (w *Webhook) Name() string { return w.name }
 // Close closes the idle connections.
 func (w *Webhook) Close() { w.client.CloseIdleConnections() }
 
+// Lanes is how many lanes an endpoint's deliveries take (WebhookLanes).
+func (w *Webhook) Lanes() int { return WebhookLanes }
+
+// Lane is e's lane: one order's events (its subject) always take the
+// same one, in order.
+func (w *Webhook) Lane(e Event) int { return int(maphash.String(w.seed, e.Subject) % WebhookLanes) }
+
+// SendLane POSTs events one after another, as one lane sends them, and
+// returns how many were delivered: all, or those before the first that
+// failed, with its error.
+func (w *Webhook) SendLane(ctx context.Context, events []Event) (int, error) {
+	for i, e := range events {
+		if err := w.post(ctx, e); err != nil {
+			return i, err
+		}
+	}
+	return len(events), nil
+}
+
 // Send POSTs events over WebhookLanes lanes, one order's events on one lane
 // in order; a lane stops at its first failure.
 func (w *Webhook) Send(ctx context.Context, events []Event) (int, error) {
@@ -82,7 +101,7 @@ func (w *Webhook) Send(ctx context.Context, events []Event) (int, error) {
 	}
 	var lanes [WebhookLanes][]int
 	for i, e := range events {
-		l := maphash.String(w.seed, e.Subject) % WebhookLanes
+		l := w.Lane(e)
 		lanes[l] = append(lanes[l], i)
 	}
 	ctx, cancel := context.WithCancel(ctx) // a 410 stops every lane

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"hash/crc32"
 	"net"
 	"strings"
 	"testing"
@@ -182,4 +183,43 @@ func sinksHeld(t *testing.T, e *testenv.Env, n int) func(*testsink.Receiver) str
 		require.NoError(t, err)
 		return name
 	}
+}
+
+// An endpoint answering 500 to 5 % of first attempts (chosen by event
+// id) through a sale of about 600 events stays current: every event is
+// delivered, each answered 2xx exactly once (a lane's deliveries are not
+// sent again for another lane's failure), and the last within 20 s of the
+// last change (the failing lane backs off on its own; the others go on).
+func TestAFlakyEndpointStaysCurrentAndGetsEachEventOnce(t *testing.T) {
+	e := testenv.New(t, 1)
+	v := e.SeedVoucher(t, db.Voucher{Stock: 1000}, -1)
+	flaky := testsink.NewReceiver(t)
+	failed := 0
+	flaky.AnswerEvents(func(id string, attempt int) testsink.Answer {
+		if attempt == 1 && crc32.ChecksumIEEE([]byte(id))%20 == 0 {
+			failed++
+			return testsink.Fail
+		}
+		return testsink.OK
+	})
+	relaying(t, e, "relay-flaky", event.Config{WebhookURLs: []string{flaky.URL}, WebhookSecret: testsink.Secret,
+		WebhookTimeout: 2 * time.Second})
+	sinksHeld(t, e, 1)
+	changeOrders(t, e, v, 0, 360) // 360 created, 120 paid, 120 cancelled
+	changed := time.Now()
+	want := sequenced(t, e)
+	require.GreaterOrEqual(t, len(want), 590)
+	ds := received(t, "the flaky endpoint", want, flaky.Deliveries)
+	last := ds[0].At
+	for _, d := range ds {
+		if d.At.After(last) {
+			last = d.At
+		}
+	}
+	t.Logf("%d events, %d first attempts answered 500, the last delivered %s after the last change", len(want), failed,
+		last.Sub(changed).Round(time.Millisecond))
+	require.Positive(t, failed, "no attempt failed: the test has no power")
+	require.Empty(t, twice(flaky.Deliveries()), "events answered 2xx more than once")
+	require.Less(t, last.Sub(changed), 20*time.Second, "the last event within 20 s of the last change")
+	require.Empty(t, flaky.Unverified())
 }

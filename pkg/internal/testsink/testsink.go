@@ -65,6 +65,10 @@ type Receiver struct {
 	bad      []string
 	requests int
 	answer   func(request int) Answer
+	// byEvent, when set, answers instead of answer, by the event's id and
+	// its attempt (from 1) at this endpoint.
+	byEvent  func(id string, attempt int) Answer
+	attempts map[string]int
 	hung     chan struct{}
 }
 
@@ -106,6 +110,14 @@ func (r *Receiver) Answer(f func(request int) Answer) {
 // Always answers a every request from now on.
 func (r *Receiver) Always(a Answer) { r.Answer(func(int) Answer { return a }) }
 
+// AnswerEvents sets how the endpoint answers a delivery of the event id,
+// its attempt-th (from 1), from now on.
+func (r *Receiver) AnswerEvents(f func(id string, attempt int) Answer) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.byEvent, r.attempts = f, map[string]int{}
+}
+
 func (r *Receiver) serve(w http.ResponseWriter, req *http.Request) {
 	body, err := io.ReadAll(req.Body)
 	at := time.Now()
@@ -123,6 +135,10 @@ func (r *Receiver) serve(w http.ResponseWriter, req *http.Request) {
 	r.mu.Lock()
 	r.requests++
 	answer := r.answer(r.requests)
+	if r.byEvent != nil && ev.ID != "" {
+		r.attempts[ev.ID]++
+		answer = r.byEvent(ev.ID, r.attempts[ev.ID])
+	}
 	if problem != "" {
 		r.bad = append(r.bad, problem)
 		answer = Fail

@@ -1,0 +1,231 @@
+package event
+
+// A laned sink's turn (a webhook endpoint's): the events after the sink's
+// delivered_upto are read into its lanes, each order's events in one
+// lane, in order, and every lane goes on its own. A lane whose head event
+// fails backs off, its pause doubling per attempt from a second up to an
+// hour, and holds back only itself; the others keep sending. An event
+// delivered is done; so is one recorded failed after
+// FLASHSALE_EVENTS_WEBHOOK_RETRY_FOR. delivered_upto moves on to the
+// last event below which every event is done, so a lane's deliveries are
+// never sent again because another lane failed; only the next holder of
+// the lease, after a crash or a lease lost, sends again what was done
+// above delivered_upto.
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/flashsale/flashsale/pkg/backoff"
+	"github.com/flashsale/flashsale/pkg/db"
+)
+
+const (
+	// laneTurn bounds the events a lane sends in one turn (a turn waits
+	// for its longest lane).
+	laneTurn = 64
+	// laneWindow bounds the events read and not yet done: a lane stuck
+	// on one event lets the others run this far ahead of it.
+	laneWindow = 4 * webhookBatch
+)
+
+// lane is one lane's events not yet done, and its retry state.
+type lane struct {
+	queue   []Event
+	retryAt time.Time // the next attempt at queue[0] (zero: at once)
+	retry   *backoff.Backoff
+	failing time.Time // since when queue[0] has failed (zero: it has not)
+}
+
+// lanes is a laned sink's state while this relay holds it, from the
+// delivered_upto it read (from).
+type lanes struct {
+	from    int64          // delivered_upto as recorded
+	read    int64          // the last sequence read into the lanes
+	done    map[int64]bool // done above from
+	skip    [][2]int64     // ranges above from with no event to send (deleted)
+	pending int            // events in the queues
+	lanes   []lane
+}
+
+func newLanes(from int64, n int) *lanes {
+	ls := &lanes{from: from, read: from, done: map[int64]bool{}, lanes: make([]lane, n)}
+	for i := range ls.lanes {
+		ls.lanes[i].retry = backoff.New(relayRetryFirst, webhookRetryMax)
+	}
+	return ls
+}
+
+// laneResult is what one lane's sending did.
+type laneResult struct {
+	sent int
+	err  error
+}
+
+// stepLanes is a turn of a laned sink held with state st; it returns the
+// pause before the next turn.
+func (rl *Relay) stepLanes(ctx context.Context, sink Laned, st db.SinkState) time.Duration {
+	name, m := sink.Name(), rl.metrics
+	if rl.ls == nil || rl.ls.from != st.DeliveredUpto {
+		rl.ls = newLanes(st.DeliveredUpto, sink.Lanes()) // a new holder, a redelivery: from the record
+	}
+	ls := rl.ls
+	var read []db.OutboxEntry
+	if ls.pending < laneWindow {
+		var err error
+		if read, err = rl.next(ctx, ls.read, min(rl.batch, laneWindow-ls.pending)); err != nil {
+			rl.log.Warn("could not read events", zap.Error(err))
+			return rl.retry.Next()
+		}
+		for _, e := range read {
+			if e.Sequence > ls.read+1 { // deleted past the retention: nothing to send
+				ls.skip = append(ls.skip, [2]int64{ls.read + 1, e.Sequence - 1})
+			}
+			ev := Of(rl.source, e)
+			l := &ls.lanes[sink.Lane(ev)]
+			l.queue = append(l.queue, ev)
+			ls.read = e.Sequence
+		}
+		ls.pending += len(read)
+	}
+	if ls.pending == 0 || !time.Now().Before(rl.gaugesAt) {
+		rl.gauges(ctx, st, read)
+		rl.gaugesAt = time.Now().Add(time.Second)
+	}
+	if ls.pending == 0 {
+		return rl.idle()
+	}
+	rl.poll = relayPollMin
+
+	// Every lane due sends, at once; the turn ends with the last.
+	now := time.Now()
+	results := make([]laneResult, len(ls.lanes))
+	sctx, cancel := rl.sendContext(ctx)
+	var wg sync.WaitGroup
+	for i := range ls.lanes {
+		l := &ls.lanes[i]
+		if len(l.queue) == 0 || now.Before(l.retryAt) {
+			continue
+		}
+		batch := l.queue[:min(len(l.queue), laneTurn)]
+		wg.Go(func() {
+			n, err := sink.SendLane(sctx, batch)
+			results[i] = laneResult{n, err}
+		})
+	}
+	wg.Wait()
+	cancel()
+
+	var gone error
+	for i := range ls.lanes {
+		l, r := &ls.lanes[i], results[i]
+		for _, e := range l.queue[:r.sent] {
+			ls.done[int64(e.Sequence)] = true
+		}
+		if r.sent > 0 {
+			m.delivered.WithLabelValues(name).Add(float64(r.sent))
+			l.queue, ls.pending = l.queue[r.sent:], ls.pending-r.sent
+			l.retry.Reset()
+			l.retryAt, l.failing = time.Time{}, time.Time{}
+		}
+		if r.err == nil {
+			continue
+		}
+		if f, ok := errors.AsType[*Failure](r.err); ok && f.Gone {
+			gone = r.err
+			continue
+		}
+		rl.laneFailed(ctx, ls, l, r.err)
+	}
+	if gone != nil {
+		m.failures.WithLabelValues(name, "gone").Inc()
+		rl.stopped(ctx, gone)
+		return relayPoll
+	}
+	if !rl.advanceLanes(ctx, ls) {
+		return 0
+	}
+	// The next turn: at once while a lane is due, else at the first
+	// retry, and within a poll in any case (new events, a lane free).
+	wait := relayPoll
+	for i := range ls.lanes {
+		if l := &ls.lanes[i]; len(l.queue) > 0 {
+			wait = min(wait, max(time.Until(l.retryAt), 0))
+		}
+	}
+	return wait
+}
+
+// laneFailed handles the failure err of lane l's head event: it backs
+// the lane off, or records the event failed and moves the lane on once
+// it has failed for retryFor.
+func (rl *Relay) laneFailed(ctx context.Context, ls *lanes, l *lane, err error) {
+	name, e := rl.sink.Name(), l.queue[0]
+	cause := CauseOf(err)
+	rl.metrics.failures.WithLabelValues(name, cause).Inc()
+	now := time.Now()
+	if l.failing.IsZero() {
+		l.failing = now
+	}
+	// The sink's row says it is retrying (reaper events, the console).
+	if _, ferr := rl.store.SinkFailing(ctx, name, rl.owner, err.Error()); ferr != nil {
+		rl.log.Warn("could not record the failure", zap.Error(ferr))
+	}
+	log := rl.log.With(zap.String("event_id", e.ID), zap.Int64("sequence", int64(e.Sequence)), zap.String("cause", cause), zap.Error(err))
+	if failing := now.Sub(l.failing); rl.retryFor > 0 && failing >= rl.retryFor {
+		log.Error("event failed for this endpoint: not delivered within FLASHSALE_EVENTS_WEBHOOK_RETRY_FOR", zap.Duration("failing_for", failing))
+		if ferr := rl.store.FailSinkEvent(ctx, name, rl.owner, int64(e.Sequence), err.Error()); ferr != nil {
+			log.Warn("could not record the event failed", zap.NamedError("record_error", ferr))
+			l.retryAt = now.Add(l.retry.Next())
+			return
+		}
+		rl.metrics.givenUp.WithLabelValues(name).Inc()
+		ls.done[int64(e.Sequence)] = true
+		l.queue, ls.pending = l.queue[1:], ls.pending-1
+		l.retry.Reset()
+		l.retryAt, l.failing = time.Time{}, time.Time{}
+		return
+	}
+	wait := l.retry.Next()
+	l.retryAt = now.Add(wait)
+	log.Warn("event not delivered: retrying", zap.Duration("failing_for", now.Sub(l.failing)), zap.Duration("retry_in", wait))
+}
+
+// advanceLanes moves delivered_upto past every event done from it on;
+// false when the sink changed under it (a redelivery, a lease taken):
+// the next turn reads it again.
+func (rl *Relay) advanceLanes(ctx context.Context, ls *lanes) bool {
+	upto := ls.from
+	for {
+		if ls.done[upto+1] {
+			upto++
+			delete(ls.done, upto)
+			continue
+		}
+		if len(ls.skip) > 0 && ls.skip[0][0] == upto+1 {
+			upto, ls.skip = ls.skip[0][1], ls.skip[1:]
+			continue
+		}
+		break
+	}
+	if upto == ls.from {
+		return true
+	}
+	moved, err := rl.store.AdvanceSink(ctx, rl.sink.Name(), rl.owner, ls.from, upto)
+	switch {
+	case err != nil:
+		rl.log.Warn("could not record the events delivered", zap.Int64("upto", upto), zap.Error(err))
+		rl.renewAt, rl.ls = time.Time{}, nil
+		return false
+	case !moved: // redelivered by an operator, or taken over: read it again
+		rl.renewAt, rl.ls = time.Time{}, nil
+		return false
+	}
+	ls.from = upto
+	rl.st.DeliveredUpto, rl.st.FailingSince, rl.st.Attempts = upto, nil, 0
+	return true
+}
