@@ -227,6 +227,7 @@ func (g *Gateway) Close() { g.closeBy(time.Now().Add(g.cfg.ShutdownTimeout)) }
 // timeout): those claims stay decidable by the buyers' orders and their
 // horizons (outcome.go).
 func (g *Gateway) closeBy(deadline time.Time) {
+	began := time.Now()
 	// The background passes stop beside the admissions: each waits for
 	// its pass in flight, which its store's timeout bounds.
 	stopped := make(chan struct{})
@@ -234,16 +235,22 @@ func (g *Gateway) closeBy(deadline time.Time) {
 	if g.batcher != nil {
 		g.batcher.CloseBy(deadline)
 	}
+	admissions := time.Since(began)
 	recorded := make(chan struct{})
 	go func() { g.lateWG.Wait(); close(recorded) }()
-	t := time.NewTimer(time.Until(deadline))
+	expired := make(chan struct{})
+	t := time.AfterFunc(time.Until(deadline), func() { close(expired) })
+	defer t.Stop()
 	select {
 	case <-recorded:
-	case <-t.C:
+	case <-expired:
 		g.log.Warn("shutting down with claims' late outcomes not recorded: their buyers' orders and horizons decide them")
 	}
-	t.Stop()
-	<-stopped
+	select {
+	case <-stopped:
+	case <-expired: // a pass still waiting on a store is left: the process is ending
+	}
+	g.log.Info("gateway closed", zap.Duration("admissions", admissions), zap.Duration("in_all", time.Since(began)))
 	if g.adminDB != nil {
 		_ = g.adminDB.Close()
 	}

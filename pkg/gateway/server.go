@@ -96,5 +96,6 @@ func (g *Gateway) serve(ctx context.Context, ls ...listener) error {
 			err = fmt.Errorf("shutdown: %w", serr)
 		}
 	}
+	g.log.Info("gateway's requests drained", zap.Duration("took", g.cfg.ShutdownTimeout-time.Until(deadline)))
 	return err
 }

@@ -3,6 +3,7 @@ package harness_test
 import (
 	"context"
 	"fmt"
+	"os"
 	"strconv"
 	"strings"
 	"syscall"
@@ -292,6 +293,11 @@ func TestAGatewayStopsWithinItsShutdownTimeoutWhileRedisIsFrozen(t *testing.T) {
 			}
 			return s.StartGateway(ctx)
 		}})
+	if took >= shutdownTimeout+time.Second { // where the time went, from the gateway's own lines
+		if b, rerr := os.ReadFile(s.Gateway.LogPath); rerr == nil {
+			t.Logf("the gateway's log, its end:\n%s", b[max(0, len(b)-4000):])
+		}
+	}
 	requireTruth(t, rep, err)
 	t.Logf("the gateway exited %s after SIGTERM", took.Round(time.Millisecond))
 	require.Less(t, took, shutdownTimeout+time.Second, "exit within FLASHSALE_SHUTDOWN_TIMEOUT and a second")
