@@ -6,6 +6,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"os"
 	"sync"
 	"time"
@@ -22,6 +23,7 @@ import (
 type Kafka struct {
 	client *kgo.Client
 	topic  string
+	seed   maphash.Seed
 }
 
 // NewKafka is the Kafka sink of cfg (KafkaBrokers set). It does not dial:
@@ -33,9 +35,9 @@ func NewKafka(cfg Config) (*Kafka, error) {
 		kgo.ProducerLinger(time.Millisecond),
 		kgo.ClientID("flashsale-reaper"),
 		kgo.ProducerBatchCompression(compressionOf(cfg.KafkaCompression)),
-		// A record not acknowledged within this is failed by the client,
-		// not retried later: a relay whose lease lapsed sends nothing
-		// after it (the relay's lease is at least 30 s).
+		// A record the client has tried to send for this long is failed,
+		// not retried later. (A record it could not even try, its broker
+		// gone, waits in its buffer: SendLane settles those.)
 		kgo.RecordDeliveryTimeout(KafkaDeliveryTimeout),
 		// The relay fetches nothing: a broker's answers (metadata,
 		// produce acknowledgements) are small, and a hostile or spoofed
@@ -69,7 +71,7 @@ func NewKafka(cfg Config) (*Kafka, error) {
 	if err != nil {
 		return nil, fmt.Errorf("FLASHSALE_EVENTS_KAFKA_BROKERS: %w", err)
 	}
-	return &Kafka{client: client, topic: cfg.KafkaTopic}, nil
+	return &Kafka{client: client, topic: cfg.KafkaTopic, seed: maphash.MakeSeed()}, nil
 }
 
 // KafkaDeliveryTimeout bounds a record's life in the client.
@@ -139,6 +141,77 @@ func (k *Kafka) Send(ctx context.Context, events []Event) (int, error) {
 		}
 	}
 	return len(events), nil
+}
+
+// Lanes is how many lanes the relay sends Kafka's records over (one
+// order's always on one, so in one partition, in order).
+func (k *Kafka) Lanes() int { return WebhookLanes }
+
+// Lane is e's lane: by its subject, the record's key.
+func (k *Kafka) Lane(e Event) int { return int(maphash.String(k.seed, e.Subject) % WebhookLanes) }
+
+// SendLane produces events and says which were acknowledged. It gives
+// the records until a third of ctx's time is left; past that every
+// record of the client not acknowledged is failed, so nothing of this
+// call is still in the client when it returns: a record the relay
+// produces again never arrives beside a first copy the client delivered
+// late. One the broker had written and not yet acknowledged when it went
+// away is in the topic all the same, and arrives twice.
+func (k *Kafka) SendLane(ctx context.Context, events []Event) ([]bool, error) {
+	ok, errs := make([]bool, len(events)), make([]error, len(events))
+	pctx, cancel := produceContext(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	wg.Add(len(events))
+	for i, e := range events {
+		k.client.Produce(pctx, Record(e), func(_ *kgo.Record, err error) {
+			errs[i] = err
+			wg.Done()
+		})
+	}
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-pctx.Done():
+		// Every record not acknowledged is failed now, whatever state its
+		// partition is in (AbortBufferedRecords waited for a broker that
+		// was gone, past the send's end: the records stayed buffered, and
+		// arrived beside their second copies). Without transactions the
+		// client bumps its producer epoch if it abandons a record it had
+		// sent, so no sequence number is used twice.
+		k.client.UnsafeAbortBufferedRecords()
+		select {
+		case <-done:
+		case <-ctx.Done():
+			return ok, &Failure{Cause: "timeout", Err: fmt.Errorf("kafka: records left unsettled: %w", ctx.Err())}
+		}
+	}
+	var first error
+	for i, err := range errs {
+		if err == nil {
+			ok[i] = true
+			continue
+		}
+		if first == nil {
+			cause := "kafka"
+			if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, kgo.ErrAborting) {
+				cause = "timeout"
+			}
+			first = &Failure{Cause: cause, Err: err}
+		}
+	}
+	return ok, first
+}
+
+// produceContext is ctx ending when a third of its time is left (ctx
+// without a deadline: as ctx): the rest settles what was produced.
+func produceContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	end, ok := ctx.Deadline()
+	if !ok {
+		return context.WithCancel(ctx)
+	}
+	return context.WithDeadline(ctx, end.Add(-time.Until(end)/3))
 }
 
 // Record is e as a Kafka record: key the subject (the order id; a

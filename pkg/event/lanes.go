@@ -1,10 +1,11 @@
 package event
 
-// A laned sink's turn (a webhook endpoint's): the events after the sink's
-// delivered_upto are read into its lanes, each order's events in one
-// lane, in order, and every lane goes on its own. A lane whose head event
-// fails backs off, its pause doubling per attempt from a second up to an
-// hour, and holds back only itself; the others keep sending. An event
+// A laned sink's turn (a webhook endpoint's, Kafka's): the events after
+// the sink's delivered_upto are read into its lanes, each order's events
+// in one lane, in order, and every lane goes on its own. A lane whose
+// head event fails backs off, its pause doubling per attempt from a
+// second up to an hour (5 s for Kafka), and holds back only itself; the
+// others keep sending. An event
 // delivered is done; so is one recorded failed after
 // FLASHSALE_EVENTS_WEBHOOK_RETRY_FOR. delivered_upto moves on to the
 // last event below which every event is done, so a lane's deliveries are
@@ -52,18 +53,19 @@ type lanes struct {
 	lanes   []lane
 }
 
-func newLanes(from int64, n int) *lanes {
+func newLanes(from int64, n int, retryMax time.Duration) *lanes {
 	ls := &lanes{from: from, read: from, done: map[int64]bool{}, lanes: make([]lane, n)}
 	for i := range ls.lanes {
-		ls.lanes[i].retry = backoff.New(relayRetryFirst, webhookRetryMax)
+		ls.lanes[i].retry = backoff.New(relayRetryFirst, retryMax)
 	}
 	return ls
 }
 
-// laneResult is what one lane's sending did.
+// laneResult is what one lane's sending did: which of the events it
+// sent were delivered, and the first failure.
 type laneResult struct {
-	sent int
-	err  error
+	ok  []bool
+	err error
 }
 
 // stepLanes is a turn of a laned sink held with state st; it returns the
@@ -71,7 +73,7 @@ type laneResult struct {
 func (rl *Relay) stepLanes(ctx context.Context, sink Laned, st db.SinkState) time.Duration {
 	name, m := sink.Name(), rl.metrics
 	if rl.ls == nil || rl.ls.from != st.DeliveredUpto {
-		rl.ls = newLanes(st.DeliveredUpto, sink.Lanes()) // a new holder, a redelivery: from the record
+		rl.ls = newLanes(st.DeliveredUpto, sink.Lanes(), rl.retry.Max) // a new holder, a redelivery: from the record
 	}
 	ls := rl.ls
 	var read []db.OutboxEntry
@@ -113,8 +115,8 @@ func (rl *Relay) stepLanes(ctx context.Context, sink Laned, st db.SinkState) tim
 		}
 		batch := l.queue[:min(len(l.queue), laneTurn)]
 		wg.Go(func() {
-			n, err := sink.SendLane(sctx, batch)
-			results[i] = laneResult{n, err}
+			ok, err := sink.SendLane(sctx, batch)
+			results[i] = laneResult{ok, err}
 		})
 	}
 	wg.Wait()
@@ -123,14 +125,26 @@ func (rl *Relay) stepLanes(ctx context.Context, sink Laned, st db.SinkState) tim
 	var gone error
 	for i := range ls.lanes {
 		l, r := &ls.lanes[i], results[i]
-		for _, e := range l.queue[:r.sent] {
-			ls.done[int64(e.Sequence)] = true
+		sent := 0
+		if len(r.ok) > 0 { // the delivered leave the queue; the others keep their order
+			kept := l.queue[:0:0]
+			for j, e := range l.queue {
+				if j < len(r.ok) && r.ok[j] {
+					ls.done[int64(e.Sequence)] = true
+					sent++
+					continue
+				}
+				kept = append(kept, e)
+			}
+			l.queue = kept
 		}
-		if r.sent > 0 {
-			m.delivered.WithLabelValues(name).Add(float64(r.sent))
-			l.queue, ls.pending = l.queue[r.sent:], ls.pending-r.sent
-			l.retry.Reset()
-			l.retryAt, l.failing = time.Time{}, time.Time{}
+		if sent > 0 {
+			m.delivered.WithLabelValues(name).Add(float64(sent))
+			ls.pending -= sent
+			if r.ok[0] { // the head went: the lane is not stuck on it
+				l.retry.Reset()
+				l.retryAt, l.failing = time.Time{}, time.Time{}
+			}
 		}
 		if r.err == nil {
 			continue

@@ -28,10 +28,11 @@ type Laned interface {
 	// Lanes is how many lanes there are; Lane is e's, from 0.
 	Lanes() int
 	Lane(e Event) int
-	// SendLane delivers events one after another and returns how many
-	// were delivered: all, or those before the first that failed, with
-	// its error (a *Failure).
-	SendLane(ctx context.Context, events []Event) (int, error)
+	// SendLane delivers events, one order's in order, and says which
+	// were delivered, and the first failure's error (a *Failure) when not
+	// all were. When it returns, nothing it was given is still on its way:
+	// an event not delivered cannot arrive after the relay sends it again.
+	SendLane(ctx context.Context, events []Event) ([]bool, error)
 }
 
 // Failure is why a delivery failed: Cause is a metric's label (http_4xx,

@@ -79,15 +79,16 @@ func (w *Webhook) Lanes() int { return WebhookLanes }
 func (w *Webhook) Lane(e Event) int { return int(maphash.String(w.seed, e.Subject) % WebhookLanes) }
 
 // SendLane POSTs events one after another, as one lane sends them, and
-// returns how many were delivered: all, or those before the first that
-// failed, with its error.
-func (w *Webhook) SendLane(ctx context.Context, events []Event) (int, error) {
+// stops at the first that fails: those before it are delivered.
+func (w *Webhook) SendLane(ctx context.Context, events []Event) ([]bool, error) {
+	ok := make([]bool, len(events))
 	for i, e := range events {
 		if err := w.post(ctx, e); err != nil {
-			return i, err
+			return ok, err
 		}
+		ok[i] = true
 	}
-	return len(events), nil
+	return ok, nil
 }
 
 // Send POSTs events over WebhookLanes lanes, one order's events on one lane
