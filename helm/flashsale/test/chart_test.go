@@ -844,6 +844,7 @@ func TestEventSinksReachTheReaper(t *testing.T) {
 	require.Equal(t, "SCRAM-SHA-512", env["FLASHSALE_EVENTS_KAFKA_SASL_MECHANISM"].Value)
 	require.Equal(t, "events-kafka-sasl-password", env["FLASHSALE_EVENTS_KAFKA_SASL_PASSWORD"].ValueFrom.SecretKeyRef.Key)
 	require.Equal(t, "shop-eu", env["FLASHSALE_EVENTS_SOURCE"].Value)
+	require.Equal(t, "shop-eu", envOf(r, "gateway")["FLASHSALE_EVENTS_SOURCE"].Value, "the events API's source is the sinks'")
 	require.Contains(t, r.secrets[0].Data, "events-webhook-secret")
 	require.Contains(t, r.secrets[0].Data, "events-kafka-sasl-password")
 	for _, role := range []string{"gateway", "worker"} {

@@ -542,7 +542,7 @@ func TestEventsTailFollowsTheEvents(t *testing.T) {
 	claim(b, "bob")
 	claim(a, "amy")
 	l := next(one)
-	require.Regexp(t, `^[0-9]+  [0-9:.]+  order\.created +order [0-9]+  voucher `+strconv.FormatInt(a, 10)+`  user amy$`, l, "a line a person reads, of voucher a only")
+	require.Regexp(t, `^[0-9]+  [0-9]{4}-[0-9]{2}-[0-9]{2} [0-9:.]+  order\.created +order [0-9]+  voucher `+strconv.FormatInt(a, 10)+`  user amy$`, l, "a line a person reads, with its date, of voucher a only")
 	require.Zero(t, stopOne())
 }
 

@@ -522,7 +522,9 @@ func redeliver(cctx context.Context, mysql *db.Store, sink string, after int64, 
 
 // redelivering says what a redelivery to sink after after sends: the
 // kept events first to last (first 0: none kept after after), and the
-// ones it missed, deleted past the retention, never as if caught up.
+// ones it missed, deleted past the retention, never as if caught up. It
+// does not say "again": a sink stopped by 410, or added later, was never
+// sent some of them, and its place does not say which.
 func redelivering(sink string, after, first, last int64) string {
 	switch {
 	case first == 0 && after < last:
@@ -534,7 +536,7 @@ func redelivering(sink string, after, first, last int64) string {
 		return fmt.Sprintf("%s: sending the events %d to %d; those after %d and before %d were deleted past FLASHSALE_EVENTS_RETENTION",
 			sink, first, last, after, first)
 	default:
-		return fmt.Sprintf("%s: sending the events %d to %d again", sink, first, last)
+		return fmt.Sprintf("%s: sending the events %d to %d", sink, first, last)
 	}
 }
 

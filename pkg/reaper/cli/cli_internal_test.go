@@ -84,8 +84,11 @@ func TestARedeliverySaysWhatTheSinkMissed(t *testing.T) {
 		{1, 0, 25424, "kafka: the events 2 to 25424 were deleted past FLASHSALE_EVENTS_RETENTION and none is kept: it missed them, and gets the events to come, from 25425"},
 		{25424, 0, 25424, "kafka: nothing published after 25424 yet: it gets the events to come"},
 		{1, 100, 120, "kafka: sending the events 100 to 120; those after 1 and before 100 were deleted past FLASHSALE_EVENTS_RETENTION"},
-		{99, 100, 120, "kafka: sending the events 100 to 120 again"},
+		// After a 410, or to a sink added later: some were never sent, so
+		// not "again".
+		{99, 100, 120, "kafka: sending the events 100 to 120"},
 	} {
 		require.Equal(t, tc.want, redelivering("kafka", tc.after, tc.first, tc.last))
 	}
+
 }

@@ -351,7 +351,7 @@ func TestTheDocsExamplesRunAsWritten(t *testing.T) {
 // stops it cleanly. It runs after the docs' examples, on the same stack.
 func TestDevStackComesUpAndStops(t *testing.T) {
 	d := startDev(t)
-	for _, v := range []string{"GATEWAY", "ADMIN", "TOKEN", "FLASHSALE_ADMIN_TOKEN", "FLASHSALE_JWT_SECRET", "FLASHSALE_REDIS_ADDR", "FLASHSALE_MYSQL_DSN"} {
+	for _, v := range []string{"GATEWAY", "ADMIN", "TOKEN", "EVENTS", "FLASHSALE_ADMIN_TOKEN", "FLASHSALE_JWT_SECRET", "FLASHSALE_REDIS_ADDR", "FLASHSALE_MYSQL_DSN"} {
 		require.Contains(t, d.exports, "export "+v+"=", d.text)
 	}
 	_, then, ok := strings.Cut(d.text, "then, as README.md's")

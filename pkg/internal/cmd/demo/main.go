@@ -11,6 +11,8 @@ package main
 import (
 	"cmp"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"flag"
 	"fmt"
 	"net"
@@ -94,8 +96,15 @@ func run() error {
 		}
 	}
 	sinks := sinkEnv()
+	var common []string
+	if src := os.Getenv("FLASHSALE_EVENTS_SOURCE"); src != "" { // the events API's source is the sinks'
+		common = append(common, "FLASHSALE_EVENTS_SOURCE="+src)
+	}
+	if *serve { // a token that reads the events and nothing else, as a consumer should hold
+		common = append(common, "FLASHSALE_EVENTS_READ_TOKEN="+eventsReadToken)
+	}
 	opts := harness.Options{Dir: dir, Workers: *workers, RedisAddr: os.Getenv("FLASHSALE_REDIS_ADDR"), MySQLDSN: os.Getenv("FLASHSALE_MYSQL_DSN"),
-		Reaper: *serve || len(sinks) > 0, ReaperEnv: sinks, GatewayPort: gatewayPort,
+		Reaper: *serve || len(sinks) > 0, ReaperEnv: sinks, GatewayPort: gatewayPort, Env: common,
 		Progress: func(step string, took time.Duration) { say("%s (%s)", step, took.Round(10*time.Millisecond)) }}
 	say("starting redis-server, mariadbd, the gateway and %d workers (in %s): each step below as it ends", *workers, dir)
 	s, err := harness.StartStack(ctx, opts)
@@ -169,6 +178,14 @@ func run() error {
 	}
 	return nil
 }
+
+// eventsReadToken is make dev's FLASHSALE_EVENTS_READ_TOKEN: random, one
+// a run.
+var eventsReadToken = func() string {
+	var b [24]byte
+	_, _ = rand.Read(b[:]) // crypto/rand never fails on Linux
+	return hex.EncodeToString(b[:])
+}()
 
 // sinkEnv is the FLASHSALE_EVENTS_* variables of the demo's environment
 // when they set a sink (a webhook endpoint, Kafka): the reaper relays the
@@ -288,6 +305,7 @@ Paste into another shell to use this stack (README.md's commands, bin/ and curl)
   export GATEWAY=%s
   export ADMIN=%s
   export TOKEN=%s
+  export EVENTS=%s
   export FLASHSALE_ADMIN_TOKEN=%s
   export FLASHSALE_JWT_SECRET=%s
   export FLASHSALE_REDIS_ADDR=%s
@@ -298,12 +316,12 @@ then, as README.md's "A first sale" goes on:
     -d '{"name":"phone","stock":3,"per_user_limit":1}' $GATEWAY/admin/v1/vouchers | jq -r .id)   # a voucher
   curl -X POST -H "Authorization: Bearer $TOKEN" $GATEWAY/v1/vouchers/$V/orders     # alice claims
   bin/gateway token --user bob                                                      # another user's token
-  curl -H "Authorization: Bearer $ADMIN" "$GATEWAY/admin/v1/events?after=0"         # the order events (docs/EVENTS.md)
+  curl -H "Authorization: Bearer $EVENTS" "$GATEWAY/admin/v1/events?after=0"        # the order events, with the token that reads only them (docs/EVENTS.md)
   bin/reaper events tail --after 0                                                  # each event as it is published (Ctrl-C stops it)
   bin/reaper pause $V; bin/reaper resume $V                                         # the sale's operator commands (RUNBOOK.md)
   bin/reaper report $V                                                              # the sale's report
 `, workers, dir, s.URL, s.URL, s.AdminToken, s.LogDir(), opsLines(s),
-		s.URL, s.AdminToken, user, s.AdminToken, s.JWTSecret, s.Var("FLASHSALE_REDIS_ADDR"), s.Var("FLASHSALE_MYSQL_DSN"))
+		s.URL, s.AdminToken, user, eventsReadToken, s.AdminToken, s.JWTSecret, s.Var("FLASHSALE_REDIS_ADDR"), s.Var("FLASHSALE_MYSQL_DSN"))
 	if _, err := exec.LookPath("jq"); err != nil {
 		say("jq is not installed; the first sale reads ids with it: apt-get install -y jq")
 	}
