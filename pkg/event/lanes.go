@@ -123,6 +123,7 @@ func (rl *Relay) stepLanes(ctx context.Context, sink Laned, st db.SinkState) tim
 	cancel()
 
 	var gone error
+	delivered := 0
 	for i := range ls.lanes {
 		l, r := &ls.lanes[i], results[i]
 		sent := 0
@@ -138,6 +139,7 @@ func (rl *Relay) stepLanes(ctx context.Context, sink Laned, st db.SinkState) tim
 			}
 			l.queue = kept
 		}
+		delivered += sent
 		if sent > 0 {
 			m.delivered.WithLabelValues(name).Add(float64(sent))
 			ls.pending -= sent
@@ -163,8 +165,12 @@ func (rl *Relay) stepLanes(ctx context.Context, sink Laned, st db.SinkState) tim
 	if !rl.advanceLanes(ctx, ls) {
 		return 0
 	}
-	// The next turn: at once while a lane is due, else at the first
-	// retry, and within a poll in any case (new events, a lane free).
+	// The next turn: at once after a delivery (more may have come), else
+	// at the first retry, and within a poll in any case (new events for
+	// the lanes not waiting).
+	if delivered > 0 {
+		return 0
+	}
 	wait := relayPoll
 	for i := range ls.lanes {
 		if l := &ls.lanes[i]; len(l.queue) > 0 {
