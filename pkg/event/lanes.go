@@ -95,7 +95,9 @@ func (rl *Relay) stepLanes(ctx context.Context, sink Laned, st db.SinkState) tim
 		ls.pending += len(read)
 	}
 	if ls.pending == 0 || !time.Now().Before(rl.gaugesAt) {
-		rl.gauges(ctx, st, read)
+		// The oldest undelivered may wait in a lane, not among those just
+		// read: gauges reads it after delivered_upto.
+		rl.gauges(ctx, st, nil)
 		rl.gaugesAt = time.Now().Add(time.Second)
 	}
 	if ls.pending == 0 {
