@@ -110,34 +110,13 @@ func (k *Kafka) Close() {
 	}
 }
 
-// Send produces events and waits until each is acknowledged or failed, or
-// until ctx ends: then the records not acknowledged count as not
-// delivered (the client may still deliver them: a duplicate, never a
-// loss).
+// Send produces events as SendLane does, and reports how many of them,
+// from the first, were acknowledged.
 func (k *Kafka) Send(ctx context.Context, events []Event) (int, error) {
-	errs := make([]error, len(events))
-	var wg sync.WaitGroup
-	wg.Add(len(events))
-	for i, e := range events {
-		k.client.Produce(ctx, Record(e), func(_ *kgo.Record, err error) {
-			errs[i] = err
-			wg.Done()
-		})
-	}
-	done := make(chan struct{})
-	go func() { wg.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-ctx.Done():
-		return 0, &Failure{Cause: "timeout", Err: fmt.Errorf("kafka: no acknowledgement: %w", ctx.Err())}
-	}
-	for i, err := range errs {
-		if err != nil {
-			cause := "kafka"
-			if errors.Is(err, context.DeadlineExceeded) {
-				cause = "timeout"
-			}
-			return i, &Failure{Cause: cause, Err: err}
+	ok, err := k.SendLane(ctx, events)
+	for i, delivered := range ok {
+		if !delivered {
+			return i, err
 		}
 	}
 	return len(events), nil

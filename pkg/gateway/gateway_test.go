@@ -42,6 +42,21 @@ func (c *clock) Set(t time.Time)     { c.mu.Lock(); c.t = t; c.mu.Unlock() }
 func newClock(t time.Time) *clock    { return &clock{t: t} }
 func (c *clock) Add(d time.Duration) { c.Set(c.Now().Add(d)) }
 
+// followTime has f's gateway clock follow time, every 20 ms, until the
+// test ends: a waiting room admits as time goes.
+func (f *fixture) followTime() {
+	ctx, stop := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for ctx.Err() == nil {
+			f.clock.Set(time.Now().UTC())
+			time.Sleep(20 * time.Millisecond) // the clock's step, not a wait for anything
+		}
+	}()
+	f.t.Cleanup(func() { stop(); <-done })
+}
+
 type fixture struct {
 	t     *testing.T
 	env   *testenv.Env

@@ -79,14 +79,7 @@ func TestTheQueuePageOfAnAdmittedBuyerSaysThePause(t *testing.T) {
 	bin := chromium(t)
 	f := newFixture(t)
 	id := f.createVoucher(`{"name":"Paused drop","stock":5,"waiting_room":{"admit_per_second":10}}`)
-	ctx, stop := context.WithCancel(context.Background())
-	defer stop()
-	go func() { // the gateway's clock follows time: the room admits as it goes
-		for ctx.Err() == nil {
-			f.clock.Set(time.Now().UTC())
-			time.Sleep(20 * time.Millisecond)
-		}
-	}()
+	f.followTime() // the room admits as time goes
 	bctx := browser(t, bin)
 	bctx, cancel := context.WithTimeout(bctx, 3*time.Minute)
 	defer cancel()

@@ -101,14 +101,7 @@ func TestTheQueuePageComesBackToItsStateOnAReload(t *testing.T) {
 			// One unit a second, passes of a minute, one unit in all for
 			// the first buyer's turn: the second waits behind it.
 			id := f.createVoucher(`{"name":"Reload drop","stock":1,"waiting_room":{"admit_per_second":1,"pass_seconds":60}}`)
-			ctx, stop := context.WithCancel(context.Background())
-			defer stop()
-			go func() { // the gateway's clock follows time: the room admits as it goes
-				for ctx.Err() == nil {
-					f.clock.Set(time.Now().UTC())
-					time.Sleep(20 * time.Millisecond)
-				}
-			}()
+			f.followTime() // the room admits as time goes
 			bctx := browser(t, bin)
 			bctx, cancel := context.WithTimeout(bctx, 4*time.Minute)
 			defer cancel()
@@ -205,14 +198,7 @@ func TestTheQueuePageHoldsOneStateWhileAPressIsDecided(t *testing.T) {
 		ClaimOutcomeTimeout: time.Minute})
 	t.Cleanup(func() { _ = env.Redis.Resume() })
 	id := f.createVoucher(`{"name":"Held drop","stock":5,"waiting_room":{"admit_per_second":10,"pass_seconds":5}}`)
-	ctx, stop := context.WithCancel(context.Background())
-	defer stop()
-	go func() {
-		for ctx.Err() == nil {
-			f.clock.Set(time.Now().UTC())
-			time.Sleep(20 * time.Millisecond)
-		}
-	}()
+	f.followTime()                                                 // the room admits as time goes
 	f.do("POST", "/v1/vouchers/"+id+"/queue", f.token("warm"), "") // the connections open
 	bctx := browser(t, bin)
 	bctx, cancel := context.WithTimeout(bctx, 3*time.Minute)

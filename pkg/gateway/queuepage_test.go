@@ -39,15 +39,7 @@ func TestTheQueuePageInABrowser(t *testing.T) {
 	bin := chromium(t)
 	f := newFixture(t)
 	id := f.createVoucher(`{"name":"Sneaker drop","stock":1,"waiting_room":{"admit_per_second":1},"proof_of_work":{"max_number":3000}}`)
-	// The gateway's clock follows time: the room admits one a second.
-	ctx, stop := context.WithCancel(context.Background())
-	defer stop()
-	go func() {
-		for ctx.Err() == nil {
-			f.clock.Set(time.Now().UTC())
-			time.Sleep(20 * time.Millisecond)
-		}
-	}()
+	f.followTime() // the room admits one a second as time goes
 	bctx := browser(t, bin)
 	bctx, cancel := context.WithTimeout(bctx, 3*time.Minute)
 	defer cancel()
