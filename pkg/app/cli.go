@@ -249,9 +249,15 @@ func Main[C Config](cfg C, run func(ctx context.Context, cfg C, rt *Runtime) err
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(RuntimeCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		ReadBuild().Collector())
-	rt := &Runtime{Log: log, Audit: audit, Registry: reg}
+	rt := &Runtime{Log: log, Audit: audit, Actions: log, Registry: reg}
 	if t != nil {
 		rt.Progress = os.Stderr
+		if level != "debug" {
+			if rt.Actions, _, err = NewLoggers("info", c.LogFormat, false); err != nil {
+				fail(err)
+			}
+			defer rt.Actions.Sync() //nolint:errcheck
+		}
 	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)

@@ -23,6 +23,10 @@ type Runtime struct {
 	// Audit logs one line per order created, cancelled or dead-lettered,
 	// never sampled (zap.NewNop() when FLASHSALE_AUDIT_LOG is false).
 	Audit *zap.Logger
+	// Actions logs what an operator did to a voucher (voucher.LogActions),
+	// at Info whatever the level: a role's Log, and for a command a
+	// logger of its own, as a command's Log keeps only errors.
+	Actions *zap.Logger
 	// Registry holds the process's metrics, served on /metrics.
 	Registry *prometheus.Registry
 	// Progress, for a command a person typed, is where it says what it

@@ -14,6 +14,8 @@
 //     with the item's amount or code copied.
 //   - voucher_changes (0007, 0010) and releases (0002): what MySQL
 //     owes Redis, one row per write (pkg/settle).
+//   - voucher_actions (0020): who did what to a voucher, one row per
+//     action, written with the change (actions.go).
 //   - orders.persisted_at (0009): when the order reached MySQL (the
 //     server's clock, a column default: the workers' insert is unchanged),
 //     for a sale's report.

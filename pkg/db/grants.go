@@ -12,7 +12,7 @@ import (
 // end-to-end test runs every role under them.
 var roleGrants = map[string]map[string]string{
 	// Creates vouchers and their items, pauses and changes them (each
-	// with its row of voucher_changes), reads orders, marks them paid, cancels them
+	// with its row of voucher_changes and its voucher_actions), reads orders, marks them paid, cancels them
 	// for their owners (the release, the item back), records late
 	// payments; reads them all for a sale's report; writes the events of
 	// the orders it changes, and reads them for the events API; reads
@@ -27,6 +27,7 @@ var roleGrants = map[string]map[string]string{
 		"orders":          "SELECT, UPDATE",
 		"releases":        "SELECT, INSERT, UPDATE",
 		"voucher_changes": "SELECT, INSERT, UPDATE",
+		"voucher_actions": "SELECT, INSERT",
 		"late_payments":   "SELECT, INSERT",
 	},
 	// Persists batches: orders, the stock, items, releases, their events;
@@ -41,6 +42,8 @@ var roleGrants = map[string]map[string]string{
 	},
 	// The worker's (it processes what it takes over), and cancelling,
 	// refunding, applying owed changes and reconciling; a sale's report;
+	// the operator's commands and the hot-voucher detector's splits, with
+	// their voucher_actions;
 	// sequencing the events, relaying them to the sinks and deleting them
 	// past their retention.
 	"reaper": {
@@ -54,6 +57,7 @@ var roleGrants = map[string]map[string]string{
 		"releases":        "SELECT, INSERT, UPDATE",
 		"store_probes":    "SELECT, INSERT, UPDATE",
 		"voucher_changes": "SELECT, UPDATE",
+		"voucher_actions": "SELECT, INSERT",
 		"late_payments":   "SELECT",
 	},
 }

@@ -24,8 +24,8 @@ const ReasonCancelled = "cancelled_by_user"
 // SetPaused pauses or resumes voucher id, in one transaction that also
 // records the change owed to Redis, and returns the voucher and the
 // change (pkg/settle applies it).
-func (s *Store) SetPaused(ctx context.Context, id int64, paused bool, now time.Time) (Voucher, VoucherChange, error) {
-	return s.change(ctx, id, VoucherChange{VoucherID: id, Paused: &paused, CreatedAt: now}, func(_ *gorm.DB, v *Voucher, updates map[string]any) error {
+func (s *Store) SetPaused(ctx context.Context, id int64, paused bool, by Actor, now time.Time) (Voucher, VoucherChange, error) {
+	return s.change(ctx, id, by, VoucherChange{VoucherID: id, Paused: &paused, CreatedAt: now}, func(_ *gorm.DB, v *Voucher, updates map[string]any) error {
 		updates["paused"] = paused
 		v.Paused = paused
 		return nil
@@ -33,9 +33,9 @@ func (s *Store) SetPaused(ctx context.Context, id int64, paused bool, now time.T
 }
 
 // change locks voucher id, lets edit say what to update (and change v to
-// match), updates it and records ch, in one transaction; ErrNotFound if
-// there is no such voucher.
-func (s *Store) change(ctx context.Context, id int64, ch VoucherChange, edit func(tx *gorm.DB, v *Voucher, updates map[string]any) error) (Voucher, VoucherChange, error) {
+// match), updates it and records ch and what by did (ch.Actions), in one
+// transaction; ErrNotFound if there is no such voucher.
+func (s *Store) change(ctx context.Context, id int64, by Actor, ch VoucherChange, edit func(tx *gorm.DB, v *Voucher, updates map[string]any) error) (Voucher, VoucherChange, error) {
 	var v Voucher
 	err := s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
 		var err error
@@ -44,11 +44,16 @@ func (s *Store) change(ctx context.Context, id int64, ch VoucherChange, edit fun
 		}
 		ch.PaymentTimeoutSeconds = v.PaymentTimeoutSeconds
 		updates := map[string]any{}
+		was := v
 		if err := edit(tx, &v, updates); err != nil {
 			return err
 		}
 		if err := tx.Model(&Voucher{}).Where("id = ?", id).Updates(updates).Error; err != nil {
 			return fmt.Errorf("change voucher %d: %w", id, err)
+		}
+		ch.Actions = actionsOf(was, v, by, ch.CreatedAt)
+		if err := recordActions(tx, ch.Actions); err != nil {
+			return err
 		}
 		return tx.Create(&ch).Error
 	}, readCommitted)
@@ -226,6 +231,9 @@ type VoucherChange struct {
 	// PaymentTimeoutSeconds is the voucher's, read with the change (the
 	// keys' new expiry follows the new end and the payment window).
 	PaymentTimeoutSeconds int64 `gorm:"->"`
+	// Actions: what the change did, as recorded in voucher_actions (not
+	// a column).
+	Actions []Action `gorm:"-"`
 }
 
 // Edit is an operator's change of a voucher: units to add (0: none), a new
@@ -244,6 +252,8 @@ type Edit struct {
 	// SplitTo, when above 0, asks the voucher's split into that many
 	// buckets in the same transaction (AskSplit's, with the change).
 	SplitTo int
+	// By is who makes the change (voucher_actions records it).
+	By Actor
 	// Check, when set, decides on the voucher as the change leaves it, its
 	// row locked, before anything is written: its error refuses the whole
 	// change. One decision under the voucher's lock, so two changes that
@@ -257,7 +267,7 @@ type Edit struct {
 func (s *Store) ChangeVoucher(ctx context.Context, id int64, e Edit, now time.Time) (Voucher, VoucherChange, error) {
 	addStock, endsAt := e.AddStock, e.EndsAt
 	ch := VoucherChange{VoucherID: id, AddStock: addStock, EndsAt: endsAt, Pow: e.Pow, Room: e.Room, Access: e.Access, CreatedAt: now}
-	return s.change(ctx, id, ch, func(_ *gorm.DB, v *Voucher, updates map[string]any) error {
+	return s.change(ctx, id, e.By, ch, func(_ *gorm.DB, v *Voucher, updates map[string]any) error {
 		if addStock > 0 && !v.Traits().ToppedUp {
 			return ErrNotToppable
 		}

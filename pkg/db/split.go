@@ -11,9 +11,11 @@ import (
 // its sale runs (split_to): the reaper's splitter does it (SplitsOwed,
 // rdb.Store.Split, SplitDone). check vets the voucher as it is, locked
 // (pkg/voucher's rules); its error is returned as it is. It returns the
-// voucher as asked.
-func (s *Store) AskSplit(ctx context.Context, id int64, to int, check func(Voucher) error) (Voucher, error) {
+// voucher as asked and the action by did (recorded with it; none when
+// the split was asked already).
+func (s *Store) AskSplit(ctx context.Context, id int64, to int, by Actor, check func(Voucher) error) (Voucher, []Action, error) {
 	var v Voucher
+	var actions []Action
 	err := s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
 		var err error
 		if v, err = lockVoucher(tx, id); err != nil {
@@ -22,10 +24,15 @@ func (s *Store) AskSplit(ctx context.Context, id int64, to int, check func(Vouch
 		if err := check(v); err != nil {
 			return err
 		}
+		was := v
 		v.SplitTo = to
-		return tx.Model(&Voucher{}).Where("id = ?", id).Update("split_to", to).Error
+		if err := tx.Model(&Voucher{}).Where("id = ?", id).Update("split_to", to).Error; err != nil {
+			return err
+		}
+		actions = actionsOf(was, v, by, time.Now().UTC())
+		return recordActions(tx, actions)
 	}, readCommitted)
-	return v, err
+	return v, actions, err
 }
 
 // SplitsOwed returns the vouchers whose split was asked and not done.

@@ -34,9 +34,9 @@ func (s *Store) DB() *gorm.DB { return s.db }
 func (s *Store) Close() error { return closeGorm(s.db) }
 
 // CreateVoucher inserts v, the items of its pool if it has one, and the
-// change that puts it in Redis (creates; pkg/settle applies it), in one
-// transaction, and sets v.ID.
-func (s *Store) CreateVoucher(ctx context.Context, v *Voucher, items []order.Item, now time.Time) (VoucherChange, error) {
+// change that puts it in Redis (creates; pkg/settle applies it) with its
+// action by by (the change's Actions), in one transaction, and sets v.ID.
+func (s *Store) CreateVoucher(ctx context.Context, v *Voucher, items []order.Item, by Actor, now time.Time) (VoucherChange, error) {
 	v.Kind = cmp.Or(v.Kind, sale.Default)
 	var ch VoucherChange
 	err := s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
@@ -46,7 +46,11 @@ func (s *Store) CreateVoucher(ctx context.Context, v *Voucher, items []order.Ite
 		if err := insertItems(tx, v.ID, items); err != nil {
 			return err
 		}
-		ch = VoucherChange{VoucherID: v.ID, Creates: true, CreatedAt: now, PaymentTimeoutSeconds: v.PaymentTimeoutSeconds}
+		ch = VoucherChange{VoucherID: v.ID, Creates: true, CreatedAt: now, PaymentTimeoutSeconds: v.PaymentTimeoutSeconds,
+			Actions: []Action{creation(*v, by, now)}}
+		if err := recordActions(tx, ch.Actions); err != nil {
+			return err
+		}
 		return tx.Create(&ch).Error
 	})
 	if err != nil {

@@ -221,6 +221,14 @@ func TestConsoleInABrowser(t *testing.T) {
 	require.Equal(t, http.StatusAccepted, f.do("POST", "/v1/vouchers/"+id+"/orders", f.token("after"), "").Status)
 	require.Empty(t, text("#error"))
 
+	// The voucher's history: each of the clicks above, by the admin token,
+	// newest first.
+	clickUntil(t, bctx, row+" button.history", `#report ol.actions li[data-action="voucher resumed"]`)
+	var actions []string
+	require.NoError(t, chromedp.Run(bctx, chromedp.Evaluate(`[...document.querySelectorAll("#report ol.actions li")].map((li) => li.dataset.action)`, &actions)))
+	require.Equal(t, []string{"voucher resumed", "stock added", "voucher paused", "voucher created"}, actions)
+	require.Contains(t, text(`#report ol.actions li[data-action="stock added"]`), "admin · stock added: stock_total=5000 → stock_total=5100")
+
 	// The room's link opens its sale's report, with the room's story.
 	clickUntil(t, bctx, `tr[data-voucher="`+roomID+`"] button.report`, `#report dd[data-field="queue"]`)
 	require.Contains(t, text(`#report dd[data-field="queue"]`), "joined")
@@ -329,7 +337,7 @@ func TestTheConsoleStatesAndColours(t *testing.T) {
 	// Its buckets split by the reaper's splitter (recorded as it records
 	// it), and another's split asked, under way.
 	split := func(id string, done bool) {
-		_, err := f.env.DB.AskSplit(t.Context(), parseID(t, id), 4, func(db.Voucher) error { return nil })
+		_, _, err := f.env.DB.AskSplit(t.Context(), parseID(t, id), 4, db.ActorAdmin, func(db.Voucher) error { return nil })
 		require.NoError(t, err)
 		if done {
 			require.NoError(t, f.env.DB.SplitDone(t.Context(), parseID(t, id), 4, now.UTC()))

@@ -249,7 +249,7 @@ func TestTheEventsAPIFilters(t *testing.T) {
 	require.Equal(t, http.StatusOK, f.do("POST", "/v1/orders/"+mine+"/pay", f.token("u0"), "").Status)
 	// b's buckets split, recorded as the reaper's splitter records it.
 	splitAt := time.Now().UTC().Truncate(time.Millisecond)
-	_, err := f.env.DB.AskSplit(t.Context(), parseID(t, b), 4, func(db.Voucher) error { return nil })
+	_, _, err := f.env.DB.AskSplit(t.Context(), parseID(t, b), 4, db.ActorAdmin, func(db.Voucher) error { return nil })
 	require.NoError(t, err)
 	require.NoError(t, f.env.DB.SplitDone(t.Context(), parseID(t, b), 4, splitAt))
 	_, err = f.env.DB.SequenceEvents(context.Background(), 100)

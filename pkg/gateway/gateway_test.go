@@ -15,6 +15,7 @@ import (
 
 	"github.com/golang-jwt/jwt/v5"
 	"github.com/stretchr/testify/require"
+	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
 
 	"github.com/flashsale/flashsale/pkg/gateway"
@@ -73,6 +74,12 @@ func newFixture(t *testing.T) *fixture {
 // newFixtureOn is newFixture over env, with cfg's non-zero fields.
 func newFixtureOn(t *testing.T, env *testenv.Env, cfg gateway.Config, opts ...gateway.Option) *fixture {
 	t.Helper()
+	return newFixtureLogging(t, env, cfg, zaptest.NewLogger(t), opts...)
+}
+
+// newFixtureLogging is newFixtureOn with the gateway logging to log.
+func newFixtureLogging(t *testing.T, env *testenv.Env, cfg gateway.Config, log *zap.Logger, opts ...gateway.Option) *fixture {
+	t.Helper()
 	clk := newClock(time.Now().UTC().Truncate(time.Millisecond))
 	cfg.AdminToken, cfg.JWTSecret = admin, secret
 	cfg.BuyerPay = cfg.PaymentWebhookSecret == "" // buyers pay in tests without a payment provider
@@ -84,7 +91,7 @@ func newFixtureOn(t *testing.T, env *testenv.Env, cfg gateway.Config, opts ...ga
 	// a test sets them (limit_test.go and prune_test.go do).
 	cfg.UserRate = cmp.Or(cfg.UserRate, -1)
 	cfg.SoldOutRefresh = cmp.Or(cfg.SoldOutRefresh, -1)
-	gw, err := gateway.New(cfg, env.RDB, env.DB, zaptest.NewLogger(t), append([]gateway.Option{gateway.WithClock(clk.Now)}, opts...)...)
+	gw, err := gateway.New(cfg, env.RDB, env.DB, log, append([]gateway.Option{gateway.WithClock(clk.Now)}, opts...)...)
 	require.NoError(t, err)
 	srv := httptest.NewServer(gw.Handler())
 	t.Cleanup(srv.Close)

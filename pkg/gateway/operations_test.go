@@ -11,7 +11,10 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/flashsale/flashsale/pkg/db"
 	"github.com/flashsale/flashsale/pkg/gateway"
@@ -298,4 +301,58 @@ func TestWebhookSignatureCarriesATime(t *testing.T) {
 		require.Equal(t, "paid", res.Body["status"])
 		require.EqualValues(t, 1, testenv.Metric(t, reg, "flashsale_payment_webhooks_legacy_total"))
 	}
+}
+
+// Every operator action through the admin API is on the record: one log
+// line whose msg names it, with the voucher, who and the fields before →
+// after, and a row of the voucher's history (GET /admin/v1/vouchers/{id},
+// newest first). A pause of a paused voucher changes nothing and records
+// nothing.
+func TestEveryOperatorActionIsOnTheRecord(t *testing.T) {
+	core, logs := observer.New(zapcore.InfoLevel)
+	f := newFixtureLogging(t, testenv.New(t, 4), gateway.Config{}, zap.New(core))
+	id := f.createVoucher(`{"name":"lamp","stock":5}`)
+	for _, path := range []string{"/pause", "/pause", "/resume"} {
+		require.Equal(t, http.StatusOK, f.do("POST", "/admin/v1/vouchers/"+id+path, admin, "").Status)
+	}
+	end := time.Now().Add(48 * time.Hour).UTC().Truncate(time.Second).Format(time.RFC3339)
+	res := f.do("PATCH", "/admin/v1/vouchers/"+id, admin, `{"add_stock":10,"ends_at":"`+end+`"}`, "Content-Type", "application/json")
+	require.Equal(t, http.StatusOK, res.Status, res.Raw)
+	res = f.do("PATCH", "/admin/v1/vouchers/"+id, admin, `{"stock_buckets":2}`, "Content-Type", "application/json")
+	require.Equal(t, http.StatusOK, res.Status, res.Raw)
+
+	want := [][3]string{ // action, before, after; oldest first
+		{"voucher created", "", "kind=units stock_total=5 per_user_limit=1"},
+		{"voucher paused", "paused=false", "paused=true"},
+		{"voucher resumed", "paused=true", "paused=false"},
+		{"stock added", "stock_total=5", "stock_total=15"},
+		{"end moved", "ends_at=none", "ends_at=" + end},
+		{"split asked", "stock_buckets=1", "stock_buckets=2"},
+	}
+	var lines [][3]string
+	for _, e := range logs.All() {
+		m := e.ContextMap()
+		if _, ok := m["by"]; !ok {
+			continue
+		}
+		require.Equal(t, zapcore.InfoLevel, e.Level)
+		require.Equal(t, "admin", m["by"], e.Message)
+		require.EqualValues(t, parseID(t, id), m["voucher_id"], e.Message)
+		lines = append(lines, [3]string{e.Message, m["before"].(string), m["after"].(string)})
+	}
+	require.Equal(t, want, lines, "one line an action, in the order they were done")
+
+	res = f.do("GET", "/admin/v1/vouchers/"+id, admin, "")
+	require.Equal(t, http.StatusOK, res.Status, res.Raw)
+	var history [][3]string
+	for _, h := range res.Body["history"].([]any) {
+		a := h.(map[string]any)
+		require.Equal(t, "admin", a["by"])
+		at, err := time.Parse(time.RFC3339Nano, a["at"].(string))
+		require.NoError(t, err)
+		require.WithinDuration(t, time.Now(), at, time.Hour)
+		before, _ := a["before"].(string)
+		history = append([][3]string{{a["action"].(string), before, a["after"].(string)}}, history...)
+	}
+	require.Equal(t, want, history, "the voucher's history, newest first")
 }

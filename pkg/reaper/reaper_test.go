@@ -560,7 +560,7 @@ func TestTheRestorerNeverUndoesClaimsOfAVoucherCreatedMeanwhile(t *testing.T) {
 			ctx := context.Background()
 			now := time.Now().UTC().Truncate(time.Millisecond)
 			v := db.Voucher{Name: "just created", Stock: 5, StockTotal: 5, PerUserLimit: 1, PaymentTimeoutSeconds: 60, StockBuckets: buckets}
-			ch, err := e.DB.CreateVoucher(ctx, &v, nil, now)
+			ch, err := e.DB.CreateVoucher(ctx, &v, nil, db.ActorAdmin, now)
 			require.NoError(t, err)
 			require.NoError(t, e.RDB.Client().FlushAll(ctx).Err()) // a fresh Redis: no partition marked loaded
 			require.NoError(t, e.RDB.EnsureGroups(ctx))
@@ -610,7 +610,7 @@ func TestTheRestorerWaitsForACreationUnderWay(t *testing.T) {
 			ctx := context.Background()
 			created := time.Now().UTC().Add(-tc.age).Truncate(time.Millisecond)
 			v := db.Voucher{Name: "being created", Stock: 6, StockTotal: 6, PerUserLimit: 1, PaymentTimeoutSeconds: 60, StockBuckets: 3, CreatedAt: created}
-			ch, err := e.DB.CreateVoucher(ctx, &v, nil, created)
+			ch, err := e.DB.CreateVoucher(ctx, &v, nil, db.ActorAdmin, created)
 			require.NoError(t, err)
 			require.NoError(t, e.RDB.Client().FlushAll(ctx).Err()) // a fresh Redis: no partition marked loaded
 			require.NoError(t, e.RDB.EnsureGroups(ctx))

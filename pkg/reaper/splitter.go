@@ -76,7 +76,7 @@ func (r *Reaper) askSplit(ctx context.Context, v int64, n int, round *Round) err
 	if err != nil || to <= max(n, 1) {
 		return err
 	}
-	_, err = r.db.AskSplit(ctx, v, to, func(dv db.Voucher) error {
+	_, actions, err := r.db.AskSplit(ctx, v, to, db.ActorReaper, func(dv db.Voucher) error {
 		if dv.Splitting() {
 			return errSplitAsked
 		}
@@ -84,7 +84,7 @@ func (r *Reaper) askSplit(ctx context.Context, v int64, n int, round *Round) err
 	})
 	switch {
 	case err == nil:
-		r.log.Info("voucher split asked", zap.Int64("voucher_id", v), zap.Int("from", n), zap.Int("to", to))
+		voucher.LogActions(r.log, actions)
 		round.SplitsAsked++
 		return nil
 	case errors.Is(err, errSplitAsked), errors.Is(err, db.ErrNotFound):

@@ -201,7 +201,7 @@ func TestASplitAskedOfAnEndedSaleIsDropped(t *testing.T) {
 	ctx := context.Background()
 	ended := time.Now().Add(-time.Hour)
 	v := e.SeedVoucher(t, db.Voucher{Stock: 10, PerUserLimit: 1, EndsAt: &ended}, -1)
-	_, err := e.DB.AskSplit(ctx, v.ID, 2, func(db.Voucher) error { return nil })
+	_, _, err := e.DB.AskSplit(ctx, v.ID, 2, db.ActorAdmin, func(db.Voucher) error { return nil })
 	require.NoError(t, err)
 	require.NoError(t, e.RDB.Client().Del(ctx, e.RDB.VoucherKey(v.ID)).Err())
 	r, err := reaper.New(reaper.Config{Config: worker.Config{Consumer: "splitter"}}, e.RDB, e.DB, zaptest.NewLogger(t))

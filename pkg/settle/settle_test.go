@@ -53,7 +53,7 @@ func TestAWriteRedisMissedIsAppliedOnceByTheReaper(t *testing.T) {
 	now := time.Now().UTC().Truncate(time.Millisecond)
 	newVoucher := func(t *testing.T, env *testenv.Env, stock int64) (db.Voucher, db.VoucherChange) {
 		v := db.Voucher{Name: "missed", Stock: stock, StockTotal: stock, StockBuckets: 2, PerUserLimit: 1, PaymentTimeoutSeconds: 60, CreatedAt: now}
-		ch, err := env.DB.CreateVoucher(ctx, &v, nil, now)
+		ch, err := env.DB.CreateVoucher(ctx, &v, nil, db.ActorAdmin, now)
 		require.NoError(t, err)
 		return v, ch
 	}
@@ -112,13 +112,13 @@ func TestAWriteRedisMissedIsAppliedOnceByTheReaper(t *testing.T) {
 			_, err := settle.Changes(ctx, env.RDB, env.DB, []db.VoucherChange{ch}, now)
 			require.NoError(t, err)
 			if !paused { // paused first, through the protocol
-				_, pch, err := env.DB.SetPaused(ctx, v.ID, true, now)
+				_, pch, err := env.DB.SetPaused(ctx, v.ID, true, db.ActorAdmin, now)
 				require.NoError(t, err)
 				_, err = settle.Changes(ctx, env.RDB, env.DB, []db.VoucherChange{pch}, now)
 				require.NoError(t, err)
 				require.ErrorIs(t, admit(t, env, v.ID, "a"), rdb.ErrPaused)
 			}
-			_, _, err = env.DB.SetPaused(ctx, v.ID, paused, now) // recorded; Redis missed it
+			_, _, err = env.DB.SetPaused(ctx, v.ID, paused, db.ActorAdmin, now) // recorded; Redis missed it
 			require.NoError(t, err)
 			before := admit(t, env, v.ID, "b")
 			require.Equal(t, 1, owed(t, env))
@@ -189,7 +189,7 @@ func TestAWriteRedisMissedIsAppliedOnceByTheReaper(t *testing.T) {
 		v, _ := newVoucher(t, env, 10)
 		_, top, err := env.DB.ChangeVoucher(ctx, v.ID, db.Edit{AddStock: 5}, now)
 		require.NoError(t, err)
-		_, pause, err := env.DB.SetPaused(ctx, v.ID, true, now)
+		_, pause, err := env.DB.SetPaused(ctx, v.ID, true, db.ActorAdmin, now)
 		require.NoError(t, err)
 		// The gateway applies the top-up and the pause at once: they wait
 		// for the creation, owed.

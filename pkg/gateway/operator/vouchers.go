@@ -118,7 +118,7 @@ func (a *API) createVoucher(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ctx := r.Context()
-	ch, err := a.DB.CreateVoucher(ctx, &v, items, now)
+	ch, err := a.DB.CreateVoucher(ctx, &v, items, db.ActorAdmin, now)
 	if err != nil {
 		a.Fail(w, r, err)
 		return
@@ -128,7 +128,7 @@ func (a *API) createVoucher(w http.ResponseWriter, r *http.Request) {
 	} else {
 		a.RoomsChanged() // its polls here know it at once; elsewhere, with the next read of the rooms' index
 	}
-	a.Log.Info("voucher created", zap.Int64("voucher_id", v.ID), zap.String("kind", v.Kind), zap.Int64("stock", v.Stock))
+	voucher.LogActions(a.Log, ch.Actions)
 	httpapi.WriteJSON(w, http.StatusCreated, voucherOut(v, a.Now()))
 }
 
@@ -153,6 +153,20 @@ type voucherStatusJSON struct {
 	// BucketsByMaster: on a cluster, the buckets each master the
 	// voucher's partitions reach holds.
 	BucketsByMaster map[string]int `json:"buckets_by_master,omitempty"`
+	// History: the last historyShown actions on the voucher, newest
+	// first: who did what, the fields before and after.
+	History []actionJSON `json:"history"`
+}
+
+// historyShown bounds the voucher's history in GET /admin/v1/vouchers/{id}.
+const historyShown = 50
+
+type actionJSON struct {
+	At     time.Time `json:"at"`
+	By     string    `json:"by"`
+	Action string    `json:"action"`
+	Before string    `json:"before,omitempty"`
+	After  string    `json:"after"`
 }
 
 type roomJSON struct {
@@ -177,6 +191,15 @@ func (a *API) getVoucher(w http.ResponseWriter, r *http.Request) {
 	if out.Orders, err = a.DB.OrderCounts(ctx, id); err != nil {
 		a.Fail(w, r, err)
 		return
+	}
+	actions, err := a.DB.VoucherActions(ctx, id, historyShown)
+	if err != nil {
+		a.Fail(w, r, err)
+		return
+	}
+	out.History = make([]actionJSON, len(actions))
+	for i, ac := range actions {
+		out.History[i] = actionJSON{At: ac.At, By: string(ac.Actor), Action: ac.Action, Before: ac.Before, After: ac.After}
 	}
 	if v.IsDraw() {
 		if out.Draw, err = a.Draw(r, v); err != nil {
@@ -244,18 +267,18 @@ func (a *API) setPaused(paused bool) http.HandlerFunc {
 		}
 		ctx := r.Context()
 		now := a.Now().UTC()
-		v, ch, err := a.DB.SetPaused(ctx, id, paused, now)
+		v, ch, err := a.DB.SetPaused(ctx, id, paused, db.ActorAdmin, now)
 		if errors.Is(err, db.ErrNotFound) {
 			err = httpapi.ErrVoucherMissing
 		}
 		if err == nil {
 			_, err = settle.Changes(ctx, a.Redis, a.DB, []db.VoucherChange{ch}, now)
 		}
+		voucher.LogActions(a.Log, ch.Actions) // recorded in MySQL, whatever Redis says
 		if err != nil && !settle.Later(err) {
 			a.Fail(w, r, err)
 			return
 		}
-		a.Log.Info("voucher paused", zap.Int64("voucher_id", id), zap.Bool("paused", paused))
 		httpapi.WriteJSON(w, http.StatusOK, voucherOut(v, a.Now()))
 	}
 }
@@ -355,16 +378,15 @@ func (a *API) changeVoucher(w http.ResponseWriter, r *http.Request) {
 	if req.Other() {
 		edit.SplitTo = int(to)
 		edit.Check = func(v db.Voucher) error { return voucher.Consistent(v, to, now) }
+		edit.By = db.ActorAdmin
 		if v, err = a.applyChange(ctx, id, edit, now); err != nil {
 			a.Fail(w, r, ruleError(err))
 			return
 		}
-		if to > 0 {
-			a.Log.Info("voucher split asked", zap.Int64("voucher_id", id), zap.Int("from", v.StockBuckets), zap.Int64("to", to))
-		}
 	}
 	if req.StockBuckets != nil && !req.Other() {
-		v, err = a.DB.AskSplit(ctx, id, int(to), func(v db.Voucher) error { return voucher.Split(v, to, now) })
+		var actions []db.Action
+		v, actions, err = a.DB.AskSplit(ctx, id, int(to), db.ActorAdmin, func(v db.Voucher) error { return voucher.Split(v, to, now) })
 		if errors.Is(err, db.ErrNotFound) {
 			err = httpapi.ErrVoucherMissing
 		}
@@ -372,7 +394,7 @@ func (a *API) changeVoucher(w http.ResponseWriter, r *http.Request) {
 			a.Fail(w, r, ruleError(err))
 			return
 		}
-		a.Log.Info("voucher split asked", zap.Int64("voucher_id", id), zap.Int("from", v.StockBuckets), zap.Int64("to", to))
+		voucher.LogActions(a.Log, actions)
 	}
 	httpapi.WriteJSON(w, http.StatusOK, voucherOut(v, a.Now()))
 }
@@ -419,6 +441,7 @@ func (a *API) applyChange(ctx context.Context, id int64, edit db.Edit, now time.
 	if err != nil {
 		return v, err
 	}
+	voucher.LogActions(a.Log, ch.Actions)
 	if _, err := settle.Changes(ctx, a.Redis, a.DB, []db.VoucherChange{ch}, now); err != nil {
 		a.Log.Warn("voucher change left to the reaper", zap.Int64("voucher_id", id), zap.Int64("change_id", ch.ID), zap.Error(err))
 	} else {
@@ -429,6 +452,5 @@ func (a *API) applyChange(ctx context.Context, id int64, edit db.Edit, now time.
 			a.RoomsChanged() // a room put on or taken away: this replica's polls know it now, others' within roomIndexEvery
 		}
 	}
-	a.Log.Info("voucher changed", zap.Int64("voucher_id", id), zap.Int64("add_stock", edit.AddStock), zap.Bool("ends_at_changed", edit.EndsAt != nil))
 	return v, nil
 }

@@ -2,6 +2,7 @@ package harness_test
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -10,7 +11,9 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"os/user"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -22,6 +25,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
+	"github.com/flashsale/flashsale/pkg/db"
 	"github.com/flashsale/flashsale/pkg/internal/harness"
 	"github.com/flashsale/flashsale/pkg/internal/testenv"
 	"github.com/flashsale/flashsale/pkg/rdb"
@@ -460,6 +464,41 @@ func TestTheSaleCommands(t *testing.T) {
 		require.Equal(t, 2, code, "%v", args)
 		require.Contains(t, out, "no voucher 99", "%v", args)
 	}
+
+	// Each command that changed the sale is on the record, by the CLI's
+	// user, as the admin API's actions are: a row of the voucher's
+	// history and one JSON line on stderr; a dry run and a refusal, none.
+	name := os.Getenv("USER")
+	if u, err := user.Current(); err == nil && u.Username != "" {
+		name = u.Username
+	}
+	who := "cli:" + cmp.Or(name, "uid-"+strconv.Itoa(os.Getuid()))
+	acts, err := s.DB.VoucherActions(ctx, v, 50)
+	require.NoError(t, err)
+	var got []string
+	for _, a := range slices.Backward(acts) {
+		if a.Action != db.ActionCreated {
+			require.Equal(t, who, string(a.Actor), a.Action)
+		}
+		got = append(got, a.Action+": "+a.Before+" → "+a.After)
+	}
+	require.Equal(t, []string{"voucher created:  → kind=units stock_total=5 per_user_limit=1",
+		"voucher paused: paused=false → paused=true", "voucher resumed: paused=true → paused=false",
+		"stock added: stock_total=5 → stock_total=15", "end moved: ends_at=none → ends_at=" + end}, got)
+	_, code = run("top-up", id, "1")
+	require.Zero(t, code)
+	cmd := s.Command(ctx, "reaper", "pause", id)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	require.NoError(t, cmd.Run())
+	var line map[string]any
+	require.NoError(t, json.Unmarshal([]byte(stderr.String()), &line), "one JSON line: %s", stderr.String())
+	require.Equal(t, "voucher paused", line["msg"])
+	require.Equal(t, "info", line["level"])
+	require.Equal(t, id, line["voucher_id"])
+	require.Equal(t, who, line["by"])
+	require.Equal(t, "paused=false", line["before"])
+	require.Equal(t, "paused=true", line["after"])
 	rec := reconcile(t, ctx, s)
 	require.Len(t, rec, 1)
 	require.Empty(t, rec[0].Differences, "the stores agree after the commands")

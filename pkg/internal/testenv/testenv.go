@@ -95,7 +95,7 @@ func (e *Env) seed(t testing.TB, v db.Voucher, redisStock int64, items []order.I
 	if v.CreatedAt.IsZero() {
 		v.CreatedAt = time.Now().UTC().Truncate(time.Millisecond)
 	}
-	ch, err := e.DB.CreateVoucher(ctx, &v, items, v.CreatedAt)
+	ch, err := e.DB.CreateVoucher(ctx, &v, items, db.ActorAdmin, v.CreatedAt)
 	require.NoError(t, err)
 	if redisStock < 0 {
 		redisStock = v.Stock

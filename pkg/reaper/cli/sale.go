@@ -6,10 +6,13 @@ package cli
 // now, the change stands and the reaper applies it.
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
 	"fmt"
+	"os"
+	"os/user"
 	"strconv"
 	"time"
 
@@ -39,7 +42,7 @@ func saleCommands() []app.Command[*config] {
 					}
 					return name, nil
 				}, func(ctx context.Context, mysql *db.Store, v db.Voucher, now time.Time) (db.Voucher, db.VoucherChange, error) {
-					return mysql.SetPaused(ctx, v.ID, paused, now)
+					return mysql.SetPaused(ctx, v.ID, paused, cliActor(), now)
 				})
 			}}
 	}
@@ -51,6 +54,7 @@ func saleCommands() []app.Command[*config] {
 			if e, err = req.Edit(now); err != nil {
 				return "", err
 			}
+			e.By = cliActor()
 			return what, req.Against(v, &e, now)
 		}, func(ctx context.Context, mysql *db.Store, v db.Voucher, now time.Time) (db.Voucher, db.VoucherChange, error) {
 			return mysql.ChangeVoucher(ctx, v.ID, e, now)
@@ -74,7 +78,7 @@ func saleCommands() []app.Command[*config] {
 				if err != nil {
 					return err
 				}
-				return splitSale(ctx, cfg, args[0], n, dry)
+				return splitSale(ctx, cfg, rt, args[0], n, dry)
 			}},
 		{Name: "extend", Task: "Running a sale", Args: "VOUCHER_ID", NArgs: 1,
 			Flags: func(fs *flag.FlagSet) {
@@ -144,6 +148,7 @@ func changeSale(ctx context.Context, cfg *config, rt *app.Runtime, arg string, d
 		if err != nil {
 			return err
 		}
+		voucher.LogActions(rt.Actions, ch.Actions)
 		redis, err := cfg.Redis(ctx, 2)
 		if err == nil {
 			defer redis.Client().Close()
@@ -161,7 +166,7 @@ func changeSale(ctx context.Context, cfg *config, rt *app.Runtime, arg string, d
 // splitSale asks for voucher arg's buckets to be split to n (voucher.Split's
 // rules, as PATCH stock_buckets): MySQL records it, the reaper's splitter
 // does it.
-func splitSale(ctx context.Context, cfg *config, arg string, n int64, dry bool) error {
+func splitSale(ctx context.Context, cfg *config, rt *app.Runtime, arg string, n int64, dry bool) error {
 	return withVoucher(ctx, cfg, arg, time.Minute, func(ctx context.Context, mysql *db.Store, v db.Voucher) error {
 		if v.StockBuckets == int(n) || v.SplitTo == int(n) {
 			fmt.Printf("voucher %d (%s): %d buckets asked already; nothing changed\n", v.ID, v.Name, n)
@@ -189,10 +194,23 @@ func splitSale(ctx context.Context, cfg *config, arg string, n int64, dry bool) 
 			fmt.Printf("voucher %d (%s): would %s; nothing changed (--dry-run)\n", v.ID, v.Name, what)
 			return nil
 		}
-		if _, err := mysql.AskSplit(ctx, v.ID, int(n), func(v db.Voucher) error { return voucher.Split(v, n, time.Now()) }); err != nil {
+		_, actions, err := mysql.AskSplit(ctx, v.ID, int(n), cliActor(), func(v db.Voucher) error { return voucher.Split(v, n, time.Now()) })
+		if err != nil {
 			return err
 		}
+		voucher.LogActions(rt.Actions, actions)
 		fmt.Printf("voucher %d (%s): asked: %s (the reaper's splitter does it within a second)\n", v.ID, v.Name, what)
 		return nil
 	})
+}
+
+// cliActor is who runs this command: "cli:" and the operating system's
+// user, or its uid where it has no name (a container's user often has
+// none); voucher_actions records it.
+func cliActor() db.Actor {
+	name := os.Getenv("USER")
+	if u, err := user.Current(); err == nil && u.Username != "" {
+		name = u.Username
+	}
+	return db.CLIActor(cmp.Or(name, "uid-"+strconv.Itoa(os.Getuid())))
 }
