@@ -1,4 +1,4 @@
-// Package docs embeds the reference a binary prints: its help lists each
+// Package docs embeds the reference a binary prints: its help config lists each
 // variable with the meaning CONFIGURATION.md gives it, so that the two
 // cannot say different things.
 package docs

@@ -79,9 +79,9 @@ func (b Build) Collector() prometheus.Collector {
 	return g
 }
 
-// PrintHelp writes the binary's commands and every variable it reads, with
-// its default. It needs no secret and reads no variable.
-func PrintHelp[C Config](w io.Writer, cfg C, commands []Command[C]) {
+// PrintHelp writes the binary's commands, by task, and how to list its
+// variables (PrintConfig). It needs no secret and reads no variable.
+func PrintHelp[C Config](w io.Writer, commands []Command[C]) {
 	bin := filepath.Base(os.Args[0])
 	fmt.Fprintf(w, "%s\n\nUsage: %s [COMMAND]; without one it runs the role.\n", ReadBuild(), bin)
 	var tasks []string
@@ -99,9 +99,16 @@ func PrintHelp[C Config](w io.Writer, cfg C, commands []Command[C]) {
 			}
 		}
 	}
-	fmt.Fprintf(ctw, "\nThis text and the build:\n  help\tthis text\n  version\tthe build's version and commit\n")
+	fmt.Fprintf(ctw, "\nThis text and the build:\n  help\tthis text\n  help config\tevery FLASHSALE_* variable it reads, with its default\n  version\tthe build's version and commit\n")
 	ctw.Flush()
-	fmt.Fprintf(w, "\n%s COMMAND -h shows a command's usage and flags. Exit status of a command: 0 done, 2 failed or misused (and 1 where a command says what it means); the role itself exits 1 on a failure, with one JSON log line.\n\nConfiguration, all from the environment (docs/CONFIGURATION.md describes each):\n\n", bin)
+	fmt.Fprintf(w, "\n%s COMMAND -h shows a command's usage and flags. Exit status of a command: 0 done, 2 failed or misused (and 1 where a command says what it means); the role itself exits 1 on a failure, with one JSON log line. All configuration comes from FLASHSALE_* variables: %s help config lists them.\n", bin, bin)
+}
+
+// PrintConfig writes every variable the binary reads, with its default
+// and the first clause of its meaning (docs/CONFIGURATION.md's). It needs
+// no secret and reads no variable.
+func PrintConfig[C Config](w io.Writer, cfg C) {
+	fmt.Fprintf(w, "Configuration, all from the environment (docs/CONFIGURATION.md describes each):\n\n")
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "VARIABLE\tDEFAULT\tMEANING")
 	tmpl := `{{range .}}{{.Key}}	{{with .Tags.Get "default"}}{{.}}{{else}}-{{end}}	{{meaning .Key}}

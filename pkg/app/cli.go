@@ -141,7 +141,14 @@ func resolve[C any](cmds []Command[C], args []string) (t typed[C], help bool, er
 		if t.cmd.NArgs == 0 {
 			return t, false, errUsage{fmt.Sprintf("%s takes no argument, got %q", t.name(), t.args[0])}
 		}
-		return t, false, errUsage{fmt.Sprintf("%s needs one %s", t.name(), t.cmd.Args)}
+		want := strings.Fields(t.cmd.Args)
+		switch {
+		case len(t.args) > 0 && len(t.args) < len(want):
+			return t, false, errUsage{fmt.Sprintf("%s %s: %s is missing", t.name(), t.cmd.Args, strings.Join(want[len(t.args):], " "))}
+		case len(t.args) > len(want):
+			return t, false, errUsage{fmt.Sprintf("%s takes %s, and got %d arguments (quote one with spaces)", t.name(), t.cmd.Args, len(t.args))}
+		}
+		return t, false, errUsage{fmt.Sprintf("%s needs %s", t.name(), t.cmd.Args)}
 	}
 	return t, false, nil
 }
@@ -184,14 +191,21 @@ func Main[C Config](cfg C, run func(ctx context.Context, cfg C, rt *Runtime) err
 	if args := os.Args[1:]; len(args) > 0 {
 		switch args[0] {
 		case "help", "-h", "-help", "--help":
-			PrintHelp(os.Stdout, cfg, commands)
+			switch {
+			case len(args) == 1:
+				PrintHelp(os.Stdout, commands)
+			case len(args) == 2 && args[0] == "help" && args[1] == "config":
+				PrintConfig(os.Stdout, cfg)
+			default:
+				usageFail(bin, "", fmt.Sprintf("unknown help topic %q: %s help lists the commands, %s help config the variables", strings.Join(args[1:], " "), bin, bin))
+			}
 			return
 		case "version", "--version":
 			fmt.Println(ReadBuild().String())
 			return
 		}
 		if strings.HasPrefix(args[0], "-") {
-			usageFail(bin, "", fmt.Sprintf("unknown flag %s: the role takes none (%s help lists the commands and variables)", args[0], bin))
+			usageFail(bin, "", fmt.Sprintf("unknown flag %s: the role takes none (%s help lists the commands, %s help config the variables)", args[0], bin, bin))
 		}
 		r, help, err := resolve(commands, args)
 		var ue errUsage
@@ -334,7 +348,7 @@ func printUsage[C any](w io.Writer, bin string, t typed[C]) {
 	if c.ExitNo != "" {
 		exit = "0 done, 1 " + c.ExitNo + ", 2 failed or misused"
 	}
-	fmt.Fprintf(w, "\nExit status: %s. Configuration comes from FLASHSALE_* variables (%s help lists them).\n", exit, bin)
+	fmt.Fprintf(w, "\nExit status: %s. Configuration comes from FLASHSALE_* variables (%s help config lists them).\n", exit, bin)
 }
 
 // printFlags lists fs's flags the way they are typed: --name VALUE.
@@ -345,7 +359,7 @@ func printFlags(w io.Writer, fs *flag.FlagSet) {
 		if kind != "" {
 			head += " " + kind
 		}
-		if f.DefValue != "" && f.DefValue != "false" && f.DefValue != "0" && f.DefValue != "0s" {
+		if f.DefValue != "" && f.DefValue != "false" && f.DefValue != "0" && f.DefValue != "0s" && !strings.Contains(usage, "default:") { // a usage that words its default keeps its words
 			usage += " (default " + f.DefValue + ")"
 		}
 		fmt.Fprintf(w, "  %-26s %s\n", head, usage)

@@ -110,10 +110,10 @@ func TestHelpAndVersionNeedNoSecrets(t *testing.T) {
 	dir := t.TempDir()
 	require.NoError(t, harness.Build(dir, false, "gateway", "worker", "reaper"))
 	for _, bin := range []string{"gateway", "worker", "reaper"} {
-		cmd := exec.Command(filepath.Join(dir, bin), "help")
+		cmd := exec.Command(filepath.Join(dir, bin), "help", "config")
 		cmd.Env = []string{"PATH=" + os.Getenv("PATH")}
 		out, err := cmd.CombinedOutput()
-		require.NoError(t, err, "%s help: %s", bin, out)
+		require.NoError(t, err, "%s help config: %s", bin, out)
 		require.Contains(t, string(out), "FLASHSALE_MYSQL_DSN")
 		require.Contains(t, string(out), "FLASHSALE_STREAM_PARTITIONS")
 		require.Contains(t, string(out), "root@tcp(127.0.0.1:3306)/flashsale", "defaults shown")
@@ -158,6 +158,19 @@ func TestCommandsAnswerHelpAndSayWhatFailed(t *testing.T) {
 	}
 	require.Contains(t, out, "deadletters purge")
 	require.Contains(t, out, "migrate status")
+	// The commands on one screen; the variables on request.
+	short, _, code := run(nil, "reaper", "-h")
+	require.Zero(t, code)
+	require.Equal(t, out, short, "-h is help")
+	require.LessOrEqual(t, strings.Count(out, "\n"), 50, "the commands fit a screen: %s", out)
+	require.NotContains(t, out, "FLASHSALE_REDIS_ADDR ")
+	require.Contains(t, out, "reaper help config lists them")
+	config, _, code := run(nil, "reaper", "help", "config")
+	require.Zero(t, code)
+	require.Contains(t, config, "FLASHSALE_REDIS_ADDR ")
+	_, errOut, code := run(nil, "reaper", "help", "variables")
+	require.Equal(t, 2, code)
+	require.Contains(t, errOut, `unknown help topic "variables"`)
 	out, _, code = run(nil, "reaper", "reconcile", "-h")
 	require.Zero(t, code)
 	require.Contains(t, out, "--repair")
@@ -165,7 +178,7 @@ func TestCommandsAnswerHelpAndSayWhatFailed(t *testing.T) {
 	out, _, _ = run(nil, "reaper", "report", "-h")
 	require.NotContains(t, out, "stores differ")
 
-	out, errOut, code := run(nil, "reaper", "recocile")
+	out, errOut, code = run(nil, "reaper", "recocile")
 	require.Equal(t, 2, code)
 	require.Empty(t, out)
 	require.Contains(t, errOut, `unknown command "recocile"`)
@@ -177,14 +190,14 @@ func TestCommandsAnswerHelpAndSayWhatFailed(t *testing.T) {
 	require.Equal(t, 2, code)
 	require.Contains(t, errOut, `unknown deadletters subcommand "frobnicate"`)
 	require.NotContains(t, errOut, "connect")
-	for args, want := range map[string]string{"": "report needs one VOUCHER_ID", "x": "VOUCHER_ID must be a positive whole number", "1 2": "report needs one VOUCHER_ID"} {
+	for args, want := range map[string]string{"": "report needs VOUCHER_ID", "x": "VOUCHER_ID must be a positive whole number", "1 2": "report takes VOUCHER_ID, and got 2 arguments"} {
 		_, errOut, code = run(closed, "reaper", append([]string{"report"}, strings.Fields(args)...)...)
 		require.Equal(t, 2, code, "report %s: %s", args, errOut)
 		require.Contains(t, errOut, want)
 		require.NotContains(t, errOut, "connect")
 	}
 	for args, want := range map[string]string{"": "draw needs a subcommand: verify", "check 1": `unknown draw subcommand "check"`,
-		"verify": "draw verify needs one VOUCHER_ID", "verify x": "VOUCHER_ID must be a positive whole number"} {
+		"verify": "draw verify needs VOUCHER_ID", "verify x": "VOUCHER_ID must be a positive whole number"} {
 		_, errOut, code = run(closed, "reaper", append([]string{"draw"}, strings.Fields(args)...)...)
 		require.Equal(t, 2, code, "draw %s: %s", args, errOut)
 		require.Contains(t, errOut, want)
@@ -467,7 +480,7 @@ func TestTheConfigurationTableIsTheBinariesConfiguration(t *testing.T) {
 	require.NoError(t, harness.Build(dir, false, bins...))
 	read := map[string]map[string]string{} // binary -> variable -> default
 	for _, bin := range bins {
-		cmd := exec.Command(filepath.Join(dir, bin), "help")
+		cmd := exec.Command(filepath.Join(dir, bin), "help", "config")
 		cmd.Env = []string{"PATH=" + os.Getenv("PATH")}
 		out, err := cmd.Output()
 		require.NoError(t, err)

@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"os/user"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
@@ -435,6 +436,9 @@ func TestTheSaleCommands(t *testing.T) {
 	out, code = run("resume", id)
 	require.Zero(t, code, out)
 	require.False(t, paused())
+	out, code = run("resume", id)
+	require.Zero(t, code, out)
+	require.Contains(t, out, "not paused, so there is nothing to resume; nothing changed")
 
 	out, code = run("top-up", id, "10", "--dry-run")
 	require.Zero(t, code, out)
@@ -445,6 +449,9 @@ func TestTheSaleCommands(t *testing.T) {
 	require.EqualValues(t, 15, redisStock(), "the units sell at once")
 	_, code = run("top-up", id, "0")
 	require.Equal(t, 2, code, "UNITS of 1 or more")
+	out, code = run("top-up", id)
+	require.Equal(t, 2, code, out)
+	require.Contains(t, out, "top-up VOUCHER_ID UNITS: UNITS is missing")
 
 	end := time.Now().Add(48 * time.Hour).UTC().Truncate(time.Second).Format(time.RFC3339)
 	out, code = run("extend", id, "--to", end)
@@ -455,7 +462,7 @@ func TestTheSaleCommands(t *testing.T) {
 	require.Equal(t, end, row.EndsAt.UTC().Format(time.RFC3339))
 	out, code = run("extend", id, "--to", "tomorrow")
 	require.Equal(t, 2, code, out)
-	require.Contains(t, out, "ends_at")
+	require.Contains(t, out, `--to must be a time as 2026-12-24T22:00:00Z (RFC 3339, with its zone: Z or +08:00): "tomorrow" is not`)
 	_, code = run("extend", id)
 	require.Equal(t, 2, code, "--to is needed")
 
@@ -502,6 +509,54 @@ func TestTheSaleCommands(t *testing.T) {
 	rec := reconcile(t, ctx, s)
 	require.Len(t, rec, 1)
 	require.Empty(t, rec[0].Differences, "the stores agree after the commands")
+
+	// create: a sale of units from flags, any sale from the API's JSON,
+	// the API's rules, a dry run that creates nothing.
+	out, code = run("create", "Winter lamp", "--stock", "20", "--limit", "2", "--pay-within", "10m", "--dry-run")
+	require.Zero(t, code, out)
+	require.Contains(t, out, `would create "Winter lamp", units, 20 on sale, 2 a buyer, pay within 10m0s; nothing created (--dry-run)`)
+	out, code = run("create", "Winter lamp", "--stock", "20", "--limit", "2", "--pay-within", "10m")
+	require.Zero(t, code, out)
+	created := regexp.MustCompile(`voucher (\d+) created: "Winter lamp", units, 20 on sale, 2 a buyer, pay within 10m0s`).FindStringSubmatch(out)
+	require.NotNil(t, created, out)
+	lamp, err := strconv.ParseInt(created[1], 10, 64)
+	require.NoError(t, err)
+	row, err = s.DB.Voucher(ctx, lamp)
+	require.NoError(t, err)
+	require.Equal(t, [3]int64{20, 2, 600}, [3]int64{row.StockTotal, row.PerUserLimit, row.PaymentTimeoutSeconds})
+	c := harness.NewClient(s.URL, 1)
+	for _, want := range []int{202, 202, 409} { // on sale in Redis at once, 2 a buyer
+		status, err := c.Do(ctx, "POST", "/v1/vouchers/"+created[1]+"/orders", s.Token("lamp-buyer"), nil, nil)
+		require.NoError(t, err)
+		require.Equal(t, want, status)
+	}
+	acts, err = s.DB.VoucherActions(ctx, lamp, 5)
+	require.NoError(t, err)
+	require.Len(t, acts, 1)
+	require.Equal(t, who, string(acts[0].Actor))
+	body := filepath.Join(t.TempDir(), "sale.json")
+	require.NoError(t, os.WriteFile(body, []byte(`{"name":"from json","stock":3,"per_user_limit":1}`), 0o600))
+	out, code = run("create", "--json", body)
+	require.Zero(t, code, out)
+	require.Contains(t, out, `created: "from json", units, 3 on sale`)
+	for args, want := range map[string]string{
+		"create":                              "create needs the sale's NAME",
+		"create x --stock 0":                  "stock",
+		"create x --stock 5 --ends yesterday": `--ends must be a time as 2026-12-24T22:00:00Z`,
+		"create x --stock 5 --ends " + time.Now().Add(-time.Hour).UTC().Format(time.RFC3339): "ends_at must be in the future",
+		"create x --stock 5 --json " + body:                                                  "create takes --json FILE or NAME and flags, not both",
+	} {
+		out, code = run(strings.Fields(args)...)
+		require.Equal(t, 2, code, "%s: %s", args, out)
+		require.Contains(t, out, want, args)
+	}
+	require.NoError(t, os.WriteFile(body, []byte(`{"name":"x","stok":3}`), 0o600))
+	out, code = run("create", "--json", body)
+	require.Equal(t, 2, code, out)
+	require.Contains(t, out, "is not a sale's JSON")
+	vs, err := s.DB.Vouchers(ctx, 0, 100)
+	require.NoError(t, err)
+	require.Len(t, vs, 3, "the lamp, Winter lamp and from json: nothing else created")
 }
 
 // reaper events tail prints each event as it is published: every kept one

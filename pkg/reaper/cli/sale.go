@@ -1,9 +1,11 @@
 package cli
 
-// Running a sale from the command line: pause, resume, top-up, split and
-// extend do what the admin API's pause, resume and PATCH do. MySQL records the
-// change, then Redis takes it (pkg/settle); when Redis cannot take it
-// now, the change stands and the reaper applies it.
+// Running a sale from the command line: create, pause, resume, top-up,
+// split and extend do what the admin API's creation, pause, resume and
+// PATCH do, under the same rules (pkg/voucher) and on the same record
+// (voucher_actions, by cli:USER). MySQL records the change, then Redis
+// takes it (pkg/settle); when Redis cannot take it now, the change stands
+// and the reaper applies it.
 
 import (
 	"cmp"
@@ -37,8 +39,11 @@ func saleCommands() []app.Command[*config] {
 		return app.Command[*config]{Name: name, Task: "Running a sale", Args: "VOUCHER_ID", NArgs: 1, Summary: summary, Flags: dryRun,
 			Run: func(ctx context.Context, cfg *config, rt *app.Runtime, args []string) error {
 				return changeSale(ctx, cfg, rt, args[0], dry, func(v db.Voucher) (string, error) {
+					if v.Paused == paused && paused {
+						return "", nothingToDo("paused already")
+					}
 					if v.Paused == paused {
-						return "", nothingToDo(pausedWord(paused) + " already")
+						return "", nothingToDo("not paused, so there is nothing to resume")
 					}
 					return name, nil
 				}, func(ctx context.Context, mysql *db.Store, v db.Voucher, now time.Time) (db.Voucher, db.VoucherChange, error) {
@@ -61,7 +66,7 @@ func saleCommands() []app.Command[*config] {
 		})
 	}
 	return []app.Command[*config]{
-		pause(true), pause(false),
+		createCommand(), pause(true), pause(false),
 		{Name: "top-up", Task: "Running a sale", Args: "VOUCHER_ID UNITS", NArgs: 2, Flags: dryRun,
 			Summary: "add units to a sale of units (as PATCH add_stock): they sell at once",
 			Run: func(ctx context.Context, cfg *config, rt *app.Runtime, args []string) error {
@@ -83,16 +88,27 @@ func saleCommands() []app.Command[*config] {
 		{Name: "extend", Task: "Running a sale", Args: "VOUCHER_ID", NArgs: 1,
 			Flags: func(fs *flag.FlagSet) {
 				dryRun(fs)
-				fs.StringVar(&to, "to", "", "required: the sale's new end, `RFC3339` (2026-12-01T20:00:00Z)")
+				fs.StringVar(&to, "to", "", "required: the sale's new end, a `TIME` as 2026-12-24T22:00:00Z (RFC 3339)")
 			},
 			Summary: "move a sale's end (as PATCH ends_at)",
 			Run: func(ctx context.Context, cfg *config, rt *app.Runtime, args []string) error {
 				if to == "" {
-					return errors.New("extend needs --to TIME, the sale's new end (RFC3339)")
+					return errors.New("extend needs --to TIME, the sale's new end, as 2026-12-24T22:00:00Z (RFC 3339)")
+				}
+				if err := timeFlag("to", to); err != nil {
+					return err
 				}
 				return edit(ctx, cfg, rt, args[0], voucher.Change{EndsAt: &to}, "end the sale at "+to)
 			}},
 	}
+}
+
+// timeFlag checks flag name's value v, a time, as the API will read it.
+func timeFlag(name, v string) error {
+	if _, err := time.Parse(time.RFC3339, v); err != nil {
+		return fmt.Errorf("--%s must be a time as 2026-12-24T22:00:00Z (RFC 3339, with its zone: Z or +08:00): %q is not", name, v)
+	}
+	return nil
 }
 
 // wholeNumber reads arg, the command's argument name, as a whole number
@@ -115,13 +131,6 @@ func wholeNumber(name, arg string) (int64, error) {
 type nothingToDo string
 
 func (n nothingToDo) Error() string { return string(n) }
-
-func pausedWord(paused bool) string {
-	if paused {
-		return "paused"
-	}
-	return "not paused"
-}
 
 // changeSale is one of the sale's commands: the voucher whose id is arg
 // is read, check says what the change would do (or why it cannot be
