@@ -2,8 +2,10 @@ package gateway_test
 
 import (
 	"context"
+	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strconv"
 	"strings"
 	"testing"
@@ -355,4 +357,38 @@ func TestEveryOperatorActionIsOnTheRecord(t *testing.T) {
 		history = append([][3]string{{a["action"].(string), before, a["after"].(string)}}, history...)
 	}
 	require.Equal(t, want, history, "the voucher's history, newest first")
+}
+
+// A person who opens the gateway's address finds a page that says it is
+// up and links the console, the API's reference (served, the repository's
+// own) and a queue page; any other unknown path is still a JSON 404.
+func TestTheGatewaysIndexLinksWhereToGo(t *testing.T) {
+	f := newFixture(t)
+	res, err := http.Get(f.srv.URL + "/")
+	require.NoError(t, err)
+	page, err := io.ReadAll(res.Body)
+	res.Body.Close()
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, res.StatusCode)
+	require.Equal(t, "text/html; charset=utf-8", res.Header.Get("Content-Type"))
+	for _, link := range []string{`href="/admin/console"`, `href="/openapi.yaml"`, `href="/queue/1"`} {
+		require.Contains(t, string(page), link)
+	}
+	res, err = http.Get(f.srv.URL + "/openapi.yaml")
+	require.NoError(t, err)
+	spec, err := io.ReadAll(res.Body)
+	res.Body.Close()
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, res.StatusCode)
+	want, err := os.ReadFile("../../api/openapi.yaml")
+	require.NoError(t, err)
+	require.Equal(t, string(want), string(spec))
+	for _, path := range []string{f.srv.URL + "/admin/console", f.srv.URL + "/queue/1"} {
+		res, err := http.Get(path)
+		require.NoError(t, err)
+		res.Body.Close()
+		require.Equal(t, http.StatusOK, res.StatusCode, path)
+	}
+	requireError(t, f.do("GET", "/nothing-here", "", ""), http.StatusNotFound, "not_found")
+	requireError(t, f.do("POST", "/", "", ""), http.StatusNotFound, "not_found")
 }

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/chromedp/cdproto/emulation"
+	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/chromedp"
 	"github.com/chromedp/chromedp/kb"
 	"github.com/stretchr/testify/require"
@@ -58,7 +59,11 @@ func TestTheQueuePageInABrowser(t *testing.T) {
 	// the buy button focused.
 	a, cancelA := chromedp.NewContext(bctx)
 	defer cancelA()
-	require.NoError(t, chromedp.Run(a, chromedp.Navigate(f.srv.URL+"/queue/"+id+"#token="+f.token("alice"))))
+	// From the shop's product page: the way back, once bought, is its origin.
+	require.NoError(t, chromedp.Run(a, chromedp.ActionFunc(func(ctx context.Context) error {
+		_, _, _, _, err := page.Navigate(f.srv.URL+"/queue/"+id+"#token="+f.token("alice")).WithReferrer("http://shop.example/sneakers?u=alice").Do(ctx)
+		return err
+	})))
 	waitText(a, "#status", "It is your turn")
 	require.Equal(t, "Queue for Sneaker drop", text(a, "#title"), "the product's name, not its id")
 	require.Equal(t, f.srv.URL+"/queue/"+id, strings.TrimSuffix(mustLocation(t, a), "#"), "the token left the address bar")
@@ -111,6 +116,10 @@ func TestTheQueuePageInABrowser(t *testing.T) {
 	require.NotContains(t, text(a, "#order"), "created", "no status word a buyer cannot read")
 	require.Equal(t, "Thank you.", text(a, "#status"), "the order is said once, in its own line")
 	require.Equal(t, "Your order of Sneaker drop", text(a, "#title"), "the heading follows the state")
+	var way struct{ Href, Text string }
+	require.NoError(t, chromedp.Run(a, chromedp.Evaluate(`({href: document.getElementById("back-link").href, text: document.getElementById("back").hidden ? "" : document.getElementById("back-link").textContent})`, &way)))
+	require.Equal(t, "http://shop.example/", way.Href, "the shop's origin, not the page the buyer came from")
+	require.Equal(t, "Back to the shop", way.Text)
 	var passShown bool
 	require.NoError(t, chromedp.Run(a, chromedp.Evaluate(`!document.getElementById("pass").hidden`, &passShown)))
 	require.False(t, passShown, "no countdown once bought")
@@ -146,7 +155,7 @@ func TestTheQueuePageInABrowser(t *testing.T) {
 	defer cancelC()
 	require.NoError(t, chromedp.Run(c, chromedp.Navigate(f.srv.URL+"/queue/"+plain+"#token="+f.token("carol"))))
 	waitText(c, "#status", "This sale has no queue")
-	require.Equal(t, `Queue for Socks & "Co" <3`, text(c, "#title"), "the name as text, never as markup")
+	require.Equal(t, `Buy Socks & "Co" <3`, text(c, "#title"), "no queue in the heading; the name as text, never as markup")
 	shot(c, "no-room")
 	require.NoError(t, chromedp.Run(c, chromedp.KeyEvent(kb.Enter)))
 	waitText(c, "#order", "is being placed")

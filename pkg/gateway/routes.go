@@ -6,6 +6,7 @@ import (
 	"net/http"
 
 	"github.com/flashsale/flashsale/pkg/gateway/httpapi"
+	"github.com/flashsale/flashsale/pkg/gateway/operator"
 	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
 	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
@@ -36,7 +37,11 @@ func (g *Gateway) handler(users, admin bool) http.Handler {
 	for _, p := range patterns {
 		mux.Handle(p, byPattern[p])
 	}
-	mux.HandleFunc("/", func(w http.ResponseWriter, _ *http.Request) {
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/" && r.Method == http.MethodGet && users { // the index: a person's first look
+			operator.ServeIndex(w, r)
+			return
+		}
 		httpapi.WriteError(w, httpapi.NewError(http.StatusNotFound, "not_found", "no such endpoint"))
 	})
 	var routed http.Handler = mux
@@ -90,6 +95,7 @@ func (g *Gateway) routes() []route {
 		{http.MethodPost, "/v1/payments/webhook", false, g.paymentWebhook}, // takes its slot once verified
 		{http.MethodGet, "/queue/{id}", false, g.serveQueuePage},
 		{http.MethodGet, "/queue/assets/{name}", false, g.serveQueueAsset},
+		{http.MethodGet, "/openapi.yaml", false, operator.ServeOpenAPI},
 	}
 	for _, rt := range g.ops.Routes() {
 		h := rt.H

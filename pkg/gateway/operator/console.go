@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/flashsale/flashsale/api"
 	"github.com/flashsale/flashsale/pkg/gateway/httpapi"
 	"github.com/flashsale/flashsale/pkg/history"
 )
@@ -54,4 +55,22 @@ func serveConsole(w http.ResponseWriter, _ *http.Request) {
 	h.Set("Content-Security-Policy", "default-src 'none'; script-src 'self' 'unsafe-inline'; style-src 'unsafe-inline'; connect-src 'self'; img-src data:")
 	h.Set("X-Frame-Options", "DENY")
 	_, _ = w.Write(consoleHTML)
+}
+
+//go:embed index.html
+var indexHTML []byte
+
+// ServeIndex: GET /, a page that says the gateway is up and links the
+// console, the API's reference and a queue page. It holds nothing secret.
+func ServeIndex(w http.ResponseWriter, _ *http.Request) {
+	h := w.Header()
+	h.Set("Content-Type", "text/html; charset=utf-8")
+	h.Set("Content-Security-Policy", "default-src 'none'; style-src 'unsafe-inline'")
+	_, _ = w.Write(indexHTML)
+}
+
+// ServeOpenAPI: GET /openapi.yaml, the API's reference.
+func ServeOpenAPI(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "application/yaml")
+	_, _ = w.Write(api.OpenAPI)
 }

@@ -40,6 +40,12 @@ function readFragment() {
     remember({token: f.get("token")});
   }
   if (f.get("access")) remember({access: f.get("access")});
+  // The shop that sent the buyer here, kept for the way back once bought
+  // (its origin only: the referrer's path may carry the buyer's state).
+  if (!memory.shop && document.referrer) {
+    const from = new URL(document.referrer);
+    if (from.origin !== location.origin && /^https?:$/.test(from.protocol)) remember({shop: from.origin + "/"});
+  }
   token = memory.token || "";
   access = memory.access || "";
   queueToken = memory.queue || "";
@@ -109,6 +115,11 @@ async function showOrders(orders) {
   $("title").textContent = name ? fill(T.titleBoughtNamed, {name}) : fill(T.titleBought, {id: voucher});
   document.title = $("title").textContent;
   say(T.thanks);
+  if (memory.shop) {
+    $("back-link").href = memory.shop;
+    $("back-link").textContent = T.backToShop;
+    $("back").hidden = false;
+  }
   const o = $("order");
   o.hidden = false;
   for (;;) {
@@ -419,6 +430,7 @@ async function start() {
   }
   a = a || await join();
   if (!a) { // no room: the buyer claims directly
+    $("title").textContent = document.title = card.dataset.name ? fill(T.titleSaleNamed, {name: card.dataset.name}) : fill(T.titleSale, {id: voucher});
     say(T.noRoom);
     $("buy").hidden = false;
     $("buy").focus();

@@ -13,6 +13,8 @@ import (
 	"strings"
 	"time"
 
+	"go.yaml.in/yaml/v3"
+
 	"github.com/oapi-codegen/runtime"
 )
 
@@ -577,6 +579,45 @@ func (e GetAdminV1VouchersId200JSONResponseBodyAllocation) Valid() bool {
 	case GetAdminV1VouchersId200JSONResponseBodyAllocationDraw:
 		return true
 	case GetAdminV1VouchersId200JSONResponseBodyAllocationFirstCome:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for GetAdminV1VouchersId200JSONResponseBodyHistoryAction.
+const (
+	AccessCodesChanged GetAdminV1VouchersId200JSONResponseBodyHistoryAction = "access codes changed"
+	EndMoved           GetAdminV1VouchersId200JSONResponseBodyHistoryAction = "end moved"
+	ProofOfWorkChanged GetAdminV1VouchersId200JSONResponseBodyHistoryAction = "proof of work changed"
+	SplitAsked         GetAdminV1VouchersId200JSONResponseBodyHistoryAction = "split asked"
+	StockAdded         GetAdminV1VouchersId200JSONResponseBodyHistoryAction = "stock added"
+	VoucherCreated     GetAdminV1VouchersId200JSONResponseBodyHistoryAction = "voucher created"
+	VoucherPaused      GetAdminV1VouchersId200JSONResponseBodyHistoryAction = "voucher paused"
+	VoucherResumed     GetAdminV1VouchersId200JSONResponseBodyHistoryAction = "voucher resumed"
+	WaitingRoomChanged GetAdminV1VouchersId200JSONResponseBodyHistoryAction = "waiting room changed"
+)
+
+// Valid indicates whether the value is a known member of the GetAdminV1VouchersId200JSONResponseBodyHistoryAction enum.
+func (e GetAdminV1VouchersId200JSONResponseBodyHistoryAction) Valid() bool {
+	switch e {
+	case AccessCodesChanged:
+		return true
+	case EndMoved:
+		return true
+	case ProofOfWorkChanged:
+		return true
+	case SplitAsked:
+		return true
+	case StockAdded:
+		return true
+	case VoucherCreated:
+		return true
+	case VoucherPaused:
+		return true
+	case VoucherResumed:
+		return true
+	case WaitingRoomChanged:
 		return true
 	default:
 		return false
@@ -1195,6 +1236,9 @@ type PostAdminV1VouchersJSONBodyKind string
 // GetAdminV1VouchersId200JSONResponseBodyAllocation defines parameters for GetAdminV1VouchersId.
 type GetAdminV1VouchersId200JSONResponseBodyAllocation string
 
+// GetAdminV1VouchersId200JSONResponseBodyHistoryAction defines parameters for GetAdminV1VouchersId.
+type GetAdminV1VouchersId200JSONResponseBodyHistoryAction string
+
 // GetAdminV1VouchersId200JSONResponseBodyKind defines parameters for GetAdminV1VouchersId.
 type GetAdminV1VouchersId200JSONResponseBodyKind string
 
@@ -1587,6 +1631,11 @@ type ClientInterface interface {
 	//
 	// Corresponds with POST /admin/v1/vouchers/{id}/resume (the `PostAdminV1VouchersIdResume` operationId).
 	PostAdminV1VouchersIdResume(ctx context.Context, id ID, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// GetOpenapiYaml This reference, OpenAPI 3, as the gateway embeds it
+	//
+	// Corresponds with GET /openapi.yaml (the `GetOpenapiYaml` operationId).
+	GetOpenapiYaml(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// GetQueueAssetsName The queue page's script, texts and style
 	//
@@ -2004,6 +2053,21 @@ func (c *Client) GetAdminV1VouchersIdReport(ctx context.Context, id ID, reqEdito
 // Corresponds with POST /admin/v1/vouchers/{id}/resume (the `PostAdminV1VouchersIdResume` operationId).
 func (c *Client) PostAdminV1VouchersIdResume(ctx context.Context, id ID, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewPostAdminV1VouchersIdResumeRequest(c.Server, id)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// GetOpenapiYaml This reference, OpenAPI 3, as the gateway embeds it
+//
+// Corresponds with GET /openapi.yaml (the `GetOpenapiYaml` operationId).
+func (c *Client) GetOpenapiYaml(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetOpenapiYamlRequest(c.Server)
 	if err != nil {
 		return nil, err
 	}
@@ -2829,6 +2893,33 @@ func NewPostAdminV1VouchersIdResumeRequest(server string, id ID) (*http.Request,
 	return req, nil
 }
 
+// NewGetOpenapiYamlRequest constructs an http.Request for the GetOpenapiYaml method
+func NewGetOpenapiYamlRequest(server string) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/openapi.yaml")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
 // NewGetQueueAssetsNameRequest constructs an http.Request for the GetQueueAssetsName method
 func NewGetQueueAssetsNameRequest(server string, name GetQueueAssetsNameParamsName) (*http.Request, error) {
 	var err error
@@ -3629,6 +3720,13 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with POST /admin/v1/vouchers/{id}/resume (the `PostAdminV1VouchersIdResume` operationId).
 	PostAdminV1VouchersIdResumeWithResponse(ctx context.Context, id ID, reqEditors ...RequestEditorFn) (*PostAdminV1VouchersIdResumeResponse, error)
 
+	// GetOpenapiYamlWithResponse This reference, OpenAPI 3, as the gateway embeds it
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /openapi.yaml (the `GetOpenapiYaml` operationId).
+	GetOpenapiYamlWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*GetOpenapiYamlResponse, error)
+
 	// GetQueueAssetsNameWithResponse The queue page's script, texts and style
 	//
 	// Returns a wrapper object for the known response body format(s).
@@ -4225,6 +4323,21 @@ type GetAdminV1VouchersIdResponse struct {
 		Draw            *Draw           `json:"draw,omitempty"`
 		EndsAt          *time.Time      `json:"ends_at,omitempty"`
 
+		// History the voucher's last 50 actions, newest first: every creation, pause, resume, top-up, new end, gate, room or access change and split asked, whoever made it (the admin API and console, the reaper's commands, the hot-voucher detector), recorded in the change's own transaction
+		History *[]struct {
+			Action GetAdminV1VouchersId200JSONResponseBodyHistoryAction `json:"action"`
+
+			// After the same fields after it
+			After string    `json:"after"`
+			At    time.Time `json:"at"`
+
+			// Before the fields the action changed, as field=value, before it; absent for a creation
+			Before *string `json:"before,omitempty"`
+
+			// By admin (the admin token: the API and the console), cli:USER (a reaper command, USER the operating system's), reaper (the hot-voucher detector)
+			By string `json:"by"`
+		} `json:"history,omitempty"`
+
 		// HotSince when a Redis bucket of the voucher first admitted FLASHSALE_HOT_SPLIT_AT units a second, once it had for FLASHSALE_HOT_SPLIT_FOR (the reaper's detector); absent while it is not hot
 		HotSince              *time.Time                                  `json:"hot_since,omitempty"`
 		Id                    string                                      `json:"id"`
@@ -4297,6 +4410,21 @@ func (r GetAdminV1VouchersIdResponse) GetJSON200() *struct {
 	CreatedAt       time.Time       `json:"created_at"`
 	Draw            *Draw           `json:"draw,omitempty"`
 	EndsAt          *time.Time      `json:"ends_at,omitempty"`
+
+	// History the voucher's last 50 actions, newest first: every creation, pause, resume, top-up, new end, gate, room or access change and split asked, whoever made it (the admin API and console, the reaper's commands, the hot-voucher detector), recorded in the change's own transaction
+	History *[]struct {
+		Action GetAdminV1VouchersId200JSONResponseBodyHistoryAction `json:"action"`
+
+		// After the same fields after it
+		After string    `json:"after"`
+		At    time.Time `json:"at"`
+
+		// Before the fields the action changed, as field=value, before it; absent for a creation
+		Before *string `json:"before,omitempty"`
+
+		// By admin (the admin token: the API and the console), cli:USER (a reaper command, USER the operating system's), reaper (the hot-voucher detector)
+		By string `json:"by"`
+	} `json:"history,omitempty"`
 
 	// HotSince when a Redis bucket of the voucher first admitted FLASHSALE_HOT_SPLIT_AT units a second, once it had for FLASHSALE_HOT_SPLIT_FOR (the reaper's detector); absent while it is not hot
 	HotSince              *time.Time                                  `json:"hot_since,omitempty"`
@@ -4637,6 +4765,47 @@ func (r PostAdminV1VouchersIdResumeResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r PostAdminV1VouchersIdResumeResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type GetOpenapiYamlResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// YAML200 the response for an HTTP 200 `application/yaml` response
+	YAML200 *string
+}
+
+// GetYAML200 returns the response for an HTTP 200 `application/yaml` response
+func (r GetOpenapiYamlResponse) GetYAML200() *string {
+	return r.YAML200
+}
+
+// GetBody returns the raw response body bytes
+func (r GetOpenapiYamlResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetOpenapiYamlResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetOpenapiYamlResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetOpenapiYamlResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -5601,6 +5770,19 @@ func (c *ClientWithResponses) PostAdminV1VouchersIdResumeWithResponse(ctx contex
 	return ParsePostAdminV1VouchersIdResumeResponse(rsp)
 }
 
+// GetOpenapiYamlWithResponse This reference, OpenAPI 3, as the gateway embeds it
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /openapi.yaml (the `GetOpenapiYaml` operationId).
+func (c *ClientWithResponses) GetOpenapiYamlWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*GetOpenapiYamlResponse, error) {
+	rsp, err := c.GetOpenapiYaml(ctx, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetOpenapiYamlResponse(rsp)
+}
+
 // GetQueueAssetsNameWithResponse The queue page's script, texts and style
 //
 // Returns a wrapper object for the known response body format(s).
@@ -6136,6 +6318,21 @@ func ParseGetAdminV1VouchersIdResponse(rsp *http.Response) (*GetAdminV1VouchersI
 			Draw            *Draw           `json:"draw,omitempty"`
 			EndsAt          *time.Time      `json:"ends_at,omitempty"`
 
+			// History the voucher's last 50 actions, newest first: every creation, pause, resume, top-up, new end, gate, room or access change and split asked, whoever made it (the admin API and console, the reaper's commands, the hot-voucher detector), recorded in the change's own transaction
+			History *[]struct {
+				Action GetAdminV1VouchersId200JSONResponseBodyHistoryAction `json:"action"`
+
+				// After the same fields after it
+				After string    `json:"after"`
+				At    time.Time `json:"at"`
+
+				// Before the fields the action changed, as field=value, before it; absent for a creation
+				Before *string `json:"before,omitempty"`
+
+				// By admin (the admin token: the API and the console), cli:USER (a reaper command, USER the operating system's), reaper (the hot-voucher detector)
+				By string `json:"by"`
+			} `json:"history,omitempty"`
+
 			// HotSince when a Redis bucket of the voucher first admitted FLASHSALE_HOT_SPLIT_AT units a second, once it had for FLASHSALE_HOT_SPLIT_FOR (the reaper's detector); absent while it is not hot
 			HotSince              *time.Time                                  `json:"hot_since,omitempty"`
 			Id                    string                                      `json:"id"`
@@ -6375,6 +6572,32 @@ func ParsePostAdminV1VouchersIdResumeResponse(rsp *http.Response) (*PostAdminV1V
 			return nil, err
 		}
 		response.JSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseGetOpenapiYamlResponse parses an HTTP response from a GetOpenapiYamlWithResponse call
+func ParseGetOpenapiYamlResponse(rsp *http.Response) (*GetOpenapiYamlResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetOpenapiYamlResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "yaml") && rsp.StatusCode == 200:
+		var dest string
+		if err := yaml.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.YAML200 = &dest
 
 	}
 
