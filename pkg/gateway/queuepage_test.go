@@ -61,7 +61,7 @@ func TestTheQueuePageInABrowser(t *testing.T) {
 	defer cancelA()
 	// From the shop's product page: the way back, once bought, is its origin.
 	require.NoError(t, chromedp.Run(a, chromedp.ActionFunc(func(ctx context.Context) error {
-		_, _, _, _, err := page.Navigate(f.srv.URL+"/queue/"+id+"#token="+f.token("alice")).WithReferrer("http://shop.example/sneakers?u=alice").Do(ctx)
+		_, _, _, _, err := page.Navigate(f.srv.URL + "/queue/" + id + "#token=" + f.token("alice")).WithReferrer("http://shop.example/sneakers?u=alice").Do(ctx)
 		return err
 	})))
 	waitText(a, "#status", "It is your turn")
