@@ -15,9 +15,11 @@ LDFLAGS := -X github.com/flashsale/flashsale/pkg/app.Version=$(VERSION) -X githu
 
 all: build
 
-## build: the binaries into ./bin
+## build: the binaries into ./bin (saying so, and how long it has taken
+## every 15 s while it compiles: a cold cache takes minutes)
 build:
-	$(GO) build -trimpath -ldflags="$(LDFLAGS)" -o $(BIN)/ ./cmd/gateway ./cmd/worker ./cmd/reaper
+	@bash .ci/progress.sh "building bin/gateway, bin/worker, bin/reaper (the first run compiles for a few minutes)" \
+	  $(GO) build -trimpath -ldflags="$(LDFLAGS)" -o $(BIN)/ ./cmd/gateway ./cmd/worker ./cmd/reaper
 
 ## static: the image's binaries (same flags as the Dockerfile), checked to be static
 STATIC_FLAGS := CGO_ENABLED=0
@@ -86,18 +88,22 @@ test-short: servers
 	$(GO) test -short -count=1 $(PKGS)
 
 ## demo: a flash sale end to end on throwaway servers, with a report
-demo: servers
-	$(GO) run ./pkg/internal/cmd/demo $(DEMO_FLAGS)
+## (the binaries built once, into ./bin, and run from there)
+demo: servers build demo-bin
+	$(BIN)/demo -bin $(BIN) $(DEMO_FLAGS)
+
+.PHONY: demo-bin
+demo-bin:
+	@bash .ci/progress.sh "building bin/demo" $(GO) build -o $(BIN)/demo ./pkg/internal/cmd/demo
 
 ## dev: throwaway servers, the roles and the console kept running, with
 ## their addresses, tokens and a ready curl printed; Ctrl-C stops them
 DEV_PORT ?= 8080
-dev: servers build
+dev: servers build demo-bin
 	@# Ctrl-C is the way out: the demo takes the terminal's foreground
 	@# (-foreground), so Ctrl-C reaches it and not make; it stops
 	@# everything, says "stopped" and exits 0, and make with it.
-	$(GO) build -o $(BIN)/demo ./pkg/internal/cmd/demo
-	$(BIN)/demo -serve -foreground -port $(DEV_PORT) $(DEMO_FLAGS)
+	$(BIN)/demo -bin $(BIN) -serve -foreground -port $(DEV_PORT) $(DEMO_FLAGS)
 
 ## helm-test: lint and render the chart, decode every document strictly into
 ## the Kubernetes API types and check its policies (no cluster needed)

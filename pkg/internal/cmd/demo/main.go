@@ -55,6 +55,7 @@ func run() error {
 		perUser     = fs.Int64("per-user", 1, "units one user may hold")
 		concurrency = fs.Int("concurrency", 64, "claims in flight at once")
 		workers     = fs.Int("workers", 2, "worker processes")
+		bin         = fs.String("bin", "", "run the gateway, worker and reaper binaries in this directory (make's bin/) instead of building them")
 		port        = fs.Int("port", 8080, "with -serve: the gateway's port on 127.0.0.1 when it is free (0: any free port)")
 		keep        = fs.Bool("keep", false, "keep the temporary directory (logs, data)")
 		allocation  = fs.String("allocation", "first_come", "first_come, or draw: entries until -window, then winners drawn by the reaper and verified")
@@ -104,7 +105,7 @@ func run() error {
 		common = append(common, "FLASHSALE_EVENTS_READ_TOKEN="+eventsReadToken)
 	}
 	opts := harness.Options{Dir: dir, Workers: *workers, RedisAddr: os.Getenv("FLASHSALE_REDIS_ADDR"), MySQLDSN: os.Getenv("FLASHSALE_MYSQL_DSN"),
-		Reaper: *serve || len(sinks) > 0, ReaperEnv: sinks, GatewayPort: gatewayPort, Env: common,
+		Reaper: *serve || len(sinks) > 0, ReaperEnv: sinks, GatewayPort: gatewayPort, Env: common, Bin: *bin,
 		Progress: func(step string, took time.Duration) { say("%s (%s)", step, took.Round(10*time.Millisecond)) }}
 	say("starting redis-server, mariadbd, the gateway and %d workers (in %s): each step below as it ends", *workers, dir)
 	s, err := harness.StartStack(ctx, opts)
