@@ -71,6 +71,9 @@ type Voucher struct {
 	// the last split was done.
 	SplitTo int
 	SplitAt *time.Time
+	// CreationKey: the Idempotency-Key it was created under (unique); nil:
+	// none.
+	CreationKey *string
 }
 
 // Splitting reports a split asked and not yet done.

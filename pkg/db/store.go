@@ -36,11 +36,16 @@ func (s *Store) Close() error { return closeGorm(s.db) }
 // CreateVoucher inserts v, the items of its pool if it has one, and the
 // change that puts it in Redis (creates; pkg/settle applies it) with its
 // action by by (the change's Actions), in one transaction, and sets v.ID.
+// A voucher created under v.CreationKey before is not created again: v
+// becomes it, and the error is ErrCreatedBefore.
 func (s *Store) CreateVoucher(ctx context.Context, v *Voucher, items []order.Item, by Actor, now time.Time) (VoucherChange, error) {
 	v.Kind = cmp.Or(v.Kind, sale.Default)
 	var ch VoucherChange
 	err := s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
 		if err := tx.Create(v).Error; err != nil {
+			if v.CreationKey != nil && isDuplicateKey(err) {
+				return s.createdUnder(tx, v)
+			}
 			return err
 		}
 		if err := insertItems(tx, v.ID, items); err != nil {
@@ -53,10 +58,29 @@ func (s *Store) CreateVoucher(ctx context.Context, v *Voucher, items []order.Ite
 		}
 		return tx.Create(&ch).Error
 	})
+	if errors.Is(err, ErrCreatedBefore) {
+		return ch, err
+	}
 	if err != nil {
 		return ch, fmt.Errorf("create voucher: %w", err)
 	}
 	return ch, nil
+}
+
+// ErrCreatedBefore: a voucher was created under the creation's key
+// already; CreateVoucher has set the voucher to it.
+var ErrCreatedBefore = errors.New("a voucher was created under this key already")
+
+// createdUnder reads into v the voucher created under v's CreationKey
+// and returns ErrCreatedBefore, or the reading's error.
+func (s *Store) createdUnder(tx *gorm.DB, v *Voucher) error {
+	key := *v.CreationKey
+	var got Voucher
+	if err := tx.Where("creation_key = ?", key).Take(&got).Error; err != nil {
+		return err
+	}
+	*v = got
+	return ErrCreatedBefore
 }
 
 // VoucherSnapshot reads voucher id, the items of its pool nobody holds and

@@ -1,6 +1,7 @@
 package gateway_test
 
 import (
+	"cmp"
 	"context"
 	"io"
 	"net/http"
@@ -8,6 +9,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -391,4 +393,51 @@ func TestTheGatewaysIndexLinksWhereToGo(t *testing.T) {
 	}
 	requireError(t, f.do("GET", "/nothing-here", "", ""), http.StatusNotFound, "not_found")
 	requireError(t, f.do("POST", "/", "", ""), http.StatusNotFound, "not_found")
+}
+
+// A creation sent again under its Idempotency-Key (a double submit, a
+// retry after a lost answer, eight at once) makes one sale, and the later
+// sends are answered 200 with it; a refused field is named in "field".
+func TestACreationSentTwiceMakesOneSale(t *testing.T) {
+	f := newFixture(t)
+	create := func(body, key string) response {
+		return f.do("POST", "/admin/v1/vouchers", admin, body, "Content-Type", "application/json", "Idempotency-Key", key)
+	}
+	first := create(`{"name":"lamp","stock":5}`, "form-1")
+	require.Equal(t, http.StatusCreated, first.Status, first.Raw)
+	again := create(`{"name":"lamp, edited","stock":9}`, "form-1")
+	require.Equal(t, http.StatusOK, again.Status, again.Raw)
+	require.Equal(t, first.Body["id"], again.Body["id"])
+	require.Equal(t, "lamp", again.Body["name"], "the voucher the first made")
+
+	ids := make(chan any, 8)
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			res := create(`{"name":"desk","stock":3}`, "form-2")
+			if res.Status != http.StatusCreated && res.Status != http.StatusOK {
+				t.Errorf("%d %s", res.Status, res.Raw)
+			}
+			ids <- res.Body["id"]
+		})
+	}
+	wg.Wait()
+	close(ids)
+	var desk any
+	for id := range ids {
+		desk = cmp.Or(desk, id)
+		require.Equal(t, desk, id, "one voucher for one key")
+	}
+	list := f.do("GET", "/admin/v1/vouchers", admin, "")
+	require.Len(t, list.Body["vouchers"], 2, list.Raw)
+	history := f.do("GET", "/admin/v1/vouchers/"+desk.(string), admin, "").Body["history"].([]any)
+	require.Len(t, history, 1, "created once")
+
+	requireError(t, create(`{"name":"x","stock":1}`, "has space"), http.StatusBadRequest, "invalid_idempotency_key")
+	for body, field := range map[string]string{`{"stock":5}`: "name", `{"name":"x","stock":5,"ends_at":"soon"}`: "ends_at", `{"name":"x","stock":0}`: "stock"} {
+		res := create(body, "form-3")
+		require.Equal(t, http.StatusBadRequest, res.Status, body)
+		require.Equal(t, field, res.Body["field"], body)
+	}
+	require.Equal(t, http.StatusCreated, create(`{"name":"x","stock":1}`, "form-3").Status, "a refused creation took no key")
 }

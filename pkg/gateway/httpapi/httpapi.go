@@ -24,6 +24,9 @@ type Error struct {
 	Status  int    `json:"-"`
 	Code    string `json:"error"`
 	Message string `json:"message"`
+	// Field: the request's field a missing_field or invalid_field names,
+	// as the API spells it, for a form to show the message beside it.
+	Field string `json:"field,omitempty"`
 }
 
 func (e *Error) Error() string { return e.Code + ": " + e.Message }

@@ -84,20 +84,29 @@ func ruleError(err error) error {
 	var fe *sale.FieldError
 	switch {
 	case errors.As(err, &fe) && fe.Missing:
-		return httpapi.BadRequest("missing_field", fe.Msg)
+		e := httpapi.BadRequest("missing_field", fe.Msg)
+		e.Field = fe.Field
+		return e
 	case errors.As(err, &fe):
-		return httpapi.BadRequest("invalid_field", fe.Msg)
+		e := httpapi.BadRequest("invalid_field", fe.Msg)
+		e.Field = fe.Field
+		return e
 	case errors.Is(err, voucher.ErrDrawClosed):
 		return errDrawClosed
 	}
 	return err
 }
 
+var errBadCreationKey = httpapi.BadRequest("invalid_idempotency_key", "Idempotency-Key must be 1-64 characters of A-Z a-z 0-9 _ . @ -")
+
 // createVoucher: POST /admin/v1/vouchers. Records the voucher and its
 // creation in MySQL, then puts it in Redis (pkg/settle); if Redis cannot
 // take it now the voucher exists all the same (201) and the reaper puts it
 // in Redis as soon as it can: until then its claims answer
 // voucher_not_found. (A 503 would invite a retry, and a second voucher.)
+// With an Idempotency-Key, a creation sent again answers 200 and the
+// voucher the first made, whatever its body: one sale however often it is
+// sent.
 func (a *API) createVoucher(w http.ResponseWriter, r *http.Request) {
 	if !a.Admin(w, r) {
 		return
@@ -111,14 +120,26 @@ func (a *API) createVoucher(w http.ResponseWriter, r *http.Request) {
 		a.Fail(w, r, err)
 		return
 	}
+	key := httpapi.HeaderValue(r, "Idempotency-Key")
+	if key != "" && !httpapi.ValidUser(key) {
+		a.Fail(w, r, errBadCreationKey)
+		return
+	}
 	now := a.Now().UTC()
 	v, items, err := req.Create(now, voucher.NewRand())
 	if err != nil {
 		a.Fail(w, r, ruleError(err))
 		return
 	}
+	if key != "" {
+		v.CreationKey = &key
+	}
 	ctx := r.Context()
 	ch, err := a.DB.CreateVoucher(ctx, &v, items, db.ActorAdmin, now)
+	if errors.Is(err, db.ErrCreatedBefore) { // sent again: the voucher it made, as it is now
+		httpapi.WriteJSON(w, http.StatusOK, voucherOut(v, a.Now()))
+		return
+	}
 	if err != nil {
 		a.Fail(w, r, err)
 		return

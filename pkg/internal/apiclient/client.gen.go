@@ -862,7 +862,10 @@ type Error struct {
 	// ClaimId with outcome_unknown only: ask GET /v1/vouchers/{id}/claims/{claim_id} for the claim's outcome
 	ClaimId *string   `json:"claim_id,omitempty"`
 	Error   ErrorCode `json:"error"`
-	Message string    `json:"message"`
+
+	// Field with missing_field and invalid_field of a voucher's creation or change: the field the message is about, as the request spells it (name, stock, ends_at, waiting_room, ...)
+	Field   *string `json:"field,omitempty"`
+	Message string  `json:"message"`
 }
 
 // ErrorCode defines model for ErrorCode.
@@ -1227,6 +1230,11 @@ type PostAdminV1VouchersJSONBody struct {
 	WaitingRoom *WaitingRoom `json:"waiting_room,omitempty"`
 }
 
+// PostAdminV1VouchersParams defines parameters for PostAdminV1Vouchers.
+type PostAdminV1VouchersParams struct {
+	IdempotencyKey *string `json:"Idempotency-Key,omitempty"`
+}
+
 // PostAdminV1VouchersJSONBodyAllocation defines parameters for PostAdminV1Vouchers.
 type PostAdminV1VouchersJSONBodyAllocation string
 
@@ -1544,24 +1552,30 @@ type ClientInterface interface {
 	// Recorded in MySQL, then put in Redis. If Redis cannot take it now the
 	// answer is still 201 (the voucher exists: do not create it again) and
 	// the reaper puts it on sale as soon as Redis can; until then its
-	// claims answer 404 voucher_not_found.
+	// claims answer 404 voucher_not_found. With an Idempotency-Key, the
+	// same key sent again (a double submit, a retry after a lost answer)
+	// answers 200 and the voucher the first made: one sale, whatever the
+	// later bodies hold.
 	//
 	// Takes any type of body and a specified content type.
 	//
 	// Corresponds with POST /admin/v1/vouchers (the `PostAdminV1Vouchers` operationId).
-	PostAdminV1VouchersWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+	PostAdminV1VouchersWithBody(ctx context.Context, params *PostAdminV1VouchersParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// PostAdminV1Vouchers Create a voucher of a kind (units, envelope, codes) and put it on sale
 	//
 	// Recorded in MySQL, then put in Redis. If Redis cannot take it now the
 	// answer is still 201 (the voucher exists: do not create it again) and
 	// the reaper puts it on sale as soon as Redis can; until then its
-	// claims answer 404 voucher_not_found.
+	// claims answer 404 voucher_not_found. With an Idempotency-Key, the
+	// same key sent again (a double submit, a retry after a lost answer)
+	// answers 200 and the voucher the first made: one sale, whatever the
+	// later bodies hold.
 	//
 	// Takes a body of the `application/json` content type.
 	//
 	// Corresponds with POST /admin/v1/vouchers (the `PostAdminV1Vouchers` operationId).
-	PostAdminV1Vouchers(ctx context.Context, body PostAdminV1VouchersJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+	PostAdminV1Vouchers(ctx context.Context, params *PostAdminV1VouchersParams, body PostAdminV1VouchersJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// GetAdminV1VouchersId A voucher as both stores see it
 	//
@@ -1875,13 +1889,16 @@ func (c *Client) GetAdminV1Vouchers(ctx context.Context, params *GetAdminV1Vouch
 // Recorded in MySQL, then put in Redis. If Redis cannot take it now the
 // answer is still 201 (the voucher exists: do not create it again) and
 // the reaper puts it on sale as soon as Redis can; until then its
-// claims answer 404 voucher_not_found.
+// claims answer 404 voucher_not_found. With an Idempotency-Key, the
+// same key sent again (a double submit, a retry after a lost answer)
+// answers 200 and the voucher the first made: one sale, whatever the
+// later bodies hold.
 //
 // Takes any type of body and a specified content type.
 //
 // Corresponds with POST /admin/v1/vouchers (the `PostAdminV1Vouchers` operationId).
-func (c *Client) PostAdminV1VouchersWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
-	req, err := NewPostAdminV1VouchersRequestWithBody(c.Server, contentType, body)
+func (c *Client) PostAdminV1VouchersWithBody(ctx context.Context, params *PostAdminV1VouchersParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewPostAdminV1VouchersRequestWithBody(c.Server, params, contentType, body)
 	if err != nil {
 		return nil, err
 	}
@@ -1897,13 +1914,16 @@ func (c *Client) PostAdminV1VouchersWithBody(ctx context.Context, contentType st
 // Recorded in MySQL, then put in Redis. If Redis cannot take it now the
 // answer is still 201 (the voucher exists: do not create it again) and
 // the reaper puts it on sale as soon as Redis can; until then its
-// claims answer 404 voucher_not_found.
+// claims answer 404 voucher_not_found. With an Idempotency-Key, the
+// same key sent again (a double submit, a retry after a lost answer)
+// answers 200 and the voucher the first made: one sale, whatever the
+// later bodies hold.
 //
 // Takes a body of the `application/json` content type.
 //
 // Corresponds with POST /admin/v1/vouchers (the `PostAdminV1Vouchers` operationId).
-func (c *Client) PostAdminV1Vouchers(ctx context.Context, body PostAdminV1VouchersJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
-	req, err := NewPostAdminV1VouchersRequest(c.Server, body)
+func (c *Client) PostAdminV1Vouchers(ctx context.Context, params *PostAdminV1VouchersParams, body PostAdminV1VouchersJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewPostAdminV1VouchersRequest(c.Server, params, body)
 	if err != nil {
 		return nil, err
 	}
@@ -2624,18 +2644,18 @@ func NewGetAdminV1VouchersRequest(server string, params *GetAdminV1VouchersParam
 }
 
 // NewPostAdminV1VouchersRequest calls the generic PostAdminV1Vouchers builder with application/json body
-func NewPostAdminV1VouchersRequest(server string, body PostAdminV1VouchersJSONRequestBody) (*http.Request, error) {
+func NewPostAdminV1VouchersRequest(server string, params *PostAdminV1VouchersParams, body PostAdminV1VouchersJSONRequestBody) (*http.Request, error) {
 	var bodyReader io.Reader
 	buf, err := json.Marshal(body)
 	if err != nil {
 		return nil, err
 	}
 	bodyReader = bytes.NewReader(buf)
-	return NewPostAdminV1VouchersRequestWithBody(server, "application/json", bodyReader)
+	return NewPostAdminV1VouchersRequestWithBody(server, params, "application/json", bodyReader)
 }
 
 // NewPostAdminV1VouchersRequestWithBody constructs an http.Request for the PostAdminV1Vouchers method, with any body, and a specified content type
-func NewPostAdminV1VouchersRequestWithBody(server string, contentType string, body io.Reader) (*http.Request, error) {
+func NewPostAdminV1VouchersRequestWithBody(server string, params *PostAdminV1VouchersParams, contentType string, body io.Reader) (*http.Request, error) {
 	var err error
 
 	serverURL, err := url.Parse(server)
@@ -2659,6 +2679,21 @@ func NewPostAdminV1VouchersRequestWithBody(server string, contentType string, bo
 	}
 
 	req.Header.Add("Content-Type", contentType)
+
+	if params != nil {
+
+		if params.IdempotencyKey != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "Idempotency-Key", *params.IdempotencyKey, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Idempotency-Key", headerParam0)
+		}
+
+	}
 
 	return req, nil
 }
@@ -3624,24 +3659,30 @@ type ClientWithResponsesInterface interface {
 	// Recorded in MySQL, then put in Redis. If Redis cannot take it now the
 	// answer is still 201 (the voucher exists: do not create it again) and
 	// the reaper puts it on sale as soon as Redis can; until then its
-	// claims answer 404 voucher_not_found.
+	// claims answer 404 voucher_not_found. With an Idempotency-Key, the
+	// same key sent again (a double submit, a retry after a lost answer)
+	// answers 200 and the voucher the first made: one sale, whatever the
+	// later bodies hold.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /admin/v1/vouchers (the `PostAdminV1Vouchers` operationId).
-	PostAdminV1VouchersWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PostAdminV1VouchersResponse, error)
+	PostAdminV1VouchersWithBodyWithResponse(ctx context.Context, params *PostAdminV1VouchersParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PostAdminV1VouchersResponse, error)
 
 	// PostAdminV1VouchersWithResponse Create a voucher of a kind (units, envelope, codes) and put it on sale
 	//
 	// Recorded in MySQL, then put in Redis. If Redis cannot take it now the
 	// answer is still 201 (the voucher exists: do not create it again) and
 	// the reaper puts it on sale as soon as Redis can; until then its
-	// claims answer 404 voucher_not_found.
+	// claims answer 404 voucher_not_found. With an Idempotency-Key, the
+	// same key sent again (a double submit, a retry after a lost answer)
+	// answers 200 and the voucher the first made: one sale, whatever the
+	// later bodies hold.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /admin/v1/vouchers (the `PostAdminV1Vouchers` operationId).
-	PostAdminV1VouchersWithResponse(ctx context.Context, body PostAdminV1VouchersJSONRequestBody, reqEditors ...RequestEditorFn) (*PostAdminV1VouchersResponse, error)
+	PostAdminV1VouchersWithResponse(ctx context.Context, params *PostAdminV1VouchersParams, body PostAdminV1VouchersJSONRequestBody, reqEditors ...RequestEditorFn) (*PostAdminV1VouchersResponse, error)
 
 	// GetAdminV1VouchersIdWithResponse A voucher as both stores see it
 	//
@@ -4264,10 +4305,17 @@ func (r GetAdminV1VouchersResponse) ContentType() string {
 type PostAdminV1VouchersResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Voucher
 	// JSON201 the response for an HTTP 201 `application/json` response
 	JSON201 *Voucher
 	// JSONDefault the response for an HTTP default `application/json` response
 	JSONDefault *Error
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r PostAdminV1VouchersResponse) GetJSON200() *Voucher {
+	return r.JSON200
 }
 
 // GetJSON201 returns the response for an HTTP 201 `application/json` response
@@ -5614,13 +5662,16 @@ func (c *ClientWithResponses) GetAdminV1VouchersWithResponse(ctx context.Context
 // Recorded in MySQL, then put in Redis. If Redis cannot take it now the
 // answer is still 201 (the voucher exists: do not create it again) and
 // the reaper puts it on sale as soon as Redis can; until then its
-// claims answer 404 voucher_not_found.
+// claims answer 404 voucher_not_found. With an Idempotency-Key, the
+// same key sent again (a double submit, a retry after a lost answer)
+// answers 200 and the voucher the first made: one sale, whatever the
+// later bodies hold.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
 // Corresponds with POST /admin/v1/vouchers (the `PostAdminV1Vouchers` operationId).
-func (c *ClientWithResponses) PostAdminV1VouchersWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PostAdminV1VouchersResponse, error) {
-	rsp, err := c.PostAdminV1VouchersWithBody(ctx, contentType, body, reqEditors...)
+func (c *ClientWithResponses) PostAdminV1VouchersWithBodyWithResponse(ctx context.Context, params *PostAdminV1VouchersParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PostAdminV1VouchersResponse, error) {
+	rsp, err := c.PostAdminV1VouchersWithBody(ctx, params, contentType, body, reqEditors...)
 	if err != nil {
 		return nil, err
 	}
@@ -5632,13 +5683,16 @@ func (c *ClientWithResponses) PostAdminV1VouchersWithBodyWithResponse(ctx contex
 // Recorded in MySQL, then put in Redis. If Redis cannot take it now the
 // answer is still 201 (the voucher exists: do not create it again) and
 // the reaper puts it on sale as soon as Redis can; until then its
-// claims answer 404 voucher_not_found.
+// claims answer 404 voucher_not_found. With an Idempotency-Key, the
+// same key sent again (a double submit, a retry after a lost answer)
+// answers 200 and the voucher the first made: one sale, whatever the
+// later bodies hold.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
 // Corresponds with POST /admin/v1/vouchers (the `PostAdminV1Vouchers` operationId).
-func (c *ClientWithResponses) PostAdminV1VouchersWithResponse(ctx context.Context, body PostAdminV1VouchersJSONRequestBody, reqEditors ...RequestEditorFn) (*PostAdminV1VouchersResponse, error) {
-	rsp, err := c.PostAdminV1Vouchers(ctx, body, reqEditors...)
+func (c *ClientWithResponses) PostAdminV1VouchersWithResponse(ctx context.Context, params *PostAdminV1VouchersParams, body PostAdminV1VouchersJSONRequestBody, reqEditors ...RequestEditorFn) (*PostAdminV1VouchersResponse, error) {
+	rsp, err := c.PostAdminV1Vouchers(ctx, params, body, reqEditors...)
 	if err != nil {
 		return nil, err
 	}
@@ -6274,6 +6328,13 @@ func ParsePostAdminV1VouchersResponse(rsp *http.Response) (*PostAdminV1VouchersR
 	}
 
 	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Voucher
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 201:
 		var dest Voucher
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {

@@ -158,7 +158,7 @@ func TestASaleThroughTheGeneratedClient(t *testing.T) {
 	alice, bob, carol := user("alice"), user("bob"), user("carol")
 	ptr := func(n int) *int { return &n }
 
-	created, err := c.PostAdminV1VouchersWithResponse(ctx, apiclient.PostAdminV1VouchersJSONRequestBody{
+	created, err := c.PostAdminV1VouchersWithResponse(ctx, nil, apiclient.PostAdminV1VouchersJSONRequestBody{
 		Name: "generated", Stock: ptr(2), PerUserLimit: ptr(1), PaymentTimeoutSeconds: ptr(600)}, asAdmin)
 	require.NoError(t, err)
 	require.Equal(t, http.StatusCreated, created.StatusCode(), "%s", created.Body)
@@ -251,7 +251,7 @@ func TestASaleThroughTheGeneratedClient(t *testing.T) {
 	// A draw: the entry, the draw's state and commitment, as the spec says.
 	allocation := apiclient.PostAdminV1VouchersJSONBodyAllocationDraw
 	ends := time.Now().Add(time.Hour)
-	drawn, err := c.PostAdminV1VouchersWithResponse(ctx, apiclient.PostAdminV1VouchersJSONRequestBody{
+	drawn, err := c.PostAdminV1VouchersWithResponse(ctx, nil, apiclient.PostAdminV1VouchersJSONRequestBody{
 		Name: "draw", Stock: ptr(1), Allocation: &allocation, EndsAt: &ends}, asAdmin)
 	require.NoError(t, err)
 	require.Equal(t, http.StatusCreated, drawn.StatusCode(), "%s", drawn.Body)
@@ -269,7 +269,7 @@ func TestASaleThroughTheGeneratedClient(t *testing.T) {
 	require.Equal(t, *drawn.JSON201.SeedCommitment, state.JSON200.SeedCommitment)
 
 	// A waiting room: joined and polled as the spec says.
-	roomed, err := c.PostAdminV1VouchersWithResponse(ctx, apiclient.PostAdminV1VouchersJSONRequestBody{
+	roomed, err := c.PostAdminV1VouchersWithResponse(ctx, nil, apiclient.PostAdminV1VouchersJSONRequestBody{
 		Name: "room", Stock: ptr(2), WaitingRoom: &apiclient.WaitingRoom{AdmitPerSecond: 10}}, asAdmin)
 	require.NoError(t, err)
 	require.Equal(t, http.StatusCreated, roomed.StatusCode(), "%s", roomed.Body)
