@@ -6,13 +6,16 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/chromedp/cdproto/cdp"
+	"github.com/chromedp/cdproto/emulation"
+	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/chromedp"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap/zaptest"
@@ -87,7 +90,7 @@ func TestConsoleInABrowser(t *testing.T) {
 	defer cancelAlloc()
 	bctx, cancelBrowser := chromedp.NewContext(actx)
 	defer cancelBrowser()
-	bctx, cancelTimeout := context.WithTimeout(bctx, 90*time.Second)
+	bctx, cancelTimeout := context.WithTimeout(bctx, 150*time.Second)
 	defer cancelTimeout()
 
 	row := `tr[data-voucher="` + id + `"]`
@@ -102,7 +105,7 @@ func TestConsoleInABrowser(t *testing.T) {
 	require.Equal(t, "on sale", text(row+" td.state"))
 	drawRow := `tr[data-voucher="` + drawID + `"]`
 	require.Regexp(t, `^on saledraw: [01] entries$`, text(drawRow+" td.state"), "a draw shows its entries, on a line of their own")
-	require.Regexp(t, `^on sale[0-3] waiting · [0-3] admitted · [0-3] passes out$`,
+	require.Regexp(t, `^on sale[0-3] buyers? waiting · [0-3] admitted so far · [0-3] with a turn not yet used$`,
 		text(`tr[data-voucher="`+roomID+`"] td.state`), "a room shows its waiters, on a line of their own")
 	require.Contains(t, text(`#backlog`), "waiting")
 	testenv.Eventually(t, 30*time.Second, "the console says no sink is relayed", func() bool {
@@ -197,27 +200,35 @@ func TestConsoleInABrowser(t *testing.T) {
 		require.NoError(t, os.WriteFile(path, png, 0o644))
 	}
 
-	// Pause: the page says so, and claims answer 409 paused.
-	clickUntil(t, bctx, row+" button.pause", row+" button.resume")
+	// Pause: one click only asks, saying what it does; the page then says
+	// it is done, and claims answer 409 paused.
+	clickUntil(t, bctx, row+" button.pause", "#confirm-yes")
+	require.Equal(t, "Pause voucher "+id+" (Phone launch)? Its claims answer 409 paused until you resume it; orders already admitted stand.", text("#confirm-text"))
+	require.Equal(t, "on sale", text(row+" td.state"), "nothing done on one click")
+	clickUntil(t, bctx, "#confirm-yes", row+" button.resume")
 	require.Equal(t, "paused", text(row+" td.state"))
+	testenv.Eventually(t, 10*time.Second, "the result said", func() bool { return text("#result") == "Paused voucher "+id+" (Phone launch)." })
 	requireError(t, f.do("POST", "/v1/vouchers/"+id+"/orders", f.token("late"), ""), http.StatusConflict, "paused")
 	stop()
 	wg.Wait()
 
-	// Top up by 100, then resume.
+	// Top up by 100, spelled out first, then resume.
 	total := func() int {
 		return int(f.do("GET", "/admin/v1/vouchers/"+id, admin, "").Body["stock_total"].(float64))
 	}
 	require.Equal(t, 5000, total())
-	for total() == 5000 { // a click on a row redrawn meanwhile found no node: click again
-		err := chromedp.Run(bctx, chromedp.Click(row+" button.topup", chromedp.ByQuery))
-		if err == nil {
-			break
-		}
-		require.ErrorContains(t, err, "Could not find node")
-	}
+	clickUntil(t, bctx, row+" button.change", "#change-panel")
+	require.NoError(t, chromedp.Run(bctx, chromedp.SendKeys(`#change-form input[name="add"]`, "100", chromedp.ByQuery),
+		chromedp.Click("#change-go", chromedp.ByID), chromedp.WaitVisible("#confirm-yes", chromedp.ByID)))
+	require.Equal(t, "Change voucher "+id+" (Phone launch): add 100 units (5000 → 5100 in all): they sell at once, and cannot be taken back?", text("#confirm-text"))
+	require.Equal(t, 5000, total(), "nothing done before the confirmation")
+	require.NoError(t, chromedp.Run(bctx, chromedp.Click("#confirm-yes", chromedp.ByID)))
 	testenv.Eventually(t, 20*time.Second, "the total is 5100", func() bool { return total() == 5100 })
-	clickUntil(t, bctx, row+" button.resume", row+" button.pause")
+	testenv.Eventually(t, 10*time.Second, "the result said", func() bool {
+		return text("#result") == "Changed voucher "+id+" (Phone launch): 5100 units in all."
+	})
+	clickUntil(t, bctx, row+" button.resume", "#confirm-yes")
+	clickUntil(t, bctx, "#confirm-yes", row+" button.pause")
 	require.Equal(t, http.StatusAccepted, f.do("POST", "/v1/vouchers/"+id+"/orders", f.token("after"), "").Status)
 	require.Empty(t, text("#error"))
 
@@ -253,7 +264,9 @@ func clickUntil(t *testing.T, bctx context.Context, sel, want string) {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		err := chromedp.Run(bctx, chromedp.Click(sel, chromedp.ByQuery))
+		cctx, cancel := context.WithTimeout(bctx, 10*time.Second) // a button not there waits for it no longer
+		err := chromedp.Run(cctx, chromedp.Click(sel, chromedp.ByQuery))
+		cancel()
 		if err == nil {
 			wctx, cancel := context.WithTimeout(bctx, 10*time.Second)
 			err = chromedp.Run(wctx, chromedp.WaitVisible(want, chromedp.ByQuery))
@@ -262,15 +275,16 @@ func clickUntil(t *testing.T, bctx context.Context, sel, want string) {
 				return
 			}
 		}
-		var shown []*cdp.Node
-		require.NoError(t, chromedp.Run(bctx, chromedp.Nodes(want, &shown, chromedp.ByQuery, chromedp.AtLeast(0))))
-		if len(shown) > 0 {
+		var shown bool // shown, not only there: the confirmation's button is always there, hidden until asked
+		require.NoError(t, chromedp.Run(bctx, chromedp.Evaluate(`(() => { const n = document.querySelector(`+strconv.Quote(want)+`);
+			return !!n && n.getClientRects().length > 0 })()`, &shown)))
+		if shown {
 			return
 		}
 		if !time.Now().Before(deadline) {
-			var shownError string
-			_ = chromedp.Run(bctx, chromedp.Text("#error", &shownError, chromedp.ByID))
-			require.Fail(t, "clicking never showed", "clicking %s never showed %s: %v; the page says %q", sel, want, err, shownError)
+			var shownError, page string
+			_ = chromedp.Run(bctx, chromedp.Text("#error", &shownError, chromedp.ByID), chromedp.Text("body", &page, chromedp.ByQuery))
+			require.Fail(t, "clicking never showed", "clicking %s never showed %s: %v; the page says %q:\n%s", sel, want, err, shownError, page)
 		}
 	}
 }
@@ -404,5 +418,113 @@ func TestTheConsoleStatesAndColours(t *testing.T) {
 		var png []byte
 		require.NoError(t, chromedp.Run(bctx, chromedp.FullScreenshot(&png, 100)))
 		require.NoError(t, os.WriteFile(path, png, 0o644))
+	}
+}
+
+// The console runs a sale, at 1366 and at 375 px: its New sale form says
+// each refused field beside it in words and creates nothing, a lost
+// connection says so, and a double submit creates one sale; the page
+// never scrolls sideways, and the claims' legend is in words.
+// CONSOLE_SALE_SCREENSHOTS=dir keeps console-1366.png and console-375.png
+// (docs/ has them).
+func TestTheConsoleRunsASale(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs a browser")
+	}
+	bin := chromium(t)
+	f := newFixture(t)
+	roomID := f.createVoucher(`{"name":"Phone launch","stock":50,"waiting_room":{"admit_per_second":1}}`)
+	require.Equal(t, http.StatusOK, f.do("POST", "/v1/vouchers/"+roomID+"/queue", f.token("q1"), "").Status)
+	vouchers := func() int { return len(f.do("GET", "/admin/v1/vouchers", admin, "").Body["vouchers"].([]any)) }
+	made := 1
+	for _, width := range []int{1366, 375} {
+		t.Run(strconv.Itoa(width), func(t *testing.T) {
+			opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(bin), chromedp.NoSandbox, chromedp.DisableGPU,
+				chromedp.WindowSize(width, 900))
+			actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+			defer cancelAlloc()
+			bctx, cancelBrowser := chromedp.NewContext(actx)
+			defer cancelBrowser()
+			bctx, cancelTimeout := context.WithTimeout(bctx, 150*time.Second)
+			defer cancelTimeout()
+			text := func(sel string) string { return pageText(t, bctx, sel) }
+			fits := func(what string) {
+				t.Helper()
+				var wide struct{ Page, Window float64 }
+				require.NoError(t, chromedp.Run(bctx, chromedp.Evaluate(`({page: document.documentElement.scrollWidth, window: document.documentElement.clientWidth})`, &wide)))
+				require.LessOrEqual(t, wide.Page, wide.Window, "%s: the page scrolls sideways at %d px", what, width)
+			}
+			require.NoError(t, chromedp.Run(bctx,
+				emulation.SetDeviceMetricsOverride(int64(width), 900, 1, width < 600),
+				chromedp.Navigate(f.srv.URL+"/admin/console#token="+admin),
+				chromedp.WaitVisible(`tr[data-voucher="`+roomID+`"]`, chromedp.ByQuery)))
+			fits("the table")
+			if width < 600 {
+				var label string
+				require.NoError(t, chromedp.Run(bctx, chromedp.Evaluate(`getComputedStyle(document.querySelector('tr[data-voucher="`+roomID+`"] td.state'), "::before").content`, &label)))
+				require.Equal(t, `"state: "`, label, "each cell says its column on a narrow screen")
+			}
+
+			require.NoError(t, chromedp.Run(bctx, chromedp.Click("#new-sale", chromedp.ByID), chromedp.WaitVisible("#sale-form", chromedp.ByID)))
+			fits("the form")
+			set := func(name, value string) {
+				t.Helper()
+				require.NoError(t, chromedp.Run(bctx, chromedp.Evaluate(`document.querySelector('#sale-form [name="`+name+`"]').value = `+strconv.Quote(value), nil)))
+			}
+			submit := func() {
+				t.Helper()
+				require.NoError(t, chromedp.Run(bctx, chromedp.Click("#create-sale", chromedp.ByID)))
+			}
+			// Refused, field by field, in words beside the field; nothing created.
+			set("name", "")
+			set("stock", "0")
+			submit()
+			testenv.Eventually(t, 10*time.Second, "the name said required", func() bool {
+				return text(`.field-error[data-for="name"]`) == "name is required, at most 128 bytes"
+			})
+			set("name", "Lamp "+strconv.Itoa(width))
+			submit()
+			testenv.Eventually(t, 10*time.Second, "the stock refused beside it", func() bool {
+				return strings.Contains(text(`.field-error[data-for="stock"]`), "stock")
+			})
+			require.Empty(t, text(`.field-error[data-for="name"]`), "a field no longer refused is cleared")
+			require.Equal(t, made, vouchers(), "nothing created")
+
+			// A lost connection: said, nothing created.
+			set("stock", "20")
+			require.NoError(t, chromedp.Run(bctx, network.Enable(), network.EmulateNetworkConditions(true, 0, -1, -1)))
+			submit()
+			testenv.Eventually(t, 10*time.Second, "the lost connection said", func() bool {
+				return strings.Contains(text("#sale-error"), "The connection was lost")
+			})
+			require.Equal(t, made, vouchers(), "nothing created offline")
+			// Back online, pressed twice at once: one sale.
+			require.NoError(t, chromedp.Run(bctx, network.EmulateNetworkConditions(false, 0, -1, -1),
+				chromedp.Evaluate(`(() => { const f = document.getElementById("sale-form"); f.requestSubmit(); f.requestSubmit(); })()`, nil)))
+			testenv.Eventually(t, 10*time.Second, "the sale created", func() bool { return strings.Contains(text("#result"), "reated: voucher") })
+			made++
+			require.Equal(t, made, vouchers(), "one sale for two presses")
+			require.Regexp(t, `^(Created|Already created): voucher \d+ \(Lamp `+strconv.Itoa(width)+`\), on sale\. Its buyers' queue page: /queue/\d+$`, text("#result"))
+			require.NoError(t, chromedp.Run(bctx, chromedp.WaitNotVisible("#sale-form", chromedp.ByID)))
+			fits("the new sale listed")
+
+			// The claims' outcomes in words: a refusal (not admitted) while
+			// the console watches.
+			require.Equal(t, http.StatusForbidden, f.do("POST", "/v1/vouchers/"+roomID+"/orders", f.token("q2"), "").Status)
+			var names []string
+			testenv.Eventually(t, 20*time.Second, "the claims' legend", func() bool {
+				require.NoError(t, chromedp.Run(bctx, chromedp.Evaluate(`[...document.querySelectorAll("#chart-claims text")].map((t) => t.textContent)`, &names)))
+				return slices.Contains(names, "refused: not admitted")
+			})
+			for _, n := range names {
+				require.NotContains(t, n, "_", "legend in words: %v", names)
+				require.NotContains(t, n, "rejected:", "legend in words: %v", names)
+			}
+			if dir := os.Getenv("CONSOLE_SALE_SCREENSHOTS"); dir != "" {
+				var png []byte
+				require.NoError(t, chromedp.Run(bctx, chromedp.FullScreenshot(&png, 100)))
+				require.NoError(t, os.WriteFile(filepath.Join(dir, "console-"+strconv.Itoa(width)+".png"), png, 0o644))
+			}
+		})
 	}
 }
