@@ -436,14 +436,22 @@ func (r *Reaper) record(name string, round Round, err error) {
 	quiet := round
 	quiet.EventsSequenced = 0 // every second of a sale: counted, not logged
 	if !quiet.idle() {
-		r.log.Info("reaper round", zap.String("service", name), zap.Int("taken_over", round.TakenOver), zap.Int("dead_lettered", round.DeadLettered),
-			zap.Int("deleted_acked", round.DeletedAcked), zap.Int("consumers_removed", round.ConsumersRemoved),
-			zap.Int("cancelled", round.Cancelled), zap.Int("released_to_redis", round.ReleasedToRedis),
-			zap.Int("refunded", round.Refunded), zap.Int("refunds_waiting", round.RefundsWaiting),
-			zap.Int("moves_finished", round.MovesFinished), zap.Int("drawn", round.Drawn), zap.Int("draws_waiting", round.DrawsWaiting),
-			zap.Int("marked_lost", round.MarkedLost), zap.Int("restored", round.Restored), zap.Int("events_deleted", round.EventsDeleted),
-			zap.Int("trimmed", round.Trimmed), zap.Int("releases_forgotten", round.ReleasesForgotten), zap.Int("rooms_pruned", round.RoomsPruned), zap.Int("indexes_swept", round.IndexesSwept), zap.Int("moves_forgotten", round.MovesForgotten), zap.Int("marked_hot", round.MarkedHot), zap.Int("cooled", round.Cooled),
-			zap.Int("splits_asked", round.SplitsAsked), zap.Int("split", round.Split))
+		fields := []zap.Field{zap.String("service", name)}
+		for _, c := range []struct {
+			key string
+			n   int
+		}{{"taken_over", round.TakenOver}, {"dead_lettered", round.DeadLettered}, {"deleted_acked", round.DeletedAcked},
+			{"consumers_removed", round.ConsumersRemoved}, {"cancelled", round.Cancelled}, {"released_to_redis", round.ReleasedToRedis},
+			{"refunded", round.Refunded}, {"refunds_waiting", round.RefundsWaiting}, {"moves_finished", round.MovesFinished},
+			{"drawn", round.Drawn}, {"draws_waiting", round.DrawsWaiting}, {"marked_lost", round.MarkedLost}, {"restored", round.Restored},
+			{"events_deleted", round.EventsDeleted}, {"trimmed", round.Trimmed}, {"releases_forgotten", round.ReleasesForgotten},
+			{"rooms_pruned", round.RoomsPruned}, {"indexes_swept", round.IndexesSwept}, {"moves_forgotten", round.MovesForgotten},
+			{"marked_hot", round.MarkedHot}, {"cooled", round.Cooled}, {"splits_asked", round.SplitsAsked}, {"split", round.Split}} {
+			if c.n != 0 { // what the round did, not the 20-odd things it did not
+				fields = append(fields, zap.Int(c.key, c.n))
+			}
+		}
+		r.log.Info("reaper round", fields...)
 	}
 	if err != nil {
 		r.log.Warn("reaper round incomplete", zap.String("service", name), zap.Error(err))
