@@ -193,33 +193,16 @@ func produceContext(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithDeadline(ctx, end.Add(-time.Until(end)/3))
 }
 
-// Record is e as a Kafka record: key the subject (the order id; a
-// split's voucher id), value the event, the
-// CloudEvents attributes as ce_ headers (the Kafka binding's names) and
-// content-type. The headers' values share one buffer: the relay makes a
-// record for every event it sends.
+// Record is e as a Kafka record in the CloudEvents Kafka binding's
+// structured mode: key the subject (the order id; a split's voucher id),
+// value the whole event as JSON, and one header, content-type
+// application/cloudevents+json, which says so. No ce_ headers: they are
+// the binary mode's, whose value is the data alone, and a record in both
+// modes at once is read differently by different SDKs.
 func Record(e Event) *kgo.Record {
-	vals := [len(recordHeaders)]string{ContentType, e.SpecVersion, e.ID, e.Source, e.Type, e.Subject, e.Time, e.Sequence.String()}
-	n := 0
-	for _, v := range vals {
-		n += len(v)
-	}
-	buf := make([]byte, 0, n)
-	hs := make([]kgo.RecordHeader, len(vals))
-	var key []byte
-	for i, v := range vals {
-		start := len(buf)
-		buf = append(buf, v...)
-		hs[i] = kgo.RecordHeader{Key: recordHeaders[i], Value: buf[start:len(buf):len(buf)]}
-		if i == subjectHeader { // the record's key too
-			key = hs[i].Value
-		}
-	}
-	return &kgo.Record{Key: key, Value: e.JSON(), Headers: hs}
+	return &kgo.Record{Key: []byte(e.Subject), Value: e.JSON(), Headers: []kgo.RecordHeader{contentTypeHeader}}
 }
 
-// recordHeaders are a record's headers, in Record's order;
-// subjectHeader is ce_subject's place among them.
-var recordHeaders = [...]string{"content-type", "ce_specversion", "ce_id", "ce_source", "ce_type", "ce_subject", "ce_time", "ce_sequence"}
-
-const subjectHeader = 5
+// contentTypeHeader is every record's one header; a record's headers are
+// only read, so records share it.
+var contentTypeHeader = kgo.RecordHeader{Key: "content-type", Value: []byte(ContentType)}

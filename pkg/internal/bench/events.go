@@ -395,16 +395,12 @@ func consumeArrivals(addr string) (*kafkaArrivals, func(), error) {
 			fs := cl.PollFetches(ctx)
 			now := time.Now()
 			fs.EachRecord(func(rec *kgo.Record) {
-				var id, at string
-				for _, h := range rec.Headers {
-					switch h.Key {
-					case "ce_id":
-						id = string(h.Value)
-					case "ce_time":
-						at = string(h.Value)
-					}
+				var ev struct{ ID, Time string }
+				if json.Unmarshal(rec.Value, &ev) != nil {
+					return
 				}
-				t, err := time.Parse(time.RFC3339Nano, at)
+				id := ev.ID
+				t, err := time.Parse(time.RFC3339Nano, ev.Time)
 				if err != nil || id == "" {
 					return
 				}
