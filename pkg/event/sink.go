@@ -35,8 +35,8 @@ type Laned interface {
 	SendLane(ctx context.Context, events []Event) ([]bool, error)
 }
 
-// Failure is why a delivery failed: Cause is a metric's label (http_4xx,
-// http_5xx, gone, timeout, refused, connection, kafka).
+// Failure is why a delivery failed: Cause is a metric's label, one of
+// Causes.
 type Failure struct {
 	Cause string
 	// Gone: the endpoint answered 410 Gone; it takes nothing more until

@@ -29,7 +29,7 @@ const (
 var errBodyTimeout = httpapi.NewError(http.StatusRequestTimeout, "body_timeout", "the body did not arrive in time")
 
 // readBody reads r's body, at most limit bytes within timeout, and puts it
-// back on r for decodeJSON. A request without a body (Content-Length: 0)
+// back on r for httpapi.DecodeJSON. A request without a body (Content-Length: 0)
 // costs nothing. While it waits for the bytes, the request does not count
 // against FLASHSALE_MAX_INFLIGHT (it runs behind shed, which counted it):
 // the bound is on work, not on waiting; it counts again once the body is

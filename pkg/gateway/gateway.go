@@ -45,11 +45,11 @@ type Gateway struct {
 	auth     *auth
 	pow      *proof.Issuer // proof-of-work challenges and their verification
 	// access makes and checks access codes (pkg/access).
-	access *access.Codes
+	access      *access.Codes
+	countsEvery time.Duration // how often the claims' counts are logged
 	// rooms are the waiting rooms served, each one's last state
 	// (pkg/room's Cache, refreshed by roomTick); queueTokens signs their
 	// waiters' tokens.
-	countsEvery time.Duration // how often the claims' counts are logged
 	rooms       *room.Cache
 	queueTokens *room.Tokens
 	stopRooms   func()

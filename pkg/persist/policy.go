@@ -131,7 +131,7 @@ func (w *Orders) Try(ctx context.Context, orders []rdb.StreamOrder) error {
 	return w.Ack(ctx, orders)
 }
 
-// HoldLease renews this consumer's hold on the stream entries of entries
+// HoldLease renews this consumer's hold on the stream entries of orders
 // every third of TakeoverMinIdle until the returned stop is called.
 func (w *Orders) HoldLease(ctx context.Context, orders []rdb.StreamOrder) (stop func()) {
 	ids := rdb.StreamIDs(orders)
@@ -155,7 +155,7 @@ func (w *Orders) HoldLease(ctx context.Context, orders []rdb.StreamOrder) (stop 
 	return func() { cancel(); <-done }
 }
 
-// Persist is Try without the acknowledgement: every order of entries is
+// Persist is Try without the acknowledgement: every one of orders is
 // persisted, failed or dead-lettered when it returns nil. The caller
 // acknowledges their stream entries (Ack) once all their orders are
 // done.

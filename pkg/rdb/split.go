@@ -81,11 +81,10 @@ import (
 // They stay owed in MySQL (release.lua and change.lua answer -2,
 // ErrSplitting) and the reaper's releaser makes them in its first round
 // after the switch: the wait is the rest of the split plus at most
-// FLASHSALE_REAPER_RELEASE_INTERVAL. The split itself took 13.1 s for a
-// bucket of 547,488 buyers selling at 16,430 a second, its freeze 3.5 ms
-// (docs/BENCHMARKS.md, "A hot voucher split by itself"); one that cannot
-// converge ends its catch-up after splitRounds (190.6 s there, the
-// splitter copying slower than the buyers wrote). Everything else is made
+// FLASHSALE_REAPER_RELEASE_INTERVAL. How long a split and its freeze take
+// is measured in docs/BENCHMARKS.md, "A hot voucher split by itself"; one
+// that cannot converge (the splitter copying slower than the buyers
+// write) ends its catch-up after splitRounds. Everything else is made
 // at once: the releases of the buyers who stay in their bucket, and
 // top-ups, pauses, resumes, proof-of-work and access changes while the
 // old buckets pre-copy (TestASplittingVoucherReleasesAndChangesWhatItCan).

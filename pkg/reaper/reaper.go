@@ -1,10 +1,16 @@
-// Package reaper keeps the pipeline's promises when processes die and users
-// do not pay: it takes over entries left pending by workers that went away
-// (XAUTOCLAIM), dead-letters entries delivered too often, removes consumers
-// that are gone, cancels orders not paid in time and gives their units back
-// to MySQL and Redis exactly once. Several reapers may run at once: every
-// step is either atomic in Redis (XAUTOCLAIM), skips rows another reaper
-// holds (SKIP LOCKED), or is idempotent (releases).
+// Package reaper keeps the pipeline's promises when processes die, users
+// do not pay and sales end. Its services (Reaper.services, each on its own
+// interval; docs/ARCHITECTURE.md, "The reaper's services", describes each)
+// take over stream entries left pending by workers that went away
+// (XAUTOCLAIM) and dead-letter those delivered too often; remove consumers
+// that are gone; cancel orders not paid in time and give their units back
+// to MySQL and Redis exactly once; refund ended envelope sales and draw
+// ended draw sales; finish a bucket's moves, restore a Redis that lost its
+// vouchers, trim the streams and sweep old keys; compare the stores;
+// sequence and relay the order events; and find hot vouchers and split
+// them. Several reapers may run at once: every step is either atomic in
+// Redis (XAUTOCLAIM, a script), skips rows another reaper holds (SKIP
+// LOCKED), holds a lease (a sink's relay), or is idempotent (releases).
 package reaper
 
 import (
@@ -31,7 +37,7 @@ import (
 // Config of the reaper. Zero values take the defaults.
 type Config struct {
 	// Config configures how entries taken over are processed: the same code
-	// (persist.Orders) and settings as a worker (batch size, claim
+	// (persist.Orders) and settings as a worker (batch size, takeover
 	// min-idle, consumer name).
 	persist.Config
 	// MaxDeliveries: an entry delivered more often goes to the dead-letter
@@ -46,7 +52,10 @@ type Config struct {
 	ConsumersInterval time.Duration `envconfig:"FLASHSALE_REAPER_CONSUMERS_INTERVAL"`
 	// ExpireInterval: cancelling unpaid orders. Default Interval.
 	ExpireInterval time.Duration `envconfig:"FLASHSALE_REAPER_EXPIRE_INTERVAL"`
-	// ReleaseInterval: giving Redis the releases MySQL owes it. Default Interval.
+	// ReleaseInterval paces the services that finish what MySQL and Redis
+	// owe each other: the releaser (releases MySQL owes Redis), the mover
+	// (a bucket's moves), the restorer (a Redis that lost its vouchers)
+	// and the trimmer (the streams). Default Interval.
 	ReleaseInterval time.Duration `envconfig:"FLASHSALE_REAPER_RELEASE_INTERVAL"`
 	// RefundInterval: refunding what nobody grabbed of ended envelope
 	// sales, and drawing ended draw sales. Default Interval.
@@ -202,7 +211,7 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("FLASHSALE_REAPER_MAX_PER_ROUND must be at least 1, got %d", c.MaxPerRound)
 	case c.ConsumerGoneAfter <= c.TakeoverMinIdle:
 		// A consumer is removed only with nothing pending, but one idle for
-		// less than the claim min-idle may still be working on a batch.
+		// less than the takeover min-idle may still be working on a batch.
 		return fmt.Errorf("FLASHSALE_CONSUMER_GONE_AFTER (%s) must be longer than FLASHSALE_TAKEOVER_MIN_IDLE (%s)", c.ConsumerGoneAfter, c.TakeoverMinIdle)
 	}
 	if err := c.EventsConfig.Validate(); err != nil {
