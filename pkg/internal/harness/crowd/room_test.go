@@ -103,7 +103,13 @@ func TestAWaitingRoomEndToEnd(t *testing.T) {
 	// copy of the suite): enough to tell a shuffle from arrival order.
 	require.Greater(t, on.Prequeued, int64(200))
 	require.Less(t, on.PrequeueArrivalTau, 0.1, "the pre-queue is not served in arrival order")
-	require.EqualValues(t, cfg.Fast, off.FastBought, "without a room every fast client wins a unit")
+	// Without a room the fast clients, claiming from 20 ms before the
+	// start every 10 ms while the crowd claims 150 ms to 1.15 s after it,
+	// win about every unit they ask: all 50 on an idle machine; 45 with the
+	// machine at a load of 24 to 27 (a second copy of the suite beside it),
+	// their claims then waiting behind the crowd's in the client's 64
+	// connections. Four in five of them at least.
+	require.GreaterOrEqual(t, off.FastBought, int64(cfg.Fast*4/5), "without a room the fast clients win nearly every unit they ask")
 	// With one they win what their place in the shuffled pre-queue gives:
 	// every fast client is in it, a share p of it is admitted, and an
 	// admitted fast client always buys. Their units are then about
