@@ -280,27 +280,29 @@ func Main[C Config](cfg C, run func(ctx context.Context, cfg C, rt *Runtime) err
 	if err != nil {
 		fail(err)
 	}
-	defer func() {
-		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = stopTracing(sctx) // flush the spans in hand
-	}()
+	code := 0
 	if t == nil {
 		if err := run(ctx, cfg, rt); err != nil {
 			log.Error("exiting", zap.Error(err))
-			log.Sync() //nolint:errcheck
-			os.Exit(1)
+			code = 1
 		}
-		return
-	}
-	if err := t.cmd.Run(ctx, cfg, rt, t.args); err != nil {
-		log.Sync() //nolint:errcheck
+	} else if err := t.cmd.Run(ctx, cfg, rt, t.args); err != nil {
 		fmt.Fprintf(os.Stderr, "%s %s: %v\n", bin, t.name(), err)
-		code := ExitFailed
+		code = ExitFailed
 		var ee *ExitError
 		if errors.As(err, &ee) {
 			code = ee.Code
 		}
+	}
+	// What a failing process did is what its spans and logs are most
+	// wanted for: flushed before os.Exit, which runs no deferred call.
+	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	_ = stopTracing(sctx) // flush the spans in hand
+	cancel()
+	for _, l := range []*zap.Logger{log, audit, rt.Actions} {
+		l.Sync() //nolint:errcheck
+	}
+	if code != 0 {
 		os.Exit(code)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"os/user"
@@ -550,6 +551,22 @@ func TestTheSaleCommands(t *testing.T) {
 		require.Equal(t, 2, code, "%s: %s", args, out)
 		require.Contains(t, out, want, args)
 	}
+	// A command that fails still exports its spans: they are flushed
+	// before it exits (os.Exit runs no deferred call, and they were lost).
+	var exported atomic.Int64
+	collector := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if b, _ := io.ReadAll(r.Body); len(b) > 0 {
+			exported.Add(1)
+		}
+	}))
+	defer collector.Close()
+	cmd = s.Command(ctx, "reaper", "pause", "99")
+	cmd.Env = append(cmd.Env, "FLASHSALE_TRACING_ENDPOINT="+collector.URL+"/v1/traces", "FLASHSALE_TRACING_SAMPLE_RATIO=1")
+	traced, err := cmd.CombinedOutput()
+	var ee *exec.ExitError
+	require.ErrorAs(t, err, &ee, "%s", traced)
+	require.Equal(t, 2, ee.ExitCode())
+	require.Positive(t, exported.Load(), "the failing command's spans (its MySQL read) were exported")
 	require.NoError(t, os.WriteFile(body, []byte(`{"name":"x","stok":3}`), 0o600))
 	out, code = run("create", "--json", body)
 	require.Equal(t, 2, code, out)
