@@ -130,10 +130,18 @@ func (g *Gateway) admitClaim(r *http.Request, c rdb.Claim) (rdb.Admission, error
 	return a, err
 }
 
-// admitNow is one admission of c, bounded by ClaimTimeout (g.admit is).
-func (g *Gateway) admitNow(ctx context.Context, c rdb.Claim) (rdb.Admission, error) {
+// admitNow is one admission of c, bounded by ClaimTimeout, its time
+// observed: through the batcher when claims are pipelined (the batcher
+// bounds each), else alone.
+func (g *Gateway) admitNow(ctx context.Context, c rdb.Claim) (a rdb.Admission, err error) {
 	t0 := time.Now()
-	a, err := g.admit(ctx, c)
+	if g.batcher != nil {
+		a, err = g.batcher.Admit(ctx, c)
+	} else {
+		ctx, cancel := context.WithTimeout(ctx, g.cfg.ClaimTimeout)
+		a, err = g.redis.Admit(ctx, c)
+		cancel()
+	}
 	g.metrics.scriptSeconds.Observe(time.Since(t0).Seconds())
 	return a, err
 }

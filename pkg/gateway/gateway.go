@@ -56,8 +56,7 @@ type Gateway struct {
 	log         *zap.Logger
 	metrics     *metrics
 	reg         prometheus.Registerer
-	// admit is the Redis admission: through the batcher, or direct.
-	admit   func(context.Context, rdb.Claim) (rdb.Admission, error)
+	// batcher pipelines the claims' admissions (nil: each alone; admitNow).
 	batcher *rdb.Batcher
 	// soldOut answers claims of vouchers Redis said are sold out (pkg/soldout).
 	soldOut *soldout.Cache
@@ -163,15 +162,9 @@ func New(cfg Config, r *rdb.Store, d *db.Store, log *zap.Logger, opts ...Option)
 			return nil, fmt.Errorf("the events readers' mysql pool: %w", err)
 		}
 	}
-	g.admit = func(ctx context.Context, c rdb.Claim) (rdb.Admission, error) {
-		ctx, cancel := context.WithTimeout(ctx, cfg.ClaimTimeout)
-		defer cancel()
-		return r.Admit(ctx, c)
-	}
 	if cfg.PipelineWorkers > 0 { // the batcher bounds each claim by ClaimTimeout
 		g.batcher = r.StartBatcher(rdb.BatcherConfig{Workers: cfg.PipelineWorkers, MaxBatch: cfg.PipelineMaxBatch,
 			Timeout: cfg.ClaimTimeout, ReplyTimeout: cfg.ClaimReplyTimeout, Late: g.recordLate})
-		g.admit = g.batcher.Admit
 	}
 	g.claimIDs = claimid.New(cfg.keyOr("", "flashsale claim-id key"), cfg.ClaimOutcomeTimeout)
 	g.auth = &auth{adminToken: []byte(cfg.AdminToken), eventsToken: []byte(cfg.EventsReadToken), users: token.New(token.Config{Secret: cfg.JWTSecret,
