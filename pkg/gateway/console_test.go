@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -507,6 +508,24 @@ func TestTheConsoleRunsASale(t *testing.T) {
 			require.Regexp(t, `^(Created|Already created): voucher \d+ \(Lamp `+strconv.Itoa(width)+`\), on sale\. Its buyers' queue page: /queue/\d+$`, text("#result"))
 			require.NoError(t, chromedp.Run(bctx, chromedp.WaitNotVisible("#sale-form", chromedp.ByID)))
 			fits("the new sale listed")
+
+			// Change what a PATCH may: a gate and a room put on, spelled out
+			// first, done on the second press.
+			lamp := regexp.MustCompile(`voucher (\d+)`).FindStringSubmatch(text("#result"))[1]
+			clickUntil(t, bctx, `tr[data-voucher="`+lamp+`"] button.change`, "#change-panel")
+			require.NoError(t, chromedp.Run(bctx, chromedp.Evaluate(`(() => { const f = document.getElementById("change-form");
+				f.pow.value = "set"; f.pow_number.value = "1000"; f.room.value = "set"; f.room_rate.value = "5"; })()`, nil),
+				chromedp.Click("#change-go", chromedp.ByID), chromedp.WaitVisible("#confirm-yes", chromedp.ByID)))
+			require.Equal(t, "Change voucher "+lamp+" (Lamp "+strconv.Itoa(width)+"): ask each claim for a proof of work of difficulty 1000 (was none); "+
+				"put buyers through a waiting room letting in 5 a second?", text("#confirm-text"))
+			fits("the confirmation")
+			require.NoError(t, chromedp.Run(bctx, chromedp.Click("#confirm-yes", chromedp.ByID)))
+			testenv.Eventually(t, 10*time.Second, "the change said done", func() bool {
+				return text("#result") == "Changed voucher "+lamp+" (Lamp "+strconv.Itoa(width)+"): proof of work 1000, waiting room 5 a second."
+			})
+			got := f.do("GET", "/admin/v1/vouchers/"+lamp, admin, "").Body
+			require.EqualValues(t, 1000, got["proof_of_work"].(map[string]any)["max_number"])
+			require.EqualValues(t, 5, got["waiting_room"].(map[string]any)["admit_per_second"])
 
 			// The claims' outcomes in words: a refusal (not admitted) while
 			// the console watches.
