@@ -85,14 +85,7 @@ func TestConsoleInABrowser(t *testing.T) {
 	defer wg.Wait()
 	defer stop()
 
-	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(bin), chromedp.NoSandbox, chromedp.DisableGPU,
-		chromedp.WindowSize(1366, 768)) // a common laptop's screen
-	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
-	defer cancelAlloc()
-	bctx, cancelBrowser := chromedp.NewContext(actx)
-	defer cancelBrowser()
-	bctx, cancelTimeout := context.WithTimeout(bctx, 150*time.Second)
-	defer cancelTimeout()
+	bctx := browserWindow(t, bin, 1366, 768) // a common laptop's screen
 
 	row := `tr[data-voucher="` + id + `"]`
 	// The table is rebuilt every second: text reads in one step.
@@ -244,6 +237,20 @@ func TestConsoleInABrowser(t *testing.T) {
 	// The room's link opens its sale's report, with the room's story.
 	clickUntil(t, bctx, `tr[data-voucher="`+roomID+`"] button.report`, `#report dd[data-field="queue"]`)
 	require.Contains(t, text(`#report dd[data-field="queue"]`), "joined")
+}
+
+// browserWindow is a headless Chromium (bin) window of width × height, for
+// 150 s at most, closed when the test ends.
+func browserWindow(t *testing.T, bin string, width, height int) context.Context {
+	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(bin), chromedp.NoSandbox, chromedp.DisableGPU,
+		chromedp.WindowSize(width, height))
+	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+	t.Cleanup(cancelAlloc)
+	bctx, cancelBrowser := chromedp.NewContext(actx)
+	t.Cleanup(cancelBrowser)
+	bctx, cancelTimeout := context.WithTimeout(bctx, 150*time.Second)
+	t.Cleanup(cancelTimeout)
+	return bctx
 }
 
 // pageText reads the text of sel in tab in one step of the page ("" when
@@ -440,14 +447,7 @@ func TestTheConsoleRunsASale(t *testing.T) {
 	made := 1
 	for _, width := range []int{1366, 375} {
 		t.Run(strconv.Itoa(width), func(t *testing.T) {
-			opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(bin), chromedp.NoSandbox, chromedp.DisableGPU,
-				chromedp.WindowSize(width, 900))
-			actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
-			defer cancelAlloc()
-			bctx, cancelBrowser := chromedp.NewContext(actx)
-			defer cancelBrowser()
-			bctx, cancelTimeout := context.WithTimeout(bctx, 150*time.Second)
-			defer cancelTimeout()
+			bctx := browserWindow(t, bin, width, 900)
 			text := func(sel string) string { return pageText(t, bctx, sel) }
 			fits := func(what string) {
 				t.Helper()

@@ -15,7 +15,6 @@ import (
 	"github.com/flashsale/flashsale/pkg/app"
 	"github.com/flashsale/flashsale/pkg/db"
 	"github.com/flashsale/flashsale/pkg/sale"
-	"github.com/flashsale/flashsale/pkg/settle"
 	"github.com/flashsale/flashsale/pkg/voucher"
 )
 
@@ -93,13 +92,7 @@ func createCommand() app.Command[*config] {
 				if err != nil {
 					return err
 				}
-				voucher.LogActions(rt.Actions, ch.Actions)
-				redis, err := cfg.Redis(ctx, 2)
-				if err == nil {
-					defer redis.Client().Close()
-					_, err = settle.Changes(ctx, redis, mysql, []db.VoucherChange{ch}, now)
-				}
-				if err != nil && !settle.Later(err) {
+				if err := toRedis(ctx, cfg, rt, mysql, ch, now); err != nil {
 					fmt.Printf("voucher %d created: %s; not yet in Redis (the reaper puts it there within its interval): %v\n", v.ID, describe(v), err)
 					return nil
 				}

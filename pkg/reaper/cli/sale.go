@@ -157,14 +157,7 @@ func changeSale(ctx context.Context, cfg *config, rt *app.Runtime, arg string, d
 		if err != nil {
 			return err
 		}
-		voucher.LogActions(rt.Actions, ch.Actions)
-		redis, err := cfg.Redis(ctx, 2)
-		if err == nil {
-			defer redis.Client().Close()
-			_, err = settle.Changes(ctx, redis, mysql, []db.VoucherChange{ch}, now)
-		}
-		switch {
-		case settle.Later(err), err == nil:
+		if err := toRedis(ctx, cfg, rt, mysql, ch, now); err == nil {
 			fmt.Printf("voucher %d (%s): done: %s\n", v.ID, v.Name, what)
 			return nil
 		}
@@ -222,4 +215,21 @@ func cliActor() db.Actor {
 		name = u.Username
 	}
 	return db.CLIActor(cmp.Or(name, "uid-"+strconv.Itoa(os.Getuid())))
+}
+
+// toRedis logs the actions of ch, a change MySQL has recorded, and gives
+// it to Redis. An error is Redis's: the change stands in MySQL, and the
+// reaper applies it within its interval; a change Redis cannot take yet
+// by its own rules (settle.Later: a split under way) is no error.
+func toRedis(ctx context.Context, cfg *config, rt *app.Runtime, mysql *db.Store, ch db.VoucherChange, now time.Time) error {
+	voucher.LogActions(rt.Actions, ch.Actions)
+	redis, err := cfg.Redis(ctx, 2)
+	if err != nil {
+		return err
+	}
+	defer redis.Client().Close()
+	if _, err = settle.Changes(ctx, redis, mysql, []db.VoucherChange{ch}, now); settle.Later(err) {
+		return nil
+	}
+	return err
 }
