@@ -463,7 +463,7 @@ func TestTheSaleCommands(t *testing.T) {
 	require.Equal(t, end, row.EndsAt.UTC().Format(time.RFC3339))
 	out, code = run("extend", id, "--to", "tomorrow")
 	require.Equal(t, 2, code, out)
-	require.Contains(t, out, `--to must be a time as 2026-12-24T22:00:00Z (RFC 3339, with its zone: Z or +08:00): "tomorrow" is not`)
+	require.Contains(t, out, `--to must be a time as 2026-12-24T22:00:00Z (RFC 3339, with its zone: Z or +08:00): "tomorrow" is not`) // fixed date: the example the message gives, nothing stored
 	_, code = run("extend", id)
 	require.Equal(t, 2, code, "--to is needed")
 
@@ -543,7 +543,7 @@ func TestTheSaleCommands(t *testing.T) {
 	for args, want := range map[string]string{
 		"create":                              "create needs the sale's NAME",
 		"create x --stock 0":                  "stock",
-		"create x --stock 5 --ends yesterday": `--ends must be a time as 2026-12-24T22:00:00Z`,
+		"create x --stock 5 --ends yesterday": `--ends must be a time as 2026-12-24T22:00:00Z`, // fixed date: the message's example, nothing stored
 		"create x --stock 5 --ends " + time.Now().Add(-time.Hour).UTC().Format(time.RFC3339): "ends_at must be in the future",
 		"create x --stock 5 --json " + body:                                                  "create takes --json FILE or NAME and flags, not both",
 	} {

@@ -84,9 +84,12 @@ func newDev() (*dev, error) {
 	}
 	defer term.Close() // make's now, once started
 	// The recipe as written, but its prerequisites: the servers are the
-	// tests', and bin/'s binaries are for the reader's commands, which
-	// these tests do not run (-o: take them as made). BIN is a directory
-	// of the test's: the demo binary the recipe builds goes there.
+	// tests', and bin/'s binaries are the tests' shared build, put in BIN,
+	// a directory of the test's, beforehand (-o: take them as made); the
+	// demo binary the recipe builds goes there too, and runs them.
+	if err := harness.Build(dir, false, "gateway", "worker", "reaper"); err != nil {
+		return nil, err
+	}
 	d := &dev{dir: dir, tty: tty, lines: make(chan string, 100),
 		cmd: exec.Command("make", "--no-print-directory", "-C", root, "-o", "servers", "-o", "build", "dev",
 			"BIN="+dir, "DEV_PORT=0", "DEMO_FLAGS=-workers 1")}
@@ -384,8 +387,8 @@ func TestDevStackComesUpAndStops(t *testing.T) {
 	// Each step said as it ended, and every role's ops address, which
 	// answers.
 	// A step's time is a Go duration: "110ms", "8.17s", "1m17.05s" (the
-	// build, on a loaded machine).
-	for _, step := range []string{"binaries built", "redis up at", "mariadbd up", "migrations applied", "gateway up at", "1 worker started", "reaper started"} {
+	// mariadbd, on a loaded machine).
+	for _, step := range []string{"binaries from ", "redis up at", "mariadbd up", "migrations applied", "gateway up at", "1 worker started", "reaper started"} {
 		require.Regexp(t, `(?m)^\S+  `+regexp.QuoteMeta(step)+`.* \((\d+m)?[0-9.]+m?s\)$`, d.text, "the step %q, with its time", step)
 	}
 	ops := regexp.MustCompile(`(?m)^  (gateway|worker-\d+|reaper) ops\s+(http://\S+)/metrics`).FindAllStringSubmatch(d.text, -1)
