@@ -255,8 +255,6 @@ func Main[C Config](cfg C, run func(ctx context.Context, cfg C, rt *Runtime) err
 	if err != nil {
 		fail(err)
 	}
-	defer log.Sync()   //nolint:errcheck
-	defer audit.Sync() //nolint:errcheck
 	// go-redis's own lines (pool and connection trouble) in the same JSON
 	// as everything else, instead of plain text on stderr.
 	redis.SetLogger(redisLogger{log.Named("redis")})
@@ -270,7 +268,6 @@ func Main[C Config](cfg C, run func(ctx context.Context, cfg C, rt *Runtime) err
 			if rt.Actions, _, err = NewLoggers("info", c.LogFormat, false); err != nil {
 				fail(err)
 			}
-			defer rt.Actions.Sync() //nolint:errcheck
 		}
 	}
 
@@ -294,8 +291,9 @@ func Main[C Config](cfg C, run func(ctx context.Context, cfg C, rt *Runtime) err
 			code = ee.Code
 		}
 	}
-	// What a failing process did is what its spans and logs are most
-	// wanted for: flushed before os.Exit, which runs no deferred call.
+	// The spans and logs are flushed here, not deferred: what a failing
+	// process did is what they are most wanted for, and os.Exit runs no
+	// deferred call.
 	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	_ = stopTracing(sctx) // flush the spans in hand
 	cancel()

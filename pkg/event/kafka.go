@@ -200,9 +200,9 @@ func produceContext(ctx context.Context) (context.Context, context.CancelFunc) {
 // the binary mode's, whose value is the data alone, and a record in both
 // modes at once is read differently by different SDKs.
 func Record(e Event) *kgo.Record {
-	return &kgo.Record{Key: []byte(e.Subject), Value: e.JSON(), Headers: []kgo.RecordHeader{contentTypeHeader}}
+	return &kgo.Record{Key: []byte(e.Subject), Value: e.JSON(), Headers: recordHeaders}
 }
 
-// contentTypeHeader is every record's one header; a record's headers are
-// only read, so records share it.
-var contentTypeHeader = kgo.RecordHeader{Key: "content-type", Value: []byte(ContentType)}
+// recordHeaders are every record's headers, one: the client only reads
+// them, so records share them (full: an append copies).
+var recordHeaders = []kgo.RecordHeader{{Key: "content-type", Value: []byte(ContentType)}}

@@ -13,8 +13,6 @@ import (
 	"github.com/flashsale/flashsale/pkg/rdb"
 )
 
-var errBadIdempotencyKey = httpapi.BadRequest("invalid_idempotency_key", "Idempotency-Key must be 1-64 characters of A-Z a-z 0-9 _ . @ -")
-
 // claim: POST /v1/vouchers/{id}/orders. One admission script, no MySQL.
 //
 // Every check a claim passes, in order (docs/ARCHITECTURE.md opens with
@@ -61,7 +59,7 @@ func (g *Gateway) claim(w http.ResponseWriter, r *http.Request) {
 	}
 	key := httpapi.HeaderValue(r, "Idempotency-Key")
 	if key != "" && !httpapi.ValidUser(key) {
-		g.fail(w, r, errBadIdempotencyKey)
+		g.fail(w, r, httpapi.ErrBadIdempotencyKey)
 		g.countClaim(resultInvalid, "", start)
 		return
 	}

@@ -31,6 +31,10 @@ type Error struct {
 
 func (e *Error) Error() string { return e.Code + ": " + e.Message }
 
+// ErrBadIdempotencyKey answers an Idempotency-Key not of its form, on a
+// claim and on a voucher's creation alike.
+var ErrBadIdempotencyKey = BadRequest("invalid_idempotency_key", "Idempotency-Key must be 1-64 characters of A-Z a-z 0-9 _ . @ -")
+
 // BadRequest is a 400 answer with code.
 func BadRequest(code, msg string) *Error {
 	return &Error{Status: http.StatusBadRequest, Code: code, Message: msg}

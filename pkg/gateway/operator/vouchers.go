@@ -83,12 +83,11 @@ func splitTo(v db.Voucher) int {
 func ruleError(err error) error {
 	var fe *sale.FieldError
 	switch {
-	case errors.As(err, &fe) && fe.Missing:
-		e := httpapi.BadRequest("missing_field", fe.Msg)
-		e.Field = fe.Field
-		return e
 	case errors.As(err, &fe):
 		e := httpapi.BadRequest("invalid_field", fe.Msg)
+		if fe.Missing {
+			e.Code = "missing_field"
+		}
 		e.Field = fe.Field
 		return e
 	case errors.Is(err, voucher.ErrDrawClosed):
@@ -96,8 +95,6 @@ func ruleError(err error) error {
 	}
 	return err
 }
-
-var errBadCreationKey = httpapi.BadRequest("invalid_idempotency_key", "Idempotency-Key must be 1-64 characters of A-Z a-z 0-9 _ . @ -")
 
 // createVoucher: POST /admin/v1/vouchers. Records the voucher and its
 // creation in MySQL, then puts it in Redis (pkg/settle); if Redis cannot
@@ -122,7 +119,7 @@ func (a *API) createVoucher(w http.ResponseWriter, r *http.Request) {
 	}
 	key := httpapi.HeaderValue(r, "Idempotency-Key")
 	if key != "" && !httpapi.ValidUser(key) {
-		a.Fail(w, r, errBadCreationKey)
+		a.Fail(w, r, httpapi.ErrBadIdempotencyKey)
 		return
 	}
 	now := a.Now().UTC()

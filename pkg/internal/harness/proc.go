@@ -47,6 +47,12 @@ func Build(dir string, race bool, cmds ...string) error {
 	if err != nil {
 		return err
 	}
+	return place(src, dir, cmds...)
+}
+
+// place puts the binaries cmds of directory src into dir: a hard link
+// each, or a copy where src is on another file system.
+func place(src, dir string, cmds ...string) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}

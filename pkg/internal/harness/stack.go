@@ -29,8 +29,8 @@ type Options struct {
 	// Dir holds binaries, server data and logs. Required.
 	Dir string
 	// Bin, when set, is a directory with the gateway, worker and reaper
-	// binaries built already (make's bin/): they are copied into Dir
-	// instead of built.
+	// binaries built already (make's bin/): they are put in Dir instead
+	// of built.
 	Bin string
 	// RedisAddr and MySQLDSN use existing servers; empty starts throwaway ones.
 	RedisAddr string
@@ -163,13 +163,8 @@ func StartStack(ctx context.Context, o Options) (s *Stack, err error) {
 		stepAt = time.Now()
 	}
 	if o.Bin != "" {
-		if err := os.MkdirAll(s.bin, 0o755); err != nil {
-			return nil, err
-		}
-		for _, c := range []string{"gateway", "worker", "reaper"} {
-			if err := copyFile(filepath.Join(o.Bin, c), filepath.Join(s.bin, c)); err != nil {
-				return nil, fmt.Errorf("the binaries of %s (make build): %w", o.Bin, err)
-			}
+		if err := place(o.Bin, s.bin, "gateway", "worker", "reaper"); err != nil {
+			return nil, fmt.Errorf("the binaries of %s (make build): %w", o.Bin, err)
 		}
 		step("binaries from " + o.Bin + " (gateway, worker, reaper)")
 	} else {

@@ -55,19 +55,18 @@ func createCommand() app.Command[*config] {
 			default:
 				req = voucher.Request{Name: args[0], PerUserLimit: &limit}
 				req.Stock = &stock
-				for name, v := range map[string]*string{"starts": &starts, "ends": &ends} {
-					if *v == "" {
+				for _, t := range []struct {
+					flag string
+					v    *string
+					to   **string
+				}{{"starts", &starts, &req.StartsAt}, {"ends", &ends, &req.EndsAt}} {
+					if *t.v == "" {
 						continue
 					}
-					if err := timeFlag(name, *v); err != nil {
+					if err := timeFlag(t.flag, *t.v); err != nil {
 						return err
 					}
-				}
-				if starts != "" {
-					req.StartsAt = &starts
-				}
-				if ends != "" {
-					req.EndsAt = &ends
+					*t.to = t.v
 				}
 				if payWithin > 0 {
 					secs := int64(payWithin / time.Second)

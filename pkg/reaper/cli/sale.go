@@ -39,13 +39,13 @@ func saleCommands() []app.Command[*config] {
 		return app.Command[*config]{Name: name, Task: "Running a sale", Args: "VOUCHER_ID", NArgs: 1, Summary: summary, Flags: dryRun,
 			Run: func(ctx context.Context, cfg *config, rt *app.Runtime, args []string) error {
 				return changeSale(ctx, cfg, rt, args[0], dry, func(v db.Voucher) (string, error) {
-					if v.Paused == paused && paused {
+					switch {
+					case v.Paused != paused:
+						return name, nil
+					case paused:
 						return "", nothingToDo("paused already")
 					}
-					if v.Paused == paused {
-						return "", nothingToDo("not paused, so there is nothing to resume")
-					}
-					return name, nil
+					return "", nothingToDo("not paused, so there is nothing to resume")
 				}, func(ctx context.Context, mysql *db.Store, v db.Voucher, now time.Time) (db.Voucher, db.VoucherChange, error) {
 					return mysql.SetPaused(ctx, v.ID, paused, cliActor(), now)
 				})
