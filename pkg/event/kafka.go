@@ -129,13 +129,14 @@ func (k *Kafka) Lanes() int { return WebhookLanes }
 // Lane is e's lane: by its subject, the record's key.
 func (k *Kafka) Lane(e Event) int { return int(maphash.String(k.seed, e.Subject) % WebhookLanes) }
 
-// SendLane produces events and says which were acknowledged. It gives
-// the records until a third of ctx's time is left; past that every
-// record of the client not acknowledged is failed, so nothing of this
-// call is still in the client when it returns: a record the relay
-// produces again never arrives beside a first copy the client delivered
-// late. One the broker had written and not yet acknowledged when it went
-// away is in the topic all the same, and arrives twice.
+// SendLane produces events and says which were acknowledged. It
+// produces them for half of ctx's time, awaits those a broker took until
+// a sixth is left, then fails every record of the client not
+// acknowledged, so nothing of this call is still in the client when it
+// returns: a record the relay produces again never arrives beside a
+// first copy the client delivered late. One a broker had written and not
+// yet acknowledged when it was aborted (the broker gone, or slower than
+// the wait) is in the topic all the same, and arrives twice.
 func (k *Kafka) SendLane(ctx context.Context, events []Event) ([]bool, error) {
 	ok, errs := make([]bool, len(events)), make([]error, len(events))
 	pctx, cancel := produceContext(ctx)
@@ -153,18 +154,29 @@ func (k *Kafka) SendLane(ctx context.Context, events []Event) ([]bool, error) {
 	select {
 	case <-done:
 	case <-pctx.Done():
-		// Every record not acknowledged is failed now, whatever state its
-		// partition is in (AbortBufferedRecords waited for a broker that
-		// was gone, past the send's end: the records stayed buffered, and
-		// arrived beside their second copies). Without transactions the
-		// client bumps its producer epoch if it abandons a record it had
-		// sent, so no sequence number is used twice.
-		k.client.UnsafeAbortBufferedRecords()
+		// A record not sent yet is failed by its context now; one a broker
+		// took is awaited a while more: a slow broker's acknowledgement
+		// comes late, and the record aborted would arrive twice.
+		await, stop := awaitContext(ctx)
 		select {
 		case <-done:
-		case <-ctx.Done():
-			return ok, &Failure{Cause: "timeout", Err: fmt.Errorf("kafka: records left unsettled: %w", ctx.Err())}
+		case <-await.Done():
+			// Every record not acknowledged is failed now, whatever state
+			// its partition is in (AbortBufferedRecords waited for a broker
+			// that was gone, past the send's end: the records stayed
+			// buffered, and arrived beside their second copies). Without
+			// transactions the client bumps its producer epoch if it
+			// abandons a record it had sent, so no sequence number is used
+			// twice.
+			k.client.UnsafeAbortBufferedRecords()
+			select {
+			case <-done:
+			case <-ctx.Done():
+				stop()
+				return ok, &Failure{Cause: "timeout", Err: fmt.Errorf("kafka: records left unsettled: %w", ctx.Err())}
+			}
 		}
+		stop()
 	}
 	var first error
 	for i, err := range errs {
@@ -183,14 +195,27 @@ func (k *Kafka) SendLane(ctx context.Context, events []Event) ([]bool, error) {
 	return ok, first
 }
 
-// produceContext is ctx ending when a third of its time is left (ctx
-// without a deadline: as ctx): the rest settles what was produced.
+// produceContext is ctx ending when half its time is left (ctx without
+// a deadline: as ctx): records are produced until then. awaitContext,
+// asked then, ends when a sixth of the whole is left: the records a
+// broker took are awaited until then, and the last sixth settles those
+// aborted.
 func produceContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	return leaving(ctx, 2)
+}
+
+func awaitContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	return leaving(ctx, 3)
+}
+
+// leaving is ctx ending when 1/n of the time until its deadline is
+// left.
+func leaving(ctx context.Context, n time.Duration) (context.Context, context.CancelFunc) {
 	end, ok := ctx.Deadline()
 	if !ok {
 		return context.WithCancel(ctx)
 	}
-	return context.WithDeadline(ctx, end.Add(-time.Until(end)/3))
+	return context.WithDeadline(ctx, end.Add(-time.Until(end)/n))
 }
 
 // Record is e as a Kafka record in the CloudEvents Kafka binding's
