@@ -44,13 +44,14 @@ var roleGrants = map[string]map[string]string{
 	// refunding, applying owed changes and reconciling; a sale's report;
 	// the operator's commands and the hot-voucher detector's splits, with
 	// their voucher_actions;
-	// sequencing the events, relaying them to the sinks and deleting them
-	// past their retention.
+	// sequencing the events, relaying them to the sinks (in parts, among
+	// the reapers relaying) and deleting them past their retention.
 	"reaper": {
 		"events":          "SELECT, INSERT, UPDATE, DELETE",
 		"event_sequence":  "SELECT, UPDATE",
-		"event_sinks":     "SELECT, INSERT, UPDATE",
+		"event_sinks":     "SELECT, INSERT, UPDATE, DELETE",
 		"event_failures":  "SELECT, INSERT, UPDATE, DELETE",
+		"event_relayers":  "SELECT, INSERT, UPDATE, DELETE",
 		"vouchers":        "SELECT, UPDATE",
 		"items":           "SELECT, UPDATE",
 		"orders":          "SELECT, INSERT, UPDATE",

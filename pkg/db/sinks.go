@@ -26,7 +26,7 @@ type SinkState struct {
 	LastError     string
 	Disabled      string
 	SeenAt        time.Time
-	// Failed: events recorded failed for the sink.
+	// Failed: events recorded failed for the sink (all its parts').
 	Failed int64
 	// Oldest: when the oldest event not delivered was written (nil: none).
 	Oldest *time.Time
@@ -54,7 +54,7 @@ func (s *Store) HoldSink(ctx context.Context, name, owner string, ttl time.Durat
 				Free bool
 			}
 			read := func() error {
-				return tx.Raw(`SELECT name, delivered_upto, owner, lease_until, failing_since, attempts, last_error, disabled, seen_at,
+				return tx.Raw(`SELECT `+sinkColumns+`,
 				(owner IS NULL OR owner = ? OR lease_until < UTC_TIMESTAMP(3)) AS free
 				FROM event_sinks WHERE name = ? FOR UPDATE`, owner, name).Scan(&row).Error
 			}
@@ -144,7 +144,8 @@ func (s *Store) SinkFailing(ctx context.Context, name, owner, cause string) (tim
 }
 
 // GiveUpSinkEvent records event seq failed for name (after attempts, the
-// last failing with cause) and moves the sink past it.
+// last failing with cause) and moves the sink past it. A failure is the
+// sink's, whichever part's row name is (SinkOfRow).
 func (s *Store) GiveUpSinkEvent(ctx context.Context, name, owner string, seq int64, cause string) error {
 	return s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
 		res := tx.Exec(`UPDATE event_sinks SET delivered_upto = ?, failing_since = NULL, attempts = 0, last_error = ''
@@ -153,9 +154,9 @@ func (s *Store) GiveUpSinkEvent(ctx context.Context, name, owner string, seq int
 			return res.Error // another reaper moved it on
 		}
 		return tx.Exec(`INSERT INTO event_failures (sink, sequence, failed_at, attempts, error, redeliver)
-			SELECT name, ?, UTC_TIMESTAMP(3), 1, LEFT(?, 255), 0 FROM event_sinks WHERE name = ?
+			VALUES (?, ?, UTC_TIMESTAMP(3), 1, LEFT(?, 255), 0)
 			ON DUPLICATE KEY UPDATE failed_at = VALUES(failed_at), attempts = event_failures.attempts + 1, error = VALUES(error), redeliver = 0`,
-			seq, cause, name).Error
+			SinkOfRow(name), seq, cause).Error
 	}, readCommitted)
 }
 
@@ -165,15 +166,19 @@ func (s *Store) GiveUpSinkEvent(ctx context.Context, name, owner string, seq int
 // done too. Nothing is recorded unless owner holds the sink.
 func (s *Store) FailSinkEvent(ctx context.Context, name, owner string, seq int64, cause string) error {
 	return s.db.WithContext(ctx).Exec(`INSERT INTO event_failures (sink, sequence, failed_at, attempts, error, redeliver)
-		SELECT name, ?, UTC_TIMESTAMP(3), 1, LEFT(?, 255), 0 FROM event_sinks WHERE name = ? AND owner = ?
+		SELECT ?, ?, UTC_TIMESTAMP(3), 1, LEFT(?, 255), 0 FROM event_sinks WHERE name = ? AND owner = ?
 		ON DUPLICATE KEY UPDATE failed_at = VALUES(failed_at), attempts = event_failures.attempts + 1, error = VALUES(error), redeliver = 0`,
-		seq, cause, name, owner).Error
+		SinkOfRow(name), seq, cause, name, owner).Error
 }
 
-// DisableSink stops name (the endpoint answered 410 Gone) until
-// RedeliverSink starts it again.
+// DisableSink stops name's sink, every part of it (the endpoint answered
+// 410 Gone), until RedeliverSink starts it again; nothing is stopped
+// unless owner holds name.
 func (s *Store) DisableSink(ctx context.Context, name, owner, why string) error {
-	return s.db.WithContext(ctx).Exec("UPDATE event_sinks SET disabled = LEFT(?, 255) WHERE name = ? AND owner = ?", why, name, owner).Error
+	sink := SinkOfRow(name)
+	return s.db.WithContext(ctx).Exec(`UPDATE event_sinks SET disabled = LEFT(?, 255) WHERE `+sinkRows+`
+		AND EXISTS (SELECT 1 FROM (SELECT name FROM event_sinks WHERE name = ? AND owner = ?) AS held)`,
+		append(append([]any{why}, sinkArgs(sink)...), name, owner)...).Error
 }
 
 // FailedToRedeliver is up to limit sequences recorded failed for name
@@ -204,7 +209,8 @@ var ErrNoSink = errors.New("no such sink")
 var ErrAfterPastLast = errors.New("past the last event published")
 
 // RedeliverSink sends name's events after after again (or for the first
-// time: a backfill), and starts it again if it was disabled. It returns
+// time: a backfill), every part's, and starts it again if it was
+// disabled. It returns
 // the first kept event it will send (0: none kept after after; the
 // events between after and it were deleted past the retention) and the
 // last published; an after past the last is ErrAfterPastLast.
@@ -217,13 +223,13 @@ func (s *Store) RedeliverSink(ctx context.Context, name string, after int64) (fi
 			return fmt.Errorf("after %d: %w, %d", after, ErrAfterPastLast, last)
 		}
 		res := tx.Exec(`UPDATE event_sinks SET delivered_upto = ?, failing_since = NULL, attempts = 0, last_error = '', disabled = ''
-			WHERE name = ?`, after, name)
+			WHERE `+sinkRows, append([]any{after}, sinkArgs(name)...)...)
 		if res.Error != nil {
 			return res.Error
 		}
 		if res.RowsAffected == 0 {
 			var n int64
-			if err := tx.Raw("SELECT COUNT(*) FROM event_sinks WHERE name = ?", name).Scan(&n).Error; err != nil || n == 0 {
+			if err := tx.Raw("SELECT COUNT(*) FROM event_sinks WHERE "+sinkRows, sinkArgs(name)...).Scan(&n).Error; err != nil || n == 0 {
 				return errors.Join(fmt.Errorf("%w %q", ErrNoSink, name), err)
 			}
 		}
@@ -237,19 +243,19 @@ func (s *Store) RedeliverSink(ctx context.Context, name string, after int64) (fi
 	return first, last, err
 }
 
-// RedeliverFailed asks for the events recorded failed for name to be
-// sent again, and returns how many.
+// RedeliverFailed asks for the events recorded failed for name's sink
+// to be sent again (a part's name: the sink's), and returns how many.
 func (s *Store) RedeliverFailed(ctx context.Context, name string) (int64, error) {
 	if n, err := s.sinkCount(ctx, name); err != nil || n == 0 {
 		return 0, errors.Join(fmt.Errorf("%w %q", ErrNoSink, name), err)
 	}
-	res := s.db.WithContext(ctx).Exec("UPDATE event_failures SET redeliver = 1 WHERE sink = ? AND redeliver = 0", name)
+	res := s.db.WithContext(ctx).Exec("UPDATE event_failures SET redeliver = 1 WHERE sink = ? AND redeliver = 0", SinkOfRow(name))
 	return res.RowsAffected, res.Error
 }
 
 func (s *Store) sinkCount(ctx context.Context, name string) (int64, error) {
 	var n int64
-	err := s.db.WithContext(ctx).Raw("SELECT COUNT(*) FROM event_sinks WHERE name = ?", name).Scan(&n).Error
+	err := s.db.WithContext(ctx).Raw("SELECT COUNT(*) FROM event_sinks WHERE "+sinkRows, sinkArgs(name)...).Scan(&n).Error
 	return n, err
 }
 
@@ -258,13 +264,12 @@ func (s *Store) sinkCount(ctx context.Context, name string) (int64, error) {
 func (s *Store) SinkStates(ctx context.Context) ([]SinkState, error) {
 	db := s.db.WithContext(ctx)
 	var out []SinkState
-	if err := db.Raw(`SELECT name, delivered_upto, owner, lease_until, failing_since, attempts, last_error, disabled, seen_at
-		FROM event_sinks ORDER BY name`).Scan(&out).Error; err != nil {
+	if err := db.Raw(`SELECT ` + sinkColumns + ` FROM event_sinks ORDER BY name`).Scan(&out).Error; err != nil {
 		return nil, fmt.Errorf("read the sinks: %w", err)
 	}
 	for i := range out {
 		st := &out[i]
-		if err := db.Raw("SELECT COUNT(*) FROM event_failures WHERE sink = ?", st.Name).Scan(&st.Failed).Error; err != nil {
+		if err := db.Raw("SELECT COUNT(*) FROM event_failures WHERE sink = ?", SinkOfRow(st.Name)).Scan(&st.Failed).Error; err != nil {
 			return nil, fmt.Errorf("read sink %s's failures: %w", st.Name, err)
 		}
 		oldest, err := s.OldestAfter(ctx, st.DeliveredUpto)

@@ -49,6 +49,15 @@ type Config struct {
 	KafkaSASLMechanism string `envconfig:"FLASHSALE_EVENTS_KAFKA_SASL_MECHANISM"`
 	KafkaSASLUser      string `envconfig:"FLASHSALE_EVENTS_KAFKA_SASL_USER"`
 	KafkaSASLPassword  string `envconfig:"FLASHSALE_EVENTS_KAFKA_SASL_PASSWORD"`
+	// RelayParts: each sink is relayed in this many parts, each order's
+	// events in one, each part under a lease of its own, the parts shared
+	// among the reapers relaying (docs/EVENTS.md, "Relaying in parts").
+	// The same on every reaper. Default 1.
+	RelayParts int `envconfig:"FLASHSALE_EVENTS_RELAY_PARTS" default:"1"`
+	// RelayLease: a part's lease. A reaper gone, the others relay its
+	// parts within about this long; at least three webhook timeouts are
+	// taken. Default 30s.
+	RelayLease time.Duration `envconfig:"FLASHSALE_EVENTS_RELAY_LEASE" default:"30s"`
 }
 
 // Defaults of Config.
@@ -57,6 +66,10 @@ const (
 	WebhookRetryForDefault = 72 * time.Hour
 	KafkaTopicDefault      = "flashsale.events"
 	KafkaCompressionNone   = "none"
+	RelayLeaseDefault      = 30 * time.Second
+	// RelayPartsMax bounds FLASHSALE_EVENTS_RELAY_PARTS: a reaper runs a
+	// loop a part of each sink, each with its own connections.
+	RelayPartsMax = 64
 )
 
 // KafkaCompressions are the values FLASHSALE_EVENTS_KAFKA_COMPRESSION takes.
@@ -68,6 +81,8 @@ func (c *Config) SetDefaults() {
 	c.WebhookTimeout = cmp.Or(c.WebhookTimeout, WebhookTimeoutDefault)
 	c.WebhookRetryFor = cmp.Or(c.WebhookRetryFor, WebhookRetryForDefault)
 	c.KafkaCompression = cmp.Or(c.KafkaCompression, KafkaCompressionNone)
+	c.RelayParts = cmp.Or(c.RelayParts, 1)
+	c.RelayLease = cmp.Or(c.RelayLease, RelayLeaseDefault)
 	if len(c.KafkaBrokers) > 0 {
 		c.KafkaTopic = cmp.Or(c.KafkaTopic, KafkaTopicDefault)
 	}
@@ -100,6 +115,10 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("FLASHSALE_EVENTS_WEBHOOK_TIMEOUT must be at least 1ms, got %s", c.WebhookTimeout)
 	case c.WebhookRetryFor < 0:
 		return fmt.Errorf("FLASHSALE_EVENTS_WEBHOOK_RETRY_FOR must not be negative, got %s", c.WebhookRetryFor)
+	case c.RelayParts < 1 || c.RelayParts > RelayPartsMax:
+		return fmt.Errorf("FLASHSALE_EVENTS_RELAY_PARTS must be 1 to %d, got %d", RelayPartsMax, c.RelayParts)
+	case c.RelayLease < time.Second:
+		return fmt.Errorf("FLASHSALE_EVENTS_RELAY_LEASE must be at least 1s, got %s", c.RelayLease)
 	}
 	for _, b := range c.KafkaBrokers {
 		if !hostPort(b) {

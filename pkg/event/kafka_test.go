@@ -146,7 +146,7 @@ func TestKafkaCompressionIsTheOneConfigured(t *testing.T) {
 }
 
 // The brokers are host:port; the codec is one of the five, and needs
-// brokers.
+// brokers; the relay's parts are 1 to 64, its lease at least a second.
 func TestKafkaConfigIsRefusedWithItsVariable(t *testing.T) {
 	for _, c := range []struct {
 		cfg  event.Config
@@ -158,6 +158,9 @@ func TestKafkaConfigIsRefusedWithItsVariable(t *testing.T) {
 		{event.Config{KafkaBrokers: []string{":9092"}}, "FLASHSALE_EVENTS_KAFKA_BROKERS"},
 		{event.Config{KafkaBrokers: []string{"kafka:9092"}, KafkaCompression: "brotli"}, "FLASHSALE_EVENTS_KAFKA_COMPRESSION"},
 		{event.Config{KafkaCompression: "gzip"}, "FLASHSALE_EVENTS_KAFKA_COMPRESSION"},
+		{event.Config{RelayParts: -1}, "FLASHSALE_EVENTS_RELAY_PARTS"},
+		{event.Config{RelayParts: event.RelayPartsMax + 1}, "FLASHSALE_EVENTS_RELAY_PARTS"},
+		{event.Config{RelayLease: time.Millisecond}, "FLASHSALE_EVENTS_RELAY_LEASE"},
 	} {
 		c.cfg.SetDefaults()
 		err := c.cfg.Validate()

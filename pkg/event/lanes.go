@@ -48,7 +48,7 @@ type lanes struct {
 	from    int64          // delivered_upto as recorded
 	read    int64          // the last sequence read into the lanes
 	done    map[int64]bool // done above from
-	skip    [][2]int64     // ranges above from with no event to send (deleted)
+	skip    [][2]int64     // ranges above from with no event to send (deleted, another part's)
 	pending int            // events in the queues
 	lanes   []lane
 }
@@ -61,6 +61,16 @@ func newLanes(from int64, n int, retryMax time.Duration) *lanes {
 	return ls
 }
 
+// skipRange records the events from to to as none to send, in a range
+// of its own or the last one's.
+func (ls *lanes) skipRange(from, to int64) {
+	if n := len(ls.skip); n > 0 && ls.skip[n-1][1] == from-1 {
+		ls.skip[n-1][1] = to
+		return
+	}
+	ls.skip = append(ls.skip, [2]int64{from, to})
+}
+
 // laneResult is what one lane's sending did: which of the events it
 // sent were delivered, and the first failure.
 type laneResult struct {
@@ -71,36 +81,44 @@ type laneResult struct {
 // stepLanes is a turn of a laned sink held with state st; it returns the
 // pause before the next turn.
 func (rl *Relay) stepLanes(ctx context.Context, sink Laned, st db.SinkState) time.Duration {
-	name, m := sink.Name(), rl.metrics
+	name, m := rl.name, rl.metrics
 	if rl.ls == nil || rl.ls.from != st.DeliveredUpto {
 		rl.ls = newLanes(st.DeliveredUpto, sink.Lanes(), rl.retry.Max) // a new holder, a redelivery: from the record
 	}
 	ls := rl.ls
 	var read []db.OutboxEntry
-	if ls.pending < laneWindow {
+	if ls.pending < laneWindow && rl.handOver.IsZero() { // a part handed over reads nothing more
 		var err error
-		if read, err = rl.next(ctx, ls.read, min(rl.batch, laneWindow-ls.pending)); err != nil {
+		// A part's events are about one in parts of those read.
+		if read, err = rl.next(ctx, ls.read, min(rl.batch, laneWindow-ls.pending)*rl.parts); err != nil {
 			rl.log.Warn("could not read events", zap.Error(err))
 			return rl.retry.Next()
 		}
 		for _, e := range read {
 			if e.Sequence > ls.read+1 { // deleted past the retention: nothing to send
-				ls.skip = append(ls.skip, [2]int64{ls.read + 1, e.Sequence - 1})
+				ls.skipRange(ls.read+1, e.Sequence-1)
+			}
+			ls.read = e.Sequence
+			if rl.parts > 1 && PartOf(e, rl.parts) != rl.part {
+				ls.skipRange(e.Sequence, e.Sequence) // another part's
+				continue
 			}
 			ev := Of(rl.source, e)
 			l := &ls.lanes[sink.Lane(ev)]
 			l.queue = append(l.queue, ev)
-			ls.read = e.Sequence
+			ls.pending++
 		}
-		ls.pending += len(read)
 	}
-	if ls.pending == 0 || !time.Now().Before(rl.gaugesAt) {
+	if (ls.pending == 0 && len(read) == 0) || !time.Now().Before(rl.gaugesAt) {
 		// The oldest undelivered may wait in a lane, not among those just
 		// read: gauges reads it after delivered_upto.
 		rl.gauges(ctx, st, nil)
 		rl.gaugesAt = time.Now().Add(time.Second)
 	}
 	if ls.pending == 0 {
+		if !rl.advanceLanes(ctx, ls) || len(read) > 0 { // another part's events only: read on
+			return 0
+		}
 		return rl.idle()
 	}
 	rl.poll = relayPollMin
@@ -186,7 +204,7 @@ func (rl *Relay) stepLanes(ctx context.Context, sink Laned, st db.SinkState) tim
 // the lane off, or records the event failed and moves the lane on once
 // it has failed for retryFor.
 func (rl *Relay) laneFailed(ctx context.Context, ls *lanes, l *lane, err error) {
-	name, e := rl.sink.Name(), l.queue[0]
+	name, e := rl.name, l.queue[0]
 	cause := CauseOf(err)
 	rl.metrics.failures.WithLabelValues(name, cause).Inc()
 	now := time.Now()
@@ -237,7 +255,7 @@ func (rl *Relay) advanceLanes(ctx context.Context, ls *lanes) bool {
 	if upto == ls.from {
 		return true
 	}
-	moved, err := rl.store.AdvanceSink(ctx, rl.sink.Name(), rl.owner, ls.from, upto)
+	moved, err := rl.store.AdvanceSink(ctx, rl.name, rl.owner, ls.from, upto)
 	switch {
 	case err != nil:
 		rl.log.Warn("could not record the events delivered", zap.Int64("upto", upto), zap.Error(err))

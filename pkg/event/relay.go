@@ -23,8 +23,17 @@ package event
 // each event goes out once per sink; after a crash, or a lease lost, the
 // next holder sends again what was not recorded (at least once: the
 // same id, sequence and body).
+//
+// A sink relayed in parts (FLASHSALE_EVENTS_RELAY_PARTS) has a loop a
+// part in every reaper, each part's events those of its orders (PartOf)
+// under a lease of its own (db.HoldPart); the live reapers share the
+// parts in turn. A part whose reaper is told to hand it over (another
+// reaper came or went) reads nothing more, finishes what it read (at
+// most a lease) and gives its lease up; the next holder starts at its
+// place.
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -60,15 +69,19 @@ const (
 	webhookBatch = 64 * WebhookLanes
 )
 
-// Relay is one sink's loop.
+// Relay is one sink's loop, or one part's of a sink relayed in parts.
 type Relay struct {
 	store   *db.Store
 	metrics *Metrics
 	source  string
 	sink    Sink
-	// owner is this loop's lease token: the reaper's name and a random
+	// name is the part's row in event_sinks (the sink's name when it is
+	// relayed whole), its metrics' and log lines' sink; part of parts.
+	name        string
+	part, parts int
+	// owner is the process's lease token: the reaper's name and a random
 	// suffix, so two reapers of one name (two on a host started alike)
-	// never both hold a sink.
+	// never both hold a part.
 	owner    string
 	batch    int
 	retryFor time.Duration // 0: retried until delivered
@@ -91,6 +104,14 @@ type Relay struct {
 	poll time.Duration
 	// ls is a laned sink's lanes while this relay holds it (lanes.go).
 	ls *lanes
+	// handOver: when this relay was told to hand the part over (zero:
+	// it was not); waiting: the reaper holding the rows of another
+	// number of parts, as last logged.
+	handOver time.Time
+	waiting  string
+	// relayerAt: when this process is renewed next as a relayer of the
+	// sink (event_relayers).
+	relayerAt time.Time
 }
 
 // leaseToken is a lease owner unique to this process: name and 8
@@ -101,27 +122,51 @@ func leaseToken(name string) string {
 	return name + "/" + hex.EncodeToString(b[:])
 }
 
-// NewRelay is the loop that relays the outbox's events to s, as cfg
-// says (the source, a webhook's timeout and retry), for the process
-// named name (its lease token adds a random suffix).
-func NewRelay(store *db.Store, s Sink, cfg Config, name string, m *Metrics, log *zap.Logger) *Relay {
-	rl := &Relay{store: store, metrics: m, source: cfg.Source, sink: s, owner: leaseToken(name), batch: kafkaBatch,
-		retry: backoff.New(relayRetryFirst, kafkaRetryMax), lease: max(relayLeaseMin, 3*cfg.WebhookTimeout), log: log.With(zap.String("sink", s.Name()))}
+// Relays are the loops relaying cfg's sinks for the process named name
+// (its lease token adds a random suffix): one a part of each sink
+// (cfg.RelayParts), each with a sink client of its own, so that one
+// part's failing send leaves the others' alone.
+func Relays(store *db.Store, cfg Config, name string, m *Metrics, log *zap.Logger) ([]*Relay, error) {
+	owner := leaseToken(name)
+	parts := max(cfg.RelayParts, 1)
+	var out []*Relay
+	for part := range parts {
+		sinks, err := Sinks(cfg)
+		if err != nil {
+			for _, rl := range out {
+				rl.sink.Close()
+			}
+			return nil, err
+		}
+		for _, s := range sinks {
+			out = append(out, newRelay(store, s, cfg, owner, part, parts, m, log))
+		}
+	}
+	return out, nil
+}
+
+func newRelay(store *db.Store, s Sink, cfg Config, owner string, part, parts int, m *Metrics, log *zap.Logger) *Relay {
+	name := db.PartName(s.Name(), part, parts)
+	rl := &Relay{store: store, metrics: m, source: cfg.Source, sink: s, name: name, part: part, parts: parts, owner: owner, batch: kafkaBatch,
+		retry: backoff.New(relayRetryFirst, kafkaRetryMax), lease: max(cmp.Or(cfg.RelayLease, RelayLeaseDefault), 3*cfg.WebhookTimeout),
+		log: log.With(zap.String("sink", name))}
 	if _, ok := s.(*Webhook); ok {
 		rl.batch, rl.retryFor, rl.retry = webhookBatch, cfg.WebhookRetryFor, backoff.New(relayRetryFirst, webhookRetryMax)
 	}
 	for _, c := range Causes {
-		m.failures.WithLabelValues(s.Name(), c)
+		m.failures.WithLabelValues(name, c)
 	}
-	m.delivered.WithLabelValues(s.Name())
-	m.givenUp.WithLabelValues(s.Name())
+	m.delivered.WithLabelValues(name)
+	m.givenUp.WithLabelValues(name)
 	return rl
 }
 
+// Close closes the relay's sink client.
+func (rl *Relay) Close() { rl.sink.Close() }
+
 // Run relays until ctx ends, then gives the lease up.
 func (rl *Relay) Run(ctx context.Context) {
-	name := rl.sink.Name()
-	rl.log.Info("relaying order events")
+	rl.log.Info("relaying order events", zap.Int("part", rl.part+1), zap.Int("parts", rl.parts))
 	for ctx.Err() == nil {
 		wait := rl.step(ctx)
 		if rl.sleep(ctx, wait) != nil {
@@ -130,7 +175,7 @@ func (rl *Relay) Run(ctx context.Context) {
 	}
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
-	if err := rl.store.ReleaseSink(rctx, name, rl.owner); err != nil {
+	if err := errors.Join(rl.store.LeaveRelay(rctx, rl.sink.Name(), rl.owner), rl.store.ReleaseSink(rctx, rl.name, rl.owner)); err != nil {
 		rl.log.Warn("could not give up the sink's lease", zap.Error(err))
 	}
 }
@@ -146,8 +191,8 @@ func (rl *Relay) sleep(ctx context.Context, d time.Duration) error {
 		d -= step
 		if d > 0 {
 			asked := time.Now()
-			_, held, err := rl.store.HoldSink(ctx, rl.sink.Name(), rl.owner, rl.lease)
-			if err != nil || !held {
+			h, err := rl.holdPart(ctx)
+			if err != nil || !h.Held || !h.Assigned {
 				rl.renewAt = time.Time{}
 				return nil // the next step says what failed, or who holds it
 			}
@@ -157,23 +202,84 @@ func (rl *Relay) sleep(ctx context.Context, d time.Duration) error {
 	return nil
 }
 
+// hold takes or renews the part's lease (db.HoldPart), and says why
+// not when it cannot.
+func (rl *Relay) hold(ctx context.Context) (db.PartHold, error) {
+	h, err := rl.holdPart(ctx)
+	if err != nil {
+		return h, err
+	}
+	if h.Waiting != rl.waiting {
+		if rl.waiting = h.Waiting; h.Waiting != "" {
+			rl.log.Warn("the sink is relayed in another number of parts by a reaper with another FLASHSALE_EVENTS_RELAY_PARTS: waiting for its lease to end",
+				zap.String("holder", h.Waiting), zap.Int("parts", rl.parts))
+		}
+	}
+	switch {
+	case h.Held && !h.Assigned && rl.handOver.IsZero():
+		rl.handOver = time.Now()
+		rl.log.Info("handing the part over: another reaper relays it now", zap.Int("relayers", h.Relayers))
+	case h.Assigned || !h.Held:
+		rl.handOver = time.Time{}
+	}
+	return h, nil
+}
+
+// holdPart is db.HoldPart, renewing this process as a relayer of the
+// sink every third of a lease (an idle relay looks at its part five
+// times a second).
+func (rl *Relay) holdPart(ctx context.Context) (db.PartHold, error) {
+	now := time.Now()
+	renew := !now.Before(rl.relayerAt)
+	h, err := rl.store.HoldPart(ctx, rl.sink.Name(), rl.part, rl.parts, rl.owner, rl.lease, renew)
+	if err == nil && renew {
+		rl.relayerAt = now.Add(rl.lease / 3)
+	}
+	return h, err
+}
+
+// handedOver gives the part up once it has handed it over: at once
+// unless a laned sink's events read are still in its lanes, and in any
+// case a lease after it was told to (what it delivered past its place
+// then is sent again by the next holder). It reports whether it gave it
+// up.
+func (rl *Relay) handedOver(ctx context.Context) bool {
+	if rl.handOver.IsZero() || (rl.ls != nil && rl.ls.pending > 0 && time.Since(rl.handOver) < rl.lease) {
+		return false
+	}
+	if err := rl.store.ReleaseSink(ctx, rl.name, rl.owner); err != nil {
+		rl.log.Warn("could not give up the sink's lease", zap.Error(err))
+	}
+	rl.log.Info("part handed over")
+	rl.held, rl.ls, rl.handOver, rl.renewAt = false, nil, time.Time{}, time.Time{}
+	return true
+}
+
 // step is one turn of the loop: hold the lease, redeliver what an
 // operator asked for, send the next events; it returns the pause before
 // the next turn.
 func (rl *Relay) step(ctx context.Context) time.Duration {
-	name, owner, m := rl.sink.Name(), rl.owner, rl.metrics
+	name, owner, m := rl.name, rl.owner, rl.metrics
 	if !time.Now().Before(rl.renewAt) {
 		asked := time.Now()
-		st, held, err := rl.store.HoldSink(ctx, name, owner, rl.lease)
+		h, err := rl.hold(ctx)
 		if err != nil {
 			rl.held = false
 			rl.log.Warn("could not hold the sink's lease", zap.Error(err))
 			return rl.retry.Next()
 		}
-		rl.st, rl.held, rl.renewAt, rl.heldUntil = st, held, asked.Add(rl.lease/3), asked.Add(rl.lease)
-		if err := rl.redeliverFailed(ctx); err != nil {
-			rl.log.Warn("could not redeliver failed events", zap.Error(err))
+		rl.st, rl.held, rl.renewAt, rl.heldUntil = h.State, h.Held, asked.Add(rl.lease/3), asked.Add(rl.lease)
+		if h.Assigned && !h.Held { // its last holder hands it over, or its lease ends: look again soon
+			rl.renewAt = asked.Add(min(time.Second, rl.lease/3))
 		}
+		if rl.held && rl.handOver.IsZero() {
+			if err := rl.redeliverFailed(ctx); err != nil {
+				rl.log.Warn("could not redeliver failed events", zap.Error(err))
+			}
+		}
+	}
+	if rl.held && rl.handedOver(ctx) {
+		return 0
 	}
 	if !rl.held { // another reaper relays it; its gauges say how it goes
 		rl.ls = nil
@@ -275,7 +381,7 @@ func (rl *Relay) next(ctx context.Context, after int64, limit int) ([]db.OutboxE
 // failed handles a failed delivery of e and returns the pause before
 // the next attempt.
 func (rl *Relay) failed(ctx context.Context, e Event, sendErr error) time.Duration {
-	name, owner := rl.sink.Name(), rl.owner
+	name, owner := rl.name, rl.owner
 	rl.renewAt = time.Time{} // what follows changes the sink: read it again
 	cause := CauseOf(sendErr)
 	rl.metrics.failures.WithLabelValues(name, cause).Inc()
@@ -309,16 +415,17 @@ func (rl *Relay) failed(ctx context.Context, e Event, sendErr error) time.Durati
 func (rl *Relay) stopped(ctx context.Context, err error) {
 	rl.renewAt, rl.ls = time.Time{}, nil
 	rl.log.Error("the endpoint is gone (410): no more events go to it until reaper events redeliver", zap.String("cause", "gone"), zap.Error(err))
-	if derr := rl.store.DisableSink(ctx, rl.sink.Name(), rl.owner, err.Error()); derr != nil {
+	if derr := rl.store.DisableSink(ctx, rl.name, rl.owner, err.Error()); derr != nil {
 		rl.log.Warn("could not stop the sink", zap.Error(derr))
 	}
 }
 
 // redeliverFailed sends again the events recorded failed that an
-// operator asked for ("reaper events redeliver --failed").
+// operator asked for ("reaper events redeliver --failed"): the part's,
+// when the sink is relayed in parts (failures are the sink's).
 func (rl *Relay) redeliverFailed(ctx context.Context) error {
-	name := rl.sink.Name()
-	seqs, err := rl.store.FailedToRedeliver(ctx, name, rl.batch)
+	sink := rl.sink.Name()
+	seqs, err := rl.store.FailedToRedeliver(ctx, sink, rl.batch)
 	if err != nil || len(seqs) == 0 {
 		return err
 	}
@@ -331,10 +438,13 @@ func (rl *Relay) redeliverFailed(ctx context.Context) error {
 			return err
 		}
 		if len(events) == 0 || events[0].Sequence != seq {
-			if err := rl.store.Redelivered(ctx, name, seq, false, "deleted past FLASHSALE_EVENTS_RETENTION"); err != nil {
+			if err := rl.store.Redelivered(ctx, sink, seq, false, "deleted past FLASHSALE_EVENTS_RETENTION"); err != nil {
 				return err
 			}
 			continue
+		}
+		if PartOf(events[0], rl.parts) != rl.part {
+			continue // another part's
 		}
 		sctx, cancel := rl.sendContext(ctx)
 		_, sendErr := rl.sink.Send(sctx, []Event{Of(rl.source, events[0])})
@@ -342,11 +452,11 @@ func (rl *Relay) redeliverFailed(ctx context.Context) error {
 		cause := ""
 		if sendErr != nil {
 			cause = sendErr.Error()
-			rl.metrics.failures.WithLabelValues(name, CauseOf(sendErr)).Inc()
+			rl.metrics.failures.WithLabelValues(rl.name, CauseOf(sendErr)).Inc()
 		} else {
-			rl.metrics.delivered.WithLabelValues(name).Inc()
+			rl.metrics.delivered.WithLabelValues(rl.name).Inc()
 		}
-		if err := rl.store.Redelivered(ctx, name, seq, sendErr == nil, cause); err != nil {
+		if err := rl.store.Redelivered(ctx, sink, seq, sendErr == nil, cause); err != nil {
 			return err
 		}
 	}
@@ -358,7 +468,7 @@ func (rl *Relay) redeliverFailed(ctx context.Context) error {
 // retrying or stopped (410): "reaper events" and the console read the
 // same (db.SinkStates).
 func (rl *Relay) gauges(ctx context.Context, st db.SinkState, next []db.OutboxEntry) {
-	name := rl.sink.Name()
+	name := rl.name
 	last, err := rl.store.LastSequence(ctx)
 	if err != nil {
 		return
@@ -377,4 +487,26 @@ func (rl *Relay) gauges(ctx context.Context, st db.SinkState, next []db.OutboxEn
 		}
 	}
 	rl.metrics.oldestAge.WithLabelValues(name).Set(age)
+}
+
+// PartOf is the part, from 0, of a sink relayed in parts parts that
+// carries event e: by its order (a split's voucher), so each order's
+// events are in one part, in order. The same in every reaper (a hash
+// of the id, not a seed of the process's).
+func PartOf(e db.OutboxEntry, parts int) int {
+	if parts <= 1 {
+		return 0
+	}
+	id := e.OrderID
+	if e.Split != nil {
+		id = e.VoucherID
+	}
+	// splitmix64's finalizer: consecutive ids spread over the parts.
+	x := uint64(id)
+	x ^= x >> 30
+	x *= 0xbf58476d1ce4e5b9
+	x ^= x >> 27
+	x *= 0x94d049bb133111eb
+	x ^= x >> 31
+	return int(x % uint64(parts))
 }

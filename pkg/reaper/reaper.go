@@ -231,7 +231,8 @@ type Reaper struct {
 	now     func() time.Time
 	audit   *zap.Logger
 	metrics *metrics
-	sinks   []event.Sink
+	// relays: a loop a part of each events sink (event.Relays).
+	relays []*event.Relay
 	// detector is the detector's memory between its rounds.
 	detector detector
 	// forgotten is where the trimmer's forgetting of releases stopped.
@@ -294,12 +295,13 @@ func New(cfg Config, r *rdb.Store, d *db.Store, log *zap.Logger, opts ...Option)
 	}
 	o.reg.MustRegister(upkeep.NewStreamCollector(r).ExportedBy(cfg.Consumer))
 	log = log.Named("reaper").With(zap.String("consumer", cfg.Consumer))
-	sk, err := event.Sinks(cfg.EventsConfig)
+	m := newMetrics(o.reg)
+	relays, err := event.Relays(d, cfg.EventsConfig, cfg.Consumer, m.events, log)
 	if err != nil {
 		return nil, err
 	}
 	return &Reaper{cfg: cfg, redis: r, streams: upkeep.New(r), db: d, orders: persist.NewOrders(cfg.Config, r, d, log, o.audit, o.reg),
-		now: o.now, audit: o.audit, metrics: newMetrics(o.reg), log: log, sinks: sk, splitTarget: o.splitTarget, restoreHook: o.restoreHook, creationHook: o.creationHook}, nil
+		now: o.now, audit: o.audit, metrics: m, log: log, relays: relays, splitTarget: o.splitTarget, restoreHook: o.restoreHook, creationHook: o.creationHook}, nil
 }
 
 // Round is what one round did.
@@ -413,13 +415,12 @@ func (r *Reaper) Run(ctx context.Context) error {
 			r.loop(ctx, s)
 		}()
 	}
-	for _, s := range r.sinks {
-		rl := event.NewRelay(r.db, s, r.cfg.EventsConfig, r.cfg.Consumer, r.metrics.events, r.log)
+	for _, rl := range r.relays {
 		wg.Go(func() { rl.Run(ctx) })
 	}
 	wg.Wait()
-	for _, s := range r.sinks {
-		s.Close()
+	for _, rl := range r.relays {
+		rl.Close()
 	}
 	r.log.Info("reaper stopped")
 	return nil

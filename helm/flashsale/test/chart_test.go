@@ -835,8 +835,12 @@ func TestEventSinksReachTheReaper(t *testing.T) {
 	r := render(t, append(testSecrets, "--set", "events.webhook.urls[0]=https://orders.example/hooks", "--set", "events.webhook.urls[1]=https://notify.example/in",
 		"--set", "secrets.eventsWebhookSecret=whsec_c2VjcmV0LXNlY3JldC1zZWNyZXQtc2VjcmV0",
 		"--set", "events.kafka.brokers[0]=kafka-0:9092", "--set", "events.kafka.saslMechanism=SCRAM-SHA-512",
-		"--set", "events.kafka.saslUser=flashsale", "--set", "secrets.eventsKafkaSASLPassword=pw", "--set", "events.source=shop-eu")...)
+		"--set", "events.kafka.saslUser=flashsale", "--set", "secrets.eventsKafkaSASLPassword=pw", "--set", "events.source=shop-eu",
+		"--set", "events.relay.parts=4", "--set", "events.relay.lease=20s")...)
 	env := envOf(r, "reaper")
+	require.Equal(t, "4", env["FLASHSALE_EVENTS_RELAY_PARTS"].Value, "the sinks relayed in parts, shared among the reaper replicas")
+	require.Equal(t, "20s", env["FLASHSALE_EVENTS_RELAY_LEASE"].Value)
+	require.Equal(t, "1", envOf(none, "reaper")["FLASHSALE_EVENTS_RELAY_PARTS"].Value)
 	require.Equal(t, "https://orders.example/hooks,https://notify.example/in", env["FLASHSALE_EVENTS_WEBHOOK_URLS"].Value)
 	require.Equal(t, "events-webhook-secret", env["FLASHSALE_EVENTS_WEBHOOK_SECRET"].ValueFrom.SecretKeyRef.Key)
 	require.Equal(t, "kafka-0:9092", env["FLASHSALE_EVENTS_KAFKA_BROKERS"].Value)
