@@ -1,8 +1,8 @@
 -- 0022_event_relayers: the reapers relaying each sink (docs/EVENTS.md,
 -- "Relaying in parts"). A sink relayed in parts (FLASHSALE_EVENTS_RELAY_PARTS
--- above 1) has a row in event_sinks a part, named "SINK#i/N"; each part
--- goes to one of the live reapers here, in turn by owner, so adding a
--- reaper adds a relay. Idempotent like every migration.
+-- above 1) has a row in event_sinks a part, named "SINK#i/N"; the live
+-- reapers here share the parts evenly, so adding a reaper adds a relay.
+-- Idempotent like every migration.
 
 CREATE TABLE IF NOT EXISTS event_relayers (
   sink       VARCHAR(255) NOT NULL,

@@ -3,9 +3,10 @@ package db
 // A sink relayed in parts (sql/0022_event_relayers.sql): each part has a
 // row of event_sinks of its own, "SINK#i/N", with its own place and
 // lease, and holds the events of its orders (event.PartOf). The reapers
-// relaying the sink say so in event_relayers; part i goes to the i-th
-// live one in turn, by lease token, so each reaper relays about N/R of
-// the parts and adding a reaper adds a relay.
+// relaying the sink say so in event_relayers, and share the parts
+// evenly, each keeping the parts it holds (ownsPart): each relays about
+// N/R of them, adding a reaper adds a relay, and a reaper that comes or
+// goes moves only the parts it takes or leaves.
 
 import (
 	"context"
@@ -165,7 +166,13 @@ func (s *Store) HoldPart(ctx context.Context, sink string, part, parts int, owne
 				}
 			}
 			h.State, h.Relayers = *mine, len(relayers)
-			h.Assigned = len(relayers) > 0 && relayers[part%len(relayers)] == owner
+			holders := make([]string, parts) // each part's live holder, "" none
+			for _, r := range rows {
+				if i := slices.Index(want, r.Name); i >= 0 && r.Live {
+					holders[i] = r.Owner
+				}
+			}
+			h.Assigned = ownsPart(relayers, holders, part, owner)
 			holds := mine.Owner == owner && mineLive
 			free := mine.Owner == "" || mine.Owner == owner || !mineLive
 			if !(h.Assigned && free) && !holds {
@@ -178,6 +185,56 @@ func (s *Store) HoldPart(ctx context.Context, sink string, part, parts int, owne
 		}, readCommitted)
 	})
 	return h, err
+}
+
+// ownsPart says whether part is owner's share of a sink's parts among
+// the live relayers (sorted), given each part's live holder (holders, by
+// part; "" none). A part stays with the live relayer holding it unless
+// that one holds more than its share (then it gives up its highest part
+// first, one at a time); a part held by none goes to the relayer holding
+// fewest (the first by token of those). So a reaper that comes or goes
+// moves only the parts it takes or leaves, not the others': a part moved
+// between live reapers may send again what its old holder had delivered
+// past its place.
+func ownsPart(relayers, holders []string, part int, owner string) bool {
+	if len(relayers) == 0 {
+		return false
+	}
+	count := map[string]int{}
+	for _, h := range holders {
+		if slices.Contains(relayers, h) {
+			count[h]++
+		}
+	}
+	n, r := len(holders), len(relayers)
+	least, most := n/r, (n+r-1)/r
+	short := false // a relayer holds less than the least share
+	for _, x := range relayers {
+		short = short || count[x] < least
+	}
+	switch holders[part] {
+	case owner:
+		if !slices.Contains(relayers, owner) {
+			return false
+		}
+		if c := count[owner]; c > most || (c > least && short) {
+			for i := n - 1; i >= 0; i-- {
+				if holders[i] == owner {
+					return i != part // its highest part is given up
+				}
+			}
+		}
+		return true
+	case "":
+		neediest := relayers[0]
+		for _, x := range relayers[1:] {
+			if count[x] < count[neediest] {
+				neediest = x
+			}
+		}
+		return neediest == owner
+	}
+	return false // held by another reaper
 }
 
 // LeaveRelay says owner relays sink no more (a reaper stopping): the

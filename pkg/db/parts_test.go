@@ -12,7 +12,7 @@ import (
 )
 
 // A sink relayed in parts: a reaper alone holds every part; a second
-// reaper is given its share in turn, the first holds it until it hands
+// reaper is given its share, the first holds it until it hands
 // it over, then the second holds it; the sink's rows of one part become
 // rows of two only when no live lease holds the old, each starting at
 // the old place; a reaper leaving gives its parts to the others.
@@ -54,20 +54,22 @@ func TestTheReapersShareASinksParts(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, states, 2, "the row of one part is gone")
 
-	// "b/1" comes: part 2 is its (the second by token), once "a/1" hands
-	// it over; part 1 stays "a/1"'s.
+	// "b/1" comes: "a/1" holds more than its share and gives up its
+	// highest part, part 2, which "b/1" takes once it is handed over;
+	// part 1 stays "a/1"'s.
 	h = hold("b/1", 1, 2)
-	require.True(t, h.Assigned)
-	require.False(t, h.Held, "held by a/1 until it hands it over")
+	require.False(t, h.Held || h.Assigned, "held by a/1, a live relayer")
 	require.Equal(t, 2, h.Relayers)
 	h = hold("a/1", 1, 2)
 	require.True(t, h.Held, "a/1 holds it while it hands it over")
-	require.False(t, h.Assigned)
+	require.False(t, h.Assigned, "a/1 gives up its highest part")
+	h = hold("a/1", 0, 2)
+	require.True(t, h.Held && h.Assigned, "and keeps its other")
 	h = hold("b/1", 0, 2)
 	require.False(t, h.Held || h.Assigned, "part 1 is a/1's")
 	require.NoError(t, e.DB.ReleaseSink(ctx, "kafka#2/2", "a/1"))
 	h = hold("b/1", 1, 2)
-	require.True(t, h.Held && h.Assigned)
+	require.True(t, h.Held && h.Assigned, "a part held by none goes to the relayer holding fewest")
 	h = hold("a/1", 1, 2)
 	require.False(t, h.Held || h.Assigned)
 
@@ -85,6 +87,17 @@ func TestTheReapersShareASinksParts(t *testing.T) {
 		require.EqualValues(t, 5, st.DeliveredUpto, st.Name)
 		require.EqualValues(t, 1, st.Failed, st.Name)
 	}
+
+	// A third reaper holds nothing of two parts and takes nothing: each
+	// of the others holds its share (one), and keeps it.
+	h = hold("c/1", 0, 2)
+	require.False(t, h.Held || h.Assigned)
+	require.Equal(t, 3, h.Relayers)
+	h = hold("a/1", 0, 2)
+	require.True(t, h.Held && h.Assigned, "a/1 keeps its part when c/1 comes")
+	h = hold("b/1", 1, 2)
+	require.True(t, h.Held && h.Assigned, "b/1 keeps its part when c/1 comes")
+	require.NoError(t, e.DB.LeaveRelay(ctx, "kafka", "c/1"))
 
 	// "b/1" leaves: once its lease is given up, part 2 is a/1's again.
 	require.NoError(t, e.DB.LeaveRelay(ctx, "kafka", "b/1"))

@@ -27,10 +27,10 @@ package event
 // A sink relayed in parts (FLASHSALE_EVENTS_RELAY_PARTS) has a loop a
 // part in every reaper, each part's events those of its orders (PartOf)
 // under a lease of its own (db.HoldPart); the live reapers share the
-// parts in turn. A part whose reaper is told to hand it over (another
-// reaper came or went) reads nothing more, finishes what it read (at
-// most a lease) and gives its lease up; the next holder starts at its
-// place.
+// parts evenly, each keeping what it holds. A part whose reaper is told
+// to hand it over (another reaper came, or it holds more than its share)
+// reads nothing more, finishes what it read (at most a lease) and gives
+// its lease up; the next holder starts at its place.
 
 import (
 	"cmp"
