@@ -1,7 +1,6 @@
 package gateway
 
 import (
-	"bytes"
 	"errors"
 	"io"
 	"net"
@@ -28,9 +27,9 @@ const (
 
 var errBodyTimeout = httpapi.NewError(http.StatusRequestTimeout, "body_timeout", "the body did not arrive in time")
 
-// readBody reads r's body, at most limit bytes within timeout, and puts it
-// back on r for httpapi.DecodeJSON. A request without a body (Content-Length: 0)
-// costs nothing. While it waits for the bytes, the request does not count
+// readBody reads r's body, at most limit bytes within timeout, once: the
+// caller decodes the bytes (httpapi.DecodeBody). A request without a
+// body (Content-Length: 0) costs nothing. While it waits for the bytes, the request does not count
 // against FLASHSALE_MAX_INFLIGHT (it runs behind shed, which counted it):
 // the bound is on work, not on waiting; it counts again once the body is
 // in, and is answered 503 overloaded if that finds the gateway full.
@@ -56,6 +55,5 @@ func (g *Gateway) readBody(w http.ResponseWriter, r *http.Request, limit int64, 
 		g.metrics.shed.WithLabelValues("overloaded").Inc()
 		return nil, errOverloaded
 	}
-	r.Body = io.NopCloser(bytes.NewReader(body))
 	return body, nil
 }

@@ -248,7 +248,7 @@ func (g *Gateway) claimQuantity(w http.ResponseWriter, r *http.Request) (int64, 
 		return 1, nil
 	}
 	var req claimRequest
-	if err := httpapi.DecodeJSON(w, r, &req, httpapi.MaxBodyBytes); err != nil {
+	if err := httpapi.DecodeBody(r, body, &req); err != nil {
 		var ae *httpapi.Error
 		if errors.As(err, &ae) && ae.Code == "invalid_field" {
 			return 0, errBadQuantity

@@ -136,7 +136,7 @@ func (g *Gateway) paymentWebhook(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var req webhookRequest
-	if err := httpapi.DecodeJSON(w, r, &req, httpapi.MaxBodyBytes); err != nil {
+	if err := httpapi.DecodeBody(r, body, &req); err != nil {
 		g.fail(w, r, err)
 		return
 	}

@@ -2,6 +2,7 @@ package gateway_test
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/flashsale/flashsale/pkg/gateway"
 	"github.com/flashsale/flashsale/pkg/internal/testenv"
+	"github.com/flashsale/flashsale/pkg/internal/wait"
 )
 
 // queueTab is a tab of the queue page at a width, with what the tests of
@@ -39,11 +41,10 @@ func (q *queueTab) text(sel string) string { return pageText(q.t, q.ctx, sel) }
 
 func (q *queueTab) waitText(sel, want string) {
 	q.t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for !strings.Contains(q.text(sel), want) {
-		require.True(q.t, time.Now().Before(deadline), "%s never said %q; it says %q (status %q)", sel, want, q.text(sel), q.text("#status"))
-		time.Sleep(50 * time.Millisecond)
-	}
+	require.NoError(q.t, wait.Until(q.ctx, 60*time.Second, fmt.Sprintf("%s to say %q", sel, want), func() (bool, string) {
+		got := q.text(sel)
+		return strings.Contains(got, want), fmt.Sprintf("it says %q (status %q)", got, q.text("#status"))
+	}))
 }
 
 func (q *queueTab) run(actions ...chromedp.Action) {

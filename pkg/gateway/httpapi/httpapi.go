@@ -75,15 +75,11 @@ func BodyTooLarge(limit int64) *Error {
 	return NewError(http.StatusRequestEntityTooLarge, "body_too_large", "the body exceeds "+strconv.FormatInt(limit, 10)+" bytes")
 }
 
-// DecodeJSON reads one JSON object of at most limit bytes into dst, as
-// encoding/json/v2 reads it: member names match exactly (no "Stock" for
-// "stock"), a name may appear once, and an unknown one is refused; so is
-// anything after the object. Errors are the API's, with their codes.
+// DecodeJSON reads r's body, at most limit bytes, and decodes it into
+// dst as DecodeBody does.
 func DecodeJSON(w http.ResponseWriter, r *http.Request, dst any, limit int64) error {
-	if ct := HeaderValue(r, "Content-Type"); ct != "" {
-		if mt, _, err := mime.ParseMediaType(ct); err != nil || mt != "application/json" {
-			return NewError(http.StatusUnsupportedMediaType, "unsupported_media_type", "the body must be application/json")
-		}
+	if err := jsonContent(r); err != nil {
+		return err
 	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
 	var tooBig *http.MaxBytesError
@@ -92,10 +88,34 @@ func DecodeJSON(w http.ResponseWriter, r *http.Request, dst any, limit int64) er
 		return BodyTooLarge(limit)
 	case err != nil:
 		return BadRequest("malformed_json", "the body could not be read")
-	case len(bytes.TrimSpace(body)) == 0:
+	}
+	return DecodeBody(r, body, dst)
+}
+
+// jsonContent refuses a Content-Type other than application/json (none
+// is taken as JSON).
+func jsonContent(r *http.Request) error {
+	if ct := HeaderValue(r, "Content-Type"); ct != "" {
+		if mt, _, err := mime.ParseMediaType(ct); err != nil || mt != "application/json" {
+			return NewError(http.StatusUnsupportedMediaType, "unsupported_media_type", "the body must be application/json")
+		}
+	}
+	return nil
+}
+
+// DecodeBody decodes body, r's body already read, into dst: one JSON
+// object as encoding/json/v2 reads it. Member names match exactly (no
+// "Stock" for "stock"), a name may appear once, and an unknown one is
+// refused; so is anything after the object. Errors are the API's, with
+// their codes.
+func DecodeBody(r *http.Request, body []byte, dst any) error {
+	if err := jsonContent(r); err != nil {
+		return err
+	}
+	if len(bytes.TrimSpace(body)) == 0 {
 		return BadRequest("malformed_json", "the body is empty")
 	}
-	err = jsonv2.Unmarshal(body, dst, jsonv2.RejectUnknownMembers(true))
+	err := jsonv2.Unmarshal(body, dst, jsonv2.RejectUnknownMembers(true))
 	if err == nil {
 		return nil
 	}

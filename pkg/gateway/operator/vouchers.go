@@ -109,11 +109,12 @@ func (a *API) createVoucher(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var req voucher.Request
-	if _, err := a.ReadBody(w, r, maxCreateBytes, createBodyTimeout); err != nil {
+	body, err := a.ReadBody(w, r, maxCreateBytes, createBodyTimeout)
+	if err != nil {
 		a.Fail(w, r, err)
 		return
 	}
-	if err := httpapi.DecodeJSON(w, r, &req, maxCreateBytes); err != nil {
+	if err := httpapi.DecodeBody(r, body, &req); err != nil {
 		a.Fail(w, r, err)
 		return
 	}
@@ -353,11 +354,12 @@ func (a *API) changeVoucher(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var req voucher.Change
-	if _, err := a.ReadBody(w, r, httpapi.MaxBodyBytes, bodyTimeout); err != nil {
+	body, err := a.ReadBody(w, r, httpapi.MaxBodyBytes, bodyTimeout)
+	if err != nil {
 		a.Fail(w, r, err)
 		return
 	}
-	if err := httpapi.DecodeJSON(w, r, &req, httpapi.MaxBodyBytes); err != nil {
+	if err := httpapi.DecodeBody(r, body, &req); err != nil {
 		a.Fail(w, r, err)
 		return
 	}
