@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
+	"github.com/flashsale/flashsale/pkg/internal/wait"
 	"github.com/flashsale/flashsale/pkg/order"
 	"github.com/flashsale/flashsale/pkg/rdb"
 )
@@ -410,11 +411,10 @@ func TestAHotVouchersDryTailHoldsUpNoOtherClaim(t *testing.T) {
 	for _, u := range home1[3 : 3+waiting] {
 		go func() { _, err := admit(7, u); answers <- err }()
 	}
-	deadline := time.Now().Add(20 * time.Second)
-	for s.DryWaiting(7) < waiting {
-		require.True(t, time.Now().Before(deadline), "the claims found their bucket dry: %d wait", s.DryWaiting(7))
-		time.Sleep(10 * time.Millisecond)
-	}
+	require.NoError(t, wait.Until(context.Background(), 20*time.Second, "the claims finding their bucket dry", func() (bool, string) {
+		n := s.DryWaiting(7)
+		return n >= waiting, fmt.Sprintf("%d wait", n)
+	}))
 	release()
 	require.ErrorIs(t, <-first, rdb.ErrSoldOut)
 	for range waiting {
@@ -453,11 +453,10 @@ func TestClaimsThatFoundABucketDryShareItsRefill(t *testing.T) {
 	for _, u := range home1[51:] {
 		go func() { answers <- admit(u) }()
 	}
-	deadline := time.Now().Add(20 * time.Second)
-	for s.DryWaiting(v) < waiting {
-		require.True(t, time.Now().Before(deadline), "the claims found their bucket dry: %d wait", s.DryWaiting(v))
-		time.Sleep(10 * time.Millisecond)
-	}
+	require.NoError(t, wait.Until(context.Background(), 20*time.Second, "the claims finding their bucket dry", func() (bool, string) {
+		n := s.DryWaiting(v)
+		return n >= waiting, fmt.Sprintf("%d wait", n)
+	}))
 	release()
 	require.NoError(t, <-first)
 	for range waiting {

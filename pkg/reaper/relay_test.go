@@ -16,6 +16,7 @@ import (
 	"github.com/flashsale/flashsale/pkg/event"
 	"github.com/flashsale/flashsale/pkg/internal/testenv"
 	"github.com/flashsale/flashsale/pkg/internal/testsink"
+	"github.com/flashsale/flashsale/pkg/internal/wait"
 	"github.com/flashsale/flashsale/pkg/order"
 	"github.com/flashsale/flashsale/pkg/reaper"
 	"github.com/flashsale/flashsale/pkg/worker"
@@ -87,18 +88,12 @@ func received(t *testing.T, what string, want []db.OutboxEntry, got func() []tes
 func receivedBy(t *testing.T, what string, want []db.OutboxEntry, got func() []testsink.Delivery, check func([]db.OutboxEntry, []testsink.Delivery) []string) []testsink.Delivery {
 	t.Helper()
 	var ds []testsink.Delivery
-	var problems []string
-	deadline := time.Now().Add(60 * time.Second)
-	for {
+	require.NoError(t, wait.Until(context.Background(), 60*time.Second, what+" receiving every event", func() (bool, string) {
 		ds = got()
-		if problems = check(want, ds); len(problems) == 0 {
-			return ds
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s did not receive every event in 60 s: %s", what, strings.Join(problems, "; "))
-		}
-		time.Sleep(50 * time.Millisecond) // polling a condition, under its deadline
-	}
+		problems := check(want, ds)
+		return len(problems) == 0, strings.Join(problems, "; ")
+	}))
+	return ds
 }
 
 func kafkaDeliveries(t *testing.T, k *testsink.Kafka) func() []testsink.Delivery {

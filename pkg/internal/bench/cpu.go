@@ -23,6 +23,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/flashsale/flashsale/pkg/internal/harness"
+	"github.com/flashsale/flashsale/pkg/internal/wait"
 	"github.com/flashsale/flashsale/pkg/order"
 	"github.com/flashsale/flashsale/pkg/rdb"
 )
@@ -550,7 +551,7 @@ func admissionThenPersistence(ctx context.Context, s *harness.Stack, cfg Config,
 // waitDrained waits until every order admitted is persisted and
 // acknowledged (every stream empty, nothing pending).
 func waitDrained(ctx context.Context, s *harness.Stack, limit time.Duration) error {
-	return until(ctx, limit, "drained", func() (bool, string) { return s.Drained(ctx) })
+	return wait.Until(ctx, limit, "drained", func() (bool, string) { return s.Drained(ctx) })
 }
 
 // scaleOutRuns starts a stack on a 3-master Redis Cluster and measures a

@@ -13,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/flashsale/flashsale/pkg/internal/harness"
+	"github.com/flashsale/flashsale/pkg/internal/wait"
 	"github.com/flashsale/flashsale/pkg/order"
 	"github.com/flashsale/flashsale/pkg/rdb"
 )
@@ -109,31 +110,10 @@ func drain(ctx context.Context, s *harness.Stack, kind string, buckets, workers,
 // that could not write it there at once (MySQL or Redis slow after the
 // run before) answers 201 and leaves its creation to the reaper.
 func inRedis(ctx context.Context, s *harness.Stack, v int64) error {
-	return until(ctx, 30*time.Second, fmt.Sprintf("voucher %d in Redis", v), func() (bool, string) {
+	return wait.Until(ctx, 30*time.Second, fmt.Sprintf("voucher %d in Redis", v), func() (bool, string) {
 		_, found, err := s.RDB.RemainingStock(ctx, v)
 		return err == nil && found, fmt.Sprint("found ", found, ", ", err)
 	})
-}
-
-// until polls cond every 20 ms until it holds, for at most limit: the
-// bench's one wait. what names the wait in its error, beside cond's last
-// reason.
-func until(ctx context.Context, limit time.Duration, what string, cond func() (ok bool, why string)) error {
-	deadline := time.Now().Add(limit)
-	for {
-		ok, why := cond()
-		if ok {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("%s: not after %s: %s", what, limit, why)
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
 }
 
 // spec is a voucher of kind with n units or envelopes, one per user.
@@ -146,7 +126,7 @@ func spec(name, kind string, n int64) harness.VoucherSpec {
 
 // waitReady waits until a process's /readyz answers 200.
 func waitReady(p *harness.Proc) error {
-	return until(context.Background(), 30*time.Second, p.Name+" ready", func() (bool, string) {
+	return wait.Until(context.Background(), 30*time.Second, p.Name+" ready", func() (bool, string) {
 		res, err := http.Get(p.OpsURL + "/readyz")
 		if err != nil {
 			return false, err.Error()

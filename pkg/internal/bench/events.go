@@ -20,6 +20,7 @@ import (
 	"github.com/flashsale/flashsale/pkg/event"
 	"github.com/flashsale/flashsale/pkg/internal/harness"
 	"github.com/flashsale/flashsale/pkg/internal/testsink"
+	"github.com/flashsale/flashsale/pkg/internal/wait"
 	"github.com/flashsale/flashsale/pkg/persist"
 )
 
@@ -213,7 +214,7 @@ func sinkAt(ctx context.Context, s *harness.Stack, name string) (int64, error) {
 // sinksHeld waits until sink name's parts are held, by as many reapers
 // as there are, or parts.
 func sinksHeld(ctx context.Context, s *harness.Stack, name string, parts, reapers int) error {
-	return until(ctx, time.Minute, name+"'s parts held", func() (bool, string) {
+	return wait.Until(ctx, time.Minute, name+"'s parts held", func() (bool, string) {
 		var rows []struct{ Name, Owner string }
 		err := s.DB.DB().WithContext(ctx).Raw(`SELECT name, COALESCE(owner, '') AS owner FROM event_sinks
 			WHERE (name = ? OR name LIKE CONCAT(?, '#%')) AND lease_until > UTC_TIMESTAMP(3)`, name, name).Scan(&rows).Error
@@ -310,7 +311,7 @@ func sinkAlone(ctx context.Context, s *harness.Stack, cfg Config, kind string, f
 		prof := profile(procs[0].PprofURL, 2*time.Second, filepath.Join(cfg.ProfileDir, "reaper-relay-"+kind+".cpu.pprof"))
 		defer func() { <-prof }()
 	}
-	if err := until(ctx, 5*time.Minute, a.Sink+" relayed", func() (bool, string) {
+	if err := wait.Until(ctx, 5*time.Minute, a.Sink+" relayed", func() (bool, string) {
 		at, err := sinkAt(ctx, s, a.Sink)
 		return err == nil && at >= last, fmt.Sprintf("at %d of %d (%v)", at, last, err)
 	}); err != nil {
@@ -433,7 +434,7 @@ func latencyRun(ctx context.Context, s *harness.Stack, tokens []string, host str
 	if admitted == 0 {
 		return nil, 0, errors.New("latency: no claim admitted")
 	}
-	if err := until(ctx, 3*time.Minute, "every sink had every event of the sale", func() (bool, string) {
+	if err := wait.Until(ctx, 3*time.Minute, "every sink had every event of the sale", func() (bool, string) {
 		var got []string
 		done := true
 		for _, h := range hooks {

@@ -3,6 +3,7 @@ package harness_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -19,6 +20,7 @@ import (
 	"github.com/flashsale/flashsale/pkg/internal/harness"
 	"github.com/flashsale/flashsale/pkg/internal/testenv"
 	"github.com/flashsale/flashsale/pkg/internal/testsink"
+	"github.com/flashsale/flashsale/pkg/internal/wait"
 )
 
 func TestEndToEndSaleSurvivesAWorkerKill(t *testing.T) {
@@ -265,18 +267,14 @@ func TestEndToEndSaleUnderLeastPrivilege(t *testing.T) {
 	// The reaper (its own users) cancels the unpaid unit orders, gives
 	// their units back to MySQL and Redis, and refunds the envelope sale
 	// once it ends.
-	deadline := time.Now().Add(time.Minute)
-	for {
+	require.NoError(t, wait.Until(ctx, time.Minute, "the unpaid cancelled, their units back, the envelopes refunded", func() (bool, string) {
 		var created, owed, unrefunded int64
 		s.DB.DB().Raw("SELECT COUNT(*) FROM orders WHERE status = 'created'").Scan(&created)
 		s.DB.DB().Raw("SELECT COUNT(*) FROM releases WHERE redis_released_at IS NULL").Scan(&owed)
 		s.DB.DB().Raw("SELECT COUNT(*) FROM vouchers WHERE kind = 'envelope' AND refunded_at IS NULL").Scan(&unrefunded)
-		if created == 0 && owed == 0 && unrefunded == 0 {
-			break
-		}
-		require.True(t, time.Now().Before(deadline), "%d orders still created, %d releases owed, %d not refunded", created, owed, unrefunded)
-		time.Sleep(100 * time.Millisecond)
-	}
+		return created == 0 && owed == 0 && unrefunded == 0,
+			fmt.Sprintf("%d orders still created, %d releases owed, %d not refunded", created, owed, unrefunded)
+	}))
 	n, _, err := s.RDB.RemainingStock(ctx, units)
 	require.NoError(t, err)
 	require.EqualValues(t, 310, n, "every unit back after the cancellations, and the top-up")

@@ -12,6 +12,7 @@ import (
 
 	"github.com/flashsale/flashsale/pkg/internal/harness"
 	"github.com/flashsale/flashsale/pkg/internal/testenv"
+	"github.com/flashsale/flashsale/pkg/internal/wait"
 	"github.com/flashsale/flashsale/pkg/rdb"
 	"github.com/flashsale/flashsale/pkg/reaper"
 )
@@ -104,16 +105,10 @@ func comeBackEmpty(t *testing.T, s *harness.Stack) {
 	}
 	require.Equal(t, stock-before, after, "exactly the units MySQL had left were sold after the rebuild")
 
-	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-		ok, why := s.Drained(ctx)
-		if ok {
-			break
-		}
-		if !time.Now().Before(deadline) {
-			g, gerr := s.RDB.Client().XInfoGroups(ctx, rdb.StreamKey(s.RDB.PartitionOf(v))).Result()
-			c, cerr := s.RDB.Client().XInfoConsumers(ctx, rdb.StreamKey(s.RDB.PartitionOf(v)), rdb.DefaultGroup).Result()
-			t.Fatalf("not drained: %s; groups %+v %v; consumers %+v %v", why, g, gerr, c, cerr)
-		}
+	if err := wait.Until(ctx, 60*time.Second, "the streams drained", func() (bool, string) { return s.Drained(ctx) }); err != nil {
+		g, gerr := s.RDB.Client().XInfoGroups(ctx, rdb.StreamKey(s.RDB.PartitionOf(v))).Result()
+		c, cerr := s.RDB.Client().XInfoConsumers(ctx, rdb.StreamKey(s.RDB.PartitionOf(v)), rdb.DefaultGroup).Result()
+		t.Fatalf("%v; groups %+v %v; consumers %+v %v", err, g, gerr, c, cerr)
 	}
 	live, err := s.DB.LiveOrders(ctx, v)
 	require.NoError(t, err)

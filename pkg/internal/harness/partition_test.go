@@ -17,6 +17,7 @@ import (
 	"github.com/flashsale/flashsale/pkg/internal/harness"
 	"github.com/flashsale/flashsale/pkg/internal/testenv"
 	"github.com/flashsale/flashsale/pkg/internal/testsrv"
+	"github.com/flashsale/flashsale/pkg/internal/wait"
 	"github.com/flashsale/flashsale/pkg/order"
 	"github.com/flashsale/flashsale/pkg/rdb"
 	"github.com/flashsale/flashsale/pkg/reaper"
@@ -248,15 +249,11 @@ func TestACommitWhoseAnswerNeverComes(t *testing.T) {
 	}
 	awaitCut := func(t *testing.T, p *harness.Proc, sample string, before float64) {
 		t.Helper()
-		for deadline := time.Now().Add(time.Minute); ; time.Sleep(50 * time.Millisecond) {
+		if err := wait.Until(ctx, time.Minute, "a COMMIT sent on a connection of the text", func() (bool, string) {
 			seen, err := s.MySQLNet.Seen()
-			require.NoError(t, err)
-			if seen {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("no COMMIT sent on a connection of the text within a minute; the rules and their counters:\n%s", s.MySQLNet.Rules())
-			}
+			return seen, fmt.Sprint(err)
+		}); err != nil {
+			t.Fatalf("%v; the rules and their counters:\n%s", err, s.MySQLNet.Rules())
 		}
 		testenv.Eventually(t, 60*time.Second, "its sender gave up on the answer", func() bool { return metric(t, p.OpsURL, sample) > before })
 		require.NoError(t, s.MySQLNet.Heal())

@@ -14,6 +14,7 @@ import (
 	"github.com/flashsale/flashsale/pkg/event"
 	"github.com/flashsale/flashsale/pkg/internal/harness"
 	"github.com/flashsale/flashsale/pkg/internal/testsink"
+	"github.com/flashsale/flashsale/pkg/internal/wait"
 )
 
 // Three reapers relay a webhook endpoint and Kafka in three parts, a
@@ -59,14 +60,14 @@ func TestThreeReapersRelayInPartsAndOneKilledLosesNoEvent(t *testing.T) {
 		}
 		return o
 	}
-	waitFor(t, time.Minute, "each reaper holding a part of each sink", func() (bool, string) {
+	require.NoError(t, wait.Until(ctx, time.Minute, "each reaper holding a part of each sink", func() (bool, string) {
 		o := owners()
 		by := map[string]int{}
 		for _, owner := range o {
 			by[owner]++
 		}
 		return len(o) == 6 && len(by) == 3, fmt.Sprint(o)
-	})
+	}))
 
 	v, err := s.CreateVoucher(ctx, harness.VoucherSpec{Name: "parts", Stock: 900, PerUserLimit: 1, PaymentTimeoutSeconds: 1})
 	require.NoError(t, err)
@@ -87,7 +88,7 @@ func TestThreeReapersRelayInPartsAndOneKilledLosesNoEvent(t *testing.T) {
 
 	// Every order created, then cancelled unpaid: 1,800 events.
 	var want []db.OutboxEntry
-	waitFor(t, 2*time.Minute, "every order created and cancelled, sequenced, and relayed", func() (bool, string) {
+	require.NoError(t, wait.Until(ctx, 2*time.Minute, "every order created and cancelled, sequenced, and relayed", func() (bool, string) {
 		last, err := s.DB.LastSequence(ctx)
 		if err != nil || last < 1800 {
 			return false, fmt.Sprintf("last sequence %d (%v)", last, err)
@@ -103,7 +104,7 @@ func TestThreeReapersRelayInPartsAndOneKilledLosesNoEvent(t *testing.T) {
 		}
 		want, err = s.DB.Events(ctx, 0, int(last)+1)
 		return err == nil, fmt.Sprint(err)
-	})
+	}))
 	require.Len(t, want, 1800)
 
 	// Duplicates only from the killed reaper's parts, past their places.
@@ -144,21 +145,4 @@ func TestThreeReapersRelayInPartsAndOneKilledLosesNoEvent(t *testing.T) {
 		t.Logf("%s: %d deliveries of %d events (%d twice, of reaper-0's parts)", sink.name, len(sink.got), len(want), extra)
 	}
 	require.Empty(t, hook.Unverified())
-}
-
-// waitFor polls cond until it holds, failing the test with its last
-// word after d.
-func waitFor(t *testing.T, d time.Duration, what string, cond func() (bool, string)) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for {
-		ok, why := cond()
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %s: %s", what, d, why)
-		}
-		time.Sleep(100 * time.Millisecond) // polling a condition, under its deadline
-	}
 }
