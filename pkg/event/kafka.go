@@ -158,6 +158,7 @@ func (k *Kafka) SendLane(ctx context.Context, events []Event) ([]bool, error) {
 		// took is awaited a while more: a slow broker's acknowledgement
 		// comes late, and the record aborted would arrive twice.
 		await, stop := awaitContext(ctx)
+		defer stop()
 		select {
 		case <-done:
 		case <-await.Done():
@@ -172,11 +173,9 @@ func (k *Kafka) SendLane(ctx context.Context, events []Event) ([]bool, error) {
 			select {
 			case <-done:
 			case <-ctx.Done():
-				stop()
 				return ok, &Failure{Cause: "timeout", Err: fmt.Errorf("kafka: records left unsettled: %w", ctx.Err())}
 			}
 		}
-		stop()
 	}
 	var first error
 	for i, err := range errs {

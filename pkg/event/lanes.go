@@ -99,7 +99,7 @@ func (rl *Relay) stepLanes(ctx context.Context, sink Laned, st db.SinkState) tim
 				ls.skipRange(ls.read+1, e.Sequence-1)
 			}
 			ls.read = e.Sequence
-			if rl.parts > 1 && PartOf(e, rl.parts) != rl.part {
+			if PartOf(e, rl.parts) != rl.part {
 				ls.skipRange(e.Sequence, e.Sequence) // another part's
 				continue
 			}

@@ -46,10 +46,10 @@ import (
 	"github.com/flashsale/flashsale/pkg/db"
 )
 
-// Relay timings: the lease on a sink (at least three webhook timeouts),
-// the pause of a relay with nothing to send, the first retry's pause.
+// Relay timings (the lease is FLASHSALE_EVENTS_RELAY_LEASE, at least
+// three webhook timeouts): the pause of a relay with nothing to send,
+// the first retry's pause.
 const (
-	relayLeaseMin = 30 * time.Second
 	// A relay that finds nothing to send looks again after relayPollMin,
 	// the pause doubling up to relayPoll while nothing comes: during a
 	// sale, when the workers commit every few tens of milliseconds, an
@@ -191,7 +191,7 @@ func (rl *Relay) sleep(ctx context.Context, d time.Duration) error {
 		d -= step
 		if d > 0 {
 			asked := time.Now()
-			h, err := rl.holdPart(ctx)
+			h, err := rl.hold(ctx)
 			if err != nil || !h.Held || !h.Assigned {
 				rl.renewAt = time.Time{}
 				return nil // the next step says what failed, or who holds it
@@ -202,12 +202,19 @@ func (rl *Relay) sleep(ctx context.Context, d time.Duration) error {
 	return nil
 }
 
-// hold takes or renews the part's lease (db.HoldPart), and says why
-// not when it cannot.
+// hold takes or renews the part's lease (db.HoldPart), renewing this
+// process as a relayer of the sink every third of a lease (an idle relay
+// looks at its part five times a second), and says why not when it
+// cannot.
 func (rl *Relay) hold(ctx context.Context) (db.PartHold, error) {
-	h, err := rl.holdPart(ctx)
+	now := time.Now()
+	renew := !now.Before(rl.relayerAt)
+	h, err := rl.store.HoldPart(ctx, rl.sink.Name(), rl.part, rl.parts, rl.owner, rl.lease, renew)
 	if err != nil {
 		return h, err
+	}
+	if renew {
+		rl.relayerAt = now.Add(rl.lease / 3)
 	}
 	if h.Waiting != rl.waiting {
 		if rl.waiting = h.Waiting; h.Waiting != "" {
@@ -223,19 +230,6 @@ func (rl *Relay) hold(ctx context.Context) (db.PartHold, error) {
 		rl.handOver = time.Time{}
 	}
 	return h, nil
-}
-
-// holdPart is db.HoldPart, renewing this process as a relayer of the
-// sink every third of a lease (an idle relay looks at its part five
-// times a second).
-func (rl *Relay) holdPart(ctx context.Context) (db.PartHold, error) {
-	now := time.Now()
-	renew := !now.Before(rl.relayerAt)
-	h, err := rl.store.HoldPart(ctx, rl.sink.Name(), rl.part, rl.parts, rl.owner, rl.lease, renew)
-	if err == nil && renew {
-		rl.relayerAt = now.Add(rl.lease / 3)
-	}
-	return h, err
 }
 
 // handedOver gives the part up once it has handed it over: at once
