@@ -1,7 +1,7 @@
 package rdb
 
 // Admission: claims decided by admit.lua, pipelined and batched per
-// bucket, and a hot voucher's dry bucket refilled.
+// bucket (a claim decided again off that path is detour.go's).
 
 import (
 	"context"
@@ -11,7 +11,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -130,190 +129,16 @@ func (s *Store) Replay(ctx context.Context, c Claim) (a Admission, ok bool, err 
 // AdmitMany runs the admission script for every claim in one pipelined
 // round trip (EVALSHA each; a script Redis lost, after a restart, is loaded
 // again and those claims run once more: NOSCRIPT means they did not run).
-// A claim that found its bucket of a hot voucher dry is tried again after
-// a refill (buckets.go). Results and errors align with claims; the error
+// A claim that takes a detour (detour.go) is decided again after the
+// round trip. Results and errors align with claims; the error
 // return is the round trip's own.
 func (s *Store) AdmitMany(ctx context.Context, claims []Claim) ([]Admission, []error, error) {
 	out, errs, err := s.admitBatch(ctx, claims)
 	if err != nil {
 		return out, errs, err
 	}
-	s.admitDry(ctx, claims, out, errs)
+	s.detourAll(ctx, claims, out, errs)
 	return out, errs, nil
-}
-
-// admitDry answers again, in out and errs, the claims that must be
-// decided later (later): each is admitted from the others' units, or
-// sold out for good, or waits out a split (admitLater).
-func (s *Store) admitDry(ctx context.Context, claims []Claim, out []Admission, errs []error) {
-	found := time.Now() // the claims' own admissions found their buckets dry by now
-	for i, c := range claims {
-		if s.later(c, errs[i]) {
-			out[i], errs[i] = s.admitLater(ctx, c, errs[i], found)
-		}
-	}
-}
-
-// foundDry reports whether claim c, answered err by its admission, found
-// its bucket of a hot voucher dry: it is decided again from the other
-// buckets' units (admitFromDry).
-func (s *Store) foundDry(c Claim, err error) bool {
-	return errors.Is(err, ErrSoldOut) && s.knownBuckets(c.VoucherID) > 1
-}
-
-// later reports whether claim c, answered err by its admission, is
-// decided again off the path that carried it: it found its bucket dry, or
-// its user's records moving in a split.
-func (s *Store) later(c Claim, err error) bool {
-	return s.foundDry(c, err) || errors.Is(err, ErrSplitting)
-}
-
-// splitWait bounds the wait between tries of a claim whose user's records
-// are moving in a split (it doubles from a millisecond): a split moves a
-// bucket's records in a few round trips a thousand users.
-const splitWait = 20 * time.Millisecond
-
-// admitLater decides claim c again, answered err by its admission at
-// found (later): a claim whose user's records are moving in a split tries
-// again, waiting a little longer each time, until they have moved or its
-// deadline passes; one that found its bucket dry is admitted from the
-// others' units (admitFromDry).
-func (s *Store) admitLater(ctx context.Context, c Claim, err error, found time.Time) (Admission, error) {
-	for wait := time.Millisecond; errors.Is(err, ErrSplitting); wait = min(2*wait, splitWait) {
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return Admission{}, ctx.Err()
-		case <-t.C:
-		}
-		out, errs, berr := s.admitBatch(ctx, []Claim{c})
-		if berr != nil {
-			return Admission{}, berr
-		}
-		if !s.later(c, errs[0]) {
-			return out[0], errs[0]
-		}
-		err, found = errs[0], time.Now()
-	}
-	return s.admitFromDry(ctx, c, found)
-}
-
-// dryVoucher is a hot voucher's refills in this process: one at a time
-// (lock), so a sold-out tail's claims make one voucher's moves, not one
-// each; and when the last read that found it sold out began, for how
-// many units, so
-// that the claims waiting meanwhile are answered from that read.
-type dryVoucher struct {
-	lock      chan struct{} // held by the claim refilling
-	waiting   atomic.Int64  // claims waiting for the lock
-	soldOutAt time.Time     // when the read that found it sold out began (zero: none)
-	soldOut   int64         // the units that read found it sold out for
-	// refilled: by bucket, when the last refill that brought it units
-	// ended; a claim that found that bucket dry before then runs again
-	// without a refill of its own.
-	refilled map[int]time.Time
-}
-
-func (s *Store) dryOf(v int64) *dryVoucher {
-	if d, ok := s.dry.Load(v); ok {
-		return d.(*dryVoucher)
-	}
-	d, _ := s.dry.LoadOrStore(v, &dryVoucher{lock: make(chan struct{}, 1)})
-	return d.(*dryVoucher)
-}
-
-// DryAttempts bounds how many times a claim refills its dry bucket and
-// runs again, within its deadline, before it is answered ErrOverloaded
-// (other claims kept taking the units it brought). At the end of a hot
-// sale, with a few units spread over the buckets and dozens of claims on
-// each, four attempts were lost in a row on a busy machine: a 503 while
-// units were left.
-const DryAttempts = 16
-
-// admitFromDry admits claim c of a hot voucher, whose bucket was found
-// dry by found, after bringing units from the other buckets; ErrSoldOut
-// when the voucher as a whole has fewer units than c asks. The voucher's
-// claims refill one at a time in this process; a claim that waited while
-// a read begun after found saw the voucher sold out for its units is
-// answered so without a read of its own (the voucher was sold out then,
-// within its request), and one that waited while a refill of its bucket
-// ended runs again on the units it brought (turn).
-func (s *Store) admitFromDry(ctx context.Context, c Claim, found time.Time) (Admission, error) {
-	n := s.knownBuckets(c.VoucherID)
-	home, need := UserBucket(c.UserID, n), max(c.Quantity, 1)
-	d := s.dryOf(c.VoucherID)
-	// Each try refills (at most DryAttempts), or runs again after another
-	// claim's refill of the same bucket (at most as often again).
-	for tries, own := 0, 0; own < DryAttempts && tries < 2*DryAttempts; tries++ {
-		refilled, mine, err := d.turn(ctx, found, need, home, func() (time.Time, bool, error) {
-			if s.dryHook != nil {
-				s.dryHook()
-			}
-			read := time.Now()
-			ok, err := s.refill(ctx, c, n, home, need)
-			return read, ok, err
-		})
-		if err != nil {
-			return Admission{}, err
-		}
-		if !refilled {
-			return Admission{}, ErrSoldOut
-		}
-		if mine {
-			own++
-		}
-		out, errs, err := s.admitBatch(ctx, []Claim{c})
-		if err != nil {
-			return Admission{}, err
-		}
-		if !errors.Is(errs[0], ErrSoldOut) {
-			return out[0], errs[0]
-		}
-		found = time.Now()
-	}
-	return Admission{}, ErrOverloaded
-}
-
-// turn brings units to bucket home, which a claim for need units found
-// dry by found, by f (false: the voucher is sold out, by its read begun
-// at read), with the voucher's lock held (mine); or, when a refill of
-// home ended after found or a read begun after found saw the voucher sold
-// out for need, answers from it without a refill of its own. The lock is
-// held for the refill only: the claims that waited on it run again at
-// once, not one after another.
-func (d *dryVoucher) turn(ctx context.Context, found time.Time, need int64, home int, f func() (read time.Time, ok bool, err error)) (refilled, mine bool, err error) {
-	d.waiting.Add(1)
-	select {
-	case d.lock <- struct{}{}:
-		d.waiting.Add(-1)
-		defer func() { <-d.lock }()
-	case <-ctx.Done():
-		d.waiting.Add(-1)
-		return false, false, ctx.Err()
-	}
-	if err := ctx.Err(); err != nil {
-		return false, false, err
-	}
-	switch {
-	case !d.soldOutAt.IsZero() && !d.soldOutAt.Before(found) && need >= d.soldOut:
-		return false, false, nil
-	case d.refilled[home].After(found):
-		return true, false, nil
-	}
-	read, ok, err := f()
-	switch {
-	case err != nil:
-		return false, true, err
-	case !ok:
-		d.soldOutAt, d.soldOut = read, need // the newest read: it answers the most claims waiting
-		return false, true, nil
-	}
-	if d.refilled == nil {
-		d.refilled = map[int]time.Time{}
-	}
-	d.refilled[home] = time.Now()
-	return true, true, nil
 }
 
 // admitBatch is one pipelined round trip of admissions, and another for
@@ -332,13 +157,10 @@ func (s *Store) admitBatch(ctx context.Context, claims []Claim) ([]Admission, []
 	}
 	for round := 0; round < 3 && len(pending) > 0; round++ {
 		calls := s.admitCalls(claims, pending)
-		parts := make([]int, len(calls))
-		for j, c := range calls {
-			parts[j] = c.b.p
-		}
-		groups, err := s.admitGroups(ctx, parts)
-		if err != nil {
-			err = fmt.Errorf("%w: %w", ErrNotSent, err)
+		// Made here, filled by send: small, they stay on the stack.
+		rt := roundTrip{cmds: make([]*redis.Cmd, len(calls)), broken: make([]error, len(calls)), unreplicated: make([]error, len(calls))}
+		err := s.send(ctx, calls, rt)
+		if err != nil { // nothing of this round was decided
 			if round == 0 {
 				return out, errs, err
 			}
@@ -347,91 +169,7 @@ func (s *Store) admitBatch(ctx context.Context, claims []Claim) ([]Admission, []
 			}
 			return out, errs, nil
 		}
-		cmds := make([]*redis.Cmd, len(calls))
-		unreplicated := make([]error, len(calls))
-		broken := make([]error, len(calls)) // a call whose round trip broke: its claims' answer
-		for _, g := range groups {
-			for _, j := range g.js {
-				cmds[j] = calls[j].cmd(ctx, s)
-				_ = g.pipe.Process(ctx, sentOnce{cmds[j]}) // queues it: the error is Exec's
-			}
-			wait := s.queueWait(ctx, g.pipe)
-			_, err := g.pipe.Exec(ctx)
-			if err != nil && !isReplyError(cmds, g.js) {
-				err = pipelineError(err)
-				if round == 0 && len(groups) == 1 {
-					return out, errs, err // every claim's answer: nothing was decided
-				}
-				for _, j := range g.js {
-					broken[j] = err
-				}
-				continue
-			}
-			if werr := s.replicated(wait); werr != nil {
-				for _, j := range g.js {
-					unreplicated[j] = werr
-				}
-			}
-		}
-		var again []int
-		reload := false
-		var replays map[int][]int // partition -> replayed claims, when waiting for replicas
-		if s.durability.waits() {
-			replays = map[int][]int{}
-		}
-		for j, c := range calls {
-			if broken[j] != nil {
-				for _, i := range c.claims {
-					errs[i] = broken[j]
-				}
-				continue
-			}
-			replies, err := cmds[j].Slice()
-			switch {
-			case err != nil && redis.HasErrorPrefix(err, "NOSCRIPT"):
-				again, reload = append(again, c.claims...), true
-				continue
-			case err == nil && len(replies) != len(c.claims):
-				err = fmt.Errorf("%d replies to %d claims", len(replies), len(c.claims))
-			}
-			if err != nil {
-				for _, i := range c.claims {
-					errs[i] = fmt.Errorf("admit: %w", err)
-				}
-				continue
-			}
-			for k, i := range c.claims {
-				switch res, _ := replies[k].([]any); {
-				case len(res) == 2 && res[0] == int64(10):
-					// Routed by the wrong number of buckets: now known.
-					n, _ := res[1].(int64)
-					if n < 1 || n > MaxBuckets {
-						errs[i] = fmt.Errorf("admit: voucher %d has %d buckets", claims[i].VoucherID, n)
-						continue
-					}
-					s.buckets.Store(claims[i].VoucherID, int(n))
-					again = append(again, i)
-				default:
-					out[i], errs[i] = admission(replies[k], c.b.p)
-					if errs[i] == nil && unreplicated[j] != nil {
-						errs[i] = unreplicated[j] // admitted on the master, not known to survive it
-					}
-					if errs[i] == nil && out[i].Replayed && s.durability.waits() {
-						replays[c.b.p] = append(replays[c.b.p], i)
-					}
-				}
-			}
-		}
-		// A replay's first admission was written on another connection,
-		// which this round's WAIT does not cover: one wait per partition
-		// holding replays covers them all.
-		for p, is := range replays {
-			if err := s.waitWritten(ctx, p); err != nil {
-				for _, i := range is {
-					errs[i] = err
-				}
-			}
-		}
+		again, reload := s.read(ctx, claims, calls, rt, out, errs)
 		if reload {
 			if err := lua.Admit.Load(ctx, s.c).Err(); err != nil {
 				// The claims to run again did not run (NOSCRIPT); the
@@ -449,6 +187,136 @@ func (s *Store) admitBatch(ctx context.Context, claims []Claim) ([]Admission, []
 		errs[i] = fmt.Errorf("admit: voucher %d: no answer after three rounds", claims[i].VoucherID)
 	}
 	return out, errs, nil
+}
+
+// roundTrip is what sending a round's calls gave, by call: its command,
+// the error of a call whose pipeline broke (its claims' answer), and of
+// one admitted on a master but not known to survive it (durability.go).
+type roundTrip struct {
+	cmds                 []*redis.Cmd
+	broken, unreplicated []error
+}
+
+// send sends calls, one pipeline for each group of them that waits for
+// its replicas together (admitGroups), into rt (made for calls). An
+// error when nothing was decided: no pipeline could be had, or the only
+// one broke.
+func (s *Store) send(ctx context.Context, calls []admitCall, rt roundTrip) error {
+	parts := make([]int, len(calls))
+	for j, c := range calls {
+		parts[j] = c.b.p
+	}
+	groups, err := s.admitGroups(ctx, parts)
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrNotSent, err)
+	}
+	for _, g := range groups {
+		for _, j := range g.js {
+			rt.cmds[j] = calls[j].cmd(ctx, s)
+			_ = g.pipe.Process(ctx, sentOnce{rt.cmds[j]}) // queues it: the error is Exec's
+		}
+		wait := s.queueWait(ctx, g.pipe)
+		_, err := g.pipe.Exec(ctx)
+		if err != nil && !isReplyError(rt.cmds, g.js) {
+			err = pipelineError(err)
+			if len(groups) == 1 {
+				return err
+			}
+			for _, j := range g.js {
+				rt.broken[j] = err
+			}
+			continue
+		}
+		if werr := s.replicated(wait); werr != nil {
+			for _, j := range g.js {
+				rt.unreplicated[j] = werr
+			}
+		}
+	}
+	return nil
+}
+
+// read answers, in out and errs, the claims of calls by their replies in
+// rt. again are the claims to run in another round: those of a call Redis
+// had no script for (reload: load it first), and those routed by the
+// wrong number of buckets (now known).
+func (s *Store) read(ctx context.Context, claims []Claim, calls []admitCall, rt roundTrip, out []Admission, errs []error) (again []int, reload bool) {
+	var replays map[int][]int // partition -> replayed claims, when waiting for replicas
+	if s.durability.waits() {
+		replays = map[int][]int{}
+	}
+	for j, c := range calls {
+		replies, err := rt.replies(j, len(c.claims))
+		switch {
+		case err != nil && redis.HasErrorPrefix(err, "NOSCRIPT"):
+			again, reload = append(again, c.claims...), true
+			continue
+		case err != nil:
+			for _, i := range c.claims {
+				errs[i] = err
+			}
+			continue
+		}
+		for k, i := range c.claims {
+			if n, ok := rerouted(replies[k]); ok {
+				if n < 1 || n > MaxBuckets {
+					errs[i] = fmt.Errorf("admit: voucher %d has %d buckets", claims[i].VoucherID, n)
+					continue
+				}
+				s.buckets.Store(claims[i].VoucherID, int(n))
+				again = append(again, i)
+				continue
+			}
+			out[i], errs[i] = admission(replies[k], c.b.p)
+			if errs[i] == nil && rt.unreplicated[j] != nil {
+				errs[i] = rt.unreplicated[j] // admitted on the master, not known to survive it
+			}
+			if errs[i] == nil && out[i].Replayed && replays != nil {
+				replays[c.b.p] = append(replays[c.b.p], i)
+			}
+		}
+	}
+	// A replay's first admission was written on another connection,
+	// which this round's WAIT does not cover: one wait per partition
+	// holding replays covers them all.
+	for p, is := range replays {
+		if err := s.waitWritten(ctx, p); err != nil {
+			for _, i := range is {
+				errs[i] = err
+			}
+		}
+	}
+	return again, reload
+}
+
+// replies is call j's replies, one per claim of its n; the error its
+// claims are answered otherwise (a NOSCRIPT one as Redis gave it).
+func (rt roundTrip) replies(j, n int) ([]any, error) {
+	if rt.broken[j] != nil {
+		return nil, rt.broken[j]
+	}
+	replies, err := rt.cmds[j].Slice()
+	switch {
+	case err != nil && redis.HasErrorPrefix(err, "NOSCRIPT"):
+		return nil, err
+	case err == nil && len(replies) != n:
+		err = fmt.Errorf("%d replies to %d claims", len(replies), n)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("admit: %w", err)
+	}
+	return replies, nil
+}
+
+// rerouted reads a reply that says the claim was routed by the wrong
+// number of buckets ({10, n}): n is the voucher's number now.
+func rerouted(reply any) (n int64, ok bool) {
+	res, _ := reply.([]any)
+	if len(res) != 2 || res[0] != int64(10) {
+		return 0, false
+	}
+	n, _ = res[1].(int64)
+	return n, true
 }
 
 // admitCall is one call of admit.lua: the claims (their indexes, in the

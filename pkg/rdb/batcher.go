@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -422,14 +423,14 @@ func (b *Batcher) admit(reqs []*admitReq, claims []Claim, due *replyTimer) {
 	for i := range errs {
 		errs[i] = b.uncut(errs[i])
 	}
-	var dry []int
+	var detours []int
 	var late []LateOutcome
 	for i, r := range reqs {
 		res := admitResult{err: err}
 		switch {
 		case err != nil:
-		case b.s.later(claims[i], errs[i]):
-			dry = append(dry, i)
+		case b.s.detoured(claims[i], errs[i]):
+			detours = append(detours, i)
 			continue
 		default:
 			res = admitResult{a: out[i], err: errs[i]}
@@ -441,11 +442,11 @@ func (b *Batcher) admit(reqs []*admitReq, claims []Claim, due *replyTimer) {
 	if len(late) > 0 && b.cfg.Late != nil {
 		b.cfg.Late(late)
 	}
-	if len(dry) > 0 {
-		found := time.Now() // their buckets were found dry by now
-		for _, i := range dry {
+	if len(detours) > 0 {
+		found := time.Now() // their admissions were refused by now
+		for _, i := range detours {
 			b.wg.Add(1)
-			go b.admitDry(reqs[i], claims[i], errs[i], found)
+			go b.detour(reqs[i], claims[i], errs[i], found)
 		}
 	}
 }
@@ -564,24 +565,39 @@ func (rt *replyTimer) stop() {
 	}
 }
 
-// admitDry decides again, off the pipeline's worker, claim c (of r),
-// which found its bucket of a hot voucher dry by found, or its user's
-// records moving in a split (err): its refill (moves between buckets, a
-// few round trips; one voucher's one at a time) or its wait holds up no
-// other claim, of this voucher or another. Its first call was refused,
-// so until a new call is sent nothing was admitted: its waits end at its
-// deadline to be sent.
-func (b *Batcher) admitDry(r *admitReq, c Claim, err error, found time.Time) {
-	defer b.wg.Done()
-	deadline := time.Now().Add(b.cfg.Timeout)
-	if r.deadline.Before(deadline) {
-		deadline = r.deadline
+// byMaster groups claims (their indexes) by the cluster master that
+// decides them, largest group first; nil (one group, the whole batch) when
+// the client is not a cluster's, the claims have one master, or the map of
+// slots is not known.
+func (s *Store) byMaster(claims []Claim) [][]int {
+	cc, ok := s.c.(*redis.ClusterClient)
+	if !ok || len(claims) < 2 {
+		return nil
 	}
-	ctx, cancel := context.WithDeadline(context.Background(), deadline)
-	defer cancel()
-	a, err := b.s.admitLater(ctx, c, err, found)
-	err = b.uncut(err)
-	if !b.answer(r, admitResult{a: a, err: err}) && b.cfg.Late != nil {
-		b.cfg.Late([]LateOutcome{{Claim: c, Admission: a, Err: err}})
+	ctx := context.Background()
+	group := map[int]int{}     // partition -> its group
+	master := map[string]int{} // master -> its group
+	var groups [][]int
+	for i, c := range claims {
+		p := s.userBucketOf(c.VoucherID, c.UserID, s.knownBuckets(c.VoucherID)).p
+		k, seen := group[p]
+		if !seen {
+			n, err := cc.MasterForKey(ctx, StreamKey(p))
+			if err != nil {
+				return nil
+			}
+			if k, seen = master[n.Options().Addr]; !seen {
+				k = len(groups)
+				master[n.Options().Addr] = k
+				groups = append(groups, nil)
+			}
+			group[p] = k
+		}
+		groups[k] = append(groups[k], i)
 	}
+	if len(groups) == 1 {
+		return nil
+	}
+	slices.SortFunc(groups, func(a, b []int) int { return len(b) - len(a) })
+	return groups
 }

@@ -30,7 +30,7 @@ import (
 // units of moves taken but not yet given (a crash between the two halves):
 // such a move is given first. Nothing is stranded, and a move lost half
 // way loses no unit. A process refills one voucher once at a time
-// (admitFromDry), off the Batcher's pipelines: a sold-out tail holds up
+// (detour.go), off the Batcher's pipelines: a sold-out tail holds up
 // no other claim, and its claims share the refill's read and the units it
 // brought.
 
@@ -358,59 +358,6 @@ func (s *Store) FinishMoves(ctx context.Context, v int64) (int, error) {
 	return len(st.owed), nil
 }
 
-// refill brings units to claim c's bucket (home, of n) from the others,
-// when the voucher as a whole still has at least need; false when it
-// does not (the voucher is sold out for this claim).
-func (s *Store) refill(ctx context.Context, c Claim, n, home int, need int64) (bool, error) {
-	st, err := s.readStocks(ctx, c.VoucherID, n)
-	if err != nil {
-		return false, err
-	}
-	if len(st.owed) > 0 {
-		for _, m := range st.owed {
-			if err := s.give(ctx, m); err != nil {
-				return false, err
-			}
-		}
-		if st, err = s.readStocks(ctx, c.VoucherID, n); err != nil {
-			return false, err
-		}
-	}
-	if !st.found || st.total() < need {
-		// The reads of several masters are no snapshot: a move between
-		// two other buckets may have been read at neither end. Such a
-		// move is over in a round trip; a second look sees its units.
-		if st, err = s.readStocks(ctx, c.VoucherID, n); err != nil {
-			return false, err
-		}
-		if !st.found || st.total() < need {
-			return false, nil
-		}
-	}
-	// Richest first; take at least what the claim lacks, and half of a
-	// rich donor, so the next claims here find units too.
-	donors := make([]int, 0, n-1)
-	for b := range n {
-		if b != home && st.stock[b] > 0 {
-			donors = append(donors, b)
-		}
-	}
-	slices.SortFunc(donors, func(a, b int) int { return int(st.stock[b] - st.stock[a]) })
-	have := st.stock[home]
-	for _, d := range donors {
-		if have >= need {
-			break
-		}
-		want := max(need-have, st.stock[d]/2)
-		got, err := s.moveUnits(ctx, s.bucketOf(c.VoucherID, d), s.bucketOf(c.VoucherID, home), want)
-		if err != nil {
-			return false, err
-		}
-		have += got
-	}
-	return true, nil
-}
-
 // share is bucket b's part of stock units spread over n buckets.
 func share(stock int64, n, b int) int64 {
 	s := stock / int64(n)
@@ -418,43 +365,6 @@ func share(stock int64, n, b int) int64 {
 		s++
 	}
 	return s
-}
-
-// byMaster groups claims (their indexes) by the cluster master that
-// decides them, largest group first; nil (one group, the whole batch) when
-// the client is not a cluster's, the claims have one master, or the map of
-// slots is not known.
-func (s *Store) byMaster(claims []Claim) [][]int {
-	cc, ok := s.c.(*redis.ClusterClient)
-	if !ok || len(claims) < 2 {
-		return nil
-	}
-	ctx := context.Background()
-	group := map[int]int{}     // partition -> its group
-	master := map[string]int{} // master -> its group
-	var groups [][]int
-	for i, c := range claims {
-		p := s.userBucketOf(c.VoucherID, c.UserID, s.knownBuckets(c.VoucherID)).p
-		k, seen := group[p]
-		if !seen {
-			n, err := cc.MasterForKey(ctx, StreamKey(p))
-			if err != nil {
-				return nil
-			}
-			if k, seen = master[n.Options().Addr]; !seen {
-				k = len(groups)
-				master[n.Options().Addr] = k
-				groups = append(groups, nil)
-			}
-			group[p] = k
-		}
-		groups[k] = append(groups[k], i)
-	}
-	if len(groups) == 1 {
-		return nil
-	}
-	slices.SortFunc(groups, func(a, b []int) int { return len(b) - len(a) })
-	return groups
 }
 
 // Levels reads each bucket's level, of each voucher, in one pipelined

@@ -1,6 +1,6 @@
 // Package rdb owns flashsale's Redis state: every key (keys.go), every
 // script call and the formats of what the streams hold go through a Store.
-// The claim's path is batcher.go, admit.go, buckets.go and durability.go;
+// The claim's path is batcher.go, admit.go, detour.go, buckets.go and durability.go;
 // the streams' upkeep (taking over, dead letters, gauges) is pkg/rdb/upkeep,
 // which works through a Store.
 //

@@ -84,7 +84,7 @@ type Store struct {
 	partitions int
 	group      string
 	buckets    sync.Map                // voucher id -> its number of buckets, once seen
-	dry        sync.Map                // voucher id -> *dryVoucher: its refills (admit.go)
+	dry        sync.Map                // voucher id -> *dryVoucher: its refills (detour.go)
 	dryHook    func()                  // tests: run by each refill before its read
 	splitHook  func(step string) error // tests: run before each step of a split; an error stops it there
 	durability Durability

@@ -846,7 +846,7 @@ func (sp *splitting) switchOver(ctx context.Context) error {
 
 // spread shares the voucher's units evenly over its buckets, so the new
 // buckets' next claims need no moves. Until it runs the new buckets are
-// dry, and the claims there refill them from the richest (admitFromDry),
+// dry, and the claims there refill them from the richest (refillAndAdmit),
 // which leaves the buckets uneven; a spread that gave each new bucket a
 // share of its parent's units regardless left them so. It runs last:
 // run before the drop, its moves met the first refills and the split

@@ -1,0 +1,256 @@
+package rdb
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sync/atomic"
+	"time"
+)
+
+// A detour is a claim decided again off the path that carried it: its
+// admission answered that its bucket of a hot voucher was dry, or that its
+// user's records were moving in a split. The claim is then admitted from
+// the other buckets' units (a refill), answered sold_out for good, or tried
+// again once the split has moved its user; all of it off the Batcher's
+// pipelines (Batcher.detour), so that no other claim waits for it. Its
+// first call was refused, so until a new call is sent nothing was
+// admitted for it.
+
+// detoured reports whether claim c, answered err by its admission, takes
+// a detour: its bucket of a hot voucher was dry, or its user's records
+// were moving in a split.
+func (s *Store) detoured(c Claim, err error) bool {
+	return errors.Is(err, ErrSplitting) || errors.Is(err, ErrSoldOut) && s.knownBuckets(c.VoucherID) > 1
+}
+
+// detourAll decides again, in out and errs, each of claims that took a
+// detour (AdmitMany's, on the caller's goroutine).
+func (s *Store) detourAll(ctx context.Context, claims []Claim, out []Admission, errs []error) {
+	found := time.Now() // the claims' admissions were refused by now
+	for i, c := range claims {
+		if s.detoured(c, errs[i]) {
+			out[i], errs[i] = s.detour(ctx, c, errs[i], found)
+		}
+	}
+}
+
+// splitWait bounds the wait between tries of a claim whose user's records
+// are moving in a split (it doubles from a millisecond): a split moves a
+// bucket's records in a few round trips a thousand users.
+const splitWait = 20 * time.Millisecond
+
+// detour decides claim c again, its admission having answered err at
+// found: while its user's records are moving in a split it tries again,
+// waiting a little longer each time, until they have moved or ctx ends;
+// once its bucket is dry it is admitted after a refill (refillAndAdmit).
+func (s *Store) detour(ctx context.Context, c Claim, err error, found time.Time) (Admission, error) {
+	for wait := time.Millisecond; errors.Is(err, ErrSplitting); wait = min(2*wait, splitWait) {
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return Admission{}, ctx.Err()
+		case <-t.C:
+		}
+		out, errs, berr := s.admitBatch(ctx, []Claim{c})
+		if berr != nil {
+			return Admission{}, berr
+		}
+		if !s.detoured(c, errs[0]) {
+			return out[0], errs[0]
+		}
+		err, found = errs[0], time.Now()
+	}
+	return s.refillAndAdmit(ctx, c, found)
+}
+
+// dryVoucher is a hot voucher's refills in this process: one at a time
+// (lock), so a sold-out tail's claims make one voucher's moves, not one
+// each; and when the last read that found it sold out began, for how
+// many units, so that the claims waiting meanwhile are answered from
+// that read.
+type dryVoucher struct {
+	lock      chan struct{} // held by the claim refilling
+	waiting   atomic.Int64  // claims waiting for the lock
+	soldOutAt time.Time     // when the read that found it sold out began (zero: none)
+	soldOut   int64         // the units that read found it sold out for
+	// refilled: by bucket, when the last refill that brought it units
+	// ended; a claim that found that bucket dry before then runs again
+	// without a refill of its own.
+	refilled map[int]time.Time
+}
+
+func (s *Store) dryOf(v int64) *dryVoucher {
+	if d, ok := s.dry.Load(v); ok {
+		return d.(*dryVoucher)
+	}
+	d, _ := s.dry.LoadOrStore(v, &dryVoucher{lock: make(chan struct{}, 1)})
+	return d.(*dryVoucher)
+}
+
+// DryAttempts bounds how many times a claim refills its dry bucket and
+// runs again, within its deadline, before it is answered ErrOverloaded
+// (other claims kept taking the units it brought). At the end of a hot
+// sale, with a few units spread over the buckets and dozens of claims on
+// each, four attempts were lost in a row on a busy machine: a 503 while
+// units were left.
+const DryAttempts = 16
+
+// refillAndAdmit admits claim c of a hot voucher, whose bucket was found
+// dry by found, after bringing units from the other buckets; ErrSoldOut
+// when the voucher as a whole has fewer units than c asks. The voucher's
+// claims refill one at a time in this process; a claim that waited while
+// a read begun after found saw the voucher sold out for its units is
+// answered so without a read of its own (the voucher was sold out then,
+// within its request), and one that waited while a refill of its bucket
+// ended runs again on the units it brought (dryVoucher.refillOnce).
+func (s *Store) refillAndAdmit(ctx context.Context, c Claim, found time.Time) (Admission, error) {
+	n := s.knownBuckets(c.VoucherID)
+	home, need := UserBucket(c.UserID, n), max(c.Quantity, 1)
+	d := s.dryOf(c.VoucherID)
+	// Each try refills (at most DryAttempts), or runs again after another
+	// claim's refill of the same bucket (at most as often again).
+	for tries, own := 0, 0; own < DryAttempts && tries < 2*DryAttempts; tries++ {
+		refilled, mine, err := d.refillOnce(ctx, found, need, home, func() (time.Time, bool, error) {
+			if s.dryHook != nil {
+				s.dryHook()
+			}
+			read := time.Now()
+			ok, err := s.refill(ctx, c, n, home, need)
+			return read, ok, err
+		})
+		if err != nil {
+			return Admission{}, err
+		}
+		if !refilled {
+			return Admission{}, ErrSoldOut
+		}
+		if mine {
+			own++
+		}
+		out, errs, err := s.admitBatch(ctx, []Claim{c})
+		if err != nil {
+			return Admission{}, err
+		}
+		if !errors.Is(errs[0], ErrSoldOut) {
+			return out[0], errs[0]
+		}
+		found = time.Now()
+	}
+	return Admission{}, ErrOverloaded
+}
+
+// refillOnce brings units to bucket home, which a claim for need units
+// found dry by found, by f (false: the voucher is sold out, by its read
+// begun at read), with the voucher's lock held (mine); or, when a refill
+// of home ended after found or a read begun after found saw the voucher
+// sold out for need, answers from it without a refill of its own. The
+// lock is held for the refill only: the claims that waited on it run
+// again at once, not one after another.
+func (d *dryVoucher) refillOnce(ctx context.Context, found time.Time, need int64, home int, f func() (read time.Time, ok bool, err error)) (refilled, mine bool, err error) {
+	d.waiting.Add(1)
+	select {
+	case d.lock <- struct{}{}:
+		d.waiting.Add(-1)
+		defer func() { <-d.lock }()
+	case <-ctx.Done():
+		d.waiting.Add(-1)
+		return false, false, ctx.Err()
+	}
+	if err := ctx.Err(); err != nil {
+		return false, false, err
+	}
+	switch {
+	case !d.soldOutAt.IsZero() && !d.soldOutAt.Before(found) && need >= d.soldOut:
+		return false, false, nil
+	case d.refilled[home].After(found):
+		return true, false, nil
+	}
+	read, ok, err := f()
+	switch {
+	case err != nil:
+		return false, true, err
+	case !ok:
+		d.soldOutAt, d.soldOut = read, need // the newest read: it answers the most claims waiting
+		return false, true, nil
+	}
+	if d.refilled == nil {
+		d.refilled = map[int]time.Time{}
+	}
+	d.refilled[home] = time.Now()
+	return true, true, nil
+}
+
+// refill brings units to claim c's bucket (home, of n) from the others,
+// when the voucher as a whole still has at least need; false when it
+// does not (the voucher is sold out for this claim).
+func (s *Store) refill(ctx context.Context, c Claim, n, home int, need int64) (bool, error) {
+	st, err := s.readStocks(ctx, c.VoucherID, n)
+	if err != nil {
+		return false, err
+	}
+	if len(st.owed) > 0 {
+		for _, m := range st.owed {
+			if err := s.give(ctx, m); err != nil {
+				return false, err
+			}
+		}
+		if st, err = s.readStocks(ctx, c.VoucherID, n); err != nil {
+			return false, err
+		}
+	}
+	if !st.found || st.total() < need {
+		// The reads of several masters are no snapshot: a move between
+		// two other buckets may have been read at neither end. Such a
+		// move is over in a round trip; a second look sees its units.
+		if st, err = s.readStocks(ctx, c.VoucherID, n); err != nil {
+			return false, err
+		}
+		if !st.found || st.total() < need {
+			return false, nil
+		}
+	}
+	// Richest first; take at least what the claim lacks, and half of a
+	// rich donor, so the next claims here find units too.
+	donors := make([]int, 0, n-1)
+	for b := range n {
+		if b != home && st.stock[b] > 0 {
+			donors = append(donors, b)
+		}
+	}
+	slices.SortFunc(donors, func(a, b int) int { return int(st.stock[b] - st.stock[a]) })
+	have := st.stock[home]
+	for _, d := range donors {
+		if have >= need {
+			break
+		}
+		want := max(need-have, st.stock[d]/2)
+		got, err := s.moveUnits(ctx, s.bucketOf(c.VoucherID, d), s.bucketOf(c.VoucherID, home), want)
+		if err != nil {
+			return false, err
+		}
+		have += got
+	}
+	return true, nil
+}
+
+// detour decides again, off the pipeline's worker, claim c (of r), which
+// took a detour (its admission answered err at found): its refill (moves
+// between buckets, a few round trips; one voucher's one at a time) or its
+// wait holds up no other claim, of this voucher or another. Its waits end
+// at its deadline to be sent.
+func (b *Batcher) detour(r *admitReq, c Claim, err error, found time.Time) {
+	defer b.wg.Done()
+	deadline := time.Now().Add(b.cfg.Timeout)
+	if r.deadline.Before(deadline) {
+		deadline = r.deadline
+	}
+	ctx, cancel := context.WithDeadline(context.Background(), deadline)
+	defer cancel()
+	a, err := b.s.detour(ctx, c, err, found)
+	err = b.uncut(err)
+	if !b.answer(r, admitResult{a: a, err: err}) && b.cfg.Late != nil {
+		b.cfg.Late([]LateOutcome{{Claim: c, Admission: a, Err: err}})
+	}
+}
