@@ -267,9 +267,9 @@ func snapshotOf(o Order, reason string) Snapshot {
 		Amount: o.Amount, Code: o.Code, Drawn: o.Drawn, CreatedAt: o.CreatedAt, ExpiresAt: o.ExpiresAt, PaidAt: o.PaidAt}
 }
 
-// OutboxEntry is one event as the outbox holds it: its order's snapshot, where it
+// OutboxEvent is one event as the outbox holds it: its order's snapshot, where it
 // stands (its row, its place in it) and, once sequenced, its sequence.
-type OutboxEntry struct {
+type OutboxEvent struct {
 	Snapshot
 	Row        int64
 	K          int
@@ -278,7 +278,7 @@ type OutboxEntry struct {
 }
 
 // ID is the event's id, the same every time it is read.
-func (e OutboxEntry) ID() string { return strconv.FormatInt(e.Row, 10) + "." + strconv.Itoa(e.K) }
+func (e OutboxEvent) ID() string { return strconv.FormatInt(e.Row, 10) + "." + strconv.Itoa(e.K) }
 
 // eventRow is a row of events.
 type eventRow struct {
@@ -290,7 +290,7 @@ type eventRow struct {
 }
 
 // expand is the row's events.
-func (r eventRow) expand() ([]OutboxEntry, error) {
+func (r eventRow) expand() ([]OutboxEvent, error) {
 	snaps, err := decodeSnapshots(r.Events)
 	if err != nil {
 		return nil, fmt.Errorf("events row %d: %w", r.ID, err)
@@ -298,9 +298,9 @@ func (r eventRow) expand() ([]OutboxEntry, error) {
 	if len(snaps) != r.N {
 		return nil, fmt.Errorf("events row %d: %d events, n says %d", r.ID, len(snaps), r.N)
 	}
-	out := make([]OutboxEntry, len(snaps))
+	out := make([]OutboxEvent, len(snaps))
 	for k, s := range snaps {
-		out[k] = OutboxEntry{Snapshot: s, Row: r.ID, K: k, OccurredAt: r.OccurredAt}
+		out[k] = OutboxEvent{Snapshot: s, Row: r.ID, K: k, OccurredAt: r.OccurredAt}
 		if r.Sequence != nil {
 			out[k].Sequence = *r.Sequence + int64(k)
 		}
@@ -424,7 +424,7 @@ func (s *Store) SequenceEvents(ctx context.Context, limit int) (int, error) {
 // changes, so the rows read last are kept
 // decoded (rowCache): the relay reads a worker's row of hundreds of
 // events a batch at a time.
-func (s *Store) Events(ctx context.Context, after int64, limit int) ([]OutboxEntry, error) {
+func (s *Store) Events(ctx context.Context, after int64, limit int) ([]OutboxEvent, error) {
 	if limit < 1 {
 		return nil, nil
 	}
@@ -459,7 +459,7 @@ func (s *Store) Events(ctx context.Context, after int64, limit int) ([]OutboxEnt
 			s.rows.put(b.ID, ss)
 		}
 	}
-	out := make([]OutboxEntry, 0, min(limit, 1024))
+	out := make([]OutboxEvent, 0, min(limit, 1024))
 	for _, h := range heads {
 		ss, ok := snaps[h.ID]
 		if !ok { // deleted between the two reads: what follows it is read next time
@@ -470,7 +470,7 @@ func (s *Store) Events(ctx context.Context, after int64, limit int) ([]OutboxEnt
 		}
 		for k, snap := range ss {
 			if seq := *h.Sequence + int64(k); seq > after && len(out) < limit {
-				out = append(out, OutboxEntry{Snapshot: snap, Row: h.ID, K: k, Sequence: seq, OccurredAt: h.OccurredAt})
+				out = append(out, OutboxEvent{Snapshot: snap, Row: h.ID, K: k, Sequence: seq, OccurredAt: h.OccurredAt})
 			}
 		}
 	}
@@ -562,12 +562,12 @@ func (c *rowCache) put(id int64, ss []Snapshot) {
 
 // OutboxEvents returns every event the outbox holds, sequenced or not,
 // in the order written: for checks and tests.
-func (s *Store) OutboxEvents(ctx context.Context) ([]OutboxEntry, error) {
+func (s *Store) OutboxEvents(ctx context.Context) ([]OutboxEvent, error) {
 	var rows []eventRow
 	if err := s.db.WithContext(ctx).Raw("SELECT id, sequence, n, events, occurred_at FROM events ORDER BY id").Scan(&rows).Error; err != nil {
 		return nil, err
 	}
-	var out []OutboxEntry
+	var out []OutboxEvent
 	for _, r := range rows {
 		es, err := r.expand()
 		if err != nil {

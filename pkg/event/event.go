@@ -117,7 +117,7 @@ func Types() []string {
 }
 
 // TypeOf is outbox event e's type.
-func TypeOf(e db.OutboxEntry) string {
+func TypeOf(e db.OutboxEvent) string {
 	if e.Split != nil {
 		return TypeSplit
 	}
@@ -126,7 +126,7 @@ func TypeOf(e db.OutboxEntry) string {
 
 // Of is event e of the outbox, sequenced, as an event from source. Its
 // subject is the order's id, or a split voucher's.
-func Of(source string, e db.OutboxEntry) Event {
+func Of(source string, e db.OutboxEvent) Event {
 	ev := Event{SpecVersion: "1.0", ID: e.ID(), Source: source, Type: TypeOf(e),
 		Time: e.OccurredAt.UTC().Format(time.RFC3339Nano), DataContentType: "application/json", Sequence: Sequence(e.Sequence)}
 	if e.Split != nil {

@@ -18,7 +18,7 @@ func FuzzEventJSON(f *testing.F) {
 	f.Fuzz(func(t *testing.T, orderID, voucher int64, user, status, reason, code string, quantity, amount, nanos, zone int64, drawn int, source string) {
 		at := time.Unix(0, nanos).In(time.FixedZone("z", int(zone%86400)))
 		paid := at.Add(time.Duration(quantity) * time.Millisecond)
-		e := db.OutboxEntry{Snapshot: db.Snapshot{OrderID: orderID, VoucherID: voucher, UserID: user, Status: status, Reason: reason,
+		e := db.OutboxEvent{Snapshot: db.Snapshot{OrderID: orderID, VoucherID: voucher, UserID: user, Status: status, Reason: reason,
 			Quantity: quantity, Amount: amount, Code: code, Drawn: drawn, CreatedAt: at, ExpiresAt: at.Add(time.Hour)},
 			Row: orderID, K: drawn, Sequence: voucher, OccurredAt: at}
 		if amount%2 == 0 {
@@ -39,7 +39,7 @@ func FuzzEventJSON(f *testing.F) {
 // split's: the voucher as subject, its buckets, when.
 func TestASplitsEventJSON(t *testing.T) {
 	for _, at := range []time.Time{time.UnixMilli(1700000000123).UTC(), time.UnixMilli(1700000000000).In(time.FixedZone("z", 3600))} {
-		e := db.OutboxEntry{Snapshot: db.Snapshot{VoucherID: 7, Split: &db.Split{Buckets: 3, At: at}}, Row: 41, K: 2, Sequence: 9, OccurredAt: at}
+		e := db.OutboxEvent{Snapshot: db.Snapshot{VoucherID: 7, Split: &db.Split{Buckets: 3, At: at}}, Row: 41, K: 2, Sequence: 9, OccurredAt: at}
 		ev := Of("flashsale", e)
 		want, err := json.Marshal(ev)
 		if err != nil {

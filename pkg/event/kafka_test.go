@@ -63,7 +63,7 @@ func TestKafkaOverTLSWithSCRAM(t *testing.T) {
 	require.NoError(t, err)
 	defer k.Close()
 	now := time.Now().UTC()
-	m := event.Of("shop", db.OutboxEntry{Snapshot: db.Snapshot{OrderID: 42, VoucherID: 7, UserID: "ann", Status: "paid",
+	m := event.Of("shop", db.OutboxEvent{Snapshot: db.Snapshot{OrderID: 42, VoucherID: 7, UserID: "ann", Status: "paid",
 		Quantity: 1, CreatedAt: now, ExpiresAt: now, PaidAt: &now}, Row: 3, K: 0, Sequence: 9, OccurredAt: now})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -116,7 +116,7 @@ func TestKafkaCompressionIsTheOneConfigured(t *testing.T) {
 		msgs := make([]event.Event, 20)
 		for i := range msgs {
 			sent++
-			msgs[i] = event.Of("shop", db.OutboxEntry{Snapshot: db.Snapshot{OrderID: sent, VoucherID: 7, UserID: "ann", Status: "created",
+			msgs[i] = event.Of("shop", db.OutboxEvent{Snapshot: db.Snapshot{OrderID: sent, VoucherID: 7, UserID: "ann", Status: "created",
 				Quantity: 1, CreatedAt: now, ExpiresAt: now}, Row: sent, Sequence: sent, OccurredAt: now})
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -237,7 +237,7 @@ func TestAHostileBrokersHugeAnswerIsRefusedFromItsSize(t *testing.T) {
 	defer cancel()
 	go func() {
 		now := time.Now().UTC()
-		_, _ = k.Send(ctx, []event.Event{event.Of("shop", db.OutboxEntry{Snapshot: db.Snapshot{OrderID: 1, VoucherID: 7, UserID: "ann",
+		_, _ = k.Send(ctx, []event.Event{event.Of("shop", db.OutboxEvent{Snapshot: db.Snapshot{OrderID: 1, VoucherID: 7, UserID: "ann",
 			Status: "created", Quantity: 1, CreatedAt: now, ExpiresAt: now}, Row: 1, Sequence: 1, OccurredAt: now})})
 	}()
 	select {

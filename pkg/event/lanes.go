@@ -86,7 +86,7 @@ func (rl *Relay) stepLanes(ctx context.Context, sink Laned, st db.SinkState) tim
 		rl.ls = newLanes(st.DeliveredUpto, sink.Lanes(), rl.retry.Max) // a new holder, a redelivery: from the record
 	}
 	ls := rl.ls
-	var read []db.OutboxEntry
+	var read []db.OutboxEvent
 	if ls.pending < laneWindow && rl.handOver.IsZero() { // a part handed over reads nothing more
 		var err error
 		// A part's events are about one in parts of those read.

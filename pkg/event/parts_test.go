@@ -16,7 +16,7 @@ func TestPartOfKeepsAnOrderInOnePart(t *testing.T) {
 	const parts, orders = 3, 30_000
 	count := make([]int, parts)
 	for id := int64(1); id <= orders; id++ {
-		created := db.OutboxEntry{Snapshot: db.Snapshot{OrderID: 386349236964294657 + id, Status: "created"}}
+		created := db.OutboxEvent{Snapshot: db.Snapshot{OrderID: 386349236964294657 + id, Status: "created"}}
 		paid := created
 		paid.Status = "paid"
 		p := event.PartOf(created, parts)
@@ -27,6 +27,6 @@ func TestPartOfKeepsAnOrderInOnePart(t *testing.T) {
 	for p, n := range count {
 		require.InDelta(t, orders/parts, n, orders/parts/20, "part %d holds %d of %d orders", p, n, orders)
 	}
-	split := db.OutboxEntry{Snapshot: db.Snapshot{VoucherID: 7, Split: &db.Split{Buckets: 4}}}
-	require.Equal(t, event.PartOf(split, parts), event.PartOf(db.OutboxEntry{Snapshot: db.Snapshot{OrderID: 7}}, parts), "a split's part is its voucher id's")
+	split := db.OutboxEvent{Snapshot: db.Snapshot{VoucherID: 7, Split: &db.Split{Buckets: 4}}}
+	require.Equal(t, event.PartOf(split, parts), event.PartOf(db.OutboxEvent{Snapshot: db.Snapshot{OrderID: 7}}, parts), "a split's part is its voucher id's")
 }

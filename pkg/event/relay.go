@@ -286,7 +286,7 @@ func (rl *Relay) step(ctx context.Context) time.Duration {
 		return rl.stepLanes(ctx, laned, st)
 	}
 	rl.ls = nil
-	var events []db.OutboxEntry
+	var events []db.OutboxEvent
 	if st.Disabled == "" {
 		var err error
 		if events, err = rl.next(ctx, st.DeliveredUpto, rl.batch); err != nil {
@@ -359,7 +359,7 @@ func (rl *Relay) sendContext(ctx context.Context) (context.Context, context.Canc
 // sequences what has committed since the sequencer's last round (every
 // FLASHSALE_REAPER_EVENTS_INTERVAL) and reads again: an event leaves
 // within a poll of its commit, not within a round.
-func (rl *Relay) next(ctx context.Context, after int64, limit int) ([]db.OutboxEntry, error) {
+func (rl *Relay) next(ctx context.Context, after int64, limit int) ([]db.OutboxEvent, error) {
 	events, err := rl.store.Events(ctx, after, limit)
 	if err != nil || len(events) > 0 {
 		return events, err
@@ -461,7 +461,7 @@ func (rl *Relay) redeliverFailed(ctx context.Context) error {
 // and the age of the first of them, whether the sink is sending,
 // retrying or stopped (410): "reaper events" and the console read the
 // same (db.SinkStates).
-func (rl *Relay) gauges(ctx context.Context, st db.SinkState, next []db.OutboxEntry) {
+func (rl *Relay) gauges(ctx context.Context, st db.SinkState, next []db.OutboxEvent) {
 	name := rl.name
 	last, err := rl.store.LastSequence(ctx)
 	if err != nil {
@@ -487,7 +487,7 @@ func (rl *Relay) gauges(ctx context.Context, st db.SinkState, next []db.OutboxEn
 // carries event e: by its order (a split's voucher), so each order's
 // events are in one part, in order. The same in every reaper (a hash
 // of the id, not a seed of the process's).
-func PartOf(e db.OutboxEntry, parts int) int {
+func PartOf(e db.OutboxEvent, parts int) int {
 	if parts <= 1 {
 		return 0
 	}

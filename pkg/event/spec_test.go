@@ -38,7 +38,7 @@ func TestTheWebhookPayloadIsTheSpecsEvent(t *testing.T) {
 		{OrderID: 11, VoucherID: 4, UserID: "carol", Status: "completed", Quantity: 1, Amount: 250, CreatedAt: paid},
 		{VoucherID: 4, Split: &db.Split{Buckets: 3, At: paid}},
 	} {
-		m := event.Of("shop", db.OutboxEntry{Snapshot: snap, Row: 4, K: 1, Sequence: 41, OccurredAt: paid})
+		m := event.Of("shop", db.OutboxEvent{Snapshot: snap, Row: 4, K: 1, Sequence: 41, OccurredAt: paid})
 		var v any
 		require.NoError(t, json.Unmarshal(m.JSON(), &v))
 		require.NoError(t, schema.VisitJSON(v), "%s", m.JSON())
@@ -62,7 +62,7 @@ func TestTheDocumentedEnvelopeIsTheSpecsEvent(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, v["sequence"], event.Sequence(seq).String())
 	paid := time.Now().UTC().Truncate(time.Millisecond)
-	e := event.Of("flashsale", db.OutboxEntry{Snapshot: db.Snapshot{OrderID: 384427387514814466, VoucherID: 7, UserID: "alice", Status: "paid", Quantity: 1,
+	e := event.Of("flashsale", db.OutboxEvent{Snapshot: db.Snapshot{OrderID: 384427387514814466, VoucherID: 7, UserID: "alice", Status: "paid", Quantity: 1,
 		CreatedAt: paid, ExpiresAt: paid, PaidAt: &paid}, Row: 1042, K: 3, Sequence: seq, OccurredAt: paid})
 	var ours map[string]any
 	require.NoError(t, json.Unmarshal(e.JSON(), &ours))

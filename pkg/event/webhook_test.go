@@ -33,7 +33,7 @@ func TestAnEndpointsAnswerHeadersAreBounded(t *testing.T) {
 	}))
 	defer small.Close()
 	now := time.Now().UTC()
-	m := event.Of("shop", db.OutboxEntry{Snapshot: db.Snapshot{OrderID: 1, VoucherID: 1, UserID: "u", Status: "created", Quantity: 1,
+	m := event.Of("shop", db.OutboxEvent{Snapshot: db.Snapshot{OrderID: 1, VoucherID: 1, UserID: "u", Status: "created", Quantity: 1,
 		CreatedAt: now, ExpiresAt: now}, Row: 1, Sequence: 1, OccurredAt: now})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

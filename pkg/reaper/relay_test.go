@@ -62,9 +62,9 @@ func relaying(t *testing.T, e *testenv.Env, name string, events event.Config) (*
 }
 
 // sequenced is every event of the outbox, once all are sequenced.
-func sequenced(t *testing.T, e *testenv.Env) []db.OutboxEntry {
+func sequenced(t *testing.T, e *testenv.Env) []db.OutboxEvent {
 	t.Helper()
-	var events []db.OutboxEntry
+	var events []db.OutboxEvent
 	testenv.Eventually(t, 30*time.Second, "every event sequenced", func() bool {
 		n, _, err := e.DB.EventBacklog(context.Background())
 		if err != nil || n > 0 {
@@ -80,12 +80,12 @@ func sequenced(t *testing.T, e *testenv.Env) []db.OutboxEntry {
 }
 
 // received waits until got holds every event of want, then checks it.
-func received(t *testing.T, what string, want []db.OutboxEntry, got func() []testsink.Delivery) []testsink.Delivery {
+func received(t *testing.T, what string, want []db.OutboxEvent, got func() []testsink.Delivery) []testsink.Delivery {
 	t.Helper()
 	return receivedBy(t, what, want, got, testsink.Check)
 }
 
-func receivedBy(t *testing.T, what string, want []db.OutboxEntry, got func() []testsink.Delivery, check func([]db.OutboxEntry, []testsink.Delivery) []string) []testsink.Delivery {
+func receivedBy(t *testing.T, what string, want []db.OutboxEvent, got func() []testsink.Delivery, check func([]db.OutboxEvent, []testsink.Delivery) []string) []testsink.Delivery {
 	t.Helper()
 	var ds []testsink.Delivery
 	require.NoError(t, wait.Until(context.Background(), 60*time.Second, what+" receiving every event", func() (bool, string) {
@@ -269,7 +269,7 @@ func TestAFailingEndpointIsRetriedAndHoldsBackNoOther(t *testing.T) {
 // the way are redelivered (redeliver --failed) until none is left, and
 // then every event must have arrived, in its order's order unless some
 // were redelivered. It returns whether some were.
-func receivedOrFailed(t *testing.T, e *testenv.Env, what, sink string, want []db.OutboxEntry, got func() []testsink.Delivery) (redelivered bool) {
+func receivedOrFailed(t *testing.T, e *testenv.Env, what, sink string, want []db.OutboxEvent, got func() []testsink.Delivery) (redelivered bool) {
 	t.Helper()
 	last := want[len(want)-1].Sequence
 	testenv.Eventually(t, 60*time.Second, what+" past the last event", func() bool {

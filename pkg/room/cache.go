@@ -31,7 +31,7 @@ import (
 // is read from Redis at most once per NoRoomFor, shared by every asker,
 // and never ticked; a new id in a full map takes the oldest one's place.
 type Cache struct {
-	m     atomic.Pointer[map[int64]*Entry]
+	m     atomic.Pointer[map[int64]*Cached]
 	mu    sync.Mutex // serializes changes of m
 	store *Store
 	now   func() time.Time
@@ -79,8 +79,8 @@ func NewCache(store *Store, now func() time.Time) *Cache {
 // Store is the rooms' store the cache reads.
 func (c *Cache) Store() *Store { return c.store }
 
-// Entry is one room's last state, or why it has none.
-type Entry struct {
+// Cached is one room's last state, or why it has none.
+type Cached struct {
 	snap atomic.Pointer[Snapshot]
 	// gone, when set, is why the voucher no longer has a room to answer
 	// from (ErrNoRoom: taken away; rdb.ErrVoucherNotFound), as a request
@@ -129,7 +129,7 @@ func (c *Cache) Told(v int64, a Answer) {
 }
 
 // tell adds tickets to those to record with the next tick.
-func (e *Entry) tell(ts ...Told) {
+func (e *Cached) tell(ts ...Told) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.told == nil {
@@ -141,7 +141,7 @@ func (e *Entry) tell(ts ...Told) {
 }
 
 // takeTold takes up to MaxToldPerTick of the tickets told.
-func (e *Entry) takeTold() []Told {
+func (e *Cached) takeTold() []Told {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	var out []Told
@@ -168,7 +168,7 @@ const ObserveWindow = 5 * time.Second
 // observe sets s.Admitting from the states set before it (the rate at
 // which places were really admitted over the last ObserveWindow since the
 // start, as this gateway saw it), and records s.
-func (e *Entry) observe(s *Snapshot) {
+func (e *Cached) observe(s *Snapshot) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	keep := e.samples[:0]
@@ -198,7 +198,7 @@ func (e *Entry) observe(s *Snapshot) {
 }
 
 // Known is the entry's state (nil: not read yet), or why it has none.
-func (e *Entry) Known() (*Snapshot, error) {
+func (e *Cached) Known() (*Snapshot, error) {
 	if err := e.gone.Load(); err != nil {
 		return nil, *err
 	}
@@ -207,7 +207,7 @@ func (e *Entry) Known() (*Snapshot, error) {
 
 // Set records an answer: a state, or why there is none (both nil:
 // unknown, ask Redis).
-func (e *Entry) Set(s *Snapshot, err error) {
+func (e *Cached) Set(s *Snapshot, err error) {
 	if err != nil {
 		e.gone.Store(&err)
 		e.snap.Store(nil)
@@ -227,7 +227,7 @@ func Gone(err error) bool {
 }
 
 // entries is the current map (nil: none yet).
-func (c *Cache) entries() map[int64]*Entry {
+func (c *Cache) entries() map[int64]*Cached {
 	if m := c.m.Load(); m != nil {
 		return *m
 	}
@@ -235,11 +235,11 @@ func (c *Cache) entries() map[int64]*Entry {
 }
 
 // change replaces the map with f's change of a copy.
-func (c *Cache) change(f func(map[int64]*Entry)) {
+func (c *Cache) change(f func(map[int64]*Cached)) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	old := c.entries()
-	next := make(map[int64]*Entry, len(old)+1)
+	next := make(map[int64]*Cached, len(old)+1)
 	for k, v := range old {
 		next[k] = v
 	}
@@ -248,7 +248,7 @@ func (c *Cache) change(f func(map[int64]*Entry)) {
 }
 
 // Of returns voucher v's entry, nil when this cache knows of no room.
-func (c *Cache) Of(v int64) *Entry {
+func (c *Cache) Of(v int64) *Cached {
 	e := c.entries()[v]
 	if e == nil {
 		return nil
@@ -259,12 +259,12 @@ func (c *Cache) Of(v int64) *Entry {
 
 // Learn records that voucher v has a room, with s (if not nil) as its
 // state, and returns its entry.
-func (c *Cache) Learn(v int64, s *Snapshot) *Entry {
+func (c *Cache) Learn(v int64, s *Snapshot) *Cached {
 	e := c.entries()[v]
 	if e == nil {
-		c.change(func(m map[int64]*Entry) {
+		c.change(func(m map[int64]*Cached) {
 			if e = m[v]; e == nil {
-				e = &Entry{}
+				e = &Cached{}
 				m[v] = e
 			}
 		})
@@ -371,7 +371,7 @@ func (c *Cache) NoRooms() int {
 }
 
 // Forget drops voucher v's entry.
-func (c *Cache) Forget(v int64) { c.change(func(m map[int64]*Entry) { delete(m, v) }) }
+func (c *Cache) Forget(v int64) { c.change(func(m map[int64]*Cached) { delete(m, v) }) }
 
 // Known is v's room's last state (nil: it has a room not read yet, or
 // the cache knows nothing of it), or why it has none.
@@ -478,7 +478,7 @@ func (c *Cache) Tick(ctx context.Context, idle time.Duration, ticked func(v int6
 }
 
 // tick refreshes voucher v's room, entry e.
-func (c *Cache) tick(ctx context.Context, v int64, e *Entry, now time.Time, ticked func(v int64, s *Snapshot, err error)) {
+func (c *Cache) tick(ctx context.Context, v int64, e *Cached, now time.Time, ticked func(v int64, s *Snapshot, err error)) {
 	told := e.takeTold()
 	s, err := c.store.Tick(ctx, v, now, told...)
 	switch {

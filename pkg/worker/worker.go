@@ -120,7 +120,7 @@ func (w *Worker) consume(ctx, work context.Context, p int) error {
 				alive = now
 			}
 		}
-		entries, err := w.redis.ReadGroup(work, p, w.cfg.Consumer, cursor, count, w.cfg.Block)
+		orders, err := w.redis.ReadGroup(work, p, w.cfg.Consumer, cursor, count, w.cfg.Block)
 		if err != nil {
 			if rdb.IsNoGroup(err) {
 				err = errors.Join(err, w.redis.EnsureGroups(work))
@@ -133,14 +133,14 @@ func (w *Worker) consume(ctx, work context.Context, p int) error {
 			continue
 		}
 		bo.Reset()
-		if len(entries) == 0 {
+		if len(orders) == 0 {
 			cursor = ">" // own pending entries done (or none): read new ones
 			continue
 		}
-		count = max(1, w.cfg.BatchSize*len(rdb.StreamIDs(entries))/len(entries))
-		w.orders.Process(work, entries)
+		count = max(1, w.cfg.BatchSize*len(rdb.StreamIDs(orders))/len(orders))
+		w.orders.Process(work, orders)
 		if cursor != ">" {
-			cursor = entries[len(entries)-1].StreamID
+			cursor = orders[len(orders)-1].StreamID
 		}
 	}
 	return nil

@@ -89,7 +89,7 @@ func TestThreeReapersRelayInPartsAndOneKilledLosesNoEvent(t *testing.T) {
 	require.EqualValues(t, 900, sale.Admitted)
 
 	// Every order created, then cancelled unpaid: 1,800 events.
-	var want []db.OutboxEntry
+	var want []db.OutboxEvent
 	require.NoError(t, wait.Until(ctx, 2*time.Minute, "every order created and cancelled, sequenced, and relayed", func() (bool, string) {
 		last, err := s.DB.LastSequence(ctx)
 		if err != nil || last < 1800 {
@@ -117,7 +117,7 @@ func TestThreeReapersRelayInPartsAndOneKilledLosesNoEvent(t *testing.T) {
 		}
 	}
 	require.Len(t, killedPlace, 2, "reaper-0 held a part of each sink: %v", places)
-	bySeq := map[string]db.OutboxEntry{}
+	bySeq := map[string]db.OutboxEvent{}
 	for _, e := range want {
 		bySeq[e.ID()] = e
 	}

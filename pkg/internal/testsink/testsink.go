@@ -385,21 +385,21 @@ func fromRecord(rec *kgo.Record) (Delivery, string) {
 // sequence with no gap, a duplicate the same bytes as the first, nothing
 // that is not an event of want, and each order's events in the order of
 // their sequences. It returns what is wrong.
-func Check(want []db.OutboxEntry, got []Delivery) []string { return check(want, got, true) }
+func Check(want []db.OutboxEvent, got []Delivery) []string { return check(want, got, true) }
 
 // CheckRedelivered is Check for a sink that was sent events recorded
 // failed again ("redeliver --failed"): those arrive after the events of
 // their order that followed them, so the order of arrival is not held.
-func CheckRedelivered(want []db.OutboxEntry, got []Delivery) []string { return check(want, got, false) }
+func CheckRedelivered(want []db.OutboxEvent, got []Delivery) []string { return check(want, got, false) }
 
-func check(want []db.OutboxEntry, got []Delivery, ordered bool) []string {
+func check(want []db.OutboxEvent, got []Delivery, ordered bool) []string {
 	var problems []string
 	add := func(format string, args ...any) {
 		if len(problems) < 20 {
 			problems = append(problems, fmt.Sprintf(format, args...))
 		}
 	}
-	byID := map[string]db.OutboxEntry{}
+	byID := map[string]db.OutboxEvent{}
 	for i, e := range want {
 		if e.Sequence != want[0].Sequence+int64(i) {
 			add("the outbox's sequences have a gap at %d", e.Sequence)

@@ -45,8 +45,8 @@ func TestTheDefaultReaperNameIsUniquePerProcess(t *testing.T) {
 // voucher.
 func TestTheTailsLineNamesTheEventsSubject(t *testing.T) {
 	at := time.Now()
-	order := db.OutboxEntry{Snapshot: db.Snapshot{OrderID: 12, VoucherID: 3, UserID: "alice", Status: "cancelled", Reason: "payment_expired"}, Sequence: 5, OccurredAt: at}
-	split := db.OutboxEntry{Snapshot: db.Snapshot{VoucherID: 3, Split: &db.Split{Buckets: 4, At: at}}, Sequence: 6, OccurredAt: at}
+	order := db.OutboxEvent{Snapshot: db.Snapshot{OrderID: 12, VoucherID: 3, UserID: "alice", Status: "cancelled", Reason: "payment_expired"}, Sequence: 5, OccurredAt: at}
+	split := db.OutboxEvent{Snapshot: db.Snapshot{VoucherID: 3, Split: &db.Split{Buckets: 4, At: at}}, Sequence: 6, OccurredAt: at}
 	line := eventLine(event.Of("s", order), order)
 	require.Contains(t, line, "order.cancelled")
 	require.Contains(t, line, "order 12  voucher 3  user alice  (payment_expired)")

@@ -92,7 +92,7 @@ func tail(ctx context.Context, mysql *db.Store, w io.Writer, source string, afte
 }
 
 // eventLine is an event as a person reads it.
-func eventLine(ev event.Event, e db.OutboxEntry) string {
+func eventLine(ev event.Event, e db.OutboxEvent) string {
 	at := e.OccurredAt.Local().Format("2006-01-02 15:04:05.000") // a tail read the next day says which day
 	if e.Split != nil {
 		return fmt.Sprintf("%d  %s  %-15s  voucher %d  to %d buckets", e.Sequence, at, ev.Type, e.VoucherID, e.Split.Buckets)
