@@ -19,6 +19,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"reflect"
 	"slices"
 	"sync"
 	"time"
@@ -304,62 +305,54 @@ func New(cfg Config, r *rdb.Store, d *db.Store, log *zap.Logger, opts ...Option)
 		now: o.now, audit: o.audit, metrics: m, log: log, relays: relays, splitTarget: o.splitTarget, restoreHook: o.restoreHook, creationHook: o.creationHook}, nil
 }
 
-// Round is what one round did.
+// Round is what one round did: its counts, each logged under its field's
+// log tag when it is not 0 (the line "reaper round").
 type Round struct {
-	TakenOver         int // orders of stale stream entries taken over and processed
-	DeadLettered      int // orders of stream entries delivered more than MaxDeliveries times that failed alone
-	DeletedAcked      int // pending entries no longer in the stream
-	ConsumersRemoved  int
-	Cancelled         int // orders not paid in time
-	ReleasedToRedis   int // releases Redis got (cancellations, failures)
-	Refunded          int // ended envelope sales refunded
-	RefundsWaiting    int // ended envelope sales waiting for grabs in flight
-	MovesFinished     int // moves between a voucher's buckets left half way
-	Drawn             int // draw sales drawn
-	DrawsWaiting      int // ended draw sales waiting for entries in flight
-	MarkedLost        int // entries of drawn sales marked lost
-	Restored          int // vouchers on sale rebuilt in a Redis that had lost them
-	EventsSequenced   int // order events given their sequence
-	EventsDeleted     int // order events deleted past their retention
-	Trimmed           int // vouchers whose users' indexes were trimmed after the sale
-	ReleasesForgotten int // released orders' ids dropped from Redis, MySQL having recorded them done
-	RoomsPruned       int // fields of the rooms' indexes dropped, their vouchers gone from Redis
-	IndexesSwept      int // users' indexes of admissions the sweeper dropped, all their orders persisted (vouchers on sale)
-	MovesForgotten    int // ids of moves between buckets the sweeper forgot, given more than settle.ForgetAfter ago
-	MarkedHot         int // vouchers marked hot
-	Cooled            int // vouchers no longer hot
-	SplitsAsked       int // splits asked of vouchers marked hot
-	Split             int // vouchers whose buckets were split
+	TakenOver         int `log:"taken_over"`    // orders of stale stream entries taken over and processed
+	DeadLettered      int `log:"dead_lettered"` // orders of stream entries delivered more than MaxDeliveries times that failed alone
+	DeletedAcked      int `log:"deleted_acked"` // unacknowledged entries no longer in the stream
+	ConsumersRemoved  int `log:"consumers_removed"`
+	Cancelled         int `log:"cancelled"`          // orders not paid in time
+	ReleasedToRedis   int `log:"released_to_redis"`  // releases Redis got (cancellations, failures)
+	Refunded          int `log:"refunded"`           // ended envelope sales refunded
+	RefundsWaiting    int `log:"refunds_waiting"`    // ended envelope sales waiting for grabs in flight
+	MovesFinished     int `log:"moves_finished"`     // moves between a voucher's buckets left half way
+	Drawn             int `log:"drawn"`              // draw sales drawn
+	DrawsWaiting      int `log:"draws_waiting"`      // ended draw sales waiting for entries in flight
+	MarkedLost        int `log:"marked_lost"`        // entries of drawn sales marked lost
+	Restored          int `log:"restored"`           // vouchers on sale rebuilt in a Redis that had lost them
+	EventsSequenced   int `log:"-"`                  // order events given their sequence: every second of a sale, counted, not logged
+	EventsDeleted     int `log:"events_deleted"`     // order events deleted past their retention
+	Trimmed           int `log:"trimmed"`            // vouchers whose users' indexes were trimmed after the sale
+	ReleasesForgotten int `log:"releases_forgotten"` // released orders' ids dropped from Redis, MySQL having recorded them done
+	RoomsPruned       int `log:"rooms_pruned"`       // fields of the rooms' indexes dropped, their vouchers gone from Redis
+	IndexesSwept      int `log:"indexes_swept"`      // users' indexes of admissions the sweeper dropped, all their orders persisted (vouchers on sale)
+	MovesForgotten    int `log:"moves_forgotten"`    // ids of moves between buckets the sweeper forgot, given more than settle.ForgetAfter ago
+	MarkedHot         int `log:"marked_hot"`         // vouchers marked hot
+	Cooled            int `log:"cooled"`             // vouchers no longer hot
+	SplitsAsked       int `log:"splits_asked"`       // splits asked of vouchers marked hot
+	Split             int `log:"split"`              // vouchers whose buckets were split
 }
-
-func (p Round) idle() bool { return p == Round{} }
 
 // Add adds q's counts to p's.
 func (p *Round) Add(q Round) {
-	p.TakenOver += q.TakenOver
-	p.DeadLettered += q.DeadLettered
-	p.DeletedAcked += q.DeletedAcked
-	p.ConsumersRemoved += q.ConsumersRemoved
-	p.Cancelled += q.Cancelled
-	p.ReleasedToRedis += q.ReleasedToRedis
-	p.Refunded += q.Refunded
-	p.RefundsWaiting += q.RefundsWaiting
-	p.MovesFinished += q.MovesFinished
-	p.Drawn += q.Drawn
-	p.DrawsWaiting += q.DrawsWaiting
-	p.MarkedLost += q.MarkedLost
-	p.Restored += q.Restored
-	p.EventsSequenced += q.EventsSequenced
-	p.EventsDeleted += q.EventsDeleted
-	p.Trimmed += q.Trimmed
-	p.ReleasesForgotten += q.ReleasesForgotten
-	p.RoomsPruned += q.RoomsPruned
-	p.IndexesSwept += q.IndexesSwept
-	p.MovesForgotten += q.MovesForgotten
-	p.MarkedHot += q.MarkedHot
-	p.Cooled += q.Cooled
-	p.SplitsAsked += q.SplitsAsked
-	p.Split += q.Split
+	pv, qv := reflect.ValueOf(p).Elem(), reflect.ValueOf(q)
+	for i := range pv.NumField() {
+		pv.Field(i).SetInt(pv.Field(i).Int() + qv.Field(i).Int())
+	}
+}
+
+// logFields are round's counts that are not 0, each under its field's log
+// tag (a tag "-": counted, not logged).
+func (p Round) logFields() []zap.Field {
+	var fields []zap.Field
+	v, t := reflect.ValueOf(p), reflect.TypeFor[Round]()
+	for i := range v.NumField() {
+		if key := t.Field(i).Tag.Get("log"); key != "-" && v.Field(i).Int() != 0 {
+			fields = append(fields, zap.Int(key, int(v.Field(i).Int())))
+		}
+	}
+	return fields
 }
 
 // service is one maintenance job of the reaper, in a file of its own, with
@@ -443,25 +436,9 @@ func (r *Reaper) loop(ctx context.Context, s service) {
 
 // record logs and counts what a service's round did.
 func (r *Reaper) record(name string, round Round, err error) {
-	quiet := round
-	quiet.EventsSequenced = 0 // every second of a sale: counted, not logged
-	if !quiet.idle() {
-		fields := []zap.Field{zap.String("service", name)}
-		for _, c := range []struct {
-			key string
-			n   int
-		}{{"taken_over", round.TakenOver}, {"dead_lettered", round.DeadLettered}, {"deleted_acked", round.DeletedAcked},
-			{"consumers_removed", round.ConsumersRemoved}, {"cancelled", round.Cancelled}, {"released_to_redis", round.ReleasedToRedis},
-			{"refunded", round.Refunded}, {"refunds_waiting", round.RefundsWaiting}, {"moves_finished", round.MovesFinished},
-			{"drawn", round.Drawn}, {"draws_waiting", round.DrawsWaiting}, {"marked_lost", round.MarkedLost}, {"restored", round.Restored},
-			{"events_deleted", round.EventsDeleted}, {"trimmed", round.Trimmed}, {"releases_forgotten", round.ReleasesForgotten},
-			{"rooms_pruned", round.RoomsPruned}, {"indexes_swept", round.IndexesSwept}, {"moves_forgotten", round.MovesForgotten},
-			{"marked_hot", round.MarkedHot}, {"cooled", round.Cooled}, {"splits_asked", round.SplitsAsked}, {"split", round.Split}} {
-			if c.n != 0 { // what the round did, not the 20-odd things it did not
-				fields = append(fields, zap.Int(c.key, c.n))
-			}
-		}
-		r.log.Info("reaper round", fields...)
+	// What the round did, not the 20-odd things it did not.
+	if fields := round.logFields(); len(fields) > 0 {
+		r.log.Info("reaper round", append([]zap.Field{zap.String("service", name)}, fields...)...)
 	}
 	if err != nil {
 		r.log.Warn("reaper round incomplete", zap.String("service", name), zap.Error(err))
