@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/flashsale/flashsale/pkg/internal/wait"
 )
 
 func readyz(t *testing.T, ready func(context.Context) error) (int, string) {
@@ -90,18 +92,17 @@ func TestPprofHasItsOwnLoopbackListener(t *testing.T) {
 		}
 	}()
 	status := func(url string) int {
-		deadline := time.Now().Add(10 * time.Second)
-		for {
+		code := 0
+		wait.For(t, 10*time.Second, "an answer from "+url, func() bool {
 			res, err := http.Get(url)
-			if err == nil {
-				res.Body.Close()
-				return res.StatusCode
+			if err != nil {
+				return false
 			}
-			if time.Now().After(deadline) {
-				t.Fatal(err)
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
+			res.Body.Close()
+			code = res.StatusCode
+			return true
+		})
+		return code
 	}
 	if c := status("http://" + pprofAddr + "/debug/pprof/"); c != http.StatusOK {
 		t.Fatalf("pprof listener: %d", c)

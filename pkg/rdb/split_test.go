@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/flashsale/flashsale/pkg/internal/testsrv"
+	"github.com/flashsale/flashsale/pkg/internal/wait"
 	"github.com/flashsale/flashsale/pkg/order"
 	"github.com/flashsale/flashsale/pkg/rdb"
 )
@@ -33,16 +34,6 @@ func stepNames(t rdb.SplitTimes) []string {
 		out[i] = st.Name
 	}
 	return out
-}
-
-// until waits for cond, up to 30 s, off the test's goroutine.
-func until(cond func() bool) error {
-	for deadline := time.Now().Add(30 * time.Second); !cond(); time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			return errors.New("not within 30s")
-		}
-	}
-	return nil
 }
 
 // A voucher on one bucket, claimed by 2,000 users with distinct keys (three
@@ -112,7 +103,7 @@ func TestASplitMidSaleKeepsLimitsAndKeysExact(t *testing.T) {
 	}
 	split := make(chan error, 1)
 	go func() {
-		if err := until(func() bool { return answered.Load() >= 300 }); err != nil {
+		if err := wait.Until(ctx, 30*time.Second, "300 claims answered", func() (bool, string) { return answered.Load() >= 300, "" }); err != nil {
 			split <- err
 			return
 		}
@@ -484,10 +475,10 @@ func TestASplitThroughAFailoverOfItsMaster(t *testing.T) {
 	require.NoError(t, splitErr(splitter.Split(ctx, v, to)))
 	// Every node learns the failover by gossip: a client asking one that
 	// has not yet is told the old master.
-	require.NoError(t, until(func() bool {
+	wait.For(t, 30*time.Second, "bucket 0's slot failed over", func() bool {
 		now, err := c.MasterOf(ctx, s.VoucherKey(v))
 		return err == nil && now.Addr != old
-	}), "bucket 0's slot failed over")
+	})
 
 	sold := int64(len(first))
 	for _, u := range buyers {
@@ -542,10 +533,10 @@ func TestAClusterNeverResendsAnAdmission(t *testing.T) {
 	_, err = s.Admit(ctx, rdb.Claim{VoucherID: v, UserID: "slow", Now: t0, Day: d0})
 	require.NoError(t, master.Resume())
 	require.Error(t, err, "no reply within the read timeout")
-	require.NoError(t, until(func() bool {
+	wait.For(t, 30*time.Second, "the paused master ran the call", func() bool {
 		n, err := s.UserCount(ctx, v, "slow")
 		return err == nil && n > 0
-	}), "the paused master ran the call")
+	})
 	time.Sleep(200 * time.Millisecond) // anything resent waited in its sockets too, and ran with it
 	n, err := s.UserCount(ctx, v, "slow")
 	require.NoError(t, err)

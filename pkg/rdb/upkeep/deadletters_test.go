@@ -9,6 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/flashsale/flashsale/pkg/internal/wait"
 	"github.com/flashsale/flashsale/pkg/rdb"
 	"github.com/flashsale/flashsale/pkg/rdb/upkeep"
 )
@@ -32,10 +33,7 @@ func TestDeadLettersAreTrimmedOnlyWhenAsked(t *testing.T) {
 	require.NoError(t, err)
 	secondMs, err := strconv.ParseInt(strings.Split(dead[1].ID, "-")[0], 10, 64)
 	require.NoError(t, err)
-	for deadline := time.Now().Add(5 * time.Second); time.Now().UnixMilli() <= secondMs; {
-		require.True(t, time.Now().Before(deadline), "the clock stands still")
-		time.Sleep(time.Millisecond)
-	}
+	wait.For(t, 5*time.Second, "the clock past the second's millisecond", func() bool { return time.Now().UnixMilli() > secondMs })
 	require.NoError(t, s.DeadLetter(ctx, entries[2], "test"))
 	cut := time.UnixMilli(secondMs + 1)
 
