@@ -19,10 +19,10 @@ import (
 // Errors of the store.
 var (
 	ErrNotFound = errors.New("not found")
-	// ErrNotPayable: the order failed (it never held a unit), or needs no
+	// ErrNotPayable means the order failed (it never held a unit), or needs no
 	// payment (completed).
 	ErrNotPayable = errors.New("order cannot be paid")
-	// ErrPaymentExpired: the payment deadline passed (the order is, or is
+	// ErrPaymentExpired means the payment deadline passed (the order is, or is
 	// about to be, cancelled).
 	ErrPaymentExpired = errors.New("payment deadline passed")
 )

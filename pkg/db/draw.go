@@ -104,7 +104,7 @@ type DrawResult struct {
 	Winners int64
 }
 
-// ErrNotDrawing: Draw was called on a voucher whose draw has not begun.
+// ErrNotDrawing says that Draw was called on a voucher whose draw has not begun.
 var ErrNotDrawing = errors.New("the draw has not begun")
 
 // WaitlistBlock is how many entries of the waitlist the draw ranks beyond

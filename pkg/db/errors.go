@@ -41,13 +41,13 @@ const (
 type Class int
 
 const (
-	// ClassNone: no error.
+	// ClassNone means no error.
 	ClassNone Class = iota
-	// ClassRow: MySQL refused the values of the rows written. Only such an
+	// ClassRow means MySQL refused the values of the rows written. Only such an
 	// error may fail an order, and only after the rows were tried one by
 	// one and not all of them failed the same way.
 	ClassRow
-	// ClassOutage: anything else: the store refuses writes (read-only, disk
+	// ClassOutage means anything else: the store refuses writes (read-only, disk
 	// or table full, missing privilege, table or column, a CHECK the
 	// schema should not have), the connection was lost or timed out, the
 	// caller's deadline passed, or an error nobody classified. The work

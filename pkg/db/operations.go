@@ -14,7 +14,7 @@ import (
 
 // Errors of the operations on a running sale.
 var (
-	// ErrNotCancellable: the order is paid, completed or failed.
+	// ErrNotCancellable means the order is paid, completed or failed.
 	ErrNotCancellable = errors.New("order cannot be cancelled")
 )
 
@@ -204,7 +204,7 @@ func (s *Store) RecordPayment(ctx context.Context, id int64, paymentID string, n
 	return p, err
 }
 
-// ErrNotToppable: stock can be added only to a kind that allows it
+// ErrNotToppable says that stock can be added only to a kind that allows it
 // (sale.Traits.ToppedUp: a pool's items are fixed when it is created).
 var ErrNotToppable = errors.New("stock can be added only to a voucher of units")
 

@@ -23,7 +23,7 @@ const (
 	ReasonUserLimit       = "user_limit"
 	// ReasonExpired is the release reason of a cancelled order.
 	ReasonExpired = "payment_expired"
-	// ReasonDrawClosed: an entry that reached MySQL after its draw began.
+	// ReasonDrawClosed means an entry that reached MySQL after its draw began.
 	ReasonDrawClosed = "draw_closed"
 )
 

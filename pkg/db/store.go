@@ -67,7 +67,7 @@ func (s *Store) CreateVoucher(ctx context.Context, v *Voucher, items []order.Ite
 	return ch, nil
 }
 
-// ErrCreatedBefore: a voucher was created under the creation's key
+// ErrCreatedBefore says that a voucher was created under the creation's key
 // already; CreateVoucher has set the voucher to it.
 var ErrCreatedBefore = errors.New("a voucher was created under this key already")
 

@@ -13,9 +13,9 @@ import (
 
 // Allocation of a voucher's stock.
 const (
-	// FirstCome: today's sale, the first claims take the stock.
+	// FirstCome means today's sale, the first claims take the stock.
 	FirstCome = "first_come"
-	// Draw: entries during the window, winners drawn after it.
+	// Draw means entries during the window, winners drawn after it.
 	Draw = "draw"
 )
 

@@ -16,7 +16,7 @@ import (
 	"github.com/flashsale/flashsale/pkg/db"
 )
 
-// SequenceRows: the rows of events sequenced in one transaction, by the
+// SequenceRows is the rows of events sequenced in one transaction, by the
 // sequencer and by a relay with nothing to send.
 const SequenceRows = 100
 

@@ -13,24 +13,24 @@ import (
 type Status string
 
 const (
-	// StatusPending: admitted by Redis, not yet persisted in MySQL. Never stored.
+	// StatusPending means admitted by Redis, not yet persisted in MySQL. Never stored.
 	StatusPending Status = "pending"
-	// StatusCreated: persisted, stock deducted in MySQL, awaiting payment.
+	// StatusCreated means persisted, stock deducted in MySQL, awaiting payment.
 	StatusCreated Status = "created"
-	// StatusPaid: paid by its owner.
+	// StatusPaid means paid by its owner.
 	StatusPaid Status = "paid"
-	// StatusCancelled: not paid in time; its stock was released.
+	// StatusCancelled means not paid in time; its stock was released.
 	StatusCancelled Status = "cancelled"
-	// StatusFailed: admitted by Redis but refused by MySQL (e.g. no stock
+	// StatusFailed means admitted by Redis but refused by MySQL (e.g. no stock
 	// left there); its Redis reservation was released.
 	StatusFailed Status = "failed"
-	// StatusCompleted: persisted, and final without a payment (a red
+	// StatusCompleted means persisted, and final without a payment (a red
 	// envelope grab): it never expires.
 	StatusCompleted Status = "completed"
-	// StatusEntered: an entry of a draw sale (pkg/draw), persisted, waiting
+	// StatusEntered means an entry of a draw sale (pkg/draw), persisted, waiting
 	// for the draw. It holds no unit.
 	StatusEntered Status = "entered"
-	// StatusLost: an entry the draw did not pick (yet: it is on the
+	// StatusLost means an entry the draw did not pick (yet: it is on the
 	// waitlist, and may still become created).
 	StatusLost Status = "lost"
 )

@@ -537,7 +537,7 @@ func (call *admitCall) line(buf []byte, c Claim) []byte {
 	return append(buf, '\n')
 }
 
-// ErrUnsendable: a claim that cannot travel in a claim line, its user id
+// ErrUnsendable refuses a claim that cannot travel in a claim line, its user id
 // empty or holding a space or a control character, or its pass other
 // than digits, colons and minus signs ("PLACE:EXP_MS"): it would read
 // back as another claim, or break the call's other claims. It is refused

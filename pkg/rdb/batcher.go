@@ -16,12 +16,12 @@ import (
 // ErrBatcherClosed is returned by a Batcher that was closed.
 var ErrBatcherClosed = errors.New("admission batcher closed")
 
-// ErrNotSent: the claim was never sent to Redis (its deadline passed while
+// ErrNotSent says that the claim was never sent to Redis (its deadline passed while
 // it waited, or no connection could be had): the admission script did not
 // run for it, and never will.
 var ErrNotSent = errors.New("claim not sent to redis")
 
-// ErrOutcomeUnknown: the claim was sent to Redis and no reply was read in
+// ErrOutcomeUnknown says that the claim was sent to Redis and no reply was read in
 // time. The admission script may have run, or may still run: only its
 // reply, or what it wrote (the buyer's orders), can tell.
 var ErrOutcomeUnknown = errors.New("claim sent, outcome unknown")

@@ -25,7 +25,7 @@ const (
 	DurabilityReplicaAOF = "replica_aof"
 )
 
-// ErrNotReplicated: the write was made on the master but fewer than the
+// ErrNotReplicated says that the write was made on the master but fewer than the
 // required replicas acknowledged it within the wait timeout. It may yet
 // survive (the master lives, or a replica that had it is promoted) or not:
 // the answer is ambiguous, like a timeout (503; a retry with the same

@@ -159,7 +159,7 @@ func ProofKey(key, id string) string {
 	return key + ":proof:" + id
 }
 
-// ProofArgs are a proof's key and the two arguments the scripts take for
+// Args returns a proof's key and the two arguments the scripts take for
 // it: its difficulty and its used-key's TTL in seconds (0, 0: none).
 func (p Proof) Args(key string) (string, int64, int64) {
 	if p.ID == "" {

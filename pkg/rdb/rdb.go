@@ -22,41 +22,41 @@ var (
 	ErrSoldOut         = errors.New("sold out")
 	ErrUserLimit       = errors.New("user limit reached")
 	ErrDailyLimit      = errors.New("daily limit reached")
-	// ErrOverloaded: the partition took more than order.MaxEntrySeq stream entries in one
+	// ErrOverloaded means the partition took more than order.MaxEntrySeq stream entries in one
 	// millisecond; nothing was changed and the claim may be retried.
 	ErrOverloaded = errors.New("partition overloaded")
-	// ErrQuantityAboveLimit: the claim asks for more units than the
+	// ErrQuantityAboveLimit means the claim asks for more units than the
 	// voucher's per-user limit; it can never be admitted.
 	ErrQuantityAboveLimit = errors.New("quantity above the per-user limit")
-	// ErrPaused: an operator paused the sale.
+	// ErrPaused means an operator paused the sale.
 	ErrPaused = errors.New("sale paused")
-	// ErrAlreadyEntered: the user entered this draw already (one entry per
+	// ErrAlreadyEntered means the user entered this draw already (one entry per
 	// user).
 	ErrAlreadyEntered = errors.New("already entered")
-	// ErrProofRequired: the voucher has a proof-of-work gate and the claim
+	// ErrProofRequired means the voucher has a proof-of-work gate and the claim
 	// carried no proof; ErrProofInvalid: its proof was too easy for the
 	// gate, or used before.
 	ErrProofRequired = errors.New("proof of work required")
 	ErrProofInvalid  = errors.New("proof of work too easy or used before")
-	// ErrNotAdmitted: the voucher has a waiting room (pkg/room) and the
+	// ErrNotAdmitted means the voucher has a waiting room (pkg/room) and the
 	// claim no pass that holds.
 	ErrNotAdmitted = errors.New("not admitted by the waiting room")
-	// ErrNotLoaded: the voucher is missing from a partition the reaper has
+	// ErrNotLoaded means the voucher is missing from a partition the reaper has
 	// not marked loaded (LoadedKey): Redis lost its data, or was never
 	// loaded. An outage of the voucher until the reaper rebuilds it from
 	// MySQL, not an unknown voucher.
 	ErrNotLoaded = errors.New("redis does not hold the voucher's partition (restarted empty?)")
-	// ErrAccessRequired: the voucher needs an access code (pkg/access)
+	// ErrAccessRequired means the voucher needs an access code (pkg/access)
 	// now, and the claim or join carried none.
 	ErrAccessRequired = errors.New("access code required")
-	// ErrAccessInvalid: the voucher needs an access code now, and the
+	// ErrAccessInvalid means the voucher needs an access code now, and the
 	// claim's or join's is not the user's for it.
 	ErrAccessInvalid = errors.New("access code not the user's for the voucher")
-	// ErrSplitting: the voucher is splitting into more buckets (split.go)
+	// ErrSplitting means the voucher is splitting into more buckets (split.go)
 	// and the user's records are moving to their new bucket: nothing was
 	// changed; try again shortly (a claim is, within its deadline).
 	ErrSplitting = errors.New("voucher splitting into more buckets: try again shortly")
-	// ErrPastHorizon: the claim's call reached Redis after the claim's
+	// ErrPastHorizon means the claim's call reached Redis after the claim's
 	// horizon (Claim.Horizon), when its gateway had stopped listening
 	// for the reply: nothing was taken. For its buyer it is as a claim
 	// never sent.

@@ -55,7 +55,7 @@ func (s *Store) Release(ctx context.Context, o order.Order, knew time.Time) (rel
 	return false, fmt.Errorf("release order %d: voucher %d: no answer after three routes", o.ID, o.VoucherID)
 }
 
-// ErrStaleRelease: a release was asked by a caller that knew it owed
+// ErrStaleRelease says that a release was asked by a caller that knew it owed
 // before the bucket's cutoff of forgotten releases (ForgetReleases):
 // nothing changed; MySQL's row tells whether it is still owed.
 var ErrStaleRelease = errors.New("release known owed before releases were forgotten: read it again")

@@ -92,7 +92,7 @@ import (
 // SplitSteps are a split's steps, in order (splitHook's names).
 var SplitSteps = []string{"precopy", "create", "copy", "catchup", "freeze", "last", "open", "switch", "drop", "spread"}
 
-// ErrSplitRefused: a split asked of a voucher that cannot take it (fewer
+// ErrSplitRefused refuses a split asked of a voucher that cannot take it (fewer
 // buckets than it has, not a multiple of them, above MaxBuckets, another
 // split under way, or Redis does not hold it).
 var ErrSplitRefused = errors.New("split refused")

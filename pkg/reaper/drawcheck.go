@@ -38,7 +38,7 @@ type DrawCheck struct {
 	OK         bool     `json:"ok"`
 }
 
-// ErrNotDrawn: the voucher is not a draw sale, or not drawn yet.
+// ErrNotDrawn says that the voucher is not a draw sale, or not drawn yet.
 var ErrNotDrawn = errors.New("not a drawn draw sale")
 
 // VerifyDraw recomputes draw voucher v's draw by the procedure of pkg/draw

@@ -64,7 +64,7 @@ func (c *Config) Encode() string {
 		strconv.FormatInt(c.PassSeconds*1000, 10)
 }
 
-// Rate, Prequeue and PassFor are c's settings, 0 for no room.
+// Rate is c's admissions a second, 0 for no room.
 func (c *Config) Rate() int64 {
 	if c == nil {
 		return 0
@@ -72,7 +72,7 @@ func (c *Config) Rate() int64 {
 	return c.AdmitPerSecond
 }
 
-// Prequeue: see Rate.
+// Prequeue is c's pre-queue in seconds, 0 for no room.
 func (c *Config) Prequeue() int64 {
 	if c == nil {
 		return 0
@@ -80,7 +80,7 @@ func (c *Config) Prequeue() int64 {
 	return c.PrequeueSeconds
 }
 
-// PassFor: see Rate.
+// PassFor is how long c's pass lasts in seconds, 0 for no room.
 func (c *Config) PassFor() int64 {
 	if c == nil {
 		return 0
@@ -115,7 +115,7 @@ const (
 	SoldOut  = "sold_out"
 	Closed   = "closed"
 	Paused   = "paused"
-	// Lapsed: the waiter was admitted and the pass ran out (its slot
+	// Lapsed means the waiter was admitted and the pass ran out (its slot
 	// went to the next waiter). Joining again answers the same.
 	Lapsed = "lapsed"
 )
@@ -187,14 +187,14 @@ func (s *Snapshot) Waiting() int64 {
 	return s.Tail - s.Front
 }
 
-// Segment: places up to Upto (after the previous segment's) hold a pass
+// A Segment says that places up to Upto (after the previous segment's) hold a pass
 // until Expires.
 type Segment struct {
 	Upto    int64
 	Expires time.Time
 }
 
-// ErrNoPlace: a place that is not (yet) a ticket.
+// ErrNoPlace is the error of a place that is not (yet) a ticket.
 var ErrNoPlace = errors.New("room: no place yet")
 
 // Ticket is p's place in the queue: a pre-queue join's is its shuffled
@@ -339,12 +339,12 @@ func clamp(d, lo, hi time.Duration) time.Duration { return min(max(d, lo), hi) }
 // gateway that seeded it (its seed says which: Seed), so a room seeded
 // before an upgrade keeps its places while gateways of both versions run.
 const (
-	// ShuffleV1: 4 Feistel rounds. Its places are measurably less random
+	// ShuffleV1 is 4 Feistel rounds. Its places are measurably less random
 	// where n is just under a power of 4 (the halves fill the domain):
 	// the arrival-vs-place Kendall tau spread 1.2 times a random
 	// permutation's at n = 1,001, 1,024 and 4,096.
 	ShuffleV1 = 1
-	// ShuffleV2: 12 rounds, the version new rooms take: Kendall tau
+	// ShuffleV2 is 12 rounds, the version new rooms take: Kendall tau
 	// indistinguishable from a random permutation's at every n
 	// (TestTheShuffleIsIndistinguishableFromRandom).
 	ShuffleV2 = 2

@@ -40,7 +40,7 @@ func NewTokens(key []byte) *Tokens {
 	}}}
 }
 
-// ErrBadToken: a token that is not one of ours for this user and voucher.
+// ErrBadToken is the error of a token that is not one of ours for this user and voucher.
 var ErrBadToken = errors.New("room: bad queue token")
 
 // MaxTokenLen bounds a token (a user id of up to 128 bytes).

@@ -81,7 +81,7 @@ func Releases(ctx context.Context, r *rdb.Store, d *db.Store, rels []db.Release,
 	return given, nil
 }
 
-// ErrCreationOwed: a change of a voucher Redis does not hold yet because
+// ErrCreationOwed refuses, for now, a change of a voucher Redis does not hold yet because
 // its creation has not reached Redis; it stays owed and is applied once
 // the creation is (the reaper's Owed does both, in order).
 var ErrCreationOwed = errors.New("the voucher's creation has not reached Redis yet")

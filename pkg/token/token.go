@@ -113,7 +113,7 @@ func (a *Verifier) verifyGeneral(raw string) (string, error) {
 }
 
 var (
-	// ErrInvalid: a token the fast path refuses (malformed, or a bad
+	// ErrInvalid means a token the fast path refuses (malformed, or a bad
 	// signature); golang-jwt's path returns its own errors.
 	ErrInvalid    = errors.New("token: invalid")
 	errCritHeader = errors.New("token: crit header (no extension is understood)")

@@ -60,8 +60,9 @@ func serveConsole(w http.ResponseWriter, _ *http.Request) {
 //go:embed index.html
 var indexHTML []byte
 
-// ServeIndex: GET /, a page that says the gateway is up and links the
-// console, the API's reference and a queue page. It holds nothing secret.
+// ServeIndex serves GET /: a page that says the gateway is up and links
+// the console, the API's reference and a queue page. It holds nothing
+// secret.
 func ServeIndex(w http.ResponseWriter, _ *http.Request) {
 	h := w.Header()
 	h.Set("Content-Type", "text/html; charset=utf-8")
@@ -69,7 +70,7 @@ func ServeIndex(w http.ResponseWriter, _ *http.Request) {
 	_, _ = w.Write(indexHTML)
 }
 
-// ServeOpenAPI: GET /openapi.yaml, the API's reference.
+// ServeOpenAPI serves GET /openapi.yaml, the API's reference.
 func ServeOpenAPI(w http.ResponseWriter, _ *http.Request) {
 	w.Header().Set("Content-Type", "application/yaml")
 	_, _ = w.Write(api.OpenAPI)

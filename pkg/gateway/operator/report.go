@@ -13,7 +13,7 @@ import (
 	"go.uber.org/zap"
 )
 
-// refusals counts this replica's refused claims per voucher and reason
+// Refusals counts this replica's refused claims per voucher and reason
 // (the error code), for the sale's report: no store holds them, so only
 // the replica that answered knows. Only refusals of a voucher the
 // admission script (or the sold-out pruner) decided are counted, so every
@@ -73,7 +73,7 @@ type reportJSON struct {
 	Queue *room.Story `json:"queue,omitempty"`
 }
 
-// replicaName names this gateway replica: its host name (the pod's name
+// ReplicaName names this gateway replica: its host name (the pod's name
 // on Kubernetes).
 func ReplicaName() string {
 	h, err := os.Hostname()
