@@ -33,6 +33,8 @@ type Orders struct {
 	// attempt is one attempt at orders, persistOnce; a test
 	// replaces it to make one panic.
 	attempt func(ctx context.Context, orders []rdb.StreamOrder) error
+	// The policies composed around attempt (policy.go, layers).
+	persist, handle, process step
 }
 
 // NewOrders returns an Orders for consumer cfg.Consumer (which must be
@@ -49,6 +51,7 @@ func NewOrders(cfg Config, r *rdb.Store, d *db.Store, log, audit *zap.Logger, re
 	}
 	o := &Orders{cfg: cfg, redis: r, db: d, log: log, audit: audit.With(zap.String("consumer", cfg.Consumer)), metrics: newOrdersMetrics(reg)}
 	o.attempt = o.persistOnce
+	o.layers()
 	return o
 }
 
@@ -83,7 +86,7 @@ func (w *Orders) persistOnce(ctx context.Context, orders []rdb.StreamOrder) erro
 		if w.cfg.BatchSize > 0 {
 			n = min(n, w.cfg.BatchSize)
 		}
-		if err := w.persist(ctx, valid[:n]); err != nil {
+		if err := w.commit(ctx, valid[:n]); err != nil {
 			return err
 		}
 		valid = valid[n:]
@@ -91,9 +94,9 @@ func (w *Orders) persistOnce(ctx context.Context, orders []rdb.StreamOrder) erro
 	return nil
 }
 
-// persist writes valid orders in one transaction and records what became
+// commit writes valid orders in one transaction and records what became
 // of each.
-func (w *Orders) persist(ctx context.Context, valid []rdb.StreamOrder) error {
+func (w *Orders) commit(ctx context.Context, valid []rdb.StreamOrder) error {
 	t0 := time.Now()
 	outcomes, err := w.db.PersistBatch(ctx, ordersOf(valid))
 	w.metrics.commitSeconds.Observe(time.Since(t0).Seconds())

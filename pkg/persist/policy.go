@@ -1,36 +1,42 @@
 package persist
 
-// What happens when a batch fails, in one place. A batch of stream
-// entries a worker read goes through Process; the steps, in the order a
-// failing batch meets them:
+// What happens when a batch fails, in one place. Each policy is a layer:
+// it wraps a step (what is done to a batch of orders of one partition),
+// adds one thing, and reads alone. NewOrders composes them (layers):
 //
-//  1. The lease (HoldLease): while a batch is in hand its entries' idle
-//     time is renewed every third of FLASHSALE_TAKEOVER_MIN_IDLE, so the
-//     reaper never takes over the entries of a live consumer.
-//  2. Retry (Process): a failed attempt (Try: Persist, then Ack) is
-//     tried again with backoff; no order is failed for it.
-//  3. An outage waits (Process): after FLASHSALE_WORKER_MAX_ATTEMPTS the
+//	persist = recovered(attempt)
+//	handle  = leased(acked(persist))          the reaper's one attempt (Handle)
+//	process = leased(retried(acked(persist))) the worker's batch (Process)
+//
+// The policies, in the order a failing batch meets them:
+//
+//  1. The lease (leased): while a batch is in hand its entries' idle time
+//     is renewed every third of FLASHSALE_TAKEOVER_MIN_IDLE, so the reaper
+//     never takes over the entries of a live consumer.
+//  2. Retry (retried): a failed attempt is tried again with backoff; no
+//     order is failed for it.
+//  3. An outage waits (retried): after FLASHSALE_WORKER_MAX_ATTEMPTS the
 //     worker asks MySQL whether it takes writes at all; while it does
 //     not, the batch waits, neither failed nor released, however long.
-//  4. The last try, order by order (lastTry): MySQL takes writes and the
-//     batch still fails; each order is tried alone, the stream entries
-//     whose orders all succeed are acknowledged, and an entry with an
-//     order that fails alone is left pending without a lease: the reaper
-//     takes it over and counts its deliveries.
+//  4. The last try, order by order (retried's lastTry): MySQL takes
+//     writes and the batch still fails; each order is tried alone, the
+//     stream entries whose orders all succeed are acknowledged, and an
+//     entry with an order that fails alone is left unacknowledged without
+//     a lease: the reaper takes it over and counts its deliveries.
 //  5. Rows refused (oneByOne, within an attempt): a batch MySQL refuses
 //     for the values of its rows is persisted order by order, and an
 //     order refused on its own is dead-lettered; every order refused the
 //     same way is the store's fault, an outage, and fails nothing.
-//  6. A panic (Persist, within an attempt): a bug is recovered, the
-//     batch is tried order by order, and only an order that panics on
-//     its own is dead-lettered.
+//  6. A panic (recovered): a bug is recovered, the batch is tried order
+//     by order, and only an order that panics on its own is
+//     dead-lettered.
 //  7. Dead letters (DeadLetter): an order that cannot be persisted is
 //     recorded failed in MySQL, its units given back, and copied to its
 //     partition's dead-letter stream.
 //
-// The reaper makes one attempt at the entries it takes over (Handle:
-// steps 1, 5 and 6) and dead-letters (7) an entry delivered
-// FLASHSALE_MAX_DELIVERIES times.
+// The acknowledgement (acked) follows a step that succeeded: its stream
+// entries' orders are all done. The reaper dead-letters (7) an entry
+// delivered FLASHSALE_MAX_DELIVERIES times.
 
 import (
 	"context"
@@ -48,56 +54,22 @@ import (
 	"github.com/flashsale/flashsale/pkg/settle"
 )
 
-// Process persists a batch a consumer read, holding its lease all the
-// while (1), until every stream entry is acknowledged or left to the
-// reaper, or ctx ends: a failure is retried with backoff (2); after
-// MaxAttempts failures, a MySQL that takes no writes is waited for (3),
-// and one that does gets the batch order by order (4).
-func (w *Orders) Process(ctx context.Context, orders []rdb.StreamOrder) {
-	defer w.HoldLease(ctx, orders)()
-	bo := backoff.New(w.cfg.RetryBackoff, backoff.MaxDefault)
-	for attempt := 1; ; attempt++ {
-		err := w.Try(ctx, orders)
-		if err == nil || ctx.Err() != nil {
-			return
-		}
-		w.metrics.retries.Inc()
-		log := w.log.With(append(ops.TraceFields(ctx), zap.Int("partition", orders[0].Partition), zap.Int("batch_size", len(orders)), zap.Int("attempt", attempt))...)
-		if attempt >= w.cfg.MaxAttempts {
-			if perr := w.db.Writable(ctx, w.cfg.Consumer); perr == nil {
-				log.Error("batch keeps failing while mysql accepts writes; trying entry by entry", zap.Error(err))
-				w.lastTry(ctx, orders)
-				return
-			} else if attempt == w.cfg.MaxAttempts || attempt%10 == 0 {
-				log.Warn("mysql does not accept writes; the batch waits", zap.Error(err), zap.NamedError("probe", perr))
-			}
-		} else if attempt == 1 || attempt%10 == 0 {
-			log.Warn("batch failed; retrying", zap.Error(err), zap.String("class", db.Classify(err).String()))
-		}
-		if bo.Wait(ctx) != nil {
-			return
-		}
-	}
+// A step does something to a batch of orders of one partition.
+type step func(ctx context.Context, orders []rdb.StreamOrder) error
+
+// layers composes the policies, each a layer around the one within.
+func (w *Orders) layers() {
+	attempt := func(ctx context.Context, orders []rdb.StreamOrder) error { return w.attempt(ctx, orders) }
+	w.persist = w.recovered(attempt)
+	w.handle = w.leased(w.acked(w.persist))
+	w.process = w.leased(w.retried(w.acked(w.persist)))
 }
 
-// lastTry tries each order of a batch that cannot succeed as a whole
-// once on its own, and acknowledges the stream entries whose orders all
-// succeeded (4). A stream entry with an order that still fails is left
-// pending without a lease, so the reaper takes it over and counts its
-// deliveries (its orders persisted here are found persisted then).
-func (w *Orders) lastTry(ctx context.Context, orders []rdb.StreamOrder) {
-	failed := map[string]bool{}
-	for _, e := range orders {
-		if err := w.Persist(ctx, []rdb.StreamOrder{e}); err != nil {
-			failed[e.StreamID] = true
-			w.metrics.abandoned.Inc()
-			w.log.Error("order cannot be persisted; its stream entry is left to the reaper", zap.Int("partition", e.Partition),
-				zap.String("stream_id", e.StreamID), zap.Int64("order_id", e.Order.ID), zap.Error(err))
-		}
-	}
-	done := slices.DeleteFunc(slices.Clone(orders), func(e rdb.StreamOrder) bool { return failed[e.StreamID] })
-	if err := w.Ack(ctx, done); err != nil {
-		w.log.Error("acknowledging the persisted entries failed; they are left to the reaper", zap.Error(err))
+// Process persists a batch a consumer read (process): until every stream
+// entry is acknowledged or left to the reaper, or ctx ends.
+func (w *Orders) Process(ctx context.Context, orders []rdb.StreamOrder) {
+	if len(orders) > 0 {
+		_ = w.process(ctx, orders)
 	}
 }
 
@@ -105,30 +77,23 @@ func (w *Orders) lastTry(ctx context.Context, orders []rdb.StreamOrder) {
 // partition (every order of each of those stream entries), holding their
 // lease meanwhile, and acknowledges the stream entries once every order
 // they carry is done: persisted (created, or recorded failed) or
-// dead-lettered. An error leaves them pending, to be tried again; orders
-// done before it stay done (a retry finds them persisted).
-// Malformed orders go to the dead-letter stream; orders MySQL refuses for
-// want of stock or by the per-user limit are recorded failed and their
-// units given back; a batch MySQL refuses for the values of its rows is
-// tried order by order (oneByOne), so one bad order never takes
-// its stream entry's other orders with it. The reaper calls Handle for the
-// stream entries it claims.
-// A panic (a bug) is recovered: the batch is retried order by order and
-// only an order that panics on its own is dead-lettered.
+// dead-lettered. An error leaves them unacknowledged, to be tried again;
+// orders done before it stay done (a retry finds them persisted). The
+// reaper calls it for the stream entries it takes over.
 func (w *Orders) Handle(ctx context.Context, orders []rdb.StreamOrder) error {
 	if len(orders) == 0 {
 		return nil
 	}
-	defer w.HoldLease(ctx, orders)()
-	return w.Try(ctx, orders)
+	return w.handle(ctx, orders)
 }
 
-// Try is Handle without the lease (for a caller that holds it).
-func (w *Orders) Try(ctx context.Context, orders []rdb.StreamOrder) error {
-	if err := w.Persist(ctx, orders); err != nil {
-		return err
+// leased holds the lease of the orders' stream entries while next runs
+// (1).
+func (w *Orders) leased(next step) step {
+	return func(ctx context.Context, orders []rdb.StreamOrder) error {
+		defer w.HoldLease(ctx, orders)()
+		return next(ctx, orders)
 	}
-	return w.Ack(ctx, orders)
 }
 
 // HoldLease renews this consumer's hold on the stream entries of orders
@@ -155,29 +120,103 @@ func (w *Orders) HoldLease(ctx context.Context, orders []rdb.StreamOrder) (stop 
 	return func() { cancel(); <-done }
 }
 
-// Persist is Try without the acknowledgement: every one of orders is
-// persisted, failed or dead-lettered when it returns nil. The caller
-// acknowledges their stream entries (Ack) once all their orders are
-// done.
+// Persist persists orders without acknowledging them (persist): every
+// one of them is persisted, failed or dead-lettered when it returns nil.
+// The caller, holding their lease, acknowledges their stream entries
+// (Ack) once all their orders are done.
 func (w *Orders) Persist(ctx context.Context, orders []rdb.StreamOrder) error {
-	if len(orders) == 0 {
-		return nil
-	}
-	panicked, err := guard(func() error { return w.attempt(ctx, orders) })
-	if panicked == nil {
-		return err
-	}
-	w.log.Error("panic while handling a batch; retrying order by order", zap.Any("panic", panicked), zap.Stack("stack"))
-	for _, e := range orders {
-		panicked, err := guard(func() error { return w.attempt(ctx, []rdb.StreamOrder{e}) })
-		if panicked != nil {
-			err = w.DeadLetter(ctx, e, fmt.Sprintf("panic: %v", panicked))
-		}
-		if err != nil {
+	return w.persist(ctx, orders)
+}
+
+// acked acknowledges the orders' stream entries once next succeeded:
+// every order they carry is done.
+func (w *Orders) acked(next step) step {
+	return func(ctx context.Context, orders []rdb.StreamOrder) error {
+		if err := next(ctx, orders); err != nil {
 			return err
 		}
+		return w.Ack(ctx, orders)
 	}
-	return nil
+}
+
+// retried runs next until it succeeds or ctx ends: a failure is retried
+// with backoff (2); after MaxAttempts failures, a MySQL that takes no
+// writes is waited for (3), and one that does gets the batch order by
+// order (4). It returns nil: what is not done is left to the reaper.
+func (w *Orders) retried(next step) step {
+	return func(ctx context.Context, orders []rdb.StreamOrder) error {
+		bo := backoff.New(w.cfg.RetryBackoff, backoff.MaxDefault)
+		for attempt := 1; ; attempt++ {
+			err := next(ctx, orders)
+			if err == nil || ctx.Err() != nil {
+				return nil
+			}
+			w.metrics.retries.Inc()
+			log := w.log.With(append(ops.TraceFields(ctx), zap.Int("partition", orders[0].Partition), zap.Int("batch_size", len(orders)), zap.Int("attempt", attempt))...)
+			if attempt >= w.cfg.MaxAttempts {
+				if perr := w.db.Writable(ctx, w.cfg.Consumer); perr == nil {
+					log.Error("batch keeps failing while mysql accepts writes; trying entry by entry", zap.Error(err))
+					w.lastTry(ctx, orders)
+					return nil
+				} else if attempt == w.cfg.MaxAttempts || attempt%10 == 0 {
+					log.Warn("mysql does not accept writes; the batch waits", zap.Error(err), zap.NamedError("probe", perr))
+				}
+			} else if attempt == 1 || attempt%10 == 0 {
+				log.Warn("batch failed; retrying", zap.Error(err), zap.String("class", db.Classify(err).String()))
+			}
+			if bo.Wait(ctx) != nil {
+				return nil
+			}
+		}
+	}
+}
+
+// lastTry tries each order of a batch that cannot succeed as a whole
+// once on its own, and acknowledges the stream entries whose orders all
+// succeeded (4). A stream entry with an order that still fails is left
+// unacknowledged without a lease, so the reaper takes it over and counts
+// its deliveries (its orders persisted here are found persisted then).
+func (w *Orders) lastTry(ctx context.Context, orders []rdb.StreamOrder) {
+	failed := map[string]bool{}
+	for _, e := range orders {
+		if err := w.persist(ctx, []rdb.StreamOrder{e}); err != nil {
+			failed[e.StreamID] = true
+			w.metrics.abandoned.Inc()
+			w.log.Error("order cannot be persisted; its stream entry is left to the reaper", zap.Int("partition", e.Partition),
+				zap.String("stream_id", e.StreamID), zap.Int64("order_id", e.Order.ID), zap.Error(err))
+		}
+	}
+	done := slices.DeleteFunc(slices.Clone(orders), func(e rdb.StreamOrder) bool { return failed[e.StreamID] })
+	if err := w.Ack(ctx, done); err != nil {
+		w.log.Error("acknowledging the persisted entries failed; they are left to the reaper", zap.Error(err))
+	}
+}
+
+// recovered runs next, and recovers a panic (a bug) in it (6): the batch
+// is then run order by order, and only an order that panics on its own
+// is dead-lettered. When it returns nil every one of orders is
+// persisted, failed or dead-lettered.
+func (w *Orders) recovered(next step) step {
+	return func(ctx context.Context, orders []rdb.StreamOrder) error {
+		if len(orders) == 0 {
+			return nil
+		}
+		panicked, err := guard(func() error { return next(ctx, orders) })
+		if panicked == nil {
+			return err
+		}
+		w.log.Error("panic while handling a batch; retrying order by order", zap.Any("panic", panicked), zap.Stack("stack"))
+		for _, e := range orders {
+			panicked, err := guard(func() error { return next(ctx, []rdb.StreamOrder{e}) })
+			if panicked != nil {
+				err = w.DeadLetter(ctx, e, fmt.Sprintf("panic: %v", panicked))
+			}
+			if err != nil {
+				return err
+			}
+		}
+		return nil
+	}
 }
 
 // guard runs f and turns a panic into a value.

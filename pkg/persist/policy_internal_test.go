@@ -49,7 +49,7 @@ func TestAPanicDeadLettersOnlyTheOrderThatPanicsAlone(t *testing.T) {
 		}
 		return o.persistOnce(ctx, batch)
 	}
-	require.NoError(t, o.Try(ctx, entries))
+	require.NoError(t, o.Handle(ctx, entries))
 	require.Equal(t, 4, attempts, "the batch, then each order alone")
 
 	for i, id := range ids {
