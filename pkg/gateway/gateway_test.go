@@ -145,7 +145,7 @@ func (f *fixture) createVoucher(body string) string {
 func (f *fixture) persist(id string) {
 	f.t.Helper()
 	w := persist.NewOrders(persist.Config{Consumer: "w"}, f.env.RDB, f.env.DB, zaptest.NewLogger(f.t), nil, nil)
-	ps, err := f.env.RDB.PartitionsOfVoucher(context.Background(), parseID(f.t, id))
+	ps, err := f.env.RDB.ReadVoucherPartitions(context.Background(), parseID(f.t, id))
 	require.NoError(f.t, err)
 	for _, p := range ps {
 		entries, err := f.env.RDB.ReadGroup(context.Background(), p, "w", ">", 100, 10*time.Millisecond)

@@ -119,9 +119,10 @@ func (s *Store) bucketsIn(v int64, l layout) []bucket {
 	return out
 }
 
-// PartitionsOfVoucher are the partitions whose streams may hold orders of
-// voucher v, as Redis knows it.
-func (s *Store) PartitionsOfVoucher(ctx context.Context, v int64) ([]int, error) {
+// ReadVoucherPartitions reads voucher v's layout in Redis and returns the
+// partitions whose streams may hold its orders (VoucherPartitions of what
+// it read, the new buckets too while it splits).
+func (s *Store) ReadVoucherPartitions(ctx context.Context, v int64) ([]int, error) {
 	l, err := s.layoutOf(ctx, v)
 	if err != nil {
 		return nil, err
@@ -129,8 +130,8 @@ func (s *Store) PartitionsOfVoucher(ctx context.Context, v int64) ([]int, error)
 	return s.VoucherPartitions(v, l.span()), nil
 }
 
-// VoucherPartitions are the partitions whose streams may hold orders of
-// voucher v, which has buckets buckets.
+// VoucherPartitions computes the partitions whose streams may hold orders
+// of voucher v, which has buckets buckets; it reads nothing.
 func (s *Store) VoucherPartitions(v int64, buckets int) []int {
 	var out []int
 	for b := range max(buckets, 1) {

@@ -176,7 +176,7 @@ func (s *Store) ScanStream(ctx context.Context, key string, page func([]redis.XM
 // buckets' partitions), home partition first. A partition's figures count
 // every voucher's entries in it, not only v's.
 func (s *Store) VoucherBacklog(ctx context.Context, v int64) ([]Backlog, error) {
-	parts, err := s.PartitionsOfVoucher(ctx, v)
+	parts, err := s.ReadVoucherPartitions(ctx, v)
 	if err != nil {
 		return nil, err
 	}
@@ -196,7 +196,7 @@ func (s *Store) VoucherBacklog(ctx context.Context, v int64) ([]Backlog, error) 
 // dead-lettered). The streams hold only such entries, so after a sale they
 // are short.
 func (s *Store) InFlight(ctx context.Context, v int64) (bool, error) {
-	parts, err := s.PartitionsOfVoucher(ctx, v)
+	parts, err := s.ReadVoucherPartitions(ctx, v)
 	if err != nil {
 		return false, err
 	}

@@ -153,7 +153,7 @@ func TestUserPendingFindsOrdersInEveryBucket(t *testing.T) {
 	busy, err := s.InFlight(ctx, 9)
 	require.NoError(t, err)
 	require.True(t, busy)
-	parts, err := s.PartitionsOfVoucher(ctx, 9)
+	parts, err := s.ReadVoucherPartitions(ctx, 9)
 	require.NoError(t, err)
 	for i, p := range parts { // the home partition first
 		es, err := s.ReadGroup(ctx, p, "w", ">", 100, 0)

@@ -109,7 +109,7 @@ func TestAHotVoucherIsSplitByItselfWhileItSells(t *testing.T) {
 	for _, step := range rdb.SplitSteps {
 		require.Contains(t, steps, step)
 	}
-	parts, err := e.RDB.PartitionsOfVoucher(ctx, v.ID)
+	parts, err := e.RDB.ReadVoucherPartitions(ctx, v.ID)
 	require.NoError(t, err)
 	require.Len(t, parts, 4, "its orders go to four partitions' streams now")
 

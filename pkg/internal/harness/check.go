@@ -78,7 +78,7 @@ func (s *Stack) WatchPersisted(ctx context.Context, voucher int64) *PersistWatch
 func (w *PersistWatch) Wait(ctx context.Context, n int64, timeout time.Duration) (time.Time, error) {
 	defer func() { w.stop(); <-w.done }()
 	deadline := time.Now().Add(timeout)
-	ps, err := w.s.RDB.PartitionsOfVoucher(ctx, w.voucher)
+	ps, err := w.s.RDB.ReadVoucherPartitions(ctx, w.voucher)
 	if err != nil {
 		return time.Time{}, err
 	}

@@ -728,7 +728,7 @@ func (s *Stack) killVoucherMaster(ctx context.Context, voucher int64, lag time.D
 	if s.Cluster == nil {
 		return nil, 0, fmt.Errorf("not a cluster")
 	}
-	parts, err := s.RDB.PartitionsOfVoucher(ctx, voucher)
+	parts, err := s.RDB.ReadVoucherPartitions(ctx, voucher)
 	if err != nil {
 		return nil, 0, err
 	}
