@@ -348,7 +348,7 @@ func (b *Batcher) work() {
 			claims = append(claims, r.claim)
 		}
 		b.send(live, claims, due)
-		if due.wasReleased() {
+		if due.wasFreed() {
 			return // a worker started in its place when its round trip was held
 		}
 		clear(batch)
@@ -356,11 +356,11 @@ func (b *Batcher) work() {
 	}
 }
 
-// release frees the place of a worker whose round trip a master holds: a
+// freeWorker frees the place of a worker whose round trip a master holds: a
 // worker starts in its place, and the dispatcher is handed a batch slice
 // as if the round trip had returned. The held worker ends when its round
 // trip does.
-func (b *Batcher) release() {
+func (b *Batcher) freeWorker() {
 	b.wg.Add(1) // the held worker's count is still held: Close waits for both
 	go b.work()
 	b.returned <- make([]*admitReq, 0, b.cfg.MaxBatch)
@@ -381,7 +381,7 @@ func (b *Batcher) send(live []*admitReq, claims []Claim, due *replyTimer) {
 	// its workers wait: the claims behind them are answered not sent,
 	// which is the truth.
 	if _, ok := b.s.c.(*redis.ClusterClient); ok {
-		due.releaseAt(time.Now().Add(b.cfg.Timeout), b.release)
+		due.freeAt(time.Now().Add(b.cfg.Timeout), b.freeWorker)
 	}
 	groups := b.s.byMaster(claims)
 	if groups == nil {
@@ -391,7 +391,7 @@ func (b *Batcher) send(live []*admitReq, claims []Claim, due *replyTimer) {
 	// Each master's claims go in a pipeline of their own: a cluster
 	// pipeline returns when its slowest node does, so a master being
 	// failed over would hold up every other master's claims. The worker
-	// is free again when the largest group returns (or is released).
+	// is free again when the largest group returns (or is freed).
 	for k := len(groups) - 1; k >= 0; k-- {
 		rs, cs := make([]*admitReq, len(groups[k])), make([]Claim, len(groups[k]))
 		for j, i := range groups[k] {
@@ -477,42 +477,42 @@ func (b *Batcher) answer(r *admitReq, res admitResult) bool {
 // from round trip to round trip (no allocation a claim). A fire that
 // runs late, into the next round trip, only answers what is due then.
 //
-// A worker's timer also frees the worker's place (release) when its
-// round trip lasts past releaseBy, if set (releaseAt, before start).
+// A worker's timer also frees the worker's place (free) when its
+// round trip lasts past freeBy, if set (freeAt, before start).
 type replyTimer struct {
-	mu        sync.Mutex
-	reqs      []*admitReq
-	t         *time.Timer
-	ended     bool
-	releaseBy time.Time
-	release   func()
-	released  bool
+	mu     sync.Mutex
+	reqs   []*admitReq
+	t      *time.Timer
+	ended  bool
+	freeBy time.Time
+	free   func()
+	freed  bool
 }
 
-// releaseAt has the next round trip call release if it lasts past at.
-func (rt *replyTimer) releaseAt(at time.Time, release func()) {
+// freeAt has the next round trip call free if it lasts past at.
+func (rt *replyTimer) freeAt(at time.Time, free func()) {
 	rt.mu.Lock()
 	defer rt.mu.Unlock()
-	rt.releaseBy, rt.release = at, release
+	rt.freeBy, rt.free = at, free
 }
 
 // start watches reqs, sent now.
 func (rt *replyTimer) start(reqs []*admitReq) {
 	rt.mu.Lock()
 	defer rt.mu.Unlock()
-	rt.reqs, rt.ended, rt.released = reqs, false, false
+	rt.reqs, rt.ended, rt.freed = reqs, false, false
 	rt.arm()
 }
 
-// wasReleased says whether the last round trip freed its worker's place.
-func (rt *replyTimer) wasReleased() bool {
+// wasFreed says whether the last round trip freed its worker's place.
+func (rt *replyTimer) wasFreed() bool {
 	rt.mu.Lock()
 	defer rt.mu.Unlock()
-	return rt.released
+	return rt.freed
 }
 
 // arm sets the timer for the earliest reply due of the claims still sent,
-// or the release, whichever is first.
+// or the freeing, whichever is first.
 func (rt *replyTimer) arm() {
 	var first time.Time
 	for _, r := range rt.reqs {
@@ -520,8 +520,8 @@ func (rt *replyTimer) arm() {
 			first = r.replyBy
 		}
 	}
-	if !rt.releaseBy.IsZero() && !rt.released && (first.IsZero() || rt.releaseBy.Before(first)) {
-		first = rt.releaseBy
+	if !rt.freeBy.IsZero() && !rt.freed && (first.IsZero() || rt.freeBy.Before(first)) {
+		first = rt.freeBy
 	}
 	if first.IsZero() {
 		return
@@ -545,9 +545,9 @@ func (rt *replyTimer) fire() {
 			r.done <- admitResult{err: errNoReply}
 		}
 	}
-	if !rt.releaseBy.IsZero() && !rt.released && !now.Before(rt.releaseBy) {
-		rt.released = true
-		rt.release()
+	if !rt.freeBy.IsZero() && !rt.freed && !now.Before(rt.freeBy) {
+		rt.freed = true
+		rt.free()
 	}
 	rt.arm()
 }
@@ -559,7 +559,7 @@ var errNoReply = fmt.Errorf("%w: no reply within the claim's time", ErrOutcomeUn
 func (rt *replyTimer) stop() {
 	rt.mu.Lock()
 	defer rt.mu.Unlock()
-	rt.ended, rt.reqs, rt.releaseBy, rt.release = true, nil, time.Time{}, nil
+	rt.ended, rt.reqs, rt.freeBy, rt.free = true, nil, time.Time{}, nil
 	if rt.t != nil {
 		rt.t.Stop()
 	}
