@@ -18,9 +18,11 @@
 --                                          in the partition (read only when the voucher is missing)
 -- KEYS[5] -> flashsale:{pP}:backlog        the partition's orders in stream entries not yet
 --                                          acknowledged (ack.lua takes them off)
+-- KEYS[6] -> flashsale:{pP}:v:V:dirty      while the bucket pre-copies (below), the records its
+--                                          admissions wrote of the users who move, for the splitter
 -- and then, nd being #ARGV - 6, the number of days the call's claims fall on (nearly always 1):
--- KEYS[5+j] -> flashsale:{pP}:v:V:day:D   hash user -> units taken on day D, the call's j-th day
--- KEYS[5+nd+k] -> the call's k-th named key: an idempotency record, flashsale:{pP}:v:V:idem:U:K, or a
+-- KEYS[6+j] -> flashsale:{pP}:v:V:day:D   hash user -> units taken on day D, the call's j-th day
+-- KEYS[6+nd+k] -> the call's k-th named key: an idempotency record, flashsale:{pP}:v:V:idem:U:K, or a
 --                                          proof of work's single use, flashsale:{pP}:v:V:proof:S (S its
 --                                          challenge's signature), each named by the claim that has one
 --
@@ -136,8 +138,7 @@
 -- Before the freeze a bucket of a splitting voucher holds "N~M"
 -- (pre-copy, pkg/rdb split.go): it decides every claim, and names the
 -- records it writes of the users whose bucket of M is another in its
--- dirty list, KEYS[1]:dirty (a key of KEYS[1]'s slot, not in KEYS: no
--- caller knows when a bucket pre-copies), for the splitter to copy.
+-- dirty list, KEYS[6], for the splitter to copy.
 -- A call whose stream entry cannot be numbered (sequence 128 or more),
 -- or whose entry's id is past the horizon, changes nothing from the claim
 -- that began that entry's orders on (the proofs of work those claims
@@ -177,20 +178,20 @@ while at <= #lines do
   end
   nows[n] = base + (tonumber(dt) or 0)
   qtys[n] = tonumber(qty) or 1
-  day_keys[n], day_args[n] = KEYS[5 + d], ARGV[6 + d]
+  day_keys[n], day_args[n] = KEYS[6 + d], ARGV[6 + d]
   codes[n] = code
   if pass ~= '' and pass ~= '0' then
     pass_places[n], pass_exps[n] = string.match(pass, '^(%d+):(%-?%d+)$')
   end
   idem = tonumber(idem) or 0
   if idem > 0 then
-    idems[n], idem_ttls[n] = KEYS[5 + nd + idem], idem_ttl
+    idems[n], idem_ttls[n] = KEYS[6 + nd + idem], idem_ttl
     keyed[#keyed + 1] = n
     idem_keys[#idem_keys + 1] = idems[n]
   end
   proof = tonumber(proof) or 0
   if proof > 0 then
-    proofs[n], proof_maxes[n], proof_ttls[n] = KEYS[5 + nd + proof], tonumber(proof_max), proof_ttl
+    proofs[n], proof_maxes[n], proof_ttls[n] = KEYS[6 + nd + proof], tonumber(proof_max), proof_ttl
   end
 end
 local out = {}
@@ -275,7 +276,7 @@ if buckets ~= tonumber(ARGV[2]) then
 end
 -- Pre-copy (pre, the buckets the voucher splits into): the records this
 -- call writes of users whose bucket of pre is another, with their values,
--- for the splitter to copy without reading them here (KEYS[1]:dirty,
+-- for the splitter to copy without reading them here (KEYS[6],
 -- split.lua): "u:USER COUNT", "day:D USER COUNT", and the keys
 -- "idem:USER:K VALUE EXP_MS", "proof:S 1 EXP_MS". Made only then: a
 -- call of a bucket not splitting makes none of it.
@@ -593,7 +594,7 @@ if pre then
     end
   end
   if #dirty_log > 0 then
-    redis.call('RPUSH', KEYS[1] .. ':dirty', unpack(dirty_log))
+    redis.call('RPUSH', KEYS[6], unpack(dirty_log))
   end
 end
 return out

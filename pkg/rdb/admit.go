@@ -327,9 +327,8 @@ func rerouted(reply any) (n int64, ok bool) {
 // names a key of its own only for an idempotency record or a proof.
 type admitCall struct {
 	b       bucket
-	key     string // b.key()
-	n       int    // the voucher's buckets, as the call was routed
-	vid     int64
+	keys    *callKeys
+	n       int // the voucher's buckets, as the call was routed
 	claims  []int
 	base    int64    // the call's time, unix ms: ARGV[4]
 	lines   []byte   // ARGV[5]: a line per claim
@@ -383,14 +382,14 @@ func (c *admitCall) cmd(ctx context.Context, s *Store) *redis.Cmd {
 // keys, the keys and the arguments.
 func (c *admitCall) evalsha(s *Store) []any {
 	part := s.admitKeys[c.b.p]
-	nkeys := 5 + len(c.days) + len(c.named)
+	nkeys := 6 + len(c.days) + len(c.named)
 	a := make([]any, 0, 3+nkeys+6+len(c.days))
-	a = append(a, "evalsha", admitSha, nkeys, c.key, part[0], poolKey(c.key), part[1], part[2])
+	a = append(a, "evalsha", admitSha, nkeys, c.keys.key, part[0], c.keys.pool, part[1], part[2], c.keys.dirty)
 	for _, d := range c.days {
-		a = append(a, dayKey(c.key, d))
+		a = append(a, dayKey(c.keys.name, d))
 	}
 	a = append(a, c.named...)
-	a = append(a, c.vid, c.n, dayTTLArg, c.base, c.lines, s.horizonArg(c.horizon))
+	a = append(a, c.keys.vid, c.n, dayTTLArg, c.base, c.lines, s.horizonArg(c.horizon))
 	for _, d := range c.days {
 		a = append(a, d)
 	}
@@ -408,6 +407,38 @@ func (s *Store) AdmissionCall(claims []Claim) []any {
 	}
 	calls := s.admitCalls(claims, pending)
 	return calls[0].evalsha(s)[2:]
+}
+
+// callKeys are what every admission call of a bucket sends alike, boxed
+// once for the process (boxing a string or an int64 allocates): the
+// bucket's keys (KEYS[1], KEYS[3], KEYS[6]) and its voucher id (ARGV[1]);
+// name is KEYS[1] as a string, the prefix of the call's other keys.
+type callKeys struct {
+	name                  string
+	key, pool, dirty, vid any
+}
+
+// maxCallKeys bounds the buckets whose callKeys a process keeps: past it
+// they are forgotten and built again as calls need them.
+const maxCallKeys = 1 << 14
+
+// callKeysOf returns bucket b's callKeys.
+func (s *Store) callKeysOf(b bucket) *callKeys {
+	s.callKeysMu.RLock()
+	k := s.callKeys[b]
+	s.callKeysMu.RUnlock()
+	if k != nil {
+		return k
+	}
+	name := b.key()
+	k = &callKeys{name: name, key: name, pool: poolKey(name), dirty: b.dirty(), vid: b.v}
+	s.callKeysMu.Lock()
+	if len(s.callKeys) >= maxCallKeys {
+		clear(s.callKeys)
+	}
+	s.callKeys[b] = k
+	s.callKeysMu.Unlock()
+	return k
 }
 
 // horizonArg is horizon (unix ms) boxed as the call's ARGV[6]: once for
@@ -467,7 +498,7 @@ func (s *Store) admitCalls(claims []Claim, pending []int) []admitCall {
 		if k < 0 {
 			k = len(calls)
 			room := min(len(pending), maxClaimsPerCall) // most batches are one call
-			calls = append(calls, admitCall{b: b, key: b.key(), n: n, vid: c.VoucherID,
+			calls = append(calls, admitCall{b: b, keys: s.callKeysOf(b), n: n,
 				claims: make([]int, 0, room), base: c.Now.UnixMilli(), lines: make([]byte, 0, 32*room)})
 		}
 		call := &calls[k]
@@ -499,11 +530,11 @@ func (call *admitCall) line(buf []byte, c Claim) []byte {
 	f[lineDay] = int64(d + 1)
 	f[lineAccess] = int64(c.Access)
 	if c.IdempotencyKey != "" {
-		call.named = append(call.named, idemKey(call.key, c.UserID, c.IdempotencyKey))
+		call.named = append(call.named, idemKey(call.keys.name, c.UserID, c.IdempotencyKey))
 		f[lineIdem], f[lineIdemTTL] = int64(len(call.named)), max(int64(c.IdempotencyTTL/time.Second), 1)
 	}
 	if c.Proof.ID != "" {
-		key, m, ttl := c.Proof.Args(call.key)
+		key, m, ttl := c.Proof.Args(call.keys.name)
 		call.named = append(call.named, key)
 		f[lineProof], f[lineProofMax], f[lineProofTTL] = int64(len(call.named)), m, ttl
 	}

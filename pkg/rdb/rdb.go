@@ -97,6 +97,9 @@ type Store struct {
 	admitKeys [][3]any
 	// horizon is the last call's horizon, boxed (horizonArg).
 	horizon atomic.Pointer[boxedHorizon]
+	// callKeys are the admission calls' keys by bucket (callKeysOf).
+	callKeysMu sync.RWMutex
+	callKeys   map[bucket]*callKeys
 }
 
 // New returns a Store over client with the given number of stream partitions
@@ -108,7 +111,8 @@ func New(client redis.UniversalClient, partitions int, group string) (*Store, er
 	if group == "" {
 		group = DefaultGroup
 	}
-	s := &Store{c: client, partitions: partitions, group: group, loaded: make([]string, partitions), admitKeys: make([][3]any, partitions)}
+	s := &Store{c: client, partitions: partitions, group: group, loaded: make([]string, partitions), admitKeys: make([][3]any, partitions),
+		callKeys: map[bucket]*callKeys{}}
 	for p := range partitions {
 		s.loaded[p] = LoadedKey(p)
 		s.admitKeys[p] = [3]any{StreamKey(p), s.loaded[p], BacklogKey(p)}

@@ -61,7 +61,7 @@ func TestAClaimLineCarriesOnlyWhatDiffersFromTheDefaults(t *testing.T) {
 		{Claim{UserID: "hal", Now: now, Day: today, Proof: Proof{ID: "sig", Max: 500, TTL: 1500 * time.Millisecond}},
 			"hal 0 0 1 1 0 0 0 0 1 500 2\n"},
 	} {
-		call := &admitCall{key: "flashsale:{p0}:v:1", base: now.UnixMilli(), days: []string{today}}
+		call := &admitCall{keys: &callKeys{name: "flashsale:{p0}:v:1"}, base: now.UnixMilli(), days: []string{today}}
 		require.Equal(t, tc.want, string(call.line(nil, tc.c)), "%+v", tc.c)
 	}
 }
