@@ -142,7 +142,8 @@ func (w *Orders) acked(next step) step {
 // retried runs next until it succeeds or ctx ends: a failure is retried
 // with backoff (2); after MaxAttempts failures, a MySQL that takes no
 // writes is waited for (3), and one that does gets the batch order by
-// order (4). It returns nil: what is not done is left to the reaper.
+// order (4): that last try is persist's and Ack's, order by order, not
+// next's. It returns nil: what is not done is left to the reaper.
 func (w *Orders) retried(next step) step {
 	return func(ctx context.Context, orders []rdb.StreamOrder) error {
 		bo := backoff.New(w.cfg.RetryBackoff, backoff.MaxDefault)

@@ -34,8 +34,8 @@ var (
 	// user).
 	ErrAlreadyEntered = errors.New("already entered")
 	// ErrProofRequired means the voucher has a proof-of-work gate and the claim
-	// carried no proof; ErrProofInvalid: its proof was too easy for the
-	// gate, or used before.
+	// carried no proof, and ErrProofInvalid that its proof was too easy
+	// for the gate, or used before.
 	ErrProofRequired = errors.New("proof of work required")
 	ErrProofInvalid  = errors.New("proof of work too easy or used before")
 	// ErrNotAdmitted means the voucher has a waiting room (pkg/room) and the
@@ -97,7 +97,9 @@ type Store struct {
 	admitKeys [][3]any
 	// horizon is the last call's horizon, boxed (horizonArg).
 	horizon atomic.Pointer[boxedHorizon]
-	// callKeys are the admission calls' keys by bucket (callKeysOf).
+	// callKeys are the admission calls' keys by bucket (callKeysOf): a
+	// map under a lock, as a sync.Map would box the bucket of each
+	// lookup, an allocation a call.
 	callKeysMu sync.RWMutex
 	callKeys   map[bucket]*callKeys
 }

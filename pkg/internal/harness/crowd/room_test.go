@@ -110,8 +110,7 @@ func TestAWaitingRoomEndToEnd(t *testing.T) {
 	// (500 units: 1.25, bound 6.7). How many more depends on the machine:
 	// all 50 on an idle one, 45 at a load of 24 to 27, their claims then
 	// waiting behind the crowd's in the client's connections.
-	chance := float64(cfg.Fast) * float64(cfg.Stock) / float64(cfg.Users)
-	require.Greater(t, float64(off.FastBought), chance+4*math.Sqrt(chance*(1-float64(cfg.Stock)/float64(cfg.Users)))+1,
+	require.Greater(t, float64(off.FastBought), fourSigmas(cfg.Fast, float64(cfg.Stock)/float64(cfg.Users)),
 		"without a room the fast clients win more than their share")
 	// With one they win what their place in the shuffled pre-queue gives:
 	// every fast client is in it, a share p of it is admitted, and an
@@ -121,10 +120,16 @@ func TestAWaitingRoomEndToEnd(t *testing.T) {
 	// slow run, p = 0.54: 25 units is their share there, not an edge).
 	require.NotNil(t, on.Story)
 	p := min(1, float64(on.Story.Admitted)/float64(on.Prequeued))
-	mean := float64(cfg.Fast) * p
-	bound := mean + 4*math.Sqrt(mean*(1-p)) + 1
-	t.Logf("fast clients: %d units; their share of the pre-queue's admissions %.1f (p %.2f), bound %.1f", on.FastBought, mean, p, bound)
+	bound := fourSigmas(cfg.Fast, p)
+	t.Logf("fast clients: %d units; their share of the pre-queue's admissions %.1f (p %.2f), bound %.1f", on.FastBought, float64(cfg.Fast)*p, p, bound)
 	require.LessOrEqual(t, float64(on.FastBought), bound, "with one they win their share of the pre-queue, no more")
+}
+
+// fourSigmas bounds how many of n people win when each wins with
+// chance p: the mean np, four standard deviations above it, and one.
+func fourSigmas(n int, p float64) float64 {
+	mean := float64(n) * p
+	return mean + 4*math.Sqrt(mean*(1-p)) + 1
 }
 
 // The room on a Redis Cluster of three masters: its keys in the voucher's
