@@ -136,7 +136,7 @@
 -- field, N its number now and M the new one, once frozen; a new bucket
 -- not yet open "M>0", and answers 21 to every claim).
 -- Before the freeze a bucket of a splitting voucher holds "N~M"
--- (pre-copy, pkg/rdb split.go): it decides every claim, and names the
+-- (pre-copy, pkg/rdb/split): it decides every claim, and names the
 -- records it writes of the users whose bucket of M is another in its
 -- dirty list, KEYS[6], for the splitter to copy.
 -- A call whose stream entry cannot be numbered (sequence 128 or more),
@@ -262,7 +262,7 @@ if not v[1] then
   return all(1)
 end
 local buckets, split, pre = tonumber(v[8] or 1), nil, nil
-if not buckets then -- 1 when absent; "N~M" or "N>M" while splitting (pkg/rdb split.go)
+if not buckets then -- 1 when absent; "N~M" or "N>M" while splitting (pkg/rdb/split)
   local from, state, to = string.match(v[8], '^(%d+)([~>])(%d*)$')
   buckets = tonumber(from)
   if state == '~' then

@@ -34,7 +34,7 @@
 --
 -- While a bucket pre-copies ("N~M", split.lua) a change is applied as at
 -- any time: the split copies bucket 0's settings and changes applied into
--- the new buckets again once the old ones are frozen (pkg/rdb split.go,
+-- the new buckets again once the old ones are frozen (pkg/rdb/split,
 -- open). A new end waits (the new buckets' records are copied with the
 -- keys' expiry as it was), and so does a waiting room (never put on a
 -- voucher splitting); any change waits while a bucket is frozen ("N>M":

@@ -1,5 +1,5 @@
 -- split.lua: one step of splitting a voucher's buckets from N to M (a
--- multiple of N) while its sale runs, on one bucket (pkg/rdb split.go
+-- multiple of N) while its sale runs, on one bucket (pkg/rdb/split
 -- runs the steps, in order, and resumes them after a crash: each step is
 -- a no-op when done already).
 --

@@ -9,7 +9,7 @@ import (
 
 // AskSplit asks for voucher id's Redis buckets to be split to to while
 // its sale runs (split_to): the reaper's splitter does it (SplitsOwed,
-// rdb.Store.Split, SplitDone). check vets the voucher as it is, locked
+// split.Splitter.Split, SplitDone). check vets the voucher as it is, locked
 // (pkg/voucher's rules); its error is returned as it is. It returns the
 // voucher as asked and the action by did (recorded with it; none when
 // the split was asked already).

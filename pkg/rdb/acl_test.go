@@ -10,6 +10,7 @@ import (
 
 	"github.com/flashsale/flashsale/pkg/internal/testsrv"
 	"github.com/flashsale/flashsale/pkg/rdb"
+	"github.com/flashsale/flashsale/pkg/rdb/split"
 )
 
 // Each role's ACL user can do its work and nothing else: not another
@@ -84,7 +85,7 @@ func TestACLUsersAreRestricted(t *testing.T) {
 	// while the voucher pre-copies (admit.lua names its moving users).
 	require.NoError(t, s.PutVoucher(ctx, rdb.Voucher{ID: 3, Stock: 100, PerUserLimit: 1}))
 	var claimed int
-	rp.OnSplitStep(func(step string) error {
+	splitter := split.New(rp).BeforeStep(func(step string) error {
 		if step == "copy" { // pre-copying: every claim is decided
 			for i := range 16 {
 				if _, err := s.Admit(ctx, keyedClaim(3, fmt.Sprintf("buyer-%d", i), "k")); err != nil {
@@ -95,7 +96,7 @@ func TestACLUsersAreRestricted(t *testing.T) {
 		}
 		return nil
 	})
-	_, err = rp.Split(ctx, 3, 4)
+	_, err = splitter.Split(ctx, 3, 4)
 	require.NoError(t, err, "the reaper splits, the gateway admits meanwhile")
 	require.Equal(t, 16, claimed)
 

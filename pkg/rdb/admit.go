@@ -17,6 +17,7 @@ import (
 
 	"github.com/flashsale/flashsale/lua"
 	"github.com/flashsale/flashsale/pkg/order"
+	"github.com/flashsale/flashsale/pkg/rdb/internal/keyspace"
 )
 
 // Claim is one user's request for Quantity units (or one item, or one
@@ -105,8 +106,8 @@ func (s *Store) Replay(ctx context.Context, c Claim) (a Admission, ok bool, err 
 	}
 	b := s.userBucketOf(c.VoucherID, c.UserID, s.knownBuckets(c.VoucherID))
 	pipe := s.c.Pipeline()
-	get := pipe.Get(ctx, b.idem(c.UserID, c.IdempotencyKey))
-	draw := pipe.HGet(ctx, b.key(), "draw") // a draw's admission is an entry
+	get := pipe.Get(ctx, b.Idem(c.UserID, c.IdempotencyKey))
+	draw := pipe.HGet(ctx, b.Key(), "draw") // a draw's admission is an entry
 	_, err = pipe.Exec(ctx)
 	rec, gerr := get.Result()
 	switch {
@@ -116,11 +117,11 @@ func (s *Store) Replay(ctx context.Context, c Claim) (a Admission, ok bool, err 
 		return Admission{}, false, fmt.Errorf("replay: %w", err)
 	}
 	pos, item, _ := strings.Cut(rec, " ") // the record: "POSITION[ ITEM]"
-	if a, err = admissionAt(pos, b.p, item); err != nil {
+	if a, err = admissionAt(pos, b.P, item); err != nil {
 		return Admission{}, false, err
 	}
 	a.Replayed, a.Entry = true, draw.Val() == "1"
-	if err := s.waitWritten(ctx, b.p); err != nil { // as a replay by the script waits
+	if err := s.waitWritten(ctx, b.P); err != nil { // as a replay by the script waits
 		return Admission{}, false, err
 	}
 	return a, true, nil
@@ -204,7 +205,7 @@ type roundTrip struct {
 func (s *Store) send(ctx context.Context, calls []admitCall, rt roundTrip) error {
 	parts := make([]int, len(calls))
 	for j, c := range calls {
-		parts[j] = c.b.p
+		parts[j] = c.b.P
 	}
 	groups, err := s.admitGroups(ctx, parts)
 	if err != nil {
@@ -267,12 +268,12 @@ func (s *Store) read(ctx context.Context, claims []Claim, calls []admitCall, rt 
 				again = append(again, i)
 				continue
 			}
-			out[i], errs[i] = admission(replies[k], c.b.p)
+			out[i], errs[i] = admission(replies[k], c.b.P)
 			if errs[i] == nil && rt.unreplicated[j] != nil {
 				errs[i] = rt.unreplicated[j] // admitted on the master, not known to survive it
 			}
 			if errs[i] == nil && out[i].Replayed && replays != nil {
-				replays[c.b.p] = append(replays[c.b.p], i)
+				replays[c.b.P] = append(replays[c.b.P], i)
 			}
 		}
 	}
@@ -381,12 +382,12 @@ func (c *admitCall) cmd(ctx context.Context, s *Store) *redis.Cmd {
 // evalsha is the call's EVALSHA command: the script's SHA, the number of
 // keys, the keys and the arguments.
 func (c *admitCall) evalsha(s *Store) []any {
-	part := s.admitKeys[c.b.p]
+	part := s.admitKeys[c.b.P]
 	nkeys := 6 + len(c.days) + len(c.named)
 	a := make([]any, 0, 3+nkeys+6+len(c.days))
 	a = append(a, "evalsha", admitSha, nkeys, c.keys.key, part[0], c.keys.pool, part[1], part[2], c.keys.dirty)
 	for _, d := range c.days {
-		a = append(a, dayKey(c.keys.name, d))
+		a = append(a, keyspace.DayKey(c.keys.name, d))
 	}
 	a = append(a, c.named...)
 	a = append(a, c.keys.vid, c.n, dayTTLArg, c.base, c.lines, s.horizonArg(c.horizon))
@@ -430,8 +431,8 @@ func (s *Store) callKeysOf(b bucket) *callKeys {
 	if k != nil {
 		return k
 	}
-	name := b.key()
-	k = &callKeys{name: name, key: name, pool: poolKey(name), dirty: b.dirty(), vid: b.v}
+	name := b.Key()
+	k = &callKeys{name: name, key: name, pool: keyspace.PoolKey(name), dirty: b.Dirty(), vid: b.V}
 	s.callKeysMu.Lock()
 	if len(s.callKeys) >= maxCallKeys {
 		clear(s.callKeys)
@@ -530,7 +531,7 @@ func (call *admitCall) line(buf []byte, c Claim) []byte {
 	f[lineDay] = int64(d + 1)
 	f[lineAccess] = int64(c.Access)
 	if c.IdempotencyKey != "" {
-		call.named = append(call.named, idemKey(call.keys.name, c.UserID, c.IdempotencyKey))
+		call.named = append(call.named, keyspace.IdemKey(call.keys.name, c.UserID, c.IdempotencyKey))
 		f[lineIdem], f[lineIdemTTL] = int64(len(call.named)), max(int64(c.IdempotencyTTL/time.Second), 1)
 	}
 	if c.Proof.ID != "" {
@@ -653,7 +654,7 @@ func admission(res any, p int) (Admission, error) {
 // admissionAt is the admission of the order at stream position pos of
 // partition p, with the item it took (raw, "" for units). A position
 // "ms-P@Q" is of partition Q: an idempotency record a split copied into
-// another bucket than the one that admitted it (split.go).
+// another bucket than the one that admitted it (pkg/rdb/split).
 func admissionAt(pos string, p int, raw string) (Admission, error) {
 	if at, q, ok := strings.Cut(pos, "@"); ok {
 		n, err := strconv.Atoi(q)

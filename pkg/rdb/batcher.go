@@ -579,7 +579,7 @@ func (s *Store) byMaster(claims []Claim) [][]int {
 	master := map[string]int{} // master -> its group
 	var groups [][]int
 	for i, c := range claims {
-		p := s.userBucketOf(c.VoucherID, c.UserID, s.knownBuckets(c.VoucherID)).p
+		p := s.userBucketOf(c.VoucherID, c.UserID, s.knownBuckets(c.VoucherID)).P
 		k, seen := group[p]
 		if !seen {
 			n, err := cc.MasterForKey(ctx, StreamKey(p))

@@ -14,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/flashsale/flashsale/lua"
+	"github.com/flashsale/flashsale/pkg/rdb/internal/keyspace"
 )
 
 // A hot voucher (stock_buckets N > 1) spreads its stock over N buckets in
@@ -36,7 +37,7 @@ import (
 
 // knownBuckets is the number of buckets this process has seen voucher v
 // have, 1 when it has not seen v: admit.lua tells a claim routed by the
-// wrong number (a split raises it while the sale runs, split.go).
+// wrong number (a split raises it while the sale runs, pkg/rdb/split).
 func (s *Store) knownBuckets(v int64) int {
 	if n, ok := s.buckets.Load(v); ok {
 		return n.(int)
@@ -44,52 +45,24 @@ func (s *Store) knownBuckets(v int64) int {
 	return 1
 }
 
-// layout is how a voucher's stock is spread: over n buckets, and, while
-// it splits (split.go), into to (0 when it does not).
-type layout struct{ n, to int }
-
-// span is the number of buckets that exist: to while splitting.
-func (l layout) span() int { return max(l.n, l.to) }
-
 // layoutOf reads voucher v's layout from its bucket 0 (1 bucket when Redis
 // does not hold v): read anew each time, since a split changes it. The
 // admission path routes by knownBuckets instead, which admit.lua corrects.
-func (s *Store) layoutOf(ctx context.Context, v int64) (layout, error) {
-	raw, err := s.c.HMGet(ctx, s.bucketOf(v, 0).key(), "stock", "buckets").Result()
+func (s *Store) layoutOf(ctx context.Context, v int64) (keyspace.Layout, error) {
+	raw, err := s.c.HMGet(ctx, s.bucketOf(v, 0).Key(), "stock", "buckets").Result()
 	if err != nil {
-		return layout{}, fmt.Errorf("read buckets of voucher %d: %w", v, err)
+		return keyspace.Layout{}, fmt.Errorf("read buckets of voucher %d: %w", v, err)
 	}
 	if raw[0] == nil {
-		return layout{n: 1}, nil
+		return keyspace.Layout{N: 1}, nil
 	}
 	str, _ := raw[1].(string)
-	l, err := parseLayout(str)
+	l, err := keyspace.ParseLayout(str)
 	if err != nil {
 		return l, fmt.Errorf("voucher %d: %w", v, err)
 	}
-	if l.to == 0 {
-		s.buckets.Store(v, l.n)
-	}
-	return l, nil
-}
-
-// parseLayout reads a bucket's buckets field (split.lua): "N", "N~M" or
-// "N>M" (splitting from N to M: pre-copying, frozen), "" (1).
-func parseLayout(str string) (layout, error) {
-	if str == "" {
-		return layout{n: 1}, nil
-	}
-	from, to, splitting := strings.Cut(str, ">")
-	if !splitting {
-		from, to, splitting = strings.Cut(str, "~")
-	}
-	n, err := strconv.Atoi(from)
-	l := layout{n: n}
-	if err == nil && splitting {
-		l.to, err = strconv.Atoi(to)
-	}
-	if err != nil || n < 1 || n > MaxBuckets || l.to < 0 || l.to > MaxBuckets {
-		return layout{}, fmt.Errorf("bad buckets %q", str)
+	if l.To == 0 {
+		s.buckets.Store(v, l.N)
 	}
 	return l, nil
 }
@@ -97,7 +70,7 @@ func parseLayout(str string) (layout, error) {
 // bucketsOf is voucher v's number of buckets now (layoutOf).
 func (s *Store) bucketsOf(ctx context.Context, v int64) (int, error) {
 	l, err := s.layoutOf(ctx, v)
-	return l.n, err
+	return l.N, err
 }
 
 // bucketsOfVoucher lists voucher v's buckets: every one that exists, the
@@ -111,8 +84,8 @@ func (s *Store) bucketsOfVoucher(ctx context.Context, v int64) ([]bucket, error)
 }
 
 // bucketsIn lists the buckets of voucher v laid out as l.
-func (s *Store) bucketsIn(v int64, l layout) []bucket {
-	out := make([]bucket, l.span())
+func (s *Store) bucketsIn(v int64, l keyspace.Layout) []bucket {
+	out := make([]bucket, l.Span())
 	for i := range out {
 		out[i] = s.bucketOf(v, i)
 	}
@@ -127,7 +100,7 @@ func (s *Store) ReadVoucherPartitions(ctx context.Context, v int64) ([]int, erro
 	if err != nil {
 		return nil, err
 	}
-	return s.VoucherPartitions(v, l.span()), nil
+	return s.VoucherPartitions(v, l.Span()), nil
 }
 
 // VoucherPartitions computes the partitions whose streams may hold orders
@@ -135,7 +108,7 @@ func (s *Store) ReadVoucherPartitions(ctx context.Context, v int64) ([]int, erro
 func (s *Store) VoucherPartitions(v int64, buckets int) []int {
 	var out []int
 	for b := range max(buckets, 1) {
-		if p := s.bucketOf(v, b).p; !slices.Contains(out, p) {
+		if p := s.bucketOf(v, b).P; !slices.Contains(out, p) {
 			out = append(out, p)
 		}
 	}
@@ -177,9 +150,9 @@ func (s *Store) readStocks(ctx context.Context, v int64, n int) (bucketStocks, e
 	stocks := make([]*redis.StringCmd, n)
 	outs := make([]*redis.MapStringStringCmd, n)
 	for b := range n {
-		stocks[b] = pipe.HGet(ctx, s.bucketOf(v, b).key(), "stock")
+		stocks[b] = pipe.HGet(ctx, s.bucketOf(v, b).Key(), "stock")
 		if n > 1 {
-			outs[b] = pipe.HGetAll(ctx, s.bucketOf(v, b).movesOut())
+			outs[b] = pipe.HGetAll(ctx, s.bucketOf(v, b).MovesOut())
 		}
 	}
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
@@ -215,7 +188,7 @@ func (s *Store) readStocks(ctx context.Context, v int64, n int) (bucketStocks, e
 	pipe = s.c.Pipeline()
 	given := make([]*redis.BoolCmd, len(st.owed))
 	for i, m := range st.owed {
-		given[i] = pipe.SIsMember(ctx, m.to.movesIn(), m.id)
+		given[i] = pipe.SIsMember(ctx, m.to.MovesIn(), m.id)
 	}
 	if _, err := pipe.Exec(ctx); err != nil {
 		return st, fmt.Errorf("read moves of voucher %d: %w", v, err)
@@ -235,11 +208,11 @@ func (s *Store) readStocks(ctx context.Context, v int64, n int) (bucketStocks, e
 // give completes move m: its units are given to its destination (once)
 // and the record at its source is dropped.
 func (s *Store) give(ctx context.Context, m move) error {
-	if err := lua.Give.Run(ctx, s.c, []string{m.to.key(), m.to.movesIn()}, m.id, m.units, moveTime(m.id)).Err(); err != nil {
-		return fmt.Errorf("give move %s of voucher %d: %w", m.id, m.to.v, err)
+	if err := lua.Give.Run(ctx, s.c, []string{m.to.Key(), m.to.MovesIn()}, m.id, m.units, moveTime(m.id)).Err(); err != nil {
+		return fmt.Errorf("give move %s of voucher %d: %w", m.id, m.to.V, err)
 	}
-	if err := s.c.HDel(ctx, m.from.movesOut(), m.id).Err(); err != nil {
-		return fmt.Errorf("forget move %s of voucher %d: %w", m.id, m.to.v, err)
+	if err := s.c.HDel(ctx, m.from.MovesOut(), m.id).Err(); err != nil {
+		return fmt.Errorf("forget move %s of voucher %d: %w", m.id, m.to.V, err)
 	}
 	return nil
 }
@@ -260,10 +233,10 @@ func moveTime(id string) string {
 func (s *Store) moveUnits(ctx context.Context, from, to bucket, want int64) (int64, error) {
 	ms := strconv.FormatInt(time.Now().UnixMilli(), 10)
 	id := ms + "." + strconv.FormatUint(rand.Uint64(), 36)
-	n, err := lua.Take.Run(ctx, s.c, []string{from.key(), from.movesOut()}, id, to.n, want, ms).Int64()
+	n, err := lua.Take.Run(ctx, s.c, []string{from.Key(), from.MovesOut()}, id, to.N, want, ms).Int64()
 	if err != nil || n == 0 {
 		if err != nil {
-			err = fmt.Errorf("take units of voucher %d bucket %d: %w", from.v, from.n, err)
+			err = fmt.Errorf("take units of voucher %d bucket %d: %w", from.V, from.N, err)
 		}
 		return 0, err
 	}
@@ -296,14 +269,14 @@ const forgetMovesScan = 500
 // removed.
 func (s *Store) ForgetMoves(ctx context.Context, v int64, upto time.Time) (int, error) {
 	l, err := s.layoutOf(ctx, v)
-	if err != nil || l.span() == 1 || l.to != 0 {
+	if err != nil || l.Span() == 1 || l.To != 0 {
 		return 0, err
 	}
 	buckets := s.bucketsIn(v, l)
 	ms := upto.UnixMilli()
 	for _, b := range buckets {
-		if err := lua.ForgetMoves.Run(ctx, s.c, []string{b.key(), b.movesIn()}, "takes", ms).Err(); err != nil {
-			return 0, fmt.Errorf("forget moves of voucher %d bucket %d: %w", v, b.n, err)
+		if err := lua.ForgetMoves.Run(ctx, s.c, []string{b.Key(), b.MovesIn()}, "takes", ms).Err(); err != nil {
+			return 0, fmt.Errorf("forget moves of voucher %d bucket %d: %w", v, b.N, err)
 		}
 	}
 	if _, err := s.FinishMoves(ctx, v); err != nil {
@@ -312,17 +285,17 @@ func (s *Store) ForgetMoves(ctx context.Context, v int64, upto time.Time) (int, 
 	forgot := 0
 	for _, b := range buckets {
 		for cursor := uint64(0); ; {
-			ids, next, err := s.c.SScan(ctx, b.movesIn(), cursor, "", forgetMovesScan).Result()
+			ids, next, err := s.c.SScan(ctx, b.MovesIn(), cursor, "", forgetMovesScan).Result()
 			if err != nil {
-				return forgot, fmt.Errorf("read moves of voucher %d bucket %d: %w", v, b.n, err)
+				return forgot, fmt.Errorf("read moves of voucher %d bucket %d: %w", v, b.N, err)
 			}
 			args := []any{"given", ms}
 			for _, id := range ids {
 				args = append(args, id)
 			}
-			n, err := lua.ForgetMoves.Run(ctx, s.c, []string{b.key(), b.movesIn()}, args...).Int()
+			n, err := lua.ForgetMoves.Run(ctx, s.c, []string{b.Key(), b.MovesIn()}, args...).Int()
 			if err != nil {
-				return forgot, fmt.Errorf("forget moves of voucher %d bucket %d: %w", v, b.n, err)
+				return forgot, fmt.Errorf("forget moves of voucher %d bucket %d: %w", v, b.N, err)
 			}
 			forgot += n
 			if cursor = next; cursor == 0 {
@@ -339,10 +312,10 @@ func (s *Store) ForgetMoves(ctx context.Context, v int64, upto time.Time) (int, 
 // a claim that finds the voucher dry. It returns how many it gave.
 func (s *Store) FinishMoves(ctx context.Context, v int64) (int, error) {
 	l, err := s.layoutOf(ctx, v)
-	if err != nil || l.span() == 1 {
+	if err != nil || l.Span() == 1 {
 		return 0, err
 	}
-	st, err := s.readStocks(ctx, v, l.span())
+	st, err := s.readStocks(ctx, v, l.Span())
 	if err != nil {
 		return 0, err
 	}
@@ -352,11 +325,60 @@ func (s *Store) FinishMoves(ctx context.Context, v int64) (int, error) {
 		}
 	}
 	for _, m := range st.done {
-		if err := s.c.HDel(ctx, m.from.movesOut(), m.id).Err(); err != nil {
-			return 0, fmt.Errorf("forget move %s of voucher %d: %w", m.id, m.to.v, err)
+		if err := s.c.HDel(ctx, m.from.MovesOut(), m.id).Err(); err != nil {
+			return 0, fmt.Errorf("forget move %s of voucher %d: %w", m.id, m.to.V, err)
 		}
 	}
 	return len(st.owed), nil
+}
+
+// ShareEvenly moves voucher v's units between its buckets until each
+// holds its share of them (what PutVoucher would give it), from the
+// richest to the poorest, and stops early when claims took units
+// meanwhile (even enough). It refuses a voucher that is splitting
+// (ErrSplitting): its new buckets are closed. A split spreads the
+// units so with it once switched (pkg/rdb/split).
+func (s *Store) ShareEvenly(ctx context.Context, v int64) error {
+	l, err := s.layoutOf(ctx, v)
+	if err != nil {
+		return err
+	}
+	if l.To != 0 {
+		return fmt.Errorf("share the units of voucher %d: %w", v, ErrSplitting)
+	}
+	st, err := s.readStocks(ctx, v, l.N)
+	if err != nil {
+		return err
+	}
+	var total int64
+	for _, x := range st.stock {
+		total += x
+	}
+	over := make([]int64, l.N) // a bucket's units above its share, or below (< 0)
+	for b, x := range st.stock {
+		over[b] = x - share(total, l.N, b)
+	}
+	for { // from the richest to the poorest, until each holds its share
+		from, to := 0, 0
+		for b := range over {
+			if over[b] > over[from] {
+				from = b
+			}
+			if over[b] < over[to] {
+				to = b
+			}
+		}
+		want := min(over[from], -over[to])
+		if want <= 0 {
+			return nil
+		}
+		got, err := s.moveUnits(ctx, s.bucketOf(v, from), s.bucketOf(v, to), want)
+		if err != nil || got < want { // claims took them meanwhile: even enough
+			return err
+		}
+		over[from] -= got
+		over[to] += got
+	}
 }
 
 // share is bucket b's part of stock units spread over n buckets.
@@ -386,7 +408,7 @@ func (s *Store) Levels(ctx context.Context, vouchers []int64, buckets []int) ([]
 	for i, v := range vouchers {
 		cmds[i] = make([]*redis.SliceCmd, max(buckets[i], 1))
 		for b := range cmds[i] {
-			cmds[i][b] = pipe.HMGet(ctx, s.bucketOf(v, b).key(), "stock", "moved")
+			cmds[i][b] = pipe.HMGet(ctx, s.bucketOf(v, b).Key(), "stock", "moved")
 		}
 	}
 	if _, err := pipe.Exec(ctx); err != nil {
@@ -428,11 +450,82 @@ func (s *Store) MastersOf(ctx context.Context, vouchers []int64, buckets []int) 
 				out[i][b] = "redis"
 				continue
 			}
-			m, err := cc.MasterForKey(ctx, s.bucketOf(v, b).key())
+			m, err := cc.MasterForKey(ctx, s.bucketOf(v, b).Key())
 			if err != nil {
 				return nil, fmt.Errorf("master of voucher %d bucket %d: %w", v, b, err)
 			}
 			out[i][b] = m.Options().Addr
+		}
+	}
+	return out, nil
+}
+
+// Spread is how a count of a voucher's buckets sits on a cluster's
+// masters (BucketSpread).
+type Spread struct {
+	// ByMaster is the buckets on each master the voucher's partitions
+	// reach (0 where none of them is).
+	ByMaster map[string]int
+	// Even: each of those masters holds ⌊n/M⌋ or ⌈n/M⌉ of the n.
+	Even bool
+	// Below and Above are the nearest counts that would share the
+	// masters evenly (multiples of the step, above it, at most
+	// MaxBuckets), 0 for none.
+	Below, Above int
+}
+
+// BucketSpread is where n buckets of voucher v would be: on a cluster,
+// the buckets each master its partitions reach holds (bucket b is in
+// partition (v's + b) mod partitions, its slot's master's), whether they
+// share them evenly, and the nearest counts that would, among the
+// multiples of step above step (a split's counts: each of step buckets
+// splits into as many). Nil on one Redis: one thread decides every bucket.
+func (s *Store) BucketSpread(ctx context.Context, v int64, n, step int) (*Spread, error) {
+	cc, ok := s.c.(*redis.ClusterClient)
+	if !ok {
+		return nil, nil
+	}
+	masterOf := make([]string, s.partitions) // by bucket mod partitions
+	reach := map[string]int{}
+	for b := range s.partitions {
+		m, err := cc.MasterForKey(ctx, s.bucketOf(v, b).Key())
+		if err != nil {
+			return nil, fmt.Errorf("master of voucher %d bucket %d: %w", v, b, err)
+		}
+		masterOf[b] = m.Options().Addr
+		reach[masterOf[b]] = 0
+	}
+	count := func(n int) map[string]int {
+		by := make(map[string]int, len(reach))
+		for m := range reach {
+			by[m] = 0
+		}
+		for b := range n {
+			by[masterOf[b%s.partitions]]++
+		}
+		return by
+	}
+	even := func(n int) bool {
+		lo := n / len(reach)
+		hi := lo
+		if n%len(reach) != 0 {
+			hi++
+		}
+		for _, c := range count(n) {
+			if c < lo || c > hi {
+				return false
+			}
+		}
+		return true
+	}
+	out := &Spread{ByMaster: count(n), Even: even(n)}
+	step = max(step, 1)
+	for c := 2 * step; c <= MaxBuckets; c += step {
+		switch {
+		case c < n && even(c):
+			out.Below = c
+		case c > n && even(c) && out.Above == 0:
+			out.Above = c
 		}
 	}
 	return out, nil

@@ -11,23 +11,13 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
+	"github.com/flashsale/flashsale/pkg/internal/testrdb"
 	"github.com/flashsale/flashsale/pkg/internal/wait"
 	"github.com/flashsale/flashsale/pkg/order"
 	"github.com/flashsale/flashsale/pkg/rdb"
 )
 
-// usersIn returns n user ids whose claims of a voucher with buckets
-// buckets are decided in bucket b (b < 0: any bucket).
-func usersIn(b, buckets, n int) []string {
-	var out []string
-	for i := 0; len(out) < n; i++ {
-		u := fmt.Sprintf("user-%d", i)
-		if b < 0 || rdb.UserBucket(u, buckets) == b {
-			out = append(out, u)
-		}
-	}
-	return out
-}
+func usersIn(b, buckets, n int) []string { return testrdb.UsersIn(b, buckets, n) }
 
 type result struct {
 	user string
@@ -89,18 +79,7 @@ func checkSale(t *testing.T, s *rdb.Store, v, stock, limit int64, res []result) 
 // for each admitted order in ids, and no other: no 202 without its order.
 func requireOneEntryEach(t *testing.T, s *rdb.Store, v int64, ids map[int64]bool) {
 	t.Helper()
-	var entries int
-	for p := range s.Partitions() {
-		es, err := s.StreamOrders(context.Background(), p)
-		require.NoError(t, err)
-		for _, e := range es {
-			if e.Order.VoucherID == v {
-				require.True(t, ids[e.Order.ID], "entry %s is an admitted order", e.StreamID)
-				entries++
-			}
-		}
-	}
-	require.Len(t, ids, entries, "one stream entry per admitted order")
+	testrdb.RequireOneEntryEach(t, s, v, ids)
 }
 
 // limitOrSoldOut maps the user-limit rejection to nil for checkSale: a

@@ -2,7 +2,9 @@
 // script call and the formats of what the streams hold go through a Store.
 // The claim's path is batcher.go, admit.go, detour.go, buckets.go and durability.go;
 // the streams' upkeep (taking over, dead letters, gauges) is pkg/rdb/upkeep,
-// which works through a Store.
+// and a voucher's split into more buckets while it sells is pkg/rdb/split,
+// each working through a Store. The names of a bucket's keys, which all
+// of them use, are pkg/rdb/internal/keyspace's.
 //
 // # A hot voucher over several masters
 //
@@ -69,7 +71,7 @@
 //     reading high: the detector asks for every reading above its
 //     threshold for a while.
 //   - Split while it sells. A voucher's buckets can be raised from N to a
-//     multiple M while claims run (Split, split.go, whose comment has the
+//     multiple M while claims run (pkg/rdb/split, whose package doc has the
 //     steps; docs/ARCHITECTURE.md "A hot voucher split while it sells" the
 //     invariant and why it holds): a user's bucket of M is their bucket of
 //     N or one of its new children, their records are copied there while

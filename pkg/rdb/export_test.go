@@ -11,7 +11,7 @@ import (
 func (s *Store) BucketKeys(v int64, n int) []string {
 	out := make([]string, n)
 	for b := range n {
-		out[b] = s.bucketOf(v, b).key()
+		out[b] = s.bucketOf(v, b).Key()
 	}
 	return out
 }
@@ -26,19 +26,19 @@ func (s *Store) BucketStocks(ctx context.Context, v int64, n int) ([]int64, erro
 // giving leaves it.
 func (s *Store) TakeOnly(ctx context.Context, v int64, from, to int, units int64, id string) (int64, error) {
 	b := s.bucketOf(v, from)
-	return lua.Take.Run(ctx, s.c, []string{b.key(), b.movesOut()}, id, to, units, cmp.Or(moveTime(id), "0")).Int64()
+	return lua.Take.Run(ctx, s.c, []string{b.Key(), b.MovesOut()}, id, to, units, cmp.Or(moveTime(id), "0")).Int64()
 }
 
 // GiveOnly runs the second half without forgetting the move at its
 // source, as a mover that crashes in between leaves it.
 func (s *Store) GiveOnly(ctx context.Context, v int64, to int, units int64, id string) error {
 	b := s.bucketOf(v, to)
-	return lua.Give.Run(ctx, s.c, []string{b.key(), b.movesIn()}, id, units, moveTime(id)).Err()
+	return lua.Give.Run(ctx, s.c, []string{b.Key(), b.MovesIn()}, id, units, moveTime(id)).Err()
 }
 
 // MovesGiven is how many ids of moves given bucket b of v keeps.
 func (s *Store) MovesGiven(ctx context.Context, v int64, b int) (int64, error) {
-	return s.c.SCard(ctx, s.bucketOf(v, b).movesIn()).Result()
+	return s.c.SCard(ctx, s.bucketOf(v, b).MovesIn()).Result()
 }
 
 // FillClaims is the waiting claims that go beside a call in flight.
@@ -53,7 +53,3 @@ func (s *Store) OnRefill(f func()) { s.dryHook = f }
 
 // DryWaiting is how many claims of v wait for its refill under way.
 func (s *Store) DryWaiting(v int64) int64 { return s.dryOf(v).waiting.Load() }
-
-// OnSplitStep runs f before each step of a split (SplitSteps): an error
-// stops the split there, as a kill of its process would.
-func (s *Store) OnSplitStep(f func(step string) error) { s.splitHook = f }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/flashsale/flashsale/lua"
 	"github.com/flashsale/flashsale/pkg/order"
+	"github.com/flashsale/flashsale/pkg/rdb/internal/keyspace"
 )
 
 // PendingOrder finds order id while it is still in its stream (admitted, not
@@ -83,16 +84,16 @@ func (s *Store) UserPending(ctx context.Context, v int64, user string) ([]order.
 	}
 	var out []order.Order
 	for _, b := range bs {
-		raw, err := lua.Pending.Run(ctx, s.c, []string{b.key(), b.stream()}, user).Slice()
+		raw, err := lua.Pending.Run(ctx, s.c, []string{b.Key(), b.Stream()}, user).Slice()
 		if err != nil {
-			return nil, fmt.Errorf("pending orders of user in %s: %w", b.key(), err)
+			return nil, fmt.Errorf("pending orders of user in %s: %w", b.Key(), err)
 		}
 		for _, r := range raw {
 			m, err := xMessage(r)
 			if err != nil {
-				return nil, fmt.Errorf("pending orders in %s: %w", b.stream(), err)
+				return nil, fmt.Errorf("pending orders in %s: %w", b.Stream(), err)
 			}
-			for _, e := range ParseEntries(b.p, m) {
+			for _, e := range ParseEntries(b.P, m) {
 				if e.Err == nil && e.Order.VoucherID == v && e.Order.UserID == user {
 					out = append(out, e.Order)
 				}
@@ -106,18 +107,18 @@ func (s *Store) UserPending(ctx context.Context, v int64, user string) ([]order.
 // voucher v: the user's bucket at each number of buckets v had (bucket
 // 0's was, split.lua) and has, oldest first.
 func (s *Store) userBuckets(ctx context.Context, v int64, user string) ([]bucket, error) {
-	raw, err := s.c.HMGet(ctx, s.bucketOf(v, 0).key(), "buckets", "was").Result()
+	raw, err := s.c.HMGet(ctx, s.bucketOf(v, 0).Key(), "buckets", "was").Result()
 	if err != nil {
 		return nil, fmt.Errorf("read buckets of voucher %d: %w", v, err)
 	}
 	str, _ := raw[0].(string)
-	l, err := parseLayout(str)
+	l, err := keyspace.ParseLayout(str)
 	if err != nil {
 		return nil, fmt.Errorf("voucher %d: %w", v, err)
 	}
 	was, _ := raw[1].(string)
 	var out []bucket
-	for _, f := range append(strings.Fields(was), strconv.Itoa(l.n)) {
+	for _, f := range append(strings.Fields(was), strconv.Itoa(l.N)) {
 		n, err := strconv.Atoi(f)
 		if err != nil || n < 1 || n > MaxBuckets {
 			return nil, fmt.Errorf("voucher %d: bad was %q", v, was)
@@ -232,9 +233,9 @@ func (s *Store) TrimIndexes(ctx context.Context, v int64, now time.Time) (finish
 	}
 	done, markedNow := true, false
 	for _, b := range bs {
-		h, err := s.c.HMGet(ctx, b.key(), "end_ms", "ti").Result()
+		h, err := s.c.HMGet(ctx, b.Key(), "end_ms", "ti").Result()
 		if err != nil {
-			return false, fmt.Errorf("read end of %s: %w", b.key(), err)
+			return false, fmt.Errorf("read end of %s: %w", b.Key(), err)
 		}
 		end, _ := h[0].(string)
 		endMs, _ := strconv.ParseInt(end, 10, 64)
@@ -269,18 +270,18 @@ func (s *Store) TrimIndexes(ctx context.Context, v int64, now time.Time) (finish
 func (s *Store) trimBucket(ctx context.Context, b bucket) (left bool, dropped int, err error) {
 	var cursor uint64
 	for {
-		fields, next, err := s.c.HScan(ctx, b.key(), cursor, pendingPrefix+"*", trimChunk).Result()
+		fields, next, err := s.c.HScan(ctx, b.Key(), cursor, pendingPrefix+"*", trimChunk).Result()
 		if err != nil {
-			return false, dropped, fmt.Errorf("scan indexes of %s: %w", b.key(), err)
+			return false, dropped, fmt.Errorf("scan indexes of %s: %w", b.Key(), err)
 		}
 		chunk := make([]any, 0, len(fields)/2)
 		for i := 0; i < len(fields); i += 2 {
 			chunk = append(chunk, strings.TrimPrefix(fields[i], pendingPrefix))
 		}
 		if len(chunk) > 0 {
-			still, err := lua.Pending.Run(ctx, s.c, []string{b.key(), b.stream()}, chunk...).Slice()
+			still, err := lua.Pending.Run(ctx, s.c, []string{b.Key(), b.Stream()}, chunk...).Slice()
 			if err != nil {
-				return false, dropped, fmt.Errorf("trim indexes of %s: %w", b.key(), err)
+				return false, dropped, fmt.Errorf("trim indexes of %s: %w", b.Key(), err)
 			}
 			left = left || len(still) > 0
 			dropped += len(chunk) - stillUsers(still)
@@ -342,22 +343,22 @@ func (s *Store) SweepIndexes(ctx context.Context, v int64) (dropped int, err err
 func (s *Store) markTrimmed(ctx context.Context, b bucket, end string) (bool, error) {
 	marked := false
 	err := s.c.Watch(ctx, func(tx *redis.Tx) error {
-		cur, err := tx.HGet(ctx, b.key(), "end_ms").Result()
+		cur, err := tx.HGet(ctx, b.Key(), "end_ms").Result()
 		if err != nil || cur != end {
 			return err
 		}
 		_, err = tx.TxPipelined(ctx, func(p redis.Pipeliner) error {
-			p.HSet(ctx, b.key(), "ti", end)
+			p.HSet(ctx, b.Key(), "ti", end)
 			return nil
 		})
 		marked = err == nil
 		return err
-	}, b.key())
+	}, b.Key())
 	switch {
 	case errors.Is(err, redis.Nil), errors.Is(err, redis.TxFailedErr):
 		return false, nil
 	case err != nil:
-		return false, fmt.Errorf("mark %s trimmed: %w", b.key(), err)
+		return false, fmt.Errorf("mark %s trimmed: %w", b.Key(), err)
 	}
 	return marked, nil
 }

@@ -1,8 +1,9 @@
 package rdb
 
 import (
-	"strconv"
 	"time"
+
+	"github.com/flashsale/flashsale/pkg/rdb/internal/keyspace"
 )
 
 // Key layout. Partition P owns the hash tag {pP}: its stream and every key of
@@ -29,7 +30,7 @@ import (
 //	flashsale:{pP}:v:V:released        set of order ids whose reservation was given back, until forgotten (ForgetReleases)
 //	flashsale:{pP}:v:V:pool            list of the items left of a pooled voucher ("no|amount|code")
 //	flashsale:{pP}:v:V:changes         set of the operator's changes applied (voucher_changes ids)
-//	flashsale:{pP}:v:V:dirty           list, while V splits: the records admit.lua wrote of moving users (split.go)
+//	flashsale:{pP}:v:V:dirty           list, while V splits: the records admit.lua wrote of moving users (pkg/rdb/split)
 //	flashsale:{pP}:v:V:moves:out       hash move id -> "to units": units taken from here, not yet given
 //	flashsale:{pP}:v:V:moves:in        set of move ids whose units were given here ("MS.RANDOM"; made in
 //	                                   the last settle.ForgetAfter: ForgetMoves forgets the older)
@@ -48,27 +49,26 @@ import (
 // flashsale:{pQ}:v:V:bB, so on a cluster the buckets' slots spread over the
 // masters. A user's claims are always decided in the same bucket
 // (UserBucket), so that user's counts live where they are checked. Units
-// move between buckets (take.lua, then give.lua) when one runs dry.
-
-func partitionPrefix(p int) string { return "flashsale:{p" + strconv.Itoa(p) + "}:" }
+// move between buckets (take.lua, then give.lua) when one runs dry. The bucket keys are named by pkg/rdb/internal/keyspace,
+// which the parts of pkg/rdb share.
 
 // StreamKey is the order stream of partition p.
-func StreamKey(p int) string { return partitionPrefix(p) + "orders" }
+func StreamKey(p int) string { return keyspace.StreamKey(p) }
 
 // BacklogKey counts partition p's orders whose stream entries are not yet
 // acknowledged: admit.lua adds an entry's orders, ack.lua takes them off.
 // One stream entry carries up to order.MaxPerEntry orders, so the stream's
 // length counts admission calls, and this counts orders.
-func BacklogKey(p int) string { return partitionPrefix(p) + "backlog" }
+func BacklogKey(p int) string { return keyspace.Prefix(p) + "backlog" }
 
 // DeadKey is the dead-letter stream of partition p.
-func DeadKey(p int) string { return partitionPrefix(p) + "dead" }
+func DeadKey(p int) string { return keyspace.Prefix(p) + "dead" }
 
 // LoadedKey marks partition p as loaded: the reaper set it after checking
 // that Redis holds every voucher MySQL has on sale in p. A Redis that lost
 // its data lost it too, so a voucher missing there is an outage, not an
 // unknown voucher (admit.lua).
-func LoadedKey(p int) string { return partitionPrefix(p) + "loaded" }
+func LoadedKey(p int) string { return keyspace.Prefix(p) + "loaded" }
 
 // RoomsKey is partition p's index of its vouchers' waiting rooms: field
 // V is 1 when voucher V has a room, 0 when it has none, written with the
@@ -83,7 +83,7 @@ func LoadedKey(p int) string { return partitionPrefix(p) + "loaded" }
 // a room, or of an id it does not name at all, costs Redis nothing. The
 // reaper's trimmer drops the fields of vouchers Redis no longer holds
 // (PruneRoomIndex): the index holds what the live vouchers hold.
-func RoomsKey(p int) string { return partitionPrefix(p) + "rooms" }
+func RoomsKey(p int) string { return keyspace.Prefix(p) + "rooms" }
 
 // RoomsKey's fields: the mark that the index is complete, and its
 // version.
@@ -97,67 +97,33 @@ const (
 // key is there (delconsumer.lua). Redis 7.0 does not reset a consumer's
 // idle time on a read that returns nothing, so idle alone cannot tell a
 // live worker on a quiet partition from a gone one.
-func AliveKey(p int, c string) string { return partitionPrefix(p) + "alive:" + c }
+func AliveKey(p int, c string) string { return keyspace.Prefix(p) + "alive:" + c }
 
 // waitKey is the key a durability check of partition p writes and waits on.
-func waitKey(p int) string { return partitionPrefix(p) + "wait" }
+func waitKey(p int) string { return keyspace.Prefix(p) + "wait" }
 
 // gaugesKey is the lease of the reaper exporting the stream gauges.
 func gaugesKey() string { return "flashsale:gauges-exporter" }
 
-// bucket is where one bucket of a voucher lives.
-type bucket struct {
-	p int   // its partition: its keys' hash tag and its stream
-	v int64 // the voucher
-	n int   // its number, 0..buckets-1
-}
+// bucket is where one bucket of a voucher lives, and names its keys.
+type bucket = keyspace.Bucket
 
 // bucketOf is bucket n of voucher v.
-func (s *Store) bucketOf(v int64, n int) bucket {
-	return bucket{p: (s.PartitionOf(v) + n) % s.partitions, v: v, n: n}
-}
+func (s *Store) bucketOf(v int64, n int) bucket { return keyspace.BucketOf(s.partitions, v, n) }
 
 // userBucketOf is the bucket of voucher v (of n buckets) that decides
 // user's claims: where that user's counts and pending-order index live,
-// and whose stream (b.stream(), partition b.p) carries their orders. It
+// and whose stream (b.Stream(), partition b.P) carries their orders. It
 // is the one answer to "the stream of (voucher, user)"; VoucherPartitions
 // is the one answer to "every stream of a voucher".
 func (s *Store) userBucketOf(v int64, user string, n int) bucket {
 	return s.bucketOf(v, UserBucket(user, n))
 }
 
-func (b bucket) key() string {
-	k := partitionPrefix(b.p) + "v:" + strconv.FormatInt(b.v, 10)
-	if b.n > 0 {
-		k += ":b" + strconv.Itoa(b.n)
-	}
-	return k
-}
-func (b bucket) day(day string) string      { return dayKey(b.key(), day) }
-func (b bucket) released() string           { return b.key() + ":released" }
-func (b bucket) pool() string               { return poolKey(b.key()) }
-func (b bucket) changes() string            { return b.key() + ":changes" }
-func (b bucket) dirty() string              { return b.key() + ":dirty" }
-func (b bucket) movesOut() string           { return b.key() + ":moves:out" }
-func (b bucket) movesIn() string            { return b.key() + ":moves:in" }
-func (b bucket) stream() string             { return StreamKey(b.p) }
-func (b bucket) idem(user, k string) string { return idemKey(b.key(), user, k) }
-
-// The keys of a bucket whose key (b.key()) is key, for a caller that has
-// it already (the admission path builds it once per batch).
-func dayKey(key, day string) string      { return key + ":day:" + day }
-func poolKey(key string) string          { return key + ":pool" }
-func idemKey(key, user, k string) string { return key + ":idem:" + user + ":" + k }
-
 // ProofKey is the used-key of the proof of work whose challenge's
 // signature is id, spent on the voucher (bucket) whose hash is key; id ""
 // is the key a claim without a proof names (the scripts ignore it).
-func ProofKey(key, id string) string {
-	if id == "" {
-		id = "-"
-	}
-	return key + ":proof:" + id
-}
+func ProofKey(key, id string) string { return keyspace.ProofKey(key, id) }
 
 // Args returns a proof's key and the two arguments the scripts take for
 // it: its difficulty and its used-key's TTL in seconds (0, 0: none).
@@ -181,12 +147,9 @@ func RoomToldKey(state string) string { return state + ":told" }
 
 // VoucherKey is voucher v's hash (its bucket 0): where a waiting room
 // lives, since a voucher with a room has one bucket.
-func (s *Store) VoucherKey(v int64) string { return s.bucketOf(v, 0).key() }
+func (s *Store) VoucherKey(v int64) string { return s.bucketOf(v, 0).Key() }
 
-// userPrefix starts the voucher hash's field of a user's count.
-const userPrefix = "u:"
-
-func userField(user string) string { return userPrefix + user }
+func userField(user string) string { return keyspace.UserPrefix + user }
 
 // pendingPrefix starts the voucher hash's field of a user's index of
 // admissions: the positions ("ms-P", pkg/order) admit.lua appended,
@@ -194,23 +157,7 @@ func userField(user string) string { return userPrefix + user }
 const pendingPrefix = "o:"
 
 // MaxBuckets bounds a voucher's stock_buckets.
-const MaxBuckets = 64
+const MaxBuckets = keyspace.MaxBuckets
 
 // UserBucket is the bucket, of n, in which user's claims are decided.
-func UserBucket(user string, n int) int {
-	if n <= 1 {
-		return 0
-	}
-	return int(userHash(user) % uint32(n))
-}
-
-// userHash is user's FNV-1a hash, 32 bits: UserBucket's, and admit.lua's
-// fnv.
-func userHash(user string) uint32 {
-	h := uint32(2166136261)
-	for i := 0; i < len(user); i++ {
-		h ^= uint32(user[i])
-		h *= 16777619
-	}
-	return h
-}
+func UserBucket(user string, n int) int { return keyspace.UserBucket(user, n) }

@@ -62,7 +62,7 @@ func RefOf(c Claim) ClaimRef {
 // bucket 0), so in its partition's slot. Claims of one buyer in one
 // millisecond have records of their own, by their serials.
 func (s *Store) outcomeKey(ref ClaimRef) string {
-	k := s.bucketOf(ref.VoucherID, 0).key() + ":claim:" + ref.UserID + ":" + strconv.FormatInt(ref.MS, 10)
+	k := s.bucketOf(ref.VoucherID, 0).Key() + ":claim:" + ref.UserID + ":" + strconv.FormatInt(ref.MS, 10)
 	if ref.Serial != 0 {
 		k += ":" + strconv.FormatUint(ref.Serial, 16)
 	}

@@ -52,7 +52,7 @@ var (
 	// ErrAccessInvalid means the voucher needs an access code now, and the
 	// claim's or join's is not the user's for it.
 	ErrAccessInvalid = errors.New("access code not the user's for the voucher")
-	// ErrSplitting means the voucher is splitting into more buckets (split.go)
+	// ErrSplitting means the voucher is splitting into more buckets (pkg/rdb/split)
 	// and the user's records are moving to their new bucket: nothing was
 	// changed; try again shortly (a claim is, within its deadline).
 	ErrSplitting = errors.New("voucher splitting into more buckets: try again shortly")
@@ -83,10 +83,9 @@ type Store struct {
 	c          redis.UniversalClient
 	partitions int
 	group      string
-	buckets    sync.Map                // voucher id -> its number of buckets, once seen
-	dry        sync.Map                // voucher id -> *dryVoucher: its refills (detour.go)
-	dryHook    func()                  // tests: run by each refill before its read
-	splitHook  func(step string) error // tests: run before each step of a split; an error stops it there
+	buckets    sync.Map // voucher id -> its number of buckets, once seen
+	dry        sync.Map // voucher id -> *dryVoucher: its refills (detour.go)
+	dryHook    func()   // tests: run by each refill before its read
 	durability Durability
 	// ac, when set, is the client admissions are sent on (SetAdmitClient).
 	ac redis.UniversalClient
@@ -176,7 +175,7 @@ func (s *Store) RemainingStock(ctx context.Context, v int64) (n int64, found boo
 	if err != nil {
 		return 0, false, err
 	}
-	st, err := s.readStocks(ctx, v, l.span())
+	st, err := s.readStocks(ctx, v, l.Span())
 	if err != nil {
 		return 0, false, err
 	}
@@ -198,7 +197,7 @@ func (s *Store) UserCount(ctx context.Context, v int64, user string) (int64, err
 	if err != nil {
 		return 0, err
 	}
-	n, err := s.c.HGet(ctx, b.key(), userField(user)).Int64()
+	n, err := s.c.HGet(ctx, b.Key(), userField(user)).Int64()
 	if errors.Is(err, redis.Nil) {
 		return 0, nil
 	}
@@ -208,7 +207,7 @@ func (s *Store) UserCount(ctx context.Context, v int64, user string) (int64, err
 func partitionsOf(buckets []bucket) []int {
 	ps := make([]int, len(buckets))
 	for i, b := range buckets {
-		ps[i] = b.p
+		ps[i] = b.P
 	}
 	return ps
 }

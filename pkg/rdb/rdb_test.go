@@ -75,6 +75,11 @@ func TestAVoucherMissingFromAnUnloadedPartitionIsNotLoaded(t *testing.T) {
 	require.ErrorIs(t, err, rdb.ErrNotLoaded, "partition 1 is still not loaded")
 }
 
+// keyedClaim is user's claim under idempotency key k.
+func keyedClaim(v int64, user, k string) rdb.Claim {
+	return rdb.Claim{VoucherID: v, UserID: user, IdempotencyKey: k, IdempotencyTTL: time.Hour, Now: t0, Day: d0}
+}
+
 func seedVoucher(t testing.TB, s *rdb.Store, v rdb.Voucher) rdb.Voucher {
 	return testrdb.SeedVoucher(t, s, v)
 }
@@ -85,10 +90,7 @@ func claim(s *rdb.Store, v int64, user string, now time.Time) (rdb.Admission, er
 
 func requireStock(t *testing.T, s *rdb.Store, v, want int64) {
 	t.Helper()
-	got, found, err := s.RemainingStock(context.Background(), v)
-	require.NoError(t, err)
-	require.True(t, found)
-	require.Equal(t, want, got, "remaining stock in Redis")
+	testrdb.RequireStock(t, s, v, want)
 }
 
 func TestAdmitRejections(t *testing.T) {
@@ -657,4 +659,41 @@ func TestAdmitLuaRefusesALineItCannotParse(t *testing.T) {
 	args[4] = "ann 0 0 2\n"
 	require.NoError(t, lua.Admit.Run(ctx, s.Client(), keys, args...).Err(), "a whole line is read")
 	requireStock(t, s, 1, 3)
+}
+
+// On a cluster, an admission whose reply does not come within the read
+// timeout is never sent again by go-redis: its cluster client resends a
+// pipeline after a timeout or a broken connection, and Redis, which had
+// only been slow, would run the call as many times (here its master is
+// stopped, SIGSTOP, while the client times out and resends, then resumed
+// and reads what waits in its sockets).
+// The caller gets the error; the claim runs once.
+func TestAClusterNeverResendsAnAdmission(t *testing.T) {
+	if cluster == nil {
+		t.Skip("a cluster's client resends; a single Redis's is set not to (MaxRetries -1)")
+	}
+	ctx := context.Background()
+	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cluster.Addrs(), ReadTimeout: 150 * time.Millisecond, MaxRetries: -1})
+	t.Cleanup(func() { cc.Close() })
+	s, err := rdb.New(cc, 4, "")
+	require.NoError(t, err)
+	require.NoError(t, s.Load(ctx))
+	require.NoError(t, s.EnsureGroups(ctx))
+	const v = 77
+	seedVoucher(t, s, rdb.Voucher{ID: v, Stock: 100, PerUserLimit: 10})
+	master, err := cluster.MasterOf(ctx, s.VoucherKey(v))
+	require.NoError(t, err)
+	require.NoError(t, master.Pause()) // SIGSTOP: what it was sent waits in its socket
+	_, err = s.Admit(ctx, rdb.Claim{VoucherID: v, UserID: "slow", Now: t0, Day: d0})
+	require.NoError(t, master.Resume())
+	require.Error(t, err, "no reply within the read timeout")
+	wait.For(t, 30*time.Second, "the paused master ran the call", func() bool {
+		n, err := s.UserCount(ctx, v, "slow")
+		return err == nil && n > 0
+	})
+	time.Sleep(200 * time.Millisecond) // anything resent waited in its sockets too, and ran with it
+	n, err := s.UserCount(ctx, v, "slow")
+	require.NoError(t, err)
+	require.EqualValues(t, 1, n, "the call ran once")
+	requireStock(t, s, v, 99)
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/flashsale/flashsale/pkg/order"
+	"github.com/flashsale/flashsale/pkg/rdb/internal/keyspace"
 )
 
 // VoucherState is a voucher's admission state as Redis holds it, summed
@@ -28,12 +29,12 @@ type VoucherState struct {
 func (s *Store) ReadVoucherState(ctx context.Context, v int64, days []string) (VoucherState, error) {
 	st := VoucherState{Users: map[string]int64{}, Days: map[string]map[string]int64{}}
 	l, err := s.layoutOf(ctx, v)
-	if err != nil || l.to > 0 {
+	if err != nil || l.To > 0 {
 		return st, cmp.Or(err, fmt.Errorf("read voucher %d: %w", v, ErrSplitting))
 	}
 	buckets := s.bucketsIn(v, l)
 	b0 := buckets[0]
-	h, err := s.c.HGetAll(ctx, b0.key()).Result()
+	h, err := s.c.HGetAll(ctx, b0.Key()).Result()
 	if err != nil {
 		return st, fmt.Errorf("read voucher %d: %w", v, err)
 	}
@@ -62,7 +63,7 @@ func (s *Store) ReadVoucherState(ctx context.Context, v int64, days []string) (V
 	}
 	st.Voucher.Stock = stocks.total()
 	if st.Voucher.Pooled {
-		raw, err := s.c.LRange(ctx, b0.pool(), 0, -1).Result()
+		raw, err := s.c.LRange(ctx, b0.Pool(), 0, -1).Result()
 		if err != nil {
 			return st, fmt.Errorf("read pool of voucher %d: %w", v, err)
 		}
@@ -76,14 +77,14 @@ func (s *Store) ReadVoucherState(ctx context.Context, v int64, days []string) (V
 		}
 	}
 	for _, b := range buckets {
-		if b.n > 0 {
-			if h, err = s.c.HGetAll(ctx, b.key()).Result(); err != nil {
-				return st, fmt.Errorf("read voucher %d bucket %d: %w", v, b.n, err)
+		if b.N > 0 {
+			if h, err = s.c.HGetAll(ctx, b.Key()).Result(); err != nil {
+				return st, fmt.Errorf("read voucher %d bucket %d: %w", v, b.N, err)
 			}
 		}
 		// The users' counts are the voucher hash's u:USER fields.
 		for f, val := range h {
-			u, ok := strings.CutPrefix(f, userPrefix)
+			u, ok := strings.CutPrefix(f, keyspace.UserPrefix)
 			if !ok {
 				continue
 			}
@@ -96,7 +97,7 @@ func (s *Store) ReadVoucherState(ctx context.Context, v int64, days []string) (V
 			}
 		}
 		for _, d := range days {
-			counts, err := s.intHash(ctx, b.day(d))
+			counts, err := s.intHash(ctx, b.Day(d))
 			if err != nil {
 				return st, err
 			}
@@ -169,11 +170,11 @@ func (s *Store) rewriteVoucher(ctx context.Context, st VoucherState, released, c
 	v := st.Voucher.ID
 	n := max(st.Voucher.Buckets, 1)
 	l, err := s.layoutOf(ctx, v)
-	have := l.n
+	have := l.N
 	switch {
 	case err != nil:
 		return false, err
-	case l.to > 0:
+	case l.To > 0:
 		return false, fmt.Errorf("rewrite voucher %d: %w", v, ErrSplitting)
 	case have != n && have != 1:
 		return false, fmt.Errorf("rewrite voucher %d: Redis has %d buckets, MySQL %d", v, have, n)
@@ -209,15 +210,15 @@ func (s *Store) rewriteVoucher(ctx context.Context, st VoucherState, released, c
 	rewritten := time.Now().UnixMilli()
 	fill := func(pipe redis.Pipeliner, bk bucket) {
 		// The hash is written anew: its users' counts are fields of it.
-		pipe.Del(ctx, bk.key())
+		pipe.Del(ctx, bk.Key())
 		s.putVoucherHash(ctx, pipe, bk, st.Voucher)
 		// st counts every release MySQL recorded, and released holds those
 		// it still owes: a caller that knew one owed before now reads
 		// MySQL again (release.lua's cutoff), as after forget.lua.
-		pipe.HSet(ctx, bk.key(), "rf", rewritten)
-		b := bk.n
+		pipe.HSet(ctx, bk.Key(), "rf", rewritten)
+		b := bk.N
 		if b == 0 && was != "" {
-			pipe.HSet(ctx, bk.key(), "was", was)
+			pipe.HSet(ctx, bk.Key(), "was", was)
 		}
 		expire := func(key string) { expire(ctx, pipe, key, st.Voucher.ExpireAt) }
 		counts := make(map[string]int64, len(users[b]))
@@ -225,20 +226,20 @@ func (s *Store) rewriteVoucher(ctx context.Context, st VoucherState, released, c
 			counts[userField(u)] = c
 		}
 		for chunk := range chunks(counts, 1000) {
-			pipe.HSet(ctx, bk.key(), chunk...)
+			pipe.HSet(ctx, bk.Key(), chunk...)
 		}
 		for chunk := range chunks(pending[b], 1000) {
-			pipe.HSet(ctx, bk.key(), chunk...)
+			pipe.HSet(ctx, bk.Key(), chunk...)
 		}
 		for d, counts := range days[b] {
-			pipe.Del(ctx, bk.day(d))
+			pipe.Del(ctx, bk.Day(d))
 			if len(counts) > 0 {
-				pipe.HSet(ctx, bk.day(d), flatten(counts)...)
-				pipe.Expire(ctx, bk.day(d), DayKeyTTL)
+				pipe.HSet(ctx, bk.Day(d), flatten(counts)...)
+				pipe.Expire(ctx, bk.Day(d), DayKeyTTL)
 			}
 		}
 		// Orders released and changes applied: none may be again.
-		for key, ids := range map[string][]int64{bk.released(): released, bk.changes(): changes} {
+		for key, ids := range map[string][]int64{bk.Released(): released, bk.Changes(): changes} {
 			for i := 0; i < len(ids); i += 1000 {
 				chunk := ids[i:min(i+1000, len(ids))]
 				members := make([]any, len(chunk))
@@ -276,7 +277,7 @@ func (s *Store) pendingIndexes(ctx context.Context, v int64, have, n int) (out [
 		out[b] = map[string]string{}
 	}
 	for b := range have {
-		h, err := s.c.HGetAll(ctx, s.bucketOf(v, b).key()).Result()
+		h, err := s.c.HGetAll(ctx, s.bucketOf(v, b).Key()).Result()
 		if err != nil {
 			return nil, "", fmt.Errorf("read voucher %d bucket %d: %w", v, b, err)
 		}
@@ -302,7 +303,7 @@ func (s *Store) rewriteOpenPool(ctx context.Context, v *Voucher, fill func(redis
 	b := s.bucketOf(v.ID, 0)
 	for range 10 {
 		err := s.c.Watch(ctx, func(tx *redis.Tx) error {
-			closed, err := tx.HGet(ctx, b.key(), "closed").Result()
+			closed, err := tx.HGet(ctx, b.Key(), "closed").Result()
 			if err != nil && !errors.Is(err, redis.Nil) {
 				return err
 			}
@@ -314,7 +315,7 @@ func (s *Store) rewriteOpenPool(ctx context.Context, v *Voucher, fill func(redis
 				return nil
 			})
 			return err
-		}, b.key())
+		}, b.Key())
 		switch {
 		case errors.Is(err, redis.TxFailedErr):
 			continue // written meanwhile: read it again
@@ -415,7 +416,7 @@ func (s *Store) PresentBuckets(ctx context.Context, v int64, buckets int) (n int
 	pipe := s.c.Pipeline()
 	var cmds []*redis.IntCmd
 	for b := range max(buckets, 1) {
-		cmds = append(cmds, pipe.Exists(ctx, s.bucketOf(v, b).key()))
+		cmds = append(cmds, pipe.Exists(ctx, s.bucketOf(v, b).Key()))
 	}
 	if _, err := pipe.Exec(ctx); err != nil {
 		return 0, false, fmt.Errorf("voucher %d in redis: %w", v, err)

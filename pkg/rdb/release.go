@@ -14,6 +14,7 @@ import (
 
 	"github.com/flashsale/flashsale/lua"
 	"github.com/flashsale/flashsale/pkg/order"
+	"github.com/flashsale/flashsale/pkg/rdb/internal/keyspace"
 )
 
 // Release gives back o's reservation (stock, the user's total and daily
@@ -27,8 +28,8 @@ func (s *Store) Release(ctx context.Context, o order.Order, knew time.Time) (rel
 	nb := s.knownBuckets(o.VoucherID)
 	for range 3 {
 		b := s.userBucketOf(o.VoucherID, o.UserID, nb)
-		keys := []string{b.key(), b.day(o.Day), b.released(), b.pool()}
-		res, err := lua.Release.Run(ctx, s.c, keys, o.ID, o.UserID, o.Units(), o.Item.Encode(), knew.UnixMilli(), nb, userHash(o.UserID)).Result()
+		keys := []string{b.Key(), b.Day(o.Day), b.Released(), b.Pool()}
+		res, err := lua.Release.Run(ctx, s.c, keys, o.ID, o.UserID, o.Units(), o.Item.Encode(), knew.UnixMilli(), nb, keyspace.UserHash(o.UserID)).Result()
 		if err != nil {
 			return false, fmt.Errorf("release order %d: %w", o.ID, err)
 		}
@@ -86,10 +87,10 @@ func (s *Store) ForgetReleases(ctx context.Context, orders []order.Order, cutoff
 			counts[o.VoucherID] = n
 		}
 		b := s.userBucketOf(o.VoucherID, o.UserID, n)
-		st := of[b.key()]
+		st := of[b.Key()]
 		if st == nil {
 			st = &set{b: b}
-			of[b.key()] = st
+			of[b.Key()] = st
 			sets = append(sets, st)
 		}
 		st.ids = append(st.ids, o.ID)
@@ -97,9 +98,9 @@ func (s *Store) ForgetReleases(ctx context.Context, orders []order.Order, cutoff
 	dropped := 0
 	for _, st := range sets {
 		for ids := range slices.Chunk(st.ids, forgetChunk) {
-			n, err := lua.Forget.Run(ctx, s.c, []string{st.b.key(), st.b.released()}, append([]any{cutoff.UnixMilli()}, ids...)...).Int()
+			n, err := lua.Forget.Run(ctx, s.c, []string{st.b.Key(), st.b.Released()}, append([]any{cutoff.UnixMilli()}, ids...)...).Int()
 			if err != nil {
-				return dropped, fmt.Errorf("forget releases of %s: %w", st.b.key(), err)
+				return dropped, fmt.Errorf("forget releases of %s: %w", st.b.Key(), err)
 			}
 			dropped += n
 		}
@@ -119,14 +120,14 @@ func formatID(id int64) string { return strconv.FormatInt(id, 10) }
 // there is nothing to close then, and nothing is written.
 func (s *Store) ClosePool(ctx context.Context, v int64) (found bool, err error) {
 	b := s.bucketOf(v, 0) // a pool is never spread over buckets
-	key := b.key()
+	key := b.Key()
 	n, err := s.c.Exists(ctx, key).Result()
 	if err != nil || n == 0 {
 		return false, err
 	}
 	_, err = s.c.TxPipelined(ctx, func(pipe redis.Pipeliner) error {
 		pipe.HSet(ctx, key, "stock", 0, "closed", 1)
-		pipe.Del(ctx, b.pool())
+		pipe.Del(ctx, b.Pool())
 		return nil
 	})
 	if err != nil {
@@ -135,7 +136,7 @@ func (s *Store) ClosePool(ctx context.Context, v int64) (found bool, err error) 
 	// The refund is recorded after this: a close the replicas lack, lost
 	// in a failover, would sell the money again (waits only with a
 	// durability set: SetDurability).
-	if err := s.waitWritten(ctx, b.p); err != nil {
+	if err := s.waitWritten(ctx, b.P); err != nil {
 		return true, fmt.Errorf("close pool of voucher %d: %w", v, err)
 	}
 	return true, nil

@@ -209,7 +209,7 @@ func (s *Store) PruneRoomIndex(ctx context.Context, p int, cursor uint64, count 
 	for i := 0; i < len(kv); i += 2 { // field, value (HSCAN NOVALUES is Redis 7.4's)
 		f := kv[i]
 		v, err := strconv.ParseInt(f, 10, 64)
-		if err != nil || s.bucketOf(v, 0).p != p {
+		if err != nil || s.bucketOf(v, 0).P != p {
 			continue // its mark, its version
 		}
 		keys = append(keys, s.VoucherKey(v))
@@ -261,7 +261,7 @@ func (s *Store) IndexRooms(ctx context.Context, partitions []int, vouchers []int
 	pipe := s.c.Pipeline()
 	rooms := make([]*redis.StringCmd, len(mine))
 	for i, v := range mine {
-		rooms[i] = pipe.HGet(ctx, s.bucketOf(v, 0).key(), "room")
+		rooms[i] = pipe.HGet(ctx, s.bucketOf(v, 0).Key(), "room")
 	}
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 		return fmt.Errorf("read the vouchers' rooms: %w", err)

@@ -15,6 +15,7 @@ import (
 
 	"github.com/flashsale/flashsale/lua"
 	"github.com/flashsale/flashsale/pkg/order"
+	"github.com/flashsale/flashsale/pkg/rdb/internal/keyspace"
 )
 
 // Voucher is the part of a voucher the admission script needs, and its
@@ -111,10 +112,10 @@ func (v Voucher) checkBuckets() error {
 func (s *Store) putVoucherHash(ctx context.Context, pipe redis.Pipeliner, b bucket, v Voucher) {
 	n := max(v.Buckets, 1)
 	bv := v
-	bv.Stock = share(v.Stock, n, b.n)
+	bv.Stock = share(v.Stock, n, b.N)
 	putBucketHash(ctx, pipe, b, bv)
 	if n > 1 {
-		pipe.Del(ctx, b.movesOut())
+		pipe.Del(ctx, b.MovesOut())
 	}
 }
 
@@ -122,12 +123,12 @@ func (s *Store) putVoucherHash(ctx context.Context, pipe redis.Pipeliner, b buck
 // pooled voucher's pool. The users hash and the released set take the same
 // expiry from the hash's expire_s when the scripts create them.
 func putBucketHash(ctx context.Context, pipe redis.Pipeliner, b bucket, v Voucher) {
-	key := b.key()
+	key := b.Key()
 	pipe.HSet(ctx, key, "stock", v.Stock, "limit", v.PerUserLimit, "daily", v.PerUserDailyLimit,
 		"start_ms", unixMs(v.StartsAt), "end_ms", unixMs(v.EndsAt), "expire_s", unixS(v.ExpireAt),
 		"pool", bit(v.Pooled), "closed", bit(v.Closed), "paused", bit(v.Paused), "buckets", max(v.Buckets, 1), "draw", bit(v.Draw),
 		"pow", v.ProofOfWork, "access", v.Access)
-	if b.n == 0 && v.Name != "" {
+	if b.N == 0 && v.Name != "" {
 		pipe.HSet(ctx, key, "name", v.Name)
 	}
 	rate, pre, pass, ok := roomFields(v.Room)
@@ -136,15 +137,15 @@ func putBucketHash(ctx context.Context, pipe redis.Pipeliner, b bucket, v Vouche
 	} else {
 		pipe.HSet(ctx, key, "room", 0)
 	}
-	if b.n == 0 { // in the voucher's slot: the same transaction
-		pipe.HSet(ctx, RoomsKey(b.p), strconv.FormatInt(b.v, 10), bit(ok && rate != "0"))
-		pipe.HIncrBy(ctx, RoomsKey(b.p), RoomsVersion, 1)
+	if b.N == 0 { // in the voucher's slot: the same transaction
+		pipe.HSet(ctx, RoomsKey(b.P), strconv.FormatInt(b.V, 10), bit(ok && rate != "0"))
+		pipe.HIncrBy(ctx, RoomsKey(b.P), RoomsVersion, 1)
 	}
 	expire(ctx, pipe, key, v.ExpireAt)
 	if !v.Pooled {
 		return
 	}
-	pk := b.pool()
+	pk := b.Pool()
 	pipe.Del(ctx, pk)
 	for i := 0; i < len(v.Items); i += 1000 {
 		chunk := v.Items[i:min(i+1000, len(v.Items))]
@@ -202,7 +203,7 @@ func roomFields(room string) (rate, pre, pass string, ok bool) {
 // ProofOfWork reads voucher v's proof-of-work difficulty (0: no gate, or
 // no such voucher in Redis).
 func (s *Store) ProofOfWork(ctx context.Context, v int64) (int64, error) {
-	n, err := s.c.HGet(ctx, s.bucketOf(v, 0).key(), "pow").Int64()
+	n, err := s.c.HGet(ctx, s.bucketOf(v, 0).Key(), "pow").Int64()
 	if errors.Is(err, redis.Nil) {
 		return 0, nil
 	}
@@ -234,8 +235,8 @@ func (s *Store) ApplyChange(ctx context.Context, c Change) (applied, found bool,
 		return false, false, err
 	}
 	// While it splits, the old buckets: the new ones take bucket 0's
-	// settings and changes applied before they open (split.go).
-	buckets := s.bucketsIn(c.VoucherID, layout{n: l.n})
+	// settings and changes applied before they open (pkg/rdb/split).
+	buckets := s.bucketsIn(c.VoucherID, keyspace.Layout{N: l.N})
 	paused, pow := -1, int64(-1)
 	if c.Paused != nil {
 		paused = bit(*c.Paused)
@@ -252,14 +253,14 @@ func (s *Store) ApplyChange(ctx context.Context, c Change) (applied, found bool,
 	}
 	for _, b := range buckets {
 		add := c.AddStock
-		if b.n > 0 {
+		if b.N > 0 {
 			add = 0
 		}
 		index := "" // the rooms' index is bucket 0's to write
-		if b.n == 0 {
-			index = strconv.FormatInt(b.v, 10)
+		if b.N == 0 {
+			index = strconv.FormatInt(b.V, 10)
 		}
-		keys := []string{b.key(), b.changes(), b.released(), b.pool(), RoomsKey(b.p)}
+		keys := []string{b.Key(), b.Changes(), b.Released(), b.Pool(), RoomsKey(b.P)}
 		n, err := lua.Change.Run(ctx, s.c, keys, c.ID, add, unixMs(c.EndsAt), unixS(c.ExpireAt), paused, pow, room, access, index).Int64()
 		if err != nil {
 			return applied, found, fmt.Errorf("apply change %d of voucher %d: %w", c.ID, c.VoucherID, err)
@@ -295,8 +296,8 @@ func (s *Store) CreateVoucher(ctx context.Context, v Voucher, changes []int64) (
 			for i, id := range changes {
 				members[i] = id
 			}
-			pipe.SAdd(ctx, b.changes(), members...)
-			expire(ctx, pipe, b.changes(), v.ExpireAt)
+			pipe.SAdd(ctx, b.Changes(), members...)
+			expire(ctx, pipe, b.Changes(), v.ExpireAt)
 		}
 	})
 	if err != nil {
@@ -316,7 +317,7 @@ func (s *Store) eachAbsentBucketTx(ctx context.Context, v Voucher, fill func(pip
 	for k := max(v.Buckets, 1) - 1; k >= 0; k-- {
 		b := s.bucketOf(v.ID, k)
 		err := s.c.Watch(ctx, func(tx *redis.Tx) error {
-			exists, err := tx.Exists(ctx, b.key()).Result()
+			exists, err := tx.Exists(ctx, b.Key()).Result()
 			if err != nil || exists == 1 {
 				return err
 			}
@@ -328,7 +329,7 @@ func (s *Store) eachAbsentBucketTx(ctx context.Context, v Voucher, fill func(pip
 				zero = true
 			}
 			return err
-		}, b.key())
+		}, b.Key())
 		if errors.Is(err, redis.TxFailedErr) {
 			continue // another writer wrote it first: it exists
 		}

@@ -34,7 +34,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		drawSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "flashsale_reaper_draw_seconds",
 			Help: "Time to draw one sale: keying its entries and making its winners' orders.", Buckets: prometheus.ExponentialBuckets(0.01, 4, 8)}),
 		splitSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "flashsale_split_seconds",
-			Help: "Time the splitter took to split one voucher's Redis buckets (rdb.Store.Split's steps), or to complete a split left half way.", Buckets: prometheus.ExponentialBuckets(0.005, 4, 8)}),
+			Help: "Time the splitter took to split one voucher's Redis buckets (split.Splitter.Split's steps), or to complete a split left half way.", Buckets: prometheus.ExponentialBuckets(0.005, 4, 8)}),
 		splitPauseSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "flashsale_split_pause_seconds",
 			Help: "Of a split, the time its moving buyers' claims waited: from the start of its freeze to the end of its switch.", Buckets: prometheus.ExponentialBuckets(0.005, 4, 8)}),
 	}

@@ -32,6 +32,7 @@ import (
 	"github.com/flashsale/flashsale/pkg/event"
 	"github.com/flashsale/flashsale/pkg/persist"
 	"github.com/flashsale/flashsale/pkg/rdb"
+	"github.com/flashsale/flashsale/pkg/rdb/split"
 	"github.com/flashsale/flashsale/pkg/rdb/upkeep"
 )
 
@@ -94,7 +95,7 @@ type Config struct {
 	HotSplitFor time.Duration `envconfig:"FLASHSALE_HOT_SPLIT_FOR" default:"5s"`
 	// HotSplit: what a voucher marked hot gets: auto (default) asks for
 	// its buckets to be split over every master of the Redis Cluster
-	// (rdb.Store.SplitTarget; on one Redis nothing: one thread decides
+	// (split.Splitter.Target; on one Redis nothing: one thread decides
 	// every bucket there), the splitter does it; off only marks it.
 	HotSplit string `envconfig:"FLASHSALE_HOT_SPLIT" default:"auto"`
 	// DetectInterval: reading the vouchers' buckets' levels. Default 1s.
@@ -223,15 +224,17 @@ func (c *Config) Validate() error {
 
 // Reaper is the recovery and expiry role.
 type Reaper struct {
-	cfg     Config
-	redis   *rdb.Store
-	streams *upkeep.Streams // taking over, consumers, dead letters
-	db      *db.Store
-	orders  *persist.Orders
-	log     *zap.Logger
-	now     func() time.Time
-	audit   *zap.Logger
-	metrics *metrics
+	cfg   Config
+	redis *rdb.Store
+	// splitter runs the splits of vouchers' buckets owed (splitter.go).
+	splitter *split.Splitter
+	streams  *upkeep.Streams // taking over, consumers, dead letters
+	db       *db.Store
+	orders   *persist.Orders
+	log      *zap.Logger
+	now      func() time.Time
+	audit    *zap.Logger
+	metrics  *metrics
 	// relays: a loop a part of each events sink (event.Relays).
 	relays []*event.Relay
 	// detector is the detector's memory between its rounds.
@@ -262,7 +265,7 @@ type options struct {
 }
 
 // WithSplitTarget sets how many buckets a voucher of n marked hot is split
-// to (default rdb.Store.SplitTarget: over every master of the cluster).
+// to (default split.Splitter.Target: over every master of the cluster).
 func WithSplitTarget(f func(ctx context.Context, v int64, n int) (int, error)) Option {
 	return func(o *options) { o.splitTarget = f }
 }
@@ -287,7 +290,9 @@ func New(cfg Config, r *rdb.Store, d *db.Store, log *zap.Logger, opts ...Option)
 	if log == nil {
 		log = zap.NewNop()
 	}
-	o := options{now: time.Now, reg: prometheus.NewRegistry(), audit: zap.NewNop(), splitTarget: r.SplitTarget}
+	o := options{now: time.Now, reg: prometheus.NewRegistry(), audit: zap.NewNop()}
+	splitter := split.New(r)
+	o.splitTarget = splitter.Target
 	for _, opt := range opts {
 		opt(&o)
 	}
@@ -301,7 +306,7 @@ func New(cfg Config, r *rdb.Store, d *db.Store, log *zap.Logger, opts ...Option)
 	if err != nil {
 		return nil, err
 	}
-	return &Reaper{cfg: cfg, redis: r, streams: upkeep.New(r), db: d, orders: persist.NewOrders(cfg.Config, r, d, log, o.audit, o.reg),
+	return &Reaper{cfg: cfg, redis: r, splitter: splitter, streams: upkeep.New(r), db: d, orders: persist.NewOrders(cfg.Config, r, d, log, o.audit, o.reg),
 		now: o.now, audit: o.audit, metrics: m, log: log, relays: relays, splitTarget: o.splitTarget, restoreHook: o.restoreHook, creationHook: o.creationHook}, nil
 }
 

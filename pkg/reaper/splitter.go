@@ -2,7 +2,7 @@ package reaper
 
 // The splitter: every split of a voucher's Redis buckets asked (PATCH
 // stock_buckets, or the detector for a voucher it marked hot) and not yet
-// done is run (rdb.Store.Split, whose steps resume a split a process left
+// done is run (split.Splitter.Split, whose steps resume a split a process left
 // half way: a killed reaper's is completed by the next round of any
 // reaper), then recorded done in MySQL (stock_buckets, split_at). Asking
 // is MySQL's (split_to); doing is Redis's: a split done in Redis and not
@@ -16,7 +16,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/flashsale/flashsale/pkg/db"
-	"github.com/flashsale/flashsale/pkg/rdb"
+	"github.com/flashsale/flashsale/pkg/rdb/split"
 	"github.com/flashsale/flashsale/pkg/sale"
 	"github.com/flashsale/flashsale/pkg/voucher"
 )
@@ -29,8 +29,8 @@ func (r *Reaper) splitOwed(ctx context.Context, round *Round) error {
 	}
 	for _, v := range vs {
 		start := time.Now()
-		times, err := r.redis.Split(ctx, v.ID, v.SplitTo)
-		if errors.Is(err, rdb.ErrSplitRefused) {
+		times, err := r.splitter.Split(ctx, v.ID, v.SplitTo)
+		if errors.Is(err, split.ErrRefused) {
 			if v.EndsAt != nil && r.now().After(*v.EndsAt) {
 				// Its sale is over: a split no longer buys anything.
 				if err := r.db.DropSplit(ctx, v.ID, v.SplitTo); err != nil {

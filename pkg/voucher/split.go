@@ -13,7 +13,7 @@ import (
 // Split checks a split of voucher v's buckets to to while its sale runs
 // (PATCH stock_buckets, or the reaper's detector for a hot voucher): a
 // count of units with no waiting room, raised to a multiple of its
-// buckets now (each bucket splits into as many: rdb's split.go), at most
+// buckets now (each bucket splits into as many: pkg/rdb/split), at most
 // rdb.MaxBuckets, no other split under way, the sale not ended at now.
 func Split(v db.Voucher, to int64, now time.Time) error {
 	n := int64(max(v.StockBuckets, 1))

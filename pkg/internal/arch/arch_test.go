@@ -87,6 +87,33 @@ func TestStoresAreSiblings(t *testing.T) {
 	}
 }
 
+// Each part of pkg/rdb that serves one client is imported by that client
+// alone: the split protocol (pkg/rdb/split) by the reaper (and the
+// benchmarks), never by the gateway or the workers, and no part of
+// pkg/rdb imports it.
+func TestTheRedisPartsServeTheirClients(t *testing.T) {
+	pkgs := list(t)
+	only := map[string][]string{
+		"pkg/rdb/split": {"pkg/reaper", "pkg/internal/bench"},
+	}
+	found := map[string]bool{}
+	for path, p := range pkgs {
+		rel, ok := strings.CutPrefix(path, module)
+		if !ok {
+			continue
+		}
+		for part, clients := range only {
+			if slices.Contains(p.Imports, module+part) {
+				found[part] = true
+				require.Contains(t, clients, rel, "%s imports %s, which serves %v alone", rel, part, clients)
+			}
+		}
+	}
+	for part := range only {
+		require.True(t, found[part], "%s is imported by its client", part)
+	}
+}
+
 // The roles are libraries the binaries wire: none depends on the
 // wiring (pkg/app: configuration, loggers, the CLI); what they share of it
 // (trace fields in log lines, the counts, the ops endpoints) is pkg/ops.

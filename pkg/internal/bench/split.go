@@ -18,6 +18,7 @@ import (
 	"github.com/flashsale/flashsale/pkg/internal/harness"
 	"github.com/flashsale/flashsale/pkg/order"
 	"github.com/flashsale/flashsale/pkg/rdb"
+	"github.com/flashsale/flashsale/pkg/rdb/split"
 	"github.com/flashsale/flashsale/pkg/reaper"
 	"github.com/flashsale/flashsale/pkg/worker"
 )
@@ -86,7 +87,7 @@ func splitRun(ctx context.Context, s *harness.Stack, cfg Config) (SplitRun, erro
 	if err != nil {
 		return out, err
 	}
-	if out.To, err = store.SplitTarget(ctx, v, 1); err != nil {
+	if out.To, err = split.New(store).Target(ctx, v, 1); err != nil {
 		return out, err
 	}
 

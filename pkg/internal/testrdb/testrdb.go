@@ -6,6 +6,7 @@ package testrdb
 
 import (
 	"context"
+	"fmt"
 	"regexp"
 	"strconv"
 	"testing"
@@ -82,4 +83,44 @@ func Calls(t testing.TB, c redis.UniversalClient, commands ...string) int64 {
 		}
 	}
 	return n
+}
+
+// UsersIn returns n user ids whose claims of a voucher with buckets
+// buckets are decided in bucket b (b < 0: any bucket).
+func UsersIn(b, buckets, n int) []string {
+	var out []string
+	for i := 0; len(out) < n; i++ {
+		u := fmt.Sprintf("user-%d", i)
+		if b < 0 || rdb.UserBucket(u, buckets) == b {
+			out = append(out, u)
+		}
+	}
+	return out
+}
+
+// RequireStock fails t unless Redis holds want units of voucher v.
+func RequireStock(t testing.TB, s *rdb.Store, v, want int64) {
+	t.Helper()
+	got, found, err := s.RemainingStock(context.Background(), v)
+	require.NoError(t, err)
+	require.True(t, found)
+	require.Equal(t, want, got, "remaining stock in Redis")
+}
+
+// RequireOneEntryEach fails t unless the streams hold one order of
+// voucher v for each id of ids, and no other.
+func RequireOneEntryEach(t testing.TB, s *rdb.Store, v int64, ids map[int64]bool) {
+	t.Helper()
+	var entries int
+	for p := range s.Partitions() {
+		es, err := s.StreamOrders(context.Background(), p)
+		require.NoError(t, err)
+		for _, e := range es {
+			if e.Order.VoucherID == v {
+				require.True(t, ids[e.Order.ID], "entry %s is an admitted order", e.StreamID)
+				entries++
+			}
+		}
+	}
+	require.Len(t, ids, entries, "one stream entry per admitted order")
 }

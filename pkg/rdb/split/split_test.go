@@ -1,4 +1,4 @@
-package rdb_test
+package split_test
 
 import (
 	"context"
@@ -13,10 +13,14 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
+	"github.com/flashsale/flashsale/pkg/internal/testclock"
+	"github.com/flashsale/flashsale/pkg/internal/testrdb"
 	"github.com/flashsale/flashsale/pkg/internal/testsrv"
 	"github.com/flashsale/flashsale/pkg/internal/wait"
 	"github.com/flashsale/flashsale/pkg/order"
 	"github.com/flashsale/flashsale/pkg/rdb"
+	"github.com/flashsale/flashsale/pkg/rdb/internal/keyspace"
+	"github.com/flashsale/flashsale/pkg/rdb/split"
 )
 
 // keyedClaim is user's claim under idempotency key k.
@@ -24,11 +28,24 @@ func keyedClaim(v int64, user, k string) rdb.Claim {
 	return rdb.Claim{VoucherID: v, UserID: user, IdempotencyKey: k, IdempotencyTTL: time.Hour, Now: t0, Day: d0}
 }
 
+// t0 is the tests' sale start, from the clock, and d0 its UTC day.
+var (
+	t0 = testclock.Start()
+	d0 = order.Day(t0, time.UTC)
+)
+
+// cluster, with -redis-cluster, is the Redis Cluster of three masters
+// every test of the package runs against instead of one redis-server:
+// make test runs the package both ways.
+var cluster *testsrv.Cluster
+
+func TestMain(m *testing.M) { testsrv.MainMaybeOnCluster(m, &cluster) }
+
 // splitErr is a split's error (its times aside).
-func splitErr(_ rdb.SplitTimes, err error) error { return err }
+func splitErr(_ split.Times, err error) error { return err }
 
 // stepNames are the names of the steps of t.
-func stepNames(t rdb.SplitTimes) []string {
+func stepNames(t split.Times) []string {
 	out := make([]string, len(t.Steps))
 	for i, st := range t.Steps {
 		out[i] = st.Name
@@ -43,11 +60,11 @@ func stepNames(t rdb.SplitTimes) []string {
 // every retry under a key gets its first admission, no sold_out is answered
 // while units remain, and on a cluster the new buckets are on every master.
 func TestASplitMidSaleKeepsLimitsAndKeysExact(t *testing.T) {
-	s := newStore(t, 16)
+	s := testrdb.NewStore(t, cluster, 16)
 	ctx := context.Background()
 	const v, stock, users = 21, 1500, 2000
-	seedVoucher(t, s, rdb.Voucher{ID: v, Stock: stock, PerUserLimit: 3, PerUserDailyLimit: 2})
-	to, err := s.SplitTarget(ctx, v, 1)
+	testrdb.SeedVoucher(t, s, rdb.Voucher{ID: v, Stock: stock, PerUserLimit: 3, PerUserDailyLimit: 2})
+	to, err := split.New(s).Target(ctx, v, 1)
 	require.NoError(t, err)
 	if cluster == nil {
 		require.Equal(t, 1, to, "one Redis: a split gains nothing")
@@ -57,11 +74,11 @@ func TestASplitMidSaleKeepsLimitsAndKeysExact(t *testing.T) {
 	t.Logf("splitting to %d buckets", to)
 
 	// The reaper's store: another process, its own view of the buckets.
-	splitter, err := rdb.New(s.Client(), 16, "")
+	rs, err := rdb.New(s.Client(), 16, "")
 	require.NoError(t, err)
 	var answered atomic.Int64
 	steps := map[string]int64{}
-	splitter.OnSplitStep(func(step string) error {
+	splitter := split.New(rs).BeforeStep(func(step string) error {
 		// Claims are answered between every two steps.
 		// Claims run between every two steps: those of users who stay
 		// are answered (the moving users' wait for the split).
@@ -101,23 +118,23 @@ func TestASplitMidSaleKeepsLimitsAndKeysExact(t *testing.T) {
 			}
 		}()
 	}
-	split := make(chan error, 1)
+	splitDone := make(chan error, 1)
 	go func() {
 		if err := wait.Until(ctx, 30*time.Second, "300 claims answered", func() (bool, string) { return answered.Load() >= 300, "" }); err != nil {
-			split <- err
+			splitDone <- err
 			return
 		}
-		split <- splitErr(splitter.Split(ctx, v, to))
+		splitDone <- splitErr(splitter.Split(ctx, v, to))
 	}()
 	for i := range users {
 		work <- fmt.Sprintf("buyer-%d", i)
 	}
 	close(work)
 	wg.Wait()
-	require.NoError(t, <-split)
-	require.Len(t, steps, len(rdb.SplitSteps), "every step ran while claims did")
+	require.NoError(t, <-splitDone)
+	require.Len(t, steps, len(split.Steps), "every step ran while claims did")
 	t.Logf("claims answered before each step: %v", steps)
-	require.Less(t, steps[rdb.SplitSteps[len(rdb.SplitSteps)-1]], int64(5*users), "the split ended before the claims did")
+	require.Less(t, steps[split.Steps[len(split.Steps)-1]], int64(5*users), "the split ended before the claims did")
 
 	orders := map[int64]bool{}
 	held := map[string]map[int64]bool{}
@@ -159,14 +176,14 @@ func TestASplitMidSaleKeepsLimitsAndKeysExact(t *testing.T) {
 	for _, r := range soldOut {
 		require.False(t, r.received.Before(lastAdmitted), "sold_out answered to %s at %v, before a claim sent at %v was admitted", r.user, r.received, lastAdmitted)
 	}
-	requireStock(t, s, v, 0)
-	requireOneEntryEach(t, s, v, orders)
+	testrdb.RequireStock(t, s, v, 0)
+	testrdb.RequireOneEntryEach(t, s, v, orders)
 
 	if cluster != nil {
 		cc := s.Client().(*redis.ClusterClient)
 		masters := map[string]bool{}
-		for _, k := range s.BucketKeys(v, to) {
-			m, err := cc.MasterForKey(ctx, k)
+		for b := range to {
+			m, err := cc.MasterForKey(ctx, keyspace.BucketOf(16, v, b).Key())
 			require.NoError(t, err)
 			masters[m.Options().Addr] = true
 		}
@@ -178,14 +195,14 @@ func TestASplitMidSaleKeepsLimitsAndKeysExact(t *testing.T) {
 // would stop it) leaves a voucher that admits exactly, and is completed by
 // running it again: counts, day counts, keys and releases stay exact.
 func TestASplitStoppedAtAnyStepResumes(t *testing.T) {
-	s := newStore(t, 8)
+	s := testrdb.NewStore(t, cluster, 8)
 	ctx := context.Background()
-	for i, stop := range rdb.SplitSteps {
+	for i, stop := range split.Steps {
 		t.Run(stop, func(t *testing.T) {
 			v := int64(40 + i)
 			const stock = 200
-			seedVoucher(t, s, rdb.Voucher{ID: v, Stock: stock, PerUserLimit: 3, PerUserDailyLimit: 2})
-			buyers := usersIn(-1, 1, 60)
+			testrdb.SeedVoucher(t, s, rdb.Voucher{ID: v, Stock: stock, PerUserLimit: 3, PerUserDailyLimit: 2})
+			buyers := testrdb.UsersIn(-1, 1, 60)
 			admitted := map[string][]rdb.Admission{}
 			for _, u := range buyers {
 				a, err := s.Admit(ctx, keyedClaim(v, u, "a"))
@@ -204,10 +221,10 @@ func TestASplitStoppedAtAnyStepResumes(t *testing.T) {
 				}
 			}
 
-			reaper, err := rdb.New(s.Client(), 8, "")
+			rs, err := rdb.New(s.Client(), 8, "")
 			require.NoError(t, err)
 			killed := errors.New("killed")
-			reaper.OnSplitStep(func(step string) error {
+			reaper := split.New(rs).BeforeStep(func(step string) error {
 				if step == stop {
 					return killed
 				}
@@ -215,8 +232,8 @@ func TestASplitStoppedAtAnyStepResumes(t *testing.T) {
 			})
 			times, err := reaper.Split(ctx, v, 4)
 			require.ErrorIs(t, err, killed)
-			ran := slices.Index(rdb.SplitSteps, stop) + 1 // the steps begun, the one stopped included
-			require.Equal(t, rdb.SplitSteps[:ran], stepNames(times), "the times of the steps it began")
+			ran := slices.Index(split.Steps, stop) + 1 // the steps begun, the one stopped included
+			require.Equal(t, split.Steps[:ran], stepNames(times), "the times of the steps it began")
 
 			// Meanwhile: claims are answered, or wait for the split (a
 			// moving user's), never admitted past a limit. A claim whose
@@ -239,15 +256,16 @@ func TestASplitStoppedAtAnyStepResumes(t *testing.T) {
 			}
 
 			// Another reaper resumes it, and completes it.
-			again, err := rdb.New(s.Client(), 8, "")
+			againStore, err := rdb.New(s.Client(), 8, "")
 			require.NoError(t, err)
+			again := split.New(againStore)
 			times, err = again.Split(ctx, v, 4)
 			require.NoError(t, err)
-			if ran > slices.Index(rdb.SplitSteps, "switch")+1 { // found switched: its drop again
+			if ran > slices.Index(split.Steps, "switch")+1 { // found switched: its drop again
 				require.Equal(t, []string{"drop"}, stepNames(times))
 				require.Zero(t, times.Paused)
 			} else { // every step, those done a no-op
-				require.Equal(t, rdb.SplitSteps, stepNames(times))
+				require.Equal(t, split.Steps, stepNames(times))
 				require.Positive(t, times.Paused)
 			}
 			require.NoError(t, splitErr(again.Split(ctx, v, 4)), "a split done is done")
@@ -256,9 +274,7 @@ func TestASplitStoppedAtAnyStepResumes(t *testing.T) {
 					admitted[u] = append(admitted[u], a)
 				}
 			}
-			stocks, err := s.BucketStocks(ctx, v, 4)
-			require.NoError(t, err)
-			require.Len(t, stocks, 4)
+			require.Len(t, bucketStocks(t, s, v, 4), 4)
 
 			var sold int64
 			for _, u := range buyers {
@@ -269,7 +285,7 @@ func TestASplitStoppedAtAnyStepResumes(t *testing.T) {
 				require.Equal(t, admitted[u][0].OrderID, a.OrderID, "user %s key a", u)
 				// A second release of a released order gives nothing.
 				if o, ok := released[u]; ok {
-					got, err := again.Release(ctx, o, time.Now())
+					got, err := againStore.Release(ctx, o, time.Now())
 					require.NoError(t, err)
 					require.False(t, got, "user %s's order released once", u)
 				}
@@ -292,7 +308,7 @@ func TestASplitStoppedAtAnyStepResumes(t *testing.T) {
 				require.EqualValues(t, 2, want, "user %s: the day's limit, exactly", u)
 				sold += want
 			}
-			requireStock(t, s, v, stock-sold)
+			testrdb.RequireStock(t, s, v, stock-sold)
 		})
 	}
 }
@@ -305,13 +321,13 @@ func TestASplitStoppedAtAnyStepResumes(t *testing.T) {
 // routed by the count before the split is routed again to the user's
 // bucket after.
 func TestASplittingVoucherReleasesAndChangesWhatItCan(t *testing.T) {
-	s := newStore(t, 8)
+	s := testrdb.NewStore(t, cluster, 8)
 	ctx := context.Background()
-	seedVoucher(t, s, rdb.Voucher{ID: 50, Stock: 10, PerUserLimit: 1})
-	movers, stayers := usersIn(1, 2, 2), usersIn(0, 2, 2) // to bucket 1; in bucket 0
+	testrdb.SeedVoucher(t, s, rdb.Voucher{ID: 50, Stock: 10, PerUserLimit: 1})
+	movers, stayers := testrdb.UsersIn(1, 2, 2), testrdb.UsersIn(0, 2, 2) // to bucket 1; in bucket 0
 	orders := map[string]order.Order{}
 	for _, u := range []string{movers[0], stayers[0], stayers[1]} {
-		a, err := claim(s, 50, u, t0)
+		a, err := testrdb.Claim(s, 50, u, t0)
 		require.NoError(t, err)
 		orders[u] = order.Order{ID: a.OrderID, VoucherID: 50, UserID: u, Quantity: 1, Day: d0}
 	}
@@ -327,13 +343,13 @@ func TestASplittingVoucherReleasesAndChangesWhatItCan(t *testing.T) {
 	yes := true
 	killed := errors.New("killed")
 	stopAt := func(at string) {
-		s.OnSplitStep(func(step string) error {
+		stopped := split.New(s).BeforeStep(func(step string) error {
 			if step == at {
 				return killed
 			}
 			return nil
 		})
-		require.ErrorIs(t, splitErr(s.Split(ctx, 50, 2)), killed)
+		require.ErrorIs(t, splitErr(stopped.Split(ctx, 50, 2)), killed)
 	}
 
 	stopAt("catchup") // pre-copying, the new bucket created
@@ -353,10 +369,9 @@ func TestASplittingVoucherReleasesAndChangesWhatItCan(t *testing.T) {
 	_, _, err = s.ApplyChange(ctx, rdb.Change{ID: 11, VoucherID: 50, AddStock: 1})
 	require.ErrorIs(t, err, rdb.ErrSplitting, "no change once frozen")
 
-	s.OnSplitStep(nil)
-	require.NoError(t, splitErr(s.Split(ctx, 50, 2)))
+	require.NoError(t, splitErr(split.New(s).Split(ctx, 50, 2)))
 	for _, u := range []string{movers[1], stayers[0]} {
-		_, err := claim(s, 50, u, t0)
+		_, err := testrdb.Claim(s, 50, u, t0)
 		require.ErrorIs(t, err, rdb.ErrPaused, "user %s: the pause applied while pre-copying holds in both buckets", u)
 	}
 	ok, _, err = s.ApplyChange(ctx, rdb.Change{ID: 9, VoucherID: 50, AddStock: 5, Paused: &yes})
@@ -372,7 +387,7 @@ func TestASplittingVoucherReleasesAndChangesWhatItCan(t *testing.T) {
 		require.NoError(t, err)
 		require.True(t, ok, "change %d", id)
 	}
-	requireStock(t, s, 50, 10-3+3+5+1)
+	testrdb.RequireStock(t, s, 50, 10-3+3+5+1)
 	pending, err := s.UserPending(ctx, 50, movers[0])
 	require.NoError(t, err)
 	require.Len(t, pending, 1, "the order admitted before the split is listed from its old bucket")
@@ -382,35 +397,33 @@ func TestASplittingVoucherReleasesAndChangesWhatItCan(t *testing.T) {
 // when it runs: between the switch and the spread the new buckets are
 // dry, and the claims there refill them from the richest.
 func TestASplitsSpreadEvensTheBuckets(t *testing.T) {
-	s := newStore(t, 8)
+	s := testrdb.NewStore(t, cluster, 8)
 	ctx := context.Background()
 	const v = 51
-	seedVoucher(t, s, rdb.Voucher{ID: v, Stock: 900, PerUserLimit: 1, Buckets: 2})
-	s.OnSplitStep(func(step string) error {
+	testrdb.SeedVoucher(t, s, rdb.Voucher{ID: v, Stock: 900, PerUserLimit: 1, Buckets: 2})
+	splitter := split.New(s).BeforeStep(func(step string) error {
 		if step == "spread" { // switched: a claim in dry bucket 3 takes half of bucket 0's or 1's
-			_, err := claim(s, v, usersIn(3, 4, 1)[0], t0)
+			_, err := testrdb.Claim(s, v, testrdb.UsersIn(3, 4, 1)[0], t0)
 			return err
 		}
 		return nil
 	})
-	require.NoError(t, splitErr(s.Split(ctx, v, 4)))
-	stocks, err := s.BucketStocks(ctx, v, 4)
-	require.NoError(t, err)
-	require.Equal(t, []int64{225, 225, 225, 224}, stocks, "899 units, a quarter each")
+	require.NoError(t, splitErr(splitter.Split(ctx, v, 4)))
+	require.Equal(t, []int64{225, 225, 225, 224}, bucketStocks(t, s, v, 4), "899 units, a quarter each")
 }
 
 // A user who bought before a split and after it has orders indexed in
 // two buckets, each where its stream is; a repair (RewriteVoucher) keeps
 // both, and the counts of buckets to read them at.
 func TestARepairAfterASplitKeepsTheUsersPendingOrders(t *testing.T) {
-	s := newStore(t, 8)
+	s := testrdb.NewStore(t, cluster, 8)
 	ctx := context.Background()
-	seedVoucher(t, s, rdb.Voucher{ID: 52, Stock: 10, PerUserLimit: 2})
-	u := usersIn(1, 2, 1)[0] // moves to bucket 1
-	_, err := claim(s, 52, u, t0)
+	testrdb.SeedVoucher(t, s, rdb.Voucher{ID: 52, Stock: 10, PerUserLimit: 2})
+	u := testrdb.UsersIn(1, 2, 1)[0] // moves to bucket 1
+	_, err := testrdb.Claim(s, 52, u, t0)
 	require.NoError(t, err)
-	require.NoError(t, splitErr(s.Split(ctx, 52, 2)))
-	_, err = claim(s, 52, u, t0)
+	require.NoError(t, splitErr(split.New(s).Split(ctx, 52, 2)))
+	_, err = testrdb.Claim(s, 52, u, t0)
 	require.NoError(t, err)
 	pending, err := s.UserPending(ctx, 52, u)
 	require.NoError(t, err)
@@ -448,8 +461,8 @@ func TestASplitThroughAFailoverOfItsMaster(t *testing.T) {
 	require.NoError(t, s.EnsureGroups(ctx))
 	require.NoError(t, s.MarkAllLoaded(ctx))
 	const v, stock, limit = 61, 300, 2
-	seedVoucher(t, s, rdb.Voucher{ID: v, Stock: stock, PerUserLimit: limit})
-	buyers := usersIn(-1, 1, 200)
+	testrdb.SeedVoucher(t, s, rdb.Voucher{ID: v, Stock: stock, PerUserLimit: limit})
+	buyers := testrdb.UsersIn(-1, 1, 200)
 	first := map[string]int64{}
 	held := map[string]int64{}
 	for _, u := range buyers[:100] {
@@ -457,10 +470,10 @@ func TestASplitThroughAFailoverOfItsMaster(t *testing.T) {
 		require.NoError(t, err)
 		first[u], held[u] = a.OrderID, 1
 	}
-	splitter, err := rdb.New(cc, 8, "")
+	rs, err := rdb.New(cc, 8, "")
 	require.NoError(t, err)
 	var old string
-	splitter.OnSplitStep(func(step string) error {
+	splitter := split.New(rs).BeforeStep(func(step string) error {
 		if step != "open" {
 			return nil
 		}
@@ -469,7 +482,7 @@ func TestASplitThroughAFailoverOfItsMaster(t *testing.T) {
 		old, err = c.FailoverOf(fctx, s.VoucherKey(v))
 		return err
 	})
-	to, err := s.SplitTarget(ctx, v, 1)
+	to, err := splitter.Target(ctx, v, 1)
 	require.NoError(t, err)
 	require.Greater(t, to, 1)
 	require.NoError(t, splitErr(splitter.Split(ctx, v, to)))
@@ -498,7 +511,7 @@ func TestASplitThroughAFailoverOfItsMaster(t *testing.T) {
 		}
 	}
 	require.EqualValues(t, stock, sold, "exactly the stock")
-	requireStock(t, s, v, 0)
+	testrdb.RequireStock(t, s, v, 0)
 	for u, n := range held {
 		require.LessOrEqual(t, n, int64(limit))
 		got, err := s.UserCount(ctx, v, u)
@@ -507,39 +520,15 @@ func TestASplitThroughAFailoverOfItsMaster(t *testing.T) {
 	}
 }
 
-// On a cluster, an admission whose reply does not come within the read
-// timeout is never sent again by go-redis: its cluster client resends a
-// pipeline after a timeout or a broken connection, and Redis, which had
-// only been slow, would run the call as many times (here its master is
-// stopped, SIGSTOP, while the client times out and resends, then resumed
-// and reads what waits in its sockets).
-// The caller gets the error; the claim runs once.
-func TestAClusterNeverResendsAnAdmission(t *testing.T) {
-	if cluster == nil {
-		t.Skip("a cluster's client resends; a single Redis's is set not to (MaxRetries -1)")
+// bucketStocks are the stocks of voucher v's n buckets, moves owed left
+// out.
+func bucketStocks(t *testing.T, s *rdb.Store, v int64, n int) []int64 {
+	t.Helper()
+	out := make([]int64, n)
+	for b := range n {
+		x, err := s.Client().HGet(context.Background(), keyspace.BucketOf(s.Partitions(), v, b).Key(), "stock").Int64()
+		require.NoError(t, err, "bucket %d", b)
+		out[b] = x
 	}
-	ctx := context.Background()
-	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cluster.Addrs(), ReadTimeout: 150 * time.Millisecond, MaxRetries: -1})
-	t.Cleanup(func() { cc.Close() })
-	s, err := rdb.New(cc, 4, "")
-	require.NoError(t, err)
-	require.NoError(t, s.Load(ctx))
-	require.NoError(t, s.EnsureGroups(ctx))
-	const v = 77
-	seedVoucher(t, s, rdb.Voucher{ID: v, Stock: 100, PerUserLimit: 10})
-	master, err := cluster.MasterOf(ctx, s.VoucherKey(v))
-	require.NoError(t, err)
-	require.NoError(t, master.Pause()) // SIGSTOP: what it was sent waits in its socket
-	_, err = s.Admit(ctx, rdb.Claim{VoucherID: v, UserID: "slow", Now: t0, Day: d0})
-	require.NoError(t, master.Resume())
-	require.Error(t, err, "no reply within the read timeout")
-	wait.For(t, 30*time.Second, "the paused master ran the call", func() bool {
-		n, err := s.UserCount(ctx, v, "slow")
-		return err == nil && n > 0
-	})
-	time.Sleep(200 * time.Millisecond) // anything resent waited in its sockets too, and ran with it
-	n, err := s.UserCount(ctx, v, "slow")
-	require.NoError(t, err)
-	require.EqualValues(t, 1, n, "the call ran once")
-	requireStock(t, s, v, 99)
+	return out
 }

@@ -1,23 +1,4 @@
-package rdb
-
-import (
-	"cmp"
-	"context"
-	"errors"
-	"fmt"
-	"math"
-	"slices"
-	"strconv"
-	"strings"
-	"sync"
-	"time"
-
-	"github.com/redis/go-redis/v9"
-
-	"github.com/flashsale/flashsale/lua"
-)
-
-// A split raises a voucher's buckets from N to M, a multiple of N, while
+// Package split raises a voucher's buckets from N to M, a multiple of N, while
 // its sale runs. A user's claims are decided in bucket FNV-1a(user) mod N;
 // after the split in FNV-1a(user) mod M, which is the same bucket or one
 // of its children b + jN (j = 1..M/N-1), all new: no user moves between
@@ -43,7 +24,7 @@ import (
 //	        now (a count only raises its copy: copies by two callers, read
 //	        at different times, leave the larger)
 //	catchup the records named in the dirty lists since, again, round after
-//	        round while the rounds shrink (splitCalm, splitRounds): what
+//	        round while the rounds shrink (calm, rounds): what
 //	        the moving users wrote while the last round copied
 //	freeze  each old bucket: "N>M": it answers 21 (splitting) to the moving
 //	        users (they try again, within their request's deadline) and
@@ -58,11 +39,11 @@ import (
 //	drop    the moving users' counts from the old buckets: stale copies,
 //	        never read (a claim or release routed by N is routed again
 //	        first); the fields this call copied, or, for a split found
-//	        switched (splitDone), every moving user's found by HSCAN; and
+//	        switched (completeSwitched), every moving user's found by HSCAN; and
 //	        the dirty lists
 //	spread  the units, shared evenly over the buckets by moves
 //	        (take.lua/give.lua): without it the children refill when dry
-//	        (a split found switched, by splitDone, is not spread)
+//	        (a split found switched, by completeSwitched, is not spread)
 //
 // The moving users wait from freeze to switch: the copy of what they
 // wrote during the last catch-up round, not of the bucket, as a live
@@ -84,88 +65,147 @@ import (
 // FLASHSALE_REAPER_RELEASE_INTERVAL. How long a split and its freeze take
 // is measured in docs/BENCHMARKS.md, "A hot voucher split by itself"; one
 // that cannot converge (the splitter copying slower than the buyers
-// write) ends its catch-up after splitRounds. Everything else is made
+// write) ends its catch-up after rounds. Everything else is made
 // at once: the releases of the buyers who stay in their bucket, and
 // top-ups, pauses, resumes, proof-of-work and access changes while the
 // old buckets pre-copy (TestASplittingVoucherReleasesAndChangesWhatItCan).
+package split
 
-// SplitSteps are a split's steps, in order (splitHook's names).
-var SplitSteps = []string{"precopy", "create", "copy", "catchup", "freeze", "last", "open", "switch", "drop", "spread"}
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
 
-// ErrSplitRefused refuses a split asked of a voucher that cannot take it (fewer
-// buckets than it has, not a multiple of them, above MaxBuckets, another
+	"github.com/redis/go-redis/v9"
+
+	"github.com/flashsale/flashsale/lua"
+	"github.com/flashsale/flashsale/pkg/rdb"
+	"github.com/flashsale/flashsale/pkg/rdb/internal/keyspace"
+)
+
+// Steps are a split's steps, in order (the names BeforeStep's function is given).
+var Steps = []string{"precopy", "create", "copy", "catchup", "freeze", "last", "open", "switch", "drop", "spread"}
+
+// ErrRefused refuses a split asked of a voucher that cannot take it (fewer
+// buckets than it has, not a multiple of them, above rdb.MaxBuckets, another
 // split under way, or Redis does not hold it).
-var ErrSplitRefused = errors.New("split refused")
+var ErrRefused = errors.New("split refused")
 
-// splitConfig are bucket 0's fields a new bucket copies: the voucher's
+// settingFields are bucket 0's fields a new bucket copies: the voucher's
 // settings and the changes applied to them (change.lua).
-var splitConfig = []string{"limit", "daily", "start_ms", "end_ms", "expire_s", "pool", "closed", "paused", "draw",
+var settingFields = []string{"limit", "daily", "start_ms", "end_ms", "expire_s", "pool", "closed", "paused", "draw",
 	"pow", "access", "room", "room_pre_ms", "room_pass_ms", "end_change", "pause_change", "pow_change",
 	"room_change", "access_change"}
 
-// splitChunk bounds the fields or members one copy call carries,
-// splitScan the fields an HSCAN of a bucket reads a call (COUNT): a
+// chunk bounds the fields or members one copy call carries,
+// scanCount the fields an HSCAN of a bucket reads a call (COUNT): a
 // bucket of a million buyers is read in 200 calls and written in 400;
-// and splitLog the entries of a dirty list one LRANGE reads.
+// and logPage the entries of a dirty list one LRANGE reads.
 const (
-	splitChunk = 2500
-	splitScan  = 5000
-	splitLog   = 10000
+	chunk     = 2500
+	scanCount = 5000
+	logPage   = 10000
 )
 
 // The catch-up rounds before the freeze: they end when a round copied at
-// most splitCalm records (one copy call a new bucket: the freeze then
+// most calm records (one copy call a new bucket: the freeze then
 // holds the moving users for about one), when a round copied more than
 // nine tenths of the one before (copying no faster than they are written:
-// more rounds would not shorten the freeze), or after splitRounds.
+// more rounds would not shorten the freeze), or after rounds.
 const (
-	splitCalm   = splitChunk
-	splitRounds = 16
+	calm   = chunk
+	rounds = 16
 )
 
+// Splitter splits vouchers' buckets in the Redis of a Store.
+type Splitter struct {
+	store *rdb.Store
+	// beforeStep, when set (tests: BeforeStep), runs before each step of
+	// a split; an error stops the split there, as a kill of its process
+	// would.
+	beforeStep func(step string) error
+}
+
+// New returns a Splitter over s.
+func New(s *rdb.Store) *Splitter {
+	return &Splitter{store: s}
+}
+
+// BeforeStep returns a copy of the Splitter that runs f before each step
+// of a split (Steps): an error stops the split there, as a kill of its
+// process would. Tests use it to stop a split at each step.
+func (s *Splitter) BeforeStep(f func(step string) error) *Splitter {
+	c := *s
+	c.beforeStep = f
+	return &c
+}
+
+// bucket is where one bucket of a voucher lives.
+type bucket = keyspace.Bucket
+
+func (s *Splitter) bucketOf(v int64, n int) bucket {
+	return keyspace.BucketOf(s.store.Partitions(), v, n)
+}
+
+// switchArg is split.lua's switch argument for old bucket b: "1" for
+// bucket 0, which records the split done.
+func switchArg(b int) string {
+	if b == 0 {
+		return "1"
+	}
+	return "0"
+}
+
 // Split raises voucher v's buckets to to (a multiple of its number now, at
-// most MaxBuckets) while its sale runs, or completes a split to to that
+// most rdb.MaxBuckets) while its sale runs, or completes a split to to that
 // was under way; a voucher that has to buckets already is left as it is.
 // The reaper runs it (pkg/reaper's splitter); any number of callers may,
 // at once or one after a crash of another. It returns what this call
 // spent, an error's included.
-func (s *Store) Split(ctx context.Context, v int64, to int) (SplitTimes, error) {
+func (s *Splitter) Split(ctx context.Context, v int64, to int) (Times, error) {
 	b0 := s.bucketOf(v, 0)
-	raw, err := s.c.HMGet(ctx, b0.key(), "buckets", "stock").Result()
+	raw, err := s.store.Client().HMGet(ctx, b0.Key(), "buckets", "stock").Result()
 	if err != nil {
-		return SplitTimes{}, fmt.Errorf("split voucher %d: %w", v, err)
+		return Times{}, fmt.Errorf("split voucher %d: %w", v, err)
 	}
 	if raw[1] == nil {
-		return SplitTimes{}, fmt.Errorf("split voucher %d: not in Redis: %w", v, ErrSplitRefused)
+		return Times{}, fmt.Errorf("split voucher %d: not in Redis: %w", v, ErrRefused)
 	}
 	str, _ := raw[0].(string)
-	l, err := parseLayout(str)
+	l, err := keyspace.ParseLayout(str)
 	switch {
 	case err != nil:
-		return SplitTimes{}, fmt.Errorf("split voucher %d: %w", v, err)
-	case l.to == 0 && l.n == to:
-		return s.splitDone(ctx, v, to)
-	case l.to != 0 && l.to != to:
-		return SplitTimes{}, fmt.Errorf("split voucher %d to %d: splitting to %d already: %w", v, to, l.to, ErrSplitRefused)
-	case to > MaxBuckets || to < l.n || to%l.n != 0:
-		return SplitTimes{}, fmt.Errorf("split voucher %d from %d to %d buckets: %w", v, l.n, to, ErrSplitRefused)
+		return Times{}, fmt.Errorf("split voucher %d: %w", v, err)
+	case l.To == 0 && l.N == to:
+		return s.completeSwitched(ctx, v, to)
+	case l.To != 0 && l.To != to:
+		return Times{}, fmt.Errorf("split voucher %d to %d: splitting to %d already: %w", v, to, l.To, ErrRefused)
+	case to > keyspace.MaxBuckets || to < l.N || to%l.N != 0:
+		return Times{}, fmt.Errorf("split voucher %d from %d to %d buckets: %w", v, l.N, to, ErrRefused)
 	}
-	sp := splitting{s: s, v: v, n: l.n, m: to}
+	sp := splitting{s: s, c: s.store.Client(), v: v, n: l.N, m: to}
 	for _, step := range []func(context.Context) error{sp.precopy, sp.create, sp.copy, sp.catchup, sp.freeze, sp.last, sp.open, sp.switchOver, sp.drop, sp.spread} {
 		if err := step(ctx); err != nil {
-			return sp.times(), fmt.Errorf("split voucher %d from %d to %d buckets: %w", v, l.n, to, err)
+			return sp.times(), fmt.Errorf("split voucher %d from %d to %d buckets: %w", v, l.N, to, err)
 		}
 	}
 	return sp.times(), nil
 }
 
-// SplitTimes is what one call of Split spent: how long it kept the moving
+// Times is what one call of Split spent: how long it kept the moving
 // users waiting (Paused: from the start of its freeze to the end of its
 // switch; 0 when it found them switched), and each step it began, in
 // order, with its time (the reaper logs them).
-type SplitTimes struct {
+type Times struct {
 	Paused time.Duration
-	Steps  []SplitStep
+	Steps  []Step
 }
 
 // begunStep is a step a call of Split began, and when.
@@ -174,43 +214,44 @@ type begunStep struct {
 	at   time.Time
 }
 
-// SplitStep is a step of SplitSteps and how long a call of Split spent
+// Step is a step of Steps and how long a call of Split spent
 // on it.
-type SplitStep struct {
+type Step struct {
 	Name string
 	Took time.Duration
 }
 
-// splitDone completes a split of voucher v to to whose buckets all took
+// completeSwitched completes a split of voucher v to to whose buckets all took
 // to (switch): the moving users' counts are dropped from the old buckets
 // (again: a split killed during its drop left some), whose number bucket
 // 0 recorded last in was. A voucher never split has nothing to drop.
-func (s *Store) splitDone(ctx context.Context, v int64, to int) (SplitTimes, error) {
-	was, err := s.c.HGet(ctx, s.bucketOf(v, 0).key(), "was").Result()
+func (s *Splitter) completeSwitched(ctx context.Context, v int64, to int) (Times, error) {
+	was, err := s.store.Client().HGet(ctx, s.bucketOf(v, 0).Key(), "was").Result()
 	if errors.Is(err, redis.Nil) {
-		return SplitTimes{}, nil
+		return Times{}, nil
 	} else if err != nil {
-		return SplitTimes{}, fmt.Errorf("split voucher %d: %w", v, err)
+		return Times{}, fmt.Errorf("split voucher %d: %w", v, err)
 	}
 	fs := strings.Fields(was)
 	if len(fs) == 0 {
-		return SplitTimes{}, nil
+		return Times{}, nil
 	}
 	n, err := strconv.Atoi(fs[len(fs)-1])
 	if err != nil || n < 1 || to%n != 0 {
-		return SplitTimes{}, fmt.Errorf("split voucher %d: bad was %q", v, was)
+		return Times{}, fmt.Errorf("split voucher %d: bad was %q", v, was)
 	}
-	sp := splitting{s: s, v: v, n: n, m: to, step: slices.Index(SplitSteps, "drop")}
+	sp := splitting{s: s, c: s.store.Client(), v: v, n: n, m: to, step: slices.Index(Steps, "drop")}
 	err = sp.drop(ctx)
 	return sp.times(), err
 }
 
 // splitting is one split of voucher v from n to m buckets.
 type splitting struct {
-	s    *Store
+	s    *Splitter
+	c    redis.UniversalClient // s's Redis
 	v    int64
 	n, m int
-	step int // the next of SplitSteps
+	step int // the next of Steps
 	// frozen and switched: when this call's freeze began, and its
 	// switch ended (zero: not reached).
 	frozen, switched time.Time
@@ -240,15 +281,15 @@ func (sp *splitting) copied(key string, names []string) {
 
 // times is what this call spent so far: the moving users' wait, and each
 // step's time (the last one's until now).
-func (sp *splitting) times() SplitTimes {
-	t := SplitTimes{Steps: make([]SplitStep, len(sp.begun))}
+func (sp *splitting) times() Times {
+	t := Times{Steps: make([]Step, len(sp.begun))}
 	now := time.Now()
 	for i, st := range sp.begun {
 		end := now
 		if i+1 < len(sp.begun) {
 			end = sp.begun[i+1].at
 		}
-		t.Steps[i] = SplitStep{Name: st.name, Took: end.Sub(st.at)}
+		t.Steps[i] = Step{Name: st.name, Took: end.Sub(st.at)}
 	}
 	switch {
 	case sp.frozen.IsZero():
@@ -262,10 +303,10 @@ func (sp *splitting) times() SplitTimes {
 
 // run runs step of split.lua on bucket b (KEYS: its hash, then keys).
 func (sp *splitting) run(ctx context.Context, step string, b bucket, keys []string, args ...any) error {
-	err := lua.Split.Run(ctx, sp.s.c, append([]string{b.key()}, keys...),
+	err := lua.Split.Run(ctx, sp.c, append([]string{b.Key()}, keys...),
 		append([]any{step, sp.n, sp.m}, args...)...).Err()
 	if err != nil {
-		return fmt.Errorf("%s %s: %w", step, b.key(), err)
+		return fmt.Errorf("%s %s: %w", step, b.Key(), err)
 	}
 	return nil
 }
@@ -273,11 +314,11 @@ func (sp *splitting) run(ctx context.Context, step string, b bucket, keys []stri
 // begin marks the start of the next step, where a test's hook may stop
 // the split as a kill would.
 func (sp *splitting) begin() error {
-	name := SplitSteps[sp.step]
+	name := Steps[sp.step]
 	sp.step++
 	sp.begun = append(sp.begun, begunStep{name, time.Now()})
-	if sp.s.splitHook != nil {
-		return sp.s.splitHook(name)
+	if sp.s.beforeStep != nil {
+		return sp.s.beforeStep(name)
 	}
 	return nil
 }
@@ -301,7 +342,7 @@ func (sp *splitting) children(parent int) []bucket {
 // moving reports whether user's bucket changes in the split: which new
 // bucket it moves to, or -1.
 func (sp *splitting) moving(user string) int {
-	if b := UserBucket(user, sp.m); b >= sp.n {
+	if b := keyspace.UserBucket(user, sp.m); b >= sp.n {
 		return b
 	}
 	return -1
@@ -312,7 +353,7 @@ func (sp *splitting) precopy(ctx context.Context) error {
 		return err
 	}
 	for _, b := range sp.old() { // bucket 0 first: it refuses changes from then on
-		if err := sp.run(ctx, "precopy", b, []string{b.dirty(), b.stream()}); err != nil {
+		if err := sp.run(ctx, "precopy", b, []string{b.Dirty(), b.Stream()}); err != nil {
 			return err
 		}
 	}
@@ -339,12 +380,12 @@ func (sp *splitting) catchup(ctx context.Context) error {
 		return err
 	}
 	prev := int64(-1)
-	for range splitRounds {
+	for range rounds {
 		n, err := sp.recopy(ctx)
 		if err != nil {
 			return err
 		}
-		if n <= splitCalm || (prev >= 0 && n*10 > prev*9) {
+		if n <= calm || (prev >= 0 && n*10 > prev*9) {
 			return nil
 		}
 		prev = n
@@ -371,14 +412,14 @@ func (sp *splitting) recopy(ctx context.Context) (int64, error) {
 	}
 	var read int64
 	for _, b := range sp.old() {
-		end, err := sp.s.c.LLen(ctx, b.dirty()).Result()
+		end, err := sp.c.LLen(ctx, b.Dirty()).Result()
 		if err != nil {
-			return read, fmt.Errorf("read %s: %w", b.dirty(), err)
+			return read, fmt.Errorf("read %s: %w", b.Dirty(), err)
 		}
-		for from := sp.logged[b.n]; from < end; from = sp.logged[b.n] {
-			page, err := sp.s.c.LRange(ctx, b.dirty(), from, min(from+splitLog, end)-1).Result()
+		for from := sp.logged[b.N]; from < end; from = sp.logged[b.N] {
+			page, err := sp.c.LRange(ctx, b.Dirty(), from, min(from+logPage, end)-1).Result()
 			if err != nil {
-				return read, fmt.Errorf("read %s: %w", b.dirty(), err)
+				return read, fmt.Errorf("read %s: %w", b.Dirty(), err)
 			}
 			if len(page) == 0 { // gone: expired with its voucher
 				break
@@ -386,7 +427,7 @@ func (sp *splitting) recopy(ctx context.Context) (int64, error) {
 			if err := sp.copyNamed(ctx, b, page); err != nil {
 				return read, err
 			}
-			sp.logged[b.n] += int64(len(page))
+			sp.logged[b.N] += int64(len(page))
 			read += int64(len(page))
 		}
 	}
@@ -409,8 +450,8 @@ func (sp *splitting) copyNamed(ctx context.Context, b bucket, entries []string) 
 	for _, e := range entries {
 		switch rest, count, _ := cutLast(e); {
 		case e == "" || strings.HasPrefix(e, "since "):
-		case strings.HasPrefix(e, userPrefix):
-			c := sp.moving(strings.TrimPrefix(rest, userPrefix))
+		case strings.HasPrefix(e, keyspace.UserPrefix):
+			c := sp.moving(strings.TrimPrefix(rest, keyspace.UserPrefix))
 			counts[c] = append(counts[c], rest, count)
 			names = append(names, rest)
 		case strings.HasPrefix(e, "day:"):
@@ -430,19 +471,19 @@ func (sp *splitting) copyNamed(ctx context.Context, b bucket, entries []string) 
 			sp.addKey(keys, b, name, value, exp-now)
 		}
 	}
-	if err := sp.copyFields(ctx, counts, bucket.key, "0"); err != nil {
+	if err := sp.copyFields(ctx, counts, bucket.Key, "0"); err != nil {
 		return err
 	}
-	sp.copied(b.key(), names)
+	sp.copied(b.Key(), names)
 	for day, fields := range days {
-		ms, err := sp.ttl(ctx, b.day(day))
+		ms, err := sp.ttl(ctx, b.Day(day))
 		if err != nil {
 			return err
 		}
-		if err := sp.copyFields(ctx, fields, func(c bucket) string { return c.day(day) }, "+"+strconv.FormatInt(ms, 10)); err != nil {
+		if err := sp.copyFields(ctx, fields, func(c bucket) string { return c.Day(day) }, "+"+strconv.FormatInt(ms, 10)); err != nil {
 			return err
 		}
-		sp.copied(b.day(day), dayNames[day])
+		sp.copied(b.Day(day), dayNames[day])
 	}
 	return sp.writeKeys(ctx, keys)
 }
@@ -459,39 +500,48 @@ func (sp *splitting) create(ctx context.Context) error {
 	if err := sp.begin(); err != nil {
 		return err
 	}
+	return sp.configure(ctx, func(child bucket, config []any) error {
+		return sp.run(ctx, "create", child, nil, config...)
+	})
+}
+
+// configure reads bucket 0's settings and changes applied, and writes
+// them into each new bucket: the settings by write, the changes by a
+// copy.
+func (sp *splitting) configure(ctx context.Context, write func(child bucket, config []any) error) error {
 	config, changes, err := sp.settings(ctx)
 	if err != nil {
 		return err
 	}
 	for c := sp.n; c < sp.m; c++ {
 		child := sp.s.bucketOf(sp.v, c)
-		if err := sp.run(ctx, "create", child, nil, config...); err != nil {
+		if err := write(child, config); err != nil {
 			return err
 		}
-		if err := sp.copyMembers(ctx, child, child.changes(), changes); err != nil {
+		if err := sp.copyMembers(ctx, child, child.Changes(), changes); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// settings reads bucket 0's settings (splitConfig's fields, as field,
+// settings reads bucket 0's settings (settingFields, as field,
 // value pairs) and the ids of the changes applied to it, and notes when
 // the voucher's keys expire (expireS).
 func (sp *splitting) settings(ctx context.Context) (config []any, changes []string, err error) {
 	b0 := sp.s.bucketOf(sp.v, 0)
-	vals, err := sp.s.c.HMGet(ctx, b0.key(), splitConfig...).Result()
+	vals, err := sp.c.HMGet(ctx, b0.Key(), settingFields...).Result()
 	if err != nil {
 		return nil, nil, fmt.Errorf("read settings: %w", err)
 	}
-	for i, f := range splitConfig {
+	for i, f := range settingFields {
 		if str, ok := vals[i].(string); ok {
 			config = append(config, f, str)
 		}
 	}
-	str, _ := vals[slices.Index(splitConfig, "expire_s")].(string)
+	str, _ := vals[slices.Index(settingFields, "expire_s")].(string)
 	sp.expireS = cmp.Or(str, "0")
-	changes, err = sp.s.c.SMembers(ctx, b0.changes()).Result()
+	changes, err = sp.c.SMembers(ctx, b0.Changes()).Result()
 	if err != nil {
 		return nil, nil, fmt.Errorf("read changes applied: %w", err)
 	}
@@ -500,9 +550,9 @@ func (sp *splitting) settings(ctx context.Context) (config []any, changes []stri
 
 // copyMembers adds members to set key of closed new bucket child.
 func (sp *splitting) copyMembers(ctx context.Context, child bucket, key string, members []string) error {
-	for i := 0; i < len(members); i += splitChunk {
+	for i := 0; i < len(members); i += chunk {
 		args := []any{"set", sp.expireS}
-		for _, m := range members[i:min(i+splitChunk, len(members))] {
+		for _, m := range members[i:min(i+chunk, len(members))] {
 			args = append(args, m)
 		}
 		if err := sp.run(ctx, "copy", child, []string{key}, args...); err != nil {
@@ -518,8 +568,8 @@ func (sp *splitting) copyMembers(ctx context.Context, child bucket, key string, 
 func (sp *splitting) copyFields(ctx context.Context, fields map[int][]any, keyOf func(bucket) string, expire string) error {
 	for c, pairs := range fields {
 		child := sp.s.bucketOf(sp.v, c)
-		for i := 0; i < len(pairs); i += 2 * splitChunk {
-			args := append([]any{"most", expire}, pairs[i:min(i+2*splitChunk, len(pairs))]...)
+		for i := 0; i < len(pairs); i += 2 * chunk {
+			args := append([]any{"most", expire}, pairs[i:min(i+2*chunk, len(pairs))]...)
 			if err := sp.run(ctx, "copy", child, []string{keyOf(child)}, args...); err != nil {
 				return err
 			}
@@ -530,22 +580,22 @@ func (sp *splitting) copyFields(ctx context.Context, fields map[int][]any, keyOf
 
 // node is the client of the node holding key: a cluster's master of its
 // slot, which alone can SCAN for the keys of that slot.
-func (s *Store) node(ctx context.Context, key string) (redis.Cmdable, error) {
-	if cc, ok := s.c.(*redis.ClusterClient); ok {
+func (s *Splitter) node(ctx context.Context, key string) (redis.Cmdable, error) {
+	if cc, ok := s.store.Client().(*redis.ClusterClient); ok {
 		return cc.MasterForKey(ctx, key)
 	}
-	return s.c, nil
+	return s.store.Client(), nil
 }
 
 // bucketKeys calls f with each key of bucket b's own named by suffix
 // (day:, idem:, proof:), found by SCAN on b's node.
-func (s *Store) bucketKeys(ctx context.Context, b bucket, f func(key, suffix string) error) error {
-	c, err := s.node(ctx, b.key())
+func (s *Splitter) bucketKeys(ctx context.Context, b bucket, f func(key, suffix string) error) error {
+	c, err := s.node(ctx, b.Key())
 	if err != nil {
 		return err
 	}
-	prefix := b.key() + ":"
-	it := c.Scan(ctx, 0, prefix+"*", splitScan).Iterator()
+	prefix := b.Key() + ":"
+	it := c.Scan(ctx, 0, prefix+"*", scanCount).Iterator()
 	for it.Next(ctx) {
 		key := it.Val()
 		rest := strings.TrimPrefix(key, prefix)
@@ -564,7 +614,7 @@ func (s *Store) bucketKeys(ctx context.Context, b bucket, f func(key, suffix str
 func (sp *splitting) movers(ctx context.Context, key, prefix string, f func(map[int][]any, []string) error) error {
 	var cursor uint64
 	for {
-		kv, next, err := sp.s.c.HScan(ctx, key, cursor, prefix+"*", splitScan).Result()
+		kv, next, err := sp.c.HScan(ctx, key, cursor, prefix+"*", scanCount).Result()
 		if err != nil {
 			return fmt.Errorf("scan %s: %w", key, err)
 		}
@@ -592,23 +642,23 @@ func (sp *splitting) copy(ctx context.Context) error {
 	}
 	sp.since = map[int]int64{}
 	for _, b := range sp.old() {
-		first, err := sp.s.c.LIndex(ctx, b.dirty(), 0).Result()
+		first, err := sp.c.LIndex(ctx, b.Dirty(), 0).Result()
 		if err != nil && !errors.Is(err, redis.Nil) {
-			return fmt.Errorf("read %s: %w", b.dirty(), err)
+			return fmt.Errorf("read %s: %w", b.Dirty(), err)
 		}
 		if ms, err := strconv.ParseInt(strings.TrimPrefix(first, "since "), 10, 64); err == nil {
-			sp.since[b.n] = ms
+			sp.since[b.N] = ms
 		}
-		err = sp.movers(ctx, b.key(), userPrefix, func(page map[int][]any, names []string) error {
-			sp.copied(b.key(), names)
-			return sp.copyFields(ctx, page, bucket.key, "0")
+		err = sp.movers(ctx, b.Key(), keyspace.UserPrefix, func(page map[int][]any, names []string) error {
+			sp.copied(b.Key(), names)
+			return sp.copyFields(ctx, page, bucket.Key, "0")
 		})
 		if err != nil {
 			return err
 		}
-		if rf, err := sp.s.c.HGet(ctx, b.key(), "rf").Result(); err == nil {
-			for _, c := range sp.children(b.n) {
-				if err := sp.copyFields(ctx, map[int][]any{c.n: {"rf", rf}}, bucket.key, "0"); err != nil {
+		if rf, err := sp.c.HGet(ctx, b.Key(), "rf").Result(); err == nil {
+			for _, c := range sp.children(b.N) {
+				if err := sp.copyFields(ctx, map[int][]any{c.N: {"rf", rf}}, bucket.Key, "0"); err != nil {
 					return err
 				}
 			}
@@ -616,12 +666,12 @@ func (sp *splitting) copy(ctx context.Context) error {
 		if err := sp.copyKeys(ctx, b); err != nil {
 			return err
 		}
-		released, err := sp.s.c.SMembers(ctx, b.released()).Result()
+		released, err := sp.c.SMembers(ctx, b.Released()).Result()
 		if err != nil {
-			return fmt.Errorf("read %s: %w", b.released(), err)
+			return fmt.Errorf("read %s: %w", b.Released(), err)
 		}
-		for _, c := range sp.children(b.n) {
-			if err := sp.copyMembers(ctx, c, c.released(), released); err != nil {
+		for _, c := range sp.children(b.N) {
+			if err := sp.copyMembers(ctx, c, c.Released(), released); err != nil {
 				return err
 			}
 		}
@@ -644,7 +694,7 @@ func (sp *splitting) copyKeys(ctx context.Context, b bucket) error {
 					return nil
 				}
 			}
-			if page = append(page, key); len(page) == splitChunk {
+			if page = append(page, key); len(page) == chunk {
 				err := sp.copyStrings(ctx, b, page)
 				page = page[:0]
 				return err
@@ -657,7 +707,7 @@ func (sp *splitting) copyKeys(ctx context.Context, b bucket) error {
 		}
 		return sp.movers(ctx, key, "", func(fields map[int][]any, names []string) error {
 			sp.copied(key, names)
-			return sp.copyFields(ctx, fields, func(c bucket) string { return c.day(name) }, "+"+strconv.FormatInt(ms, 10))
+			return sp.copyFields(ctx, fields, func(c bucket) string { return c.Day(name) }, "+"+strconv.FormatInt(ms, 10))
 		})
 	})
 	if err != nil {
@@ -669,14 +719,14 @@ func (sp *splitting) copyKeys(ctx context.Context, b bucket) error {
 // ttl is key's expiry in ms; a key without one (or just gone) gets the
 // longest any of a bucket keeps.
 func (sp *splitting) ttl(ctx context.Context, key string) (int64, error) {
-	ttl, err := sp.s.c.PTTL(ctx, key).Result()
+	ttl, err := sp.c.PTTL(ctx, key).Result()
 	if err != nil {
 		return 0, err
 	}
 	if ms := ttl.Milliseconds(); ms > 0 {
 		return ms, nil
 	}
-	return DayKeyTTL.Milliseconds(), nil
+	return rdb.DayKeyTTL.Milliseconds(), nil
 }
 
 // copyStrings copies old bucket b's keys (idempotency records of moving
@@ -685,22 +735,22 @@ func (sp *splitting) copyStrings(ctx context.Context, b bucket, keys []string) e
 	if len(keys) == 0 {
 		return nil
 	}
-	since, ok := sp.since[b.n]
+	since, ok := sp.since[b.N]
 	if !ok {
 		since = math.MaxInt64 // no dirty list: every record is copied
 	}
-	read, err := lua.Split.Run(ctx, sp.s.c, append([]string{b.key()}, keys...), "read", sp.n, sp.m, since).Slice()
+	read, err := lua.Split.Run(ctx, sp.c, append([]string{b.Key()}, keys...), "read", sp.n, sp.m, since).Slice()
 	if err != nil {
-		return fmt.Errorf("read the keys of %s: %w", b.key(), err)
+		return fmt.Errorf("read the keys of %s: %w", b.Key(), err)
 	}
 	to := keyCopies{}
-	prefix := b.key() + ":"
+	prefix := b.Key() + ":"
 	for i := 0; i+2 < len(read); i += 3 {
 		k, _ := read[i].(string)
 		val, _ := read[i+1].(string)
 		ms, _ := read[i+2].(int64)
 		if ms <= 0 {
-			ms = DayKeyTTL.Milliseconds()
+			ms = rdb.DayKeyTTL.Milliseconds()
 		}
 		sp.addKey(to, b, strings.TrimPrefix(k, prefix), val, ms)
 	}
@@ -722,35 +772,35 @@ type keyCopies map[int]*struct {
 // from it), a proof to every child (whoever spent it).
 func (sp *splitting) addKey(to keyCopies, b bucket, suffix, val string, ms int64) {
 	add := func(c bucket, name, val string) {
-		if to[c.n] == nil {
-			to[c.n] = &struct {
+		if to[c.N] == nil {
+			to[c.N] = &struct {
 				names []string
 				args  []any
 			}{}
 		}
-		to[c.n].names = append(to[c.n].names, name)
-		to[c.n].args = append(to[c.n].args, val, ms)
+		to[c.N].names = append(to[c.N].names, name)
+		to[c.N].args = append(to[c.N].args, val, ms)
 	}
 	kind, name, _ := strings.Cut(suffix, ":")
 	if kind == "proof" {
-		for _, c := range sp.children(b.n) {
-			add(c, ProofKey(c.key(), name), val)
+		for _, c := range sp.children(b.N) {
+			add(c, keyspace.ProofKey(c.Key(), name), val)
 		}
 		return
 	}
 	user, key, _ := strings.Cut(name, ":")
 	if pos, item, _ := strings.Cut(val, " "); !strings.Contains(pos, "@") {
-		val = pos + "@" + strconv.Itoa(b.p) + " " + item
+		val = pos + "@" + strconv.Itoa(b.P) + " " + item
 	}
 	c := sp.s.bucketOf(sp.v, sp.moving(user))
-	add(c, c.idem(user, key), val)
+	add(c, c.Idem(user, key), val)
 }
 
-// writeKeys writes to's copies, splitChunk keys a call.
+// writeKeys writes to's copies, chunk keys a call.
 func (sp *splitting) writeKeys(ctx context.Context, to keyCopies) error {
 	for n, cp := range to {
-		for i := 0; i < len(cp.names); i += splitChunk {
-			j := min(i+splitChunk, len(cp.names))
+		for i := 0; i < len(cp.names); i += chunk {
+			j := min(i+chunk, len(cp.names))
 			args := append([]any{"string", 0}, cp.args[2*i:2*j]...)
 			if err := sp.run(ctx, "copy", sp.s.bucketOf(sp.v, n), cp.names[i:j], args...); err != nil {
 				return err
@@ -768,18 +818,11 @@ func (sp *splitting) open(ctx context.Context) error {
 	if err := sp.begin(); err != nil {
 		return err
 	}
-	config, changes, err := sp.settings(ctx)
+	err := sp.configure(ctx, func(child bucket, config []any) error {
+		return sp.run(ctx, "copy", child, []string{child.Key()}, append([]any{"fields", "0"}, config...)...)
+	})
 	if err != nil {
 		return err
-	}
-	for c := sp.n; c < sp.m; c++ {
-		child := sp.s.bucketOf(sp.v, c)
-		if err := sp.run(ctx, "copy", child, []string{child.key()}, append([]any{"fields", "0"}, config...)...); err != nil {
-			return err
-		}
-		if err := sp.copyMembers(ctx, child, child.changes(), changes); err != nil {
-			return err
-		}
 	}
 	for c := sp.n; c < sp.m; c++ {
 		if err := sp.run(ctx, "open", sp.s.bucketOf(sp.v, c), nil); err != nil {
@@ -794,14 +837,14 @@ func (sp *splitting) drop(ctx context.Context) error {
 		return err
 	}
 	for _, b := range sp.old() {
-		if err := sp.s.c.Unlink(ctx, b.dirty()).Err(); err != nil { // freed off Redis's thread
-			return fmt.Errorf("drop %s: %w", b.dirty(), err)
+		if err := sp.c.Unlink(ctx, b.Dirty()).Err(); err != nil { // freed off Redis's thread
+			return fmt.Errorf("drop %s: %w", b.Dirty(), err)
 		}
 	}
 	if sp.moved != nil { // this call copied them: the fields it copied, no scan
 		for key, names := range sp.moved {
-			for i := 0; i < len(names); i += splitChunk {
-				if err := sp.s.c.HDel(ctx, key, names[i:min(i+splitChunk, len(names))]...).Err(); err != nil {
+			for i := 0; i < len(names); i += chunk {
+				if err := sp.c.HDel(ctx, key, names[i:min(i+chunk, len(names))]...).Err(); err != nil {
 					return fmt.Errorf("drop from %s: %w", key, err)
 				}
 			}
@@ -809,8 +852,8 @@ func (sp *splitting) drop(ctx context.Context) error {
 		return nil
 	}
 	for _, b := range sp.old() {
-		err := sp.movers(ctx, b.key(), userPrefix, func(_ map[int][]any, names []string) error {
-			return sp.s.c.HDel(ctx, b.key(), names...).Err()
+		err := sp.movers(ctx, b.Key(), keyspace.UserPrefix, func(_ map[int][]any, names []string) error {
+			return sp.c.HDel(ctx, b.Key(), names...).Err()
 		})
 		if err != nil {
 			return err
@@ -820,7 +863,7 @@ func (sp *splitting) drop(ctx context.Context) error {
 				return nil
 			}
 			return sp.movers(ctx, key, "", func(_ map[int][]any, names []string) error {
-				return sp.s.c.HDel(ctx, key, names...).Err()
+				return sp.c.HDel(ctx, key, names...).Err()
 			})
 		})
 		if err != nil {
@@ -835,11 +878,10 @@ func (sp *splitting) switchOver(ctx context.Context) error {
 		return err
 	}
 	for b := sp.n - 1; b >= 0; b-- { // bucket 0 last: its "M" says the split is done
-		if err := sp.run(ctx, "switch", sp.s.bucketOf(sp.v, b), nil, strconv.Itoa(bit(b == 0))); err != nil {
+		if err := sp.run(ctx, "switch", sp.s.bucketOf(sp.v, b), nil, switchArg(b)); err != nil {
 			return err
 		}
 	}
-	sp.s.buckets.Store(sp.v, sp.m)
 	sp.switched = time.Now()
 	return nil
 }
@@ -855,50 +897,18 @@ func (sp *splitting) spread(ctx context.Context) error {
 	if err := sp.begin(); err != nil {
 		return err
 	}
-	st, err := sp.s.readStocks(ctx, sp.v, sp.m)
-	if err != nil {
-		return err
-	}
-	var total int64
-	for _, x := range st.stock {
-		total += x
-	}
-	over := make([]int64, sp.m) // a bucket's units above its share, or below (< 0)
-	for b, x := range st.stock {
-		over[b] = x - share(total, sp.m, b)
-	}
-	for { // from the richest to the poorest, until each holds its share
-		from, to := 0, 0
-		for b := range over {
-			if over[b] > over[from] {
-				from = b
-			}
-			if over[b] < over[to] {
-				to = b
-			}
-		}
-		want := min(over[from], -over[to])
-		if want <= 0 {
-			return nil
-		}
-		got, err := sp.s.moveUnits(ctx, sp.s.bucketOf(sp.v, from), sp.s.bucketOf(sp.v, to), want)
-		if err != nil || got < want { // claims took them meanwhile: even enough
-			return err
-		}
-		over[from] -= got
-		over[to] += got
-	}
+	return sp.s.store.ShareEvenly(ctx, sp.v)
 }
 
-// SplitTarget is the number of buckets a hot voucher of n buckets is
-// split to: the least multiple of n (at most MaxBuckets) whose buckets'
+// Target is the number of buckets a hot voucher of n buckets is
+// split to: the least multiple of n (at most rdb.MaxBuckets) whose buckets'
 // slots are on every master of the cluster (or on as many as the
 // partitions' slots reach: raise FLASHSALE_STREAM_PARTITIONS to reach
 // more), and n itself on one Redis (one thread decides every bucket
 // there: a split would add moves and gain nothing) or when n's buckets
 // are on as many masters already.
-func (s *Store) SplitTarget(ctx context.Context, v int64, n int) (int, error) {
-	cc, ok := s.c.(*redis.ClusterClient)
+func (s *Splitter) Target(ctx context.Context, v int64, n int) (int, error) {
+	cc, ok := s.store.Client().(*redis.ClusterClient)
 	if !ok {
 		return n, nil
 	}
@@ -917,9 +927,9 @@ func (s *Store) SplitTarget(ctx context.Context, v int64, n int) (int, error) {
 	// every partition they come round again: the least count reaching the
 	// most masters the partitions reach.
 	seen, b, best, most := map[string]bool{}, 0, n, 0
-	for m := n; m <= MaxBuckets && m-n < s.partitions+n; m += n {
+	for m := n; m <= keyspace.MaxBuckets && m-n < s.store.Partitions()+n; m += n {
 		for ; b < m; b++ {
-			master, err := cc.MasterForKey(ctx, s.bucketOf(v, b).key())
+			master, err := cc.MasterForKey(ctx, s.bucketOf(v, b).Key())
 			if err != nil {
 				return 0, fmt.Errorf("master of voucher %d bucket %d: %w", v, b, err)
 			}
@@ -933,75 +943,4 @@ func (s *Store) SplitTarget(ctx context.Context, v int64, n int) (int, error) {
 		}
 	}
 	return best, nil
-}
-
-// Spread is how a count of a voucher's buckets sits on a cluster's
-// masters (BucketSpread).
-type Spread struct {
-	// ByMaster is the buckets on each master the voucher's partitions
-	// reach (0 where none of them is).
-	ByMaster map[string]int
-	// Even: each of those masters holds ⌊n/M⌋ or ⌈n/M⌉ of the n.
-	Even bool
-	// Below and Above are the nearest counts that would share the
-	// masters evenly (multiples of the step, above it, at most
-	// MaxBuckets), 0 for none.
-	Below, Above int
-}
-
-// BucketSpread is where n buckets of voucher v would be: on a cluster,
-// the buckets each master its partitions reach holds (bucket b is in
-// partition (v's + b) mod partitions, its slot's master's), whether they
-// share them evenly, and the nearest counts that would, among the
-// multiples of step above step (a split's counts: each of step buckets
-// splits into as many). Nil on one Redis: one thread decides every bucket.
-func (s *Store) BucketSpread(ctx context.Context, v int64, n, step int) (*Spread, error) {
-	cc, ok := s.c.(*redis.ClusterClient)
-	if !ok {
-		return nil, nil
-	}
-	masterOf := make([]string, s.partitions) // by bucket mod partitions
-	reach := map[string]int{}
-	for b := range s.partitions {
-		m, err := cc.MasterForKey(ctx, s.bucketOf(v, b).key())
-		if err != nil {
-			return nil, fmt.Errorf("master of voucher %d bucket %d: %w", v, b, err)
-		}
-		masterOf[b] = m.Options().Addr
-		reach[masterOf[b]] = 0
-	}
-	count := func(n int) map[string]int {
-		by := make(map[string]int, len(reach))
-		for m := range reach {
-			by[m] = 0
-		}
-		for b := range n {
-			by[masterOf[b%s.partitions]]++
-		}
-		return by
-	}
-	even := func(n int) bool {
-		lo := n / len(reach)
-		hi := lo
-		if n%len(reach) != 0 {
-			hi++
-		}
-		for _, c := range count(n) {
-			if c < lo || c > hi {
-				return false
-			}
-		}
-		return true
-	}
-	out := &Spread{ByMaster: count(n), Even: even(n)}
-	step = max(step, 1)
-	for c := 2 * step; c <= MaxBuckets; c += step {
-		switch {
-		case c < n && even(c):
-			out.Below = c
-		case c > n && even(c) && out.Above == 0:
-			out.Above = c
-		}
-	}
-	return out, nil
 }
