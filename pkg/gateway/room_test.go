@@ -288,7 +288,7 @@ func TestAPassOneGatewayGaveIsHonouredByAnother(t *testing.T) {
 func roomStateKey(f *fixture, id string) string {
 	v, err := strconv.ParseInt(id, 10, 64)
 	require.NoError(f.t, err)
-	state, _ := f.env.RDB.RoomKeys(v)
+	state, _ := room.NewStore(f.env.RDB, 0).Keys(v)
 	return state
 }
 

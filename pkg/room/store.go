@@ -87,9 +87,6 @@ func (s *Store) Find(ctx context.Context, v int64, user string, now time.Time) (
 	return s.run(ctx, v, now, "get", user, rdb.Proof{}, rdb.NoAccessCode)
 }
 
-// Keys are the room's keys of voucher v: its state and its waiters.
-func (s *Store) Keys(v int64) (state, waiters string) { return s.r.RoomKeys(v) }
-
 func (s *Store) run(ctx context.Context, v int64, now time.Time, op, user string, proof rdb.Proof, access rdb.AccessCode, told ...Told) (*Snapshot, Place, error) {
 	var seed [8]byte
 	_, _ = rand.Read(seed[:])
@@ -100,7 +97,7 @@ func (s *Store) run(ctx context.Context, v int64, now time.Time, op, user string
 		}
 		bits = strconv.AppendInt(bits, t.bit(), 10)
 	}
-	res, err := s.r.RunRoom(ctx, v, proof, now.UnixMilli(), op, user, NewSeed(seed),
+	res, err := s.script(ctx, v, proof, now.UnixMilli(), op, user, NewSeed(seed),
 		PassFactor, s.maxWaiters, int64(IdleTTL/time.Second), int64(access), bits, OpenDelay.Milliseconds())
 	if err != nil {
 		return nil, Place{}, err
@@ -164,10 +161,4 @@ func parseSnapshot(res []any, now time.Time) (*Snapshot, error) {
 		s.Segments = append(s.Segments, Segment{Upto: u, Expires: time.UnixMilli(e)})
 	}
 	return s, nil
-}
-
-// Waiters is how many users hold a place in v's room, and the memory
-// Redis uses for them (MEMORY USAGE of the waiters' hash, sampled).
-func (s *Store) Waiters(ctx context.Context, v int64) (n, bytes int64, err error) {
-	return s.r.RoomWaiters(ctx, v)
 }

@@ -14,8 +14,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-
-	"github.com/flashsale/flashsale/pkg/rdb"
 )
 
 // Story is a room's account.
@@ -52,7 +50,7 @@ type QueueTimes struct {
 // Story reads voucher v's room's story at now; nil when it never had a
 // room.
 func (s *Store) Story(ctx context.Context, v int64, now time.Time) (*Story, error) {
-	rec, err := s.r.RoomStory(ctx, v)
+	rec, err := s.record(ctx, v)
 	if err != nil || len(rec.State) == 0 {
 		return nil, err
 	}
@@ -66,7 +64,7 @@ func told(bits []byte, b int64) bool {
 }
 
 // story computes a Story from what a room keeps, at nowMs.
-func story(rec *rdb.RoomRecord, nowMs int64) *Story {
+func story(rec *record, nowMs int64) *Story {
 	state, startMs, bought := rec.State, rec.StartMs, rec.Bought
 	num := func(k string) int64 { n, _ := strconv.ParseInt(state[k], 10, 64); return n }
 	pre, tail, front, gone := num("pre"), num("tail"), num("front"), num("gone")
