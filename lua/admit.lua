@@ -2,9 +2,8 @@
 -- voucher bucket, atomically, in order: each claim is decided with the same
 -- rules as if it were alone, after the claims before it in the batch.
 --
--- Partitioning: a voucher V lives in partition P = V mod FLASHSALE_STREAM_PARTITIONS.
--- Every key below carries the hash tag {pP}, so the script touches one slot and
--- runs unchanged on Redis Cluster. The stream of partition P carries the same tag.
+-- Every key is in the slot of the bucket's partition P (hash tag {pP}):
+-- the KEYS are one bucket's, and every count and limit is the bucket's.
 --
 -- KEYS[1] -> flashsale:{pP}:v:V            voucher hash, whose fields it reads: stock, limit, daily, start_ms, end_ms, pool, paused,
 --                                          buckets, draw, pow, room, access, u:USER -> units user USER holds (all time), and
@@ -55,97 +54,49 @@
 --   PROOF_MAX the proof's difficulty (max number)
 --   PROOF_TTL seconds the proof's challenge has left (how long its single use is kept)
 --
--- The stream: the admissions of a call travel in one stream entry, up to
--- 32 (order.MaxPerEntry) an entry, in the order they were decided:
+-- Effects. Each claim is answered by the first of these that applies: an
+-- earlier admission under its idempotency key (answered again, FLAGS 1);
+-- the voucher missing (15 where KEYS[4] is unset, else 1); the wrong
+-- route ({10, n}: ARGV[2] is not the bucket's count); a pause (9); a
+-- split moving its user (21); then, in order, the sale window (2, 3), an
+-- access code where the voucher needs one now (16, 17), a waiting-room
+-- pass (14), a proof of work, spent once (12, 13), the quantity (8), the
+-- stock (4), the limits (5, 6). A draw (draw = 1) takes one entry of one
+-- unit a user (8, 11), and touches neither stock nor pool. An admission
+-- takes its units from stock (a pooled voucher, pool = 1, pops one item
+-- "no|amount|code" from KEYS[3]: none left is 4), counts them in u:USER and the
+-- day's hash, appends its position to o:USER, writes its idempotency
+-- record, and its order into the call's stream entry: up to 32
+-- (order.MaxPerEntry) orders an entry, in the order they were decided,
 --   voucher_id V  o0 ORDER  o1 ORDER ...
--- each ORDER "user_id created_ms day quantity[ item][ cSERIAL]", item being the
--- pooled item "no|amount|code", or "entry" for an entry of a draw sale,
--- and absent for units, and SERIAL the claim's serial (absent for none).
--- An order's position is "ms-P", ms and seq those
--- of its entry's id and P = seq * 32 + its index (k in oK): the order id is
--- made from it (pkg/order), so an entry's sequence must stay below 128
--- (order.MaxEntrySeq).
+-- each ORDER "user_id created_ms day quantity[ item][ cSERIAL]", item the
+-- pooled item, or "entry" for a draw's, absent for units; SERIAL the
+-- claim's, absent for none. An order's
+-- position is "ms-P", ms and seq those of its entry's id and
+-- P = seq * 32 + its index: the order id is made from it (pkg/order), so
+-- an entry's sequence must stay below 128 (order.MaxEntrySeq). KEYS[5]
+-- grows by the orders the entry carries. While the bucket pre-copies a
+-- split ("N~M" in its buckets field) each admission of a user whose
+-- bucket of M is another names the records it wrote in KEYS[6].
+-- A call whose entry cannot be numbered (sequence 128 or more), or whose
+-- entry's id is past the horizon, changes nothing from the claim that
+-- began that entry's orders on, and those claims are answered 7 (22 past
+-- the horizon), but for a replay, whose answer stands. A refusal changes
+-- nothing, and is not remembered under the idempotency key.
 --
--- Cost: every redis.call is a few microseconds of Redis's one thread, and
--- so is the script call itself; a batch shares them. The common batch
--- (units, no daily limit, no idempotency keys) makes one HMGET of the
--- voucher and every user's count and index, one XADD and one INCRBY per 32
--- admissions, and one HSET of the new stock, counts and indexes. A daily limit adds one
--- HMGET and one HSET (and EXPIRE) per day; keys add one MGET and a SET per
--- keyed admission; a pool adds an LPOP per admission; a proof-of-work
--- gate a SET per claim; a waiting room an HSETNX per admission (and an
--- HINCRBY the first time a pass buys).
+-- Returns one reply per claim, in order: "POSITION FLAGS[ ITEM]" when
+-- admitted (FLAGS 1 a replay under its idempotency key, plus 2 a draw's
+-- entry; ITEM the item taken), else the refusal's code (pkg/rdb codes.go,
+-- one meaning in every script): 1 (voucher not found), 2 (not started),
+-- 3 (ended), 4 (sold out), 5 (user limit), 6 (daily limit),
+-- 7 (overloaded): retry, 8 (quantity above the limit), 9 (paused),
+-- 10 (route again) as {10, n}: route by n buckets, 11 (already entered),
+-- 12 (proof required), 13 (proof invalid), 14 (not admitted) by the
+-- room, 15 (not loaded), 16 (access required), 17 (access invalid),
+-- 21 (splitting): retry shortly, 22 (past horizon).
 --
--- A hot voucher's stock may be spread over buckets (stock_buckets, see
--- pkg/rdb keys.go): the KEYS are then those of one bucket, and every limit
--- and count here is the bucket's; a batch holds the claims of one bucket. A
--- caller that routed by the wrong number of buckets (it had not seen the
--- voucher yet) is told the right one, and nothing is changed.
---
--- Two shapes of sale (pkg/sale): a count of identical units (pool = 0), or a
--- pool of distinct items (pool = 1: envelopes, codes), where an admission
--- pops one item, "no|amount|code", from KEYS[3] and is always of one unit;
--- stock then counts the items left.
---
--- A voucher with a proof-of-work gate (pow = its difficulty, > 0) takes a
--- claim only with a proof (the gateway verified its signature, user and
--- expiry) of at least that difficulty, once: its PROOF key is set NX.
---
--- A voucher with access codes (access: -1 for the whole sale, else until
--- that unix ms; pkg/access) takes a claim only with its user's code while
--- they hold; any other time a code is not looked at, right or wrong.
---
--- A voucher with a waiting room (room > 0, pkg/room) takes a claim only
--- with a pass that has not lapsed; the proof of work, if any, was asked
--- at the room's door instead.
---
--- A draw sale (draw = 1, pkg/draw) takes entries instead: an admission is
--- an entry, of one unit's claim, one per user (u:USER counts entries); it
--- touches neither stock nor pool, and its order in the stream is marked entry.
---
--- Returns one reply per claim, in order:
--- "POSITION FLAGS[ ITEM]" when admitted, position being the order's "ms-P"
--- (above) from which the caller derives the order id, FLAGS 1 when an
--- earlier admission under the same idempotency key is returned again
--- (also one earlier in this batch), plus 2 for an entry of a draw sale,
--- and ITEM the item taken (absent for units): one string, the cheapest
--- reply to make and to read.
--- code, an integer, when rejected, from the codes every script shares
--- (pkg/rdb codes.go: a code means one thing in every script):
--- 1 (voucher not found), 2 (not started), 3 (ended), 4 (sold out): fewer
--- than quantity units left, 5 (user limit), 6 (daily limit): limits count
--- units, 7 (overloaded): the stream sequence overflowed, retry,
--- 8 (quantity above the limit): above the voucher's per-user limit, or
--- above 1 for a pool (a bad request: it can never be admitted),
--- 9 (paused) by an operator, 10 (route again) as the pair {10, n}: the
--- voucher has n buckets, not ARGV[2], 11 (already entered): the user
--- entered this draw already, 12 (proof required): the voucher needs a
--- proof of work and the claim has none, 13 (proof invalid): its proof is
--- too easy or was used before, 14 (not admitted): the voucher has a
--- waiting room and the claim no pass that holds, 15 (not loaded): the
--- voucher is missing from a partition the reaper has not marked loaded:
--- Redis lost its data (it restarted empty) or was never loaded, an outage
--- until the reaper rebuilds it from MySQL, not an unknown voucher,
--- 16 (access required): the voucher needs an access code now and the
--- claim has none, 17 (access invalid): it needs one now and the claim's
--- is not the user's, 22 (past horizon): the call's admissions would be
--- written after its horizon (ARGV[6]), so they are undone as an entry that
--- cannot be numbered is (below), 21 (splitting): the voucher is splitting into more
--- buckets and the user's records are moving to their new bucket: retry
--- shortly (a bucket of a splitting voucher holds "N>M" in its buckets
--- field, N its number now and M the new one, once frozen; a new bucket
--- not yet open "M>0", and answers 21 to every claim).
--- Before the freeze a bucket of a splitting voucher holds "N~M"
--- (pre-copy, pkg/rdb/split): it decides every claim, and names the
--- records it writes of the users whose bucket of M is another in its
--- dirty list, KEYS[6], for the splitter to copy.
--- A call whose stream entry cannot be numbered (sequence 128 or more),
--- or whose entry's id is past the horizon, changes nothing from the claim
--- that began that entry's orders on (the proofs of work those claims
--- spent are unspent), and those claims are all answered 7 (22 past the
--- horizon), but for a replay found by the MGET below, whose answer stands.
--- Only admissions are remembered under the idempotency key: a rejection
--- changed nothing, so its retry is simply decided again.
+-- Why the script is shaped so, and what a call costs Redis: pkg/rdb's
+-- package doc, "The admission script".
 
 -- The claims, field by field: users[i] is claim i's USER, and so on; a
 -- field left out of the line is its default. idems and proofs hold only

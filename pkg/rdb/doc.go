@@ -6,6 +6,28 @@
 // each working through a Store. The names of a bucket's keys, which all
 // of them use, are pkg/rdb/internal/keyspace's.
 //
+// # The admission script
+//
+// lua/admit.lua decides a batch of claims of one bucket in one call: its
+// header is its contract (KEYS, ARGV, the claim line, effects, replies).
+// It is one script because the decision must be atomic (the stock, the
+// user's counts, the idempotency record and the stream entry change
+// together or not at all), and one call for a batch because a call's
+// round trip and Redis's dispatch are most of a claim's cost. Every key
+// it touches carries its bucket's partition's hash tag, so it runs
+// unchanged on a Redis Cluster, on that slot's master.
+//
+// What a call costs Redis's one thread: every redis.call is a few
+// microseconds, and so is the script call itself; a batch shares them.
+// The common batch (units, no daily limit, no idempotency keys) makes one
+// HMGET of the voucher and every user's count and index, one XADD and
+// one INCRBY a 32 admissions, and one HSET of the new stock, counts and
+// indexes. A daily limit adds one HMGET and one HSET (and EXPIRE) a day;
+// keys add one MGET and a SET a keyed admission; a pool an LPOP an
+// admission; a proof-of-work gate a SET a claim; a waiting room an HSETNX
+// an admission (and an HINCRBY the first time a pass buys).
+// docs/BENCHMARKS.md measures it (go run ./pkg/internal/cmd/scriptcost).
+//
 // # A hot voucher over several masters
 //
 // With stock_buckets N > 1 a voucher's stock is split over N buckets.
