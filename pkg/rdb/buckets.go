@@ -49,22 +49,11 @@ func (s *Store) knownBuckets(v int64) int {
 // does not hold v): read anew each time, since a split changes it. The
 // admission path routes by knownBuckets instead, which admit.lua corrects.
 func (s *Store) layoutOf(ctx context.Context, v int64) (keyspace.Layout, error) {
-	raw, err := s.c.HMGet(ctx, s.bucketOf(v, 0).Key(), "stock", "buckets").Result()
-	if err != nil {
-		return keyspace.Layout{}, fmt.Errorf("read buckets of voucher %d: %w", v, err)
-	}
-	if raw[0] == nil {
-		return keyspace.Layout{N: 1}, nil
-	}
-	str, _ := raw[1].(string)
-	l, err := keyspace.ParseLayout(str)
-	if err != nil {
-		return l, fmt.Errorf("voucher %d: %w", v, err)
-	}
-	if l.To == 0 {
+	l, err := keyspace.ReadLayout(ctx, s.c, s.partitions, v)
+	if err == nil && l.To == 0 {
 		s.buckets.Store(v, l.N)
 	}
-	return l, nil
+	return l, err
 }
 
 // bucketsOf is voucher v's number of buckets now (layoutOf).
@@ -85,11 +74,7 @@ func (s *Store) bucketsOfVoucher(ctx context.Context, v int64) ([]bucket, error)
 
 // bucketsIn lists the buckets of voucher v laid out as l.
 func (s *Store) bucketsIn(v int64, l keyspace.Layout) []bucket {
-	out := make([]bucket, l.Span())
-	for i := range out {
-		out[i] = s.bucketOf(v, i)
-	}
-	return out
+	return keyspace.Buckets(s.partitions, v, l)
 }
 
 // ReadVoucherPartitions reads voucher v's layout in Redis and returns the

@@ -23,7 +23,7 @@ import (
 //	                                   and u:USER -> units user USER holds (read with the voucher, one HMGET)
 //	                                   and o:USER -> positions of USER's admissions not yet seen persisted
 //	                                   and moved: units moved out to other buckets net of those moved in (Levels)
-//	                                   and ti = end_ms once the users' indexes were trimmed after that end (TrimIndexes)
+//	                                   and ti = end_ms once the users' indexes were trimmed after that end (upkeep.Indexes.Trim)
 //	                                   and rf: releases known owed before this unix ms are refused (ForgetReleases)
 //	flashsale:{pP}:v:V:day:YYYYMMDD    hash user -> units taken that day
 //	flashsale:{pP}:v:V:idem:U:K        idempotency record of user U, key K
@@ -150,11 +150,6 @@ func RoomToldKey(state string) string { return state + ":told" }
 func (s *Store) VoucherKey(v int64) string { return s.bucketOf(v, 0).Key() }
 
 func userField(user string) string { return keyspace.UserPrefix + user }
-
-// pendingPrefix starts the voucher hash's field of a user's index of
-// admissions: the positions ("ms-P", pkg/order) admit.lua appended,
-// space-separated, which pending.lua reads and prunes.
-const pendingPrefix = "o:"
 
 // MaxBuckets bounds a voucher's stock_buckets.
 const MaxBuckets = keyspace.MaxBuckets

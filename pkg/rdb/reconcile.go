@@ -282,7 +282,7 @@ func (s *Store) pendingIndexes(ctx context.Context, v int64, have, n int) (out [
 			return nil, "", fmt.Errorf("read voucher %d bucket %d: %w", v, b, err)
 		}
 		for f, ids := range h {
-			if strings.HasPrefix(f, pendingPrefix) {
+			if strings.HasPrefix(f, keyspace.PendingPrefix) {
 				out[b][f] = ids // where its positions' stream is (b < have <= n)
 			}
 		}

@@ -102,7 +102,7 @@ type Config struct {
 	DetectInterval time.Duration `envconfig:"FLASHSALE_REAPER_DETECT_INTERVAL" default:"1s"`
 	// SweepInterval: the sweeper's pass over the vouchers on sale, dropping
 	// from their users' indexes of admissions the orders persisted since
-	// (rdb.Store.SweepIndexes). Default 1m.
+	// (upkeep.Indexes.Sweep). Default 1m.
 	SweepInterval time.Duration `envconfig:"FLASHSALE_REDIS_SWEEP_INTERVAL" default:"1m"`
 	// EventsRetention: how long a sequenced event is kept (for the events
 	// API's catch-up) before it is deleted. Default 168h.
@@ -229,12 +229,14 @@ type Reaper struct {
 	// splitter runs the splits of vouchers' buckets owed (splitter.go).
 	splitter *split.Splitter
 	streams  *upkeep.Streams // taking over, consumers, dead letters
-	db       *db.Store
-	orders   *persist.Orders
-	log      *zap.Logger
-	now      func() time.Time
-	audit    *zap.Logger
-	metrics  *metrics
+	// indexes trims the users' indexes of admissions (sweeper, trimmer).
+	indexes *upkeep.Indexes
+	db      *db.Store
+	orders  *persist.Orders
+	log     *zap.Logger
+	now     func() time.Time
+	audit   *zap.Logger
+	metrics *metrics
 	// relays: a loop a part of each events sink (event.Relays).
 	relays []*event.Relay
 	// detector is the detector's memory between its rounds.
@@ -306,7 +308,7 @@ func New(cfg Config, r *rdb.Store, d *db.Store, log *zap.Logger, opts ...Option)
 	if err != nil {
 		return nil, err
 	}
-	return &Reaper{cfg: cfg, redis: r, splitter: splitter, streams: upkeep.New(r), db: d, orders: persist.NewOrders(cfg.Config, r, d, log, o.audit, o.reg),
+	return &Reaper{cfg: cfg, redis: r, splitter: splitter, streams: upkeep.New(r), indexes: upkeep.NewIndexes(r), db: d, orders: persist.NewOrders(cfg.Config, r, d, log, o.audit, o.reg),
 		now: o.now, audit: o.audit, metrics: m, log: log, relays: relays, splitTarget: o.splitTarget, restoreHook: o.restoreHook, creationHook: o.creationHook}, nil
 }
 

@@ -4,7 +4,7 @@ package reaper
 // those whose sale ended (trimmer.go), every FLASHSALE_REDIS_SWEEP_INTERVAL:
 // it drops from the users' indexes of admissions the orders persisted
 // since its last pass, and the indexes left empty
-// (rdb.Store.SweepIndexes), away from the claims' path, so that a sale
+// (upkeep.Indexes.Sweep), away from the claims' path, so that a sale
 // without an end holds a buyer's count and the orders not yet persisted,
 // not every admission it made. Pruning on every acknowledgement instead
 // would cost the Redis the claims share a read and a write an order.
@@ -32,7 +32,7 @@ func (r *Reaper) sweep(ctx context.Context, round *Round) error {
 		if (v.EndsAt != nil && !v.EndsAt.After(now)) || v.Splitting() {
 			continue
 		}
-		n, err := r.redis.SweepIndexes(ctx, v.ID)
+		n, err := r.indexes.Sweep(ctx, v.ID)
 		round.IndexesSwept += n
 		if err != nil {
 			return err

@@ -6,7 +6,7 @@ package reaper
 // during the sale nobody prunes it but those listings, because pruning on
 // every acknowledgement costs the Redis the claims share a read and a
 // write an order. Once the sale has ended, the trimmer drops every index
-// whose orders have all been persisted (rdb.Store.TrimIndexes), a few
+// whose orders have all been persisted (upkeep.Indexes.Trim), a few
 // hundred users a script call, and marks the voucher's buckets so it does
 // not read them again.
 //
@@ -132,7 +132,7 @@ func (r *Reaper) trimIndexes(ctx context.Context, round *Round) error {
 		if v.EndsAt == nil || v.EndsAt.After(now) {
 			continue
 		}
-		done, err := r.redis.TrimIndexes(ctx, v.ID, now)
+		done, err := r.indexes.Trim(ctx, v.ID, now)
 		if err != nil {
 			return err
 		}

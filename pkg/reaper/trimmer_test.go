@@ -18,6 +18,7 @@ import (
 	"github.com/flashsale/flashsale/pkg/order"
 	"github.com/flashsale/flashsale/pkg/persist"
 	"github.com/flashsale/flashsale/pkg/rdb"
+	"github.com/flashsale/flashsale/pkg/rdb/upkeep"
 	"github.com/flashsale/flashsale/pkg/reaper"
 	"github.com/flashsale/flashsale/pkg/settle"
 )
@@ -209,7 +210,7 @@ func TestTheSweepRacingASaleDropsOnlyWhatWasPersisted(t *testing.T) {
 				if cutting {
 					sctx, cancel = context.WithTimeout(ctx, time.Duration(i%7)*200*time.Microsecond)
 				}
-				_, err := s.SweepIndexes(sctx, v.ID)
+				_, err := upkeep.NewIndexes(s).Sweep(sctx, v.ID)
 				cancel()
 				switch {
 				case err != nil && !cutting:
@@ -301,7 +302,7 @@ func TestTheSweepRacingASaleDropsOnlyWhatWasPersisted(t *testing.T) {
 	}
 
 	persistUpTo(1000)
-	_, err = e.RDB.SweepIndexes(ctx, v.ID)
+	_, err = upkeep.NewIndexes(e.RDB).Sweep(ctx, v.ID)
 	require.NoError(t, err)
 	for b := range buckets {
 		k := fmt.Sprintf("flashsale:{p%d}:v:%d", (e.RDB.PartitionOf(v.ID)+b)%4, v.ID)

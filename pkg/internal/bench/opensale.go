@@ -4,7 +4,7 @@ package bench
 // at a steady rate from a set of buyers (each claims twice, the limit),
 // two fifths of the orders paid, the rest left to expire (their units come
 // back and are bought again), one worker persisting and a reaper; the
-// bench itself is the sweeper (rdb.Store.SweepIndexes every interval, the
+// bench itself is the sweeper (upkeep.Indexes.Sweep every interval, the
 // reaper's own set beyond the run) so that each pass can be timed. Redis's
 // used_memory is read each tenth of the run: bytes a buyer at the end, and
 // the growth a minute over the run's second half.
@@ -23,6 +23,7 @@ import (
 
 	"github.com/flashsale/flashsale/pkg/internal/harness"
 	"github.com/flashsale/flashsale/pkg/rdb"
+	"github.com/flashsale/flashsale/pkg/rdb/upkeep"
 )
 
 // OpenSaleRun is the open-ended sale's row.
@@ -150,6 +151,7 @@ func openSale(ctx context.Context, cfg Config) (*OpenSaleRun, error) {
 	stop := make(chan struct{})
 	done := make(chan struct{})
 	start := time.Now()
+	indexes := upkeep.NewIndexes(s.RDB)
 	go func() { // each tenth: used_memory; every sweepEvery: a sweep pass, timed
 		defer close(done)
 		tick := time.NewTicker(sweepEvery)
@@ -166,7 +168,7 @@ func openSale(ctx context.Context, cfg Config) (*OpenSaleRun, error) {
 			case <-tick.C:
 			}
 			t0 := time.Now()
-			n, err := s.RDB.SweepIndexes(ctx, v)
+			n, err := indexes.Sweep(ctx, v)
 			spent += time.Since(t0)
 			if err != nil {
 				cfg.logf("open sale: sweep: %v", err)

@@ -1,7 +1,9 @@
 // Package upkeep is what the reaper and an operator do to the order
 // streams besides persisting them: taking over entries a consumer left
 // pending (XAUTOCLAIM), removing consumers that are gone, reading,
-// trimming and deleting dead letters, and exporting the streams' gauges.
+// trimming and deleting dead letters, exporting the streams' gauges, and
+// keeping the users' indexes of admissions to the orders still in the
+// streams (Indexes).
 //
 // The claim path never calls it. The keys, the scripts and the formats of
 // a stream entry and of a dead letter stay pkg/rdb's (keys.go, stream.go,

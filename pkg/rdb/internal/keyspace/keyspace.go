@@ -5,9 +5,12 @@
 package keyspace
 
 import (
+	"context"
 	"fmt"
 	"strconv"
 	"strings"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // Prefix starts every key of partition p: its hash tag {pP}, so that a
@@ -70,6 +73,11 @@ func ProofKey(key, id string) string {
 // UserPrefix starts the voucher hash's field of a user's count.
 const UserPrefix = "u:"
 
+// PendingPrefix starts the voucher hash's field of a user's index of
+// admissions: the positions ("ms-P", pkg/order) admit.lua appended,
+// space-separated, which pending.lua reads and prunes.
+const PendingPrefix = "o:"
+
 // MaxBuckets bounds a voucher's stock_buckets.
 const MaxBuckets = 64
 
@@ -118,4 +126,33 @@ func ParseLayout(str string) (Layout, error) {
 		return Layout{}, fmt.Errorf("bad buckets %q", str)
 	}
 	return l, nil
+}
+
+// ReadLayout reads voucher v's layout from its bucket 0, in a Redis of
+// partitions partitions (1 bucket when Redis does not hold v).
+func ReadLayout(ctx context.Context, c redis.Cmdable, partitions int, v int64) (Layout, error) {
+	raw, err := c.HMGet(ctx, BucketOf(partitions, v, 0).Key(), "stock", "buckets").Result()
+	if err != nil {
+		return Layout{}, fmt.Errorf("read buckets of voucher %d: %w", v, err)
+	}
+	if raw[0] == nil {
+		return Layout{N: 1}, nil
+	}
+	str, _ := raw[1].(string)
+	l, err := ParseLayout(str)
+	if err != nil {
+		return l, fmt.Errorf("voucher %d: %w", v, err)
+	}
+	return l, nil
+}
+
+// Buckets lists the buckets of voucher v laid out as l, in a Redis of
+// partitions partitions: every one that exists, the new ones too while
+// it splits.
+func Buckets(partitions int, v int64, l Layout) []Bucket {
+	out := make([]Bucket, l.Span())
+	for i := range out {
+		out[i] = BucketOf(partitions, v, i)
+	}
+	return out
 }
