@@ -23,6 +23,7 @@ import (
 
 	"github.com/flashsale/flashsale/pkg/db"
 	"github.com/flashsale/flashsale/pkg/internal/testenv"
+	"github.com/flashsale/flashsale/pkg/internal/wait"
 	"github.com/flashsale/flashsale/pkg/worker"
 )
 
@@ -264,14 +265,23 @@ func pageText(t *testing.T, tab context.Context, sel string) string {
 	return strings.TrimSpace(s)
 }
 
+// waitPageText waits, timeout at most, until sel's text in tab holds
+// want, and fails t saying what the page said instead.
+func waitPageText(t *testing.T, tab context.Context, timeout time.Duration, sel, want string) {
+	t.Helper()
+	require.NoError(t, wait.Until(tab, timeout, fmt.Sprintf("%s to say %q", sel, want), func() (bool, string) {
+		got := pageText(t, tab, sel)
+		return strings.Contains(got, want), fmt.Sprintf("it says %q (status %q)", got, pageText(t, tab, "#status"))
+	}))
+}
+
 // clickUntil clicks sel until want is visible. The page redraws its table
 // as the sale moves: a click aimed at a row redrawn between finding the
 // button and pressing it finds no node, and is tried again (a click that
 // landed shows want, and is not repeated).
 func clickUntil(t *testing.T, bctx context.Context, sel, want string) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	err := wait.Until(bctx, 30*time.Second, fmt.Sprintf("clicking %s to show %s", sel, want), func() (bool, string) {
 		cctx, cancel := context.WithTimeout(bctx, 10*time.Second) // a button not there waits for it no longer
 		err := chromedp.Run(cctx, chromedp.Click(sel, chromedp.ByQuery))
 		cancel()
@@ -280,20 +290,20 @@ func clickUntil(t *testing.T, bctx context.Context, sel, want string) {
 			err = chromedp.Run(wctx, chromedp.WaitVisible(want, chromedp.ByQuery))
 			cancel()
 			if err == nil {
-				return
+				return true, ""
 			}
 		}
 		var shown bool // shown, not only there: the confirmation's button is always there, hidden until asked
-		require.NoError(t, chromedp.Run(bctx, chromedp.Evaluate(`(() => { const n = document.querySelector(`+strconv.Quote(want)+`);
-			return !!n && n.getClientRects().length > 0 })()`, &shown)))
-		if shown {
-			return
+		if e := chromedp.Run(bctx, chromedp.Evaluate(`(() => { const n = document.querySelector(`+strconv.Quote(want)+`);
+			return !!n && n.getClientRects().length > 0 })()`, &shown)); e != nil {
+			return false, e.Error()
 		}
-		if !time.Now().Before(deadline) {
-			var shownError, page string
-			_ = chromedp.Run(bctx, chromedp.Text("#error", &shownError, chromedp.ByID), chromedp.Text("body", &page, chromedp.ByQuery))
-			require.Fail(t, "clicking never showed", "clicking %s never showed %s: %v; the page says %q:\n%s", sel, want, err, shownError, page)
-		}
+		return shown, fmt.Sprint(err)
+	})
+	if err != nil {
+		var shownError, page string
+		_ = chromedp.Run(bctx, chromedp.Text("#error", &shownError, chromedp.ByID), chromedp.Text("body", &page, chromedp.ByQuery))
+		require.Fail(t, "clicking never showed", "%v; the page says %q:\n%s", err, shownError, page)
 	}
 }
 

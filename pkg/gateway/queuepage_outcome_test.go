@@ -3,7 +3,6 @@ package gateway_test
 import (
 	"context"
 	"net/http"
-	"strings"
 	"testing"
 	"time"
 
@@ -113,11 +112,7 @@ func pageReader(t *testing.T, tab context.Context) (text func(sel string) string
 	text = func(sel string) string { return pageText(t, tab, sel) }
 	waitText = func(sel, want string) {
 		t.Helper()
-		deadline := time.Now().Add(60 * time.Second)
-		for !strings.Contains(text(sel), want) {
-			require.True(t, time.Now().Before(deadline), "%s never said %q; it says %q (status %q)", sel, want, text(sel), text("#status"))
-			time.Sleep(50 * time.Millisecond)
-		}
+		waitPageText(t, tab, 60*time.Second, sel, want)
 	}
 	return text, waitText
 }

@@ -2,7 +2,6 @@ package gateway_test
 
 import (
 	"context"
-	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -15,7 +14,6 @@ import (
 
 	"github.com/flashsale/flashsale/pkg/gateway"
 	"github.com/flashsale/flashsale/pkg/internal/testenv"
-	"github.com/flashsale/flashsale/pkg/internal/wait"
 )
 
 // queueTab is a tab of the queue page at a width, with what the tests of
@@ -41,10 +39,7 @@ func (q *queueTab) text(sel string) string { return pageText(q.t, q.ctx, sel) }
 
 func (q *queueTab) waitText(sel, want string) {
 	q.t.Helper()
-	require.NoError(q.t, wait.Until(q.ctx, 60*time.Second, fmt.Sprintf("%s to say %q", sel, want), func() (bool, string) {
-		got := q.text(sel)
-		return strings.Contains(got, want), fmt.Sprintf("it says %q (status %q)", got, q.text("#status"))
-	}))
+	waitPageText(q.t, q.ctx, 60*time.Second, sel, want)
 }
 
 func (q *queueTab) run(actions ...chromedp.Action) {

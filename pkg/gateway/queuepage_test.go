@@ -47,11 +47,7 @@ func TestTheQueuePageInABrowser(t *testing.T) {
 	text := func(tab context.Context, sel string) string { return pageText(t, tab, sel) }
 	waitText := func(tab context.Context, sel, want string) {
 		t.Helper()
-		deadline := time.Now().Add(30 * time.Second)
-		for !strings.Contains(text(tab, sel), want) {
-			require.True(t, time.Now().Before(deadline), "%s never said %q; it says %q (status %q)", sel, want, text(tab, sel), text(tab, "#status"))
-			time.Sleep(50 * time.Millisecond)
-		}
+		waitPageText(t, tab, 30*time.Second, sel, want)
 	}
 
 	// The first buyer: admitted (the first to join; then one pass is out

@@ -15,6 +15,7 @@ import (
 	"github.com/flashsale/flashsale/pkg/db"
 	"github.com/flashsale/flashsale/pkg/internal/testenv"
 	"github.com/flashsale/flashsale/pkg/internal/testsrv"
+	"github.com/flashsale/flashsale/pkg/internal/wait"
 	"github.com/flashsale/flashsale/pkg/order"
 	"github.com/flashsale/flashsale/pkg/rdb"
 	"github.com/flashsale/flashsale/pkg/worker"
@@ -99,11 +100,7 @@ func TestConnectionsThatResetOrStallMidBatchLoseNothing(t *testing.T) {
 		for try := 0; try < 20 && !hit; try++ {
 			before := retries()
 			require.NoError(t, f.inject())
-			deadline := time.Now().Add(3 * time.Second)
-			for !hit && time.Now().Before(deadline) {
-				hit = retries() > before
-				time.Sleep(10 * time.Millisecond)
-			}
+			hit = wait.Until(ctx, 3*time.Second, "a batch hitting the fault", func() (bool, string) { return retries() > before, "" }) == nil
 			f.proxy.Heal()
 			n := created()
 			testenv.Eventually(t, 30*time.Second, "progress after "+f.name, func() bool { return created() > n })

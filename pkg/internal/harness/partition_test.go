@@ -127,11 +127,10 @@ func gatewayCut(t *testing.T, mode string) {
 		close(cut)
 		switch mode {
 		case "single":
+			// The cut lasts while 40 claims are answered, or 10 s at
+			// most: either is a partition the claims met.
 			at := answered.Load()
-			deadline := time.Now().Add(10 * time.Second)
-			for answered.Load() < at+40 && time.Now().Before(deadline) {
-				time.Sleep(20 * time.Millisecond)
-			}
+			_ = wait.Until(ctx, 10*time.Second, "40 claims answered", func() (bool, string) { return answered.Load() >= at+40, "" })
 			return
 		case "sentinel":
 			sc := redis.NewSentinelClient(&redis.Options{Addr: s.Sentinel.Addr})

@@ -28,6 +28,7 @@ import (
 
 	"github.com/flashsale/flashsale/pkg/internal/harness"
 	"github.com/flashsale/flashsale/pkg/internal/testenv"
+	"github.com/flashsale/flashsale/pkg/internal/wait"
 )
 
 // dev is make dev's stack, shared by the tests of this file:
@@ -439,19 +440,18 @@ func runExample(t *testing.T, sh *shell, file string, ex example) {
 	want := ex.answers[len(ex.answers)-1]
 	var status int
 	var body string
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	// A reader asks again while the answer is one the example says comes
+	// first, or the order is still pending; the answer it ends with is
+	// checked below.
+	_ = wait.Until(context.Background(), 30*time.Second, "the answer documented last", func() (bool, string) {
 		printed := sh.run(t, ex.command)
 		var ok bool
 		status, body, ok = sh.lastAnswer(t)
 		require.True(t, ok, "%s line %d ran no curl: %s\n%s", file, ex.line, ex.command, printed)
 		again := (len(ex.answers) > 1 && !matches(want, status, body)) ||
 			(status == 409 && strings.Contains(body, `"order_pending"`))
-		if !again || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(100 * time.Millisecond) // a reader asking again
-	}
+		return !again, ""
+	})
 	assert.True(t, matches(want, status, body), "%s line %d: %s\ndocumented %d %s\nanswered   %d %s",
 		file, ex.line, ex.command, want.status, want.body, status, body)
 }
