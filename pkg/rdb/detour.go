@@ -113,8 +113,8 @@ func (s *Store) refillAndAdmit(ctx context.Context, c Claim, found time.Time) (A
 	// claim's refill of the same bucket (at most as often again).
 	for tries, own := 0, 0; own < DryAttempts && tries < 2*DryAttempts; tries++ {
 		refilled, mine, err := d.refillOnce(ctx, found, need, home, func() (time.Time, bool, error) {
-			if s.dryHook != nil {
-				s.dryHook()
+			if s.signals.refill != nil {
+				s.signals.refill()
 			}
 			read := time.Now()
 			ok, err := s.refill(ctx, c, n, home, need)

@@ -49,7 +49,7 @@ func AdmitErrors() map[int64]error { return admitErrors }
 
 // OnRefill runs f at the start of each refill of a dry bucket, before
 // its read of the buckets' stocks.
-func (s *Store) OnRefill(f func()) { s.dryHook = f }
+func (s *Store) OnRefill(f func()) { s.signals.refill = f }
 
 // DryWaiting is how many claims of v wait for its refill under way.
 func (s *Store) DryWaiting(v int64) int64 { return s.dryOf(v).waiting.Load() }

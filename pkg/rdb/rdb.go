@@ -85,7 +85,7 @@ type Store struct {
 	group      string
 	buckets    sync.Map // voucher id -> its number of buckets, once seen
 	dry        sync.Map // voucher id -> *dryVoucher: its refills (detour.go)
-	dryHook    func()   // tests: run by each refill before its read
+	signals    testSignals
 	durability Durability
 	// ac, when set, is the client admissions are sent on (SetAdmitClient).
 	ac redis.UniversalClient
@@ -101,6 +101,15 @@ type Store struct {
 	// lookup, an allocation a call.
 	callKeysMu sync.RWMutex
 	callKeys   map[bucket]*callKeys
+}
+
+// testSignals are the points of a Store where its tests act
+// (export_test.go sets them; nil in production, each is skipped). The
+// Store waits while the test acts.
+type testSignals struct {
+	// refill: a refill of a dry bucket starts, before its read of the
+	// buckets' stocks.
+	refill func()
 }
 
 // New returns a Store over client with the given number of stream partitions

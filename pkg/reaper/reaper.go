@@ -248,22 +248,31 @@ type Reaper struct {
 	// splitTarget is the buckets a hot voucher of n is split to
 	// (WithSplitTarget).
 	splitTarget func(ctx context.Context, v int64, n int) (int, error)
-	// restoreHook (tests) runs when the restorer has found voucher v lost
-	// and read the streams, before it reads MySQL and writes;
-	// creationHook (tests) when it waits for a creation under way.
-	restoreHook, creationHook func(v int64)
+	// signals are where its tests act (export_test.go).
+	signals testSignals
+}
+
+// testSignals are the points of the reaper's services where a test acts
+// (export_test.go sets them; nil in production, each is skipped). The
+// service waits while the test acts.
+type testSignals struct {
+	// lost: the restorer found voucher v lost and read the streams, and
+	// has not yet read MySQL nor written.
+	lost func(v int64)
+	// creating: the restorer found voucher v just created with every
+	// bucket but bucket 0, and is about to wait for it.
+	creating func(v int64)
 }
 
 // Option changes a Reaper.
 type Option func(*options)
 
 type options struct {
-	now          func() time.Time
-	reg          prometheus.Registerer
-	audit        *zap.Logger
-	splitTarget  func(ctx context.Context, v int64, n int) (int, error)
-	restoreHook  func(v int64)
-	creationHook func(v int64)
+	now         func() time.Time
+	reg         prometheus.Registerer
+	audit       *zap.Logger
+	splitTarget func(ctx context.Context, v int64, n int) (int, error)
+	signals     testSignals
 }
 
 // WithSplitTarget sets how many buckets a voucher of n marked hot is split
@@ -309,7 +318,7 @@ func New(cfg Config, r *rdb.Store, d *db.Store, log *zap.Logger, opts ...Option)
 		return nil, err
 	}
 	return &Reaper{cfg: cfg, redis: r, splitter: splitter, streams: upkeep.New(r), indexes: upkeep.NewIndexes(r), db: d, orders: persist.NewOrders(cfg.Config, r, d, log, o.audit, o.reg),
-		now: o.now, audit: o.audit, metrics: m, log: log, relays: relays, splitTarget: o.splitTarget, restoreHook: o.restoreHook, creationHook: o.creationHook}, nil
+		now: o.now, audit: o.audit, metrics: m, log: log, relays: relays, splitTarget: o.splitTarget, signals: o.signals}, nil
 }
 
 // Round is what one round did: its counts, each logged under its field's

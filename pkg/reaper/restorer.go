@@ -108,8 +108,8 @@ func (r *Reaper) reload(ctx context.Context, round *Round, unloaded []int, vouch
 		if err != nil {
 			return err
 		}
-		if r.restoreHook != nil {
-			r.restoreHook(v.ID)
+		if r.signals.lost != nil {
+			r.signals.lost(v.ID)
 		}
 		check, err := reconcileVoucher(ctx, r.redis, r.db, v, entries, now, restoreLost)
 		if err != nil {
@@ -141,8 +141,8 @@ const (
 // awaitCreation waits for voucher v's creation to write all its buckets,
 // up to creationWait, and says what Redis then holds.
 func (r *Reaper) awaitCreation(ctx context.Context, v db.Voucher) (present int, zero bool, err error) {
-	if r.creationHook != nil {
-		r.creationHook(v.ID)
+	if r.signals.creating != nil {
+		r.signals.creating(v.ID)
 	}
 	deadline := time.Now().Add(creationWait)
 	for {
