@@ -50,7 +50,7 @@
 // migration of a virtual machine copies its memory before it stops it.
 // A user's pending orders admitted before stay indexed (o:USER) in the
 // old bucket, whose stream holds them: bucket 0 records the counts it had
-// (was), and a listing reads the user's bucket at each (userBuckets).
+// (was), and a listing reads the user's bucket at each (rdb.Store.UserPending).
 // Stock is never copied, only moved, and moves are recorded at their
 // source: the voucher sells exactly its stock through any crash.
 //
@@ -888,7 +888,7 @@ func (sp *splitting) switchOver(ctx context.Context) error {
 
 // spread shares the voucher's units evenly over its buckets, so the new
 // buckets' next claims need no moves. Until it runs the new buckets are
-// dry, and the claims there refill them from the richest (refillAndAdmit),
+// dry, and the claims there refill them from the richest (rdb's dry-bucket detour),
 // which leaves the buckets uneven; a spread that gave each new bucket a
 // share of its parent's units regardless left them so. It runs last:
 // run before the drop, its moves met the first refills and the split
