@@ -412,6 +412,35 @@ func TestASplitsSpreadEvensTheBuckets(t *testing.T) {
 	require.Equal(t, []int64{225, 225, 225, 224}, bucketStocks(t, s, v, 4), "899 units, a quarter each")
 }
 
+// ShareEvenly evens a voucher's buckets, and refuses (ErrSplitting) and
+// moves nothing while the voucher splits: its new buckets are closed.
+func TestShareEvenlyEvensTheBucketsButNotWhileSplitting(t *testing.T) {
+	s := testrdb.NewStore(t, cluster, 8)
+	ctx := context.Background()
+	const v = 53
+	testrdb.SeedVoucher(t, s, rdb.Voucher{ID: v, Stock: 100, PerUserLimit: 1, Buckets: 2})
+	for _, u := range testrdb.UsersIn(0, 2, 4) { // bucket 0 only: 46 and 50
+		_, err := testrdb.Claim(s, v, u, t0)
+		require.NoError(t, err)
+	}
+	require.Equal(t, []int64{46, 50}, bucketStocks(t, s, v, 2))
+	require.NoError(t, s.ShareEvenly(ctx, v))
+	require.Equal(t, []int64{48, 48}, bucketStocks(t, s, v, 2))
+
+	stopped := errors.New("stopped")
+	halfway := split.New(s).BeforeStep(func(step string) error {
+		if step == "open" { // frozen, the new buckets closed
+			return stopped
+		}
+		return nil
+	})
+	require.ErrorIs(t, splitErr(halfway.Split(ctx, v, 4)), stopped)
+	require.ErrorIs(t, s.ShareEvenly(ctx, v), rdb.ErrSplitting)
+	require.Equal(t, []int64{48, 48}, bucketStocks(t, s, v, 2), "nothing moved")
+	require.NoError(t, splitErr(split.New(s).Split(ctx, v, 4)))
+	require.Equal(t, []int64{24, 24, 24, 24}, bucketStocks(t, s, v, 4), "the split's spread")
+}
+
 // A user who bought before a split and after it has orders indexed in
 // two buckets, each where its stream is; a repair (RewriteVoucher) keeps
 // both, and the counts of buckets to read them at.
