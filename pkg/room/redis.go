@@ -66,8 +66,8 @@ type record struct {
 	Told    []byte            // the bitmap of places told how the sale ended (rdb.RoomToldKey)
 }
 
-// record reads what voucher v's room keeps for the sale's report.
-func (s *Store) record(ctx context.Context, v int64) (*record, error) {
+// readRecord reads what voucher v's room keeps for the sale's report.
+func (s *Store) readRecord(ctx context.Context, v int64) (*record, error) {
 	c := s.r.Client()
 	vkey := s.r.VoucherKey(v)
 	st, _ := s.Keys(v)

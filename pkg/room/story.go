@@ -50,7 +50,7 @@ type QueueTimes struct {
 // Story reads voucher v's room's story at now; nil when it never had a
 // room.
 func (s *Store) Story(ctx context.Context, v int64, now time.Time) (*Story, error) {
-	rec, err := s.record(ctx, v)
+	rec, err := s.readRecord(ctx, v)
 	if err != nil || len(rec.State) == 0 {
 		return nil, err
 	}
