@@ -83,9 +83,9 @@ func TestADrawSaleThroughTheAPI(t *testing.T) {
 	r, err := reaper.New(reaper.Config{Config: worker.Config{Consumer: "reaper-0"}}, f.env.RDB, f.env.DB, zaptest.NewLogger(t),
 		reaper.WithClock(func() time.Time { return ends.Add(time.Minute) }))
 	require.NoError(t, err)
-	pass, err := r.RunOnce(context.Background())
+	results, err := r.RunOnce(context.Background())
 	require.NoError(t, err)
-	require.Equal(t, 1, pass.Drawn)
+	require.Equal(t, 1, results.Drawer.Drawn)
 
 	d = f.do("GET", "/v1/vouchers/"+id+"/draw", f.token("z"), "")
 	require.Equal(t, "drawn", d.Body["state"], d.Raw)

@@ -76,18 +76,18 @@ func TestEndedEnvelopeSaleIsRefundedOnce(t *testing.T) {
 		reapers[i] = r
 	}
 	// The grab is still in the stream: the pool closes, the refund waits.
-	pass, err := reapers[0].RunOnce(context.Background())
+	results, err := reapers[0].RunOnce(context.Background())
 	require.NoError(t, err)
-	require.Equal(t, 1, pass.RefundsWaiting)
-	require.Zero(t, pass.Refunded)
+	require.Equal(t, 1, results.Refunder.RefundsWaiting)
+	require.Zero(t, results.Refunder.Refunded)
 	requireError(t, f.do("POST", "/v1/vouchers/"+id+"/orders", f.token("b"), ""), http.StatusConflict, "sold_out")
 
 	f.persist(id)
 	refunded := 0
 	for _, r := range reapers {
-		pass, err := r.RunOnce(context.Background())
+		results, err := r.RunOnce(context.Background())
 		require.NoError(t, err)
-		refunded += pass.Refunded
+		refunded += results.Refunder.Refunded
 	}
 	require.Equal(t, 1, refunded)
 	v := f.do("GET", "/admin/v1/vouchers/"+id, admin, "")
@@ -129,10 +129,10 @@ func TestCodeSale(t *testing.T) {
 	later := func() time.Time { return f.clock.Now().Add(2 * time.Minute) }
 	r, err := reaper.New(reaper.Config{Config: worker.Config{Consumer: "reaper"}}, f.env.RDB, f.env.DB, zaptest.NewLogger(t), reaper.WithClock(later))
 	require.NoError(t, err)
-	pass, err := r.RunOnce(context.Background())
+	results, err := r.RunOnce(context.Background())
 	require.NoError(t, err)
-	require.Equal(t, 1, pass.Cancelled)
-	require.Equal(t, 1, pass.ReleasedToRedis)
+	require.Equal(t, 1, results.Expirer.Cancelled)
+	require.Equal(t, 1, results.Releaser.ReleasedToRedis)
 	c := f.do("POST", "/v1/vouchers/"+id+"/orders", f.token("c"), "")
 	require.Equal(t, http.StatusAccepted, c.Status, c.Raw)
 	f.persist(id)
@@ -150,7 +150,7 @@ func TestCodeSale(t *testing.T) {
 // 100,000 codes in one request (the largest pool) are accepted and all
 // put on sale: by the creation, or, where it outlasted its deadline
 // (operator.CreateTimeout: seen on a loaded machine, the race detector
-// on), by the reaper's pass over what MySQL owes Redis (settle.Owed),
+// on), by the reaper's round over what MySQL owes Redis (settle.Owed),
 // as the creation's answer promises.
 func TestTheLargestPoolOfCodes(t *testing.T) {
 	if testing.Short() {
@@ -177,7 +177,7 @@ func TestTheLargestPoolOfCodes(t *testing.T) {
 	id := res.Body["id"].(string)
 	v := f.do("GET", "/admin/v1/vouchers/"+id, admin, "")
 	if v.Body["remaining_redis"] == nil {
-		t.Log("the creation left the voucher's Redis side to the reaper; its pass now")
+		t.Log("the creation left the voucher's Redis side to the reaper; its round now")
 		_, err := settle.Owed(context.Background(), f.env.RDB, f.env.DB, 100, 0, time.Now)
 		require.NoError(t, err)
 		v = f.do("GET", "/admin/v1/vouchers/"+id, admin, "")

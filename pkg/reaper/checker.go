@@ -10,7 +10,7 @@ import (
 	"context"
 )
 
-func (r *Reaper) check(ctx context.Context, _ *Round) error {
+func (r *Reaper) check(ctx context.Context, _ *struct{}) error {
 	checks, err := Reconcile(ctx, r.redis, r.db, r.now(), false)
 	if err != nil {
 		return err

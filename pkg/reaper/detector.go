@@ -37,7 +37,7 @@ type heat struct {
 	over, under time.Time
 	// asked: its split was asked (or needs none) since this process
 	// last saw it turn hot; a hot voucher not asked yet (the ask failed,
-	// or a reaper died between marking it and asking) is asked next round.
+	// or a reaper died between marking it and asking) is asked next res.
 	asked bool
 }
 
@@ -47,8 +47,18 @@ type detector struct {
 	seen map[int64]*heat
 }
 
-// detectHot is the detector's round.
-func (r *Reaper) detectHot(ctx context.Context, round *Round) error {
+// DetectorResult is what a round of the detector did.
+type DetectorResult struct {
+	// MarkedHot are the vouchers marked hot.
+	MarkedHot int `log:"marked_hot"`
+	// Cooled are the vouchers no longer hot.
+	Cooled int `log:"cooled"`
+	// SplitsAsked are the splits asked of vouchers marked hot.
+	SplitsAsked int `log:"splits_asked"`
+}
+
+// detectHot is the detector's res.
+func (r *Reaper) detectHot(ctx context.Context, res *DetectorResult) error {
 	now := r.now()
 	vs, err := r.db.SellingVouchers(ctx, now.UTC())
 	if err != nil {
@@ -101,7 +111,7 @@ func (r *Reaper) detectHot(ctx context.Context, round *Round) error {
 				}
 				r.log.Info("voucher hot", zap.Int64("voucher_id", v.ID), zap.Int("buckets", v.StockBuckets),
 					zap.Int64("bucket_units_per_second", top), zap.Time("since", since))
-				round.MarkedHot++
+				res.MarkedHot++
 				isHot = true
 			}
 		default:
@@ -114,13 +124,13 @@ func (r *Reaper) detectHot(ctx context.Context, round *Round) error {
 					return err
 				}
 				r.log.Info("voucher cooled", zap.Int64("voucher_id", v.ID), zap.Int64("bucket_units_per_second", top))
-				round.Cooled++
+				res.Cooled++
 				isHot = false
 				h.asked = false
 			}
 		}
 		if isHot && !h.asked {
-			if err := r.askSplit(ctx, v.ID, v.StockBuckets, round); err != nil {
+			if err := r.askSplit(ctx, v.ID, v.StockBuckets, res); err != nil {
 				return err
 			}
 			h.asked = true

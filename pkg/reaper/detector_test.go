@@ -63,7 +63,7 @@ func TestTheDetectorMarksAVoucherHotAndCool(t *testing.T) {
 		claims(hot.ID, buckets*at)
 		claims(warm.ID, at-1)
 	}
-	round := func(at time.Time) reaper.Round {
+	round := func(at time.Time) reaper.Results {
 		now = at
 		got, err := r.RunOnce(ctx)
 		require.NoError(t, err)
@@ -79,7 +79,7 @@ func TestTheDetectorMarksAVoucherHotAndCool(t *testing.T) {
 	}
 
 	s := start
-	require.Zero(t, round(s).MarkedHot)
+	require.Zero(t, round(s).Detector.MarkedHot)
 	families, err := reg.Gather()
 	require.NoError(t, err)
 	for _, f := range families {
@@ -103,10 +103,10 @@ func TestTheDetectorMarksAVoucherHotAndCool(t *testing.T) {
 		require.EqualValues(t, buckets*at+at-1, total, "reading %d: the masters' figures add up to every bucket's", i)
 		if i < 2 {
 			require.Nil(t, hotSince(hot.ID), "reading %d: above the threshold for less than FLASHSALE_HOT_SPLIT_FOR", i)
-			require.Zero(t, got.MarkedHot)
+			require.Zero(t, got.Detector.MarkedHot)
 			continue
 		}
-		require.Equal(t, 1, got.MarkedHot)
+		require.Equal(t, 1, got.Detector.MarkedHot)
 	}
 	since := hotSince(hot.ID)
 	require.NotNil(t, since, "held above the threshold for FLASHSALE_HOT_SPLIT_FOR")
@@ -115,9 +115,9 @@ func TestTheDetectorMarksAVoucherHotAndCool(t *testing.T) {
 	require.EqualValues(t, 1, testenv.Metric(t, reg, "flashsale_hot_vouchers"))
 
 	// Quiet: cool once below it for FLASHSALE_HOT_SPLIT_FOR, not before.
-	require.Zero(t, round(s.Add(5*time.Second)).Cooled)
+	require.Zero(t, round(s.Add(5*time.Second)).Detector.Cooled)
 	require.NotNil(t, hotSince(hot.ID), "below the threshold for less than FLASHSALE_HOT_SPLIT_FOR")
-	require.Equal(t, 1, round(s.Add(7*time.Second)).Cooled)
+	require.Equal(t, 1, round(s.Add(7*time.Second)).Detector.Cooled)
 	require.Nil(t, hotSince(hot.ID))
 	require.Zero(t, testenv.Metric(t, reg, "flashsale_hot_vouchers"))
 

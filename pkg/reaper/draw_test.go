@@ -92,13 +92,13 @@ func TestADrawPicksTheWinnersItsSeedGives(t *testing.T) {
 	early := newReaper(t, e, "reaper-early", func() time.Time { return ends.Add(reaper.DrawGrace / 2) })
 	round, err := early.RunOnce(ctx)
 	require.NoError(t, err)
-	require.Zero(t, round.Drawn)
+	require.Zero(t, round.Drawer.Drawn)
 
 	r := newReaper(t, e, "reaper-1", func() time.Time { return ends.Add(reaper.DrawGrace + time.Second) })
 	round, err = r.RunOnce(ctx)
 	require.NoError(t, err)
-	require.Equal(t, 1, round.Drawn)
-	require.Equal(t, 7, round.MarkedLost)
+	require.Equal(t, 1, round.Drawer.Drawn)
+	require.Equal(t, 7, round.Drawer.MarkedLost)
 
 	want := firstInDrawOrder(seed, ids, 5)
 	require.ElementsMatch(t, want, idsWhere(t, e, v.ID, "status = 'created' AND drawn = 1"))
@@ -124,7 +124,7 @@ func TestADrawPicksTheWinnersItsSeedGives(t *testing.T) {
 
 	again, err := r.RunOnce(ctx)
 	require.NoError(t, err)
-	require.Zero(t, again.Drawn, "drawn once")
+	require.Zero(t, again.Drawer.Drawn, "drawn once")
 
 	// A winner swapped for a loser in MySQL: the verification fails.
 	loser := idsWhere(t, e, v.ID, "status = 'lost'")[0]
@@ -145,7 +145,7 @@ func TestADrawWithFewerEntriesThanUnits(t *testing.T) {
 	r := newReaper(t, e, "reaper-1", func() time.Time { return ends.Add(time.Minute) })
 	round, err := r.RunOnce(ctx)
 	require.NoError(t, err)
-	require.Equal(t, 1, round.Drawn)
+	require.Equal(t, 1, round.Drawer.Drawn)
 	require.Equal(t, int64(3), e.Count(t, "SELECT COUNT(*) FROM orders WHERE voucher_id = ? AND status = 'created'", v.ID))
 	require.Equal(t, int64(7), e.Count(t, "SELECT stock FROM vouchers WHERE id = ?", v.ID))
 	require.True(t, verify(t, e, v.ID).OK)
@@ -161,8 +161,8 @@ func TestTheDrawWaitsForEntriesInFlightAndRefusesLateOnes(t *testing.T) {
 	r := newReaper(t, e, "reaper-1", func() time.Time { return ends.Add(time.Minute) })
 	round, err := r.RunOnce(ctx)
 	require.NoError(t, err)
-	require.Zero(t, round.Drawn)
-	require.Equal(t, 1, round.DrawsWaiting, "three entries are in flight")
+	require.Zero(t, round.Drawer.Drawn)
+	require.Equal(t, 1, round.Drawer.DrawsWaiting, "three entries are in flight")
 	persistVoucher(t, e, v.ID)
 
 	late := enter(t, e, v.ID, "d") // a gateway whose clock is behind
@@ -176,7 +176,7 @@ func TestTheDrawWaitsForEntriesInFlightAndRefusesLateOnes(t *testing.T) {
 	require.Equal(t, db.ReasonDrawClosed, row.Reason)
 	round, err = r.RunOnce(ctx) // draws, and settles the late entry's release
 	require.NoError(t, err)
-	require.Equal(t, 1, round.Drawn)
+	require.Equal(t, 1, round.Drawer.Drawn)
 	n, err := e.RDB.UserCount(ctx, v.ID, "d")
 	require.NoError(t, err)
 	require.Zero(t, n, "d's entry was given back")
@@ -191,7 +191,7 @@ func TestReapersRacingDrawOnce(t *testing.T) {
 	e, v, seed, ends := seedDraw(t, 2, 40, nil)
 	ids := enter(t, e, v.ID, users("u", 300)...)
 	persistVoucher(t, e, v.ID)
-	drawn := raceReapers(t, e, 3, ends.Add(time.Minute)).Drawn
+	drawn := raceReapers(t, e, 3, ends.Add(time.Minute), func(r reaper.Results) int { return r.Drawer.Drawn })
 	require.Equal(t, 1, drawn)
 	require.ElementsMatch(t, firstInDrawOrder(seed, ids, 40), idsWhere(t, e, v.ID, "drawn = 1"))
 	require.Equal(t, int64(260), e.Count(t, "SELECT COUNT(*) FROM orders WHERE voucher_id = ? AND status = 'lost'", v.ID))
@@ -215,8 +215,8 @@ func TestADrawCutShortFinishesWithTheSameWinners(t *testing.T) {
 	r := newReaper(t, e, "reaper-2", func() time.Time { return ends.Add(time.Minute) })
 	round, err := r.RunOnce(ctx)
 	require.NoError(t, err)
-	require.Zero(t, round.Drawn)
-	require.Equal(t, 26, round.MarkedLost)
+	require.Zero(t, round.Drawer.Drawn)
+	require.Equal(t, 26, round.Drawer.MarkedLost)
 	require.ElementsMatch(t, firstInDrawOrder(seed, ids, 4), idsWhere(t, e, v.ID, "drawn = 1"))
 	require.True(t, verify(t, e, v.ID).OK)
 }
@@ -255,7 +255,7 @@ func TestTheWaitlistPassesUnpaidUnitsOnOnce(t *testing.T) {
 	at = at.Add(2 * time.Minute)
 	round, err := r.RunOnce(ctx)
 	require.NoError(t, err)
-	require.Equal(t, 2, round.Cancelled)
+	require.Equal(t, 2, round.Expirer.Cancelled)
 	require.ElementsMatch(t, []int64{order6[3], order6[4], order6[5]}, idsWhere(t, e, v.ID, "drawn = 2"))
 	require.ElementsMatch(t, []int64{order6[4], order6[5]}, idsWhere(t, e, v.ID, "status = 'created'"))
 	row, err := e.DB.Order(ctx, order6[4])
@@ -269,13 +269,13 @@ func TestTheWaitlistPassesUnpaidUnitsOnOnce(t *testing.T) {
 	at = at.Add(2 * time.Minute)
 	round, err = r.RunOnce(ctx)
 	require.NoError(t, err)
-	require.Equal(t, 2, round.Cancelled)
+	require.Equal(t, 2, round.Expirer.Cancelled)
 	require.Equal(t, int64(2), e.Count(t, "SELECT stock FROM vouchers WHERE id = ?", v.ID))
 	require.Equal(t, int64(1), e.Count(t, "SELECT COUNT(*) FROM orders WHERE voucher_id = ? AND status = 'paid'", v.ID))
 	require.Zero(t, e.Count(t, "SELECT COUNT(*) FROM orders WHERE voucher_id = ? AND status IN ('created', 'lost', 'entered')", v.ID))
 	again, err := r.RunOnce(ctx)
 	require.NoError(t, err)
-	require.Zero(t, again.Cancelled)
+	require.Zero(t, again.Expirer.Cancelled)
 	require.Equal(t, int64(2), e.Count(t, "SELECT stock FROM vouchers WHERE id = ?", v.ID), "units conserved: 1 paid + 2 unsold = 3")
 	require.True(t, verify(t, e, v.ID).OK)
 	f, err := e.DB.DrawFiguresOf(ctx, v.ID)

@@ -34,8 +34,20 @@ const DrawGrace = 2 * time.Second
 // lostChunk bounds the rows of one statement marking losers.
 const lostChunk = 20000
 
+// DrawerResult is what a round of the drawer did.
+type DrawerResult struct {
+	// Drawn are the draw sales drawn.
+	Drawn int `log:"drawn"`
+	// DrawsWaiting are the ended draw sales waiting for entries in flight.
+	DrawsWaiting int `log:"draws_waiting"`
+	// MarkedLost are the entries of drawn sales marked lost.
+	MarkedLost int `log:"marked_lost"`
+}
+
+func (d DrawerResult) count(m *metrics) { m.drawn.Add(float64(d.Drawn)) }
+
 // drawEnded draws the draw sales whose window is over.
-func (r *Reaper) drawEnded(ctx context.Context, round *Round) error {
+func (r *Reaper) drawEnded(ctx context.Context, res *DrawerResult) error {
 	now := r.now().UTC()
 	due, err := r.db.DrawsDue(ctx, now.Add(-DrawGrace), r.cfg.BatchSize)
 	if err != nil {
@@ -48,7 +60,7 @@ func (r *Reaper) drawEnded(ctx context.Context, round *Round) error {
 				return err
 			}
 			if busy {
-				round.DrawsWaiting++
+				res.DrawsWaiting++
 				continue
 			}
 			if _, err := r.db.BeginDraw(ctx, v.ID); err != nil {
@@ -56,22 +68,22 @@ func (r *Reaper) drawEnded(ctx context.Context, round *Round) error {
 			}
 		}
 		start := time.Now()
-		res, err := r.db.Draw(ctx, v.ID, now)
+		drawn, err := r.db.Draw(ctx, v.ID, now)
 		if err != nil {
 			return err
 		}
-		if res.Drew {
-			round.Drawn++
+		if drawn.Drew {
+			res.Drawn++
 			r.metrics.drawSeconds.Observe(time.Since(start).Seconds())
-			r.audit.Info("voucher drawn", zap.Int64("voucher_id", v.ID), zap.Int64("entries", res.Entries),
-				zap.Int64("winners", res.Winners), zap.Duration("took", time.Since(start)))
+			r.audit.Info("voucher drawn", zap.Int64("voucher_id", v.ID), zap.Int64("entries", drawn.Entries),
+				zap.Int64("winners", drawn.Winners), zap.Duration("took", time.Since(start)))
 		}
 		for {
 			n, err := r.db.MarkLost(ctx, v.ID, now, lostChunk)
 			if err != nil {
 				return err
 			}
-			round.MarkedLost += int(n)
+			res.MarkedLost += int(n)
 			if n < lostChunk {
 				break
 			}

@@ -10,9 +10,17 @@ import (
 	"go.uber.org/zap"
 )
 
+// ExpirerResult is what a round of the expirer did.
+type ExpirerResult struct {
+	// Cancelled are the orders cancelled, not paid in time.
+	Cancelled int `log:"cancelled"`
+}
+
+func (e ExpirerResult) count(m *metrics) { m.cancelled.Add(float64(e.Cancelled)) }
+
 // cancelExpired cancels unpaid orders past their deadline in batches.
-func (r *Reaper) cancelExpired(ctx context.Context, round *Round) error {
-	for round.Cancelled < r.cfg.MaxPerRound {
+func (r *Reaper) cancelExpired(ctx context.Context, res *ExpirerResult) error {
+	for res.Cancelled < r.cfg.MaxPerRound {
 		rs, err := r.db.CancelExpired(ctx, r.now().UTC(), r.cfg.BatchSize)
 		if err != nil {
 			return err
@@ -21,7 +29,7 @@ func (r *Reaper) cancelExpired(ctx context.Context, round *Round) error {
 			r.audit.Info("order cancelled", zap.Int64("order_id", rel.OrderID), zap.Int64("voucher_id", rel.VoucherID),
 				zap.String("user_id", rel.UserID), zap.String("reason", rel.Reason))
 		}
-		round.Cancelled += len(rs)
+		res.Cancelled += len(rs)
 		if len(rs) < r.cfg.BatchSize {
 			return nil
 		}

@@ -13,8 +13,15 @@ import (
 	"github.com/flashsale/flashsale/pkg/rdb"
 )
 
+// MoverResult is what a round of the mover did.
+type MoverResult struct {
+	// MovesFinished are the moves between a voucher's buckets that were
+	// left half way and are given now.
+	MovesFinished int `log:"moves_finished"`
+}
+
 // finishMoves gives the moves left half way of the bucketed vouchers on sale.
-func (r *Reaper) finishMoves(ctx context.Context, round *Round) error {
+func (r *Reaper) finishMoves(ctx context.Context, res *MoverResult) error {
 	bucketed, err := r.db.BucketedVouchers(ctx, r.now().UTC(), rdb.KeysOutliveSale)
 	if err != nil {
 		return err
@@ -24,7 +31,7 @@ func (r *Reaper) finishMoves(ctx context.Context, round *Round) error {
 		if err != nil {
 			return err
 		}
-		round.MovesFinished += n
+		res.MovesFinished += n
 	}
 	return nil
 }

@@ -19,7 +19,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"reflect"
 	"slices"
 	"sync"
 	"time"
@@ -321,92 +320,12 @@ func New(cfg Config, r *rdb.Store, d *db.Store, log *zap.Logger, opts ...Option)
 		now: o.now, audit: o.audit, metrics: m, log: log, relays: relays, splitTarget: o.splitTarget, signals: o.signals}, nil
 }
 
-// Round is what one round did: its counts, each logged under its field's
-// log tag when it is not 0 (the line "reaper round").
-type Round struct {
-	TakenOver         int `log:"taken_over"`    // orders of stale stream entries taken over and processed
-	DeadLettered      int `log:"dead_lettered"` // orders of stream entries delivered more than MaxDeliveries times that failed alone
-	DeletedAcked      int `log:"deleted_acked"` // unacknowledged entries no longer in the stream
-	ConsumersRemoved  int `log:"consumers_removed"`
-	Cancelled         int `log:"cancelled"`          // orders not paid in time
-	ReleasedToRedis   int `log:"released_to_redis"`  // releases Redis got (cancellations, failures)
-	Refunded          int `log:"refunded"`           // ended envelope sales refunded
-	RefundsWaiting    int `log:"refunds_waiting"`    // ended envelope sales waiting for grabs in flight
-	MovesFinished     int `log:"moves_finished"`     // moves between a voucher's buckets left half way
-	Drawn             int `log:"drawn"`              // draw sales drawn
-	DrawsWaiting      int `log:"draws_waiting"`      // ended draw sales waiting for entries in flight
-	MarkedLost        int `log:"marked_lost"`        // entries of drawn sales marked lost
-	Restored          int `log:"restored"`           // vouchers on sale rebuilt in a Redis that had lost them
-	EventsSequenced   int `log:"-"`                  // order events given their sequence: every second of a sale, counted, not logged
-	EventsDeleted     int `log:"events_deleted"`     // order events deleted past their retention
-	Trimmed           int `log:"trimmed"`            // vouchers whose users' indexes were trimmed after the sale
-	ReleasesForgotten int `log:"releases_forgotten"` // released orders' ids dropped from Redis, MySQL having recorded them done
-	RoomsPruned       int `log:"rooms_pruned"`       // fields of the rooms' indexes dropped, their vouchers gone from Redis
-	IndexesSwept      int `log:"indexes_swept"`      // users' indexes of admissions the sweeper dropped, all their orders persisted (vouchers on sale)
-	MovesForgotten    int `log:"moves_forgotten"`    // ids of moves between buckets the sweeper forgot, given more than settle.ForgetAfter ago
-	MarkedHot         int `log:"marked_hot"`         // vouchers marked hot
-	Cooled            int `log:"cooled"`             // vouchers no longer hot
-	SplitsAsked       int `log:"splits_asked"`       // splits asked of vouchers marked hot
-	Split             int `log:"split"`              // vouchers whose buckets were split
-}
-
-// Add adds q's counts to p's.
-func (p *Round) Add(q Round) {
-	pv, qv := reflect.ValueOf(p).Elem(), reflect.ValueOf(q)
-	for i := range pv.NumField() {
-		pv.Field(i).SetInt(pv.Field(i).Int() + qv.Field(i).Int())
-	}
-}
-
-// logFields are round's counts that are not 0, each under its field's log
-// tag (a tag "-": counted, not logged).
-func (p Round) logFields() []zap.Field {
-	var fields []zap.Field
-	v, t := reflect.ValueOf(p), reflect.TypeFor[Round]()
-	for i := range v.NumField() {
-		if key := t.Field(i).Tag.Get("log"); key != "-" && v.Field(i).Int() != 0 {
-			fields = append(fields, zap.Int(key, int(v.Field(i).Int())))
-		}
-	}
-	return fields
-}
-
-// service is one maintenance job of the reaper, in a file of its own, with
-// its own interval and a bounded round (as River's maintenance services and
-// asynq's recoverer and janitor). services lists them all, in the order a
-// round runs them; docs/ARCHITECTURE.md's table says what each does (a
-// doccheck test holds the two together).
-type service struct {
-	name     string
-	interval time.Duration
-	runOnce  func(ctx context.Context, round *Round) error
-}
-
-func (r *Reaper) services() []service {
-	return []service{
-		{"rescuer", r.cfg.RescueInterval, r.rescue},
-		{"consumers", r.cfg.ConsumersInterval, r.removeGoneConsumers},
-		{"expirer", r.cfg.ExpireInterval, r.cancelExpired},
-		{"releaser", r.cfg.ReleaseInterval, r.releaseOwed},
-		{"refunder", r.cfg.RefundInterval, r.refundEnded},
-		{"drawer", r.cfg.RefundInterval, r.drawEnded},
-		{"mover", r.cfg.ReleaseInterval, r.finishMoves},
-		{"restorer", r.cfg.ReleaseInterval, r.restore},
-		{"trimmer", r.cfg.ReleaseInterval, r.trim},
-		{"sweeper", r.cfg.SweepInterval, r.sweep},
-		{"checker", r.cfg.CheckInterval, r.check},
-		{"sequencer", r.cfg.EventsInterval, r.sequenceEvents},
-		{"detector", r.cfg.DetectInterval, r.detectHot},
-		{"splitter", r.cfg.DetectInterval, r.splitOwed},
-	}
-}
-
 // ServiceNames are the reaper's services, in the order a round runs them
 // (docs/ARCHITECTURE.md, "The reaper's services", describes each).
 func ServiceNames() []string {
 	var r Reaper
 	var names []string
-	for _, s := range r.services() {
+	for _, s := range r.services(new(Results)) {
 		names = append(names, s.name)
 	}
 	return names
@@ -417,7 +336,8 @@ func ServiceNames() []string {
 func (r *Reaper) Run(ctx context.Context) error {
 	r.log.Info("reaper started", zap.Duration("takeover_min_idle", r.cfg.TakeoverMinIdle), zap.Int64("max_deliveries", r.cfg.MaxDeliveries))
 	var wg sync.WaitGroup
-	for _, s := range r.services() {
+	// Each loop keeps its rounds' results in its own field, which nothing reads.
+	for _, s := range r.services(new(Results)) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -439,10 +359,9 @@ func (r *Reaper) Run(ctx context.Context) error {
 func (r *Reaper) loop(ctx context.Context, s service) {
 	for {
 		pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.RoundTimeout)
-		var round Round
-		err := s.runOnce(pctx, &round)
+		res, err := s.round(pctx)
 		cancel()
-		r.record(s.name, round, err)
+		r.record(s.name, res, err)
 		jitter := time.Duration((rand.Float64()*0.4 - 0.2) * float64(s.interval))
 		if backoff.Sleep(ctx, s.interval+jitter) != nil {
 			return
@@ -450,10 +369,12 @@ func (r *Reaper) loop(ctx context.Context, s service) {
 	}
 }
 
-// record logs and counts what a service's round did.
-func (r *Reaper) record(name string, round Round, err error) {
-	// What the round did, not the 20-odd things it did not.
-	if fields := round.logFields(); len(fields) > 0 {
+// record logs and counts what a service's round did: a line of its
+// result's counts that are not 0, each under its log tag (none when all
+// are 0: the 20-odd things a round did not do are not news), and the
+// metrics of the results that have some.
+func (r *Reaper) record(name string, res any, err error) {
+	if fields := logFields(res); len(fields) > 0 {
 		r.log.Info("reaper round", append([]zap.Field{zap.String("service", name)}, fields...)...)
 	}
 	if err != nil {
@@ -464,50 +385,53 @@ func (r *Reaper) record(name string, round Round, err error) {
 		outcome = "error"
 	}
 	r.metrics.rounds.WithLabelValues(name, outcome).Inc()
-	r.metrics.takenOver.Add(float64(round.TakenOver))
-	r.metrics.deadLetters.Add(float64(round.DeadLettered))
-	r.metrics.cancelled.Add(float64(round.Cancelled))
-	r.metrics.released.Add(float64(round.ReleasedToRedis))
-	r.metrics.consumersRemoved.Add(float64(round.ConsumersRemoved))
-	r.metrics.refunded.Add(float64(round.Refunded))
-	r.metrics.drawn.Add(float64(round.Drawn))
+	if c, ok := res.(counted); ok {
+		c.count(r.metrics)
+	}
 }
 
 // RunOnce runs one round of every service, in the order services lists
 // them. Each is bounded; a failing one does not stop the others. Tests and tools call
 // it; Run runs the services on their own intervals instead.
-func (r *Reaper) RunOnce(ctx context.Context) (Round, error) {
+func (r *Reaper) RunOnce(ctx context.Context) (Results, error) {
 	return r.runEach(ctx, func(string) bool { return true })
 }
 
 // RunOnly runs one round of each of the services named (ServiceNames),
 // in the services' order: a benchmark's or a tool's reaper that must do
 // one job and not the others.
-func (r *Reaper) RunOnly(ctx context.Context, names ...string) (Round, error) {
+func (r *Reaper) RunOnly(ctx context.Context, names ...string) (Results, error) {
 	return r.runEach(ctx, func(name string) bool { return slices.Contains(names, name) })
 }
 
 // runEach runs one round of each service run says to, in order.
-func (r *Reaper) runEach(ctx context.Context, run func(name string) bool) (Round, error) {
-	var total Round
+func (r *Reaper) runEach(ctx context.Context, run func(name string) bool) (Results, error) {
+	var results Results
 	var errs []error
-	for _, s := range r.services() {
+	for _, s := range r.services(&results) {
 		if !run(s.name) {
 			continue
 		}
-		var round Round
-		err := s.runOnce(ctx, &round)
-		r.record(s.name, round, err)
-		total.Add(round)
+		res, err := s.round(ctx)
+		r.record(s.name, res, err)
 		errs = append(errs, err)
 	}
-	return total, errors.Join(errs...)
+	return results, errors.Join(errs...)
+}
+
+// SequencerResult is what a round of the sequencer did.
+type SequencerResult struct {
+	// EventsSequenced are the order events given their sequence: every
+	// second of a sale, counted, not logged.
+	EventsSequenced int `log:"-"`
+	// EventsDeleted are the order events deleted past their retention.
+	EventsDeleted int `log:"events_deleted"`
 }
 
 // sequenceEvents is the sequencer (pkg/event): the events committed get
 // their sequence, those past FLASHSALE_EVENTS_RETENTION are deleted.
-func (r *Reaper) sequenceEvents(ctx context.Context, round *Round) error {
+func (r *Reaper) sequenceEvents(ctx context.Context, res *SequencerResult) error {
 	var err error
-	round.EventsSequenced, round.EventsDeleted, err = event.SequenceAndExpire(ctx, r.db, r.metrics.events, r.cfg.MaxPerRound, r.cfg.EventsRetention)
+	res.EventsSequenced, res.EventsDeleted, err = event.SequenceAndExpire(ctx, r.db, r.metrics.events, r.cfg.MaxPerRound, r.cfg.EventsRetention)
 	return err
 }

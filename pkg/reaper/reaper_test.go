@@ -50,12 +50,12 @@ func admit(t *testing.T, e *testenv.Env, voucher int64, users ...string) []int64
 }
 
 // raceReapers runs one round of n reapers at once, their clocks at now, and
-// returns what they did together.
-func raceReapers(t *testing.T, e *testenv.Env, n int, now time.Time, mut ...func(*reaper.Config)) reaper.Round {
+// returns the sum of their counts of one thing.
+func raceReapers(t *testing.T, e *testenv.Env, n int, now time.Time, count func(reaper.Results) int, mut ...func(*reaper.Config)) int {
 	t.Helper()
 	var wg sync.WaitGroup
 	var mu sync.Mutex
-	var total reaper.Round
+	total := 0
 	for i := range n {
 		r := newReaper(t, e, fmt.Sprintf("reaper-%d", i), func() time.Time { return now }, mut...)
 		wg.Add(1)
@@ -64,7 +64,7 @@ func raceReapers(t *testing.T, e *testenv.Env, n int, now time.Time, mut ...func
 			p, err := r.RunOnce(context.Background())
 			require.NoError(t, err)
 			mu.Lock()
-			total.Add(p)
+			total += count(p)
 			mu.Unlock()
 		}()
 	}
@@ -117,13 +117,13 @@ func TestReclaimsWhatACrashedWorkerLeftAndRemovesIt(t *testing.T) {
 	require.Len(t, readAndDie(t, e, v.ID, "worker-gone"), 250)
 
 	r := newReaper(t, e, "reaper-1", time.Now, func(c *reaper.Config) { c.BatchSize = 100; c.ConsumerGoneAfter = 10 * time.Millisecond })
-	var round reaper.Round
+	var takenOver, removed int
 	testenv.Eventually(t, 5*time.Second, "entries idle long enough to claim", func() bool {
 		p, err := r.RunOnce(ctx)
 		require.NoError(t, err)
-		round.TakenOver += p.TakenOver
-		round.ConsumersRemoved += p.ConsumersRemoved
-		return round.TakenOver == 250
+		takenOver += p.Rescuer.TakenOver
+		removed += p.Consumers.ConsumersRemoved
+		return takenOver == 250
 	})
 	require.Equal(t, int64(250), e.Count(t, "SELECT COUNT(*) FROM orders WHERE status = 'created'"))
 	require.Equal(t, int64(50), e.Count(t, "SELECT stock FROM vouchers WHERE id = ?", v.ID))
@@ -136,7 +136,7 @@ func TestReclaimsWhatACrashedWorkerLeftAndRemovesIt(t *testing.T) {
 	for _, c := range consumers {
 		require.NotEqual(t, "worker-gone", c.Name)
 	}
-	require.GreaterOrEqual(t, round.ConsumersRemoved, 1)
+	require.GreaterOrEqual(t, removed, 1)
 }
 
 func TestEntriesDeliveredTooOftenAreDeadLetteredOnce(t *testing.T) {
@@ -158,12 +158,12 @@ func TestEntriesDeliveredTooOftenAreDeadLetteredOnce(t *testing.T) {
 	}
 
 	r := newReaper(t, e, "reaper-1", time.Now)
-	var round reaper.Round
+	var round reaper.RescuerResult
 	testenv.Eventually(t, 5*time.Second, "dead letter", func() bool {
 		p, err := r.RunOnce(ctx)
 		require.NoError(t, err)
-		round.DeadLettered += p.DeadLettered
-		round.TakenOver += p.TakenOver
+		round.DeadLettered += p.Rescuer.DeadLettered
+		round.TakenOver += p.Rescuer.TakenOver
 		return backlog(t, e, v.ID).Pending == 0
 	})
 	// The persisted one's last attempt finds it persisted: only acknowledged.
@@ -222,8 +222,8 @@ func TestUnpaidOrdersAreCancelledAndReleasedExactlyOnce(t *testing.T) {
 	r := newReaper(t, e, "reaper-1", func() time.Time { return later })
 	round, err := r.RunOnce(ctx)
 	require.NoError(t, err)
-	require.Equal(t, 2, round.Cancelled)
-	require.Equal(t, 4, round.ReleasedToRedis)
+	require.Equal(t, 2, round.Expirer.Cancelled)
+	require.Equal(t, 4, round.Releaser.ReleasedToRedis)
 
 	require.Equal(t, int64(4), e.Count(t, "SELECT COUNT(*) FROM orders WHERE status = 'cancelled'"))
 	require.Equal(t, int64(2), e.Count(t, "SELECT COUNT(*) FROM orders WHERE status = 'paid'"))
@@ -239,7 +239,7 @@ func TestUnpaidOrdersAreCancelledAndReleasedExactlyOnce(t *testing.T) {
 
 	again, err := r.RunOnce(ctx)
 	require.NoError(t, err)
-	require.Equal(t, reaper.Round{}, again)
+	require.Equal(t, reaper.Results{}, again)
 	_, err = e.DB.PayOrder(ctx, ids[3], "u3", later)
 	require.ErrorIs(t, err, db.ErrPaymentExpired)
 }
@@ -249,7 +249,8 @@ func TestConcurrentReapersCancelEachOrderOnce(t *testing.T) {
 	v := e.SeedVoucher(t, db.Voucher{Stock: 400, PaymentTimeoutSeconds: 1}, -1)
 	admit(t, e, v.ID, users("u", 300)...)
 	persistVoucher(t, e, v.ID)
-	total := raceReapers(t, e, 3, time.Now().Add(time.Minute), func(c *reaper.Config) { c.BatchSize = 25 }).Cancelled
+	total := raceReapers(t, e, 3, time.Now().Add(time.Minute), func(r reaper.Results) int { return r.Expirer.Cancelled },
+		func(c *reaper.Config) { c.BatchSize = 25 })
 	require.Equal(t, 300, total)
 	require.Equal(t, int64(400), e.Count(t, "SELECT stock FROM vouchers WHERE id = ?", v.ID))
 	require.EqualValues(t, 400, redisStock(t, e, v.ID))
@@ -328,7 +329,7 @@ func TestReconcileRebuildsAFlushedRedis(t *testing.T) {
 	r := newReaper(t, e, "reaper-1", time.Now)
 	round, err := r.RunOnce(ctx)
 	require.NoError(t, err)
-	require.Zero(t, round.ReleasedToRedis)
+	require.Zero(t, round.Releaser.ReleasedToRedis)
 	require.EqualValues(t, 0, redisStock(t, e, v.ID))
 }
 
@@ -479,7 +480,7 @@ func TestALiveWorkerIdlePastTheThresholdIsNotRemoved(t *testing.T) {
 	r := newReaper(t, e, "reaper-1", time.Now, func(c *reaper.Config) { c.ConsumerGoneAfter = goneAfter; c.TakeoverMinIdle = 4 * time.Millisecond })
 	round, err := r.RunOnce(ctx)
 	require.NoError(t, err)
-	require.Zero(t, round.ConsumersRemoved)
+	require.Zero(t, round.Consumers.ConsumersRemoved)
 	_, ok := idleOf()
 	require.True(t, ok, "the live worker is still in the group")
 
@@ -538,7 +539,7 @@ func TestTheTrimmerPrunesTheRoomsIndex(t *testing.T) {
 	r := newReaper(t, e, "reaper-1", time.Now)
 	round, err := r.RunOnce(ctx)
 	require.NoError(t, err)
-	require.Equal(t, 1, round.RoomsPruned)
+	require.Equal(t, 1, round.Trimmer.RoomsPruned)
 	x, err := e.RDB.RoomIndex(ctx, nil)
 	require.NoError(t, err)
 	_, exists, known := x.Of(gone.ID)
@@ -579,7 +580,7 @@ func TestTheRestorerNeverUndoesClaimsOfAVoucherCreatedMeanwhile(t *testing.T) {
 			// The restorer alone: the releaser would apply the owed creation first.
 			round := restoreWithHook(t, e, hook)
 			require.Equal(t, 1, hooked, "the restorer did not find the voucher lost: the test has no power")
-			require.Zero(t, round.Restored, "the restorer wrote over a voucher a gateway had created")
+			require.Zero(t, round.Restorer.Restored, "the restorer wrote over a voucher a gateway had created")
 
 			require.EqualValues(t, 2, redisStock(t, e, v.ID), "units of admitted claims given out again")
 			for _, u := range users("u", 3) {
@@ -631,7 +632,7 @@ func TestTheRestorerWaitsForACreationUnderWay(t *testing.T) {
 				require.NoError(t, e.RDB.Client().Restore(ctx, zero, 0, dump).Err())
 			}
 			round := restoreWith(t, e, reaper.WithCreationHook(finish))
-			require.Zero(t, round.Restored, "nothing rebuilt")
+			require.Zero(t, round.Restorer.Restored, "nothing rebuilt")
 			unloaded, err := e.RDB.Unloaded(ctx)
 			require.NoError(t, err)
 			present, hasZero, err := e.RDB.PresentBuckets(ctx, v.ID, 3)
@@ -679,7 +680,7 @@ func TestTheRestorerReadsMySQLsStockWithItsOrders(t *testing.T) {
 	}
 	round := restoreWithHook(t, e, hook)
 	require.Equal(t, 1, hooked, "the restorer did not find the voucher lost: the test has no power")
-	require.Equal(t, 1, round.Restored)
+	require.Equal(t, 1, round.Restorer.Restored)
 	live, err := e.DB.LiveOrders(ctx, v.ID)
 	require.NoError(t, err)
 	require.Len(t, live, 3, "the orders in flight were not persisted during the round")
@@ -691,13 +692,13 @@ func TestTheRestorerReadsMySQLsStockWithItsOrders(t *testing.T) {
 
 // restoreWithHook runs one round of a reaper's restorer alone, hook run
 // when it has found a voucher lost and read the streams.
-func restoreWithHook(t *testing.T, e *testenv.Env, hook func(v int64)) reaper.Round {
+func restoreWithHook(t *testing.T, e *testenv.Env, hook func(v int64)) reaper.Results {
 	t.Helper()
 	return restoreWith(t, e, reaper.WithRestoreHook(hook))
 }
 
 // restoreWith runs one restorer pass of a reaper made with opts.
-func restoreWith(t *testing.T, e *testenv.Env, opts ...reaper.Option) reaper.Round {
+func restoreWith(t *testing.T, e *testenv.Env, opts ...reaper.Option) reaper.Results {
 	t.Helper()
 	cfg := reaper.Config{Config: worker.Config{Consumer: "reaper-1", Block: time.Millisecond}, MaxDeliveries: 3, ConsumerGoneAfter: time.Hour}
 	r, err := reaper.New(cfg, e.RDB, e.DB, zaptest.NewLogger(t), opts...)

@@ -25,8 +25,19 @@ import (
 // refunding lists the kinds the refunder looks after.
 var refunding = sale.With(func(t sale.Traits) bool { return t.RefundsAtEnd })
 
+// RefunderResult is what a round of the refunder did.
+type RefunderResult struct {
+	// Refunded are the ended envelope sales refunded.
+	Refunded int `log:"refunded"`
+	// RefundsWaiting are the ended envelope sales waiting for grabs in
+	// flight.
+	RefundsWaiting int `log:"refunds_waiting"`
+}
+
+func (rr RefunderResult) count(m *metrics) { m.refunded.Add(float64(rr.Refunded)) }
+
 // refundEnded refunds the vouchers whose sale is over.
-func (r *Reaper) refundEnded(ctx context.Context, round *Round) error {
+func (r *Reaper) refundEnded(ctx context.Context, res *RefunderResult) error {
 	now := r.now().UTC()
 	due, err := r.db.RefundDue(ctx, refunding, now, r.cfg.BatchSize)
 	if err != nil {
@@ -49,7 +60,7 @@ func (r *Reaper) refundEnded(ctx context.Context, round *Round) error {
 			return err
 		}
 		if busy {
-			round.RefundsWaiting++
+			res.RefundsWaiting++
 			continue
 		}
 		amount, done, err := r.db.Refund(ctx, v.ID, now)
@@ -57,7 +68,7 @@ func (r *Reaper) refundEnded(ctx context.Context, round *Round) error {
 			return err
 		}
 		if done {
-			round.Refunded++
+			res.Refunded++
 			r.audit.Info("voucher refunded", zap.Int64("voucher_id", v.ID), zap.Int64("refunded_amount", amount))
 		}
 	}

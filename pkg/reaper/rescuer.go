@@ -13,11 +13,28 @@ import (
 	"github.com/flashsale/flashsale/pkg/rdb"
 )
 
+// RescuerResult is what a round of the rescuer did.
+type RescuerResult struct {
+	// TakenOver are the orders of stale stream entries taken over and
+	// processed.
+	TakenOver int `log:"taken_over"`
+	// DeadLettered are the orders of stream entries delivered more than
+	// MaxDeliveries times that failed alone.
+	DeadLettered int `log:"dead_lettered"`
+	// DeletedAcked are the unacknowledged entries no longer in the stream.
+	DeletedAcked int `log:"deleted_acked"`
+}
+
+func (rr RescuerResult) count(m *metrics) {
+	m.takenOver.Add(float64(rr.TakenOver))
+	m.deadLetters.Add(float64(rr.DeadLettered))
+}
+
 // rescue takes over the stale entries of every partition.
-func (r *Reaper) rescue(ctx context.Context, round *Round) error {
+func (r *Reaper) rescue(ctx context.Context, res *RescuerResult) error {
 	var errs []error
 	for p := range r.redis.Partitions() {
-		errs = append(errs, r.takeOver(ctx, p, round))
+		errs = append(errs, r.takeOver(ctx, p, res))
 	}
 	return errors.Join(errs...)
 }
@@ -28,7 +45,7 @@ func (r *Reaper) rescue(ctx context.Context, round *Round) error {
 // not push entries towards the dead-letter stream. An entry delivered more
 // than MaxDeliveries times gets one last ordinary attempt, and is
 // dead-lettered only if that fails while MySQL accepts writes.
-func (r *Reaper) takeOver(ctx context.Context, p int, round *Round) error {
+func (r *Reaper) takeOver(ctx context.Context, p int, res *RescuerResult) error {
 	if err := r.db.Writable(ctx, r.cfg.Consumer); err != nil {
 		return fmt.Errorf("partition %d: not taking over while mysql refuses writes: %w", p, err)
 	}
@@ -38,7 +55,7 @@ func (r *Reaper) takeOver(ctx context.Context, p int, round *Round) error {
 		if err != nil {
 			return err
 		}
-		round.DeletedAcked += len(c.Deleted)
+		res.DeletedAcked += len(c.Deleted)
 		if len(c.Deleted) > 0 {
 			r.log.Error("pending entries were deleted from the stream before being persisted", zap.Int("partition", p), zap.Strings("stream_ids", c.Deleted))
 		}
@@ -58,14 +75,14 @@ func (r *Reaper) takeOver(ctx context.Context, p int, round *Round) error {
 		if err := r.orders.Handle(ctx, fresh); err != nil {
 			return fmt.Errorf("partition %d: %w", p, err)
 		}
-		round.TakenOver += len(fresh)
+		res.TakenOver += len(fresh)
 		for _, orders := range worn {
 			dead, err := r.retire(ctx, orders, c.Deliveries[orders[0].StreamID])
 			if err != nil {
 				return fmt.Errorf("partition %d: %w", p, err)
 			}
-			round.DeadLettered += dead
-			round.TakenOver += len(orders) - dead
+			res.DeadLettered += dead
+			res.TakenOver += len(orders) - dead
 		}
 		if c.Next == "0-0" || c.Next == "" {
 			return nil

@@ -42,7 +42,15 @@ import (
 	"github.com/flashsale/flashsale/pkg/rdb"
 )
 
-func (r *Reaper) restore(ctx context.Context, round *Round) error {
+// RestorerResult is what a round of the restorer did.
+type RestorerResult struct {
+	// Restored are the vouchers on sale rebuilt in a Redis that had lost
+	// them.
+	Restored int `log:"restored"`
+}
+
+// restore is the restorer's round.
+func (r *Reaper) restore(ctx context.Context, res *RestorerResult) error {
 	unloaded, err := r.redis.Unloaded(ctx)
 	if err != nil {
 		return err
@@ -57,7 +65,7 @@ func (r *Reaper) restore(ctx context.Context, round *Round) error {
 		return err
 	}
 	if len(unloaded) > 0 {
-		if err := r.reload(ctx, round, unloaded, vouchers); err != nil {
+		if err := r.reload(ctx, res, unloaded, vouchers); err != nil {
 			return err
 		}
 	}
@@ -73,7 +81,7 @@ func (r *Reaper) restore(ctx context.Context, round *Round) error {
 
 // reload rebuilds the vouchers of the unloaded partitions that Redis lost
 // whole, and marks those partitions loaded.
-func (r *Reaper) reload(ctx context.Context, round *Round, unloaded []int, vouchers []db.Voucher) error {
+func (r *Reaper) reload(ctx context.Context, res *RestorerResult, unloaded []int, vouchers []db.Voucher) error {
 	now := r.now()
 	streams := streamCache{}
 	held := map[int]bool{} // partitions left unmarked: a voucher there needs an operator
@@ -116,7 +124,7 @@ func (r *Reaper) reload(ctx context.Context, round *Round, unloaded []int, vouch
 			return fmt.Errorf("rebuild voucher %d: %w", v.ID, err)
 		}
 		if check.Repaired {
-			round.Restored++
+			res.Restored++
 			r.log.Warn("redis had lost a voucher on sale: rebuilt from mysql and the streams",
 				zap.Int64("voucher_id", v.ID), zap.Int("in_flight", check.InFlight))
 		}

@@ -21,8 +21,14 @@ import (
 	"github.com/flashsale/flashsale/pkg/voucher"
 )
 
-// splitOwed is the splitter's round.
-func (r *Reaper) splitOwed(ctx context.Context, round *Round) error {
+// SplitterResult is what a round of the splitter did.
+type SplitterResult struct {
+	// Split are the vouchers whose buckets were split.
+	Split int `log:"split"`
+}
+
+// splitOwed is the splitter's res.
+func (r *Reaper) splitOwed(ctx context.Context, res *SplitterResult) error {
 	vs, err := r.db.SplitsOwed(ctx)
 	if err != nil {
 		return err
@@ -59,7 +65,7 @@ func (r *Reaper) splitOwed(ctx context.Context, round *Round) error {
 		}
 		r.log.Info("voucher split", zap.Int64("voucher_id", v.ID), zap.Int("from", v.StockBuckets), zap.Int("to", v.SplitTo),
 			zap.Duration("took", took), zap.Duration("paused", times.Paused), zap.Dict("steps", steps...))
-		round.Split++
+		res.Split++
 	}
 	return nil
 }
@@ -68,7 +74,7 @@ func (r *Reaper) splitOwed(ctx context.Context, round *Round) error {
 // every master (FLASHSALE_HOT_SPLIT auto): nothing when they are already,
 // or on one Redis, or when the voucher cannot be split (a pool, a draw, a
 // waiting room: pkg/voucher's rules, which a PATCH follows too).
-func (r *Reaper) askSplit(ctx context.Context, v int64, n int, round *Round) error {
+func (r *Reaper) askSplit(ctx context.Context, v int64, n int, res *DetectorResult) error {
 	if r.cfg.HotSplit != HotSplitAuto {
 		return nil
 	}
@@ -85,7 +91,7 @@ func (r *Reaper) askSplit(ctx context.Context, v int64, n int, round *Round) err
 	switch {
 	case err == nil:
 		voucher.LogActions(r.log, actions)
-		round.SplitsAsked++
+		res.SplitsAsked++
 		return nil
 	case errors.Is(err, errSplitAsked), errors.Is(err, db.ErrNotFound):
 		return nil

@@ -70,7 +70,7 @@ func TestAHotVoucherIsSplitByItselfWhileItSells(t *testing.T) {
 		admitted++
 		return nil
 	}
-	round := func(at time.Time) reaper.Round {
+	round := func(at time.Time) reaper.Results {
 		now = at
 		got, err := r.RunOnce(ctx)
 		require.NoError(t, err)
@@ -87,12 +87,12 @@ func TestAHotVoucherIsSplitByItselfWhileItSells(t *testing.T) {
 		}
 		got := round(sec.Add(time.Second))
 		if i < 2 {
-			require.Zero(t, got.SplitsAsked, "reading %d", i)
+			require.Zero(t, got.Detector.SplitsAsked, "reading %d", i)
 			continue
 		}
-		require.Equal(t, 1, got.MarkedHot)
-		require.Equal(t, 1, got.SplitsAsked, "a hot voucher's split asked")
-		require.Equal(t, 1, got.Split, "and done in the same round")
+		require.Equal(t, 1, got.Detector.MarkedHot)
+		require.Equal(t, 1, got.Detector.SplitsAsked, "a hot voucher's split asked")
+		require.Equal(t, 1, got.Splitter.Split, "and done in the same round")
 	}
 	got, err := e.DB.Voucher(ctx, v.ID)
 	require.NoError(t, err)
@@ -167,14 +167,14 @@ func TestAHotVoucherNotYetAskedIsSplitNextRound(t *testing.T) {
 	require.NoError(t, err)
 	got, err := r.RunOnly(ctx, "detector", "splitter")
 	require.NoError(t, err)
-	require.Equal(t, 1, got.SplitsAsked, "the hot voucher's split asked")
-	require.Equal(t, 1, got.Split)
+	require.Equal(t, 1, got.Detector.SplitsAsked, "the hot voucher's split asked")
+	require.Equal(t, 1, got.Splitter.Split)
 	dv, err := e.DB.Voucher(ctx, v.ID)
 	require.NoError(t, err)
 	require.Equal(t, 2, dv.StockBuckets)
 	got, err = r.RunOnly(ctx, "detector", "splitter")
 	require.NoError(t, err)
-	require.Zero(t, got.SplitsAsked, "asked once")
+	require.Zero(t, got.Detector.SplitsAsked, "asked once")
 	// Recorded done again (a splitter that died before it heard the
 	// commit): no second event.
 	require.NoError(t, e.DB.SplitDone(ctx, v.ID, 2, time.Now()))
@@ -209,7 +209,7 @@ func TestASplitAskedOfAnEndedSaleIsDropped(t *testing.T) {
 	require.NoError(t, err)
 	round, err := r.RunOnly(ctx, "splitter")
 	require.NoError(t, err)
-	require.Zero(t, round.Split)
+	require.Zero(t, round.Splitter.Split)
 	got, err := e.DB.Voucher(ctx, v.ID)
 	require.NoError(t, err)
 	require.False(t, got.Splitting(), "no longer asked")

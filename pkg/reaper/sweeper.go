@@ -19,10 +19,20 @@ import (
 	"github.com/flashsale/flashsale/pkg/settle"
 )
 
+// SweeperResult is what a round of the sweeper did.
+type SweeperResult struct {
+	// IndexesSwept are the users' indexes of admissions dropped, all their
+	// orders persisted (of vouchers on sale).
+	IndexesSwept int `log:"indexes_swept"`
+	// MovesForgotten are the ids of moves between buckets forgotten, given
+	// more than settle.ForgetAfter ago.
+	MovesForgotten int `log:"moves_forgotten"`
+}
+
 // sweep is the sweeper's round: the users' indexes of the vouchers on sale
 // (the trimmer's for those whose sale ended), but those splitting (the
 // splitter copies their users; the next pass sweeps them).
-func (r *Reaper) sweep(ctx context.Context, round *Round) error {
+func (r *Reaper) sweep(ctx context.Context, res *SweeperResult) error {
 	now := r.now()
 	vs, err := r.db.ActiveVouchers(ctx, now.UTC(), rdb.KeysOutliveSale)
 	if err != nil {
@@ -33,13 +43,13 @@ func (r *Reaper) sweep(ctx context.Context, round *Round) error {
 			continue
 		}
 		n, err := r.indexes.Sweep(ctx, v.ID)
-		round.IndexesSwept += n
+		res.IndexesSwept += n
 		if err != nil {
 			return err
 		}
 		if v.StockBuckets > 1 {
 			n, err := r.redis.ForgetMoves(ctx, v.ID, now.Add(-settle.ForgetAfter))
-			round.MovesForgotten += n
+			res.MovesForgotten += n
 			if err != nil {
 				return err
 			}

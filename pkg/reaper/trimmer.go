@@ -45,10 +45,23 @@ type forgotten struct {
 	id int64
 }
 
+// TrimmerResult is what a round of the trimmer did.
+type TrimmerResult struct {
+	// ReleasesForgotten are the released orders' ids dropped from Redis,
+	// MySQL having recorded them done.
+	ReleasesForgotten int `log:"releases_forgotten"`
+	// Trimmed are the vouchers whose users' indexes were trimmed after the
+	// sale.
+	Trimmed int `log:"trimmed"`
+	// RoomsPruned are the fields of the rooms' indexes dropped, their
+	// vouchers gone from Redis.
+	RoomsPruned int `log:"rooms_pruned"`
+}
+
 // forgetReleases drops from Redis the ids of releases MySQL recorded done
 // more than settle.ForgetAfter ago, reading up to the round's bound of
 // them (FLASHSALE_REAPER_MAX_PER_ROUND).
-func (r *Reaper) forgetReleases(ctx context.Context, round *Round) error {
+func (r *Reaper) forgetReleases(ctx context.Context, res *TrimmerResult) error {
 	f := &r.forgotten
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -69,7 +82,7 @@ func (r *Reaper) forgetReleases(ctx context.Context, round *Round) error {
 		if err != nil {
 			return err
 		}
-		round.ReleasesForgotten += n // of their ids, those still in Redis
+		res.ReleasesForgotten += n // of their ids, those still in Redis
 		read += len(rels)
 		last := rels[len(rels)-1]
 		f.at, f.id = *last.RedisReleasedAt, last.OrderID
@@ -79,14 +92,14 @@ func (r *Reaper) forgetReleases(ctx context.Context, round *Round) error {
 
 // trim is the trimmer's round: released orders forgotten, the users'
 // indexes of ended sales, then the rooms' indexes pruned.
-func (r *Reaper) trim(ctx context.Context, round *Round) error {
-	if err := r.forgetReleases(ctx, round); err != nil {
+func (r *Reaper) trim(ctx context.Context, res *TrimmerResult) error {
+	if err := r.forgetReleases(ctx, res); err != nil {
 		return err
 	}
-	if err := r.trimIndexes(ctx, round); err != nil {
+	if err := r.trimIndexes(ctx, res); err != nil {
 		return err
 	}
-	return r.pruneRooms(ctx, round)
+	return r.pruneRooms(ctx, res)
 }
 
 // pruneBatch is about how many fields of a partition's rooms' index a
@@ -102,7 +115,7 @@ type pruned struct {
 
 // pruneRooms drops from the rooms' indexes a batch of each partition's
 // fields of vouchers Redis no longer holds.
-func (r *Reaper) pruneRooms(ctx context.Context, round *Round) error {
+func (r *Reaper) pruneRooms(ctx context.Context, res *TrimmerResult) error {
 	pr := &r.pruned
 	pr.mu.Lock()
 	defer pr.mu.Unlock()
@@ -115,14 +128,14 @@ func (r *Reaper) pruneRooms(ctx context.Context, round *Round) error {
 			return err
 		}
 		pr.cursors[p] = next
-		round.RoomsPruned += n
+		res.RoomsPruned += n
 	}
 	return nil
 }
 
 // trimIndexes trims the users' indexes of the vouchers whose sale has
 // ended and whose keys Redis still holds.
-func (r *Reaper) trimIndexes(ctx context.Context, round *Round) error {
+func (r *Reaper) trimIndexes(ctx context.Context, res *TrimmerResult) error {
 	now := r.now()
 	vs, err := r.db.ActiveVouchers(ctx, now.UTC(), rdb.KeysOutliveSale)
 	if err != nil {
@@ -137,7 +150,7 @@ func (r *Reaper) trimIndexes(ctx context.Context, round *Round) error {
 			return err
 		}
 		if done {
-			round.Trimmed++
+			res.Trimmed++
 		}
 	}
 	return nil

@@ -86,15 +86,15 @@ func TestTheTrimmerDropsTheIndexesASaleLeaves(t *testing.T) {
 	onSale := newReaper(t, e, "trimmer", time.Now)
 	got, err := onSale.RunOnce(ctx)
 	require.NoError(t, err)
-	require.Zero(t, got.Trimmed, "a voucher on sale is not marked trimmed")
-	require.Equal(t, buyers, got.IndexesSwept, "the sweeper dropped the indexes of the persisted")
+	require.Zero(t, got.Trimmer.Trimmed, "a voucher on sale is not marked trimmed")
+	require.Equal(t, buyers, got.Sweeper.IndexesSwept, "the sweeper dropped the indexes of the persisted")
 	n, _ = indexes()
 	require.Equal(t, late, n, "while it sells, the sweeper keeps only the indexes of orders not yet persisted")
 
 	over := newReaper(t, e, "trimmer", func() time.Time { return ends.Add(time.Second) })
 	got, err = over.RunOnce(ctx)
 	require.NoError(t, err)
-	require.Zero(t, got.Trimmed, "orders still pending: not done")
+	require.Zero(t, got.Trimmer.Trimmed, "orders still pending: not done")
 	n, _ = indexes()
 	require.Equal(t, late, n, "the indexes of orders not yet persisted are kept")
 	pending, err := e.RDB.UserPending(ctx, v.ID, user(buyers))
@@ -104,7 +104,7 @@ func TestTheTrimmerDropsTheIndexesASaleLeaves(t *testing.T) {
 	persistAll()
 	got, err = over.RunOnce(ctx)
 	require.NoError(t, err)
-	require.Equal(t, 1, got.Trimmed)
+	require.Equal(t, 1, got.Trimmer.Trimmed)
 	n, after := indexes()
 	require.Zero(t, n)
 	t.Logf("the voucher's hashes after %d buyers: %d bytes, %d trimmed (%.0f → %.0f bytes a buyer)",
@@ -112,7 +112,7 @@ func TestTheTrimmerDropsTheIndexesASaleLeaves(t *testing.T) {
 	require.Less(t, after, before)
 	got, err = over.RunOnce(ctx)
 	require.NoError(t, err)
-	require.Zero(t, got.Trimmed, "trimmed once: not read again")
+	require.Zero(t, got.Trimmer.Trimmed, "trimmed once: not read again")
 }
 
 // Released orders are forgotten settle.ForgetAfter after MySQL recorded
@@ -139,15 +139,15 @@ func TestReleasesAreForgottenAndAStaleOneIsRefused(t *testing.T) {
 
 	got, err := newReaper(t, e, "reaper-1", func() time.Time { return later }).RunOnce(ctx)
 	require.NoError(t, err)
-	require.Equal(t, 3, got.Cancelled)
-	require.Equal(t, 4, got.ReleasedToRedis)
-	require.Zero(t, got.ReleasesForgotten, "recorded done just now: kept")
+	require.Equal(t, 3, got.Expirer.Cancelled)
+	require.Equal(t, 4, got.Releaser.ReleasedToRedis)
+	require.Zero(t, got.Trimmer.ReleasesForgotten, "recorded done just now: kept")
 	require.EqualValues(t, 4, released())
 
 	afterwards := later.Add(settle.ForgetAfter + time.Second)
 	got, err = newReaper(t, e, "reaper-1", func() time.Time { return afterwards }).RunOnce(ctx)
 	require.NoError(t, err)
-	require.Equal(t, 4, got.ReleasesForgotten)
+	require.Equal(t, 4, got.Trimmer.ReleasesForgotten)
 	require.Zero(t, released(), "forgotten")
 	require.EqualValues(t, 10, redisStock(t, e, v.ID))
 
@@ -348,12 +348,12 @@ func TestTheSweeperForgetsOldMovesBetweenBuckets(t *testing.T) {
 
 	got, err := newReaper(t, e, "sweeper", time.Now).RunOnly(ctx, "sweeper")
 	require.NoError(t, err)
-	require.Zero(t, got.MovesForgotten, "moves made now are kept")
+	require.Zero(t, got.Sweeper.MovesForgotten, "moves made now are kept")
 
 	later := func() time.Time { return time.Now().Add(settle.ForgetAfter + time.Minute) }
 	got, err = newReaper(t, e, "sweeper", later).RunOnly(ctx, "sweeper")
 	require.NoError(t, err)
-	require.EqualValues(t, moves, got.MovesForgotten)
+	require.EqualValues(t, moves, got.Sweeper.MovesForgotten)
 	require.Zero(t, given())
 	left, _, err := e.RDB.RemainingStock(ctx, v.ID)
 	require.NoError(t, err)

@@ -90,9 +90,9 @@ func TestReadOnlyMySQLLosesNothing(t *testing.T) {
 		testenv.Eventually(t, 30*time.Second, "another attempt at the batch", func() bool {
 			return testenv.Metric(t, reg, "flashsale_worker_batch_retries_total") > tried
 		})
-		pass, err := rp.RunOnce(ctx)
+		results, err := rp.RunOnce(ctx)
 		require.ErrorContains(t, err, "refuses writes")
-		require.Zero(t, pass.TakenOver+pass.DeadLettered, "the reaper touched entries during the outage")
+		require.Zero(t, results.Rescuer.TakenOver+results.Rescuer.DeadLettered, "the reaper touched entries during the outage")
 	}
 	var roErr *mysql.MySQLError
 	require.ErrorAs(t, store.Writable(ctx, "check"), &roErr)

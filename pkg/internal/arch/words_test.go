@@ -44,10 +44,10 @@ func declared(t *testing.T, path string, f func(name string)) {
 
 // One word, one meaning. A claim is a buyer's: the reaper's taking over
 // of stale stream entries is a takeover (FLASHSALE_TAKEOVER_MIN_IDLE,
-// Round.TakenOver, upkeep's TakeOver), so nothing on the streams' side
+// RescuerResult.TakenOver, upkeep's TakeOver), so nothing on the streams' side
 // (the reaper, upkeep, the persisting code, the worker) is named after a
 // claim. A pass is a waiting room's: one run of a reaper service is a
-// round (Round, FLASHSALE_REAPER_ROUND_TIMEOUT), so nothing in the reaper
+// round (what its result type counts, FLASHSALE_REAPER_ROUND_TIMEOUT), so nothing in the reaper
 // is named after a pass.
 func TestTakeoverAndRoundNameOneThingEach(t *testing.T) {
 	words := map[string]*regexp.Regexp{
