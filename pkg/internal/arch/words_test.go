@@ -56,6 +56,7 @@ func TestTakeoverAndRoundNameOneThingEach(t *testing.T) {
 		"pkg/persist":    regexp.MustCompile(`(?i)claim`),
 		"pkg/worker":     regexp.MustCompile(`(?i)claim`),
 		"pkg/reaper/cli": regexp.MustCompile(`(?i)claim`),
+		"pkg/worker/cli": regexp.MustCompile(`(?i)claim`),
 	}
 	checked := 0
 	for _, p := range list(t) {
@@ -110,7 +111,7 @@ func TestNoShippedPackageImportsTheTestsHouse(t *testing.T) {
 func TestOrdersAreNamedOrders(t *testing.T) {
 	for _, p := range list(t) {
 		rel, ok := strings.CutPrefix(p.ImportPath, module)
-		if !ok || !slices.Contains([]string{"pkg/rdb", "pkg/rdb/upkeep", "pkg/persist", "pkg/worker", "pkg/reaper", "pkg/reaper/cli"}, rel) {
+		if !ok || !slices.Contains([]string{"pkg/rdb", "pkg/rdb/upkeep", "pkg/persist", "pkg/worker", "pkg/reaper", "pkg/reaper/cli", "pkg/worker/cli"}, rel) {
 			continue
 		}
 		for _, f := range p.GoFiles {

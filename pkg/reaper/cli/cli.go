@@ -1,7 +1,9 @@
 // Package cli is the reaper's command line: the role (no argument),
-// "migrate", and the operator's commands (reconcile, deadletters,
-// report). cmd/reaper hands off to Main, as River's main hands off to its
-// CLI package. Configuration: FLASHSALE_* variables (docs/CONFIGURATION.md).
+// "migrate", and the operator's commands (a sale's create, pause, resume,
+// top-up, split, extend and tail; report, reconcile, deadletters, draw,
+// events). cmd/reaper hands off to Main, as each role's binary hands off
+// to its cli package (River's main hands off to its CLI package so).
+// Configuration: FLASHSALE_* variables (docs/CONFIGURATION.md).
 package cli
 
 import (
