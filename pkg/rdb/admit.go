@@ -11,6 +11,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -19,6 +21,70 @@ import (
 	"github.com/flashsale/flashsale/pkg/order"
 	"github.com/flashsale/flashsale/pkg/rdb/internal/keyspace"
 )
+
+// admitting is the Store's state that only the claim's path keeps
+// (admit.go, batcher.go, detour.go), apart from the state every client
+// of the Store shares.
+type admitting struct {
+	// ac, when set, is the client admissions are sent on (SetAdmitClient).
+	ac redis.UniversalClient
+	// admitKeys are each partition's StreamKey, LoadedKey and BacklogKey,
+	// boxed once, as every admission call sends them.
+	admitKeys [][3]any
+	// horizon is the last call's horizon, boxed (horizonArg).
+	horizon atomic.Pointer[boxedHorizon]
+	// callKeys are the admission calls' keys by bucket (callKeysOf): a
+	// map under a lock, as a sync.Map would box the bucket of each
+	// lookup, an allocation a call.
+	callKeysMu sync.RWMutex
+	callKeys   map[bucket]*callKeys
+	// dry is each hot voucher's refills: voucher id -> *dryVoucher
+	// (detour.go).
+	dry     sync.Map
+	signals testSignals
+}
+
+// init readies the state of a Store of the partitions whose LoadedKeys
+// are loaded.
+func (a *admitting) init(loaded []string) {
+	a.admitKeys = make([][3]any, len(loaded))
+	for p := range loaded {
+		a.admitKeys[p] = [3]any{StreamKey(p), loaded[p], BacklogKey(p)}
+	}
+	a.callKeys = map[bucket]*callKeys{}
+}
+
+// testSignals are the points of the claim's path where its tests act
+// (export_test.go sets them; nil in production, each is skipped). The
+// Store waits while the test acts.
+type testSignals struct {
+	// refill: a refill of a dry bucket starts, before its read of the
+	// buckets' stocks.
+	refill func()
+}
+
+// SetAdmitClient makes admissions go on c, a client of the same Redis
+// whose read timeout is as long as a claim's outcome is listened for
+// (the gateway's FLASHSALE_CLAIM_OUTCOME_TIMEOUT; a batcher's round trip
+// has no deadline of its own): the Store's own client gives up on a
+// reply after its read timeout, and closes the connection, losing the
+// reply of a script that may have run. Set it before any admission.
+func (s *Store) SetAdmitClient(c redis.UniversalClient) { s.ac = c }
+
+// cutAdmissions closes the admission client, if the store has one: its
+// round trips in flight end at once (Batcher.CloseBy).
+func (s *Store) cutAdmissions() {
+	if s.ac != nil {
+		_ = s.ac.Close()
+	}
+}
+
+func (s *Store) admitClient() redis.UniversalClient {
+	if s.ac != nil {
+		return s.ac
+	}
+	return s.c
+}
 
 // Claim is one user's request for Quantity units (or one item, or one
 // draw entry) of a voucher.
@@ -672,4 +738,42 @@ func admissionAt(pos string, p int, raw string) (Admission, error) {
 		return Admission{}, fmt.Errorf("admit: %w", err)
 	}
 	return Admission{OrderID: id, Item: item}, nil
+}
+
+// admitGroup is the claims (their positions j) sent on one pipeline.
+type admitGroup struct {
+	pipe redis.Pipeliner
+	js   []int
+}
+
+// admitGroups splits a round of claims (their partitions) into pipelines:
+// one on the store's client, or, when the store waits for replicas on a
+// cluster, one per master on that master's own client, so that each WAIT
+// follows its master's writes on their connection.
+func (s *Store) admitGroups(ctx context.Context, parts []int) ([]admitGroup, error) {
+	c := s.admitClient()
+	cc, cluster := c.(*redis.ClusterClient)
+	if !cluster || !s.durability.waits() {
+		js := make([]int, len(parts))
+		for j := range js {
+			js[j] = j
+		}
+		return []admitGroup{{pipe: c.Pipeline(), js: js}}, nil
+	}
+	byAddr := map[string]int{}
+	var gs []admitGroup
+	for j, p := range parts {
+		n, err := cc.MasterForKey(ctx, StreamKey(p))
+		if err != nil {
+			return nil, fmt.Errorf("master of partition %d: %w", p, err)
+		}
+		k, ok := byAddr[n.Options().Addr]
+		if !ok {
+			k = len(gs)
+			byAddr[n.Options().Addr] = k
+			gs = append(gs, admitGroup{pipe: n.Pipeline()})
+		}
+		gs[k].js = append(gs[k].js, j)
+	}
+	return gs, nil
 }

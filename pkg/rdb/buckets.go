@@ -240,6 +240,60 @@ const giveTimeout = 5 * time.Second
 // forgetmoves.lua call removes.
 const forgetMovesScan = 500
 
+// refill brings units to bucket home of voucher v's n from the others,
+// when the voucher as a whole still has at least need; false when it
+// does not (the voucher is sold out for a claim of need). A claim that
+// found its bucket dry calls it (detour.go).
+func (s *Store) refill(ctx context.Context, v int64, n, home int, need int64) (bool, error) {
+	st, err := s.readStocks(ctx, v, n)
+	if err != nil {
+		return false, err
+	}
+	if len(st.owed) > 0 {
+		for _, m := range st.owed {
+			if err := s.give(ctx, m); err != nil {
+				return false, err
+			}
+		}
+		if st, err = s.readStocks(ctx, v, n); err != nil {
+			return false, err
+		}
+	}
+	if !st.found || st.total() < need {
+		// The reads of several masters are no snapshot: a move between
+		// two other buckets may have been read at neither end. Such a
+		// move is over in a round trip; a second look sees its units.
+		if st, err = s.readStocks(ctx, v, n); err != nil {
+			return false, err
+		}
+		if !st.found || st.total() < need {
+			return false, nil
+		}
+	}
+	// Richest first; take at least what the claim lacks, and half of a
+	// rich donor, so the next claims here find units too.
+	donors := make([]int, 0, n-1)
+	for b := range n {
+		if b != home && st.stock[b] > 0 {
+			donors = append(donors, b)
+		}
+	}
+	slices.SortFunc(donors, func(a, b int) int { return int(st.stock[b] - st.stock[a]) })
+	have := st.stock[home]
+	for _, d := range donors {
+		if have >= need {
+			break
+		}
+		want := max(need-have, st.stock[d]/2)
+		got, err := s.moveUnits(ctx, s.bucketOf(v, d), s.bucketOf(v, home), want)
+		if err != nil {
+			return false, err
+		}
+		have += got
+	}
+	return true, nil
+}
+
 // ForgetMoves forgets the ids of voucher v's moves between buckets made up
 // to upto (each bucket's moves:in set names the moves given to it, so that
 // a move given again is given once): a sale without an end then keeps

@@ -3,7 +3,6 @@ package rdb
 import (
 	"context"
 	"errors"
-	"slices"
 	"sync/atomic"
 	"time"
 )
@@ -117,7 +116,7 @@ func (s *Store) refillAndAdmit(ctx context.Context, c Claim, found time.Time) (A
 				s.signals.refill()
 			}
 			read := time.Now()
-			ok, err := s.refill(ctx, c, n, home, need)
+			ok, err := s.refill(ctx, c.VoucherID, n, home, need)
 			return read, ok, err
 		})
 		if err != nil {
@@ -180,59 +179,6 @@ func (d *dryVoucher) refillOnce(ctx context.Context, found time.Time, need int64
 	}
 	d.refilled[home] = time.Now()
 	return true, true, nil
-}
-
-// refill brings units to claim c's bucket (home, of n) from the others,
-// when the voucher as a whole still has at least need; false when it
-// does not (the voucher is sold out for this claim).
-func (s *Store) refill(ctx context.Context, c Claim, n, home int, need int64) (bool, error) {
-	st, err := s.readStocks(ctx, c.VoucherID, n)
-	if err != nil {
-		return false, err
-	}
-	if len(st.owed) > 0 {
-		for _, m := range st.owed {
-			if err := s.give(ctx, m); err != nil {
-				return false, err
-			}
-		}
-		if st, err = s.readStocks(ctx, c.VoucherID, n); err != nil {
-			return false, err
-		}
-	}
-	if !st.found || st.total() < need {
-		// The reads of several masters are no snapshot: a move between
-		// two other buckets may have been read at neither end. Such a
-		// move is over in a round trip; a second look sees its units.
-		if st, err = s.readStocks(ctx, c.VoucherID, n); err != nil {
-			return false, err
-		}
-		if !st.found || st.total() < need {
-			return false, nil
-		}
-	}
-	// Richest first; take at least what the claim lacks, and half of a
-	// rich donor, so the next claims here find units too.
-	donors := make([]int, 0, n-1)
-	for b := range n {
-		if b != home && st.stock[b] > 0 {
-			donors = append(donors, b)
-		}
-	}
-	slices.SortFunc(donors, func(a, b int) int { return int(st.stock[b] - st.stock[a]) })
-	have := st.stock[home]
-	for _, d := range donors {
-		if have >= need {
-			break
-		}
-		want := max(need-have, st.stock[d]/2)
-		got, err := s.moveUnits(ctx, s.bucketOf(c.VoucherID, d), s.bucketOf(c.VoucherID, home), want)
-		if err != nil {
-			return false, err
-		}
-		have += got
-	}
-	return true, nil
 }
 
 // detour decides again, off the pipeline's worker, claim c (of r), which

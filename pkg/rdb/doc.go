@@ -1,6 +1,8 @@
 // Package rdb owns flashsale's Redis state: every key (keys.go), every
 // script call and the formats of what the streams hold go through a Store.
-// The claim's path is batcher.go, admit.go, detour.go, buckets.go and durability.go;
+// The claim's path is batcher.go, admit.go, detour.go, buckets.go and
+// durability.go; the state only it keeps is admit.go's admitting, apart
+// from what every client of a Store shares;
 // the streams' upkeep (taking over, dead letters, gauges) is pkg/rdb/upkeep,
 // and a voucher's split into more buckets while it sells is pkg/rdb/split,
 // each working through a Store. The names of a bucket's keys, which all

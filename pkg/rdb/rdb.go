@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -84,32 +83,11 @@ type Store struct {
 	partitions int
 	group      string
 	buckets    sync.Map // voucher id -> its number of buckets, once seen
-	dry        sync.Map // voucher id -> *dryVoucher: its refills (detour.go)
-	signals    testSignals
 	durability Durability
-	// ac, when set, is the client admissions are sent on (SetAdmitClient).
-	ac redis.UniversalClient
-	// loaded is each partition's LoadedKey, built once; admitKeys each
-	// partition's StreamKey, LoadedKey and BacklogKey, boxed once as
-	// every admission call sends them.
-	loaded    []string
-	admitKeys [][3]any
-	// horizon is the last call's horizon, boxed (horizonArg).
-	horizon atomic.Pointer[boxedHorizon]
-	// callKeys are the admission calls' keys by bucket (callKeysOf): a
-	// map under a lock, as a sync.Map would box the bucket of each
-	// lookup, an allocation a call.
-	callKeysMu sync.RWMutex
-	callKeys   map[bucket]*callKeys
-}
-
-// testSignals are the points of a Store where its tests act
-// (export_test.go sets them; nil in production, each is skipped). The
-// Store waits while the test acts.
-type testSignals struct {
-	// refill: a refill of a dry bucket starts, before its read of the
-	// buckets' stocks.
-	refill func()
+	// loaded is each partition's LoadedKey, built once.
+	loaded []string
+	// admitting is what only the claim's path keeps (admit.go).
+	admitting
 }
 
 // New returns a Store over client with the given number of stream partitions
@@ -121,36 +99,12 @@ func New(client redis.UniversalClient, partitions int, group string) (*Store, er
 	if group == "" {
 		group = DefaultGroup
 	}
-	s := &Store{c: client, partitions: partitions, group: group, loaded: make([]string, partitions), admitKeys: make([][3]any, partitions),
-		callKeys: map[bucket]*callKeys{}}
+	s := &Store{c: client, partitions: partitions, group: group, loaded: make([]string, partitions)}
 	for p := range partitions {
 		s.loaded[p] = LoadedKey(p)
-		s.admitKeys[p] = [3]any{StreamKey(p), s.loaded[p], BacklogKey(p)}
 	}
+	s.admitting.init(s.loaded)
 	return s, nil
-}
-
-// SetAdmitClient makes admissions go on c, a client of the same Redis
-// whose read timeout is as long as a claim's outcome is listened for
-// (the gateway's FLASHSALE_CLAIM_OUTCOME_TIMEOUT; a batcher's round trip
-// has no deadline of its own): the Store's own client gives up on a
-// reply after its read timeout, and closes the connection, losing the
-// reply of a script that may have run. Set it before any admission.
-func (s *Store) SetAdmitClient(c redis.UniversalClient) { s.ac = c }
-
-// cutAdmissions closes the admission client, if the store has one: its
-// round trips in flight end at once (Batcher.CloseBy).
-func (s *Store) cutAdmissions() {
-	if s.ac != nil {
-		_ = s.ac.Close()
-	}
-}
-
-func (s *Store) admitClient() redis.UniversalClient {
-	if s.ac != nil {
-		return s.ac
-	}
-	return s.c
 }
 
 // Partitions is the number of stream partitions.
