@@ -65,7 +65,7 @@ test-race:
 test-lint:
 	@nice -n 10 $(MAKE) --no-print-directory lint
 test-cluster:
-	$(GO) test -race -count=1 ./pkg/rdb ./pkg/rdb/split ./pkg/rdb/upkeep ./pkg/room -args -redis-cluster
+	$(GO) test -race -count=1 ./pkg/rdb ./pkg/rdb/admission ./pkg/rdb/split ./pkg/rdb/upkeep ./pkg/room -args -redis-cluster
 
 ## fuzz: every fuzz target for FUZZTIME each (CI: 5000 inputs); their
 ## seed corpora are the f.Add calls, and what a run finds stays in testdata/fuzz.

@@ -95,7 +95,7 @@
 -- room, 15 (not loaded), 16 (access required), 17 (access invalid),
 -- 21 (splitting): retry shortly, 22 (past horizon).
 --
--- Why the script is shaped so, and what a call costs Redis: pkg/rdb's
+-- Why the script is shaped so, and what a call costs Redis: pkg/rdb/admission's
 -- package doc, "The admission script".
 
 -- The claims, field by field: users[i] is claim i's USER, and so on; a

@@ -10,10 +10,12 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
+	"github.com/flashsale/flashsale/pkg/internal/testrdb"
 	"github.com/flashsale/flashsale/pkg/internal/testsrv"
 	"github.com/flashsale/flashsale/pkg/internal/wait"
 	"github.com/flashsale/flashsale/pkg/order"
 	"github.com/flashsale/flashsale/pkg/rdb"
+	"github.com/flashsale/flashsale/pkg/rdb/admission"
 )
 
 func common(addr string) Common {
@@ -33,7 +35,7 @@ func admitOnce(t *testing.T, s *rdb.Store, v int64, user string) {
 	if !found {
 		require.NoError(t, s.PutVoucher(ctx, rdb.Voucher{ID: v, Stock: 10, PerUserLimit: 1}))
 	}
-	_, err = s.Admit(ctx, rdb.Claim{VoucherID: v, UserID: user, Now: now, Day: order.Day(now, time.UTC)})
+	_, err = testrdb.Admitter(s).Admit(ctx, admission.Claim{VoucherID: v, UserID: user, Now: now, Day: order.Day(now, time.UTC)})
 	require.NoError(t, err)
 }
 
@@ -138,7 +140,7 @@ func TestRedisSentinelFailover(t *testing.T) {
 	// turned replica (READONLY) or a closed connection: callers retry.
 	wait.For(t, 30*time.Second, "admitting on the new master", func() bool {
 		now := time.Now()
-		_, err := s.Admit(ctx, rdb.Claim{VoucherID: 1, UserID: "after", Now: now, Day: order.Day(now, time.UTC)})
+		_, err := testrdb.Admitter(s).Admit(ctx, admission.Claim{VoucherID: 1, UserID: "after", Now: now, Day: order.Day(now, time.UTC)})
 		return err == nil
 	})
 	n, _, err := s.RemainingStock(ctx, 1)

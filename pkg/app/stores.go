@@ -34,7 +34,7 @@ func (c Common) redisClient(poolSize int) (redis.UniversalClient, error) {
 // AdmitClient is a client of the same Redis for admissions, whose read
 // timeout is readTimeout: a gateway waits that long for an admission's
 // reply, so a script that ran late is heard, not lost
-// (rdb.Store.SetAdmitClient).
+// (admission.New's ac).
 func (c Common) AdmitClient(poolSize int, readTimeout time.Duration) (redis.UniversalClient, error) {
 	return c.redisClientReading(poolSize, max(readTimeout, c.RedisTimeout))
 }

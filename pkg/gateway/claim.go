@@ -11,6 +11,7 @@ import (
 	"github.com/flashsale/flashsale/pkg/gateway/httpapi"
 	"github.com/flashsale/flashsale/pkg/order"
 	"github.com/flashsale/flashsale/pkg/rdb"
+	"github.com/flashsale/flashsale/pkg/rdb/admission"
 )
 
 // claim: POST /v1/vouchers/{id}/orders. One admission script, no MySQL.
@@ -35,8 +36,8 @@ import (
 //  8. roomPass (room.go): a voucher with a waiting room wants a pass that
 //     holds (403 not_admitted), from this gateway's last state of the room
 //     (pkg/room's Cache);
-//  9. admitClaim: admit.lua, through the batcher (rdb/batcher.go,
-//     rdb/admit.go), decides the rest in Redis, atomically: the sale
+//  9. admitClaim: admit.lua, through the batcher (rdb/admission:
+//     batcher.go, admit.go), decides the rest in Redis, atomically: the sale
 //     window, pause, an access code where the voucher needs one now, the
 //     proof's difficulty and single use, the pass,
 //     stock, per-user and per-day limits, an idempotent replay, the
@@ -78,9 +79,9 @@ func (g *Gateway) claim(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	now := g.now()
-	c := rdb.Claim{VoucherID: voucher, UserID: user, IdempotencyKey: key, IdempotencyTTL: g.cfg.IdempotencyTTL,
+	c := admission.Claim{VoucherID: voucher, UserID: user, IdempotencyKey: key, IdempotencyTTL: g.cfg.IdempotencyTTL,
 		Now: now, Day: g.days.Of(now), Quantity: qty, Proof: proof, Access: g.claimAccess(r, user, voucher),
-		Serial: rdb.NewSerial(), Horizon: rdb.HorizonAfter(start, g.cfg.ClaimOutcomeTimeout)}
+		Serial: admission.NewSerial(), Horizon: admission.HorizonAfter(start, g.cfg.ClaimOutcomeTimeout)}
 	if checkErr != nil {
 		g.refuseUnlessReplayed(w, r, c, checkErr, start)
 		return
@@ -115,7 +116,7 @@ func (g *Gateway) claim(w http.ResponseWriter, r *http.Request) {
 // token then runs once more with its pass. An unknown room means "ask
 // Redis", never "no pass"; knowing it up front would cost every room-less
 // voucher's claims a read (roomPass).
-func (g *Gateway) admitClaim(r *http.Request, c rdb.Claim) (rdb.Admission, error) {
+func (g *Gateway) admitClaim(r *http.Request, c admission.Claim) (admission.Admission, error) {
 	a, err := g.admitNow(r.Context(), c)
 	if c.Pass != "" || !errors.Is(err, rdb.ErrNotAdmitted) {
 		return a, err
@@ -131,13 +132,13 @@ func (g *Gateway) admitClaim(r *http.Request, c rdb.Claim) (rdb.Admission, error
 // admitNow is one admission of c, bounded by ClaimTimeout, its time
 // observed: through the batcher when claims are pipelined (the batcher
 // bounds each), else alone.
-func (g *Gateway) admitNow(ctx context.Context, c rdb.Claim) (a rdb.Admission, err error) {
+func (g *Gateway) admitNow(ctx context.Context, c admission.Claim) (a admission.Admission, err error) {
 	t0 := time.Now()
 	if g.batcher != nil {
 		a, err = g.batcher.Admit(ctx, c)
 	} else {
 		ctx, cancel := context.WithTimeout(ctx, g.cfg.ClaimTimeout)
-		a, err = g.redis.Admit(ctx, c)
+		a, err = g.admitter.Admit(ctx, c)
 		cancel()
 	}
 	g.metrics.scriptSeconds.Observe(time.Since(t0).Seconds())
@@ -149,10 +150,10 @@ func (g *Gateway) admitNow(ctx context.Context, c rdb.Claim) (a rdb.Admission, e
 // c carries an idempotency key an earlier claim was admitted under: a
 // retry gets its first admission, whatever lapsed or expired since, as
 // the admission script would answer it.
-func (g *Gateway) refuseUnlessReplayed(w http.ResponseWriter, r *http.Request, c rdb.Claim, err error, start time.Time) {
+func (g *Gateway) refuseUnlessReplayed(w http.ResponseWriter, r *http.Request, c admission.Claim, err error, start time.Time) {
 	if c.IdempotencyKey != "" {
 		ctx, cancel := context.WithTimeout(r.Context(), g.cfg.ClaimTimeout)
-		a, ok, rerr := g.redis.Replay(ctx, c)
+		a, ok, rerr := g.admitter.Replay(ctx, c)
 		cancel()
 		switch {
 		case rerr != nil:
@@ -171,7 +172,7 @@ func (g *Gateway) refuseUnlessReplayed(w http.ResponseWriter, r *http.Request, c
 }
 
 // answerAdmitted writes the 202 of admission a, and counts it.
-func (g *Gateway) answerAdmitted(w http.ResponseWriter, a rdb.Admission, start time.Time) {
+func (g *Gateway) answerAdmitted(w http.ResponseWriter, a admission.Admission, start time.Time) {
 	w.Header()["Content-Type"] = httpapi.JSONContentType
 	w.WriteHeader(http.StatusAccepted)
 	_, _ = w.Write(admittedBody(a))
@@ -207,7 +208,7 @@ func (g *Gateway) claimFailed(w http.ResponseWriter, r *http.Request, voucher in
 // admittedBody is the 202 answer, written by hand on the hot path: the
 // order id and, for an envelope, its amount; for a draw, the entry id. A code is not shown before
 // its order is paid (see fromRow).
-func admittedBody(a rdb.Admission) []byte {
+func admittedBody(a admission.Admission) []byte {
 	b := make([]byte, 0, 96)
 	if a.Entry {
 		b = append(b, `{"entry_id":"`...)

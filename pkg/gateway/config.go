@@ -96,7 +96,7 @@ type Config struct {
 	ShutdownTimeout time.Duration `envconfig:"FLASHSALE_SHUTDOWN_TIMEOUT" default:"15s"`
 	// PipelineWorkers is the most pipelines in flight to Redis at once:
 	// concurrent claims are coalesced into them (auto-pipelining; the
-	// batcher's policy is in pkg/rdb/batcher.go). The claims of one
+	// batcher's policy is in pkg/rdb/admission/batcher.go). The claims of one
 	// voucher bucket in a pipeline share one call of the admission
 	// script. Off (FLASHSALE_…=0; in a Config, negative) sends each claim
 	// alone. Default 4.

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 
 	"github.com/flashsale/flashsale/pkg/access"
@@ -24,6 +25,7 @@ import (
 	"github.com/flashsale/flashsale/pkg/proof"
 	"github.com/flashsale/flashsale/pkg/ratelimit"
 	"github.com/flashsale/flashsale/pkg/rdb"
+	"github.com/flashsale/flashsale/pkg/rdb/admission"
 	"github.com/flashsale/flashsale/pkg/room"
 	"github.com/flashsale/flashsale/pkg/soldout"
 	"github.com/flashsale/flashsale/pkg/token"
@@ -36,7 +38,11 @@ type Gateway struct {
 	days  *order.Days // the per-day limit's day in loc, formatted once a day
 	now   func() time.Time
 	redis *rdb.Store
-	db    *db.Store
+	// admitter decides the claims in Redis (pkg/rdb/admission), sending
+	// them on admitClient (WithAdmitClient); nil without Redis.
+	admitter    *admission.Admitter
+	admitClient redis.UniversalClient
+	db          *db.Store
 	// adminDB is the operator's MySQL pool (dbOf); nil without MySQL.
 	adminDB *db.Store
 	// eventsDB is the events readers' pool (the admin API's events
@@ -57,7 +63,7 @@ type Gateway struct {
 	metrics     *metrics
 	reg         prometheus.Registerer
 	// batcher pipelines the claims' admissions (nil: each alone; admitNow).
-	batcher *rdb.Batcher
+	batcher *admission.Batcher
 	// soldOut answers claims of vouchers Redis said are sold out (pkg/soldout).
 	soldOut *soldout.Cache
 	// refused counts refused claims per voucher for sales' reports;
@@ -110,6 +116,11 @@ func WithCountsEvery(d time.Duration) Option { return func(g *Gateway) { g.count
 // WithClock replaces time.Now, for tests.
 func WithClock(now func() time.Time) Option { return func(g *Gateway) { g.now = now } }
 
+// WithAdmitClient sends the admissions on c, a client of the same Redis
+// whose read timeout is as long as a claim's outcome is listened for
+// (admission.New).
+func WithAdmitClient(c redis.UniversalClient) Option { return func(g *Gateway) { g.admitClient = c } }
+
 // WithRegistry registers the gateway's metrics with reg (default: a
 // registry of its own, unexposed).
 func WithRegistry(reg prometheus.Registerer) Option { return func(g *Gateway) { g.reg = reg } }
@@ -148,6 +159,7 @@ func New(cfg Config, r *rdb.Store, d *db.Store, log *zap.Logger, opts ...Option)
 		if err := r.SetDurability(cfg.durability()); err != nil {
 			return nil, err
 		}
+		g.admitter = admission.New(r, g.admitClient)
 	}
 	if d != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
@@ -163,7 +175,7 @@ func New(cfg Config, r *rdb.Store, d *db.Store, log *zap.Logger, opts ...Option)
 		}
 	}
 	if cfg.PipelineWorkers > 0 { // the batcher bounds each claim by ClaimTimeout
-		g.batcher = r.StartBatcher(rdb.BatcherConfig{Workers: cfg.PipelineWorkers, MaxBatch: cfg.PipelineMaxBatch,
+		g.batcher = g.admitter.StartBatcher(admission.BatcherConfig{Workers: cfg.PipelineWorkers, MaxBatch: cfg.PipelineMaxBatch,
 			Timeout: cfg.ClaimTimeout, ReplyTimeout: cfg.ClaimReplyTimeout, Late: g.recordLate})
 	}
 	g.claimIDs = claimid.New(cfg.keyOr("", "flashsale claim-id key"), cfg.ClaimOutcomeTimeout)
@@ -215,7 +227,7 @@ func New(cfg Config, r *rdb.Store, d *db.Store, log *zap.Logger, opts ...Option)
 func (g *Gateway) Close() { g.closeBy(time.Now().Add(g.cfg.ShutdownTimeout)) }
 
 // closeBy is Close ended by deadline: the admission round trips still in
-// flight then are cut (rdb.Batcher.CloseBy), and the late outcomes still
+// flight then are cut (admission.Batcher.CloseBy), and the late outcomes still
 // being recorded are left (their round trips end at the store's read
 // timeout): those claims stay decidable by the buyers' orders and their
 // horizons (outcome.go).

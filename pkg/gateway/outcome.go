@@ -5,14 +5,14 @@ package gateway
 //
 //   - Not sent. A claim waits in the batcher to be sent at most
 //     FLASHSALE_CLAIM_TIMEOUT; one still waiting then is never sent
-//     (rdb.ErrNotSent): 503 unavailable. So is one that found no
+//     (admission.ErrNotSent): 503 unavailable. So is one that found no
 //     connection (the pool's wait, a refused dial) and one Redis refused
 //     before the script ran (LOADING, CLUSTERDOWN, NOSCRIPT). The script
 //     did not run and never will: the answer is the truth.
 //   - Sent, answered in time. Once written, a claim's call is not given
 //     up before its reply, or FLASHSALE_CLAIM_OUTCOME_TIMEOUT (30 s):
 //     admissions go on connections of their own whose read timeout is
-//     that long (rdb.Store.SetAdmitClient); the store's other connections
+//     that long (admission.New's ac); the store's other connections
 //     keep FLASHSALE_REDIS_TIMEOUT. The caller waits for the reply until
 //     FLASHSALE_CLAIM_REPLY_TIMEOUT (1 s) after its arrival: 202 or the
 //     script's refusal.
@@ -28,7 +28,7 @@ package gateway
 //     acknowledge it in time (FLASHSALE_REDIS_DURABILITY): it may not
 //     survive a failover.
 //
-// Every claim carries a serial (rdb.NewSerial: 64 random bits), which the
+// Every claim carries a serial (admission.NewSerial: 64 random bits), which the
 // order it makes carries too, and a horizon: its arrival plus
 // FLASHSALE_CLAIM_OUTCOME_TIMEOUT, rounded up to a second. admit.lua
 // undoes an admission whose stream entry's id, Redis's clock, is past
@@ -93,6 +93,7 @@ import (
 	"github.com/flashsale/flashsale/pkg/order"
 	"github.com/flashsale/flashsale/pkg/orderview"
 	"github.com/flashsale/flashsale/pkg/rdb"
+	"github.com/flashsale/flashsale/pkg/rdb/admission"
 )
 
 var (
@@ -113,25 +114,25 @@ const outcomeMargin = time.Second
 // admitted on a master that did not get it to its replicas in time (it
 // may not survive a failover).
 func isOutcomeUnknown(err error) bool {
-	return errors.Is(err, rdb.ErrOutcomeUnknown) || errors.Is(err, rdb.ErrNotReplicated)
+	return errors.Is(err, admission.ErrOutcomeUnknown) || errors.Is(err, rdb.ErrNotReplicated)
 }
 
 // answerUnknown answers claim c, whose outcome is unknown, 503
 // outcome_unknown with the claim's id.
-func (g *Gateway) answerUnknown(w http.ResponseWriter, c rdb.Claim, start time.Time) {
+func (g *Gateway) answerUnknown(w http.ResponseWriter, c admission.Claim, start time.Time) {
 	g.countClaim(resultOutcomeUnknown, "", start)
 	g.unknown.Add(c.VoucherID, "answered")
 	w.Header().Set("Retry-After", "1")
 	httpapi.WriteJSON(w, http.StatusServiceUnavailable, struct {
 		*httpapi.Error
 		ClaimID string `json:"claim_id"`
-	}{errOutcomeUnknown, g.claimIDs.ID(rdb.RefOf(c))})
+	}{errOutcomeUnknown, g.claimIDs.ID(admission.RefOf(c))})
 }
 
 // recordLate records the outcomes of claims answered outcome_unknown
 // whose replies came after all (the batcher's Late), off the batcher's
 // worker.
-func (g *Gateway) recordLate(late []rdb.LateOutcome) {
+func (g *Gateway) recordLate(late []admission.LateOutcome) {
 	for _, o := range late {
 		outcome := "refused"
 		switch {
@@ -148,7 +149,7 @@ func (g *Gateway) recordLate(late []rdb.LateOutcome) {
 		defer g.lateWG.Done()
 		ctx, cancel := context.WithTimeout(context.Background(), g.cfg.ClaimOutcomeTimeout)
 		defer cancel()
-		if err := g.redis.RecordOutcomes(ctx, late, g.cfg.IdempotencyTTL); err != nil {
+		if err := g.admitter.RecordOutcomes(ctx, late, g.cfg.IdempotencyTTL); err != nil {
 			// The buyers' orders still tell (getClaim).
 			g.log.Warn("record late claim outcomes", zap.Int("claims", len(late)), zap.Error(err))
 		}
@@ -196,9 +197,9 @@ func (g *Gateway) getClaim(w http.ResponseWriter, r *http.Request) {
 // the claim made (by its time and serial); else, once Redis's clock is
 // past the claim's horizon (and outcomeMargin), refused. A decision is
 // recorded (the first one stands), so asking again costs one read.
-func (g *Gateway) resolveClaim(r *http.Request, ref rdb.ClaimRef) (claimOutcome, error) {
+func (g *Gateway) resolveClaim(r *http.Request, ref admission.ClaimRef) (claimOutcome, error) {
 	ctx := r.Context()
-	o, found, redisNow, err := g.redis.ClaimOutcome(ctx, ref)
+	o, found, redisNow, err := g.admitter.ClaimOutcome(ctx, ref)
 	switch {
 	case err != nil:
 		return claimOutcome{}, err
@@ -207,9 +208,9 @@ func (g *Gateway) resolveClaim(r *http.Request, ref rdb.ClaimRef) (claimOutcome,
 	}
 	// Read before the orders: a call that admits after it carries a
 	// stream id of this clock or later, refused past the horizon.
-	var a rdb.Admission
+	var a admission.Admission
 	if ref.Key != "" {
-		a, found, err = g.redis.Replay(ctx, rdb.Claim{VoucherID: ref.VoucherID, UserID: ref.UserID, IdempotencyKey: ref.Key})
+		a, found, err = g.admitter.Replay(ctx, admission.Claim{VoucherID: ref.VoucherID, UserID: ref.UserID, IdempotencyKey: ref.Key})
 	} else {
 		a, found, err = g.claimOrder(r, ref)
 	}
@@ -217,14 +218,14 @@ func (g *Gateway) resolveClaim(r *http.Request, ref rdb.ClaimRef) (claimOutcome,
 	case err != nil:
 		return claimOutcome{}, err
 	case found:
-		o = rdb.Admitted(a)
+		o = admission.Admitted(a)
 	case redisNow.After(time.UnixMilli(ref.Horizon).Add(outcomeMargin)):
 		g.metrics.lateOutcomes.WithLabelValues("refused_by_time").Inc()
-		o = rdb.Refused(rdb.ErrPastHorizon)
+		o = admission.Refused(rdb.ErrPastHorizon)
 	default:
 		return claimOutcome{Status: "unknown"}, nil
 	}
-	if recorded, err := g.redis.DecideOutcome(ctx, ref, o, g.cfg.IdempotencyTTL); err == nil {
+	if recorded, err := g.admitter.DecideOutcome(ctx, ref, o, g.cfg.IdempotencyTTL); err == nil {
 		o = recorded
 	} else {
 		g.log.Debug("record a claim's outcome", zap.Error(err)) // decided all the same: asked again, decided again
@@ -236,32 +237,32 @@ func (g *Gateway) resolveClaim(r *http.Request, ref rdb.ClaimRef) (claimOutcome,
 // stream first, then in MySQL, so one persisted in between is found.
 // The claim's serial tells it from the buyer's other claims of the same
 // millisecond.
-func (g *Gateway) claimOrder(r *http.Request, ref rdb.ClaimRef) (rdb.Admission, bool, error) {
+func (g *Gateway) claimOrder(r *http.Request, ref admission.ClaimRef) (admission.Admission, bool, error) {
 	pending, err := g.redis.UserPending(r.Context(), ref.VoucherID, ref.UserID)
 	if err != nil {
-		return rdb.Admission{}, false, err
+		return admission.Admission{}, false, err
 	}
 	for _, p := range pending {
 		if p.CreatedAt.UnixMilli() == ref.MS && p.Claim == ref.Serial {
-			return rdb.Admission{OrderID: p.ID, Item: p.Item, Entry: p.Entry}, true, nil
+			return admission.Admission{OrderID: p.ID, Item: p.Item, Entry: p.Entry}, true, nil
 		}
 	}
 	row, ok, err := g.dbOf(r).ClaimOrder(r.Context(), ref.VoucherID, ref.UserID, time.UnixMilli(ref.MS).UTC(), ref.Serial)
 	if err != nil || !ok {
-		return rdb.Admission{}, false, err
+		return admission.Admission{}, false, err
 	}
-	return rdb.Admission{OrderID: row.ID, Item: order.Item{Amount: row.Amount}, Entry: orderview.Of(row).Draw != ""}, true, nil
+	return admission.Admission{OrderID: row.ID, Item: order.Item{Amount: row.Amount}, Entry: orderview.Of(row).Draw != ""}, true, nil
 }
 
 // outcomeOf is outcome o as the API says it.
-func outcomeOf(o rdb.Outcome) claimOutcome {
+func outcomeOf(o admission.Outcome) claimOutcome {
 	if o.Admitted {
 		return admittedOutcome(o.Admission)
 	}
 	return refusedOutcome(o.Refusal)
 }
 
-func admittedOutcome(a rdb.Admission) claimOutcome {
+func admittedOutcome(a admission.Admission) claimOutcome {
 	if a.Entry {
 		return claimOutcome{Status: "admitted", EntryID: strconv.FormatInt(a.OrderID, 10)}
 	}

@@ -27,14 +27,15 @@ import (
 // a claim with no order refused outcome after it.
 func outcomeFixture(t *testing.T, admitClient bool, outcome time.Duration) *fixture {
 	env := testenv.New(t, 1)
+	var opts []gateway.Option
 	if admitClient {
 		ac, err := env.Common.AdmitClient(8, time.Minute)
 		require.NoError(t, err)
 		t.Cleanup(func() { _ = ac.Close() })
-		env.RDB.SetAdmitClient(ac)
+		opts = append(opts, gateway.WithAdmitClient(ac))
 	}
 	f := newFixtureOn(t, env, gateway.Config{ClaimTimeout: 150 * time.Millisecond, ClaimReplyTimeout: 300 * time.Millisecond,
-		ClaimOutcomeTimeout: outcome})
+		ClaimOutcomeTimeout: outcome}, opts...)
 	t.Cleanup(func() { _ = env.Redis.Resume() })
 	return f
 }

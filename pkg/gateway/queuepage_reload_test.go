@@ -189,9 +189,8 @@ func TestTheQueuePageHoldsOneStateWhileAPressIsDecided(t *testing.T) {
 	ac, err := env.Common.AdmitClient(8, time.Minute)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = ac.Close() })
-	env.RDB.SetAdmitClient(ac)
 	f := newFixtureOn(t, env, gateway.Config{ClaimTimeout: 150 * time.Millisecond, ClaimReplyTimeout: 3 * time.Second,
-		ClaimOutcomeTimeout: time.Minute})
+		ClaimOutcomeTimeout: time.Minute}, gateway.WithAdmitClient(ac))
 	t.Cleanup(func() { _ = env.Redis.Resume() })
 	id := f.createVoucher(`{"name":"Held drop","stock":5,"waiting_room":{"admit_per_second":10,"pass_seconds":5}}`)
 	f.followTime()                                                 // the room admits as time goes

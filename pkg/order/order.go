@@ -61,7 +61,7 @@ type Order struct {
 	// Entry: an entry of a draw sale, not an order; it takes no unit
 	// until the draw picks it (pkg/draw).
 	Entry bool
-	// Claim is the serial of the claim that made the order (rdb.Claim's
+	// Claim is the serial of the claim that made the order (admission.Claim's
 	// Serial): a buyer's claim asked about by its id finds its own order
 	// by it. Zero for orders made before serials, or without one.
 	Claim uint64

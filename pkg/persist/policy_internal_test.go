@@ -11,9 +11,11 @@ import (
 
 	"github.com/flashsale/flashsale/pkg/db"
 	"github.com/flashsale/flashsale/pkg/internal/testenv"
+	"github.com/flashsale/flashsale/pkg/internal/testrdb"
 	"github.com/flashsale/flashsale/pkg/internal/testsrv"
 	"github.com/flashsale/flashsale/pkg/order"
 	"github.com/flashsale/flashsale/pkg/rdb"
+	"github.com/flashsale/flashsale/pkg/rdb/admission"
 	"github.com/flashsale/flashsale/pkg/rdb/upkeep"
 )
 
@@ -30,7 +32,7 @@ func TestAPanicDeadLettersOnlyTheOrderThatPanicsAlone(t *testing.T) {
 	now := time.Now()
 	var ids []int64
 	for i := range 3 {
-		a, err := e.RDB.Admit(ctx, rdb.Claim{VoucherID: v.ID, UserID: fmt.Sprint("u", i), Now: now, Day: order.Day(now, time.UTC)})
+		a, err := testrdb.Admitter(e.RDB).Admit(ctx, admission.Claim{VoucherID: v.ID, UserID: fmt.Sprint("u", i), Now: now, Day: order.Day(now, time.UTC)})
 		require.NoError(t, err)
 		ids = append(ids, a.OrderID)
 	}

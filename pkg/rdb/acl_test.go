@@ -8,6 +8,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
+	"github.com/flashsale/flashsale/pkg/internal/testrdb"
 	"github.com/flashsale/flashsale/pkg/internal/testsrv"
 	"github.com/flashsale/flashsale/pkg/rdb"
 	"github.com/flashsale/flashsale/pkg/rdb/split"
@@ -88,7 +89,7 @@ func TestACLUsersAreRestricted(t *testing.T) {
 	splitter := split.New(rp).BeforeStep(func(step string) error {
 		if step == "copy" { // pre-copying: every claim is decided
 			for i := range 16 {
-				if _, err := s.Admit(ctx, keyedClaim(3, fmt.Sprintf("buyer-%d", i), "k")); err != nil {
+				if _, err := testrdb.Admitter(s).Admit(ctx, keyedClaim(3, fmt.Sprintf("buyer-%d", i), "k")); err != nil {
 					return err
 				}
 				claimed++

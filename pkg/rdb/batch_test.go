@@ -10,8 +10,10 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/flashsale/flashsale/pkg/internal/testrdb"
 	"github.com/flashsale/flashsale/pkg/order"
 	"github.com/flashsale/flashsale/pkg/rdb"
+	"github.com/flashsale/flashsale/pkg/rdb/admission"
 )
 
 // outcome is what a claim came to, comparable across two runs: the error,
@@ -26,17 +28,17 @@ type outcome struct {
 
 // decide runs claims of voucher v, all in one AdmitMany (one script call
 // per bucket) or one by one, and says what each came to.
-func decide(t *testing.T, s *rdb.Store, v int64, claims []rdb.Claim, batch bool) []outcome {
+func decide(t *testing.T, s *rdb.Store, v int64, claims []admission.Claim, batch bool) []outcome {
 	t.Helper()
 	ctx := context.Background()
-	as, errs := make([]rdb.Admission, len(claims)), make([]error, len(claims))
+	as, errs := make([]admission.Admission, len(claims)), make([]error, len(claims))
 	if batch {
 		var err error
-		as, errs, err = s.AdmitMany(ctx, claims)
+		as, errs, err = testrdb.Admitter(s).AdmitMany(ctx, claims)
 		require.NoError(t, err)
 	} else {
 		for i, c := range claims {
-			as[i], errs[i] = s.Admit(ctx, c)
+			as[i], errs[i] = testrdb.Admitter(s).Admit(ctx, c)
 		}
 	}
 	first := map[int64]int{}
@@ -65,7 +67,7 @@ func decide(t *testing.T, s *rdb.Store, v int64, claims []rdb.Claim, batch bool)
 // one order per new admission (first: order id -> its claim), under the
 // admission's order id, with the claim's user, day, units and item; and
 // the backlog count of each partition is its stream's orders.
-func requireStreamHolds(t *testing.T, s *rdb.Store, v int64, claims []rdb.Claim, as []rdb.Admission, first map[int64]int) {
+func requireStreamHolds(t *testing.T, s *rdb.Store, v int64, claims []admission.Claim, as []admission.Admission, first map[int64]int) {
 	t.Helper()
 	ctx := context.Background()
 	seen := map[int64]bool{}
@@ -99,7 +101,7 @@ func requireStreamHolds(t *testing.T, s *rdb.Store, v int64, claims []rdb.Claim,
 // limits, a window, a pool or buckets, pauses; claims by a few users, with
 // quantities (some too many), idempotency keys (some repeated), times in
 // and out of the window, over two days.
-func randomSale(r *rand.Rand, id int64) (rdb.Voucher, []rdb.Claim, bool) {
+func randomSale(r *rand.Rand, id int64) (rdb.Voucher, []admission.Claim, bool) {
 	v := rdb.Voucher{ID: id, Stock: 1 + r.Int64N(20), PerUserLimit: 1 + r.Int64N(4)}
 	if r.IntN(3) == 0 {
 		v.PerUserDailyLimit = 1 + r.Int64N(3)
@@ -129,10 +131,10 @@ func randomSale(r *rand.Rand, id int64) (rdb.Voucher, []rdb.Claim, bool) {
 	paused := r.IntN(10) == 0
 	users := []string{"ann", "bob", "cid", "dee", "eve"}
 	keys := []string{"", "", "", "k1", "k2"}
-	claims := make([]rdb.Claim, 1+r.IntN(40))
+	claims := make([]admission.Claim, 1+r.IntN(40))
 	for i := range claims {
 		now := start.Add(time.Duration(r.IntN(32*60)-10) * time.Minute)
-		claims[i] = rdb.Claim{VoucherID: id, UserID: users[r.IntN(len(users))], IdempotencyKey: keys[r.IntN(len(keys))],
+		claims[i] = admission.Claim{VoucherID: id, UserID: users[r.IntN(len(users))], IdempotencyKey: keys[r.IntN(len(keys))],
 			IdempotencyTTL: time.Hour, Now: now, Day: order.Day(now, time.UTC), Quantity: int64(r.IntN(3))}
 		if v.ProofOfWork > 0 {
 			claims[i].Proof = []rdb.Proof{{}, {ID: "easy", Max: 50, TTL: time.Minute},
@@ -174,7 +176,7 @@ func TestABatchDecidesAsTheClaimsOneByOne(t *testing.T) {
 				require.NoError(t, err)
 			}
 		}
-		same := make([]rdb.Claim, len(claims))
+		same := make([]admission.Claim, len(claims))
 		for i, c := range claims {
 			c.VoucherID = vs.ID
 			same[i] = c
@@ -216,7 +218,7 @@ func TestABatchDecidesAsTheClaimsOneByOne(t *testing.T) {
 	require.Positive(t, proofRefusals, "some sales had a proof-of-work gate")
 }
 
-func dayStrings(claims []rdb.Claim) []string {
+func dayStrings(claims []admission.Claim) []string {
 	seen := map[string]bool{}
 	var out []string
 	for _, c := range claims {
@@ -233,11 +235,11 @@ func dayStrings(claims []rdb.Claim) []string {
 func TestALargeBatchIsSplitIntoCalls(t *testing.T) {
 	s := newStore(t, 2)
 	seedVoucher(t, s, rdb.Voucher{ID: 77, Stock: 600})
-	claims := make([]rdb.Claim, 700)
+	claims := make([]admission.Claim, 700)
 	for i := range claims {
-		claims[i] = rdb.Claim{VoucherID: 77, UserID: fmt.Sprintf("big-%d", i), Now: t0, Day: d0}
+		claims[i] = admission.Claim{VoucherID: 77, UserID: fmt.Sprintf("big-%d", i), Now: t0, Day: d0}
 	}
-	as, errs, err := s.AdmitMany(context.Background(), claims)
+	as, errs, err := testrdb.Admitter(s).AdmitMany(context.Background(), claims)
 	require.NoError(t, err)
 	first := map[int64]int{}
 	for i, e := range errs {

@@ -31,19 +31,23 @@ import (
 // units of moves taken but not yet given (a crash between the two halves):
 // such a move is given first. Nothing is stranded, and a move lost half
 // way loses no unit. A process refills one voucher once at a time
-// (detour.go), off the Batcher's pipelines: a sold-out tail holds up
+// (pkg/rdb/admission's detour.go), off the Batcher's pipelines: a sold-out tail holds up
 // no other claim, and its claims share the refill's read and the units it
 // brought.
 
-// knownBuckets is the number of buckets this process has seen voucher v
+// KnownBuckets is the number of buckets this process has seen voucher v
 // have, 1 when it has not seen v: admit.lua tells a claim routed by the
 // wrong number (a split raises it while the sale runs, pkg/rdb/split).
-func (s *Store) knownBuckets(v int64) int {
+func (s *Store) KnownBuckets(v int64) int {
 	if n, ok := s.buckets.Load(v); ok {
 		return n.(int)
 	}
 	return 1
 }
+
+// LearnBuckets records that voucher v has n buckets, as a reply of
+// admit.lua told (KnownBuckets).
+func (s *Store) LearnBuckets(v int64, n int) { s.buckets.Store(v, n) }
 
 // layoutOf reads voucher v's layout from its bucket 0 (1 bucket when Redis
 // does not hold v): read anew each time, since a split changes it. The
@@ -240,11 +244,11 @@ const giveTimeout = 5 * time.Second
 // forgetmoves.lua call removes.
 const forgetMovesScan = 500
 
-// refill brings units to bucket home of voucher v's n from the others,
+// Refill brings units to bucket home of voucher v's n from the others,
 // when the voucher as a whole still has at least need; false when it
 // does not (the voucher is sold out for a claim of need). A claim that
-// found its bucket dry calls it (detour.go).
-func (s *Store) refill(ctx context.Context, v int64, n, home int, need int64) (bool, error) {
+// found its bucket dry calls it (pkg/rdb/admission's detour.go).
+func (s *Store) Refill(ctx context.Context, v int64, n, home int, need int64) (bool, error) {
 	st, err := s.readStocks(ctx, v, n)
 	if err != nil {
 		return false, err

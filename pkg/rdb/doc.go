@@ -1,34 +1,14 @@
 // Package rdb owns flashsale's Redis state: every key (keys.go), every
 // script call and the formats of what the streams hold go through a Store.
-// The claim's path is batcher.go, admit.go, detour.go, buckets.go and
-// durability.go; the state only it keeps is admit.go's admitting, apart
-// from what every client of a Store shares;
-// the streams' upkeep (taking over, dead letters, gauges) is pkg/rdb/upkeep,
-// and a voucher's split into more buckets while it sells is pkg/rdb/split,
-// each working through a Store. The names of a bucket's keys, which all
+// Its parts that serve one client work through a Store, each in a package
+// of its own: the claim's path, the gateway's, is pkg/rdb/admission; the
+// streams' upkeep (taking over, dead letters, gauges) is pkg/rdb/upkeep;
+// and a voucher's split into more buckets while it sells, the reaper's, is
+// pkg/rdb/split. What they share is here: the keys, the bucket a user's
+// claims are decided in and the moves of units between buckets
+// (buckets.go), what a write must reach before it is done
+// (durability.go), the streams, a voucher's keys written and changed. The names of a bucket's keys, which all
 // of them use, are pkg/rdb/internal/keyspace's.
-//
-// # The admission script
-//
-// lua/admit.lua decides a batch of claims of one bucket in one call: its
-// header is its contract (KEYS, ARGV, the claim line, effects, replies).
-// It is one script because the decision must be atomic (the stock, the
-// user's counts, the idempotency record and the stream entry change
-// together or not at all), and one call for a batch because a call's
-// round trip and Redis's dispatch are most of a claim's cost. Every key
-// it touches carries its bucket's partition's hash tag, so it runs
-// unchanged on a Redis Cluster, on that slot's master.
-//
-// What a call costs Redis's one thread: every redis.call is a few
-// microseconds, and so is the script call itself; a batch shares them.
-// The common batch (units, no daily limit, no idempotency keys) makes one
-// HMGET of the voucher and every user's count and index, one XADD and
-// one INCRBY a 32 admissions, and one HSET of the new stock, counts and
-// indexes. A daily limit adds one HMGET and one HSET (and EXPIRE) a day;
-// keys add one MGET and a SET a keyed admission; a pool an LPOP an
-// admission; a proof-of-work gate a SET a claim; a waiting room an HSETNX
-// an admission (and an HINCRBY the first time a pass buys).
-// docs/BENCHMARKS.md measures it (go run ./pkg/internal/cmd/scriptcost).
 //
 // # A hot voucher over several masters
 //
@@ -46,7 +26,7 @@
 //   - No stranded stock. A claim that finds its bucket dry reads every
 //     bucket's stock in one pipelined round trip, takes units from the richest
 //     (at least what it lacks, and half of the donor) and runs again (up to
-//     16 times (rdb.DryAttempts), then 503, never a false sold_out). sold_out is
+//     16 times (admission.DryAttempts), then 503, never a false sold_out). sold_out is
 //     answered only when the buckets together hold fewer units than asked.
 //     The end-to-end test sells exactly the stock with no 202 to a claim sent
 //     after the first sold_out (AdmittedAfterSoldOut = 0), so the remaining

@@ -46,7 +46,8 @@ type Durability struct {
 	Timeout     time.Duration // how long to wait for them
 }
 
-func (d Durability) waits() bool {
+// Waits reports whether a write waits for replicas.
+func (d Durability) Waits() bool {
 	return d.Mode == DurabilityReplica || d.Mode == DurabilityReplicaAOF
 }
 
@@ -77,6 +78,10 @@ func (s *Store) SetDurability(d Durability) error {
 	s.durability = d
 	return nil
 }
+
+// Durability is what a write must reach before it is done
+// (SetDurability).
+func (s *Store) Durability() Durability { return s.durability }
 
 // CheckDurability asks every master whether it can give the durability
 // set: WAITAOF needs Redis 7.2 or later.
@@ -128,10 +133,10 @@ func atLeast(version string, major, minor int) bool {
 	return ma > major || ma == major && mi >= minor
 }
 
-// queueWait adds the wait for the replicas to pipe, after its writes: WAIT
+// QueueWait adds the wait for the replicas to pipe, after its writes: WAIT
 // (or WAITAOF) counts the replicas that have every write this connection
 // made. Nil when the store does not wait.
-func (s *Store) queueWait(ctx context.Context, pipe redis.Pipeliner) *redis.Cmd {
+func (s *Store) QueueWait(ctx context.Context, pipe redis.Pipeliner) *redis.Cmd {
 	d := s.durability
 	ms := max(d.Timeout.Milliseconds(), 1)
 	switch d.Mode {
@@ -143,10 +148,10 @@ func (s *Store) queueWait(ctx context.Context, pipe redis.Pipeliner) *redis.Cmd 
 	return nil
 }
 
-// replicated reads a queued wait's answer: nil when enough replicas had
+// Replicated reads a queued wait's answer: nil when enough replicas had
 // the writes, ErrNotReplicated when too few did, the error of the wait
 // itself otherwise.
-func (s *Store) replicated(cmd *redis.Cmd) error {
+func (s *Store) Replicated(cmd *redis.Cmd) error {
 	if cmd == nil {
 		return nil
 	}
@@ -169,13 +174,13 @@ func (s *Store) replicated(cmd *redis.Cmd) error {
 	return nil
 }
 
-// waitWritten waits until the replicas of the masters holding partitions
+// WaitWritten waits until the replicas of the masters holding partitions
 // have every write made there so far: for an operator's write, made on
 // connections of the pool, a new write on one connection (the
 // partition's wait key) followed by WAIT on it covers every write before
 // it, as a master replicates in order.
-func (s *Store) waitWritten(ctx context.Context, partitions ...int) error {
-	if !s.durability.waits() {
+func (s *Store) WaitWritten(ctx context.Context, partitions ...int) error {
+	if !s.durability.Waits() {
 		return nil
 	}
 	seen := map[string]bool{}
@@ -190,11 +195,11 @@ func (s *Store) waitWritten(ctx context.Context, partitions ...int) error {
 		seen[addr] = true
 		pipe := c.Pipeline()
 		pipe.Set(ctx, waitKey(p), time.Now().UnixMilli(), time.Hour)
-		wait := s.queueWait(ctx, pipe)
+		wait := s.QueueWait(ctx, pipe)
 		if _, err := pipe.Exec(ctx); err != nil {
 			return fmt.Errorf("wait for replicas of %s: %w", addr, err)
 		}
-		if err := s.replicated(wait); err != nil {
+		if err := s.Replicated(wait); err != nil {
 			return err
 		}
 	}

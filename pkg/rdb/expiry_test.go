@@ -7,8 +7,10 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/flashsale/flashsale/pkg/internal/testrdb"
 	"github.com/flashsale/flashsale/pkg/order"
 	"github.com/flashsale/flashsale/pkg/rdb"
+	"github.com/flashsale/flashsale/pkg/rdb/admission"
 )
 
 // A voucher's keys expire once its sale and payment window are over (plus
@@ -24,7 +26,7 @@ func TestVoucherKeysExpireAfterTheSale(t *testing.T) {
 	seedVoucher(t, s, rdb.Voucher{ID: 1, Stock: 5, PerUserDailyLimit: 3, EndsAt: ends, ExpireAt: expireAt})
 	seedVoucher(t, s, rdb.Voucher{ID: 2, Stock: 5})
 
-	a, err := s.Admit(ctx, rdb.Claim{VoucherID: 1, UserID: "alice", Now: now, Day: order.Day(now, time.UTC),
+	a, err := testrdb.Admitter(s).Admit(ctx, admission.Claim{VoucherID: 1, UserID: "alice", Now: now, Day: order.Day(now, time.UTC),
 		IdempotencyKey: "k1", IdempotencyTTL: time.Hour})
 	require.NoError(t, err)
 	_, err = claim(s, 2, "alice", now)

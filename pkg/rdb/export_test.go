@@ -41,15 +41,5 @@ func (s *Store) MovesGiven(ctx context.Context, v int64, b int) (int64, error) {
 	return s.c.SCard(ctx, s.bucketOf(v, b).MovesIn()).Result()
 }
 
-// FillClaims is the waiting claims that go beside a call in flight.
-const FillClaims = fillClaims
-
 // AdmitErrors are admit.lua's codes as errors.
 func AdmitErrors() map[int64]error { return admitErrors }
-
-// OnRefill runs f at the start of each refill of a dry bucket, before
-// its read of the buckets' stocks.
-func (s *Store) OnRefill(f func()) { s.signals.refill = f }
-
-// DryWaiting is how many claims of v wait for its refill under way.
-func (s *Store) DryWaiting(v int64) int64 { return s.dryOf(v).waiting.Load() }

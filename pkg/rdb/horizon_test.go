@@ -7,7 +7,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/flashsale/flashsale/pkg/internal/testrdb"
 	"github.com/flashsale/flashsale/pkg/rdb"
+	"github.com/flashsale/flashsale/pkg/rdb/admission"
 )
 
 // A call that reaches Redis after its claim's horizon takes nothing: no
@@ -20,9 +22,9 @@ func TestAClaimPastItsHorizonTakesNothing(t *testing.T) {
 	ctx := context.Background()
 	seedVoucher(t, s, rdb.Voucher{ID: 1, Stock: 5, PerUserLimit: 5, ProofOfWork: 10})
 	past, future := time.Now().Add(-time.Second), time.Now().Add(time.Minute)
-	c := rdb.Claim{VoucherID: 1, UserID: "ann", Now: t0, Day: d0, IdempotencyKey: "press-1", IdempotencyTTL: time.Hour,
-		Proof: rdb.Proof{ID: "sig-1", Max: 10, TTL: time.Minute}, Serial: rdb.NewSerial(), Horizon: past}
-	_, err := s.Admit(ctx, c)
+	c := admission.Claim{VoucherID: 1, UserID: "ann", Now: t0, Day: d0, IdempotencyKey: "press-1", IdempotencyTTL: time.Hour,
+		Proof: rdb.Proof{ID: "sig-1", Max: 10, TTL: time.Minute}, Serial: admission.NewSerial(), Horizon: past}
+	_, err := testrdb.Admitter(s).Admit(ctx, c)
 	require.ErrorIs(t, err, rdb.ErrPastHorizon)
 	requireStock(t, s, 1, 5)
 	n, err := s.UserCount(ctx, 1, "ann")
@@ -38,12 +40,12 @@ func TestAClaimPastItsHorizonTakesNothing(t *testing.T) {
 	require.Zero(t, xlen, "no order in the stream")
 
 	c.Horizon = future
-	a, err := s.Admit(ctx, c)
+	a, err := testrdb.Admitter(s).Admit(ctx, c)
 	require.NoError(t, err)
 	require.False(t, a.Replayed)
 	requireStock(t, s, 1, 4)
 	c.Horizon = past
-	replay, err := s.Admit(ctx, c)
+	replay, err := testrdb.Admitter(s).Admit(ctx, c)
 	require.NoError(t, err, "a replay past the horizon takes nothing: it is answered")
 	require.True(t, replay.Replayed)
 	require.Equal(t, a.OrderID, replay.OrderID)
@@ -52,7 +54,7 @@ func TestAClaimPastItsHorizonTakesNothing(t *testing.T) {
 	// A call carries its claims' earliest horizon: a claim sent with one
 	// past it is refused with it.
 	seedVoucher(t, s, rdb.Voucher{ID: 2, Stock: 5, PerUserLimit: 1})
-	_, errs, err := s.AdmitMany(ctx, []rdb.Claim{
+	_, errs, err := testrdb.Admitter(s).AdmitMany(ctx, []admission.Claim{
 		{VoucherID: 2, UserID: "bob", Now: t0, Day: d0, Horizon: future},
 		{VoucherID: 2, UserID: "cid", Now: t0, Day: d0, Horizon: past},
 	})
@@ -69,12 +71,12 @@ func TestAClaimsSerialIsInItsOrder(t *testing.T) {
 	s := newStore(t, 1)
 	ctx := context.Background()
 	seedVoucher(t, s, rdb.Voucher{ID: 1, Stock: 5, PerUserLimit: 2})
-	first, second := rdb.NewSerial(), rdb.NewSerial()
+	first, second := admission.NewSerial(), admission.NewSerial()
 	horizon := time.Now().Add(time.Minute)
-	_, errs, err := s.AdmitMany(ctx, []rdb.Claim{
+	_, errs, err := testrdb.Admitter(s).AdmitMany(ctx, []admission.Claim{
 		{VoucherID: 1, UserID: "ann", Now: t0, Day: d0, Serial: first, Horizon: horizon},
 		{VoucherID: 1, UserID: "ann", Now: t0, Day: d0, Serial: second, Horizon: horizon},
-		{VoucherID: 1, UserID: "ann", Now: t0, Day: d0, Serial: rdb.NewSerial(), Horizon: horizon},
+		{VoucherID: 1, UserID: "ann", Now: t0, Day: d0, Serial: admission.NewSerial(), Horizon: horizon},
 	})
 	require.NoError(t, err)
 	require.NoError(t, errs[0])

@@ -120,6 +120,27 @@ func (s *Store) userBucketOf(v int64, user string, n int) bucket {
 	return s.bucketOf(v, UserBucket(user, n))
 }
 
+// AccessCode is what a claim (or a room join) carries of an access code,
+// as the gateway verified it: a code is looked at only where the voucher
+// needs one now (the sale's access codes, before their until), so one
+// sent to an open sale is no reason to refuse.
+type AccessCode int64
+
+const (
+	NoAccessCode      AccessCode = iota // none sent
+	AccessCodeValid                     // the user's code for the voucher
+	AccessCodeInvalid                   // a code, not the user's for the voucher
+)
+
+// Proof is a verified proof of work as the admission script takes it: a
+// voucher with a gate admits a claim with a proof of at least its
+// difficulty, once per challenge.
+type Proof struct {
+	ID  string        // the challenge's signature: its single use is keyed by it
+	Max int64         // the challenge's difficulty
+	TTL time.Duration // how long the challenge has left
+}
+
 // ProofKey is the used-key of the proof of work whose challenge's
 // signature is id, spent on the voucher (bucket) whose hash is key; id ""
 // is the key a claim without a proof names (the scripts ignore it).

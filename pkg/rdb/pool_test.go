@@ -10,8 +10,10 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/flashsale/flashsale/pkg/internal/testrdb"
 	"github.com/flashsale/flashsale/pkg/order"
 	"github.com/flashsale/flashsale/pkg/rdb"
+	"github.com/flashsale/flashsale/pkg/rdb/admission"
 )
 
 func envelopes(amounts ...int64) []order.Item {
@@ -30,13 +32,13 @@ func TestAPooledAdmissionTakesOneItem(t *testing.T) {
 	items := envelopes(30, 50, 20)
 	seedVoucher(t, s, rdb.Voucher{ID: 1, Stock: 3, Pooled: true, Items: items})
 
-	a, err := s.Admit(ctx, rdb.Claim{VoucherID: 1, UserID: "alice", Now: t0, Day: d0, IdempotencyKey: "k", IdempotencyTTL: time.Minute})
+	a, err := testrdb.Admitter(s).Admit(ctx, admission.Claim{VoucherID: 1, UserID: "alice", Now: t0, Day: d0, IdempotencyKey: "k", IdempotencyTTL: time.Minute})
 	require.NoError(t, err)
 	require.Equal(t, items[0], a.Item)
-	again, err := s.Admit(ctx, rdb.Claim{VoucherID: 1, UserID: "alice", Now: t0, Day: d0, IdempotencyKey: "k", IdempotencyTTL: time.Minute})
+	again, err := testrdb.Admitter(s).Admit(ctx, admission.Claim{VoucherID: 1, UserID: "alice", Now: t0, Day: d0, IdempotencyKey: "k", IdempotencyTTL: time.Minute})
 	require.NoError(t, err)
 	require.True(t, again.Replayed)
-	require.Equal(t, a, rdb.Admission{OrderID: again.OrderID, Item: again.Item}, "a replay answers the same order and item")
+	require.Equal(t, a, admission.Admission{OrderID: again.OrderID, Item: again.Item}, "a replay answers the same order and item")
 
 	_, err = claim(s, 1, "alice", t0)
 	require.ErrorIs(t, err, rdb.ErrUserLimit, "one per user")

@@ -7,12 +7,14 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/flashsale/flashsale/pkg/internal/testrdb"
 	"github.com/flashsale/flashsale/pkg/order"
 	"github.com/flashsale/flashsale/pkg/rdb"
+	"github.com/flashsale/flashsale/pkg/rdb/admission"
 )
 
-func claimN(s *rdb.Store, v int64, user string, n int64) (rdb.Admission, error) {
-	return s.Admit(context.Background(), rdb.Claim{VoucherID: v, UserID: user, Now: t0, Day: order.Day(t0, t0.Location()), Quantity: n})
+func claimN(s *rdb.Store, v int64, user string, n int64) (admission.Admission, error) {
+	return testrdb.Admitter(s).Admit(context.Background(), admission.Claim{VoucherID: v, UserID: user, Now: t0, Day: order.Day(t0, t0.Location()), Quantity: n})
 }
 
 // A claim of n units takes n or nothing; the limits count units.

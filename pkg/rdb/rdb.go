@@ -71,6 +71,21 @@ var admitErrors = map[int64]error{
 	CodeSplitting: ErrSplitting, CodePastHorizon: ErrPastHorizon,
 }
 
+// Refusal is admit.lua's refusal of code as an error; nil for a code
+// that is no refusal.
+func Refusal(code int64) error { return admitErrors[code] }
+
+// RefusalCode is the code of admit.lua's refusal that err is; false when
+// err is none.
+func RefusalCode(err error) (int64, bool) {
+	for code, e := range admitErrors {
+		if errors.Is(err, e) {
+			return code, true
+		}
+	}
+	return 0, false
+}
+
 // DayKeyTTL is how long a per-day counter outlives its day.
 const DayKeyTTL = 48 * time.Hour
 
@@ -86,8 +101,6 @@ type Store struct {
 	durability Durability
 	// loaded is each partition's LoadedKey, built once.
 	loaded []string
-	// admitting is what only the claim's path keeps (admit.go).
-	admitting
 }
 
 // New returns a Store over client with the given number of stream partitions
@@ -103,7 +116,6 @@ func New(client redis.UniversalClient, partitions int, group string) (*Store, er
 	for p := range partitions {
 		s.loaded[p] = LoadedKey(p)
 	}
-	s.admitting.init(s.loaded)
 	return s, nil
 }
 

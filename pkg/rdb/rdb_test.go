@@ -18,6 +18,7 @@ import (
 	"github.com/flashsale/flashsale/pkg/internal/wait"
 	"github.com/flashsale/flashsale/pkg/order"
 	"github.com/flashsale/flashsale/pkg/rdb"
+	"github.com/flashsale/flashsale/pkg/rdb/admission"
 	"github.com/flashsale/flashsale/pkg/rdb/upkeep"
 )
 
@@ -55,9 +56,9 @@ func TestAVoucherMissingFromAnUnloadedPartitionIsNotLoaded(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, []int{0, 1}, unloaded)
 
-	_, err = s.Admit(ctx, rdb.Claim{VoucherID: 6, UserID: "a", Now: t0, Day: d0})
+	_, err = testrdb.Admitter(s).Admit(ctx, admission.Claim{VoucherID: 6, UserID: "a", Now: t0, Day: d0})
 	require.ErrorIs(t, err, rdb.ErrNotLoaded)
-	_, err = s.Admit(ctx, rdb.Claim{VoucherID: 4, UserID: "a", Now: t0, Day: d0})
+	_, err = testrdb.Admitter(s).Admit(ctx, admission.Claim{VoucherID: 4, UserID: "a", Now: t0, Day: d0})
 	require.NoError(t, err)
 	n, zero, err := s.PresentBuckets(ctx, 4, 1)
 	require.NoError(t, err)
@@ -69,22 +70,22 @@ func TestAVoucherMissingFromAnUnloadedPartitionIsNotLoaded(t *testing.T) {
 	require.False(t, zero)
 
 	require.NoError(t, s.MarkLoaded(ctx, 0))
-	_, err = s.Admit(ctx, rdb.Claim{VoucherID: 6, UserID: "a", Now: t0, Day: d0})
+	_, err = testrdb.Admitter(s).Admit(ctx, admission.Claim{VoucherID: 6, UserID: "a", Now: t0, Day: d0})
 	require.ErrorIs(t, err, rdb.ErrVoucherNotFound)
-	_, err = s.Admit(ctx, rdb.Claim{VoucherID: 7, UserID: "a", Now: t0, Day: d0})
+	_, err = testrdb.Admitter(s).Admit(ctx, admission.Claim{VoucherID: 7, UserID: "a", Now: t0, Day: d0})
 	require.ErrorIs(t, err, rdb.ErrNotLoaded, "partition 1 is still not loaded")
 }
 
 // keyedClaim is user's claim under idempotency key k.
-func keyedClaim(v int64, user, k string) rdb.Claim {
-	return rdb.Claim{VoucherID: v, UserID: user, IdempotencyKey: k, IdempotencyTTL: time.Hour, Now: t0, Day: d0}
+func keyedClaim(v int64, user, k string) admission.Claim {
+	return admission.Claim{VoucherID: v, UserID: user, IdempotencyKey: k, IdempotencyTTL: time.Hour, Now: t0, Day: d0}
 }
 
 func seedVoucher(t testing.TB, s *rdb.Store, v rdb.Voucher) rdb.Voucher {
 	return testrdb.SeedVoucher(t, s, v)
 }
 
-func claim(s *rdb.Store, v int64, user string, now time.Time) (rdb.Admission, error) {
+func claim(s *rdb.Store, v int64, user string, now time.Time) (admission.Admission, error) {
 	return testrdb.Claim(s, v, user, now)
 }
 
@@ -156,7 +157,7 @@ func TestDailyLimitRollsOverAtMidnight(t *testing.T) {
 	shanghai := time.FixedZone("CST", 8*3600)
 	day := func(now time.Time) string { return order.Day(now, shanghai) }
 	admit := func(now time.Time) error {
-		_, err := s.Admit(context.Background(), rdb.Claim{VoucherID: 5, UserID: "bob", Now: now, Day: day(now)})
+		_, err := testrdb.Admitter(s).Admit(context.Background(), admission.Claim{VoucherID: 5, UserID: "bob", Now: now, Day: day(now)})
 		return err
 	}
 	// One second before midnight in Shanghai (16:00 UTC); one second later
@@ -175,13 +176,13 @@ func TestDailyLimitRollsOverAtMidnight(t *testing.T) {
 func TestIdempotentReplay(t *testing.T) {
 	s := newStore(t, 2)
 	seedVoucher(t, s, rdb.Voucher{ID: 8, Stock: 10, PerUserLimit: 5})
-	c := rdb.Claim{VoucherID: 8, UserID: "carol", IdempotencyKey: "k1", IdempotencyTTL: time.Hour, Now: t0, Day: d0}
-	first, err := s.Admit(context.Background(), c)
+	c := admission.Claim{VoucherID: 8, UserID: "carol", IdempotencyKey: "k1", IdempotencyTTL: time.Hour, Now: t0, Day: d0}
+	first, err := testrdb.Admitter(s).Admit(context.Background(), c)
 	require.NoError(t, err)
 	require.False(t, first.Replayed)
-	again, err := s.Admit(context.Background(), c)
+	again, err := testrdb.Admitter(s).Admit(context.Background(), c)
 	require.NoError(t, err)
-	require.Equal(t, rdb.Admission{OrderID: first.OrderID, Replayed: true}, again)
+	require.Equal(t, admission.Admission{OrderID: first.OrderID, Replayed: true}, again)
 	requireStock(t, s, 8, 9)
 	n, err := s.UserCount(context.Background(), 8, "carol")
 	require.NoError(t, err)
@@ -189,11 +190,11 @@ func TestIdempotentReplay(t *testing.T) {
 
 	// Another key is another claim; another user's same key is theirs alone.
 	c.IdempotencyKey = "k2"
-	other, err := s.Admit(context.Background(), c)
+	other, err := testrdb.Admitter(s).Admit(context.Background(), c)
 	require.NoError(t, err)
 	require.NotEqual(t, first.OrderID, other.OrderID)
 	c.UserID, c.IdempotencyKey = "dave", "k1"
-	daves, err := s.Admit(context.Background(), c)
+	daves, err := testrdb.Admitter(s).Admit(context.Background(), c)
 	require.NoError(t, err)
 	require.False(t, daves.Replayed)
 	requireStock(t, s, 8, 7)
@@ -215,7 +216,7 @@ func TestConcurrentClaimsNeverOversell(t *testing.T) {
 			for range perUser {
 				a, err := claim(s, 11, user, t0)
 				if err != nil {
-					require.ErrorIs(t, err, errOneOf(err, rdb.ErrSoldOut, rdb.ErrUserLimit))
+					require.ErrorIs(t, err, testrdb.ErrOneOf(err, rdb.ErrSoldOut, rdb.ErrUserLimit))
 					continue
 				}
 				mu.Lock()
@@ -234,16 +235,6 @@ func TestConcurrentClaimsNeverOversell(t *testing.T) {
 	length, err := s.Client().XLen(context.Background(), rdb.StreamKey(s.PartitionOf(11))).Result()
 	require.NoError(t, err)
 	require.EqualValues(t, stock, length)
-}
-
-// errOneOf returns whichever of want err is, or err itself (failing ErrorIs).
-func errOneOf(err error, want ...error) error {
-	for _, w := range want {
-		if err == w {
-			return w
-		}
-	}
-	return fmt.Errorf("unexpected: %w", err)
 }
 
 func TestReleaseIsExactlyOnce(t *testing.T) {
@@ -344,10 +335,10 @@ func TestSequenceOverflowLeavesTheProofUnspent(t *testing.T) {
 	seedVoucher(t, s, rdb.Voucher{ID: 1, Stock: 5, ProofOfWork: 10})
 	future := time.Now().Add(time.Hour).UnixMilli()
 	require.NoError(t, s.Client().XAdd(ctx, &redis.XAddArgs{Stream: rdb.StreamKey(0), ID: fmt.Sprintf("%d-127", future), Values: []any{"x", "y"}}).Err())
-	c := rdb.Claim{VoucherID: 1, UserID: "hank", Now: t0, Day: d0, Proof: rdb.Proof{ID: "sig-1", Max: 10, TTL: time.Minute}}
+	c := admission.Claim{VoucherID: 1, UserID: "hank", Now: t0, Day: d0, Proof: rdb.Proof{ID: "sig-1", Max: 10, TTL: time.Minute}}
 	spent := "flashsale:{p0}:v:1:proof:sig-1"
 	for range 2 { // the retry meets the same overflow, not a spent proof
-		_, err := s.Admit(ctx, c)
+		_, err := testrdb.Admitter(s).Admit(ctx, c)
 		require.ErrorIs(t, err, rdb.ErrOverloaded)
 		n, err := s.Client().Exists(ctx, spent).Result()
 		require.NoError(t, err)
@@ -369,11 +360,11 @@ func TestSequenceOverflowUndoesOnlyTheEntryThatOverflowed(t *testing.T) {
 	seedVoucher(t, s, rdb.Voucher{ID: 1, Stock: 40, PerUserLimit: 1, Pooled: true, Items: items})
 	future := time.Now().Add(time.Hour).UnixMilli()
 	require.NoError(t, s.Client().XAdd(ctx, &redis.XAddArgs{Stream: rdb.StreamKey(0), ID: fmt.Sprintf("%d-126", future), Values: []any{"x", "y"}}).Err())
-	claims := make([]rdb.Claim, 40)
+	claims := make([]admission.Claim, 40)
 	for i := range claims {
-		claims[i] = rdb.Claim{VoucherID: 1, UserID: fmt.Sprint("u", i), Now: t0, Day: d0, IdempotencyKey: "k", IdempotencyTTL: time.Hour}
+		claims[i] = admission.Claim{VoucherID: 1, UserID: fmt.Sprint("u", i), Now: t0, Day: d0, IdempotencyKey: "k", IdempotencyTTL: time.Hour}
 	}
-	as, errs, err := s.AdmitMany(ctx, claims)
+	as, errs, err := testrdb.Admitter(s).AdmitMany(ctx, claims)
 	require.NoError(t, err)
 	for i := range claims {
 		if i < 32 {
@@ -414,11 +405,11 @@ func TestOneStreamEntryCarriesACallsOrders(t *testing.T) {
 	s := newStore(t, 1)
 	ctx := context.Background()
 	seedVoucher(t, s, rdb.Voucher{ID: 1, Stock: 10, PerUserLimit: 5})
-	claims := []rdb.Claim{{UserID: "ann", Quantity: 2}, {UserID: "bob"}, {UserID: "ann"}}
+	claims := []admission.Claim{{UserID: "ann", Quantity: 2}, {UserID: "bob"}, {UserID: "ann"}}
 	for i := range claims {
 		claims[i].VoucherID, claims[i].Now, claims[i].Day = 1, t0, d0
 	}
-	as, errs, err := s.AdmitMany(ctx, claims)
+	as, errs, err := testrdb.Admitter(s).AdmitMany(ctx, claims)
 	require.NoError(t, err)
 	for _, e := range errs {
 		require.NoError(t, e)
@@ -601,7 +592,7 @@ func TestReadingAStreamWithoutItsGroupIsNoGroup(t *testing.T) {
 func TestAClaimThatCannotTravelInALineIsRefusedAlone(t *testing.T) {
 	s := newStore(t, 1)
 	seedVoucher(t, s, rdb.Voucher{ID: 41, Stock: 10})
-	claims := []rdb.Claim{
+	claims := []admission.Claim{
 		{VoucherID: 41, UserID: "amy", Now: t0, Day: d0},
 		{VoucherID: 41, UserID: "ben 0 1", Now: t0, Day: d0},
 		{VoucherID: 41, UserID: "cal\ndan", Now: t0, Day: d0},
@@ -609,7 +600,7 @@ func TestAClaimThatCannotTravelInALineIsRefusedAlone(t *testing.T) {
 		{VoucherID: 41, UserID: "eli", Now: t0, Day: d0, Pass: "1 2:3"},
 		{VoucherID: 41, UserID: "fay", Now: t0, Day: d0},
 	}
-	out, errs, err := s.AdmitMany(context.Background(), claims)
+	out, errs, err := testrdb.Admitter(s).AdmitMany(context.Background(), claims)
 	require.NoError(t, err)
 	for i, c := range claims {
 		if i == 0 || i == len(claims)-1 {
@@ -617,7 +608,7 @@ func TestAClaimThatCannotTravelInALineIsRefusedAlone(t *testing.T) {
 			require.NotZero(t, out[i].OrderID)
 			continue
 		}
-		require.ErrorIs(t, errs[i], rdb.ErrUnsendable, "%q", c.UserID)
+		require.ErrorIs(t, errs[i], admission.ErrUnsendable, "%q", c.UserID)
 	}
 	requireStock(t, s, 41, 8)
 	for _, u := range []string{"ben", "cal", "dan", "eli"} {
@@ -635,7 +626,7 @@ func TestAdmitLuaRefusesALineItCannotParse(t *testing.T) {
 	s := newStore(t, 1)
 	ctx := context.Background()
 	seedVoucher(t, s, rdb.Voucher{ID: 1, Stock: 5, PerUserLimit: 5})
-	call := s.AdmissionCall([]rdb.Claim{{VoucherID: 1, UserID: "ann", Now: t0, Day: d0}})
+	call := testrdb.Admitter(s).AdmissionCall([]admission.Claim{{VoucherID: 1, UserID: "ann", Now: t0, Day: d0}})
 	nkeys := call[0].(int)
 	keys := make([]string, nkeys)
 	for i := range keys {
@@ -684,7 +675,7 @@ func TestAClusterNeverResendsAnAdmission(t *testing.T) {
 	master, err := cluster.MasterOf(ctx, s.VoucherKey(v))
 	require.NoError(t, err)
 	require.NoError(t, master.Pause()) // SIGSTOP: what it was sent waits in its socket
-	_, err = s.Admit(ctx, rdb.Claim{VoucherID: v, UserID: "slow", Now: t0, Day: d0})
+	_, err = testrdb.Admitter(s).Admit(ctx, admission.Claim{VoucherID: v, UserID: "slow", Now: t0, Day: d0})
 	require.NoError(t, master.Resume())
 	require.Error(t, err, "no reply within the read timeout")
 	wait.For(t, 30*time.Second, "the paused master ran the call", func() bool {

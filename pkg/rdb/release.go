@@ -25,7 +25,7 @@ import (
 func (s *Store) Release(ctx context.Context, o order.Order, knew time.Time) (released bool, err error) {
 	// Routed as this process last saw the voucher, as a claim is:
 	// release.lua tells a release routed by the wrong count the right one.
-	nb := s.knownBuckets(o.VoucherID)
+	nb := s.KnownBuckets(o.VoucherID)
 	for range 3 {
 		b := s.userBucketOf(o.VoucherID, o.UserID, nb)
 		keys := []string{b.Key(), b.Day(o.Day), b.Released(), b.Pool()}
@@ -136,7 +136,7 @@ func (s *Store) ClosePool(ctx context.Context, v int64) (found bool, err error) 
 	// The refund is recorded after this: a close the replicas lack, lost
 	// in a failover, would sell the money again (waits only with a
 	// durability set: SetDurability).
-	if err := s.waitWritten(ctx, b.P); err != nil {
+	if err := s.WaitWritten(ctx, b.P); err != nil {
 		return true, fmt.Errorf("close pool of voucher %d: %w", v, err)
 	}
 	return true, nil

@@ -9,7 +9,9 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/flashsale/flashsale/pkg/internal/testrdb"
 	"github.com/flashsale/flashsale/pkg/rdb"
+	"github.com/flashsale/flashsale/pkg/rdb/admission"
 )
 
 // BenchmarkAdmissionScript reports what admit.lua costs Redis per
@@ -27,15 +29,15 @@ func BenchmarkAdmissionScript(b *testing.B) {
 			ctx := context.Background()
 			seedVoucher(b, s, rdb.Voucher{ID: 1, Stock: 1 << 40, PerUserLimit: 1})
 			n := 0
-			horizon := rdb.HorizonAfter(time.Now(), time.Hour)
+			horizon := admission.HorizonAfter(time.Now(), time.Hour)
 			call := func() {
-				claims := make([]rdb.Claim, per)
+				claims := make([]admission.Claim, per)
 				for i := range claims {
-					claims[i] = rdb.Claim{VoucherID: 1, UserID: "u" + strconv.Itoa(n), Now: t0, Day: d0,
-						Serial: rdb.NewSerial(), Horizon: horizon} // as the gateway sends them
+					claims[i] = admission.Claim{VoucherID: 1, UserID: "u" + strconv.Itoa(n), Now: t0, Day: d0,
+						Serial: admission.NewSerial(), Horizon: horizon} // as the gateway sends them
 					n++
 				}
-				if _, errs, err := s.AdmitMany(ctx, claims); err != nil || errs[0] != nil {
+				if _, errs, err := testrdb.Admitter(s).AdmitMany(ctx, claims); err != nil || errs[0] != nil {
 					b.Fatal(err, errs[0])
 				}
 			}

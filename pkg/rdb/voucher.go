@@ -81,7 +81,7 @@ func (s *Store) PutVoucher(ctx context.Context, v Voucher) error {
 	if err != nil {
 		return err
 	}
-	return s.waitWritten(ctx, s.VoucherPartitions(v.ID, max(v.Buckets, 1))...)
+	return s.WaitWritten(ctx, s.VoucherPartitions(v.ID, max(v.Buckets, 1))...)
 }
 
 // eachBucketTx runs fill for each of v's buckets in a transaction of its
@@ -274,7 +274,7 @@ func (s *Store) ApplyChange(ctx context.Context, c Change) (applied, found bool,
 	if !found {
 		return false, false, nil
 	}
-	return applied, true, s.waitWritten(ctx, partitionsOf(buckets)...)
+	return applied, true, s.WaitWritten(ctx, partitionsOf(buckets)...)
 }
 
 // CreateVoucher puts v in Redis unless Redis holds it already: each
@@ -304,7 +304,7 @@ func (s *Store) CreateVoucher(ctx context.Context, v Voucher, changes []int64) (
 		return false, fmt.Errorf("create voucher %d: %w", v.ID, err)
 	}
 	s.buckets.Store(v.ID, n)
-	return created, s.waitWritten(ctx, s.VoucherPartitions(v.ID, n)...)
+	return created, s.WaitWritten(ctx, s.VoucherPartitions(v.ID, n)...)
 }
 
 // eachAbsentBucketTx runs fill for each of v's buckets that Redis does not

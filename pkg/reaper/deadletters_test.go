@@ -10,8 +10,10 @@ import (
 
 	"github.com/flashsale/flashsale/pkg/db"
 	"github.com/flashsale/flashsale/pkg/internal/testenv"
+	"github.com/flashsale/flashsale/pkg/internal/testrdb"
 	"github.com/flashsale/flashsale/pkg/order"
 	"github.com/flashsale/flashsale/pkg/rdb"
+	"github.com/flashsale/flashsale/pkg/rdb/admission"
 	"github.com/flashsale/flashsale/pkg/rdb/upkeep"
 )
 
@@ -78,7 +80,7 @@ func TestRequeueLeavesAPendingEntryToItsConsumer(t *testing.T) {
 	ctx := context.Background()
 	v := e.SeedVoucher(t, db.Voucher{Stock: 10, PerUserLimit: 1}, -1)
 	now := time.Now()
-	_, errs, err := e.RDB.AdmitMany(ctx, []rdb.Claim{{VoucherID: v.ID, UserID: "dead", Now: now, Day: order.Day(now, time.UTC)},
+	_, errs, err := testrdb.Admitter(e.RDB).AdmitMany(ctx, []admission.Claim{{VoucherID: v.ID, UserID: "dead", Now: now, Day: order.Day(now, time.UTC)},
 		{VoucherID: v.ID, UserID: "mate", Now: now, Day: order.Day(now, time.UTC)}})
 	require.NoError(t, err)
 	require.NoError(t, errors.Join(errs...))

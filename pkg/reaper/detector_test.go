@@ -14,8 +14,9 @@ import (
 
 	"github.com/flashsale/flashsale/pkg/db"
 	"github.com/flashsale/flashsale/pkg/internal/testenv"
+	"github.com/flashsale/flashsale/pkg/internal/testrdb"
 	"github.com/flashsale/flashsale/pkg/order"
-	"github.com/flashsale/flashsale/pkg/rdb"
+	"github.com/flashsale/flashsale/pkg/rdb/admission"
 	"github.com/flashsale/flashsale/pkg/reaper"
 	"github.com/flashsale/flashsale/pkg/worker"
 )
@@ -56,7 +57,7 @@ func TestTheDetectorMarksAVoucherHotAndCool(t *testing.T) {
 			for range k {
 				u := "u" + strconv.Itoa(n)
 				n++
-				_, err := e.RDB.Admit(ctx, rdb.Claim{VoucherID: v, UserID: u, Now: sec.Add(time.Duration(n%900) * time.Millisecond), Day: order.Day(sec, time.UTC)})
+				_, err := testrdb.Admitter(e.RDB).Admit(ctx, admission.Claim{VoucherID: v, UserID: u, Now: sec.Add(time.Duration(n%900) * time.Millisecond), Day: order.Day(sec, time.UTC)})
 				require.NoError(t, err)
 			}
 		}

@@ -11,8 +11,10 @@ import (
 	"github.com/flashsale/flashsale/pkg/db"
 	"github.com/flashsale/flashsale/pkg/draw"
 	"github.com/flashsale/flashsale/pkg/internal/testenv"
+	"github.com/flashsale/flashsale/pkg/internal/testrdb"
 	"github.com/flashsale/flashsale/pkg/order"
 	"github.com/flashsale/flashsale/pkg/rdb"
+	"github.com/flashsale/flashsale/pkg/rdb/admission"
 	"github.com/flashsale/flashsale/pkg/reaper"
 )
 
@@ -39,7 +41,7 @@ func enter(t *testing.T, e *testenv.Env, v int64, users ...string) []int64 {
 	ids := make([]int64, len(users))
 	now := time.Now()
 	for i, u := range users {
-		a, err := e.RDB.Admit(context.Background(), rdb.Claim{VoucherID: v, UserID: u, Now: now, Day: order.Day(now, time.UTC)})
+		a, err := testrdb.Admitter(e.RDB).Admit(context.Background(), admission.Claim{VoucherID: v, UserID: u, Now: now, Day: order.Day(now, time.UTC)})
 		require.NoError(t, err)
 		require.True(t, a.Entry, "an admission of a draw is an entry")
 		ids[i] = a.OrderID
@@ -81,7 +83,7 @@ func TestADrawPicksTheWinnersItsSeedGives(t *testing.T) {
 	e, v, seed, ends := seedDraw(t, 2, 5, nil)
 	ctx := context.Background()
 	ids := enter(t, e, v.ID, users("u", 12)...)
-	_, err := e.RDB.Admit(ctx, rdb.Claim{VoucherID: v.ID, UserID: "u3", Now: time.Now(), Day: order.Day(time.Now(), time.UTC)})
+	_, err := testrdb.Admitter(e.RDB).Admit(ctx, admission.Claim{VoucherID: v.ID, UserID: "u3", Now: time.Now(), Day: order.Day(time.Now(), time.UTC)})
 	require.ErrorIs(t, err, rdb.ErrAlreadyEntered)
 	require.EqualValues(t, 5, redisStock(t, e, v.ID), "entries take no stock")
 	persistVoucher(t, e, v.ID)

@@ -11,8 +11,10 @@ import (
 
 	"github.com/flashsale/flashsale/pkg/db"
 	"github.com/flashsale/flashsale/pkg/internal/testenv"
+	"github.com/flashsale/flashsale/pkg/internal/testrdb"
 	"github.com/flashsale/flashsale/pkg/order"
 	"github.com/flashsale/flashsale/pkg/rdb"
+	"github.com/flashsale/flashsale/pkg/rdb/admission"
 	"github.com/flashsale/flashsale/pkg/reaper"
 )
 
@@ -52,7 +54,7 @@ func TestReconcileRebuildsAPool(t *testing.T) {
 
 	sold := map[string]bool{}
 	for _, u := range []string{"n1", "n2", "n3", "n4"} {
-		a, err := e.RDB.Admit(ctx, rdb.Claim{VoucherID: v.ID, UserID: u, Now: time.Now(), Day: order.Day(time.Now(), time.UTC)})
+		a, err := testrdb.Admitter(e.RDB).Admit(ctx, admission.Claim{VoucherID: v.ID, UserID: u, Now: time.Now(), Day: order.Day(time.Now(), time.UTC)})
 		if errors.Is(err, rdb.ErrSoldOut) {
 			continue
 		}

@@ -14,10 +14,12 @@ import (
 
 	"github.com/flashsale/flashsale/pkg/db"
 	"github.com/flashsale/flashsale/pkg/internal/testenv"
+	"github.com/flashsale/flashsale/pkg/internal/testrdb"
 	"github.com/flashsale/flashsale/pkg/internal/testsrv"
 	"github.com/flashsale/flashsale/pkg/order"
 	"github.com/flashsale/flashsale/pkg/persist"
 	"github.com/flashsale/flashsale/pkg/rdb"
+	"github.com/flashsale/flashsale/pkg/rdb/admission"
 	"github.com/flashsale/flashsale/pkg/reaper"
 	"github.com/flashsale/flashsale/pkg/settle"
 	"github.com/flashsale/flashsale/pkg/worker"
@@ -42,7 +44,7 @@ func admit(t *testing.T, e *testenv.Env, voucher int64, users ...string) []int64
 	var ids []int64
 	now := time.Now()
 	for _, u := range users {
-		a, err := e.RDB.Admit(context.Background(), rdb.Claim{VoucherID: voucher, UserID: u, Now: now, Day: order.Day(now, time.UTC)})
+		a, err := testrdb.Admitter(e.RDB).Admit(context.Background(), admission.Claim{VoucherID: voucher, UserID: u, Now: now, Day: order.Day(now, time.UTC)})
 		require.NoError(t, err)
 		ids = append(ids, a.OrderID)
 	}
@@ -311,7 +313,7 @@ func TestReconcileRebuildsAFlushedRedis(t *testing.T) {
 	// Selling resumes without overselling and without selling twice to a holder.
 	now := time.Now()
 	claim := func(u string) error {
-		_, err := e.RDB.Admit(ctx, rdb.Claim{VoucherID: v.ID, UserID: u, Now: now, Day: order.Day(now, time.UTC)})
+		_, err := testrdb.Admitter(e.RDB).Admit(ctx, admission.Claim{VoucherID: v.ID, UserID: u, Now: now, Day: order.Day(now, time.UTC)})
 		return err
 	}
 	held := 0
@@ -379,7 +381,7 @@ func TestOrdersOfSeveralUnitsAreTakenAndReleasedWhole(t *testing.T) {
 		user string
 		n    int64
 	}{{"u1", 3}, {"u2", 4}, {"u3", 4}, {"u4", 3}} {
-		_, err := e.RDB.Admit(ctx, rdb.Claim{VoucherID: v.ID, UserID: c.user, Now: now, Day: order.Day(now, time.UTC), Quantity: c.n})
+		_, err := testrdb.Admitter(e.RDB).Admit(ctx, admission.Claim{VoucherID: v.ID, UserID: c.user, Now: now, Day: order.Day(now, time.UTC), Quantity: c.n})
 		require.NoError(t, err)
 	}
 	persistVoucher(t, e, v.ID)
@@ -418,7 +420,7 @@ func TestReconcileCountsUnits(t *testing.T) {
 	now := time.Now()
 	claim := func(user string, n int64) {
 		t.Helper()
-		_, err := e.RDB.Admit(ctx, rdb.Claim{VoucherID: v.ID, UserID: user, Now: now, Day: order.Day(now, time.UTC), Quantity: n})
+		_, err := testrdb.Admitter(e.RDB).Admit(ctx, admission.Claim{VoucherID: v.ID, UserID: user, Now: now, Day: order.Day(now, time.UTC), Quantity: n})
 		require.NoError(t, err)
 	}
 	claim("u1", 3)
@@ -442,7 +444,7 @@ func TestReconcileCountsUnits(t *testing.T) {
 	n, err := e.RDB.UserCount(ctx, v.ID, "u1")
 	require.NoError(t, err)
 	require.EqualValues(t, 5, n)
-	_, err = e.RDB.Admit(ctx, rdb.Claim{VoucherID: v.ID, UserID: "u1", Now: now, Day: order.Day(now, time.UTC), Quantity: 1})
+	_, err = testrdb.Admitter(e.RDB).Admit(ctx, admission.Claim{VoucherID: v.ID, UserID: "u1", Now: now, Day: order.Day(now, time.UTC), Quantity: 1})
 	require.ErrorIs(t, err, rdb.ErrDailyLimit, "u1's 5 units today are rebuilt")
 }
 
@@ -584,7 +586,7 @@ func TestTheRestorerNeverUndoesClaimsOfAVoucherCreatedMeanwhile(t *testing.T) {
 
 			require.EqualValues(t, 2, redisStock(t, e, v.ID), "units of admitted claims given out again")
 			for _, u := range users("u", 3) {
-				_, err := e.RDB.Admit(ctx, rdb.Claim{VoucherID: v.ID, UserID: u, Now: time.Now(), Day: order.Day(time.Now(), time.UTC)})
+				_, err := testrdb.Admitter(e.RDB).Admit(ctx, admission.Claim{VoucherID: v.ID, UserID: u, Now: time.Now(), Day: order.Day(time.Now(), time.UTC)})
 				require.ErrorIs(t, err, rdb.ErrUserLimit, "user %s's claim forgotten", u)
 			}
 			unloaded, err := e.RDB.Unloaded(ctx)

@@ -15,8 +15,10 @@ import (
 
 	"github.com/flashsale/flashsale/pkg/db"
 	"github.com/flashsale/flashsale/pkg/internal/testenv"
+	"github.com/flashsale/flashsale/pkg/internal/testrdb"
 	"github.com/flashsale/flashsale/pkg/order"
 	"github.com/flashsale/flashsale/pkg/rdb"
+	"github.com/flashsale/flashsale/pkg/rdb/admission"
 	"github.com/flashsale/flashsale/pkg/rdb/split"
 	"github.com/flashsale/flashsale/pkg/reaper"
 	"github.com/flashsale/flashsale/pkg/worker"
@@ -53,7 +55,7 @@ func TestAHotVoucherIsSplitByItselfWhileItSells(t *testing.T) {
 	held := map[string]int{}
 	admitted := 0
 	claim := func(u, key string, sec time.Time) error {
-		a, err := e.RDB.Admit(ctx, rdb.Claim{VoucherID: v.ID, UserID: u, IdempotencyKey: key, IdempotencyTTL: time.Hour,
+		a, err := testrdb.Admitter(e.RDB).Admit(ctx, admission.Claim{VoucherID: v.ID, UserID: u, IdempotencyKey: key, IdempotencyTTL: time.Hour,
 			Now: sec, Day: order.Day(sec, time.UTC)})
 		if err != nil {
 			return err
@@ -129,7 +131,7 @@ func TestAHotVoucherIsSplitByItselfWhileItSells(t *testing.T) {
 			}
 		}
 	}
-	_, err = e.RDB.Admit(ctx, rdb.Claim{VoucherID: v.ID, UserID: "late", Now: sec, Day: order.Day(sec, time.UTC)})
+	_, err = testrdb.Admitter(e.RDB).Admit(ctx, admission.Claim{VoucherID: v.ID, UserID: "late", Now: sec, Day: order.Day(sec, time.UTC)})
 	require.ErrorIs(t, err, rdb.ErrSoldOut)
 	for u, n := range held {
 		require.LessOrEqual(t, n, limit, "user %s", u)

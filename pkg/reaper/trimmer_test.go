@@ -15,9 +15,11 @@ import (
 
 	"github.com/flashsale/flashsale/pkg/db"
 	"github.com/flashsale/flashsale/pkg/internal/testenv"
+	"github.com/flashsale/flashsale/pkg/internal/testrdb"
 	"github.com/flashsale/flashsale/pkg/order"
 	"github.com/flashsale/flashsale/pkg/persist"
 	"github.com/flashsale/flashsale/pkg/rdb"
+	"github.com/flashsale/flashsale/pkg/rdb/admission"
 	"github.com/flashsale/flashsale/pkg/rdb/upkeep"
 	"github.com/flashsale/flashsale/pkg/reaper"
 	"github.com/flashsale/flashsale/pkg/settle"
@@ -38,7 +40,7 @@ func TestTheTrimmerDropsTheIndexesASaleLeaves(t *testing.T) {
 	admitUsers := func(from, to int) {
 		now := time.Now()
 		for i := from; i < to; i++ {
-			_, err := e.RDB.Admit(ctx, rdb.Claim{VoucherID: v.ID, UserID: user(i), Now: now, Day: order.Day(now, time.UTC)})
+			_, err := testrdb.Admitter(e.RDB).Admit(ctx, admission.Claim{VoucherID: v.ID, UserID: user(i), Now: now, Day: order.Day(now, time.UTC)})
 			require.NoError(t, err)
 		}
 	}
@@ -228,7 +230,7 @@ func TestTheSweepRacingASaleDropsOnlyWhatWasPersisted(t *testing.T) {
 		admitted := map[string][]int64{}
 		now := time.Now()
 		for i := range buyers {
-			a, err := e.RDB.Admit(ctx, rdb.Claim{VoucherID: v.ID, UserID: user(i), Now: now, Day: order.Day(now, time.UTC)})
+			a, err := testrdb.Admitter(e.RDB).Admit(ctx, admission.Claim{VoucherID: v.ID, UserID: user(i), Now: now, Day: order.Day(now, time.UTC)})
 			if errors.Is(err, rdb.ErrUserLimit) {
 				continue
 			}
@@ -333,7 +335,7 @@ func TestTheSweeperForgetsOldMovesBetweenBuckets(t *testing.T) {
 			continue
 		}
 		now := time.Now()
-		_, err := e.RDB.Admit(ctx, rdb.Claim{VoucherID: v.ID, UserID: u, Now: now, Day: order.Day(now, time.UTC)})
+		_, err := testrdb.Admitter(e.RDB).Admit(ctx, admission.Claim{VoucherID: v.ID, UserID: u, Now: now, Day: order.Day(now, time.UTC)})
 		require.NoError(t, err)
 		admitted++
 	}

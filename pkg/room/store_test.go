@@ -14,6 +14,7 @@ import (
 	"github.com/flashsale/flashsale/pkg/internal/testsrv"
 	"github.com/flashsale/flashsale/pkg/order"
 	"github.com/flashsale/flashsale/pkg/rdb"
+	"github.com/flashsale/flashsale/pkg/rdb/admission"
 	"github.com/flashsale/flashsale/pkg/room"
 )
 
@@ -37,7 +38,7 @@ func sale(t *testing.T, s *rdb.Store, id, stock int64, start time.Time, c room.C
 }
 
 func claim(s *rdb.Store, v int64, user, pass string, now time.Time) error {
-	_, err := s.Admit(context.Background(), rdb.Claim{VoucherID: v, UserID: user, Now: now, Day: order.Day(now, time.UTC), Pass: pass})
+	_, err := testrdb.Admitter(s).Admit(context.Background(), admission.Claim{VoucherID: v, UserID: user, Now: now, Day: order.Day(now, time.UTC), Pass: pass})
 	return err
 }
 

@@ -9,9 +9,11 @@ import (
 
 	"github.com/flashsale/flashsale/pkg/db"
 	"github.com/flashsale/flashsale/pkg/internal/testenv"
+	"github.com/flashsale/flashsale/pkg/internal/testrdb"
 	"github.com/flashsale/flashsale/pkg/internal/testsrv"
 	"github.com/flashsale/flashsale/pkg/order"
 	"github.com/flashsale/flashsale/pkg/rdb"
+	"github.com/flashsale/flashsale/pkg/rdb/admission"
 	"github.com/flashsale/flashsale/pkg/settle"
 )
 
@@ -33,7 +35,7 @@ func requireNothingOwed(t *testing.T, env *testenv.Env) {
 func admit(t *testing.T, env *testenv.Env, v int64, user string) error {
 	t.Helper()
 	now := time.Now()
-	_, err := env.RDB.Admit(context.Background(), rdb.Claim{VoucherID: v, UserID: user, Now: now, Day: order.Day(now, time.UTC)})
+	_, err := testrdb.Admitter(env.RDB).Admit(context.Background(), admission.Claim{VoucherID: v, UserID: user, Now: now, Day: order.Day(now, time.UTC)})
 	return err
 }
 

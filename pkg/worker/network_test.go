@@ -14,10 +14,11 @@ import (
 
 	"github.com/flashsale/flashsale/pkg/db"
 	"github.com/flashsale/flashsale/pkg/internal/testenv"
+	"github.com/flashsale/flashsale/pkg/internal/testrdb"
 	"github.com/flashsale/flashsale/pkg/internal/testsrv"
 	"github.com/flashsale/flashsale/pkg/internal/wait"
 	"github.com/flashsale/flashsale/pkg/order"
-	"github.com/flashsale/flashsale/pkg/rdb"
+	"github.com/flashsale/flashsale/pkg/rdb/admission"
 	"github.com/flashsale/flashsale/pkg/worker"
 )
 
@@ -67,7 +68,7 @@ func TestConnectionsThatResetOrStallMidBatchLoseNothing(t *testing.T) {
 			default:
 			}
 			now := time.Now()
-			a, err := e.RDB.Admit(ctx, rdb.Claim{VoucherID: v.ID, UserID: fmt.Sprintf("u%d", i), Now: now, Day: order.Day(now, time.UTC)})
+			a, err := testrdb.Admitter(e.RDB).Admit(ctx, admission.Claim{VoucherID: v.ID, UserID: fmt.Sprintf("u%d", i), Now: now, Day: order.Day(now, time.UTC)})
 			if err != nil {
 				t.Errorf("admit: %v", err)
 				return

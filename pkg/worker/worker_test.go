@@ -18,10 +18,12 @@ import (
 
 	"github.com/flashsale/flashsale/pkg/db"
 	"github.com/flashsale/flashsale/pkg/internal/testenv"
+	"github.com/flashsale/flashsale/pkg/internal/testrdb"
 	"github.com/flashsale/flashsale/pkg/internal/testsrv"
 	"github.com/flashsale/flashsale/pkg/order"
 	"github.com/flashsale/flashsale/pkg/persist"
 	"github.com/flashsale/flashsale/pkg/rdb"
+	"github.com/flashsale/flashsale/pkg/rdb/admission"
 	"github.com/flashsale/flashsale/pkg/worker"
 )
 
@@ -40,7 +42,7 @@ func admit(t *testing.T, e *testenv.Env, voucher int64, n int, userPrefix string
 	var ids []int64
 	now := time.Now()
 	for i := range n {
-		a, err := e.RDB.Admit(context.Background(), rdb.Claim{VoucherID: voucher, UserID: fmt.Sprintf("%s%d", userPrefix, i), Now: now, Day: order.Day(now, time.UTC)})
+		a, err := testrdb.Admitter(e.RDB).Admit(context.Background(), admission.Claim{VoucherID: voucher, UserID: fmt.Sprintf("%s%d", userPrefix, i), Now: now, Day: order.Day(now, time.UTC)})
 		require.NoError(t, err)
 		ids = append(ids, a.OrderID)
 	}
@@ -52,11 +54,11 @@ func admit(t *testing.T, e *testenv.Env, voucher int64, n int, userPrefix string
 func admitTogether(t *testing.T, e *testenv.Env, voucher int64, users ...string) []int64 {
 	t.Helper()
 	now := time.Now()
-	claims := make([]rdb.Claim, len(users))
+	claims := make([]admission.Claim, len(users))
 	for i, u := range users {
-		claims[i] = rdb.Claim{VoucherID: voucher, UserID: u, Now: now, Day: order.Day(now, time.UTC)}
+		claims[i] = admission.Claim{VoucherID: voucher, UserID: u, Now: now, Day: order.Day(now, time.UTC)}
 	}
-	as, errs, err := e.RDB.AdmitMany(context.Background(), claims)
+	as, errs, err := testrdb.Admitter(e.RDB).AdmitMany(context.Background(), claims)
 	require.NoError(t, err)
 	ids := make([]int64, len(users))
 	for i := range users {

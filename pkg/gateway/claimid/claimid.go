@@ -23,7 +23,7 @@ import (
 	"time"
 
 	"github.com/flashsale/flashsale/pkg/gateway/httpapi"
-	"github.com/flashsale/flashsale/pkg/rdb"
+	"github.com/flashsale/flashsale/pkg/rdb/admission"
 )
 
 var (
@@ -50,7 +50,7 @@ func New(key []byte, outcome time.Duration) *Signer {
 	return &Signer{key: key, outcome: outcome}
 }
 
-func (s *Signer) mac(ref rdb.ClaimRef) string {
+func (s *Signer) mac(ref admission.ClaimRef) string {
 	m := hmac.New(sha256.New, s.key)
 	m.Write([]byte(strconv.FormatInt(ref.VoucherID, 10) + "\x00" + ref.UserID + "\x00" + strconv.FormatInt(ref.MS, 10) + "\x00" + ref.Key))
 	if ref.Serial != 0 {
@@ -60,7 +60,7 @@ func (s *Signer) mac(ref rdb.ClaimRef) string {
 }
 
 // ID is the id of the claim ref.
-func (s *Signer) ID(ref rdb.ClaimRef) string {
+func (s *Signer) ID(ref admission.ClaimRef) string {
 	id := strconv.FormatInt(ref.MS, 10) + "."
 	if ref.Serial != 0 {
 		id += strconv.FormatInt(ref.Horizon, 10) + "." + strconv.FormatUint(ref.Serial, 16) + "."
@@ -74,8 +74,8 @@ func (s *Signer) ID(ref rdb.ClaimRef) string {
 
 // Parse reads id as a claim of user and voucher: ErrMalformed when it
 // is no claim id's form, ErrNotYours when its MAC is not theirs.
-func (s *Signer) Parse(id, user string, voucher int64) (rdb.ClaimRef, error) {
-	ref := rdb.ClaimRef{VoucherID: voucher, UserID: user}
+func (s *Signer) Parse(id, user string, voucher int64) (admission.ClaimRef, error) {
+	ref := admission.ClaimRef{VoucherID: voucher, UserID: user}
 	parts := strings.SplitN(id, ".", 3)
 	if len(parts) < 2 {
 		return ref, ErrMalformed

@@ -7,7 +7,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/flashsale/flashsale/pkg/gateway/claimid"
-	"github.com/flashsale/flashsale/pkg/rdb"
+	"github.com/flashsale/flashsale/pkg/rdb/admission"
 )
 
 // An id reads back as the claim it names, for its user and voucher only;
@@ -15,7 +15,7 @@ import (
 // timeout after its time; and no id is another's.
 func TestAnIDReadsBackAsItsClaimOnly(t *testing.T) {
 	s := claimid.New([]byte("key"), 30*time.Second)
-	for _, ref := range []rdb.ClaimRef{
+	for _, ref := range []admission.ClaimRef{
 		{VoucherID: 7, UserID: "ann", MS: 1790000000123, Serial: 0xbeef, Horizon: 1790000031000},
 		{VoucherID: 7, UserID: "ann", MS: 1790000000123, Serial: 0xbeef, Horizon: 1790000031000, Key: "press.1"},
 		{VoucherID: 7, UserID: "ann", MS: 1790000000123, Horizon: 1790000030123},               // before serials
@@ -32,8 +32,8 @@ func TestAnIDReadsBackAsItsClaimOnly(t *testing.T) {
 		_, err = claimid.New([]byte("another key"), 30*time.Second).Parse(id, ref.UserID, ref.VoucherID)
 		require.ErrorIs(t, err, claimid.ErrNotYours, id)
 	}
-	twin := rdb.ClaimRef{VoucherID: 7, UserID: "ann", MS: 1790000000123, Serial: 0xbeee, Horizon: 1790000031000}
-	require.NotEqual(t, s.ID(twin), s.ID(rdb.ClaimRef{VoucherID: 7, UserID: "ann", MS: 1790000000123, Serial: 0xbeef, Horizon: 1790000031000}))
+	twin := admission.ClaimRef{VoucherID: 7, UserID: "ann", MS: 1790000000123, Serial: 0xbeee, Horizon: 1790000031000}
+	require.NotEqual(t, s.ID(twin), s.ID(admission.ClaimRef{VoucherID: 7, UserID: "ann", MS: 1790000000123, Serial: 0xbeef, Horizon: 1790000031000}))
 	for _, bad := range []string{"", "1", "x.y", "1.2.3", "1.2.0." + mac, "1.2.0bee." + mac, "1.2.BEE." + mac, "1.-2.bee." + mac, "+1.2.bee." + mac,
 		"1.2.bee." + mac + ".bad key", "1.2.bee.xyz", "1234567890123456.2.bee." + mac} {
 		_, err := s.Parse(bad, "ann", 7)

@@ -206,9 +206,8 @@ func run(ctx context.Context, cfg *config, rt *app.Runtime) error {
 			return err
 		}
 		defer admitClient.Close()
-		redis.SetAdmitClient(admitClient)
 		cfg.Config.Tracing = cfg.TracingEnabled()
-		gw, err := gateway.New(cfg.Config, redis, mysql, rt.Log, gateway.WithRegistry(rt.Registry))
+		gw, err := gateway.New(cfg.Config, redis, mysql, rt.Log, gateway.WithRegistry(rt.Registry), gateway.WithAdmitClient(admitClient))
 		if err != nil {
 			return err
 		}

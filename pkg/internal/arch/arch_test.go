@@ -88,13 +88,14 @@ func TestStoresAreSiblings(t *testing.T) {
 }
 
 // Each part of pkg/rdb that serves one client is imported by that client
-// alone: the split protocol (pkg/rdb/split) by the reaper (and the
-// benchmarks), never by the gateway or the workers, and no part of
-// pkg/rdb imports it.
+// alone: admission (pkg/rdb/admission) by the gateway, the split protocol
+// (pkg/rdb/split) by the reaper, each also by the benchmarks' tools, and
+// no part of pkg/rdb imports either.
 func TestTheRedisPartsServeTheirClients(t *testing.T) {
 	pkgs := list(t)
 	only := map[string][]string{
-		"pkg/rdb/split": {"pkg/reaper", "pkg/internal/bench"},
+		"pkg/rdb/split":     {"pkg/reaper", "pkg/internal/bench"},
+		"pkg/rdb/admission": {"pkg/gateway", "pkg/gateway/claimid", "pkg/internal/bench", "pkg/internal/cmd/scriptcost", "pkg/internal/testrdb"},
 	}
 	found := map[string]bool{}
 	for path, p := range pkgs {

@@ -26,6 +26,7 @@ import (
 	"github.com/flashsale/flashsale/pkg/internal/wait"
 	"github.com/flashsale/flashsale/pkg/order"
 	"github.com/flashsale/flashsale/pkg/rdb"
+	"github.com/flashsale/flashsale/pkg/rdb/admission"
 )
 
 // CPUMeasure is the CPU one claim costs, in microseconds.
@@ -253,7 +254,7 @@ func scaleOut(ctx context.Context, s *harness.Stack, buckets, conns int, d time.
 		return out, err
 	}
 	perPartition := make([]atomic.Int64, s.RDB.Partitions())
-	n, rate := driveAdmissions(ctx, store, v, conns, 32, d, func(a rdb.Admission) {
+	n, rate := driveAdmissions(ctx, store, v, conns, 32, d, func(a admission.Admission) {
 		p, _, _ := order.EntryOf(a.OrderID)
 		perPartition[p].Add(1)
 	})
@@ -640,6 +641,7 @@ func scriptRun(ctx context.Context, rc *redis.Client, partitions int, v int64, c
 	defer client.Close()
 	store, _ := rdb.New(client, partitions, "")
 	_ = store.Load(ctx)
+	adm := admission.New(store, nil)
 	if per == 0 {
 		return driveAdmissions(ctx, store, v, conns, pipe, d, nil)
 	}
@@ -648,13 +650,13 @@ func scriptRun(ctx context.Context, rc *redis.Client, partitions int, v int64, c
 	day := order.Day(time.Now(), time.UTC)
 	return drive(ctx, conns, d, func(user func() string) int64 {
 		p := client.Pipeline()
-		claims := make([]rdb.Claim, per)
+		claims := make([]admission.Claim, per)
 		for range pipe / per {
 			now := time.Now()
 			for i := range claims {
-				claims[i] = rdb.Claim{VoucherID: v, UserID: user(), Now: now, Day: day}
+				claims[i] = admission.Claim{VoucherID: v, UserID: user(), Now: now, Day: day}
 			}
-			_ = p.Do(ctx, append([]any{"evalsha", sha}, store.AdmissionCall(claims)...)...)
+			_ = p.Do(ctx, append([]any{"evalsha", sha}, adm.AdmissionCall(claims)...)...)
 		}
 		if _, err := p.Exec(ctx); err != nil {
 			return 0
@@ -666,15 +668,16 @@ func scriptRun(ctx context.Context, rc *redis.Client, partitions int, v int64, c
 // driveAdmissions admits claims of voucher v, each by a new user, in
 // pipelines of pipe from conns clients for d; onAdmit (may be nil) sees
 // each admission. It returns the admissions and their rate.
-func driveAdmissions(ctx context.Context, store *rdb.Store, v int64, conns, pipe int, d time.Duration, onAdmit func(rdb.Admission)) (int64, float64) {
+func driveAdmissions(ctx context.Context, store *rdb.Store, v int64, conns, pipe int, d time.Duration, onAdmit func(admission.Admission)) (int64, float64) {
+	adm := admission.New(store, nil)
 	now := time.Now()
 	day := order.Day(now, time.UTC)
 	return drive(ctx, conns, d, func(user func() string) int64 {
-		claims := make([]rdb.Claim, pipe)
+		claims := make([]admission.Claim, pipe)
 		for i := range claims {
-			claims[i] = rdb.Claim{VoucherID: v, UserID: user(), Now: now, Day: day}
+			claims[i] = admission.Claim{VoucherID: v, UserID: user(), Now: now, Day: day}
 		}
-		as, errs, err := store.AdmitMany(ctx, claims)
+		as, errs, err := adm.AdmitMany(ctx, claims)
 		if err != nil {
 			return 0
 		}

@@ -15,7 +15,7 @@ import (
 	"github.com/flashsale/flashsale/pkg/internal/harness"
 	"github.com/flashsale/flashsale/pkg/internal/wait"
 	"github.com/flashsale/flashsale/pkg/order"
-	"github.com/flashsale/flashsale/pkg/rdb"
+	"github.com/flashsale/flashsale/pkg/rdb/admission"
 )
 
 // drain measures how fast workers persist a pre-filled stream: the
@@ -143,6 +143,7 @@ func prefill(ctx context.Context, s *harness.Stack, v int64, n int) error {
 	errc := make(chan error, 8)
 	now := time.Now()
 	day := order.Day(now, time.UTC)
+	adm := admission.New(s.RDB, nil)
 	for range 8 {
 		wg.Add(1)
 		go func() {
@@ -152,11 +153,11 @@ func prefill(ctx context.Context, s *harness.Stack, v int64, n int) error {
 				if from >= int64(n) {
 					return
 				}
-				var claims []rdb.Claim
+				var claims []admission.Claim
 				for i := from; i < min(from+256, int64(n)); i++ {
-					claims = append(claims, rdb.Claim{VoucherID: v, UserID: "d" + strconv.FormatInt(i, 10), Now: now, Day: day})
+					claims = append(claims, admission.Claim{VoucherID: v, UserID: "d" + strconv.FormatInt(i, 10), Now: now, Day: day})
 				}
-				_, errs, err := s.RDB.AdmitMany(ctx, claims)
+				_, errs, err := adm.AdmitMany(ctx, claims)
 				if err == nil {
 					for _, e := range errs {
 						if e != nil {

@@ -18,6 +18,7 @@ import (
 	"github.com/flashsale/flashsale/pkg/internal/harness"
 	"github.com/flashsale/flashsale/pkg/order"
 	"github.com/flashsale/flashsale/pkg/rdb"
+	"github.com/flashsale/flashsale/pkg/rdb/admission"
 	"github.com/flashsale/flashsale/pkg/rdb/split"
 	"github.com/flashsale/flashsale/pkg/reaper"
 	"github.com/flashsale/flashsale/pkg/worker"
@@ -83,6 +84,7 @@ func splitRun(ctx context.Context, s *harness.Stack, cfg Config) (SplitRun, erro
 		return out, err
 	}
 	defer cc.Close()
+	adm := admission.New(store, nil)
 	v, err := s.CreateVoucher(ctx, harness.VoucherSpec{Name: "split", Stock: stock, PerUserLimit: 1})
 	if err != nil {
 		return out, err
@@ -123,12 +125,12 @@ func splitRun(ctx context.Context, s *harness.Stack, cfg Config) (SplitRun, erro
 					now = at
 				}
 				day := order.Day(now, time.UTC)
-				claims := make([]rdb.Claim, 32)
+				claims := make([]admission.Claim, 32)
 				for i := range claims {
-					claims[i] = rdb.Claim{VoucherID: v, UserID: "s" + strconv.FormatInt(users.Add(1), 10), Now: now, Day: day,
+					claims[i] = admission.Claim{VoucherID: v, UserID: "s" + strconv.FormatInt(users.Add(1), 10), Now: now, Day: day,
 						IdempotencyKey: "k", IdempotencyTTL: time.Hour}
 				}
-				as, errs, err := store.AdmitMany(ctx, claims)
+				as, errs, err := adm.AdmitMany(ctx, claims)
 				d := time.Since(now)
 				if err != nil {
 					continue

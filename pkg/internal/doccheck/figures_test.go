@@ -13,17 +13,17 @@ import (
 	"github.com/flashsale/flashsale/pkg/db"
 	"github.com/flashsale/flashsale/pkg/gateway"
 	"github.com/flashsale/flashsale/pkg/order"
-	"github.com/flashsale/flashsale/pkg/rdb"
+	"github.com/flashsale/flashsale/pkg/rdb/admission"
 	"github.com/flashsale/flashsale/pkg/room"
 )
 
 // figures are the constants the manual quotes with their value: a figure
-// written beside its constant's name ("16 times (`rdb.DryAttempts`)", "32
+// written beside its constant's name ("16 times (`admission.DryAttempts`)", "32
 // (order.MaxPerEntry)") is the constant's value, in every doc and script
 // header, so a change of the constant fails here until the prose follows.
 var figures = map[string]int64{
 	"order.MaxPerEntry":               order.MaxPerEntry,
-	"rdb.DryAttempts":                 rdb.DryAttempts,
+	"admission.DryAttempts":           admission.DryAttempts,
 	"db.MaxEventsPerRow":              db.MaxEventsPerRow,
 	"gateway.PipelineMaxBatchDefault": gateway.PipelineMaxBatchDefault,
 	"room.MaxNoRoom":                  room.MaxNoRoom,

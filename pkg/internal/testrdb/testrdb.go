@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"regexp"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 
@@ -18,6 +19,7 @@ import (
 	"github.com/flashsale/flashsale/pkg/internal/testsrv"
 	"github.com/flashsale/flashsale/pkg/order"
 	"github.com/flashsale/flashsale/pkg/rdb"
+	"github.com/flashsale/flashsale/pkg/rdb/admission"
 )
 
 // NewStore is a Store of the given partitions, its scripts loaded, its
@@ -63,9 +65,22 @@ func SeedVoucher(t testing.TB, s *rdb.Store, v rdb.Voucher) rdb.Voucher {
 	return v
 }
 
+// admitters are the tests' Admitters, one a Store (Admitter).
+var admitters sync.Map
+
+// Admitter is store s's one Admitter in a test, as a gateway process has
+// one: its refills of a dry bucket are one at a time.
+func Admitter(s *rdb.Store) *admission.Admitter {
+	if a, ok := admitters.Load(s); ok {
+		return a.(*admission.Admitter)
+	}
+	a, _ := admitters.LoadOrStore(s, admission.New(s, nil))
+	return a.(*admission.Admitter)
+}
+
 // Claim claims one unit of voucher v for user at now (its day in UTC).
-func Claim(s *rdb.Store, v int64, user string, now time.Time) (rdb.Admission, error) {
-	return s.Admit(context.Background(), rdb.Claim{VoucherID: v, UserID: user, Now: now, Day: order.Day(now, time.UTC)})
+func Claim(s *rdb.Store, v int64, user string, now time.Time) (admission.Admission, error) {
+	return Admitter(s).Admit(context.Background(), admission.Claim{VoucherID: v, UserID: user, Now: now, Day: order.Day(now, time.UTC)})
 }
 
 // Calls is how many times c's redis-server ran the commands named
@@ -123,4 +138,15 @@ func RequireOneEntryEach(t testing.TB, s *rdb.Store, v int64, ids map[int64]bool
 		}
 	}
 	require.Len(t, ids, entries, "one stream entry per admitted order")
+}
+
+// ErrOneOf returns whichever of want err is, or err itself (failing
+// require.ErrorIs).
+func ErrOneOf(err error, want ...error) error {
+	for _, w := range want {
+		if err == w {
+			return w
+		}
+	}
+	return fmt.Errorf("unexpected: %w", err)
 }

@@ -19,13 +19,14 @@ import (
 	"github.com/flashsale/flashsale/pkg/internal/wait"
 	"github.com/flashsale/flashsale/pkg/order"
 	"github.com/flashsale/flashsale/pkg/rdb"
+	"github.com/flashsale/flashsale/pkg/rdb/admission"
 	"github.com/flashsale/flashsale/pkg/rdb/internal/keyspace"
 	"github.com/flashsale/flashsale/pkg/rdb/split"
 )
 
 // keyedClaim is user's claim under idempotency key k.
-func keyedClaim(v int64, user, k string) rdb.Claim {
-	return rdb.Claim{VoucherID: v, UserID: user, IdempotencyKey: k, IdempotencyTTL: time.Hour, Now: t0, Day: d0}
+func keyedClaim(v int64, user, k string) admission.Claim {
+	return admission.Claim{VoucherID: v, UserID: user, IdempotencyKey: k, IdempotencyTTL: time.Hour, Now: t0, Day: d0}
 }
 
 // t0 is the tests' sale start, from the clock, and d0 its UTC day.
@@ -92,7 +93,7 @@ func TestASplitMidSaleKeepsLimitsAndKeysExact(t *testing.T) {
 
 	type answer struct {
 		user, key      string
-		a              rdb.Admission
+		a              admission.Admission
 		err            error
 		sent, received time.Time
 	}
@@ -108,7 +109,7 @@ func TestASplitMidSaleKeepsLimitsAndKeysExact(t *testing.T) {
 				for _, k := range []string{"k1", "k1", "k2", "k3", "k2"} { // each key retried once
 					cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 					sent := time.Now()
-					a, err := s.Admit(cctx, keyedClaim(v, u, k))
+					a, err := testrdb.Admitter(s).Admit(cctx, keyedClaim(v, u, k))
 					cancel()
 					mu.Lock()
 					out = append(out, answer{u, k, a, err, sent, time.Now()})
@@ -203,9 +204,9 @@ func TestASplitStoppedAtAnyStepResumes(t *testing.T) {
 			const stock = 200
 			testrdb.SeedVoucher(t, s, rdb.Voucher{ID: v, Stock: stock, PerUserLimit: 3, PerUserDailyLimit: 2})
 			buyers := testrdb.UsersIn(-1, 1, 60)
-			admitted := map[string][]rdb.Admission{}
+			admitted := map[string][]admission.Admission{}
 			for _, u := range buyers {
-				a, err := s.Admit(ctx, keyedClaim(v, u, "a"))
+				a, err := testrdb.Admitter(s).Admit(ctx, keyedClaim(v, u, "a"))
 				require.NoError(t, err)
 				admitted[u] = append(admitted[u], a)
 			}
@@ -243,12 +244,12 @@ func TestASplitStoppedAtAnyStepResumes(t *testing.T) {
 			var unknown []string
 			for _, u := range buyers[:20] {
 				cctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
-				a, err := s.Admit(cctx, keyedClaim(v, u, "b"))
+				a, err := testrdb.Admitter(s).Admit(cctx, keyedClaim(v, u, "b"))
 				cancel()
 				switch {
 				case err == nil:
 					admitted[u] = append(admitted[u], a)
-				case errors.Is(err, rdb.ErrOutcomeUnknown):
+				case errors.Is(err, admission.ErrOutcomeUnknown):
 					unknown = append(unknown, u)
 				default:
 					require.ErrorIs(t, err, context.DeadlineExceeded, "user %s", u)
@@ -270,7 +271,7 @@ func TestASplitStoppedAtAnyStepResumes(t *testing.T) {
 			}
 			require.NoError(t, splitErr(again.Split(ctx, v, 4)), "a split done is done")
 			for _, u := range unknown {
-				if a, err := s.Admit(ctx, keyedClaim(v, u, "b")); err == nil {
+				if a, err := testrdb.Admitter(s).Admit(ctx, keyedClaim(v, u, "b")); err == nil {
 					admitted[u] = append(admitted[u], a)
 				}
 			}
@@ -279,7 +280,7 @@ func TestASplitStoppedAtAnyStepResumes(t *testing.T) {
 			var sold int64
 			for _, u := range buyers {
 				// Each key replays its first admission, in the user's bucket now.
-				a, err := s.Admit(ctx, keyedClaim(v, u, "a"))
+				a, err := testrdb.Admitter(s).Admit(ctx, keyedClaim(v, u, "a"))
 				require.NoError(t, err)
 				require.True(t, a.Replayed)
 				require.Equal(t, admitted[u][0].OrderID, a.OrderID, "user %s key a", u)
@@ -298,7 +299,7 @@ func TestASplitStoppedAtAnyStepResumes(t *testing.T) {
 				require.Equal(t, want, n, "user %s", u)
 				// The day allows 2: taken units minus released ones.
 				for k := 0; ; k++ {
-					_, err := s.Admit(ctx, keyedClaim(v, u, fmt.Sprintf("c%d", k)))
+					_, err := testrdb.Admitter(s).Admit(ctx, keyedClaim(v, u, fmt.Sprintf("c%d", k)))
 					if errors.Is(err, rdb.ErrDailyLimit) {
 						break
 					}
@@ -495,7 +496,7 @@ func TestASplitThroughAFailoverOfItsMaster(t *testing.T) {
 	first := map[string]int64{}
 	held := map[string]int64{}
 	for _, u := range buyers[:100] {
-		a, err := s.Admit(ctx, keyedClaim(v, u, "a"))
+		a, err := testrdb.Admitter(s).Admit(ctx, keyedClaim(v, u, "a"))
 		require.NoError(t, err)
 		first[u], held[u] = a.OrderID, 1
 	}
@@ -525,12 +526,12 @@ func TestASplitThroughAFailoverOfItsMaster(t *testing.T) {
 	sold := int64(len(first))
 	for _, u := range buyers {
 		if id, ok := first[u]; ok {
-			a, err := s.Admit(ctx, keyedClaim(v, u, "a"))
+			a, err := testrdb.Admitter(s).Admit(ctx, keyedClaim(v, u, "a"))
 			require.NoError(t, err)
 			require.Equal(t, id, a.OrderID, "user %s: a retry gets its first order", u)
 		}
 		for _, k := range []string{"b", "c"} {
-			_, err := s.Admit(ctx, keyedClaim(v, u, k))
+			_, err := testrdb.Admitter(s).Admit(ctx, keyedClaim(v, u, k))
 			if errors.Is(err, rdb.ErrUserLimit) || errors.Is(err, rdb.ErrSoldOut) {
 				continue
 			}

@@ -8,6 +8,7 @@ import (
 	"github.com/flashsale/flashsale/pkg/internal/testrdb"
 	"github.com/flashsale/flashsale/pkg/internal/testsrv"
 	"github.com/flashsale/flashsale/pkg/rdb"
+	"github.com/flashsale/flashsale/pkg/rdb/admission"
 )
 
 // t0 is the tests' sale start, from the clock.
@@ -28,6 +29,6 @@ func seedVoucher(t testing.TB, s *rdb.Store, v rdb.Voucher) rdb.Voucher {
 	return testrdb.SeedVoucher(t, s, v)
 }
 
-func claim(s *rdb.Store, v int64, user string, now time.Time) (rdb.Admission, error) {
+func claim(s *rdb.Store, v int64, user string, now time.Time) (admission.Admission, error) {
 	return testrdb.Claim(s, v, user, now)
 }

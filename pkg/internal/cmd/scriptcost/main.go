@@ -31,6 +31,7 @@ import (
 	"github.com/flashsale/flashsale/pkg/internal/testsrv"
 	"github.com/flashsale/flashsale/pkg/order"
 	"github.com/flashsale/flashsale/pkg/rdb"
+	"github.com/flashsale/flashsale/pkg/rdb/admission"
 )
 
 func main() {
@@ -101,18 +102,19 @@ func count(per, n int, bare bool) (int64, error) {
 		return 0, err
 	}
 	now := time.Now()
-	day, horizon := order.Day(now, time.UTC), rdb.HorizonAfter(now, time.Hour)
+	day, horizon := order.Day(now, time.UTC), admission.HorizonAfter(now, time.Hour)
 	user := 0
+	adm := admission.New(s, nil)
 	call := func(k int) error {
-		claims := make([]rdb.Claim, k)
+		claims := make([]admission.Claim, k)
 		for i := range claims {
-			claims[i] = rdb.Claim{VoucherID: 1, UserID: "u" + strconv.Itoa(user), Now: now, Day: day}
+			claims[i] = admission.Claim{VoucherID: 1, UserID: "u" + strconv.Itoa(user), Now: now, Day: day}
 			if !bare {
-				claims[i].Serial, claims[i].Horizon = rdb.NewSerial(), horizon
+				claims[i].Serial, claims[i].Horizon = admission.NewSerial(), horizon
 			}
 			user++
 		}
-		_, errs, err := s.AdmitMany(ctx, claims)
+		_, errs, err := adm.AdmitMany(ctx, claims)
 		if err == nil {
 			err = errs[0]
 		}

@@ -1,4 +1,4 @@
-package rdb
+package admission
 
 // Outcome records: the decision on a claim whose caller was answered
 // ErrOutcomeUnknown, kept beside its voucher so that any gateway can tell
@@ -19,6 +19,7 @@ import (
 
 	"github.com/flashsale/flashsale/lua"
 	"github.com/flashsale/flashsale/pkg/order"
+	"github.com/flashsale/flashsale/pkg/rdb"
 )
 
 // NewSerial is a new claim's serial: 32 random bits, never zero. Only
@@ -61,8 +62,8 @@ func RefOf(c Claim) ClaimRef {
 // outcomeKey is the record of claim ref: beside the voucher's hash (its
 // bucket 0), so in its partition's slot. Claims of one buyer in one
 // millisecond have records of their own, by their serials.
-func (s *Store) outcomeKey(ref ClaimRef) string {
-	k := s.bucketOf(ref.VoucherID, 0).Key() + ":claim:" + ref.UserID + ":" + strconv.FormatInt(ref.MS, 10)
+func (adm *Admitter) outcomeKey(ref ClaimRef) string {
+	k := adm.bucketOf(ref.VoucherID, 0).Key() + ":claim:" + ref.UserID + ":" + strconv.FormatInt(ref.MS, 10)
 	if ref.Serial != 0 {
 		k += ":" + strconv.FormatUint(ref.Serial, 16)
 	}
@@ -101,10 +102,8 @@ func (o Outcome) record() string {
 		}
 		return "a " + strconv.FormatInt(a.OrderID, 10) + " " + strconv.Itoa(flags) + " " + strconv.FormatInt(a.Item.Amount, 10)
 	}
-	for code, e := range admitErrors {
-		if errors.Is(o.Refusal, e) {
-			return "r " + strconv.FormatInt(code, 10)
-		}
+	if code, ok := rdb.RefusalCode(o.Refusal); ok {
+		return "r " + strconv.FormatInt(code, 10)
 	}
 	return "r 0"
 }
@@ -116,13 +115,11 @@ func outcomeOf(o LateOutcome) (Outcome, bool) {
 	switch {
 	case o.Err == nil:
 		return Admitted(o.Admission), true
-	case errors.Is(o.Err, ErrOutcomeUnknown), errors.Is(o.Err, ErrNotReplicated):
+	case errors.Is(o.Err, ErrOutcomeUnknown), errors.Is(o.Err, rdb.ErrNotReplicated):
 		return Outcome{}, false
 	}
-	for _, e := range admitErrors {
-		if errors.Is(o.Err, e) {
-			return Refused(e), true
-		}
+	if code, ok := rdb.RefusalCode(o.Err); ok {
+		return Refused(rdb.Refusal(code)), true
 	}
 	if errors.Is(o.Err, ErrNotSent) {
 		return Refused(ErrNotSent), true
@@ -133,12 +130,12 @@ func outcomeOf(o LateOutcome) (Outcome, bool) {
 // RecordOutcomes records the outcomes of late claims that are decisions,
 // each kept for ttl, in one round trip. A claim decided already keeps its
 // decision.
-func (s *Store) RecordOutcomes(ctx context.Context, late []LateOutcome, ttl time.Duration) error {
-	pipe := s.c.Pipeline()
+func (adm *Admitter) RecordOutcomes(ctx context.Context, late []LateOutcome, ttl time.Duration) error {
+	pipe := adm.c.Pipeline()
 	n := 0
 	for _, o := range late {
 		if out, ok := outcomeOf(o); ok {
-			pipe.SetNX(ctx, s.outcomeKey(RefOf(o.Claim)), out.record(), ttl)
+			pipe.SetNX(ctx, adm.outcomeKey(RefOf(o.Claim)), out.record(), ttl)
 			n++
 		}
 	}
@@ -154,9 +151,9 @@ func (s *Store) RecordOutcomes(ctx context.Context, late []LateOutcome, ttl time
 // DecideOutcome records o as claim ref's outcome, kept for ttl, unless it
 // has one already, and returns the outcome it has now: the first recorded
 // stands, so every ask of one claim is answered alike.
-func (s *Store) DecideOutcome(ctx context.Context, ref ClaimRef, o Outcome, ttl time.Duration) (Outcome, error) {
-	key := s.outcomeKey(ref)
-	pipe := s.c.Pipeline()
+func (adm *Admitter) DecideOutcome(ctx context.Context, ref ClaimRef, o Outcome, ttl time.Duration) (Outcome, error) {
+	key := adm.outcomeKey(ref)
+	pipe := adm.c.Pipeline()
 	pipe.SetNX(ctx, key, o.record(), ttl)
 	get := pipe.Get(ctx, key)
 	if _, err := pipe.Exec(ctx); err != nil {
@@ -169,8 +166,8 @@ func (s *Store) DecideOutcome(ctx context.Context, ref ClaimRef, o Outcome, ttl 
 // the time by the clock of the Redis that holds it, read together
 // (outcome.lua): an admission of the claim after this call is refused
 // once that time is past the claim's horizon.
-func (s *Store) ClaimOutcome(ctx context.Context, ref ClaimRef) (Outcome, bool, time.Time, error) {
-	res, err := lua.Outcome.Run(ctx, s.c, []string{s.outcomeKey(ref)}).Slice()
+func (adm *Admitter) ClaimOutcome(ctx context.Context, ref ClaimRef) (Outcome, bool, time.Time, error) {
+	res, err := lua.Outcome.Run(ctx, adm.c, []string{adm.outcomeKey(ref)}).Slice()
 	if err != nil {
 		return Outcome{}, false, time.Time{}, fmt.Errorf("claim outcome: %w", err)
 	}
@@ -209,8 +206,8 @@ func parseOutcome(v string) (Outcome, error) {
 		if err != nil {
 			break
 		}
-		refusal, known := admitErrors[code]
-		if !known {
+		refusal := rdb.Refusal(code)
+		if refusal == nil {
 			refusal = ErrNotSent
 		}
 		return Refused(refusal), nil

@@ -1,4 +1,4 @@
-package rdb
+package admission
 
 import (
 	"os"
@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/flashsale/flashsale/pkg/order"
+	"github.com/flashsale/flashsale/pkg/rdb"
 )
 
 // admit.lua's header lists the fields of a claim's line, and its parser
@@ -17,7 +18,7 @@ import (
 // contract is held in one place on each side, and this test holds the two
 // sides together.
 func TestTheClaimLineIsTheOneAdmitLuaReads(t *testing.T) {
-	raw, err := os.ReadFile("../../lua/admit.lua")
+	raw, err := os.ReadFile("../../../lua/admit.lua")
 	require.NoError(t, err)
 	src := string(raw)
 	require.Contains(t, src, "-- claim line: "+strings.Join(claimLine[:], " ")+"\n",
@@ -55,10 +56,10 @@ func TestAClaimLineCarriesOnlyWhatDiffersFromTheDefaults(t *testing.T) {
 		{Claim{UserID: "bob", Now: now.Add(-3 * time.Millisecond), Day: today}, "bob 0 -3\n"},
 		{Claim{UserID: "cid", Now: now, Day: today, Quantity: 4}, "cid 0 0 4\n"},
 		{Claim{UserID: "dee", Now: now, Day: tomorrow}, "dee 0 0 1 2\n"},
-		{Claim{UserID: "eve", Now: now, Day: today, Access: AccessCodeInvalid}, "eve 0 0 1 1 2\n"},
+		{Claim{UserID: "eve", Now: now, Day: today, Access: rdb.AccessCodeInvalid}, "eve 0 0 1 1 2\n"},
 		{Claim{UserID: "fay", Now: now, Day: today, Pass: "17:1790000060000"}, "fay 0 0 1 1 0 17:1790000060000\n"},
 		{Claim{UserID: "gus", Now: now, Day: today, IdempotencyKey: "k", IdempotencyTTL: time.Hour}, "gus 0 0 1 1 0 0 1 3600\n"},
-		{Claim{UserID: "hal", Now: now, Day: today, Proof: Proof{ID: "sig", Max: 500, TTL: 1500 * time.Millisecond}},
+		{Claim{UserID: "hal", Now: now, Day: today, Proof: rdb.Proof{ID: "sig", Max: 500, TTL: 1500 * time.Millisecond}},
 			"hal 0 0 1 1 0 0 0 0 1 500 2\n"},
 	} {
 		call := &admitCall{keys: &callKeys{name: "flashsale:{p0}:v:1"}, base: now.UnixMilli(), days: []string{today}}

@@ -1,4 +1,4 @@
-package rdb_test
+package admission_test
 
 import (
 	"context"
@@ -15,16 +15,18 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/flashsale/flashsale/pkg/internal/testrdb"
 	"github.com/flashsale/flashsale/pkg/internal/testsrv"
 	"github.com/flashsale/flashsale/pkg/internal/wait"
 	"github.com/flashsale/flashsale/pkg/order"
 	"github.com/flashsale/flashsale/pkg/rdb"
+	"github.com/flashsale/flashsale/pkg/rdb/admission"
 )
 
 func TestBatcherAdmitsExactlyTheStock(t *testing.T) {
 	s := newStore(t, 4)
 	seedVoucher(t, s, rdb.Voucher{ID: 21, Stock: 500, PerUserLimit: 1})
-	b := s.NewBatcher(4, 64, time.Second)
+	b := testrdb.Admitter(s).NewBatcher(4, 64, time.Second)
 	defer b.Close()
 	var mu sync.Mutex
 	ids := map[int64]bool{}
@@ -36,9 +38,9 @@ func TestBatcherAdmitsExactlyTheStock(t *testing.T) {
 			defer wg.Done()
 			for i := range 40 {
 				user := fmt.Sprintf("u%d", (g*40+i)%1500) // some users claim twice
-				a, err := b.Admit(context.Background(), rdb.Claim{VoucherID: 21, UserID: user, Now: t0, Day: d0})
+				a, err := b.Admit(context.Background(), admission.Claim{VoucherID: 21, UserID: user, Now: t0, Day: d0})
 				if err != nil { // assert, not require: FailNow belongs to the test's goroutine
-					assert.ErrorIs(t, err, errOneOf(err, rdb.ErrSoldOut, rdb.ErrUserLimit))
+					assert.ErrorIs(t, err, testrdb.ErrOneOf(err, rdb.ErrSoldOut, rdb.ErrUserLimit))
 					continue
 				}
 				mu.Lock()
@@ -62,8 +64,8 @@ func TestAdmitManyReloadsAFlushedScript(t *testing.T) {
 	ctx := context.Background()
 	seedVoucher(t, s, rdb.Voucher{ID: 3, Stock: 5, PerUserLimit: 5})
 	require.NoError(t, s.Client().ScriptFlush(ctx).Err()) // as after a Redis restart
-	claims := []rdb.Claim{{VoucherID: 3, UserID: "a", Now: t0, Day: d0}, {VoucherID: 99, UserID: "a", Now: t0, Day: d0}}
-	out, errs, err := s.AdmitMany(ctx, claims)
+	claims := []admission.Claim{{VoucherID: 3, UserID: "a", Now: t0, Day: d0}, {VoucherID: 99, UserID: "a", Now: t0, Day: d0}}
+	out, errs, err := testrdb.Admitter(s).AdmitMany(ctx, claims)
 	require.NoError(t, err)
 	require.NoError(t, errs[0])
 	p, _, _ := order.EntryOf(out[0].OrderID)
@@ -75,11 +77,11 @@ func TestAdmitManyReloadsAFlushedScript(t *testing.T) {
 func TestBatcherDoesNotSendWhatTheCallerGaveUpOn(t *testing.T) {
 	s := newStore(t, 1)
 	seedVoucher(t, s, rdb.Voucher{ID: 4, Stock: 5})
-	b := s.NewBatcher(1, 8, time.Second)
+	b := testrdb.Admitter(s).NewBatcher(1, 8, time.Second)
 	defer b.Close()
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	_, err := b.Admit(ctx, rdb.Claim{VoucherID: 4, UserID: "late", Now: t0, Day: d0})
+	_, err := b.Admit(ctx, admission.Claim{VoucherID: 4, UserID: "late", Now: t0, Day: d0})
 	require.ErrorIs(t, err, context.Canceled)
 	requireStock(t, s, 4, 5)
 }
@@ -97,7 +99,7 @@ func TestBatcherAnswersEachClaimWithinItsTimeout(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, s.Load(context.Background()))
 	seedVoucher(t, s, rdb.Voucher{ID: 5, Stock: 5, PerUserLimit: 5})
-	b := s.NewBatcher(1, 1, 300*time.Millisecond)
+	b := testrdb.Admitter(s).NewBatcher(1, 1, 300*time.Millisecond)
 	defer b.Close()
 	require.NoError(t, srv.Pause()) // a hung host: connections open, no answer
 	var wg sync.WaitGroup
@@ -106,7 +108,7 @@ func TestBatcherAnswersEachClaimWithinItsTimeout(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			_, errs[i] = b.Admit(context.Background(), rdb.Claim{VoucherID: 5, UserID: fmt.Sprintf("paused%d", i), Now: t0, Day: d0})
+			_, errs[i] = b.Admit(context.Background(), admission.Claim{VoucherID: 5, UserID: fmt.Sprintf("paused%d", i), Now: t0, Day: d0})
 		}()
 	}
 	// Redis stays paused until every claim has its answer: a claim that
@@ -123,8 +125,8 @@ func TestBatcherAnswersEachClaimWithinItsTimeout(t *testing.T) {
 	// may run when Redis wakes); the others were never sent.
 	unknown := 0
 	for _, err := range errs {
-		require.True(t, errors.Is(err, rdb.ErrNotSent) || errors.Is(err, rdb.ErrOutcomeUnknown), "%v", err)
-		if errors.Is(err, rdb.ErrOutcomeUnknown) {
+		require.True(t, errors.Is(err, admission.ErrNotSent) || errors.Is(err, admission.ErrOutcomeUnknown), "%v", err)
+		if errors.Is(err, admission.ErrOutcomeUnknown) {
 			unknown++
 		}
 	}
@@ -134,8 +136,8 @@ func TestBatcherAnswersEachClaimWithinItsTimeout(t *testing.T) {
 
 // pausableStore is a store of one partition on a redis-server of its own,
 // which the test may pause, whose admissions wait a minute for a reply
-// (as the gateway's, Store.SetAdmitClient).
-func pausableStore(t *testing.T) (*testsrv.Redis, *rdb.Store) {
+// (as the gateway's: admission.New's ac), and its Admitter.
+func pausableStore(t *testing.T) (*testsrv.Redis, *rdb.Store, *admission.Admitter) {
 	t.Helper()
 	srv, err := testsrv.StartRedis(t.TempDir())
 	require.NoError(t, err)
@@ -147,8 +149,7 @@ func pausableStore(t *testing.T) (*testsrv.Redis, *rdb.Store) {
 	require.NoError(t, s.Load(context.Background()))
 	ac := redis.NewClient(&redis.Options{Addr: srv.Addr, ReadTimeout: time.Minute, ContextTimeoutEnabled: true, MaxRetries: -1})
 	t.Cleanup(func() { _ = ac.Close() })
-	s.SetAdmitClient(ac)
-	return srv, s
+	return srv, s, admission.New(s, ac)
 }
 
 // A claim sent to a Redis that answers after the claim's reply time is
@@ -156,24 +157,24 @@ func pausableStore(t *testing.T) (*testsrv.Redis, *rdb.Store) {
 // comes its outcome (the script's decision) is handed to Late, recorded,
 // and read back as the claim's outcome.
 func TestBatcherHandsALateReplyToLate(t *testing.T) {
-	srv, s := pausableStore(t)
+	srv, s, adm := pausableStore(t)
 	seedVoucher(t, s, rdb.Voucher{ID: 6, Stock: 1, PerUserLimit: 1})
 	seedVoucher(t, s, rdb.Voucher{ID: 60, Stock: 1, PerUserLimit: 1})
-	late := make(chan []rdb.LateOutcome, 2)
-	b := s.StartBatcher(rdb.BatcherConfig{Workers: 1, MaxBatch: 8, Timeout: 100 * time.Millisecond,
-		ReplyTimeout: 200 * time.Millisecond, Late: func(o []rdb.LateOutcome) { late <- o }})
+	late := make(chan []admission.LateOutcome, 2)
+	b := adm.StartBatcher(admission.BatcherConfig{Workers: 1, MaxBatch: 8, Timeout: 100 * time.Millisecond,
+		ReplyTimeout: 200 * time.Millisecond, Late: func(o []admission.LateOutcome) { late <- o }})
 	defer b.Close()
 	// Warm the admission connection, so the claim below is written at once.
-	_, err := b.Admit(context.Background(), rdb.Claim{VoucherID: 60, UserID: "warm", Now: t0, Day: d0})
+	_, err := b.Admit(context.Background(), admission.Claim{VoucherID: 60, UserID: "warm", Now: t0, Day: d0})
 	require.NoError(t, err)
 
 	require.NoError(t, srv.Pause())
-	claim := rdb.Claim{VoucherID: 6, UserID: "slow", Now: t0, Day: d0}
+	claim := admission.Claim{VoucherID: 6, UserID: "slow", Now: t0, Day: d0}
 	_, err = b.Admit(context.Background(), claim)
-	require.ErrorIs(t, err, rdb.ErrOutcomeUnknown)
+	require.ErrorIs(t, err, admission.ErrOutcomeUnknown)
 	require.NoError(t, srv.Resume())
 
-	var got []rdb.LateOutcome
+	var got []admission.LateOutcome
 	select {
 	case got = <-late:
 	case <-time.After(time.Minute):
@@ -185,21 +186,21 @@ func TestBatcherHandsALateReplyToLate(t *testing.T) {
 	requireStock(t, s, 6, 0) // it was admitted, though its caller was told "unknown"
 
 	ctx := context.Background()
-	ref := rdb.RefOf(claim)
-	_, found, _, err := s.ClaimOutcome(ctx, ref)
+	ref := admission.RefOf(claim)
+	_, found, _, err := adm.ClaimOutcome(ctx, ref)
 	require.NoError(t, err)
 	require.False(t, found)
-	require.NoError(t, s.RecordOutcomes(ctx, got, time.Minute))
-	o, found, _, err := s.ClaimOutcome(ctx, ref)
+	require.NoError(t, adm.RecordOutcomes(ctx, got, time.Minute))
+	o, found, _, err := adm.ClaimOutcome(ctx, ref)
 	require.NoError(t, err)
 	require.True(t, found)
 	require.True(t, o.Admitted)
 	require.Equal(t, got[0].Admission.OrderID, o.Admission.OrderID)
 
 	// A refusal is recorded as its error.
-	refused := rdb.LateOutcome{Claim: rdb.Claim{VoucherID: 6, UserID: "other", Now: t0, Day: d0}, Err: rdb.ErrSoldOut}
-	require.NoError(t, s.RecordOutcomes(ctx, []rdb.LateOutcome{refused}, time.Minute))
-	o, found, _, err = s.ClaimOutcome(ctx, rdb.RefOf(refused.Claim))
+	refused := admission.LateOutcome{Claim: admission.Claim{VoucherID: 6, UserID: "other", Now: t0, Day: d0}, Err: rdb.ErrSoldOut}
+	require.NoError(t, adm.RecordOutcomes(ctx, []admission.LateOutcome{refused}, time.Minute))
+	o, found, _, err = adm.ClaimOutcome(ctx, admission.RefOf(refused.Claim))
 	require.NoError(t, err)
 	require.True(t, found)
 	require.False(t, o.Admitted)
@@ -207,19 +208,19 @@ func TestBatcherHandsALateReplyToLate(t *testing.T) {
 
 	// Two claims of one buyer in one millisecond have a record each, by
 	// their serials; and the first decision recorded stands.
-	twin := func(err error) rdb.LateOutcome {
-		return rdb.LateOutcome{Claim: rdb.Claim{VoucherID: 6, UserID: "twin", Now: t0, Day: d0, Serial: rdb.NewSerial()}, Err: err}
+	twin := func(err error) admission.LateOutcome {
+		return admission.LateOutcome{Claim: admission.Claim{VoucherID: 6, UserID: "twin", Now: t0, Day: d0, Serial: admission.NewSerial()}, Err: err}
 	}
 	first, second := twin(nil), twin(rdb.ErrUserLimit)
 	first.Admission = got[0].Admission
-	require.NoError(t, s.RecordOutcomes(ctx, []rdb.LateOutcome{first, second}, time.Minute))
-	o, _, _, err = s.ClaimOutcome(ctx, rdb.RefOf(first.Claim))
+	require.NoError(t, adm.RecordOutcomes(ctx, []admission.LateOutcome{first, second}, time.Minute))
+	o, _, _, err = adm.ClaimOutcome(ctx, admission.RefOf(first.Claim))
 	require.NoError(t, err)
 	require.True(t, o.Admitted, "the admission is not hidden by its twin's refusal")
-	o, _, _, err = s.ClaimOutcome(ctx, rdb.RefOf(second.Claim))
+	o, _, _, err = adm.ClaimOutcome(ctx, admission.RefOf(second.Claim))
 	require.NoError(t, err)
 	require.ErrorIs(t, o.Refusal, rdb.ErrUserLimit)
-	o, err = s.DecideOutcome(ctx, rdb.RefOf(first.Claim), rdb.Refused(rdb.ErrNotSent), time.Minute)
+	o, err = adm.DecideOutcome(ctx, admission.RefOf(first.Claim), admission.Refused(admission.ErrNotSent), time.Minute)
 	require.NoError(t, err)
 	require.True(t, o.Admitted, "a later decision does not replace the first")
 }
@@ -230,16 +231,16 @@ func TestBatcherHandsALateReplyToLate(t *testing.T) {
 // claim's outcome is handed to Late as unknown, to be decided by the
 // buyer's orders and the claim's horizon.
 func TestBatcherClosedByADeadlineCutsItsRoundTrips(t *testing.T) {
-	srv, s := pausableStore(t)
+	srv, s, adm := pausableStore(t)
 	seedVoucher(t, s, rdb.Voucher{ID: 6, Stock: 1, PerUserLimit: 1})
-	late := make(chan []rdb.LateOutcome, 2)
-	b := s.StartBatcher(rdb.BatcherConfig{Workers: 1, MaxBatch: 8, Timeout: 100 * time.Millisecond,
-		ReplyTimeout: 200 * time.Millisecond, Late: func(o []rdb.LateOutcome) { late <- o }})
-	_, err := b.Admit(context.Background(), rdb.Claim{VoucherID: 6, UserID: "warm", Now: t0, Day: d0})
+	late := make(chan []admission.LateOutcome, 2)
+	b := adm.StartBatcher(admission.BatcherConfig{Workers: 1, MaxBatch: 8, Timeout: 100 * time.Millisecond,
+		ReplyTimeout: 200 * time.Millisecond, Late: func(o []admission.LateOutcome) { late <- o }})
+	_, err := b.Admit(context.Background(), admission.Claim{VoucherID: 6, UserID: "warm", Now: t0, Day: d0})
 	require.NoError(t, err)
 	require.NoError(t, srv.Pause())
-	_, err = b.Admit(context.Background(), rdb.Claim{VoucherID: 6, UserID: "held", Now: t0, Day: d0})
-	require.ErrorIs(t, err, rdb.ErrOutcomeUnknown)
+	_, err = b.Admit(context.Background(), admission.Claim{VoucherID: 6, UserID: "held", Now: t0, Day: d0})
+	require.ErrorIs(t, err, admission.ErrOutcomeUnknown)
 	start := time.Now()
 	b.CloseBy(start.Add(500 * time.Millisecond))
 	took := time.Since(start)
@@ -248,7 +249,7 @@ func TestBatcherClosedByADeadlineCutsItsRoundTrips(t *testing.T) {
 	select {
 	case got := <-late:
 		require.Len(t, got, 1)
-		require.ErrorIs(t, got[0].Err, rdb.ErrOutcomeUnknown)
+		require.ErrorIs(t, got[0].Err, admission.ErrOutcomeUnknown)
 	default:
 		t.Fatal("the cut round trip's claim was not handed to Late")
 	}
@@ -258,27 +259,27 @@ func TestBatcherClosedByADeadlineCutsItsRoundTrips(t *testing.T) {
 // answered ErrNotSent at its deadline, not when the round trip ends: the
 // dispatcher drops it, however long the round trip in flight takes.
 func TestBatcherDropsWhatWaitsBehindAHungRoundTrip(t *testing.T) {
-	srv, s := pausableStore(t)
+	srv, s, adm := pausableStore(t)
 	seedVoucher(t, s, rdb.Voucher{ID: 7, Stock: 5, PerUserLimit: 5})
-	b := s.StartBatcher(rdb.BatcherConfig{Workers: 1, MaxBatch: 1, Timeout: 100 * time.Millisecond})
+	b := adm.StartBatcher(admission.BatcherConfig{Workers: 1, MaxBatch: 1, Timeout: 100 * time.Millisecond})
 	defer b.Close()
 	require.NoError(t, srv.Pause())
 	first := make(chan error, 1)
 	go func() {
-		_, err := b.Admit(context.Background(), rdb.Claim{VoucherID: 7, UserID: "sent", Now: t0, Day: d0})
+		_, err := b.Admit(context.Background(), admission.Claim{VoucherID: 7, UserID: "sent", Now: t0, Day: d0})
 		first <- err
 	}()
-	require.ErrorIs(t, <-first, rdb.ErrOutcomeUnknown)
+	require.ErrorIs(t, <-first, admission.ErrOutcomeUnknown)
 	// The worker still waits for the first claim's reply (a minute): the
 	// second is answered by the dispatcher's timer.
 	done := make(chan error, 1)
 	go func() {
-		_, err := b.Admit(context.Background(), rdb.Claim{VoucherID: 7, UserID: "waiting", Now: t0, Day: d0})
+		_, err := b.Admit(context.Background(), admission.Claim{VoucherID: 7, UserID: "waiting", Now: t0, Day: d0})
 		done <- err
 	}()
 	select {
 	case err := <-done:
-		require.ErrorIs(t, err, rdb.ErrNotSent)
+		require.ErrorIs(t, err, admission.ErrNotSent)
 	case <-time.After(30 * time.Second):
 		t.Fatal("a claim waiting behind a hung round trip was not answered at its deadline")
 	}
@@ -288,7 +289,7 @@ func TestBatcherDropsWhatWaitsBehindAHungRoundTrip(t *testing.T) {
 		n, _, err := s.RemainingStock(context.Background(), 7)
 		return err == nil && n == 4
 	})
-	_, _ = b.Admit(context.Background(), rdb.Claim{VoucherID: 60, UserID: "after", Now: t0, Day: d0}) // a round trip after
+	_, _ = b.Admit(context.Background(), admission.Claim{VoucherID: 60, UserID: "after", Now: t0, Day: d0}) // a round trip after
 	requireStock(t, s, 7, 4)
 }
 
@@ -322,7 +323,7 @@ func TestBatcherKeepsAHungMasterToItsOwnClaims(t *testing.T) {
 	require.NotNil(t, node)
 
 	// One pipeline worker, so the two vouchers' claims share its batches.
-	b := s.NewBatcher(1, 64, 500*time.Millisecond)
+	b := testrdb.Admitter(s).NewBatcher(1, 64, 500*time.Millisecond)
 	defer b.Close()
 	require.NoError(t, node.Pause())
 	resumed := false
@@ -353,7 +354,7 @@ func TestBatcherKeepsAHungMasterToItsOwnClaims(t *testing.T) {
 			defer wg.Done()
 			cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 			defer cancel()
-			_, errs[i] = b.Admit(cctx, rdb.Claim{VoucherID: v, UserID: fmt.Sprintf("u%d", i), Now: t0, Day: d0})
+			_, errs[i] = b.Admit(cctx, admission.Claim{VoucherID: v, UserID: fmt.Sprintf("u%d", i), Now: t0, Day: d0})
 		}()
 	}
 	healthyDone.Wait()
@@ -381,7 +382,7 @@ func TestBatcherGathersTheClaimsThatArriveDuringACall(t *testing.T) {
 	seedVoucher(t, s, rdb.Voucher{ID: 31, Stock: 1000, PerUserLimit: 1})
 	c := s.Client()
 	require.NoError(t, c.ConfigResetStat(ctx).Err())
-	b := s.NewBatcher(4, 128, time.Minute)
+	b := testrdb.Admitter(s).NewBatcher(4, 128, time.Minute)
 	defer b.Close()
 	require.NoError(t, c.Do(ctx, "CLIENT", "PAUSE", 60000, "WRITE").Err())
 	t.Cleanup(func() { c.Do(context.Background(), "CLIENT", "UNPAUSE") })
@@ -402,7 +403,7 @@ func TestBatcherGathersTheClaimsThatArriveDuringACall(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			_, err := b.Admit(ctx, rdb.Claim{VoucherID: 31, UserID: user, Now: t0, Day: d0})
+			_, err := b.Admit(ctx, admission.Claim{VoucherID: 31, UserID: user, Now: t0, Day: d0})
 			if assert.NoError(t, err) {
 				admitted.Add(1)
 			}
@@ -410,13 +411,13 @@ func TestBatcherGathersTheClaimsThatArriveDuringACall(t *testing.T) {
 	}
 	admit("first") // nothing in flight: it goes at once
 	wait.For(t, 10*time.Second, "the first claim's call in flight", func() bool { return blocked() == 1 })
-	for i := range rdb.FillClaims {
+	for i := range admission.FillClaims {
 		admit(fmt.Sprint("u", i))
 	}
 	wait.For(t, 10*time.Second, "a full call's worth sent beside it", func() bool { return blocked() == 2 })
 	require.NoError(t, c.Do(ctx, "CLIENT", "UNPAUSE").Err())
 	wg.Wait()
-	require.EqualValues(t, 1+rdb.FillClaims, admitted.Load())
+	require.EqualValues(t, 1+admission.FillClaims, admitted.Load())
 	stats, err := c.Info(ctx, "commandstats").Result()
 	require.NoError(t, err)
 	require.Contains(t, stats, "cmdstat_evalsha:calls=2,", "the claims went in two calls: the first alone, the others together")

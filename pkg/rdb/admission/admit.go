@@ -1,4 +1,4 @@
-package rdb
+package admission
 
 // Admission: claims decided by admit.lua, pipelined and batched per
 // bucket (a claim decided again off that path is detour.go's).
@@ -19,15 +19,23 @@ import (
 
 	"github.com/flashsale/flashsale/lua"
 	"github.com/flashsale/flashsale/pkg/order"
+	"github.com/flashsale/flashsale/pkg/rdb"
 	"github.com/flashsale/flashsale/pkg/rdb/internal/keyspace"
 )
 
-// admitting is the Store's state that only the claim's path keeps
-// (admit.go, batcher.go, detour.go), apart from the state every client
-// of the Store shares.
-type admitting struct {
-	// ac, when set, is the client admissions are sent on (SetAdmitClient).
-	ac redis.UniversalClient
+// An Admitter decides claims over a Store: each claim a line of one call
+// of admit.lua, the claims of a bucket in one call, the calls of a round
+// trip pipelined (admit.go); concurrent claims coalesced into round trips
+// (batcher.go); a claim decided again off that path (detour.go); the
+// outcome of a claim its caller stopped waiting for, recorded (outcome.go).
+// It keeps what only the claim's path keeps; what every client of the
+// Store shares (the voucher's buckets, the durability) is the Store's.
+type Admitter struct {
+	s *rdb.Store
+	// c is the Store's client; ac, when not nil, is the client
+	// admissions are sent on (New).
+	c, ac      redis.UniversalClient
+	partitions int
 	// admitKeys are each partition's StreamKey, LoadedKey and BacklogKey,
 	// boxed once, as every admission call sends them.
 	admitKeys [][3]any
@@ -44,46 +52,58 @@ type admitting struct {
 	signals testSignals
 }
 
-// init readies the state of a Store of the partitions whose LoadedKeys
-// are loaded.
-func (a *admitting) init(loaded []string) {
-	a.admitKeys = make([][3]any, len(loaded))
-	for p := range loaded {
-		a.admitKeys[p] = [3]any{StreamKey(p), loaded[p], BacklogKey(p)}
+// New returns the Admitter of s's claims. A process has one for each
+// Store: its caches and a hot voucher's refills are its own.
+//
+// ac, when not nil, is the client admissions are sent on: a client of the
+// same Redis whose read timeout is as long as a claim's outcome is
+// listened for (the gateway's FLASHSALE_CLAIM_OUTCOME_TIMEOUT; a batcher's
+// round trip has no deadline of its own). The Store's own client gives up
+// on a reply after its read timeout, and closes the connection, losing
+// the reply of a script that may have run.
+func New(s *rdb.Store, ac redis.UniversalClient) *Admitter {
+	adm := &Admitter{s: s, c: s.Client(), ac: ac, partitions: s.Partitions(), admitKeys: make([][3]any, s.Partitions()),
+		callKeys: map[bucket]*callKeys{}}
+	for p := range adm.admitKeys {
+		adm.admitKeys[p] = [3]any{rdb.StreamKey(p), rdb.LoadedKey(p), rdb.BacklogKey(p)}
 	}
-	a.callKeys = map[bucket]*callKeys{}
+	return adm
+}
+
+// bucket is a voucher's bucket and its keys.
+type bucket = keyspace.Bucket
+
+// bucketOf is bucket n of voucher v.
+func (adm *Admitter) bucketOf(v int64, n int) bucket { return keyspace.BucketOf(adm.partitions, v, n) }
+
+// userBucketOf is the bucket of voucher v (of n buckets) that decides
+// user's claims (rdb.UserBucket).
+func (adm *Admitter) userBucketOf(v int64, user string, n int) bucket {
+	return adm.bucketOf(v, keyspace.UserBucket(user, n))
 }
 
 // testSignals are the points of the claim's path where its tests act
 // (export_test.go sets them; nil in production, each is skipped). The
-// Store waits while the test acts.
+// Admitter waits while the test acts.
 type testSignals struct {
 	// refill: a refill of a dry bucket starts, before its read of the
 	// buckets' stocks.
 	refill func()
 }
 
-// SetAdmitClient makes admissions go on c, a client of the same Redis
-// whose read timeout is as long as a claim's outcome is listened for
-// (the gateway's FLASHSALE_CLAIM_OUTCOME_TIMEOUT; a batcher's round trip
-// has no deadline of its own): the Store's own client gives up on a
-// reply after its read timeout, and closes the connection, losing the
-// reply of a script that may have run. Set it before any admission.
-func (s *Store) SetAdmitClient(c redis.UniversalClient) { s.ac = c }
-
 // cutAdmissions closes the admission client, if the store has one: its
 // round trips in flight end at once (Batcher.CloseBy).
-func (s *Store) cutAdmissions() {
-	if s.ac != nil {
-		_ = s.ac.Close()
+func (adm *Admitter) cutAdmissions() {
+	if adm.ac != nil {
+		_ = adm.ac.Close()
 	}
 }
 
-func (s *Store) admitClient() redis.UniversalClient {
-	if s.ac != nil {
-		return s.ac
+func (adm *Admitter) admitClient() redis.UniversalClient {
+	if adm.ac != nil {
+		return adm.ac
 	}
-	return s.c
+	return adm.c
 }
 
 // Claim is one user's request for Quantity units (or one item, or one
@@ -111,34 +131,13 @@ type Claim struct {
 	// Quantity is the units claimed, all or nothing (0 means 1).
 	Quantity int64
 	// Proof is the claim's verified proof of work (pkg/proof); zero: none.
-	Proof Proof
+	Proof rdb.Proof
 	// Pass is the claim's waiting-room pass as the gateway verified it
 	// (pkg/room): "PLACE:EXP_MS"; "": none.
 	Pass string
 	// Access is the claim's access code (pkg/access) as the caller
 	// verified it.
-	Access AccessCode
-}
-
-// AccessCode is what a claim (or a room join) carries of an access code,
-// as the gateway verified it: a code is looked at only where the voucher
-// needs one now (the sale's access codes, before their until), so one
-// sent to an open sale is no reason to refuse.
-type AccessCode int64
-
-const (
-	NoAccessCode      AccessCode = iota // none sent
-	AccessCodeValid                     // the user's code for the voucher
-	AccessCodeInvalid                   // a code, not the user's for the voucher
-)
-
-// Proof is a verified proof of work as the admission script takes it: a
-// voucher with a gate admits a claim with a proof of at least its
-// difficulty, once per challenge.
-type Proof struct {
-	ID  string        // the challenge's signature: its single use is keyed by it
-	Max int64         // the challenge's difficulty
-	TTL time.Duration // how long the challenge has left
+	Access rdb.AccessCode
 }
 
 // Admission is an admitted claim.
@@ -153,8 +152,8 @@ type Admission struct {
 }
 
 // Admit runs the admission script for c. Rejections are the Err* sentinels.
-func (s *Store) Admit(ctx context.Context, c Claim) (Admission, error) {
-	out, errs, err := s.AdmitMany(ctx, []Claim{c})
+func (adm *Admitter) Admit(ctx context.Context, c Claim) (Admission, error) {
+	out, errs, err := adm.AdmitMany(ctx, []Claim{c})
 	if err != nil {
 		return Admission{}, err
 	}
@@ -166,12 +165,12 @@ func (s *Store) Admit(ctx context.Context, c Claim) (Admission, error) {
 // gateway's own checks would refuse now (its pass lapsed since, its proof
 // expired), which must get its first admission again, as the script would
 // give it.
-func (s *Store) Replay(ctx context.Context, c Claim) (a Admission, ok bool, err error) {
+func (adm *Admitter) Replay(ctx context.Context, c Claim) (a Admission, ok bool, err error) {
 	if c.IdempotencyKey == "" {
 		return Admission{}, false, nil
 	}
-	b := s.userBucketOf(c.VoucherID, c.UserID, s.knownBuckets(c.VoucherID))
-	pipe := s.c.Pipeline()
+	b := adm.userBucketOf(c.VoucherID, c.UserID, adm.s.KnownBuckets(c.VoucherID))
+	pipe := adm.c.Pipeline()
 	get := pipe.Get(ctx, b.Idem(c.UserID, c.IdempotencyKey))
 	draw := pipe.HGet(ctx, b.Key(), "draw") // a draw's admission is an entry
 	_, err = pipe.Exec(ctx)
@@ -187,7 +186,7 @@ func (s *Store) Replay(ctx context.Context, c Claim) (a Admission, ok bool, err 
 		return Admission{}, false, err
 	}
 	a.Replayed, a.Entry = true, draw.Val() == "1"
-	if err := s.waitWritten(ctx, b.P); err != nil { // as a replay by the script waits
+	if err := adm.s.WaitWritten(ctx, b.P); err != nil { // as a replay by the script waits
 		return Admission{}, false, err
 	}
 	return a, true, nil
@@ -199,12 +198,12 @@ func (s *Store) Replay(ctx context.Context, c Claim) (a Admission, ok bool, err 
 // A claim that takes a detour (detour.go) is decided again after the
 // round trip. Results and errors align with claims; the error
 // return is the round trip's own.
-func (s *Store) AdmitMany(ctx context.Context, claims []Claim) ([]Admission, []error, error) {
-	out, errs, err := s.admitBatch(ctx, claims)
+func (adm *Admitter) AdmitMany(ctx context.Context, claims []Claim) ([]Admission, []error, error) {
+	out, errs, err := adm.admitBatch(ctx, claims)
 	if err != nil {
 		return out, errs, err
 	}
-	s.detourAll(ctx, claims, out, errs)
+	adm.detourAll(ctx, claims, out, errs)
 	return out, errs, nil
 }
 
@@ -212,7 +211,7 @@ func (s *Store) AdmitMany(ctx context.Context, claims []Claim) ([]Admission, []e
 // the claims that must run again: NOSCRIPT, or routed by the wrong number
 // of buckets. The claims of one bucket travel as one call of admit.lua,
 // which decides them in order (admitCalls).
-func (s *Store) admitBatch(ctx context.Context, claims []Claim) ([]Admission, []error, error) {
+func (adm *Admitter) admitBatch(ctx context.Context, claims []Claim) ([]Admission, []error, error) {
 	out, errs := make([]Admission, len(claims)), make([]error, len(claims))
 	pending := make([]int, 0, len(claims))
 	for i, c := range claims {
@@ -223,10 +222,10 @@ func (s *Store) admitBatch(ctx context.Context, claims []Claim) ([]Admission, []
 		pending = append(pending, i)
 	}
 	for round := 0; round < 3 && len(pending) > 0; round++ {
-		calls := s.admitCalls(claims, pending)
+		calls := adm.admitCalls(claims, pending)
 		// Made here, filled by send: small, they stay on the stack.
 		rt := roundTrip{cmds: make([]*redis.Cmd, len(calls)), broken: make([]error, len(calls)), unreplicated: make([]error, len(calls))}
-		err := s.send(ctx, calls, rt)
+		err := adm.send(ctx, calls, rt)
 		if err != nil { // nothing of this round was decided
 			if round == 0 {
 				return out, errs, err
@@ -236,9 +235,9 @@ func (s *Store) admitBatch(ctx context.Context, claims []Claim) ([]Admission, []
 			}
 			return out, errs, nil
 		}
-		again, reload := s.read(ctx, claims, calls, rt, out, errs)
+		again, reload := adm.read(ctx, claims, calls, rt, out, errs)
 		if reload {
-			if err := lua.Admit.Load(ctx, s.c).Err(); err != nil {
+			if err := lua.Admit.Load(ctx, adm.c).Err(); err != nil {
 				// The claims to run again did not run (NOSCRIPT); the
 				// others keep their answers.
 				for _, i := range again {
@@ -268,21 +267,21 @@ type roundTrip struct {
 // its replicas together (admitGroups), into rt (made for calls). An
 // error when nothing was decided: no pipeline could be had, or the only
 // one broke.
-func (s *Store) send(ctx context.Context, calls []admitCall, rt roundTrip) error {
+func (adm *Admitter) send(ctx context.Context, calls []admitCall, rt roundTrip) error {
 	parts := make([]int, len(calls))
 	for j, c := range calls {
 		parts[j] = c.b.P
 	}
-	groups, err := s.admitGroups(ctx, parts)
+	groups, err := adm.admitGroups(ctx, parts)
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrNotSent, err)
 	}
 	for _, g := range groups {
 		for _, j := range g.js {
-			rt.cmds[j] = calls[j].cmd(ctx, s)
+			rt.cmds[j] = calls[j].cmd(ctx, adm)
 			_ = g.pipe.Process(ctx, sentOnce{rt.cmds[j]}) // queues it: the error is Exec's
 		}
-		wait := s.queueWait(ctx, g.pipe)
+		wait := adm.s.QueueWait(ctx, g.pipe)
 		_, err := g.pipe.Exec(ctx)
 		if err != nil && !isReplyError(rt.cmds, g.js) {
 			err = pipelineError(err)
@@ -294,7 +293,7 @@ func (s *Store) send(ctx context.Context, calls []admitCall, rt roundTrip) error
 			}
 			continue
 		}
-		if werr := s.replicated(wait); werr != nil {
+		if werr := adm.s.Replicated(wait); werr != nil {
 			for _, j := range g.js {
 				rt.unreplicated[j] = werr
 			}
@@ -307,9 +306,9 @@ func (s *Store) send(ctx context.Context, calls []admitCall, rt roundTrip) error
 // rt. again are the claims to run in another round: those of a call Redis
 // had no script for (reload: load it first), and those routed by the
 // wrong number of buckets (now known).
-func (s *Store) read(ctx context.Context, claims []Claim, calls []admitCall, rt roundTrip, out []Admission, errs []error) (again []int, reload bool) {
+func (adm *Admitter) read(ctx context.Context, claims []Claim, calls []admitCall, rt roundTrip, out []Admission, errs []error) (again []int, reload bool) {
 	var replays map[int][]int // partition -> replayed claims, when waiting for replicas
-	if s.durability.waits() {
+	if adm.s.Durability().Waits() {
 		replays = map[int][]int{}
 	}
 	for j, c := range calls {
@@ -326,11 +325,11 @@ func (s *Store) read(ctx context.Context, claims []Claim, calls []admitCall, rt 
 		}
 		for k, i := range c.claims {
 			if n, ok := rerouted(replies[k]); ok {
-				if n < 1 || n > MaxBuckets {
+				if n < 1 || n > rdb.MaxBuckets {
 					errs[i] = fmt.Errorf("admit: voucher %d has %d buckets", claims[i].VoucherID, n)
 					continue
 				}
-				s.buckets.Store(claims[i].VoucherID, int(n))
+				adm.s.LearnBuckets(claims[i].VoucherID, int(n))
 				again = append(again, i)
 				continue
 			}
@@ -347,7 +346,7 @@ func (s *Store) read(ctx context.Context, claims []Claim, calls []admitCall, rt 
 	// which this round's WAIT does not cover: one wait per partition
 	// holding replays covers them all.
 	for p, is := range replays {
-		if err := s.waitWritten(ctx, p); err != nil {
+		if err := adm.s.WaitWritten(ctx, p); err != nil {
 			for _, i := range is {
 				errs[i] = err
 			}
@@ -439,16 +438,16 @@ func (sentOnce) NoRetry() bool { return true }
 
 // cmd is the call as the EVALSHA command go-redis sends (as
 // redis.Script.EvalSha makes it, without boxing the keys one by one).
-func (c *admitCall) cmd(ctx context.Context, s *Store) *redis.Cmd {
-	cmd := redis.NewCmd(ctx, c.evalsha(s)...)
+func (c *admitCall) cmd(ctx context.Context, adm *Admitter) *redis.Cmd {
+	cmd := redis.NewCmd(ctx, c.evalsha(adm)...)
 	cmd.SetFirstKeyPos(3)
 	return cmd
 }
 
 // evalsha is the call's EVALSHA command: the script's SHA, the number of
 // keys, the keys and the arguments.
-func (c *admitCall) evalsha(s *Store) []any {
-	part := s.admitKeys[c.b.P]
+func (c *admitCall) evalsha(adm *Admitter) []any {
+	part := adm.admitKeys[c.b.P]
 	nkeys := 6 + len(c.days) + len(c.named)
 	a := make([]any, 0, 3+nkeys+6+len(c.days))
 	a = append(a, "evalsha", admitSha, nkeys, c.keys.key, part[0], c.keys.pool, part[1], part[2], c.keys.dirty)
@@ -456,7 +455,7 @@ func (c *admitCall) evalsha(s *Store) []any {
 		a = append(a, keyspace.DayKey(c.keys.name, d))
 	}
 	a = append(a, c.named...)
-	a = append(a, c.keys.vid, c.n, dayTTLArg, c.base, c.lines, s.horizonArg(c.horizon))
+	a = append(a, c.keys.vid, c.n, dayTTLArg, c.base, c.lines, adm.horizonArg(c.horizon))
 	for _, d := range c.days {
 		a = append(a, d)
 	}
@@ -467,13 +466,13 @@ func (c *admitCall) evalsha(s *Store) []any {
 // voucher bucket, as routed now) sends after the script's SHA: the number
 // of keys, the keys and the arguments. make bench sends it to a script
 // that does nothing, for the floor of a call.
-func (s *Store) AdmissionCall(claims []Claim) []any {
+func (adm *Admitter) AdmissionCall(claims []Claim) []any {
 	pending := make([]int, len(claims))
 	for i := range pending {
 		pending[i] = i
 	}
-	calls := s.admitCalls(claims, pending)
-	return calls[0].evalsha(s)[2:]
+	calls := adm.admitCalls(claims, pending)
+	return calls[0].evalsha(adm)[2:]
 }
 
 // callKeys are what every admission call of a bucket sends alike, boxed
@@ -490,36 +489,36 @@ type callKeys struct {
 const maxCallKeys = 1 << 14
 
 // callKeysOf returns bucket b's callKeys.
-func (s *Store) callKeysOf(b bucket) *callKeys {
-	s.callKeysMu.RLock()
-	k := s.callKeys[b]
-	s.callKeysMu.RUnlock()
+func (adm *Admitter) callKeysOf(b bucket) *callKeys {
+	adm.callKeysMu.RLock()
+	k := adm.callKeys[b]
+	adm.callKeysMu.RUnlock()
 	if k != nil {
 		return k
 	}
 	name := b.Key()
 	k = &callKeys{name: name, key: name, pool: keyspace.PoolKey(name), dirty: b.Dirty(), vid: b.V}
-	s.callKeysMu.Lock()
-	if len(s.callKeys) >= maxCallKeys {
-		clear(s.callKeys)
+	adm.callKeysMu.Lock()
+	if len(adm.callKeys) >= maxCallKeys {
+		clear(adm.callKeys)
 	}
-	s.callKeys[b] = k
-	s.callKeysMu.Unlock()
+	adm.callKeys[b] = k
+	adm.callKeysMu.Unlock()
 	return k
 }
 
 // horizonArg is horizon (unix ms) boxed as the call's ARGV[6]: once for
 // all the calls that share it, as the gateway's horizons are whole
 // seconds (HorizonAfter), so a call's costs no allocation.
-func (s *Store) horizonArg(horizon int64) any {
+func (adm *Admitter) horizonArg(horizon int64) any {
 	if horizon == 0 {
 		return horizon
 	}
-	if b := s.horizon.Load(); b != nil && b.ms == horizon {
+	if b := adm.horizon.Load(); b != nil && b.ms == horizon {
 		return b.arg
 	}
 	b := &boxedHorizon{ms: horizon, arg: horizon}
-	s.horizon.Store(b)
+	adm.horizon.Store(b)
 	return b.arg
 }
 
@@ -543,7 +542,7 @@ func HorizonAfter(t time.Time, d time.Duration) time.Time {
 // boxed once.
 var (
 	admitSha  any = lua.Admit.Hash()
-	dayTTLArg any = int64(DayKeyTTL / time.Second)
+	dayTTLArg any = int64(rdb.DayKeyTTL / time.Second)
 )
 
 // maxClaimsPerCall bounds the claims of one admit.lua call: its HMGET
@@ -554,18 +553,18 @@ const maxClaimsPerCall = 256
 
 // admitCalls groups the pending claims by the bucket that decides them,
 // each group in the claims' order, the groups in the order of their first
-// claim. A batch holds few buckets: a linear search finds a claim's.
-func (s *Store) admitCalls(claims []Claim, pending []int) []admitCall {
+// claim. A batch holds few buckets: a linear search finds a claim'adm.
+func (adm *Admitter) admitCalls(claims []Claim, pending []int) []admitCall {
 	calls := make([]admitCall, 0, 1)
 	for _, i := range pending {
 		c := claims[i]
-		n := s.knownBuckets(c.VoucherID)
-		b := s.userBucketOf(c.VoucherID, c.UserID, n)
+		n := adm.s.KnownBuckets(c.VoucherID)
+		b := adm.userBucketOf(c.VoucherID, c.UserID, n)
 		k := slices.IndexFunc(calls, func(a admitCall) bool { return a.b == b && len(a.claims) < maxClaimsPerCall })
 		if k < 0 {
 			k = len(calls)
 			room := min(len(pending), maxClaimsPerCall) // most batches are one call
-			calls = append(calls, admitCall{b: b, keys: s.callKeysOf(b), n: n,
+			calls = append(calls, admitCall{b: b, keys: adm.callKeysOf(b), n: n,
 				claims: make([]int, 0, room), base: c.Now.UnixMilli(), lines: make([]byte, 0, 32*room)})
 		}
 		call := &calls[k]
@@ -697,7 +696,7 @@ func isReplyError(cmds []*redis.Cmd, js []int) bool {
 func admission(res any, p int) (Admission, error) {
 	switch r := res.(type) {
 	case int64:
-		if e, known := admitErrors[r]; known {
+		if e := rdb.Refusal(r); e != nil {
 			return Admission{}, e
 		}
 		return Admission{}, fmt.Errorf("admit: unknown code %d", r)
@@ -750,10 +749,10 @@ type admitGroup struct {
 // one on the store's client, or, when the store waits for replicas on a
 // cluster, one per master on that master's own client, so that each WAIT
 // follows its master's writes on their connection.
-func (s *Store) admitGroups(ctx context.Context, parts []int) ([]admitGroup, error) {
-	c := s.admitClient()
+func (adm *Admitter) admitGroups(ctx context.Context, parts []int) ([]admitGroup, error) {
+	c := adm.admitClient()
 	cc, cluster := c.(*redis.ClusterClient)
-	if !cluster || !s.durability.waits() {
+	if !cluster || !adm.s.Durability().Waits() {
 		js := make([]int, len(parts))
 		for j := range js {
 			js[j] = j
@@ -763,7 +762,7 @@ func (s *Store) admitGroups(ctx context.Context, parts []int) ([]admitGroup, err
 	byAddr := map[string]int{}
 	var gs []admitGroup
 	for j, p := range parts {
-		n, err := cc.MasterForKey(ctx, StreamKey(p))
+		n, err := cc.MasterForKey(ctx, rdb.StreamKey(p))
 		if err != nil {
 			return nil, fmt.Errorf("master of partition %d: %w", p, err)
 		}

@@ -1,4 +1,4 @@
-package rdb
+package admission
 
 import (
 	"cmp"
@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/flashsale/flashsale/pkg/rdb"
 )
 
 // ErrBatcherClosed is returned by a Batcher that was closed.
@@ -44,7 +46,7 @@ var ErrOutcomeUnknown = errors.New("claim sent, outcome unknown")
 //     caller waits for it until ReplyTimeout from its Admit call; past
 //     that, the caller is answered ErrOutcomeUnknown, and the round trip
 //     goes on until its reply or its connection's read timeout (the
-//     admission client's, Store.SetAdmitClient): the outcome then
+//     admission client's, New's ac): the outcome then
 //     arrives late, and is handed to Late;
 //   - a round trip that breaks after sending (a read timeout, a reset
 //     connection) answers its claims ErrOutcomeUnknown: the script may
@@ -55,7 +57,7 @@ var ErrOutcomeUnknown = errors.New("claim sent, outcome unknown")
 // due), not a timer a claim: a timer started and stopped per claim was
 // 4 % of the gateway's CPU.
 type Batcher struct {
-	s        *Store
+	adm      *Admitter
 	cfg      BatcherConfig
 	reqs     chan *admitReq
 	sends    chan []*admitReq // batches, from the dispatcher to the workers
@@ -132,14 +134,14 @@ type admitResult struct {
 // NewBatcher starts a batcher of at most workers pipelines in flight, each
 // of at most maxBatch claims, a claim sent within timeout and answered
 // within it too.
-func (s *Store) NewBatcher(workers, maxBatch int, timeout time.Duration) *Batcher {
-	return s.StartBatcher(BatcherConfig{Workers: workers, MaxBatch: maxBatch, Timeout: timeout})
+func (adm *Admitter) NewBatcher(workers, maxBatch int, timeout time.Duration) *Batcher {
+	return adm.StartBatcher(BatcherConfig{Workers: workers, MaxBatch: maxBatch, Timeout: timeout})
 }
 
 // StartBatcher starts a batcher configured by cfg.
-func (s *Store) StartBatcher(cfg BatcherConfig) *Batcher {
+func (adm *Admitter) StartBatcher(cfg BatcherConfig) *Batcher {
 	cfg.ReplyTimeout = max(cfg.ReplyTimeout, cfg.Timeout)
-	b := &Batcher{s: s, cfg: cfg, reqs: make(chan *admitReq, cfg.Workers*cfg.MaxBatch),
+	b := &Batcher{adm: adm, cfg: cfg, reqs: make(chan *admitReq, cfg.Workers*cfg.MaxBatch),
 		sends: make(chan []*admitReq), returned: make(chan []*admitReq, cfg.Workers), stop: make(chan struct{})}
 	for range cfg.Workers {
 		b.wg.Add(1)
@@ -155,7 +157,7 @@ func (s *Store) StartBatcher(cfg BatcherConfig) *Batcher {
 // as a worker may still hold it.
 var reqPool = sync.Pool{New: func() any { return &admitReq{done: make(chan admitResult, 1)} }}
 
-// Admit is Store.Admit through the batcher: ErrNotSent (wrapping
+// Admit is Admitter.Admit through the batcher: ErrNotSent (wrapping
 // context.DeadlineExceeded) when the claim was not sent by its deadline
 // (ctx's, or the batcher's Timeout when ctx has none), the script's
 // decision when its reply came in time, and ErrOutcomeUnknown when it was
@@ -205,7 +207,7 @@ func (b *Batcher) Close() { b.CloseBy(time.Time{}) }
 
 // CloseBy is Close that waits for the pipelines in flight until deadline
 // (zero: for as long as they last). Past it, the store's admission
-// connections are closed (Store.SetAdmitClient's client), which ends
+// connections are closed (New's ac), which ends
 // their round trips at once: their claims' outcomes go to Late unknown,
 // and stay decidable by the buyers' orders and the claims' horizons.
 // Without admission connections of their own, round trips end at the
@@ -222,7 +224,7 @@ func (b *Batcher) CloseBy(deadline time.Time) {
 			return
 		case <-t.C:
 			b.cut.Store(true)
-			b.s.cutAdmissions()
+			b.adm.cutAdmissions()
 		}
 	}
 	<-done
@@ -380,10 +382,10 @@ func (b *Batcher) send(live []*admitReq, claims []Claim, due *replyTimer) {
 	// behind one master. A single Redis has no other master to serve, and
 	// its workers wait: the claims behind them are answered not sent,
 	// which is the truth.
-	if _, ok := b.s.c.(*redis.ClusterClient); ok {
+	if _, ok := b.adm.c.(*redis.ClusterClient); ok {
 		due.freeAt(time.Now().Add(b.cfg.Timeout), b.freeWorker)
 	}
-	groups := b.s.byMaster(claims)
+	groups := b.adm.byMaster(claims)
 	if groups == nil {
 		b.admit(live, claims, due)
 		return
@@ -417,7 +419,7 @@ func (b *Batcher) send(live []*admitReq, claims []Claim, due *replyTimer) {
 // comes.
 func (b *Batcher) admit(reqs []*admitReq, claims []Claim, due *replyTimer) {
 	due.start(reqs)
-	out, errs, err := b.s.admitBatch(context.Background(), claims)
+	out, errs, err := b.adm.admitBatch(context.Background(), claims)
 	due.stop()
 	err = b.uncut(err)
 	for i := range errs {
@@ -429,7 +431,7 @@ func (b *Batcher) admit(reqs []*admitReq, claims []Claim, due *replyTimer) {
 		res := admitResult{err: err}
 		switch {
 		case err != nil:
-		case b.s.detoured(claims[i], errs[i]):
+		case b.adm.detoured(claims[i], errs[i]):
 			detours = append(detours, i)
 			continue
 		default:
@@ -569,8 +571,8 @@ func (rt *replyTimer) stop() {
 // decides them, largest group first; nil (one group, the whole batch) when
 // the client is not a cluster's, the claims have one master, or the map of
 // slots is not known.
-func (s *Store) byMaster(claims []Claim) [][]int {
-	cc, ok := s.c.(*redis.ClusterClient)
+func (adm *Admitter) byMaster(claims []Claim) [][]int {
+	cc, ok := adm.c.(*redis.ClusterClient)
 	if !ok || len(claims) < 2 {
 		return nil
 	}
@@ -579,10 +581,10 @@ func (s *Store) byMaster(claims []Claim) [][]int {
 	master := map[string]int{} // master -> its group
 	var groups [][]int
 	for i, c := range claims {
-		p := s.userBucketOf(c.VoucherID, c.UserID, s.knownBuckets(c.VoucherID)).P
+		p := adm.userBucketOf(c.VoucherID, c.UserID, adm.s.KnownBuckets(c.VoucherID)).P
 		k, seen := group[p]
 		if !seen {
-			n, err := cc.MasterForKey(ctx, StreamKey(p))
+			n, err := cc.MasterForKey(ctx, rdb.StreamKey(p))
 			if err != nil {
 				return nil
 			}

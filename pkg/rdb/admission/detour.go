@@ -1,10 +1,12 @@
-package rdb
+package admission
 
 import (
 	"context"
 	"errors"
 	"sync/atomic"
 	"time"
+
+	"github.com/flashsale/flashsale/pkg/rdb"
 )
 
 // A detour is a claim decided again off the path that carried it: its
@@ -19,17 +21,17 @@ import (
 // detoured reports whether claim c, answered err by its admission, takes
 // a detour: its bucket of a hot voucher was dry, or its user's records
 // were moving in a split.
-func (s *Store) detoured(c Claim, err error) bool {
-	return errors.Is(err, ErrSplitting) || errors.Is(err, ErrSoldOut) && s.knownBuckets(c.VoucherID) > 1
+func (adm *Admitter) detoured(c Claim, err error) bool {
+	return errors.Is(err, rdb.ErrSplitting) || errors.Is(err, rdb.ErrSoldOut) && adm.s.KnownBuckets(c.VoucherID) > 1
 }
 
 // detourAll decides again, in out and errs, each of claims that took a
 // detour (AdmitMany's, on the caller's goroutine).
-func (s *Store) detourAll(ctx context.Context, claims []Claim, out []Admission, errs []error) {
+func (adm *Admitter) detourAll(ctx context.Context, claims []Claim, out []Admission, errs []error) {
 	found := time.Now() // the claims' admissions were refused by now
 	for i, c := range claims {
-		if s.detoured(c, errs[i]) {
-			out[i], errs[i] = s.detour(ctx, c, errs[i], found)
+		if adm.detoured(c, errs[i]) {
+			out[i], errs[i] = adm.detour(ctx, c, errs[i], found)
 		}
 	}
 }
@@ -43,8 +45,8 @@ const splitWait = 20 * time.Millisecond
 // found: while its user's records are moving in a split it tries again,
 // waiting a little longer each time, until they have moved or ctx ends;
 // once its bucket is dry it is admitted after a refill (refillAndAdmit).
-func (s *Store) detour(ctx context.Context, c Claim, err error, found time.Time) (Admission, error) {
-	for wait := time.Millisecond; errors.Is(err, ErrSplitting); wait = min(2*wait, splitWait) {
+func (adm *Admitter) detour(ctx context.Context, c Claim, err error, found time.Time) (Admission, error) {
+	for wait := time.Millisecond; errors.Is(err, rdb.ErrSplitting); wait = min(2*wait, splitWait) {
 		t := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
@@ -52,16 +54,16 @@ func (s *Store) detour(ctx context.Context, c Claim, err error, found time.Time)
 			return Admission{}, ctx.Err()
 		case <-t.C:
 		}
-		out, errs, berr := s.admitBatch(ctx, []Claim{c})
+		out, errs, berr := adm.admitBatch(ctx, []Claim{c})
 		if berr != nil {
 			return Admission{}, berr
 		}
-		if !s.detoured(c, errs[0]) {
+		if !adm.detoured(c, errs[0]) {
 			return out[0], errs[0]
 		}
 		err, found = errs[0], time.Now()
 	}
-	return s.refillAndAdmit(ctx, c, found)
+	return adm.refillAndAdmit(ctx, c, found)
 }
 
 // dryVoucher is a hot voucher's refills in this process: one at a time
@@ -80,11 +82,11 @@ type dryVoucher struct {
 	refilled map[int]time.Time
 }
 
-func (s *Store) dryOf(v int64) *dryVoucher {
-	if d, ok := s.dry.Load(v); ok {
+func (adm *Admitter) dryOf(v int64) *dryVoucher {
+	if d, ok := adm.dry.Load(v); ok {
 		return d.(*dryVoucher)
 	}
-	d, _ := s.dry.LoadOrStore(v, &dryVoucher{lock: make(chan struct{}, 1)})
+	d, _ := adm.dry.LoadOrStore(v, &dryVoucher{lock: make(chan struct{}, 1)})
 	return d.(*dryVoucher)
 }
 
@@ -104,40 +106,40 @@ const DryAttempts = 16
 // answered so without a read of its own (the voucher was sold out then,
 // within its request), and one that waited while a refill of its bucket
 // ended runs again on the units it brought (dryVoucher.refillOnce).
-func (s *Store) refillAndAdmit(ctx context.Context, c Claim, found time.Time) (Admission, error) {
-	n := s.knownBuckets(c.VoucherID)
-	home, need := UserBucket(c.UserID, n), max(c.Quantity, 1)
-	d := s.dryOf(c.VoucherID)
+func (adm *Admitter) refillAndAdmit(ctx context.Context, c Claim, found time.Time) (Admission, error) {
+	n := adm.s.KnownBuckets(c.VoucherID)
+	home, need := rdb.UserBucket(c.UserID, n), max(c.Quantity, 1)
+	d := adm.dryOf(c.VoucherID)
 	// Each try refills (at most DryAttempts), or runs again after another
 	// claim's refill of the same bucket (at most as often again).
 	for tries, own := 0, 0; own < DryAttempts && tries < 2*DryAttempts; tries++ {
 		refilled, mine, err := d.refillOnce(ctx, found, need, home, func() (time.Time, bool, error) {
-			if s.signals.refill != nil {
-				s.signals.refill()
+			if adm.signals.refill != nil {
+				adm.signals.refill()
 			}
 			read := time.Now()
-			ok, err := s.refill(ctx, c.VoucherID, n, home, need)
+			ok, err := adm.s.Refill(ctx, c.VoucherID, n, home, need)
 			return read, ok, err
 		})
 		if err != nil {
 			return Admission{}, err
 		}
 		if !refilled {
-			return Admission{}, ErrSoldOut
+			return Admission{}, rdb.ErrSoldOut
 		}
 		if mine {
 			own++
 		}
-		out, errs, err := s.admitBatch(ctx, []Claim{c})
+		out, errs, err := adm.admitBatch(ctx, []Claim{c})
 		if err != nil {
 			return Admission{}, err
 		}
-		if !errors.Is(errs[0], ErrSoldOut) {
+		if !errors.Is(errs[0], rdb.ErrSoldOut) {
 			return out[0], errs[0]
 		}
 		found = time.Now()
 	}
-	return Admission{}, ErrOverloaded
+	return Admission{}, rdb.ErrOverloaded
 }
 
 // refillOnce brings units to bucket home, which a claim for need units
@@ -194,7 +196,7 @@ func (b *Batcher) detour(r *admitReq, c Claim, err error, found time.Time) {
 	}
 	ctx, cancel := context.WithDeadline(context.Background(), deadline)
 	defer cancel()
-	a, err := b.s.detour(ctx, c, err, found)
+	a, err := b.adm.detour(ctx, c, err, found)
 	err = b.uncut(err)
 	if !b.answer(r, admitResult{a: a, err: err}) && b.cfg.Late != nil {
 		b.cfg.Late([]LateOutcome{{Claim: c, Admission: a, Err: err}})
