@@ -91,7 +91,7 @@ type testSignals struct {
 	refill func()
 }
 
-// cutAdmissions closes the admission client, if the store has one: its
+// cutAdmissions closes the admission client, if adm has one: its
 // round trips in flight end at once (Batcher.CloseBy).
 func (adm *Admitter) cutAdmissions() {
 	if adm.ac != nil {
@@ -746,7 +746,7 @@ type admitGroup struct {
 }
 
 // admitGroups splits a round of claims (their partitions) into pipelines:
-// one on the store's client, or, when the store waits for replicas on a
+// one on the admission client, or, when the store waits for replicas on a
 // cluster, one per master on that master's own client, so that each WAIT
 // follows its master's writes on their connection.
 func (adm *Admitter) admitGroups(ctx context.Context, parts []int) ([]admitGroup, error) {

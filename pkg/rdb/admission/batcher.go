@@ -206,12 +206,11 @@ func (b *Batcher) Admit(ctx context.Context, c Claim) (Admission, error) {
 func (b *Batcher) Close() { b.CloseBy(time.Time{}) }
 
 // CloseBy is Close that waits for the pipelines in flight until deadline
-// (zero: for as long as they last). Past it, the store's admission
-// connections are closed (New's ac), which ends
-// their round trips at once: their claims' outcomes go to Late unknown,
-// and stay decidable by the buyers' orders and the claims' horizons.
-// Without admission connections of their own, round trips end at the
-// store's read timeout.
+// (zero: for as long as they last). Past it, the Admitter's admission
+// connections (New's ac) are closed, which ends their round trips at
+// once: their claims' outcomes go to Late unknown, and stay decidable by
+// the buyers' orders and the claims' horizons. Without admission
+// connections of their own, round trips end at the store's read timeout.
 func (b *Batcher) CloseBy(deadline time.Time) {
 	b.once.Do(func() { close(b.stop) })
 	done := make(chan struct{})
