@@ -18,7 +18,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/flashsale/flashsale/pkg/gateway"
+	"github.com/flashsale/flashsale/pkg/token"
 )
 
 // Config of a smoke test.
@@ -55,11 +55,11 @@ func Run(ctx context.Context, cfg Config, adminToken, jwtSecret string, out io.W
 	fmt.Fprintf(out, "created voucher %s with 1 unit, ending %s\n", v.ID, ends)
 
 	suffix := strconv.FormatInt(time.Now().UnixNano(), 36)
-	first, err := gateway.SignUserTokenFor(jwtSecret, "smoke-a-"+suffix, cfg.Issuer, cfg.Audience, time.Now().Add(10*time.Minute))
+	first, err := token.SignUserFor(jwtSecret, "smoke-a-"+suffix, cfg.Issuer, cfg.Audience, time.Now().Add(10*time.Minute))
 	if err != nil {
 		return err
 	}
-	second, err := gateway.SignUserTokenFor(jwtSecret, "smoke-b-"+suffix, cfg.Issuer, cfg.Audience, time.Now().Add(10*time.Minute))
+	second, err := token.SignUserFor(jwtSecret, "smoke-b-"+suffix, cfg.Issuer, cfg.Audience, time.Now().Add(10*time.Minute))
 	if err != nil {
 		return err
 	}
