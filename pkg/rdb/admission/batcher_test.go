@@ -90,14 +90,7 @@ func TestBatcherDoesNotSendWhatTheCallerGaveUpOn(t *testing.T) {
 // not answer: the claim sent is bounded by its round trip's deadline, and
 // one still waiting behind it at its deadline is not sent at all.
 func TestBatcherAnswersEachClaimWithinItsTimeout(t *testing.T) {
-	srv, err := testsrv.StartRedis(t.TempDir())
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = srv.Resume(); _ = srv.Kill() })
-	c := srv.Client()
-	t.Cleanup(func() { _ = c.Close() })
-	s, err := rdb.New(c, 1, "")
-	require.NoError(t, err)
-	require.NoError(t, s.Load(context.Background()))
+	srv, s := ownRedis(t)
 	seedVoucher(t, s, rdb.Voucher{ID: 5, Stock: 5, PerUserLimit: 5})
 	b := testrdb.Admitter(s).NewBatcher(1, 1, 300*time.Millisecond)
 	defer b.Close()
@@ -134,10 +127,9 @@ func TestBatcherAnswersEachClaimWithinItsTimeout(t *testing.T) {
 	require.NoError(t, srv.Resume())
 }
 
-// pausableStore is a store of one partition on a redis-server of its own,
-// which the test may pause, whose admissions wait a minute for a reply
-// (as the gateway's: admission.New's ac), and its Admitter.
-func pausableStore(t *testing.T) (*testsrv.Redis, *rdb.Store, *admission.Admitter) {
+// ownRedis is a store of one partition on a redis-server of its own,
+// which the test may pause.
+func ownRedis(t *testing.T) (*testsrv.Redis, *rdb.Store) {
 	t.Helper()
 	srv, err := testsrv.StartRedis(t.TempDir())
 	require.NoError(t, err)
@@ -147,6 +139,14 @@ func pausableStore(t *testing.T) (*testsrv.Redis, *rdb.Store, *admission.Admitte
 	s, err := rdb.New(c, 1, "")
 	require.NoError(t, err)
 	require.NoError(t, s.Load(context.Background()))
+	return srv, s
+}
+
+// pausableStore is ownRedis with an Admitter whose admissions wait a
+// minute for a reply (as the gateway's: admission.New's ac).
+func pausableStore(t *testing.T) (*testsrv.Redis, *rdb.Store, *admission.Admitter) {
+	t.Helper()
+	srv, s := ownRedis(t)
 	ac := redis.NewClient(&redis.Options{Addr: srv.Addr, ReadTimeout: time.Minute, ContextTimeoutEnabled: true, MaxRetries: -1})
 	t.Cleanup(func() { _ = ac.Close() })
 	return srv, s, admission.New(s, ac)
